@@ -1,0 +1,20 @@
+"""dpsql: differentially private SQL over DuckDB.
+
+>>> import dpsql
+>>> sorted(name for name in dpsql.__all__ if name.endswith("Error"))
+['DPError', 'PolicyError']
+"""
+
+from .connection import Connection, connect
+from .errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
+from .ledger import Spend
+from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
+from .policy import load_policy, parse_policy
+from .result import Budget, DPResult
+
+__all__ = [
+    "connect", "Connection", "DPResult", "Budget", "Spend",
+    "DPError", "UnsupportedQuery", "PolicyError", "BudgetExceeded", "InvalidParameter", "QueryFailed",
+    "Policy", "PrivateTable", "PublicTable", "ColumnRule", "Bounds", "KeyDomain",
+    "parse_policy", "load_policy",
+]

@@ -1,0 +1,124 @@
+"""Stage 2, bind: resolve every table and column of a query against the declared catalog.
+
+Names resolve as DuckDB resolves them: case-insensitively, with an optional ``schema.`` (and
+``catalog.``) prefix. Only tables declared in the policy exist for the analyst; a table the
+database has but the policy does not declare is reported exactly like a missing one, so the
+error reveals nothing the analyst could not already know.
+
+Binding rewrites each column reference to its canonical catalog name, qualified by nothing
+(one table per query in the core), and records the column's DuckDB type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from .errors import UnsupportedQuery
+from .model import Policy, PrivateTable, PublicTable
+from .parse import node_position
+
+Catalog = dict[str, dict[str, str]]
+"""Lower-cased table name (``schema.table`` outside ``main``) -> {lower column name: type}."""
+
+
+@dataclass(frozen=True)
+class BoundTable:
+    """A table reference resolved to its declaration and its columns."""
+
+    name: str
+    """Catalog key of the table (lower-cased)."""
+    declaration: PrivateTable | PublicTable
+    """What the policy says of the table."""
+    columns: dict
+    """Lower-cased column name -> DuckDB type name."""
+    reference: str
+    """The name the query refers to it by (its alias, or its own name), lower-cased."""
+
+
+def table_key(table: exp.Table) -> str:
+    """Catalog key of a table reference: ``schema.table``, with the default schema dropped.
+
+    >>> import sqlglot
+    >>> table_key(sqlglot.parse_one("SELECT 1 FROM Main.Visits").find(exp.Table))
+    'visits'
+    """
+    parts = [p.name.lower() for p in table.parts]
+    if len(parts) == 3:
+        parts = parts[1:]  # catalog.schema.table: one database, so the catalog adds nothing
+    if len(parts) == 2 and parts[0] == "main":
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> BoundTable:
+    """Resolve one table reference, or refuse it with its position."""
+    line, col = node_position(table, sql)
+    if not isinstance(table.this, exp.Identifier):
+        raise UnsupportedQuery(
+            f"table functions such as {table.this.sql(dialect='duckdb')} are not allowed",
+            line=line,
+            col=col,
+            construct=table.this.sql(dialect="duckdb"),
+            hint="query the tables declared in the policy",
+        )
+    key = table_key(table)
+    declaration = policy.table(key)
+    if declaration is None or key not in catalog:
+        declared = ", ".join(sorted(t.name for t in (*policy.private_tables, *policy.public_tables)))
+        raise UnsupportedQuery(
+            f"unknown table {'.'.join(p.name for p in table.parts)}",
+            line=line,
+            col=col,
+            construct=key,
+            hint=f"the tables you can query are: {declared}",
+        )
+    reference = (table.alias or table.name).lower()
+    return BoundTable(key, declaration, catalog[key], reference)
+
+
+def bind_columns(tree: exp.Expression, bound: BoundTable, sql: str, aliases: frozenset = frozenset()) -> None:
+    """Resolve every column of ``tree`` (in place) against the single table ``bound``.
+
+    As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY a column to an
+    alias; alias references are left for the check stage to resolve.
+    """
+    for column in list(tree.find_all(exp.Column)):
+        if isinstance(column.this, exp.Star):
+            continue
+        if _is_alias_reference(column, bound, aliases):
+            continue
+        qualifier = column.table.lower() if column.table else None
+        name = column.name.lower()
+        line, col = node_position(column, sql)
+        if qualifier is not None and qualifier not in (bound.reference, bound.name.split(".")[-1]):
+            raise UnsupportedQuery(
+                f"unknown table or alias {column.table} in {column.sql(dialect='duckdb')}",
+                line=line,
+                col=col,
+                construct=column.sql(dialect="duckdb"),
+                hint=f"refer to the table as {bound.reference}",
+            )
+        if name not in bound.columns:
+            raise UnsupportedQuery(
+                f"unknown column {column.name} in table {bound.name}",
+                line=line,
+                col=col,
+                construct=column.name,
+                hint=f"the columns are: {', '.join(bound.columns)}",
+            )
+        column.set("table", None)
+        column.set("db", None)
+        column.set("catalog", None)
+        identifier = exp.to_identifier(name, quoted=True)
+        identifier.meta.update(column.this.meta)  # keep the position for later refusals
+        column.set("this", identifier)
+
+
+def _is_alias_reference(column: exp.Column, bound: BoundTable, aliases: frozenset) -> bool:
+    if column.table or column.name.lower() not in aliases:
+        return False
+    if column.find_ancestor(exp.Order) is not None:
+        return True
+    return column.find_ancestor(exp.Group) is not None and column.name.lower() not in bound.columns

@@ -1,0 +1,513 @@
+"""The durable privacy budget ledger: every charge, kept in one SQLite file.
+
+A charge is a row of the ``entries`` table. What has been spent is the exact sum of those
+rows, so reconnecting, restarting or opening the file from another process cannot reset
+it (invariant 8). Amounts are stored as exact fraction text (``"1/10"``) and added up with
+``fractions.Fraction``; no float ever takes part in deciding whether a query may run.
+
+Why two charges can never both spend the last of a budget. ``charge`` is a single
+``BEGIN IMMEDIATE`` transaction: IMMEDIATE takes SQLite's write lock *before* reading what
+was spent, and SQLite lets one writer at a time hold it, across connections, threads and
+processes (POSIX locks on the database file and its shared-memory index). So between reading
+the spent total and ``COMMIT`` no other charge can commit, and the check and the insert see
+the same state. A plain (deferred) ``BEGIN`` would let two transactions both read "0.2
+remains" before either writes. A refusal raises before the ``INSERT`` and rolls back, so a
+refused charge writes nothing.
+
+Why a crash after a charge loses nothing (invariant 2). The file runs in WAL mode with
+``synchronous=FULL``: ``COMMIT`` returns only after the log frames holding the new entry and
+its commit marker are fsync'ed. If the process (or the machine) dies after ``COMMIT``
+returned, the next open replays the log and the entry is there. If it dies before, recovery
+drops the uncommitted frames, but then ``charge`` never returned an id and the caller, which
+reads private data only after ``charge`` returns, never read any. So the file always holds
+every charge whose query may have read data; at worst it also holds one whose query never
+ran, which errs on the safe side. This relies on a local file system that honours fsync and
+POSIX locks (not NFS), as SQLite's WAL mode itself does.
+
+Entries are append-only (triggers refuse DELETE and any UPDATE but filling in the answer),
+which is also what lets a ``Ledger`` cache the sum of the entries it has already read and
+add only the newer ones inside each charge's transaction.
+
+>>> from fractions import Fraction
+>>> with Ledger.open(None) as ledger:
+...     budget = Spend(Fraction(1), Fraction(0))
+...     tenth = Spend(Fraction(1, 10), Fraction(0))
+...     for _ in range(10):
+...         _ = ledger.charge(tenth, budget, sql="SELECT 1", options={})
+...     ledger.spent() == budget
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal, localcontext
+from fractions import Fraction
+from numbers import Rational
+from typing import TYPE_CHECKING, ClassVar
+
+from dpsql.errors import BudgetExceeded, DPError, InternalError
+
+if TYPE_CHECKING:
+    import pandas
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_SECONDS = 30.0
+_CHARGING = "charge the ledger"
+
+_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL)",
+    # epsilon, delta and rho are exact fraction text "num/den"; rho stays NULL until a zCDP
+    # accountant exists. key is the normalised-query key used for free repeats.
+    """CREATE TABLE entries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time TEXT NOT NULL,
+        analyst TEXT,
+        sql TEXT NOT NULL,
+        options TEXT NOT NULL,
+        epsilon TEXT NOT NULL,
+        delta TEXT NOT NULL,
+        rho TEXT,
+        key TEXT,
+        answer TEXT
+    )""",
+    "CREATE INDEX entries_by_key ON entries (key, id) WHERE key IS NOT NULL",
+    "CREATE INDEX entries_by_analyst ON entries (analyst)",
+    """CREATE TRIGGER entries_are_permanent BEFORE DELETE ON entries
+        BEGIN SELECT RAISE(ABORT, 'ledger entries are permanent'); END""",
+    """CREATE TRIGGER entries_are_append_only
+        BEFORE UPDATE OF id, time, analyst, sql, options, epsilon, delta, rho, key ON entries
+        BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END""",
+    f"INSERT INTO meta (key, value) VALUES ('schema_version', {SCHEMA_VERSION})",
+)
+
+
+def _exact(value, name: str) -> Fraction:
+    if isinstance(value, Rational) and not isinstance(value, bool):
+        return Fraction(value)
+    if isinstance(value, Decimal) and value.is_finite():
+        return Fraction(value)
+    raise TypeError(f"Spend.{name} must be an exact number (Fraction or int), "
+                    f"got {value!r}; convert with Fraction(str(x)) at the boundary")
+
+
+@dataclass(frozen=True)
+class Spend:
+    """An amount of privacy budget: exact epsilon and delta.
+
+    >>> Spend(Fraction(1, 10), Fraction(0)) + Spend(Fraction(1, 5), Fraction(1, 10**6))
+    Spend(epsilon=Fraction(3, 10), delta=Fraction(1, 1000000))
+    >>> Spend(Fraction(1, 2)).fits_in(Spend(Fraction(1, 2), Fraction(0)))
+    True
+    """
+
+    epsilon: Fraction
+    """The epsilon of pure or approximate DP, exact."""
+    delta: Fraction = Fraction(0)
+    """The delta of approximate DP, exact; 0 under pure epsilon-DP."""
+
+    ZERO: ClassVar[Spend]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _exact(self.epsilon, "epsilon"))
+        object.__setattr__(self, "delta", _exact(self.delta, "delta"))
+
+    @classmethod
+    def zero(cls) -> Spend:
+        """No budget at all."""
+        return cls(Fraction(0), Fraction(0))
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(self.epsilon + other.epsilon, self.delta + other.delta)
+
+    def __sub__(self, other: Spend) -> Spend:
+        return Spend(self.epsilon - other.epsilon, self.delta - other.delta)
+
+    def fits_in(self, total: Spend) -> bool:
+        """True when this amount exceeds ``total`` in neither epsilon nor delta."""
+        return self.epsilon <= total.epsilon and self.delta <= total.delta
+
+
+Spend.ZERO = Spend.zero()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One charge as the ledger keeps it."""
+
+    id: int
+    """Increasing, never reused."""
+    time: str
+    """When the charge was committed, UTC ISO-8601."""
+    analyst: str | None
+    """Who asked, when known."""
+    sql: str
+    """The query text as the analyst sent it."""
+    options: dict
+    """The query's options, decoded from canonical JSON (fractions as "num/den" text)."""
+    cost: Spend
+    """What was charged."""
+    answer: str | None
+    """The released (noisy) answer as JSON text, once recorded."""
+
+
+class Ledger:
+    """A privacy budget ledger in one SQLite file, or privately in memory.
+
+    One connection per ``Ledger``, behind a lock: threads sharing a ledger take turns, and
+    ledgers in other threads or processes on the same file take turns on SQLite's write lock.
+    """
+
+    def __init__(self, path: str | None, connection: sqlite3.Connection):
+        """Use ``Ledger.open``; this only stores what it was given."""
+        self.path = path
+        """The ledger file, or ``None`` for a private in-memory ledger."""
+        self._connection: sqlite3.Connection | None = connection
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._inherited: list[sqlite3.Connection] = []
+        self._salt: bytes | None = None
+        self._seen_id = 0  # entries with id <= _seen_id sum to _seen_total (append-only)
+        self._seen_total = Spend.ZERO
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None) -> Ledger:
+        """Open (creating if needed) the ledger at ``path``; ``None`` gives a private one."""
+        if path is not None:
+            path = os.fspath(path)
+            if path in ("", ":memory:"):
+                path = None
+        return cls(path, _connect(path))
+
+    def charge(
+        self,
+        cost: Spend,
+        total: Spend,
+        *,
+        sql: str,
+        options: dict,
+        analyst: str | None = None,
+        key: str | None = None,
+    ) -> int:
+        """Record ``cost`` and return the entry id, or raise ``BudgetExceeded`` if everything
+        spent plus ``cost`` would exceed ``total``; atomic across threads and processes."""
+        if not isinstance(cost, Spend) or not isinstance(total, Spend):
+            raise InternalError("charge() takes Spend amounts")
+        if cost.epsilon < 0 or cost.delta < 0:
+            raise InternalError(f"a negative charge would be a refund: {cost}")
+        options_json = _options_json(options)
+        with self._connected() as connection:
+            with _transaction(connection, self.path, _CHARGING):
+                spent = self._read_spent(connection)
+                if not (spent + cost).fits_in(total):
+                    raise _budget_exceeded(cost, total - spent)
+                cursor = connection.execute(
+                    "INSERT INTO entries (time, analyst, sql, options, epsilon, delta, key)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (_now(), analyst, sql, options_json,
+                     _fraction_text(cost.epsilon), _fraction_text(cost.delta), key),
+                )
+                entry_id = cursor.lastrowid
+            # Only once committed: a rolled-back id may be reused by the next writer.
+            self._seen_id, self._seen_total = entry_id, spent + cost
+            return entry_id
+
+    def record_answer(self, entry_id: int, answer: str) -> None:
+        """Keep the released answer of an entry; an entry's answer is set once, never changed."""
+        with self._connected() as connection, \
+                _transaction(connection, self.path, "record an answer in the ledger"):
+            row = connection.execute(
+                "SELECT answer FROM entries WHERE id = ?", (entry_id,)).fetchone()
+            if row is None:
+                raise InternalError(f"no ledger entry {entry_id} to record an answer for")
+            if row[0] is not None and row[0] != answer:
+                raise InternalError(f"ledger entry {entry_id} already has an answer")
+            connection.execute("UPDATE entries SET answer = ? WHERE id = ?", (answer, entry_id))
+
+    def find_answer(self, key: str) -> str | None:
+        """The answer of the most recent entry with this key that has one, else ``None``."""
+        row = self._read_one(
+            "SELECT answer FROM entries WHERE key = ? AND answer IS NOT NULL"
+            " ORDER BY id DESC LIMIT 1", (key,))
+        return None if row is None else row[0]
+
+    def spent(self, analyst: str | None = None) -> Spend:
+        """Everything charged so far, by everyone or by one analyst."""
+        with self._connected() as connection:
+            try:
+                if analyst is None:
+                    return self._read_spent(connection)
+                return _sum(connection.execute(
+                    "SELECT epsilon, delta, count(*) FROM entries WHERE analyst = ?"
+                    " GROUP BY epsilon, delta", (analyst,)))
+            except sqlite3.Error as error:
+                raise _ledger_error(self.path, "read the ledger", error) from error
+
+    def entries(self) -> pandas.DataFrame:
+        """Every entry, oldest first, with costs as floats for reading (not for arithmetic)."""
+        import pandas
+
+        columns = ["id", "time", "analyst", "sql", "options", "epsilon", "delta", "answer"]
+        rows = [
+            (*row[:5], float(Fraction(row[5])), float(Fraction(row[6])), row[7])
+            for row in self._read_all(f"SELECT {', '.join(columns)} FROM entries ORDER BY id")
+        ]
+        frame = pandas.DataFrame(rows, columns=columns)
+        return frame.astype({"id": "int64", "epsilon": "float64", "delta": "float64"})
+
+    def entry(self, entry_id: int) -> Entry | None:
+        """One entry, or ``None`` when there is no such id."""
+        row = self._read_one(
+            "SELECT id, time, analyst, sql, options, epsilon, delta, answer FROM entries"
+            " WHERE id = ?", (entry_id,))
+        if row is None:
+            return None
+        cost = Spend(Fraction(row[5]), Fraction(row[6]))
+        return Entry(row[0], row[1], row[2], row[3], json.loads(row[4]), cost, row[7])
+
+    def salt(self) -> bytes:
+        """This ledger's 32 secret random bytes, made once and kept in the file forever."""
+        with self._connected() as connection:
+            if self._salt is None:
+                with _transaction(connection, self.path, "make the ledger's salt"):
+                    row = connection.execute(
+                        "SELECT value FROM meta WHERE key = 'salt'").fetchone()
+                    if row is None:
+                        row = (secrets.token_bytes(32),)
+                        connection.execute(
+                            "INSERT INTO meta (key, value) VALUES ('salt', ?)", row)
+                if not isinstance(row[0], bytes) or len(row[0]) != 32:
+                    raise InternalError("the ledger's salt is not 32 bytes")
+                self._salt = row[0]
+            return self._salt
+
+    def close(self) -> None:
+        """Close the file; a closed ledger refuses further use."""
+        with self._locked():
+            if self._connection is not None and self._pid == os.getpid():
+                self._connection.close()  # never the parent's, from a forked child
+            self._connection = None
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.path!r})" if self.path else "Ledger(None)"
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _locked(self) -> threading.Lock:
+        """The lock; a fresh one in a forked child, where the parent's holders are gone."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+        return self._lock
+
+    @contextmanager
+    def _connected(self) -> Iterator[sqlite3.Connection]:
+        """Hold the lock and yield the connection (reopened in a forked child, since SQLite
+        connections must not cross fork)."""
+        with self._locked():
+            yield self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise InternalError("the ledger is closed")
+        if self._pid != os.getpid():
+            if self.path is None:
+                raise DPError("an in-memory ledger cannot be shared with a forked process",
+                              hint="open the ledger from a file to share it between processes")
+            # Keep the parent's connection referenced so garbage collection never closes it
+            # here, where closing could disturb the parent's WAL.
+            self._inherited.append(self._connection)
+            self._connection = _connect(self.path)
+            self._pid = os.getpid()
+        return self._connection
+
+    def _read_spent(self, connection: sqlite3.Connection) -> Spend:
+        """Everything spent: the cached sum plus the entries committed since it was taken."""
+        newer = connection.execute(
+            "SELECT epsilon, delta, count(*), max(id) FROM entries WHERE id > ?"
+            " GROUP BY epsilon, delta", (self._seen_id,)).fetchall()
+        if newer:
+            self._seen_total = self._seen_total + _sum(newer)
+            self._seen_id = max(row[3] for row in newer)
+        return self._seen_total
+
+    def _read_all(self, query: str, parameters: tuple = ()) -> list[tuple]:
+        with self._connected() as connection:
+            try:
+                return connection.execute(query, parameters).fetchall()
+            except sqlite3.Error as error:
+                raise _ledger_error(self.path, "read the ledger", error) from error
+
+    def _read_one(self, query: str, parameters: tuple = ()) -> tuple | None:
+        rows = self._read_all(query, parameters)
+        return rows[0] if rows else None
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back if anything raises inside."""
+
+    def __init__(self, connection: sqlite3.Connection, path: str | None, action: str):
+        self.connection, self.path, self.action = connection, path, action
+
+    def __enter__(self) -> None:
+        try:
+            self.connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise _ledger_error(self.path, self.action, error) from error
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        try:
+            if exc_type is None:
+                self.connection.execute("COMMIT")
+                return False
+        except sqlite3.Error as error:
+            self._rollback()
+            raise _ledger_error(self.path, self.action, error) from error
+        self._rollback()
+        if isinstance(exc, sqlite3.Error):
+            raise _ledger_error(self.path, self.action, exc) from exc
+        return False
+
+    def _rollback(self) -> None:
+        if self.connection.in_transaction:
+            self.connection.execute("ROLLBACK")
+
+
+def _connect(path: str | None) -> sqlite3.Connection:
+    """Open the file in WAL mode with fsync on every commit, creating the schema if new."""
+    try:
+        connection = sqlite3.connect(
+            ":memory:" if path is None else path,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,  # transactions are ours: BEGIN IMMEDIATE ... COMMIT
+            check_same_thread=False,  # guarded by Ledger._lock
+        )
+    except sqlite3.Error as error:
+        raise _open_error(path, error) from error
+    try:
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = FULL")
+        _create_schema(connection, path)
+    except BaseException as error:
+        connection.close()
+        if isinstance(error, sqlite3.Error):
+            raise _open_error(path, error) from error
+        raise
+    return connection
+
+
+def _create_schema(connection: sqlite3.Connection, path: str | None) -> None:
+    if _schema_version(connection) is None:
+        with _transaction(connection, path, "create the ledger"):
+            if _schema_version(connection) is None:  # nobody created it while we waited
+                if connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    raise DPError(f"{path} is an SQLite file but not a dpsql ledger",
+                                  hint="pass ledger=... a new or existing ledger file")
+                for statement in _SCHEMA:
+                    connection.execute(statement)
+    version = _schema_version(connection)
+    if version != SCHEMA_VERSION:
+        raise DPError(f"the ledger at {path} has schema version {version}, but this dpsql "
+                      f"reads version {SCHEMA_VERSION}", hint="upgrade dpsql")
+
+
+def _schema_version(connection: sqlite3.Connection) -> int | None:
+    if connection.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+        row = connection.execute(
+            "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return None if row is None else int(row[0])
+    return None
+
+
+def _open_error(path: str | None, error: sqlite3.Error) -> DPError:
+    return DPError(f"cannot open the ledger at {path or ':memory:'}: {error}",
+                   hint="pass ledger=... a writable path")
+
+
+def _ledger_error(path: str | None, action: str, error: sqlite3.Error) -> DPError:
+    hint = "check that the ledger file is writable and on a local disk"
+    if "locked" in str(error) or "busy" in str(error):
+        hint = (f"another connection holds the ledger's write lock (dpsql waits up to "
+                f"{BUSY_TIMEOUT_SECONDS:g} s for it); try again")
+    outcome = "; nothing was charged" if action == _CHARGING else ""
+    return DPError(f"could not {action} at {path or ':memory:'}: {error}{outcome}", hint=hint)
+
+
+def _budget_exceeded(cost: Spend, remaining: Spend) -> BudgetExceeded:
+    """Say what was requested, what remains and the difference, for each exceeded part."""
+    parts = []
+    for name in ("epsilon", "delta"):
+        needed, left = getattr(cost, name), max(getattr(remaining, name), Fraction(0))
+        if needed > left:
+            parts.append(f"{name} {_show(needed)} but only {_show(left)} remains "
+                         f"({_show(needed - left)} short)")
+    return BudgetExceeded("this query needs " + ", and ".join(parts),
+                          hint="ask for less, or ask the data curator for more budget")
+
+
+def _show(value: Fraction) -> str:
+    """Exact decimal text when the fraction has one, else ``num/den`` with an approximation.
+
+    >>> _show(Fraction(3, 10)), _show(Fraction(1, 10**6)), _show(Fraction(1, 3))
+    ('0.3', '1e-6', '1/3 (about 0.3333)')
+    """
+    denominator = value.denominator
+    for prime in (2, 5):
+        while denominator % prime == 0:
+            denominator //= prime
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator} (about {float(value):.4g})"
+    digits = len(str(value.denominator)) + len(str(value.numerator)) + 10
+    with localcontext() as context:
+        context.prec = digits  # enough for a terminating expansion to be exact
+        exact = (Decimal(value.numerator) / Decimal(value.denominator)).normalize()
+    if exact == 0:
+        return "0"
+    return format(exact, "e" if exact.adjusted() < -4 else "f")
+
+
+def _fraction_text(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _sum(rows) -> Spend:
+    """The exact total of ``(epsilon text, delta text, how many entries)`` rows; the count
+    comes from grouping equal costs in SQL, which is exact and keeps long ledgers fast."""
+    epsilon, delta = Fraction(0), Fraction(0)
+    for epsilon_text, delta_text, count, *_ in rows:
+        epsilon += Fraction(epsilon_text) * count
+        delta += Fraction(delta_text) * count
+    return Spend(epsilon, delta)
+
+
+def _options_json(options: dict) -> str:
+    """Canonical JSON of the options: sorted keys, fractions as ``"num/den"`` text."""
+
+    def encode(value):
+        if isinstance(value, Fraction):
+            return _fraction_text(value)
+        raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+    try:
+        return json.dumps(options, sort_keys=True, separators=(",", ":"),
+                          allow_nan=False, default=encode)
+    except (TypeError, ValueError) as error:
+        raise InternalError(f"query options cannot be stored in the ledger: {error}") from error
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")

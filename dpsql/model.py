@@ -1,0 +1,151 @@
+"""The frozen data model every stage hands on: the privacy policy.
+
+A ``Policy`` is what the curator states about the data: the budget, the neighbour relation,
+and per table the privacy unit, contribution limits, clamping bounds and public key domains.
+Bounds are policy facts, never read from the data. Numbers are exact (``Fraction``) so the
+privacy arithmetic built on them is exact too.
+
+Build one from policy text with ``dpsql.policy.parse_policy`` or directly in Python:
+
+>>> from fractions import Fraction
+>>> visits = PrivateTable(name="visits", unit="user_id", max_rows_per_unit=10,
+...                       columns=(ColumnRule("amount", bounds=Bounds(Fraction(0), Fraction(500))),))
+>>> policy = Policy(budget_epsilon=Fraction(3), private_tables=(visits,))
+>>> policy.table("VISITS").column("Amount").bounds.upper
+Fraction(500, 1)
+>>> policy.table("visits").groups_per_unit
+10
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+NeighbourRelation = Literal["unbounded", "bounded"]
+NoiseFamily = Literal["laplace", "gaussian"]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a policy item was written (1-based line and column of the policy text)."""
+
+    line: int
+    col: int
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A closed interval [lower, upper] that values of a column are clamped into."""
+
+    lower: Fraction
+    """The smallest value a row may contribute."""
+    upper: Fraction
+    """The largest value a row may contribute."""
+
+
+@dataclass(frozen=True)
+class KeyDomain:
+    """The public set of values a grouping column may take."""
+
+    table: str | None = None
+    """With ``KEYS FROM table.column``: the public table holding the keys."""
+    column: str | None = None
+    """With ``KEYS FROM table.column``: the column of that table."""
+    values: tuple | None = None
+    """With ``KEYS ('a', 'b', ...)``: the literal keys."""
+
+
+@dataclass(frozen=True)
+class ColumnRule:
+    """What the policy says of one column of a private table."""
+
+    name: str
+    """The column's name as written in the policy."""
+    bounds: Bounds | None = None
+    """Clamping bounds; needed to SUM or AVG the column."""
+    keys: KeyDomain | None = None
+    """Public key domain; lets the column be a GROUP BY key without partition selection."""
+    position: Position | None = field(default=None, compare=False)
+    """Where the rule was written, for error messages."""
+
+
+@dataclass(frozen=True)
+class PrivateTable:
+    """A table whose rows belong to privacy units."""
+
+    name: str
+    """The table's name as written in the policy."""
+    unit: str | None = None
+    """The column identifying the privacy unit; ``None`` means each row is its own unit."""
+    max_rows_per_unit: int = 1
+    """How many rows of one unit the query may use (1 when the unit is ROW)."""
+    max_groups_per_unit: int | None = None
+    """How many groups one unit may contribute to; ``None`` means no more than its rows."""
+    columns: tuple[ColumnRule, ...] = ()
+    """Bounds and key domains of the table's columns."""
+    position: Position | None = field(default=None, compare=False)
+    """Where the table was declared, for error messages."""
+
+    @property
+    def row_level(self) -> bool:
+        """True when each row is its own privacy unit."""
+        return self.unit is None
+
+    @property
+    def groups_per_unit(self) -> int:
+        """The number of groups one unit may touch: at most one per row it keeps."""
+        if self.max_groups_per_unit is None:
+            return self.max_rows_per_unit
+        return min(self.max_groups_per_unit, self.max_rows_per_unit)
+
+    def column(self, name: str) -> ColumnRule | None:
+        """The rule for a column, matched case-insensitively as DuckDB matches names."""
+        for rule in self.columns:
+            if rule.name.lower() == name.lower():
+                return rule
+        return None
+
+
+@dataclass(frozen=True)
+class PublicTable:
+    """A table anyone may read exactly; reading it costs nothing."""
+
+    name: str
+    """The table's name as written in the policy."""
+    position: Position | None = field(default=None, compare=False)
+    """Where the table was declared, for error messages."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Everything the curator states about the data and its budget."""
+
+    budget_epsilon: Fraction
+    """Total epsilon that all queries together may spend."""
+    budget_delta: Fraction = Fraction(0)
+    """Total delta that all queries together may spend."""
+    neighbours: NeighbourRelation = "unbounded"
+    """Unbounded: add or remove one unit. Bounded: replace one unit's data."""
+    query_epsilon: Fraction | None = None
+    """Epsilon of a query that names none; ``None`` makes the caller name it."""
+    query_delta: Fraction = Fraction(0)
+    """Delta of a query that names none."""
+    noise: NoiseFamily = "laplace"
+    """Noise family when delta > 0 allows a choice; Laplace always under pure epsilon."""
+    private_tables: tuple[PrivateTable, ...] = ()
+    """The private tables, each with its unit and limits."""
+    public_tables: tuple[PublicTable, ...] = ()
+    """Tables anyone may read exactly."""
+
+    def table(self, name: str) -> PrivateTable | PublicTable | None:
+        """The declaration of a table, matched case-insensitively."""
+        for table in (*self.private_tables, *self.public_tables):
+            if table.name.lower() == name.lower():
+                return table
+        return None
+
+    def is_private(self, name: str) -> bool:
+        """True when ``name`` is declared as a private table."""
+        return isinstance(self.table(name), PrivateTable)

@@ -1,0 +1,603 @@
+"""The policy language: text in, a checked ``Policy`` out, and back again.
+
+A policy is a list of statements, each ending in ``;``. Keywords are case-insensitive and
+``--`` starts a comment that runs to the end of the line::
+
+    BUDGET EPSILON 3.0 DELTA 1e-6;        -- required, once: the total all queries may spend
+    NEIGHBOURS UNBOUNDED;                 -- or BOUNDED (NEIGHBORS is accepted too)
+    QUERY EPSILON 0.1 DELTA 0;            -- default cost of a query that names none
+    NOISE LAPLACE;                        -- or GAUSSIAN, which needs a budget delta > 0
+    PRIVATE TABLE visits (
+        PRIVACY UNIT user_id,             -- or PRIVACY UNIT ROW: each row is its own unit
+        MAX ROWS PER UNIT 10,             -- required with a unit column
+        MAX GROUPS PER UNIT 5,
+        amount BOUNDS 0 TO 500,           -- clamping bounds, needed to SUM or AVG
+        store KEYS FROM stores.store,     -- a public key domain, from a PUBLIC TABLE ...
+        channel KEYS ('web', 'shop')      -- ... or listed
+    );
+    PUBLIC TABLE stores;
+
+Names are identifiers or double-quoted identifiers; table names may be ``schema.table``.
+A column named like an item keyword (``max``, ``privacy``, ``row``) must be double-quoted.
+Numbers are parsed from their decimal text into exact ``Fraction`` values, never via float.
+
+``parse_policy`` checks what the text alone decides; ``check_policy`` checks the policy
+against the database's catalog (read by ``catalog_of``). Both raise ``PolicyError`` naming
+the line and column of the offending item.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, Inexact, localcontext
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from lark import Lark, Transformer, v_args
+from lark.exceptions import UnexpectedInput, VisitError
+from lark.lexer import PatternStr
+
+from .errors import PolicyError
+from .model import Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable, PublicTable
+
+_GRAMMAR_DIRS = (Path(__file__).parent / "grammar", Path(__file__).parent.parent / "grammar")
+_MAX_EXPONENT = 100  # Fraction("1e999999999") would build a billion-digit integer.
+_NUMERIC_TYPES = frozenset(
+    "TINYINT SMALLINT INTEGER BIGINT HUGEINT UTINYINT USMALLINT UINTEGER UBIGINT UHUGEINT "
+    "FLOAT REAL DOUBLE DECIMAL NUMERIC".split()
+)
+_STATEMENT_WORDS = {"BUDGET", "NEIGHBOURS", "NEIGHBORS", "QUERY", "NOISE", "PRIVATE", "PUBLIC"}
+_TERMINAL_WORDS = {"NAME": "a name", "QUOTED_NAME": "a name", "NUMBER": "a number",
+                   "STRING": "a quoted string"}
+
+
+# --- parsing: text -> statements -> Policy -------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    for directory in _GRAMMAR_DIRS:
+        if (directory / "policy.lark").is_file():
+            grammar = (directory / "policy.lark").read_text(encoding="utf-8")
+            return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    raise FileNotFoundError(f"policy.lark not found in {[str(d) for d in _GRAMMAR_DIRS]}")
+
+
+class Located(NamedTuple):
+    """A name or number with the position it was written at."""
+
+    value: Any
+    position: Position
+
+
+class Statement(NamedTuple):
+    """A statement or table item as written: its grammar rule, position and parts."""
+
+    kind: str
+    position: Position
+    args: tuple
+
+
+@v_args(inline=True)
+class _ToStatements(Transformer):
+    """Turns the parse tree into ``Statement``s; judging them is left to ``_build_policy``."""
+
+    def __default__(self, data, children, meta):
+        return Statement(str(data), Position(meta.line, meta.column), tuple(children))
+
+    def start(self, *statements):
+        return list(statements)
+
+    def number(self, token):
+        position = Position(token.line, token.column)
+        exponent = re.search(r"[eE]([+-]?\d+)$", token)
+        if exponent and abs(int(exponent.group(1))) > _MAX_EXPONENT:  # no billion-digit ints
+            raise _error(f"the number {token} is out of range", position,
+                         hint=f"write numbers between 1e-{_MAX_EXPONENT} and 1e{_MAX_EXPONENT}")
+        return Located(Fraction(str(token)), position)
+
+    def string(self, token):
+        return token[1:-1].replace("''", "'")
+
+    def name(self, token):
+        text = token[1:-1].replace('""', '"') if token.type == "QUOTED_NAME" else str(token)
+        return Located(text, Position(token.line, token.column))
+
+    def table_name(self, first, second):
+        return first if second is None else Located(f"{first.value}.{second.value}", first.position)
+
+    def neighbour_relation(self, token):
+        return token.lower()
+
+    noise_family = neighbour_relation
+
+
+def _error(message: str, position: Position | None, hint: str | None = None) -> PolicyError:
+    line, col = (position.line, position.col) if position else (None, None)
+    return PolicyError(message, line=line, col=col, hint=hint)
+
+
+def _syntax_error(err: UnexpectedInput, text: str) -> PolicyError:
+    """One sentence for lark's exception: what was found where, and what was expected."""
+    token = getattr(err, "token", None)
+    if token is not None and token.type == "$END":
+        found, offset = "the end of the policy", len(text)
+        line, col = token.end_line, token.end_column
+    else:
+        offset = err.pos_in_stream if token is None else token.start_pos
+        found = repr(str(token) if token else text[offset:offset + 1])
+        line, col = err.line, err.column
+    if line is None or line < 1:  # an empty policy has no last token to point after
+        line, col = 1, 1
+    # accepts() replays the parser, so it omits lookaheads LALR only allows before a reduce.
+    parser = getattr(err, "interactive_parser", None)
+    expected = parser.accepts() if parser else getattr(err, "expected", None) or err.allowed
+    wanted = sorted({_describe_terminal(name) for name in expected if name != "$END"})
+    message = f"syntax error: found {found}"
+    if wanted:
+        listed = ", ".join(wanted[:-1]) + " or " if len(wanted) > 1 else ""
+        message += f" where {listed}{wanted[-1]} was expected"
+    before = "\n".join(line.split("--", 1)[0] for line in text[:offset].split("\n"))
+    hint = ("remove the comma before ')'" if found == "')'" and before.rstrip().endswith(",")
+            else "end every statement with ';'" if "';'" in wanted and (
+                found.strip("'").upper() in _STATEMENT_WORDS or found == "the end of the policy")
+            else 'double-quote a column named like a keyword: "max" BOUNDS 0 TO 9'
+            if found.upper() in ("'BOUNDS'", "'KEYS'") else None)
+    return PolicyError(message, line=line, col=col, hint=hint)
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[name]
+    pattern = next((t.pattern for t in _parser().terminals if t.name == name), None)
+    if isinstance(pattern, PatternStr):
+        return pattern.value.upper() if pattern.value.isalpha() else f"'{pattern.value}'"
+    return name
+
+
+def parse_policy(text: str) -> Policy:
+    """Parse policy text into a ``Policy``, checking everything the text alone decides.
+
+    >>> p = parse_policy('''
+    ...     BUDGET EPSILON 1 DELTA 1e-6;   -- the total
+    ...     private table t (privacy unit ROW, x BOUNDS -1.5 TO 2);''')
+    >>> p.budget_delta, p.table("T").column("x").bounds.lower
+    (Fraction(1, 1000000), Fraction(-3, 2))
+    >>> parse_policy("BUDGET EPSILON 0;")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    dpsql.errors.PolicyError: BUDGET EPSILON must be greater than 0, not 0 (line 1, column 16)...
+    """
+    try:
+        statements = _ToStatements().transform(_parser().parse(text))
+    except UnexpectedInput as err:
+        raise _syntax_error(err, text) from None
+    except VisitError as err:
+        raise err.orig_exc from None
+    where: dict = {}  # item key -> Position, so validate_policy can point at the text
+    policy = _build_policy(statements, where)
+    validate_policy(policy, where)
+    return policy
+
+
+def _single(statements, kinds: tuple[str, ...], what: str) -> Statement | None:
+    """The one statement or item of these kinds; a second one is an error."""
+    found = [s for s in statements if s.kind in kinds]
+    if len(found) > 1:
+        first = found[0].position
+        raise _error(f"{what} is given twice", found[1].position,
+                     hint=f"keep only the one at line {first.line}, column {first.col}")
+    return found[0] if found else None
+
+
+def _build_policy(statements: list[Statement], where: dict) -> Policy:
+    budget = _single(statements, ("budget",), "BUDGET")
+    if budget is None:
+        raise _error("the policy has no BUDGET", Position(1, 1),
+                     hint="start it with `BUDGET EPSILON <epsilon>;`")
+    settings: dict[str, Any] = {}
+    for statement in (budget, _single(statements, ("query",), "QUERY")):
+        if statement is not None:
+            epsilon, delta = statement.args
+            for part, number in (("epsilon", epsilon), ("delta", delta)):
+                where[f"{statement.kind}_{part}"] = (number or epsilon).position
+                if number is not None:
+                    settings[f"{statement.kind}_{part}"] = number.value
+    for kind in ("neighbours", "noise"):
+        statement = _single(statements, (kind,), kind.upper())
+        if statement is not None:
+            settings[kind], where[kind] = statement.args[0], statement.position
+    private = tuple(_private_table(s.args[0], s.args[1:], where)
+                    for s in statements if s.kind == "private_table")
+    public = tuple(PublicTable(s.args[0].value, position=s.args[0].position)
+                   for s in statements if s.kind == "public_table")
+    return Policy(**settings, private_tables=private, public_tables=public)
+
+
+def _private_table(name: Located, items: tuple[Statement, ...], where: dict) -> PrivateTable:
+    table = name.value
+    unit_item = _single(items, ("unit_column", "unit_row"), f"PRIVACY UNIT of table {table}")
+    if unit_item is None:
+        raise _error(f"private table {table} has no PRIVACY UNIT", name.position,
+                     hint="add `PRIVACY UNIT <column>`, or `PRIVACY UNIT ROW` if each row is "
+                          "one person")
+    unit = unit_item.args[0].value if unit_item.kind == "unit_column" else None
+    settings: dict[str, Any] = {}
+    for kind in ("max_rows", "max_groups"):
+        what = f"{kind.replace('_', ' ').upper()} PER UNIT"
+        item = _single(items, (kind,), f"{what} of table {table}")
+        if item is not None:
+            count = item.args[0]
+            if count.value.denominator != 1:
+                raise _error(f"{what} must be a whole number, not {_number_text(count.value)}",
+                             count.position, hint=f"write {math.floor(count.value)}")
+            settings[f"{kind}_per_unit"] = int(count.value)
+            where[(table.lower(), kind)] = item.position
+        elif kind == "max_rows" and unit is not None:
+            raise _error(f"the privacy unit {unit} of table {table} has no MAX ROWS PER UNIT",
+                         unit_item.position, hint=f"add `MAX ROWS PER UNIT k`: the most rows "
+                                                  f"of one {unit} a query may use")
+    return PrivateTable(table, unit=unit, columns=_column_rules(table, items, where),
+                        position=name.position, **settings)
+
+
+def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
+    """One rule per column: its BOUNDS and KEYS items merge, each kind at most once."""
+    rules: dict[str, ColumnRule] = {}
+    for item in items:
+        if item.kind not in ("bounds", "keys_from", "keys_list"):
+            continue
+        column, *parts = item.args
+        if item.kind == "bounds":
+            field, value = "bounds", Bounds(parts[0].value, parts[1].value)
+        elif item.kind == "keys_list":
+            field, value = "keys", KeyDomain(values=tuple(map(_key_value, parts)))
+        else:  # the last name is the column, what comes before it the (maybe qualified) table
+            *source, source_column = [part.value for part in parts if part is not None]
+            field, value = "keys", KeyDomain(table=".".join(source), column=source_column)
+        key = (table.lower(), column.value.lower(), field)
+        rule = rules.get(key[1]) or ColumnRule(column.value, position=item.position)
+        if getattr(rule, field) is not None:
+            first = where[key]
+            raise _error(f"column {column.value} of table {table} is given {field.upper()} twice",
+                         item.position,
+                         hint=f"keep only the one at line {first.line}, column {first.col}")
+        rules[key[1]] = replace(rule, **{field: value})
+        where[key] = item.position
+    return tuple(rules.values())
+
+
+def _key_value(literal):
+    """Whole numbers become ``int`` so they compare and render like SQL integer keys."""
+    if isinstance(literal, str):
+        return literal
+    return int(literal.value) if literal.value.denominator == 1 else literal.value
+
+
+# --- validating a Policy, from text or built in Python -----------------------------------
+
+
+def validate_policy(policy: Policy, where: Mapping | None = None) -> None:
+    """Check a ``Policy``'s values; ``where`` maps item keys to positions for messages.
+
+    Runs on every parsed policy and, through ``check_policy``, on policies built in Python.
+
+    >>> from fractions import Fraction
+    >>> validate_policy(Policy(Fraction(1), query_epsilon=Fraction(2)))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    dpsql.errors.PolicyError: QUERY EPSILON 2 is more than BUDGET EPSILON 1. Hint: ...
+    """
+    where = where or {}
+    _check_number(policy.budget_epsilon, "BUDGET EPSILON", where.get("budget_epsilon"), "epsilon")
+    _check_number(policy.budget_delta, "BUDGET DELTA", where.get("budget_delta"), "delta")
+    if policy.query_epsilon is not None:
+        _check_number(policy.query_epsilon, "QUERY EPSILON", where.get("query_epsilon"), "epsilon")
+    _check_number(policy.query_delta, "QUERY DELTA", where.get("query_delta"), "delta")
+    for part in ("epsilon", "delta"):
+        asked, total = getattr(policy, f"query_{part}"), getattr(policy, f"budget_{part}")
+        if asked is not None and asked > total:
+            raise _error(f"QUERY {part.upper()} {_number_text(asked)} is more than BUDGET "
+                         f"{part.upper()} {_number_text(total)}", where.get(f"query_{part}"),
+                         hint="a query may not cost more than the whole budget; lower it")
+    for field, allowed in (("neighbours", ("unbounded", "bounded")),
+                           ("noise", ("laplace", "gaussian"))):
+        if getattr(policy, field) not in allowed:
+            raise _error(f"{field} must be one of {allowed}, not {getattr(policy, field)!r}", None)
+    if policy.noise == "gaussian" and policy.budget_delta == 0:
+        raise _error("NOISE GAUSSIAN needs a budget delta greater than 0", where.get("noise"),
+                     hint="write `BUDGET EPSILON e DELTA d;` with d > 0, or use NOISE LAPLACE")
+    _check_tables(policy, where)
+
+
+def _check_number(value, what: str, position: Position | None, kind: str = "bound") -> None:
+    """Exact numbers only, so that the privacy arithmetic built on them stays exact."""
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+        raise _error(f"{what} must be an exact number (int or Fraction), not {value!r}",
+                     position, hint="write Fraction('0.1') rather than 0.1")
+    if kind == "epsilon" and value <= 0:
+        raise _error(f"{what} must be greater than 0, not {_number_text(value)}", position,
+                     hint="epsilon is a positive number such as 1 or 0.1")
+    if kind == "delta" and not 0 <= value < 1:
+        raise _error(f"{what} must be at least 0 and less than 1, not {_number_text(value)}",
+                     position, hint="delta is a small probability such as 1e-6")
+
+
+def _check_count(value, what: str, position: Position | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _error(f"{what} must be a whole number of at least 1, not {value!r}", position,
+                     hint="a unit that may contribute nothing cannot be queried; write 1 or more")
+
+
+def _check_tables(policy: Policy, where: Mapping) -> None:
+    declared: dict[str, PrivateTable | PublicTable] = {}
+    for table in (*policy.private_tables, *policy.public_tables):
+        first = declared.setdefault(table.name.lower(), table)
+        if first is not table:
+            where_first = (f" at line {first.position.line}, column {first.position.col}"
+                           if first.position else "")
+            raise _error(f"table {table.name} is declared twice", table.position,
+                         hint=f"keep only the declaration{where_first}")
+    for table in policy.private_tables:
+        _check_private_table(table, declared, where)
+
+
+def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping) -> None:
+    t = table.name.lower()
+    rows_at = where.get((t, "max_rows"), table.position)
+    _check_count(table.max_rows_per_unit, "MAX ROWS PER UNIT", rows_at)
+    if table.row_level and table.max_rows_per_unit != 1:
+        raise _error(f"table {table.name} has PRIVACY UNIT ROW, so MAX ROWS PER UNIT must be 1, "
+                     f"not {table.max_rows_per_unit}", rows_at,
+                     hint="remove MAX ROWS PER UNIT, or name the unit: `PRIVACY UNIT <column>`")
+    if table.max_groups_per_unit is not None:
+        _check_count(table.max_groups_per_unit, "MAX GROUPS PER UNIT",
+                     where.get((t, "max_groups"), table.position))
+    seen: set[str] = set()
+    for rule in table.columns:
+        c = rule.name.lower()
+        if c in seen:
+            raise _error(f"column {rule.name} of table {table.name} is ruled twice",
+                         rule.position, hint="merge its rules into one")
+        seen.add(c)
+        if table.unit is not None and c == table.unit.lower():
+            raise _error(f"the privacy unit column {rule.name} of table {table.name} cannot have "
+                         "BOUNDS or KEYS", rule.position,
+                         hint="remove the rule: the unit is never released or summed")
+        if rule.bounds is not None:
+            _check_bounds(table, rule, where.get((t, c, "bounds"), rule.position))
+        if rule.keys is not None:
+            _check_keys(table, rule, declared, where.get((t, c, "keys"), rule.position))
+
+
+def _check_bounds(table: PrivateTable, rule: ColumnRule, position: Position | None) -> None:
+    lower, upper = rule.bounds.lower, rule.bounds.upper
+    _check_number(lower, f"the lower bound of {rule.name}", position)
+    _check_number(upper, f"the upper bound of {rule.name}", position)
+    if lower > upper:
+        raise _error(f"the BOUNDS of column {rule.name} of table {table.name} are reversed: "
+                     f"{_number_text(lower)} is more than {_number_text(upper)}", position,
+                     hint="write the lower bound first")
+
+
+def _check_keys(table: PrivateTable, rule: ColumnRule, declared: Mapping,
+                position: Position | None) -> None:
+    keys = rule.keys
+    listed = keys.values is not None and keys.table is None and keys.column is None
+    if listed:
+        return
+    if keys.values is not None or keys.table is None or keys.column is None:
+        raise _error(f"the KEYS of column {rule.name} must name a table and column, or values",
+                     position, hint="give KeyDomain(table=, column=) or KeyDomain(values=)")
+    source = declared.get(keys.table.lower())
+    if not isinstance(source, PublicTable):
+        kind = "a private table" if source is not None else "not a declared table"
+        raise _error(f"KEYS FROM {keys.table}.{keys.column} of column {rule.name} in table "
+                     f"{table.name}: {keys.table} is {kind}", position,
+                     hint=f"key domains must be public: declare `PUBLIC TABLE {keys.table};`, "
+                          "or list the keys with KEYS ('a', 'b')")
+
+
+# --- the policy against the database -----------------------------------------------------
+
+
+def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
+    """Check that every table and column the policy names exists, with a fitting type.
+
+    ``catalog`` maps lower-cased table names ('table', or 'schema.table' outside main) to
+    {lower-cased column name: DuckDB type}, as ``catalog_of`` returns.
+
+    >>> policy = parse_policy("BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT ROW, s KEYS (1));")
+    >>> check_policy(policy, {"t": {"x": "INTEGER"}})
+    Traceback (most recent call last):
+    dpsql.errors.PolicyError: table t has no column s (line 1, column 54). Hint: its columns are x.
+    """
+    validate_policy(policy)
+    tables = {name.lower(): {c.lower(): t for c, t in columns.items()}
+              for name, columns in catalog.items()}
+    for table in policy.public_tables:
+        _columns_of(table.name, tables, table.position)
+    for table in policy.private_tables:
+        columns = _columns_of(table.name, tables, table.position)
+        if table.unit is not None:
+            _type_of(table.name, table.unit, columns, table.position, " for its PRIVACY UNIT")
+        for rule in table.columns:
+            type_name = _type_of(table.name, rule.name, columns, rule.position)
+            if rule.bounds is not None and not is_numeric_type(type_name):
+                raise _error(f"BOUNDS need a numeric column, but {table.name}.{rule.name} is "
+                             f"{type_name}", rule.position,
+                             hint=f"remove the BOUNDS; to group by it, write `{rule.name} KEYS "
+                                  "FROM <table>.<column>` or list its keys")
+            if rule.keys is not None and rule.keys.table is not None:
+                key_columns = _columns_of(rule.keys.table, tables, rule.position)
+                _type_of(rule.keys.table, rule.keys.column, key_columns, rule.position)
+
+
+def is_numeric_type(type_name: str) -> bool:
+    """True for DuckDB's integer, floating point and DECIMAL types.
+
+    >>> is_numeric_type("DECIMAL(10,2)"), is_numeric_type("VARCHAR")
+    (True, False)
+    """
+    return type_name.split("(")[0].strip().upper() in _NUMERIC_TYPES
+
+
+def _columns_of(name: str, tables: Mapping, position: Position | None) -> dict[str, str]:
+    key = name.lower()
+    key = key[len("main."):] if key.startswith("main.") and key not in tables else key
+    if key not in tables:
+        known = ", ".join(sorted(tables)[:20]) or "none"
+        raise _error(f"table {name} is not in the database", position,
+                     hint=f"create it or fix the name; the database has tables: {known}")
+    return tables[key]
+
+
+def _type_of(table: str, column: str, columns: Mapping, position: Position | None,
+             role: str = "") -> str:
+    if column.lower() not in columns:
+        raise _error(f"table {table} has no column {column}{role}", position,
+                     hint=f"its columns are {', '.join(columns)}")
+    return columns[column.lower()]
+
+
+def catalog_of(con) -> dict[str, dict[str, str]]:
+    """The tables and views of a DuckDB connection: {table: {column: type}}, all lower-cased.
+
+    Objects in the main schema are keyed by their name, others by 'schema.table'. Temporary
+    objects (registered DataFrames among them) shadow main ones, as in DuckDB's own lookup.
+    Reads the schema only, never a row.
+    """
+    rows = con.execute(
+        "SELECT database_name, schema_name, table_name, column_name, data_type "
+        "FROM duckdb_columns() "
+        "WHERE database_name IN (current_database(), 'temp') AND NOT internal "
+        "ORDER BY database_name = 'temp', database_name, schema_name, table_name, column_index"
+    ).fetchall()
+    catalog: dict[str, dict[str, str]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for database, schema, table, column, type_name in rows:
+        key = table.lower() if schema.lower() == "main" else f"{schema}.{table}".lower()
+        if (database, schema, table) not in seen:  # a new object replaces what it shadows
+            seen.add((database, schema, table))
+            catalog[key] = {}
+        catalog[key][column.lower()] = type_name
+    return catalog
+
+
+def load_policy(source) -> Policy:
+    """A ``Policy`` from a Policy (returned as is), a path to a policy file, or policy text."""
+    if isinstance(source, Policy):
+        return source
+    if isinstance(source, (str, os.PathLike)) and _is_file(source):
+        return parse_policy(Path(source).read_text(encoding="utf-8"))
+    if isinstance(source, str) and (";" in source or "\n" in source):
+        return parse_policy(source)
+    raise _error(f"no policy file {source!r}", None,
+                 hint="pass a path to an existing file, policy text, or a Policy")
+
+
+def _is_file(path) -> bool:
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):  # too long for a file name, or holds a NUL
+        return False
+
+
+# --- rendering: Policy -> text -----------------------------------------------------------
+
+
+def policy_to_text(policy: Policy) -> str:
+    """Write a policy in the policy language; ``parse_policy`` reads it back unchanged.
+
+    >>> print(policy_to_text(parse_policy("budget epsilon 1.50 delta 1E-7; query epsilon .1;")))
+    BUDGET EPSILON 1.5 DELTA 1E-7;
+    NEIGHBOURS UNBOUNDED;
+    QUERY EPSILON 0.1;
+    NOISE LAPLACE;
+    <BLANKLINE>
+    """
+    budget = f"BUDGET EPSILON {_number_text(policy.budget_epsilon, ROUND_FLOOR)}"
+    if policy.budget_delta:
+        budget += f" DELTA {_number_text(policy.budget_delta, ROUND_FLOOR)}"
+    lines = [budget + ";", f"NEIGHBOURS {policy.neighbours.upper()};"]
+    if policy.query_epsilon is not None:
+        query = f"QUERY EPSILON {_number_text(policy.query_epsilon, ROUND_FLOOR)}"
+        if policy.query_delta:
+            query += f" DELTA {_number_text(policy.query_delta, ROUND_FLOOR)}"
+        lines.append(query + ";")
+    elif policy.query_delta:
+        raise _error("a QUERY DELTA cannot be written without a QUERY EPSILON", None,
+                     hint="set query_epsilon too")
+    lines.append(f"NOISE {policy.noise.upper()};")
+    for table in policy.private_tables:
+        items = ",\n".join(f"    {item}" for item in _table_items(table))
+        lines += ["", f"PRIVATE TABLE {_table_name_text(table.name)} (", items, ");"]
+    if policy.public_tables:
+        lines.append("")
+    lines += [f"PUBLIC TABLE {_table_name_text(table.name)};" for table in policy.public_tables]
+    return "\n".join(lines) + "\n"
+
+
+def _table_items(table: PrivateTable) -> list[str]:
+    items = ["PRIVACY UNIT " + ("ROW" if table.row_level else _name_text(table.unit))]
+    if not table.row_level or table.max_rows_per_unit != 1:
+        items.append(f"MAX ROWS PER UNIT {table.max_rows_per_unit}")
+    if table.max_groups_per_unit is not None:
+        items.append(f"MAX GROUPS PER UNIT {table.max_groups_per_unit}")
+    for rule in table.columns:
+        name = _name_text(rule.name)
+        if rule.bounds is not None:
+            # Rounding outward keeps a non-decimal bound safe: clamping only gets looser.
+            items.append(f"{name} BOUNDS {_number_text(rule.bounds.lower, ROUND_FLOOR)} TO "
+                         f"{_number_text(rule.bounds.upper, ROUND_CEILING)}")
+        if rule.keys is not None and rule.keys.table is not None:
+            items.append(f"{name} KEYS FROM {_table_name_text(rule.keys.table)}."
+                         f"{_name_text(rule.keys.column)}")
+        elif rule.keys is not None:
+            items.append(f"{name} KEYS ({', '.join(map(_literal_text, rule.keys.values))})")
+    return items
+
+
+def _number_text(value, rounding=ROUND_HALF_EVEN) -> str:
+    """Exact decimal text when there is one (always, for numbers parsed from text)."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        return str(value.numerator)
+    with localcontext() as context:
+        # Enough digits for any finite expansion n / (2^a 5^b); else 17, rounded as asked.
+        context.prec = len(str(value.numerator)) + 4 * len(str(value.denominator))
+        context.clear_flags()  # the copied context may carry an Inexact flag from elsewhere
+        exact = Decimal(value.numerator) / Decimal(value.denominator)
+        if not context.flags[Inexact]:
+            return str(exact.normalize())
+        context.prec, context.rounding = 17, rounding
+        return str(Decimal(value.numerator) / Decimal(value.denominator))
+
+
+def _literal_text(value) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, (int, float, Fraction)) and not isinstance(value, bool):
+        return _number_text(value)
+    raise _error(f"the key {value!r} cannot be written in a policy", None,
+                 hint="keys are strings or numbers")
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords() -> frozenset[str]:
+    return frozenset(t.pattern.value.upper() for t in _parser().terminals
+                     if isinstance(t.pattern, PatternStr) and t.pattern.value.isalpha())
+
+
+def _name_text(name: str) -> str:
+    if re.fullmatch(r"[^\W\d]\w*", name) and name.upper() not in _keywords():
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _table_name_text(name: str) -> str:
+    return ".".join(_name_text(part) for part in name.split("."))

@@ -1,0 +1,243 @@
+"""Range propagation: the interval every row value of an expression lies in, from policy bounds.
+
+Bounds come only from the policy (``col BOUNDS lo TO hi``) and from constants in the query,
+never from data. Interval arithmetic is exact (``Fraction``). The derived interval is then
+*enforced* by the rewrite stage (a final clamp), so an interval here can only be too wide,
+costing accuracy, never privacy.
+
+Each handler states its rule. ``None`` stands for "always NULL" (contributes nothing).
+
+>>> import sqlglot
+>>> bounds = {"amount": Interval(Fraction(0), Fraction(500), False), "age": Interval(Fraction(18), Fraction(90), True)}
+>>> derive_range(sqlglot.parse_one("amount * 2 - age"), bounds.get, "")
+Interval(lower=Fraction(-90, 1), upper=Fraction(982, 1), integral=False)
+>>> derive_range(sqlglot.parse_one("CASE WHEN age > 30 THEN 1 ELSE 0 END"), bounds.get, "")
+Interval(lower=Fraction(0, 1), upper=Fraction(1, 1), integral=True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+from sqlglot import exp
+
+from .errors import UnsupportedQuery
+from .parse import describe, node_position
+
+INTEGRAL_TYPES = {
+    "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT",
+    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "BOOLEAN",
+}
+NUMERIC_PREFIXES = ("FLOAT", "REAL", "DOUBLE", "DECIMAL", "NUMERIC")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A closed interval of possible row values."""
+
+    lower: Fraction
+    """Smallest possible value."""
+    upper: Fraction
+    """Largest possible value."""
+    integral: bool
+    """True when every value is an integer (so no rounding onto a grid is needed)."""
+
+
+ColumnBounds = Callable[[str], "Interval | None"]
+
+
+def is_integral_type(type_name: str) -> bool:
+    """True for DuckDB integer types.
+
+    >>> is_integral_type("BIGINT"), is_integral_type("DOUBLE"), is_integral_type("DECIMAL(9,2)")
+    (True, False, False)
+    """
+    return type_name.upper() in INTEGRAL_TYPES
+
+
+def is_numeric_type(type_name: str) -> bool:
+    """True for DuckDB numeric types (integers, floats, decimals)."""
+    upper = type_name.upper()
+    return is_integral_type(upper) or upper.startswith(NUMERIC_PREFIXES)
+
+
+def derive_range(node: exp.Expression, column_bounds: ColumnBounds, sql: str) -> Interval | None:
+    """The interval of ``node``'s row values; refuses expressions with no derivable bound."""
+    handler = _HANDLERS.get(type(node))
+    if handler is None:
+        _refuse(node, sql, f"cannot derive bounds for {describe(node)}")
+    return handler(node, column_bounds, sql)
+
+
+def _refuse(node: exp.Expression, sql: str, message: str) -> None:
+    line, col = node_position(node, sql)
+    raise UnsupportedQuery(
+        f"{message} inside SUM/AVG",
+        line=line,
+        col=col,
+        construct=describe(node),
+        hint="sum bounded columns combined with + - * by constants / by constants and CASE, "
+        "or declare BOUNDS for the column in the policy",
+    )
+
+
+def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
+    found = bounds(node.name)
+    if found is None:
+        line, col = node_position(node, sql)
+        raise UnsupportedQuery(
+            f"column {node.name} has no BOUNDS in the policy, so its sum is unbounded",
+            line=line,
+            col=col,
+            construct=node.name,
+            hint=f"declare `{node.name} BOUNDS lo TO hi` in the policy, or COUNT it instead",
+        )
+    return found
+
+
+def _literal(node: exp.Literal, bounds: ColumnBounds, sql: str) -> Interval:
+    if node.is_string:
+        _refuse(node, sql, "a string literal has no numeric bounds")
+    value = Fraction(node.this)
+    return Interval(value, value, value.denominator == 1 and "." not in node.this and "e" not in node.this.lower())
+
+
+def _null(node, bounds, sql) -> None:
+    return None
+
+
+def _boolean(node: exp.Boolean, bounds, sql) -> Interval:
+    value = Fraction(1 if node.this else 0)
+    return Interval(value, value, True)
+
+
+def _inner(node, bounds, sql):
+    return derive_range(node.this, bounds, sql)
+
+
+def _neg(node, bounds, sql):
+    inner = derive_range(node.this, bounds, sql)
+    return None if inner is None else Interval(-inner.upper, -inner.lower, inner.integral)
+
+
+def _arithmetic(combine):
+    def handler(node, bounds, sql):
+        left = derive_range(node.this, bounds, sql)
+        right = derive_range(node.expression, bounds, sql)
+        if left is None or right is None:
+            return None  # NULL op anything is NULL
+        return combine(node, left, right, sql)
+
+    return handler
+
+
+def _add(node, a, b, sql):
+    return Interval(a.lower + b.lower, a.upper + b.upper, a.integral and b.integral)
+
+
+def _sub(node, a, b, sql):
+    return Interval(a.lower - b.upper, a.upper - b.lower, a.integral and b.integral)
+
+
+def _mul(node, a, b, sql):
+    corners = [x * y for x in (a.lower, a.upper) for y in (b.lower, b.upper)]
+    return Interval(min(corners), max(corners), a.integral and b.integral)
+
+
+def _div(node, a, b, sql):
+    # Only division by a constant: a bounded divisor through zero has no bounded quotient.
+    if b.lower != b.upper or b.lower == 0:
+        _refuse(node, sql, "division by a non-constant or zero divisor")
+    corners = [a.lower / b.lower, a.upper / b.lower]
+    return Interval(min(corners), max(corners), False)
+
+
+def _union(parts: list[Interval | None]) -> Interval | None:
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    return Interval(
+        min(p.lower for p in present),
+        max(p.upper for p in present),
+        all(p.integral for p in present),
+    )
+
+
+def _case(node: exp.Case, bounds, sql):
+    # Conditions may use any column; only the values a branch can produce matter.
+    branches = [derive_range(branch.args["true"], bounds, sql) for branch in node.args.get("ifs") or []]
+    default = node.args.get("default")
+    branches.append(derive_range(default, bounds, sql) if default is not None else None)
+    return _union(branches)
+
+
+def _if(node: exp.If, bounds, sql):
+    false = node.args.get("false")
+    return _union(
+        [
+            derive_range(node.args["true"], bounds, sql),
+            derive_range(false, bounds, sql) if false is not None else None,
+        ]
+    )
+
+
+def _variadic(node, bounds, sql):
+    # COALESCE, LEAST and GREATEST each return one of their (non-NULL) arguments.
+    args = [node.this, *node.expressions]
+    return _union([derive_range(a, bounds, sql) for a in args])
+
+
+def _abs(node, bounds, sql):
+    inner = derive_range(node.this, bounds, sql)
+    if inner is None:
+        return None
+    low = Fraction(0) if inner.lower <= 0 <= inner.upper else min(abs(inner.lower), abs(inner.upper))
+    return Interval(low, max(abs(inner.lower), abs(inner.upper)), inner.integral)
+
+
+def _rounding(node, bounds, sql):
+    inner = derive_range(node.this, bounds, sql)
+    if inner is None:
+        return None
+    decimals = node.args.get("decimals")
+    if isinstance(node, exp.Round) and decimals is not None:
+        return Interval(inner.lower - 1, inner.upper + 1, False)  # loose but safe for any precision
+    return Interval(Fraction(math.floor(inner.lower)), Fraction(math.ceil(inner.upper)), True)
+
+
+def _cast(node: exp.Cast, bounds, sql):
+    target = node.to.sql(dialect="duckdb").upper()
+    if not is_numeric_type(target):
+        _refuse(node, sql, f"a cast to {target} has no numeric bounds")
+    inner = derive_range(node.this, bounds, sql)
+    if inner is None or not is_integral_type(target):
+        return inner
+    return Interval(Fraction(math.floor(inner.lower)), Fraction(math.ceil(inner.upper)), True)
+
+
+_HANDLERS: dict[type, Callable] = {
+    exp.Column: _column,
+    exp.Literal: _literal,
+    exp.Null: _null,
+    exp.Boolean: _boolean,
+    exp.Paren: _inner,
+    exp.Neg: _neg,
+    exp.Add: _arithmetic(_add),
+    exp.Sub: _arithmetic(_sub),
+    exp.Mul: _arithmetic(_mul),
+    exp.Div: _arithmetic(_div),
+    exp.Case: _case,
+    exp.If: _if,
+    exp.Coalesce: _variadic,
+    exp.Least: _variadic,
+    exp.Greatest: _variadic,
+    exp.Abs: _abs,
+    exp.Round: _rounding,
+    exp.Floor: _rounding,
+    exp.Ceil: _rounding,
+    exp.Cast: _cast,
+    exp.TryCast: _cast,
+}

@@ -1,0 +1,278 @@
+"""Stage 5, rewrite: a plan becomes one DuckDB statement that makes the analysed bounds true.
+
+The statement has four layers; each establishes part of the precondition of
+``dpsql.sensitivity`` (a unit's contribution vector lies in k * conv({L e_g, U e_g, 0})):
+
+1. ``dp_rows``: filter (WHERE made total with TRY), keep only rows whose keys are in the public
+   domain, and compute each measure's raw per-row value on its integer grid. Every
+   expression that can fail is wrapped in TRY, so a failing row becomes NULL — no row can
+   raise an error the analyst sees.
+2. ``dp_values``: clamp each raw value into its integer bounds [L, U], keeping NULL as NULL
+   (DuckDB's LEAST/GREATEST skip NULLs, so a bare clamp would turn NULL into a bound).
+   Bounded columns are clamped before the expression is evaluated too (NaN becomes NULL,
+   +-inf become the bounds), so the analyst's arithmetic sees policy-bounded inputs.
+3. ``dp_units`` (only when the unit is a column): one row per (unit, group) with its row
+   count ``n`` and per-measure sums and non-NULL counts. Then each (unit, group) is granted
+   ``b = clamp(k - rows granted to the unit's earlier groups, 0, n)`` rows, the groups of a
+   unit taken in the order of a salted hash of the unit's own (unit, key) values, and at most
+   MAX GROUPS PER UNIT groups kept. So sum_g b_g <= k, and which contributions survive
+   depends only on the unit's own rows and the secret salt (never on row order or rowid).
+   A COUNT contributes b (or min(non-NULL count, b)); a SUM contributes its group sum
+   clamped into c * [min(L, 0), max(U, 0)] with c = min(non-NULL count, b).
+4. the final GROUP BY adds the contributions up per group: exact integer (HUGEINT) sums.
+
+When each row is its own unit (PRIVACY UNIT ROW) layer 3 is skipped: k = 1 holds already.
+The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sqlglot import exp
+
+from .model import KeyDomain
+from .parse import DIALECT
+from .plan import ClampedColumn, Measure, Plan
+
+SAFE_NODES = (exp.Column, exp.Literal, exp.Null, exp.Boolean)
+
+
+def rewrite_plan(plan: Plan) -> str:
+    """The bounded SQL of ``plan``: columns ``g0..`` (keys) then ``m0..`` (exact measures)."""
+    query = plan.query
+    keys = [f"g{i}" for i in range(len(query.keys))]
+    rows = _rows_layer(plan)
+    values = _values_layer(plan, keys)
+    if query.rule.row_level:
+        final = _row_level_totals(plan, keys)
+        return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
+    units = _units_layer(plan, keys)
+    granted = _granted_layer(plan, keys)
+    final = _unit_level_totals(plan, keys)
+    return (
+        f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{units}\n), "
+        f"dp_granted AS (\n{granted}\n)\n{final}"
+    )
+
+
+def _sql(node: exp.Expression) -> str:
+    return node.sql(dialect=DIALECT)
+
+
+def _total(node: exp.Expression) -> str:
+    """Make a row-level expression total: errors become NULL."""
+    return _sql(node) if isinstance(node, SAFE_NODES) else f"TRY({_sql(node)})"
+
+
+def literal(value: Fraction | int | str) -> str:
+    """An exact SQL literal for a policy number or key.
+
+    >>> literal(Fraction(1, 4)), literal(Fraction(1, 3)), literal("O'Hara")
+    ('0.25', '(1 / 3)', "'O''Hara'")
+    """
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    value = Fraction(value)
+    if value.denominator == 1:
+        return str(value.numerator)
+    denominator = value.denominator
+    while denominator % 2 == 0:
+        denominator //= 2
+    while denominator % 5 == 0:
+        denominator //= 5
+    if denominator == 1:  # a finite decimal: write it exactly
+        digits = 0
+        while (value * 10**digits).denominator != 1:
+            digits += 1
+        scaled = value * 10**digits
+        sign = "-" if scaled < 0 else ""
+        text = str(abs(scaled.numerator)).rjust(digits + 1, "0")
+        return f"{sign}{text[:-digits]}.{text[-digits:]}"
+    return f"({value.numerator} / {value.denominator})"
+
+
+def clamp_column_sql(column: ClampedColumn) -> str:
+    """A column clamped into its policy bounds, NULL and NaN kept NULL.
+
+    >>> clamp_column_sql(ClampedColumn("amount", Fraction(0), Fraction(500), True))
+    'CASE WHEN "amount" IS NULL OR ISNAN("amount") THEN NULL ELSE LEAST(GREATEST("amount", 0), 500) END'
+    """
+    name = f'"{column.name}"'
+    missing = f"{name} IS NULL OR ISNAN({name})" if column.floating else f"{name} IS NULL"
+    return (
+        f"CASE WHEN {missing} THEN NULL ELSE "
+        f"LEAST(GREATEST({name}, {literal(column.lower)}), {literal(column.upper)}) END"
+    )
+
+
+def _in_value_position(column: exp.Column, root: exp.Expression) -> bool:
+    """False when the column only feeds a condition (a WHEN, a comparison): it is not summed."""
+    node = column.parent
+    while node is not None and node is not root.parent:
+        if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
+            return False
+        node = node.parent
+    return True
+
+
+def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -> exp.Expression:
+    """Replace bounded columns in value positions of ``argument`` with their clamped form."""
+    by_name = {c.name: c for c in clamped}
+    tree = argument.copy()
+    wrapper = exp.Paren(this=tree)  # a parent, so the root column can be replaced too
+    for column in list(tree.find_all(exp.Column)):
+        rule = by_name.get(column.name)
+        if rule is not None and _in_value_position(column, wrapper.this):
+            column.replace(exp.Paren(this=exp.maybe_parse(clamp_column_sql(rule), dialect=DIALECT)))
+    return wrapper.this
+
+
+def _raw_value_sql(measure: Measure) -> str:
+    if measure.argument is None:
+        return "1"
+    if measure.kind == "count" and not measure.clamped_columns and measure.counts_values_of is None:
+        return _total(measure.argument)  # only NULL-ness matters
+    evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
+    if measure.grid == 1:
+        return f"TRY(CAST(({evaluated}) AS BIGINT))"
+    return f"TRY(CAST(ROUND(({evaluated}) * {literal(1 / measure.grid)}) AS BIGINT))"
+
+
+def _domain_filter(column: str, domain: KeyDomain) -> str:
+    if domain.values is not None:
+        values = ", ".join(literal(v) if isinstance(v, str) else literal(Fraction(v)) for v in domain.values)
+        return f'"{column}" IN ({values})'
+    return f'"{column}" IN (SELECT "{domain.column}" FROM {_table_sql(domain.table)})'
+
+
+def _table_sql(name: str) -> str:
+    return ".".join(f'"{part}"' for part in name.split("."))
+
+
+def _rows_layer(plan: Plan) -> str:
+    query = plan.query
+    select = [f'"{query.rule.unit.lower()}" AS dp_unit'] if not query.rule.row_level else []
+    select += [f'"{key.column}" AS g{i}' for i, key in enumerate(query.keys)]
+    for measure in plan.measures:
+        if measure.counts_values_of is None and measure.argument is not None:
+            select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
+    conditions = []
+    if query.where is not None:
+        conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
+    conditions += [_domain_filter(key.column, key.domain) for key in query.keys]
+    where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
+    columns = ", ".join(select) if select else "1 AS dp_one"
+    return f"  SELECT {columns}\n  FROM {_table_sql(query.table)}{where}"
+
+
+def _values_layer(plan: Plan, keys: list[str]) -> str:
+    select = [] if plan.query.rule.row_level else ["dp_unit"]
+    select += keys
+    for measure in plan.measures:
+        if measure.counts_values_of is not None or measure.argument is None:
+            continue
+        raw = f"r_{measure.name}"
+        if measure.kind == "count" and not measure.clamped_columns:
+            select.append(f"{raw} AS v_{measure.name}")
+        else:
+            select.append(
+                f"CASE WHEN {raw} IS NULL THEN NULL ELSE LEAST(GREATEST({raw}, {measure.lower}), "
+                f"{measure.upper}) END AS v_{measure.name}"
+            )
+    if len(select) == 0:
+        select = ["1 AS dp_one"]
+    return f"  SELECT {', '.join(select)}\n  FROM dp_rows"
+
+
+def _value_column(measure: Measure) -> str:
+    return f"v_{measure.counts_values_of or measure.name}"
+
+
+def _row_value_sum(measure: Measure, plan: Plan) -> str:
+    """Per-row total of a measure when each row is its own unit."""
+    if measure.kind == "count":
+        return "COUNT(*)" if measure.argument is None else f"COUNT({_value_column(measure)})"
+    value = _value_column(measure)
+    if measure.centred:
+        return f"SUM(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
+    return f"SUM(CAST({value} AS HUGEINT))"
+
+
+def _row_level_totals(plan: Plan, keys: list[str]) -> str:
+    select = keys + [f"{_row_value_sum(m, plan)} AS {m.name}" for m in plan.measures]
+    group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
+    return f"SELECT {', '.join(select)}\nFROM dp_values{group}"
+
+
+def _units_layer(plan: Plan, keys: list[str]) -> str:
+    select = ["dp_unit", *keys, "COUNT(*) AS n"]
+    for measure in plan.measures:
+        if measure.argument is None or measure.counts_values_of is not None:
+            continue
+        value = f"v_{measure.name}"
+        select.append(f"COUNT({value}) AS c_{measure.name}")
+        if measure.kind == "sum":
+            select.append(f"SUM(CAST({value} AS HUGEINT)) AS s_{measure.name}")
+    return f"  SELECT {', '.join(select)}\n  FROM dp_values\n  GROUP BY {', '.join(['dp_unit', *keys])}"
+
+
+def _granted_layer(plan: Plan, keys: list[str]) -> str:
+    rule = plan.query.rule
+    k = rule.max_rows_per_unit
+    select = ["*"]
+    if keys:
+        order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
+        window = f"PARTITION BY dp_unit ORDER BY {order}"
+        earlier = f"COALESCE(SUM(n) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
+        select.append(f"GREATEST(LEAST(n, {k} - {earlier}), 0) AS b")
+        select.append(f"ROW_NUMBER() OVER ({window}) AS group_rank")
+    else:
+        select.append(f"LEAST(n, {k}) AS b")
+    return f"  SELECT {', '.join(select)}\n  FROM dp_units"
+
+
+def _contribution(measure: Measure) -> str:
+    """One (unit, group)'s bounded contribution to a measure."""
+    if measure.kind == "count" and measure.argument is None:
+        return "b"
+    values_of = measure.counts_values_of or measure.name
+    kept = f"LEAST(c_{values_of}, b)"
+    if measure.kind == "count":
+        return kept
+    total = f"s_{measure.name}"
+    if measure.centred:
+        total = f"(2 * {total} - ({measure.lower + measure.upper}) * c_{measure.name})"
+        low, high = -(measure.upper - measure.lower), measure.upper - measure.lower
+    else:
+        low, high = min(measure.lower, 0), max(measure.upper, 0)
+    return (
+        f"LEAST(GREATEST({total}, CAST({kept} AS HUGEINT) * {low}), "
+        f"CAST({kept} AS HUGEINT) * {high})"
+    )
+
+
+def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
+    select = keys + [f"SUM({_contribution(m)}) AS {m.name}" for m in plan.measures]
+    conditions = ["b > 0"]
+    if keys:
+        conditions.append(f"group_rank <= {plan.query.rule.groups_per_unit}")
+    group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
+    return f"SELECT {', '.join(select)}\nFROM dp_granted\nWHERE {' AND '.join(conditions)}{group}"
+
+
+def domain_sql(key, column_type: str) -> str:
+    """SQL listing a key's public domain, typed like the column (reads public data only).
+
+    >>> from dpsql.plan import GroupKey
+    >>> domain_sql(GroupKey("plan", "plan", KeyDomain(values=("free", "pro"))), "VARCHAR")
+    "SELECT DISTINCT TRY_CAST(v AS VARCHAR) AS k FROM (VALUES ('free'), ('pro')) AS d(v) WHERE k IS NOT NULL ORDER BY k"
+    """
+    domain = key.domain
+    if domain.values is not None:
+        rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
+        source, column = f"(VALUES {rows}) AS d(v)", "v"
+    else:
+        source, column = _table_sql(domain.table), f'"{domain.column}"'
+    return (f"SELECT DISTINCT TRY_CAST({column} AS {column_type}) AS k FROM {source} "
+            f"WHERE k IS NOT NULL ORDER BY k")
