@@ -21,13 +21,13 @@ from typing import Any
 from .analyse import PrivacyOptions, analyse_query
 from .check import check_query
 from .engine import Engine
-from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
+from .errors import InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
 from .explain import explain_plan
 from .ledger import Ledger, Spend
 from .model import Policy
 from .parse import parse_query
 from .plan import Plan, PrivateQuery, PublicQuery
-from .policy import check_policy, load_policy
+from .policy import check_policy, load_policy, policy_to_text
 from .release import half_widths, release_measures, released_rows
 from .result import Budget, DPResult
 from .rewrite import domain_sql, rewrite_plan
@@ -61,21 +61,32 @@ class Connection:
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None):
-        if policy is None:
-            raise DPError("a policy is needed to query private data", hint="pass policy='path/to/file.policy'")
-        self.policy: Policy = load_policy(policy)
         self._engine = Engine.open(target)
         try:
-            self._catalog = self._engine.catalog()
-            check_policy(self.policy, self._catalog)
             if ledger is None and self._engine.path is not None:
                 ledger = Path(f"{self._engine.path}.ledger")
             self._ledger = Ledger.open(ledger)
+            try:
+                self.policy: Policy = self._load_policy(policy)
+                self._catalog = self._engine.catalog()
+                check_policy(self.policy, self._catalog)
+            except BaseException:
+                self._ledger.close()
+                raise
         except BaseException:
             self._engine.close()
             raise
         self.analyst = analyst
         self._rng = rng
+
+    def _load_policy(self, policy: Any) -> Policy:
+        if policy is not None:
+            return load_policy(policy)
+        stored = self._ledger.stored_policy()
+        if stored is None:
+            raise PolicyError("no policy was given and none is stored with this database",
+                              hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
+        return load_policy(stored)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -98,9 +109,7 @@ class Connection:
             all_rows = released_rows(plan, release)
             kept = _post_process(plan.query, all_rows)
             rows = [all_rows[i] for i in kept]
-        except DPError:
-            raise
-        except Exception:
+        except Exception:  # whatever failed, the analyst learns nothing from how
             raise QueryFailed("the query failed while running; its cost was charged and no "
                               "answer was released") from None
         self._ledger.record_answer(entry, json.dumps(rows, default=str))
@@ -131,6 +140,21 @@ class Connection:
     def tables(self) -> list[str]:
         """The tables the policy lets an analyst query."""
         return [t.name for t in (*self.policy.private_tables, *self.policy.public_tables)]
+
+    def columns(self, table: str) -> dict[str, str]:
+        """Column name -> DuckDB type of a declared table (schema only, never data)."""
+        declaration = self.policy.table(table)
+        if declaration is None:
+            raise UnsupportedQuery(f"unknown table {table}", hint=f"the tables are: {', '.join(self.tables())}")
+        return dict(self._catalog[table_key_of(declaration.name)])
+
+    def policy_text(self) -> str:
+        """The policy in dpsql's policy language."""
+        return policy_to_text(self.policy)
+
+    def store_policy(self) -> None:
+        """Keep this connection's policy with its ledger, so later connects need none."""
+        self._ledger.store_policy(self.policy_text())
 
     def close(self) -> None:
         """Close the database and the ledger."""
@@ -193,6 +217,12 @@ class Connection:
         frame = self._engine.fetch_df(query.sql)
         rows = list(frame.itertuples(index=False, name=None))
         return DPResult(list(frame.columns), rows, Spend.zero(), exact=True)
+
+
+def table_key_of(name: str) -> str:
+    """Catalog key of a declared table name (``main.`` dropped, lower-cased)."""
+    parts = name.lower().split(".")
+    return ".".join(parts[1:]) if len(parts) == 2 and parts[0] == "main" else ".".join(parts)
 
 
 def exact_parameter(value: Any, name: str) -> Fraction:

@@ -289,6 +289,18 @@ class Ledger:
                 self._salt = row[0]
             return self._salt
 
+    def store_policy(self, text: str) -> None:
+        """Keep the policy text with the ledger (``dpsql init``), replacing an earlier one."""
+        with self._connected() as connection:
+            with _transaction(connection, self.path, "store the policy"):
+                connection.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('policy', ?)", (text,))
+
+    def stored_policy(self) -> str | None:
+        """The policy text kept by ``store_policy``, if any."""
+        row = self._read_one("SELECT value FROM meta WHERE key = 'policy'")
+        return None if row is None else row[0]
+
     def close(self) -> None:
         """Close the file; a closed ledger refuses further use."""
         with self._locked():

@@ -10,7 +10,8 @@ The false-failure budget, by union bound:
   (stricter than 1e-7, so that all of them stay below 1e-6 even if the asymptotic p-value
   were a few times optimistic; by simulation, with these bins P(p < 1e-6) is within 1.5x
   of 1e-6).
-- Exact binomial tests (symmetry, coverage, sources; about 45 tests): fail at p < 1e-9.
+- Exact binomial tests (symmetry, coverage, sources, Bernoulli trials; about 50 tests):
+  fail at p < 1e-9.
 - Second moments (10 tests): Bernstein's inequality on truncated draws, failure
   probability 1e-9 + 1e-9 each, not an asymptotic approximation.
 """
