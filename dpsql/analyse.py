@@ -171,9 +171,25 @@ def _finish_measure(shape: _Shape, query: PrivateQuery, policy: Policy, epsilon:
                     delta: Fraction, gaussian: bool) -> Measure:
     rows_per_unit = query.rule.max_rows_per_unit
     if shape.kind == "count" and shape.interval is None:
-        grid, lower, upper = Fraction(1), 0, 1
+        return _calibrated(shape, query, policy, Fraction(1), epsilon, delta, gaussian)
+    grid = choose_grid(shape.interval, rows_per_unit, epsilon)
+    while True:  # coarsen the grid until the sampler's integers stay moderate
+        measure = _calibrated(shape, query, policy, grid, epsilon, delta, gaussian)
+        if measure.noise == "none" or measure.scale < SAMPLER_LIMITS[measure.noise]:
+            return measure
+        grid *= 2
+
+
+SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52}
+"""Largest Laplace scale / Gaussian sigma^2 (grid units) handed to the exact samplers."""
+
+
+def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
+                delta: Fraction, gaussian: bool) -> Measure:
+    rows_per_unit = query.rule.max_rows_per_unit
+    if shape.interval is None:
+        lower, upper = 0, 1
     else:
-        grid = choose_grid(shape.interval, rows_per_unit, epsilon)
         lower = math.floor(shape.interval.lower / grid)
         upper = math.ceil(shape.interval.upper / grid)
         if max(abs(lower), abs(upper)) >= 2**62:

@@ -45,11 +45,16 @@ ROW_LEVEL_FUNCTIONS = frozenset(
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
 
 SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "where", "group", "order", "limit", "offset", "kind"}
+"""Parts of a SELECT a private query may have; any other part present is refused by name."""
 
 
 def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> PrivateQuery | PublicQuery:
     """Decide whether ``tree`` can be answered, and describe it for the next stage."""
     tree = tree.copy()
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    if with_:
+        _refuse(with_, sql, "WITH (a CTE) is not supported yet",
+                "write the CTE's query as the FROM table's filter, or query the table directly")
     tables = list(tree.find_all(exp.Table))
     if not tables:
         _refuse(tree, sql, "a query must read a declared table", "add FROM <table>")
@@ -99,7 +104,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                     _PART_HINTS.get(part, "aggregate one private table with COUNT, SUM or AVG"))
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None or not isinstance(from_.this, exp.Table):
-        _refuse(from_ or tree, sql, "a private query must read one table directly",
+        _refuse(from_.this if from_ is not None else tree, sql, "a private query must read one table directly",
                 "write SELECT ... FROM <table> without subqueries")
     table = bind_table(from_.this, policy, catalog, sql)
     rule = table.declaration
@@ -235,6 +240,8 @@ def _check_select_list(tree, sql, rule, keys):
                         "if it has a public KEYS domain")
             outputs.append((name, "key", index))
             continue
+        if isinstance(node, exp.Window):
+            _refuse(node, sql, "window functions are not supported", "aggregate with GROUP BY instead")
         function = AGGREGATES.get(type(node))
         if function is None:
             if isinstance(node, exp.AggFunc):
@@ -279,7 +286,8 @@ def _check_order(tree, sql, outputs) -> tuple[OrderItem, ...]:
                     index = i
                     break
         if index is None:
-            _refuse(target, sql, f"ORDER BY {target.sql(dialect=DIALECT)} must name a selected column",
+            shown = target.name if isinstance(target, exp.Column) else target.sql(dialect=DIALECT)
+            _refuse(target, sql, f"ORDER BY {shown} must name a selected column",
                     "order by an output column, its alias or its position")
         items.append(OrderItem(output=index, descending=bool(ordered.args.get("desc"))))
     return tuple(items)

@@ -7,7 +7,7 @@ analyst text can ever reach DuckDB except through SQL that dpsql regenerates fro
 'SELECT COUNT(*) FROM visits'
 >>> parse_query("SELECT 1; SELECT 2")
 Traceback (most recent call last):
-dpsql.errors.UnsupportedQuery: only one statement can be run at a time, found 2 (line 1, column 18). Hint: send each statement on its own.
+dpsql.errors.UnsupportedQuery: only one statement can be run at a time, found 2 (line 1, column 11). Hint: send each statement on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from .errors import UnsupportedQuery, position_of
 
@@ -42,8 +43,9 @@ def parse_query(sql: str) -> exp.Expression:
         raise UnsupportedQuery(f"the SQL does not parse: {err}") from None
     if not statements:
         raise UnsupportedQuery("the SQL text holds no statement", hint="write a SELECT query")
+    starts = statement_starts(sql)
     if len(statements) > 1:
-        line, col = node_position(statements[1], sql)
+        line, col = position_of(sql, starts[1] if len(starts) > 1 else None)
         raise UnsupportedQuery(
             f"only one statement can be run at a time, found {len(statements)}",
             line=line,
@@ -52,7 +54,7 @@ def parse_query(sql: str) -> exp.Expression:
         )
     tree = statements[0]
     if not isinstance(tree, exp.Query):
-        line, col = node_position(tree, sql)
+        line, col = position_of(sql, starts[0] if starts else None)
         raise UnsupportedQuery(
             f"only queries can be run, not {describe(tree)}",
             line=line,
@@ -66,12 +68,69 @@ def parse_query(sql: str) -> exp.Expression:
 
 
 def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | None]:
-    """Best known (line, column) of a node: its own token, else its first positioned descendant."""
-    for candidate in node.walk():
-        start = candidate.meta.get("start") if candidate.meta else None
-        if start is not None:
-            return position_of(sql, start)
-    return None, None
+    """Best known (line, column) where a construct starts in ``sql``.
+
+    sqlglot records positions on identifiers, literals and some functions; a construct starts
+    at its earliest positioned token, moved back to the function name or opening parenthesis
+    that precedes it for calls and subqueries. A construct with no positioned token at all
+    (``DISTINCT``) is found by its keyword.
+
+    >>> import sqlglot
+    >>> sql = "SELECT MAX(amount) FROM t"
+    >>> node_position(sqlglot.parse_one(sql).find(exp.Max), sql)
+    (1, 8)
+    """
+    offsets = [n.meta["start"] for n in node.walk() if n.meta and "start" in n.meta]
+    tokens = _tokens(sql)
+    if not offsets:
+        keyword = node.key.upper()
+        found = next((t.start for t in tokens if t.text.upper() == keyword), None)
+        return position_of(sql, found)
+    start = min(offsets)
+    own = node.meta.get("start") if node.meta else None
+    if own is None and type(node) in CLAUSES:
+        keyword = CLAUSES[type(node)]
+        start = next((t.start for t in reversed(tokens) if t.start < start and t.text.upper() == keyword), start)
+    elif own is None and isinstance(node, (exp.Func, exp.Subquery, exp.Window)):
+        start = _opening_of(tokens, start, with_name=isinstance(node, exp.Func))
+    return position_of(sql, start)
+
+
+CLAUSES = {
+    exp.Where: "WHERE", exp.Having: "HAVING", exp.Group: "GROUP", exp.Order: "ORDER",
+    exp.Limit: "LIMIT", exp.Offset: "OFFSET", exp.Qualify: "QUALIFY", exp.Join: "JOIN",
+}
+"""Clauses located by their keyword, the token just before their first positioned one."""
+
+
+def statement_starts(sql: str) -> list[int]:
+    """Character offsets where each statement of ``sql`` begins."""
+    starts, expecting = [], True
+    for token in _tokens(sql):
+        if token.token_type == TokenType.SEMICOLON:
+            expecting = True
+        elif expecting:
+            starts.append(token.start)
+            expecting = False
+    return starts
+
+
+def _tokens(sql: str) -> list:
+    try:
+        return sqlglot.tokenize(sql, read=DIALECT)
+    except TokenError:
+        return []
+
+
+def _opening_of(tokens: list, start: int, with_name: bool) -> int:
+    """The '(' (or the name before it) that opens the construct whose first token is at ``start``."""
+    before = [i for i, t in enumerate(tokens) if t.start < start and t.token_type == TokenType.L_PAREN]
+    if not before:
+        return start
+    index = before[-1]
+    if with_name and index > 0:
+        return tokens[index - 1].start
+    return tokens[index].start
 
 
 def describe(node: exp.Expression) -> str:
@@ -84,6 +143,8 @@ def describe(node: exp.Expression) -> str:
 
 
 def _short(text: str) -> str:
+    text = re.sub(r"Required keyword: '\w+' missing for <class '[\w.]+\.(\w+)'>",
+                  lambda m: f"the {m.group(1).upper()} clause is incomplete", text)
     text = re.sub(r"<Token token_type: TokenType\.\w+, text: (.*?), line: .*?>", r"'\1'", text)
     text = text.replace("'SENTINEL'", "the end of the query")
     return text if len(text) < 160 else text[:157] + "..."

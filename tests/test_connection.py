@@ -1,0 +1,231 @@
+"""The public API end to end: connect targets, results, budget, refusals, noise calibration."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.noise import SeededSource
+from pums import POLICY_PATH, load_pums
+
+VISITS = pd.DataFrame({
+    "uid": [1, 1, 1, 2, 3, 3, 4],
+    "store": ["a", "a", "b", "b", "a", "zzz", "a"],
+    "amount": [10.0, 20.0, None, 700.0, float("nan"), 5.0, 50.0],
+})
+STORES = pd.DataFrame({"store": ["a", "b", "c"], "city": ["x", "y", "y"]})
+POLICY = """
+BUDGET EPSILON 10 DELTA 1e-5;
+QUERY EPSILON 1;
+PRIVATE TABLE visits (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, amount BOUNDS 0 TO 100,
+                      store KEYS FROM stores.store);
+PUBLIC TABLE stores;
+"""
+
+
+@pytest.fixture
+def db():
+    with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=POLICY, rng=SeededSource(5)) as connection:
+        yield connection
+
+
+def test_grouped_query_releases_every_public_key_and_only_those(db):
+    result = db.sql("SELECT store, COUNT(*) AS n FROM visits GROUP BY store")
+    assert result.columns == ["store", "n"]
+    assert sorted(row[0] for row in result.fetchall()) == ["a", "b", "c"]  # 'c' has no rows; 'zzz' is not public
+    assert list(result.df().columns) == ["store", "n"]
+    assert set(result.accuracy()) == {"n"}
+
+
+def test_ungrouped_aggregate_returns_exactly_one_row_even_with_no_rows(db):
+    result = db.sql("SELECT COUNT(*), SUM(amount), AVG(amount) FROM visits WHERE amount > 1000")
+    assert len(result.fetchall()) == 1
+    average = result.fetchone()[2]
+    assert 0 <= average <= 100  # clamped into the bounds
+
+
+def test_cost_budget_and_charging(db):
+    before = db.budget.spent
+    result = db.sql("SELECT COUNT(*) FROM visits", epsilon=0.25)
+    assert result.cost.epsilon == Fraction(1, 4) and result.cost.delta == 0
+    assert db.budget.spent.epsilon - before.epsilon == Fraction(1, 4)
+    assert db.budget.remaining.epsilon == db.budget.total.epsilon - db.budget.spent.epsilon
+    db.sql("SELECT COUNT(*) FROM visits")  # QUERY EPSILON 1 from the policy
+    assert db.budget.spent.epsilon - before.epsilon == Fraction(5, 4)
+
+
+def test_static_refusals_and_bad_parameters_charge_nothing(db):
+    spent = db.budget.spent
+    for sql in ("SELECT amount FROM visits", "SELECT SUM(uid) FROM visits", "DROP TABLE visits",
+                "SELECT COUNT(*) FROM nowhere"):
+        with pytest.raises(dpsql.UnsupportedQuery):
+            db.sql(sql)
+    for epsilon in (float("nan"), float("inf"), -1, 0, "abc", True, None if False else [1]):
+        with pytest.raises(dpsql.InvalidParameter):
+            db.sql("SELECT COUNT(*) FROM visits", epsilon=epsilon)
+    for delta in (1, -1e-9, float("nan")):
+        with pytest.raises(dpsql.InvalidParameter):
+            db.sql("SELECT COUNT(*) FROM visits", delta=delta, noise="gaussian")
+    with pytest.raises(dpsql.InvalidParameter):
+        db.sql("SELECT COUNT(*) FROM visits", noise="gaussian")  # Gaussian needs delta > 0
+    assert db.budget.spent == spent
+
+
+def test_budget_exceeded_releases_and_charges_nothing(db):
+    db.sql("SELECT COUNT(*) FROM visits", epsilon=9)
+    spent = db.budget.spent
+    with pytest.raises(dpsql.BudgetExceeded) as caught:
+        db.sql("SELECT COUNT(*) FROM visits", epsilon=2)
+    assert "2" in str(caught.value) and "remains" in str(caught.value)
+    assert db.budget.spent == spent
+
+
+def test_public_query_is_exact_and_free(db):
+    result = db.sql("SELECT city, COUNT(*) AS n FROM stores GROUP BY city ORDER BY city")
+    assert result.fetchall() == [("x", 1), ("y", 2)]
+    assert result.exact and result.cost.epsilon == 0 and result.accuracy() == {}
+    assert db.budget.spent.epsilon == 0
+
+
+def test_gaussian_noise_charges_delta(db):
+    result = db.sql("SELECT SUM(amount) FROM visits", epsilon=1, delta=1e-6, noise="gaussian")
+    assert result.cost.delta == Fraction(1, 10**6)
+    assert "discrete Gaussian" in db.explain("SELECT SUM(amount) FROM visits", epsilon=1, delta=1e-6, noise="gaussian")
+
+
+def test_order_by_and_limit_act_on_released_values(db):
+    result = db.sql("SELECT store, COUNT(*) AS n FROM visits GROUP BY store ORDER BY n DESC, store LIMIT 2")
+    rows = result.fetchall()
+    assert len(rows) == 2 and rows[0][1] >= rows[1][1]
+    assert len(result.accuracy_df()) == 2
+
+
+def test_explain_reads_no_private_data_and_charges_nothing(db, monkeypatch):
+    def no_data(*args, **kwargs):
+        raise AssertionError("explain must not read data")
+
+    monkeypatch.setattr(db._engine, "fetch", no_data)
+    text = db.explain("SELECT store, AVG(amount) FROM visits GROUP BY store", epsilon=0.5)
+    for fragment in ("L1 sensitivity", "discrete Laplace", "epsilon 0.25", "$salt", "remaining after"):
+        assert fragment in text
+    assert db.budget.spent.epsilon == 0
+
+
+def test_a_failure_after_the_charge_is_generic_and_keeps_the_charge(db, monkeypatch):
+    def failing(*args, **kwargs):
+        raise RuntimeError("secret value 42 in user 7's row")
+
+    monkeypatch.setattr(db._engine, "fetch", failing)
+    with pytest.raises(dpsql.QueryFailed) as caught:
+        db.sql("SELECT COUNT(*) FROM visits", epsilon=0.5)
+    assert "42" not in str(caught.value) and caught.value.__cause__ is None
+    assert db.budget.spent.epsilon == Fraction(1, 2)
+
+
+def test_file_target_is_opened_read_only_and_the_ledger_persists(tmp_path):
+    path = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE visits AS SELECT * FROM VISITS")
+        con.execute("CREATE TABLE stores AS SELECT * FROM STORES")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with dpsql.connect(path, policy=POLICY) as db:
+        db.sql("SELECT COUNT(*) FROM visits", epsilon=0.5)
+    with dpsql.connect(str(path), policy=POLICY) as db:
+        assert db.budget.spent.epsilon == Fraction(1, 2)  # reconnecting sees what was spent
+        db.store_policy()
+    with dpsql.connect(str(path)) as db:  # the stored policy
+        assert db.budget.spent.epsilon == Fraction(1, 2)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert (tmp_path / "shop.duckdb.ledger").exists()
+
+
+def test_open_duckdb_connection_target():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE visits AS SELECT * FROM VISITS")
+    con.execute("CREATE TABLE stores AS SELECT * FROM STORES")
+    with dpsql.connect(con, policy=POLICY) as db:
+        assert len(db.sql("SELECT store, SUM(amount) FROM visits GROUP BY store").fetchall()) == 3
+    assert con.execute("SELECT COUNT(*) FROM visits").fetchone() == (7,)  # still usable: not ours to close
+
+
+def test_policy_is_checked_against_the_database():
+    bad = POLICY.replace("amount BOUNDS", "amont BOUNDS")
+    with pytest.raises(dpsql.PolicyError) as caught:
+        dpsql.connect({"visits": VISITS, "stores": STORES}, policy=bad)
+    assert caught.value.line == 4
+
+
+def test_no_policy_anywhere_is_an_error():
+    with pytest.raises(dpsql.PolicyError):
+        dpsql.connect({"visits": VISITS})
+
+
+def _discrete_laplace_variance(scale: float) -> float:
+    p = math.exp(-1 / scale)
+    return 2 * p / (1 - p) ** 2
+
+
+def test_released_noise_has_the_analysed_scale_end_to_end():
+    """One grouped query over 3,000 public keys gives 3,000 independent noise draws.
+
+    COUNT per key, unbounded, k = 3 rows per unit: L1 = 3, so at epsilon 1 the noise is
+    discrete Laplace with scale 3 (variance ~ 18). Two queries give 6,000 draws of the
+    floored counts; 2 * mean(max(Z, 0)^2) estimates Var Z with relative standard error
+    sqrt(2 * kurtosis - 1) / sqrt(n) = sqrt(11 / 6000) < 0.043. We allow 6 of them (26%), so a
+    correct engine fails with probability far below 1e-6, while a factor-2 error in scale
+    (variance x4 or /4) always fails.
+    """
+    keys = pd.DataFrame({"k": np.arange(3000)})
+    rows = pd.DataFrame({"uid": [1, 2, 2, 3], "k": [5, 5, 6, 7]})
+    policy = ("BUDGET EPSILON 10; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, "
+              "k KEYS FROM keys.k); PUBLIC TABLE keys;")
+    exact = np.zeros(3000)
+    exact[5], exact[6], exact[7] = 2, 1, 1
+    draws = []
+    with dpsql.connect({"t": rows, "keys": keys}, policy=policy, rng=SeededSource(11)) as db:
+        for _ in range(2):
+            released = db.sql("SELECT k, COUNT(*) FROM t GROUP BY k ORDER BY k", epsilon=1).fetchall()
+            draws.extend(np.array([r[1] for r in released]) - exact)
+    draws = np.array(draws)[np.tile(exact == 0, 2)]
+    # Counts are floored at 0, so a cell whose truth is 0 shows max(Z, 0): E[max(Z,0)^2] = E[Z^2]/2.
+    observed = 2 * np.mean(draws**2)
+    expected = _discrete_laplace_variance(3.0)
+    assert abs(observed / expected - 1) < 0.26, (observed, expected)
+
+
+def test_accuracy_interval_covers_the_noise():
+    keys = pd.DataFrame({"k": np.arange(4000)})
+    rows = pd.DataFrame({"uid": [1], "k": [0], "x": [1.0]})
+    policy = ("BUDGET EPSILON 10; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "
+              "x BOUNDS -5 TO 5, k KEYS FROM keys.k); PUBLIC TABLE keys;")
+    with dpsql.connect({"t": rows, "keys": keys}, policy=policy, rng=SeededSource(3)) as db:
+        result = db.sql("SELECT k, SUM(x) AS s FROM t GROUP BY k ORDER BY k", epsilon=1)
+        values = np.array([r[1] for r in result.fetchall()])
+        values[0] -= 1.0
+        width = result.accuracy(alpha=0.05)["s"]
+    inside = np.mean(np.abs(values) <= width)
+    # Coverage is at least 95%; 4,000 cells put a correct engine 6 standard errors above 0.937.
+    assert inside >= 0.95 - 6 * math.sqrt(0.05 * 0.95 / 4000)
+    assert inside <= 0.999  # not absurdly wide either
+
+
+def test_census_sample_end_to_end():
+    con = duckdb.connect()
+    load_pums(con)
+    with dpsql.connect(con, policy=POLICY_PATH, rng=SeededSource(8)) as db:
+        bounded = con.execute("SELECT SUM(LEAST(n, 3)) FROM (SELECT COUNT(*) AS n FROM pums GROUP BY pid)").fetchone()[0]
+        count = db.sql("SELECT COUNT(*) FROM pums")
+        width = count.accuracy(alpha=1e-9)["count_star()"]
+        assert abs(count.fetchone()[0] - bounded) <= width  # at most 3 of a person's 1-4 rows count
+        by_sex = db.sql("SELECT sex, AVG(age) FROM pums GROUP BY sex", epsilon=2).fetchall()
+        assert [row[0] for row in by_sex] == [0, 1]
+        assert all(0 <= row[1] <= 100 for row in by_sex)
+        income = db.sql("SELECT educ, SUM(income) FROM pums WHERE age >= 18 GROUP BY educ").fetchall()
+        assert len(income) == 16
