@@ -1,0 +1,136 @@
+"""Per-stage timing of dpsql's pipeline against the same query in raw DuckDB.
+
+Generates shop data (about one user per ten rows, very uneven rows per user: user ids drawn
+as floor(users * u^3), so a few users have thousands of rows), then for each query reports
+medians of 5 runs (after one warm-up) of:
+
+* raw DuckDB: the same aggregate with no privacy;
+* plan: parse + bind + check + analyse + rewrite (static, reads no data);
+* execute: the bounded SQL on DuckDB;
+* noise: drawing the noise and building the released rows;
+* dpsql total: ``db.sql(...)`` end to end, ledger charge included (in-memory ledger);
+* overhead: dpsql total minus raw DuckDB.
+
+Run: ``make bench`` or ``python benchmarks/bench_pipeline.py [--rows 1000 1000000]``.
+Prints a Markdown table to paste into benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+
+import duckdb
+
+import dpsql
+from dpsql.analyse import PrivacyOptions, analyse_query
+from dpsql.check import check_query
+from dpsql.parse import parse_query
+from dpsql.release import release_measures, released_rows
+from dpsql.rewrite import rewrite_plan
+
+POLICY = """
+BUDGET EPSILON 1000000;
+PRIVATE TABLE visits (
+    PRIVACY UNIT user_id, MAX ROWS PER UNIT 10, MAX GROUPS PER UNIT 5,
+    amount BOUNDS 0 TO 500, store KEYS FROM stores.store
+);
+PUBLIC TABLE stores;
+"""
+QUERIES = {
+    "COUNT": ("SELECT COUNT(*) FROM visits", "SELECT COUNT(*) FROM visits"),
+    "SUM": ("SELECT SUM(amount) FROM visits", "SELECT SUM(amount) FROM visits"),
+    "AVG": ("SELECT AVG(amount) FROM visits", "SELECT AVG(amount) FROM visits"),
+    "GROUP BY 50 public keys": (
+        "SELECT store, COUNT(*), SUM(amount) FROM visits GROUP BY store",
+        "SELECT store, COUNT(*), SUM(amount) FROM visits GROUP BY store",
+    ),
+}
+
+
+def build(rows: int) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    users = max(rows // 10, 1)
+    con.execute("SELECT setseed(0.42)")
+    con.execute("CREATE TABLE stores AS SELECT 'store' || i AS store, i % 7 AS city FROM range(50) t(i)")
+    con.execute(f"""
+        CREATE TABLE visits AS
+        SELECT CAST(floor({users} * pow(random(), 3)) AS INTEGER) AS user_id,
+               'store' || CAST(floor(random() * 50) AS INTEGER) AS store,
+               round(random() * 600, 2) AS amount
+        FROM range({rows})
+    """)
+    return con
+
+
+def median_seconds(action, repeats: int = 5) -> float:
+    action()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench(rows: int) -> list[dict]:
+    con = build(rows)
+    db = dpsql.connect(con, policy=POLICY)
+    cursor = con.cursor()
+    results = []
+    for name, (dp_sql, raw_sql) in QUERIES.items():
+        def plan():
+            query = check_query(parse_query(dp_sql), dp_sql, db.policy, db._catalog)
+            planned = analyse_query(query, db.policy, PrivacyOptions(epsilon=1), dp_sql)
+            return planned, rewrite_plan(planned)
+
+        planned, bounded = plan()
+        keys = db._domain(planned.query)
+        salt = {"salt": "00" * 32} if "$salt" in bounded else None
+        exact = db._engine.fetch(bounded, salt)
+        results.append({
+            "rows": rows,
+            "query": name,
+            "raw": median_seconds(lambda: cursor.execute(raw_sql).fetchall()),
+            "plan": median_seconds(plan),
+            "execute": median_seconds(lambda: db._engine.fetch(bounded, salt)),
+            "noise": median_seconds(lambda: released_rows(planned, release_measures(planned, keys, exact))),
+            "total": median_seconds(lambda: db.sql(dp_sql, epsilon=1)),
+        })
+    db.close()
+    return results
+
+
+def markdown(results: list[dict]) -> str:
+    lines = [
+        "| rows | query | raw DuckDB | plan (parse→rewrite) | execute | noise | dpsql total | overhead | ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['rows']:,} | {r['query']} | {ms(r['raw'])} | {ms(r['plan'])} | {ms(r['execute'])} | "
+            f"{ms(r['noise'])} | {ms(r['total'])} | {ms(r['total'] - r['raw'])} | {r['total'] / r['raw']:.1f}× |"
+        )
+    return "\n".join(lines)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1000, 1_000_000])
+    args = parser.parse_args()
+    results = [r for rows in args.rows for r in bench(rows)]
+    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"duckdb {duckdb.__version__}; {datetime.date.today().isoformat()}\n")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
