@@ -158,6 +158,10 @@ def _rows_layer(plan: Plan) -> str:
         if measure.counts_values_of is None and measure.argument is not None:
             select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
     conditions = []
+    if not query.rule.row_level:
+        # Rows with no unit belong to nobody we can bound: merging them into one pseudo-unit
+        # would let one person move it by the full spread of a mixed-sign sum.
+        conditions.append(f'"{query.rule.unit.lower()}" IS NOT NULL')
     if query.where is not None:
         conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
     conditions += [_domain_filter(key.column, key.domain) for key in query.keys]

@@ -99,11 +99,12 @@ class Oracle:
         self.keys = [("a",), ("b",)] if plan.query.keys else [()]
 
     def run(self, unit_rows: tuple) -> list[tuple[int, ...]]:
-        rows = list(BASE_ROWS)
         row_level = CASES[self.case][5]
-        for index, (g, x) in enumerate(unit_rows):
-            rows.append((TESTED_UNIT + (index if row_level else 0), g, x))
-        values = ", ".join(f"({u}, '{g}', {_sql_value(x)})" for u, g, x in rows)
+        return self.run_rows([(TESTED_UNIT + (i if row_level else 0), g, x) for i, (g, x) in enumerate(unit_rows)])
+
+    def run_rows(self, extra_rows: list[tuple]) -> list[tuple[int, ...]]:
+        rows = list(BASE_ROWS) + list(extra_rows)
+        values = ", ".join(f"({_sql_value(u)}, '{g}', {_sql_value(x)})" for u, g, x in rows)
         self.connection.execute(f"DELETE FROM t; INSERT INTO t VALUES {values}")
         exact = self.engine.fetch(self.sql, {"salt": "fixed-test-salt"} if "$salt" in self.sql else None)
         width = len(self.keys[0])
@@ -161,3 +162,13 @@ def test_which_rows_survive_does_not_depend_on_row_order():
     first = oracle.run(unit)
     for permutation in itertools.islice(itertools.permutations(unit), 0, 120, 7):
         assert oracle.run(permutation) == first
+
+
+def test_rows_without_a_unit_are_dropped_not_pooled():
+    """Rows whose unit is NULL belong to nobody the engine can bound. Pooled into one
+    pseudo-unit, they would let one person (whose rows lack an id) move a mixed-sign sum by
+    k * (hi - lo) > k * max(|lo|, |hi|), the unbounded sensitivity; so they are dropped."""
+    oracle = Oracle("integer", QUERIES["sum"])
+    without = oracle.run_rows([(None, "a", -2), (None, "a", -2)])
+    with_person = oracle.run_rows([(None, "a", -2), (None, "a", -2), (None, "a", 3), (None, "a", 3)])
+    assert with_person == without == oracle.run_rows([])
