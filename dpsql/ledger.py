@@ -24,8 +24,14 @@ every charge whose query may have read data; at worst it also holds one whose qu
 ran, which errs on the safe side. This relies on a local file system that honours fsync and
 POSIX locks (not NFS), as SQLite's WAL mode itself does.
 
+Which charges fit is the accountant's decision (``dpsql.accounting``): ``charge`` reads the
+exact sums of every committed entry (a ``Tally``, overall and per analyst) and asks the
+accountant of each budget that applies *inside* the IMMEDIATE transaction, so the guarantees
+above hold for BASIC, ADVANCED and ZCDP alike. Each entry keeps its cost exactly: epsilon,
+delta and rho.
+
 Entries are append-only (triggers refuse DELETE and any UPDATE but filling in the answer),
-which is also what lets a ``Ledger`` cache the sum of the entries it has already read and
+which is also what lets a ``Ledger`` cache the sums of the entries it has already read and
 add only the newer ones inside each charge's transaction.
 
 >>> from fractions import Fraction
@@ -49,12 +55,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from decimal import Decimal, localcontext
 from fractions import Fraction
-from numbers import Rational
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
-from dpsql.errors import BudgetExceeded, DPError, InternalError
+from dpsql.accounting import Accountant, Spend, Tally, accountant_for
+from dpsql.errors import DPError, InternalError
 
 if TYPE_CHECKING:
     import pandas
@@ -65,8 +70,8 @@ _CHARGING = "charge the ledger"
 
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL)",
-    # epsilon, delta and rho are exact fraction text "num/den"; rho stays NULL until a zCDP
-    # accountant exists. key is the normalised-query key used for free repeats.
+    # epsilon, delta and rho are exact fraction text "num/den" (rho NULL only in entries
+    # written before it was recorded). key is the normalised-query key of free repeats.
     """CREATE TABLE entries (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         time TEXT NOT NULL,
@@ -90,55 +95,6 @@ _SCHEMA = (
 )
 
 
-def _exact(value, name: str) -> Fraction:
-    if isinstance(value, Rational) and not isinstance(value, bool):
-        return Fraction(value)
-    if isinstance(value, Decimal) and value.is_finite():
-        return Fraction(value)
-    raise TypeError(f"Spend.{name} must be an exact number (Fraction or int), "
-                    f"got {value!r}; convert with Fraction(str(x)) at the boundary")
-
-
-@dataclass(frozen=True)
-class Spend:
-    """An amount of privacy budget: exact epsilon and delta.
-
-    >>> Spend(Fraction(1, 10), Fraction(0)) + Spend(Fraction(1, 5), Fraction(1, 10**6))
-    Spend(epsilon=Fraction(3, 10), delta=Fraction(1, 1000000))
-    >>> Spend(Fraction(1, 2)).fits_in(Spend(Fraction(1, 2), Fraction(0)))
-    True
-    """
-
-    epsilon: Fraction
-    """The epsilon of pure or approximate DP, exact."""
-    delta: Fraction = Fraction(0)
-    """The delta of approximate DP, exact; 0 under pure epsilon-DP."""
-
-    ZERO: ClassVar[Spend]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _exact(self.epsilon, "epsilon"))
-        object.__setattr__(self, "delta", _exact(self.delta, "delta"))
-
-    @classmethod
-    def zero(cls) -> Spend:
-        """No budget at all."""
-        return cls(Fraction(0), Fraction(0))
-
-    def __add__(self, other: Spend) -> Spend:
-        return Spend(self.epsilon + other.epsilon, self.delta + other.delta)
-
-    def __sub__(self, other: Spend) -> Spend:
-        return Spend(self.epsilon - other.epsilon, self.delta - other.delta)
-
-    def fits_in(self, total: Spend) -> bool:
-        """True when this amount exceeds ``total`` in neither epsilon nor delta."""
-        return self.epsilon <= total.epsilon and self.delta <= total.delta
-
-
-Spend.ZERO = Spend.zero()
-
-
 @dataclass(frozen=True)
 class Entry:
     """One charge as the ledger keeps it."""
@@ -150,11 +106,11 @@ class Entry:
     analyst: str | None
     """Who asked, when known."""
     sql: str
-    """The query text as the analyst sent it."""
+    """The query's normalised SQL (``dpsql.normalise``)."""
     options: dict
     """The query's options, decoded from canonical JSON (fractions as "num/den" text)."""
     cost: Spend
-    """What was charged."""
+    """What was charged: exact epsilon, delta and rho."""
     answer: str | None
     """The released (noisy) answer as JSON text, once recorded."""
 
@@ -175,8 +131,9 @@ class Ledger:
         self._pid = os.getpid()
         self._inherited: list[sqlite3.Connection] = []
         self._salt: bytes | None = None
-        self._seen_id = 0  # entries with id <= _seen_id sum to _seen_total (append-only)
-        self._seen_total = Spend.ZERO
+        self._seen_id = 0  # entries with id <= _seen_id sum to these tallies (append-only)
+        self._seen_tally = Tally()
+        self._seen_by_analyst: dict[str | None, Tally] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike | None) -> Ledger:
@@ -190,34 +147,42 @@ class Ledger:
     def charge(
         self,
         cost: Spend,
-        total: Spend,
+        total: Accountant | Spend,
         *,
         sql: str,
         options: dict,
         analyst: str | None = None,
         key: str | None = None,
+        analyst_total: Accountant | Spend | None = None,
     ) -> int:
-        """Record ``cost`` and return the entry id, or raise ``BudgetExceeded`` if everything
-        spent plus ``cost`` would exceed ``total``; atomic across threads and processes."""
-        if not isinstance(cost, Spend) or not isinstance(total, Spend):
-            raise InternalError("charge() takes Spend amounts")
-        if cost.epsilon < 0 or cost.delta < 0:
+        """Record ``cost`` and return the entry id, or raise ``BudgetExceeded`` if it does not
+        fit: after every committed entry, in ``total``'s accountant (a bare ``Spend`` means
+        BASIC) and, with an ``analyst``, after that analyst's entries in ``analyst_total``.
+        One IMMEDIATE transaction: atomic across threads and processes."""
+        total, analyst_total = _accountant(total), _accountant(analyst_total)
+        if not isinstance(cost, Spend):
+            raise InternalError("charge() takes a Spend amount")
+        if cost.epsilon < 0 or cost.delta < 0 or (cost.rho is not None and cost.rho < 0):
             raise InternalError(f"a negative charge would be a refund: {cost}")
         options_json = _options_json(options)
+        rho = None if cost.rho is None else _fraction_text(cost.rho)
         with self._connected() as connection:
             with _transaction(connection, self.path, _CHARGING):
-                spent = self._read_spent(connection)
-                if not (spent + cost).fits_in(total):
-                    raise _budget_exceeded(cost, total - spent)
+                overall, by_analyst = self._read_tallies(connection)
+                total.check(overall, cost, "the total budget")
+                if analyst_total is not None and analyst is not None:
+                    mine = by_analyst.get(analyst, Tally())
+                    analyst_total.check(mine, cost, f"analyst {analyst}'s budget")
                 cursor = connection.execute(
-                    "INSERT INTO entries (time, analyst, sql, options, epsilon, delta, key)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO entries (time, analyst, sql, options, epsilon, delta, rho, key)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (_now(), analyst, sql, options_json,
-                     _fraction_text(cost.epsilon), _fraction_text(cost.delta), key),
+                     _fraction_text(cost.epsilon), _fraction_text(cost.delta), rho, key),
                 )
                 entry_id = cursor.lastrowid
             # Only once committed: a rolled-back id may be reused by the next writer.
-            self._seen_id, self._seen_total = entry_id, spent + cost
+            self._seen_id, self._seen_tally = entry_id, overall.add(cost)
+            self._seen_by_analyst[analyst] = by_analyst.get(analyst, Tally()).add(cost)
             return entry_id
 
     def record_answer(self, entry_id: int, answer: str) -> None:
@@ -239,39 +204,47 @@ class Ledger:
             " ORDER BY id DESC LIMIT 1", (key,))
         return None if row is None else row[0]
 
-    def spent(self, analyst: str | None = None) -> Spend:
-        """Everything charged so far, by everyone or by one analyst."""
+    def tally(self, analyst: str | None = None) -> Tally:
+        """The exact sums accountants read: of every entry, or of one analyst's."""
         with self._connected() as connection:
             try:
-                if analyst is None:
-                    return self._read_spent(connection)
-                return _sum(connection.execute(
-                    "SELECT epsilon, delta, count(*) FROM entries WHERE analyst = ?"
-                    " GROUP BY epsilon, delta", (analyst,)))
+                overall, by_analyst = self._read_tallies(connection)
             except sqlite3.Error as error:
                 raise _ledger_error(self.path, "read the ledger", error) from error
+        return overall if analyst is None else by_analyst.get(analyst, Tally())
 
-    def entries(self) -> pandas.DataFrame:
-        """Every entry, oldest first, with costs as floats for reading (not for arithmetic)."""
+    def spent(self, analyst: str | None = None) -> Spend:
+        """Everything charged so far under basic composition, by everyone or by one analyst."""
+        tally = self.tally(analyst)
+        return Spend(tally.epsilon, tally.delta)
+
+    def entries(self, analyst: str | None = None) -> pandas.DataFrame:
+        """Every entry (or one analyst's), oldest first, with costs as floats for reading (not
+        for arithmetic); rho is NaN where it was not recorded."""
         import pandas
 
-        columns = ["id", "time", "analyst", "sql", "options", "epsilon", "delta", "answer"]
+        columns = ["id", "time", "analyst", "sql", "options", "epsilon", "delta", "rho", "answer"]
+        query = f"SELECT {', '.join(columns)} FROM entries"
+        query, parameters = (query, ()) if analyst is None else (query + " WHERE analyst = ?",
+                                                                  (analyst,))
         rows = [
-            (*row[:5], float(Fraction(row[5])), float(Fraction(row[6])), row[7])
-            for row in self._read_all(f"SELECT {', '.join(columns)} FROM entries ORDER BY id")
+            (*row[:5], *(float("nan") if v is None else float(Fraction(v)) for v in row[5:8]),
+             row[8])
+            for row in self._read_all(query + " ORDER BY id", parameters)
         ]
         frame = pandas.DataFrame(rows, columns=columns)
-        return frame.astype({"id": "int64", "epsilon": "float64", "delta": "float64"})
+        return frame.astype({"id": "int64", "epsilon": "float64", "delta": "float64",
+                             "rho": "float64"})
 
     def entry(self, entry_id: int) -> Entry | None:
         """One entry, or ``None`` when there is no such id."""
         row = self._read_one(
-            "SELECT id, time, analyst, sql, options, epsilon, delta, answer FROM entries"
+            "SELECT id, time, analyst, sql, options, epsilon, delta, rho, answer FROM entries"
             " WHERE id = ?", (entry_id,))
         if row is None:
             return None
-        cost = Spend(Fraction(row[5]), Fraction(row[6]))
-        return Entry(row[0], row[1], row[2], row[3], json.loads(row[4]), cost, row[7])
+        cost = Spend(Fraction(row[5]), Fraction(row[6]), None if row[7] is None else Fraction(row[7]))
+        return Entry(row[0], row[1], row[2], row[3], json.loads(row[4]), cost, row[8])
 
     def salt(self) -> bytes:
         """This ledger's 32 secret random bytes, made once and kept in the file forever."""
@@ -346,15 +319,20 @@ class Ledger:
             self._pid = os.getpid()
         return self._connection
 
-    def _read_spent(self, connection: sqlite3.Connection) -> Spend:
-        """Everything spent: the cached sum plus the entries committed since it was taken."""
+    def _read_tallies(self, connection: sqlite3.Connection) -> tuple[Tally, dict]:
+        """The tallies of every entry and of each analyst's: the cached sums plus the entries
+        committed since they were taken, grouped by equal costs so long ledgers stay fast."""
         newer = connection.execute(
-            "SELECT epsilon, delta, count(*), max(id) FROM entries WHERE id > ?"
-            " GROUP BY epsilon, delta", (self._seen_id,)).fetchall()
+            "SELECT analyst, epsilon, delta, rho, count(*), max(id) FROM entries WHERE id > ?"
+            " GROUP BY analyst, epsilon, delta, rho", (self._seen_id,)).fetchall()
+        for analyst, epsilon, delta, rho, count, _ in newer:
+            cost = Spend(Fraction(epsilon), Fraction(delta), None if rho is None else Fraction(rho))
+            self._seen_tally = self._seen_tally.add(cost, count)
+            self._seen_by_analyst[analyst] = self._seen_by_analyst.get(analyst, Tally()).add(
+                cost, count)
         if newer:
-            self._seen_total = self._seen_total + _sum(newer)
-            self._seen_id = max(row[3] for row in newer)
-        return self._seen_total
+            self._seen_id = max(row[5] for row in newer)
+        return self._seen_tally, self._seen_by_analyst
 
     def _read_all(self, query: str, parameters: tuple = ()) -> list[tuple]:
         with self._connected() as connection:
@@ -459,51 +437,17 @@ def _ledger_error(path: str | None, action: str, error: sqlite3.Error) -> DPErro
     return DPError(f"could not {action} at {path or ':memory:'}: {error}{outcome}", hint=hint)
 
 
-def _budget_exceeded(cost: Spend, remaining: Spend) -> BudgetExceeded:
-    """Say what was requested, what remains and the difference, for each exceeded part."""
-    parts = []
-    for name in ("epsilon", "delta"):
-        needed, left = getattr(cost, name), max(getattr(remaining, name), Fraction(0))
-        if needed > left:
-            parts.append(f"{name} {_show(needed)} but only {_show(left)} remains "
-                         f"({_show(needed - left)} short)")
-    return BudgetExceeded("this query needs " + ", and ".join(parts),
-                          hint="ask for less, or ask the data curator for more budget")
-
-
-def _show(value: Fraction) -> str:
-    """Exact decimal text when the fraction has one, else ``num/den`` with an approximation.
-
-    >>> _show(Fraction(3, 10)), _show(Fraction(1, 10**6)), _show(Fraction(1, 3))
-    ('0.3', '1e-6', '1/3 (about 0.3333)')
-    """
-    denominator = value.denominator
-    for prime in (2, 5):
-        while denominator % prime == 0:
-            denominator //= prime
-    if denominator != 1:
-        return f"{value.numerator}/{value.denominator} (about {float(value):.4g})"
-    digits = len(str(value.denominator)) + len(str(value.numerator)) + 10
-    with localcontext() as context:
-        context.prec = digits  # enough for a terminating expansion to be exact
-        exact = (Decimal(value.numerator) / Decimal(value.denominator)).normalize()
-    if exact == 0:
-        return "0"
-    return format(exact, "e" if exact.adjusted() < -4 else "f")
-
-
 def _fraction_text(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def _sum(rows) -> Spend:
-    """The exact total of ``(epsilon text, delta text, how many entries)`` rows; the count
-    comes from grouping equal costs in SQL, which is exact and keeps long ledgers fast."""
-    epsilon, delta = Fraction(0), Fraction(0)
-    for epsilon_text, delta_text, count, *_ in rows:
-        epsilon += Fraction(epsilon_text) * count
-        delta += Fraction(delta_text) * count
-    return Spend(epsilon, delta)
+def _accountant(total: Accountant | Spend | None) -> Accountant | None:
+    """A bare ``Spend`` total means basic composition."""
+    if total is None or isinstance(total, Accountant):
+        return total
+    if isinstance(total, Spend):
+        return accountant_for("basic", total)
+    raise InternalError("charge() takes an Accountant or a Spend total")
 
 
 def _options_json(options: dict) -> str:

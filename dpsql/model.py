@@ -25,6 +25,7 @@ from typing import Literal
 
 NeighbourRelation = Literal["unbounded", "bounded"]
 NoiseFamily = Literal["laplace", "gaussian"]
+Accounting = Literal["basic", "advanced", "zcdp"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,13 @@ class Policy:
     """The private tables, each with its unit and limits."""
     public_tables: tuple[PublicTable, ...] = ()
     """Tables anyone may read exactly."""
+    accounting: Accounting = "basic"
+    """How releases add up (``dpsql.accounting``): basic composition, an advanced-composition
+    filter, or zero-concentrated DP; the budget delta must be > 0 for the latter two."""
+    analyst_budget_epsilon: Fraction | None = None
+    """Epsilon each analyst may spend in all (``BUDGET PER ANALYST``); ``None``: no such limit."""
+    analyst_budget_delta: Fraction = Fraction(0)
+    """Delta each analyst may spend in all."""
 
     def table(self, name: str) -> PrivateTable | PublicTable | None:
         """The declaration of a table, matched case-insensitively."""

@@ -4,6 +4,8 @@ A policy is a list of statements, each ending in ``;``. Keywords are case-insens
 ``--`` starts a comment that runs to the end of the line::
 
     BUDGET EPSILON 3.0 DELTA 1e-6;        -- required, once: the total all queries may spend
+    BUDGET PER ANALYST EPSILON 1 DELTA 1e-7;  -- optional: what each analyst may spend in all
+    ACCOUNTING ZCDP;                      -- or BASIC (the default) or ADVANCED
     NEIGHBOURS UNBOUNDED;                 -- or BOUNDED (NEIGHBORS is accepted too)
     QUERY EPSILON 0.1 DELTA 0;            -- default cost of a query that names none
     NOISE LAPLACE;                        -- or GAUSSIAN, which needs a budget delta > 0
@@ -52,7 +54,8 @@ _NUMERIC_TYPES = frozenset(
     "TINYINT SMALLINT INTEGER BIGINT HUGEINT UTINYINT USMALLINT UINTEGER UBIGINT UHUGEINT "
     "FLOAT REAL DOUBLE DECIMAL NUMERIC".split()
 )
-_STATEMENT_WORDS = {"BUDGET", "NEIGHBOURS", "NEIGHBORS", "QUERY", "NOISE", "PRIVATE", "PUBLIC"}
+_STATEMENT_WORDS = {"BUDGET", "NEIGHBOURS", "NEIGHBORS", "QUERY", "NOISE", "PRIVATE", "PUBLIC",
+                    "ACCOUNTING"}
 _TERMINAL_WORDS = {"NAME": "a name", "QUOTED_NAME": "a name", "NUMBER": "a number",
                    "STRING": "a quoted string"}
 
@@ -115,7 +118,7 @@ class _ToStatements(Transformer):
     def neighbour_relation(self, token):
         return token.lower()
 
-    noise_family = neighbour_relation
+    noise_family = accounting_method = neighbour_relation
 
 
 def _error(message: str, position: Position | None, hint: str | None = None) -> PolicyError:
@@ -201,14 +204,15 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
         raise _error("the policy has no BUDGET", Position(1, 1),
                      hint="start it with `BUDGET EPSILON <epsilon>;`")
     settings: dict[str, Any] = {}
-    for statement in (budget, _single(statements, ("query",), "QUERY")):
+    for statement in (budget, _single(statements, ("analyst_budget",), "BUDGET PER ANALYST"),
+                      _single(statements, ("query",), "QUERY")):
         if statement is not None:
             epsilon, delta = statement.args
             for part, number in (("epsilon", epsilon), ("delta", delta)):
                 where[f"{statement.kind}_{part}"] = (number or epsilon).position
                 if number is not None:
                     settings[f"{statement.kind}_{part}"] = number.value
-    for kind in ("neighbours", "noise"):
+    for kind in ("neighbours", "noise", "accounting"):
         statement = _single(statements, (kind,), kind.upper())
         if statement is not None:
             settings[kind], where[kind] = statement.args[0], statement.position
@@ -305,13 +309,49 @@ def validate_policy(policy: Policy, where: Mapping | None = None) -> None:
                          f"{part.upper()} {_number_text(total)}", where.get(f"query_{part}"),
                          hint="a query may not cost more than the whole budget; lower it")
     for field, allowed in (("neighbours", ("unbounded", "bounded")),
-                           ("noise", ("laplace", "gaussian"))):
+                           ("noise", ("laplace", "gaussian")),
+                           ("accounting", ("basic", "advanced", "zcdp"))):
         if getattr(policy, field) not in allowed:
             raise _error(f"{field} must be one of {allowed}, not {getattr(policy, field)!r}", None)
     if policy.noise == "gaussian" and policy.budget_delta == 0:
         raise _error("NOISE GAUSSIAN needs a budget delta greater than 0", where.get("noise"),
                      hint="write `BUDGET EPSILON e DELTA d;` with d > 0, or use NOISE LAPLACE")
+    _check_analyst_budget(policy, where)
     _check_tables(policy, where)
+
+
+def _check_analyst_budget(policy: Policy, where: Mapping) -> None:
+    """BUDGET PER ANALYST fits in the total; ADVANCED and ZCDP have a delta to work with."""
+    epsilon, delta = policy.analyst_budget_epsilon, policy.analyst_budget_delta
+    budgets = [("BUDGET", "budget", policy.budget_delta)]
+    if epsilon is not None:
+        _check_number(epsilon, "BUDGET PER ANALYST EPSILON",
+                      where.get("analyst_budget_epsilon"), "epsilon")
+        budgets.append(("BUDGET PER ANALYST", "analyst_budget", delta))
+    _check_number(delta, "BUDGET PER ANALYST DELTA", where.get("analyst_budget_delta"), "delta")
+    if epsilon is None and delta:
+        raise _error("a BUDGET PER ANALYST DELTA needs a BUDGET PER ANALYST EPSILON", None,
+                     hint="set analyst_budget_epsilon too")
+    for part in ("epsilon", "delta") if epsilon is not None else ():
+        mine, total = getattr(policy, f"analyst_budget_{part}"), getattr(policy, f"budget_{part}")
+        asked = getattr(policy, f"query_{part}")
+        if asked is not None and asked > mine:
+            raise _error(f"QUERY {part.upper()} {_number_text(asked)} is more than BUDGET PER "
+                         f"ANALYST {part.upper()} {_number_text(mine)}", where.get(f"query_{part}"),
+                         hint="a query may not cost more than an analyst's budget; lower it")
+        if mine > total:
+            raise _error(f"BUDGET PER ANALYST {part.upper()} {_number_text(mine)} is more than "
+                         f"BUDGET {part.upper()} {_number_text(total)}",
+                         where.get(f"analyst_budget_{part}"),
+                         hint="an analyst can never spend more than the total; lower it")
+    if policy.accounting == "basic":
+        return
+    for statement, key, budget_delta in budgets:
+        if budget_delta == 0:
+            raise _error(f"ACCOUNTING {policy.accounting.upper()} needs a {statement} DELTA "
+                         "greater than 0", where.get("accounting", where.get(f"{key}_epsilon")),
+                         hint=f"write `{statement} EPSILON e DELTA d;` with d > 0 (such as 1e-6), "
+                              "or use ACCOUNTING BASIC")
 
 
 def _check_number(value, what: str, position: Position | None, kind: str = "bound") -> None:
@@ -520,10 +560,13 @@ def policy_to_text(policy: Policy) -> str:
     NOISE LAPLACE;
     <BLANKLINE>
     """
-    budget = f"BUDGET EPSILON {_number_text(policy.budget_epsilon, ROUND_FLOOR)}"
-    if policy.budget_delta:
-        budget += f" DELTA {_number_text(policy.budget_delta, ROUND_FLOOR)}"
-    lines = [budget + ";", f"NEIGHBOURS {policy.neighbours.upper()};"]
+    lines = [_budget_text("BUDGET", policy.budget_epsilon, policy.budget_delta)]
+    if policy.analyst_budget_epsilon is not None:
+        lines.append(_budget_text("BUDGET PER ANALYST", policy.analyst_budget_epsilon,
+                                  policy.analyst_budget_delta))
+    if policy.accounting != "basic":
+        lines.append(f"ACCOUNTING {policy.accounting.upper()};")
+    lines.append(f"NEIGHBOURS {policy.neighbours.upper()};")
     if policy.query_epsilon is not None:
         query = f"QUERY EPSILON {_number_text(policy.query_epsilon, ROUND_FLOOR)}"
         if policy.query_delta:
@@ -540,6 +583,14 @@ def policy_to_text(policy: Policy) -> str:
         lines.append("")
     lines += [f"PUBLIC TABLE {_table_name_text(table.name)};" for table in policy.public_tables]
     return "\n".join(lines) + "\n"
+
+
+def _budget_text(statement: str, epsilon: Fraction, delta: Fraction) -> str:
+    """A budget statement, rounded down: never more budget than stated."""
+    text = f"{statement} EPSILON {_number_text(epsilon, ROUND_FLOOR)}"
+    if delta:
+        text += f" DELTA {_number_text(delta, ROUND_FLOOR)}"
+    return text + ";"
 
 
 def _table_items(table: PrivateTable) -> list[str]:

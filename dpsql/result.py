@@ -6,36 +6,102 @@ offers what a DuckDB user expects: ``.df()``, ``.fetchall()``, ``.fetchone()``, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime
+import json
+import math
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from typing import Callable
 
 import pandas as pd
 
+from .accounting import Spend, show
 from .errors import InvalidParameter
-from .ledger import Spend
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class QueryCost(Spend):
+    """What one query was charged: (epsilon, delta), its rho, and how it was accounted.
+
+    >>> str(QueryCost(Fraction(1, 10), rho=Fraction(1, 200), accounting="zcdp"))
+    'epsilon 0.1, delta 0 (rho 0.005 under zero-concentrated DP)'
+    >>> cost = QueryCost.free(repeat=True)
+    >>> cost == Spend.ZERO, cost.repeat, str(cost)
+    (True, True, 'free: a repeat of an earlier query, answered with its stored release')
+    """
+
+    accounting: str = "basic"
+    """The accountant that charged it: 'basic', 'advanced' or 'zcdp'."""
+    repeat: bool = False
+    """True when nothing was charged because an identical query's answer was returned."""
+    public: bool = False
+    """True when the query read public tables only."""
+
+    @classmethod
+    def free(cls, *, repeat: bool = False, public: bool = False) -> QueryCost:
+        """Nothing charged: a repeat, or a query over public tables."""
+        return cls(Fraction(0), Fraction(0), repeat=repeat, public=public)
+
+    def __str__(self) -> str:
+        if self.repeat:
+            return "free: a repeat of an earlier query, answered with its stored release"
+        if self.public:
+            return "free: public tables only"
+        text = f"epsilon {show(self.epsilon)}, delta {show(self.delta)}"
+        if self.accounting == "zcdp" and self.rho is not None:
+            text += f" (rho {show(self.rho)} under zero-concentrated DP)"
+        elif self.accounting == "advanced":
+            text += " (under advanced composition)"
+        return text
+
+    def __repr__(self) -> str:
+        return f"QueryCost({self})"
 
 
 @dataclass(frozen=True)
 class Budget:
-    """The privacy budget of a connection: total, spent and what remains."""
+    """A privacy budget as its accountant reads it: total, spent, and what remains.
+
+    Under BASIC, remaining = total - spent. Under ADVANCED and ZCDP composition is sublinear:
+    ``spent`` is the (epsilon, delta) guarantee of everything released so far and
+    ``remaining.epsilon`` the largest epsilon one more single-measure query may spend; rho
+    (ZCDP) is exact and adds up. ``analyst`` is the connected analyst's own budget, when the
+    policy gives analysts one.
+    """
 
     total: Spend
-    """What the policy allows in all."""
+    """What the policy allows in all (with its rho under ZCDP)."""
     spent: Spend
-    """What has been charged so far (by every analyst)."""
+    """What has been charged so far (by every analyst, for the database-wide budget)."""
+    remaining: Spend | None = None
+    """What one more query may spend; defaults to total - spent."""
+    accounting: str = "basic"
+    """The policy's accountant: 'basic', 'advanced' or 'zcdp'."""
+    analyst: Budget | None = None
+    """The connected analyst's own budget (``BUDGET PER ANALYST``), if any."""
+    owner: str | None = field(default=None, compare=False)
+    """``None`` for the database-wide budget, else the analyst's name."""
 
-    @property
-    def remaining(self) -> Spend:
-        """What is left to spend."""
-        return self.total - self.spent
+    def __post_init__(self) -> None:
+        if self.remaining is None:
+            object.__setattr__(self, "remaining", self.total - self.spent)
 
     def __str__(self) -> str:
-        return (
-            f"epsilon {_show(self.spent.epsilon)} of {_show(self.total.epsilon)} spent, "
-            f"{_show(self.remaining.epsilon)} remaining; delta {_show(self.spent.delta)} of "
-            f"{_show(self.total.delta)} spent"
-        )
+        text = (f"epsilon {_show(self.spent.epsilon)} of {_show(self.total.epsilon)} spent, "
+                f"{_show(self.remaining.epsilon)} remaining; delta {_show(self.spent.delta)} of "
+                f"{_show(self.total.delta)} spent")
+        if self.accounting == "zcdp" and self.total.rho is not None:
+            text += (f"; rho {_show(self.spent.rho or 0)} of {_show(self.total.rho)} spent, "
+                     f"{_show(self.remaining.rho or 0)} remaining")
+        if self.accounting != "basic":
+            text += f" ({self.accounting.upper()} accounting)"
+        if self.owner is not None:
+            text = f"analyst {self.owner}: {text}"
+        if self.analyst is not None:
+            text += f"\n{self.analyst}"
+        return text
 
 
 def _show(value: Fraction) -> str:
@@ -65,10 +131,11 @@ class DPResult:
         self.columns = list(columns)
         self._rows = [tuple(r) for r in rows]
         self.cost = cost
-        """The (epsilon, delta) this query was charged."""
+        """What this query was charged: (epsilon, delta) and rho; a ``QueryCost`` from a
+        connection, which also says how it was accounted and whether it was a free repeat."""
         self.exact = exact
         """True for queries over public tables only, answered exactly at no cost."""
-        self.repeat = repeat
+        self.repeat = repeat or bool(getattr(cost, "repeat", False))
         """True when this is a stored earlier answer returned for free."""
         self._widths = widths
 
@@ -118,3 +185,84 @@ class DPResult:
             f"epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
         )
         return f"{body}\n({len(self._rows)} rows; {kind})"
+
+
+# --- stored answers: what a free repeat returns ------------------------------------------------
+
+ANSWER_FORMAT = 1
+"""Version of the JSON a released answer is kept in."""
+
+
+def encode_answer(columns: list[str], rows: list[tuple], noisy: dict[str, list[int]]) -> str:
+    """JSON text that gives back exactly these rows (types included) and noisy measures.
+
+    Values JSON cannot hold exactly are tagged (``{"$date": "2024-01-31"}``). If a value has
+    no exact form, the answer is kept for the record but marked not to be replayed, so a
+    repeat of the query is charged again rather than answered approximately.
+
+    >>> text = encode_answer(["d", "n"], [(datetime.date(2024, 1, 31), 0.1)], {"m0": [3]})
+    >>> decode_answer(text)
+    (['d', 'n'], [(datetime.date(2024, 1, 31), 0.1)], {'m0': (3,)})
+    """
+    record = {"format": ANSWER_FORMAT, "columns": list(columns),
+              "noisy": {name: [int(v) for v in values] for name, values in noisy.items()}}
+    try:
+        record["rows"] = [[_encode(value) for value in row] for row in rows]
+        return json.dumps(record, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        record["rows"] = [[str(value) for value in row] for row in rows]
+        record["replay"] = False
+        return json.dumps(record, separators=(",", ":"))
+
+
+def decode_answer(text: str) -> tuple[list[str], list[tuple], dict[str, tuple[int, ...]]] | None:
+    """Columns, rows and noisy measures of a stored answer, or ``None`` if it cannot be replayed
+    exactly (marked so, another format, or not dpsql's JSON)."""
+    try:
+        record = json.loads(text)
+        if (not isinstance(record, dict) or record.get("format") != ANSWER_FORMAT
+                or record.get("replay", True) is not True):
+            return None
+        rows = [tuple(_decode(value) for value in row) for row in record["rows"]]
+        noisy = {name: tuple(int(v) for v in values) for name, values in record["noisy"].items()}
+        return [str(c) for c in record["columns"]], rows, noisy
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
+        return None
+
+
+_TAGS = {
+    "$float": (float, repr),
+    "$decimal": (Decimal, str),
+    "$datetime": (datetime.datetime.fromisoformat, datetime.datetime.isoformat),
+    "$date": (datetime.date.fromisoformat, datetime.date.isoformat),
+    "$time": (datetime.time.fromisoformat, datetime.time.isoformat),
+    "$timedelta": (lambda v: datetime.timedelta(*v), lambda d: [d.days, d.seconds, d.microseconds]),
+    "$uuid": (uuid.UUID, str),
+    "$bytes": (bytes.fromhex, bytes.hex),
+    "$fraction": (Fraction, str),
+}
+_TYPES = ((float, "$float"), (Decimal, "$decimal"), (datetime.datetime, "$datetime"),
+          (datetime.date, "$date"), (datetime.time, "$time"), (datetime.timedelta, "$timedelta"),
+          (uuid.UUID, "$uuid"), (bytes, "$bytes"), (Fraction, "$fraction"))
+
+
+def _encode(value):
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        value = value.item()  # numpy scalar: the equal Python value
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value  # JSON keeps a float's shortest repr, which reads back exactly
+    for kind, tag in _TYPES:  # datetime before date: it is a subclass
+        if isinstance(value, kind):
+            return {tag: _TAGS[tag][1](value)}
+    raise TypeError(f"cannot store a {type(value).__name__} exactly")
+
+
+def _decode(value):
+    if isinstance(value, dict):
+        (tag, text), = value.items()
+        return _TAGS[tag][0](text)
+    if isinstance(value, list):
+        raise TypeError("a released value is never a list")
+    return value

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dpsql.accounting import Tally, accountant_for
 from dpsql.errors import BudgetExceeded, DPError, InternalError
 from dpsql.ledger import Entry, Ledger, Spend
 
@@ -109,7 +110,89 @@ def test_negative_costs_and_unstorable_options_are_bugs_not_refunds():
             charge(ledger, Spend(Fraction(-1), Fraction(0)), ONE)
         with pytest.raises(InternalError):
             charge(ledger, TENTH, ONE, options={"x": object()})
+        with pytest.raises(InternalError):
+            charge(ledger, Spend(Fraction(1, 10), Fraction(0), Fraction(-1)), ONE)
         assert ledger.spent() == Spend.ZERO and len(ledger.entries()) == 0
+
+
+# -- accountants and per-analyst budgets, decided inside the charge -------------------------
+
+TOTAL = Spend(Fraction(1), Fraction(1, 10**6))
+# A Gaussian-like release: delta > 0 keeps every accountant on its own rule (no basic branch).
+GAUSSIAN = Spend(Fraction(1, 20), Fraction(1, 10**9), Fraction(1, 1000))
+
+
+@pytest.mark.parametrize("accounting", ["basic", "advanced", "zcdp"])
+def test_the_accountant_decides_inside_the_charge(accounting):
+    accountant = accountant_for(accounting, TOTAL)
+    expected = accountant.answerable(GAUSSIAN)
+    with Ledger.open(None) as ledger:
+        for _ in range(expected):
+            charge(ledger, GAUSSIAN, accountant)
+        with pytest.raises(BudgetExceeded, match="in the total budget"):
+            charge(ledger, GAUSSIAN, accountant)
+        tally = ledger.tally()
+        assert tally.entries == expected and accountant.admits(tally)
+        assert tally.rho == expected * GAUSSIAN.rho  # exact, as charged
+    assert {"basic": 20, "advanced": 13, "zcdp": 24}[accounting] == expected
+
+
+def test_analyst_budgets_and_the_total_are_both_checked():
+    total = accountant_for("basic", Spend(Fraction(1)))
+    each = accountant_for("basic", Spend(Fraction(4, 10)))
+    with Ledger.open(None) as ledger:
+        for analyst in ("ann", "ann", "ann", "ann", "bob", "bob", "bob", "bob", "cy", "cy"):
+            charge(ledger, TENTH, total, analyst=analyst, analyst_total=each)
+        with pytest.raises(BudgetExceeded) as refused:
+            charge(ledger, TENTH, total, analyst="ann", analyst_total=each)
+        assert "the total budget" in str(refused.value)
+    with Ledger.open(None) as ledger:
+        for _ in range(4):
+            charge(ledger, TENTH, total, analyst="ann", analyst_total=each)
+        with pytest.raises(BudgetExceeded) as refused:
+            charge(ledger, TENTH, total, analyst="ann", analyst_total=each)
+        assert "only 0 remains (0.1 short), in analyst ann's budget" in str(refused.value)
+        charge(ledger, TENTH, total, analyst="bob", analyst_total=each)  # bob's is his own
+        charge(ledger, TENTH, total)  # the curator is held only to the total
+        assert ledger.tally("ann").epsilon == Fraction(4, 10)
+        assert ledger.tally().epsilon == Fraction(6, 10) and ledger.tally("eve") == Tally()
+
+
+@pytest.mark.parametrize("accounting", ["advanced", "zcdp"])
+def test_threads_racing_per_analyst_budgets_never_overspend(tmp_path, accounting):
+    total = accountant_for(accounting, TOTAL)
+    each = accountant_for(accounting, Spend(Fraction(1, 2), Fraction(1, 10**6)))
+    ledgers = [Ledger.open(tmp_path / "ledger.db") for _ in range(3)]
+    barrier = threading.Barrier(12)
+    won: dict[str, list[int]] = {}
+    failures: list[BaseException] = []
+
+    def spend(ledger: Ledger, analyst: str) -> None:
+        barrier.wait()
+        while True:
+            try:
+                won.setdefault(analyst, []).append(
+                    charge(ledger, GAUSSIAN, total, analyst=analyst, analyst_total=each))
+            except BudgetExceeded:
+                return
+            except BaseException as failure:  # noqa: BLE001 - reported by the test
+                failures.append(failure)
+                return
+
+    workers = [threading.Thread(target=spend, args=(ledgers[i % 3], f"a{i % 6}"))
+               for i in range(12)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not failures, failures
+    tally = ledgers[0].tally()
+    assert tally.entries == total.answerable(GAUSSIAN) and total.admits(tally)
+    for analyst, ids in won.items():
+        assert len(ids) <= each.answerable(GAUSSIAN)
+        assert each.admits(ledgers[1].tally(analyst)) and ledgers[2].tally(analyst).entries == len(ids)
+    for ledger in ledgers:
+        ledger.close()
 
 
 # -- persistence, salt, answers, entries ----------------------------------------------------
@@ -168,19 +251,24 @@ def test_entries_frame_and_entry(tmp_path):
     options = {"epsilon": Fraction(1, 10), "delta": Fraction(0), "noise": "laplace"}
     with Ledger.open(tmp_path / "ledger.db") as ledger:
         assert list(ledger.entries().columns) == [
-            "id", "time", "analyst", "sql", "options", "epsilon", "delta", "answer"]
-        entry_id = charge(ledger, Spend(Fraction(1, 10), Fraction(1, 10**6)),
+            "id", "time", "analyst", "sql", "options", "epsilon", "delta", "rho", "answer"]
+        entry_id = charge(ledger, Spend(Fraction(1, 10), Fraction(1, 10**6), Fraction(1, 400)),
                           Spend(Fraction(1), Fraction(1, 10**5)),
                           sql="SELECT 1", options=options, analyst="ann")
+        charge(ledger, TENTH, Spend(Fraction(1), Fraction(1, 10**5)), analyst="bob")
         ledger.record_answer(entry_id, "[[1]]")
         frame = ledger.entries()
         row = frame.iloc[0]
         assert row["options"] == '{"delta":"0/1","epsilon":"1/10","noise":"laplace"}'
         assert row["epsilon"] == 0.1 and row["delta"] == 1e-6 and row["answer"] == "[[1]]"
+        assert row["rho"] == 0.0025 and frame["rho"].isna().tolist() == [False, True]
+        assert ledger.entries("ann")["analyst"].tolist() == ["ann"]
+        assert ledger.entries("bob")["analyst"].tolist() == ["bob"] and len(ledger.entries("x")) == 0
         assert row["time"].endswith("+00:00") and row["analyst"] == "ann"
         assert str(frame["epsilon"].dtype) == "float64"
         entry = ledger.entry(entry_id)
         assert isinstance(entry, Entry) and entry.cost.delta == Fraction(1, 10**6)
+        assert entry.cost.rho == Fraction(1, 400) and ledger.entry(2).cost.rho is None
         assert json.loads(row["options"]) == entry.options and ledger.entry(99) is None
 
 
@@ -328,6 +416,60 @@ def test_four_processes_never_overspend(tmp_path):
     assert row_count(Path(path)) == 30
 
 
+# Like _SPEND_UNTIL_REFUSED, under a named accountant, as one analyst with a budget of its own.
+_SPEND_AS_ANALYST = _LEDGER_ONLY + """
+from fractions import Fraction
+from dpsql.accounting import accountant_for
+from dpsql.errors import BudgetExceeded
+from dpsql.ledger import Ledger, Spend
+won = []
+cost = Spend(Fraction(1, 20), Fraction(1, 10**9), Fraction(1, 1000))
+total = accountant_for(accounting, Spend(Fraction(1), Fraction(1, 10**6)))
+each = accountant_for(accounting, Spend(Fraction(11, 20), Fraction(1, 10**6)))
+try:
+    with Ledger.open(path) as ledger:
+        barrier.wait()
+        while True:
+            try:
+                won.append(ledger.charge(cost, total, sql="SELECT 1", options={},
+                                         analyst=analyst, analyst_total=each))
+            except BudgetExceeded:
+                break
+except BaseException as failure:
+    results.put(repr(failure))
+else:
+    results.put((analyst, won))
+"""
+
+
+def test_processes_racing_under_zcdp_with_analyst_budgets_never_overspend(tmp_path):
+    path = str(tmp_path / "ledger.db")
+    Ledger.open(path).close()
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(4), context.Queue()
+    processes = [context.Process(target=exec, args=(_SPEND_AS_ANALYST, {
+        "path": path, "barrier": barrier, "results": results, "accounting": "zcdp",
+        "analyst": f"a{i % 3}"})) for i in range(4)]
+    for process in processes:
+        process.start()
+    won = [results.get(timeout=60) for _ in processes]
+    assert all(isinstance(item, tuple) for item in won), won
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    total = accountant_for("zcdp", TOTAL)
+    each = accountant_for("zcdp", Spend(Fraction(11, 20), Fraction(1, 10**6)))
+    per_analyst = {}
+    for analyst, ids in won:
+        per_analyst[analyst] = per_analyst.get(analyst, 0) + len(ids)
+    with Ledger.open(path) as ledger:
+        tally = ledger.tally()
+        # three analysts of 7 each would be 21, but the total admits 24: every analyst is full
+        assert each.answerable(GAUSSIAN) == 7 and total.answerable(GAUSSIAN) == 24
+        assert per_analyst == {"a0": 7, "a1": 7, "a2": 7} and tally.entries == 21
+        assert total.admits(tally) and all(each.admits(ledger.tally(a)) for a in per_analyst)
+
+
 def test_a_forked_child_reopens_the_file_and_cannot_use_a_memory_ledger(tmp_path):
     context = multiprocessing.get_context("fork")
     with Ledger.open(tmp_path / "ledger.db") as on_file, Ledger.open(None) as in_memory:
@@ -397,3 +539,64 @@ def test_sigkill_while_charging_loses_no_committed_charge(tmp_path):
         assert len(reported) <= len(ids) <= len(reported) + round_number + 1
         assert spent.fits_in(Spend(Fraction(10**6)))
     assert len(reported) > 12
+
+
+# Charges a small zCDP budget (two analysts' own, and the total), records each answer, then
+# reports the entry id: an id printed is an answer the analyst saw.
+_CHARGE_AND_ANSWER = _LEDGER_ONLY + """
+from fractions import Fraction
+from dpsql.accounting import accountant_for
+from dpsql.errors import BudgetExceeded
+from dpsql.ledger import Ledger, Spend
+ledger = Ledger.open(sys.argv[1])
+cost = Spend(Fraction(1, 100), Fraction(1, 10**9), Fraction(1, 20000))
+total = accountant_for("zcdp", Spend(Fraction(1, 2), Fraction(1, 10**6)))
+each = accountant_for("zcdp", Spend(Fraction(2, 5), Fraction(1, 10**6)))
+n = 0
+while True:
+    analyst = ("ann", "bob")[n % 2]
+    n += 1
+    try:
+        entry_id = ledger.charge(cost, total, sql="SELECT 1", options={}, analyst=analyst,
+                                 analyst_total=each, key=f"{sys.argv[2]}-{n}")
+    except BudgetExceeded:
+        print("full", flush=True)
+        break
+    ledger.record_answer(entry_id, f"[[{entry_id}]]")
+    print(entry_id, flush=True)
+"""
+
+
+def test_sigkill_in_a_loop_never_loses_a_seen_answer_nor_overspends(tmp_path):
+    """Kill a charging process at random moments until its small budget is gone: after every
+    kill the file is intact, every answer seen is charged and stored, and no budget — the
+    total or an analyst's — is exceeded; in the end exactly the admissible charges exist."""
+    path = tmp_path / "ledger.db"
+    total = accountant_for("zcdp", Spend(Fraction(1, 2), Fraction(1, 10**6)))
+    each = accountant_for("zcdp", Spend(Fraction(2, 5), Fraction(1, 10**6)))
+    cost = Spend(Fraction(1, 100), Fraction(1, 10**9), Fraction(1, 20000))
+    rng = random.Random(20240602)
+    seen: list[int] = []
+    full = False
+    for round_number in range(9):  # eight kills at random moments, then a run to the end
+        child = _run_python(_CHARGE_AND_ANSWER, str(path), str(round_number),
+                            stdout=subprocess.PIPE, text=True)
+        first = child.stdout.readline().strip()
+        if first != "full" and round_number < 8:
+            time.sleep(rng.uniform(0.0, 0.04))
+            child.send_signal(signal.SIGKILL)
+        child.wait()
+        lines = [first, *child.stdout.read().split()]
+        child.stdout.close()
+        full = full or "full" in lines
+        seen += [int(line) for line in lines if line.isdigit()]
+        with sqlite3.connect(path) as connection:
+            assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            answers = dict(connection.execute("SELECT id, answer FROM entries"))
+        assert all(answers[i] == f"[[{i}]]" for i in seen)  # seen: charged and stored
+        with Ledger.open(path) as ledger:
+            assert total.admits(ledger.tally()) and ledger.tally().entries == len(answers)
+            assert each.admits(ledger.tally("ann")) and each.admits(ledger.tally("bob"))
+    assert full, "the last round runs until the budget is gone"
+    with Ledger.open(path) as ledger:
+        assert ledger.tally().entries == total.answerable(cost)

@@ -236,9 +236,12 @@ SYNTAX_ERRORS = [
     (BUDGET + "PRIVATE TABLE t ();", ");", "found ')'", None),
     ("BUDGET EPSILON lots;", "lots", "found 'lots' where a number was expected", None),
     ("BUDGET EPSILON @;", "@", "found '@' where a number was expected", None),
-    ("BUDGET EPSILON 1; SELECT 1;", "SELECT", "where BUDGET, NEIGHBORS, NEIGHBOURS, NOISE, "
-     "PRIVATE, PUBLIC or QUERY was expected", None),
-    ("BUDGET DELTA 1;", "DELTA", "found 'DELTA' where EPSILON was expected", None),
+    ("BUDGET EPSILON 1; SELECT 1;", "SELECT", "where ACCOUNTING, BUDGET, NEIGHBORS, NEIGHBOURS, "
+     "NOISE, PRIVATE, PUBLIC or QUERY was expected", None),
+    ("BUDGET DELTA 1;", "DELTA", "found 'DELTA' where EPSILON or PER was expected", None),
+    ("BUDGET PER EPSILON 1;", "EPSILON", "found 'EPSILON' where ANALYST was expected", None),
+    ("BUDGET EPSILON 1; ACCOUNTING RDP;", "RDP", "where ADVANCED, BASIC or ZCDP was expected",
+     None),
     ("NOISE UNIFORM;", "UNIFORM", "where GAUSSIAN or LAPLACE was expected", None),
     ("NEIGHBOURS SOME;", "SOME", "where BOUNDED or UNBOUNDED was expected", None),
     (BUDGET + "PRIVATE TABLE t (PRIVACY UNIT ROW, max BOUNDS 0 TO 1);", "BOUNDS 0",
@@ -616,3 +619,68 @@ def test_load_policy_errors_point_into_the_file(tmp_path):
 
 def test_grammar_file_sits_in_the_repository():
     assert (Path(__file__).resolve().parents[1] / "grammar" / "policy.lark").is_file()
+
+
+# -- accounting and per-analyst budgets ----------------------------------------------------
+
+
+def test_accounting_and_per_analyst_budget_statements():
+    policy = parse_policy("budget epsilon 3 delta 1e-6; Budget Per Analyst Epsilon 1 Delta 1e-7;\n"
+                          "accounting zcdp; query epsilon 0.5;")
+    assert policy.accounting == "zcdp"
+    assert (policy.analyst_budget_epsilon, policy.analyst_budget_delta) == (
+        Fraction(1), Fraction(1, 10**7))
+    assert parse_policy("BUDGET EPSILON 1; ACCOUNTING ADVANCED;".replace("1;", "1 DELTA 1e-9;")
+                        ).accounting == "advanced"
+
+
+def test_accounting_defaults_to_basic_with_no_analyst_budget():
+    policy = parse_policy(BUDGET)
+    assert policy.accounting == "basic" and policy.analyst_budget_epsilon is None
+    assert policy.analyst_budget_delta == 0
+    assert "ACCOUNTING" not in policy_to_text(policy) and "ANALYST" not in policy_to_text(policy)
+
+
+@pytest.mark.parametrize("text", [
+    "BUDGET EPSILON 3 DELTA 1e-6;\nBUDGET PER ANALYST EPSILON 1.5 DELTA 1e-7;\nACCOUNTING ZCDP;\n",
+    "BUDGET EPSILON 3 DELTA 1e-6;\nBUDGET PER ANALYST EPSILON 1;\nACCOUNTING BASIC;\n",
+    "BUDGET EPSILON 3 DELTA 1e-6;\nACCOUNTING ADVANCED;\nQUERY EPSILON 0.01;\n",
+])
+def test_accounting_round_trips_through_text(text):
+    policy = parse_policy(text)
+    assert parse_policy(policy_to_text(policy)) == policy
+
+
+@pytest.mark.parametrize("text, fragment, message", [
+    ("BUDGET EPSILON 3;\nACCOUNTING ZCDP;", "ACCOUNTING",
+     "ACCOUNTING ZCDP needs a BUDGET DELTA greater than 0"),
+    ("BUDGET EPSILON 3;\nACCOUNTING ADVANCED;", "ACCOUNTING",
+     "ACCOUNTING ADVANCED needs a BUDGET DELTA greater than 0"),
+    ("BUDGET EPSILON 3 DELTA 1e-6;\nBUDGET PER ANALYST EPSILON 1;\nACCOUNTING ZCDP;", "ACCOUNTING",
+     "ACCOUNTING ZCDP needs a BUDGET PER ANALYST DELTA greater than 0"),
+    ("BUDGET EPSILON 3;\nBUDGET PER ANALYST EPSILON 4;", "4;",
+     "BUDGET PER ANALYST EPSILON 4 is more than BUDGET EPSILON 3"),
+    ("BUDGET EPSILON 3 DELTA 1e-6;\nBUDGET PER ANALYST EPSILON 1 DELTA 1e-5;", "1e-5",
+     "BUDGET PER ANALYST DELTA 0.00001 is more than BUDGET DELTA 0.000001"),
+    ("BUDGET EPSILON 3;\nBUDGET PER ANALYST EPSILON 0;", "0;",
+     "BUDGET PER ANALYST EPSILON must be greater than 0"),
+    ("BUDGET EPSILON 3;\nBUDGET PER ANALYST EPSILON 1;\nQUERY EPSILON 2;", "2;",
+     "QUERY EPSILON 2 is more than BUDGET PER ANALYST EPSILON 1"),
+    ("BUDGET EPSILON 3;\nACCOUNTING BASIC;\nACCOUNTING ZCDP;", "ACCOUNTING ZCDP",
+     "ACCOUNTING is given twice"),
+    ("BUDGET EPSILON 3;\nBUDGET PER ANALYST EPSILON 1;\nBUDGET PER ANALYST EPSILON 2;",
+     "BUDGET PER ANALYST EPSILON 2", "BUDGET PER ANALYST is given twice"),
+])
+def test_accounting_errors_point_at_the_text(text, fragment, message):
+    err = policy_error(text)
+    assert message in err.message
+    assert (err.line, err.col) == at(text, fragment)
+
+
+def test_accounting_errors_in_python_policies():
+    with pytest.raises(PolicyError, match="accounting must be one of"):
+        validate_policy(Policy(Fraction(1), Fraction(1, 10**6), accounting="rdp"))
+    with pytest.raises(PolicyError, match="PER ANALYST DELTA needs a BUDGET PER ANALYST EPSILON"):
+        validate_policy(Policy(Fraction(1), Fraction(1, 10**6), analyst_budget_delta=Fraction(1, 10**7)))
+    with pytest.raises(PolicyError, match="exact number"):
+        validate_policy(Policy(Fraction(1), analyst_budget_epsilon=0.5))
