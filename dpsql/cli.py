@@ -2,8 +2,12 @@
 
 Each subcommand is one ``Command`` in ``COMMANDS``: its name, a one-line help, an example
 for ``--help``, a function that declares its arguments and a function that runs it and
-returns an exit code. Adding ``query`` or ``budget`` is one more entry, nothing else.
-Errors become exit codes in one place, ``exit_code``.
+returns an exit code. Errors become exit codes in one place, ``exit_code``. The commands
+use only dpsql's public API (``dpsql.connect`` and what it returns) and the shell's renderer,
+so ``dpsql query`` prints exactly what the shell would.
+
+Answers go to standard output; what they cost and what remains go to standard error, so
+``dpsql query DB "..." --format csv > out.csv`` writes only the data.
 
 >>> main(["demo", "--help"])  # doctest: +ELLIPSIS
 usage: dpsql demo [-h] [--dir DIR]
@@ -14,12 +18,15 @@ usage: dpsql demo [-h] [--dir DIR]
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
-from dpsql.errors import BudgetExceeded, DPError, UnsupportedQuery
+from dpsql.errors import BudgetExceeded, DPError, PolicyError, UnsupportedQuery
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -34,7 +41,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 
 _EXIT_CODES_HELP = """\
 exit codes:
-  0  success
+  0  answered (success)
   1  any other error (bad arguments, policy errors, I/O, ...)
   2  the query was refused (nothing was charged)
   3  the query would exceed the privacy budget (nothing was charged)"""
@@ -70,6 +77,157 @@ class Command:
     """Runs the command and returns its exit code; errors it raises are mapped by ``exit_code``."""
 
 
+# -- shared arguments and helpers ----------------------------------------------------------------
+
+def _database_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("database", metavar="DB", help="a DuckDB database file (opened read-only)")
+
+
+def _policy_argument(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    parser.add_argument(
+        "--policy", metavar="P", required=required,
+        help="the policy file" + ("" if required else
+                                  " (default: the one stored with the ledger by `dpsql init`)"),
+    )
+
+
+def _privacy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--epsilon", metavar="X", help="epsilon of the query (default: the policy's QUERY EPSILON)")
+    parser.add_argument("--delta", metavar="Y", help="delta of the query (default: the policy's, usually 0)")
+
+
+def _analyst_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--analyst", metavar="NAME", help="who is asking; recorded in the ledger")
+
+
+def _connect(args: argparse.Namespace):
+    """Open the database under the given (or stored) policy; policy errors show their line."""
+    import dpsql
+
+    try:
+        return dpsql.connect(args.database, policy=args.policy, analyst=getattr(args, "analyst", None))
+    except PolicyError as error:
+        raise _ReportedError(error, _policy_text(args.policy)) from None
+
+
+def _policy_text(policy: str | None) -> str | None:
+    try:
+        return Path(policy).read_text(encoding="utf-8") if policy else None
+    except (OSError, ValueError):
+        return None
+
+
+class _ReportedError(Exception):
+    """A DPError to print with a caret under its position in ``source``."""
+
+    def __init__(self, error: DPError, source: str | None):
+        super().__init__(str(error))
+        self.error, self.source = error, source
+
+
+def _report(error: DPError, source: str | None) -> int:
+    from dpsql.shell.render import render_error
+
+    sys.stderr.write(render_error(error, source, color=_colors(sys.stderr)))
+    return exit_code(error)
+
+
+def _colors(stream: Any) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def _width() -> int:
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+def _query_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    parser.add_argument("sql", metavar="SQL", help="one SELECT statement")
+    _policy_argument(parser)
+    _privacy_arguments(parser)
+    parser.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
+                        help="how to print the answer (default: table); csv and json add a "
+                             "<column>_halfwidth95 column beside each noisy one")
+    _analyst_argument(parser)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from dpsql.shell.budget import cost_line
+    from dpsql.shell.render import answer_from, render_answer
+
+    with _connect(args) as db:
+        try:
+            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta))
+        except DPError as error:
+            return _report(error, args.sql)
+        sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
+        sys.stdout.flush()
+        print(cost_line(answer, db.budget), file=sys.stderr)
+    return EXIT_OK
+
+
+def _explain_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    parser.add_argument("sql", metavar="SQL", help="one SELECT statement")
+    _policy_argument(parser)
+    _privacy_arguments(parser)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    with _connect(args) as db:
+        try:
+            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta)
+        except DPError as error:
+            return _report(error, args.sql)
+    print(text.rstrip("\n"))
+    return EXIT_OK
+
+
+def _budget_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    _policy_argument(parser)
+
+
+def _budget(args: argparse.Namespace) -> int:
+    from dpsql.shell.budget import render_budget
+
+    with _connect(args) as db:
+        sys.stdout.write(render_budget(db.budget, width=_width(), color=_colors(sys.stdout)))
+    return EXIT_OK
+
+
+def _init_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    _policy_argument(parser, required=True)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from dpsql.shell.budget import remaining_text
+
+    with _connect(args) as db:  # connecting checks the policy against the database
+        db.store_policy()
+        budget = db.budget
+    print(f"The policy is checked against {args.database} and stored with its ledger "
+          f"({args.database}.ledger);\nlater commands on this database need no --policy. "
+          f"Budget: {remaining_text(budget)} remaining.")
+    return EXIT_OK
+
+
+def _shell_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    _policy_argument(parser)
+    _analyst_argument(parser)
+
+
+def _shell(args: argparse.Namespace) -> int:
+    from dpsql.shell import run_shell
+
+    with _connect(args) as db:
+        return run_shell(db, name=args.database)
+
+
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir",
@@ -88,6 +246,47 @@ def _demo(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[Command, ...] = (
     Command(
+        name="shell",
+        help="explore a database interactively: completion, answers with ±, a budget meter",
+        example="  dpsql shell demo-data/shop.duckdb --policy demo-data/shop.policy\n"
+                "  dpsql shell shop.duckdb --analyst ada       # after `dpsql init`\n"
+                "  dpsql shell shop.duckdb < queries.sql       # run a script\n\n"
+                "The history is kept in $DPSQL_HISTORY (default ~/.dpsql_history; empty: none).",
+        add_arguments=_shell_arguments,
+        run=_shell,
+    ),
+    Command(
+        name="query",
+        help="answer one SQL query with differential privacy and print it",
+        example="  dpsql query shop.duckdb \"SELECT store, COUNT(*) AS n FROM visits GROUP BY store\" "
+                "--epsilon 0.5\n"
+                "  dpsql query shop.duckdb \"SELECT AVG(amount) AS a FROM visits\" --format json",
+        add_arguments=_query_arguments,
+        run=_query,
+    ),
+    Command(
+        name="explain",
+        help="show what a query would run and cost, without reading data or spending budget",
+        example="  dpsql explain shop.duckdb \"SELECT AVG(amount) FROM visits\" --epsilon 0.2",
+        add_arguments=_explain_arguments,
+        run=_explain,
+    ),
+    Command(
+        name="budget",
+        help="show the privacy budget: total, spent and remaining",
+        example="  dpsql budget shop.duckdb",
+        add_arguments=_budget_arguments,
+        run=_budget,
+    ),
+    Command(
+        name="init",
+        help="check a policy against a database and store it with the ledger",
+        example="  dpsql init shop.duckdb --policy shop.policy\n"
+                "  dpsql query shop.duckdb \"SELECT COUNT(*) FROM visits\"   # no --policy needed now",
+        add_arguments=_init_arguments,
+        run=_init,
+    ),
+    Command(
         name="demo",
         help="build a sample shop database and run example queries on it",
         example="  dpsql demo\n  dpsql demo --dir /tmp/shop",
@@ -103,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpsql",
         description="Differentially private SQL over DuckDB.",
-        epilog="example:\n  dpsql demo\n\n" + _EXIT_CODES_HELP,
+        epilog="example:\n  dpsql demo\n  dpsql shell demo-data/shop.duckdb --policy demo-data/shop.policy\n\n"
+               + _EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
@@ -133,11 +333,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     try:
         return args.run(args)
+    except _ReportedError as reported:
+        return _report(reported.error, reported.source)
     except DPError as error:
         print(f"dpsql: {error}", file=sys.stderr)
         return exit_code(error)
     except OSError as error:
         print(f"dpsql: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:  # Ctrl-C outside the shell's prompt (a command, a script)
+        print("dpsql: interrupted", file=sys.stderr)
         return EXIT_ERROR
     except Exception:
         traceback.print_exc()

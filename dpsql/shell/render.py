@@ -1,0 +1,362 @@
+"""Text the shell and the command line print: answers with ±, costs, budgets and errors.
+
+Every function here is pure: it takes released values (never exact ones — there are none
+on this side of the API) and returns a string. ``color=True`` adds ANSI styles for a
+terminal; tests read the plain form. The bar chart lives in ``chart.py``, costs and budgets
+in ``budget.py``.
+
+>>> answer = Answer(["store", "n"], [("Loop", 1329), ("Ballard", 945)],
+...                 half_widths={"n": [89.9, 89.9]})
+>>> print(render_answer(answer, "csv"))
+store,n,n_halfwidth95
+Loop,1329,89.9
+Ballard,945,89.9
+<BLANKLINE>
+>>> print(render_answer(answer, "markdown"))
+| store   |          n |
+|---------|-----------:|
+| Loop    | 1,329 ± 90 |
+| Ballard |   945 ± 90 |
+<BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
+
+MODES = ("table", "csv", "json", "markdown", "chart")
+"""Output modes of the shell (``.mode``); the command line offers all but chart."""
+
+ALPHA = 0.05
+"""Intervals are 95%: the ± of every noisy value is the half-width of its 95% noise interval."""
+
+ERROR_LABELS: tuple[tuple[type[DPError], str, str], ...] = (
+    (UnsupportedQuery, "refused", "nothing was read or charged"),
+    (BudgetExceeded, "over budget", "nothing was released or charged"),
+    (InvalidParameter, "invalid parameter", "nothing was charged"),
+    (PolicyError, "policy error", ""),
+    (QueryFailed, "query failed", ""),
+    (DPError, "error", ""),
+)
+"""How each kind of error is introduced, and what it means for the budget; first match wins."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A released result as the shell shows it: values, their ± and what they cost."""
+
+    columns: list[str]
+    """Column names, in order."""
+    rows: list[tuple]
+    """Released rows (noisy values and public keys only)."""
+    half_widths: dict[str, list[float]] = field(default_factory=dict)
+    """Per noisy column, the 95% half-width of each row's noise; keys and exact columns absent."""
+    cost_epsilon: Fraction = Fraction(0)
+    """The epsilon this query was charged."""
+    cost_delta: Fraction = Fraction(0)
+    """The delta this query was charged."""
+    exact: bool = False
+    """True for a query over public tables only: exact, free."""
+    repeat: bool = False
+    """True when the engine returned an earlier answer for free."""
+
+
+def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
+    """The ``Answer`` of a ``DPResult``, with the per-cell half-widths of its noisy columns."""
+    rows = [tuple(row) for row in result.fetchall()]
+    noisy = set() if getattr(result, "exact", False) else set(result.accuracy(alpha))
+    half_widths: dict[str, list[float]] = {}
+    if noisy:
+        cells = result.accuracy_df(alpha)
+        for position, column in enumerate(result.columns):  # by position: names may repeat
+            if column in noisy:
+                half_widths[column] = [float(w) for w in cells.iloc[:, position].tolist()]
+    cost = result.cost
+    return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
+                  Fraction(cost.delta), bool(getattr(result, "exact", False)),
+                  bool(getattr(result, "repeat", False)))
+
+
+def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:
+    """An answer in one of ``MODES`` (chart falls back to a table when it cannot be drawn)."""
+    if mode == "csv":
+        return render_csv(answer)
+    if mode == "json":
+        return render_json(answer)
+    if mode == "markdown":
+        return render_markdown(answer)
+    if mode == "chart":
+        from dpsql.shell.chart import ChartError, render_chart
+
+        try:
+            return render_chart(answer, width=width, color=color)
+        except ChartError as why:
+            return render_table(answer, width=width, color=color) + f"(no chart: {why})\n"
+    return render_table(answer, width=width, color=color)
+
+
+# -- cells -------------------------------------------------------------------------------------
+
+def noisy_parts(value: Any, half_width: float) -> tuple[str, str]:
+    """A noisy value and its half-width as text, both to two significant digits of the half-width.
+
+    Digits finer than the noise are noise, so they are not shown.
+
+    >>> noisy_parts(31204.3, 38.1)
+    ('31,204', '38')
+    >>> noisy_parts(45.1234, 0.35)
+    ('45.12', '0.35')
+    >>> noisy_parts(1186, 6.0)
+    ('1,186', '6')
+    >>> noisy_parts(None, 3.0)
+    ('NULL', '')
+    """
+    if is_missing(value):
+        return "NULL", ""
+    if not isinstance(half_width, (int, float)) or not math.isfinite(half_width) or half_width <= 0:
+        return plain_cell(value), ""
+    decimals = min(6, max(0, 1 - math.floor(math.log10(half_width))))
+    if _is_integer(value):  # a count: whole numbers, and a whole ± once the noise is that wide
+        return f"{int(value):,}", f"{half_width:,.{0 if half_width >= 1 else decimals}f}"
+    return f"{float(value):,.{decimals}f}", f"{half_width:,.{decimals}f}"
+
+
+def plain_cell(value: Any) -> str:
+    """An exact value (a key, or a public table's value) as text."""
+    if is_missing(value):
+        return "NULL"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) or type(value).__name__.startswith("float"):
+        return f"{float(value):,.6g}"
+    if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):
+        return f"{int(value):,}"
+    return str(value)
+
+
+def is_missing(value: Any) -> bool:
+    """True for None, NaN and pandas' NA."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and NA are not equal to themselves
+    except (TypeError, ValueError):
+        return False
+
+
+def cell_texts(answer: Answer) -> list[list[str]]:
+    """Each row's cells as text, noisy ones as ``value ± half-width`` with the ± aligned."""
+    columns = []
+    for index, name in enumerate(answer.columns):
+        widths = answer.half_widths.get(name)
+        if widths is None:
+            columns.append([plain_cell(row[index]) for row in answer.rows])
+            continue
+        parts = [noisy_parts(row[index], w) for row, w in zip(answer.rows, widths)]
+        value_width = max((len(v) for v, _ in parts), default=0)
+        error_width = max((len(e) for _, e in parts), default=0)
+        columns.append([f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v
+                        for v, e in parts])
+    return [list(row) for row in zip(*columns)] if columns else []
+
+
+def is_numeric_column(answer: Answer, name: str) -> bool:
+    """True when every non-NULL value of a column is a number."""
+    index = answer.columns.index(name)
+    values = [row[index] for row in answer.rows if not is_missing(row[index])]
+    return bool(values) and all(_is_number(v) for v in values)
+
+
+def _is_integer(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(_plain_value(value), int)
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(_plain_value(value), (int, float))
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+def render_table(answer: Answer, *, width: int = 100, color: bool = False) -> str:
+    """A boxed table; noisy cells read ``value ± half-width``, keys are left-aligned."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.ROUNDED, header_style="bold", show_edge=True, pad_edge=True)
+    for name in answer.columns:
+        right = name in answer.half_widths or is_numeric_column(answer, name)
+        table.add_column(Text(name), justify="right" if right else "left", no_wrap=True)
+    for cells in cell_texts(answer):
+        table.add_row(*(Text(c, style="dim" if c == "NULL" else "") for c in cells))
+    rows = len(answer.rows)
+    text = to_text(table, width=width, color=color)
+    return text + f"{rows} row{'s' if rows != 1 else ''}\n"
+
+
+def render_rows(columns: list[str], rows: list[tuple], *, width: int = 100, color: bool = False,
+                wrap_last: bool = False) -> str:
+    """A plain table of text cells, for listings (tables, schema, ledger)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
+    for i, name in enumerate(columns):
+        wraps = wrap_last and i == len(columns) - 1
+        table.add_column(Text(name), no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+    for row in rows:
+        table.add_row(*(Text(str(cell)) for cell in row))
+    return to_text(table, width=width, color=color)
+
+
+def render_csv(answer: Answer) -> str:
+    """CSV with full-precision values; each noisy column is followed by ``<name>_halfwidth95``."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(_flat_header(answer))
+    for record in _flat_rows(answer):
+        writer.writerow(["" if v is None else v for v in record])
+    return buffer.getvalue()
+
+
+def render_json(answer: Answer) -> str:
+    """A JSON array of row objects; each noisy column also has ``<name>_halfwidth95``."""
+    header = _flat_header(answer)
+    records = [dict(zip(header, record)) for record in _flat_rows(answer)]
+    return json.dumps(records, indent=2, default=str, allow_nan=False) + "\n"
+
+
+def render_markdown(answer: Answer) -> str:
+    """A GitHub-flavoured Markdown table, cells as in the boxed table."""
+    rows = cell_texts(answer)
+    right = [name in answer.half_widths or is_numeric_column(answer, name) for name in answer.columns]
+    widths = [max([len(name), 3, *(len(r[i]) for r in rows)]) for i, name in enumerate(answer.columns)]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if r else c.ljust(w)
+                                 for c, w, r in zip(cells, widths, right)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 1) + ":" if r else "-" * (w + 2) for w, r in zip(widths, right)) + "|"
+    return "\n".join([line(answer.columns), rule, *map(line, rows)]) + "\n"
+
+
+def _flat_header(answer: Answer) -> list[str]:
+    header = []
+    for name in answer.columns:
+        header.append(name)
+        if name in answer.half_widths:
+            header.append(f"{name}_halfwidth95")
+    return header
+
+
+def _flat_rows(answer: Answer) -> list[list[Any]]:
+    records = []
+    for r, row in enumerate(answer.rows):
+        record = []
+        for name, value in zip(answer.columns, row):
+            record.append(_plain_value(value))
+            if name in answer.half_widths:
+                record.append(_plain_value(answer.half_widths[name][r]))
+        records.append(record)
+    return records
+
+
+def _plain_value(value: Any) -> Any:
+    """A value as a JSON/CSV-ready Python object: numpy scalars unwrapped, NaN as None."""
+    if is_missing(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, Fraction):
+        return float(value)
+    return value
+
+
+def number(value: Any) -> str:
+    """A privacy amount for reading (never for arithmetic): 0.1, 2.9, 1e-06."""
+    return f"{float(value):.6g}"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def render_error(error: DPError, sql: str | None = None, *, color: bool = False) -> str:
+    """An error with a caret under its position in ``sql``, its hint and what it cost.
+
+    >>> err = UnsupportedQuery("column user_id is neither aggregated nor grouped", line=1, col=8)
+    >>> print(render_error(err, "SELECT user_id FROM visits"))
+    refused: column user_id is neither aggregated nor grouped
+    LINE 1: SELECT user_id FROM visits
+                   ^
+    (nothing was read or charged)
+    <BLANKLINE>
+    """
+    from rich.text import Text
+
+    label, consequence = next((label, note) for kind, label, note in ERROR_LABELS if isinstance(error, kind))
+    text = Text()
+    text.append(f"{label}: ", style="bold red")
+    text.append(f"{error.message}\n")
+    position = caret_lines(sql, error.line, error.col) if sql else None
+    if position is not None:
+        source, caret = position
+        text.append(source + "\n")
+        text.append(caret + "\n", style="bold red")
+    if error.hint:
+        text.append("hint: ", style="bold")
+        text.append(f"{error.hint}\n")
+    if consequence:
+        text.append(f"({consequence})\n", style="dim")
+    return to_text(text, width=10_000, color=color, end="")
+
+
+def caret_lines(sql: str, line: int | None, col: int | None, max_width: int = 100) -> tuple[str, str] | None:
+    """The line of ``sql`` holding (line, col) and a caret under col, psql style.
+
+    Long lines are cut to a window around the caret.
+
+    >>> print("\\n".join(caret_lines("SELECT a\\nFROM t GROUP BY zip", 2, 17)))
+    LINE 2: FROM t GROUP BY zip
+                            ^
+    """
+    lines = sql.split("\n")
+    if line is None or col is None or not 1 <= line <= len(lines):
+        return None
+    source = lines[line - 1].replace("\t", " ")  # a tab is one column in the engine's count
+    offset = min(max(col - 1, 0), len(source))
+    if len(source) > max_width:
+        start = max(0, min(offset - max_width // 2, len(source) - max_width))
+        cut = source[start:start + max_width]
+        prefix_mark = "…" if start > 0 else ""
+        suffix_mark = "…" if start + max_width < len(source) else ""
+        source, offset = prefix_mark + cut + suffix_mark, offset - start + len(prefix_mark)
+    prefix = f"LINE {line}: "
+    return prefix + source, " " * (len(prefix) + offset) + "^"
+
+
+# -- rich to text ------------------------------------------------------------------------------
+
+def to_text(renderable: Any, *, width: int, color: bool, end: str = "\n") -> str:
+    """Render a rich object to a string, with ANSI styles only when ``color``."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=max(width, 20), force_terminal=color, no_color=not color,
+                      color_system="standard" if color else None, highlight=False, markup=False,
+                      emoji=False, soft_wrap=False, legacy_windows=False)
+    console.print(renderable, end=end, soft_wrap=end == "")
+    if color:
+        return buffer.getvalue()
+    # Tables pad every line to their width; plain text needs no trailing blanks.
+    return "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))

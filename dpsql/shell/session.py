@@ -1,0 +1,150 @@
+"""What one input to the shell does, without a terminal: a dot command or SQL in, text out.
+
+``handle_input`` is the whole shell minus prompt_toolkit: the interactive loop (``app.py``)
+and the script runner (``run_script``, for ``dpsql shell DB < file.sql``) both call it.
+SQL goes to ``db.sql`` one statement at a time; a refusal comes back as its error with a
+caret under the position, and the shell carries on.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
+
+from dpsql.errors import DPError
+from dpsql.shell.commands import CommandError, run_dot_command
+from dpsql.shell.budget import cost_line
+from dpsql.shell.render import answer_from, number, render_answer, render_error
+from dpsql.shell.state import ShellState
+
+QUIT_WORDS = frozenset({"exit", "quit", "\\q"})
+"""What people type to leave other shells; accepted here too."""
+
+
+def handle_input(state: ShellState, text: str) -> str:
+    """Do what one accepted input asks and return what to print."""
+    stripped = text.strip()
+    if not stripped:
+        return ""
+    if stripped.lower() in QUIT_WORDS:
+        state.quit_requested = True
+        return ""
+    if stripped.startswith("."):
+        return _run_command(state, stripped)
+    return "".join(run_sql(state, statement) for statement in split_statements(text))
+
+
+def _run_command(state: ShellState, line: str) -> str:
+    try:
+        return run_dot_command(state, line)
+    except CommandError as error:
+        return f"error: {error}\n"
+    except DPError as error:
+        return render_error(error, color=state.color)
+
+
+def run_sql(state: ShellState, sql: str) -> str:
+    """Answer one statement under the state's epsilon and delta; show it and what it cost."""
+    state.cancel_requested = False
+    spent_before = state.db.budget.spent
+    try:
+        result = state.db.sql(sql, epsilon=state.epsilon, delta=state.delta)
+        answer = answer_from(result)
+    except KeyboardInterrupt:
+        return _cancelled(state, spent_before)
+    except DPError as error:
+        if state.cancel_requested:  # DuckDB turns Ctrl-C into a failed query
+            return _cancelled(state, spent_before)
+        return render_error(error, sql, color=state.color)
+    finally:
+        state.refresh_budget()
+    state.last_answer = answer
+    footer = cost_line(answer, state.budget) + "\n"
+    if state.output is not None:
+        with state.output.open("a", encoding="utf-8") as file:
+            file.write(render_answer(answer, state.mode, width=state.width, color=False))
+        rows = len(answer.rows)
+        return f"wrote {rows} row{'s' if rows != 1 else ''} to {state.output}\n" + footer
+    return render_answer(answer, state.mode, width=state.width, color=state.color) + footer
+
+
+def _cancelled(state: ShellState, spent_before) -> str:
+    state.refresh_budget()
+    charged = state.budget.spent.epsilon - spent_before.epsilon
+    if charged > 0:
+        return (f"cancelled: epsilon {number(charged)} was already charged and no answer was "
+                "released\n")
+    return "cancelled before anything was charged\n"
+
+
+# -- statements --------------------------------------------------------------------------------
+
+def split_statements(text: str) -> list[str]:
+    """The statements of ``text``, split at semicolons outside strings and comments.
+
+    >>> split_statements("SELECT ';' AS s; SELECT 2 -- done;\\n;")
+    ["SELECT ';' AS s", 'SELECT 2 -- done;']
+    """
+    try:
+        tokens = DuckDB().tokenize(text)
+    except SqlglotError:  # unfinished: the engine will say where
+        return [text.strip()]
+    statements, start = [], 0
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            statements.append(text[start:token.start])
+            start = token.end + 1
+    statements.append(text[start:])
+    return [s.strip() for s in statements if s.strip()]
+
+
+def statement_is_complete(text: str) -> bool:
+    """True when Enter should run the input: it ends with ``;``, or is a dot command.
+
+    >>> statement_is_complete("SELECT COUNT(*)\\nFROM visits")
+    False
+    >>> statement_is_complete("SELECT ';'; -- a comment")
+    True
+    >>> statement_is_complete(".tables")
+    True
+    """
+    stripped = text.strip()
+    if not stripped or stripped.startswith(".") or stripped.lower() in QUIT_WORDS:
+        return True
+    try:
+        tokens = DuckDB().tokenize(text)
+    except SqlglotError:  # an open string or comment: the statement goes on
+        return False
+    return bool(tokens) and tokens[-1].token_type == TokenType.SEMICOLON
+
+
+def inputs_of_script(script: str) -> Iterator[str]:
+    """The inputs a script holds, as if typed one after another at the prompt.
+
+    >>> list(inputs_of_script(".mode csv\\nSELECT 1\\n  AS one;\\n.budget\\n"))
+    ['.mode csv', 'SELECT 1\\n  AS one;', '.budget']
+    """
+    pending: list[str] = []
+    for line in script.splitlines():
+        if not pending and line.strip().startswith("."):
+            yield line.strip()
+            continue
+        if not pending and not line.strip():
+            continue
+        pending.append(line)
+        if statement_is_complete("\n".join(pending)):
+            yield "\n".join(pending)
+            pending = []
+    if pending and "\n".join(pending).strip():
+        yield "\n".join(pending)
+
+
+def run_script(state: ShellState, script: str, write) -> None:
+    """Run every input of ``script`` in order, passing what each prints to ``write``."""
+    for text in inputs_of_script(script):
+        write(handle_input(state, text))
+        if state.quit_requested:
+            return

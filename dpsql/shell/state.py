@@ -1,0 +1,57 @@
+"""What one shell session remembers between inputs.
+
+The state holds the connection and the analyst's settings (defaults for the next queries,
+output mode, output file) and the last answer, for ``.chart``. It is a plain mutable object
+so that each dot command can be a function of (state, arguments) tested without a terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from dpsql.shell.render import Answer
+
+
+@dataclass
+class ShellState:
+    """One interactive session over one connection."""
+
+    db: Any
+    """The dpsql connection; only its public API is used."""
+    mode: str = "table"
+    """How answers are shown: one of ``render.MODES``."""
+    epsilon: Fraction | None = None
+    """Epsilon of the next queries; None means the policy's QUERY EPSILON."""
+    delta: Fraction | None = None
+    """Delta of the next queries; None means the policy's default."""
+    output: Path | None = None
+    """Where answers are written (``.output FILE``); None means the screen."""
+    last_answer: Answer | None = None
+    """The last answer shown, which ``.chart`` draws."""
+    width: int = 100
+    """Columns of the terminal, for tables and charts."""
+    color: bool = False
+    """Whether output carries ANSI styles (a terminal) or is plain (tests, files, pipes)."""
+    quit_requested: bool = False
+    """Set by ``.quit``; the loop ends after the current input."""
+    cancel_requested: bool = False
+    """Set by Ctrl-C while a query runs, so its failure reads as a cancellation."""
+    budget: Any = None
+    """The budget as last read, for the toolbar (which redraws on every key press)."""
+    catalog: dict[str, list[str]] = field(default_factory=dict)
+    """Table -> column names the analyst may query (schema only), for completion."""
+
+    def refresh_budget(self) -> None:
+        """Read the budget again (after anything that may have charged it)."""
+        self.budget = self.db.budget
+
+
+def new_state(db: Any, **settings: Any) -> ShellState:
+    """A state for ``db`` with its catalog and budget read once."""
+    state = ShellState(db=db, **settings)
+    state.catalog = {table: list(db.columns(table)) for table in db.tables()}
+    state.refresh_budget()
+    return state
