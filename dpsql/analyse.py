@@ -12,14 +12,20 @@ a share of epsilon and delta, and a noise scale:
   sensitivity of a plain sum when the bounds are one-signed) and a count of the same non-NULL
   values; released as the ratio, clamped into [lo, hi].
 
-The query's epsilon (and delta, for Gaussian noise) is split equally between the measures;
-basic composition makes the query (sum of shares)-DP.
+* ``VARIANCE``/``STDDEV``: centred sum, sum of squared centred values and count.
+* ``COUNT(DISTINCT unit)``: one per (unit, group) the unit contributes to.
+
+The query's epsilon is split between its aggregates by weight (equal by default), and
+each aggregate's share equally between its measures; partition selection, when a GROUP BY
+key has no public domain, takes one more share and the delta. Basic composition makes the
+query (sum of shares, sum of deltas)-DP, and a self-check refuses a plan that would spend
+more than was asked.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from sqlglot import exp
@@ -28,9 +34,11 @@ from .calibrate import gaussian_sigma_squared, laplace_scale
 from .errors import InternalError, UnsupportedQuery
 from .model import Policy
 from .parse import node_position
-from .plan import Aggregate, ClampedColumn, Measure, OutputColumn, Plan, PrivateQuery
+from .plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Plan, PrivateQuery, Selection
+from .selection import selection_rule
 from .ranges import Interval, derive_range, is_integral_type
-from .sensitivity import bounded_sum_sensitivity
+from .quantile import quantile_rule
+from .sensitivity import Sensitivity, bounded_sum_sensitivity, distinct_units_sensitivity
 
 FINE_BITS = 40
 """Grid resolution below the largest bound: per-row rounding error at most 2**-41 of it."""
@@ -45,31 +53,107 @@ class PrivacyOptions:
     epsilon: Fraction
     """Total epsilon of the query."""
     delta: Fraction = Fraction(0)
-    """Total delta of the query (used only by Gaussian noise)."""
+    """Total delta of the query (Gaussian noise and partition selection use it)."""
     noise: str = "laplace"
     """'laplace' or 'gaussian' (Gaussian needs delta > 0)."""
+    weights: tuple[tuple[str, Fraction], ...] = ()
+    """Relative epsilon shares by aggregate (output name or as written); 1 when not named."""
 
 
 def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, sql: str = "") -> Plan:
-    """Build the plan: measures, outputs, sensitivities, epsilon split and noise scales."""
-    shapes, outputs = _measure_shapes(query, sql)
+    """Build the plan: measures, sensitivities, epsilon split, noise scales, partition selection."""
     gaussian = options.noise == "gaussian"
     if gaussian and options.delta <= 0:
         raise UnsupportedQuery("Gaussian noise needs delta > 0", hint="pass delta=1e-7 or use Laplace noise")
-    count = len(shapes)
-    epsilon_share = options.epsilon / count
-    delta_share = options.delta / count if gaussian else Fraction(0)
-    measures = tuple(
-        _finish_measure(shape, query, policy, epsilon_share, delta_share, gaussian) for shape in shapes
+    private_keys = [k for k in query.keys if k.domain is None]
+    if private_keys and options.delta <= 0:
+        line, col = node_position(private_keys[0].expression, sql)
+        raise UnsupportedQuery(
+            f"GROUP BY {private_keys[0].expression.sql(dialect='duckdb')} has no public KEYS domain, and "
+            "without delta its keys cannot be released (which keys exist is private)",
+            line=line, col=col,
+            hint="declare the column's domain with KEYS in the policy, or give delta > 0 (e.g. delta=1e-7) "
+                 "so keys can pass partition selection",
+        )
+    weights = _weights(query, options)
+    shares = sum(weights.values()) + (1 if private_keys else 0)
+    selection_delta = options.delta if private_keys and not gaussian else options.delta / 2 if private_keys else 0
+    measure_delta = options.delta - selection_delta if gaussian else Fraction(0)
+
+    measures: list[Measure] = []
+    releases: list[AggregateRelease] = []
+    for aggregate in query.aggregates:
+        epsilon = options.epsilon * weights[aggregate.name] / shares
+        shapes, release = _shapes_of(aggregate, query, sql, start=len(measures))
+        gaussian_here = gaussian and measure_delta > 0
+        count = len(shapes)
+        measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
+        if release.function == "quantile":
+            measure, rule = _histogram(shapes[0], query, policy, epsilon, release.quantile)
+            measures.append(measure)
+            releases.append(replace(release, epsilon=epsilon, rule=rule))
+            continue
+        measures.extend(_finish_aggregate(shapes, query, policy, epsilon / count,
+                                          Fraction(measure_share) / count, gaussian_here))
+        releases.append(replace(release, epsilon=epsilon))
+    selection = None
+    if private_keys:
+        rule = selection_rule(options.epsilon / shares, Fraction(selection_delta),
+                              _groups_per_unit(query), policy.neighbours)
+        selection = Selection(measure="u", epsilon=rule.epsilon, delta=rule.delta,
+                              scale=rule.scale, threshold=rule.threshold)
+    epsilon = sum((m.epsilon for m in measures), Fraction(0)) + (selection.epsilon if selection else 0)
+    delta = sum((m.delta for m in measures), Fraction(0)) + (selection.delta if selection else 0)
+    if epsilon > options.epsilon or delta > options.delta:
+        raise InternalError("the plan would spend more than was asked")  # Tumult's self-check
+    return Plan(query=query, measures=tuple(measures), aggregates=tuple(releases), selection=selection,
+                epsilon=epsilon, delta=delta, neighbours=policy.neighbours)
+
+
+def _weights(query: PrivateQuery, options: PrivacyOptions) -> dict[str, Fraction]:
+    named = {name.lower(): Fraction(weight) for name, weight in options.weights}
+    by_output = {aggregate: output.lower() for output, aggregate in query.direct}
+    weights = {}
+    for aggregate in query.aggregates:
+        keys = (aggregate.label.lower(), by_output.get(aggregate.name, ""))
+        weight = next((named[k] for k in keys if k in named), Fraction(1))
+        if weight <= 0:
+            raise UnsupportedQuery(f"the weight of {aggregate.label} must be positive, got {weight}",
+                                   hint="give every aggregate a positive weight")
+        weights[aggregate.name] = weight
+    unknown = set(named) - {a.label.lower() for a in query.aggregates} - set(by_output.values())
+    if unknown:
+        raise UnsupportedQuery(f"weights name no aggregate of the query: {', '.join(sorted(unknown))}",
+                               hint="name an aggregate by its output name or as written, e.g. 'count_star()'")
+    return weights
+
+
+QUANTILE_BUCKETS = 1024
+"""Candidates of a DP quantile: the edges of this many equal buckets between the bounds."""
+
+
+def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q: float):
+    """A quantile's bucket-count measure and its exponential-mechanism rule.
+
+    One unit puts at most k values into a group's histogram and, over all groups, at most k
+    in total (the rows it is granted), so with Delta_u computed for k the releases of all
+    groups together are epsilon-DP (``dpsql.quantile``)."""
+    rows = 1 if query.rule.row_level else query.rule.max_rows_per_unit
+    interval = shape.interval
+    rule = quantile_rule(q, epsilon, rows, policy.neighbours, interval.lower, interval.upper, QUANTILE_BUCKETS)
+    width = (interval.upper - interval.lower) / QUANTILE_BUCKETS
+    measure = Measure(
+        name=shape.name, kind="histogram", argument=shape.argument, clamped_columns=shape.clamped,
+        grid=width, lower=0, upper=QUANTILE_BUCKETS - 1, centred=False,
+        sensitivity=Sensitivity(rule.utility_sensitivity, rule.utility_sensitivity ** 2),
+        epsilon=epsilon, delta=Fraction(0), noise="exponential", scale=rule.utility_sensitivity,
+        offset=interval.lower,
     )
-    return Plan(
-        query=query,
-        measures=measures,
-        outputs=tuple(outputs),
-        epsilon=epsilon_share * count,
-        delta=delta_share * count,
-        neighbours=policy.neighbours,
-    )
+    return measure, rule
+
+
+def _groups_per_unit(query: PrivateQuery) -> int:
+    return 1 if query.rule.row_level else query.rule.groups_per_unit
 
 
 @dataclass(frozen=True)
@@ -81,43 +165,53 @@ class _Shape:
     argument: exp.Expression | None
     interval: Interval | None
     clamped: tuple[ClampedColumn, ...]
-    centred: bool
+    centred: bool = False
+    squared: bool = False
     counts_values_of: str | None = None
+    fine_bits: int = 40
 
 
-def _measure_shapes(query: PrivateQuery, sql: str) -> tuple[list[_Shape], list[OutputColumn]]:
-    shapes: list[_Shape] = []
-    outputs: list[OutputColumn] = []
-
-    def add(**fields) -> str:
-        name = f"m{len(shapes)}"
-        shapes.append(_Shape(name=name, **fields))
-        return name
-
-    for output_name, kind, index in query.outputs:
-        if kind == "key":
-            outputs.append(OutputColumn(output_name, "key", key_index=index))
-            continue
-        aggregate: Aggregate = query.aggregates[index]
-        if aggregate.function == "count":
-            name = add(kind="count", argument=aggregate.argument, interval=None, clamped=(), centred=False)
-            outputs.append(OutputColumn(output_name, "count", (name,)))
-            continue
-        interval = derive_range(aggregate.argument, _column_bounds(query), sql)
-        if interval is None:
+def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int):
+    """The measures an aggregate needs, and how its value is released from them."""
+    names = [f"m{start + i}" for i in range(3)]
+    function = aggregate.function
+    if function == "count":
+        shape = _Shape(names[0], "count", aggregate.argument, None, ())
+        return [shape], AggregateRelease(aggregate.name, "count", (names[0],))
+    if function == "count_units":
+        shape = _Shape(names[0], "units", None, None, ())
+        return [shape], AggregateRelease(aggregate.name, "count_units", (names[0],))
+    interval = derive_range(aggregate.argument, _column_bounds(query), sql)
+    if interval is None:
+        line, col = node_position(aggregate.argument, sql)
+        raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
+                               line=line, col=col, hint="aggregate a column or an expression over columns")
+    clamped = _clamped_columns(aggregate.argument, query)
+    bounds = dict(lower=interval.lower, upper=interval.upper)
+    if function == "quantile":
+        if interval.lower == interval.upper:
             line, col = node_position(aggregate.argument, sql)
-            raise UnsupportedQuery(f"{aggregate.function.upper()} of an expression that is always NULL",
-                                   line=line, col=col, hint="sum a column or an expression over columns")
-        clamped = _clamped_columns(aggregate.argument, query)
-        centred = aggregate.function == "avg"
-        total = add(kind="sum", argument=aggregate.argument, interval=interval, clamped=clamped, centred=centred)
-        if aggregate.function == "sum":
-            outputs.append(OutputColumn(output_name, "sum", (total,)))
-            continue
-        count = add(kind="count", argument=aggregate.argument, interval=interval, clamped=clamped,
-                    centred=False, counts_values_of=total)
-        outputs.append(OutputColumn(output_name, "avg", (total, count), lower=interval.lower, upper=interval.upper))
-    return shapes, outputs
+            raise UnsupportedQuery(f"{aggregate.label}: the expression's bounds are equal, so it is constant",
+                                   line=line, col=col, hint="select the constant itself")
+        shape = _Shape(names[0], "histogram", aggregate.argument, interval, clamped)
+        return [shape], AggregateRelease(aggregate.name, "quantile", (names[0],), quantile=aggregate.quantile,
+                                         **bounds)
+    if function == "sum":
+        shape = _Shape(names[0], "sum", aggregate.argument, interval, clamped)
+        return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
+    if function == "avg":
+        total = _Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True)
+        count = _Shape(names[1], "count", aggregate.argument, interval, clamped, counts_values_of=names[0])
+        return [total, count], AggregateRelease(aggregate.name, "avg", (names[0], names[1]), **bounds)
+    # VARIANCE / STDDEV: centred sum, sum of squares and count on a coarser grid (12 bits of
+    # the range), so squares stay moderate integers.
+    total = _Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True, fine_bits=12)
+    squares = _Shape(names[1], "sum", aggregate.argument, interval, clamped, centred=True, squared=True,
+                     fine_bits=12)
+    count = _Shape(names[2], "count", aggregate.argument, interval, clamped, counts_values_of=names[0],
+                   fine_bits=12)
+    return [total, squares, count], AggregateRelease(aggregate.name, function, tuple(names), sample=aggregate.sample,
+                                                     **bounds)
 
 
 def _column_bounds(query: PrivateQuery):
@@ -146,12 +240,12 @@ def _clamped_columns(argument: exp.Expression, query: PrivateQuery) -> tuple[Cla
     return tuple(clamped)
 
 
-def choose_grid(interval: Interval, rows_per_unit: int, epsilon: Fraction) -> Fraction:
+def choose_grid(interval: Interval, rows_per_unit: int, epsilon: Fraction, fine_bits: int = FINE_BITS) -> Fraction:
     """The power-of-two grid a sum is computed and released on; depends on the policy only.
 
-    Fine enough that rounding each row moves it by at most 2**-41 of the largest bound, and
-    coarse enough that the noise scale in grid units stays below 2**36. Integer-valued
-    expressions keep a grid of 1 unless the noise would be that large.
+    Fine enough that rounding each row moves it by at most 2**-(fine_bits+1) of the largest
+    bound, and coarse enough that the noise scale in grid units stays below 2**36.
+    Integer-valued expressions keep a grid of 1 unless the noise would be that large.
 
     >>> choose_grid(Interval(Fraction(0), Fraction(500), True), 10, Fraction(1, 10))
     Fraction(1, 1)
@@ -159,7 +253,7 @@ def choose_grid(interval: Interval, rows_per_unit: int, epsilon: Fraction) -> Fr
     Fraction(1, 4294967296)
     """
     magnitude = max(abs(interval.lower), abs(interval.upper), Fraction(1, 2**1000))
-    exponent = math.floor(math.log2(magnitude)) - FINE_BITS
+    exponent = math.floor(math.log2(magnitude)) - fine_bits
     if interval.integral:
         exponent = max(exponent, 0)
     noise_magnitude = 16 * rows_per_unit * magnitude / epsilon  # above any scale we calibrate
@@ -167,26 +261,31 @@ def choose_grid(interval: Interval, rows_per_unit: int, epsilon: Fraction) -> Fr
     return Fraction(2) ** exponent
 
 
-def _finish_measure(shape: _Shape, query: PrivateQuery, policy: Policy, epsilon: Fraction,
-                    delta: Fraction, gaussian: bool) -> Measure:
-    rows_per_unit = query.rule.max_rows_per_unit
-    if shape.kind == "count" and shape.interval is None:
-        return _calibrated(shape, query, policy, Fraction(1), epsilon, delta, gaussian)
-    grid = choose_grid(shape.interval, rows_per_unit, epsilon)
-    while True:  # coarsen the grid until the sampler's integers stay moderate
-        measure = _calibrated(shape, query, policy, grid, epsilon, delta, gaussian)
-        if measure.noise == "none" or measure.scale < SAMPLER_LIMITS[measure.noise]:
-            return measure
+SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52, "none": Fraction(2) ** 1000}
+"""Largest Laplace scale / Gaussian sigma^2 (grid units) handed to the exact samplers."""
+
+
+def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy, epsilon: Fraction,
+                      delta: Fraction, gaussian: bool) -> list[Measure]:
+    """Calibrate an aggregate's measures on one shared grid, coarsened until all fit the samplers."""
+    valued = next((s for s in shapes if s.interval is not None), None)
+    if valued is None:
+        return [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
+    grid = choose_grid(valued.interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
+    while True:
+        measures = [_calibrated(s, query, policy, grid, epsilon, delta, gaussian) for s in shapes]
+        if all(m.scale < SAMPLER_LIMITS[m.noise] for m in measures):
+            return measures
         grid *= 2
 
 
-SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52}
-"""Largest Laplace scale / Gaussian sigma^2 (grid units) handed to the exact samplers."""
+def _rows_per_unit(shape: _Shape, query: PrivateQuery) -> int:
+    """How many groups one unit's distinct-unit counts can touch."""
+    return min(_groups_per_unit(query), query.rule.max_rows_per_unit) if query.keys else 1
 
 
 def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
                 delta: Fraction, gaussian: bool) -> Measure:
-    rows_per_unit = query.rule.max_rows_per_unit
     if shape.interval is None:
         lower, upper = 0, 1
     else:
@@ -194,16 +293,23 @@ def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fracti
         upper = math.ceil(shape.interval.upper / grid)
         if max(abs(lower), abs(upper)) >= 2**62:
             raise InternalError("grid bounds overflow 64-bit integers")
-    if shape.kind == "count":
+    spread = upper - lower
+    if shape.kind in ("count", "units"):
         value_lower, value_upper = 0, 1
+    elif shape.squared:
+        value_lower, value_upper = 0, spread * spread
     elif shape.centred:
-        value_lower, value_upper = -(upper - lower), upper - lower
+        value_lower, value_upper = -spread, spread
     else:
         value_lower, value_upper = lower, upper
-    sensitivity = bounded_sum_sensitivity(
-        value_lower, value_upper, rows_per_unit=rows_per_unit,
-        neighbours=policy.neighbours, grouped=bool(query.keys),
-    )
+    if shape.kind == "units":
+        sensitivity = distinct_units_sensitivity(groups_per_unit=_rows_per_unit(shape, query),
+                                                 neighbours=policy.neighbours, grouped=bool(query.keys))
+    else:
+        sensitivity = bounded_sum_sensitivity(
+            value_lower, value_upper, rows_per_unit=query.rule.max_rows_per_unit,
+            neighbours=policy.neighbours, grouped=bool(query.keys),
+        )
     if sensitivity.l1 == 0:
         scale, noise = Fraction(1), "none"  # a measure nobody can move needs no noise
     elif gaussian:
@@ -221,8 +327,9 @@ def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fracti
         centred=shape.centred,
         sensitivity=sensitivity,
         epsilon=epsilon,
-        delta=delta,
+        delta=delta if noise == "gaussian" else Fraction(0),
         noise=noise,
         scale=scale,
         counts_values_of=shape.counts_values_of,
+        squared=shape.squared,
     )

@@ -78,47 +78,48 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
     return BoundTable(key, declaration, catalog[key], reference)
 
 
-def bind_columns(tree: exp.Expression, bound: BoundTable, sql: str, aliases: frozenset = frozenset()) -> None:
-    """Resolve every column of ``tree`` (in place) against the single table ``bound``.
+def scope_of(bound: BoundTable) -> dict:
+    """(qualifier or None, column) -> column, for a query over one table."""
+    scope = {}
+    for column in bound.columns:
+        scope[(None, column)] = column
+        for qualifier in {bound.reference, bound.name.split(".")[-1]}:
+            scope[(qualifier, column)] = column
+    return scope
 
-    As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY a column to an
-    alias; alias references are left for the check stage to resolve.
+
+def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset()) -> None:
+    """Resolve every column of ``nodes`` (in place) through ``scope``.
+
+    As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY and HAVING a
+    column to an alias; alias references are left (unquoted) for the check stage to resolve.
     """
-    for column in list(tree.find_all(exp.Column)):
-        if isinstance(column.this, exp.Star):
-            continue
-        if _is_alias_reference(column, bound, aliases):
-            continue
-        qualifier = column.table.lower() if column.table else None
-        name = column.name.lower()
-        line, col = node_position(column, sql)
-        if qualifier is not None and qualifier not in (bound.reference, bound.name.split(".")[-1]):
-            raise UnsupportedQuery(
-                f"unknown table or alias {column.table} in {column.sql(dialect='duckdb')}",
-                line=line,
-                col=col,
-                construct=column.sql(dialect="duckdb"),
-                hint=f"refer to the table as {bound.reference}",
-            )
-        if name not in bound.columns:
-            raise UnsupportedQuery(
-                f"unknown column {column.name} in table {bound.name}",
-                line=line,
-                col=col,
-                construct=column.name,
-                hint=f"the columns are: {', '.join(bound.columns)}",
-            )
-        column.set("table", None)
-        column.set("db", None)
-        column.set("catalog", None)
-        identifier = exp.to_identifier(name, quoted=True)
-        identifier.meta.update(column.this.meta)  # keep the position for later refusals
-        column.set("this", identifier)
+    names = {c for (q, c) in scope}
+    for node in nodes:
+        for column in list(node.find_all(exp.Column)):
+            if isinstance(column.this, exp.Star):
+                continue
+            if _is_alias_reference(column, names, aliases):
+                continue
+            qualifier = column.table.lower() if column.table else None
+            target = scope.get((qualifier, column.name.lower()))
+            if target is None:
+                line, col = node_position(column, sql)
+                shown = column.sql(dialect="duckdb")
+                known_qualifier = qualifier is None or any(q == qualifier for (q, _) in scope)
+                raise UnsupportedQuery(
+                    f"unknown column {column.name}" if known_qualifier else f"unknown table or alias {column.table} in {shown}",
+                    line=line, col=col, construct=shown,
+                    hint=f"the columns are: {', '.join(sorted(c for (q, c) in scope if q is None))}")
+            identifier = exp.to_identifier(target, quoted=True)
+            identifier.meta.update(column.this.meta)  # keep the position for later refusals
+            column.replace(exp.Column(this=identifier))
 
 
-def _is_alias_reference(column: exp.Column, bound: BoundTable, aliases: frozenset) -> bool:
+def _is_alias_reference(column: exp.Column, names: set, aliases: frozenset) -> bool:
     if column.table or column.name.lower() not in aliases:
         return False
     if column.find_ancestor(exp.Order) is not None:
         return True
-    return column.find_ancestor(exp.Group) is not None and column.name.lower() not in bound.columns
+    in_clause = column.find_ancestor(exp.Group, exp.Having) is not None
+    return in_clause and column.name.lower() not in names

@@ -2,71 +2,66 @@
 
 Static: reads the SQL, the policy and the schema only, touches no data and costs nothing.
 Accepted are (a) queries over public tables only, which run exactly, and (b) one SELECT over
-one private table of COUNT(*), COUNT(expr), SUM(expr), AVG(expr), grouped by columns with a
-public KEYS domain, filtered by a deterministic row-level WHERE, sorted and limited on the
-released values. Every node is checked against an allow-list (a dispatch on node class);
-anything else is refused with a ``DPError`` that names it, where it is, and what to write.
+one private table whose select list, HAVING and ORDER BY combine aggregates (COUNT, SUM, AVG,
+VARIANCE, STDDEV, quantiles, COUNT(DISTINCT unit), with FILTER) and GROUP BY keys, filtered
+by a deterministic row-level WHERE. Every node is checked against an allow-list (see
+``dpsql.allowlist``); anything else is refused with a ``DPError`` that names it, where it
+is, and what to write.
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
+from .aggregates import split_aggregates
+from .allowlist import POST_FUNCTIONS, ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_row_level, refuse
 from .bind import Catalog, bind_columns, bind_table, table_key
-from .errors import UnsupportedQuery
+from .relation import PublicData, build_relation, touches_private
 from .model import Policy, PrivateTable
-from .parse import DIALECT, describe, node_position
-from .plan import Aggregate, GroupKey, OrderItem, PrivateQuery, PublicQuery
+from .parse import DIALECT, describe
+from .plan import GroupKey, PrivateQuery, PublicQuery
 
-ROW_LEVEL_NODES = tuple(
-    getattr(exp, name)
-    for name in (
-        "Column", "Identifier", "Literal", "Null", "Boolean", "Paren", "Neg", "Not", "And", "Or",
-        "EQ", "NEQ", "NullSafeEQ", "NullSafeNEQ", "GT", "GTE", "LT", "LTE", "Is", "In", "Between",
-        "Like", "ILike", "Add", "Sub", "Mul", "Div", "IntDiv", "Mod", "Case", "If", "Coalesce",
-        "Least", "Greatest", "Abs", "Round", "Floor", "Ceil", "Sign", "Cast", "TryCast", "DataType",
-        "DataTypeParam", "Extract", "Var", "Year", "Month", "Day", "Quarter", "DayOfWeek",
-        "DayOfWeekIso", "DayOfMonth", "DayOfYear", "WeekOfYear", "TimestampTrunc", "DateTrunc",
-        "Lower", "Upper", "Length", "Substring", "Trim", "DPipe", "Concat", "Interval", "Nullif",
-        "StartsWith", "EndsWith", "Left", "Right", "Tuple",
-    )
-    if hasattr(exp, name)
-)
-"""Row-level constructs: deterministic, total once wrapped in TRY, cost linear in the row."""
-
-ROW_LEVEL_FUNCTIONS = frozenset(
-    {
-        "date_part", "datepart", "dayname", "monthname", "isodow", "yearweek", "week", "hour",
-        "minute", "second", "isnan", "isinf", "isfinite", "strlen", "contains", "prefix", "suffix",
-    }
-)
-"""DuckDB functions sqlglot leaves anonymous that are safe on private rows."""
-
-AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
-
-SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "where", "group", "order", "limit", "offset", "kind"}
+SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "joins", "where", "group", "having", "order", "limit",
+                        "offset", "kind", "distinct"}
 """Parts of a SELECT a private query may have; any other part present is refused by name."""
 
 
-def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> PrivateQuery | PublicQuery:
-    """Decide whether ``tree`` can be answered, and describe it for the next stage."""
+def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
+                data: PublicData | None = None) -> PrivateQuery | PublicQuery:
+    """Decide whether ``tree`` can be answered, and describe it for the next stage.
+
+    ``data`` reads public tables and query schemas (joins need a public key's multiplicity);
+    it never reads a private row.
+    """
     tree = tree.copy()
-    with_ = tree.args.get("with_") or tree.args.get("with")
-    if with_:
-        _refuse(with_, sql, "WITH (a CTE) is not supported yet",
-                "write the CTE's query as the FROM table's filter, or query the table directly")
-    tables = list(tree.find_all(exp.Table))
+    ctes = _ctes(tree, sql, policy, catalog)
+    tables = [t for t in tree.find_all(exp.Table) if t.db or t.name.lower() not in ctes]
     if not tables:
-        _refuse(tree, sql, "a query must read a declared table", "add FROM <table>")
-    bound = [bind_table(t, policy, catalog, sql) for t in tables]
-    if all(not isinstance(b.declaration, PrivateTable) for b in bound):
+        refuse(tree, sql, "a query must read a declared table", "add FROM <table>")
+    for table in tables:
+        bind_table(table, policy, catalog, sql)
+    if not touches_private(list(tree.find_all(exp.Table)), policy, catalog, ctes):
         return _check_public(tree, sql)
-    return _check_private(tree, sql, policy, catalog)
+    tree.set("with_", None)
+    tree.set("with", None)
+    return _check_private(tree, sql, policy, catalog, data, ctes)
 
 
-def _refuse(node: exp.Expression, sql: str, message: str, hint: str) -> None:
-    line, col = node_position(node, sql)
-    raise UnsupportedQuery(message, line=line, col=col, construct=describe(node), hint=hint)
+def _ctes(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> dict:
+    """CTE name -> its query; a CTE may not shadow a table (names resolve as in DuckDB)."""
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    if not with_:
+        return {}
+    if with_.args.get("recursive"):
+        refuse(with_, sql, "recursive CTEs are not supported", "write the query without RECURSIVE")
+    ctes = {}
+    for cte in with_.expressions:
+        name = cte.alias.lower()
+        if policy.table(name) is not None or name in catalog or name in ctes:
+            refuse(cte, sql, f"the CTE {cte.alias} would shadow a table of the same name",
+                   "give the CTE another name")
+        ctes[name] = cte.this
+    return ctes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,10 +77,10 @@ PUBLIC_NODES = ROW_LEVEL_NODES + (
 def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
     for node in tree.walk():
         if isinstance(node, exp.Anonymous):
-            if node.name.lower() not in ROW_LEVEL_FUNCTIONS:
-                _refuse(node, sql, f"function {node.name} is not allowed", "use standard SQL functions")
+            if node.name.lower() not in POST_FUNCTIONS:
+                refuse(node, sql, f"function {node.name} is not allowed", "use standard SQL functions")
         elif not isinstance(node, PUBLIC_NODES):
-            _refuse(node, sql, f"{describe(node)} is not allowed here", "query declared tables with SELECT")
+            refuse(node, sql, f"{describe(node)} is not allowed here", "query declared tables with SELECT")
     return PublicQuery(tree.sql(dialect=DIALECT))
 
 
@@ -93,54 +88,52 @@ def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
 # One private table: aggregates only.
 
 
-def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> PrivateQuery:
+def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
+                   data: PublicData | None, ctes: dict) -> PrivateQuery:
     if not isinstance(tree, exp.Select):
-        _refuse(tree, sql, f"{describe(tree)} over a private table is not supported", "write one SELECT")
+        refuse(tree, sql, f"{describe(tree)} over private data is not supported at the top level",
+               "write one SELECT; combine branches with UNION ALL inside a FROM subquery")
     for part, value in tree.args.items():
         if value and part not in SELECT_PARTS_ALLOWED:
             node = value[0] if isinstance(value, list) else value
             node = node if isinstance(node, exp.Expression) else tree
-            _refuse(node, sql, f"{_part_name(part)} is not supported over a private table",
-                    _PART_HINTS.get(part, "aggregate one private table with COUNT, SUM or AVG"))
+            refuse(node, sql, f"{_part_name(part)} is not supported over a private table",
+                   _PART_HINTS.get(part, "aggregate one private table"))
     from_ = tree.args.get("from_") or tree.args.get("from")
-    if from_ is None or not isinstance(from_.this, exp.Table):
-        _refuse(from_.this if from_ is not None else tree, sql, "a private query must read one table directly",
-                "write SELECT ... FROM <table> without subqueries")
-    table = bind_table(from_.this, policy, catalog, sql)
-    rule = table.declaration
-    for node in tree.walk():
-        if isinstance(node, (exp.Subquery, exp.Select)) and node is not tree:
-            _refuse(node, sql, "subqueries over a private table are not supported yet",
-                    "compute the aggregate over the table directly")
+    if from_ is None:
+        refuse(tree, sql, "a private query must read a table", "add FROM <table>")
+    relation = build_relation(from_, tree.args.get("joins") or [], policy, catalog, sql, data, ctes)
+    parts = [tree.args.get(p) for p in ("where", "group", "having", "order")] + list(tree.expressions)
+    parts = [p for p in parts if p is not None]
+    for part in parts:
+        for node in part.walk():
+            if isinstance(node, (exp.Subquery, exp.Select)):
+                refuse(node, sql, "subqueries outside FROM are not supported over private data",
+                       "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
-    bind_columns(tree, table, sql, aliases)
-
+    bind_columns(parts, relation.scope, sql, aliases)
+    rule = relation.rule
     where = tree.args.get("where")
     if where is not None:
-        _check_row_level(where.this, sql, "WHERE")
-    keys = _check_group_by(tree, sql, rule)
-    aggregates, outputs = _check_select_list(tree, sql, rule, keys)
-    order = _check_order(tree, sql, outputs)
-    limit, offset = _check_limit(tree, sql)
+        check_row_level(where.this, sql, "WHERE")
+    keys = _group_keys(tree, sql, rule)
+    unit = None if rule.row_level else rule.unit.lower()
+    aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, unit)
     return PrivateQuery(
-        table=table.name,
+        table=relation.label,
         rule=rule,
-        column_types=tuple(table.columns.items()),
+        column_types=tuple(relation.columns.items()),
         where=where.this if where is not None else None,
         keys=tuple(keys),
         aggregates=tuple(aggregates),
+        post=post,
         outputs=tuple(outputs),
-        order=order,
-        limit=limit,
-        offset=offset,
+        direct=tuple(direct),
+        source=None if isinstance(relation.sql, exp.Table) else relation.sql,
     )
 
 
 _PART_HINTS = {
-    "joins": "joins of private tables are not supported yet; query one table",
-    "with": "inline the CTE; subqueries over private tables are not supported yet",
-    "distinct": "SELECT DISTINCT would release private values; use COUNT or GROUP BY a column with KEYS",
-    "having": "HAVING is not supported yet; filter the released DataFrame instead",
     "qualify": "QUALIFY filters on window functions, which are not supported",
     "windows": "window functions are not supported",
     "laterals": "LATERAL joins are not supported",
@@ -149,51 +142,31 @@ _PART_HINTS = {
 
 
 def _part_name(part: str) -> str:
-    return {"joins": "JOIN", "with": "WITH (a CTE)", "distinct": "SELECT DISTINCT"}.get(part, part.upper())
+    return {"joins": "JOIN", "with": "WITH (a CTE)"}.get(part, part.upper())
 
 
-def _check_row_level(node: exp.Expression, sql: str, where: str) -> None:
-    """Refuse anything in a row-level expression that is not on the allow-list."""
-    for sub in node.walk():
-        if isinstance(sub, exp.AggFunc):
-            _refuse(sub, sql, f"aggregate {describe(sub)} cannot be used in {where}",
-                    "aggregates belong in the select list")
-        if isinstance(sub, exp.Window):
-            _refuse(sub, sql, "window functions are not supported", "aggregate with GROUP BY instead")
-        if isinstance(sub, exp.Anonymous):
-            if sub.name.lower() not in ROW_LEVEL_FUNCTIONS:
-                _refuse(sub, sql, f"function {sub.name} is not allowed on private rows",
-                        "use comparisons, arithmetic, CASE, string and date functions")
-            continue
-        if not isinstance(sub, ROW_LEVEL_NODES):
-            _refuse(sub, sql, f"{describe(sub)} is not allowed on private rows",
-                    "use comparisons, arithmetic, CASE, string and date functions")
-
-
-def _check_group_by(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey]:
+def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey]:
+    """GROUP BY items as keys: a bare column with a KEYS domain is public, anything else private."""
     group = tree.args.get("group")
     if group is None:
         return []
     for part in ("rollup", "cube", "grouping_sets"):
         if group.args.get(part):
-            _refuse(group, sql, f"GROUP BY {part.upper()} is not supported", "GROUP BY plain columns")
+            refuse(group, sql, f"GROUP BY {part.upper()} is not supported", "GROUP BY plain columns")
     keys: list[GroupKey] = []
     for item in group.expressions:
-        column = _resolve_group_item(item, tree)
-        if not isinstance(column, exp.Column):
-            _refuse(item, sql, f"GROUP BY {item.sql(dialect=DIALECT)} is not supported yet",
-                    "group by a column that has a KEYS domain in the policy")
-        name = column.name
-        if rule.unit is not None and name == rule.unit.lower():
-            _refuse(item, sql, f"GROUP BY the privacy unit {name} would release one answer per unit",
-                    "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
-        declared = rule.column(name)
-        if declared is None or declared.keys is None:
-            _refuse(item, sql, f"GROUP BY {name}: the column has no public KEYS domain in the policy",
-                    f"declare `{name} KEYS FROM <public table>.<column>` or `{name} KEYS ('a', 'b')`")
-        if any(k.column == name for k in keys):
+        expression = _resolve_group_item(item, tree)
+        check_row_level(expression, sql, "GROUP BY")
+        if isinstance(expression, exp.Column) and rule.unit is not None and expression.name == rule.unit.lower():
+            refuse(item, sql, f"GROUP BY the privacy unit {expression.name} would release one answer per unit",
+                   "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
+        if any(k.expression == expression for k in keys):
             continue
-        keys.append(GroupKey(output=name, column=name, domain=declared.keys))
+        domain = None
+        if isinstance(expression, exp.Column):
+            declared = rule.column(expression.name)
+            domain = declared.keys if declared is not None else None
+        keys.append(GroupKey(name=f"g{len(keys)}", expression=expression.copy(), domain=domain))
     return keys
 
 
@@ -204,108 +177,11 @@ def _resolve_group_item(item: exp.Expression, tree: exp.Select) -> exp.Expressio
         index = int(item.this) - 1
         if 0 <= index < len(selects):
             return selects[index].unalias()
-    if isinstance(item, exp.Column) and not item.table:
+    if isinstance(item, exp.Column) and not item.this.args.get("quoted"):
         for select in selects:
             if isinstance(select, exp.Alias) and select.alias.lower() == item.name.lower():
                 return select.this
     return item
 
 
-def _output_name(node: exp.Expression) -> str:
-    if isinstance(node, exp.Alias):
-        return node.alias
-    if isinstance(node, exp.Column):
-        return node.name
-    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
-        return "count_star()"
-    if isinstance(node, exp.AggFunc):
-        return f"{AGGREGATES.get(type(node), node.key)}({node.this.sql(dialect=DIALECT)})".replace('"', "")
-    return node.sql(dialect=DIALECT)
-
-
-def _check_select_list(tree, sql, rule, keys):
-    aggregates: list[Aggregate] = []
-    outputs: list[tuple[str, str, int]] = []
-    for item in tree.expressions:
-        name = _output_name(item)
-        node = item.unalias()
-        if isinstance(node, exp.Star):
-            _refuse(node, sql, "SELECT * would release private rows",
-                    "select aggregates such as COUNT(*), SUM(col) or AVG(col)")
-        if isinstance(node, exp.Column):
-            index = next((i for i, k in enumerate(keys) if k.column == node.name), None)
-            if index is None:
-                _refuse(node, sql, f"column {node.name} is neither aggregated nor grouped, so it would "
-                        "release private values", f"wrap it in COUNT, SUM or AVG, or GROUP BY {node.name} "
-                        "if it has a public KEYS domain")
-            outputs.append((name, "key", index))
-            continue
-        if isinstance(node, exp.Window):
-            _refuse(node, sql, "window functions are not supported", "aggregate with GROUP BY instead")
-        function = AGGREGATES.get(type(node))
-        if function is None:
-            if isinstance(node, exp.AggFunc):
-                _refuse(node, sql, f"aggregate {describe(node)} is not supported yet",
-                        "use COUNT, SUM or AVG")
-            _refuse(node, sql, f"{describe(node)} in the select list is not supported over a private "
-                    "table", "select group keys and plain COUNT, SUM or AVG aggregates")
-        argument = node.this
-        if isinstance(argument, exp.Distinct):
-            _refuse(node, sql, f"{function.upper()}(DISTINCT ...) is not supported yet",
-                    f"use {function.upper()}(column) without DISTINCT")
-        if isinstance(argument, exp.Star):
-            if function != "count":
-                _refuse(node, sql, f"{function.upper()}(*) is not valid", "name a column")
-            argument = None
-        else:
-            _check_row_level(argument, sql, f"{function.upper()}(...)")
-        outputs.append((name, "aggregate", len(aggregates)))
-        aggregates.append(Aggregate(output=name, function=function, argument=argument))
-    if not aggregates:
-        _refuse(tree, sql, "a query over a private table must aggregate",
-                "select COUNT(*), SUM(col) or AVG(col)")
-    return aggregates, outputs
-
-
-def _check_order(tree, sql, outputs) -> tuple[OrderItem, ...]:
-    order = tree.args.get("order")
-    if order is None:
-        return ()
-    selects = tree.expressions
-    items = []
-    for ordered in order.expressions:
-        target = ordered.this
-        index = None
-        if isinstance(target, exp.Literal) and not target.is_string and target.this.isdigit():
-            index = int(target.this) - 1 if 0 < int(target.this) <= len(outputs) else None
-        else:
-            for i, select in enumerate(selects):
-                names = {outputs[i][0].lower()}
-                if (isinstance(target, exp.Column) and not target.table and target.name.lower() in names) \
-                        or target == select.unalias():
-                    index = i
-                    break
-        if index is None:
-            shown = target.name if isinstance(target, exp.Column) else target.sql(dialect=DIALECT)
-            _refuse(target, sql, f"ORDER BY {shown} must name a selected column",
-                    "order by an output column, its alias or its position")
-        items.append(OrderItem(output=index, descending=bool(ordered.args.get("desc"))))
-    return tuple(items)
-
-
-def _check_limit(tree, sql) -> tuple[int | None, int]:
-    values = []
-    for part in ("limit", "offset"):
-        node = tree.args.get(part)
-        if node is None:
-            values.append(None)
-            continue
-        literal = node.expression if part == "limit" else node.expression
-        if not (isinstance(literal, exp.Literal) and not literal.is_string and literal.this.isdigit()):
-            _refuse(node, sql, f"{part.upper()} must be a non-negative integer constant",
-                    f"write {part.upper()} 10")
-        values.append(int(literal.this))
-    return values[0], values[1] or 0
-
-
-__all__ = ["check_query", "table_key"]
+__all__ = ["check_query", "table_key", "ROW_LEVEL_NODES", "ROW_LEVEL_FUNCTIONS"]

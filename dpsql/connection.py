@@ -5,32 +5,40 @@ check, analyse, rewrite, parameter validation — runs first, touching no privat
 charging nothing; then the ledger is charged in one transaction; only then is private data
 read. Any failure after the charge keeps the charge and reaches the analyst as a fixed
 message with no data in it.
+
+Accounting (``dpsql.accounting``): the policy's accountant decides, inside the ledger's charge
+transaction, whether a query's cost fits the database-wide budget and, for a named analyst,
+that analyst's own budget. A query identical to an earlier one (``dpsql.normalise``: same
+normalised SQL, same plan options, same policy, same analyst) returns the earlier query's
+stored noisy answer at no cost, even after a restart; nothing is drawn for it.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
 from .check import check_query
 from .engine import Engine
-from .errors import InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
+from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
 from .explain import explain_plan
-from .ledger import Ledger, Spend
+from .ledger import Ledger
 from .model import Policy
-from .parse import parse_query
+from .normalise import normalised_sql, repeat_key
+from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
-from .release import half_widths, release_measures, released_rows
-from .result import Budget, DPResult
-from .rewrite import domain_sql, rewrite_plan
+from .aggregates import post_sql
+from .release import Release, core_columns, core_rows, half_widths, release_measures
+from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
+from .rewrite import domain_sql, rewrite_histogram, rewrite_plan
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -42,8 +50,10 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
     table name -> pandas DataFrame. ``policy``: a policy file path, policy text, or a Policy.
     ``ledger``: where the budget ledger lives; by default ``<database file>.ledger`` beside a
-    file, in memory otherwise. ``rng``: a noise source for tests; production uses the
-    cryptographically secure default.
+    file, in memory otherwise. ``analyst``: who is asking; their charges count against the
+    policy's ``BUDGET PER ANALYST`` as well as the total, and ``db.ledger()`` shows them only
+    their own entries (``None``, the curator, sees all). ``rng``: a noise source for tests;
+    production uses the cryptographically secure default.
 
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 1, 2], "x": [1.0, 2.0, 3.0]})
@@ -61,6 +71,9 @@ class Connection:
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None):
+        if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
+            raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
+                                   hint="pass analyst='alice', or leave it out")
         self._engine = Engine.open(target)
         try:
             if ledger is None and self._engine.path is not None:
@@ -78,6 +91,12 @@ class Connection:
             raise
         self.analyst = analyst
         self._rng = rng
+        self._accountant = accountant_for(self.policy.accounting, self._total())
+        self._analyst_accountant = None if self.policy.analyst_budget_epsilon is None else \
+            accountant_for(self.policy.accounting, Spend(self.policy.analyst_budget_epsilon,
+                                                         self.policy.analyst_budget_delta))
+        self._policy_text = policy_to_text(self.policy)
+        self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
 
     def _load_policy(self, policy: Any) -> Policy:
         if policy is not None:
@@ -90,52 +109,106 @@ class Connection:
 
     # -- public API ---------------------------------------------------------------------------
 
-    def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None) -> DPResult:
-        """Answer ``sql`` with differential privacy, charging its cost to the budget."""
-        checked = self._check(sql)
+    def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
+            weights: dict | None = None) -> DPResult:
+        """Answer ``sql`` with differential privacy, charging its cost to the budget.
+
+        ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
+        written: relative weight}); equal by default.
+        """
+        tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
-        plan = self._plan(checked, sql, epsilon, delta, noise)
+        epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+        plan = self._plan(checked, sql, epsilon, delta, noise, weights)
         bounded_sql = rewrite_plan(plan)
-        keys = self._domain(checked)
-        cost = Spend(plan.epsilon, plan.delta)
-        entry = self._ledger.charge(cost, self._total(), sql=parse_query(sql).sql(dialect="duckdb"),
-                                    options=self._options(plan), analyst=self.analyst)
+        normal_sql, key = self._repeat_key(tree, plan)
+        repeat = self._replay(plan, checked, key)
+        if repeat is not None:
+            return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
+        cost = query_cost(plan)
+        self._check_accountable(cost)
+        salt = self._salt_for(bounded_sql)
+        domain = self._domain(checked) if plan.selection is None else None
+        types = self._core_types(plan, bounded_sql, salt)
+        entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
+                                    analyst=self.analyst, key=key,
+                                    analyst_total=self._analyst_accountant)
         # The charge is committed: from here on, private data is read.
         try:
-            salt = {"salt": self._ledger.salt().hex()} if "$salt" in bounded_sql else None
             exact = self._engine.fetch(bounded_sql, salt)
-            release = release_measures(plan, keys, exact, self._rng)
-            all_rows = released_rows(plan, release)
-            kept = _post_process(plan.query, all_rows)
-            rows = [all_rows[i] for i in kept]
+            histograms = {}
+            for measure in plan.histograms:
+                histogram_sql = rewrite_histogram(plan, measure)
+                histograms[measure.name] = self._engine.fetch(histogram_sql, self._salt_for(histogram_sql))
+            release = release_measures(plan, domain, exact, self._rng, histograms)
+            core = [row + (index,) for index, row in enumerate(core_rows(plan, release))]
+            columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
+                                                      core, post_sql(checked.post))
         except Exception:  # whatever failed, the analyst learns nothing from how
             raise QueryFailed("the query failed while running; its cost was charged and no "
                               "answer was released") from None
-        self._ledger.record_answer(entry, json.dumps(rows, default=str))
+        tracked = columns[-1] == "dp_row"
+        order = [row[-1] for row in rows] if tracked else []
+        rows = [row[:-1] for row in rows] if tracked else rows
+        # The noisy measures of the rows shown, in their order: all accuracy() needs, for this
+        # answer and for every repeat of it.
+        noisy = {name: [values[i] for i in order] for name, values in release.noisy.items()} \
+            if tracked else {}
+        self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
+        charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
+        return DPResult(list(checked.outputs), rows, charged,
+                        widths=self._widths(plan, checked, noisy, len(rows)))
 
-        def widths(alpha: float) -> dict[str, list[float]]:
-            cells = half_widths(plan, release, alpha)
-            return {name: [values[i] for i in kept] for name, values in cells.items()}
+    def _salt_for(self, sql: str) -> dict | None:
+        """The secret salt as a query parameter, for SQL that orders by a salted hash."""
+        return {"salt": self._ledger.salt().hex()} if "$salt" in sql else None
 
-        return DPResult([c.name for c in plan.outputs], rows, cost, widths=widths)
+    def _core_types(self, plan: Plan, bounded_sql: str, salt: dict | None) -> list[str]:
+        """DuckDB types of the noisy core's columns (keys as the database types them)."""
+        described = dict(self._engine.describe(bounded_sql, salt))
+        types = [described[key.name] for key in plan.query.keys]
+        for aggregate in plan.aggregates:
+            first = plan.measure(aggregate.measures[0])
+            integral = aggregate.function in ("count", "count_units") or (
+                aggregate.function == "sum" and first.grid.denominator == 1)
+            types.append("BIGINT" if integral else "DOUBLE")
+        return types
 
-    def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None) -> str:
+    def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
+                weights: dict | None = None) -> str:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise; reads no data."""
-        checked = self._check(sql)
+        tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
             return f"public tables only: runs exactly and costs nothing\n\n{checked.sql}"
-        plan = self._plan(checked, sql, epsilon, delta, noise)
-        return explain_plan(plan, rewrite_plan(plan), self.budget)
+        epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+        plan = self._plan(checked, sql, epsilon, delta, noise, weights)
+        cost = query_cost(plan)
+        _, key = self._repeat_key(tree, plan)
+        repeat = self._ledger.find_answer(key) is not None
+        after, refusal = self._after(Spend.ZERO if repeat else cost)
+        # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
+        # query is not that difference, so hand it the remaining that makes it come out right.
+        shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
+        text = explain_plan(plan, rewrite_plan(plan), shown)
+        return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
 
     @property
     def budget(self) -> Budget:
-        """Total, spent and remaining budget."""
-        return Budget(total=self._total(), spent=self._ledger.spent())
+        """Total, spent and remaining budget, as the policy's accountant reads them; for a
+        connection with an analyst, ``.analyst`` is that analyst's own budget (if the policy
+        gives analysts one)."""
+        budget = self._budget_of(self._accountant, self._ledger.tally())
+        if self.analyst is not None and self._analyst_accountant is not None:
+            mine = self._budget_of(self._analyst_accountant, self._ledger.tally(self.analyst),
+                                   owner=self.analyst)
+            budget = replace(budget, analyst=mine)
+        return budget
 
     def ledger(self):
-        """Past charges as a DataFrame (time, analyst, SQL, options, cost, answer)."""
-        return self._ledger.entries()
+        """Past releases as a DataFrame (time, analyst, normalised SQL, options, cost, answer):
+        all of them for the curator, only the analyst's own for a connection with an analyst."""
+        return self._ledger.entries(self.analyst)
 
     def tables(self) -> list[str]:
         """The tables the policy lets an analyst query."""
@@ -169,11 +242,109 @@ class Connection:
 
     # -- stages -------------------------------------------------------------------------------
 
-    def _check(self, sql: str) -> PrivateQuery | PublicQuery:
-        return check_query(parse_query(sql), sql, self.policy, self._catalog)
+    # -- accounting and free repeats -----------------------------------------------------------
 
-    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None) -> Plan:
-        return analyse_query(query, self.policy, self._options_for(epsilon, delta, noise), sql)
+    def _repeat_key(self, tree, plan: Plan) -> tuple[str, str]:
+        """The normalised SQL and the key its answer is stored under. The options in the key are
+        the plan's: its totals and every measure's share and noise, so anything that changes
+        how the answer is drawn (epsilon, delta, noise, weights) changes the key."""
+        normal = normalised_sql(tree, self._column_names)
+        measures = [[m.name, m.noise, str(m.epsilon), str(m.delta), str(m.scale)]
+                    for m in plan.measures]
+        selection = getattr(plan, "selection", None)
+        options = {"epsilon": str(plan.epsilon), "delta": str(plan.delta), "measures": measures,
+                   "selection": None if selection is None else repr(selection)}
+        return normal, repeat_key(normal, options=options, policy_text=self._policy_text,
+                                  analyst=self.analyst)
+
+    def _replay(self, plan: Plan, checked: PrivateQuery, key: str) -> DPResult | None:
+        """The stored answer of an identical earlier query, exactly as it was released, or
+        ``None`` when there is none that can be given back exactly."""
+        text = self._ledger.find_answer(key)
+        decoded = None if text is None else decode_answer(text)
+        if decoded is None:
+            return None
+        _, rows, noisy = decoded
+        columns = list(checked.outputs)
+        if any(len(row) != len(columns) for row in rows) or (noisy and (
+                set(noisy) != {m.name for m in plan.summed}
+                or any(len(values) != len(rows) for values in noisy.values()))):
+            return None
+        return DPResult(columns, rows, QueryCost.free(repeat=True),
+                        widths=self._widths(plan, checked, noisy, len(rows)))
+
+    def _widths(self, plan: Plan, checked: PrivateQuery, noisy: dict, count: int):
+        """accuracy() of released rows, from their noisy measures (empty: no per-row accuracy)."""
+        release = Release(keys=((),) * count, noisy={k: tuple(v) for k, v in noisy.items()})
+
+        def widths(alpha: float) -> dict[str, list[float]]:
+            if not noisy and plan.summed:  # rows merged by DISTINCT: no per-row noise to report
+                return {}
+            cells = half_widths(plan, release, alpha)
+            return {name: list(cells[aggregate]) for name, aggregate in checked.direct}
+
+        return widths
+
+    def _check_accountable(self, cost: Spend) -> None:
+        """Under ZCDP every release needs a rho; partition selection is (epsilon, delta)-DP only."""
+        if self.policy.accounting == "zcdp" and cost.rho is None:
+            raise UnsupportedQuery(
+                "part of this query (partition selection of private GROUP BY keys) is only "
+                "(epsilon, delta)-DP, which the policy's ACCOUNTING ZCDP cannot add up",
+                hint="group by columns with a KEYS domain, or use ACCOUNTING BASIC or ADVANCED")
+
+    def _budget_of(self, accountant, tally, owner: str | None = None) -> Budget:
+        account = accountant.account(tally)
+        return Budget(account.total, account.spent, account.remaining, accounting=account.accounting,
+                      owner=owner)
+
+    def _after(self, cost: Spend) -> tuple[Budget, str | None]:
+        """The database-wide budget after paying ``cost``, and why it would be refused, if so."""
+        tally, refusal = self._ledger.tally(), None
+        for accountant, mine, which in self._budgets(tally):
+            try:
+                accountant.check(mine, cost, which)
+            except DPError as refused:
+                refusal = refusal or str(refused)
+        return self._budget_of(self._accountant, tally.add(cost)), refusal
+
+    def _budgets(self, tally):
+        yield self._accountant, tally, "the total budget"
+        if self.analyst is not None and self._analyst_accountant is not None:
+            yield (self._analyst_accountant, self._ledger.tally(self.analyst),
+                   f"analyst {self.analyst}'s budget")
+
+    def _accounting_text(self, cost: Spend, repeat: bool, refusal: str | None) -> str:
+        accountant = self._accountant
+        lines = [f"accounting: {accountant.name.upper()} ({accountant.title}); this query costs "
+                 f"epsilon {show(cost.epsilon)}, delta {show(cost.delta)}"
+                 + ("" if cost.rho is None else f", rho {show(cost.rho)}")]
+        if repeat:
+            lines.append("repeat: this query was answered before; its stored answer would be "
+                         "returned at no cost")
+        elif refusal is not None:
+            lines.append(f"it would be refused: {refusal}")
+        lines.append(f"budget now: {self.budget}")
+        return "\n".join(lines)
+
+    def _check(self, sql: str) -> tuple[Any, PrivateQuery | PublicQuery, dict]:
+        """Parse and check: (query tree, checked query, options written in the SQL)."""
+        parsed = parse(sql)
+        checked = check_query(parsed.tree, sql, self.policy, self._catalog, self._engine)
+        if isinstance(checked, PrivateQuery):
+            checked = apply_contribution_options(checked, parsed.options)
+        return parsed.tree, checked, parsed.options
+
+    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+              weights: dict | None = None) -> Plan:
+        options = self._options_for(epsilon, delta, noise)
+        if weights:
+            if not isinstance(weights, dict):
+                raise InvalidParameter("weights must be a dict of aggregate name to weight",
+                                       hint="pass weights={'n': 2, 'avg(amount)': 1}")
+            pairs = tuple((str(k), exact_parameter(v, f"the weight of {k}")) for k, v in weights.items())
+            options = replace(options, weights=pairs)
+        return analyse_query(query, self.policy, options, sql)
 
     def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:
         if epsilon is None:
@@ -194,7 +365,7 @@ class Connection:
         if noise == "gaussian" and delta == 0:
             raise InvalidParameter("Gaussian noise needs delta > 0", hint="pass delta=1e-7 as well")
         family = noise or ("gaussian" if self.policy.noise == "gaussian" and delta > 0 else "laplace")
-        return PrivacyOptions(epsilon=epsilon, delta=delta if family == "gaussian" else Fraction(0), noise=family)
+        return PrivacyOptions(epsilon=epsilon, delta=delta, noise=family)
 
     def _total(self) -> Spend:
         return Spend(self.policy.budget_epsilon, self.policy.budget_delta)
@@ -209,14 +380,67 @@ class Connection:
             return [()]
         domains = []
         for key in query.keys:
-            values = [row[0] for row in self._engine.fetch(domain_sql(key, query.column_type(key.column)))]
+            column_type = query.column_type(key.expression.name)
+            values = [row[0] for row in self._engine.fetch(domain_sql(key, column_type))]
             domains.append(values)
         return list(itertools.product(*domains))
 
     def _run_public(self, query: PublicQuery) -> DPResult:
-        frame = self._engine.fetch_df(query.sql)
+        try:
+            frame = self._engine.fetch_df(query.sql)
+        except Exception as error:  # public tables only: DuckDB's own message reveals nothing private
+            message = str(error).split("\n")[0]
+            raise UnsupportedQuery(f"the query over public tables failed: {message}",
+                                   hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
-        return DPResult(list(frame.columns), rows, Spend.zero(), exact=True)
+        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True)
+
+
+def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) -> tuple[Any, Any, str | None]:
+    """Options written in the SQL and passed as arguments mean the same; a conflict is an error."""
+    merged = []
+    for name, given in (("epsilon", epsilon), ("delta", delta), ("noise", noise)):
+        option = written.get(name)
+        if option is None:
+            merged.append(given)
+            continue
+        if given is not None:
+            same = given == option.value if name == "noise" else exact_parameter(given, name) == option.value
+            if not same:
+                raise InvalidParameter(
+                    f"{name} is given twice: {option.value} in the SQL and {given} as an argument",
+                    line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument")
+        merged.append(option.value)
+    return tuple(merged)
+
+
+def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQuery:
+    """BigQuery's max_rows_contributed / max_groups_contributed / privacy_unit_column options.
+
+    The contribution limits replace the policy's for this query: the rewrite enforces whatever
+    limit is used and the sensitivity is derived from it, so any limit is safe. The privacy
+    unit is the curator's choice and cannot be changed, only restated."""
+    rule = query.rule
+    unit = written.get("privacy_unit_column")
+    if unit is not None and (rule.unit or "ROW").lower() != unit.value.lower():
+        raise UnsupportedQuery(
+            f"the privacy unit of {query.table} is {rule.unit or 'ROW'}, not {unit.value}",
+            line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {rule.unit}, or leave it out")
+    changes = {}
+    for option, field_name in (("max_rows_contributed", "max_rows_per_unit"),
+                               ("max_groups_contributed", "max_groups_per_unit")):
+        given = written.get(option)
+        if given is None:
+            continue
+        value = given.value
+        if value.denominator != 1 or not 1 <= value <= 10**6:
+            raise UnsupportedQuery(f"{option} must be a whole number from 1 to 1000000, got {value}",
+                                   line=given.line, col=given.col, hint=f"write {option} = 5")
+        if rule.row_level and option == "max_rows_contributed" and value != 1:
+            raise UnsupportedQuery(f"each row of {query.table} is its own privacy unit, so it contributes "
+                                   "one row", line=given.line, col=given.col, hint=f"leave {option} out")
+        changes[field_name] = int(value)
+    return replace(query, rule=replace(rule, **changes)) if changes else query
 
 
 def table_key_of(name: str) -> str:
@@ -250,15 +474,3 @@ def exact_parameter(value: Any, name: str) -> Fraction:
                                hint="pass a number such as 0.5") from None
     return result
 
-
-def _post_process(query: PrivateQuery, rows: list[tuple]) -> list[int]:
-    """Indices of the rows ORDER BY / LIMIT / OFFSET keep, in order (post-processing only)."""
-    order = list(range(len(rows)))
-    for item in reversed(query.order):  # stable sorts, last key first
-        order.sort(key=lambda i: _sort_key(rows[i][item.output]), reverse=item.descending)
-    end = None if query.limit is None else query.offset + query.limit
-    return order[query.offset:end]
-
-
-def _sort_key(value):
-    return (value is None, value)

@@ -84,6 +84,35 @@ class Engine:
             finally:
                 cursor.close()
 
+    def post_process(self, columns: list[str], types: list[str], rows: list[tuple], sql: str):
+        """Run a post-processing query over released rows, in a separate, empty database.
+
+        The released rows are all it can see: the wrapped database is not attached, and
+        external access is off. Returns (column names, rows).
+        """
+        connection = duckdb.connect(":memory:", config={"enable_external_access": False})
+        try:
+            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
+            connection.execute(f"CREATE TABLE dp_core ({definition})")
+            if rows:
+                connection.register("dp_frame", pd.DataFrame.from_records(rows, columns=columns))
+                connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
+            cursor = connection.execute(sql)
+            names = [d[0] for d in cursor.description]
+            return names, cursor.fetchall()
+        finally:
+            connection.close()
+
+    def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
+        """(name, type) of each column ``sql`` would return: binds the query, reads no rows."""
+        with self._lock:
+            cursor = self._connection.cursor()
+            try:
+                rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
+            finally:
+                cursor.close()
+        return [(row[0], row[1]) for row in rows]
+
     def close(self) -> None:
         """Close the connection if dpsql opened it."""
         if self._owned:

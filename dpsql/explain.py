@@ -19,23 +19,43 @@ def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
         f"remaining after: epsilon {_num(budget.remaining.epsilon - plan.epsilon)}, "
         f"delta {_num(budget.remaining.delta - plan.delta)}",
         "",
-        "released columns:",
+        "group keys:" if plan.query.keys else "no GROUP BY: exactly one row is released",
     ]
-    for column in plan.outputs:
-        if column.kind == "key":
-            key = plan.query.keys[column.key_index]
-            source = (f"{key.domain.table}.{key.domain.column}" if key.domain.values is None
-                      else f"{len(key.domain.values)} listed keys")
-            lines.append(f"  {column.name}: group key, every key of its public domain ({source})")
-        elif column.kind == "avg":
-            lines.append(f"  {column.name}: AVG = centred SUM {column.measures[0]} / COUNT "
-                         f"{column.measures[1]}, clamped to [{_num(column.lower)}, {_num(column.upper)}]")
+    for key in plan.query.keys:
+        text = key.expression.sql(dialect="duckdb")
+        if key.domain is None:
+            lines.append(f"  {key.name} = {text}: private keys, released only if they pass partition selection")
+        elif key.domain.values is None:
+            lines.append(f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}")
         else:
-            lines.append(f"  {column.name}: {column.kind.upper()} {column.measures[0]}")
-    lines += ["", "measures (epsilon split equally):"]
+            lines.append(f"  {key.name} = {text}: every one of {len(key.domain.values)} listed public keys")
+    if plan.selection is not None:
+        s = plan.selection
+        lines.append(f"  partition selection: a key is released when its count of distinct units plus discrete "
+                     f"Laplace noise (scale {_num(s.scale)}) reaches {s.threshold}; epsilon {_num(s.epsilon)}, "
+                     f"delta {_num(s.delta)}")
+    lines += ["", "aggregates (epsilon split by weight, then equally between an aggregate's measures):"]
+    for aggregate, original in zip(plan.aggregates, plan.query.aggregates):
+        lines.append(f"  {aggregate.name} = {original.label}: {_release_text(aggregate)}; "
+                     f"epsilon {_num(aggregate.epsilon)}")
+    lines += ["", "measures:"]
     lines += [f"  {_measure_text(m)}" for m in plan.measures]
     lines += ["", "bounded SQL ($salt is a secret per-database salt):", bounded_sql]
+    lines += ["", "post-processing over the noisy core (free):", plan.query.post.sql(dialect="duckdb")]
     return "\n".join(lines)
+
+
+def _release_text(aggregate) -> str:
+    measures = ", ".join(aggregate.measures)
+    if aggregate.function == "avg":
+        return (f"centred sum / count ({measures}), clamped to [{_num(aggregate.lower)}, "
+                f"{_num(aggregate.upper)}]")
+    if aggregate.function in ("variance", "stddev"):
+        form = "sample" if aggregate.sample else "population"
+        return f"{form} {aggregate.function} from centred sum, sum of squares and count ({measures})"
+    if aggregate.function == "count_units":
+        return f"distinct units ({measures})"
+    return f"{aggregate.function} ({measures})"
 
 
 def _neighbour_text(neighbours: str) -> str:
@@ -43,9 +63,10 @@ def _neighbour_text(neighbours: str) -> str:
 
 
 def _measure_text(measure: Measure) -> str:
-    what = "count" if measure.kind == "count" else ("centred sum" if measure.centred else "sum")
+    what = {"count": "count", "units": "distinct units"}.get(measure.kind) or (
+        "sum of squared centred values" if measure.squared else "centred sum" if measure.centred else "sum")
     grid = "" if measure.grid == 1 else f", grid {_num(measure.grid)}"
-    if measure.kind == "count":
+    if measure.kind in ("count", "units"):
         bounds = "values in [0, 1]"
     else:
         bounds = f"row values in [{measure.lower}, {measure.upper}] grid units{grid}"

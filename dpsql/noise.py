@@ -40,7 +40,8 @@ from dpsql.errors import InternalError
 __all__ = [
     "SecureSource", "SeededSource", "discrete_laplace", "discrete_gaussian",
     "discrete_laplace_halfwidth", "discrete_gaussian_halfwidth", "discrete_laplace_variance",
-    "discrete_gaussian_variance", "round_up_fraction",
+    "discrete_gaussian_variance", "round_up_fraction", "discrete_laplace_sampled_scale",
+    "exponential_mechanism",
 ]
 
 MAX_UPPER = 2**62            # largest bound a source's integers() accepts
@@ -48,6 +49,7 @@ _LAPLACE_MAX_NUM = 2**40     # numerator of a Laplace scale: the uniform U and t
 _GAUSS_MAX_DEN = 2**56       # denominator of the Gaussian acceptance exponent (x64 still fits 2**62)
 _ENUMERATE_SIGMA = 4096.0    # above this sigma, pmf sums use Euler-Maclaurin instead of enumeration
 _MIN_CANDIDATES = 256       # smallest batch of candidates, even for one draw (timing, above)
+_EXPONENT_CAP = 1000         # Gumbel uniforms stop refining below 2**-1002 (probability 2**-1000)
 
 
 # ---------------------------------------------------------------- sources of randomness
@@ -268,6 +270,22 @@ def discrete_laplace(scale: Fraction, size: int, source=None) -> np.ndarray:
     return _fill(lambda n: _laplace_candidates(t, s, n, source), _laplace_acceptance(t, s), size)
 
 
+def discrete_laplace_sampled_scale(scale: Fraction) -> Fraction:
+    """The scale ``discrete_laplace(scale, ...)`` really samples: ``scale`` itself, or the
+    slightly larger fraction whose terms fit int64 (see ``round_up_fraction``).
+
+    Callers whose guarantee grows with the scale's tail (partition selection's delta) compute
+    it from this value, not from the one they asked for. Applying it twice changes nothing.
+
+    >>> discrete_laplace_sampled_scale(Fraction(7, 2))
+    Fraction(7, 2)
+    >>> discrete_laplace_sampled_scale(Fraction(10**20 + 1, 10**19)) > Fraction(10**20 + 1, 10**19)
+    True
+    """
+    t, s = _laplace_parameters(_check_parameter(scale, "scale"))
+    return Fraction(t, s)
+
+
 def _square_divmod(a: np.ndarray, den: int) -> tuple[np.ndarray, np.ndarray]:
     """(a² // den, a² % den) exactly; the quotient capped at 2**62 (then exp(-quotient) is 0
     to within exp(-2**62)). Large |a| go through Python integers."""
@@ -322,6 +340,98 @@ def discrete_gaussian(sigma_sq: Fraction, size: int, source=None) -> np.ndarray:
     z_gauss = max(math.sqrt(2 * math.pi) * sigma, 1.0)
     acceptance = min(1.0, z_gauss * math.exp(-sigma * sigma / (2 * t * t)) / z_laplace)
     return _fill(lambda n: _gaussian_candidates(t, m, d, n, source), acceptance, size)
+
+
+# ---------------------------------------------------------------- exponential mechanism
+
+def exponential_mechanism(log_weights: np.ndarray, source=None) -> int:
+    """An index j drawn with probability exp(x_j) / sum_i exp(x_i), x = ``log_weights``.
+
+    The exponential mechanism (McSherry & Talwar 2007) passes x_j = epsilon·u_j / (2·Delta_u).
+    Sampling is the Gumbel-max trick: add an independent standard Gumbel G_j = -ln(E_j),
+    E_j ~ Exp(1), to each x_j and return the argmax, which for exact Gumbels has exactly that
+    law. It draws a fixed amount of randomness per candidate whatever the weights (a second
+    word only with probability 2**-53), so its running time says nothing about them. A weight
+    of -inf is a candidate never chosen; NaN, +inf, an empty or an all -inf vector raise
+    ``InternalError``.
+
+    Why floats are acceptable here, when a float Laplace is not: the output is an index into a
+    public candidate set, not a number, so there are no low bits to leak (Mironov 2012 needs
+    the noisy value itself). Floats can only scale each output's probability, and by little:
+
+    * Each E_j has full relative precision, built from the source's 53-bit integers: a fair
+      bit picks U = V or U = 1 - V, with V uniform on (0, 1/2) as 2**(-2-e)·(1 + f), e the
+      count of leading zero bits of 53-bit words (geometric, capped at 1000) and f the midpoint
+      of one of 2**51 cells; E = -ln V or -log1p(-V). A plain 53-bit uniform would resolve
+      the Gumbel's right tail in steps of 2**-53 in U: an output of probability ~e**-25 would
+      be off by a relative 1e-5, and one of probability below 2**-53 could become impossible.
+    * Coupled with an exact uniform in the same cell, and with log and log1p accurate to 4 ulps,
+      |G_j| <= 695 and every computed score x_j - max(x) + G_j is within beta = 2**-40 of
+      the exact one, for every candidate that can win (within ~700 of the largest weight;
+      the others can win neither here nor, on the coupling, exactly).
+    * Shifting each score by at most beta changes each output's probability by a factor in
+      [e**(-2·beta), e**(2·beta)]. So when the exact mechanism is epsilon-DP, this sampler is
+      (epsilon + 4·beta, delta_f)-DP with 4·beta = 2**-38 (about 3.6e-12) and
+      delta_f <= e**epsilon · m · 2**-999 for m candidates (the cap on e being reached).
+    * Rounding the log weights is the caller's share: if each x_j is the intended value with
+      a relative error at most r, it is s_j·u_j for a scale s_j within a factor 1 ± r of the
+      intended one, and epsilon becomes at most epsilon·(1 + 2r). ``dpsql.quantile`` rounds
+      each weight once, correctly (r = 2**-53).
+
+    >>> exponential_mechanism(np.array([0.0, -1.0, -2.0]), SeededSource(0))
+    2
+    >>> exponential_mechanism(np.array([-np.inf, 3.0]), SeededSource(0))
+    1
+    """
+    return int(_exponential_mechanism_draws(log_weights, 1, source)[0])
+
+
+def _check_log_weights(log_weights) -> np.ndarray:
+    try:
+        x = np.asarray(log_weights, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InternalError(f"log weights must be a vector of floats, got {log_weights!r}") from exc
+    if x.ndim != 1 or x.size == 0:
+        raise InternalError(f"log weights must be a non-empty vector, got shape {x.shape}")
+    if np.isnan(x).any() or np.isposinf(x).any() or np.isneginf(x).all():
+        raise InternalError("log weights must be finite or -inf, with at least one finite")
+    return x
+
+
+def _exponential_mechanism_draws(log_weights, size: int, source) -> np.ndarray:
+    """``size`` independent draws of ``exponential_mechanism`` (one batch; for tests)."""
+    x = _check_log_weights(log_weights)
+    size = _check_size(size)
+    source = SecureSource() if source is None else source
+    shifted = x - x.max()                       # exact at the maximum; -inf stays -inf
+    e = _exponential_variates(size * x.size, source).reshape(size, x.size)
+    return np.argmax(shifted - np.log(e), axis=1)
+
+
+def _exponential_variates(size: int, source) -> np.ndarray:
+    """``size`` Exp(1) variates -ln(U) with U of full relative precision near 0 and near 1."""
+    word = source.integers(2**53, size)
+    near_one = (word & 1) == 1                  # U = 1 - V rather than U = V
+    cell = (word >> 2).astype(np.float64)       # 51 bits: (2**52 + 2·cell + 1) < 2**53 is exact
+    v = np.ldexp(2.0**52 + 2.0 * cell + 1.0, (-54 - _geometric_exponents(size, source)).astype(np.int32))
+    return np.where(near_one, -np.log1p(-v), -np.log(v))
+
+
+def _geometric_exponents(size: int, source) -> np.ndarray:
+    """P(e = i) = 2**-(i+1): leading zero bits of 53-bit words, capped at _EXPONENT_CAP."""
+    e = 53 - _bit_length(source.integers(2**53, size))
+    index = np.flatnonzero(e == 53)             # an all-zero word: count on in a fresh one
+    while index.size:
+        more = 53 - _bit_length(source.integers(2**53, index.size))
+        e[index] += more
+        index = index[(more == 53) & (e[index] < _EXPONENT_CAP)]
+    return np.minimum(e, _EXPONENT_CAP)
+
+
+def _bit_length(words: np.ndarray) -> np.ndarray:
+    """Bit lengths of int64 words in [0, 2**53), read off their exact double's exponent field."""
+    exponent = (words.astype(np.float64).view(np.int64) >> 52) - 1022
+    return np.where(words == 0, 0, exponent)
 
 
 # ---------------------------------------------------------------- accuracy

@@ -13,23 +13,51 @@ dpsql.errors.UnsupportedQuery: only one statement can be run at a time, found 2 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
+from .dialect import DPDuckDB, dp_options, strip_dp_options
 from .errors import UnsupportedQuery, position_of
 
 DIALECT = "duckdb"
+"""The dialect dpsql generates SQL in (trees never hold dpsql's own clause by then)."""
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A query AST and the options written in its SELECT WITH DIFFERENTIAL_PRIVACY clause."""
+
+    tree: exp.Expression
+    """The query, without the clause and without comments."""
+    options: dict
+    """Option name -> ``dpsql.dialect.OptionValue`` (value with its position)."""
+
+
+def parse(sql: str) -> ParsedQuery:
+    """Parse ``sql`` (DuckDB, plus BigQuery's DP clause) into a query and its options.
+
+    >>> parsed = parse("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) COUNT(*) FROM t")
+    >>> parsed.tree.sql(), parsed.options["epsilon"].value
+    ('SELECT COUNT(*) FROM t', Fraction(1, 2))
+    """
+    tree = _parse_tree(sql)
+    return ParsedQuery(strip_dp_options(tree), dp_options(tree))
 
 
 def parse_query(sql: str) -> exp.Expression:
-    """Parse ``sql`` into one query AST, stripped of comments."""
+    """Parse ``sql`` into one query AST, stripped of comments and of dpsql's options."""
+    return parse(sql).tree
+
+
+def _parse_tree(sql: str) -> exp.Expression:
     if not isinstance(sql, str):
         raise UnsupportedQuery(f"expected SQL text, got {type(sql).__name__}")
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read=DPDuckDB) if s is not None]
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = first.get("description", str(err)).split(". Line")[0]
@@ -117,7 +145,7 @@ def statement_starts(sql: str) -> list[int]:
 
 def _tokens(sql: str) -> list:
     try:
-        return sqlglot.tokenize(sql, read=DIALECT)
+        return sqlglot.tokenize(sql, read=DPDuckDB)
     except TokenError:
         return []
 

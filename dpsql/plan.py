@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from sqlglot import exp
 
@@ -19,46 +19,48 @@ from .sensitivity import Sensitivity
 
 @dataclass(frozen=True)
 class GroupKey:
-    """A GROUP BY column with a public domain: every key of the domain is released."""
+    """A GROUP BY key: a row-level expression, with a public domain when one is declared."""
 
-    output: str
-    """The output column name."""
-    column: str
-    """The table column (lower-cased catalog name)."""
-    domain: KeyDomain
-    """Where the released keys come from."""
+    name: str
+    """Its column in the noisy core result (g0, g1, ...)."""
+    expression: exp.Expression
+    """The bound row-level expression grouped on."""
+    domain: KeyDomain | None
+    """Public key domain (every key released) or None (keys pass partition selection)."""
+
+
+AggregateFunction = Literal["count", "sum", "avg", "count_units", "variance", "stddev", "quantile"]
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """One aggregate of the select list, as the analyst wrote it (already bound)."""
+    """One aggregate call of the query, as the analyst wrote it (already bound)."""
 
-    output: str
-    """The output column name."""
-    function: Literal["count", "sum", "avg"]
-    """Which aggregate."""
+    name: str
+    """Its column in the noisy core result (a0, a1, ...)."""
+    function: AggregateFunction
+    """What it computes."""
     argument: exp.Expression | None
-    """The row-level argument; ``None`` for COUNT(*)."""
-
-
-@dataclass(frozen=True)
-class OrderItem:
-    """One ORDER BY item, applied to released values only (post-processing)."""
-
-    output: int
-    """Index of the output column sorted on."""
-    descending: bool
-    """Sort direction."""
+    """The row-level argument (FILTER folded in as CASE WHEN ... THEN arg END); None for COUNT(*)."""
+    label: str
+    """How the analyst wrote it, for explain and for output names."""
+    sample: bool = False
+    """VAR_SAMP / STDDEV_SAMP (n - 1 denominator) rather than the population form."""
+    quantile: float | None = None
+    """For quantiles: q in [0, 1] (MIN is 0, MAX is 1, MEDIAN is 0.5)."""
+    weight: Fraction = Fraction(1)
+    """Relative share of the query's epsilon."""
 
 
 @dataclass(frozen=True)
 class PrivateQuery:
-    """A checked aggregate query over one private table."""
+    """A checked aggregate query over one private table, split into a private core and
+    a post-processing query over the core's noisy result."""
 
     table: str
-    """Catalog key of the private table."""
+    """Catalog key of the private table, or a label of the relation."""
     rule: PrivateTable
-    """What the policy says of it."""
+    """What the policy says of it (for a relation: the derived unit, limits and bounds)."""
     column_types: tuple[tuple[str, str], ...]
     """(lower column name, DuckDB type) of every column of the table."""
     where: exp.Expression | None
@@ -66,15 +68,17 @@ class PrivateQuery:
     keys: tuple[GroupKey, ...]
     """GROUP BY keys, in GROUP BY order."""
     aggregates: tuple[Aggregate, ...]
-    """Aggregates, in select-list order."""
-    outputs: tuple[tuple[str, str, int], ...]
-    """Select list: (output name, 'key' or 'aggregate', index into keys or aggregates)."""
-    order: tuple[OrderItem, ...] = ()
-    """ORDER BY over released values."""
-    limit: int | None = None
-    """LIMIT over released rows."""
-    offset: int = 0
-    """OFFSET over released rows."""
+    """Every distinct aggregate call (select list, HAVING, ORDER BY)."""
+    post: exp.Select
+    """Post-processing query over ``dp_core`` (columns g*, a*): select list, HAVING as WHERE,
+    ORDER BY, LIMIT; it sees only noisy values and public keys."""
+    outputs: tuple[str, ...]
+    """Released column names, in select-list order."""
+    direct: tuple[tuple[str, str], ...] = ()
+    """(output name, aggregate name) for outputs that are exactly one aggregate: their
+    accuracy is the aggregate's."""
+    source: exp.Expression | None = None
+    """The relation's SQL when it is not a plain table (a join, subquery, CTE or UNION ALL)."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""
@@ -109,8 +113,9 @@ class Measure:
 
     name: str
     """Column name in the bounded SQL (m0, m1, ...)."""
-    kind: Literal["count", "sum"]
-    """COUNT of rows / non-NULL values, or SUM of values."""
+    kind: Literal["count", "sum", "units", "histogram"]
+    """COUNT of rows / non-NULL values, SUM of values, count of distinct units per group, or
+    (for quantiles) per-bucket counts fed to the exponential mechanism instead of noised."""
     argument: exp.Expression | None
     """Row-level expression (bound, unclamped); ``None`` counts rows."""
     clamped_columns: tuple[ClampedColumn, ...]
@@ -122,37 +127,63 @@ class Measure:
     upper: int
     """Largest per-row value, in grid units."""
     centred: bool
-    """For AVG: values are released as 2*v - (lower + upper), centred on zero."""
+    """For AVG and VARIANCE: values are summed as 2*v - (lower + upper), centred on zero."""
     sensitivity: Sensitivity
     """How far one unit moves this measure's vector, in (centred) grid units."""
     epsilon: Fraction
     """This measure's share of the query's epsilon."""
     delta: Fraction
     """This measure's share of the query's delta."""
-    noise: Literal["laplace", "gaussian", "none"]
+    noise: Literal["laplace", "gaussian", "none", "exponential"]
     """Discrete Laplace (scale) or discrete Gaussian (sigma squared); none if nothing can move it."""
     scale: Fraction
     """Laplace scale Delta_1/epsilon, or Gaussian sigma^2, in (centred) grid units."""
     counts_values_of: str | None = None
     """For AVG's count: the sum measure whose non-NULL row values it counts."""
+    squared: bool = False
+    """For VARIANCE: the centred values are squared before summing."""
+    offset: Fraction = Fraction(0)
+    """For histograms: the value of bucket 0's lower edge (bucket i covers offset + i * grid)."""
 
 
 @dataclass(frozen=True)
-class OutputColumn:
-    """A released column and how it is computed from the measures."""
+class AggregateRelease:
+    """How an aggregate's released value is computed from its measures."""
 
     name: str
-    """Output column name."""
-    kind: Literal["key", "count", "sum", "avg"]
-    """Group key, or an aggregate."""
-    measures: tuple[str, ...] = ()
-    """Measures it reads: (count,) / (sum,) / (centred sum, count) for AVG."""
-    key_index: int = -1
-    """For keys: index into the query's keys."""
+    """The aggregate's core column (a0, ...)."""
+    function: AggregateFunction
+    """What it computes."""
+    measures: tuple[str, ...]
+    """Measures it reads: (count,), (sum,), (centred sum, count), (centred sum, sum of squares, count)."""
     lower: Fraction | None = None
-    """For AVG: the lower bound the average is clamped to."""
+    """Lower bound of the aggregated expression (AVG, VARIANCE clamp into the bounds)."""
     upper: Fraction | None = None
-    """For AVG: the upper bound the average is clamped to."""
+    """Upper bound of the aggregated expression."""
+    sample: bool = False
+    """Sample (n - 1) variance."""
+    epsilon: Fraction = Fraction(0)
+    """This aggregate's share of epsilon (split among its measures)."""
+    quantile: float | None = None
+    """For quantiles: q in [0, 1]."""
+    rule: Any = None
+    """For quantiles: the ``dpsql.quantile.QuantileRule`` the exponential mechanism uses."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Partition selection: which private keys are released, by a noisy distinct-unit count."""
+
+    measure: str
+    """The measure counting distinct units per group."""
+    epsilon: Fraction
+    """Epsilon spent on selection."""
+    delta: Fraction
+    """Delta spent on selection."""
+    scale: Fraction
+    """Discrete Laplace scale of the unit counts."""
+    threshold: int
+    """A group is released when its noisy unit count reaches this."""
 
 
 @dataclass(frozen=True)
@@ -163,14 +194,26 @@ class Plan:
     """The checked query."""
     measures: tuple[Measure, ...]
     """Noisy quantities to compute."""
-    outputs: tuple[OutputColumn, ...]
-    """Released columns, in select-list order."""
-    epsilon: Fraction
-    """Total epsilon charged (sum of the measures')."""
-    delta: Fraction
-    """Total delta charged (sum of the measures')."""
-    neighbours: str
+    aggregates: tuple[AggregateRelease, ...]
+    """How each aggregate is released from its measures."""
+    selection: Selection | None = None
+    """Partition selection, when some GROUP BY key has no public domain."""
+    epsilon: Fraction = Fraction(0)
+    """Total epsilon charged (sum over measures and selection)."""
+    delta: Fraction = Fraction(0)
+    """Total delta charged (sum over measures and selection)."""
+    neighbours: str = "unbounded"
     """Neighbour relation the sensitivities were derived for."""
+
+    @property
+    def summed(self) -> tuple[Measure, ...]:
+        """The measures the bounded SQL sums (all but quantile histograms)."""
+        return tuple(m for m in self.measures if m.kind != "histogram")
+
+    @property
+    def histograms(self) -> tuple[Measure, ...]:
+        """Quantile histograms, each computed by its own bounded SQL."""
+        return tuple(m for m in self.measures if m.kind == "histogram")
 
     def measure(self, name: str) -> Measure:
         """A measure by name."""

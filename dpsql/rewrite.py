@@ -23,10 +23,14 @@ The statement has four layers; each establishes part of the precondition of
 
 When each row is its own unit (PRIVACY UNIT ROW) layer 3 is skipped: k = 1 holds already.
 The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
+
+With partition selection the final layer also counts the distinct units of each group (``u``):
+one per (unit, group) kept, so a unit moves at most MAX GROUPS PER UNIT of these counts by 1.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from sqlglot import exp
@@ -39,9 +43,47 @@ SAFE_NODES = (exp.Column, exp.Literal, exp.Null, exp.Boolean)
 
 
 def rewrite_plan(plan: Plan) -> str:
-    """The bounded SQL of ``plan``: columns ``g0..`` (keys) then ``m0..`` (exact measures)."""
+    """The bounded SQL of ``plan``: columns ``g0..`` (keys), ``m0..`` (exact summed measures),
+    then ``u`` (distinct units per group) with partition selection."""
+    return _bounded_sql(replace(plan, measures=plan.summed))
+
+
+def rewrite_histogram(plan: Plan, measure: Measure) -> str:
+    """Bounded bucket counts of one quantile: columns ``g0..``, ``bucket``, ``n``.
+
+    Each unit's granted rows b of a (unit, group) are spread over its buckets in the order of
+    a salted hash of (unit, bucket), so a unit puts at most b values into a group and at most
+    k over all groups — the precondition of ``dpsql.quantile``.
+    """
+    single = replace(plan, measures=(measure,), selection=None)
+    keys = [key.name for key in plan.query.keys]
+    rows, values = _rows_layer(single), _values_layer(single, keys)
+    value = f"v_{measure.name}"
+    if plan.query.rule.row_level:
+        group = ", ".join([*keys, "bucket"])
+        return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
+                f"SELECT {group}, COUNT(*) AS n\nFROM (SELECT *, {value} AS bucket FROM dp_values)\n"
+                f"WHERE bucket IS NOT NULL\nGROUP BY {group}")
+    unit_keys = ", ".join(["dp_unit", *keys])
+    window = f"PARTITION BY {unit_keys} ORDER BY hash($salt, dp_unit, bucket), bucket"
+    earlier = f"COALESCE(SUM(n_bucket) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
+    conditions = ["b > 0"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
+    return (
+        f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
+        f"dp_granted AS (\n{_granted_layer(single, keys)}\n), dp_buckets AS (\n"
+        f"  SELECT {unit_keys}, {value} AS bucket, COUNT(*) AS n_bucket\n  FROM dp_values\n"
+        f"  WHERE {value} IS NOT NULL\n  GROUP BY {unit_keys}, {value}\n), dp_spread AS (\n"
+        f"  SELECT {', '.join(['k.' + k for k in keys] + ['bucket'])}, "
+        f"GREATEST(LEAST(n_bucket, b - {earlier}), 0) AS n\n"
+        f"  FROM dp_buckets AS k JOIN dp_granted AS g USING ({unit_keys})\n"
+        f"  WHERE {' AND '.join(conditions)}\n)\n"
+        f"SELECT {', '.join([*keys, 'bucket'])}, SUM(n) AS n\nFROM dp_spread\nGROUP BY {', '.join([*keys, 'bucket'])}"
+    )
+
+
+def _bounded_sql(plan: Plan) -> str:
     query = plan.query
-    keys = [f"g{i}" for i in range(len(query.keys))]
+    keys = [key.name for key in query.keys]
     rows = _rows_layer(plan)
     values = _values_layer(plan, keys)
     if query.rule.row_level:
@@ -131,6 +173,10 @@ def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -
 def _raw_value_sql(measure: Measure) -> str:
     if measure.argument is None:
         return "1"
+    if measure.kind == "histogram":  # the bucket: floor((value - offset) / width)
+        evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
+        return (f"TRY(CAST(FLOOR((({evaluated}) - {literal(measure.offset)}) * {literal(1 / measure.grid)}) "
+                f"AS BIGINT))")
     if measure.kind == "count" and not measure.clamped_columns and measure.counts_values_of is None:
         return _total(measure.argument)  # only NULL-ness matters
     evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
@@ -153,7 +199,7 @@ def _table_sql(name: str) -> str:
 def _rows_layer(plan: Plan) -> str:
     query = plan.query
     select = [f'"{query.rule.unit.lower()}" AS dp_unit'] if not query.rule.row_level else []
-    select += [f'"{key.column}" AS g{i}' for i, key in enumerate(query.keys)]
+    select += [f"{_total(key.expression)} AS {key.name}" for key in query.keys]
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
             select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
@@ -164,10 +210,11 @@ def _rows_layer(plan: Plan) -> str:
         conditions.append(f'"{query.rule.unit.lower()}" IS NOT NULL')
     if query.where is not None:
         conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
-    conditions += [_domain_filter(key.column, key.domain) for key in query.keys]
+    conditions += [_domain_filter(key.expression.name, key.domain) for key in query.keys if key.domain]
     where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
     columns = ", ".join(select) if select else "1 AS dp_one"
-    return f"  SELECT {columns}\n  FROM {_table_sql(query.table)}{where}"
+    source = _table_sql(query.table) if query.source is None else f"(\n{_sql(query.source)}\n  ) AS dp_source"
+    return f"  SELECT {columns}\n  FROM {source}{where}"
 
 
 def _values_layer(plan: Plan, keys: list[str]) -> str:
@@ -193,11 +240,19 @@ def _value_column(measure: Measure) -> str:
     return f"v_{measure.counts_values_of or measure.name}"
 
 
+def _centred(measure: Measure, value: str) -> str:
+    return f"(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
+
+
 def _row_value_sum(measure: Measure, plan: Plan) -> str:
     """Per-row total of a measure when each row is its own unit."""
+    if measure.kind == "units":
+        return "COUNT(*)"
     if measure.kind == "count":
         return "COUNT(*)" if measure.argument is None else f"COUNT({_value_column(measure)})"
     value = _value_column(measure)
+    if measure.squared:
+        return f"SUM({_centred(measure, value)} * {_centred(measure, value)})"
     if measure.centred:
         return f"SUM(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
     return f"SUM(CAST({value} AS HUGEINT))"
@@ -205,8 +260,10 @@ def _row_value_sum(measure: Measure, plan: Plan) -> str:
 
 def _row_level_totals(plan: Plan, keys: list[str]) -> str:
     select = keys + [f"{_row_value_sum(m, plan)} AS {m.name}" for m in plan.measures]
+    if plan.selection is not None:
+        select.append(f"COUNT(*) AS {plan.selection.measure}")
     group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
-    return f"SELECT {', '.join(select)}\nFROM dp_values{group}"
+    return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_values{group}"
 
 
 def _units_layer(plan: Plan, keys: list[str]) -> str:
@@ -216,7 +273,9 @@ def _units_layer(plan: Plan, keys: list[str]) -> str:
             continue
         value = f"v_{measure.name}"
         select.append(f"COUNT({value}) AS c_{measure.name}")
-        if measure.kind == "sum":
+        if measure.squared:
+            select.append(f"SUM({_centred(measure, value)} * {_centred(measure, value)}) AS s_{measure.name}")
+        elif measure.kind == "sum":
             select.append(f"SUM(CAST({value} AS HUGEINT)) AS s_{measure.name}")
     return f"  SELECT {', '.join(select)}\n  FROM dp_values\n  GROUP BY {', '.join(['dp_unit', *keys])}"
 
@@ -238,6 +297,8 @@ def _granted_layer(plan: Plan, keys: list[str]) -> str:
 
 def _contribution(measure: Measure) -> str:
     """One (unit, group)'s bounded contribution to a measure."""
+    if measure.kind == "units":
+        return "1"
     if measure.kind == "count" and measure.argument is None:
         return "b"
     values_of = measure.counts_values_of or measure.name
@@ -245,9 +306,12 @@ def _contribution(measure: Measure) -> str:
     if measure.kind == "count":
         return kept
     total = f"s_{measure.name}"
-    if measure.centred:
+    spread = measure.upper - measure.lower
+    if measure.squared:
+        low, high = 0, spread * spread
+    elif measure.centred:
         total = f"(2 * {total} - ({measure.lower + measure.upper}) * c_{measure.name})"
-        low, high = -(measure.upper - measure.lower), measure.upper - measure.lower
+        low, high = -spread, spread
     else:
         low, high = min(measure.lower, 0), max(measure.upper, 0)
     return (
@@ -258,18 +322,21 @@ def _contribution(measure: Measure) -> str:
 
 def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
     select = keys + [f"SUM({_contribution(m)}) AS {m.name}" for m in plan.measures]
+    if plan.selection is not None:  # distinct units per group, for partition selection
+        select.append(f"COUNT(*) AS {plan.selection.measure}")
     conditions = ["b > 0"]
     if keys:
         conditions.append(f"group_rank <= {plan.query.rule.groups_per_unit}")
     group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
-    return f"SELECT {', '.join(select)}\nFROM dp_granted\nWHERE {' AND '.join(conditions)}{group}"
+    return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_granted\nWHERE {' AND '.join(conditions)}{group}"
 
 
 def domain_sql(key, column_type: str) -> str:
     """SQL listing a key's public domain, typed like the column (reads public data only).
 
     >>> from dpsql.plan import GroupKey
-    >>> domain_sql(GroupKey("plan", "plan", KeyDomain(values=("free", "pro"))), "VARCHAR")
+    >>> from sqlglot import exp
+    >>> domain_sql(GroupKey("g0", exp.column("plan"), KeyDomain(values=("free", "pro"))), "VARCHAR")
     "SELECT DISTINCT TRY_CAST(v AS VARCHAR) AS k FROM (VALUES ('free'), ('pro')) AS d(v) WHERE k IS NOT NULL ORDER BY k"
     """
     domain = key.domain

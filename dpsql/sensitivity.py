@@ -82,3 +82,30 @@ def bounded_sum_sensitivity(
     if not grouped:
         return Sensitivity(l1=spread, l2_squared=spread**2)
     return Sensitivity(l1=2 * k * m, l2_squared=max(2 * (k * m) ** 2, spread**2))
+
+
+def distinct_units_sensitivity(*, groups_per_unit: int, neighbours: str, grouped: bool) -> Sensitivity:
+    """Sensitivity of per-group counts of distinct units (COUNT(DISTINCT unit), and the counts
+    partition selection thresholds).
+
+    Precondition (made true by the rewrite): a unit adds exactly 1 to the count of each group
+    it keeps rows in, and keeps rows in at most ``l = groups_per_unit`` groups. So its
+    contribution vector is 0/1 with at most l ones.
+      * ungrouped: the one count moves by at most 1 under either relation (a replaced unit
+        leaves, its replacement may or may not arrive): L1 = L2 = 1;
+      * grouped, unbounded: at most l entries move by 1: L1 = l, L2 = sqrt(l);
+      * grouped, bounded: the leaving unit's l groups drop by 1 and the arriving unit's l
+        groups rise by 1; where they overlap the changes cancel: L1 = 2l, L2 = sqrt(2l).
+
+    >>> s = distinct_units_sensitivity(groups_per_unit=3, neighbours="bounded", grouped=True)
+    >>> s.l1, s.l2_squared
+    (Fraction(6, 1), Fraction(6, 1))
+    """
+    if groups_per_unit < 1:
+        raise InternalError(f"groups per unit must be at least 1, got {groups_per_unit}")
+    if neighbours not in ("unbounded", "bounded"):
+        raise InternalError(f"unknown neighbour relation {neighbours!r}")
+    if not grouped:
+        return Sensitivity(l1=Fraction(1), l2_squared=Fraction(1))
+    moved = Fraction(groups_per_unit * (2 if neighbours == "bounded" else 1))
+    return Sensitivity(l1=moved, l2_squared=moved)

@@ -20,7 +20,8 @@ from dpsql.plan import PrivateQuery, PublicQuery
 from shop import SHOP, SHOP_CATALOG
 
 FIXTURES = Path(__file__).parent / "fixtures" / "check"
-HEADER = re.compile(r"-- expect: (\w+) \| (.+?) \| (\d+):(\d+)")
+HEADER = re.compile(r"-- expect: (\w+) \| (.+?) \| (\d+|None):(\d+|None)")
+OPTION = re.compile(r"-- (weights|noise): (\S+)")
 
 
 def _blocks(path: Path) -> list[str]:
@@ -36,8 +37,8 @@ def _refusals():
         if header is None:
             continue
         sql = "\n".join(line for line in block.splitlines() if not line.startswith("-- expect"))
-        yield pytest.param(sql, header.group(1), header.group(2), int(header.group(3)), int(header.group(4)),
-                           id=header.group(2)[:50])
+        line, col = (None if v == "None" else int(v) for v in header.group(3, 4))
+        yield pytest.param(sql, header.group(1), header.group(2), line, col, id=header.group(2)[:50])
 
 
 def _accepted():
@@ -47,11 +48,19 @@ def _accepted():
             yield pytest.param(sql, id=sql[:60])
 
 
-def run_static(sql: str):
+def run_static(sql: str, delta: Fraction = Fraction(0)):
+    """Every static stage; options may ride in a trailing comment (``-- noise: gaussian``)."""
     query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
-    if isinstance(query, PrivateQuery):
-        return analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
-    return query
+    if not isinstance(query, PrivateQuery):
+        return query
+    options = PrivacyOptions(epsilon=Fraction(1), delta=delta)
+    for name, value in OPTION.findall(sql):
+        if name == "noise":
+            options = PrivacyOptions(epsilon=Fraction(1), delta=delta, noise=value)
+        else:
+            key, weight = value.split("=")
+            options = PrivacyOptions(epsilon=Fraction(1), delta=delta, weights=((key, Fraction(weight)),))
+    return analyse_query(query, SHOP, options, sql)
 
 
 @pytest.mark.parametrize("sql, code, fragment, line, col", list(_refusals()))
@@ -67,7 +76,7 @@ def test_refusal_names_the_construct_and_its_position(sql, code, fragment, line,
 
 @pytest.mark.parametrize("sql", list(_accepted()))
 def test_accepted_queries_plan_without_touching_data(sql):
-    result = run_static(sql)
+    result = run_static(sql, delta=Fraction(1, 10**6))
     assert result is not None
 
 
@@ -84,15 +93,16 @@ def test_public_only_query_is_regenerated_from_the_ast_without_comments():
 
 def test_names_resolve_case_insensitively_as_in_duckdb():
     plan = run_static('SELECT Store, COUNT(*) FROM MAIN.VISITS GROUP BY STORE')
-    assert plan.query.table == "visits" and plan.query.keys[0].column == "store"
+    assert plan.query.table == "visits" and plan.query.keys[0].expression.name == "store"
 
 
 def test_group_by_alias_and_ordinal():
     by_alias = run_static("SELECT store AS s, COUNT(*) FROM visits GROUP BY s")
     by_ordinal = run_static("SELECT store, COUNT(*) FROM visits GROUP BY 1")
-    assert by_alias.query.keys[0].column == by_ordinal.query.keys[0].column == "store"
+    assert by_alias.query.keys[0].expression == by_ordinal.query.keys[0].expression
+    assert by_alias.query.keys[0].domain is not None
 
 
 def test_output_names_follow_duckdb():
     plan = run_static("SELECT COUNT(*), SUM(amount), AVG(age) AS a FROM visits")
-    assert [c.name for c in plan.outputs] == ["count_star()", "sum(amount)", "a"]
+    assert list(plan.query.outputs) == ["count_star()", "sum(amount)", "a"]

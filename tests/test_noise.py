@@ -411,3 +411,152 @@ def test_default_source_is_the_secure_one(sampler, monkeypatch):
     monkeypatch.setattr(SecureSource, "integers", counting)
     values = sampler(Fraction(5), 1000)
     assert values.size == 1000 and calls
+
+
+# ---------------------------------------------------------------- exponential mechanism
+# Budget of this section (on top of the one above, the total stays below 1e-6): five
+# goodness-of-fit tests failing at p < P_FIT = 1e-8 and one exact binomial test at 1e-9.
+
+from dpsql.noise import exponential_mechanism  # noqa: E402
+
+EM_WEIGHTS = {
+    "decreasing": np.array([0.0, -0.5, -1.0, -2.0, -3.0, -5.0]),
+    "uniform": np.zeros(7),
+    "one_dominant_with_impossible": np.array([4.0, -np.inf, 1.0, 0.0, -np.inf, 2.5]),
+    "large_offsets": np.array([1e6, 1e6 - 1.0, 1e6 - 0.25, 1e6 - 9.0]),
+    "many": -np.abs(np.arange(41) - 20.0) / 3,
+}
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    finite = np.isfinite(x)
+    p = np.zeros(x.size)
+    p[finite] = np.exp(x[finite] - np.logaddexp.reduce(x[finite]))
+    return p
+
+
+def em_chi_square_pvalue(draws: np.ndarray, p: np.ndarray) -> float:
+    """Pearson chi-square of categorical draws against p, pooling categories expecting fewer
+    than MIN_EXPECTED draws (in increasing order of p) until the pool expects enough."""
+    expected = draws.size * p
+    observed = np.bincount(draws, minlength=p.size).astype(float)
+    assert observed[p == 0].sum() == 0                # impossible candidates never come out
+    order = np.argsort(expected)
+    bins_e, bins_o, pool_e, pool_o = [], [], 0.0, 0.0
+    for i in order:
+        if expected[i] == 0:
+            continue
+        pool_e, pool_o = pool_e + expected[i], pool_o + observed[i]
+        if pool_e >= MIN_EXPECTED:
+            bins_e.append(pool_e), bins_o.append(pool_o)
+            pool_e = pool_o = 0.0
+    if pool_e:                                        # a small remainder joins the last bin
+        bins_e[-1] += pool_e
+        bins_o[-1] += pool_o
+    e, o = np.array(bins_e), np.array(bins_o)
+    return float(stats.chi2.sf(np.sum((o - e) ** 2 / e), e.size - 1))
+
+
+@pytest.mark.parametrize("name", list(EM_WEIGHTS))
+def test_exponential_mechanism_matches_the_softmax(name):
+    x = EM_WEIGHTS[name]
+    draws = noise._exponential_mechanism_draws(x, N, SeededSource(21))
+    assert em_chi_square_pvalue(draws, softmax(x)) >= P_FIT
+
+
+@pytest.mark.parametrize("factor", [2.0, 0.5])
+@pytest.mark.parametrize("name", ["decreasing", "one_dominant_with_impossible", "many"])
+def test_chi_square_catches_a_factor_two_in_epsilon(name, factor):
+    x = EM_WEIGHTS[name]                              # log weights are epsilon * u / (2 Delta_u)
+    draws = noise._exponential_mechanism_draws(x * factor, N, SeededSource(22))
+    assert em_chi_square_pvalue(draws, softmax(x)) < P_FIT
+
+
+def test_exponential_variates_fit_exp1_including_both_tails():
+    e = noise._exponential_variates(N, SeededSource(23))
+    assert e.dtype == np.float64 and e.min() > 0 and np.isfinite(e).all()
+    # Bins of equal probability, the outer ones reaching far into both tails.
+    edges = np.concatenate([[0.0], -np.log1p(-np.linspace(0, 1, 401)[1:-1]), [np.inf]])
+    observed = np.histogram(e, bins=edges)[0]
+    assert stats.chisquare(observed).pvalue >= P_FIT
+    # Below 1e-3 lies 0.1% of the mass; only full precision near U = 1 resolves it finely.
+    small = e[e < 1e-3]
+    assert stats.binomtest(small.size, N, -math.expm1(-1e-3)).pvalue >= P_EXACT
+    assert np.unique(small).size == small.size
+
+
+class ScriptedSource:
+    """Returns the given arrays in turn (each must have the requested size)."""
+
+    def __init__(self, *arrays):
+        self.arrays = [np.asarray(a, dtype=np.int64) for a in arrays]
+        self.requests = []
+
+    def integers(self, upper, size):
+        self.requests.append((upper, size))
+        out = self.arrays.pop(0) if self.arrays else np.zeros(size, dtype=np.int64)
+        assert out.size == size
+        return out
+
+
+def test_exponential_variates_follow_the_documented_construction():
+    top = 2**53 - 1
+    # words: side bit 0 (U = V) / 1 (U = 1 - V); cell = word >> 2. Exponent words: leading zeros.
+    source = ScriptedSource([top - 1, top, 0, 1], [top, 2**51, 0, 0], [2**52, 1])
+    e = noise._exponential_variates(4, source)
+    cells = np.array([(top - 1) >> 2, top >> 2, 0, 0], dtype=float)
+    exponents = np.array([0, 1, 53 + 0, 53 + 52])
+    v = (2.0**52 + 2 * cells + 1) * 2.0 ** (-54 - exponents)
+    assert np.array_equal(e, np.where([False, True, False, True], -np.log1p(-v), -np.log(v)))
+    assert source.requests == [(2**53, 4), (2**53, 4), (2**53, 2)]
+
+
+def test_exponent_cap_stops_an_all_zero_source():
+    source = ScriptedSource()                          # every word is 0
+    e = noise._exponential_variates(3, source)
+    assert np.all(e == -np.log(2.0 ** (-54 - 1000) * (2.0**52 + 1)))
+    assert len(source.requests) == 2 + 1000 // 53       # stops once the cap is reached
+    assert 0 < e.min() < 700
+
+
+def test_exponential_mechanism_returns_an_int_and_handles_edge_cases():
+    assert exponential_mechanism(np.array([5.0]), SeededSource(0)) == 0
+    assert exponential_mechanism([0.0, -np.inf, -np.inf], SeededSource(0)) == 0
+    j = exponential_mechanism(np.array([-1e300, -1e300 + 1e285]), SeededSource(0))
+    assert isinstance(j, int) and j in (0, 1)
+    # A candidate 800 below the best is never chosen (exact probability e**-800).
+    assert not noise._exponential_mechanism_draws(np.array([0.0, -800.0]), 10_000, SeededSource(1)).any()
+
+
+@pytest.mark.parametrize("bad", [np.array([]), np.array([np.nan, 0.0]), np.array([np.inf, 0.0]),
+                                 np.array([-np.inf, -np.inf]), np.zeros((2, 2)), "abc", None, [[1.0]]])
+def test_exponential_mechanism_rejects_invalid_weights(bad):
+    with pytest.raises(InternalError):
+        exponential_mechanism(bad, SeededSource(0))
+
+
+def test_exponential_mechanism_draws_only_through_the_source_and_always_the_same_amount(monkeypatch):
+    for name in ("default_rng", "random", "randint", "integers", "gumbel", "exponential", "uniform"):
+        if hasattr(np.random, name):
+            monkeypatch.setattr(np.random, name, _forbid)
+    monkeypatch.setattr(os, "urandom", _forbid)
+    monkeypatch.setattr(random, "random", _forbid)
+    sizes = []
+    for x in (np.zeros(50), np.linspace(-40, 0, 50), np.r_[np.full(49, -np.inf), 0.0]):
+        source = ScriptedSource(*[SeededSource(4).integers(2**53, 50) for _ in range(2)])
+        exponential_mechanism(x, source)
+        sizes.append(source.requests)
+    assert sizes[0] == sizes[1] == sizes[2] == [(2**53, 50), (2**53, 50)]   # whatever the weights
+
+
+def test_exponential_mechanism_default_source_is_the_secure_one(monkeypatch):
+    calls = []
+    real = SecureSource.integers
+
+    def counting(self, upper, size):
+        calls.append((upper, size))
+        return real(self, upper, size)
+
+    monkeypatch.setattr(SecureSource, "integers", counting)
+    assert exponential_mechanism(np.array([0.0, -1.0, -2.0])) in (0, 1, 2)
+    assert calls and all(upper == 2**53 for upper, _ in calls)

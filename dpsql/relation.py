@@ -1,0 +1,540 @@
+"""The private relation a DP aggregate reads: one table, a join, a subquery, a CTE or a UNION ALL.
+
+The FROM clause of a private query is turned into a *relation*: SQL producing rows, each row
+attributable to exactly one privacy unit (its ``unit`` column), with a synthetic policy rule
+stating how many rows one unit can have in it (``k``), the bounds and public key domains of
+its columns. The aggregate stages then treat it exactly like a private table, and the final
+rewrite enforces ``k`` and the bounds on it, so the privacy argument needs only one fact from
+this module: **every row of the relation depends on the data of the unit in its unit column
+and on public data, and of no other unit** (taint follows the data). Each construct keeps it:
+
+* a private table: each row is its unit's (rows with a NULL unit are dropped later);
+* private ⋈ public on equality: a private row becomes at most ``m`` rows (``m`` = the public
+  join key's largest multiplicity, computed from public data), so ``k' = k·max(m, 1)``; inner
+  joins and private LEFT JOIN public only (a join that could fabricate rows without a unit is
+  refused);
+* private ⋈ private on their unit columns: a joined row pairs two rows of the same unit, so
+  ``k' = k1·k2``;
+* a subquery that keeps the unit column (bare) and filters or projects row by row: ``k' = k``;
+* a subquery grouped by the unit (and maybe more) with aggregates: each output row is one
+  unit's, ``k' = 1`` grouped by the unit alone, else ``k``; per-unit aggregates get bounds
+  derived from their inputs' (COUNT in [0, k], SUM of values in [lo, hi] in [k·min(lo, 0),
+  k·max(hi, 0)], AVG/MIN/MAX/quantiles in [lo, hi]) — bounds the rewrite enforces by clamping;
+* UNION ALL of such branches (unit at the same position): ``k' = k1 + k2 + ...``.
+
+A column's bounds are only claims the rewrite clamps to, so a too-wide bound costs accuracy,
+never privacy; the unit column is never computed, only passed through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Protocol
+
+from sqlglot import exp
+
+from .allowlist import check_row_level, refuse
+from .bind import Catalog, bind_table, table_key
+from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
+from .parse import DIALECT, describe
+from .ranges import Interval, derive_range, is_integral_type, is_numeric_type
+
+
+class PublicData(Protocol):
+    """Read access to public data and to the schema of queries (never private rows)."""
+
+    def fetch(self, sql: str, parameters: dict | None = None) -> list[tuple]: ...
+
+    def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]: ...
+
+
+@dataclass(frozen=True)
+class Relation:
+    """Rows the aggregate reads, with what one unit can contribute to them."""
+
+    sql: exp.Expression
+    """A table or a query producing the relation's columns."""
+    rule: PrivateTable
+    """Synthetic rule: unit column, rows and groups per unit, bounds and key domains."""
+    columns: dict
+    """Relation column -> DuckDB type."""
+    scope: dict = field(default_factory=dict)
+    """(qualifier or None, column name) -> relation column, for binding the query over it."""
+    label: str = ""
+    """What to call it in messages and EXPLAIN."""
+
+    @property
+    def private(self) -> bool:
+        return self.rule is not None
+
+
+@dataclass(frozen=True)
+class _Public:
+    """A public table or query joined to private data."""
+
+    sql: exp.Expression
+    columns: dict
+    scope: dict
+    label: str
+    table: str | None = None
+    """The catalog name when it is a declared public table (its columns then have key domains)."""
+
+
+def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalog, sql: str,
+                   data: PublicData | None, ctes: dict) -> Relation:
+    """The relation of a FROM clause and its joins (private: at least one private table)."""
+    current = _item(from_.this, policy, catalog, sql, data, ctes)
+    for join in joins:
+        other = _item(join.this, policy, catalog, sql, data, ctes)
+        current = _join(current, other, join, sql, data)
+    if isinstance(current, _Public):
+        refuse(from_, sql, "internal: a public FROM reached the private path", "report this")
+    return current
+
+
+def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
+    """One FROM item: a table, a CTE reference or a subquery."""
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not node.db \
+            and node.name.lower() in ctes:
+        reference = (node.alias or node.name).lower()
+        return _subquery(ctes[node.name.lower()], reference, policy, catalog, sql, data, ctes)
+    if isinstance(node, exp.Table):
+        bound = bind_table(node, policy, catalog, sql)
+        columns = dict(bound.columns)
+        table_sql = exp.to_table(".".join(f'"{p}"' for p in bound.name.split(".")))
+        scope = _scope(bound.reference, columns, bound.name.split(".")[-1])
+        if isinstance(bound.declaration, PublicTable):
+            return _Public(table_sql, columns, scope, bound.name, bound.declaration.name)
+        return Relation(table_sql, bound.declaration, columns, scope, bound.name)
+    if isinstance(node, exp.Subquery):
+        reference = (node.alias or "").lower()
+        if not reference:
+            refuse(node, sql, "a subquery in FROM needs an alias", "write (SELECT ...) AS t")
+        return _subquery(node.this, reference, policy, catalog, sql, data, ctes)
+    refuse(node, sql, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")
+
+
+def _scope(reference: str, columns: dict, *others: str) -> dict:
+    scope = {}
+    for column in columns:
+        scope[(None, column)] = column
+        for qualifier in {reference, *others}:
+            scope[(qualifier, column)] = column
+    return scope
+
+
+def _requalify(scope: dict, reference: str) -> dict:
+    """A relation's columns as seen through a new alias."""
+    return {(q, c): target for (q, c), target in scope.items() if q is None} | {
+        (reference, c): target for (q, c), target in scope.items() if q is None}
+
+
+# ------------------------------------------------------------------------------------------
+# Joins
+
+
+def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL") or join.args.get("using"):
+        refuse(join, sql, f"{(kind or side or 'this').upper()} JOIN is not supported over private tables",
+               "join with ON a = b equality conditions")
+    condition = join.args.get("on")
+    if condition is None:
+        refuse(join, sql, "a join without ON would pair every private row with every other row",
+               "join with ON a = b equality conditions")
+    if isinstance(left, _Public) and isinstance(right, _Public):
+        refuse(join, sql, "internal: public joins are handled as public queries", "report this")
+    if side == "RIGHT":  # a RIGHT JOIN keeps the right side: the same as the mirrored LEFT JOIN
+        left, right, side = right, left, "LEFT"
+    # Which side keeps all its rows: it must be a private one, so no row lacks a unit.
+    if side == "FULL" or (side == "LEFT" and isinstance(left, _Public)):
+        refuse(join, sql, f"{side} JOIN here would make rows that belong to no privacy unit",
+               "use an inner join, or keep the private table on the preserved side")
+    names = _joined_names(left, right)
+    scope = {**{k: names[("l", v)] for k, v in left.scope.items() if k[0] is not None},
+             **{k: names[("r", v)] for k, v in right.scope.items() if k[0] is not None}}
+    unqualified = {}
+    for side_tag, part in (("l", left), ("r", right)):
+        for (q, c), v in part.scope.items():
+            if q is None:
+                unqualified.setdefault(c, []).append(names[(side_tag, v)])
+    scope.update({(None, c): targets[0] for c, targets in unqualified.items() if len(targets) == 1})
+    bound_condition = _bind_condition(condition, left, right, names, sql)
+    equalities = _equalities(bound_condition)
+    if isinstance(left, Relation) and isinstance(right, Relation):
+        rule = _private_join_rule(left, right, equalities, names, join, sql)
+    else:
+        private, public = (left, right) if isinstance(left, Relation) else (right, left)
+        tag = "l" if private is left else "r"
+        rule = _public_join_rule(private, public, equalities, names, tag, join, sql, data)
+    select = exp.Select(expressions=[
+        exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
+        for tag, part in (("l", left), ("r", right)) for c in part.columns])
+    select = select.from_(exp.alias_(_as_source(left.sql), "dp_l"))
+    select = select.join(exp.alias_(_as_source(right.sql), "dp_r"), on=_total_condition(bound_condition),
+                         join_type="LEFT" if side == "LEFT" else "INNER")
+    columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
+    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}")
+
+
+def _joined_names(left, right) -> dict:
+    """Unique relation column names for both sides (the bare name where it is unique)."""
+    names, used = {}, set()
+    for tag, part in (("l", left), ("r", right)):
+        label = part.label.split(".")[-1].replace(" ", "")
+        for column in part.columns:
+            clash = column in (right.columns if tag == "l" else left.columns)
+            name = f"{label}.{column}" if clash else column
+            while name in used:
+                name = f"{tag}.{name}"
+            used.add(name)
+            names[(tag, column)] = name
+    return names
+
+
+def _bind_condition(condition, left, right, names, sql):
+    """The ON condition with each column resolved to dp_l / dp_r and its source column."""
+    bound = condition.copy()
+    for column in list(bound.find_all(exp.Column)):
+        key = (column.table.lower() or None, column.name.lower())
+        hits = [(tag, part.scope[key]) for tag, part in (("l", left), ("r", right)) if key in part.scope]
+        if len(hits) != 1:
+            problem = "is ambiguous" if hits else "is unknown"
+            refuse(column, sql, f"column {column.sql(dialect=DIALECT)} in the join condition {problem}",
+                   "qualify it with its table's alias")
+        tag, source = hits[0]
+        column.replace(exp.column(source, table=f"dp_{tag}", quoted=True))
+    check_row_level(bound, sql, "a join condition")
+    return bound
+
+
+def _equalities(condition: exp.Expression) -> list[tuple[exp.Column, exp.Column]]:
+    parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    pairs = []
+    for part in parts:
+        part = part.unnest()
+        if isinstance(part, exp.EQ) and isinstance(part.this, exp.Column) and isinstance(part.expression, exp.Column) \
+                and part.this.table != part.expression.table:
+            left, right = (part.this, part.expression) if part.this.table == "dp_l" else (part.expression, part.this)
+            pairs.append((left, right))
+    return pairs
+
+
+def _total_condition(condition: exp.Expression) -> exp.Expression:
+    """Join conditions that could fail at run time become NULL (false) instead."""
+    parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    safe = []
+    for part in parts:
+        part = part.unnest()
+        plain = isinstance(part, exp.EQ) and all(isinstance(x, exp.Column) for x in (part.this, part.expression))
+        safe.append(part if plain else exp.func("COALESCE", exp.func("TRY", part), exp.false()))
+    return exp.and_(*safe)
+
+
+def _private_join_rule(left: Relation, right: Relation, equalities, names, join, sql) -> PrivateTable:
+    if left.rule.unit is None or right.rule.unit is None:
+        refuse(join, sql, "a join of two private tables needs both to have a privacy unit column",
+               "join row-level private tables only with public tables")
+    on_units = any(a.name == left.rule.unit.lower() and b.name == right.rule.unit.lower() for a, b in equalities)
+    if not on_units:
+        refuse(join, sql, f"two private tables can only be joined on their privacy units "
+               f"({left.rule.unit} = {right.rule.unit}): any other join mixes different units' rows",
+               f"add ON ... {left.rule.unit} = ... {right.rule.unit}")
+    rules = [_renamed_rule(part.rule, names, tag) for tag, part in (("l", left), ("r", right))]
+    return PrivateTable(
+        name=f"{left.rule.name} ⋈ {right.rule.name}",
+        unit=names[("l", left.rule.unit.lower())],
+        max_rows_per_unit=left.rule.max_rows_per_unit * right.rule.max_rows_per_unit,
+        max_groups_per_unit=min(left.rule.groups_per_unit, right.rule.groups_per_unit),
+        columns=rules[0] + rules[1],
+    )
+
+
+def _public_join_rule(private: Relation, public: _Public, equalities, names, tag, join, sql, data) -> PrivateTable:
+    other = "r" if tag == "l" else "l"
+    keys = [(a if tag == "r" else b) for a, b in equalities]  # the public side's join columns
+    keys = [k for k in keys if k.table == f"dp_{other}"]
+    if not keys:
+        refuse(join, sql, "a join with a public table needs an equality between a private and a public column",
+               "join ON private.col = public.col")
+    if data is None:
+        refuse(join, sql, "joins need the database's public tables to bound their multiplicity",
+               "run the query through dpsql.connect")
+    key_list = ", ".join(f'"{k.name}"' for k in keys)
+    source = _as_source(public.sql).sql(dialect=DIALECT)
+    rows = data.fetch(f"SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM {source} AS p "
+                      f"GROUP BY {key_list})")
+    multiplicity = max(int(rows[0][0] or 0), 1)
+    rule = private.rule
+    public_rules = tuple(_public_column_rule(public, column, names[(other, column)], data)
+                         for column in public.columns)
+    # Each private row becomes at most `multiplicity` rows; with PRIVACY UNIT ROW the private
+    # row is the unit, so no bounding is needed: the join itself guarantees the k.
+    return PrivateTable(
+        name=f"{rule.name} ⋈ {public.label}",
+        unit=names[(tag, rule.unit.lower())] if rule.unit else None,
+        max_rows_per_unit=rule.max_rows_per_unit * multiplicity,
+        max_groups_per_unit=rule.max_groups_per_unit,
+        columns=_renamed_rule(rule, names, tag) + public_rules,
+    )
+
+
+def _renamed_rule(rule: PrivateTable, names: dict, tag: str) -> tuple[ColumnRule, ...]:
+    return tuple(replace(c, name=names[(tag, c.name.lower())]) for c in rule.columns
+                 if (tag, c.name.lower()) in names)
+
+
+def _public_column_rule(public: _Public, column: str, name: str, data: PublicData) -> ColumnRule:
+    """A public column's bounds (its min and max) and key domain (its values): public facts."""
+    keys = KeyDomain(table=public.table, column=column) if public.table else None
+    bounds = None
+    if is_numeric_type(public.columns[column]):
+        source = _as_source(public.sql).sql(dialect=DIALECT)
+        low, high = data.fetch(f'SELECT MIN("{column}"), MAX("{column}") FROM {source} AS p')[0]
+        if low is not None and _finite(low) and _finite(high):
+            bounds = Bounds(Fraction(low), Fraction(high))  # a float's exact value: the exact extreme
+    return ColumnRule(name=name, bounds=bounds, keys=keys)
+
+
+def _finite(value) -> bool:
+    return not isinstance(value, float) or (value == value and abs(value) != float("inf"))
+
+
+def _as_source(node: exp.Expression) -> exp.Expression:
+    return node if isinstance(node, exp.Table) else exp.Subquery(this=node.copy())
+
+
+# ------------------------------------------------------------------------------------------
+# Subqueries
+
+
+def _subquery(query: exp.Expression, reference: str, policy, catalog, sql, data, ctes):
+    if isinstance(query, exp.Union):
+        return _union(query, reference, policy, catalog, sql, data, ctes)
+    if not isinstance(query, exp.Select):
+        refuse(query, sql, f"{describe(query)} is not supported as a subquery", "write a SELECT")
+    tables = [t for t in query.find_all(exp.Table)]
+    from_ = query.args.get("from_") or query.args.get("from")
+    if from_ is None:
+        refuse(query, sql, "a subquery must read a table", "add FROM <table>")
+    inner = build_relation(from_, query.args.get("joins") or [], policy, catalog, sql, data, ctes) \
+        if touches_private(tables, policy, catalog, ctes) else None
+    if inner is None:
+        return _public_subquery(query, reference, sql, data)
+    for part in ("order", "limit", "offset", "qualify", "windows", "laterals", "sample"):
+        if query.args.get(part):
+            refuse(query.args[part], sql, f"{part.upper()} inside a subquery over private data would pick "
+                   "rows across units", "filter with WHERE, or sort the final result instead")
+    body = query.copy()
+    _bind_to(body, inner, sql)
+    where = body.args.get("where")
+    if where is not None:
+        check_row_level(where.this, sql, "WHERE")
+    group = body.args.get("group")
+    if group is None and not any(isinstance(e.unalias(), exp.AggFunc) or e.find(exp.AggFunc) for e in body.expressions):
+        return _row_projection(body, inner, reference, sql, data)
+    return _unit_aggregation(body, inner, reference, sql, data)
+
+
+def touches_private(tables, policy, catalog, ctes) -> bool:
+    """True when any table (following CTEs) is private: anything derived from it is private."""
+    for table in tables:
+        name = table.name.lower()
+        if not table.db and name in ctes:
+            if touches_private(list(ctes[name].find_all(exp.Table)), policy, catalog, ctes):
+                return True
+            continue
+        if policy.is_private(table_key(table)):
+            return True
+    return False
+
+
+def _bind_to(body: exp.Select, inner: Relation, sql: str) -> None:
+    """Resolve the subquery's own columns against its FROM relation (not nested subqueries)."""
+    for column in list(body.find_all(exp.Column)):
+        if column.find_ancestor(exp.Subquery) is not None and column.find_ancestor(exp.Subquery) is not body:
+            continue
+        key = (column.table.lower() or None, column.name.lower())
+        target = inner.scope.get(key)
+        if target is None:
+            refuse(column, sql, f"unknown column {column.sql(dialect=DIALECT)}",
+                   f"the columns are: {', '.join(c for q, c in inner.scope if q is None)}")
+        identifier = exp.to_identifier(target, quoted=True)
+        identifier.meta.update(column.this.meta)
+        column.replace(exp.Column(this=identifier))
+
+
+def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
+    select = exp.Select(expressions=items).from_(exp.alias_(_as_source(inner.sql), "dp_in"))
+    where = body.args.get("where")
+    if where is not None:
+        select = select.where(exp.func("COALESCE", exp.func("TRY", where.this.copy()), exp.false()))
+    return select
+
+
+def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
+    rule = inner.rule
+    items, rules, unit = [], [], None
+    for item in body.expressions:
+        node = item.unalias()
+        if isinstance(node, exp.Star):
+            for column in inner.columns:
+                items.append(exp.column(column, quoted=True))
+                rules.append(rule.column(column) and replace(rule.column(column), name=column))
+                unit = unit or (column if rule.unit and column == rule.unit.lower() else None)
+            continue
+        name = (item.alias if isinstance(item, exp.Alias) else node.name if isinstance(node, exp.Column)
+                else node.sql(dialect=DIALECT).replace('"', "")).lower()
+        check_row_level(node, sql, "a subquery's select list")
+        if isinstance(node, exp.Column):
+            items.append(exp.alias_(node.copy(), name, quoted=True))
+            kept = rule.column(node.name)
+            rules.append(kept and replace(kept, name=name))
+            if rule.unit and node.name == rule.unit.lower():
+                unit = name
+            continue
+        items.append(exp.alias_(exp.func("TRY", node.copy()), name, quoted=True))
+        rules.append(_derived_rule(node, name, inner))
+    if rule.unit and unit is None:
+        refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
+               "stay attributable to units", f"add {rule.unit} to its select list")
+    select = _wrap_body(body, inner, items)
+    return _finish(select, replace(rule, unit=unit, columns=tuple(r for r in rules if r)), reference, data,
+                   f"({inner.label})")
+
+
+def _derived_rule(node, name, inner: Relation) -> ColumnRule | None:
+    try:
+        interval = derive_range(node, lambda c: _interval(inner, c), "")
+    except Exception:
+        return None  # not summable later; COUNT still works
+    if interval is None:
+        return None
+    return ColumnRule(name=name, bounds=Bounds(interval.lower, interval.upper))
+
+
+def _interval(relation: Relation, column: str) -> Interval | None:
+    rule = relation.rule.column(column)
+    if rule is None or rule.bounds is None:
+        return None
+    integral = is_integral_type(relation.columns.get(column, "")) and all(
+        b.denominator == 1 for b in (rule.bounds.lower, rule.bounds.upper))
+    return Interval(rule.bounds.lower, rule.bounds.upper, integral)
+
+
+UNIT_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "mean", exp.Max: "mean",
+                   exp.Median: "mean", exp.AnyValue: "mean"}
+
+
+def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
+    rule = inner.rule
+    group = body.args.get("group")
+    grouped = [] if group is None else list(group.expressions)
+    unit = rule.unit.lower() if rule.unit else None
+    if unit is None or not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
+        refuse(group or body, sql, "an aggregate inside a subquery must be computed per privacy unit",
+               f"GROUP BY {rule.unit or 'the unit column'} in the subquery (aggregating across units happens "
+               "in the outer query, with noise)")
+    for g in grouped:
+        check_row_level(g, sql, "GROUP BY")
+    k = rule.max_rows_per_unit
+    items, rules, unit_name = [], [], None
+    for item in body.expressions:
+        node = item.unalias()
+        name = (item.alias if isinstance(item, exp.Alias) else node.name if isinstance(node, exp.Column)
+                else node.sql(dialect=DIALECT).replace('"', "")).lower()
+        if any(node == g for g in grouped):
+            items.append(exp.alias_(node.copy(), name, quoted=True))
+            kept = rule.column(node.name) if isinstance(node, exp.Column) else None
+            rules.append(kept and replace(kept, name=name))
+            if isinstance(node, exp.Column) and node.name == unit:
+                unit_name = name
+            continue
+        if not isinstance(node, exp.AggFunc) or type(node) not in UNIT_AGGREGATES:
+            refuse(node, sql, f"{describe(node)} in a per-unit subquery must be a group key or COUNT, SUM, "
+                   "AVG, MIN, MAX or MEDIAN of a row-level expression", "aggregate a column of the table")
+        argument = node.this
+        if isinstance(argument, exp.Distinct):
+            refuse(node, sql, "DISTINCT inside a per-unit aggregate is not supported", "drop DISTINCT")
+        if not isinstance(argument, exp.Star):
+            check_row_level(argument, sql, describe(node))
+        items.append(exp.alias_(node.copy(), name, quoted=True))
+        rules.append(_aggregate_rule(UNIT_AGGREGATES[type(node)], argument, name, inner, k))
+    if unit_name is None:
+        refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}",
+               f"add {rule.unit} to its select list")
+    select = _wrap_body(body, inner, items)
+    select.set("group", exp.Group(expressions=[g.copy() for g in grouped]))
+    having = body.args.get("having")
+    if having is not None:
+        select.set("having", exp.Having(this=having.this.copy()))
+    only_unit = len(grouped) == 1
+    synthetic = replace(rule, unit=unit_name, max_rows_per_unit=1 if only_unit else k,
+                        columns=tuple(r for r in rules if r))
+    return _finish(select, synthetic, reference, data, f"({inner.label} per unit)")
+
+
+def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> ColumnRule | None:
+    if kind == "count":
+        return ColumnRule(name=name, bounds=Bounds(Fraction(0), Fraction(k)))
+    interval = None
+    if not isinstance(argument, exp.Star):
+        try:
+            interval = derive_range(argument, lambda c: _interval(inner, c), "")
+        except Exception:
+            interval = None
+    if interval is None:
+        return None
+    if kind == "sum":
+        return ColumnRule(name=name, bounds=Bounds(k * min(interval.lower, 0), k * max(interval.upper, 0)))
+    return ColumnRule(name=name, bounds=Bounds(interval.lower, interval.upper))
+
+
+def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, label: str) -> Relation:
+    columns = dict(data.describe(select.sql(dialect=DIALECT))) if data is not None else {}
+    columns = {name.lower(): typ for name, typ in columns.items()}
+    scope = _scope(reference, columns)
+    return Relation(select, rule, columns, scope, label)
+
+
+def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Relation:
+    if not isinstance(query, exp.Union) or query.args.get("distinct"):
+        refuse(query, sql, f"{describe(query)} is not supported over private data",
+               "combine branches with UNION ALL")
+    branches = [b for b in (query.this, query.expression)]
+    relations = [_subquery(b.this if isinstance(b, exp.Subquery) else b, reference, policy, catalog, sql, data, ctes)
+                 for b in branches]
+    if not all(isinstance(r, Relation) for r in relations):
+        refuse(query, sql, "every branch of a UNION ALL over private data must keep the privacy unit",
+               "select the unit column in each branch")
+    first = relations[0]
+    columns = list(first.columns)
+    positions = [list(r.columns).index(r.rule.unit) if r.rule.unit in r.columns else -1 for r in relations]
+    if len(set(positions)) != 1 or positions[0] < 0 or any(len(r.columns) != len(columns) for r in relations):
+        refuse(query, sql, "the branches of a UNION ALL must have the same columns, with the privacy unit "
+               "in the same position", "select the same columns in each branch")
+    rules = []
+    for index, name in enumerate(columns):
+        parts = [r.rule.column(list(r.columns)[index]) for r in relations]
+        if all(p is not None and p.bounds is not None for p in parts):
+            bounds = Bounds(min(p.bounds.lower for p in parts), max(p.bounds.upper for p in parts))
+            rules.append(ColumnRule(name=name, bounds=bounds))
+    union = exp.union(*[exp.Select(expressions=[exp.column(c, quoted=True) for c in r.columns]).from_(
+        exp.alias_(_as_source(r.sql), "dp_b")) for r in relations], distinct=False)
+    rule = PrivateTable(
+        name=" ∪ ".join(r.rule.name for r in relations),
+        unit=columns[positions[0]],
+        max_rows_per_unit=sum(r.rule.max_rows_per_unit for r in relations),
+        max_groups_per_unit=sum(r.rule.groups_per_unit for r in relations),
+        columns=tuple(rules),
+    )
+    return Relation(union, rule, dict(first.columns), _scope(reference, first.columns), rule.name)
+
+
+def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Public:
+    if data is None:
+        refuse(query, sql, "public subqueries need the database", "run the query through dpsql.connect")
+    columns = {name.lower(): typ for name, typ in data.describe(query.sql(dialect=DIALECT))}
+    return _Public(query.copy(), columns, _scope(reference, columns), f"({reference})")

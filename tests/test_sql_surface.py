@@ -1,0 +1,182 @@
+"""The SQL analysts write, end to end: post-processing, new aggregates, private keys, options."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.noise import SeededSource
+
+RNG = np.random.default_rng(4)
+USERS = 400
+VISITS = pd.DataFrame({
+    "uid": np.repeat(np.arange(USERS), 3),
+    "store": RNG.choice(["a", "b", "c"], USERS * 3),
+    "amount": RNG.uniform(0, 100, USERS * 3).round(2),
+    "zip": RNG.choice(["10001", "10002", "99999"], USERS * 3, p=[0.6, 0.399, 0.001]),
+})
+STORES = pd.DataFrame({"store": ["a", "b", "c", "d"], "city": ["x", "x", "y", "z"]})
+PROMOS = pd.DataFrame({"store": ["a", "a", "b"], "promo": ["p1", "p2", "p3"]})
+PLANS = pd.DataFrame({"uid": np.arange(USERS), "tier": RNG.choice(["free", "pro"], USERS)})
+POLICY = """
+BUDGET EPSILON 1000 DELTA 1e-3;
+QUERY EPSILON 5;
+PRIVATE TABLE visits (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, MAX GROUPS PER UNIT 3,
+                      amount BOUNDS 0 TO 100, store KEYS FROM stores.store);
+PRIVATE TABLE plans (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, tier KEYS ('free', 'pro'));
+PUBLIC TABLE stores;
+PUBLIC TABLE promos;
+"""
+
+
+@pytest.fixture
+def db():
+    tables = {"visits": VISITS, "stores": STORES, "promos": PROMOS, "plans": PLANS}
+    with dpsql.connect(tables, policy=POLICY, rng=SeededSource(2)) as connection:
+        yield connection
+
+
+def exact(sql: str):
+    import duckdb
+    con = duckdb.connect()
+    con.register("visits", VISITS)
+    return con.execute(sql).fetchall()
+
+
+def test_having_order_and_arithmetic_run_on_noisy_values(db):
+    result = db.sql("SELECT store, COUNT(*) AS n, ROUND(SUM(amount) / COUNT(*), 1) AS mean FROM visits "
+                    "GROUP BY store HAVING COUNT(*) > 10 ORDER BY n DESC")
+    rows = result.fetchall()
+    assert result.columns == ["store", "n", "mean"]
+    assert {r[0] for r in rows} == {"a", "b", "c"}  # 'd' has no visits: its noisy count fails HAVING
+    assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True)
+    assert all(40 <= r[2] <= 60 for r in rows)
+    assert set(result.accuracy()) == {"n"}  # 'mean' is derived: no single noise interval
+
+
+def test_filter_and_count_distinct_units(db):
+    row = db.sql("SELECT COUNT(*) FILTER (WHERE amount > 50) AS high, COUNT(DISTINCT uid) AS people, "
+                 "COUNT(*) AS visits FROM visits").fetchone()
+    (true_high,), = exact("SELECT COUNT(*) FROM visits WHERE amount > 50")
+    assert abs(row[0] - true_high) < 40 and abs(row[1] - USERS) < 40 and abs(row[2] - 3 * USERS) < 40
+
+
+def test_variance_and_stddev_are_released_within_their_bounds(db):
+    row = db.sql("SELECT VAR_POP(amount) AS v, STDDEV(amount) AS s FROM visits", epsilon=20).fetchone()
+    (true_var,), = exact("SELECT VAR_POP(amount) FROM visits")
+    assert 0 <= row[0] <= 2500 and 0 <= row[1] <= 50
+    assert abs(row[0] - true_var) < 0.2 * true_var
+    assert abs(row[1] - math.sqrt(true_var)) < 0.1 * math.sqrt(true_var)
+
+
+def test_private_group_keys_pass_partition_selection_only_with_delta(db):
+    with pytest.raises(dpsql.UnsupportedQuery) as caught:
+        db.sql("SELECT zip, COUNT(*) FROM visits GROUP BY zip", delta=0)
+    assert "KEYS" in caught.value.hint and "delta" in caught.value.hint
+    result = db.sql("SELECT zip, COUNT(*) AS n FROM visits GROUP BY zip ORDER BY zip", delta=1e-6)
+    keys = [r[0] for r in result.fetchall()]
+    assert keys == ["10001", "10002"]  # the rare zip (a handful of people) is not released
+    assert result.cost.delta == Fraction(1, 10**6)
+    assert "partition selection" in db.explain("SELECT zip, COUNT(*) FROM visits GROUP BY zip", delta=1e-6)
+
+
+def test_group_by_expression(db):
+    result = db.sql("SELECT amount > 50 AS high, COUNT(*) AS n FROM visits GROUP BY amount > 50 ORDER BY high",
+                    delta=1e-6)
+    assert [r[0] for r in result.fetchall()] == [False, True]
+
+
+def test_weights_split_epsilon_between_aggregates(db):
+    text = db.explain("SELECT COUNT(*) AS n, SUM(amount) AS s FROM visits", epsilon=3, weights={"n": 2})
+    assert "a0 = COUNT(*): count (m0); epsilon 2" in text and "a1 = SUM(amount): sum (m1); epsilon 1" in text
+    with pytest.raises(dpsql.UnsupportedQuery):
+        db.explain("SELECT COUNT(*) AS n FROM visits", weights={"nothing": 1})
+
+
+def test_post_processing_sees_only_the_noisy_core(db):
+    text = db.explain("SELECT store, COUNT(*) * 2 AS twice FROM visits GROUP BY store")
+    assert "FROM dp_core" in text and "a0 * 2" in text
+
+
+def test_distinct_over_released_rows(db):
+    rows = db.sql("SELECT DISTINCT COUNT(*) > 0 AS any FROM visits GROUP BY store").fetchall()
+    assert len(rows) <= 2
+
+
+def test_quantiles_by_the_exponential_mechanism(db):
+    result = db.sql("SELECT MEDIAN(amount) AS med, QUANTILE_CONT(amount, 0.9) AS p90, MIN(amount) AS lo, "
+                    "MAX(amount) AS hi FROM visits", epsilon=40)
+    med, p90, lo, hi = result.fetchone()
+    (true_med, true_p90), = exact("SELECT MEDIAN(amount), QUANTILE_CONT(amount, 0.9) FROM visits")
+    assert abs(med - true_med) < 5 and abs(p90 - true_p90) < 5
+    assert 0 <= lo <= 5 and 95 <= hi <= 100
+    ranks = result.accuracy()
+    assert set(ranks) == {"med", "p90", "lo", "hi"} and all(r > 0 for r in ranks.values())
+    grid = 100 / 1024
+    assert all(abs(v / grid - round(v / grid)) < 1e-9 for v in (med, p90, lo, hi))  # outputs on the public grid
+
+
+def test_grouped_quantile(db):
+    rows = db.sql("SELECT store, MEDIAN(amount) FROM visits GROUP BY store ORDER BY store", epsilon=40).fetchall()
+    assert [r[0] for r in rows] == ["a", "b", "c", "d"]
+    assert all(30 <= r[1] <= 70 for r in rows[:3])
+
+
+def test_bigquery_options_clause_means_the_same_as_arguments(db):
+    sql = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, delta = 1e-7, max_groups_contributed = 1, "
+           "privacy_unit_column = uid) zip, COUNT(*) AS n FROM visits GROUP BY zip")
+    result = db.sql(sql)
+    assert result.cost.epsilon == Fraction(1, 2) and result.cost.delta == Fraction(1, 10**7)
+    assert "at most 3 rows and 1 groups per unit" in db.explain(sql)
+    db.sql(sql, epsilon=0.5)  # the same value twice is fine
+    with pytest.raises(dpsql.InvalidParameter) as caught:
+        db.sql(sql, epsilon=0.4)
+    assert (caught.value.line, caught.value.col) == (1, 43)
+    with pytest.raises(dpsql.UnsupportedQuery):
+        db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (privacy_unit_column = store) COUNT(*) FROM visits")
+    with pytest.raises(dpsql.UnsupportedQuery):
+        db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (nonsense = 1) COUNT(*) FROM visits")
+
+
+def test_join_with_a_public_table_groups_by_its_public_columns(db):
+    rows = db.sql("SELECT s.city, COUNT(*) AS n FROM visits v JOIN stores s ON v.store = s.store "
+                  "GROUP BY s.city ORDER BY s.city").fetchall()
+    assert [r[0] for r in rows] == ["x", "y", "z"]  # the public domain of stores.city, z included
+    (true_x,), = exact("SELECT COUNT(*) FROM visits WHERE store IN ('a', 'b')")
+    assert abs(rows[0][1] - true_x) < 30
+
+
+def test_a_public_key_present_twice_doubles_rows_per_unit(db):
+    text = db.explain("SELECT COUNT(*) FROM visits v JOIN promos p ON v.store = p.store")
+    assert "at most 6 rows" in text
+
+
+def test_join_of_two_private_tables_on_the_unit(db):
+    rows = db.sql("SELECT p.tier, COUNT(*) AS n FROM visits v JOIN plans p ON v.uid = p.uid "
+                  "GROUP BY p.tier ORDER BY p.tier").fetchall()
+    assert [r[0] for r in rows] == ["free", "pro"]
+    assert abs(sum(r[1] for r in rows) - 3 * USERS) < 60
+
+
+def test_per_unit_subquery_and_cte(db):
+    (mean,), = db.sql("SELECT AVG(n) FROM (SELECT uid, COUNT(*) AS n FROM visits GROUP BY uid) AS per_user").fetchall()
+    assert abs(mean - 3) < 0.2
+    (total,), = db.sql("WITH spend AS (SELECT uid, SUM(amount) AS s FROM visits GROUP BY uid) "
+                       "SELECT SUM(s) FROM spend", epsilon=20).fetchall()
+    (true_total,), = exact("SELECT SUM(amount) FROM visits")
+    assert abs(total - true_total) < 0.02 * true_total
+
+
+def test_union_all_adds_rows_per_unit(db):
+    text = db.explain("SELECT COUNT(*) FROM (SELECT uid, amount FROM visits UNION ALL "
+                      "SELECT uid, amount FROM visits WHERE amount > 50) AS u")
+    assert "at most 6 rows" in text
+    (n,), = db.sql("SELECT COUNT(*) FROM (SELECT uid, amount FROM visits UNION ALL "
+                   "SELECT uid, amount FROM visits WHERE amount > 50) AS u").fetchall()
+    (extra,), = exact("SELECT COUNT(*) FROM visits WHERE amount > 50")
+    assert abs(n - (3 * USERS + extra)) < 60
