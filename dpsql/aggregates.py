@@ -211,3 +211,24 @@ def post_sql(post: exp.Select) -> str:
     if post.args.get("distinct") is not None:
         return post.sql(dialect=DIALECT)
     return post.copy().select(exp.column("dp_row"), append=True).sql(dialect=DIALECT)
+
+
+def plain_projection(post: exp.Select, core: list[str]) -> list[int] | None:
+    """When the post query only picks core columns (no WHERE, ORDER BY, LIMIT, DISTINCT or
+    arithmetic), the indices it picks: post-processing is then a reordering, done without SQL.
+
+    >>> import sqlglot
+    >>> plain_projection(sqlglot.parse_one("SELECT g0 AS store, a0 AS n FROM dp_core"), ["g0", "a0"])
+    [0, 1]
+    >>> plain_projection(sqlglot.parse_one("SELECT a0 * 2 AS n FROM dp_core"), ["a0"]) is None
+    True
+    """
+    if any(post.args.get(part) for part in ("where", "order", "limit", "offset", "distinct", "group")):
+        return None
+    picked = []
+    for item in post.expressions:
+        column = item.unalias()
+        if not isinstance(column, exp.Column) or column.name not in core:
+            return None
+        picked.append(core.index(column.name))
+    return picked

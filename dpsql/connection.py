@@ -35,7 +35,7 @@ from .normalise import normalised_sql, repeat_key
 from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
-from .aggregates import post_sql
+from .aggregates import plain_projection, post_sql
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
 from .rewrite import domain_sql, rewrite_histogram, rewrite_plan
@@ -143,8 +143,12 @@ class Connection:
                 histograms[measure.name] = self._engine.fetch(histogram_sql, self._salt_for(histogram_sql))
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = [row + (index,) for index, row in enumerate(core_rows(plan, release))]
-            columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
-                                                      core, post_sql(checked.post))
+            picked = plain_projection(checked.post, core_columns(plan))
+            if picked is not None:  # a plain projection: no SQL needed to post-process
+                columns, rows = ["dp_row"], [tuple(row[i] for i in picked) + (row[-1],) for row in core]
+            else:
+                columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
+                                                          core, post_sql(checked.post))
         except Exception:  # whatever failed, the analyst learns nothing from how
             raise QueryFailed("the query failed while running; its cost was charged and no "
                               "answer was released") from None

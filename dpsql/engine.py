@@ -28,6 +28,7 @@ class Engine:
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()
+        self._post = None
         self.path = path
         """The database file, when one was opened; the default ledger sits beside it."""
 
@@ -87,21 +88,28 @@ class Engine:
     def post_process(self, columns: list[str], types: list[str], rows: list[tuple], sql: str):
         """Run a post-processing query over released rows, in a separate, empty database.
 
-        The released rows are all it can see: the wrapped database is not attached, and
-        external access is off. Returns (column names, rows).
+        The released rows are all it can see: the wrapped database is not attached to it, and
+        its external access is off. One such database is kept per engine (opening one costs
+        tens of milliseconds); each call loads the rows into a fresh ``dp_core`` table.
+        Returns (column names, rows).
         """
-        connection = duckdb.connect(":memory:", config={"enable_external_access": False})
-        try:
+        with self._lock:
+            if self._post is None:
+                self._post = duckdb.connect(":memory:", config={"enable_external_access": False})
+            connection = self._post
             definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
-            connection.execute(f"CREATE TABLE dp_core ({definition})")
+            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
             if rows:
                 connection.register("dp_frame", pd.DataFrame.from_records(rows, columns=columns))
-                connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
+                try:
+                    connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
+                finally:
+                    connection.unregister("dp_frame")
             cursor = connection.execute(sql)
             names = [d[0] for d in cursor.description]
-            return names, cursor.fetchall()
-        finally:
-            connection.close()
+            result = cursor.fetchall()
+            connection.execute("DROP TABLE dp_core")
+            return names, result
 
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
         """(name, type) of each column ``sql`` would return: binds the query, reads no rows."""
@@ -115,6 +123,9 @@ class Engine:
 
     def close(self) -> None:
         """Close the connection if dpsql opened it."""
+        if self._post is not None:
+            self._post.close()
+            self._post = None
         if self._owned:
             self._connection.close()
 
