@@ -150,8 +150,11 @@ def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Agg
         if isinstance(call, exp.Count) and len(distinct) == 1 and isinstance(distinct[0], exp.Column) \
                 and unit is not None and distinct[0].name == unit and condition is None:
             return Aggregate(name, "count_units", None, label)
-        refuse(call, sql, f"{describe(call)} with DISTINCT is supported only as COUNT(DISTINCT <privacy unit>)",
-               "count the units with COUNT(DISTINCT unit), or the rows with COUNT(*)")
+        if isinstance(call, exp.Count) and len(distinct) == 1:
+            check_row_level(distinct[0], sql, "COUNT(DISTINCT ...)")
+            return Aggregate(name, "count_distinct", _filtered(distinct[0], condition), label)
+        refuse(call, sql, f"{describe(call)} with DISTINCT is supported only as COUNT(DISTINCT expr)",
+               "count distinct values with COUNT(DISTINCT col), or drop DISTINCT")
     if argument is not None:
         check_row_level(argument, sql, f"{describe(call)}")
     if type(call) in SIMPLE:

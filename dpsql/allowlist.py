@@ -34,8 +34,10 @@ ROW_LEVEL_NODES = _classes(
 ROW_LEVEL_FUNCTIONS = frozenset({
     "date_part", "datepart", "dayname", "monthname", "isodow", "yearweek", "week", "hour",
     "minute", "second", "isnan", "isinf", "isfinite", "strlen", "contains", "prefix", "suffix",
+    "clamp",
 })
-"""DuckDB functions sqlglot leaves anonymous that are safe on private rows."""
+"""DuckDB functions sqlglot leaves anonymous that are safe on private rows (``clamp`` is
+dpsql's own: ``CLAMP(x, lo, hi)`` states bounds in SQL, see ``dpsql.ranges``)."""
 
 POST_NODES = ROW_LEVEL_NODES + _classes(
     "Alias", "Sqrt", "Ln", "Log", "Exp", "Pow", "Pi", "Div", "Ordered",

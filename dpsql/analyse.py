@@ -181,6 +181,9 @@ def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int):
     if function == "count_units":
         shape = _Shape(names[0], "units", None, None, ())
         return [shape], AggregateRelease(aggregate.name, "count_units", (names[0],))
+    if function == "count_distinct":  # at most k new values per unit: the COUNT rule
+        shape = _Shape(names[0], "distinct", aggregate.argument, None, ())
+        return [shape], AggregateRelease(aggregate.name, "count_distinct", (names[0],))
     interval = derive_range(aggregate.argument, _column_bounds(query), sql)
     if interval is None:
         line, col = node_position(aggregate.argument, sql)
@@ -294,7 +297,7 @@ def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fracti
         if max(abs(lower), abs(upper)) >= 2**62:
             raise InternalError("grid bounds overflow 64-bit integers")
     spread = upper - lower
-    if shape.kind in ("count", "units"):
+    if shape.kind in ("count", "units", "distinct"):
         value_lower, value_upper = 0, 1
     elif shape.squared:
         value_lower, value_upper = 0, spread * spread

@@ -38,7 +38,7 @@ from .policy import check_policy, load_policy, policy_to_text
 from .aggregates import plain_projection, post_sql
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
-from .rewrite import domain_sql, rewrite_histogram, rewrite_plan
+from .rewrite import domain_sql, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -138,9 +138,9 @@ class Connection:
         try:
             exact = self._engine.fetch(bounded_sql, salt)
             histograms = {}
-            for measure in plan.histograms:
-                histogram_sql = rewrite_histogram(plan, measure)
-                histograms[measure.name] = self._engine.fetch(histogram_sql, self._salt_for(histogram_sql))
+            for measure in plan.separate:
+                separate_sql = rewrite_separate(plan, measure)
+                histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql))
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = [row + (index,) for index, row in enumerate(core_rows(plan, release))]
             picked = plain_projection(checked.post, core_columns(plan))
@@ -174,7 +174,7 @@ class Connection:
         types = [described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
             first = plan.measure(aggregate.measures[0])
-            integral = aggregate.function in ("count", "count_units") or (
+            integral = aggregate.function in ("count", "count_units", "count_distinct") or (
                 aggregate.function == "sum" and first.grid.denominator == 1)
             types.append("BIGINT" if integral else "DOUBLE")
         return types
@@ -271,7 +271,7 @@ class Connection:
         _, rows, noisy = decoded
         columns = list(checked.outputs)
         if any(len(row) != len(columns) for row in rows) or (noisy and (
-                set(noisy) != {m.name for m in plan.summed}
+                set(noisy) != {m.name for m in plan.noised}
                 or any(len(values) != len(rows) for values in noisy.values()))):
             return None
         return DPResult(columns, rows, QueryCost.free(repeat=True),
@@ -282,7 +282,7 @@ class Connection:
         release = Release(keys=((),) * count, noisy={k: tuple(v) for k, v in noisy.items()})
 
         def widths(alpha: float) -> dict[str, list[float]]:
-            if not noisy and plan.summed:  # rows merged by DISTINCT: no per-row noise to report
+            if not noisy and plan.noised:  # rows merged by DISTINCT: no per-row noise to report
                 return {}
             cells = half_widths(plan, release, alpha)
             return {name: list(cells[aggregate]) for name, aggregate in checked.direct}

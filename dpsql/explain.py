@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .plan import Measure, Plan
+from .quantile import quantile_accuracy
 
 
 def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
@@ -55,6 +56,14 @@ def _release_text(aggregate) -> str:
         return f"{form} {aggregate.function} from centred sum, sum of squares and count ({measures})"
     if aggregate.function == "count_units":
         return f"distinct units ({measures})"
+    if aggregate.function == "quantile":
+        rule = aggregate.rule
+        return (f"quantile q = {rule.q:g} by the exponential mechanism over {rule.buckets + 1} public edges "
+                f"in [{_num(rule.lower)}, {_num(rule.upper)}] ({measures}); rank error at most "
+                f"{quantile_accuracy(rule, float('inf'), 0.05):.4g} values with 95% probability"
+                + ("; MIN/MAX are the 0 and 1 quantiles" if rule.q in (0.0, 1.0) else ""))
+    if aggregate.function == "count_distinct":
+        return f"distinct values, at most k per unit ({measures})"
     return f"{aggregate.function} ({measures})"
 
 
@@ -63,16 +72,19 @@ def _neighbour_text(neighbours: str) -> str:
 
 
 def _measure_text(measure: Measure) -> str:
-    what = {"count": "count", "units": "distinct units"}.get(measure.kind) or (
+    what = {"count": "count", "units": "distinct units", "distinct": "distinct values",
+            "histogram": "bucket counts"}.get(measure.kind) or (
         "sum of squared centred values" if measure.squared else "centred sum" if measure.centred else "sum")
     grid = "" if measure.grid == 1 else f", grid {_num(measure.grid)}"
-    if measure.kind in ("count", "units"):
+    if measure.kind in ("count", "units", "distinct"):
         bounds = "values in [0, 1]"
     else:
         bounds = f"row values in [{measure.lower}, {measure.upper}] grid units{grid}"
     sensitivity = (f"L1 sensitivity {_num(measure.sensitivity.l1)}, "
                    f"L2 sensitivity {float(measure.sensitivity.l2_squared) ** 0.5:.6g}")
-    if measure.noise == "laplace":
+    if measure.noise == "exponential":
+        noise = f"exponential mechanism, utility sensitivity {_num(measure.scale)}"
+    elif measure.noise == "laplace":
         noise = f"discrete Laplace, scale {_num(measure.scale)}"
     elif measure.noise == "gaussian":
         noise = f"discrete Gaussian, sigma {float(measure.scale) ** 0.5:.6g}"

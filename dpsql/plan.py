@@ -29,7 +29,7 @@ class GroupKey:
     """Public key domain (every key released) or None (keys pass partition selection)."""
 
 
-AggregateFunction = Literal["count", "sum", "avg", "count_units", "variance", "stddev", "quantile"]
+AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Measure:
 
     name: str
     """Column name in the bounded SQL (m0, m1, ...)."""
-    kind: Literal["count", "sum", "units", "histogram"]
+    kind: Literal["count", "sum", "units", "histogram", "distinct"]
     """COUNT of rows / non-NULL values, SUM of values, count of distinct units per group, or
     (for quantiles) per-bucket counts fed to the exponential mechanism instead of noised."""
     argument: exp.Expression | None
@@ -207,7 +207,17 @@ class Plan:
 
     @property
     def summed(self) -> tuple[Measure, ...]:
-        """The measures the bounded SQL sums (all but quantile histograms)."""
+        """The measures the main bounded SQL sums."""
+        return tuple(m for m in self.measures if m.kind not in ("histogram", "distinct"))
+
+    @property
+    def separate(self) -> tuple[Measure, ...]:
+        """Measures with a bounded SQL of their own: quantile histograms, distinct values."""
+        return tuple(m for m in self.measures if m.kind in ("histogram", "distinct"))
+
+    @property
+    def noised(self) -> tuple[Measure, ...]:
+        """The measures released with additive noise (all but quantile histograms)."""
         return tuple(m for m in self.measures if m.kind != "histogram")
 
     @property

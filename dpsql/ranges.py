@@ -218,7 +218,48 @@ def _cast(node: exp.Cast, bounds, sql):
     return Interval(Fraction(math.floor(inner.lower)), Fraction(math.ceil(inner.upper)), True)
 
 
+def clamp_arguments(node: exp.Expression) -> tuple[exp.Expression, Fraction, Fraction] | None:
+    """(value, lo, hi) of ``CLAMP(value, lo, hi)`` with constant numeric bounds, else None."""
+    if not (isinstance(node, exp.Anonymous) and node.name.lower() == "clamp" and len(node.expressions) == 3):
+        return None
+    value, *bounds = node.expressions
+    numbers = [_constant(b) for b in bounds]
+    if None in numbers or numbers[0] > numbers[1]:
+        return None
+    return value, numbers[0], numbers[1]
+
+
+def _constant(node: exp.Expression) -> Fraction | None:
+    if isinstance(node, exp.Paren):
+        return _constant(node.this)
+    if isinstance(node, exp.Neg):
+        inner = _constant(node.this)
+        return None if inner is None else -inner
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return Fraction(node.this)
+    return None
+
+
+def _function(node: exp.Anonymous, bounds, sql):
+    """CLAMP(x, lo, hi): the analyst states bounds; x itself needs none (the rewrite clamps)."""
+    parts = clamp_arguments(node)
+    if parts is None:
+        _refuse(node, sql, f"cannot derive bounds for {describe(node)}; CLAMP needs constant bounds lo <= hi")
+    value, low, high = parts
+    try:
+        inner = derive_range(value, bounds, sql)
+    except UnsupportedQuery:
+        inner = None
+    if inner is not None:  # already narrower bounds: keep the intersection
+        low, high = max(low, inner.lower), min(high, inner.upper)
+        if low > high:
+            low = high = min(max(inner.lower, parts[1]), parts[2])
+    integral = inner is not None and inner.integral and low.denominator == 1 and high.denominator == 1
+    return Interval(low, high, integral)
+
+
 _HANDLERS: dict[type, Callable] = {
+    exp.Anonymous: _function,
     exp.Column: _column,
     exp.Literal: _literal,
     exp.Null: _null,

@@ -66,6 +66,11 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
     for index, measure in enumerate(plan.summed):
         exact = [int(exact_by_key[k][index] or 0) if k in exact_by_key else 0 for k in keys]
         noisy[measure.name] = tuple(e + int(z) for e, z in zip(exact, _draw(measure, len(exact), source)))
+    for measure in plan.separate:
+        if measure.kind == "distinct":  # its own bounded SQL: (keys..., count) rows
+            counts = {tuple(r[:width]): int(r[width] or 0) for r in (histograms or {}).get(measure.name, [])}
+            exact = [counts.get(k, 0) for k in keys]
+            noisy[measure.name] = tuple(e + int(z) for e, z in zip(exact, _draw(measure, len(exact), source)))
     chosen = {}
     for aggregate in plan.aggregates:
         if aggregate.function == "quantile":
@@ -116,7 +121,7 @@ def _aggregate_values(plan: Plan, release: Release, aggregate: AggregateRelease)
         return [float(value) for value in release.chosen[first.name]]
     series = [release.noisy[m.name] for m in measures]
     function = aggregate.function
-    if function in ("count", "count_units"):
+    if function in ("count", "count_units", "count_distinct"):
         return [max(n, 0) for n in series[0]]
     if function == "sum":
         return [_on_grid(n, first.grid) for n in series[0]]
@@ -167,7 +172,7 @@ def half_widths(plan: Plan, release: Release, alpha: float) -> dict[str, list[fl
         if aggregate.function == "quantile":  # a bound on the rank, in values (dpsql.quantile)
             widths[aggregate.name] = [quantile_accuracy(aggregate.rule, math.inf, alpha)] * len(release.keys)
             continue
-        if aggregate.function in ("count", "count_units", "sum"):
+        if aggregate.function in ("count", "count_units", "count_distinct", "sum"):
             widths[aggregate.name] = [float(_noise_half_width(first, alpha) * first.grid)] * len(release.keys)
             continue
         counts = release.noisy[measures[-1].name]

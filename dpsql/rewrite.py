@@ -38,6 +38,7 @@ from sqlglot import exp
 from .model import KeyDomain
 from .parse import DIALECT
 from .plan import ClampedColumn, Measure, Plan
+from .ranges import clamp_arguments
 
 SAFE_NODES = (exp.Column, exp.Literal, exp.Null, exp.Boolean)
 
@@ -46,6 +47,41 @@ def rewrite_plan(plan: Plan) -> str:
     """The bounded SQL of ``plan``: columns ``g0..`` (keys), ``m0..`` (exact summed measures),
     then ``u`` (distinct units per group) with partition selection."""
     return _bounded_sql(replace(plan, measures=plan.summed))
+
+
+def rewrite_separate(plan: Plan, measure: Measure) -> str:
+    """The bounded SQL of a measure computed on its own (a quantile histogram, distinct values)."""
+    return rewrite_histogram(plan, measure) if measure.kind == "histogram" else rewrite_distinct(plan, measure)
+
+
+def rewrite_distinct(plan: Plan, measure: Measure) -> str:
+    """Bounded COUNT(DISTINCT expr) per group: columns ``g0..``, ``n``.
+
+    A unit keeps at most b of its distinct values in a (unit, group) — b its granted rows —
+    chosen in the order of a salted hash of (unit, value), so at most k over all groups: one
+    unit adds or removes at most k distinct values in all, the precondition of the COUNT rule.
+    """
+    single = replace(plan, measures=(measure,), selection=None)
+    keys = [key.name for key in plan.query.keys]
+    rows, values = _rows_layer(single), _values_layer(single, keys)
+    value = f"v_{measure.name}"
+    group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
+    select = ", ".join([*keys, "COUNT(DISTINCT value) AS n"])
+    if plan.query.rule.row_level:
+        return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
+                f"SELECT {select}\nFROM (SELECT *, {value} AS value FROM dp_values){group}")
+    unit_keys = ", ".join(["dp_unit", *keys])
+    window = f"PARTITION BY {unit_keys} ORDER BY hash($salt, dp_unit, value), value"
+    conditions = ["b > 0", "value_rank <= b"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
+    return (
+        f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
+        f"dp_granted AS (\n{_granted_layer(single, keys)}\n), dp_distinct AS (\n"
+        f"  SELECT DISTINCT {unit_keys}, {value} AS value\n  FROM dp_values\n  WHERE {value} IS NOT NULL\n), dp_kept AS (\n"
+        f"  SELECT {', '.join(['k.' + k for k in keys] + ['value'])}, b, {'group_rank, ' if keys else ''}"
+        f"ROW_NUMBER() OVER ({window}) AS value_rank\n"
+        f"  FROM dp_distinct AS k JOIN dp_granted AS g USING ({unit_keys})\n)\n"
+        f"SELECT {select}\nFROM dp_kept\nWHERE {' AND '.join(conditions)}{group}"
+    )
 
 
 def rewrite_histogram(plan: Plan, measure: Measure) -> str:
@@ -99,7 +135,27 @@ def _bounded_sql(plan: Plan) -> str:
 
 
 def _sql(node: exp.Expression) -> str:
-    return node.sql(dialect=DIALECT)
+    return expand_clamps(node).sql(dialect=DIALECT)
+
+
+def expand_clamps(node: exp.Expression) -> exp.Expression:
+    """dpsql's CLAMP(x, lo, hi) as DuckDB SQL: NULL and NaN stay NULL, the rest is clamped.
+
+    >>> import sqlglot
+    >>> expand_clamps(sqlglot.parse_one("SELECT CLAMP(x, 0, 10)")).sql(dialect="duckdb")
+    'SELECT CASE WHEN x IS NULL OR ISNAN(CAST(x AS DOUBLE)) THEN NULL ELSE LEAST(GREATEST(x, 0), 10) END'
+    """
+    def visit(sub: exp.Expression) -> exp.Expression:
+        parts = clamp_arguments(sub)
+        if parts is None:
+            return sub
+        value, low, high = parts
+        text = value.sql(dialect=DIALECT)
+        return exp.maybe_parse(
+            f"CASE WHEN {text} IS NULL OR ISNAN(CAST({text} AS DOUBLE)) THEN NULL "
+            f"ELSE LEAST(GREATEST({text}, {literal(low)}), {literal(high)}) END", dialect=DIALECT)
+
+    return node.transform(visit)
 
 
 def _total(node: exp.Expression) -> str:
@@ -177,8 +233,8 @@ def _raw_value_sql(measure: Measure) -> str:
         evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
         return (f"TRY(CAST(FLOOR((({evaluated}) - {literal(measure.offset)}) * {literal(1 / measure.grid)}) "
                 f"AS BIGINT))")
-    if measure.kind == "count" and not measure.clamped_columns and measure.counts_values_of is None:
-        return _total(measure.argument)  # only NULL-ness matters
+    if measure.kind in ("count", "distinct") and not measure.clamped_columns and measure.counts_values_of is None:
+        return _total(measure.argument)  # COUNT: only NULL-ness matters; DISTINCT: the value itself
     evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
     if measure.grid == 1:
         return f"TRY(CAST(({evaluated}) AS BIGINT))"
@@ -224,7 +280,7 @@ def _values_layer(plan: Plan, keys: list[str]) -> str:
         if measure.counts_values_of is not None or measure.argument is None:
             continue
         raw = f"r_{measure.name}"
-        if measure.kind == "count" and not measure.clamped_columns:
+        if measure.kind in ("count", "distinct") and not measure.clamped_columns:
             select.append(f"{raw} AS v_{measure.name}")
         else:
             select.append(

@@ -26,7 +26,7 @@ from dpsql.check import check_query
 from dpsql.engine import Engine
 from dpsql.model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
 from dpsql.parse import parse_query
-from dpsql.rewrite import rewrite_histogram, rewrite_plan
+from dpsql.rewrite import rewrite_distinct, rewrite_histogram, rewrite_plan
 from dpsql.sensitivity import distinct_units_sensitivity
 
 NAN, INF = float("nan"), float("inf")
@@ -270,3 +270,30 @@ def test_relation_rules_by_brute_force(case, query):
             assert worst_l2 <= analysed.l2_squared, f"{label}: L2^2 {worst_l2} > {analysed.l2_squared}"
             if relation == "unbounded":
                 assert worst_l1 == analysed.l1, f"{label}: L1 bound {analysed.l1} is loose (worst {worst_l1})"
+
+
+@pytest.mark.parametrize("case", ["integer", "one_group", "row_level"])
+@pytest.mark.parametrize("sql", ["SELECT COUNT(DISTINCT x) FROM t", "SELECT g, COUNT(DISTINCT x) FROM t GROUP BY g"])
+def test_count_distinct_values_by_brute_force(case, sql):
+    """COUNT(DISTINCT x): a unit keeps at most k distinct values over all groups, so the counts
+    follow the COUNT rule — never exceeded, and reached."""
+    oracle = Oracle(case, sql)
+    plans = oracle.plans
+    distinct_sql = rewrite_distinct(plans["unbounded"], plans["unbounded"].measures[0])
+    width = len(plans["unbounded"].query.keys)
+
+    def counts(unit_rows):
+        oracle.run(unit_rows)
+        rows = oracle.engine.fetch(distinct_sql, {"salt": "s"} if "$salt" in distinct_sql else None)
+        return {tuple(r[:width]): (int(r[width]),) for r in rows}
+
+    results = list({_frozen(r): r for r in (counts(u) for u in _units(case))}.values())
+    empty = counts(())
+    for relation in ("unbounded", "bounded"):
+        analysed = plans[relation].measures[0].sensitivity
+        pairs = [(r, empty) for r in results] if relation == "unbounded" else itertools.combinations(results, 2)
+        observed = [_distance(a, b, 0) for a, b in pairs]
+        assert max(d[0] for d in observed) <= analysed.l1
+        assert max(d[1] for d in observed) <= analysed.l2_squared
+        if relation == "unbounded":
+            assert max(d[0] for d in observed) == analysed.l1

@@ -180,3 +180,27 @@ def test_union_all_adds_rows_per_unit(db):
                    "SELECT uid, amount FROM visits WHERE amount > 50) AS u").fetchall()
     (extra,), = exact("SELECT COUNT(*) FROM visits WHERE amount > 50")
     assert abs(n - (3 * USERS + extra)) < 60
+
+
+def test_clamp_states_bounds_in_sql(db):
+    with pytest.raises(dpsql.UnsupportedQuery):
+        db.sql("SELECT SUM(uid) FROM visits")  # no bounds for uid
+    (total,), = db.sql("SELECT SUM(CLAMP(uid, 0, 10)) AS s FROM visits", epsilon=50).fetchall()
+    (true_total,), = exact("SELECT SUM(LEAST(uid, 10)) FROM visits")
+    assert abs(total - true_total) < 60
+    text = db.explain("SELECT AVG(CLAMP(amount, 10, 20)) FROM visits")
+    assert "clamped to [10, 20]" in text
+    # per-unit totals, clamped by the analyst before the outer average
+    (mean,), = db.sql("SELECT AVG(CLAMP(s, 0, 150)) FROM (SELECT uid, SUM(amount) AS s FROM visits GROUP BY uid) AS t",
+                      epsilon=20).fetchall()
+    assert 100 < mean <= 150
+    with pytest.raises(dpsql.UnsupportedQuery):
+        db.sql("SELECT SUM(CLAMP(amount, 10, amount)) FROM visits")
+
+
+def test_count_distinct_values(db):
+    (n,), = db.sql("SELECT COUNT(DISTINCT zip) FROM visits", epsilon=20).fetchall()
+    assert abs(n - 3) <= 2
+    rows = db.sql("SELECT store, COUNT(DISTINCT uid) AS people, COUNT(DISTINCT zip) AS zips FROM visits "
+                  "GROUP BY store ORDER BY store", epsilon=20).fetchall()
+    assert len(rows) == 4 and all(r[2] <= 10 for r in rows)
