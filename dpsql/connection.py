@@ -91,6 +91,7 @@ class Connection:
             raise
         self.analyst = analyst
         self._rng = rng
+        self._domains: dict[str, list] = {}
         self._accountant = accountant_for(self.policy.accounting, self._total())
         self._analyst_accountant = None if self.policy.analyst_budget_epsilon is None else \
             accountant_for(self.policy.accounting, Spend(self.policy.analyst_budget_epsilon,
@@ -130,7 +131,8 @@ class Connection:
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
         domain = self._domain(checked) if plan.selection is None else None
-        types = self._core_types(plan, bounded_sql, salt)
+        picked = plain_projection(checked.post, core_columns(plan))
+        types = None if picked is not None else self._core_types(plan, bounded_sql, salt)
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
                                     analyst=self.analyst, key=key,
                                     analyst_total=self._analyst_accountant)
@@ -143,7 +145,6 @@ class Connection:
                 histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql))
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = [row + (index,) for index, row in enumerate(core_rows(plan, release))]
-            picked = plain_projection(checked.post, core_columns(plan))
             if picked is not None:  # a plain projection: no SQL needed to post-process
                 columns, rows = ["dp_row"], [tuple(row[i] for i in picked) + (row[-1],) for row in core]
             else:
@@ -384,9 +385,10 @@ class Connection:
             return [()]
         domains = []
         for key in query.keys:
-            column_type = query.column_type(key.expression.name)
-            values = [row[0] for row in self._engine.fetch(domain_sql(key, column_type))]
-            domains.append(values)
+            domain = domain_sql(key, query.column_type(key.expression.name))
+            if domain not in self._domains:  # public data: read once per connection
+                self._domains[domain] = [row[0] for row in self._engine.fetch(domain)]
+            domains.append(self._domains[domain])
         return list(itertools.product(*domains))
 
     def _run_public(self, query: PublicQuery) -> DPResult:
