@@ -27,6 +27,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from .allowlist import check_post, check_row_level, refuse
+from .bind import is_bound
 from .parse import DIALECT, describe
 from .plan import Aggregate, GroupKey
 
@@ -39,8 +40,10 @@ QUANTILES = {exp.Median: 0.5, exp.Min: 0.0, exp.Max: 1.0}
 PARAMETRIC_QUANTILES = (exp.PercentileCont, exp.Quantile)
 
 
-def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str | None = None):
-    """(aggregates, post query, output names, direct outputs) of a bound private SELECT."""
+def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str | None = None,
+                     names: list[str] | None = None):
+    """(aggregates, post query, output names, direct outputs) of a bound private SELECT;
+    ``names`` are the output names as written (binding may have renamed columns)."""
     aggregates: list[Aggregate] = []
 
     def register(call: exp.Expression) -> exp.Column:
@@ -52,11 +55,11 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
         return exp.column(aggregate.name)
 
     outputs, items, direct = [], [], []
-    for item in tree.expressions:
+    for position, item in enumerate(tree.expressions):
         if isinstance(item.unalias(), exp.Star):
             refuse(item, sql, "SELECT * would release private rows",
                    "select aggregates such as COUNT(*), SUM(col) or AVG(col)")
-        name = output_name(item)
+        name = names[position] if names else output_name(item)
         value = _replace(item.unalias().copy(), keys, register, sql)
         if isinstance(item.unalias(), AGGREGATE_CALLS) and isinstance(value, exp.Column):
             direct.append((name, value.name))
@@ -110,8 +113,8 @@ def _is_core_column(name: str) -> bool:
 
 
 def _is_alias_reference(column: exp.Column) -> bool:
-    # ORDER BY / HAVING may name an output alias; bind left those unresolved and unquoted.
-    return not column.this.args.get("quoted")
+    # ORDER BY / HAVING may name an output alias; bind left those unresolved.
+    return not is_bound(column)
 
 
 def _check_post_query(post: exp.Select, sql: str) -> None:

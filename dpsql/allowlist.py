@@ -5,6 +5,19 @@ sqlglot node class (or, for functions sqlglot leaves anonymous, its name) is lis
 Row-level constructs are deterministic, cost linear in the row (no ``repeat``, ``range``,
 regular expressions or list builders an analyst could blow up for one person's rows —
 invariant 12), and total once wrapped in DuckDB's TRY.
+
+Cost bounds (invariant 12). An analyst can make DuckDB evaluate an expression for one
+person's rows only (``CASE WHEN user_id = 42 THEN ... END``), so what one row can cost must
+not grow faster than the query text does. Each row-level expression is therefore limited to
+``MAX_DEPTH`` levels of nesting and ``MAX_OPERATIONS`` operations (literals are free); string
+concatenation, the one allow-listed operation whose output grows with its input, to
+``MAX_CONCATENATIONS`` per expression, so no value is longer than that many times the
+longest field in it; ``LIKE`` patterns must be string literals of at most ``MAX_PATTERN``
+characters (DuckDB matches ``LIKE`` in time |value| x |pattern|: a 50,000-character pattern
+built from a column took 8 s on one 100 kB value); casts only to scalar types (a fixed-size
+``INT[100000]`` array would allocate that much for every row). Post-processing expressions
+get the same depth bound, which also keeps the generated SQL within DuckDB's expression
+depth limit and Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -27,7 +40,8 @@ ROW_LEVEL_NODES = _classes(
     "DataTypeParam", "Extract", "Var", "Year", "Month", "Day", "Quarter", "DayOfWeek",
     "DayOfWeekIso", "DayOfMonth", "DayOfYear", "WeekOfYear", "TimestampTrunc", "DateTrunc",
     "Lower", "Upper", "Length", "Substring", "Trim", "DPipe", "Concat", "Interval", "Nullif",
-    "StartsWith", "EndsWith", "Left", "Right", "Tuple", "Clamp",
+    "StartsWith", "EndsWith", "Left", "Right", "Tuple", "Clamp", "Dayname", "Monthname",
+    "TimeToStr", "DateDiff", "DateAdd", "DateSub", "LastDay", "DateFromParts",
 )
 """Row-level constructs: deterministic, total once wrapped in TRY, cost linear in the row."""
 
@@ -46,6 +60,21 @@ POST_NODES = ROW_LEVEL_NODES + _classes(
 
 POST_FUNCTIONS = ROW_LEVEL_FUNCTIONS | {"log2", "log10", "cbrt", "trunc", "even"}
 
+MAX_DEPTH = 64
+"""Most levels of nesting in one expression (DuckDB's own limit on generated SQL is 1000)."""
+MAX_OPERATIONS = 500
+"""Most operations (nodes other than literals) in one row-level expression."""
+MAX_CONCATENATIONS = 16
+"""Most string concatenations (``||``, each extra ``CONCAT`` argument) in one row-level expression."""
+MAX_PATTERN = 256
+"""Longest ``LIKE`` / ``ILIKE`` pattern, in characters."""
+
+SCALAR_TYPES = frozenset(
+    exp.DataType.TEXT_TYPES | exp.DataType.NUMERIC_TYPES | exp.DataType.TEMPORAL_TYPES
+    | {exp.DataType.Type.BOOLEAN, exp.DataType.Type.INTERVAL, exp.DataType.Type.UUID}
+)
+"""Types a row-level cast may produce: one bounded-size value per row."""
+
 
 def refuse(node: exp.Expression, sql: str, message: str, hint: str) -> None:
     """Raise an ``UnsupportedQuery`` located at ``node``."""
@@ -54,13 +83,62 @@ def refuse(node: exp.Expression, sql: str, message: str, hint: str) -> None:
 
 
 def check_row_level(node: exp.Expression, sql: str, where: str) -> None:
-    """Refuse anything in a row-level expression that is not on the allow-list."""
+    """Refuse anything in a row-level expression that is not on the allow-list, or that could
+    cost more per row than the cost bounds allow (module docstring).
+
+    >>> import sqlglot
+    >>> check_row_level(sqlglot.parse_one("zip LIKE '9%' AND age > 30"), "", "WHERE")
+    >>> check_row_level(sqlglot.parse_one("zip LIKE store"), "", "WHERE")
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: the pattern of LIKE must be a string literal, not an expression over the data (line 1, column 1). Hint: write a constant pattern such as zip LIKE '9%'.
+    """
+    _check_depth(node, sql, where)
     _check(node, sql, where, ROW_LEVEL_NODES, ROW_LEVEL_FUNCTIONS, "on private rows")
+    _check_cost(node, sql, where)
 
 
 def check_post(node: exp.Expression, sql: str, where: str) -> None:
     """Refuse anything in a post-processing expression that is not on the allow-list."""
+    _check_depth(node, sql, where)
     _check(node, sql, where, POST_NODES, POST_FUNCTIONS, "on released values")
+
+
+def _check_depth(node: exp.Expression, sql: str, where: str) -> None:
+    depth = {id(node): 1}
+    for sub in node.walk():  # breadth first: every parent is seen before its children
+        level = depth.get(id(sub.parent), 0) + 1 if sub is not node else 1
+        depth[id(sub)] = level
+        if level > MAX_DEPTH:
+            refuse(sub, sql, f"the expression in {where} is nested more than {MAX_DEPTH} levels deep",
+                   "write a flatter expression: IN (...) for long OR chains, CASE for nested IFs")
+
+
+def _check_cost(node: exp.Expression, sql: str, where: str) -> None:
+    operations = concatenations = 0
+    for sub in node.walk():
+        if not isinstance(sub, (exp.Literal, exp.Identifier)):
+            operations += 1
+        if isinstance(sub, exp.DPipe):
+            concatenations += 1
+        elif isinstance(sub, exp.Concat):
+            concatenations += max(len(sub.expressions) - 1, 0)
+        if operations > MAX_OPERATIONS:
+            refuse(node, sql, f"the expression in {where} has more than {MAX_OPERATIONS} operations",
+                   "split the question into simpler queries")
+        if concatenations > MAX_CONCATENATIONS:
+            refuse(sub, sql, f"the expression in {where} concatenates strings more than "
+                   f"{MAX_CONCATENATIONS} times", "concatenate fewer values")
+        if isinstance(sub, (exp.Like, exp.ILike)):
+            pattern = sub.expression
+            if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+                refuse(sub, sql, f"the pattern of {describe(sub).replace('(...)', '')} must be a string literal, "
+                       "not an expression over the data", "write a constant pattern such as zip LIKE '9%'")
+            if len(pattern.this) > MAX_PATTERN:
+                refuse(sub, sql, f"the pattern of {describe(sub)} is longer than {MAX_PATTERN} characters",
+                       "use a shorter pattern")
+        if isinstance(sub, exp.DataType) and sub.this not in SCALAR_TYPES:
+            refuse(sub, sql, f"a cast to {sub.sql(dialect='duckdb')} is not allowed on private rows",
+                   "cast to a number, string, date, time, timestamp, boolean or interval type")
 
 
 def _check(node, sql, where, nodes, functions, place) -> None:

@@ -78,6 +78,15 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
     return BoundTable(key, declaration, catalog[key], reference)
 
 
+BOUND = "dp_bound"
+"""Meta flag of an identifier resolved to a relation column (anything else is an alias)."""
+
+
+def is_bound(column: exp.Column) -> bool:
+    """True for a column reference bind resolved; False for a select-list alias reference."""
+    return bool(column.this.meta.get(BOUND)) if isinstance(column.this, exp.Identifier) else False
+
+
 def scope_of(bound: BoundTable) -> dict:
     """(qualifier or None, column) -> column, for a query over one table."""
     scope = {}
@@ -92,7 +101,8 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
     """Resolve every column of ``nodes`` (in place) through ``scope``.
 
     As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY and HAVING a
-    column to an alias; alias references are left (unquoted) for the check stage to resolve.
+    column to an alias; alias references are left unmarked (see ``is_bound``) for the check
+    stage to resolve.
     """
     names = {c for (q, c) in scope}
     for node in nodes:
@@ -113,6 +123,7 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
                     hint=f"the columns are: {', '.join(sorted(c for (q, c) in scope if q is None))}")
             identifier = exp.to_identifier(target, quoted=True)
             identifier.meta.update(column.this.meta)  # keep the position for later refusals
+            identifier.meta[BOUND] = True
             column.replace(exp.Column(this=identifier))
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from .aggregates import split_aggregates
+from .aggregates import output_name, split_aggregates
 from .allowlist import POST_FUNCTIONS, ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_row_level, refuse
-from .bind import Catalog, bind_columns, bind_table, table_key
+from .bind import Catalog, bind_columns, bind_table, is_bound, table_key
 from .relation import PublicData, build_relation, touches_private
 from .model import Policy, PrivateTable
 from .parse import DIALECT, describe
@@ -111,6 +111,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                 refuse(node, sql, "subqueries outside FROM are not supported over private data",
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
+    names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
     bind_columns(parts, relation.scope, sql, aliases)
     rule = relation.rule
     where = tree.args.get("where")
@@ -118,7 +119,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
         check_row_level(where.this, sql, "WHERE")
     keys = _group_keys(tree, sql, rule)
     unit = None if rule.row_level else rule.unit.lower()
-    aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, unit)
+    aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, unit, names)
     return PrivateQuery(
         table=relation.label,
         rule=rule,
@@ -152,9 +153,14 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey
         return []
     for part in ("rollup", "cube", "grouping_sets"):
         if group.args.get(part):
-            refuse(group, sql, f"GROUP BY {part.upper()} is not supported", "GROUP BY plain columns")
+            refuse(group, sql, f"GROUP BY {part.upper()} is not supported",
+                   "GROUP BY the columns themselves; totals are a second query")
+    items = group.expressions
+    if group.args.get("all"):  # DuckDB's GROUP BY ALL: every select item without an aggregate
+        items = [e.unalias() for e in tree.expressions
+                 if not e.find(exp.AggFunc) and not isinstance(e.unalias(), (exp.Literal, exp.Star))]
     keys: list[GroupKey] = []
-    for item in group.expressions:
+    for item in items:
         expression = _resolve_group_item(item, tree)
         check_row_level(expression, sql, "GROUP BY")
         if isinstance(expression, exp.Column) and rule.unit is not None and expression.name == rule.unit.lower():
@@ -177,7 +183,7 @@ def _resolve_group_item(item: exp.Expression, tree: exp.Select) -> exp.Expressio
         index = int(item.this) - 1
         if 0 <= index < len(selects):
             return selects[index].unalias()
-    if isinstance(item, exp.Column) and not item.this.args.get("quoted"):
+    if isinstance(item, exp.Column) and not is_bound(item):
         for select in selects:
             if isinstance(select, exp.Alias) and select.alias.lower() == item.name.lower():
                 return select.this

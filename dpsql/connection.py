@@ -44,7 +44,8 @@ NOISE_FAMILIES = ("laplace", "gaussian")
 
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
-            analyst: str | None = None, rng: Any = None) -> "Connection":
+            analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
+            memory_limit: str | None = None) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
 
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
@@ -53,7 +54,9 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     file, in memory otherwise. ``analyst``: who is asking; their charges count against the
     policy's ``BUDGET PER ANALYST`` as well as the total, and ``db.ledger()`` shows them only
     their own entries (``None``, the curator, sees all). ``rng``: a noise source for tests;
-    production uses the cryptographically secure default.
+    production uses the cryptographically secure default. ``query_timeout``: seconds a query
+    may run before it fails (charged, like any run-time failure); ``memory_limit``: DuckDB's
+    memory limit for databases dpsql opens (default half the machine's memory).
 
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 1, 2], "x": [1.0, 2.0, 3.0]})
@@ -63,18 +66,19 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     ...     float(db.budget.remaining.epsilon)
     0.5
     """
-    return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng)
+    return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng,
+                      query_timeout=query_timeout, memory_limit=memory_limit)
 
 
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
-                 rng: Any = None):
+                 rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out")
-        self._engine = Engine.open(target)
+        self._engine = Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
         try:
             if ledger is None and self._engine.path is not None:
                 ledger = Path(f"{self._engine.path}.ledger")
@@ -257,8 +261,10 @@ class Connection:
         measures = [[m.name, m.noise, str(m.epsilon), str(m.delta), str(m.scale)]
                     for m in plan.measures]
         selection = getattr(plan, "selection", None)
+        rule = plan.query.rule  # the contribution limits decide which rows count, not only the noise
         options = {"epsilon": str(plan.epsilon), "delta": str(plan.delta), "measures": measures,
-                   "selection": None if selection is None else repr(selection)}
+                   "selection": None if selection is None else repr(selection),
+                   "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]}
         return normal, repeat_key(normal, options=options, policy_text=self._policy_text,
                                   analyst=self.analyst)
 
@@ -383,13 +389,27 @@ class Connection:
         """Every released key: the product of the public key domains (public data only)."""
         if not query.keys:
             return [()]
-        domains = []
-        for key in query.keys:
-            domain = domain_sql(key, query.column_type(key.expression.name))
+        # Keys from one public table take the combinations that table holds (a city with its
+        # stores), not the product of their separate domains; other keys combine freely.
+        groups: dict[str, list[int]] = {}
+        for index, key in enumerate(query.keys):
+            table = key.domain.table if key.domain.values is None else None
+            groups.setdefault(table.lower() if table else f"#{index}", []).append(index)
+        parts = []
+        for indices in groups.values():
+            keys = [query.keys[i] for i in indices]
+            domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
             if domain not in self._domains:  # public data: read once per connection
-                self._domains[domain] = [row[0] for row in self._engine.fetch(domain)]
-            domains.append(self._domains[domain])
-        return list(itertools.product(*domains))
+                self._domains[domain] = [tuple(row) for row in self._engine.fetch(domain)]
+            parts.append((indices, self._domains[domain]))
+        released = []
+        for combination in itertools.product(*(values for _, values in parts)):
+            key = [None] * len(query.keys)
+            for (indices, _), values in zip(parts, combination):
+                for i, value in zip(indices, values):
+                    key[i] = value
+            released.append(tuple(key))
+        return released
 
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:
@@ -410,6 +430,7 @@ def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) ->
         if option is None:
             merged.append(given)
             continue
+        _check_written(name, option)
         if given is not None:
             same = given == option.value if name == "noise" else exact_parameter(given, name) == option.value
             if not same:
@@ -418,6 +439,17 @@ def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) ->
                     line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument")
         merged.append(option.value)
     return tuple(merged)
+
+
+def _check_written(name: str, option) -> None:
+    """An epsilon or delta written in the SQL is refused at its own position."""
+    value = option.value
+    if name == "epsilon" and not value > 0:
+        raise InvalidParameter(f"epsilon must be greater than 0, got {value}", line=option.line,
+                               col=option.col, hint="write epsilon = 0.5")
+    if name == "delta" and not 0 <= value < 1:
+        raise InvalidParameter(f"delta must be at least 0 and below 1, got {value}", line=option.line,
+                               col=option.col, hint="write delta = 1e-7")
 
 
 def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQuery:

@@ -6,10 +6,23 @@ private in-memory database) — and runs SQL that dpsql generated. Analyst text 
 
 One lock serialises use of the connection: a DuckDB connection refuses concurrent calls from
 two threads, and results are always fetched completely before the lock is released.
+
+Hardening (DESIGN.md invariant 7; a second wall behind the check stage, invariant 10). A
+database dpsql opens itself runs with ``HARDENED_CONFIG``: no external access (no files, no
+network, no COPY, no extension INSTALL or LOAD), no replacement scans of Python variables,
+no extension autoloading, no persistent secrets, a memory limit, and the configuration locked
+so that no later statement can undo any of it. A connection the caller passes in is the
+caller's: its settings are global to its database and may matter to the caller, so dpsql
+changes none of them; ``Engine.hardening`` reports what is in force and
+``docs/THREAT_MODEL.md`` says what the curator must set. Every statement, on any connection,
+runs under a time limit: a timer interrupts it, and ``fetch`` raises ``QueryFailed`` — after
+the charge, ``dpsql.connection`` turns that into its generic, charged failure, the same
+whatever the data.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from pathlib import Path
@@ -18,42 +31,89 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from .errors import DPError
+from .errors import DPError, InvalidParameter, QueryFailed
+
+DEFAULT_QUERY_TIMEOUT = 30.0
+"""Seconds one generated statement may run before it is interrupted."""
+
+HARDENED_CONFIG = {
+    "enable_external_access": False,
+    "python_enable_replacements": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_persistent_secrets": False,
+}
+"""DuckDB settings of every database dpsql opens itself (``lock_configuration`` is set last).
+A curator who passes an open connection should open it with these too (THREAT_MODEL.md)."""
+
+
+def default_memory_limit() -> str:
+    """Half the machine's physical memory, as a DuckDB size: a runaway query fails with an
+    out-of-memory error (a generic charged failure) instead of the process being killed.
+
+    >>> default_memory_limit().endswith("MB")
+    True
+    """
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 8 * 2**30
+    return f"{max(total // 2 // 2**20, 256)}MB"
 
 
 class Engine:
     """A DuckDB connection dpsql runs its generated SQL on."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool, path: Path | None):
+    def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool, path: Path | None,
+                 query_timeout: float | None = DEFAULT_QUERY_TIMEOUT):
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()
         self._post = None
+        self._timeout = check_timeout(query_timeout)
         self.path = path
         """The database file, when one was opened; the default ledger sits beside it."""
 
     @classmethod
-    def open(cls, target: Any) -> "Engine":
-        """Open a path, adopt a connection, or load a dict of DataFrames."""
+    def open(cls, target: Any, *, query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
+             memory_limit: str | None = None) -> "Engine":
+        """Open a path, adopt a connection, or load a dict of DataFrames.
+
+        ``query_timeout``: seconds each statement may run (``None``: no limit). ``memory_limit``:
+        a DuckDB size such as ``"4GB"`` for databases dpsql opens (default: half the memory).
+        """
+        timeout = check_timeout(query_timeout)
         if isinstance(target, duckdb.DuckDBPyConnection):
-            return cls(target, owned=False, path=None)
+            return cls(target, owned=False, path=None, query_timeout=timeout)
+        config = hardened_config(memory_limit)
         if isinstance(target, dict):
-            return cls(_load_frames(target), owned=True, path=None)
+            return cls(_load_frames(target, config), owned=True, path=None, query_timeout=timeout)
         if isinstance(target, (str, os.PathLike)):
             path = Path(target)
             if str(target) == ":memory:":
-                return cls(duckdb.connect(":memory:"), owned=True, path=None)
+                return cls(duckdb.connect(":memory:", config=config), owned=True, path=None,
+                           query_timeout=timeout)
             if not path.exists():
                 raise DPError(f"no database file at {path}", hint="pass the path of an existing DuckDB file")
             try:
-                connection = duckdb.connect(str(path), read_only=True)
+                connection = duckdb.connect(str(path), read_only=True, config=config)
             except duckdb.Error as err:
                 raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
-            return cls(connection, owned=True, path=path.resolve())
+            return cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
         raise DPError(
             f"cannot connect to a {type(target).__name__}",
             hint="pass a DuckDB file path, a duckdb connection, or a dict of table name to pandas DataFrame",
         )
+
+    @property
+    def hardening(self) -> dict[str, Any]:
+        """The DuckDB settings that wall the database in, as they are now in force."""
+        names = [*HARDENED_CONFIG, "memory_limit", "lock_configuration"]
+        listed = ", ".join(f"'{name}'" for name in names)
+        rows = self.fetch(f"SELECT name, value FROM duckdb_settings() WHERE name IN ({listed})")
+        found = dict(rows)
+        return {name: found.get(name) for name in names} | {"query_timeout": self._timeout}
 
     def catalog(self) -> dict[str, dict[str, str]]:
         """Lower-cased table name -> {lower-cased column: DuckDB type} (schema only, no data)."""
@@ -68,11 +128,12 @@ class Engine:
         return catalog
 
     def fetch(self, sql: str, parameters: dict | None = None) -> list[tuple]:
-        """Run generated SQL and fetch every row."""
+        """Run generated SQL and fetch every row (``QueryFailed`` past the time limit)."""
         with self._lock:
             cursor = self._connection.cursor()
             try:
-                return cursor.execute(sql, parameters or {}).fetchall()
+                with _Deadline(cursor, self._timeout):
+                    return cursor.execute(sql, parameters or {}).fetchall()
             finally:
                 cursor.close()
 
@@ -81,7 +142,8 @@ class Engine:
         with self._lock:
             cursor = self._connection.cursor()
             try:
-                return cursor.execute(sql).df()
+                with _Deadline(cursor, self._timeout):
+                    return cursor.execute(sql).df()
             finally:
                 cursor.close()
 
@@ -89,13 +151,13 @@ class Engine:
         """Run a post-processing query over released rows, in a separate, empty database.
 
         The released rows are all it can see: the wrapped database is not attached to it, and
-        its external access is off. One such database is kept per engine (opening one costs
-        tens of milliseconds); each call loads the rows into a fresh ``dp_core`` table.
-        Returns (column names, rows).
+        it is hardened like every database dpsql opens. One such database is kept per engine
+        (opening one costs tens of milliseconds); each call loads the rows into a fresh
+        ``dp_core`` table. Returns (column names, rows).
         """
         with self._lock:
             if self._post is None:
-                self._post = duckdb.connect(":memory:", config={"enable_external_access": False})
+                self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
             connection = self._post
             definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
             connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
@@ -105,9 +167,10 @@ class Engine:
                     connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
                 finally:
                     connection.unregister("dp_frame")
-            cursor = connection.execute(sql)
-            names = [d[0] for d in cursor.description]
-            result = cursor.fetchall()
+            with _Deadline(connection, self._timeout):
+                cursor = connection.execute(sql)
+                names = [d[0] for d in cursor.description]
+                result = cursor.fetchall()
             connection.execute("DROP TABLE dp_core")
             return names, result
 
@@ -116,7 +179,8 @@ class Engine:
         with self._lock:
             cursor = self._connection.cursor()
             try:
-                rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
+                with _Deadline(cursor, self._timeout):
+                    rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
             finally:
                 cursor.close()
         return [(row[0], row[1]) for row in rows]
@@ -130,14 +194,92 @@ class Engine:
             self._connection.close()
 
 
-def _load_frames(frames: dict) -> duckdb.DuckDBPyConnection:
-    connection = duckdb.connect(":memory:")
-    for name, frame in frames.items():
-        if not isinstance(frame, pd.DataFrame):
-            raise DPError(f"table {name!r} is a {type(frame).__name__}, not a pandas DataFrame")
-        if not str(name).replace("_", "").isalnum():
-            raise DPError(f"table name {name!r} must be letters, digits and underscores")
-        connection.register("dp_frame", frame)
-        connection.execute(f'CREATE TABLE "{name}" AS SELECT * FROM dp_frame')
-        connection.unregister("dp_frame")
+def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:
+    """``HARDENED_CONFIG`` with a memory limit, locked: the config of a database dpsql opens.
+
+    >>> config = hardened_config("1GB")
+    >>> config["enable_external_access"], config["memory_limit"], config["lock_configuration"]
+    (False, '1GB', True)
+    """
+    if memory_limit is None:
+        memory_limit = default_memory_limit()
+    if not isinstance(memory_limit, str) or not memory_limit.strip():
+        raise InvalidParameter(f"memory_limit must be a DuckDB size such as '4GB', got {memory_limit!r}",
+                               hint="pass memory_limit='4GB', or leave it out")
+    return {**HARDENED_CONFIG, "memory_limit": memory_limit, "lock_configuration": True}
+
+
+def check_timeout(seconds: Any) -> float | None:
+    """A query time limit in seconds: a finite number > 0, or ``None`` for none.
+
+    >>> check_timeout(2), check_timeout(None)
+    (2.0, None)
+    """
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidParameter(f"query_timeout must be a number of seconds > 0, got {seconds!r}",
+                               hint="pass query_timeout=30, or None for no limit")
+    return float(seconds)
+
+
+class _Deadline:
+    """Interrupts a DuckDB connection (or cursor) still running ``seconds`` after entry.
+
+    On leaving, a statement that was interrupted — or that reached the limit just as it
+    finished — raises ``QueryFailed``: the outcome depends only on how long it ran, never on
+    how it ended.
+    """
+
+    def __init__(self, connection, seconds: float | None):
+        self._connection = connection
+        self._seconds = seconds
+        self._guard = threading.Lock()
+        self._stopped = False
+        self._expired = False
+        self._timer = None
+
+    def __enter__(self) -> "_Deadline":
+        if self._seconds is not None:
+            self._timer = threading.Timer(self._seconds, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _expire(self) -> None:
+        with self._guard:
+            if self._stopped:
+                return
+            self._expired = True
+            try:
+                self._connection.interrupt()
+            except Exception:  # the connection closed meanwhile: nothing left to stop
+                pass
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        with self._guard:
+            self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._expired:
+            raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
+                              hint="ask for less, or ask the curator for a longer query_timeout") from None
+        return False
+
+
+def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect(":memory:", config=config)
+    try:
+        for name, frame in frames.items():
+            if not isinstance(frame, pd.DataFrame):
+                raise DPError(f"table {name!r} is a {type(frame).__name__}, not a pandas DataFrame")
+            if not str(name).replace("_", "").isalnum():
+                raise DPError(f"table name {name!r} must be letters, digits and underscores")
+            connection.register("dp_frame", frame)
+            connection.execute(f'CREATE TABLE "{name}" AS SELECT * FROM dp_frame')
+            connection.unregister("dp_frame")
+    except BaseException:
+        connection.close()
+        raise
     return connection

@@ -111,8 +111,10 @@ def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | Non
     offsets = [n.meta["start"] for n in node.walk() if n.meta and "start" in n.meta]
     tokens = _tokens(sql)
     if not offsets:
-        keyword = node.key.upper()
-        found = next((t.start for t in tokens if t.text.upper() == keyword), None)
+        keywords = {node.key.upper(), node.key.upper().replace("_", "")}
+        if isinstance(node, exp.Func):
+            keywords.add(node.sql_name().upper())
+        found = next((t.start for t in tokens if t.text.upper() in keywords), None)
         return position_of(sql, found)
     start = min(offsets)
     own = node.meta.get("start") if node.meta else None

@@ -101,6 +101,9 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
         return _subquery(ctes[node.name.lower()], reference, policy, catalog, sql, data, ctes)
     if isinstance(node, exp.Table):
         bound = bind_table(node, policy, catalog, sql)
+        if node.args.get("sample") is not None and isinstance(bound.declaration, PrivateTable):
+            refuse(node.args["sample"], sql, "TABLESAMPLE of a private table is not supported",
+                   "query the whole table; dpsql bounds each unit's contribution itself")
         columns = dict(bound.columns)
         table_sql = exp.to_table(".".join(f'"{p}"' for p in bound.name.split(".")))
         scope = _scope(bound.reference, columns, bound.name.split(".")[-1])
@@ -137,11 +140,12 @@ def _requalify(scope: dict, reference: str) -> dict:
 def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
-    if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL") or join.args.get("using"):
-        refuse(join, sql, f"{(kind or side or 'this').upper()} JOIN is not supported over private tables",
+    if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL"):
+        refuse(join, sql, f"{kind} JOIN is not supported over private tables",
                "join with ON a = b equality conditions")
     condition = join.args.get("on")
-    if condition is None:
+    using = join.args.get("using")
+    if condition is None and not using:
         refuse(join, sql, "a join without ON would pair every private row with every other row",
                "join with ON a = b equality conditions")
     if isinstance(left, _Public) and isinstance(right, _Public):
@@ -161,7 +165,12 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
             if q is None:
                 unqualified.setdefault(c, []).append(names[(side_tag, v)])
     scope.update({(None, c): targets[0] for c, targets in unqualified.items() if len(targets) == 1})
-    bound_condition = _bind_condition(condition, left, right, names, sql)
+    if using:  # JOIN ... USING (a, b): ON left.a = right.a AND ...; the merged column is the left one
+        bound_condition = _using_condition(using, left, right, join, sql)
+        for identifier in using:
+            scope[(None, identifier.name.lower())] = names[("l", left.scope[(None, identifier.name.lower())])]
+    else:
+        bound_condition = _bind_condition(condition, left, right, names, sql)
     equalities = _equalities(bound_condition)
     if isinstance(left, Relation) and isinstance(right, Relation):
         rule = _private_join_rule(left, right, equalities, names, join, sql)
@@ -208,6 +217,18 @@ def _bind_condition(condition, left, right, names, sql):
         column.replace(exp.column(source, table=f"dp_{tag}", quoted=True))
     check_row_level(bound, sql, "a join condition")
     return bound
+
+
+def _using_condition(using: list, left, right, join, sql) -> exp.Expression:
+    parts = []
+    for identifier in using:
+        name = identifier.name.lower()
+        if (None, name) not in left.scope or (None, name) not in right.scope:
+            refuse(join, sql, f"USING ({identifier.name}) names a column that is not on both sides",
+                   "join ON a = b instead")
+        parts.append(exp.EQ(this=exp.column(left.scope[(None, name)], table="dp_l", quoted=True),
+                            expression=exp.column(right.scope[(None, name)], table="dp_r", quoted=True)))
+    return exp.and_(*parts)
 
 
 def _equalities(condition: exp.Expression) -> list[tuple[exp.Column, exp.Column]]:
@@ -426,6 +447,7 @@ def _interval(relation: Relation, column: str) -> Interval | None:
 
 UNIT_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "mean", exp.Max: "mean",
                    exp.Median: "mean", exp.AnyValue: "mean"}
+"""Per-unit aggregates and the bounds of their result: [0, k], k * [min(lo,0), max(hi,0)], [lo, hi]."""
 
 
 def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
@@ -452,12 +474,17 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
             if isinstance(node, exp.Column) and node.name == unit:
                 unit_name = name
             continue
+        if isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)):
+            node = node.this  # ANY_VALUE(x) parses wrapped in IGNORE NULLS
         if not isinstance(node, exp.AggFunc) or type(node) not in UNIT_AGGREGATES:
             refuse(node, sql, f"{describe(node)} in a per-unit subquery must be a group key or COUNT, SUM, "
                    "AVG, MIN, MAX or MEDIAN of a row-level expression", "aggregate a column of the table")
         argument = node.this
         if isinstance(argument, exp.Distinct):
-            refuse(node, sql, "DISTINCT inside a per-unit aggregate is not supported", "drop DISTINCT")
+            if not isinstance(node, exp.Count):
+                refuse(node, sql, "DISTINCT inside a per-unit aggregate is supported only in COUNT",
+                       "drop DISTINCT, or count distinct values")
+            argument = argument.expressions[0]  # COUNT(DISTINCT x) per unit is in [0, k] too
         if not isinstance(argument, exp.Star):
             check_row_level(argument, sql, describe(node))
         items.append(exp.alias_(node.copy(), name, quoted=True))

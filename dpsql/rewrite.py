@@ -387,19 +387,21 @@ def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
     return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_granted\nWHERE {' AND '.join(conditions)}{group}"
 
 
-def domain_sql(key, column_type: str) -> str:
-    """SQL listing a key's public domain, typed like the column (reads public data only).
+def domain_sql(keys: list, column_types: list[str]) -> str:
+    """SQL listing the public domain of one key — or the combinations one public table holds
+    of several — typed like the columns (reads public data only).
 
-    >>> from dpsql.plan import GroupKey
     >>> from sqlglot import exp
-    >>> domain_sql(GroupKey("g0", exp.column("plan"), KeyDomain(values=("free", "pro"))), "VARCHAR")
-    "SELECT DISTINCT TRY_CAST(v AS VARCHAR) AS k FROM (VALUES ('free'), ('pro')) AS d(v) WHERE k IS NOT NULL ORDER BY k"
+    >>> from dpsql.plan import GroupKey
+    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free", "pro")))], ["VARCHAR"])
+    "SELECT DISTINCT TRY_CAST(v AS VARCHAR) AS k0 FROM (VALUES ('free'), ('pro')) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL"
     """
-    domain = key.domain
+    domain = keys[0].domain
     if domain.values is not None:
         rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
-        source, column = f"(VALUES {rows}) AS d(v)", "v"
+        source, columns = f"(VALUES {rows}) AS d(v)", ["v"]
     else:
-        source, column = _table_sql(domain.table), f'"{domain.column}"'
-    return (f"SELECT DISTINCT TRY_CAST({column} AS {column_type}) AS k FROM {source} "
-            f"WHERE k IS NOT NULL ORDER BY k")
+        source, columns = _table_sql(domain.table), [f'"{key.domain.column}"' for key in keys]
+    select = ", ".join(f"TRY_CAST({c} AS {t}) AS k{i}" for i, (c, t) in enumerate(zip(columns, column_types)))
+    present = " AND ".join(f"k{i} IS NOT NULL" for i in range(len(columns)))
+    return f"SELECT DISTINCT {select} FROM {source} WHERE {present} ORDER BY ALL"

@@ -336,7 +336,7 @@ def test_an_identical_query_returns_the_stored_answer_for_free(monkeypatch):
             assert (again.accuracy_df().to_numpy() == first.accuracy_df().to_numpy())[:, 1:].all()
             assert again.cost == Spend.ZERO and again.cost.repeat and again.repeat
             assert "repeat" in str(again.cost) and "repeat, free" in repr(again)
-        assert again.columns == ["store", "visits", "avg(amount)"]  # this query's own names
+        assert again.columns == ["Store", "visits", "avg(V.amount)"]  # this query's own names, as DuckDB names them
         assert db.budget.spent == spent and len(db.ledger()) == 1
 
 

@@ -315,8 +315,6 @@ def test_corpus_size_and_labels():
     assert 0.5 <= answered / len(queries) <= 0.7, f"{answered} answer / {refused} refuse"
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the free-repeat key ignores max_groups_contributed, so a "
-                                       "query with another contribution bound gets the earlier answer")
 def test_another_contribution_bound_is_not_a_free_repeat(shop_database):
     """Found while building the corpus: the same query under another max_groups_contributed
     bounds the data differently, so its earlier release is not its answer."""
