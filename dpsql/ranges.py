@@ -79,8 +79,8 @@ def _refuse(node: exp.Expression, sql: str, message: str) -> None:
         line=line,
         col=col,
         construct=describe(node),
-        hint="sum bounded columns combined with + - * by constants / by constants and CASE, "
-        "or declare BOUNDS for the column in the policy",
+        hint="state bounds with CLAMP(expr, lo, hi), combine bounded columns with + - * / by "
+        "constants and CASE, or declare BOUNDS for the column in the policy",
     )
 
 
@@ -93,7 +93,8 @@ def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
             line=line,
             col=col,
             construct=node.name,
-            hint=f"declare `{node.name} BOUNDS lo TO hi` in the policy, or COUNT it instead",
+            hint=f"declare `{node.name} BOUNDS lo TO hi` in the policy, write CLAMP({node.name}, lo, hi), "
+                 "or COUNT it instead",
         )
     return found
 
@@ -258,8 +259,31 @@ def _function(node: exp.Anonymous, bounds, sql):
     return Interval(low, high, integral)
 
 
+DATE_PARTS = {
+    "month": (1, 12), "day": (1, 31), "quarter": (1, 4), "dayofweek": (0, 6), "dow": (0, 6),
+    "isodow": (1, 7), "dayofmonth": (1, 31), "dayofyear": (1, 366), "doy": (1, 366), "week": (1, 53),
+    "weekofyear": (1, 53), "hour": (0, 23), "minute": (0, 59), "second": (0, 59),
+}
+"""Date parts whose values a calendar bounds (a year has none: CLAMP it)."""
+
+
+def _date_part(node: exp.Expression, bounds, sql):
+    if isinstance(node, exp.Extract):
+        part = node.this.name.lower()
+    else:
+        part = {exp.Month: "month", exp.Day: "day", exp.DayOfWeek: "dayofweek", exp.DayOfMonth: "dayofmonth",
+                exp.DayOfYear: "dayofyear", exp.WeekOfYear: "weekofyear"}.get(type(node), node.key)
+        part = getattr(exp, "Quarter", None) is type(node) and "quarter" or part
+    if part not in DATE_PARTS:
+        _refuse(node, sql, f"the date part {part.upper()} has no calendar bound")
+    low, high = DATE_PARTS[part]
+    return Interval(Fraction(low), Fraction(high), True)
+
+
 _HANDLERS: dict[type, Callable] = {
     exp.Anonymous: _function,
+    **{cls: _date_part for cls in (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth,
+                                   exp.DayOfYear, exp.WeekOfYear, getattr(exp, "Quarter", exp.Month))},
     exp.Column: _column,
     exp.Literal: _literal,
     exp.Null: _null,

@@ -204,3 +204,10 @@ def test_count_distinct_values(db):
     rows = db.sql("SELECT store, COUNT(DISTINCT uid) AS people, COUNT(DISTINCT zip) AS zips FROM visits "
                   "GROUP BY store ORDER BY store", epsilon=20).fetchall()
     assert len(rows) == 4 and all(r[2] <= 10 for r in rows)
+
+
+def test_date_parts_have_calendar_bounds(db):
+    assert "row values in [1, 12]" in db.explain("SELECT AVG(EXTRACT(month FROM DATE '2025-01-01' + uid)) FROM visits")
+    with pytest.raises(dpsql.UnsupportedQuery) as caught:
+        db.explain("SELECT SUM(year(DATE '2025-01-01' + uid)) FROM visits")
+    assert "CLAMP" in caught.value.hint
