@@ -17,8 +17,9 @@ The statement has four layers; each establishes part of the precondition of
    unit taken in the order of a salted hash of the unit's own (unit, key) values, and at most
    MAX GROUPS PER UNIT groups kept. So sum_g b_g <= k, and which contributions survive
    depends only on the unit's own rows and the secret salt (never on row order or rowid).
-   A COUNT contributes b (or min(non-NULL count, b)); a SUM contributes its group sum
-   clamped into c * [min(L, 0), max(U, 0)] with c = min(non-NULL count, b).
+   A COUNT contributes b (or min(non-NULL count, b)); a SUM contributes its group sum scaled
+   by c / (its non-NULL count), c = min(non-NULL count, b) — the total of c of its values on
+   average — clamped into c * [min(L, 0), max(U, 0)].
 4. the final GROUP BY adds the contributions up per group: exact integer (HUGEINT) sums.
 
 When each row is its own unit (PRIVACY UNIT ROW) layer 3 is skipped: k = 1 holds already.
@@ -370,8 +371,13 @@ def _contribution(measure: Measure) -> str:
         low, high = -spread, spread
     else:
         low, high = min(measure.lower, 0), max(measure.upper, 0)
+    # A unit with more values than it is granted contributes its total scaled by kept / all
+    # (as if `kept` of its values were sampled), not its total clamped: clamping would count a
+    # heavy unit as `kept` values at a bound. The scaled total is in kept * [L, U] already; the
+    # clamp stays as the guarantee.
+    scaled = f"{total} * {kept} // NULLIF(c_{values_of}, 0)"
     return (
-        f"LEAST(GREATEST({total}, CAST({kept} AS HUGEINT) * {low}), "
+        f"LEAST(GREATEST({scaled}, CAST({kept} AS HUGEINT) * {low}), "
         f"CAST({kept} AS HUGEINT) * {high})"
     )
 
