@@ -60,7 +60,7 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
             refuse(item, sql, "SELECT * would release private rows",
                    "select aggregates such as COUNT(*), SUM(col) or AVG(col)")
         name = names[position] if names else output_name(item)
-        value = _replace(item.unalias().copy(), keys, register, sql)
+        value = _replace(item.unalias().copy(), keys, register, sql, unit)
         if isinstance(item.unalias(), AGGREGATE_CALLS) and isinstance(value, exp.Column):
             direct.append((name, value.name))
         outputs.append(name)
@@ -68,10 +68,10 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
     post = exp.Select(expressions=items).from_("dp_core")
     having = tree.args.get("having")
     if having is not None:
-        post = post.where(_replace(having.this.copy(), keys, register, sql))
+        post = post.where(_replace(having.this.copy(), keys, register, sql, unit))
     order = tree.args.get("order")
     if order is not None:
-        post.set("order", _replace(order.copy(), keys, register, sql))
+        post.set("order", _replace(order.copy(), keys, register, sql, unit))
     for part in ("limit", "offset", "distinct"):
         if tree.args.get(part) is not None:
             post.set(part, tree.args[part].copy())
@@ -85,7 +85,7 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
 AGGREGATE_CALLS = (exp.AggFunc, exp.Filter, exp.WithinGroup)
 
 
-def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str):
+def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, unit: str | None = None):
     """Aggregates -> a*, key expressions -> g*; anything else private is refused."""
     def visit(sub: exp.Expression):
         if isinstance(sub, AGGREGATE_CALLS):
@@ -103,8 +103,10 @@ def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str):
             continue
         if _is_alias_reference(column):
             continue
+        hint = (f"count the units with COUNT(DISTINCT {column.name})" if column.name == unit else
+                f"wrap it in COUNT, SUM or AVG, or GROUP BY {column.name}")
         refuse(column, sql, f"column {column.name} is neither aggregated nor grouped, so it would "
-               "release private values", f"wrap it in COUNT, SUM or AVG, or GROUP BY {column.name}")
+               "release private values", hint)
     return replaced
 
 
