@@ -76,7 +76,7 @@ def rewrite_distinct(plan: Plan, measure: Measure) -> str:
     conditions = ["b > 0", "value_rank <= b"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
     return (
         f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
-        f"dp_granted AS (\n{_granted_layer(single, keys)}\n), dp_distinct AS (\n"
+        f"{_granted_layer(single, keys)}, dp_distinct AS (\n"
         f"  SELECT DISTINCT {unit_keys}, {value} AS value\n  FROM dp_values\n  WHERE {value} IS NOT NULL\n), dp_kept AS (\n"
         f"  SELECT {', '.join(['k.' + k for k in keys] + ['value'])}, b, {'group_rank, ' if keys else ''}"
         f"ROW_NUMBER() OVER ({window}) AS value_rank\n"
@@ -107,7 +107,7 @@ def rewrite_histogram(plan: Plan, measure: Measure) -> str:
     conditions = ["b > 0"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
     return (
         f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
-        f"dp_granted AS (\n{_granted_layer(single, keys)}\n), dp_buckets AS (\n"
+        f"{_granted_layer(single, keys)}, dp_buckets AS (\n"
         f"  SELECT {unit_keys}, {value} AS bucket, COUNT(*) AS n_bucket\n  FROM dp_values\n"
         f"  WHERE {value} IS NOT NULL\n  GROUP BY {unit_keys}, {value}\n), dp_spread AS (\n"
         f"  SELECT {', '.join(['k.' + k for k in keys] + ['bucket'])}, "
@@ -131,7 +131,7 @@ def _bounded_sql(plan: Plan) -> str:
     final = _unit_level_totals(plan, keys)
     return (
         f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{units}\n), "
-        f"dp_granted AS (\n{granted}\n)\n{final}"
+        f"{granted}\n{final}"
     )
 
 
@@ -338,18 +338,31 @@ def _units_layer(plan: Plan, keys: list[str]) -> str:
 
 
 def _granted_layer(plan: Plan, keys: list[str]) -> str:
+    """The CTEs granting each (unit, group) its rows ``b`` and rank: ``dp_granted`` (and
+    ``dp_sizes`` when grouped).
+
+    Grouped, most units are *light*: at most k rows in at most l groups, so the prefix budget
+    grants every row (b = n) and every group survives; only *heavy* units need the window
+    over their groups in salted-hash order. Both branches give exactly what the window gives
+    for every unit (tests compare them), and each depends only on the unit's own rows.
+    """
     rule = plan.query.rule
     k = rule.max_rows_per_unit
-    select = ["*"]
-    if keys:
-        order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
-        window = f"PARTITION BY dp_unit ORDER BY {order}"
-        earlier = f"COALESCE(SUM(n) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
-        select.append(f"GREATEST(LEAST(n, {k} - {earlier}), 0) AS b")
-        select.append(f"ROW_NUMBER() OVER ({window}) AS group_rank")
-    else:
-        select.append(f"LEAST(n, {k}) AS b")
-    return f"  SELECT {', '.join(select)}\n  FROM dp_units"
+    if not keys:
+        return f"dp_granted AS (\n  SELECT *, LEAST(n, {k}) AS b\n  FROM dp_units\n)"
+    l = rule.groups_per_unit
+    order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
+    window = f"PARTITION BY dp_unit ORDER BY {order}"
+    earlier = f"COALESCE(SUM(n) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
+    light = f"dp_total <= {k} AND dp_groups <= {l}"
+    return (
+        f"dp_sizes AS (\n  SELECT *, SUM(n) OVER (PARTITION BY dp_unit) AS dp_total, "
+        f"COUNT(*) OVER (PARTITION BY dp_unit) AS dp_groups\n  FROM dp_units\n), dp_granted AS (\n"
+        f"  SELECT * EXCLUDE (dp_total, dp_groups), n AS b, 1 AS group_rank\n  FROM dp_sizes WHERE {light}\n"
+        f"  UNION ALL\n"
+        f"  SELECT * EXCLUDE (dp_total, dp_groups), GREATEST(LEAST(n, {k} - {earlier}), 0) AS b, "
+        f"ROW_NUMBER() OVER ({window}) AS group_rank\n  FROM dp_sizes WHERE NOT ({light})\n)"
+    )
 
 
 def _contribution(measure: Measure) -> str:

@@ -86,3 +86,16 @@ def test_conditions_see_raw_values_and_sums_see_clamped_ones():
     clamped = clamp_inputs(plan.measures[0].argument, plan.measures[0].clamped_columns).sql(dialect="duckdb")
     rows = duckdb.execute(f"SELECT {clamped} FROM (VALUES (700.0), (550.0)) AS t(amount)").fetchall()
     assert [r[0] for r in rows] == [500, 0]
+
+
+def test_light_units_get_exactly_what_the_window_would_grant(shop):
+    """The light-unit shortcut (b = n for units within both limits) changes no result."""
+    for query in ("SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store",
+                  "SELECT plan, COUNT(*) FROM users GROUP BY plan"):
+        fast = bounded_sql(query)
+        light = next(line for line in fast.splitlines() if "FROM dp_sizes WHERE dp_total" in line)
+        condition = light.split("WHERE ", 1)[1]
+        windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
+        assert windowed != fast
+        salt = {"salt": "ab"}
+        assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
