@@ -11,13 +11,21 @@ person's rows only (``CASE WHEN user_id = 42 THEN ... END``), so what one row ca
 not grow faster than the query text does. Each row-level expression is therefore limited to
 ``MAX_DEPTH`` levels of nesting and ``MAX_OPERATIONS`` operations (literals are free); string
 concatenation, the one allow-listed operation whose output grows with its input, to
-``MAX_CONCATENATIONS`` per expression, so no value is longer than that many times the
-longest field in it; ``LIKE`` patterns must be string literals of at most ``MAX_PATTERN``
-characters (DuckDB matches ``LIKE`` in time |value| x |pattern|: a 50,000-character pattern
-built from a column took 8 s on one 100 kB value); casts only to scalar types (a fixed-size
+``MAX_CONCATENATIONS`` per expression (a chain of c concatenations copies its first value c
+times: 16 of them over 4 kB values took 2.5 s per 10,000 rows, 4 took 0.1 s); the pattern
+of ``LIKE`` / ``ILIKE`` and the needle of ``contains``, ``prefix``, ``suffix``, ``starts_with``,
+``ends_with`` and ``trim`` must be string literals of at most ``MAX_PATTERN`` characters
+(DuckDB matches them in time up to |value| x |pattern|: a 50,000-character pattern built from
+a column took 8 s on one 100 kB value); casts only to scalar types (a fixed-size
 ``INT[100000]`` array would allocate that much for every row). Post-processing expressions
 get the same depth bound, which also keeps the generated SQL within DuckDB's expression
 depth limit and Python's recursion limit.
+
+These bounds make a row's cost at most a constant times (query size x row size); they do not
+make it constant. dpsql evaluates row-level expressions on every row a unit has, before
+contribution bounding, so one unit with very many long rows can still be timed:
+``benchmarks/RESULTS.md`` (Adversarial) measures it and ``docs/THREAT_MODEL.md`` says what
+remains.
 """
 
 from __future__ import annotations
@@ -64,10 +72,13 @@ MAX_DEPTH = 64
 """Most levels of nesting in one expression (DuckDB's own limit on generated SQL is 1000)."""
 MAX_OPERATIONS = 500
 """Most operations (nodes other than literals) in one row-level expression."""
-MAX_CONCATENATIONS = 16
+MAX_CONCATENATIONS = 4
 """Most string concatenations (``||``, each extra ``CONCAT`` argument) in one row-level expression."""
-MAX_PATTERN = 256
-"""Longest ``LIKE`` / ``ILIKE`` pattern, in characters."""
+MAX_PATTERN = 64
+"""Longest ``LIKE`` / ``ILIKE`` pattern or string-search needle, in characters."""
+
+NEEDLE_FUNCTIONS = frozenset({"contains", "prefix", "suffix"})
+"""Anonymous string-search functions whose second argument is searched for in the first."""
 
 SCALAR_TYPES = frozenset(
     exp.DataType.TEXT_TYPES | exp.DataType.NUMERIC_TYPES | exp.DataType.TEMPORAL_TYPES
@@ -128,13 +139,14 @@ def _check_cost(node: exp.Expression, sql: str, where: str) -> None:
         if concatenations > MAX_CONCATENATIONS:
             refuse(sub, sql, f"the expression in {where} concatenates strings more than "
                    f"{MAX_CONCATENATIONS} times", "concatenate fewer values")
-        if isinstance(sub, (exp.Like, exp.ILike)):
-            pattern = sub.expression
+        pattern = _pattern_of(sub)
+        if pattern is not None:
+            name = describe(sub).replace("(...)", "")
             if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-                refuse(sub, sql, f"the pattern of {describe(sub).replace('(...)', '')} must be a string literal, "
-                       "not an expression over the data", "write a constant pattern such as zip LIKE '9%'")
+                refuse(sub, sql, f"the pattern of {name} must be a string literal, not an expression over the "
+                       "data", "write a constant pattern such as zip LIKE '9%'")
             if len(pattern.this) > MAX_PATTERN:
-                refuse(sub, sql, f"the pattern of {describe(sub)} is longer than {MAX_PATTERN} characters",
+                refuse(sub, sql, f"the pattern of {name} is longer than {MAX_PATTERN} characters",
                        "use a shorter pattern")
         if isinstance(sub, exp.DataType) and sub.this not in SCALAR_TYPES:
             refuse(sub, sql, f"a cast to {sub.sql(dialect='duckdb')} is not allowed on private rows",
@@ -159,3 +171,14 @@ def _check(node, sql, where, nodes, functions, place) -> None:
         if not isinstance(sub, nodes):
             refuse(sub, sql, f"{describe(sub)} is not allowed {place}",
                    "use comparisons, arithmetic, CASE, string and date functions")
+
+
+def _pattern_of(node: exp.Expression) -> exp.Expression | None:
+    """The pattern or needle a string-matching construct searches for, or None."""
+    if isinstance(node, (exp.Like, exp.ILike, exp.StartsWith, exp.EndsWith)):
+        return node.expression
+    if isinstance(node, exp.Trim):
+        return node.expression  # the characters to trim; None when trimming spaces
+    if isinstance(node, exp.Anonymous) and node.name.lower() in NEEDLE_FUNCTIONS and len(node.expressions) == 2:
+        return node.expressions[1]
+    return None

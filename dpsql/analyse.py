@@ -31,7 +31,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from .calibrate import gaussian_sigma_squared, laplace_scale
-from .errors import InternalError, UnsupportedQuery
+from .errors import InternalError, InvalidParameter, UnsupportedQuery
 from .model import Policy
 from .parse import node_position
 from .plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Plan, PrivateQuery, Selection
@@ -273,13 +273,24 @@ def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy,
     """Calibrate an aggregate's measures on one shared grid, coarsened until all fit the samplers."""
     valued = next((s for s in shapes if s.interval is not None), None)
     if valued is None:
-        return [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
+        measures = [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
+        if any(m.scale >= SAMPLER_LIMITS[m.noise] for m in measures):
+            _too_small(epsilon)
+        return measures
     grid = choose_grid(valued.interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
+    widest = max(abs(valued.interval.lower), abs(valued.interval.upper), Fraction(1))
     while True:
         measures = [_calibrated(s, query, policy, grid, epsilon, delta, gaussian) for s in shapes]
         if all(m.scale < SAMPLER_LIMITS[m.noise] for m in measures):
             return measures
+        if grid > 4 * widest:  # the grid is coarser than the values: only a larger epsilon helps
+            _too_small(epsilon)
         grid *= 2
+
+
+def _too_small(epsilon: Fraction) -> None:
+    raise InvalidParameter(f"epsilon {float(epsilon):.3g} is too small for this query: its noise would be "
+                           "beyond what the exact samplers draw", hint="use a larger epsilon, e.g. 0.001 or more")
 
 
 def _rows_per_unit(shape: _Shape, query: PrivateQuery) -> int:

@@ -136,7 +136,7 @@ class Connection:
         salt = self._salt_for(bounded_sql)
         domain = self._domain(checked) if plan.selection is None else None
         picked = plain_projection(checked.post, core_columns(plan))
-        types = None if picked is not None else self._core_types(plan, bounded_sql, salt)
+        types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
                                     analyst=self.analyst, key=key,
                                     analyst_total=self._analyst_accountant)
@@ -175,7 +175,12 @@ class Connection:
 
     def _core_types(self, plan: Plan, bounded_sql: str, salt: dict | None) -> list[str]:
         """DuckDB types of the noisy core's columns (keys as the database types them)."""
-        described = dict(self._engine.describe(bounded_sql, salt))
+        try:
+            described = dict(self._engine.describe(bounded_sql, salt))
+        except Exception as error:  # binding reads the schema only: its message holds no data
+            message = str(error).split("\n")[0]
+            raise UnsupportedQuery(f"the query does not type-check: {message}",
+                                   hint="compare and combine columns of matching types") from None
         types = [described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
             first = plan.measure(aggregate.measures[0])

@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from .errors import DPError, InvalidParameter, QueryFailed
+from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 
 DEFAULT_QUERY_TIMEOUT = 30.0
 """Seconds one generated statement may run before it is interrupted."""
@@ -175,12 +175,21 @@ class Engine:
             return names, result
 
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
-        """(name, type) of each column ``sql`` would return: binds the query, reads no rows."""
+        """(name, type) of each column ``sql`` would return: binds the query, reads no rows.
+
+        Binding sees the schema and the query text only, so when it fails (a type error such
+        as comparing a number with a string) the first line of DuckDB's message says nothing
+        about the data, and it is raised as a static refusal: ``UnsupportedQuery``.
+        """
         with self._lock:
             cursor = self._connection.cursor()
             try:
                 with _Deadline(cursor, self._timeout):
                     rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
+            except duckdb.Error as error:
+                message = str(error).strip().split("\n")[0]
+                raise UnsupportedQuery(f"the query does not bind: {message}",
+                                       hint="check the types of the values the query compares and combines") from None
             finally:
                 cursor.close()
         return [(row[0], row[1]) for row in rows]

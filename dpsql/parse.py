@@ -69,6 +69,9 @@ def _parse_tree(sql: str) -> exp.Expression:
         ) from None
     except TokenError as err:
         raise UnsupportedQuery(f"the SQL does not parse: {err}") from None
+    except RecursionError:
+        raise UnsupportedQuery("the SQL is nested too deeply to parse",
+                               hint="write it with fewer nested parentheses or subqueries") from None
     if not statements:
         raise UnsupportedQuery("the SQL text holds no statement", hint="write a SELECT query")
     starts = statement_starts(sql)

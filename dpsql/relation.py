@@ -174,6 +174,9 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
     equalities = _equalities(bound_condition)
     if isinstance(left, Relation) and isinstance(right, Relation):
         rule = _private_join_rule(left, right, equalities, names, join, sql)
+        # Each side keeps at most its k rows per unit before the join, so one unit's rows
+        # cannot make the join quadratic (a time that would tell whether the unit is there).
+        left, right = _truncated(left), _truncated(right)
     else:
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
@@ -186,6 +189,17 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
                          join_type="LEFT" if side == "LEFT" else "INNER")
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
     return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}")
+
+
+def _truncated(relation: Relation) -> Relation:
+    """The relation with at most k rows per unit, chosen by a salted hash of each row's own
+    values (ties between different rows broken by the values themselves): never by order."""
+    unit, k = relation.rule.unit.lower(), relation.rule.max_rows_per_unit
+    columns = ", ".join(f'"{c}"' for c in relation.columns)
+    source = _as_source(relation.sql).sql(dialect=DIALECT)
+    sql = (f'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "{unit}" '
+           f"ORDER BY hash($salt, {columns}), {columns}) AS dp_n FROM {source} AS dp_t) WHERE dp_n <= {k}")
+    return replace(relation, sql=exp.maybe_parse(sql, dialect=DIALECT))
 
 
 def _joined_names(left, right) -> dict:
@@ -461,6 +475,13 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
                "in the outer query, with noise)")
     for g in grouped:
         check_row_level(g, sql, "GROUP BY")
+    if body.args.get("having") is not None:
+        refuse(body.args["having"], sql, "HAVING inside a per-unit subquery is not supported (its aggregates "
+               "cannot be made error-free)", "filter on the subquery's columns in the outer query's WHERE")
+    # Row-level parts that could fail for one unit's rows are made total: keys and aggregate
+    # arguments under TRY; SUM and AVG over DOUBLE, which cannot overflow (the outer clamp
+    # bounds the result whatever it is).
+    safe_keys = [g if isinstance(g, exp.Column) else exp.func("TRY", g.copy()) for g in grouped]
     k = rule.max_rows_per_unit
     items, rules, unit_name = [], [], None
     for item in body.expressions:
@@ -468,7 +489,7 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
         name = (item.alias if isinstance(item, exp.Alias) else node.name if isinstance(node, exp.Column)
                 else node.sql(dialect=DIALECT).replace('"', "")).lower()
         if any(node == g for g in grouped):
-            items.append(exp.alias_(node.copy(), name, quoted=True))
+            items.append(exp.alias_(safe_keys[grouped.index(node)].copy(), name, quoted=True))
             kept = rule.column(node.name) if isinstance(node, exp.Column) else None
             rules.append(kept and replace(kept, name=name))
             if isinstance(node, exp.Column) and node.name == unit:
@@ -487,20 +508,32 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
             argument = argument.expressions[0]  # COUNT(DISTINCT x) per unit is in [0, k] too
         if not isinstance(argument, exp.Star):
             check_row_level(argument, sql, describe(node))
-        items.append(exp.alias_(node.copy(), name, quoted=True))
+        items.append(exp.alias_(_total_aggregate(node), name, quoted=True))
         rules.append(_aggregate_rule(UNIT_AGGREGATES[type(node)], argument, name, inner, k))
     if unit_name is None:
         refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}",
                f"add {rule.unit} to its select list")
     select = _wrap_body(body, inner, items)
-    select.set("group", exp.Group(expressions=[g.copy() for g in grouped]))
-    having = body.args.get("having")
-    if having is not None:
-        select.set("having", exp.Having(this=having.this.copy()))
+    select.set("group", exp.Group(expressions=[g.copy() for g in safe_keys]))
     only_unit = len(grouped) == 1
     synthetic = replace(rule, unit=unit_name, max_rows_per_unit=1 if only_unit else k,
                         columns=tuple(r for r in rules if r))
     return _finish(select, synthetic, reference, data, f"({inner.label} per unit)")
+
+
+def _total_aggregate(node: exp.AggFunc) -> exp.Expression:
+    """A per-unit aggregate whose argument cannot raise: TRY, and DOUBLE for SUM and AVG."""
+    node = node.copy()
+    argument = node.this
+    if isinstance(argument, exp.Star):
+        return node
+    inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
+    safe = exp.func("TRY", exp.cast(inner.copy(), "DOUBLE") if isinstance(node, (exp.Sum, exp.Avg)) else inner.copy())
+    if isinstance(argument, exp.Distinct):
+        argument.set("expressions", [safe])
+    else:
+        node.set("this", safe)
+    return node
 
 
 def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> ColumnRule | None:
