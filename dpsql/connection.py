@@ -177,6 +177,8 @@ class Connection:
         """DuckDB types of the noisy core's columns (keys as the database types them)."""
         try:
             described = dict(self._engine.describe(bounded_sql, salt))
+        except UnsupportedQuery:
+            raise
         except Exception as error:  # binding reads the schema only: its message holds no data
             message = str(error).split("\n")[0]
             raise UnsupportedQuery(f"the query does not type-check: {message}",

@@ -89,7 +89,9 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
         other = _item(join.this, policy, catalog, sql, data, ctes)
         current = _join(current, other, join, sql, data)
     if isinstance(current, _Public):
-        refuse(from_, sql, "internal: a public FROM reached the private path", "report this")
+        refuse(from_, sql, "private data may be read only in FROM: this query's FROM reads public tables only "
+               "while another part of it reads a private table", "aggregate the private table in FROM, "
+               "joining the public one")
     return current
 
 
