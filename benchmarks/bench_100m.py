@@ -8,7 +8,8 @@ resident set size from ``os.wait4``, DuckDB's buffers included), and the peak si
 spill directory (``<database>.tmp``) sampled every 0.25 s.
 
 Systems: raw DuckDB (the aggregate with no privacy), the per-unit floor (the query's own
-per-(unit, group) pre-aggregation), dpsql with the user-level policy of bench_scale.py.
+per-(unit, group) pre-aggregation), dpsql with the user-level policy of bench_scale.py (its
+30 s per-query time limit lifted: ``query_timeout=None``; its memory limit left at the default).
 The data file is deleted afterwards unless ``--keep`` (disk use: the file plus any spill).
 
 Run: ``python benchmarks/bench_100m.py [--rows N] [--queries COUNT SUM ...] [--keep]``.
@@ -51,7 +52,9 @@ def child(args) -> None:
         import dpsql
 
         ledger = Path(tempfile.mkdtemp(prefix="dpsql-100m-")) / "l.ledger"
-        db = dpsql.connect(args.db, policy=bench_scale.POLICY_USER, ledger=str(ledger))
+        # dpsql stops a query after 30 s by default (query_timeout); lift it to measure.
+        db = dpsql.connect(args.db, policy=bench_scale.POLICY_USER, ledger=str(ledger),
+                           **bench_scale.no_time_limit())
         counter = iter(range(10**9))
         result = timed(lambda: db.sql(q["dp"], epsilon=Fraction(10**6 + next(counter), 10**6),
                                       delta=q.get("delta")), args.repeats, budget=3600)

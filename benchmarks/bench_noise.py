@@ -102,7 +102,7 @@ def main() -> None:
                     CAST(hash(i) % {n} AS BIGINT) AS k, CAST(hash(i, 1) % 600 AS DOUBLE) AS x
                     FROM range({2 * n}) t(i)""")
     con.close()
-    db = dpsql.connect(str(path), policy=POLICY, ledger=str(workdir / "l.ledger"))
+    db = dpsql.connect(str(path), policy=POLICY, ledger=str(workdir / "l.ledger"))  # default limits
     sql = "SELECT k, COUNT(*) AS n, SUM(x) AS s FROM events GROUP BY k"
     try:
         from dpsql import release

@@ -84,7 +84,7 @@ def run_dpsql(db_path: Path, runs: int) -> dict:
     truths = {name: truth(con, q["raw"], KEYS.get(name, 0)) for name, q in QUERIES.items()}
     con.close()
     ledger = Path(tempfile.mkdtemp(prefix="dpsql-utility-")) / "u.ledger"
-    db = dpsql.connect(str(db_path), policy=bench_scale.POLICY_USER, ledger=str(ledger))
+    db = dpsql.connect(str(db_path), policy=bench_scale.POLICY_USER, ledger=str(ledger), **bench_scale.no_time_limit())
     out = {}
     counter = iter(range(1, 10**9))
     for name, q in QUERIES.items():
