@@ -130,7 +130,8 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
         post=post,
         outputs=tuple(outputs),
         direct=tuple(direct),
-        source=None if isinstance(relation.sql, exp.Table) else relation.sql,
+        source=relation.sql,
+        rows_per_unit=relation.rows_per_unit,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
+from .bounding import bounded_tables
 from .check import check_query
 from .engine import Engine
 from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
@@ -87,6 +88,9 @@ class Connection:
                 self.policy: Policy = self._load_policy(policy)
                 self._catalog = self._engine.catalog()
                 check_policy(self.policy, self._catalog)
+                self._engine.prepare_bounding(
+                    bounded_tables(list(self.policy.private_tables), self._catalog, table_key_of),
+                    self._ledger.salt().hex())
             except BaseException:
                 self._ledger.close()
                 raise
@@ -244,6 +248,11 @@ class Connection:
     def store_policy(self) -> None:
         """Keep this connection's policy with its ledger, so later connects need none."""
         self._ledger.store_policy(self.policy_text())
+
+    def refresh(self) -> None:
+        """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
+        use: call it after the wrapped database changed. Nothing is charged or read now."""
+        self._engine.refresh_bounding()
 
     def close(self) -> None:
         """Close the database and the ledger."""
@@ -484,6 +493,13 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
         if rule.row_level and option == "max_rows_contributed" and value != 1:
             raise UnsupportedQuery(f"each row of {query.table} is its own privacy unit, so it contributes "
                                    "one row", line=given.line, col=given.col, hint=f"leave {option} out")
+        held = query.rows_per_unit
+        if option == "max_rows_contributed" and held is not None and value > held:
+            # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
+            # a larger limit would add noise for rows that are not there.
+            raise UnsupportedQuery(f"the policy keeps at most {held} rows of each unit of {query.table}; "
+                                   f"max_rows_contributed can lower that, not raise it",
+                                   line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)
     return replace(query, rule=replace(rule, **changes)) if changes else query
 

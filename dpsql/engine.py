@@ -31,6 +31,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from .bounding import BoundedTable, attach_sql, create_sql, fill_sql
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -72,6 +73,9 @@ class Engine:
         self._lock = threading.Lock()
         self._post = None
         self._timeout = check_timeout(query_timeout)
+        self._bounded: dict[str, BoundedTable] = {}
+        self._filled: set[str] = set()
+        self._salt: str | None = None
         self.path = path
         """The database file, when one was opened; the default ledger sits beside it."""
 
@@ -127,9 +131,45 @@ class Engine:
             catalog.setdefault(key, {})[column.lower()] = type_name
         return catalog
 
+    def prepare_bounding(self, tables: list[BoundedTable], salt: str) -> None:
+        """Create the (empty) bounded copies of the private tables: reads no rows.
+
+        Generated SQL reads private tables only through these copies (``dpsql.bounding``);
+        each is filled the first time SQL that reads it is fetched.
+        """
+        with self._lock:
+            self._salt = salt
+            if tables:
+                self._connection.execute(attach_sql())
+            for table in tables:
+                self._connection.execute(create_sql(table))
+                self._bounded[table.name] = table
+
+    def refresh_bounding(self) -> None:
+        """Forget the bounded copies' contents: the next query reading each rebuilds it."""
+        with self._lock:
+            self._filled.clear()
+
+    def _fill_bounded(self, sql: str) -> None:
+        """Fill every bounded copy ``sql`` reads that is still empty (the caller holds the lock).
+
+        No time limit applies: the filling SQL is dpsql's own, its cost set by the table alone.
+        Each copy is replaced whole by one statement, so it is never half built.
+        """
+        for name, table in self._bounded.items():
+            if name in self._filled or f'"{name}"' not in sql:
+                continue
+            cursor = self._connection.cursor()
+            try:
+                cursor.execute(fill_sql(table), {"salt": self._salt})
+            finally:
+                cursor.close()
+            self._filled.add(name)
+
     def fetch(self, sql: str, parameters: dict | None = None) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit)."""
         with self._lock:
+            self._fill_bounded(sql)
             cursor = self._connection.cursor()
             try:
                 with _Deadline(cursor, self._timeout):
@@ -140,6 +180,7 @@ class Engine:
     def fetch_df(self, sql: str) -> pd.DataFrame:
         """Run generated SQL and fetch the result as a DataFrame."""
         with self._lock:
+            self._fill_bounded(sql)
             cursor = self._connection.cursor()
             try:
                 with _Deadline(cursor, self._timeout):

@@ -78,7 +78,10 @@ class PrivateQuery:
     """(output name, aggregate name) for outputs that are exactly one aggregate: their
     accuracy is the aggregate's."""
     source: exp.Expression | None = None
-    """The relation's SQL when it is not a plain table (a join, subquery, CTE or UNION ALL)."""
+    """The relation's SQL: a table (a private table's bounded copy), or a join, subquery, CTE
+    or UNION ALL. ``None``: the table named ``table`` itself."""
+    rows_per_unit: int | None = None
+    """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""

@@ -36,6 +36,7 @@ from sqlglot import exp
 
 from .allowlist import check_row_level, refuse
 from .bind import Catalog, bind_table, table_key
+from .bounding import bounded_reference
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
 from .parse import DIALECT, describe
 from .ranges import Interval, derive_range, is_integral_type, is_numeric_type
@@ -63,6 +64,9 @@ class Relation:
     """(qualifier or None, column name) -> relation column, for binding the query over it."""
     label: str = ""
     """What to call it in messages and EXPLAIN."""
+    rows_per_unit: int | None = None
+    """For a private table read through its bounded copy: the rows per unit the copy holds at
+    most, whatever the query (``dpsql.bounding``). ``None`` for anything derived."""
 
     @property
     def private(self) -> bool:
@@ -111,7 +115,11 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
         scope = _scope(bound.reference, columns, bound.name.split(".")[-1])
         if isinstance(bound.declaration, PublicTable):
             return _Public(table_sql, columns, scope, bound.name, bound.declaration.name)
-        return Relation(table_sql, bound.declaration, columns, scope, bound.name)
+        if bound.declaration.row_level:
+            return Relation(table_sql, bound.declaration, columns, scope, bound.name)
+        # Read through its bounded copy: at most k rows per unit before any analyst expression.
+        return Relation(bounded_reference(bound.name, bound.declaration), bound.declaration, columns, scope, bound.name,
+                        rows_per_unit=bound.declaration.max_rows_per_unit)
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
         if not reference:
@@ -197,6 +205,8 @@ def _truncated(relation: Relation) -> Relation:
     """The relation with at most k rows per unit, chosen by a salted hash of each row's own
     values (ties between different rows broken by the values themselves): never by order."""
     unit, k = relation.rule.unit.lower(), relation.rule.max_rows_per_unit
+    if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
+        return relation  # a bounded copy: k rows per unit at most already
     columns = ", ".join(f'"{c}"' for c in relation.columns)
     source = _as_source(relation.sql).sql(dialect=DIALECT)
     sql = (f'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "{unit}" '

@@ -121,10 +121,15 @@ def rewrite_histogram(plan: Plan, measure: Measure) -> str:
 def _bounded_sql(plan: Plan) -> str:
     query = plan.query
     keys = [key.name for key in query.keys]
+    if not keys and not plan.measures and plan.selection is None:
+        return "SELECT 1 AS dp_none"  # every measure has SQL of its own: nothing to read here
     rows = _rows_layer(plan)
     values = _values_layer(plan, keys)
     if query.rule.row_level:
         final = _row_level_totals(plan, keys)
+        return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
+    if _light_by_construction(plan, keys):
+        final = _row_level_totals(plan, keys, distinct_units=True)
         return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
     units = _units_layer(plan, keys)
     granted = _granted_layer(plan, keys)
@@ -270,7 +275,12 @@ def _rows_layer(plan: Plan) -> str:
     conditions += [_domain_filter(key.expression.name, key.domain) for key in query.keys if key.domain]
     where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
     columns = ", ".join(select) if select else "1 AS dp_one"
-    source = _table_sql(query.table) if query.source is None else f"(\n{_sql(query.source)}\n  ) AS dp_source"
+    if query.source is None:
+        source = _table_sql(query.table)
+    elif isinstance(query.source, exp.Table):
+        source = _sql(query.source)
+    else:
+        source = f"(\n{_sql(query.source)}\n  ) AS dp_source"
     return f"  SELECT {columns}\n  FROM {source}{where}"
 
 
@@ -301,10 +311,27 @@ def _centred(measure: Measure, value: str) -> str:
     return f"(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
 
 
-def _row_value_sum(measure: Measure, plan: Plan) -> str:
-    """Per-row total of a measure when each row is its own unit."""
+def _light_by_construction(plan: Plan, keys: list[str]) -> bool:
+    """True when every unit of the source is light whatever the data: it holds at most k rows
+    per unit (a bounded copy, ``dpsql.bounding``), so also at most k groups, within the limit.
+
+    Then layer 3 would grant every row of every (unit, group) — b = n, all groups kept — and
+    summing row values per group gives exactly its result: a unit's rows are at most k values
+    in [L, U] over at most MAX GROUPS PER UNIT groups, the precondition of the sensitivity rule.
+    """
+    query = plan.query
+    held = query.rows_per_unit
+    if query.rule.row_level or held is None or query.rule.max_rows_per_unit < held:
+        return False
+    groups = query.rule.groups_per_unit
+    return not keys or groups >= held
+
+
+def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -> str:
+    """Per-group total of a measure from row values: each row its own unit, or units light
+    by construction (``distinct_units``: count each unit once)."""
     if measure.kind == "units":
-        return "COUNT(*)"
+        return "COUNT(DISTINCT dp_unit)" if distinct_units else "COUNT(*)"
     if measure.kind == "count":
         return "COUNT(*)" if measure.argument is None else f"COUNT({_value_column(measure)})"
     value = _value_column(measure)
@@ -315,10 +342,10 @@ def _row_value_sum(measure: Measure, plan: Plan) -> str:
     return f"SUM(CAST({value} AS HUGEINT))"
 
 
-def _row_level_totals(plan: Plan, keys: list[str]) -> str:
-    select = keys + [f"{_row_value_sum(m, plan)} AS {m.name}" for m in plan.measures]
-    if plan.selection is not None:
-        select.append(f"COUNT(*) AS {plan.selection.measure}")
+def _row_level_totals(plan: Plan, keys: list[str], distinct_units: bool = False) -> str:
+    select = keys + [f"{_row_value_sum(m, plan, distinct_units)} AS {m.name}" for m in plan.measures]
+    if plan.selection is not None:  # units per group: what partition selection thresholds
+        select.append(f"{'COUNT(DISTINCT dp_unit)' if distinct_units else 'COUNT(*)'} AS {plan.selection.measure}")
     group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
     return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_values{group}"
 

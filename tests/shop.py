@@ -11,3 +11,15 @@ SHOP_CATALOG = {
     "secrets": {"user_id": "INTEGER", "password": "VARCHAR"},  # in the database, not in the policy
 }
 SHOP = parse_policy(SHOP_POLICY)
+
+
+def attach_bounded_copies(connection, policy=SHOP, catalog=SHOP_CATALOG, salt: str = "ab") -> None:
+    """Build the bounded copies (dpsql.bounding) on a raw DuckDB connection, as an Engine does
+    on first use, so generated SQL runs on it."""
+    from dpsql.bounding import attach_sql, bounded_tables, create_sql, fill_sql
+    from dpsql.connection import table_key_of
+
+    connection.execute(attach_sql())
+    for table in bounded_tables(list(policy.private_tables), catalog, table_key_of):
+        connection.execute(create_sql(table))
+        connection.execute(fill_sql(table), {"salt": salt})

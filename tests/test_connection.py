@@ -235,3 +235,33 @@ def test_a_failing_public_query_is_a_clear_refusal(db):
     with pytest.raises(dpsql.UnsupportedQuery) as caught:
         db.sql("SELECT day FROM stores")
     assert "day" in str(caught.value)
+
+
+def test_private_tables_are_read_through_a_bounded_copy_rebuilt_on_refresh():
+    """dpsql.bounding: the copy keeps min(rows, k) rows of each unit and no NULL unit; it is
+    built on first use and rebuilt after refresh()."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE visits AS SELECT * FROM VISITS")
+    con.execute("INSERT INTO visits VALUES (NULL, 'a', 1.0)")
+    con.execute("CREATE TABLE stores AS SELECT * FROM STORES")
+    copy = 'SELECT uid, COUNT(*) FROM dp_bounding."dp_bounded_visits__uid__2" GROUP BY uid ORDER BY uid'
+    with dpsql.connect(con, policy=POLICY) as db:
+        assert con.execute(copy).fetchall() == []  # nothing read before the first query
+        db.sql("SELECT COUNT(*) FROM visits", epsilon=0.1)
+        assert con.execute(copy).fetchall() == [(1, 2), (2, 1), (3, 2), (4, 1)]
+        con.execute("INSERT INTO visits VALUES (5, 'a', 1.0), (5, 'b', 2.0), (5, 'c', 3.0)")
+        db.sql("SELECT SUM(amount) FROM visits", epsilon=0.1)
+        assert con.execute(copy).fetchall()[-1] == (4, 1)  # the copy is as the data was
+        db.refresh()
+        db.sql("SELECT COUNT(*) FROM visits", epsilon=0.2)  # not a repeat: runs
+        assert con.execute(copy).fetchall()[-1] == (5, 2)
+
+
+def test_max_rows_contributed_can_lower_the_policy_limit_but_not_raise_it(db):
+    lowered = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) FROM visits",
+                     epsilon=0.1)
+    assert len(lowered.fetchall()) == 1
+    with pytest.raises(dpsql.UnsupportedQuery) as refused:
+        db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 3) COUNT(*) FROM visits",
+               epsilon=0.1)
+    assert "can lower that, not raise it" in refused.value.message and refused.value.col > 0

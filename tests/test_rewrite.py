@@ -9,6 +9,7 @@ DuckDB SQL.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from dpsql.check import check_query
 from dpsql.demo import build_shop_database
 from dpsql.parse import parse_query
 from dpsql.rewrite import clamp_inputs, rewrite_plan
-from shop import SHOP, SHOP_CATALOG
+from shop import SHOP, SHOP_CATALOG, attach_bounded_copies
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rewrite" / "shop.sql"
 INPUTS = [
@@ -58,6 +59,7 @@ def shop(tmp_path_factory):
     path = tmp_path_factory.mktemp("shop") / "shop.duckdb"
     build_shop_database(path, users=200)
     with duckdb.connect(str(path), read_only=True) as con:
+        attach_bounded_copies(con)
         yield con
 
 
@@ -88,14 +90,67 @@ def test_conditions_see_raw_values_and_sums_see_clamped_ones():
     assert [r[0] for r in rows] == [500, 0]
 
 
+def _raw_source(sql: str, table: str) -> str:
+    """Generated SQL reading the raw table instead of its bounded copy: every unit's rows."""
+    start = sql.index('"dp_bounding"')
+    end = sql.index('"', sql.index(f'"dp_bounded_{table}__') + 1) + 1
+    return sql[:start] + f'"{table}"' + sql[end:]
+
+
 def test_light_units_get_exactly_what_the_window_would_grant(shop):
-    """The light-unit shortcut (b = n for units within both limits) changes no result."""
-    for query in ("SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store",
-                  "SELECT plan, COUNT(*) FROM users GROUP BY plan"):
-        fast = bounded_sql(query)
-        light = next(line for line in fast.splitlines() if "FROM dp_sizes WHERE dp_total" in line)
-        condition = light.split("WHERE ", 1)[1]
-        windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
-        assert windowed != fast
-        salt = {"salt": "ab"}
-        assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
+    """The light-unit shortcut (b = n for units within both limits) changes no result, on the
+    raw table too (heavy units there: up to 40 rows)."""
+    query = "SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store"
+    fast = _raw_source(bounded_sql(query), "visits")
+    light = next(line for line in fast.splitlines() if "FROM dp_sizes WHERE dp_total" in line)
+    condition = light.split("WHERE ", 1)[1]
+    windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
+    assert windowed != fast
+    salt = {"salt": "ab"}
+    assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
+
+
+@pytest.mark.parametrize("query", [q for q in INPUTS if "users" not in q] + [
+    "SELECT COUNT(DISTINCT store), MEDIAN(amount) FROM visits WHERE age < 60",
+    "SELECT SUM(amount), VARIANCE(age), COUNT(*) FROM visits WHERE store = 'north'",
+])
+def test_bounded_copies_change_no_result_of_the_per_unit_bounding(shop, query):
+    """On the bounded copy (at most k rows of a unit) the per-unit layers keep every row, so
+    reading the raw table bounded per query and reading the copy give the same exact totals
+    when the raw table is replaced by the copy: the shortcut totals equal the full layers."""
+    sql = bounded_sql(query)
+    full_plan = analyse_query(check_query(parse_query(query), query, SHOP, SHOP_CATALOG), SHOP,
+                              PrivacyOptions(epsilon=Fraction(1)), query)
+    full = rewrite_plan(replace(full_plan, query=replace(full_plan.query, rows_per_unit=None)))
+    assert "dp_units" in full or full == sql == "SELECT 1 AS dp_none"
+    assert _totals(shop, sql) == _totals(shop, full)
+
+
+def _totals(shop, sql: str) -> list[tuple]:
+    """Rows as the release reads them: a missing total (NULL) is 0."""
+    return sorted(tuple(0 if v is None else v for v in row) for row in shop.execute(sql, _salt(sql)).fetchall())
+
+
+def _salt(sql: str) -> dict:
+    return {"salt": "ab"} if "$salt" in sql else {}
+
+
+def test_bounded_copy_keeps_min_of_rows_and_k_for_each_unit_chosen_by_its_own_rows(shop):
+    """Invariant 5 for the copy: each unit keeps min(n, k) of its rows, and which ones does not
+    change when other units' rows are removed."""
+    counts = shop.execute(
+        'SELECT r.user_id, r.n, COALESCE(b.n, 0) FROM (SELECT user_id, COUNT(*) AS n FROM visits '
+        'WHERE user_id IS NOT NULL GROUP BY ALL) AS r LEFT JOIN (SELECT user_id, COUNT(*) AS n FROM '
+        'dp_bounding."dp_bounded_visits__user_id__10" GROUP BY ALL) AS b USING (user_id)').fetchall()
+    assert any(n > 10 for _, n, _ in counts)
+    assert all(kept == min(n, 10) for _, n, kept in counts)
+    kept = shop.execute('SELECT * FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                        'WHERE user_id % 2 = 0 ORDER BY ALL').fetchall()
+    path = shop.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0]
+    with duckdb.connect() as alone:  # only the even units: the same rows survive for each
+        alone.execute(f"ATTACH '{path}' AS shop (READ_ONLY)")
+        alone.execute("CREATE TABLE visits AS SELECT * FROM shop.visits WHERE user_id % 2 = 0")
+        alone.execute("CREATE TABLE users AS SELECT * FROM shop.users")
+        attach_bounded_copies(alone)
+        again = alone.execute('SELECT * FROM dp_bounding."dp_bounded_visits__user_id__10" ORDER BY ALL').fetchall()
+    assert len(again) > 100 and again == kept
