@@ -24,13 +24,20 @@ spread (min–max) and the process's peak RSS:
   bounded SQL on DuckDB, noise = release) from the internals, as bench_pipeline.py does;
 * ``dpsql-row``: the same queries with ``PRIVACY UNIT ROW`` (no bounding needed);
 * ``smartnoise``, ``opendp``: peers, run by ``benchmarks/peers.py`` under ``--peer-python``
-  (a venv with ``pip install -e '.[bench]'``; default ``.venv-peers/bin/python`` if present).
+  (default ``.venv-peers/bin/python`` if present), a separate venv made with
+  ``python3 -m venv .venv-peers && .venv-peers/bin/pip install -e '.[bench]'``; a peer that is
+  missing or refuses a query shows its error in the table instead of a time.
 
-Every dpsql run uses a slightly different epsilon (1 + i·1e-6), so no run is a free repeat.
+Every dpsql run uses a slightly different epsilon (1 + i·1e-6), so no run is a free repeat (a
+run answered from the ledger would stop the query with an error). The first query of a fresh
+dpsql connection is timed separately: it pays whatever dpsql does once per connection (reading
+nothing is cached before it), which the warmed-up medians leave out.
+
 Also measured: plan time over the checker's accepted-query corpus (``tests/fixtures/check``) on
 the demo shop database. ``--all`` also runs bench_noise.py and bench_utility.py (and
-bench_100m.py with ``--with-100m``). Output: a Markdown report on stdout (``--out FILE`` too)
-and the raw numbers as JSON in the cache directory.
+bench_100m.py with ``--with-100m``); ``benchmarks/bench_variants.py`` shows where the bounded
+SQL's time goes. Output: a Markdown report on stdout (``--out FILE`` too), to be appended to
+benchmarks/RESULTS.md, and the raw numbers as JSON in the cache directory.
 """
 
 from __future__ import annotations
@@ -73,7 +80,8 @@ PRIVATE TABLE visits (
 PUBLIC TABLE stores;
 """
 
-# name -> dpsql SQL, raw DuckDB SQL (no privacy), the query's own per-unit floor, delta.
+# name -> dpsql SQL, raw DuckDB SQL (no privacy), the query's own per-unit floor, delta, and
+# ``row_level=False`` where the query needs a privacy unit (not asked under PRIVACY UNIT ROW).
 QUERIES: dict[str, dict] = {
     "COUNT": dict(
         dp="SELECT COUNT(*) AS n FROM visits",
@@ -114,8 +122,10 @@ QUERIES: dict[str, dict] = {
         dp="SELECT AVG(n) AS a FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id) AS per_user",
         raw="SELECT AVG(n) AS a FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id) AS per_user",
         floor="SELECT AVG(n) AS a FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id) AS per_user",
+        row_level=False,
     ),
 }
+NOT_ROW_LEVEL = "n/a: needs a privacy unit (refused under PRIVACY UNIT ROW, as it should be)"
 UNIT_FLOOR = "SELECT COUNT(*), SUM(n) FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id)"
 
 
@@ -228,34 +238,58 @@ def no_time_limit() -> dict:
 
 
 def worker_dpsql(db_path: Path, repeats: int, queries: list[str], row_level: bool) -> dict:
+    """Each query's ``db.sql`` time, plus the one-off costs of a fresh connection: ``connect``
+    itself and its first query (timed runs come after a warm-up, so they never include work
+    dpsql does once per connection, such as building bounded copies of the private tables)."""
     import dpsql
 
     ledger = Path(tempfile.mkdtemp(prefix="dpsql-bench-")) / "bench.ledger"
+    start = time.perf_counter()
     db = dpsql.connect(str(db_path), policy=POLICY_ROW if row_level else POLICY_USER, ledger=str(ledger),
                        **no_time_limit())
-    out = {}
+    out = {"_connect": time.perf_counter() - start}
     counter = iter(range(10**9))
     for name in queries:
-        q = QUERIES[name]
-        delta = q.get("delta")
-
-        def run():
-            epsilon = Fraction(10**6 + next(counter), 10**6)  # never a free repeat
-            return db.sql(q["dp"], epsilon=epsilon, delta=delta)
-
-        try:
-            total = timed(run, repeats)
-        except dpsql.DPError as error:
-            out[name] = {"error": f"{type(error).__name__}: {error}"}
+        if row_level and not QUERIES[name].get("row_level", True):
+            out[name] = {"not_applicable": NOT_ROW_LEVEL}
             continue
-        entry = {"total": total}
-        try:
-            entry.update(stage_times(db, q["dp"], delta, repeats))
-        except Exception as error:  # internals move; the end-to-end time above still stands
-            entry["stages_error"] = f"{type(error).__name__}: {error}"
-        out[name] = entry
+        if "_first_query" not in out:
+            start = time.perf_counter()
+            try:
+                run_dpsql_query(db, name, counter)
+            except (dpsql.DPError, RuntimeError):
+                pass  # reported with the timed runs below
+            out["_first_query"] = {"query": name, "seconds": time.perf_counter() - start}
+        out[name] = time_dpsql_query(db, name, repeats, counter)
     db.close()
     return out
+
+
+def run_dpsql_query(db, name: str, counter) -> int:
+    """One charged answer of the query (never a free repeat); returns its number of rows."""
+    q = QUERIES[name]
+    epsilon = Fraction(10**6 + next(counter), 10**6)  # a new epsilon: never a stored answer
+    result = db.sql(q["dp"], epsilon=epsilon, delta=q.get("delta"))
+    if result.repeat:  # a replayed answer would time a ledger lookup, not the query
+        raise RuntimeError("dpsql answered a timed run as a free repeat")
+    return len(result)
+
+
+def time_dpsql_query(db, name: str, repeats: int, counter) -> dict:
+    import dpsql
+
+    released = []  # rows of the last run: an empty answer would make a fast time meaningless
+    try:
+        total = timed(lambda: released.append(run_dpsql_query(db, name, counter)), repeats)
+    except (dpsql.DPError, RuntimeError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    entry = {"total": total, "rows": released[-1]}
+    q = QUERIES[name]
+    try:
+        entry.update(stage_times(db, q["dp"], q.get("delta"), repeats))
+    except Exception as error:  # internals move; the end-to-end time above still stands
+        entry["stages_error"] = f"{type(error).__name__}: {error}"
+    return entry
 
 
 def stage_times(db, sql: str, delta, repeats: int) -> dict:
@@ -281,8 +315,15 @@ def stage_times(db, sql: str, delta, repeats: int) -> dict:
         "groups": len(exact),
     }
     if planned.selection is None and checked.keys:
-        result["domain"] = timed(lambda: db._domain(checked), repeats)
+        result["domain"] = timed(lambda: read_domain(db, checked), repeats)
     return result
+
+
+def read_domain(db, checked):
+    """The public key domain as a first query reads it: dpsql caches it per connection, so
+    timing ``_domain`` alone would time the cache."""
+    getattr(db, "_domains", {}).clear()
+    return db._domain(checked)
 
 
 def worker_plan_corpus(repeats: int) -> dict:
@@ -323,177 +364,6 @@ def worker_plan_corpus(repeats: int) -> dict:
             "median": statistics.median(medians), "max": max(medians), "n": len(medians)}
 
 
-def granted_variants(bounded: str) -> dict[str, str]:
-    """Equivalent rewrites of a grouped, user-level bounded SQL (analysis of the window's cost).
-
-    Built by text substitution on dpsql's current output, so a variant whose pattern is gone
-    is skipped. Every variant must return exactly the rows of the original (checked by caller).
-    """
-    import re
-
-    out = {"as generated": bounded}
-    out["top_n_window_elimination off"] = "SET disabled_optimizers = 'top_n_window_elimination';\n" + bounded
-    no_huge = re.sub(r"SUM\(CAST\((v_m\d+) AS HUGEINT\)\)", r"SUM(\1)", bounded)
-    if no_huge != bounded:
-        out["SUM(v) instead of SUM(CAST(v AS HUGEINT))"] = no_huge
-    window = re.search(r"COALESCE\(SUM\(n\) OVER \((PARTITION BY dp_unit ORDER BY [^)]*\)[^)]*?) ROWS BETWEEN "
-                       r"UNBOUNDED PRECEDING AND 1 PRECEDING\), 0\)", bounded)
-    if window:
-        spec = window.group(1)
-        running = bounded.replace(window.group(0), f"(SUM(n) OVER ({spec} ROWS BETWEEN UNBOUNDED PRECEDING "
-                                                   f"AND CURRENT ROW) - n)")
-        out["running sum incl. current row − n"] = running
-    sizes = re.search(r"dp_sizes AS \(\n  SELECT \*, SUM\(n\) OVER \(PARTITION BY dp_unit\) AS dp_total, "
-                      r"COUNT\(\*\) OVER \(PARTITION BY dp_unit\) AS dp_groups\n  FROM dp_units\n\)", bounded)
-    split = re.search(r"dp_granted AS \(\n  SELECT \* EXCLUDE \(dp_total, dp_groups\), n AS b, 1 AS group_rank\n"
-                      r"  FROM dp_sizes WHERE (dp_total <= (\d+) AND dp_groups <= (\d+))\n  UNION ALL\n"
-                      r"  SELECT \* EXCLUDE \(dp_total, dp_groups\), (.*)\n  FROM dp_sizes WHERE NOT \(.*\)\n\)", bounded)
-    units = re.search(r"dp_units AS \(\n  SELECT (.*)\n  FROM dp_values\n  GROUP BY (.*)\n\)", bounded)
-    if sizes and split and units:
-        light, k, groups, expressions = split.group(1), split.group(2), split.group(3), split.group(4)
-        everyone = f"dp_granted AS (\n  SELECT *, {expressions}\n  FROM dp_units\n)"
-        out["window over every unit (no light/heavy split)"] = bounded.replace(
-            sizes.group(0) + ", " + split.group(0), everyone)
-        out["light/heavy totals by GROUP BY unit + join (not a partition-only window)"] = bounded.replace(
-            sizes.group(0), "dp_sizes AS (\n  SELECT * FROM dp_units JOIN (SELECT dp_unit, SUM(n) AS dp_total, "
-            "COUNT(*) AS dp_groups FROM dp_units GROUP BY dp_unit) USING (dp_unit)\n)")
-        columns = ["dp_unit"] + [c.strip() for c in units.group(2).split(",")][1:]
-        columns += re.findall(r" AS (\w+)(?=,|$)", units.group(1))
-        keys = [c for c in columns[1:] if re.fullmatch(r"g\d+", c)]
-        fields = ", ".join(f"'{c}': {c}" for c in columns[1:])
-        order = "{" + ", ".join([f"'h': hash($salt, dp_unit, {', '.join(keys)})"] + [f"'{g}': {g}" for g in keys]) + "}"
-        heavy = (f"  SELECT {', '.join(columns)}, GREATEST(LEAST(n, {k} - earlier), 0) AS b, group_rank FROM (\n"
-                 f"    SELECT dp_unit, unnest(list_transform(top, lambda x, i: struct_insert(x, group_rank := i, "
-                 f"earlier := COALESCE(list_sum(list_transform(top[1:i - 1], lambda y: y.n)), 0))), recursive := true)\n"
-                 f"    FROM (SELECT dp_unit, min_by({{{fields}}}, {order}, {groups}) AS top\n"
-                 f"          FROM dp_sizes WHERE NOT ({light}) GROUP BY dp_unit)\n  )")
-        topk = (f"dp_granted AS (\n  SELECT * EXCLUDE (dp_total, dp_groups), n AS b, 1 AS group_rank\n"
-                f"  FROM dp_sizes WHERE {light}\n  UNION ALL\n{heavy}\n)")
-        out[f"heavy units: first {groups} groups by min_by(..., {groups}) instead of a window sort"] = \
-            bounded.replace(split.group(0), topk)
-    granted = re.search(r"dp_granted AS \(\n  SELECT \*, (.*)\n  FROM dp_units\n\)", bounded)
-    limits = re.search(r"WHERE b > 0 AND group_rank <= (\d+)", bounded)
-    k = re.search(r"LEAST\(n, (\d+) - ", bounded)
-    if granted and limits and k:
-        expressions, groups, rows = granted.group(1), limits.group(1), k.group(1)
-        light = f"dp_tn <= {rows} AND dp_ng <= {groups}"
-        split = (f"dp_totals AS (\n  SELECT *, SUM(n) OVER (PARTITION BY dp_unit) AS dp_tn, "
-                 f"COUNT(*) OVER (PARTITION BY dp_unit) AS dp_ng\n  FROM dp_units\n), dp_granted AS (\n"
-                 f"  SELECT * EXCLUDE (dp_tn, dp_ng), n AS b, 1 AS group_rank FROM dp_totals WHERE {light}\n"
-                 f"  UNION ALL\n  SELECT * EXCLUDE (dp_tn, dp_ng), {expressions} FROM dp_totals WHERE NOT ({light})\n)")
-        out["window only for units over the limits (partition-only window for totals)"] = \
-            bounded.replace(granted.group(0), split)
-        joined = (f"dp_tot AS (\n  SELECT dp_unit, SUM(n) AS dp_tn, COUNT(*) AS dp_ng FROM dp_units GROUP BY dp_unit\n"
-                  f"), dp_totals AS (\n  SELECT * FROM dp_units JOIN dp_tot USING (dp_unit)\n), dp_granted AS (\n"
-                  f"  SELECT * EXCLUDE (dp_tn, dp_ng), n AS b, 1 AS group_rank FROM dp_totals WHERE {light}\n"
-                  f"  UNION ALL\n  SELECT * EXCLUDE (dp_tn, dp_ng), {expressions} FROM dp_totals WHERE NOT ({light})\n)")
-        out["window only for units over the limits (GROUP BY unit + join for totals)"] = \
-            bounded.replace(granted.group(0), joined)
-    return out
-
-
-def worker_variants(db_path: Path, repeats: int, queries: list[str]) -> dict:
-    """Explain + EXPLAIN ANALYZE of each query's bounded SQL, and timings of equivalent variants."""
-    import duckdb
-
-    import dpsql
-    from dpsql.rewrite import rewrite_plan
-
-    out = {}
-    ledger = Path(tempfile.mkdtemp(prefix="dpsql-bench-")) / "bench.ledger"
-    for policy_name, policy in (("user", POLICY_USER), ("row", POLICY_ROW)):
-        db = dpsql.connect(str(db_path), policy=policy, ledger=str(ledger), **no_time_limit())
-        plans = {}
-        for name in queries:
-            q = QUERIES[name]
-            try:
-                _, checked, _ = db._check(q["dp"])
-                plans[name] = rewrite_plan(db._plan(checked, q["dp"], Fraction(1), q.get("delta"), None))
-            except dpsql.DPError as error:
-                plans[name] = None
-                out[f"{policy_name}: {name}"] = {"error": str(error)}
-        salt = {"salt": db._ledger.salt().hex()}
-        db.close()
-        con = duckdb.connect(str(db_path), read_only=True)
-        for name, bounded in plans.items():
-            if bounded is None:
-                continue
-            params = salt if "$salt" in bounded else {}
-            entry = {"bounded_sql": bounded, "variants": {}}
-            plan_rows = con.execute("EXPLAIN ANALYZE " + bounded, params).fetchall()
-            entry["explain_analyze"] = plan_rows[0][1] if plan_rows else ""
-            reference = None
-            variants = granted_variants(bounded) if policy_name == "user" else {"as generated": bounded}
-            if policy_name == "user":
-                variants["query floor (per-(unit, group) pre-aggregation, no bounding)"] = QUERIES[name]["floor"]
-                variants["raw DuckDB"] = QUERIES[name]["raw"]
-            if policy_name == "row":
-                import re
-                no_huge = re.sub(r"SUM\(CAST\((v_m\d+) AS HUGEINT\)\)", r"SUM(\1)", bounded)
-                if no_huge != bounded:
-                    variants["SUM(v) instead of SUM(CAST(v AS HUGEINT))"] = no_huge
-                variants["raw DuckDB"] = QUERIES[name]["raw"]
-            # Round robin: every variant once per round, so load from other processes on this
-            # shared machine hits all variants alike; the first round is the warm-up.
-            runners, times = {}, {}
-            for label, sql in variants.items():
-                statements = [s for s in sql.split(";\n") if s.strip()]
-                setup, main = statements[:-1], statements[-1]
-                vcon = duckdb.connect(str(db_path), read_only=True) if setup else con
-                for statement in setup:
-                    vcon.execute(statement)
-                p = params if "$salt" in main else {}
-                try:
-                    rows = sorted(map(repr, vcon.execute(main, p).fetchall()))
-                except duckdb.Error as error:
-                    entry["variants"][label] = {"sql": sql, "same_rows": None, "error": str(error)[:300]}
-                    continue
-                runners[label] = (vcon, main, p)
-                if label == "as generated":
-                    reference = rows
-                same = rows == reference if label in granted_variants(bounded) or label.startswith("SUM(v)") \
-                    else None
-                entry["variants"][label] = {"sql": sql, "same_rows": same}
-                times[label] = []
-            for _ in range(repeats):
-                for label, (vcon, main, p) in runners.items():
-                    begin = time.perf_counter()
-                    vcon.execute(main, p).fetchall()
-                    times[label].append(time.perf_counter() - begin)
-            for label, (vcon, _, _) in runners.items():
-                entry["variants"][label].update(stats(times[label]))
-                if vcon is not con:
-                    vcon.close()
-            out[f"{policy_name}: {name}"] = entry
-        if policy_name == "user":
-            out["user: bound once per policy"] = bound_once(con, salt, repeats)
-        con.close()
-    return out
-
-
-BOUND_ONCE = (
-    "CREATE OR REPLACE TEMP TABLE dp_bounded AS SELECT user_id, store, zip, amount FROM visits "
-    "WHERE user_id IS NOT NULL QUALIFY ROW_NUMBER() OVER (PARTITION BY user_id "
-    "ORDER BY hash($salt, user_id, store, zip, amount, day)) <= 10")
-ON_BOUNDED = ("SELECT store, COUNT(*) AS m0, SUM(CAST(ROUND(LEAST(GREATEST(amount, 0), 500) * 262144) AS BIGINT)) AS m1 "
-              "FROM dp_bounded WHERE store IN (SELECT store FROM stores) GROUP BY store")
-
-
-def bound_once(con, salt: dict, repeats: int) -> dict:
-    """Bounding once per policy (at most 10 rows per unit by a salted hash of the row), then a
-    row-level query on the kept rows: the one-off cost and the per-query cost."""
-    try:
-        build = timed(lambda: con.execute(BOUND_ONCE, salt).fetchall(), repeats)
-        query = timed(lambda: con.execute(ON_BOUNDED).fetchall(), repeats)
-        kept = con.execute("SELECT COUNT(*) FROM dp_bounded").fetchone()[0]
-    except Exception as error:
-        return {"error": f"{type(error).__name__}: {error}"}
-    return {"bounded_sql": BOUND_ONCE + ";\n" + ON_BOUNDED, "explain_analyze": "",
-            "variants": {"as generated": {**build, "sql": BOUND_ONCE, "same_rows": None},
-                         f"then GROUP BY store on the {kept:,} kept rows": {**query, "sql": ON_BOUNDED,
-                                                                            "same_rows": None}}}
-
-
 def dpsql_version() -> str:
     """The dpsql commit the worker runs (others change the engine while benchmarks run)."""
     try:
@@ -516,8 +386,6 @@ def worker_main(args) -> None:
         results = worker_dpsql(Path(args.db), args.repeats, queries, args.worker == "dpsql-row")
     elif args.worker == "plan-corpus":
         results = worker_plan_corpus(args.repeats)
-    elif args.worker == "variants":
-        results = worker_variants(Path(args.db), args.repeats, queries)
     else:
         raise SystemExit(f"unknown worker {args.worker}")
     print(json.dumps({"system": args.worker, "results": results, "peak_rss_mb": peak_rss_mb(),
@@ -605,11 +473,12 @@ def fmt(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
-def spread(cell: dict | None) -> str:
+def spread(cell: dict | None, repeats: int = 5) -> str:
+    """``median (min–max)``, with the number of runs when fewer than asked (a slow query)."""
     if not cell or "median" not in cell:
         return "—"
     text = f"{fmt(cell['median'])} ({fmt(cell['min'])}–{fmt(cell['max'])})"
-    return text + (f" n={cell['n']}" if cell.get("n", 5) < 5 else "")
+    return text + (f" n={cell['n']}" if cell.get("n", repeats) < repeats else "")
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -624,74 +493,137 @@ def median_of(cell: dict | None, key: str | None = None) -> float | None:
     return cell.get("median") if isinstance(cell, dict) else None
 
 
-def report(all_results: dict, args) -> str:
-    lines = [f"Machine: {machine_line()}.", ""]
-    lines += [f"Command: `python benchmarks/bench_scale.py {' '.join(args.argv)}`".rstrip(), ""]
-    lines += ["Medians of 5 timed runs after a warm-up, (min–max) in brackets; every system in its own "
-              "process per size. Ratios are medians over raw DuckDB's median (`/raw`), over the generic "
-              "per-unit floor `GROUP BY user_id` (`/floor`), and over the query's own per-(unit, group) "
-              "pre-aggregation (`/q-floor`).", ""]
+def report(all_results: dict, args, queries: list[str]) -> str:
+    lines = [f"Machine: {machine_line()}.", "",
+             f"Command: `python benchmarks/bench_scale.py {' '.join(args.argv)}`".rstrip(), "",
+             f"Medians of {args.repeats} timed runs after a warm-up, (min–max) in brackets; every system in "
+             "its own process per size. dpsql times are `db.sql()` end to end (plan, bounded SQL on DuckDB, "
+             "noise, ledger charge). Ratios are of medians: `/raw` over raw DuckDB (the same aggregate with "
+             "no privacy), `/floor` over the generic per-unit floor `GROUP BY user_id`, `/q-floor` over the "
+             "query's own per-(unit, group) pre-aggregation, `/dpsql` over dpsql with the user-level policy.",
+             ""]
     for rows, by_system in all_results.items():
-        duck = by_system.get("duckdb", {}).get("results", {})
-        floor = median_of(duck.get("floor"))
-        lines += [f"### {int(rows):,} rows", ""]
-        versions = sorted({r.get("dpsql") for s, r in by_system.items() if s.startswith("dpsql") and r.get("dpsql")})
-        if versions:
-            lines.append(f"dpsql version measured: {', '.join(versions)}; finished "
-                         + ", ".join(f"{s} {r['finished'][11:16]}" for s, r in by_system.items() if r.get("finished"))
-                         + ".")
-            lines.append("")
-        lines.append(f"Per-unit floor `SELECT user_id, COUNT(*) FROM visits GROUP BY user_id`: "
-                     f"{spread(duck.get('floor'))}. Peak RSS per process: " + ", ".join(
-                         f"{s} {r.get('peak_rss_mb', 0):.0f} MB" for s, r in by_system.items() if "peak_rss_mb" in r)
-                     + ".")
-        lines.append("")
-        lines.append("| query | raw DuckDB | query floor | dpsql (user) | /raw | /floor | /q-floor | dpsql (row) | "
-                     "/raw | SmartNoise | /raw | OpenDP Polars | /raw |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for name in QUERIES:
-            raw_cell = duck.get(name, {}).get("raw")
-            raw = median_of(raw_cell)
-            qfloor = median_of(duck.get(name, {}).get("query_floor"))
-            cells = [name, spread(raw_cell), spread(duck.get(name, {}).get("query_floor"))]
-            for system in ("dpsql", "dpsql-row", "smartnoise", "opendp"):
-                result = by_system.get(system)
-                if result is None:
-                    cells += ["not run"] + (["", "", ""] if system == "dpsql" else [""])
-                    continue
-                entry = result.get("results", {}).get(name) if "results" in result else None
-                if entry is None:
-                    cells += [f"failed: {result.get('error', 'no result')[:60]}"] + (["", "", ""] if system == "dpsql" else [""])
-                    continue
-                if "error" in entry:
-                    cells += [f"refused/failed: {entry['error'][:70]}"] + (["", "", ""] if system == "dpsql" else [""])
-                    continue
-                total = median_of(entry, "total")
-                cells.append(spread(entry.get("total")))
-                cells.append(ratio(total, raw))
-                if system == "dpsql":
-                    cells += [ratio(total, floor), ratio(total, qfloor)]
-            lines.append("| " + " | ".join(cells) + " |")
-        dp = by_system.get("dpsql", {}).get("results", {})
-        row = by_system.get("dpsql-row", {}).get("results", {})
-        if dp or row:
-            lines += ["", "dpsql stages (medians): plan = parse + check + analyse + rewrite; execute = the bounded "
-                      "SQL on DuckDB; noise = release; overhead = dpsql total − raw DuckDB.", "",
-                      "| query | policy | plan | execute | noise | groups | dpsql total | raw DuckDB | overhead |",
-                      "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-            for label, results in (("user", dp), ("row", row)):
-                for name in QUERIES:
-                    entry = results.get(name)
-                    if not entry or "error" in entry:
-                        continue
-                    raw = median_of(duck.get(name, {}).get("raw"))
-                    total = median_of(entry, "total")
-                    lines.append(f"| {name} | {label} | {fmt(median_of(entry, 'plan'))} | "
-                                 f"{fmt(median_of(entry, 'execute'))} | {fmt(median_of(entry, 'noise'))} | "
-                                 f"{entry.get('groups', '—')} | {fmt(total)} | {fmt(raw)} | "
-                                 f"{fmt(total - raw) if total and raw else '—'} |")
-        lines.append("")
+        lines += size_section(int(rows), by_system, queries, args.repeats)
     return "\n".join(lines)
+
+
+def size_section(rows: int, by_system: dict, queries: list[str], repeats: int) -> list[str]:
+    """One size: provenance, then dpsql against DuckDB, the peers, and dpsql's stages."""
+    duck = by_system.get("duckdb", {}).get("results", {})
+    lines = [f"### {rows:,} rows", ""]
+    versions = sorted({r["dpsql"] for s, r in by_system.items() if s.startswith("dpsql") and r.get("dpsql")})
+    if versions:
+        finished = ", ".join(f"{s} {r['finished'][11:16]}" for s, r in by_system.items() if r.get("finished"))
+        lines += [f"dpsql version measured: {', '.join(versions)}; finished {finished}.", ""]
+    memory = ", ".join(f"{s} {r['peak_rss_mb']:.0f} MB" for s, r in by_system.items() if "peak_rss_mb" in r)
+    lines += [f"Per-unit floor `SELECT user_id, COUNT(*) FROM visits GROUP BY user_id`: "
+              f"{spread(duck.get('floor'), repeats)}. Peak RSS per process: {memory}.", ""]
+    lines += one_off_costs(by_system)
+    lines += dpsql_table(duck, by_system, queries, repeats) + [""]
+    if any(system in by_system for system in PEERS):
+        lines += peer_table(by_system, queries, repeats) + [""]
+    lines += stages_table(duck, by_system, queries) + [""]
+    return lines
+
+
+def one_off_costs(by_system: dict) -> list[str]:
+    """What a fresh dpsql connection pays once, outside the timed runs."""
+    parts = []
+    for label, system in (("user-level", "dpsql"), ("row-level", "dpsql-row")):
+        results = by_system.get(system, {}).get("results", {})
+        first = results.get("_first_query")
+        if "_connect" in results and first:
+            parts.append(f"{label}: `connect` {fmt(results['_connect'])}, first query ({first['query']}) "
+                         f"{fmt(first['seconds'])}")
+    if not parts:
+        return []
+    return ["One-off costs of a fresh dpsql connection, not in the medians below (the first query "
+            "includes whatever dpsql builds once per connection): " + "; ".join(parts) + ".", ""]
+
+
+def cell_of(by_system: dict, system: str, name: str) -> tuple[dict | None, str | None]:
+    """(the system's entry for a query, or None with the text to show instead of a time)."""
+    result = by_system.get(system)
+    if result is None:
+        return None, "not run"
+    if "results" not in result:
+        return None, f"failed: {result.get('error', 'no result')[:80]}"
+    entry = result["results"].get(name)
+    if entry is None:
+        return None, "no result"
+    if "not_applicable" in entry:
+        return None, entry["not_applicable"]
+    if "error" in entry:
+        return None, f"refused/failed: {entry['error'][:90]}"
+    return entry, None
+
+
+def timing(entry: dict, repeats: int) -> str:
+    """The entry's time, flagged when the answer had no rows (a censored answer is not comparable)."""
+    text = spread(entry.get("total"), repeats)
+    return text + (" (0 rows released)" if entry.get("rows") == 0 else "")
+
+
+def dpsql_table(duck: dict, by_system: dict, queries: list[str], repeats: int) -> list[str]:
+    lines = ["| query | raw DuckDB | query floor | dpsql (user) | /raw | /floor | /q-floor | dpsql (row) | /raw |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    floor = median_of(duck.get("floor"))
+    for name in queries:
+        raw = median_of(duck.get(name, {}).get("raw"))
+        qfloor = median_of(duck.get(name, {}).get("query_floor"))
+        cells = [name, spread(duck.get(name, {}).get("raw"), repeats),
+                 spread(duck.get(name, {}).get("query_floor"), repeats)]
+        user, missing = cell_of(by_system, "dpsql", name)
+        total = median_of(user, "total")
+        cells += [missing, "", "", ""] if user is None else \
+            [timing(user, repeats), ratio(total, raw), ratio(total, floor), ratio(total, qfloor)]
+        row, missing = cell_of(by_system, "dpsql-row", name)
+        cells += [missing, ""] if row is None else [timing(row, repeats), ratio(median_of(row, "total"), raw)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+PEERS = {"smartnoise": "SmartNoise SQL", "opendp": "OpenDP Polars"}
+
+
+def peer_table(by_system: dict, queries: list[str], repeats: int) -> list[str]:
+    lines = ["Peers (benchmarks/peers.py, same data and total epsilon 1 per query; loading the data into "
+             "OpenDP's LazyFrame is not timed):", "",
+             "| query | " + " | ".join(f"{label} | /raw | /dpsql" for label in PEERS.values()) + " |",
+             "|---|" + "---:|---:|---:|" * len(PEERS)]
+    duck = by_system.get("duckdb", {}).get("results", {})
+    for name in queries:
+        raw = median_of(duck.get(name, {}).get("raw"))
+        dp, _ = cell_of(by_system, "dpsql", name)
+        cells = [name]
+        for system in PEERS:
+            entry, missing = cell_of(by_system, system, name)
+            total = median_of(entry, "total")
+            cells += [missing, "", ""] if entry is None else \
+                [timing(entry, repeats), ratio(total, raw), ratio(total, median_of(dp, "total"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def stages_table(duck: dict, by_system: dict, queries: list[str]) -> list[str]:
+    lines = ["dpsql stages (medians): plan = parse + check + analyse + rewrite; execute = the bounded SQL on "
+             "DuckDB; noise = release; domain = reading the public keys (cached per connection after the "
+             "first query, so not part of the total); overhead = dpsql total − raw DuckDB.", "",
+             "| query | policy | plan | execute | noise | domain | groups | dpsql total | raw DuckDB | overhead |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, system in (("user", "dpsql"), ("row", "dpsql-row")):
+        for name in queries:
+            entry, _ = cell_of(by_system, system, name)
+            if entry is None:
+                continue
+            raw = median_of(duck.get(name, {}).get("raw"))
+            total = median_of(entry, "total")
+            stages = " | ".join(fmt(median_of(entry, stage)) for stage in ("plan", "execute", "noise", "domain"))
+            if "stages_error" in entry:
+                stages = f"stages failed: {entry['stages_error'][:80]} | | |"
+            lines.append(f"| {name} | {label} | {stages} | {entry.get('groups', '—')} | {fmt(total)} | "
+                         f"{fmt(raw)} | {fmt(total - raw) if total and raw else '—'} |")
+    return lines
 
 
 def corpus_report(result: dict) -> str:
@@ -709,39 +641,21 @@ def corpus_report(result: dict) -> str:
     return text
 
 
-def variants_main(args, cache: Path, queries: list[str]) -> None:
-    """--variants: per size, EXPLAIN ANALYZE files in the cache and a table of variant timings."""
-    lines = ["### Where the time goes: equivalent rewrites of the bounded SQL", "",
-             f"Machine: {machine_line()}.", ""]
-    for rows in args.rows:
-        db = ensure_data(rows, cache)
-        result = run_process([sys.executable, str(Path(__file__).resolve()), "--worker", "variants", "--db",
-                              str(db), "--repeats", str(args.repeats), "--queries", *queries], args.timeout)
-        if "error" in result:
-            lines.append(f"{rows:,} rows: failed: {result['error']}")
-            continue
-        lines += [f"#### {rows:,} rows", "", "| policy: query | variant | median (min–max) | vs generated | same rows |",
-                  "|---|---|---:|---:|---|"]
-        for label, entry in result["results"].items():
-            if "error" in entry:
-                lines.append(f"| {label} | refused: {entry['error'][:60]} | | | |")
-                continue
-            stem = label.replace(": ", "_").replace(" ", "_").replace("(", "").replace(")", "").replace("~", "")
-            (cache / f"explain_{rows}_{stem}.txt").write_text(
-                entry["bounded_sql"] + "\n\n" + entry["explain_analyze"])
-            base = entry["variants"]["as generated"]["median"]
-            for variant, v in entry["variants"].items():
-                if "error" in v:
-                    lines.append(f"| {label} | {variant} | failed: {v['error'][:80]} | | |")
-                    continue
-                lines.append(f"| {label} | {variant} | {spread(v)} | {ratio(v['median'], base)} | "
-                             f"{'—' if v['same_rows'] is None else ('yes' if v['same_rows'] else 'NO')} |")
-        lines.append("")
-        (cache / f"variants_{rows}.json").write_text(json.dumps(result, indent=1, default=str))
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+def extra_sections(args, cache: Path) -> list[str]:
+    """--all: the noise, utility (and 100M-row) benchmarks, each in its own process."""
+    peer = args.peer_python or default_peer_python()
+    scripts = [("bench_noise.py", ["--groups", str(args.noise_groups)]),
+               ("bench_utility.py", ["--cache", str(cache), "--rows", str(args.utility_rows),
+                                     "--runs", str(args.utility_runs)] + (["--peer-python", peer] if peer else []))]
+    if args.with_100m:
+        scripts.append(("bench_100m.py", ["--cache", str(cache)]))
+    sections = []
+    for script, extra in scripts:
+        print(f"# {script} ...", file=sys.stderr, flush=True)
+        done = subprocess.run([sys.executable, str(HERE / script), *extra], capture_output=True, text=True,
+                              cwd=str(ROOT))
+        sections += [done.stdout.strip() or f"{script} failed: {done.stderr.strip()[-300:]}", ""]
+    return sections
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -749,19 +663,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=DEFAULT_SIZES)
     parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
-    parser.add_argument("--queries", nargs="+", default=None, help="query names (default: all)")
+    parser.add_argument("--queries", nargs="+", default=list(QUERIES), choices=list(QUERIES),
+                        help="query names (default: all)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cache", default=None, help="where the generated DuckDB files live")
     parser.add_argument("--peer-python", default=None, help="python of a venv with dpsql[bench] installed")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per system and size")
     parser.add_argument("--no-corpus", action="store_true", help="skip the plan-time corpus")
     parser.add_argument("--all", action="store_true", help="also run bench_noise.py and bench_utility.py")
+    parser.add_argument("--noise-groups", type=int, default=1_000_000, help="with --all: bench_noise.py --groups")
+    parser.add_argument("--utility-rows", type=int, default=100_000, help="with --all: bench_utility.py --rows")
+    parser.add_argument("--utility-runs", type=int, default=1000, help="with --all: bench_utility.py --runs")
     parser.add_argument("--with-100m", action="store_true", help="with --all: also bench_100m.py (slow)")
     parser.add_argument("--out", default=None, help="also write the Markdown report to this file")
     parser.add_argument("--reuse", default=None,
                         help="an earlier scale-*.json: systems not run now are taken from it (e.g. slow peers)")
-    parser.add_argument("--variants", action="store_true",
-                        help="instead: EXPLAIN ANALYZE each bounded SQL and time equivalent rewrites")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -769,18 +685,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return worker_main(args)
     cache = cache_dir(args.cache)
-    queries = args.queries or list(QUERIES)
-    if args.variants:
-        return variants_main(args, cache, queries)
     all_results: dict = {}
     earlier = json.loads(Path(args.reuse).read_text()) if args.reuse else {}
     for rows in args.rows:
         db = ensure_data(rows, cache)
-        all_results[rows] = {system: run_system(system, rows, db, args, queries) for system in args.systems}
+        all_results[rows] = {system: run_system(system, rows, db, args, args.queries) for system in args.systems}
         for system, result in earlier.get(str(rows), {}).items():
             if system not in all_results[rows]:
                 all_results[rows][system] = {**result, "reused": args.reuse}
-    sections = ["## Scale (issue 7)", "", report(all_results, args)]
+    sections = ["## Scale (issue 7)", "", report(all_results, args, args.queries)]
     if not args.no_corpus and "dpsql" in args.systems:
         corpus = run_process([sys.executable, str(Path(__file__).resolve()), "--worker", "plan-corpus",
                               "--repeats", str(args.repeats)], args.timeout)
@@ -789,16 +702,7 @@ def main(argv: list[str] | None = None) -> None:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     (cache / f"scale-{stamp}.json").write_text(json.dumps(all_results, indent=1, default=str))
     if args.all:
-        for script, extra in (("bench_noise.py", []), ("bench_utility.py", ["--cache", str(cache)])):
-            command = [sys.executable, str(HERE / script), *extra]
-            if script == "bench_utility.py" and (args.peer_python or default_peer_python()):
-                command += ["--peer-python", args.peer_python or default_peer_python()]
-            done = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
-            sections += [done.stdout.strip() or f"{script} failed: {done.stderr.strip()[-300:]}", ""]
-        if args.with_100m:
-            done = subprocess.run([sys.executable, str(HERE / "bench_100m.py"), "--cache", str(cache)],
-                                  capture_output=True, text=True, cwd=str(ROOT))
-            sections += [done.stdout.strip() or f"bench_100m.py failed: {done.stderr.strip()[-300:]}", ""]
+        sections += extra_sections(args, cache)
     text = "\n".join(sections)
     print(text)
     if args.out:
