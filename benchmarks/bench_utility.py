@@ -6,7 +6,7 @@ run is a free repeat; delta = 1e-6 for private keys) and we compare:
 
 * **noise error against the stated accuracy**: |released − exact bounded value|, where the exact
   bounded value is what the bounded SQL computes before noise (dpsql internals; the salt is
-  fixed per database, so it is the same every run). ``res.accuracy()`` states a 95% half-width;
+  fixed per database, so it is the same every run). ``res.accuracy_df()`` states each cell's 95% half-width;
   the empirical 95th percentile of the error should match it (target: within 5%), and about
   95% of released values should lie within it (coverage);
 * **total error against the true answer** (no bounding, no noise) — bias from contribution
@@ -75,63 +75,63 @@ def truth(con, sql: str, width: int) -> dict:
             for r in con.execute(sql).fetchall()}
 
 
-def run_dpsql(db_path: Path, runs: int) -> dict:
+def run_dpsql(db_path: Path, runs: int, queries: list[str]) -> dict:
     import duckdb
 
     import dpsql
 
     con = duckdb.connect(str(db_path), read_only=True)  # true answers first: one config per file
-    truths = {name: truth(con, q["raw"], KEYS.get(name, 0)) for name, q in QUERIES.items()}
+    truths = {name: truth(con, QUERIES[name]["raw"], KEYS.get(name, 0)) for name in queries}
     con.close()
     ledger = Path(tempfile.mkdtemp(prefix="dpsql-utility-")) / "u.ledger"
     db = dpsql.connect(str(db_path), policy=bench_scale.POLICY_USER, ledger=str(ledger), **bench_scale.no_time_limit())
-    out = {}
     counter = iter(range(1, 10**9))
-    for name, q in QUERIES.items():
-        width = KEYS.get(name, 0)
-        delta = q.get("delta")
+    out = {}
+    for name in queries:
         try:
-            if name in RATIO_OF:
-                parts = bounded_exact(db, RATIO_OF[name], None)
-                target = {k: [v[0] / v[1]] for k, v in parts.items()}
-            else:
-                target = bounded_exact(db, q["dp"], delta)
+            target = bounded_target(db, name)
+            out[name] = dpsql_errors(db, name, runs, target, truths[name], counter)
         except dpsql.DPError as error:
-            out[name] = {"error": str(error)}
-            continue
-        true = truths[name]
-        noise_err = {c: [] for c in COLUMNS[name]}
-        stated = {c: [] for c in COLUMNS[name]}
-        covered = {c: 0 for c in COLUMNS[name]}
-        total_err = {c: [] for c in COLUMNS[name]}
-        released = []
-        for _ in range(runs):
-            epsilon = Fraction(10**9 + next(counter), 10**9)
-            result = db.sql(q["dp"], epsilon=epsilon, delta=delta)
-            accuracy = result.accuracy()
-            rows = result.fetchall()
-            released.append(len(rows))
-            for index, row in enumerate(rows):
-                key = tuple(row[:width])
-                for i, column in enumerate(COLUMNS[name]):
-                    value = float(row[width + i])
-                    bound = target.get(key, [0.0] * len(COLUMNS[name]))[i]
-                    err = abs(value - bound)
-                    half = accuracy[column]
-                    half = float(half[index] if isinstance(half, (list, tuple, np.ndarray)) else half)
-                    noise_err[column].append(err)
-                    stated[column].append(half)
-                    covered[column] += err <= half
-                    exact = true.get(key, [0.0] * len(COLUMNS[name]))[i] or 0.0
-                    total_err[column].append(value - exact)
-        out[name] = {"columns": {
-            c: {"stated_hw": _median(stated[c]), "q95_noise": _q95(noise_err[c]),
-                "coverage": covered[c] / len(noise_err[c]) if noise_err[c] else None,
-                "samples": len(noise_err[c]), "rmse_true": _rmse(total_err[c]), "q95_true": _q95(total_err[c]),
-                "bias_true": _mean(total_err[c])}
-            for c in COLUMNS[name]}, "released": float(np.mean(released)), "true_cells": len(true)}
+            out[name] = {"error": f"{type(error).__name__}: {error}"}
     db.close()
     return out
+
+
+def bounded_target(db, name: str) -> dict:
+    """key -> exact bounded values of the query's noisy columns (what the noise is added to)."""
+    if name in RATIO_OF:
+        parts = bounded_exact(db, RATIO_OF[name], None)
+        return {k: [v[0] / v[1]] for k, v in parts.items()}
+    return bounded_exact(db, QUERIES[name]["dp"], QUERIES[name].get("delta"))
+
+
+def dpsql_errors(db, name: str, runs: int, target: dict, true: dict, counter) -> dict:
+    """Answer the query ``runs`` times; noise error per cell against its stated half-width, and
+    total error against the true answer."""
+    q, width, columns = QUERIES[name], KEYS.get(name, 0), COLUMNS[name]
+    noise_err, stated, total_err = ({c: [] for c in columns} for _ in range(3))
+    released = []
+    for _ in range(runs):
+        epsilon = Fraction(10**9 + next(counter), 10**9)  # never a free repeat
+        result = db.sql(q["dp"], epsilon=epsilon, delta=q.get("delta"))
+        halves = result.accuracy_df()  # per cell: AVG's half-width depends on the noisy count
+        rows = result.fetchall()
+        released.append(len(rows))
+        for index, row in enumerate(rows):
+            key = tuple(row[:width])
+            for i, column in enumerate(columns):
+                value = float(row[width + i])
+                noise_err[column].append(abs(value - target.get(key, [0.0] * len(columns))[i]))
+                stated[column].append(float(halves[column].iloc[index]))
+                total_err[column].append(value - (true.get(key, [0.0] * len(columns))[i] or 0.0))
+    summary = {}
+    for c in columns:
+        covered = sum(e <= h for e, h in zip(noise_err[c], stated[c]))
+        summary[c] = {"stated_hw": _median(stated[c]), "q95_noise": _q95(noise_err[c]),
+                      "coverage": covered / len(noise_err[c]) if noise_err[c] else None,
+                      "samples": len(noise_err[c]), "rmse_true": _rmse(total_err[c]),
+                      "q95_true": _q95(total_err[c]), "bias_true": _mean(total_err[c])}
+    return {"columns": summary, "released": float(np.mean(released)), "true_cells": len(true)}
 
 
 def _q95(values: list) -> float | None:
@@ -150,11 +150,12 @@ def _median(values: list) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def run_smartnoise(db_path: Path, runs: int, peer_python: str) -> dict:
+def run_smartnoise(db_path: Path, runs: int, peer_python: str, queries: list[str]) -> dict:
+    """SmartNoise's answers (benchmarks/peers.py --utility) and their error against the truth."""
     import duckdb
 
     command = [peer_python, str(HERE / "peers.py"), "--system", "smartnoise", "--db", str(db_path),
-               "--utility", "--runs", str(runs), "--epsilon", "1"]
+               "--utility", "--runs", str(runs), "--epsilon", "1", "--queries", *queries]
     done = subprocess.run(command, capture_output=True, text=True)
     lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
     if not lines:
@@ -162,30 +163,32 @@ def run_smartnoise(db_path: Path, runs: int, peer_python: str) -> dict:
     answers = json.loads(lines[-1])["results"]
     con = duckdb.connect(str(db_path), read_only=True)
     out = {}
-    for name, q in QUERIES.items():
-        entry = answers.get(name, {})
-        if "error" in entry or not entry:
-            out[name] = {"error": entry.get("error", "not run")}
+    for name in queries:
+        entry = answers.get(name) or {"error": "not run"}
+        if "error" in entry:
+            out[name] = {"error": entry["error"]}
             continue
-        width = KEYS.get(name, 0)
-        true = truth(con, q["raw"], width)
-        errors = {c: [] for c in COLUMNS[name]}
-        released = []
-        for rows in entry["answers"]:
-            released.append(len(rows))
-            for row in rows:
-                key = tuple(row[:width])
-                for i, column in enumerate(COLUMNS[name]):
-                    if row[width + i] is None:
-                        continue
-                    exact = true.get(key, [0.0] * len(COLUMNS[name]))[i] or 0.0
-                    errors[column].append(float(row[width + i]) - exact)
-        out[name] = {"cost": entry["cost"], "epsilon_per_mechanism": entry["epsilon_per_mechanism"],
-                     "released": float(np.mean(released)) if released else 0.0, "true_cells": len(true),
-                     "columns": {c: {"rmse_true": _rmse(e), "q95_true": _q95(e), "bias_true": _mean(e)}
-                                 for c, e in errors.items()}}
+        true = truth(con, QUERIES[name]["raw"], KEYS.get(name, 0))
+        out[name] = {**peer_errors(name, entry["answers"], true), "cost": entry["cost"],
+                     "epsilon_per_mechanism": entry["epsilon_per_mechanism"]}
     con.close()
     return out
+
+
+def peer_errors(name: str, answers: list, true: dict) -> dict:
+    """Error of a peer's released cells against the true answer, pooled over runs."""
+    width, columns = KEYS.get(name, 0), COLUMNS[name]
+    errors = {c: [] for c in columns}
+    for rows in answers:
+        for row in rows:
+            key = tuple(row[:width])
+            for i, column in enumerate(columns):
+                if row[width + i] is not None:
+                    exact = true.get(key, [0.0] * len(columns))[i] or 0.0
+                    errors[column].append(float(row[width + i]) - exact)
+    return {"released": float(np.mean([len(rows) for rows in answers])) if answers else 0.0,
+            "columns": {c: {"rmse_true": _rmse(e), "q95_true": _q95(e), "bias_true": _mean(e)}
+                        for c, e in errors.items()}}
 
 
 def num(x) -> str:
@@ -198,33 +201,53 @@ def num(x) -> str:
     return f"{x:.3g}"
 
 
-def markdown(dp: dict, sn: dict, rows: int, runs: int, sn_runs: int) -> str:
-    lines = [f"### Utility at epsilon = 1 ({rows:,} rows, {runs} dpsql runs, {sn_runs} SmartNoise runs per query)", "",
-             "Noise error = |released − exact bounded value| (what `accuracy()` describes); total error = "
-             "released − true answer (contribution bounding and clamping included). Cells: released rows "
-             "per run (mean) / rows of the true answer.", "",
+NOTES = """\
+Noise error = |released − exact bounded value| (what `accuracy()` describes: the value the bounded
+SQL computes before noise); total error = released − true answer (contribution bounding and
+clamping included). The stated half-width is each cell's `accuracy_df()` (median shown); ratio =
+empirical q95 / stated, coverage = share of cells within their stated half-width. For COUNT and
+SUM the stated half-width is the noise's exact 95% interval, so ratio ≈ 1 and coverage ≈ 0.95 are
+the target; for AVG it is a bound (sum and count noise at 97.5% each, then the worst ratio), so
+ratio < 1 and coverage > 0.95 are expected. A noisy COUNT below 0 is released as 0, which
+shrinks the error of counts near 0 (ratio < 1 on small data). Private keys: only cells above the partition-selection
+threshold are released, so their errors are conditioned on selection. SmartNoise gets the
+per-mechanism epsilon that makes its total cost 1 (its delta is 1e-6 for every query; dpsql's is 0
+except for private keys) and releases nothing for a group whose noisy user count falls below its
+threshold. Cells: released rows per run (mean) / rows of the true answer."""
+
+
+def markdown(dp: dict, sn: dict, rows: int, runs: int, sn_runs: int, queries: list[str]) -> str:
+    lines = [f"### Utility at epsilon = 1 ({rows:,} rows, {runs} dpsql runs, {sn_runs} SmartNoise runs "
+             "per query)", "", NOTES, "",
              "| query | column | stated 95% half-width | empirical q95 noise error | ratio | coverage | "
              "dpsql RMSE vs true | dpsql q95 vs true | SmartNoise RMSE vs true | SmartNoise q95 vs true | "
              "cells dpsql / SmartNoise / true | SmartNoise ε per mechanism |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for name in QUERIES:
-        d, s = dp.get(name, {}), sn.get(name, {})
+    for name in queries:
+        d = dp.get(name, {})
         if "error" in d:
-            lines.append(f"| {name} | | dpsql: {d['error'][:60]} | | | | | | | | | |")
+            lines.append(f"| {name} | | dpsql: {d['error'][:90]} | | | | | | | | | |")
             continue
+        s = sn.get(name) or {"error": sn.get("_error", "not run")}
         for column in COLUMNS[name]:
-            c = d["columns"][column]
-            sc = s.get("columns", {}).get(column, {}) if "columns" in s else {}
-            ratio = c["q95_noise"] / c["stated_hw"] if c["stated_hw"] and c["q95_noise"] is not None else None
-            sn_cells = f"{s['released']:.0f}" if "released" in s else "—"
-            sn_text = (num(sc.get("rmse_true")), num(sc.get("q95_true"))) if sc else \
-                ((f"fails: {s.get('error', s.get('_error', ''))[:50]}",) * 1 + ("",))
-            eps = f"{s['epsilon_per_mechanism']:.3g} (cost {s['cost'][0]:.3g})" if "cost" in s else "—"
-            lines.append(f"| {name} | {column} | {num(c['stated_hw'])} | {num(c['q95_noise'])} | "
-                         f"{num(ratio)} | {num(c['coverage'])} | {num(c['rmse_true'])} | {num(c['q95_true'])} | "
-                         f"{sn_text[0]} | {sn_text[1]} | {d['released']:.0f} / {sn_cells} / {d['true_cells']} | "
-                         f"{eps} |")
+            lines.append(utility_row(name, column, d, s))
     return "\n".join(lines)
+
+
+def utility_row(name: str, column: str, d: dict, s: dict) -> str:
+    c = d["columns"][column]
+    ratio = c["q95_noise"] / c["stated_hw"] if c["stated_hw"] and c["q95_noise"] is not None else None
+    if "error" in s:
+        peer, sn_cells, eps = [f"fails: {s['error'][:70]}", ""], "—", "—"
+    else:
+        sc = s["columns"][column]
+        peer = [num(sc["rmse_true"]), num(sc["q95_true"])] if sc["rmse_true"] is not None else \
+            ["none released", ""]
+        sn_cells = f"{s['released']:.1f}"
+        eps = f"{s['epsilon_per_mechanism']:.3g} (total {s['cost'][0]:.3g})"
+    return (f"| {name} | {column} | {num(c['stated_hw'])} | {num(c['q95_noise'])} | {num(ratio)} | "
+            f"{num(c['coverage'])} | {num(c['rmse_true'])} | {num(c['q95_true'])} | {peer[0]} | {peer[1]} | "
+            f"{d['released']:.1f} / {sn_cells} / {d['true_cells']} | {eps} |")
 
 
 def main() -> None:
@@ -232,17 +255,19 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--sn-runs", type=int, default=200)
+    parser.add_argument("--queries", nargs="+", default=list(QUERIES), choices=list(QUERIES))
     parser.add_argument("--cache", default=None)
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--json", default=None, help="also write the raw numbers here")
     args = parser.parse_args()
     db_path = bench_scale.ensure_data(args.rows, bench_scale.cache_dir(args.cache))
-    dp = run_dpsql(db_path, args.runs)
+    dp = run_dpsql(db_path, args.runs, args.queries)
     peer = args.peer_python or bench_scale.default_peer_python()
-    sn = run_smartnoise(db_path, args.sn_runs, peer) if peer else {"_error": "no peer python"}
+    sn = run_smartnoise(db_path, args.sn_runs, peer, args.queries) if peer else \
+        {"_error": "no peer venv (.venv-peers, or --peer-python)"}
     if args.json:
         Path(args.json).write_text(json.dumps({"dpsql": dp, "smartnoise": sn}, indent=1, default=str))
-    print(markdown(dp, sn, args.rows, args.runs, args.sn_runs))
+    print(markdown(dp, sn, args.rows, args.runs, args.sn_runs, args.queries))
 
 
 if __name__ == "__main__":
