@@ -23,6 +23,11 @@ The statement has four layers; each establishes part of the precondition of
 4. the final GROUP BY adds the contributions up per group: exact integer (HUGEINT) sums.
 
 When each row is its own unit (PRIVACY UNIT ROW) layer 3 is skipped: k = 1 holds already.
+When the source is a private table's bounded copy (``dpsql.bounding``: at most k rows per
+unit whatever the data), layer 3 would grant every row, so it is replaced by what it would
+still do: nothing (ungrouped, or MAX GROUPS PER UNIT not below k), or keeping each unit's
+first MAX GROUPS PER UNIT groups in salted-hash order (``dp_limited``); tests compare both
+forms on data, and the brute-force oracles run through the copies.
 The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
 
 With partition selection the final layer also counts the distinct units of each group (``u``):
@@ -128,7 +133,11 @@ def _bounded_sql(plan: Plan) -> str:
     if query.rule.row_level:
         final = _row_level_totals(plan, keys)
         return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
-    if _light_by_construction(plan, keys):
+    if _rows_bounded_by_construction(plan):
+        if not _groups_bounded_by_construction(plan, keys):
+            final = _row_level_totals(plan, keys, distinct_units=True, source="dp_limited")
+            return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), "
+                    f"{_group_limit_layer(plan, keys)}\n{final}")
         final = _row_level_totals(plan, keys, distinct_units=True)
         return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
     units = _units_layer(plan, keys)
@@ -311,20 +320,30 @@ def _centred(measure: Measure, value: str) -> str:
     return f"(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
 
 
-def _light_by_construction(plan: Plan, keys: list[str]) -> bool:
-    """True when every unit of the source is light whatever the data: it holds at most k rows
-    per unit (a bounded copy, ``dpsql.bounding``), so also at most k groups, within the limit.
-
-    Then layer 3 would grant every row of every (unit, group) — b = n, all groups kept — and
-    summing row values per group gives exactly its result: a unit's rows are at most k values
-    in [L, U] over at most MAX GROUPS PER UNIT groups, the precondition of the sensitivity rule.
-    """
+def _rows_bounded_by_construction(plan: Plan) -> bool:
+    """True when the source holds at most k rows per unit whatever the data (a bounded copy,
+    ``dpsql.bounding``): layer 3 would grant every unit all its rows (b = n)."""
     query = plan.query
     held = query.rows_per_unit
-    if query.rule.row_level or held is None or query.rule.max_rows_per_unit < held:
-        return False
-    groups = query.rule.groups_per_unit
-    return not keys or groups >= held
+    return not query.rule.row_level and held is not None and held <= query.rule.max_rows_per_unit
+
+
+def _groups_bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
+    """True when, its rows bounded, a unit cannot touch more groups than allowed either: it
+    has at most k rows, so at most k groups. Then summing row values per group gives exactly
+    layer 3's result: a unit's rows are at most k values in [L, U] over at most MAX GROUPS
+    PER UNIT groups, the precondition of the sensitivity rule."""
+    return not keys or plan.query.rule.groups_per_unit >= plan.query.rows_per_unit
+
+
+def _group_limit_layer(plan: Plan, keys: list[str]) -> str:
+    """``dp_limited``: the rows of each unit's first MAX GROUPS PER UNIT groups, in the order
+    of a salted hash of its own (unit, key) values — the groups layer 3 would keep, each with
+    all its rows (the unit's rows are at most k already). A window over rows, not over
+    per-(unit, group) aggregates: one sort instead of an aggregation and two sorts."""
+    order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
+    return (f"dp_limited AS (\n  SELECT * FROM (SELECT *, DENSE_RANK() OVER (PARTITION BY dp_unit ORDER BY {order}) "
+            f"AS group_rank FROM dp_values)\n  WHERE group_rank <= {plan.query.rule.groups_per_unit}\n)")
 
 
 def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -> str:
@@ -342,12 +361,12 @@ def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -
     return f"SUM(CAST({value} AS HUGEINT))"
 
 
-def _row_level_totals(plan: Plan, keys: list[str], distinct_units: bool = False) -> str:
+def _row_level_totals(plan: Plan, keys: list[str], distinct_units: bool = False, source: str = "dp_values") -> str:
     select = keys + [f"{_row_value_sum(m, plan, distinct_units)} AS {m.name}" for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
         select.append(f"{'COUNT(DISTINCT dp_unit)' if distinct_units else 'COUNT(*)'} AS {plan.selection.measure}")
     group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
-    return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_values{group}"
+    return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM {source}{group}"
 
 
 def _units_layer(plan: Plan, keys: list[str]) -> str:

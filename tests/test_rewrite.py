@@ -38,6 +38,12 @@ def bounded_sql(sql: str) -> str:
     return rewrite_plan(analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)), sql))
 
 
+def per_unit_layers_sql(sql: str) -> str:
+    """The bounded SQL as if the source could hold any number of rows per unit: layer 3 in full."""
+    plan = analyse_query(check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG), SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
+    return rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)))
+
+
 def read_pairs() -> list[tuple[str, str]]:
     chunks = [c.strip() for c in FIXTURE.read_text().split(";\n") if c.strip()]
     chunks = ["\n".join(line for line in c.splitlines() if not line.startswith("--")).strip() for c in chunks]
@@ -100,8 +106,7 @@ def _raw_source(sql: str, table: str) -> str:
 def test_light_units_get_exactly_what_the_window_would_grant(shop):
     """The light-unit shortcut (b = n for units within both limits) changes no result, on the
     raw table too (heavy units there: up to 40 rows)."""
-    query = "SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store"
-    fast = _raw_source(bounded_sql(query), "visits")
+    fast = _raw_source(per_unit_layers_sql("SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store"), "visits")
     light = next(line for line in fast.splitlines() if "FROM dp_sizes WHERE dp_total" in line)
     condition = light.split("WHERE ", 1)[1]
     windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
@@ -118,10 +123,7 @@ def test_bounded_copies_change_no_result_of_the_per_unit_bounding(shop, query):
     """On the bounded copy (at most k rows of a unit) the per-unit layers keep every row, so
     reading the raw table bounded per query and reading the copy give the same exact totals
     when the raw table is replaced by the copy: the shortcut totals equal the full layers."""
-    sql = bounded_sql(query)
-    full_plan = analyse_query(check_query(parse_query(query), query, SHOP, SHOP_CATALOG), SHOP,
-                              PrivacyOptions(epsilon=Fraction(1)), query)
-    full = rewrite_plan(replace(full_plan, query=replace(full_plan.query, rows_per_unit=None)))
+    sql, full = bounded_sql(query), per_unit_layers_sql(query)
     assert "dp_units" in full or full == sql == "SELECT 1 AS dp_none"
     assert _totals(shop, sql) == _totals(shop, full)
 
