@@ -20,6 +20,16 @@ the target's raw row count. (2) Speed: every unit in the copy is *light* (at mos
 rows), so a query that is ungrouped, or whose groups per unit cannot exceed its rows, needs
 no per-unit aggregation at all (see ``dpsql.rewrite``) — it runs like a row-level query.
 
+Why it is padded. DuckDB's optimizer reads column statistics (each column's min and max)
+when it plans a query, and a filter those statistics prove false — ``WHERE user_id = 424242``
+above the largest id, ``WHERE age > 100`` when nobody is that old — is answered as an empty
+result without a scan: milliseconds that say whether someone has such a value. So each copy
+also holds two *padding rows* (``dp_pad``), one with every column at its type's lowest value
+and one at its highest (±inf, ±infinity dates, '' and U+10FFFF strings, true and false),
+which every query drops by ``NOT dp_pad`` before anything else: no comparison with a constant
+can be decided from statistics any more. Columns of other types (lists, structs, blobs, ...)
+are padded with NULL and keep their statistics.
+
 What it costs. The copy is built on the first query that reads the table (one window over
 the table, without the analyst's query time limit: its SQL is dpsql's alone), lives in memory
 (DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
@@ -35,6 +45,8 @@ from sqlglot import exp
 from .model import PrivateTable
 
 PREFIX = "dp_bounded_"
+PAD = "dp_pad"
+"""The copies' column marking the two padding rows."""
 DATABASE = "dp_bounding"
 """The in-memory database holding the copies (never in the analyst's catalog)."""
 
@@ -49,8 +61,8 @@ class BoundedTable:
     """Its privacy unit column (lower case)."""
     rows_per_unit: int
     """How many rows of each unit the copy keeps: the policy's MAX ROWS PER UNIT."""
-    columns: tuple[str, ...]
-    """Every column of the table (lower case), in order."""
+    columns: tuple[tuple[str, str], ...]
+    """Every column of the table (lower case) with its DuckDB type, in order."""
 
     @property
     def name(self) -> str:
@@ -69,10 +81,12 @@ def bounded_name(source: str, unit: str, rows_per_unit: int) -> str:
     return f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}"
 
 
-def bounded_reference(source: str, rule: PrivateTable) -> exp.Table:
-    """The bounded copy of ``source`` (declared by ``rule``) as a FROM item."""
+def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
+    """The rows of ``source``'s bounded copy (``rule`` declares the table), padding dropped:
+    a query over its ``columns``."""
     name = bounded_name(source, rule.unit, rule.max_rows_per_unit)
-    return exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+    table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+    return exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(table).where(f"NOT {PAD}")
 
 
 def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]], key_of) -> list[BoundedTable]:
@@ -82,7 +96,7 @@ def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]]
         if rule.row_level:
             continue
         key = key_of(rule.name)
-        tables.append(BoundedTable(key, rule.unit.lower(), rule.max_rows_per_unit, tuple(catalog[key])))
+        tables.append(BoundedTable(key, rule.unit.lower(), rule.max_rows_per_unit, tuple(catalog[key].items())))
     return tables
 
 
@@ -98,20 +112,58 @@ def attach_sql() -> str:
 def create_sql(table: BoundedTable) -> str:
     """An empty copy with the table's columns and types, so queries bind: reads no rows."""
     return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
-            f"SELECT * FROM {_quoted(table.source)} LIMIT 0")
+            f"SELECT *, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
 
 
 def fill_sql(table: BoundedTable) -> str:
-    """(Re)build the copy: each unit's first ``k`` rows in salted-hash order of the row's values.
+    """(Re)build the copy: each unit's first ``k`` rows in salted-hash order of the row's
+    values, then the two padding rows.
 
     Ties (identical hashes) are broken by the values themselves, so the rows kept never depend
     on physical order or rowid; rows that tie on every value are identical, so which of them is
     kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement.
     """
-    columns = ", ".join(f'"{c}"' for c in table.columns)
+    columns = ", ".join(f'"{c}"' for c, _ in table.columns)
     unit = f'"{table.unit}"'
+    pads = "\n".join(
+        f"UNION ALL SELECT {', '.join(f'CAST({_extreme(t, high)} AS {t})' for _, t in table.columns)}, TRUE"
+        for high in (False, True))
     return (
-        f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS SELECT * EXCLUDE (dp_n) FROM (\n'
+        f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
+        f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
         f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n\n"
-        f"  FROM {_quoted(table.source)}\n  WHERE {unit} IS NOT NULL\n) WHERE dp_n <= {table.rows_per_unit}"
+        f"  FROM {_quoted(table.source)}\n  WHERE {unit} IS NOT NULL\n) WHERE dp_n <= {table.rows_per_unit}\n{pads}"
     )
+
+
+_INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
+_TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS")
+
+
+def _extreme(type_name: str, high: bool) -> str:
+    """The lowest or highest value of a DuckDB type as SQL, or NULL for types without one.
+
+    >>> _extreme("INTEGER", True), _extreme("UTINYINT", False), _extreme("DECIMAL(5,2)", False)
+    ('2147483647', '0', '-999.99')
+    """
+    name = type_name.upper()
+    if name in _INTEGER_BITS or (name.startswith("U") and name[1:] in _INTEGER_BITS):
+        bits = _INTEGER_BITS[name.lstrip("U")] if name.startswith("U") else _INTEGER_BITS[name]
+        if name.startswith("U"):
+            return str(2**bits - 1) if high else "0"
+        return str(2 ** (bits - 1) - 1) if high else str(-(2 ** (bits - 1)))
+    if name.startswith("DECIMAL("):
+        precision, scale = (int(p) for p in name[len("DECIMAL("):-1].split(","))
+        nines = "9" * (precision - scale) + ("." + "9" * scale if scale else "")
+        return nines if high else f"-{nines}"
+    if name in ("FLOAT", "DOUBLE", "REAL"):
+        return "'inf'" if high else "'-inf'"
+    if name in _TEMPORAL:
+        return "'infinity'" if high else "'-infinity'"
+    if name == "TIME":
+        return "'24:00:00'" if high else "'00:00:00'"
+    if name == "VARCHAR":
+        return "'\U0010FFFF\U0010FFFF'" if high else "''"
+    if name == "BOOLEAN":
+        return "TRUE" if high else "FALSE"
+    return "NULL"

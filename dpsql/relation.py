@@ -118,7 +118,7 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
         if bound.declaration.row_level:
             return Relation(table_sql, bound.declaration, columns, scope, bound.name)
         # Read through its bounded copy: at most k rows per unit before any analyst expression.
-        return Relation(bounded_reference(bound.name, bound.declaration), bound.declaration, columns, scope, bound.name,
+        return Relation(bounded_reference(bound.name, bound.declaration, columns), bound.declaration, columns, scope, bound.name,
                         rows_per_unit=bound.declaration.max_rows_per_unit)
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()

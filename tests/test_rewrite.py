@@ -99,7 +99,7 @@ def test_conditions_see_raw_values_and_sums_see_clamped_ones():
 def _raw_source(sql: str, table: str) -> str:
     """Generated SQL reading the raw table instead of its bounded copy: every unit's rows."""
     start = sql.index('"dp_bounding"')
-    end = sql.index('"', sql.index(f'"dp_bounded_{table}__') + 1) + 1
+    end = sql.index("WHERE NOT dp_pad", start) + len("WHERE NOT dp_pad")
     return sql[:start] + f'"{table}"' + sql[end:]
 
 
@@ -143,16 +143,36 @@ def test_bounded_copy_keeps_min_of_rows_and_k_for_each_unit_chosen_by_its_own_ro
     counts = shop.execute(
         'SELECT r.user_id, r.n, COALESCE(b.n, 0) FROM (SELECT user_id, COUNT(*) AS n FROM visits '
         'WHERE user_id IS NOT NULL GROUP BY ALL) AS r LEFT JOIN (SELECT user_id, COUNT(*) AS n FROM '
-        'dp_bounding."dp_bounded_visits__user_id__10" GROUP BY ALL) AS b USING (user_id)').fetchall()
+        'dp_bounding."dp_bounded_visits__user_id__10" WHERE NOT dp_pad GROUP BY ALL) AS b USING (user_id)').fetchall()
     assert any(n > 10 for _, n, _ in counts)
     assert all(kept == min(n, 10) for _, n, kept in counts)
     kept = shop.execute('SELECT * FROM dp_bounding."dp_bounded_visits__user_id__10" '
-                        'WHERE user_id % 2 = 0 ORDER BY ALL').fetchall()
+                        'WHERE user_id % 2 = 0 AND NOT dp_pad ORDER BY ALL').fetchall()
     path = shop.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0]
     with duckdb.connect() as alone:  # only the even units: the same rows survive for each
         alone.execute(f"ATTACH '{path}' AS shop (READ_ONLY)")
         alone.execute("CREATE TABLE visits AS SELECT * FROM shop.visits WHERE user_id % 2 = 0")
         alone.execute("CREATE TABLE users AS SELECT * FROM shop.users")
         attach_bounded_copies(alone)
-        again = alone.execute('SELECT * FROM dp_bounding."dp_bounded_visits__user_id__10" ORDER BY ALL').fetchall()
+        again = alone.execute('SELECT * FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                              'WHERE NOT dp_pad ORDER BY ALL').fetchall()
     assert len(again) > 100 and again == kept
+
+
+def test_bounded_copy_padding_rows_span_every_column_type_and_leave_statistics_nothing_to_prune(shop):
+    """dpsql.bounding: two padding rows at each type's extremes, so DuckDB cannot answer a
+    filter from column statistics (an empty result without a scan would say no row matches)."""
+    pads = shop.execute('SELECT * EXCLUDE (dp_pad) FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                        'WHERE dp_pad ORDER BY user_id').fetchall()
+    assert len(pads) == 2
+    low, high = pads
+    assert low[0] == -2**31 and high[0] == 2**31 - 1  # user_id INTEGER
+    assert low[3] == float("-inf") and high[3] == float("inf")  # amount DOUBLE
+    assert low[2] == "" and high[2] == "\U0010FFFF" * 2  # store VARCHAR
+    plan = shop.execute('EXPLAIN SELECT COUNT(*) FROM (SELECT "user_id" FROM '
+                        'dp_bounding."dp_bounded_visits__user_id__10" WHERE NOT dp_pad) '
+                        "WHERE COALESCE(TRY(user_id = 2000000000), FALSE)").fetchall()[0][1]
+    assert "EMPTY_RESULT" not in plan.upper().replace(" ", "_")
+    raw = shop.execute("EXPLAIN SELECT COUNT(*) FROM visits WHERE COALESCE(TRY(user_id = 2000000000), FALSE)"
+                       ).fetchall()[0][1]
+    assert "EMPTY_RESULT" in raw.upper().replace(" ", "_")  # what the padding prevents
