@@ -626,9 +626,9 @@ def test_invariant_14_a_tiny_epsilon_ends_in_an_answer_or_an_error():
     paths = [str(Path(__file__).parent.parent), str(Path(__file__).parent)]
     try:
         done = subprocess.run([sys.executable, "-c", _TINY_SUM.format(paths=paths)], capture_output=True,
-                              text=True, timeout=4)
+                              text=True, timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("db.sql did not return within 4 s")
+        pytest.fail("db.sql did not return within 60 s: planning loops")
     assert done.stdout.strip() == "done", done.stderr
 
 
