@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -329,18 +330,31 @@ def read_domain(db, checked):
 def worker_plan_corpus(repeats: int) -> dict:
     """Static stages (parse + check + analyse + rewrite) over tests/fixtures/check/accepted.sql."""
     import dpsql
-    from dpsql.demo import build_shop_database
-    from dpsql.plan import PublicQuery
-    from dpsql.rewrite import rewrite_plan
+    from dpsql.demo import SHOP_POLICY, build_shop_database
 
     corpus = ROOT / "tests" / "fixtures" / "check" / "accepted.sql"
     blocks = [b.strip() for b in corpus.read_text().split("\n\n")]
     queries = ["\n".join(l for l in b.splitlines() if not l.startswith("--")).strip() for b in blocks]
     queries = [q for q in queries if q] + [QUERIES[name]["dp"] for name in QUERIES]
-    workdir = Path(tempfile.mkdtemp(prefix="dpsql-bench-corpus-"))
-    build_shop_database(workdir / "shop.duckdb")
-    from dpsql.demo import SHOP_POLICY
-    db = dpsql.connect(str(workdir / "shop.duckdb"), policy=SHOP_POLICY, ledger=str(workdir / "l.ledger"))
+    with tempfile.TemporaryDirectory(prefix="dpsql-bench-corpus-") as workdir:
+        build_shop_database(Path(workdir) / "shop.duckdb")
+        db = dpsql.connect(str(Path(workdir) / "shop.duckdb"), policy=SHOP_POLICY,
+                           ledger=str(Path(workdir) / "l.ledger"))
+        try:
+            per_query, skipped = plan_times(db, queries, repeats)
+        finally:
+            db.close()
+    medians = [q["median"] for q in per_query]
+    return {"queries": per_query, "skipped": skipped,
+            "median": statistics.median(medians), "max": max(medians), "n": len(medians)}
+
+
+def plan_times(db, queries: list[str], repeats: int) -> tuple[list[dict], list[dict]]:
+    """Plan time of each query, with delta 0 or, if it needs one (private keys), 1e-6."""
+    import dpsql
+    from dpsql.plan import PublicQuery
+    from dpsql.rewrite import rewrite_plan
+
     per_query, skipped = [], []
     for sql in queries:
         for delta in (Fraction(0), DELTA):
@@ -358,14 +372,12 @@ def worker_plan_corpus(repeats: int) -> dict:
             break
         else:
             skipped.append({"sql": sql, "error": last})
-    db.close()
-    medians = [q["median"] for q in per_query]
-    return {"queries": per_query, "skipped": skipped,
-            "median": statistics.median(medians), "max": max(medians), "n": len(medians)}
+    return per_query, skipped
 
 
 def dpsql_version() -> str:
-    """The dpsql commit the worker runs (others change the engine while benchmarks run)."""
+    """The dpsql commit, ``+uncommitted`` when dpsql/ has changes (others change the engine
+    while benchmarks run, so each worker records the version it ran)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=str(ROOT)).stdout.strip()
@@ -451,16 +463,7 @@ def machine_line() -> str:
         memory = f", {kb / 2**20:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    commit = ""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=str(ROOT)).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "dpsql"],
-                               capture_output=True, text=True, cwd=str(ROOT)).stdout.strip()
-        commit = f"dpsql at {head}{' with uncommitted changes to dpsql/' if dirty else ''} when the report was written, " if head else ""
-    except OSError:
-        pass
-    return (f"{commit}{platform.system()} {platform.machine()} ({cpu}), {os.cpu_count()} cores{memory}, "
+    return (f"dpsql at {dpsql_version()} when the report was written, {platform.system()} {platform.machine()} ({cpu}), {os.cpu_count()} cores{memory}, "
             f"Python {platform.python_version()}, duckdb {duckdb.__version__}; "
             f"{datetime.date.today().isoformat()}; the machine was shared with other engineers' test runs")
 
@@ -495,7 +498,7 @@ def median_of(cell: dict | None, key: str | None = None) -> float | None:
 
 def report(all_results: dict, args, queries: list[str]) -> str:
     lines = [f"Machine: {machine_line()}.", "",
-             f"Command: `python benchmarks/bench_scale.py {' '.join(args.argv)}`".rstrip(), "",
+             f"Command: `{shlex.join(['python', 'benchmarks/bench_scale.py', *args.argv])}`", "",
              f"Medians of {args.repeats} timed runs after a warm-up, (min–max) in brackets; every system in "
              "its own process per size. dpsql times are `db.sql()` end to end (plan, bounded SQL on DuckDB, "
              "noise, ledger charge). Ratios are of medians: `/raw` over raw DuckDB (the same aggregate with "

@@ -42,6 +42,7 @@ it is.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import resource
 import statistics
@@ -358,7 +359,8 @@ def main() -> None:
     else:
         results = bench_opendp(args.db, args.repeats, args.queries, args.epsilon)
     print(json.dumps({"system": args.system, "results": results, "wall_s": time.perf_counter() - start,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, default=str))
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "finished": datetime.datetime.now().isoformat(timespec="seconds")}, default=str))
 
 
 if __name__ == "__main__":
