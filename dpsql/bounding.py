@@ -39,6 +39,7 @@ the table, without the analyst's query time limit: its SQL is dpsql's alone), li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlglot import exp
 
@@ -84,9 +85,14 @@ def bounded_name(source: str, unit: str, rows_per_unit: int) -> str:
 def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
     """The rows of ``source``'s bounded copy (``rule`` declares the table), padding dropped:
     a query over its ``columns``."""
-    name = bounded_name(source, rule.unit, rule.max_rows_per_unit)
+    return _reference(bounded_name(source, rule.unit, rule.max_rows_per_unit), tuple(columns)).copy()
+
+
+@lru_cache(maxsize=256)
+def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
     table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
-    return exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(table).where(f"NOT {PAD}")
+    select = exp.Select(expressions=[exp.column(c, quoted=True) for c in columns])
+    return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
 
 
 def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]], key_of) -> list[BoundedTable]:

@@ -22,9 +22,12 @@ whatever the data.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,8 @@ class Engine:
         self._bounded: dict[str, BoundedTable] = {}
         self._filled: set[str] = set()
         self._salt: str | None = None
+        self._described: dict[str, list[tuple[str, str]]] = {}
+        """Types of SQL already bound (the schema is fixed while the connection is open)."""
         self.path = path
         """The database file, when one was opened; the default ledger sits beside it."""
 
@@ -146,9 +151,11 @@ class Engine:
                 self._bounded[table.name] = table
 
     def refresh_bounding(self) -> None:
-        """Forget the bounded copies' contents: the next query reading each rebuilds it."""
+        """Forget the bounded copies' contents (and the types of SQL bound so far): the next
+        query reading each copy rebuilds it."""
         with self._lock:
             self._filled.clear()
+            self._described.clear()
 
     def _fill_bounded(self, sql: str) -> None:
         """Fill every bounded copy ``sql`` reads that is still empty (the caller holds the lock).
@@ -222,6 +229,9 @@ class Engine:
         as comparing a number with a string) the first line of DuckDB's message says nothing
         about the data, and it is raised as a static refusal: ``UnsupportedQuery``.
         """
+        known = self._described.get(sql)
+        if known is not None:
+            return known
         with self._lock:
             cursor = self._connection.cursor()
             try:
@@ -233,7 +243,11 @@ class Engine:
                                        hint="check the types of the values the query compares and combines") from None
             finally:
                 cursor.close()
-        return [(row[0], row[1]) for row in rows]
+        described = [(row[0], row[1]) for row in rows]
+        if len(self._described) >= 512:  # a bound, not an LRU: an old entry is merely re-bound
+            self._described.pop(next(iter(self._described)))
+        self._described[sql] = described
+        return described
 
     def close(self) -> None:
         """Close the connection if dpsql opened it."""
@@ -286,20 +300,17 @@ class _Deadline:
         self._connection = connection
         self._seconds = seconds
         self._guard = threading.Lock()
-        self._stopped = False
+        self.stopped = False
         self._expired = False
-        self._timer = None
 
     def __enter__(self) -> "_Deadline":
         if self._seconds is not None:
-            self._timer = threading.Timer(self._seconds, self._expire)
-            self._timer.daemon = True
-            self._timer.start()
+            _WATCHDOG.arm(self._seconds, self)
         return self
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         with self._guard:
-            if self._stopped:
+            if self.stopped:
                 return
             self._expired = True
             try:
@@ -309,13 +320,47 @@ class _Deadline:
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         with self._guard:
-            self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
+            self.stopped = True
         if self._expired:
             raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
                               hint="ask for less, or ask the curator for a longer query_timeout") from None
         return False
+
+
+class _Watchdog:
+    """One thread that expires every statement's deadline: starting a thread per statement
+    cost milliseconds, more than a small query takes."""
+
+    def __init__(self):
+        self._condition = threading.Condition()
+        self._due: list = []  # heap of (monotonic due time, sequence number, deadline)
+        self._sequence = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, deadline: _Deadline) -> None:
+        with self._condition:
+            heapq.heappush(self._due, (time.monotonic() + seconds, next(self._sequence), deadline))
+            if self._thread is None or not self._thread.is_alive():  # first use, or after a fork
+                self._thread = threading.Thread(target=self._run, name="dpsql-deadlines", daemon=True)
+                self._thread.start()
+            self._condition.notify()
+
+    def _run(self) -> None:
+        with self._condition:
+            while True:
+                while self._due and self._due[0][2].stopped:  # finished in time
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._condition.wait()
+                    continue
+                wait = self._due[0][0] - time.monotonic()
+                if wait > 0:
+                    self._condition.wait(wait)
+                    continue
+                heapq.heappop(self._due)[2].expire()
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:

@@ -37,6 +37,7 @@ one per (unit, group) kept, so a unit moves at most MAX GROUPS PER UNIT of these
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from fractions import Fraction
 
 from sqlglot import exp
@@ -237,8 +238,15 @@ def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -
     for column in list(tree.find_all(exp.Column)):
         rule = by_name.get(column.name)
         if rule is not None and _in_value_position(column, wrapper.this):
-            column.replace(exp.Paren(this=exp.maybe_parse(clamp_column_sql(rule), dialect=DIALECT)))
+            column.replace(exp.Paren(this=_clamped_column(rule).copy()))
     return wrapper.this
+
+
+@lru_cache(maxsize=1024)
+def _clamped_column(column: ClampedColumn) -> exp.Expression:
+    """``clamp_column_sql`` parsed, once per column rule (parsing costs about a millisecond);
+    callers copy it before placing it in a tree."""
+    return exp.maybe_parse(clamp_column_sql(column), dialect=DIALECT)
 
 
 def _raw_value_sql(measure: Measure) -> str:
