@@ -20,7 +20,8 @@ The statement has four layers; each establishes part of the precondition of
    A COUNT contributes b (or min(non-NULL count, b)); a SUM contributes its group sum scaled
    by c / (its non-NULL count), c = min(non-NULL count, b) — the total of c of its values on
    average — clamped into c * [min(L, 0), max(U, 0)].
-4. the final GROUP BY adds the contributions up per group: exact integer (HUGEINT) sums.
+4. the final GROUP BY adds the contributions up per group: exact integer (HUGEINT) sums
+   (DuckDB sums BIGINT into HUGEINT).
 
 When each row is its own unit (PRIVACY UNIT ROW) layer 3 is skipped: k = 1 holds already.
 When the source is a private table's bounded copy (``dpsql.bounding``: at most k rows per
@@ -259,9 +260,18 @@ def _raw_value_sql(measure: Measure) -> str:
     if measure.kind in ("count", "distinct") and not measure.clamped_columns and measure.counts_values_of is None:
         return _total(measure.argument)  # COUNT: only NULL-ness matters; DISTINCT: the value itself
     evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
-    if measure.grid == 1:
-        return f"TRY(CAST(({evaluated}) AS BIGINT))"
-    return f"TRY(CAST(ROUND(({evaluated}) * {literal(1 / measure.grid)}) AS BIGINT))"
+    scaled = f"CAST(({evaluated}) AS BIGINT)" if measure.grid == 1 else \
+        f"CAST(ROUND(({evaluated}) * {literal(1 / measure.grid)}) AS BIGINT)"
+    return scaled if _cannot_fail(measure) else f"TRY({scaled})"
+
+
+def _cannot_fail(measure: Measure) -> bool:
+    """True for a bare bounded column: clamped, it is NULL or finite within [L, U] times the
+    grid, so its cast to BIGINT cannot overflow and TRY (a per-row cost) is not needed."""
+    argument = measure.argument
+    bounded = {c.name for c in measure.clamped_columns}
+    return isinstance(argument, exp.Column) and argument.name in bounded and \
+        max(abs(measure.lower), abs(measure.upper)) < 2**62
 
 
 def _domain_filter(column: str, domain: KeyDomain) -> str:
@@ -366,7 +376,7 @@ def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -
         return f"SUM({_centred(measure, value)} * {_centred(measure, value)})"
     if measure.centred:
         return f"SUM(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
-    return f"SUM(CAST({value} AS HUGEINT))"
+    return f"SUM({value})"  # BIGINT values: DuckDB sums them exactly, as HUGEINT
 
 
 def _row_level_totals(plan: Plan, keys: list[str], distinct_units: bool = False, source: str = "dp_values") -> str:
@@ -387,7 +397,7 @@ def _units_layer(plan: Plan, keys: list[str]) -> str:
         if measure.squared:
             select.append(f"SUM({_centred(measure, value)} * {_centred(measure, value)}) AS s_{measure.name}")
         elif measure.kind == "sum":
-            select.append(f"SUM(CAST({value} AS HUGEINT)) AS s_{measure.name}")
+            select.append(f"SUM({value}) AS s_{measure.name}")  # exact: BIGINT sums are HUGEINT
     return f"  SELECT {', '.join(select)}\n  FROM dp_values\n  GROUP BY {', '.join(['dp_unit', *keys])}"
 
 
