@@ -481,9 +481,12 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     group = body.args.get("group")
     grouped = [] if group is None else list(group.expressions)
     unit = rule.unit.lower() if rule.unit else None
-    if unit is None or not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
+    if unit is None:  # each row its own unit: a per-unit aggregate would be one row's value
+        refuse(group or body, sql, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
+               f"{inner.label} is its own unit", "aggregate in the outer query only: it adds the noise")
+    if not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
         refuse(group or body, sql, "an aggregate inside a subquery must be computed per privacy unit",
-               f"GROUP BY {rule.unit or 'the unit column'} in the subquery (aggregating across units happens "
+               f"GROUP BY {rule.unit} in the subquery (aggregating across units happens "
                "in the outer query, with noise)")
     for g in grouped:
         check_row_level(g, sql, "GROUP BY")

@@ -211,3 +211,15 @@ def test_date_parts_have_calendar_bounds(db):
     with pytest.raises(dpsql.UnsupportedQuery) as caught:
         db.explain("SELECT SUM(year(DATE '2025-01-01' + uid)) FROM visits")
     assert "CLAMP" in caught.value.hint
+
+
+def test_a_per_unit_subquery_over_a_row_level_table_is_refused_with_the_right_advice():
+    frame = pd.DataFrame({"user_id": [1, 1, 2], "amount": [1.0, 2.0, 3.0]})
+    policy = "BUDGET EPSILON 5; PRIVATE TABLE visits (PRIVACY UNIT ROW, amount BOUNDS 0 TO 5);"
+    with dpsql.connect({"visits": frame}, policy=policy) as db:
+        with pytest.raises(dpsql.UnsupportedQuery) as refused:
+            db.sql("SELECT AVG(n) AS a FROM (SELECT user_id, COUNT(*) AS n FROM visits GROUP BY user_id) AS t",
+                   epsilon=0.1)
+        assert "each row of visits is its own unit" in refused.value.message
+        assert "GROUP BY" not in refused.value.hint and refused.value.line == 1
+        assert db.budget.spent.epsilon == 0
