@@ -187,10 +187,15 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
         # Each side keeps at most its k rows per unit before the join, so one unit's rows
         # cannot make the join quadratic (a time that would tell whether the unit is there).
         left, right = _truncated(left), _truncated(right)
+        # A joined row pairs a row of each side of the same unit (one row if LEFT and unmatched).
+        held = _product(left.rows_per_unit, right.rows_per_unit)
     else:
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
         rule = _public_join_rule(private, public, equalities, names, tag, join, sql, data)
+        # A private row becomes at most m rows (one if LEFT and unmatched), m read from the
+        # public table now: the rows a unit holds multiply by at most m, as k does.
+        held = _product(private.rows_per_unit, rule.max_rows_per_unit // private.rule.max_rows_per_unit)
     select = exp.Select(expressions=[
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
@@ -198,7 +203,12 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
     select = select.join(exp.alias_(_as_source(right.sql), "dp_r"), on=_total_condition(bound_condition),
                          join_type="LEFT" if side == "LEFT" else "INNER")
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
-    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}")
+    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held)
+
+
+def _product(a: int | None, b: int | None) -> int | None:
+    """Rows per unit a join holds at most, when both factors are known."""
+    return None if a is None or b is None else a * max(b, 1)
 
 
 def _truncated(relation: Relation) -> Relation:
@@ -206,12 +216,12 @@ def _truncated(relation: Relation) -> Relation:
     values (ties between different rows broken by the values themselves): never by order."""
     unit, k = relation.rule.unit.lower(), relation.rule.max_rows_per_unit
     if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
-        return relation  # a bounded copy: k rows per unit at most already
+        return relation  # at most k rows per unit already (a bounded copy)
     columns = ", ".join(f'"{c}"' for c in relation.columns)
     source = _as_source(relation.sql).sql(dialect=DIALECT)
     sql = (f'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "{unit}" '
            f"ORDER BY hash($salt, {columns}), {columns}) AS dp_n FROM {source} AS dp_t) WHERE dp_n <= {k}")
-    return replace(relation, sql=exp.maybe_parse(sql, dialect=DIALECT))
+    return replace(relation, sql=exp.maybe_parse(sql, dialect=DIALECT), rows_per_unit=k)
 
 
 def _joined_names(left, right) -> dict:
@@ -449,7 +459,8 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
                "stay attributable to units", f"add {rule.unit} to its select list")
     select = _wrap_body(body, inner, items)
     return _finish(select, replace(rule, unit=unit, columns=tuple(r for r in rules if r)), reference, data,
-                   f"({inner.label})")
+                   f"({inner.label})",
+                   inner.rows_per_unit)  # row by row: no unit gains rows
 
 
 def _derived_rule(node, name, inner: Relation) -> ColumnRule | None:
@@ -533,7 +544,9 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     only_unit = len(grouped) == 1
     synthetic = replace(rule, unit=unit_name, max_rows_per_unit=1 if only_unit else k,
                         columns=tuple(r for r in rules if r))
-    return _finish(select, synthetic, reference, data, f"({inner.label} per unit)")
+    # One output row per (unit, group) of the inner rows: at most one, or at most its rows.
+    held = 1 if only_unit else inner.rows_per_unit
+    return _finish(select, synthetic, reference, data, f"({inner.label} per unit)", held)
 
 
 def _total_aggregate(node: exp.AggFunc) -> exp.Expression:
@@ -567,11 +580,12 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
     return ColumnRule(name=name, bounds=Bounds(interval.lower, interval.upper))
 
 
-def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, label: str) -> Relation:
+def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, label: str,
+            held: int | None) -> Relation:
     columns = dict(data.describe(select.sql(dialect=DIALECT))) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
     scope = _scope(reference, columns)
-    return Relation(select, rule, columns, scope, label)
+    return Relation(select, rule, columns, scope, label, rows_per_unit=held)
 
 
 def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Relation:
@@ -605,7 +619,9 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
         max_groups_per_unit=sum(r.rule.groups_per_unit for r in relations),
         columns=tuple(rules),
     )
-    return Relation(union, rule, dict(first.columns), _scope(reference, first.columns), rule.name)
+    held = None if any(r.rows_per_unit is None for r in relations) else sum(r.rows_per_unit for r in relations)
+    return Relation(union, rule, dict(first.columns), _scope(reference, first.columns), rule.name,
+                    rows_per_unit=held)
 
 
 def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Public:
