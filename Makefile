@@ -24,7 +24,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/bench_scale.py --all
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

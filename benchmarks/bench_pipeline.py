@@ -11,7 +11,7 @@ medians of 5 runs (after one warm-up) of:
 * dpsql total: ``db.sql(...)`` end to end, ledger charge included (in-memory ledger);
 * overhead: dpsql total minus raw DuckDB.
 
-Run: ``make bench`` or ``python benchmarks/bench_pipeline.py [--rows 1000 1000000]``.
+Run: ``python benchmarks/bench_pipeline.py [--rows 1000 1000000]``.
 Prints a Markdown table to paste into benchmarks/RESULTS.md.
 """
 
