@@ -8,8 +8,9 @@
    for k fixed in advance (delta' = 5e-7), which a filter must not rely on.
 2. The time the ledger adds to one query, medians over many: looking up a stored answer
    (``find_answer``), the charge (one IMMEDIATE transaction with the accountant's check, WAL,
-   fsync on commit) and recording the answer (a second transaction), on a ledger file that
-   already holds N entries. dpsql.sql() does exactly these three per charged query.
+   fsync on commit) and recording the answer (one UPDATE, committed without an fsync), on a
+   ledger file that already holds N entries. dpsql.sql() does exactly these three per charged
+   query.
 
 Run: ``python benchmarks/bench_accountants.py``; prints Markdown for benchmarks/RESULTS.md.
 """
@@ -136,7 +137,7 @@ def main() -> None:
               "queries charged to a ledger file until refused):\n")
         print("\n".join(table_of_counts(directory)))
         print("\nTime the ledger adds to one charged query, median ms over "
-              f"{args.runs} queries (file ledger, WAL, fsync per commit):\n")
+              f"{args.runs} queries (file ledger, WAL, fsync per charge):\n")
         print("| accountant | entries already in the ledger | find_answer | charge | "
               "record_answer | total |")
         print("|---|---|---|---|---|---|")

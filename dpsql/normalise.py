@@ -39,52 +39,65 @@ _SCOPES = (exp.Subquery, exp.CTE, exp.With, exp.Union, exp.Intersect, exp.Except
 
 def lower_identifiers(tree: exp.Expression, columns: frozenset[str] = frozenset()) -> exp.Expression:
     """Every identifier lower-cased (quoted only if it must be); ``main.`` and comments dropped."""
-    for node in tree.walk():
+    for node in list(tree.walk()):  # one pass; a table is met before its identifiers
         node.comments = None
-    for identifier in list(tree.find_all(exp.Identifier)):
-        name = identifier.name.lower()
-        identifier.set("this", name)  # quoted only where plain text would not read back
-        identifier.set("quoted", not re.fullmatch(r"[a-z_][a-z0-9_]*", name))
-    for table in tree.find_all(exp.Table):
-        if table.args.get("db") is not None and table.db == "main" and not table.args.get("catalog"):
-            table.set("db", None)
+        if isinstance(node, exp.Identifier):
+            name = node.name.lower()
+            node.set("this", name)  # quoted only where plain text would not read back
+            node.set("quoted", not _PLAIN.fullmatch(name))
+        elif isinstance(node, exp.Table) and node.args.get("db") is not None \
+                and node.db.lower() == "main" and not node.args.get("catalog"):
+            node.set("db", None)
     return tree
+
+
+_PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 def canonicalise_aliases(tree: exp.Expression, columns: frozenset[str] = frozenset()) -> exp.Expression:
     """In a single SELECT: drop a lone table's alias and qualifiers, number other table aliases
     t0, t1, ..., and name referenced select-list aliases c<position> (unreferenced ones go)."""
-    if not isinstance(tree, exp.Select) or any(tree.find_all(*_SCOPES)) or any(
-            isinstance(node, exp.Select) and node is not tree for node in tree.walk()):
+    if not isinstance(tree, exp.Select):
         return tree
-    tables = list(tree.find_all(exp.Table))
+    nodes = list(tree.walk())  # one pass for every list below (renaming adds no table or column)
+    if any(isinstance(node, _SCOPES) or (isinstance(node, exp.Select) and node is not tree)
+           for node in nodes):
+        return tree
+    tables = [node for node in nodes if isinstance(node, exp.Table)]
+    columns_used = [node for node in nodes if isinstance(node, exp.Column)]
     references = {(t.alias or t.name).lower() for t in tables}
     renamed = {(t.alias or t.name).lower(): None for t in tables} if len(tables) == 1 else {
         t.alias.lower(): f"t{index}" for index, t in enumerate(tables) if t.alias}
     if len(renamed) == len([t for t in tables if t.alias or len(tables) == 1]) and _free(
-            renamed, tree, columns):
+            renamed, nodes, columns):
         for index, table in enumerate(tables):
             if table.alias or len(tables) == 1:
                 new = renamed[(table.alias or table.name).lower()]
                 table.set("alias", None if new is None else exp.TableAlias(this=exp.to_identifier(new)))
-        for column in tree.find_all(exp.Column):
+        for column in columns_used:
             qualifier = column.table.lower() if column.table else None
             if qualifier in renamed and qualifier in references and not column.args.get("db"):
                 new = renamed[qualifier]
                 column.set("table", None if new is None else exp.to_identifier(new))
-    _canonicalise_select_aliases(tree, columns)
+    _canonicalise_select_aliases(tree, columns, columns_used)
     return tree
 
 
-def _free(renamed: dict, tree: exp.Expression, columns: frozenset[str]) -> bool:
-    """True when no new name is already a column or another name in the query, so renaming
-    cannot make a reference mean something else."""
-    taken = (columns | {i.name.lower() for i in tree.find_all(exp.Identifier)}) - set(renamed)
-    return not any(new in taken for new in renamed.values() if new is not None)
+def _free(renamed: dict, nodes: Iterable[exp.Expression], columns: frozenset[str]) -> bool:
+    """True when no new name is already a column or another name in the query (``nodes``: all
+    of its nodes), so renaming cannot make a reference mean something else."""
+    new_names = [new for new in renamed.values() if new is not None]
+    if not new_names:
+        return True
+    taken = (columns | {n.name.lower() for n in nodes if isinstance(n, exp.Identifier)}) - set(renamed)
+    return not any(new in taken for new in new_names)
 
 
-def _canonicalise_select_aliases(tree: exp.Select, columns: frozenset[str]) -> None:
+def _canonicalise_select_aliases(tree: exp.Select, columns: frozenset[str],
+                                 columns_used: list[exp.Column]) -> None:
     aliases = [e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias)]
+    if not aliases:
+        return
     names = {}
     for index, item in enumerate(tree.expressions):
         if not isinstance(item, exp.Alias):
@@ -93,10 +106,10 @@ def _canonicalise_select_aliases(tree: exp.Select, columns: frozenset[str]) -> N
         if alias in columns or aliases.count(alias) > 1:
             continue  # a reference to it might mean the column: leave it exactly as written
         names[alias] = f"c{index}"
-    if not _free(names, tree, columns):
+    if not _free(names, tree.walk(), columns):  # walked again: table aliases may be renamed
         return
     referenced = set()
-    for column in list(tree.find_all(exp.Column)):
+    for column in columns_used:
         if not column.table and column.name.lower() in names:
             referenced.add(column.name.lower())
             column.set("this", exp.to_identifier(names[column.name.lower()]))
@@ -191,7 +204,8 @@ def normalise(tree: exp.Expression, columns: Iterable[str] = ()) -> exp.Expressi
 
 def normalised_sql(tree: exp.Expression, columns: Iterable[str] = ()) -> str:
     """The SQL text of the normal form."""
-    return normalise(tree, columns).sql(dialect=DIALECT)
+    # The normal form is a private copy, so the generator need not copy it again.
+    return normalise(tree, columns).sql(dialect=DIALECT, copy=False)
 
 
 def repeat_key(normal_sql: str, *, options: dict, policy_text: str, analyst: str | None) -> str:

@@ -247,6 +247,73 @@ def test_answers_are_found_by_key_most_recent_first():
             ledger.record_answer(999, "{}")
 
 
+def _trace(ledger: Ledger) -> list[str]:
+    """Every statement the ledger's connection runs from now on."""
+    statements: list[str] = []
+    ledger._connection.set_trace_callback(statements.append)
+    return statements
+
+
+def _assert_charges_fsync(statements: list[str]) -> None:
+    """Every transaction sets synchronous=FULL itself, and begins and commits at it."""
+    level = None  # whatever ran before the trace started does not count
+    for statement in statements:
+        if statement.startswith("PRAGMA synchronous ="):
+            level = statement.split("=")[1].strip()
+        if statement in ("BEGIN IMMEDIATE", "COMMIT"):
+            assert level == "FULL", statements
+
+
+def test_charges_commit_with_fsync_and_answers_without(tmp_path):
+    """Every charge commits at synchronous=FULL (fsync'ed before charge() returns), whatever
+    ran before it; an answer is one UPDATE at NORMAL, outside any transaction."""
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        statements = _trace(ledger)
+        first = charge(ledger, TENTH, ONE, key="q")
+        ledger.record_answer(first, "[[1]]")
+        ledger.record_answer(first, "[[1]]")  # idempotent, and writes nothing
+        for wrong in ((first, "[[2]]"), (999, "[[3]]")):
+            with pytest.raises(InternalError):
+                ledger.record_answer(*wrong)
+            charge(ledger, TENTH, ONE)
+        ledger.salt()
+        _assert_charges_fsync(statements)
+        assert statements.count("BEGIN IMMEDIATE") == 4  # three charges and the salt
+        assert sum(s.startswith("UPDATE") for s in statements) == 4  # one per record_answer
+        assert ledger.find_answer("q") == "[[1]]" and ledger.spent() == TENTH + TENTH + TENTH
+
+
+def test_an_answer_waits_for_the_write_lock_or_fails_clearly(tmp_path, monkeypatch):
+    import dpsql.ledger
+
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path) as ledger:
+        entry_id = charge(ledger, TENTH, ONE, key="q")
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.3, holder.execute, ("ROLLBACK",))
+        started = time.monotonic()
+        release.start()
+        ledger.record_answer(entry_id, "[[1]]")  # waits for the lock, then writes
+        assert time.monotonic() - started >= 0.25
+        release.join()
+        assert ledger.find_answer("q") == "[[1]]"
+        holder.close()
+    monkeypatch.setattr(dpsql.ledger, "BUSY_TIMEOUT_SECONDS", 0.2)
+    with Ledger.open(path) as ledger:
+        entry_id = charge(ledger, TENTH, ONE, key="r")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(DPError, match="could not record an answer.*locked"):
+            ledger.record_answer(entry_id, "[[2]]")
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert ledger.find_answer("r") is None and ledger.spent() == TENTH + TENTH  # charged
+        statements = _trace(ledger)
+        charge(ledger, TENTH, ONE)  # after a failed answer, still fsync'ed
+        _assert_charges_fsync(statements)
+
+
 def test_entries_frame_and_entry(tmp_path):
     options = {"epsilon": Fraction(1, 10), "delta": Fraction(0), "noise": "laplace"}
     with Ledger.open(tmp_path / "ledger.db") as ledger:

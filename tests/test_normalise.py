@@ -107,6 +107,23 @@ def test_aliases_inside_subqueries_and_joins_are_not_renamed():
     assert "AS t0" in normal(joined) and "AS t1" in normal(joined)
 
 
+def test_normal_forms_do_not_drift():
+    """Stored answers are found by the hash of these exact texts: a faster normaliser must
+    still write them character for character, or every earlier answer would be charged again."""
+    assert normal("select count(*) /* c */ from MAIN.Visits where Amount > 3 -- x") == (
+        "SELECT COUNT(*) FROM visits WHERE 3 < amount")
+    assert normal("SELECT V.store AS S, COUNT(*) AS N FROM visits AS V JOIN Stores AS W ON W.store = V.store"
+                  " WHERE W.city = 'x' GROUP BY S ORDER BY N DESC") == (
+        "SELECT t0.store AS c0, COUNT(*) AS c1 FROM visits AS t0 JOIN stores AS t1 ON t0.store = t1.store"
+        " WHERE 'x' = t1.city GROUP BY c0 ORDER BY c1 DESC")
+    assert normal("SELECT store, SUM(amount) AS total, COUNT(*) FROM visits GROUP BY store"
+                  " HAVING total > 10 ORDER BY total") == (
+        "SELECT store, SUM(amount) AS c1, COUNT(*) FROM visits GROUP BY store HAVING 10 < c1 ORDER BY c1")
+    assert normal("SELECT COUNT(*) FROM \"Main\".\"Visits\" AS t WHERE (t.age >= 30 AND (t.store <> 'a'))"
+                  " OR t.amount IN (3, 1)") == (
+        "SELECT COUNT(*) FROM visits WHERE ('a' <> store AND 30 <= age) OR amount IN (1, 3)")
+
+
 def test_normalise_copies_its_input():
     tree = sqlglot.parse_one("SELECT COUNT(*) AS n FROM Visits v WHERE 3 < v.amount", read="duckdb")
     before = tree.sql()
