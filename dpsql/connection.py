@@ -130,11 +130,11 @@ class Connection:
             return self._run_public(checked)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
         plan = self._plan(checked, sql, epsilon, delta, noise, weights)
-        bounded_sql = rewrite_plan(plan)
         normal_sql, key = self._repeat_key(tree, plan)
         repeat = self._replay(plan, checked, key)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
+        bounded_sql = rewrite_plan(plan)
         cost = query_cost(plan)
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
