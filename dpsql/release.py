@@ -19,10 +19,15 @@ quantile (MEDIAN, QUANTILE_CONT, MIN, MAX) is the bucket edge the exponential me
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
+from operator import itemgetter
 from typing import Any, Sequence
+
+import numpy as np
 
 from . import noise
 from .plan import AggregateRelease, Measure, Plan
@@ -51,32 +56,93 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
     per quantile measure, the bounded (keys..., bucket, count) rows of its histogram SQL.
     """
     width = len(plan.query.keys)
-    exact_by_key = {tuple(row[:width]): row[width:] for row in exact_rows}
+    exact = _ExactRows(exact_rows, width)
     if plan.selection is None:
-        keys = [tuple(k) for k in domain]
+        keys = list(map(tuple, domain))
     else:
-        candidates = sorted(exact_by_key, key=_sort_key)
-        units = [int(exact_by_key[k][len(plan.summed)] or 0) for k in candidates]
+        candidates = _sorted_keys(list(exact.row_of), width)
+        units = exact.values(len(plan.summed), exact.positions(candidates)).tolist()
         selection = plan.selection
         rule = SelectionRule(scale=selection.scale, threshold=selection.threshold, epsilon=selection.epsilon,
                              delta=selection.delta, groups_per_unit=0, neighbours=plan.neighbours)
         mask = select_partitions(units, rule, source)
         keys = [k for k, keep in zip(candidates, mask) if keep]
     noisy: dict[str, tuple[int, ...]] = {}
+    positions = exact.positions(keys)
     for index, measure in enumerate(plan.summed):
-        exact = [int(exact_by_key[k][index] or 0) if k in exact_by_key else 0 for k in keys]
-        noisy[measure.name] = tuple(e + int(z) for e, z in zip(exact, _draw(measure, len(exact), source)))
+        noisy[measure.name] = _add_noise(exact.values(index, positions), measure, source)
     for measure in plan.separate:
         if measure.kind == "distinct":  # its own bounded SQL: (keys..., count) rows
-            counts = {tuple(r[:width]): int(r[width] or 0) for r in (histograms or {}).get(measure.name, [])}
-            exact = [counts.get(k, 0) for k in keys]
-            noisy[measure.name] = tuple(e + int(z) for e, z in zip(exact, _draw(measure, len(exact), source)))
+            counts = _ExactRows((histograms or {}).get(measure.name, []), width)
+            noisy[measure.name] = _add_noise(counts.values(0, counts.positions(keys)), measure, source)
     chosen = {}
     for aggregate in plan.aggregates:
         if aggregate.function == "quantile":
             rows = (histograms or {}).get(aggregate.measures[0], [])
             chosen[aggregate.measures[0]] = _choose_quantiles(aggregate, keys, rows, width, source)
     return Release(keys=tuple(keys), noisy=noisy, chosen=chosen)
+
+
+class _ExactRows:
+    """Exact (keys..., values...) rows, read a whole column at a time."""
+
+    def __init__(self, rows: Sequence[tuple], width: int):
+        self._rows, self._width = rows, width
+
+    def _column(self, index: int) -> list:
+        return list(map(itemgetter(index), self._rows))
+
+    @cached_property
+    def row_of(self) -> dict[tuple, int]:
+        """Key tuple -> index of its row; of a repeated key, the last row counts."""
+        count = len(self._rows)
+        keys = zip(*map(self._column, range(self._width))) if self._width else itertools.repeat((), count)
+        return dict(zip(keys, range(count)))
+
+    def positions(self, keys: Sequence[tuple]) -> np.ndarray:
+        """Per key, the index of its row (as ``row_of``), or -1 when it has none."""
+        if self._width == 1:
+            positions = _integer_positions(self._column(0), list(map(itemgetter(0), keys)))
+            if positions is not None:
+                return positions
+        return np.fromiter(map(self.row_of.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
+
+    def values(self, index: int, positions: np.ndarray) -> np.ndarray:
+        """Value column ``index`` at ``positions``: NULL as 0, and 0 at position -1 (no row)."""
+        column = self._column(self._width + index) + [0]  # the appended 0 is what position -1 reads
+        try:
+            values = _integers(column)
+        except TypeError:  # a NULL sum
+            values = _integers([value or 0 for value in column])
+        return values[positions]
+
+
+def _integer_positions(row_keys: list, keys: list) -> np.ndarray | None:
+    """``_ExactRows.positions`` by sorting, when every key is a plain int that fits int64 and no
+    row key repeats (so dict equality is integer equality); None otherwise. Hashing a million
+    keys into a dict and looking them up costs seconds; this, a fraction of one."""
+    if not set(map(type, row_keys)) | set(map(type, keys)) <= {int}:
+        return None
+    try:
+        rows, wanted = np.array(row_keys, dtype=np.int64), np.array(keys, dtype=np.int64)
+    except OverflowError:
+        return None
+    if rows.size == 0:
+        return np.full(wanted.size, -1, dtype=np.int64)
+    order = np.argsort(rows)
+    ordered = rows[order]
+    if np.any(ordered[1:] == ordered[:-1]):  # a repeated key: let the dict decide which row counts
+        return None
+    at = np.minimum(np.searchsorted(ordered, wanted), rows.size - 1)
+    return np.where(ordered[at] == wanted, order[at], -1)
+
+
+def _add_noise(exact: np.ndarray, measure: Measure, source: Any) -> tuple[int, ...]:
+    """Exact integers plus one batch of the measure's noise, as Python ints."""
+    draws = _draw(measure, exact.size, source)
+    if _magnitude(exact) + _magnitude(draws) >= 2**63:  # the int64 sum could overflow: add Python ints
+        exact, draws = exact.astype(object), draws.astype(object)
+    return tuple((exact + draws).tolist())
 
 
 def _choose_quantiles(aggregate: AggregateRelease, keys: list[tuple], rows: Sequence[tuple], width: int,
@@ -91,13 +157,24 @@ def _choose_quantiles(aggregate: AggregateRelease, keys: list[tuple], rows: Sequ
     return tuple(release_quantile(counts[key], aggregate.rule, source) for key in keys)
 
 
+def _sorted_keys(keys: list[tuple], width: int) -> list[tuple]:
+    """Keys in ``_sort_key`` order, which fixes which noise draw each candidate gets.
+
+    When every key column holds values of one type, ``_sort_key`` compares exactly as the values
+    do, so plain tuple order is the same order, found without a Python call per key.
+    """
+    if all(len(set(map(type, map(itemgetter(i), keys)))) <= 1 for i in range(width)):
+        return sorted(keys)
+    return sorted(keys, key=_sort_key)
+
+
 def _sort_key(key: tuple):
     return tuple((value is None, str(type(value)), value if value is not None else 0) for value in key)
 
 
-def _draw(measure: Measure, size: int, source: Any):
+def _draw(measure: Measure, size: int, source: Any) -> np.ndarray:
     if measure.noise == "none":
-        return [0] * size
+        return np.zeros(size, dtype=np.int64)
     if measure.noise == "gaussian":
         return noise.discrete_gaussian(measure.scale, size, source)
     return noise.discrete_laplace(measure.scale, size, source)
@@ -105,8 +182,9 @@ def _draw(measure: Measure, size: int, source: Any):
 
 def core_rows(plan: Plan, release: Release) -> list[tuple]:
     """The noisy core: per released key, the keys then one value per aggregate."""
-    columns = [_aggregate_values(plan, release, aggregate) for aggregate in plan.aggregates]
-    return [tuple(key) + tuple(column[i] for column in columns) for i, key in enumerate(release.keys)]
+    keys = [list(map(itemgetter(i), release.keys)) for i in range(len(plan.query.keys))]
+    columns = keys + [_aggregate_values(plan, release, aggregate) for aggregate in plan.aggregates]
+    return list(zip(*columns)) if columns else [()] * len(release.keys)
 
 
 def core_columns(plan: Plan) -> list[str]:
@@ -114,45 +192,103 @@ def core_columns(plan: Plan) -> list[str]:
     return [k.name for k in plan.query.keys] + [a.name for a in plan.aggregates]
 
 
+# ---------------------------------------------------------------- released values, a column at a time
+#
+# Each value is the float of an exact rational (or an exact integer), as Fraction arithmetic
+# gives it: float(Fraction(n, d)) is n / d correctly rounded. A column is computed on int64
+# when every numerator and denominator stays below 2**53 — both are then exact doubles and one
+# IEEE division rounds correctly — and otherwise on Python ints in object arrays, whose
+# int / int division also rounds correctly. Clamping after the rounding gives the same value as
+# clamping before it, since correct rounding is monotone.
+
+_EXACT_DOUBLE = 2**53
+"""Integers below this in magnitude are exact doubles (and far from int64 overflow)."""
+
+
 def _aggregate_values(plan: Plan, release: Release, aggregate: AggregateRelease) -> list:
     measures = [plan.measure(name) for name in aggregate.measures]
     first = measures[0]
     if aggregate.function == "quantile":
         return [float(value) for value in release.chosen[first.name]]
-    series = [release.noisy[m.name] for m in measures]
+    series = [_integers(release.noisy[m.name]) for m in measures]
     function = aggregate.function
     if function in ("count", "count_units", "count_distinct"):
-        return [max(n, 0) for n in series[0]]
+        return np.maximum(series[0], 0).tolist()
     if function == "sum":
-        return [_on_grid(n, first.grid) for n in series[0]]
+        return _on_grid(series[0], first.grid).tolist()
     if function == "avg":
-        return [_average(s, c, first, aggregate) for s, c in zip(*series)]
-    return [_variance(s, q, c, first, aggregate) for s, q, c in zip(*series)]
+        return _averages(*series, first, aggregate).tolist()
+    return _variances(*series, first, aggregate).tolist()
 
 
-def _on_grid(units: int, grid: Fraction):
-    value = units * grid
-    return int(value) if grid.denominator == 1 else float(value)
+def _on_grid(units: np.ndarray, grid: Fraction) -> np.ndarray:
+    """units * grid: integers on an integer grid, else floats."""
+    p, q = grid.numerator, grid.denominator
+    if q == 1:
+        return _exact(units, _magnitude(units) * p, limit=2**63) * p
+    return _quotients(_exact(units, max(_magnitude(units) * p, q)) * p, q)
 
 
-def _average(centred_sum: int, count: int, measure: Measure, aggregate: AggregateRelease) -> float:
-    if count <= 0:
-        return float((aggregate.lower + aggregate.upper) / 2)
-    average = measure.grid * (Fraction(centred_sum, count) + measure.lower + measure.upper) / 2
-    return float(min(max(average, aggregate.lower), aggregate.upper))
+def _averages(centred_sums: np.ndarray, counts: np.ndarray, measure: Measure,
+              aggregate: AggregateRelease) -> np.ndarray:
+    """grid * (S/C + L + U) / 2 = p (S + (L + U) C) / (2 q C) for grid p/q, clamped into the
+    aggregate's bounds; the midpoint of the bounds where C <= 0."""
+    valid = counts > 0
+    counts = np.where(valid, counts, 1)
+    p, q, middle = measure.grid.numerator, measure.grid.denominator, measure.lower + measure.upper
+    bound = max((_magnitude(centred_sums) + abs(middle) * _magnitude(counts)) * p, 2 * q * _magnitude(counts))
+    sums, counts = (_exact(a, bound) for a in (centred_sums, counts))
+    averages = _quotients((sums + middle * counts) * p, counts * (2 * q))
+    averages = np.minimum(np.maximum(averages, float(aggregate.lower)), float(aggregate.upper))
+    return np.where(valid, averages, float((aggregate.lower + aggregate.upper) / 2))
 
 
-def _variance(centred_sum: int, squares: int, count: int, measure: Measure, aggregate: AggregateRelease) -> float:
+def _variances(centred_sums: np.ndarray, squares: np.ndarray, counts: np.ndarray, measure: Measure,
+               aggregate: AggregateRelease) -> np.ndarray:
+    """grid^2 (Q/C - (S/C)^2) / 4 = p^2 (Q C - S^2) / (4 q^2 C^2) for grid p/q (times C/(C - 1),
+    so C (C - 1) below, for the sample form), clamped into [0, (hi - lo)^2 / 4]; 0 where C <= 0
+    (C <= 1 for the sample form). STDDEV is the square root."""
+    valid = counts > (1 if aggregate.sample else 0)
+    counts = np.where(valid, counts, 2)
+    p, q = measure.grid.numerator, measure.grid.denominator
+    count_bound = _magnitude(counts)
+    bound = max(p * p * (_magnitude(squares) * count_bound + _magnitude(centred_sums) ** 2),
+                4 * q * q * count_bound * count_bound)
+    sums, squares, counts = (_exact(a, bound) for a in (centred_sums, squares, counts))
+    pairs = counts * (counts - 1) if aggregate.sample else counts * counts
+    variances = _quotients((squares * counts - sums * sums) * (p * p), pairs * (4 * q * q))
     largest = (aggregate.upper - aggregate.lower) ** 2 / 4
-    if count <= 0 or (aggregate.sample and count <= 1):
-        value = Fraction(0)
-    else:
-        mean = Fraction(centred_sum, count)
-        value = measure.grid**2 * (Fraction(squares, count) - mean * mean) / 4
-        if aggregate.sample:
-            value = value * count / (count - 1)
-    value = min(max(value, Fraction(0)), largest)
-    return math.sqrt(value) if aggregate.function == "stddev" else float(value)
+    variances = np.where(valid, np.minimum(np.maximum(variances, 0.0), float(largest)), 0.0)
+    return np.sqrt(variances) if aggregate.function == "stddev" else variances
+
+
+def _integers(values: Sequence[int]) -> np.ndarray:
+    """Integers as int64, or as Python ints in an object array when one does not fit int64."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array([int(value) for value in values], dtype=object)
+
+
+def _magnitude(values: np.ndarray) -> int:
+    """The largest absolute value, as a Python int (no int64 overflow), and at least 1: a bound
+    built from magnitudes then also bounds the constants multiplied in (so NumPy never has to
+    fit a too-large Python int into int64, even for an empty column)."""
+    return max(-int(values.min()), int(values.max()), 1) if values.size else 1
+
+
+def _exact(values: np.ndarray, bound: int, limit: int = _EXACT_DOUBLE) -> np.ndarray:
+    """``values`` in a dtype that computes exactly when every intermediate is at most ``bound``
+    in magnitude: int64 when ``bound`` is below ``limit``, else Python ints."""
+    return values if bound < limit and values.dtype != object else values.astype(object)
+
+
+def _quotients(numerators: np.ndarray, denominators: np.ndarray | int) -> np.ndarray:
+    """n / d per cell (d > 0), correctly rounded, as float(Fraction(n, d)) is. Operands come from
+    ``_exact``: Python ints (int / int rounds correctly), or int64 below 2**53 (exact doubles,
+    so one IEEE division rounds correctly)."""
+    quotients = numerators / denominators
+    return quotients.astype(float) if quotients.dtype == object else quotients
 
 
 def half_widths(plan: Plan, release: Release, alpha: float) -> dict[str, list[float]]:
