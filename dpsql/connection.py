@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -152,22 +153,25 @@ class Connection:
                 separate_sql = rewrite_separate(plan, measure)
                 histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql))
             release = release_measures(plan, domain, exact, self._rng, histograms)
-            core = [row + (index,) for index, row in enumerate(core_rows(plan, release))]
-            if picked is not None:  # a plain projection: no SQL needed to post-process
-                columns, rows = ["dp_row"], [tuple(row[i] for i in picked) + (row[-1],) for row in core]
+            core = core_rows(plan, release)
+            if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
+                pick = itemgetter(*picked)
+                rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
+                tracked, order = True, range(len(rows))
             else:
+                indexed = [row + (index,) for index, row in enumerate(core)]
                 columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
-                                                          core, post_sql(checked.post))
+                                                          indexed, post_sql(checked.post))
+                tracked = columns[-1] == "dp_row"
+                order = [row[-1] for row in rows] if tracked else []
+                rows = [row[:-1] for row in rows] if tracked else rows
         except Exception:  # whatever failed, the analyst learns nothing from how
             raise QueryFailed("the query failed while running; its cost was charged and no "
                               "answer was released") from None
-        tracked = columns[-1] == "dp_row"
-        order = [row[-1] for row in rows] if tracked else []
-        rows = [row[:-1] for row in rows] if tracked else rows
         # The noisy measures of the rows shown, in their order: all accuracy() needs, for this
         # answer and for every repeat of it.
-        noisy = {name: [values[i] for i in order] for name, values in release.noisy.items()} \
-            if tracked else {}
+        noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
+                 for name, values in release.noisy.items()} if tracked else {}
         self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         return DPResult(list(checked.outputs), rows, charged,
@@ -418,6 +422,8 @@ class Connection:
             if domain not in self._domains:  # public data: read once per connection
                 self._domains[domain] = [tuple(row) for row in self._engine.fetch(domain)]
             parts.append((indices, self._domains[domain]))
+        if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
+            return list(parts[0][1])  # one table's keys in query order: its rows are the keys
         released = []
         for combination in itertools.product(*(values for _, values in parts)):
             key = [None] * len(query.keys)

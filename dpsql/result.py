@@ -206,7 +206,11 @@ def encode_answer(columns: list[str], rows: list[tuple], noisy: dict[str, list[i
     """
     record = {"format": ANSWER_FORMAT, "columns": list(columns),
               "noisy": {name: [int(v) for v in values] for name, values in noisy.items()}}
-    try:
+    try:  # fast: JSON writes plain values itself and asks _encode only for the others
+        return json.dumps({**record, "rows": rows}, default=_encode, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        pass
+    try:  # a non-finite float: tagged by _encode, which the fast path cannot ask for it
         record["rows"] = [[_encode(value) for value in row] for row in rows]
         return json.dumps(record, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
@@ -246,8 +250,16 @@ _TYPES = ((float, "$float"), (Decimal, "$decimal"), (datetime.datetime, "$dateti
           (uuid.UUID, "$uuid"), (bytes, "$bytes"), (Fraction, "$fraction"))
 
 
+_PLAIN = frozenset({type(None), bool, int, str})
+
+
 def _encode(value):
-    if hasattr(value, "item") and type(value).__module__ == "numpy":
+    kind = type(value)
+    if kind in _PLAIN:  # the common case first: a million-row answer calls this millions of times
+        return value
+    if kind is float and math.isfinite(value):
+        return value
+    if hasattr(value, "item") and kind.__module__ == "numpy":
         value = value.item()  # numpy scalar: the equal Python value
     if value is None or isinstance(value, (bool, int, str)):
         return value
