@@ -374,8 +374,8 @@ def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -
     value = _value_column(measure)
     if measure.squared:
         return f"SUM({_centred(measure, value)} * {_centred(measure, value)})"
-    if measure.centred:
-        return f"SUM(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
+    if measure.centred:  # sum(2v - (L + U)) = 2 sum(v) - (L + U) count(v): no per-row HUGEINT
+        return f"(2 * SUM({value}) - CAST(COUNT({value}) AS HUGEINT) * ({measure.lower + measure.upper}))"
     return f"SUM({value})"  # BIGINT values: DuckDB sums them exactly, as HUGEINT
 
 
