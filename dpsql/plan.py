@@ -82,6 +82,8 @@ class PrivateQuery:
     or UNION ALL. ``None``: the table named ``table`` itself."""
     rows_per_unit: int | None = None
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
+    bounded: tuple[str, ...] = ()
+    """The bounded copies (``dpsql.bounding``) the source reads: built before it runs."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""
