@@ -121,6 +121,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
         source=relation.sql,
         rows_per_unit=relation.rows_per_unit,
         bounded=tuple(sorted(relation.bounded)),
+        joins=relation.joins,
     )
 
 

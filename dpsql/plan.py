@@ -84,6 +84,8 @@ class PrivateQuery:
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
     bounded: tuple[str, ...] = ()
     """The bounded copies (``dpsql.bounding``) the source reads: built before it runs."""
+    joins: tuple[str, ...] = ()
+    """What each join with public data compares and multiplies (for explain)."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""

@@ -72,6 +72,8 @@ class Relation:
     copy holds k (``dpsql.bounding``), joins multiply, ... ``None`` when nothing holds it."""
     bounded: frozenset = frozenset()
     """Names of the bounded copies the relation reads (built before a query runs)."""
+    joins: tuple = ()
+    """One line per join with public data: what it compares and how far it multiplies rows."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         held = _product(left.rows_per_unit, right.rows_per_unit)
         on = _total_condition(bound_condition, (left.rule.unit.lower(), right.rule.unit.lower()))
         bounded = left.bounded | right.bounded
+        joins = left.joins + right.joins
     else:
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
@@ -218,6 +221,11 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         held = _product(private.rows_per_unit, multiplicity)
         on = _keyed_condition(bound_condition, keys)
         bounded = private.bounded
+        compared = ", ".join(sorted({k.comparison if k.comparison != "VARCHAR" else "VARCHAR (as bytes)"
+                                     for k in keys}))
+        joins = private.joins + (f"{private.label} ⋈ {public.label}: public rows stored before the charge; keys "
+                                 f"compared as {compared}; a private row matches at most m = {multiplicity} "
+                                 f"public rows (MAX JOIN MULTIPLICITY {max_multiplicity})",)
     select = exp.Select(expressions=[
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
@@ -226,7 +234,7 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
                          join_type="LEFT" if side == "LEFT" else "INNER")
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
     return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held,
-                    bounded=bounded)
+                    bounded=bounded, joins=joins)
 
 
 def _product(a: int | None, b: int | None) -> int | None:
@@ -763,7 +771,8 @@ def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner:
     columns = dict(data.describe(select.sql(dialect=DIALECT))) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
     scope = _scope(reference, columns)
-    return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded)
+    return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded,
+                    joins=inner.joins)
 
 
 def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Relation:
@@ -799,7 +808,8 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     )
     held = None if any(r.rows_per_unit is None for r in relations) else sum(r.rows_per_unit for r in relations)
     return Relation(union, rule, dict(first.columns), _scope(reference, first.columns), rule.name,
-                    rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)))
+                    rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)),
+                    joins=tuple(j for r in relations for j in r.joins))
 
 
 def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Public:
