@@ -38,9 +38,10 @@ from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
 from .aggregates import plain_projection, post_sql
+from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
-from .rewrite import domain_sql, rewrite_plan, rewrite_separate
+from .rewrite import domain_sql, key_types_sql, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -139,7 +140,7 @@ class Connection:
         cost = query_cost(plan)
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
-        domain = self._domain(checked) if plan.selection is None else None
+        domain = self._domain(plan.query) if plan.selection is None else None
         picked = plain_projection(checked.post, core_columns(plan))
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
@@ -147,14 +148,16 @@ class Connection:
                                     analyst_total=self._analyst_accountant)
         # The charge is committed: from here on, private data is read.
         try:
-            exact = self._engine.fetch(bounded_sql, salt)
+            keys = plan.query.keys
+            exact = read_keys(self._engine.fetch(bounded_sql, salt), keys)
             histograms = {}
             for measure in plan.separate:
                 separate_sql = rewrite_separate(plan, measure)
-                histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql))
+                histograms[measure.name] = read_keys(self._engine.fetch(separate_sql, self._salt_for(separate_sql)), keys)
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
+                core = shown_keys(core, plan.query.keys)
                 pick = itemgetter(*picked)
                 rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
                 tracked, order = True, range(len(rows))
@@ -191,12 +194,13 @@ class Connection:
             message = str(error).split("\n")[0]
             raise UnsupportedQuery(f"the query does not type-check: {message}",
                                    hint="compare and combine columns of matching types") from None
-        types = [described[key.name] for key in plan.query.keys]
+        types = [key.type_name or described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
             first = plan.measure(aggregate.measures[0])
             integral = aggregate.function in ("count", "count_units", "count_distinct") or (
                 aggregate.function == "sum" and first.grid.denominator == 1)
-            types.append("BIGINT" if integral else "DOUBLE")
+            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
+            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
         return types
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
@@ -375,7 +379,13 @@ class Connection:
                                        hint="pass weights={'n': 2, 'avg(amount)': 1}")
             pairs = tuple((str(k), exact_parameter(v, f"the weight of {k}")) for k, v in weights.items())
             options = replace(options, weights=pairs)
-        return analyse_query(query, self.policy, options, sql)
+        plan = analyse_query(query, self.policy, options, sql)
+        if not plan.query.keys:
+            return plan
+        # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
+        # the key is read back exactly, and refuses, before the charge, keys that cannot be.
+        types = dict(self._engine.describe(key_types_sql(plan)))
+        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
     def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:
         if epsilon is None:
@@ -420,7 +430,7 @@ class Connection:
             keys = [query.keys[i] for i in indices]
             domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
             if domain not in self._domains:  # public data: read once per connection
-                self._domains[domain] = [tuple(row) for row in self._engine.fetch(domain)]
+                self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
@@ -516,6 +526,28 @@ def table_key_of(name: str) -> str:
     return ".".join(parts[1:]) if len(parts) == 2 and parts[0] == "main" else ".".join(parts)
 
 
+def _plain_number(value: Any) -> Any:
+    """A NumPy scalar as the Python number it stands for: an integer as int, a float by its own
+    shortest decimal text (np.float32(0.1) means 0.1, as the float 0.1 does); else unchanged.
+
+    >>> import numpy as np
+    >>> _plain_number(np.int64(7)), _plain_number(np.float32(0.1)), _plain_number(np.float64(0.25))
+    (7, 0.1, 0.25)
+    """
+    module = type(value).__module__
+    if module != "numpy" or not hasattr(value, "dtype"):
+        return value
+    kind = value.dtype.kind
+    if kind in "iu":
+        return int(value)
+    if kind == "f":
+        number = float(value)
+        return float(str(value)) if math.isfinite(number) else number
+    if kind == "b":
+        return bool(value)
+    return value
+
+
 def exact_parameter(value: Any, name: str) -> Fraction:
     """A caller's privacy parameter as an exact Fraction: finite numbers only.
 
@@ -527,6 +559,7 @@ def exact_parameter(value: Any, name: str) -> Fraction:
     Traceback (most recent call last):
     dpsql.errors.InvalidParameter: epsilon must be a finite number, got nan. Hint: pass a number such as 0.5.
     """
+    value = _plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, Decimal, str)):
         raise InvalidParameter(f"{name} must be a number, got {type(value).__name__}",
                                hint="pass a number such as 0.5")
