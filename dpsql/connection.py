@@ -24,6 +24,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
 from .bounding import bounded_tables
@@ -534,8 +536,7 @@ def _plain_number(value: Any) -> Any:
     >>> _plain_number(np.int64(7)), _plain_number(np.float32(0.1)), _plain_number(np.float64(0.25))
     (7, 0.1, 0.25)
     """
-    module = type(value).__module__
-    if module != "numpy" or not hasattr(value, "dtype"):
+    if not isinstance(value, np.generic):
         return value
     kind = value.dtype.kind
     if kind in "iu":
