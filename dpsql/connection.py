@@ -39,11 +39,12 @@ from .normalise import normalised_sql, repeat_key
 from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
+from .policy_check import is_numeric_type
 from .aggregates import plain_projection, post_sql
 from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
-from .rewrite import domain_sql, key_types_sql, rewrite_plan, rewrite_separate
+from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -92,6 +93,7 @@ class Connection:
                 self.policy: Policy = self._load_policy(policy)
                 self._catalog = self._engine.catalog()
                 check_policy(self.policy, self._catalog)
+                self._check_listed_keys()
                 self._engine.prepare_bounding(
                     bounded_tables(list(self.policy.private_tables), self._catalog, table_key_of),
                     self._ledger.salt().hex())
@@ -110,6 +112,29 @@ class Connection:
                                                          self.policy.analyst_budget_delta))
         self._policy_text = policy_to_text(self.policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
+
+    def _check_listed_keys(self) -> None:
+        """Listed KEYS of a column that is neither text nor a number (a DATE, a UUID, an ENUM)
+        must each name a value of its type, as DuckDB reads it: one that does not would be
+        dropped from the domain without a word. Reads the policy's own literals only."""
+        for table in self.policy.private_tables:
+            columns = self._catalog[table_key_of(table.name)]
+            for rule in table.columns:
+                type_name = columns.get(rule.name.lower(), "")
+                if rule.keys is None or rule.keys.values is None or type_name == "VARCHAR" \
+                        or is_numeric_type(type_name):
+                    continue
+                rows = ", ".join(f"({literal(str(v))})" for v in rule.keys.values)
+                wrong = self._engine.fetch(f"SELECT v FROM (VALUES {rows}) AS d(v) "
+                                           f"WHERE TRY_CAST(v AS {type_name}) IS NULL")
+                if wrong:
+                    position = rule.position
+                    raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0][0]}', "
+                                      f"which is not a value of {type_name}",
+                                      line=position.line if position else None,
+                                      col=position.col if position else None,
+                                      hint=f"list keys DuckDB reads as {type_name}, such as "
+                                           "'2024-01-31' for a DATE")
 
     def _load_policy(self, policy: Any) -> Policy:
         if policy is not None:

@@ -186,6 +186,14 @@ def test_a_domain_or_bounds_of_another_type_is_refused_at_load_on_both(rules, wo
         assert "line 1" in str(refused.value)
 
 
+def test_listed_keys_that_name_no_value_of_the_type_are_refused_at_load():
+    frame = pd.DataFrame({"uid": range(3), "day": [datetime.date(2024, 1, 1)] * 3})
+    with pytest.raises(PolicyError) as refused:
+        dpsql.connect({"t": frame}, policy=policy("day KEYS ('2024-01-01', 'soon')"))
+    assert "'soon'" in str(refused.value) and "DATE" in str(refused.value) and "line 1" in str(refused.value)
+    dpsql.connect({"t": frame}, policy=policy("day KEYS ('2024-01-01', '2024-01-02')")).close()
+
+
 def test_a_non_integer_bound_on_an_integer_column_is_rounded_inward():
     frame = pd.DataFrame({"uid": range(3), "n": [0, 5, 100]})
     with dpsql.connect({"t": frame}, policy=policy("n BOUNDS 0.5 TO 10.5")) as db:
