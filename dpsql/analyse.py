@@ -121,12 +121,12 @@ def _weights(query: PrivateQuery, options: PrivacyOptions) -> dict[str, Fraction
         keys = (aggregate.label.lower(), by_output.get(aggregate.name, ""))
         weight = next((named[k] for k in keys if k in named), Fraction(1))
         if weight <= 0:
-            raise UnsupportedQuery(f"the weight of {aggregate.label} must be positive, got {weight}",
+            raise InvalidParameter(f"the weight of {aggregate.label} must be positive, got {weight}",
                                    hint="give every aggregate a positive weight")
         weights[aggregate.name] = weight
     unknown = set(named) - {a.label.lower() for a in query.aggregates} - set(by_output.values())
     if unknown:
-        raise UnsupportedQuery(f"weights name no aggregate of the query: {', '.join(sorted(unknown))}",
+        raise InvalidParameter(f"weights name no aggregate of the query: {', '.join(sorted(unknown))}",
                                hint="name an aggregate by its output name or as written, e.g. 'count_star()'")
     return weights
 

@@ -251,6 +251,8 @@ def test_numpy_and_decimal_parameters_are_accepted(epsilon):
     dict(epsilon=np.float64("nan")), dict(epsilon=Decimal("NaN")), dict(epsilon=Decimal("-1")),
     dict(epsilon=Decimal("Infinity")), dict(delta=np.float32(2)), dict(epsilon=np.array([0.5])),
     dict(epsilon=1, weights={"n": Decimal("NaN")}), dict(epsilon=1, weights={"n": "x"}),
+    dict(epsilon=1, weights={"n": np.int64(0)}), dict(epsilon=1, weights={"nothing": 1}),
+    dict(epsilon=1, weights=[1]), dict(epsilon=True), dict(noise=1),
 ])
 def test_every_parameter_error_is_an_invalid_parameter_before_anything_runs(options):
     frame = pd.DataFrame({"uid": range(10), "k": ["a"] * 10})
@@ -317,18 +319,21 @@ def test_post_processing_sees_keys_in_their_own_type(tmp_path):
 
 def test_repeats_return_the_same_text_and_typed_keys(tmp_path):
     frame = pd.DataFrame({"uid": range(80), "ts": pd.to_datetime(["2024-01-01 00:00:00.000000001"] * 80),
-                          "day": [datetime.date(2024, 1, 1)] * 80, "x": [0.5] * 80})
-    sql = ("SELECT ts, day, x, CASE WHEN uid >= 0 THEN INTERVAL '1000000000 months' END AS i, COUNT(*) AS n "
-           "FROM t GROUP BY ts, day, x, i")
+                          "day": [datetime.date(2024, 1, 1)] * 80, "x": [0.5] * 80,
+                          "tz": pd.to_datetime(["2024-01-01 10:00:00+00:00"] * 80)})
+    sql = ("SELECT ts, day, x, CASE WHEN uid >= 0 THEN INTERVAL '1000000000 months' END AS i, tz, COUNT(*) AS n "
+           "FROM t GROUP BY ts, day, x, i, tz")
     with dpsql.connect({"t": frame}, policy=policy(), ledger=tmp_path / "l.ledger", rng=SeededSource(3)) as db:
         first = db.sql(sql, epsilon=1, delta=1e-3)
     with dpsql.connect({"t": frame}, policy=policy(), ledger=tmp_path / "l.ledger") as db:
         again = db.sql(sql, epsilon=1, delta=1e-3)
     assert again.repeat and again.fetchall() == first.fetchall()
-    (ts, day, x, interval, _), = first.fetchall()
+    (ts, day, x, interval, tz, _), = first.fetchall()
     assert (ts, day, x, interval) == ("2024-01-01 00:00:00.000000001", datetime.date(2024, 1, 1), 0.5,
                                       "83333333 years 4 months")
-    assert [type(v) for v in again.fetchone()[:4]] == [str, datetime.date, float, str]
+    assert isinstance(tz, datetime.datetime) and tz.utcoffset() is not None  # an aware value, or its text
+    assert tz == datetime.datetime(2024, 1, 1, 10, tzinfo=datetime.timezone.utc)
+    assert [type(v) for v in again.fetchone()[:5]] == [str, datetime.date, float, str, datetime.datetime]
 
 
 # --- unit tests: classification and the total display ---------------------------------------------
