@@ -411,7 +411,8 @@ class Connection:
             return plan
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
-        types = dict(self._engine.describe(key_types_sql(plan)))
+        keys_sql = key_types_sql(plan)
+        types = dict(self._engine.describe(keys_sql, self._salt_for(keys_sql)))
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
     def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:
