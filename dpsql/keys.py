@@ -311,13 +311,3 @@ def fetched_as_text(type_name: str) -> bool:
     (True, True, False, False)
     """
     return is_nested(type_name) or base_type(type_name) not in FETCHED_AS_IS
-
-
-def is_text_type(type_name: str) -> bool:
-    """True for the types released keys are shown from DuckDB's text (``key_form`` "text").
-
-    >>> is_text_type("DATE"), is_text_type("BIGINT")
-    (True, False)
-    """
-    return key_form(type_name) == "text"
-
