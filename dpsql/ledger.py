@@ -63,6 +63,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -412,7 +413,7 @@ def _connect(path: str | None) -> sqlite3.Connection:
     except sqlite3.Error as error:
         raise _open_error(path, error) from error
     try:
-        connection.execute("PRAGMA journal_mode = WAL")
+        _use_wal(connection)
         connection.execute("PRAGMA synchronous = FULL")
         _create_schema(connection, path)
     except BaseException as error:
@@ -421,6 +422,30 @@ def _connect(path: str | None) -> sqlite3.Connection:
             raise _open_error(path, error) from error
         raise
     return connection
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode, waiting for other openers as long as any lock wait.
+
+    SQLite answers ``PRAGMA journal_mode = WAL`` with "database is locked" at once, without
+    calling the busy handler, when another connection is opening the same new file at that
+    moment (it needs the exclusive lock to rewrite the header). Many connects to one fresh
+    ledger at once (threads or processes) hit that, so retry until ``BUSY_TIMEOUT_SECONDS``.
+    """
+    deadline, pause = time.monotonic() + BUSY_TIMEOUT_SECONDS, 0.001
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    return "locked" in str(error) or "busy" in str(error)
 
 
 def _create_schema(connection: sqlite3.Connection, path: str | None) -> None:
@@ -454,7 +479,7 @@ def _open_error(path: str | None, error: sqlite3.Error) -> DPError:
 
 def _ledger_error(path: str | None, action: str, error: sqlite3.Error) -> DPError:
     hint = "check that the ledger file is writable and on a local disk"
-    if "locked" in str(error) or "busy" in str(error):
+    if _is_busy(error):
         hint = (f"another connection holds the ledger's write lock (dpsql waits up to "
                 f"{BUSY_TIMEOUT_SECONDS:g} s for it); try again")
     outcome = "; nothing was charged" if action == _CHARGING else ""
