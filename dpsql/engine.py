@@ -352,10 +352,13 @@ def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
     themselves changes to the instance's catalog.
     """
     with _INSTANCES_LOCK:
-        connection.execute(attach_sql())
-        connection.execute(f"CREATE TABLE IF NOT EXISTS {_INSTANCE_TABLE} AS "
-                           f"SELECT '{secrets.token_hex(16)}' AS token")
-        token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+        try:  # a read when the instance has its token: no catalog write at all
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+        except duckdb.Error:
+            connection.execute(attach_sql())
+            connection.execute(f"CREATE TABLE IF NOT EXISTS {_INSTANCE_TABLE} AS "
+                               f"SELECT '{secrets.token_hex(16)}' AS token")
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
         instance = _INSTANCES.get(token)
         if instance is None:
             instance = _INSTANCES[token] = _Instance()
