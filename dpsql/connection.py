@@ -304,14 +304,14 @@ class Connection:
         ruled by it; return the change recorded in the ledger (``None``: already stored).
         A different stored policy is replaced only with ``replace=True`` (``init_policy``)."""
         stored = self._ledger.stored_policy()
-        if stored is not None and not replace:
-            difference = policy_difference(load_policy(stored), self.policy)
-            if difference is not None:
-                raise PolicyError(
-                    f"a different policy is stored with the ledger at "
-                    f"{self._ledger.path or ':memory:'}: {difference}",
-                    hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
-            return None
+        difference = None if stored is None else policy_difference(load_policy(stored), self.policy)
+        if stored is not None and difference is None:
+            return None  # the same rules, however they were written: nothing to record
+        if difference is not None and not replace:
+            raise PolicyError(
+                f"a different policy is stored with the ledger at "
+                f"{self._ledger.path or ':memory:'}: {difference}",
+                hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
         return self._ledger.store_policy(self.policy_text(), replacing=stored)
 
     def policy_changes(self) -> list[PolicyChange]:

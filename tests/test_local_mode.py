@@ -204,7 +204,8 @@ def test_output_refuses_the_ledger_and_the_next_session_keeps_its_budget(shop, s
 
 @pytest.mark.parametrize("name", ["shop.duckdb", "shop.duckdb.ledger-wal", "shop.duckdb.ledger-journal",
                                   "shop.duckdb.ledger-shm", "shop.duckdb.wal", "policy.policy",
-                                  "other.ledger", "OTHER.LEDGER-WAL", "new.policy", "copy.duckdb"])
+                                  "other.ledger", "OTHER.LEDGER-WAL", "new.policy", "copy.duckdb",
+                                  "sub/other.ledger"])
 def test_output_refuses_the_curators_files_and_names_like_them_beside_the_ledger(shop, shell, name):
     target = Path(shop["db"]).parent / name
     reply = handle_input(shell, f".output {target}")

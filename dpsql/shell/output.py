@@ -7,9 +7,9 @@ So the shell refuses (DESIGN.md invariant 18):
 - the curator's files (``Connection.curator_files``): the database and its ``.wal``, the
   ledger and SQLite's ``-wal``, ``-shm`` and ``-journal`` beside it, the policy file the
   session was opened with — through any symbolic link or ``..`` that leads to them;
-- in the directories holding them, any name ending like them (``*.ledger``,
+- under the directories holding them, any name ending like them (``*.ledger``,
   ``*.ledger-wal``, ``*.policy``, ``*.duckdb``, ...), so another database's ledger kept
-  beside this one is safe too;
+  beside this one, or in a folder below, is safe too;
 - any existing file that this session did not create: a file is created here with
   ``O_CREAT | O_EXCL`` and remembered by its device and inode, and only those are written
   again. Hard links, symbolic links and files swapped in later are existing files, refused.
@@ -39,7 +39,7 @@ class OutputRules:
     protected: frozenset[Path]
     """The curator's files, resolved."""
     directories: frozenset[Path]
-    """Directories holding them: names ending like them are refused there."""
+    """Directories holding them: names ending like them are refused anywhere under these."""
     endings: tuple[str, ...]
     """Lower-case name endings refused in those directories (``.ledger``, ``.policy``, ...)."""
 
@@ -70,13 +70,15 @@ def refuse_output(path: Path, rules: OutputRules, created: frozenset[tuple[int, 
     if target in rules.protected:
         raise DPError(f"{path} is one of the curator's files (database, ledger or policy); "
                       ".output never writes it", hint=hint)
-    if target.parent in rules.directories and target.name.lower().endswith(rules.endings):
-        raise DPError(f"{path} is named like a database, ledger or policy file in {target.parent}; "
+    under = next((d for d in sorted(rules.directories) if d in target.parents), None)
+    if under is not None and target.name.lower().endswith(rules.endings):
+        raise DPError(f"{path} is named like a database, ledger or policy file under {under}; "
                       ".output never writes such files there", hint=hint)
     existing = _identity(path.expanduser())
     if existing is not None and existing not in created:
         raise DPError(f"{path} already exists and was not created by this session; "
-                      ".output does not overwrite files", hint="choose a new file name, or remove the file yourself first")
+                      ".output does not overwrite files",
+                      hint="choose a new file name, or remove the file yourself first")
     return target
 
 
