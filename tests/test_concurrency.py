@@ -194,3 +194,22 @@ def test_processes_opening_one_new_ledger_at_once_all_succeed(tmp_path):
             assert results == ["ok"] * 8
             with Ledger.open(path) as ledger:
                 assert ledger.spent().epsilon == Fraction(8, 10)
+
+
+def test_a_charge_waits_for_another_writer_instead_of_failing(tmp_path):
+    """SQLite's busy timeout: a charge while another connection holds the write lock waits
+    for it (up to BUSY_TIMEOUT_SECONDS) and then commits."""
+    path = tmp_path / "held.ledger"
+    with Ledger.open(path) as ledger:
+        assert ledger._connect().execute("PRAGMA busy_timeout").fetchone() == (
+            int(ledger_module.BUSY_TIMEOUT_SECONDS * 1000),)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+        release.start()
+        started = time.monotonic()
+        ledger.charge(Spend(Fraction(1, 10)), Spend(Fraction(1)), sql="SELECT 1", options={})
+        assert time.monotonic() - started >= 0.4
+        release.join()
+        holder.close()
+        assert ledger.spent().epsilon == Fraction(1, 10)

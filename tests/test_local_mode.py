@@ -166,6 +166,26 @@ def test_a_budget_lowered_below_what_was_spent_shows_zero_remaining_and_admits_n
     assert spent(shop["db"]) == Fraction(1, 2)
 
 
+def test_spending_from_before_the_first_init_counts_and_never_shows_negative(built, tmp_path, capsys):
+    """The reported `-11.8 of 10`: a ledger spent under a larger policy, then ruled by a
+    smaller one. What was spent stays spent; what remains reads 0."""
+    database = tmp_path / "shop.duckdb"
+    database.write_bytes(built.read_bytes())
+    with dpsql.connect(database, policy=BIGGER) as db:  # no policy stored yet: the one given
+        db.sql("SELECT COUNT(*) FROM visits", epsilon=5)
+    assert cli.main(["init", str(database), "--policy", str(_write(tmp_path / "p.policy", SHOP_POLICY))]) == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, "budget", str(database))
+    assert code == 0 and re.search(r"epsilon +3 +5 +0\n", out) and "0 of 3 left" in out
+    with dpsql.connect(database) as db:
+        assert db.budget.remaining.epsilon == 0 and str(db.budget).startswith("epsilon 5 of 3 spent, 0 remaining")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 @pytest.mark.parametrize("accounting", ["ADVANCED", "ZCDP"])
 def test_sublinear_accountants_never_show_a_negative_remainder_either(built, tmp_path, accounting):
     database = tmp_path / "shop.duckdb"
