@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
@@ -33,13 +34,14 @@ from .check import check_query
 from .engine import Engine
 from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
 from .explain import explain_plan
-from .ledger import Ledger
+from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from .model import Policy
 from .normalise import normalised_sql, repeat_key
 from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
 from .policy_check import is_numeric_type
+from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
 from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
@@ -78,12 +80,33 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
                       query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding)
 
 
+def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
+                memory_limit: str | None = None) -> PolicyChange | None:
+    """The curator's ``dpsql init``: check ``policy`` against ``target`` and store it with the
+    ledger, so that it rules every later connection; return the recorded change, or ``None``
+    when that very policy was stored already.
+
+    A different stored policy is replaced only with ``replace=True``: what was spent, the
+    salt and the ledger's entries stay, and the ledger records the change (time, old and new
+    text; ``Connection.policy_changes()``).
+
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"uid": [1, 2], "x": [1.0, 3.0]})
+    >>> change = init_policy({"t": frame}, "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);")
+    >>> change.old is None, change.new.splitlines()[0]
+    (True, 'BUDGET EPSILON 1;')
+    """
+    # Opened as replacing whatever is stored, so a refusal below is init's own, naming --replace.
+    with Connection(target, policy, ledger=ledger, memory_limit=memory_limit, _replacing=True) as db:
+        return db.store_policy(replace=replace)
+
+
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
-                 eager_bounding: bool = False):
+                 eager_bounding: bool = False, _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out")
@@ -93,7 +116,7 @@ class Connection:
                 ledger = Path(f"{self._engine.path}.ledger")
             self._ledger = Ledger.open(ledger)
             try:
-                self.policy: Policy = self._load_policy(policy)
+                self.policy: Policy = self._load_policy(policy, _replacing)
                 self._catalog = self._engine.catalog()
                 check_policy(self.policy, self._catalog)
                 self._check_listed_keys()
@@ -116,6 +139,13 @@ class Connection:
             accountant_for(self.policy.accounting, Spend(self.policy.analyst_budget_epsilon,
                                                          self.policy.analyst_budget_delta))
         self._policy_text = policy_to_text(self.policy)
+        # The stored texts this connection's accountants agree with: a charge is refused once
+        # the stored policy is none of them (replaced since), so the stored budget rules.
+        agreed = {None, self._policy_text}
+        if self._stored_policy is not None and not _replacing:
+            agreed.add(self._stored_policy)
+        self._agreed_policies = frozenset(agreed)
+        self._policy_file = policy_file_of(policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
 
     def _check_listed_keys(self) -> None:
@@ -141,14 +171,27 @@ class Connection:
                                       hint=f"list keys DuckDB reads as {type_name}, such as "
                                            "'2024-01-31' for a DATE")
 
-    def _load_policy(self, policy: Any) -> Policy:
-        if policy is not None:
-            return load_policy(policy)
-        stored = self._ledger.stored_policy()
-        if stored is None:
-            raise PolicyError("no policy was given and none is stored with this database",
-                              hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
-        return load_policy(stored)
+    def _load_policy(self, policy: Any, replacing: bool) -> Policy:
+        """The policy that rules this connection: the one stored with the ledger, if any
+        (DESIGN.md invariant 18); a different one given is refused, unless the curator is
+        replacing the stored one (``init_policy``)."""
+        self._stored_policy = stored = self._ledger.stored_policy()
+        if policy is None:
+            if stored is None:
+                raise PolicyError("no policy was given and none is stored with this database",
+                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
+            return load_policy(stored)
+        given = load_policy(policy)
+        if stored is None or replacing:
+            return given
+        difference = policy_difference(load_policy(stored), given)
+        if difference is not None:
+            raise PolicyError(
+                f"the policy given is not the one stored with the ledger at "
+                f"{self._ledger.path or ':memory:'}: {difference}",
+                hint="leave the policy out to use the stored one; to change it, the curator runs "
+                     "`dpsql init DB --policy P --replace`, which keeps what was spent")
+        return given
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -177,7 +220,8 @@ class Connection:
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
                                     analyst=self.analyst, key=key,
-                                    analyst_total=self._analyst_accountant)
+                                    analyst_total=self._analyst_accountant,
+                                    policies=self._agreed_policies)
         # The charge is committed: from here on, private data is read.
         try:
             keys = plan.query.keys
@@ -286,9 +330,38 @@ class Connection:
         """The policy in dpsql's policy language."""
         return policy_to_text(self.policy)
 
-    def store_policy(self) -> None:
-        """Keep this connection's policy with its ledger, so later connects need none."""
-        self._ledger.store_policy(self.policy_text())
+    def store_policy(self, *, replace: bool = False) -> PolicyChange | None:
+        """Keep this connection's policy with its ledger, so later connects need none and are
+        ruled by it; return the change recorded in the ledger (``None``: already stored).
+        A different stored policy is replaced only with ``replace=True`` (``init_policy``)."""
+        stored = self._ledger.stored_policy()
+        difference = None if stored is None else policy_difference(load_policy(stored), self.policy)
+        if stored is not None and difference is None:
+            return None  # the same rules, however they were written: nothing to record
+        if difference is not None and not replace:
+            raise PolicyError(
+                f"a different policy is stored with the ledger at "
+                f"{self._ledger.path or ':memory:'}: {difference}",
+                hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
+        return self._ledger.store_policy(self.policy_text(), replacing=stored)
+
+    def policy_changes(self) -> list[PolicyChange]:
+        """Every change of the stored policy (time, old and new text), oldest first."""
+        return self._ledger.policy_changes()
+
+    def curator_files(self) -> tuple[Path, ...]:
+        """The files that only the curator may write: the database, its ledger with SQLite's
+        side files, and the policy file this connection was opened with (resolved paths).
+        Nothing an analyst drives (the shell's ``.output``) may write any of them."""
+        files = []
+        if self._engine.path is not None:
+            files += [self._engine.path, Path(f"{self._engine.path}.wal")]
+        if self._ledger.path is not None:
+            ledger = Path(self._ledger.path).resolve()
+            files += [ledger, *(Path(f"{ledger}{side}") for side in LEDGER_SIDE_FILES)]
+        if self._policy_file is not None:
+            files.append(self._policy_file)
+        return tuple(files)
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
@@ -552,6 +625,17 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
                                    line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)
     return replace(query, rule=replace(rule, **changes)) if changes else query
+
+
+def policy_file_of(policy: Any) -> Path | None:
+    """The resolved path of a policy given as a file, else ``None`` (text or a Policy)."""
+    if not isinstance(policy, (str, os.PathLike)):
+        return None
+    try:
+        path = Path(policy)
+        return path.resolve() if path.is_file() else None
+    except (OSError, ValueError):  # policy text: too long for a file name, or holds a NUL
+        return None
 
 
 def table_key_of(name: str) -> str:
