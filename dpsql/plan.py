@@ -82,6 +82,9 @@ class PrivateQuery:
     or UNION ALL. ``None``: the table named ``table`` itself."""
     rows_per_unit: int | None = None
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
+    hidden_unit: bool = False
+    """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
+    which the analyst cannot name (``dpsql.bounding``); every rule treats it as a unit column."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""
