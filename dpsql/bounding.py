@@ -11,7 +11,7 @@ invariant 16): their copy adds a column ``dp_row``, the row's own id, and every 
 treats it as the unit column — joins multiply its rows by ``m``, partition selection counts
 distinct ids, quantiles and contribution options see ``k·m`` rows per id — while binding
 never lets the analyst name it. The id is a salted 128-bit hash of the row's values and of
-its index among the rows identical to it (``ROW_NUMBER() OVER (PARTITION BY <values>)``),
+its index among the rows identical to it (``GROUP BY <values>``, then indexes 1..n),
 never a rowid or a position: adding or removing a row changes no other row's id (identical
 rows are interchangeable, so which of them gets which index does not matter). An id that
 more than one row has (a hash collision, about n²/2¹²⁹ for n rows) is dropped with all its
@@ -185,22 +185,29 @@ def _fill_rows_sql(table: BoundedTable) -> str:
     """A row-level table's copy: every row with its id ``ROW_UNIT``, ids held by one row only.
 
     The id hashes the salt, the table's name (rows of two tables never share an id by
-    design), the row's values and its index among identical rows; two 64-bit hashes seeded
-    apart make it 128 bits. Partitioning by the values themselves (not their hash) numbers
-    exactly the identical rows, in an order that cannot matter.
+    design), the row's values with the sign of each float, and the row's index among the rows
+    identical to it; two 64-bit hashes seeded apart make it 128 bits. Identical rows are
+    grouped on the values themselves (not their hash) and re-expanded with indexes 1..n: the
+    same rows, numbered in an order that cannot matter (they are identical), in about half
+    the time of a window partitioned by every column.
     """
-    columns = ", ".join([f'"{c}"' for c, _ in table.columns] + _sign_bits(table))
+    names = [f'"{c}"' for c, _ in table.columns]
+    signs = [f"{sign} AS dp_s{i}" for i, sign in enumerate(_sign_bits(table))]
+    hashed = ", ".join(names + [f"dp_s{i}" for i in range(len(signs))])
     tag = "'" + table.source.replace("'", "''") + "'"
-    halves = [f"hash($salt, {tag}, {seed}, {columns}, dp_i)" for seed in (1, 2)]
+    halves = [f"hash($salt, {tag}, {seed}, {hashed}, dp_i)" for seed in (1, 2)]
     row_id = f"(CAST({halves[0]} AS {ROW_UNIT_TYPE}) << 64) | CAST({halves[1]} AS {ROW_UNIT_TYPE})"
+    grouped = ", ".join(names + signs)
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
         f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
         f"  SELECT *, COUNT(*) OVER (PARTITION BY {ROW_UNIT}) AS dp_n FROM (\n"
-        f"    SELECT * EXCLUDE (dp_i), {row_id} AS {ROW_UNIT} FROM (\n"
-        f"      SELECT *, ROW_NUMBER() OVER (PARTITION BY {columns}) AS dp_i\n"
-        f"      FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})))\n"
-        f") WHERE dp_n = 1\n{_padding(table)}"
+        f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
+        f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
+        f"        SELECT {grouped}, COUNT(*) AS dp_copies\n"
+        f"        FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n"
+        f"        GROUP BY ALL))))\n"
+        f"WHERE dp_n = 1\n{_padding(table)}"
     )
 
 
