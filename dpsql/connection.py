@@ -501,8 +501,10 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
         if option == "max_rows_contributed" and held is not None and value > held:
             # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
             # a larger limit would add noise for rows that are not there.
-            raise UnsupportedQuery(f"the policy keeps at most {held} rows of each unit of {query.table}; "
-                                   f"max_rows_contributed can lower that, not raise it",
+            kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
+                f"the policy keeps at most {held} rows of each unit of {query.table}"
+            joined = f", with at most {held} rows after its joins" if query.hidden_unit and held > 1 else ""
+            raise UnsupportedQuery(f"{kept}{joined}; max_rows_contributed can lower that, not raise it",
                                    line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)
     return replace(query, rule=replace(rule, **changes)) if changes else query

@@ -159,7 +159,12 @@ def test_privacy_unit_column_restates_row():
         assert "is ROW, not k" in refused.value.message and ROW_UNIT not in str(refused.value)
         with pytest.raises(dpsql.UnsupportedQuery) as refused:
             db.explain("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 2) COUNT(*) FROM t", epsilon=1)
+        assert "each row of t is its own privacy unit" in refused.value.message
         assert "max_rows_contributed = 1 or less" in refused.value.hint
+        with pytest.raises(dpsql.UnsupportedQuery) as refused:
+            db.explain("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 6) COUNT(*) "
+                       "FROM t JOIN p ON t.g = p.g", epsilon=1)
+        assert f"with at most {M} rows after its joins" in refused.value.message
 
 
 def test_a_table_may_not_have_a_column_the_copy_adds():
