@@ -316,3 +316,19 @@ def test_count_distinct_of_a_column_of_a_row_level_table_counts_values():
         joined = db.explain("SELECT COUNT(DISTINCT k) AS n FROM t JOIN p ON t.g = p.g", epsilon=1)
     assert "distinct values, at most k per unit" in alone and "L1 sensitivity 1," in alone
     assert f"L1 sensitivity {M}," in joined
+
+
+def test_a_collated_public_key_meets_private_strings_only_by_a_static_refusal():
+    """The other side of item 7b: a COLLATE NOCASE public column joined to a private string
+    would compare under NOCASE ('A' = 'a'); DuckDB refuses to combine it with the copy's binary
+    strings when it binds the query, before anything is charged or read."""
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE v AS SELECT 'u' || i AS uid, 'A' AS s FROM range(10) AS r(i)")
+    connection.execute("CREATE TABLE p (s VARCHAR COLLATE NOCASE)")
+    connection.execute("INSERT INTO p VALUES ('a'), ('A')")
+    policy = "BUDGET EPSILON 10; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 2); PUBLIC TABLE p;"
+    with dpsql.connect(connection, policy=policy) as db:
+        with pytest.raises(dpsql.UnsupportedQuery) as refused:
+            db.sql("SELECT COUNT(*) AS n FROM v JOIN p ON v.s = p.s", epsilon=1)
+        assert "collation" in refused.value.message
+        assert db.budget.spent.epsilon == 0
