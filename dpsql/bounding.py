@@ -14,9 +14,14 @@ never lets the analyst name it. The id is a salted 128-bit hash of the row's val
 its index among the rows identical to it (``GROUP BY <values>``, then indexes 1..n),
 never a rowid or a position: adding or removing a row changes no other row's id (identical
 rows are interchangeable, so which of them gets which index does not matter). An id that
-more than one row has (a hash collision, about n²/2¹²⁹ for n rows) is dropped with all its
-rows: the copy holds one row per id by construction, so a collision costs those rows
-(accuracy), and one added or removed row still adds or removes at most one id of the copy.
+more than one row has (a hash collision: about n²/2¹²⁹ for n rows, if the two seeded 64-bit
+halves behave as independent hashes) is dropped with all its rows: the copy holds one row
+per id by construction, so a collision costs those rows (accuracy). Adding or removing one
+row then adds or removes at most one id of the copy — add-or-remove neighbours map to
+neighbouring copies exactly. Replacing a row (BOUNDED neighbours) is a removal and an
+addition, and if the removed row shared its id with another, both could change the copy
+by one unit each: that needs a collision in ``D``, so its probability over the salt adds to
+delta (documented in ``docs/THREAT_MODEL.md``; a wider id would shrink it further).
 
 Why this is safe. The copy is ``T(D)``, where ``T`` keeps, for each unit separately, a subset
 of that unit's rows chosen from those rows and the salt alone. So ``T`` is *stable*: adding
