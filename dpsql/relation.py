@@ -335,8 +335,8 @@ def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
     if len(set(types)) > 1:
         listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
         refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
-               "could make different units equal", "store the units with one type (e.g. BIGINT in every "
-               "table); dpsql pairs units only of identical types")
+               "could make different units equal", "the units need one type in every table (e.g. BIGINT): "
+               "ask the curator to store or declare them so; dpsql pairs units only of identical types")
 
 
 def _public_join_rule(private: Relation, public: _Public, equalities, names, tag, join, sql, data) -> PrivateTable:
