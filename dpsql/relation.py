@@ -308,6 +308,16 @@ def _total_condition(condition: exp.Expression) -> exp.Expression:
     return exp.and_(*safe)
 
 
+def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
+    """Units meet only in one type: an implicit coercion could make two units one."""
+    types = [r.columns.get(r.rule.unit, "") for r in relations]
+    if len(set(types)) > 1:
+        listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
+        refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
+               "could make different units equal", "the units need one type in every table (e.g. BIGINT): "
+               "ask the curator to store or declare them so; dpsql pairs units only of identical types")
+
+
 def _private_join_rule(left: Relation, right: Relation, equalities, names, join, sql) -> PrivateTable:
     for part in (left, right):
         if part.hidden_unit:
@@ -327,16 +337,6 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
         max_groups_per_unit=min(left.rule.groups_per_unit, right.rule.groups_per_unit),
         columns=rules[0] + rules[1],
     )
-
-
-def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
-    """Units meet only in one type: an implicit coercion could make two units one."""
-    types = [r.columns.get(r.rule.unit, "") for r in relations]
-    if len(set(types)) > 1:
-        listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
-        refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
-               "could make different units equal", "the units need one type in every table (e.g. BIGINT): "
-               "ask the curator to store or declare them so; dpsql pairs units only of identical types")
 
 
 def _public_join_rule(private: Relation, public: _Public, equalities, names, tag, join, sql, data) -> PrivateTable:
