@@ -95,13 +95,13 @@ def bench(rows: int) -> list[dict]:
         planned, bounded = plan()
         keys = db._domain(planned.query) if planned.selection is None else None
         salt = {"salt": "00" * 32} if "$salt" in bounded else None
-        exact = db._engine.fetch(bounded, salt)
+        exact = db._engine.fetch(bounded, salt, bounded=planned.query.bounded)
         results.append({
             "rows": rows,
             "query": name,
             "raw": median_seconds(lambda: cursor.execute(raw_sql).fetchall()),
             "plan": median_seconds(plan),
-            "execute": median_seconds(lambda: db._engine.fetch(bounded, salt)),
+            "execute": median_seconds(lambda: db._engine.fetch(bounded, salt, bounded=planned.query.bounded)),
             "noise": median_seconds(lambda: core_rows(planned, release_measures(planned, keys, exact))),
             "total": median_seconds(lambda: db.sql(dp_sql, epsilon=next(epsilons))),
         })

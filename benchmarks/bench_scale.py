@@ -308,10 +308,10 @@ def stage_times(db, sql: str, delta, repeats: int) -> dict:
     checked, planned, bounded = plan()
     salt = db._salt_for(bounded)
     domain = db._domain(checked) if planned.selection is None else None
-    exact = db._engine.fetch(bounded, salt)
+    exact = db._engine.fetch(bounded, salt, bounded=checked.bounded)
     result = {
         "plan": timed(plan, repeats),
-        "execute": timed(lambda: db._engine.fetch(bounded, salt), repeats),
+        "execute": timed(lambda: db._engine.fetch(bounded, salt, bounded=checked.bounded), repeats),
         "noise": timed(lambda: rows_of(planned, release.release_measures(planned, domain, exact)), repeats),
         "groups": len(exact),
     }

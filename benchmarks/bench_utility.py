@@ -58,7 +58,7 @@ def bounded_exact(db, sql: str, delta) -> dict:
     _, checked, _ = db._check(sql)
     plan = db._plan(checked, sql, Fraction(1), delta, None)
     bounded = rewrite_plan(plan)
-    rows = db._engine.fetch(bounded, db._salt_for(bounded))
+    rows = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
     width = len(checked.keys)
     out = {}
     for row in rows:

@@ -68,6 +68,13 @@ POST_NODES = ROW_LEVEL_NODES + _classes(
 
 POST_FUNCTIONS = ROW_LEVEL_FUNCTIONS | {"log2", "log10", "cbrt", "trunc", "even"}
 
+PUBLIC_NODES = ROW_LEVEL_NODES + _classes(
+    "Select", "From", "Where", "Group", "Having", "Order", "Ordered", "Limit", "Offset", "Table",
+    "TableAlias", "Alias", "Star", "Join", "Subquery", "Union", "Distinct", "AggFunc", "Window", "Filter",
+)
+"""Constructs a query over public tables only may use: exact, free, and still walled off from
+files, settings and catalogs (functions sqlglot leaves anonymous: ``POST_FUNCTIONS`` only)."""
+
 MAX_DEPTH = 64
 """Most levels of nesting in one expression (DuckDB's own limit on generated SQL is 1000)."""
 MAX_OPERATIONS = 500
@@ -106,6 +113,23 @@ def check_row_level(node: exp.Expression, sql: str, where: str) -> None:
     _check_depth(node, sql, where)
     _check(node, sql, where, ROW_LEVEL_NODES, ROW_LEVEL_FUNCTIONS, "on private rows")
     _check_cost(node, sql, where)
+
+
+def check_public(node: exp.Expression, sql: str, *, deterministic: bool = False) -> None:
+    """Refuse anything in a query over public tables that is not on the public allow-list.
+
+    ``deterministic``: also refuse window functions, whose rows depend on evaluation order — for
+    public subqueries joined to private data, which must mean one thing (DESIGN.md invariant 15).
+    """
+    for sub in node.walk():
+        if isinstance(sub, exp.Anonymous):
+            if sub.name.lower() not in POST_FUNCTIONS:
+                refuse(sub, sql, f"function {sub.name} is not allowed", "use standard SQL functions")
+        elif deterministic and isinstance(sub, exp.Window):
+            refuse(sub, sql, "window functions are not supported in a public subquery joined to private data",
+                   "join the public table itself, or aggregate it with GROUP BY")
+        elif not isinstance(sub, PUBLIC_NODES):
+            refuse(sub, sql, f"{describe(sub)} is not allowed here", "query declared tables with SELECT")
 
 
 def check_post(node: exp.Expression, sql: str, where: str) -> None:

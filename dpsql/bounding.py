@@ -119,11 +119,15 @@ def row_copy_name(source: str) -> str:
     return f"{PREFIX}{source.lower().replace('.', '__')}__row"
 
 
+def copy_name(source: str, rule: PrivateTable) -> str:
+    """The table holding the bounded copy of ``source``, which ``rule`` declares."""
+    return row_copy_name(source) if rule.row_level else bounded_name(source, rule.unit, rule.max_rows_per_unit)
+
+
 def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
     """The rows of ``source``'s bounded copy (``rule`` declares the table), padding dropped:
     a query over its ``columns`` (with ``ROW_UNIT`` among them for a row-level table)."""
-    name = row_copy_name(source) if rule.row_level else bounded_name(source, rule.unit, rule.max_rows_per_unit)
-    return _reference(name, tuple(columns)).copy()
+    return _reference(copy_name(source, rule), tuple(columns)).copy()
 
 
 @lru_cache(maxsize=256)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from .aggregates import output_name, split_aggregates
-from .allowlist import POST_FUNCTIONS, ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_row_level, refuse
+from .allowlist import ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_public, check_row_level, refuse
 from .bind import Catalog, bind_columns, bind_table, is_bound, table_key
 from .relation import PublicData, build_relation, touches_private
 from .model import Policy, PrivateTable
@@ -67,20 +67,8 @@ def _ctes(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> d
 # ---------------------------------------------------------------------------------------------
 # Public tables only: exact, free. Still allow-listed, so no function reaches files or settings.
 
-PUBLIC_NODES = ROW_LEVEL_NODES + (
-    exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
-    exp.Offset, exp.Table, exp.TableAlias, exp.Alias, exp.Star, exp.Join, exp.Subquery,
-    exp.Union, exp.Distinct, exp.AggFunc, exp.Window, exp.Filter,
-)
-
-
 def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
-    for node in tree.walk():
-        if isinstance(node, exp.Anonymous):
-            if node.name.lower() not in POST_FUNCTIONS:
-                refuse(node, sql, f"function {node.name} is not allowed", "use standard SQL functions")
-        elif not isinstance(node, PUBLIC_NODES):
-            refuse(node, sql, f"{describe(node)} is not allowed here", "query declared tables with SELECT")
+    check_public(tree, sql)
     return PublicQuery(tree.sql(dialect=DIALECT))
 
 
@@ -133,6 +121,8 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
         source=relation.sql,
         rows_per_unit=relation.rows_per_unit,
         hidden_unit=relation.hidden_unit,
+        bounded=tuple(sorted(relation.bounded)),
+        joins=relation.joins,
     )
 
 

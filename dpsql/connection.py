@@ -47,7 +47,7 @@ NOISE_FAMILIES = ("laplace", "gaussian")
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
             analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
-            memory_limit: str | None = None) -> "Connection":
+            memory_limit: str | None = None, eager_bounding: bool = False) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
 
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
@@ -59,6 +59,8 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     production uses the cryptographically secure default. ``query_timeout``: seconds a query
     may run before it fails (charged, like any run-time failure); ``memory_limit``: DuckDB's
     memory limit for databases dpsql opens (default half the machine's memory).
+    ``eager_bounding``: build every private table's bounded copy now, so that no query's time
+    includes a scan of a raw private table (otherwise each is built by the first query reading it).
 
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 1, 2], "x": [1.0, 2.0, 3.0]})
@@ -69,14 +71,15 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     0.5
     """
     return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng,
-                      query_timeout=query_timeout, memory_limit=memory_limit)
+                      query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding)
 
 
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
-                 rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None):
+                 rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
+                 eager_bounding: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out")
@@ -92,6 +95,8 @@ class Connection:
                 self._engine.prepare_bounding(
                     bounded_tables(list(self.policy.private_tables), self._catalog, table_key_of),
                     self._ledger.salt().hex())
+                if eager_bounding:
+                    self._engine.build_bounding()
             except BaseException:
                 self._ledger.close()
                 raise
@@ -147,11 +152,12 @@ class Connection:
                                     analyst_total=self._analyst_accountant)
         # The charge is committed: from here on, private data is read.
         try:
-            exact = self._engine.fetch(bounded_sql, salt)
+            exact = self._engine.fetch(bounded_sql, salt, bounded=checked.bounded)
             histograms = {}
             for measure in plan.separate:
                 separate_sql = rewrite_separate(plan, measure)
-                histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql))
+                histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql),
+                                                              bounded=checked.bounded)
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed

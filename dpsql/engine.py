@@ -22,6 +22,7 @@ whatever the data.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import math
@@ -34,7 +35,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from .bounding import BoundedTable, attach_sql, create_sql, fill_sql
+from .bounding import DATABASE, BoundedTable, attach_sql, create_sql, fill_sql
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -78,6 +79,8 @@ class Engine:
         self._timeout = check_timeout(query_timeout)
         self._bounded: dict[str, BoundedTable] = {}
         self._filled: set[str] = set()
+        self._materialised: set[str] = set()
+        """Public relations stored in the bounding database (``materialise``)."""
         self._salt: str | None = None
         self._described: dict[str, list[tuple[str, str]]] = {}
         """Types of SQL already bound (the schema is fixed while the connection is open)."""
@@ -151,20 +154,53 @@ class Engine:
                 self._bounded[table.name] = table
 
     def refresh_bounding(self) -> None:
-        """Forget the bounded copies' contents (and the types of SQL bound so far): the next
-        query reading each copy rebuilds it."""
+        """Forget the bounded copies' contents, the stored public relations and the types of
+        SQL bound so far: the next query reading each rebuilds it."""
         with self._lock:
             self._filled.clear()
+            self._materialised.clear()
             self._described.clear()
 
-    def _fill_bounded(self, sql: str) -> None:
-        """Fill every bounded copy ``sql`` reads that is still empty (the caller holds the lock).
+    def build_bounding(self) -> None:
+        """Fill every bounded copy now (``connect(..., eager_bounding=True)``, and the server):
+        then no analyst query's time includes a scan of a raw private table."""
+        with self._lock:
+            self._fill_bounded(tuple(self._bounded))
+
+    def materialise(self, sql: str) -> str:
+        """Store the rows of ``sql`` — public data only — once, in the bounding database, and
+        return the stored table's name (``dp_bounding.main."<name>"``).
+
+        A public relation joined to private data is computed here, before the charge, and the
+        query reads the stored rows: what the analysis measures on them (a join key's
+        multiplicity, a column's range) is what the query runs on, however the public SQL
+        would evaluate a second time (DESIGN.md invariant 15). The same SQL is stored once per
+        connection (until ``refresh_bounding``); it runs under the statement time limit.
+        """
+        name = "dp_public_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
+        with self._lock:
+            if name in self._materialised:
+                return name
+            self._connection.execute(attach_sql())
+            cursor = self._connection.cursor()
+            try:
+                with _Deadline(cursor, self._timeout):
+                    cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
+            finally:
+                cursor.close()
+            self._materialised.add(name)
+        return name
+
+    def _fill_bounded(self, names) -> None:
+        """Fill every bounded copy named in ``names`` that is still empty (the caller holds the
+        lock). Which copies a statement reads comes from its checked plan, never its text.
 
         No time limit applies: the filling SQL is dpsql's own, its cost set by the table alone.
         Each copy is replaced whole by one statement, so it is never half built.
         """
-        for name, table in self._bounded.items():
-            if name in self._filled or f'"{name}"' not in sql:
+        for name in names:
+            table = self._bounded.get(name)
+            if table is None or name in self._filled:
                 continue
             cursor = self._connection.cursor()
             try:
@@ -173,10 +209,11 @@ class Engine:
                 cursor.close()
             self._filled.add(name)
 
-    def fetch(self, sql: str, parameters: dict | None = None) -> list[tuple]:
-        """Run generated SQL and fetch every row (``QueryFailed`` past the time limit)."""
+    def fetch(self, sql: str, parameters: dict | None = None, *, bounded=()) -> list[tuple]:
+        """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
+        ``bounded``: the bounded copies it reads (``PrivateQuery.bounded``), filled first."""
         with self._lock:
-            self._fill_bounded(sql)
+            self._fill_bounded(bounded)
             cursor = self._connection.cursor()
             try:
                 with _Deadline(cursor, self._timeout):
@@ -185,9 +222,8 @@ class Engine:
                 cursor.close()
 
     def fetch_df(self, sql: str) -> pd.DataFrame:
-        """Run generated SQL and fetch the result as a DataFrame."""
+        """Run generated SQL over public tables and fetch the result as a DataFrame."""
         with self._lock:
-            self._fill_bounded(sql)
             cursor = self._connection.cursor()
             try:
                 with _Deadline(cursor, self._timeout):

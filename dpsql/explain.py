@@ -19,6 +19,9 @@ def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
         f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
         f"remaining after: epsilon {_num(budget.remaining.epsilon - plan.epsilon)}, "
         f"delta {_num(budget.remaining.delta - plan.delta)}",
+    ]
+    lines += [f"join {text}" for text in plan.query.joins]
+    lines += [
         "",
         "group keys:" if plan.query.keys else "no GROUP BY: exactly one row is released",
     ]

@@ -119,6 +119,11 @@ class PublicTable:
     """Where the table was declared, for error messages."""
 
 
+DEFAULT_MAX_JOIN_MULTIPLICITY = 100
+"""``MAX JOIN MULTIPLICITY`` of a policy that states none: lookup joins (m = 1) and small
+one-to-many public tables pass, a fan-out that multiplies a unit's rows a thousandfold does not."""
+
+
 @dataclass(frozen=True)
 class Policy:
     """Everything the curator states about the data and its budget."""
@@ -146,6 +151,11 @@ class Policy:
     """Epsilon each analyst may spend in all (``BUDGET PER ANALYST``); ``None``: no such limit."""
     analyst_budget_delta: Fraction = Fraction(0)
     """Delta each analyst may spend in all."""
+    max_join_multiplicity: int = DEFAULT_MAX_JOIN_MULTIPLICITY
+    """Most rows of a public table (or public subquery) one private row may join
+    (``MAX JOIN MULTIPLICITY``): bounds one unit's rows after joins at k·m, so neither the
+    noise nor the work a query does for one unit can be blown up by the analyst's choice of
+    join (DESIGN.md invariant 17)."""
 
     def table(self, name: str) -> PrivateTable | PublicTable | None:
         """The declaration of a table, matched case-insensitively."""

@@ -85,6 +85,10 @@ class PrivateQuery:
     hidden_unit: bool = False
     """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
     which the analyst cannot name (``dpsql.bounding``); every rule treats it as a unit column."""
+    bounded: tuple[str, ...] = ()
+    """The bounded copies (``dpsql.bounding``) the source reads: built before it runs."""
+    joins: tuple[str, ...] = ()
+    """What each join with public data compares and multiplies (for explain)."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""

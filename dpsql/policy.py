@@ -47,7 +47,8 @@ from lark.lexer import PatternStr
 from .errors import PolicyError
 from .policy_check import _error, _number_text, validate_policy
 from .policy_check import catalog_of, check_policy, is_numeric_type  # noqa: F401  (the public API)
-from .model import Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable, PublicTable
+from .model import (DEFAULT_MAX_JOIN_MULTIPLICITY, Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable,
+                    PublicTable)
 
 _GRAMMAR_DIRS = (Path(__file__).parent / "grammar", Path(__file__).parent.parent / "grammar")
 _MAX_EXPONENT = 100  # Fraction("1e999999999") would build a billion-digit integer.
@@ -208,6 +209,14 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
         statement = _single(statements, (kind,), kind.upper())
         if statement is not None:
             settings[kind], where[kind] = statement.args[0], statement.position
+    multiplicity = _single(statements, ("join_multiplicity",), "MAX JOIN MULTIPLICITY")
+    if multiplicity is not None:
+        count = multiplicity.args[0]
+        if count.value.denominator != 1 or count.value < 1:
+            raise _error(f"MAX JOIN MULTIPLICITY must be a whole number of at least 1, not "
+                         f"{_number_text(count.value)}", count.position, hint="write MAX JOIN MULTIPLICITY 10;")
+        settings["max_join_multiplicity"] = int(count.value)
+        where["max_join_multiplicity"] = multiplicity.position
     private = tuple(_private_table(s.args[0], s.args[1:], where)
                     for s in statements if s.kind == "private_table")
     public = tuple(PublicTable(s.args[0].value, position=s.args[0].position)
@@ -326,6 +335,8 @@ def policy_to_text(policy: Policy) -> str:
         raise _error("a QUERY DELTA cannot be written without a QUERY EPSILON", None,
                      hint="set query_epsilon too")
     lines.append(f"NOISE {policy.noise.upper()};")
+    if policy.max_join_multiplicity != DEFAULT_MAX_JOIN_MULTIPLICITY:
+        lines.append(f"MAX JOIN MULTIPLICITY {policy.max_join_multiplicity};")
     for table in policy.private_tables:
         items = ",\n".join(f"    {item}" for item in _table_items(table))
         lines += ["", f"PRIVATE TABLE {_table_name_text(table.name)} (", items, ");"]

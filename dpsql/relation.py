@@ -44,9 +44,10 @@ from typing import Protocol
 
 from sqlglot import exp
 
-from .allowlist import check_row_level, refuse
+from .allowlist import check_public, check_row_level, refuse
 from .bind import Catalog, bind_table, table_key
-from .bounding import ROW_UNIT, ROW_UNIT_TYPE, bounded_reference
+from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
+from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
 from .parse import DIALECT, describe
 from .ranges import Interval, derive_range, is_integral_type, is_numeric_type
@@ -58,6 +59,8 @@ class PublicData(Protocol):
     def fetch(self, sql: str, parameters: dict | None = None) -> list[tuple]: ...
 
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]: ...
+
+    def materialise(self, sql: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,12 @@ class Relation:
     label: str = ""
     """What to call it in messages and EXPLAIN."""
     rows_per_unit: int | None = None
-    """For a private table read through its bounded copy: the rows per unit the copy holds at
-    most, whatever the query (``dpsql.bounding``). ``None`` for anything derived."""
-
-    @property
-    def private(self) -> bool:
-        return self.rule is not None
+    """Rows per unit the relation holds at most whatever the data: a private table's bounded
+    copy holds k (``dpsql.bounding``), joins multiply, ... ``None`` when nothing holds it."""
+    bounded: frozenset = frozenset()
+    """Names of the bounded copies the relation reads (built before a query runs)."""
+    joins: tuple = ()
+    """One line per join with public data: what it compares and how far it multiplies rows."""
 
     @property
     def hidden_unit(self) -> bool:
@@ -99,6 +102,8 @@ class _Public:
     label: str
     table: str | None = None
     """The catalog name when it is a declared public table (its columns then have key domains)."""
+    ranges: dict = field(default_factory=dict)
+    """Column -> Bounds (its min and max) of numeric columns, once the rows are stored."""
 
 
 def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalog, sql: str,
@@ -107,7 +112,7 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
     current = _item(from_.this, policy, catalog, sql, data, ctes)
     for join in joins:
         other = _item(join.this, policy, catalog, sql, data, ctes)
-        current = _join(current, other, join, sql, data)
+        current = _join(current, other, join, sql, data, policy.max_join_multiplicity)
     if isinstance(current, _Public):
         refuse(from_, sql, "private data may be read only in FROM: this query's FROM reads public tables only "
                "while another part of it reads a private table", "aggregate the private table in FROM, "
@@ -137,7 +142,8 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
             columns[ROW_UNIT] = ROW_UNIT_TYPE
         # Read through its bounded copy: at most k rows per unit before any analyst expression.
         return Relation(bounded_reference(bound.name, bound.declaration, columns), rule, columns, scope, bound.name,
-                        rows_per_unit=rule.max_rows_per_unit)
+                        rows_per_unit=rule.max_rows_per_unit,
+                        bounded=frozenset({copy_name(bound.name, bound.declaration)}))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
         if not reference:
@@ -165,7 +171,7 @@ def _requalify(scope: dict, reference: str) -> dict:
 # Joins
 
 
-def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
+def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_multiplicity: int):
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL"):
@@ -199,29 +205,53 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None):
             scope[(None, identifier.name.lower())] = names[("l", left.scope[(None, identifier.name.lower())])]
     else:
         bound_condition = _bind_condition(condition, left, right, names, sql)
-    equalities = _equalities(bound_condition)
     if isinstance(left, Relation) and isinstance(right, Relation):
-        rule = _private_join_rule(left, right, equalities, names, join, sql)
+        rule = _private_join_rule(left, right, _equalities(bound_condition), names, join, sql)
         # Each side keeps at most its k rows per unit before the join, so one unit's rows
         # cannot make the join quadratic (a time that would tell whether the unit is there).
         left, right = _truncated(left), _truncated(right)
         # A joined row pairs a row of each side of the same unit (one row if LEFT and unmatched).
         held = _product(left.rows_per_unit, right.rows_per_unit)
+        on = _total_condition(bound_condition, (left.rule.unit.lower(), right.rule.unit.lower()))
+        bounded = left.bounded | right.bounded
+        joins = left.joins + right.joins
     else:
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
-        rule = _public_join_rule(private, public, equalities, names, tag, join, sql, data)
-        # A private row becomes at most m rows (one if LEFT and unmatched), m read from the
-        # public table now: the rows a unit holds multiply by at most m, as k does.
-        held = _product(private.rows_per_unit, rule.max_rows_per_unit // private.rule.max_rows_per_unit)
+        if data is None:
+            refuse(join, sql, "joins need the database's public tables to bound their multiplicity",
+                   "run the query through dpsql.connect")
+        keys = _join_keys(bound_condition, private, public, tag, join, sql, data)
+        public = _stored(public, keys, "r" if tag == "l" else "l", join, sql, data)
+        left, right = (private, public) if tag == "l" else (public, private)
+        multiplicity = _multiplicity(public, len(keys), data)
+        if multiplicity > max_multiplicity:
+            refuse(join, sql, f"a row of the private side can match up to {multiplicity} rows of "
+                   f"{public.label} on this join's keys, more than the policy's MAX JOIN MULTIPLICITY "
+                   f"{max_multiplicity}", "join on columns that identify the public rows (a key), or "
+                   "aggregate the public side first in a subquery")
+        rule = _public_join_rule(private, public, multiplicity, names, tag)
+        # A private row becomes at most `multiplicity` rows (one if LEFT and unmatched): the
+        # public rows were stored before the charge and the join compares, in one stated
+        # type, exactly the keys the multiplicity was counted on — so the rows a unit holds
+        # multiply by at most m, whatever the private data (DESIGN.md invariant 15).
+        held = _product(private.rows_per_unit, multiplicity)
+        on = _keyed_condition(bound_condition, keys)
+        bounded = private.bounded
+        compared = ", ".join(sorted({k.comparison if k.comparison != "VARCHAR" else "VARCHAR (as bytes)"
+                                     for k in keys}))
+        joins = private.joins + (f"{private.label} ⋈ {public.label}: public rows stored before the charge; keys "
+                                 f"compared as {compared}; a private row matches at most m = {multiplicity} "
+                                 f"public rows (MAX JOIN MULTIPLICITY {max_multiplicity})",)
     select = exp.Select(expressions=[
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
     select = select.from_(exp.alias_(_as_source(left.sql), "dp_l"))
-    select = select.join(exp.alias_(_as_source(right.sql), "dp_r"), on=_total_condition(bound_condition),
+    select = select.join(exp.alias_(_as_source(right.sql), "dp_r"), on=on,
                          join_type="LEFT" if side == "LEFT" else "INNER")
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
-    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held)
+    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held,
+                    bounded=bounded, joins=joins)
 
 
 def _product(a: int | None, b: int | None) -> int | None:
@@ -297,14 +327,16 @@ def _equalities(condition: exp.Expression) -> list[tuple[exp.Column, exp.Column]
     return pairs
 
 
-def _total_condition(condition: exp.Expression) -> exp.Expression:
-    """Join conditions that could fail at run time become NULL (false) instead."""
-    parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+def _total_condition(condition: exp.Expression, units: tuple[str, str]) -> exp.Expression:
+    """A private⋈private join condition that cannot fail at run time: the equality of the two
+    unit columns stays plain (the hash join's key; their types are the same), every other part
+    becomes false where it would raise (an implicit cast of one unit's value, say)."""
     safe = []
-    for part in parts:
-        part = part.unnest()
-        plain = isinstance(part, exp.EQ) and all(isinstance(x, exp.Column) for x in (part.this, part.expression))
-        safe.append(part if plain else exp.func("COALESCE", exp.func("TRY", part), exp.false()))
+    for part in _conjuncts(condition):
+        on_units = isinstance(part, exp.EQ) and all(isinstance(x, exp.Column) for x in (part.this, part.expression)) \
+            and {(part.this.table, part.this.name), (part.expression.table, part.expression.name)} == \
+            {("dp_l", units[0]), ("dp_r", units[1])}
+        safe.append(part if on_units else exp.func("COALESCE", exp.func("TRY", part), exp.false()))
     return exp.and_(*safe)
 
 
@@ -339,26 +371,184 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
     )
 
 
-def _public_join_rule(private: Relation, public: _Public, equalities, names, tag, join, sql, data) -> PrivateTable:
-    other = "r" if tag == "l" else "l"
-    keys = [(a if tag == "r" else b) for a, b in equalities]  # the public side's join columns
-    keys = [k for k in keys if k.table == f"dp_{other}"]
+@dataclass(frozen=True)
+class _JoinKey:
+    """One equality of a private⋈public join: a private expression equal to a public one,
+    compared in one type both are cast to explicitly."""
+
+    private: exp.Expression
+    """The private side, over ``dp_l`` / ``dp_r`` columns."""
+    public: exp.Expression
+    """The public side, over the public relation's columns."""
+    comparison: str
+    """The type both sides are compared in (``VARCHAR`` compares their UTF-8 bytes)."""
+    private_type: str
+    """The private side's own type."""
+    index: int
+    """Its position: the stored public relation holds the public side as ``dp_jk<index>``."""
+
+    @property
+    def stored(self) -> str:
+        return f"dp_jk{self.index}"
+
+
+INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+                           "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"})
+FLOAT_TYPES = frozenset({"FLOAT", "REAL", "DOUBLE"})
+SAME_TYPE_ONLY = ("DATE", "TIME", "TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
+                  "TIMESTAMP WITH TIME ZONE", "BOOLEAN", "UUID", "BLOB", "DECIMAL(")
+
+
+def join_comparison_type(private_type: str, public_type: str) -> str | None:
+    """The type a join compares a private and a public key in, or ``None`` when no type
+    compares them without loss: DuckDB's implicit coercion would otherwise decide, and it
+    makes many values equal one (ids near 2^53 as DOUBLE, '01' and ' 1' as INTEGER 1).
+
+    >>> join_comparison_type("INTEGER", "BIGINT"), join_comparison_type("FLOAT", "DOUBLE")
+    ('HUGEINT', 'DOUBLE')
+    >>> join_comparison_type("VARCHAR", "INTEGER"), join_comparison_type("BIGINT", "DOUBLE")
+    (None, None)
+    >>> join_comparison_type("DECIMAL(9,2)", "DECIMAL(9,2)"), join_comparison_type("DATE", "TIMESTAMP")
+    ('DECIMAL(9,2)', None)
+    """
+    a, b = private_type.upper(), public_type.upper()
+    if a in INTEGER_TYPES and b in INTEGER_TYPES:
+        return "HUGEINT"  # holds every value of both exactly
+    if a in FLOAT_TYPES and b in FLOAT_TYPES:
+        return "DOUBLE"
+    if _is_string(a) and _is_string(b):
+        return "VARCHAR"
+    if a == b and a.startswith(SAME_TYPE_ONLY):
+        return a
+    return None
+
+
+def _is_string(type_name: str) -> bool:
+    return type_name == "VARCHAR" or type_name.startswith("ENUM(")
+
+
+def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expression:
+    """``node`` as the value the join compares: cast to the comparison type; strings as their
+    UTF-8 bytes, so no collation (NOCASE, NOACCENT) can make different strings match."""
+    if comparison == "VARCHAR":
+        text = node if own_type.upper() == "VARCHAR" else exp.cast(node, "VARCHAR")
+        return exp.Anonymous(this="encode", expressions=[text])
+    if own_type.upper() == comparison:
+        return node
+    return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))
+
+
+def _join_keys(condition: exp.Expression, private: Relation, public: _Public, tag: str, join, sql: str,
+               data: PublicData) -> list[_JoinKey]:
+    """The equalities of a private⋈public join condition between a private and a public
+    expression, each with the one type it will be compared in (refused when there is none)."""
+    mine, theirs = f"dp_{tag}", f"dp_{'r' if tag == 'l' else 'l'}"
+    keys = []
+    for part in _conjuncts(condition):
+        if not isinstance(part, exp.EQ):
+            continue
+        sides = [{c.table for c in s.find_all(exp.Column)} for s in (part.this, part.expression)]
+        if {frozenset(sides[0]), frozenset(sides[1])} != {frozenset({mine}), frozenset({theirs})}:
+            continue
+        private_side, public_side = (part.this, part.expression) if sides[0] == {mine} else \
+            (part.expression, part.this)
+        private_type = _type_of(private_side, private.sql, mine, data, sql, join)
+        public_type = _type_of(public_side, public.sql, theirs, data, sql, join)
+        comparison = join_comparison_type(private_type, public_type)
+        if comparison is None:
+            refuse(join, sql, f"this join compares {private_type} with {public_type}: DuckDB would convert "
+                   "one to the other, which can make different values equal or fail on some rows",
+                   f"CAST one side so both have the same type, e.g. CAST(... AS {public_type})")
+        keys.append(_JoinKey(private_side, public_side, comparison, private_type, len(keys)))
     if not keys:
         refuse(join, sql, "a join with a public table needs an equality between a private and a public column",
                "join ON private.col = public.col")
-    if data is None:
-        refuse(join, sql, "joins need the database's public tables to bound their multiplicity",
-               "run the query through dpsql.connect")
-    key_list = ", ".join(f'"{k.name}"' for k in keys)
+    return keys
+
+
+def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    return [part.unnest() for part in parts]
+
+
+def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: PublicData, sql: str, join) -> str:
+    """The DuckDB type of an expression over one side of a join (binds the schema, reads nothing)."""
+    select = exp.Select(expressions=[node.copy()]).from_(exp.alias_(_as_source(source), alias))
+    try:
+        return data.describe(select.sql(dialect=DIALECT))[0][1]
+    except DPError as error:
+        refuse(join, sql, f"this join condition does not type-check: {error.message}",
+               "compare columns of matching types")
+
+
+def _stored(public: _Public, keys: list[_JoinKey], tag: str, join, sql: str, data: PublicData) -> _Public:
+    """The public side of a join stored once, before the charge, with each join key already
+    in its comparison type (``dp_jk<i>``): the join and every public fact the analysis reads
+    about it (multiplicity, column ranges) then come from the same rows."""
+    alias = f"dp_{tag}"
+    items = [exp.alias_(exp.column(c, table=alias, quoted=True), c, quoted=True) for c in public.columns]
+    for key in keys:
+        own = _type_of(key.public, public.sql, alias, data, sql, join)
+        items.append(exp.alias_(_compared(key.public.copy(), key.comparison, own), key.stored, quoted=True))
+    select = exp.Select(expressions=items).from_(exp.alias_(_as_source(public.sql), alias))
+    try:
+        name = data.materialise(select.sql(dialect=DIALECT))
+    except Exception as error:  # public data only: DuckDB's own first line reveals nothing private
+        message = error.message if isinstance(error, DPError) else str(error).strip().split("\n")[0]
+        refuse(join, sql, f"the public side of this join could not be computed: {message}",
+               "check the public subquery or table on its own, as a query over public tables")
+    table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+    return replace(public, sql=table, ranges=_ranges(table, public.columns, data))
+
+
+def _ranges(table: exp.Table, columns: dict, data: PublicData) -> dict:
+    """Bounds of the stored public rows' numeric columns: their exact min and max."""
+    numeric = [c for c, typ in columns.items() if is_numeric_type(typ)]
+    if not numeric:
+        return {}
+    items = ", ".join(f'MIN("{c}"), MAX("{c}")' for c in numeric)
+    row = data.fetch(f"SELECT {items} FROM {table.sql(dialect=DIALECT)}")[0]
+    ranges = {}
+    for index, column in enumerate(numeric):
+        low, high = row[2 * index], row[2 * index + 1]
+        if low is not None and _finite(low) and _finite(high):
+            ranges[column] = Bounds(Fraction(low), Fraction(high))  # a float's exact value: the exact extreme
+    return ranges
+
+
+def _multiplicity(public: _Public, count: int, data: PublicData) -> int:
+    """The most stored public rows sharing one value of the join keys (NULL keys never match)."""
+    keys = ", ".join(f"dp_jk{i}" for i in range(count))
+    present = " AND ".join(f"dp_jk{i} IS NOT NULL" for i in range(count))
     source = _as_source(public.sql).sql(dialect=DIALECT)
     rows = data.fetch(f"SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM {source} AS p "
-                      f"GROUP BY {key_list})")
-    multiplicity = max(int(rows[0][0] or 0), 1)
+                      f"WHERE {present} GROUP BY {keys})")
+    return max(int(rows[0][0] or 0), 1)
+
+
+def _keyed_condition(condition: exp.Expression, keys: list[_JoinKey]) -> exp.Expression:
+    """The join condition that runs: each key equality compares the private side, cast
+    (total: TRY where it could fail), with the stored public key; every other part is made
+    total (an error becomes false)."""
+    parts = []
+    for part in _conjuncts(condition):
+        key = next((k for k in keys if part is k.private.parent or part is k.public.parent), None)
+        if key is None:
+            parts.append(exp.func("COALESCE", exp.func("TRY", part.copy()), exp.false()))
+    for key in keys:
+        public_alias = key.public.find(exp.Column).table
+        value = _compared(key.private.copy(), key.comparison, key.private_type)
+        if not isinstance(key.private, exp.Column):
+            value = exp.func("TRY", value)
+        parts.insert(key.index, exp.EQ(this=value, expression=exp.column(key.stored, table=public_alias, quoted=True)))
+    return exp.and_(*parts)
+
+
+def _public_join_rule(private: Relation, public: _Public, multiplicity: int, names, tag) -> PrivateTable:
+    other = "r" if tag == "l" else "l"
     rule = private.rule
-    public_rules = tuple(_public_column_rule(public, column, names[(other, column)], data)
-                         for column in public.columns)
-    # Each private row becomes at most `multiplicity` rows; with PRIVACY UNIT ROW the private
-    # row is the unit, so no bounding is needed: the join itself guarantees the k.
+    public_rules = tuple(_public_column_rule(public, column, names[(other, column)]) for column in public.columns)
+    # Each private row becomes at most `multiplicity` rows: a unit's k rows become k·m.
     return PrivateTable(
         name=f"{rule.name} ⋈ {public.label}",
         unit=names[(tag, rule.unit.lower())] if rule.unit else None,
@@ -373,16 +563,11 @@ def _renamed_rule(rule: PrivateTable, names: dict, tag: str) -> tuple[ColumnRule
                  if (tag, c.name.lower()) in names)
 
 
-def _public_column_rule(public: _Public, column: str, name: str, data: PublicData) -> ColumnRule:
-    """A public column's bounds (its min and max) and key domain (its values): public facts."""
+def _public_column_rule(public: _Public, column: str, name: str) -> ColumnRule:
+    """A public column's bounds and key domain: public facts. Bounds are those of the stored
+    rows the join reads, computed with the multiplicity (``_public_facts``)."""
     keys = KeyDomain(table=public.table, column=column) if public.table else None
-    bounds = None
-    if is_numeric_type(public.columns[column]):
-        source = _as_source(public.sql).sql(dialect=DIALECT)
-        low, high = data.fetch(f'SELECT MIN("{column}"), MAX("{column}") FROM {source} AS p')[0]
-        if low is not None and _finite(low) and _finite(high):
-            bounds = Bounds(Fraction(low), Fraction(high))  # a float's exact value: the exact extreme
-    return ColumnRule(name=name, bounds=bounds, keys=keys)
+    return ColumnRule(name=name, bounds=public.ranges.get(column), keys=keys)
 
 
 def _finite(value) -> bool:
@@ -496,7 +681,7 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
         refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
                "stay attributable to units", f"add {rule.unit} to its select list")
     select = _wrap_body(body, inner, items)
-    return _finish(select, replace(rule, unit=unit, columns=tuple(r for r in rules if r)), reference, data,
+    return _finish(select, replace(rule, unit=unit, columns=tuple(r for r in rules if r)), reference, data, inner,
                    f"({inner.label})",
                    inner.rows_per_unit, hidden)  # row by row: no unit gains rows
 
@@ -591,7 +776,7 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
                         columns=tuple(r for r in rules if r))
     # One output row per (unit, group) of the inner rows: at most one, or at most its rows.
     held = 1 if only_unit else inner.rows_per_unit
-    return _finish(select, synthetic, reference, data, f"({inner.label} per unit)", held, False)
+    return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held, False)
 
 
 def _total_aggregate(node: exp.AggFunc) -> exp.Expression:
@@ -639,13 +824,14 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
     return ColumnRule(name=name, bounds=Bounds(interval.lower, interval.upper))
 
 
-def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, label: str,
+def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner: Relation, label: str,
             held: int | None, hidden: bool) -> Relation:
     """The relation of a subquery; a ``hidden`` unit column stays out of its scope."""
     columns = dict(data.describe(select.sql(dialect=DIALECT))) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
     scope = _scope(reference, _visible(columns, rule.unit, hidden))
-    return Relation(select, rule, columns, scope, label, rows_per_unit=held)
+    return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded,
+                    joins=inner.joins)
 
 
 def _visible(columns: dict, unit: str, hidden: bool) -> dict:
@@ -692,11 +878,13 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     )
     held = None if any(r.rows_per_unit is None for r in relations) else sum(r.rows_per_unit for r in relations)
     return Relation(union, rule, dict(first.columns), _scope(reference, _visible(first.columns, rule.unit, hidden)),
-                    rule.name, rows_per_unit=held)
+                    rule.name, rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)),
+                    joins=tuple(j for r in relations for j in r.joins))
 
 
 def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Public:
     if data is None:
         refuse(query, sql, "public subqueries need the database", "run the query through dpsql.connect")
+    check_public(query, sql, deterministic=True)
     columns = {name.lower(): typ for name, typ in data.describe(query.sql(dialect=DIALECT))}
     return _Public(query.copy(), columns, _scope(reference, columns), f"({reference})")

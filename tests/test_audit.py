@@ -42,6 +42,7 @@ POLICY = """
 BUDGET EPSILON 100000 DELTA 0.5;
 PRIVATE TABLE visits (PRIVACY UNIT user_id, MAX ROWS PER UNIT {rows}, MAX GROUPS PER UNIT {groups},
                       amount BOUNDS 0 TO 100, store KEYS ('north', 'south', 'east', 'west'));
+PUBLIC TABLE stores;
 """
 BOUNDED = POLICY.format(rows=5, groups=2)
 UNBOUNDED = POLICY.format(rows=1_000_000, groups=1_000_000)
@@ -62,6 +63,10 @@ def worst_unit(frame: pd.DataFrame, rows: int = 40, zips=("only-999",)) -> pd.Da
     return pd.concat([frame, extra], ignore_index=True)
 
 
+STORES = pd.DataFrame({"store": ["north", "north", "south", "east", "west"],
+                       "region": ["n1", "n2", "s", "e", "w"]})
+"""Public: 'north' twice, so a join on store turns one visit into up to m = 2 rows."""
+
 _RUN = iter(range(1, 10**9))
 
 
@@ -70,9 +75,10 @@ def capture(monkeypatch, tmp_path, frame: pd.DataFrame, sql: str, policy: str = 
     """The release step's inputs for ``sql`` on ``frame``. One ledger (one salt) for all; each
     query gets a no-op condition of its own so it is not answered as a free repeat."""
     recorder = ReleaseCapture(monkeypatch)
-    with dpsql.connect({"visits": frame}, policy=policy, ledger=tmp_path / "audit.ledger") as db:
+    with dpsql.connect({"visits": frame, "stores": STORES}, policy=policy, ledger=tmp_path / "audit.ledger") as db:
         n = next(_RUN)
-        db.sql(sql.replace(" FROM visits", f" FROM visits WHERE {n} = {n}"), epsilon=epsilon, delta=delta)
+        unique = f"{sql} AND {n} = {n}" if " JOIN " in sql else sql.replace(" FROM visits", f" FROM visits WHERE {n} = {n}")
+        db.sql(unique, epsilon=epsilon, delta=delta)
     return recorder.calls[-1]
 
 
@@ -104,6 +110,8 @@ CLASSES = {
     "SUM": ("SELECT SUM(amount) FROM visits", (), 0),
     "AVG": ("SELECT AVG(amount) FROM visits", (), None),
     "grouped cell": ("SELECT store, SUM(amount) FROM visits GROUP BY store", ("north",), 0),
+    # One visit joins up to m = 2 public rows: the noise must cover k·m rows, not k.
+    "public join": ("SELECT SUM(amount) FROM visits JOIN stores ON visits.store = stores.store", (), 0),
 }
 
 

@@ -236,7 +236,7 @@ SYNTAX_ERRORS = [
     (BUDGET + "PRIVATE TABLE t ();", ");", "found ')'", None),
     ("BUDGET EPSILON lots;", "lots", "found 'lots' where a number was expected", None),
     ("BUDGET EPSILON @;", "@", "found '@' where a number was expected", None),
-    ("BUDGET EPSILON 1; SELECT 1;", "SELECT", "where ACCOUNTING, BUDGET, NEIGHBORS, NEIGHBOURS, "
+    ("BUDGET EPSILON 1; SELECT 1;", "SELECT", "where ACCOUNTING, BUDGET, MAX, NEIGHBORS, NEIGHBOURS, "
      "NOISE, PRIVATE, PUBLIC or QUERY was expected", None),
     ("BUDGET DELTA 1;", "DELTA", "found 'DELTA' where EPSILON or PER was expected", None),
     ("BUDGET PER EPSILON 1;", "EPSILON", "found 'EPSILON' where ANALYST was expected", None),

@@ -179,11 +179,11 @@ def prepare(db, sql: str, epsilon, delta, noise_kind):
     _, checked, _ = db._check(sql)
     plan = db._plan(checked, sql, epsilon, delta, noise_kind)
     bounded = rewrite_plan(plan)
-    exact = db._engine.fetch(bounded, db._salt_for(bounded))
+    exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
     histograms = {}
     for measure in plan.separate:
         separate = rewrite_separate(plan, measure)
-        histograms[measure.name] = db._engine.fetch(separate, db._salt_for(separate))
+        histograms[measure.name] = db._engine.fetch(separate, db._salt_for(separate), bounded=checked.bounded)
     domain = db._domain(checked) if plan.selection is None else None
     return plan, domain, exact, histograms
 

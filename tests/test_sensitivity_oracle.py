@@ -137,7 +137,8 @@ class Oracle:
         values = ", ".join(f"({_sql_value(u)}, '{g}', {_sql_value(x)})" for u, g, x in rows)
         self.connection.execute(f"DELETE FROM t; INSERT INTO t VALUES {values}")
         self.engine.refresh_bounding()
-        exact = self.engine.fetch(self.sql, {"salt": "fixed-test-salt"} if "$salt" in self.sql else None)
+        exact = self.engine.fetch(self.sql, {"salt": "fixed-test-salt"} if "$salt" in self.sql else None,
+                                  bounded=self.plans["unbounded"].query.bounded)
         keys = len(self.plans["unbounded"].query.keys)
         result = {key: (0,) * self.width for key in self.domain}
         result.update({tuple(r[:keys]): tuple(int(v or 0) for v in r[keys:]) for r in exact})
@@ -234,7 +235,8 @@ def test_quantile_histograms_take_at_most_k_values_per_unit(case, sql):
 
     def histogram(unit_rows):
         oracle.run(unit_rows)  # loads the data
-        rows = oracle.engine.fetch(histogram_sql, {"salt": "s"} if "$salt" in histogram_sql else None)
+        rows = oracle.engine.fetch(histogram_sql, {"salt": "s"} if "$salt" in histogram_sql else None,
+                                   bounded=plan.query.bounded)
         return {tuple(r[:width + 1]): int(r[width + 1]) for r in rows}
 
     base = histogram(())
@@ -294,7 +296,8 @@ def test_count_distinct_values_by_brute_force(case, sql):
 
     def counts(unit_rows):
         oracle.run(unit_rows)
-        rows = oracle.engine.fetch(distinct_sql, {"salt": "s"} if "$salt" in distinct_sql else None)
+        rows = oracle.engine.fetch(distinct_sql, {"salt": "s"} if "$salt" in distinct_sql else None,
+                                   bounded=plans["unbounded"].query.bounded)
         return {tuple(r[:width]): (int(r[width]),) for r in rows}
 
     results = list({_frozen(r): r for r in (counts(u) for u in _units(case))}.values())

@@ -1,0 +1,220 @@
+"""Privacy at the seams of joins (issue 11): what the analysis measures is what runs.
+
+Each attack is run as an attacker would: on two neighbouring databases that differ in one
+unit, the same query must end the same way on both (an answer, or the same static refusal
+before any charge), and the rows one unit can add must stay within the analysed k·m.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import duckdb
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.engine import Engine
+from dpsql.noise import SeededSource
+from dpsql.relation import join_comparison_type
+
+POLICY = """BUDGET EPSILON 100000 DELTA 0.5;
+PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, amount BOUNDS 0 TO 10);
+PUBLIC TABLE p;
+PUBLIC TABLE f;
+"""
+VISITS = pd.DataFrame({"uid": [1, 1, 2, 3], "code": ["1", "2", "1", "3"], "amount": [1.0, 2.0, 3.0, 4.0],
+                       "big": [5, 6, 7, 8], "real": [1.0, 2.0, 3.0, 4.0]})
+PUBLIC = pd.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"]})
+FLOATS = pd.DataFrame({"fid": [float(2**53), 5.0], "label": ["x", "y"]})
+
+
+def outcome(frames: dict, sql: str, policy: str = POLICY) -> tuple:
+    """How a query ends: ('answer', rows) or (error class, message)."""
+    try:
+        with dpsql.connect(frames, policy=policy, rng=SeededSource(7)) as db:
+            return "answer", db.sql(sql, epsilon=1, delta=1e-3).fetchall()
+    except dpsql.DPError as error:
+        return type(error).__name__, str(error)
+
+
+def neighbours(extra: dict) -> tuple[dict, dict]:
+    """D, and D plus one unit (uid 99) with the given column values."""
+    row = {"uid": 99, "code": "1", "amount": 1.0, "big": 5, "real": 1.0} | extra
+    with_unit = pd.concat([VISITS, pd.DataFrame([row])], ignore_index=True)
+    base = {"p": PUBLIC, "f": FLOATS}
+    return base | {"v": VISITS}, base | {"v": with_unit}
+
+
+def same_kind(sql: str, extra: dict, policy: str = POLICY) -> tuple:
+    without, with_unit = (outcome(frames, sql, policy) for frames in neighbours(extra))
+    assert without[0] == with_unit[0], (without, with_unit)
+    if without[0] != "answer":
+        assert without == with_unit  # a refusal is static: the same words whatever the data
+    return without, with_unit
+
+
+def test_join_comparison_types_are_lossless_or_refused():
+    assert join_comparison_type("SMALLINT", "UBIGINT") == "HUGEINT"
+    assert join_comparison_type("ENUM('a', 'b')", "VARCHAR") == "VARCHAR"
+    for private, public in [("VARCHAR", "INTEGER"), ("BIGINT", "DOUBLE"), ("DATE", "TIMESTAMP"),
+                            ("DECIMAL(9,2)", "DECIMAL(18,2)"), ("INTERVAL", "INTERVAL"), ("INTEGER[]", "INTEGER[]")]:
+        assert join_comparison_type(private, public) is None, (private, public)
+
+
+@pytest.mark.parametrize("condition", ["v.code = p.id", "v.big = f.fid", "p.id = v.code"])
+def test_an_implicit_coercion_in_a_join_is_refused_statically(condition):
+    table = "f" if "f." in condition else "p"
+    sql = f"SELECT COUNT(*) FROM v JOIN {table} ON {condition}"
+    without, _ = same_kind(sql, {"code": "x"})
+    assert without[0] == "UnsupportedQuery" and "CAST one side" in without[1], without
+
+
+def test_a_failing_explicit_cast_in_a_join_is_total():
+    """Mechanism 1: one unit's 'x' made the cast raise after the charge, only when present."""
+    without, with_unit = same_kind("SELECT COUNT(*) FROM v JOIN p ON CAST(v.code AS INTEGER) = p.id",
+                                   {"code": "x"})
+    assert without[0] == "answer"
+
+
+def test_multiplicity_is_counted_in_the_type_the_join_compares():
+    """Mechanism 2: many distinct BIGINT ids equal one DOUBLE. Counted on the public ids cast
+    to DOUBLE — the join's own comparison — they are one key repeated, not distinct ones."""
+    ids = pd.DataFrame({"id": [2**53, 2**53 + 1, 2**53 + 2, 2**53 + 3, 7], "name": list("abcde")})
+    frames = {"v": VISITS.assign(real=[float(2**53), 1.0, 2.0, 3.0]), "p": ids, "f": FLOATS}
+    with dpsql.connect(frames, policy=POLICY) as db:
+        text = db.explain("SELECT COUNT(*) FROM v JOIN p ON v.real = CAST(p.id AS DOUBLE)", epsilon=1)
+        # As DOUBLE, 2**53 + 1 rounds (to even) to 2**53: two public rows share that key, so
+        # a private row matches at most 2 and one unit's 2 rows at most 4. Counted in BIGINT,
+        # every id is distinct and the analysis would claim 2.
+        assert "at most 4 rows" in text, text
+        answer = db._engine.fetch(
+            "SELECT COUNT(*) FROM (VALUES (CAST(9007199254740992 AS DOUBLE))) AS t(x) "
+            "JOIN (SELECT CAST(id AS DOUBLE) AS d FROM p) AS q ON t.x = q.d")
+        assert answer == [(2,)]
+
+
+def test_collated_public_keys_cannot_match_more_rows_than_counted(tmp_path):
+    """A NOCASE public column groups 'A' and 'a' as one key but a plain private 'a' would match
+    both under DuckDB's collation rules: strings are compared as their bytes, so a private row
+    matches exactly the rows whose key it equals byte for byte, and m counts exactly those."""
+    path = tmp_path / "collated.duckdb"
+    with duckdb.connect(str(path)) as setup:
+        setup.execute("CREATE TABLE v (uid INTEGER, code VARCHAR, amount DOUBLE)")
+        setup.execute("INSERT INTO v VALUES (1, 'a', 1), (2, 'b', 2)")
+        setup.execute("CREATE TABLE p (id VARCHAR COLLATE NOCASE, name VARCHAR)")
+        setup.execute("INSERT INTO p VALUES ('A', 'x'), ('a', 'y'), ('b', 'z')")
+    policy = "BUDGET EPSILON 100; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1); PUBLIC TABLE p;"
+    with dpsql.connect(path, policy=policy, ledger=tmp_path / "l") as db:
+        _, checked, _ = db._check("SELECT COUNT(*) FROM v JOIN p ON v.code = p.id")
+        assert checked.rule.max_rows_per_unit == 1  # each byte string appears once in p
+        assert checked.rows_per_unit == 1
+        joined = db._engine.fetch(f"SELECT dp_unit FROM ({_rows(db, checked)})")
+        assert sorted(joined) == [(1,), (2,)]  # 'a' matched 'a' only, not 'A' too
+
+
+def _rows(db, checked) -> str:
+    """The rows layer of a checked query's bounded SQL (unit per joined row)."""
+    from dpsql.analyse import PrivacyOptions, analyse_query
+    from dpsql.rewrite import _rows_layer
+    plan = analyse_query(checked, db.policy, PrivacyOptions(epsilon=Fraction(1)))
+    db._engine.fetch("SELECT 1", bounded=checked.bounded)
+    return _rows_layer(plan)
+
+
+@pytest.mark.parametrize("subquery, refusal", [
+    ("SELECT id, random() AS r FROM p", "RAND"),
+    ("SELECT id, current_query() AS r FROM p", "current_query"),
+    ("SELECT id, error('boom') AS r FROM p", "error"),
+    ("SELECT id, now() AS r FROM p", "now"),
+    ("SELECT id, ROW_NUMBER() OVER () AS r FROM p", "window functions"),
+    ("SELECT id, getenv('HOME') AS r FROM p", "getenv"),
+])
+def test_public_subqueries_joined_to_private_data_obey_the_allow_list(subquery, refusal):
+    """Mechanism 4: a non-deterministic or failing public subquery could evaluate differently
+    when the analysis measured it and when the query ran."""
+    without, _ = same_kind(f"SELECT COUNT(*) FROM v JOIN ({subquery}) AS q ON v.uid = q.id", {})
+    assert without[0] == "UnsupportedQuery" and refusal.lower() in without[1].lower(), without
+
+
+def test_the_public_side_is_stored_once_and_the_query_reads_the_stored_rows():
+    """Evaluated once, before the charge: the run cannot see other public rows than the ones
+    the multiplicity was counted on (DESIGN.md invariant 15)."""
+    calls = []
+    with dpsql.connect({"v": VISITS, "p": PUBLIC, "f": FLOATS}, policy=POLICY, rng=SeededSource(1)) as db:
+        original = db._engine.materialise
+
+        def materialise(sql):
+            calls.append(sql)
+            return original(sql)
+
+        db._engine.materialise = materialise
+        sql = "SELECT COUNT(*) FROM v JOIN (SELECT id FROM p WHERE id > 1) AS q ON v.uid = q.id"
+        _, checked, _ = db._check(sql)
+        db.explain(sql, epsilon=1)
+        db.sql(sql, epsilon=1)
+        assert len({c for c in calls}) == 1
+        stored = db._engine._materialised
+        assert len(stored) == 1
+        from dpsql.rewrite import rewrite_plan
+        bounded = rewrite_plan(db._plan(checked, sql, 1, None, None))
+        assert next(iter(stored)) in bounded
+        assert '"p"' not in bounded  # the public subquery itself does not run again
+
+
+def test_an_analyst_chosen_fan_out_is_refused_before_the_charge():
+    """Mechanism 5: a public cross join made one unit's rows k·10^8, and only its presence
+    tripped the statement deadline. m is a public fact, limited by MAX JOIN MULTIPLICITY."""
+    sql = ("SELECT COUNT(*) FROM v JOIN (SELECT a.id FROM p AS a, p AS b, p AS c, p AS d, p AS e, p AS f) AS q "
+           "ON v.uid = q.id")
+    without, _ = same_kind(sql, {})
+    assert without[0] == "UnsupportedQuery" and "MAX JOIN MULTIPLICITY 100" in without[1], without
+    tight = POLICY + "MAX JOIN MULTIPLICITY 2;"
+    sql = "SELECT COUNT(*) FROM v JOIN (SELECT a.id FROM p AS a, p AS b) AS q ON v.uid = q.id"
+    without, _ = same_kind(sql, {}, tight)
+    assert without[0] == "UnsupportedQuery" and "up to 3 rows" in without[1], without
+    with dpsql.connect({"v": VISITS, "p": PUBLIC, "f": FLOATS}, policy=POLICY + "MAX JOIN MULTIPLICITY 3;") as db:
+        _, checked, _ = db._check(sql)
+        assert checked.rule.max_rows_per_unit == 2 * 3 and checked.rows_per_unit == 2 * 3
+    with dpsql.connect({"v": VISITS, "p": PUBLIC, "f": FLOATS}, policy=POLICY) as db:
+        with pytest.raises(dpsql.UnsupportedQuery):
+            db.sql("SELECT COUNT(*) FROM v JOIN (SELECT a.id FROM p AS a, p AS b, p AS c, p AS d, p AS e, "
+                   "p AS f) AS q ON v.uid = q.id", epsilon=1)
+        assert db.budget.spent.epsilon == 0
+
+
+def test_join_conditions_beside_the_keys_are_total():
+    """A second condition that fails for one unit's value (an implicit cast) becomes false."""
+    without, with_unit = same_kind(
+        "SELECT COUNT(*) FROM v JOIN p ON v.uid = p.id AND CAST(v.code AS INTEGER) > 0", {"code": "x"})
+    assert without[0] == "answer"
+
+
+def test_private_joins_make_every_condition_but_the_units_total():
+    policy = POLICY + "PRIVATE TABLE w (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
+    extra = pd.DataFrame({"uid": [1, 2, 99], "n": [1, 2, 3]})
+    sql = "SELECT COUNT(*) FROM v JOIN w ON v.uid = w.uid AND v.code = w.n"
+    frames = [dict(f, w=extra) for f in neighbours({"code": "x"})]
+    results = [outcome(f, sql, policy) for f in frames]
+    assert results[0][0] == results[1][0] == "answer", results
+
+
+def test_which_bounded_copies_a_query_builds_comes_from_its_plan_not_its_text():
+    """A public query whose text merely contains a copy's name builds nothing; a private one
+    builds exactly the copies its plan reads; eager_bounding builds them at connect."""
+    frames = {"v": VISITS, "p": PUBLIC, "f": FLOATS}
+    with dpsql.connect(frames, policy=POLICY) as db:
+        db.sql("SELECT 'dp_bounded_v__uid__2' AS name, COUNT(*) FROM p")
+        assert db._engine._filled == set()
+        db.sql("SELECT COUNT(*) FROM v", epsilon=1)
+        assert db._engine._filled == {"dp_bounded_v__uid__2"}
+    with dpsql.connect(frames, policy=POLICY, eager_bounding=True) as db:
+        assert db._engine._filled == {"dp_bounded_v__uid__2"}
+
+
+def test_materialise_stores_public_rows_once_per_text():
+    engine = Engine(duckdb.connect(), owned=True, path=None)
+    first = engine.materialise("SELECT 1 AS x")
+    assert engine.materialise("SELECT 1 AS x") == first
+    assert engine.fetch(f'SELECT x FROM dp_bounding.main."{first}"') == [(1,)]
+    engine.close()
