@@ -24,6 +24,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
 from .bounding import bounded_tables
@@ -37,10 +39,12 @@ from .normalise import normalised_sql, repeat_key
 from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
+from .policy_check import is_numeric_type
 from .aggregates import plain_projection, post_sql
+from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
-from .rewrite import domain_sql, rewrite_plan, rewrite_separate
+from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -92,6 +96,7 @@ class Connection:
                 self.policy: Policy = self._load_policy(policy)
                 self._catalog = self._engine.catalog()
                 check_policy(self.policy, self._catalog)
+                self._check_listed_keys()
                 self._engine.prepare_bounding(
                     bounded_tables(list(self.policy.private_tables), self._catalog, table_key_of),
                     self._ledger.salt().hex())
@@ -112,6 +117,29 @@ class Connection:
                                                          self.policy.analyst_budget_delta))
         self._policy_text = policy_to_text(self.policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
+
+    def _check_listed_keys(self) -> None:
+        """Listed KEYS of a column that is neither text nor a number (a DATE, a UUID, an ENUM)
+        must each name a value of its type, as DuckDB reads it: one that does not would be
+        dropped from the domain without a word. Reads the policy's own literals only."""
+        for table in self.policy.private_tables:
+            columns = self._catalog[table_key_of(table.name)]
+            for rule in table.columns:
+                type_name = columns.get(rule.name.lower(), "")
+                if rule.keys is None or rule.keys.values is None or type_name == "VARCHAR" \
+                        or is_numeric_type(type_name):
+                    continue
+                rows = ", ".join(f"({literal(str(v))})" for v in rule.keys.values)
+                wrong = self._engine.fetch(f"SELECT v FROM (VALUES {rows}) AS d(v) "
+                                           f"WHERE TRY_CAST(v AS {type_name}) IS NULL")
+                if wrong:
+                    position = rule.position
+                    raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0][0]}', "
+                                      f"which is not a value of {type_name}",
+                                      line=position.line if position else None,
+                                      col=position.col if position else None,
+                                      hint=f"list keys DuckDB reads as {type_name}, such as "
+                                           "'2024-01-31' for a DATE")
 
     def _load_policy(self, policy: Any) -> Policy:
         if policy is not None:
@@ -144,7 +172,7 @@ class Connection:
         cost = query_cost(plan)
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
-        domain = self._domain(checked) if plan.selection is None else None
+        domain = self._domain(plan.query) if plan.selection is None else None
         picked = plain_projection(checked.post, core_columns(plan))
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
@@ -152,15 +180,17 @@ class Connection:
                                     analyst_total=self._analyst_accountant)
         # The charge is committed: from here on, private data is read.
         try:
-            exact = self._engine.fetch(bounded_sql, salt, bounded=checked.bounded)
+            keys = plan.query.keys
+            exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
             histograms = {}
             for measure in plan.separate:
                 separate_sql = rewrite_separate(plan, measure)
-                histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql),
-                                                              bounded=checked.bounded)
+                histograms[measure.name] = read_keys(
+                    self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
+                core = shown_keys(core, plan.query.keys)
                 pick = itemgetter(*picked)
                 rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
                 tracked, order = True, range(len(rows))
@@ -197,12 +227,13 @@ class Connection:
             message = str(error).split("\n")[0]
             raise UnsupportedQuery(f"the query does not type-check: {message}",
                                    hint="compare and combine columns of matching types") from None
-        types = [described[key.name] for key in plan.query.keys]
+        types = [key.type_name or described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
             first = plan.measure(aggregate.measures[0])
             integral = aggregate.function in ("count", "count_units", "count_distinct") or (
                 aggregate.function == "sum" and first.grid.denominator == 1)
-            types.append("BIGINT" if integral else "DOUBLE")
+            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
+            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
         return types
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
@@ -381,7 +412,14 @@ class Connection:
                                        hint="pass weights={'n': 2, 'avg(amount)': 1}")
             pairs = tuple((str(k), exact_parameter(v, f"the weight of {k}")) for k, v in weights.items())
             options = replace(options, weights=pairs)
-        return analyse_query(query, self.policy, options, sql)
+        plan = analyse_query(query, self.policy, options, sql)
+        if not plan.query.keys:
+            return plan
+        # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
+        # the key is read back exactly, and refuses, before the charge, keys that cannot be.
+        keys_sql = key_types_sql(plan)
+        types = dict(self._engine.describe(keys_sql, self._salt_for(keys_sql)))
+        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
     def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:
         if epsilon is None:
@@ -426,7 +464,7 @@ class Connection:
             keys = [query.keys[i] for i in indices]
             domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
             if domain not in self._domains:  # public data: read once per connection
-                self._domains[domain] = [tuple(row) for row in self._engine.fetch(domain)]
+                self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
@@ -522,6 +560,27 @@ def table_key_of(name: str) -> str:
     return ".".join(parts[1:]) if len(parts) == 2 and parts[0] == "main" else ".".join(parts)
 
 
+def _plain_number(value: Any) -> Any:
+    """A NumPy scalar as the Python number it stands for: an integer as int, a float by its own
+    shortest decimal text (np.float32(0.1) means 0.1, as the float 0.1 does); else unchanged.
+
+    >>> import numpy as np
+    >>> _plain_number(np.int64(7)), _plain_number(np.float32(0.1)), _plain_number(np.float64(0.25))
+    (7, 0.1, 0.25)
+    """
+    if not isinstance(value, np.generic):
+        return value
+    kind = value.dtype.kind
+    if kind in "iu":
+        return int(value)
+    if kind == "f":
+        number = float(value)
+        return float(str(value)) if math.isfinite(number) else number
+    if kind == "b":
+        return bool(value)
+    return value
+
+
 def exact_parameter(value: Any, name: str) -> Fraction:
     """A caller's privacy parameter as an exact Fraction: finite numbers only.
 
@@ -533,6 +592,7 @@ def exact_parameter(value: Any, name: str) -> Fraction:
     Traceback (most recent call last):
     dpsql.errors.InvalidParameter: epsilon must be a finite number, got nan. Hint: pass a number such as 0.5.
     """
+    value = _plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, Decimal, str)):
         raise InvalidParameter(f"{name} must be a number, got {type(value).__name__}",
                                hint="pass a number such as 0.5")

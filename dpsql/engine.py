@@ -37,6 +37,8 @@ import pandas as pd
 
 from .bounding import DATABASE, BoundedTable, attach_sql, create_sql, fill_sql
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
+from .keys import WIDE_INTEGERS, display_value, fetched_as_text
+from .types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0
 """Seconds one generated statement may run before it is interrupted."""
@@ -246,16 +248,19 @@ class Engine:
             definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
             connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
             if rows:
-                connection.register("dp_frame", pd.DataFrame.from_records(rows, columns=columns))
+                connection.register("dp_frame", pd.DataFrame.from_records(_frameable(rows, types), columns=columns))
                 try:
                     connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
                 finally:
                     connection.unregister("dp_frame")
             with _Deadline(connection, self._timeout):
-                cursor = connection.execute(sql)
-                names = [d[0] for d in cursor.description]
-                result = cursor.fetchall()
+                described = connection.execute(f"DESCRIBE {sql}").fetchall()
+                names, types = [row[0] for row in described], [row[1] for row in described]
+                result = connection.execute(_fetchable_sql(sql, types)).fetchall()
             connection.execute("DROP TABLE dp_core")
+            if any(map(fetched_as_text, types)):
+                result = [tuple(display_value(value, type_name) if fetched_as_text(type_name) else value
+                                for value, type_name in zip(row, types)) for row in result]
             return names, result
 
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
@@ -292,6 +297,33 @@ class Engine:
             self._post = None
         if self._owned:
             self._connection.close()
+
+
+def _frameable(rows: list[tuple], types: list[str]) -> list[tuple]:
+    """Rows as pandas can carry them into DuckDB exactly: integers of types that need not fit
+    int64 go as decimal text (pandas would make 2**64 - 1 with a NULL a float64, silently
+    rounded), which DuckDB casts back into the column's type exactly.
+
+    >>> _frameable([(2**64 - 1, 1), (None, 2)], ["UBIGINT", "BIGINT"])
+    [('18446744073709551615', 1), (None, 2)]
+    """
+    wide = {i for i, type_name in enumerate(types) if base_type(type_name) in WIDE_INTEGERS}
+    if not wide:
+        return rows
+    return [tuple(str(value) if i in wide and value is not None else value for i, value in enumerate(row))
+            for row in rows]
+
+
+def _fetchable_sql(sql: str, types: list[str]) -> str:
+    """``sql`` with every result column whose Python conversion is lossy or can fail (a date past
+    9999, an INTERVAL of 10^9 months, nanoseconds) cast to DuckDB's text (``dpsql.keys``).
+    Columns are renamed positionally (output names may repeat); a projection keeps the order
+    of the rows it reads."""
+    if not any(map(fetched_as_text, types)):
+        return sql
+    names = [f"dp_c{i}" for i in range(len(types))]
+    select = ", ".join(f"CAST({n} AS VARCHAR)" if fetched_as_text(t) else n for n, t in zip(names, types))
+    return f"SELECT {select} FROM ({sql}) AS dp_post({', '.join(names)})"
 
 
 def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:

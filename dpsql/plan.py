@@ -27,6 +27,10 @@ class GroupKey:
     """The bound row-level expression grouped on."""
     domain: KeyDomain | None
     """Public key domain (every key released) or None (keys pass partition selection)."""
+    type_name: str | None = None
+    """The key expression's DuckDB type, from binding the query before the charge."""
+    form: str = "value"
+    """How the key is grouped and read back (``dpsql.keys.key_form``): "value" or "text"."""
 
 
 AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]

@@ -45,9 +45,10 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from .keys import key_sql
 from .model import KeyDomain
 from .parse import DIALECT
-from .plan import ClampedColumn, Measure, Plan
+from .plan import ClampedColumn, GroupKey, Measure, Plan
 from .ranges import clamp_arguments
 
 SAFE_NODES = (exp.Column, exp.Literal, exp.Null, exp.Boolean)
@@ -57,6 +58,13 @@ def rewrite_plan(plan: Plan) -> str:
     """The bounded SQL of ``plan``: columns ``g0..`` (keys), ``m0..`` (exact summed measures),
     then ``u`` (distinct units per group) with partition selection."""
     return _bounded_sql(replace(plan, measures=plan.summed))
+
+
+def key_types_sql(plan: Plan) -> str:
+    """SQL whose columns ``g0..`` are the query's keys as written (no measures): binding it gives
+    each key's DuckDB type, which decides how the key is read back (``dpsql.keys``)."""
+    untyped = tuple(replace(key, form="value") for key in plan.query.keys)
+    return _rows_layer(replace(plan, measures=(), query=replace(plan.query, keys=untyped)))
 
 
 def rewrite_separate(plan: Plan, measure: Measure) -> str:
@@ -260,24 +268,51 @@ def _raw_value_sql(measure: Measure) -> str:
         return _total(measure.argument)  # COUNT: only NULL-ness matters; DISTINCT: the value itself
     evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
     scaled = f"CAST(({evaluated}) AS BIGINT)" if measure.grid == 1 else \
-        f"CAST(ROUND(({evaluated}) * {literal(1 / measure.grid)}) AS BIGINT)"
+        f"CAST(ROUND(CAST(({evaluated}) AS DOUBLE) * {power_of_two(1 / measure.grid)}) AS BIGINT)"
     return scaled if _cannot_fail(measure) else f"TRY({scaled})"
 
 
+def power_of_two(value: Fraction) -> str:
+    """A power of two as an exact DOUBLE literal: scaling by it is exact in floating point (the
+    product never needs more digits, as a DECIMAL literal's would: 2**-37 written out has 37
+    decimals, a DECIMAL(38,37) that overflows when multiplied by 10).
+
+    >>> power_of_two(Fraction(1, 2**37)), power_of_two(Fraction(2**40))
+    ("CAST('7.275957614183426e-12' AS DOUBLE)", "CAST('1099511627776.0' AS DOUBLE)")
+    """
+    exponent = value.numerator.bit_length() - 1 if value >= 1 else -(value.denominator.bit_length() - 1)
+    if value <= 0 or Fraction(2) ** exponent != value or abs(exponent) > 1000:
+        raise ValueError(f"{value} is not a power of two a double holds exactly")
+    return f"CAST('{float(value)!r}' AS DOUBLE)"
+
+
 def _cannot_fail(measure: Measure) -> bool:
-    """True for a bare bounded column: clamped, it is NULL or finite within [L, U] times the
-    grid, so its cast to BIGINT cannot overflow and TRY (a per-row cost) is not needed."""
+    """True for a bare bounded column: clamped (into literals within its bounds), it is NULL or
+    finite within [lo, hi]; scaled by the exact power of two 1/grid and rounded, it lies within
+    [L, U] grid units, up to the double's relative rounding of 2**-53 and one unit of ROUND —
+    below 2**63 when max(|L|, |U|) < 2**62 (``dpsql.analyse`` refuses larger), so the cast to
+    BIGINT cannot overflow and TRY (a per-row cost) is not needed. The clamp of ``dp_values``
+    then makes the bounds exact."""
     argument = measure.argument
     bounded = {c.name for c in measure.clamped_columns}
     return isinstance(argument, exp.Column) and argument.name in bounded and \
         max(abs(measure.lower), abs(measure.upper)) < 2**62
 
 
-def _domain_filter(column: str, domain: KeyDomain) -> str:
-    if domain.values is not None:
-        values = ", ".join(literal(v) if isinstance(v, str) else literal(Fraction(v)) for v in domain.values)
-        return f'"{column}" IN ({values})'
-    return f'"{column}" IN (SELECT "{domain.column}" FROM {_table_sql(domain.table)})'
+def _domain_filter(column: str, domain: KeyDomain, column_type: str) -> str:
+    """Keep rows whose key is in the public domain, compared in the column's own type: each domain
+    value is TRY_CAST to it, so no implicit coercion of the private column can fail on one unit's
+    value ('x' in a VARCHAR column against numeric keys) — the comparison is total."""
+    source, value = _domain_source(domain, f'"{domain.column}"' if domain.values is None else "v")
+    return f'"{column}" IN (SELECT TRY_CAST({value} AS {column_type}) FROM {source})'
+
+
+def _domain_source(domain: KeyDomain, column: str) -> tuple[str, str]:
+    """FROM of a public domain (a listed one as VALUES ... AS d(v)) and the column it reads."""
+    if domain.values is None:
+        return _table_sql(domain.table), column
+    rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
+    return f"(VALUES {rows}) AS d(v)", "v"
 
 
 def _table_sql(name: str) -> str:
@@ -287,7 +322,7 @@ def _table_sql(name: str) -> str:
 def _rows_layer(plan: Plan) -> str:
     query = plan.query
     select = [f'"{query.rule.unit.lower()}" AS dp_unit']
-    select += [f"{_total(key.expression)} AS {key.name}" for key in query.keys]
+    select += [f"{_key_sql(key)} AS {key.name}" for key in query.keys]
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
             select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
@@ -296,7 +331,8 @@ def _rows_layer(plan: Plan) -> str:
     conditions = [f'"{query.rule.unit.lower()}" IS NOT NULL']
     if query.where is not None:
         conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
-    conditions += [_domain_filter(key.expression.name, key.domain) for key in query.keys if key.domain]
+    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+                   for key in query.keys if key.domain]
     where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
     columns = ", ".join(select)
     if query.source is None:
@@ -306,6 +342,11 @@ def _rows_layer(plan: Plan) -> str:
     else:
         source = f"(\n{_sql(query.source)}\n  ) AS dp_source"
     return f"  SELECT {columns}\n  FROM {source}{where}"
+
+
+def _key_sql(key: GroupKey) -> str:
+    """A key as grouped and read back: made total, then in its form (``dpsql.keys``)."""
+    return key_sql(_total(key.expression), key.type_name or "", key.form)
 
 
 def _values_layer(plan: Plan, keys: list[str]) -> str:
@@ -476,19 +517,23 @@ def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
 
 def domain_sql(keys: list, column_types: list[str]) -> str:
     """SQL listing the public domain of one key — or the combinations one public table holds
-    of several — typed like the columns (reads public data only).
+    of several — each value TRY_CAST to its column's type and read back in its key's form, as
+    the bounded SQL reads that key (reads public data only).
 
     >>> from sqlglot import exp
     >>> from dpsql.plan import GroupKey
-    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free", "pro")))], ["VARCHAR"])
-    "SELECT DISTINCT TRY_CAST(v AS VARCHAR) AS k0 FROM (VALUES ('free'), ('pro')) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL"
+    >>> domain_sql([GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))], ["INTEGER"])
+    'SELECT DISTINCT TRY_CAST(v AS INTEGER) AS k0 FROM (VALUES (1), (2)) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL'
+    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text")], ["VARCHAR"])
+    "SELECT DISTINCT encode(CAST(TRY_CAST(v AS VARCHAR) AS VARCHAR)) AS k0 FROM (VALUES ('free')) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL"
     """
     domain = keys[0].domain
     if domain.values is not None:
-        rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
-        source, columns = f"(VALUES {rows}) AS d(v)", ["v"]
+        source, column = _domain_source(domain, "v")
+        columns = [column]
     else:
         source, columns = _table_sql(domain.table), [f'"{key.domain.column}"' for key in keys]
-    select = ", ".join(f"TRY_CAST({c} AS {t}) AS k{i}" for i, (c, t) in enumerate(zip(columns, column_types)))
+    select = ", ".join(f"{key_sql(f'TRY_CAST({c} AS {t})', t, key.form)} AS k{i}"
+                       for i, (key, c, t) in enumerate(zip(keys, columns, column_types)))
     present = " AND ".join(f"k{i} IS NOT NULL" for i in range(len(columns)))
     return f"SELECT DISTINCT {select} FROM {source} WHERE {present} ORDER BY ALL"
