@@ -102,7 +102,7 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
     selection = None
     if private_keys:
         rule = selection_rule(options.epsilon / shares, Fraction(selection_delta),
-                              _groups_per_unit(query), policy.neighbours)
+                              query.rule.groups_per_unit, policy.neighbours)
         selection = Selection(measure="u", epsilon=rule.epsilon, delta=rule.delta,
                               scale=rule.scale, threshold=rule.threshold)
     epsilon = sum((m.epsilon for m in measures), Fraction(0)) + (selection.epsilon if selection else 0)
@@ -141,7 +141,7 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
     One unit puts at most k values into a group's histogram and, over all groups, at most k
     in total (the rows it is granted), so with Delta_u computed for k the releases of all
     groups together are epsilon-DP (``dpsql.quantile``)."""
-    rows = 1 if query.rule.row_level else query.rule.max_rows_per_unit
+    rows = query.rule.max_rows_per_unit
     interval = shape.interval
     rule = quantile_rule(q, epsilon, rows, policy.neighbours, interval.lower, interval.upper, QUANTILE_BUCKETS)
     width = (interval.upper - interval.lower) / QUANTILE_BUCKETS
@@ -153,10 +153,6 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
         offset=interval.lower,
     )
     return measure, rule
-
-
-def _groups_per_unit(query: PrivateQuery) -> int:
-    return 1 if query.rule.row_level else query.rule.groups_per_unit
 
 
 @dataclass(frozen=True)
@@ -314,7 +310,7 @@ def _too_small(epsilon: Fraction) -> None:
 
 def _rows_per_unit(shape: _Shape, query: PrivateQuery) -> int:
     """How many groups one unit's distinct-unit counts can touch."""
-    return min(_groups_per_unit(query), query.rule.max_rows_per_unit) if query.keys else 1
+    return min(query.rule.groups_per_unit, query.rule.max_rows_per_unit) if query.keys else 1
 
 
 def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,

@@ -599,10 +599,11 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
     unit is the curator's choice and cannot be changed, only restated."""
     rule = query.rule
     unit = written.get("privacy_unit_column")
-    if unit is not None and (rule.unit or "ROW").lower() != unit.value.lower():
+    named = "ROW" if query.hidden_unit else rule.unit  # a row-level table's unit is each row
+    if unit is not None and named.lower() != unit.value.lower():
         raise UnsupportedQuery(
-            f"the privacy unit of {query.table} is {rule.unit or 'ROW'}, not {unit.value}",
-            line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {rule.unit}, or leave it out")
+            f"the privacy unit of {query.table} is {named}, not {unit.value}",
+            line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {named}, or leave it out")
     changes = {}
     for option, field_name in (("max_rows_contributed", "max_rows_per_unit"),
                                ("max_groups_contributed", "max_groups_per_unit")):
@@ -613,15 +614,14 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
         if value.denominator != 1 or not 1 <= value <= 10**6:
             raise UnsupportedQuery(f"{option} must be a whole number from 1 to 1000000, got {value}",
                                    line=given.line, col=given.col, hint=f"write {option} = 5")
-        if rule.row_level and option == "max_rows_contributed" and value != 1:
-            raise UnsupportedQuery(f"each row of {query.table} is its own privacy unit, so it contributes "
-                                   "one row", line=given.line, col=given.col, hint=f"leave {option} out")
         held = query.rows_per_unit
         if option == "max_rows_contributed" and held is not None and value > held:
             # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
             # a larger limit would add noise for rows that are not there.
-            raise UnsupportedQuery(f"the policy keeps at most {held} rows of each unit of {query.table}; "
-                                   f"max_rows_contributed can lower that, not raise it",
+            kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
+                f"the policy keeps at most {held} rows of each unit of {query.table}"
+            joined = f", with at most {held} rows after its joins" if query.hidden_unit and held > 1 else ""
+            raise UnsupportedQuery(f"{kept}{joined}; max_rows_contributed can lower that, not raise it",
                                    line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)
     return replace(query, rule=replace(rule, **changes)) if changes else query

@@ -11,8 +11,8 @@ from .quantile import quantile_accuracy
 def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
     """A readable account of a plan: measures, sensitivities, noise, cost and the SQL."""
     rule = plan.query.rule
-    unit = "each row (PRIVACY UNIT ROW)" if rule.row_level else (
-        f"{rule.unit}, at most {rule.max_rows_per_unit} rows and {rule.groups_per_unit} groups per unit")
+    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else rule.unit
+    unit += f", at most {rule.max_rows_per_unit} rows and {rule.groups_per_unit} groups per unit"
     lines = [
         f"private table {plan.query.table}; privacy unit: {unit}",
         f"neighbours: {plan.neighbours} ({_neighbour_text(plan.neighbours)})",

@@ -86,6 +86,9 @@ class PrivateQuery:
     or UNION ALL. ``None``: the table named ``table`` itself."""
     rows_per_unit: int | None = None
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
+    hidden_unit: bool = False
+    """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
+    which the analyst cannot name (``dpsql.bounding``); every rule treats it as a unit column."""
     bounded: tuple[str, ...] = ()
     """The bounded copies (``dpsql.bounding``) the source reads: built before it runs."""
     joins: tuple[str, ...] = ()

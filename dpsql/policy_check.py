@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
 from fractions import Fraction
 
+from .bounding import PAD, ROW_UNIT
 from .errors import PolicyError
 from .model import ColumnRule, Policy, Position, PrivateTable, PublicTable
 from .types import base_type, decimal_shape, family, inward, step, value_range
@@ -202,6 +203,12 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
         _columns_of(table.name, tables, table.position)
     for table in policy.private_tables:
         columns = _columns_of(table.name, tables, table.position)
+        reserved = (PAD, ROW_UNIT) if table.row_level else (PAD,)  # columns the bounded copy adds
+        for name in reserved:
+            if name in columns:
+                raise _error(f"table {table.name} has a column named {name}, a name dpsql's bounded copy "
+                             "of the table uses itself", table.position,
+                             hint=f"rename the column, or declare a view that renames it")
         if table.unit is not None:
             _type_of(table.name, table.unit, columns, table.position, " for its PRIVACY UNIT")
         for rule in table.columns:
