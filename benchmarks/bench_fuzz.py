@@ -50,7 +50,7 @@ class Tally:
             self.first.setdefault(key, (case, violation))
 
 
-def run_family(name: str, examples: int, seed_value: int) -> Tally:
+def run_family(name: str, examples: int, seed_value: int, databases: differential.Databases) -> Tally:
     tally = Tally()
 
     @seed(seed_value)
@@ -60,7 +60,7 @@ def run_family(name: str, examples: int, seed_value: int) -> Tally:
     def explore(case):
         started = time.perf_counter()
         try:
-            sides = [differential.observe(case, extra, 0) for extra in case.neighbours]
+            sides = [differential.observe(case, extra, 0, databases, side) for side, extra in enumerate(case.neighbours)]
             found = differential.judge(sides)
         except Exception as error:  # a crash of the harness itself: count it, keep going
             tally.crashes[f"{type(error).__name__}: {str(error).splitlines()[0][:100]}"] += 1
@@ -72,14 +72,14 @@ def run_family(name: str, examples: int, seed_value: int) -> Tally:
     return tally
 
 
-def shrink(name: str, prop: str, tag: str, seed_value: int, examples: int):
+def shrink(name: str, prop: str, tag: str, seed_value: int, examples: int, databases: differential.Databases):
     """A small case of ``name`` breaking ``prop`` with ``tag``, as Hypothesis shrinks it (or None)."""
     @seed(seed_value)
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
               phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False)
     @given(case=FAMILIES[name]())
     def breaks(case):
-        found = differential.violations(case)
+        found = differential.violations(case, databases=databases)
         assert not any(v.prop == prop and v.tag == tag for v in found), case
 
     try:
@@ -96,14 +96,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shrink", action="store_true", help="shrink each mechanism's first case")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # figures as they come, also into a file
     families = args.family or list(FAMILIES)
     each = max(args.examples // len(families), 1)
     print(f"bench_fuzz {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"python {platform.python_version()}; {each} examples per family, seed {args.seed}")
     total_cases, total_seconds, broken = 0, 0.0, 0
+    databases = differential.Databases()
     for name in families:
         started = time.perf_counter()
-        tally = run_family(name, each, args.seed)
+        tally = run_family(name, each, args.seed, databases)
         wall = time.perf_counter() - started
         total_cases += tally.cases
         total_seconds += wall
@@ -122,7 +124,7 @@ def main() -> None:
             print(f"      e.g. {violation.detail[:300]}")
             print("      " + case.reproduction().replace("\n", "\n      "))
             if args.shrink:
-                small = shrink(name, prop, tag, args.seed, max(each, 200))
+                small = shrink(name, prop, tag, args.seed, max(each, 200), databases)
                 if small is not None:
                     print("      shrunk:\n      " + small.reproduction().replace("\n", "\n      "))
     print(f"\n{total_cases} cases in {total_seconds:.0f} s ({total_cases / max(total_seconds, 1e-9):.1f} a second); "
