@@ -17,7 +17,8 @@ can be marked on its own and turned back on once its bug is fixed:
 * ``public_subquery``: a public subquery in FROM joined to private data: filtered, fanned out by
   the analyst (a public self-join), or depending on the statement that evaluates it;
 * ``typed_keys``: GROUP BY private keys of many DuckDB types (INTERVAL, TIMESTAMP_NS, infinite
-  TIMESTAMPs, NaN and -0.0 DOUBLEs, HUGEINT, UUID, DECIMAL(38, s), collated VARCHAR, ...);
+  TIMESTAMPs, NaN and -0.0 DOUBLEs, HUGEINT, UUID, DECIMAL(38, s), collated VARCHAR, ...), or
+  expressions of them;
 * ``key_domains``: GROUP BY a column whose KEYS list (or KEYS FROM column) is typed like it, or not;
 * ``extreme_bounds``: huge and tiny BOUNDS with epsilons down to 1e-8.
 
@@ -315,13 +316,17 @@ ADVERSARIAL_KEYS = {
 }
 
 
+KEY_EXPRESSIONS = ("k", "COALESCE(k, k)", "CAST(k AS VARCHAR)", "k IS NULL")
+"""What typed_keys groups by: the key itself, an expression of its type, its text, a boolean."""
+
+
 def typed_keys() -> st.SearchStrategy:
     @st.composite
     def draw_case(draw) -> Case:
         type_name = draw(st.sampled_from(sorted(KEY_TYPES)))
         key = Column("k", type_name, KEY_TYPES[type_name], ADVERSARIAL_KEYS[type_name])
         x = Column("x", "INTEGER", ("0", "1", "3"), ("NULL", "9"))
-        source = Source("t", value="x", key=None, private_key="k")
+        source = Source("t", value="x", key=None, private_key=draw(st.sampled_from(KEY_EXPRESSIONS)))
         aggregates = st.lists(st.sampled_from(["COUNT(*)", "SUM(x)", "AVG(x)", "MEDIAN(x)", "COUNT(DISTINCT x)"]),
                               min_size=1, max_size=2, unique=True)
         query = lambda row, k: select(source, row, k, aggregates=aggregates).filter(lambda q: q[1] > 0)
