@@ -361,19 +361,26 @@ def key_domains() -> st.SearchStrategy:
 
 
 EXTREME_COLUMNS = {
-    # column type: (values, adversarial values: at and beyond any bound, and missing)
-    "DOUBLE": (("0", "1", "0.5"), ("NULL", "1e300", "-1e300", "'nan'::DOUBLE", "'inf'::DOUBLE")),
-    "BIGINT": (("0", "1", "2"), ("NULL", "9223372036854775807", "-9223372036854775808")),
-    "DECIMAL(38, 10)": (("0", "1", "0.5"),
-                        ("NULL", "9999999999999999999999999999.9999999999", "-9999999999999999999999999999.9999999999")),
-    "HUGEINT": (("0", "1", "2"), ("NULL", "170141183460469231731687303715884105727")),
+    # column type: (values, adversarial values: far beyond any bound, or just at a large one)
+    "DOUBLE": (("0", "1", "0.5", "NULL"), ("1e300", "-1e300", "'nan'::DOUBLE", "'inf'::DOUBLE")),
+    "BIGINT": (("0", "1", "2", "NULL"), ("9223372036854775807", "-9223372036854775808", "1000000000000000000")),
+    "DECIMAL(38, 10)": (("0", "1", "0.5", "NULL"), ("9999999999999999999999999999.9999999999",
+                                                    "-9999999999999999999999999999.9999999999", "1000000000000.5")),
+    "HUGEINT": (("0", "1", "2", "NULL"), ("170141183460469231731687303715884105727",
+                                          "-170141183460469231731687303715884105727", "1000000000000000000")),
 }
+
+
+EXTREME_EXPONENTS = (-9, -6, -3, -1, 0, 6, 12, 13, 15, 17, 18, 19, 24, 30)
+"""Bounds up to 10**e: below one (clamps in DECIMAL), around 2**53 and 2**63, beyond BIGINT."""
+EXTREME_AGGREGATES = ("SUM(x)", "AVG(x)", "VARIANCE(x)", "STDDEV(x)", "MEDIAN(x)", "SUM(x) FILTER (WHERE g = 'a')",
+                      "COUNT(x)", "SUM(CLAMP(x * 2, -3, 5))")
 
 
 @st.composite
 def _extreme_bounds(draw) -> str:
     """Bounds from 1e-9 to 1e30 wide, one-signed or symmetric."""
-    upper = f"1e{draw(st.integers(-9, 30))}"
+    upper = f"1e{draw(st.sampled_from(EXTREME_EXPONENTS))}"
     return f"{draw(st.sampled_from(['0', '-' + upper]))} TO {upper}"
 
 
@@ -385,7 +392,8 @@ def extreme_bounds() -> st.SearchStrategy:
         rules = [f"x BOUNDS {draw(_extreme_bounds())}", f"g {KEYS_FROM}"]
         source = Source("t", private_key=None)
         epsilons = tuple(f"1e-{n}" for n in range(1, 9))
-        query = lambda row, k: select(source, row, k, epsilons=epsilons)
+        aggregates = st.lists(st.sampled_from(EXTREME_AGGREGATES), min_size=1, max_size=3, unique=True)
+        query = lambda row, k: select(source, row, k, epsilons=epsilons, aggregates=aggregates)
         return draw(assemble("extreme_bounds", (G_VARCHAR, x), rules, (KEYS_TABLE,), query))
     return draw_case()
 
