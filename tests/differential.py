@@ -20,7 +20,7 @@ an outcome kind; the exact measures are read with noise off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import duckdb
 
@@ -100,9 +100,11 @@ class Side:
     """What one neighbour shows: the end-to-end outcome and the exact run (or why it failed)."""
 
     outcome: tuple
+    """('answer', the released key columns, sorted) or (error class, message)."""
     exact: ExactRun | None = None
+    """The exact measures with noise off, unless computing them failed."""
     exact_error: str | None = None
-    notes: list = field(default_factory=list)
+    """Why computing the exact measures failed."""
 
 
 class Databases:
@@ -137,32 +139,37 @@ def fill_database(connection: duckdb.DuckDBPyConnection, case: Case, extra_rows:
 
 
 def observe(case: Case, extra_rows: tuple, seed: int, databases: Databases | None = None, side: int = 0) -> Side:
-    """Run the case's query on one neighbour: end to end, then with noise off."""
-    connection = databases.load(side, case, extra_rows) if databases else duckdb.connect()
-    if databases is None:
-        fill_database(connection, case, extra_rows)
+    """Run the case's query on one neighbour (the base rows plus ``extra_rows``): end to end, then
+    with noise off. ``databases`` reuses a database for the side; without, one is opened."""
+    if databases is not None:
+        return _observe_on(databases.load(side, case, extra_rows), case, seed)
+    connection = duckdb.connect()
     try:
-        try:
-            with fixed_salt():
-                db = dpsql.connect(connection, policy=case.policy, rng=SeededSource(seed))
-        except dpsql.DPError as error:  # a policy the schema refutes: the same on both sides
-            return Side(outcome=(type(error).__name__, str(error)), exact_error="not connected")
-        with db:
-            side_seen = Side(outcome=_answer(db, case))
-            try:
-                side_seen.exact = exact_run(db, case.sql)
-            except dpsql.DPError as error:
-                side_seen.exact_error = f"{type(error).__name__}: {error}"
-            except Exception as error:  # what the engine would turn into a QueryFailed
-                side_seen.exact_error = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-        return side_seen
+        fill_database(connection, case, extra_rows)
+        return _observe_on(connection, case, seed)
     finally:
-        if databases is None:
-            connection.close()
+        connection.close()
+
+
+def _observe_on(connection: duckdb.DuckDBPyConnection, case: Case, seed: int) -> Side:
+    try:
+        with fixed_salt():
+            db = dpsql.connect(connection, policy=case.policy, rng=SeededSource(seed))
+    except dpsql.DPError as error:  # a policy the schema refutes: the same on both sides
+        return Side(outcome=(type(error).__name__, str(error)), exact_error="not connected")
+    with db:
+        seen = Side(outcome=_answer(db, case))
+        try:
+            seen.exact = exact_run(db, case.sql)
+        except dpsql.DPError as error:
+            seen.exact_error = f"{type(error).__name__}: {error}"
+        except Exception as error:  # what the engine would turn into a QueryFailed
+            seen.exact_error = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return seen
 
 
 def _answer(db, case: Case) -> tuple:
-    """('answer', released keys or None) or (error class, message)."""
+    """('answer', the released key columns, sorted) or (error class, message)."""
     try:
         result = db.sql(case.sql)
     except dpsql.DPError as error:
