@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from unittest import mock
 
-from dpsql.analyse import _groups_per_unit
+from dpsql.keys import read_keys
 from dpsql.connection import merge_options
 from dpsql.plan import Plan, PrivateQuery
 from dpsql.rewrite import rewrite_plan, rewrite_separate
@@ -75,7 +75,7 @@ def exact_run(db, sql: str) -> ExactRun | None:
     epsilon, delta, noise = merge_options(written, None, None, None)
     plan = db._plan(checked, sql, epsilon, delta, noise)
     width = len(plan.query.keys)
-    rows, merged = _fetch_with_texts(db, rewrite_plan(plan), width)
+    rows, merged = _fetch_with_texts(db, plan, rewrite_plan(plan), width)
     representatives = _representatives(rows, width)
     released = _released_keys(db, plan, representatives)
     vectors, sensitivities = {}, {}
@@ -85,11 +85,11 @@ def exact_run(db, sql: str) -> ExactRun | None:
     for measure in plan.summed:
         sensitivities[measure.name] = measure.sensitivity
     if plan.selection is not None:
-        sensitivities["u"] = distinct_units_sensitivity(groups_per_unit=_groups_per_unit(plan.query),
+        sensitivities["u"] = distinct_units_sensitivity(groups_per_unit=plan.query.rule.groups_per_unit,
                                                         neighbours=plan.neighbours, grouped=width > 0)
     histograms, bounds = {}, {}
     for measure in plan.separate:
-        separate, more = _fetch_with_texts(db, rewrite_separate(plan, measure), width)
+        separate, more = _fetch_with_texts(db, plan, rewrite_separate(plan, measure), width)
         merged += more
         if measure.kind == "distinct":
             vectors[measure.name] = _vector(separate, _representatives(separate, width), released, width, 0)
@@ -102,12 +102,12 @@ def exact_run(db, sql: str) -> ExactRun | None:
                     public_keys=plan.selection is None)
 
 
-def _fetch_with_texts(db, bounded_sql: str, width: int) -> tuple[list[tuple], list[str]]:
-    """Rows of ``bounded_sql`` as the engine converts them, each followed by its key's DuckDB
-    text; and the key texts that Python conversion merged with another row's key."""
+def _fetch_with_texts(db, plan: Plan, bounded_sql: str, width: int) -> tuple[list[tuple], list[str]]:
+    """Rows of ``bounded_sql`` as the connection reads them back (``read_keys``), each followed
+    by its key's DuckDB text; and the key texts that the read-back merged with another row's key."""
     texts = ", ".join(f"CAST(dp_exact.g{i} AS VARCHAR) AS dp_text{i}" for i in range(width))
     sql = bounded_sql if not width else f"SELECT *, {texts} FROM (\n{bounded_sql}\n) AS dp_exact"
-    rows = db._engine.fetch(sql, db._salt_for(sql))
+    rows = read_keys(db._engine.fetch(sql, db._salt_for(sql), bounded=plan.query.bounded), plan.query.keys)
     by_value: dict[tuple, list[tuple]] = {}
     for row in rows:
         by_value.setdefault(tuple(row[:width]), []).append(_text_key(row, width))

@@ -8,9 +8,9 @@ merged, and released identically when their domain is public.
 
 Two kinds of pairs: generated ones, by family (``tests/differential_cases.py``), and the known
 mechanisms written out as the smallest pairs that show them (``tests/differential_known.py``).
-What fails on today's code is marked ``xfail(strict=False)`` with its mechanism: remove the
-marker once the fix lands (``python benchmarks/bench_fuzz.py --family NAME --shrink`` runs a
-family longer and shrinks what it finds). Shrinking is off here to keep within the CI budget;
+Every known mechanism was fixed in issues 11 and 16 (each had failed on the code before);
+``python benchmarks/bench_fuzz.py --family NAME --shrink`` runs a family longer and shrinks
+what it finds. Shrinking is off here to keep within the CI budget;
 a failure prints its case in full.
 """
 
@@ -28,38 +28,12 @@ from exact import halved
 EXAMPLES = 25
 """Generated pairs per family in the suite (0.1 to 0.4 s each); the bench script runs more."""
 
-FAMILIES_FAILING_TODAY = {
-    "coerced_join": "join keys compared after implicit coercion: a failing cast raises only when the unit is "
-                    "present, and m is measured in the public column's own type",
-    "row_level_join": "PRIVACY UNIT ROW joined to a public table: partition selection counts rows as units, "
-                      "quantiles assume one row per unit, max_rows_contributed is not enforced",
-    "public_subquery": "a public subquery is evaluated again at run time (current_query()): the measured "
-                       "multiplicity is not the one the run produces",
-    "typed_keys": "GROUP BY keys whose conversion to Python fails or merges (INTERVAL, TIMESTAMP_NS, infinity)",
-    "key_domains": "a KEYS list of another type than the column: the domain filter raises on one unit's value",
-    "extreme_bounds": "clamping and grid scaling overflow DECIMAL with huge bounds, tiny bounds or epsilons",
-}
-"""Generated family -> the mechanism it finds on today's code (xfail until fixed)."""
-
-KNOWN_HOLDING_TODAY = {"control_join_same_type", "control_public_keys"}
-"""Known pairs that hold on today's code (controls); every other one fails today."""
-
-
-def _param(name: str, failing_today: bool, reason: str):
-    """A parameter, marked xfail(strict=False) with ``reason`` when it fails on today's code — by
-    a broken property only (AssertionError): a crash of the harness still fails the suite."""
-    marks = [pytest.mark.xfail(strict=False, raises=AssertionError, reason=reason)] if failing_today else []
-    return pytest.param(name, id=name, marks=marks)
-
-
 def _family_params():
-    for name in FAMILIES:
-        yield _param(name, name in FAMILIES_FAILING_TODAY, FAMILIES_FAILING_TODAY.get(name, ""))
+    return [pytest.param(name, id=name) for name in FAMILIES]
 
 
 def _known_params():
-    for name in KNOWN:
-        yield _param(name, name not in KNOWN_HOLDING_TODAY, f"known mechanism {name} (issue 11 / 16)")
+    return [pytest.param(name, id=name) for name in KNOWN]
 
 
 @pytest.fixture(scope="module")
