@@ -190,6 +190,33 @@ def test_audit_noisy_aggregates(name, inputs):
     assert unbounded > claimed, f"{name}: the audit misses a missing contribution bound ({unbounded:.3f})"
 
 
+ROW_LEVEL = """
+BUDGET EPSILON 100000 DELTA 0.5;
+PRIVATE TABLE visits (PRIVACY UNIT ROW, amount BOUNDS 0 TO 100, store KEYS ('north', 'south', 'east', 'west'));
+PUBLIC TABLE stores;
+"""
+
+
+def test_audit_row_level_join(monkeypatch, tmp_path):
+    """A row-level table joined to a public table: each row is its own unit and becomes up to
+    m = 2 rows, so one added row moves the SUM by 2·100. Before invariant 16 the noise was
+    calibrated for one row (half the scale), which the 'halved scale' variant reproduces."""
+    frame = base()
+    sql = "SELECT SUM(amount) FROM visits JOIN stores ON visits.store = stores.store"
+    call_d = capture(monkeypatch, tmp_path, frame, sql, policy=ROW_LEVEL)
+    call_d2 = capture(monkeypatch, tmp_path, worst_unit(frame, rows=1), sql, policy=ROW_LEVEL)
+    plan = call_d["plan"]
+    claimed = float(plan.epsilon)
+    correct = _audit(_draw(call_d, (), 0, SAMPLES, 1, plan), _draw(call_d2, (), 0, SAMPLES, 2, plan),
+                     _reference(call_d, call_d2, (), 0, plan))
+    broken = halved(plan)
+    noisy = _audit(_draw(call_d, (), 0, SAMPLES, 3, broken), _draw(call_d2, (), 0, SAMPLES, 4, broken),
+                   _reference(call_d, call_d2, (), 0, broken))
+    print(f"\nrow-level join: claimed epsilon {claimed}; lower bound {correct:.3f}; halved scale {noisy:.3f}")
+    assert correct <= claimed, f"row-level join: the privacy loss is at least {correct:.3f} > epsilon {claimed}"
+    assert noisy > claimed, f"row-level join: the audit misses the noise of one row instead of m ({noisy:.3f})"
+
+
 # ------------------------------------------------------------------------------------------
 # A quantile: the exponential mechanism over the edges of a public grid.
 
