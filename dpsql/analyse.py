@@ -101,6 +101,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
         releases.append(replace(release, epsilon=epsilon))
     selection = None
     if private_keys:
+        if laplace_scale(Fraction(2 * query.rule.groups_per_unit), options.epsilon / shares) >= SAMPLER_LIMITS["laplace"]:
+            _too_small(options.epsilon)  # the selection noise would be beyond the exact sampler
         rule = selection_rule(options.epsilon / shares, Fraction(selection_delta),
                               query.rule.groups_per_unit, policy.neighbours)
         selection = Selection(measure="u", epsilon=rule.epsilon, delta=rule.delta,
@@ -258,12 +260,28 @@ def choose_grid(interval: Interval, rows_per_unit: int, epsilon: Fraction, fine_
     Fraction(1, 4294967296)
     """
     magnitude = max(abs(interval.lower), abs(interval.upper), Fraction(1, 2**1000))
-    exponent = math.floor(math.log2(magnitude)) - fine_bits
+    exponent = floor_log2(magnitude) - fine_bits
     if interval.integral:
         exponent = max(exponent, 0)
     noise_magnitude = 16 * rows_per_unit * magnitude / epsilon  # above any scale we calibrate
-    exponent = max(exponent, math.ceil(math.log2(noise_magnitude)) - MAX_SCALE_BITS)
+    above = floor_log2(noise_magnitude)
+    above += Fraction(2) ** above != noise_magnitude  # ceil(log2(noise_magnitude)), exactly
+    exponent = max(exponent, above - MAX_SCALE_BITS)
     return Fraction(2) ** exponent
+
+
+def floor_log2(value: Fraction) -> int:
+    """floor(log2(value)) of a positive Fraction, exactly: no float, so no overflow for the
+    largest bounds a policy or a public column can state.
+
+    >>> floor_log2(Fraction(1, 3)), floor_log2(Fraction(4)), floor_log2(Fraction(10) ** 400)
+    (-2, 2, 1328)
+    """
+    numerator, denominator = value.numerator, value.denominator
+    exponent = numerator.bit_length() - denominator.bit_length()
+    if (numerator << max(-exponent, 0)) < (denominator << max(exponent, 0)):
+        exponent -= 1
+    return exponent
 
 
 SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52, "none": Fraction(2) ** 1000}

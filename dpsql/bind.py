@@ -45,8 +45,6 @@ def table_key(table: exp.Table) -> str:
     'visits'
     """
     parts = [p.name.lower() for p in table.parts]
-    if len(parts) == 3:
-        parts = parts[1:]  # catalog.schema.table: one database, so the catalog adds nothing
     if len(parts) == 2 and parts[0] == "main":
         parts = parts[1:]
     return ".".join(parts)
@@ -62,6 +60,17 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
             col=col,
             construct=table.this.sql(dialect="duckdb"),
             hint="query the tables declared in the policy",
+        )
+    if len(table.parts) > 2:
+        # A database part would name another attached database (or dpsql's own), whose tables
+        # the policy never declared: refused, whatever the rest of the name says.
+        raise UnsupportedQuery(
+            f"a table name with a database part ({'.'.join(p.name for p in table.parts)}) is not allowed",
+            line=line,
+            col=col,
+            construct=".".join(p.name for p in table.parts),
+            hint="name the table as the policy declares it, such as "
+                 f"{'.'.join(p.name for p in table.parts[-2:])} or {table.parts[-1].name}",
         )
     key = table_key(table)
     declaration = policy.table(key)

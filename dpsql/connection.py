@@ -504,10 +504,17 @@ class Connection:
         if epsilon <= 0:
             raise InvalidParameter(f"epsilon must be greater than 0, got {float(epsilon)}",
                                    hint="pass a positive epsilon such as 0.1")
+        if epsilon < MIN_EPSILON:  # no query's noise fits the exact samplers below it
+            raise InvalidParameter(f"epsilon {_shown(epsilon)} is below {_shown(MIN_EPSILON)}, too small for any "
+                                   "query: its noise would be beyond what the exact samplers draw",
+                                   hint="use a larger epsilon, e.g. 0.001 or more")
         delta = self.policy.query_delta if delta is None else exact_parameter(delta, "delta")
         if not 0 <= delta < 1:
             raise InvalidParameter(f"delta must be at least 0 and below 1, got {float(delta)}",
                                    hint="pass a small delta such as 1e-7, or 0")
+        if 0 < delta < MIN_DELTA:
+            raise InvalidParameter(f"delta {_shown(delta)} is below the smallest positive delta, 1e-1000",
+                                   hint="pass delta=0 for pure epsilon-DP, or a delta such as 1e-10")
         if noise is not None and noise not in NOISE_FAMILIES:
             raise InvalidParameter(f"unknown noise {noise!r}", hint="use 'laplace' or 'gaussian'")
         if noise == "gaussian" and delta == 0:
@@ -559,6 +566,19 @@ class Connection:
                                    hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
         return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True)
+
+
+MIN_EPSILON = Fraction(1, 10**12)
+"""The smallest epsilon a query may ask for: below it even a COUNT's discrete Laplace scale
+(1/epsilon) exceeds what the exact samplers draw (``dpsql.analyse.SAMPLER_LIMITS``)."""
+MIN_DELTA = Fraction(1, 10**1000)
+"""The smallest positive delta: smaller ones are exact but absurd, and their decimal text
+alone would exceed Python's integer-to-text limit."""
+
+
+def _shown(value: Fraction) -> str:
+    """A tiny exact parameter as text, without converting it to a float (1e-400 is 0.0 as one)."""
+    return f"{float(value):.3g}" if value > Fraction(1, 10**300) else "far below 1e-300"
 
 
 def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) -> tuple[Any, Any, str | None]:

@@ -183,7 +183,9 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         refuse(join, sql, "a join without ON would pair every private row with every other row",
                "join with ON a = b equality conditions")
     if isinstance(left, _Public) and isinstance(right, _Public):
-        refuse(join, sql, "internal: public joins are handled as public queries", "report this")
+        refuse(join, sql, "two public tables joined before the private one are not supported",
+               "name the private table first (FROM t JOIN p ON ... JOIN q ON ...), or join the public "
+               "tables in a subquery: FROM t JOIN (SELECT ... FROM p JOIN q ON ...) AS pq ON ...")
     if side == "RIGHT":  # a RIGHT JOIN keeps the right side: the same as the mirrored LEFT JOIN
         left, right, side = right, left, "LEFT"
     # Which side keeps all its rows: it must be a private one, so no row lacks a unit.

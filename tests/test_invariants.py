@@ -430,10 +430,23 @@ def test_invariant_10_duckdb_never_sees_analyst_text(pair, monkeypatch):
 # 11. Names resolve as DuckDB resolves them; no shadowing; taint follows the data.
 
 @pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM memory.main.visits",
+    "SELECT * FROM memory.main.stores",
+    "SELECT COUNT(*) FROM visits JOIN (SELECT store FROM memory.main.stores) AS s ON visits.store = s.store",
+    "SELECT COUNT(*) FROM system.main.stores",
+])
+def test_invariant_11_a_database_part_in_a_table_name_is_refused(sql, pair):
+    """A database part names another attached database — or dpsql's own — whose tables the
+    policy never declared (an attacker read an attached file's `main.stores` exactly and for
+    free this way): refused before anything runs, whatever the rest of the name."""
+    with pytest.raises(dpsql.UnsupportedQuery, match="database part"):
+        pair[True].sql(sql, epsilon=0.1)
+
+
+@pytest.mark.parametrize("sql", [
     "SELECT COUNT(*) FROM VISITS",
     'SELECT COUNT(*) FROM "Visits"',
     "SELECT COUNT(*) FROM main.visits",
-    "SELECT COUNT(*) FROM memory.main.visits",
     "SELECT COUNT(*) FROM visits AS stores",
     "WITH s AS (SELECT * FROM visits) SELECT COUNT(*) FROM s",
     "SELECT COUNT(*) FROM (SELECT user_id, store FROM visits) AS stores",

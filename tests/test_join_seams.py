@@ -218,3 +218,56 @@ def test_materialise_stores_public_rows_once_per_text():
     assert engine.materialise("SELECT 1 AS x") == first
     assert engine.fetch(f'SELECT x FROM dp_bounding.main."{first}"') == [(1,)]
     engine.close()
+
+
+def test_an_attached_database_is_out_of_reach(tmp_path):
+    """Attacker's finding: with the curator's connection holding a second attached database,
+    `raw.main.p` read that database's `p` exactly and for free, beside the declared `p`."""
+    main, raw = tmp_path / "main.duckdb", tmp_path / "raw.duckdb"
+    with duckdb.connect(str(main)) as setup:
+        setup.execute("CREATE TABLE t AS SELECT 1 AS uid, CAST(2 AS DOUBLE) AS x")
+        setup.execute("CREATE TABLE p AS SELECT 1 AS k, 1 AS v")
+    with duckdb.connect(str(raw)) as setup:
+        setup.execute("CREATE TABLE p AS SELECT 42 AS k, 4242 AS v")
+    connection = duckdb.connect(str(main), read_only=True)
+    connection.execute(f"ATTACH '{raw}' AS raw (READ_ONLY)")
+    policy = "BUDGET EPSILON 10; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, x BOUNDS 0 TO 10); PUBLIC TABLE p;"
+    with dpsql.connect(connection, policy=policy, ledger=tmp_path / "l") as db:
+        for sql in ("SELECT * FROM raw.main.p", "SELECT k FROM raw.main.p UNION ALL SELECT k FROM p",
+                    "SELECT COUNT(*) FROM t JOIN (SELECT k FROM raw.main.p) AS q ON t.uid = q.k"):
+            with pytest.raises(dpsql.UnsupportedQuery, match="database part"):
+                db.sql(sql, epsilon=1)
+        assert db.sql("SELECT * FROM p").fetchall() == [(1, 1)]
+    connection.close()
+
+
+@pytest.mark.parametrize("epsilon, delta, sql", [
+    ("1e-1000", None, "SELECT SUM(amount) FROM v"),
+    (1e-320, None, "SELECT AVG(amount) FROM v"),
+    ("1e-50", 1e-5, "SELECT code, COUNT(*) FROM v GROUP BY code"),
+    ("2e-12", 1e-5, "SELECT code, COUNT(*) FROM v GROUP BY code"),
+    (1, "1e-100000", "SELECT code, COUNT(*) FROM v GROUP BY code"),
+])
+def test_extreme_parameters_are_invalid_parameters_before_anything_runs(epsilon, delta, sql):
+    """The attacker's review: these raised OverflowError, ValueError or InternalError."""
+    with dpsql.connect({"v": VISITS, "p": PUBLIC, "f": FLOATS}, policy=POLICY) as db:
+        with pytest.raises(dpsql.InvalidParameter):
+            db.sql(sql, epsilon=epsilon, delta=delta)
+        assert db.budget.spent.epsilon == 0
+
+
+def test_public_values_at_the_float_extremes_calibrate():
+    """Bounds read from public columns as large as 1e308 (or as small as 5e-324) are handled
+    exactly: the grid is chosen without converting them to floats."""
+    extremes = pd.DataFrame({"id": [1, 2, 3], "w": [5e-324, 1e308, 1.0]})
+    with dpsql.connect({"v": VISITS, "p": extremes, "f": FLOATS}, policy=POLICY, rng=SeededSource(1)) as db:
+        for sql in ("SELECT SUM(v.amount * p.w) FROM v JOIN p ON v.uid = p.id",
+                    "SELECT AVG(p.w) FROM v JOIN p ON v.uid = p.id",
+                    "SELECT SUM(CLAMP(p.w, 0, 1)) FROM v JOIN p ON v.uid = p.id"):
+            assert len(db.sql(sql, epsilon=1).fetchall()) == 1
+
+
+def test_public_tables_joined_first_are_refused_with_advice():
+    with dpsql.connect({"v": VISITS, "p": PUBLIC, "f": FLOATS}, policy=POLICY) as db:
+        with pytest.raises(dpsql.UnsupportedQuery, match="name the private table first"):
+            db.sql("SELECT COUNT(*) FROM p JOIN f ON p.id = f.fid JOIN v ON v.uid = p.id", epsilon=1)
