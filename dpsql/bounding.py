@@ -193,31 +193,54 @@ def fill_sql(table: BoundedTable) -> str:
 def _fill_rows_sql(table: BoundedTable) -> str:
     """A row-level table's copy: every row with its id ``ROW_UNIT``, ids held by one row only.
 
-    The id hashes the salt, the table's name (rows of two tables never share an id by
-    design), the row's values with the sign of each float, and the row's index among the rows
-    identical to it; two 64-bit hashes seeded apart make it 128 bits. Identical rows are
-    grouped on the values themselves (not their hash) and re-expanded with indexes 1..n: the
-    same rows, numbered in an order that cannot matter (they are identical), in about half
-    the time of a window partitioned by every column.
+    Each row gets a text ``dp_text`` that no different row shares (``_serialised``: each column
+    length-prefixed, NULL marked, plus the sign of every float, which DuckDB's equality ignores
+    for -0.0 and -nan). Rows are grouped on their values *and* that text — so values DuckDB
+    calls equal but are not the same ('1 month' and '30 days', 0.0 and -0.0) stay apart and
+    every row keeps its own value — and re-expanded with indexes 1..n, numbered in an order
+    that cannot matter (the rows are identical). The id is the salted MD5 of (table, text,
+    index): 128 bits from a hash whose input an analyst cannot steer into a collision without
+    the secret salt (DuckDB's own hash() is not collision-resistant: INTERVAL '1 month' and
+    '1 microsecond' hash alike). An id held by two rows all the same is dropped with its rows,
+    so the copy holds at most one row per id (a collision costs accuracy, never privacy).
     """
     names = [f'"{c}"' for c, _ in table.columns]
-    signs = [f"{sign} AS dp_s{i}" for i, sign in enumerate(_sign_bits(table))]
-    hashed = ", ".join(names + [f"dp_s{i}" for i in range(len(signs))])
+    signs = [f"COALESCE(CAST({sign} AS VARCHAR), 'N')" for sign in _sign_bits(table)]  # || with NULL is NULL
     tag = "'" + table.source.replace("'", "''") + "'"
-    halves = [f"hash($salt, {tag}, {seed}, {hashed}, dp_i)" for seed in (1, 2)]
-    row_id = f"(CAST({halves[0]} AS {ROW_UNIT_TYPE}) << 64) | CAST({halves[1]} AS {ROW_UNIT_TYPE})"
-    grouped = ", ".join(names + signs)
+    text = " || '|' || ".join([_serialised(c, t) for c, t in table.columns] + signs)
+    row_id = f"md5_number(${SALT_PARAMETER} || '|' || {tag} || '|' || dp_text || '|' || CAST(dp_i AS VARCHAR))"
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
         f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
         f"  SELECT *, COUNT(*) OVER (PARTITION BY {ROW_UNIT}) AS dp_n FROM (\n"
         f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
         f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
-        f"        SELECT {grouped}, COUNT(*) AS dp_copies\n"
-        f"        FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n"
+        f"        SELECT {', '.join(names)}, dp_text, COUNT(*) AS dp_copies\n"
+        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)}))\n"
         f"        GROUP BY ALL))))\n"
         f"WHERE dp_n = 1\n{_padding(table)}"
     )
+
+
+SALT_PARAMETER = "salt"
+
+
+def _serialised(column: str, type_name: str) -> str:
+    """A column's value as text that no other value of its type shares: DuckDB's text of a
+    scalar (floats by their shortest round-trip digits), JSON for nested values (strings
+    escaped), hex for BLOBs (whose text escapes are ambiguous), length-prefixed, NULL as 'N'.
+
+    >>> print(_serialised("x", "BLOB"))
+    CASE WHEN "x" IS NULL THEN 'N' ELSE CAST(length(hex("x")) AS VARCHAR) || ':' || hex("x") END
+    """
+    upper = type_name.upper()
+    if upper == "BLOB":
+        text = f'hex("{column}")'
+    elif upper.endswith("]") or upper.startswith(("STRUCT", "MAP", "UNION")):
+        text = f'CAST(to_json("{column}") AS VARCHAR)'
+    else:
+        text = f'CAST("{column}" AS VARCHAR)'
+    return f"CASE WHEN \"{column}\" IS NULL THEN 'N' ELSE CAST(length({text}) AS VARCHAR) || ':' || {text} END"
 
 
 def _sign_bits(table: BoundedTable) -> list[str]:
