@@ -244,6 +244,30 @@ def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from dpsql.server.commands import serve_arguments
+
+    serve_arguments(parser)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dpsql.server.commands import serve
+
+    return serve(args)
+
+
+def _user_arguments(parser: argparse.ArgumentParser) -> None:
+    from dpsql.server.commands import user_arguments
+
+    user_arguments(parser)
+
+
+def _user(args: argparse.Namespace) -> int:
+    from dpsql.server.commands import user
+
+    return user(args)
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         name="shell",
@@ -285,6 +309,24 @@ COMMANDS: tuple[Command, ...] = (
                 "  dpsql query shop.duckdb \"SELECT COUNT(*) FROM visits\"   # no --policy needed now",
         add_arguments=_init_arguments,
         run=_init,
+    ),
+    Command(
+        name="serve",
+        help="serve a database to analysts over the PostgreSQL protocol (psql, psycopg, pandas, BI tools)",
+        example="  dpsql user add users.txt alice                 # prompts for alice's password\n"
+                "  dpsql serve shop.duckdb --users users.txt --port 5433\n"
+                "  psql postgresql://alice@127.0.0.1:5433/shop   # as alice, charged to her budget",
+        add_arguments=_serve_arguments,
+        run=_serve,
+    ),
+    Command(
+        name="user",
+        help="manage the analysts a server lets in: add, remove, list (SCRAM verifiers, no passwords)",
+        example="  dpsql user add users.txt alice\n"
+                "  echo \"$PASSWORD\" | dpsql user add users.txt bob --password-stdin\n"
+                "  dpsql user list users.txt\n  dpsql user remove users.txt bob",
+        add_arguments=_user_arguments,
+        run=_user,
     ),
     Command(
         name="demo",
