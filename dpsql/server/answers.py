@@ -107,7 +107,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         return Outcome(tuple(columns), tuple(rows), f"SELECT {len(rows)}")
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
-    notice = f"dpsql: this answer cost {result.cost}; remaining: {remaining}"
+    notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
                    notice=notice, cost=str(result.cost))
 
