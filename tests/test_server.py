@@ -124,6 +124,24 @@ def test_extended_protocol_prepared_binary_and_parameters(server):
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="parameters"):
             cursor.execute("SELECT COUNT(*) FROM users WHERE plan = %s", ("pro",))
         assert cursor.execute("SELECT COUNT(*) AS n FROM users").fetchone()[0] > 0  # a free repeat
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                       "AND ordinal_position > %s ORDER BY 1", ("stores", 0))  # catalog: parameters work
+        assert cursor.fetchall() == [("city",), ("size",), ("store",)]
+
+
+def test_sqlalchemy_engine_lists_tables_and_reads_into_pandas(server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    import pandas as pd
+
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/shop")
+    try:
+        with engine.connect() as connection:
+            assert sqlalchemy.inspect(connection).get_table_names() == ["stores", "users", "visits"]
+            frame = pd.read_sql(sqlalchemy.text("SELECT city, COUNT(*) AS n FROM stores GROUP BY city"), connection)
+            assert set(frame.columns) == {"city", "n"}
+    finally:
+        engine.dispose()
 
 
 def test_pandas_read_sql_through_psycopg_and_a_transaction_block(server):

@@ -103,8 +103,11 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         lines = tuple((line,) for line in text.splitlines())
         return Outcome(("QUERY PLAN",), lines, f"EXPLAIN {len(lines)}")
     if catalog_query(statement.sql):
-        columns, rows = shared.catalog.answer(statement.sql)
+        columns, rows = shared.catalog.answer(statement.sql, statement.parameters)
         return Outcome(tuple(columns), tuple(rows), f"SELECT {len(rows)}")
+    if statement.parameters:
+        return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",
+                       hint="write the values into the SQL text of a query on the policy's tables")
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"

@@ -30,9 +30,12 @@ from dpsql.engine import Engine
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 COMPAT_MACROS = {"pg_get_userbyid": "(role) AS 'curator'",
                  "pg_encoding_to_char": "(encoding) AS 'UTF8'",
-                 "obj_description": "(id, kind := NULL) AS NULL::VARCHAR"}
+                 "obj_description": "(id, kind := NULL) AS NULL::VARCHAR",
+                 "to_regtype": "(name) AS NULL::BIGINT"}
 """PostgreSQL functions psql's backslash commands call that DuckDB lacks: fixed answers.
 DuckDB will not add functions to its own pg_catalog, so calls are unqualified first."""
+_REG_CASTS = re.compile(r"::\s*(regtype|regproc|regnamespace)\b", re.IGNORECASE)
+"""PostgreSQL's OID alias types, unknown to DuckDB: read as the OID's text."""
 _QUALIFIED = re.compile(r"\bpg_catalog\s*\.\s*(" + "|".join(COMPAT_MACROS) + r")\s*\(", re.IGNORECASE)
 CATALOG_TIMEOUT = 5.0
 """Seconds a catalog query may run: a look-up, never a computation."""
@@ -72,11 +75,13 @@ class Catalog:
             listed = ", ".join(f"{_quote(name)} {kind}" for name, kind in columns.items())
             self._engine.fetch(f"CREATE TABLE {'.'.join(_quote(p) for p in parts)} ({listed})")
 
-    def answer(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """(column names, rows) of a catalog query; ``UnsupportedQuery`` if it does not bind."""
-        sql = _QUALIFIED.sub(lambda match: match.group(1) + "(", sql)
-        names = [name for name, _ in self._engine.describe(sql)]
-        return names, self._engine.fetch(sql)
+    def answer(self, sql: str, parameters: tuple = ()) -> tuple[list[str], list[tuple]]:
+        """(column names, rows) of a catalog query, with ``$1``... bound to ``parameters``
+        (text, as clients send them); ``UnsupportedQuery`` if it does not bind."""
+        sql = _REG_CASTS.sub("::VARCHAR", _QUALIFIED.sub(lambda match: match.group(1) + "(", sql))
+        bound = list(parameters) if parameters else None
+        names = [name for name, _ in self._engine.describe(sql, bound)]
+        return names, self._engine.fetch(sql, bound)
 
     def close(self) -> None:
         self._engine.close()

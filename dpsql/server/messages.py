@@ -102,6 +102,8 @@ class Bind:
 
     portal: str
     statement: str
+    parameter_formats: tuple
+    """0 text, 1 binary: one for all, or one per parameter."""
     parameters: tuple
     result_formats: tuple
 
@@ -109,13 +111,40 @@ class Bind:
 def parse_bind(body: bytes) -> Bind:
     read = Reader(body)
     portal, statement = read.string(), read.string()
-    [read.int16() for _ in range(read.int16())]  # parameter formats: there are no parameters to read
+    parameter_formats = tuple(read.int16() for _ in range(read.int16()))
     parameters = []
     for _ in range(read.int16()):
         size = read.int32()
         parameters.append(None if size == -1 else read.raw(size))
     formats = tuple(read.int16() for _ in range(read.int16()))
-    return Bind(portal, statement, tuple(parameters), formats)
+    return Bind(portal, statement, parameter_formats, tuple(parameters), formats)
+
+
+def bound_parameters(bind: Bind) -> tuple:
+    """The parameters as text: text-format ones decoded, binary ones read as the integers or
+    booleans drivers send that way (their size tells which); anything else is refused.
+
+    >>> bound_parameters(Bind("", "", (1,), (b"\\x00\\x00\\x00\\x07", None), ()))
+    ('7', None)
+    """
+    formats = bind.parameter_formats or (0,)
+    values = []
+    for index, value in enumerate(bind.parameters):
+        binary = (formats[index] if len(formats) > 1 else formats[0]) == 1
+        if value is None:
+            values.append(None)
+        elif not binary:
+            try:
+                values.append(value.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise ProtocolError(f"parameter ${index + 1} is not UTF-8 text") from None
+        elif len(value) == 1:
+            values.append("t" if value != b"\x00" else "f")
+        elif len(value) in (2, 4, 8):
+            values.append(str(int.from_bytes(value, "big", signed=True)))
+        else:
+            raise ProtocolError(f"parameter ${index + 1} is in a binary format this server does not read")
+    return tuple(values)
 
 
 def parse_parse(body: bytes) -> tuple[str, str, int]:

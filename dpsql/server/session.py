@@ -11,7 +11,7 @@ import asyncio
 import logging
 import secrets
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dpsql.server import messages as m
 from dpsql.server.answers import Outcome, answer
@@ -170,10 +170,11 @@ async def extended(kind: bytes, body: bytes, writer, server, session: Session) -
         statement = session.statements.get(bind.statement)
         if statement is None:
             return _error(writer, "26000", f'prepared statement "{bind.statement}" does not exist')
-        if bind.parameters:
-            return _error(writer, "0A000", "query parameters are not supported",
-                          hint="write the values into the SQL text")
-        session.portals[bind.portal] = Portal(statement)
+        try:
+            parameters = m.bound_parameters(bind)
+        except m.ProtocolError as error:
+            return _error(writer, "22P03", str(error), hint="send parameters as text")
+        session.portals[bind.portal] = Portal(replace(statement, parameters=parameters))
         writer.write(m.BIND_COMPLETE)
     elif kind == b"D":
         target, name = m.parse_target(body)

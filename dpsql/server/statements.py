@@ -79,6 +79,8 @@ class Statement:
     """1-based character offset of what was refused."""
     offset: int = 0
     """Where ``sql`` starts in the string the client sent (0-based), for error positions."""
+    parameters: tuple = ()
+    """Values bound to ``$1``, ``$2``... (extended protocol), as text: catalog queries only."""
 
 
 def classify(sql: str) -> Statement:
