@@ -216,14 +216,23 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _shell_arguments(parser: argparse.ArgumentParser) -> None:
-    _database_argument(parser)
+    parser.add_argument("database", metavar="DB",
+                        help="a DuckDB database file (opened read-only), or a dpsql server's "
+                             "postgresql://user@host:port/db URL")
     _policy_argument(parser)
     _analyst_argument(parser)
 
 
 def _shell(args: argparse.Namespace) -> int:
     from dpsql.shell import run_shell
+    from dpsql.shell.remote import connect_remote, is_url, shown_url
 
+    if is_url(args.database):  # an analyst at a server: the server has the policy and says who they are
+        if args.policy or args.analyst:
+            raise DPError("--policy and --analyst do not apply to a server",
+                          hint="the server's policy rules, and you are the user you log in as")
+        with connect_remote(args.database) as db:
+            return run_shell(db, name=shown_url(args.database))
     with _connect(args) as db:
         return run_shell(db, name=args.database)
 
@@ -274,7 +283,8 @@ COMMANDS: tuple[Command, ...] = (
         help="explore a database interactively: completion, answers with ±, a budget meter",
         example="  dpsql shell demo-data/shop.duckdb --policy demo-data/shop.policy\n"
                 "  dpsql shell shop.duckdb --analyst ada       # after `dpsql init`\n"
-                "  dpsql shell shop.duckdb < queries.sql       # run a script\n\n"
+                "  dpsql shell shop.duckdb < queries.sql       # run a script\n"
+                "  dpsql shell postgresql://alice@127.0.0.1:5433/shop   # at a `dpsql serve` server\n\n"
                 "The history is kept in $DPSQL_HISTORY (default ~/.dpsql_history; empty: none).",
         add_arguments=_shell_arguments,
         run=_shell,

@@ -297,3 +297,32 @@ def test_dpsql_serve_stops_on_sigterm_and_keeps_every_charge(shop, tmp_path):
     assert log.count("outcome=answered cost=epsilon 0.1") == 3 and "stopped" in log
     with dpsql.connect(str(database), policy=POLICY) as db:
         assert float(db.budget.spent.epsilon) == pytest.approx(0.3)
+
+
+def test_remote_connection_offers_what_the_shell_uses(server):
+    from dpsql.shell.remote import connect_remote
+
+    url = f"postgresql://analyst5:{PASSWORDS['analyst5']}@127.0.0.1:{server.port}/shop"
+    with connect_remote(url) as db:
+        assert db.analyst == "analyst5" and db.tables() == ["visits", "users", "stores"]
+        assert list(db.columns("stores")) == ["store", "city", "size"]
+        before = db.budget.analyst.spent.epsilon
+        result = db.sql("SELECT AVG(amount) AS a FROM visits", epsilon=0.05)
+        assert result.cost.epsilon == Fraction(1, 20) and result.accuracy()["a"] > 0
+        assert db.budget.analyst.spent.epsilon - before == Fraction(1, 20)
+        with pytest.raises(dpsql.DPError) as refused:
+            db.sql("SELECT nope FROM visits", epsilon=0.05)
+        assert (refused.value.line, refused.value.col) == (1, 8)  # where it was typed, options aside
+        assert "SELECT AVG(amount) FROM visits" in set(db.ledger()["sql"])
+        assert "PRIVATE TABLE visits" in db.policy_text() and "bounded SQL" in db.explain("SELECT COUNT(*) FROM users")
+
+
+def test_dpsql_shell_at_a_server_url(server):
+    environment = {**os.environ, "PGPASSWORD": PASSWORDS["analyst4"], "DPSQL_HISTORY": "", "NO_COLOR": "1"}
+    script = ".tables\nSELECT plan, COUNT(*) AS n FROM users GROUP BY plan;\nCOPY users TO 'x';\n"
+    done = subprocess.run([sys.executable, "-m", "dpsql.cli", "shell",
+                           f"postgresql://analyst4@127.0.0.1:{server.port}/shop"], input=script, env=environment,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "visits   private" in done.stdout and " ± " in done.stdout and "cost ε 0.1" in done.stdout
+    assert "COPY statements are not accepted" in done.stdout

@@ -10,13 +10,14 @@ anyway (one DuckDB connection answers one statement at a time).
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed
 from dpsql.server.catalog import Catalog, catalog_query
-from dpsql.server.statements import Statement, budget_reply
+from dpsql.server.statements import Statement, budget_reply, ledger_reply
 
 SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
     (BudgetExceeded, "53400"),  # configuration_limit_exceeded: the budget is the limit
@@ -41,6 +42,8 @@ class Outcome:
     tag: str = ""
     notice: str | None = None
     """The query's cost and the analyst's remaining budget."""
+    detail: str | None = None
+    """The same, for programs: JSON sent as the ``dpsql_cost`` ParameterStatus."""
     sqlstate: str | None = None
     """Set for a refusal: then message, position and hint describe it."""
     message: str = ""
@@ -98,6 +101,11 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     if kind == "budget":
         reply = budget_reply(shared.run(analyst, lambda db: db.budget))
         return Outcome(reply.columns, reply.rows, reply.tag)
+    if kind == "policy":
+        return Outcome(("policy",), ((shared.run(analyst, lambda db: db.policy_text()),),), "SHOW 1")
+    if kind == "ledger":
+        reply = ledger_reply(shared.run(analyst, lambda db: db.ledger()))
+        return Outcome(reply.columns, reply.rows, reply.tag)
     if kind == "explain":
         text = shared.run(analyst, lambda db: db.explain(statement.sql))
         lines = tuple((line,) for line in text.splitlines())
@@ -112,7 +120,17 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
-                   notice=notice, cost=str(result.cost))
+                   notice=notice, detail=cost_detail(result), cost=str(result.cost))
+
+
+def cost_detail(result) -> str:
+    """For programs (``dpsql shell postgresql://...``): the exact cost and
+    each noisy column's 95% noise half-width (the largest over its rows), as JSON."""
+    cost = result.cost
+    return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
+                       "rho": None if cost.rho is None else str(cost.rho),
+                       "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
+                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05)})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:

@@ -21,6 +21,10 @@ from dpsql.server.values import column_type, text_value
 from dpsql.users import decoy_verifier, load_users
 
 log = logging.getLogger("dpsql.server")
+COST_PARAMETER = "dpsql_cost"
+"""The ParameterStatus that carries the last answer's exact cost and accuracy as JSON."""
+FREE = '{"epsilon": "0", "delta": "0", "exact": true}'
+"""Its value for answers that cost nothing and read no private data (catalog, SHOW)."""
 
 
 class Refused(Exception):
@@ -247,6 +251,8 @@ def outcome_bytes(outcome: Outcome, *, describe: bool) -> bytes:
     if not outcome.tag:
         return m.EMPTY_QUERY
     parts = [m.notice(outcome.notice)] if outcome.notice else []
+    if outcome.columns:  # for programs; libpq keeps it (PQparameterStatus), psql shows nothing
+        parts.append(m.parameter_status(COST_PARAMETER, outcome.detail or FREE))
     if describe and outcome.columns:
         parts.append(description(outcome))
     parts.extend(m.data_row([text_value(v) for v in row]) for row in outcome.rows)

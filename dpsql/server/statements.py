@@ -68,7 +68,7 @@ class Statement:
     """One decided statement."""
 
     kind: str
-    """'empty', 'reply', 'budget', 'explain', 'query' or 'refused'."""
+    """'empty', 'reply', 'budget', 'policy', 'ledger', 'explain', 'query' or 'refused'."""
     sql: str = ""
     """The query for dpsql or the catalog (for 'explain': the query explained)."""
     reply: Reply | None = None
@@ -124,8 +124,8 @@ def classify(sql: str) -> Statement:
 def show(text: str, position: int) -> Statement:
     """SHOW budget (the analyst's budget as a result set), or a fixed setting."""
     name = " ".join(text.split()[1:]).lower().strip('"')
-    if name == "budget":
-        return Statement("budget")
+    if name in ("budget", "policy", "ledger"):
+        return Statement(name, sql=text)
     if name == "all":
         return Statement("reply", reply=Reply(("name", "setting"), tuple(sorted(SETTINGS.items())),
                                               f"SHOW {len(SETTINGS)}"))
@@ -134,7 +134,8 @@ def show(text: str, position: int) -> Statement:
         return Statement("reply", reply=Reply((column,), ((SETTINGS[name],),), "SHOW"))
     return Statement("refused", sqlstate="42704", position=position,
                      message=f"unrecognized configuration parameter \"{name}\"",
-                     hint="SHOW budget shows what remains of your privacy budget")
+                     hint="SHOW budget shows what remains of your privacy budget, SHOW policy the "
+                          "rules, SHOW ledger your past queries")
 
 
 _VERSION = re.compile(r"select\s+(pg_catalog\s*\.\s*)?version\s*\(\s*\)(\s+as\s+(\w+))?", re.IGNORECASE)
@@ -146,6 +147,17 @@ def version_reply(text: str) -> Reply | None:
     if match is None:
         return None
     return Reply((match.group(3) or "version",), ((VERSION_TEXT,),), "SELECT 1")
+
+
+LEDGER_COLUMNS = ("id", "time", "analyst", "sql", "epsilon", "delta", "rho")
+"""What ``SHOW ledger`` shows of the analyst's own entries (not the stored answers)."""
+
+
+def ledger_reply(frame) -> Reply:
+    """The analyst's ledger entries (``Connection.ledger()``) as rows."""
+    rows = tuple(tuple(None if value != value else value for value in row)  # NaN rho: NULL
+                 for row in frame[list(LEDGER_COLUMNS)].itertuples(index=False, name=None))
+    return Reply(LEDGER_COLUMNS, rows, f"SHOW {len(rows)}")
 
 
 def budget_reply(budget) -> Reply:
