@@ -106,6 +106,7 @@ def test_catalog_queries_are_told_apart_from_queries_on_declared_tables():
     assert catalog_query("SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_namespace n ON true")
     assert catalog_query("SELECT 1")
     assert not catalog_query("SELECT relname FROM pg_class, visits")
+    assert not catalog_query("WITH t AS (SELECT 1) INSERT INTO pg_settings SELECT * FROM t")
     assert not catalog_query("SELECT * FROM information_schema.tables WHERE table_name IN (SELECT store FROM stores)")
 
 

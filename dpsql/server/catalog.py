@@ -58,7 +58,8 @@ def catalog_query(sql: str) -> bool:
         tree = sqlglot.parse_one(sql, read="postgres")
     except SqlglotError:
         return False  # dpsql's own parser refuses it, with a position
-    return tree is not None and reads_catalog_only(tree)
+    # Only a query: `WITH t AS (...) INSERT ...` starts like one but must not reach this database.
+    return isinstance(tree, exp.Query) and reads_catalog_only(tree)
 
 
 class Catalog:

@@ -61,7 +61,8 @@ class Server:
         self.shared = SharedDatabase(connection)
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="dpsql-answer")
         self._pids = itertools.count(1000)
-        self._sessions: dict[int, tuple] = {}
+        self._sessions: dict = {}
+        """Backend pid -> session, for cancel requests."""
         self._tasks: set[asyncio.Task] = set()
         self._listener: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None
@@ -75,8 +76,8 @@ class Server:
     def cancel(self, pid: int, key: int) -> None:
         """A CancelRequest: the session's running answer is withheld (its charge stays)."""
         found = self._sessions.get(pid)
-        if found is not None and secrets.compare_digest(str(found[0].key), str(key)):
-            found[0].cancelled = True
+        if found is not None and secrets.compare_digest(str(found.key), str(key)):
+            found.cancelled = True
 
     async def answer(self, statement, analyst, function):
         """``function(statement, analyst, shared)`` in a worker thread."""
@@ -126,6 +127,8 @@ class Server:
             await self._converse(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError, ssl.SSLError):
             pass  # the client went away, or the server is stopping
+        except Exception:  # a bug: this connection ends, the server goes on
+            log.exception("a connection failed")
         finally:
             self._tasks.discard(task)
             writer.close()
@@ -142,7 +145,7 @@ class Server:
             return await _fatal(writer, "08P01", str(error))
         if session is None:
             return
-        self._sessions[session.pid] = (session,)
+        self._sessions[session.pid] = session
         log.info("analyst=%s connected (session %s)", session.analyst, session.pid)
         try:
             await serve_queries(reader, writer, self, session)

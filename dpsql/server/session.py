@@ -89,7 +89,8 @@ async def authenticate(reader, writer, server, user: str) -> None:
     """SCRAM-SHA-256 against the users file; unknown users run the same exchange against a
     decoy verifier and fail at the same step with the same message."""
     users = load_users(server.users_path)  # read per login: `dpsql user add/remove` apply at once
-    verifier = users.get(user) or decoy_verifier(server.secret, user)
+    decoy = decoy_verifier(server.secret, user)  # made for every login, so both paths take as long
+    verifier = users.get(user, decoy)
     writer.write(m.sasl_mechanisms("SCRAM-SHA-256"))
     await writer.drain()
     read = m.Reader(await _expect(reader, b"p"))

@@ -6,8 +6,8 @@ binary read the format code of each field, which says text.
 
 >>> column_type([3, None, 5]), column_type([2**70]), column_type([]), column_type([1.5])
 (20, 1700, 25, 701)
->>> text_value(True), text_value(float("inf")), text_value(None)
-(b't', b'Infinity', None)
+>>> text_value(True), text_value(float("inf")), text_value(None), column_type([numpy.int64(3)])
+(b't', b'Infinity', None, 20)
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import datetime
 import decimal
 import math
 import uuid
+
+import numpy
 
 BOOL, BYTEA, INT8, TEXT, FLOAT8, NUMERIC = 16, 17, 20, 25, 701, 1700
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, UUID = 1082, 1083, 1114, 1184, 1186, 2950
@@ -36,6 +38,7 @@ def column_type(values) -> int:
 
 
 def _oid(value) -> int:
+    value = plain(value)
     if isinstance(value, bool):
         return BOOL
     if isinstance(value, int):
@@ -61,6 +64,7 @@ def _oid(value) -> int:
 
 def text_value(value) -> bytes | None:
     """``value`` in PostgreSQL's text format (``None`` is NULL)."""
+    value = plain(value)
     if value is None:
         return None
     if isinstance(value, bool):
@@ -84,6 +88,11 @@ def text_value(value) -> bytes | None:
     if isinstance(value, (datetime.date, datetime.time)):
         return value.isoformat().encode("ascii")
     return str(value).encode("utf-8")
+
+
+def plain(value):
+    """A numpy scalar (answers read through pandas may hold them) as the Python value."""
+    return value.item() if isinstance(value, numpy.generic) else value
 
 
 def _array_item(value) -> str:
