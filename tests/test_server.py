@@ -127,6 +127,14 @@ def test_extended_protocol_prepared_binary_and_parameters(server):
         cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
                        "AND ordinal_position > %s ORDER BY 1", ("stores", 0))  # catalog: parameters work
         assert cursor.fetchall() == [("city",), ("size",), ("store",)]
+    # libpq's blocking PQprepare and PQdescribePrepared hold the GIL, which would starve this
+    # process's server thread: ask from another process.
+    script = ("import psycopg, sys; c = psycopg.connect(sys.argv[1]); "
+              "c.pgconn.prepare(b'lookup', b'SELECT typname FROM pg_type WHERE typname = $1'); "
+              "d = c.pgconn.describe_prepared(b'lookup'); print(d.nparams, d.nfields)")
+    url = f"postgresql://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/shop"
+    described = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30)
+    assert described.stdout.split() == ["1", "0"], described.stderr  # rows are known once it runs
 
 
 def test_sqlalchemy_engine_lists_tables_and_reads_into_pandas(server):

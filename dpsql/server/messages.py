@@ -246,4 +246,7 @@ PARSE_COMPLETE = message(b"1")
 BIND_COMPLETE = message(b"2")
 CLOSE_COMPLETE = message(b"3")
 NO_DATA = message(b"n")
-NO_PARAMETERS = message(b"t", struct.pack("!h", 0))
+
+
+def parameter_description(oids: list[int]) -> bytes:
+    return message(b"t", struct.pack("!h", len(oids)) + b"".join(struct.pack("!i", oid) for oid in oids))

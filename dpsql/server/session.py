@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import struct
 from dataclasses import dataclass, field, replace
@@ -17,7 +18,7 @@ from dpsql.server import messages as m
 from dpsql.server.answers import Outcome, answer
 from dpsql.server.scram import ScramError, final_reply, first_reply
 from dpsql.server.statements import SERVER_VERSION, Statement, classify
-from dpsql.server.values import column_type, text_value
+from dpsql.server.values import TEXT, column_type, text_value
 from dpsql.users import decoy_verifier, load_users
 
 log = logging.getLogger("dpsql.server")
@@ -201,13 +202,14 @@ async def extended(kind: bytes, body: bytes, writer, server, session: Session) -
 
 
 async def describe(target: str, name: str, writer, server, session: Session) -> bool:
-    """Describe a statement (its parameters: none; its rows: unknown before it runs) or a
+    """Describe a statement (its parameters, as text; its rows: unknown before it runs) or a
     portal. A portal's rows are known only by answering it, so describing a portal answers
     it — clients send Describe and Execute together — and Execute sends the rows."""
     if target == "S":
         if name not in session.statements:
             return _error(writer, "26000", f'prepared statement "{name}" does not exist')
-        writer.write(m.NO_PARAMETERS + m.NO_DATA)
+        count = placeholders(session.statements[name].sql)
+        writer.write(m.parameter_description([TEXT] * count) + m.NO_DATA)
         return True
     portal = session.portals.get(name)
     if portal is None:
@@ -218,6 +220,15 @@ async def describe(target: str, name: str, writer, server, session: Session) -> 
         return False
     writer.write(description(portal.outcome) if portal.outcome.columns else m.NO_DATA)
     return True
+
+
+def placeholders(sql: str) -> int:
+    """How many parameters (``$1``...) a statement takes; each is described as text.
+
+    >>> placeholders("SELECT * FROM pg_type WHERE typname = $1 OR oid = $2::int"), placeholders("SELECT 1")
+    (2, 0)
+    """
+    return max((int(number) for number in re.findall(r"\$(\d+)", sql)), default=0)
 
 
 def _error(writer, sqlstate: str, text: str, hint: str | None = None) -> bool:
