@@ -334,3 +334,44 @@ def test_dpsql_shell_at_a_server_url(server):
     assert done.returncode == 0, done.stderr
     assert "visits   private" in done.stdout and " ± " in done.stdout and "cost ε 0.1" in done.stdout
     assert "COPY statements are not accepted" in done.stdout
+
+
+def raw_login(server, user: str, password: str) -> socket.socket:
+    """A hand-driven client: startup and SCRAM-SHA-256 over a bare socket."""
+    from dpsql.server.scram import client_final_for
+
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    body = struct.pack("!i", 196608) + b"user\x00" + user.encode() + b"\x00database\x00shop\x00\x00"
+    sock.sendall(struct.pack("!i", len(body) + 4) + body)
+    reader = sock.makefile("rb")
+
+    def message() -> tuple[bytes, bytes]:
+        kind = reader.read(1)
+        (length,) = struct.unpack("!i", reader.read(4))
+        return kind, reader.read(length - 4)
+
+    assert message()[0] == b"R"  # AuthenticationSASL
+    first = "n,,n=,r=handmadenonce"
+    payload = b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first.encode()
+    sock.sendall(b"p" + struct.pack("!i", len(payload) + 4) + payload)
+    server_first = message()[1][4:].decode()
+    final = client_final_for(first, server_first, password).encode()
+    sock.sendall(b"p" + struct.pack("!i", len(final) + 4) + final)
+    while message()[0] != b"Z":  # SASLFinal, AuthenticationOk, ParameterStatus..., ReadyForQuery
+        pass
+    return sock
+
+
+def test_a_client_that_vanishes_mid_query_is_still_charged(server):
+    def charges() -> int:
+        return int((server.shared.run(None, lambda db: db.ledger())["analyst"] == "analyst3").sum())
+
+    before = charges()
+    sock = raw_login(server, "analyst3", PASSWORDS["analyst3"])
+    sql = b"SELECT COUNT(*) AS n FROM visits WHERE amount > 123\x00"
+    sock.sendall(b"Q" + struct.pack("!i", len(sql) + 4) + sql)
+    sock.close()  # gone before the answer
+    deadline = time.monotonic() + 10
+    while charges() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert charges() == before + 1
