@@ -31,7 +31,10 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
     and ``dpsql.connect`` options (``query_timeout``, ``memory_limit``, ``ledger``, ``rng``).
     """
     import dpsql
+    from dpsql.errors import DPError
 
+    if not Path(users).is_file():  # a server nobody can log in to is a mistake, not a setting
+        raise DPError(f"no users file at {users}", hint=f"add an analyst with `dpsql user add {users} NAME`")
     connect_options = {k: options.pop(k) for k in ("query_timeout", "memory_limit", "ledger", "rng")
                        if k in options}
     connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)
