@@ -22,7 +22,7 @@ spread (min–max) and the process's peak RSS:
 * ``dpsql``: ``db.sql(...)`` end to end (ledger charge included, a temp ledger file), with the
   per-unit policy; plus its stages (plan = parse + check + analyse + rewrite, execute = the
   bounded SQL on DuckDB, noise = release) from the internals, as bench_pipeline.py does;
-* ``dpsql-row``: the same queries with ``PRIVACY UNIT ROW`` (no bounding needed);
+* ``dpsql-row``: the same queries with ``PRIVACY UNIT ROW`` (one row per hidden unit: a copy, no per-unit step);
 * ``smartnoise``, ``opendp``: peers, run by ``benchmarks/peers.py`` under ``--peer-python``
   (default ``.venv-peers/bin/python`` if present), a separate venv made with
   ``python3 -m venv .venv-peers && .venv-peers/bin/pip install -e '.[bench]'``; a peer that is

@@ -5,7 +5,7 @@
 ['DPError', 'PolicyError']
 """
 
-from .connection import Connection, connect
+from .connection import Connection, connect, init_policy
 from .errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
 from .ledger import Spend
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
@@ -13,7 +13,7 @@ from .policy import load_policy, parse_policy
 from .result import Budget, DPResult
 
 __all__ = [
-    "connect", "Connection", "DPResult", "Budget", "Spend",
+    "connect", "init_policy", "Connection", "DPResult", "Budget", "Spend",
     "DPError", "UnsupportedQuery", "PolicyError", "BudgetExceeded", "InvalidParameter", "QueryFailed",
     "Policy", "PrivateTable", "PublicTable", "ColumnRule", "Bounds", "KeyDomain",
     "parse_policy", "load_policy",

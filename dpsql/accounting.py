@@ -146,6 +146,19 @@ class Spend:
 Spend.ZERO = Spend.zero()
 
 
+def none_below_zero(amount: Spend) -> Spend:
+    """``amount`` with every part below zero raised to zero: what remains of a budget.
+
+    More than the total is spent only when the curator lowered the budget below what had been
+    spent (``dpsql init --replace``); then nothing remains, and nothing fits either.
+
+    >>> none_below_zero(Spend(Fraction(-59, 5), Fraction(1, 10**6)))
+    Spend(epsilon=Fraction(0, 1), delta=Fraction(1, 1000000))
+    """
+    rho = None if amount.rho is None else max(amount.rho, _ZERO)
+    return Spend(max(amount.epsilon, _ZERO), max(amount.delta, _ZERO), rho)
+
+
 def query_cost(plan: Plan) -> Spend:
     """What a plan costs: its (epsilon, delta), and rho summed over its parts.
 
@@ -234,7 +247,8 @@ class Accountant:
     def account(self, tally: Tally) -> Account:
         """Total, spent and remaining, in this accountant's terms."""
         spent = Spend(tally.epsilon, tally.delta, tally.rho)
-        return Account(self.name, self.total, spent, self.total - Spend(spent.epsilon, spent.delta))
+        return Account(self.name, self.total, spent,
+                       none_below_zero(self.total - Spend(spent.epsilon, spent.delta)))
 
     def check(self, before: Tally, cost: Spend, which: str) -> None:
         """Raise ``BudgetExceeded`` unless ``cost`` fits after the releases of ``before``."""

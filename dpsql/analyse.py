@@ -38,6 +38,7 @@ from .plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Plan, Pri
 from .selection import selection_rule
 from .ranges import Interval, derive_range, is_integral_type
 from .quantile import quantile_rule
+from .types import inward
 from .sensitivity import Sensitivity, bounded_sum_sensitivity, distinct_units_sensitivity
 
 FINE_BITS = 40
@@ -93,13 +94,15 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
             measures.append(measure)
             releases.append(replace(release, epsilon=epsilon, rule=rule))
             continue
-        measures.extend(_finish_aggregate(shapes, query, policy, epsilon / count,
-                                          Fraction(measure_share) / count, gaussian_here))
+        finished = _finish_aggregate(shapes, query, policy, epsilon / count, Fraction(measure_share) / count,
+                                     gaussian_here)
+        _check_grid_fits(aggregate, finished, sql)
+        measures.extend(finished)
         releases.append(replace(release, epsilon=epsilon))
     selection = None
     if private_keys:
         rule = selection_rule(options.epsilon / shares, Fraction(selection_delta),
-                              _groups_per_unit(query), policy.neighbours)
+                              query.rule.groups_per_unit, policy.neighbours)
         selection = Selection(measure="u", epsilon=rule.epsilon, delta=rule.delta,
                               scale=rule.scale, threshold=rule.threshold)
     epsilon = sum((m.epsilon for m in measures), Fraction(0)) + (selection.epsilon if selection else 0)
@@ -118,12 +121,12 @@ def _weights(query: PrivateQuery, options: PrivacyOptions) -> dict[str, Fraction
         keys = (aggregate.label.lower(), by_output.get(aggregate.name, ""))
         weight = next((named[k] for k in keys if k in named), Fraction(1))
         if weight <= 0:
-            raise UnsupportedQuery(f"the weight of {aggregate.label} must be positive, got {weight}",
+            raise InvalidParameter(f"the weight of {aggregate.label} must be positive, got {weight}",
                                    hint="give every aggregate a positive weight")
         weights[aggregate.name] = weight
     unknown = set(named) - {a.label.lower() for a in query.aggregates} - set(by_output.values())
     if unknown:
-        raise UnsupportedQuery(f"weights name no aggregate of the query: {', '.join(sorted(unknown))}",
+        raise InvalidParameter(f"weights name no aggregate of the query: {', '.join(sorted(unknown))}",
                                hint="name an aggregate by its output name or as written, e.g. 'count_star()'")
     return weights
 
@@ -138,7 +141,7 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
     One unit puts at most k values into a group's histogram and, over all groups, at most k
     in total (the rows it is granted), so with Delta_u computed for k the releases of all
     groups together are epsilon-DP (``dpsql.quantile``)."""
-    rows = 1 if query.rule.row_level else query.rule.max_rows_per_unit
+    rows = query.rule.max_rows_per_unit
     interval = shape.interval
     rule = quantile_rule(q, epsilon, rows, policy.neighbours, interval.lower, interval.upper, QUANTILE_BUCKETS)
     width = (interval.upper - interval.lower) / QUANTILE_BUCKETS
@@ -150,10 +153,6 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
         offset=interval.lower,
     )
     return measure, rule
-
-
-def _groups_per_unit(query: PrivateQuery) -> int:
-    return 1 if query.rule.row_level else query.rule.groups_per_unit
 
 
 @dataclass(frozen=True)
@@ -238,7 +237,10 @@ def _clamped_columns(argument: exp.Expression, query: PrivateQuery) -> tuple[Cla
         if rule is None or rule.bounds is None:
             continue
         type_name = query.column_type(name).upper()
-        clamped.append(ClampedColumn(name, rule.bounds.lower, rule.bounds.upper,
+        # Rounded inward onto the column's own values (``dpsql.types.inward``): still within
+        # the declared bounds, and a clamp literal of the column's scale cannot overflow it.
+        lower, upper = inward(rule.bounds.lower, rule.bounds.upper, type_name)
+        clamped.append(ClampedColumn(name, lower, upper,
                                      floating=type_name in ("FLOAT", "REAL", "DOUBLE", "FLOAT4", "FLOAT8")))
     return tuple(clamped)
 
@@ -288,6 +290,19 @@ def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy,
         grid *= 2
 
 
+def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) -> None:
+    """Per-row values on the grid must fit BIGINT with room to spare: the rewrite scales and
+    rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
+    for |value / grid| < 2**62 (``dpsql.rewrite._cannot_fail``). Refused here, before the charge."""
+    for measure in measures:
+        if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
+            line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+            raise UnsupportedQuery(
+                f"{aggregate.label}: its bounds span {max(abs(measure.lower), abs(measure.upper))} steps of its "
+                f"grid {measure.grid}, more than 2**62 that 64-bit integers hold", line=line, col=col,
+                hint="narrow the column's BOUNDS in the policy, or CLAMP the expression to a smaller range")
+
+
 def _too_small(epsilon: Fraction) -> None:
     raise InvalidParameter(f"epsilon {float(epsilon):.3g} is too small for this query: its noise would be "
                            "beyond what the exact samplers draw", hint="use a larger epsilon, e.g. 0.001 or more")
@@ -295,7 +310,7 @@ def _too_small(epsilon: Fraction) -> None:
 
 def _rows_per_unit(shape: _Shape, query: PrivateQuery) -> int:
     """How many groups one unit's distinct-unit counts can touch."""
-    return min(_groups_per_unit(query), query.rule.max_rows_per_unit) if query.keys else 1
+    return min(query.rule.groups_per_unit, query.rule.max_rows_per_unit) if query.keys else 1
 
 
 def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
@@ -305,8 +320,6 @@ def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fracti
     else:
         lower = math.floor(shape.interval.lower / grid)
         upper = math.ceil(shape.interval.upper / grid)
-        if max(abs(lower), abs(upper)) >= 2**62:
-            raise InternalError("grid bounds overflow 64-bit integers")
     spread = upper - lower
     if shape.kind in ("count", "units", "distinct"):
         value_lower, value_upper = 0, 1

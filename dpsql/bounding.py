@@ -1,10 +1,27 @@
 """Each private table bounded once: at most MAX ROWS PER UNIT rows of every unit, for every query.
 
-A private table whose privacy unit is a column is read by analyst queries only through its
-*bounded copy*, a table in an in-memory database attached as ``dp_bounding`` (so every cursor
-of the connection sees it, and a read-only database file stays untouched), holding at most ``k`` (the policy's MAX ROWS PER UNIT) rows
-of each unit — the ``k`` rows first in the order of a secret salted hash of the row's own
-values — and no row whose unit is NULL.
+A private table is read by analyst queries only through its *bounded copy*, a table in an
+in-memory database attached as ``dp_bounding`` (so every cursor of the connection sees it,
+and a read-only database file stays untouched), holding at most ``k`` (the policy's MAX ROWS
+PER UNIT) rows of each unit — the ``k`` rows first in the order of a secret salted hash of the
+row's own values — and no row whose unit is NULL.
+
+Row-level tables (PRIVACY UNIT ROW) are unit-level tables whose unit is hidden (DESIGN.md
+invariant 16): their copy adds a column ``dp_row``, the row's own id, and every later stage
+treats it as the unit column — joins multiply its rows by ``m``, partition selection counts
+distinct ids, quantiles and contribution options see ``k·m`` rows per id — while binding
+never lets the analyst name it. The id is a salted 128-bit hash of the row's values and of
+its index among the rows identical to it (``GROUP BY <values>``, then indexes 1..n),
+never a rowid or a position: adding or removing a row changes no other row's id (identical
+rows are interchangeable, so which of them gets which index does not matter). An id that
+more than one row has (a hash collision: about n²/2¹²⁹ for n rows, if the two seeded 64-bit
+halves behave as independent hashes) is dropped with all its rows: the copy holds one row
+per id by construction, so a collision costs those rows (accuracy). Adding or removing one
+row then adds or removes at most one id of the copy — add-or-remove neighbours map to
+neighbouring copies exactly. Replacing a row (BOUNDED neighbours) is a removal and an
+addition, and if the removed row shared its id with another, both could change the copy
+by one unit each: that needs a collision in ``D``, so its probability over the salt adds to
+delta (documented in ``docs/THREAT_MODEL.md``; a wider id would shrink it further).
 
 Why this is safe. The copy is ``T(D)``, where ``T`` keeps, for each unit separately, a subset
 of that unit's rows chosen from those rows and the salt alone. So ``T`` is *stable*: adding
@@ -13,6 +30,12 @@ of a neighbouring database is a neighbouring copy. Every query is then analysed 
 exactly as before, over ``T(D)`` instead of ``D``: its sensitivity argument holds for each
 fixed salt, hence for the random one, and composition over many queries holds for the same
 fixed ``T``. The salt is drawn independently of the data (it is the ledger's).
+
+Strings are compared byte for byte. A ``COLLATE NOCASE`` column would make DuckDB group
+'A' and 'a' together and release whichever spelling it met first (an order- and
+data-dependent choice), and would make a unit 'A' equal to another table's unit 'a'; the copy
+therefore holds every VARCHAR column with the binary collation, so a unit, a group key and a
+join compare exactly the stored strings, whatever the table declares.
 
 Why it is done. (1) Timing: analyst expressions never see more than ``k`` rows of one unit,
 so a costly expression under ``CASE WHEN unit = target`` costs at most ``k`` rows' worth, not
@@ -48,6 +71,9 @@ from .model import PrivateTable
 PREFIX = "dp_bounded_"
 PAD = "dp_pad"
 """The copies' column marking the two padding rows."""
+ROW_UNIT = "dp_row"
+"""The hidden unit column of a row-level table's copy: each row's own id (never in scope)."""
+ROW_UNIT_TYPE = "UHUGEINT"
 DATABASE = "dp_bounding"
 """The in-memory database holding the copies (never in the analyst's catalog)."""
 
@@ -59,15 +85,17 @@ class BoundedTable:
     source: str
     """The private table's catalog name (``schema.table`` outside ``main``)."""
     unit: str
-    """Its privacy unit column (lower case)."""
+    """Its privacy unit column (lower case); ``ROW_UNIT`` for a row-level table."""
     rows_per_unit: int
     """How many rows of each unit the copy keeps: the policy's MAX ROWS PER UNIT."""
     columns: tuple[tuple[str, str], ...]
     """Every column of the table (lower case) with its DuckDB type, in order."""
+    row_level: bool = False
+    """Each row is its own unit: the copy adds the hidden id column ``ROW_UNIT``."""
 
     @property
     def name(self) -> str:
-        return bounded_name(self.source, self.unit, self.rows_per_unit)
+        return row_copy_name(self.source) if self.row_level else bounded_name(self.source, self.unit, self.rows_per_unit)
 
 
 def bounded_name(source: str, unit: str, rows_per_unit: int) -> str:
@@ -82,10 +110,24 @@ def bounded_name(source: str, unit: str, rows_per_unit: int) -> str:
     return f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}"
 
 
+def row_copy_name(source: str) -> str:
+    """The table holding a row-level table's copy, one row per hidden id.
+
+    >>> row_copy_name("sales.events")
+    'dp_bounded_sales__events__row'
+    """
+    return f"{PREFIX}{source.lower().replace('.', '__')}__row"
+
+
+def copy_name(source: str, rule: PrivateTable) -> str:
+    """The table holding the bounded copy of ``source``, which ``rule`` declares."""
+    return row_copy_name(source) if rule.row_level else bounded_name(source, rule.unit, rule.max_rows_per_unit)
+
+
 def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
     """The rows of ``source``'s bounded copy (``rule`` declares the table), padding dropped:
-    a query over its ``columns``."""
-    return _reference(bounded_name(source, rule.unit, rule.max_rows_per_unit), tuple(columns)).copy()
+    a query over its ``columns`` (with ``ROW_UNIT`` among them for a row-level table)."""
+    return _reference(copy_name(source, rule), tuple(columns)).copy()
 
 
 @lru_cache(maxsize=256)
@@ -96,13 +138,12 @@ def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
 
 
 def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]], key_of) -> list[BoundedTable]:
-    """A bounded copy for every private table whose unit is a column (row-level tables need none)."""
+    """A bounded copy for every private table (row-level ones with their hidden id column)."""
     tables = []
     for rule in rules:
-        if rule.row_level:
-            continue
         key = key_of(rule.name)
-        tables.append(BoundedTable(key, rule.unit.lower(), rule.max_rows_per_unit, tuple(catalog[key].items())))
+        unit = ROW_UNIT if rule.row_level else rule.unit.lower()
+        tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level))
     return tables
 
 
@@ -115,10 +156,17 @@ def attach_sql() -> str:
     return f"ATTACH IF NOT EXISTS ':memory:' AS {DATABASE} (READ_WRITE)"
 
 
+def _copied_columns(table: BoundedTable) -> str:
+    """The table's columns as the copy holds them: strings with the binary collation."""
+    return ", ".join(f'"{c}" COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR" else f'"{c}"'
+                     for c, t in table.columns)
+
+
 def create_sql(table: BoundedTable) -> str:
     """An empty copy with the table's columns and types, so queries bind: reads no rows."""
+    hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else ""
     return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
-            f"SELECT *, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
+            f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
 
 
 def fill_sql(table: BoundedTable) -> str:
@@ -129,20 +177,64 @@ def fill_sql(table: BoundedTable) -> str:
     on physical order or rowid; rows that tie on every value are identical, so which of them is
     kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement.
     """
+    if table.row_level:
+        return _fill_rows_sql(table)
     columns = ", ".join(f'"{c}"' for c, _ in table.columns)
     unit = f'"{table.unit}"'
-    pads = "\n".join(
-        f"UNION ALL SELECT {', '.join(f'CAST({_extreme(t, high)} AS {t})' for _, t in table.columns)}, TRUE"
-        for high in (False, True))
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
         f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
         f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n\n"
-        f"  FROM {_quoted(table.source)}\n  WHERE {unit} IS NOT NULL\n) WHERE dp_n <= {table.rows_per_unit}\n{pads}"
+        f"  FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n  WHERE {unit} IS NOT NULL\n"
+        f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
     )
 
 
+def _fill_rows_sql(table: BoundedTable) -> str:
+    """A row-level table's copy: every row with its id ``ROW_UNIT``, ids held by one row only.
+
+    The id hashes the salt, the table's name (rows of two tables never share an id by
+    design), the row's values with the sign of each float, and the row's index among the rows
+    identical to it; two 64-bit hashes seeded apart make it 128 bits. Identical rows are
+    grouped on the values themselves (not their hash) and re-expanded with indexes 1..n: the
+    same rows, numbered in an order that cannot matter (they are identical), in about half
+    the time of a window partitioned by every column.
+    """
+    names = [f'"{c}"' for c, _ in table.columns]
+    signs = [f"{sign} AS dp_s{i}" for i, sign in enumerate(_sign_bits(table))]
+    hashed = ", ".join(names + [f"dp_s{i}" for i in range(len(signs))])
+    tag = "'" + table.source.replace("'", "''") + "'"
+    halves = [f"hash($salt, {tag}, {seed}, {hashed}, dp_i)" for seed in (1, 2)]
+    row_id = f"(CAST({halves[0]} AS {ROW_UNIT_TYPE}) << 64) | CAST({halves[1]} AS {ROW_UNIT_TYPE})"
+    grouped = ", ".join(names + signs)
+    return (
+        f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
+        f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
+        f"  SELECT *, COUNT(*) OVER (PARTITION BY {ROW_UNIT}) AS dp_n FROM (\n"
+        f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
+        f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
+        f"        SELECT {grouped}, COUNT(*) AS dp_copies\n"
+        f"        FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n"
+        f"        GROUP BY ALL))))\n"
+        f"WHERE dp_n = 1\n{_padding(table)}"
+    )
+
+
+def _sign_bits(table: BoundedTable) -> list[str]:
+    """The sign of each float column: DuckDB's equality and hash() take -0.0 for 0.0 (and
+    -nan for nan), which 1/x tells apart, so rows differing only there are not identical."""
+    return [f'signbit("{c}")' for c, t in table.columns if t.upper() in ("FLOAT", "DOUBLE", "REAL")]
+
+
+def _padding(table: BoundedTable) -> str:
+    hidden = [(ROW_UNIT, ROW_UNIT_TYPE)] if table.row_level else []
+    return "\n".join(
+        f"UNION ALL SELECT {', '.join(f'CAST({_extreme(t, high)} AS {t})' for _, t in (*table.columns, *hidden))}, TRUE"
+        for high in (False, True))
+
+
 _INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
+"""Bits of the signed integer types; a U prefix names the unsigned one (UHUGEINT too)."""
 _TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS")
 
 

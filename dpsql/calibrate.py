@@ -54,7 +54,15 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
         raise InternalError(f"rho and epsilon must be non-negative, got {rho}, {epsilon}")
     if rho == 0:
         return 0.0
+    return min(1.0, math.exp(zcdp_log_delta(rho, epsilon)))
 
+
+def zcdp_log_delta(rho: float, epsilon: float) -> float:
+    """ln of ``zcdp_delta`` (before capping at 1), which stays finite where delta underflows.
+
+    >>> zcdp_log_delta(0.05, 1.0) < math.log(1e-3)
+    True
+    """
     def log_delta(alpha: float) -> float:
         return (alpha - 1) * (alpha * rho - epsilon) + (alpha - 1) * math.log(alpha - 1) - alpha * math.log(alpha)
 
@@ -68,8 +76,7 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
             high = b
         else:
             low = a
-    best = min(log_delta(low), log_delta(high), log_delta((low + high) / 2))
-    return min(1.0, math.exp(best))
+    return min(log_delta(low), log_delta(high), log_delta((low + high) / 2))
 
 
 def gaussian_sigma_squared(l2_squared: Fraction, epsilon: Fraction, delta: Fraction) -> Fraction:
@@ -77,10 +84,13 @@ def gaussian_sigma_squared(l2_squared: Fraction, epsilon: Fraction, delta: Fract
     if epsilon <= 0 or not 0 < delta < 1 or l2_squared <= 0:
         raise InternalError(f"cannot calibrate Gaussian noise for l2^2={l2_squared}, "
                             f"epsilon={epsilon}, delta={delta}")
-    eps, target = float(epsilon), float(delta)
+    # Compared in logarithms: float(delta) is 0 below ~5e-324 (a delta of 1e-400 is exact as a
+    # Fraction), and ln(delta) from numerator and denominator is not. SAFETY's slack covers
+    # the float logarithms' rounding, in the safe direction.
+    eps, log_target = float(epsilon), math.log(delta.numerator) - math.log(delta.denominator)
 
     def fits(sigma_squared: float) -> bool:
-        return zcdp_delta(float(l2_squared) / (2 * sigma_squared), eps) * SAFETY <= target
+        return zcdp_log_delta(float(l2_squared) / (2 * sigma_squared), eps) + math.log(SAFETY) <= log_target
 
     high = float(l2_squared)
     while not fits(high):

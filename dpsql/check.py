@@ -106,8 +106,8 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
     if where is not None:
         check_row_level(where.this, sql, "WHERE")
     keys = _group_keys(tree, sql, rule)
-    unit = None if rule.row_level else rule.unit.lower()
-    aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, unit, names)
+    # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
+    aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
     return PrivateQuery(
         table=relation.label,
         rule=rule,
@@ -120,7 +120,9 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
         direct=tuple(direct),
         source=relation.sql,
         rows_per_unit=relation.rows_per_unit,
+        hidden_unit=relation.hidden_unit,
         bounded=tuple(sorted(relation.bounded)),
+        joins=relation.joins,
     )
 
 
@@ -153,7 +155,7 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey
     for item in items:
         expression = _resolve_group_item(item, tree)
         check_row_level(expression, sql, "GROUP BY")
-        if isinstance(expression, exp.Column) and rule.unit is not None and expression.name == rule.unit.lower():
+        if isinstance(expression, exp.Column) and expression.name == rule.unit.lower():
             refuse(item, sql, f"GROUP BY the privacy unit {expression.name} would release one answer per unit",
                    "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
         if any(k.expression == expression for k in keys):

@@ -97,7 +97,9 @@ def _privacy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _analyst_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--analyst", metavar="NAME", help="who is asking; recorded in the ledger")
+    parser.add_argument("--analyst", metavar="NAME",
+                        help="a label for the ledger and per-analyst budget; local use is the "
+                             "curator's, so it is not checked (analysts are authenticated by `dpsql serve`)")
 
 
 def _connect(args: argparse.Namespace):
@@ -201,17 +203,31 @@ def _budget(args: argparse.Namespace) -> int:
 def _init_arguments(parser: argparse.ArgumentParser) -> None:
     _database_argument(parser)
     _policy_argument(parser, required=True)
+    parser.add_argument("--replace", action="store_true",
+                        help="replace a different stored policy; what was spent, the salt and the "
+                             "ledger's history are kept, and the change is recorded in the ledger")
 
 
 def _init(args: argparse.Namespace) -> int:
+    import dpsql
     from dpsql.shell.budget import remaining_text
 
-    with _connect(args) as db:  # connecting checks the policy against the database
-        db.store_policy()
+    try:  # checks the policy against the database, then stores it
+        change = dpsql.init_policy(args.database, args.policy, replace=args.replace)
+    except PolicyError as error:
+        raise _ReportedError(error, _policy_text(args.policy)) from None
+    with dpsql.connect(args.database) as db:
         budget = db.budget
-    print(f"The policy is checked against {args.database} and stored with its ledger "
-          f"({args.database}.ledger);\nlater commands on this database need no --policy. "
-          f"Budget: {remaining_text(budget)} remaining.")
+    where = f"{args.database}.ledger"
+    if change is None:
+        done = f"The policy is checked against {args.database}; it is the one stored with its ledger ({where})."
+    elif change.old is None:
+        done = (f"The policy is checked against {args.database} and stored with its ledger ({where});\n"
+                "later commands on this database need no --policy, and any other policy is refused.")
+    else:
+        done = (f"The policy stored with {where} is replaced (recorded in the ledger at {change.time});\n"
+                "what was spent, the salt and the ledger's history are kept.")
+    print(f"{done} Budget: {remaining_text(budget)} remaining.")
     return EXIT_OK
 
 
@@ -316,7 +332,8 @@ COMMANDS: tuple[Command, ...] = (
         name="init",
         help="check a policy against a database and store it with the ledger",
         example="  dpsql init shop.duckdb --policy shop.policy\n"
-                "  dpsql query shop.duckdb \"SELECT COUNT(*) FROM visits\"   # no --policy needed now",
+                "  dpsql query shop.duckdb \"SELECT COUNT(*) FROM visits\"   # no --policy needed now\n"
+                "  dpsql init shop.duckdb --policy shop-v2.policy --replace   # change it; spending is kept",
         add_arguments=_init_arguments,
         run=_init,
     ),

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
@@ -31,16 +34,19 @@ from .check import check_query
 from .engine import Engine
 from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
 from .explain import explain_plan
-from .ledger import Ledger
+from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from .model import Policy
 from .normalise import normalised_sql, repeat_key
 from .parse import parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
+from .policy_check import is_numeric_type
+from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
+from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
-from .rewrite import domain_sql, rewrite_plan, rewrite_separate
+from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -74,12 +80,33 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
                       query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding)
 
 
+def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
+                memory_limit: str | None = None) -> PolicyChange | None:
+    """The curator's ``dpsql init``: check ``policy`` against ``target`` and store it with the
+    ledger, so that it rules every later connection; return the recorded change, or ``None``
+    when that very policy was stored already.
+
+    A different stored policy is replaced only with ``replace=True``: what was spent, the
+    salt and the ledger's entries stay, and the ledger records the change (time, old and new
+    text; ``Connection.policy_changes()``).
+
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"uid": [1, 2], "x": [1.0, 3.0]})
+    >>> change = init_policy({"t": frame}, "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);")
+    >>> change.old is None, change.new.splitlines()[0]
+    (True, 'BUDGET EPSILON 1;')
+    """
+    # Opened as replacing whatever is stored, so a refusal below is init's own, naming --replace.
+    with Connection(target, policy, ledger=ledger, memory_limit=memory_limit, _replacing=True) as db:
+        return db.store_policy(replace=replace)
+
+
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
-                 eager_bounding: bool = False):
+                 eager_bounding: bool = False, _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out")
@@ -89,9 +116,10 @@ class Connection:
                 ledger = Path(f"{self._engine.path}.ledger")
             self._ledger = Ledger.open(ledger)
             try:
-                self.policy: Policy = self._load_policy(policy)
+                self.policy: Policy = self._load_policy(policy, _replacing)
                 self._catalog = self._engine.catalog()
                 check_policy(self.policy, self._catalog)
+                self._check_listed_keys()
                 self._engine.prepare_bounding(
                     bounded_tables(list(self.policy.private_tables), self._catalog, table_key_of),
                     self._ledger.salt().hex())
@@ -111,16 +139,59 @@ class Connection:
             accountant_for(self.policy.accounting, Spend(self.policy.analyst_budget_epsilon,
                                                          self.policy.analyst_budget_delta))
         self._policy_text = policy_to_text(self.policy)
+        # The stored texts this connection's accountants agree with: a charge is refused once
+        # the stored policy is none of them (replaced since), so the stored budget rules.
+        agreed = {None, self._policy_text}
+        if self._stored_policy is not None and not _replacing:
+            agreed.add(self._stored_policy)
+        self._agreed_policies = frozenset(agreed)
+        self._policy_file = policy_file_of(policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
 
-    def _load_policy(self, policy: Any) -> Policy:
-        if policy is not None:
-            return load_policy(policy)
-        stored = self._ledger.stored_policy()
-        if stored is None:
-            raise PolicyError("no policy was given and none is stored with this database",
-                              hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
-        return load_policy(stored)
+    def _check_listed_keys(self) -> None:
+        """Listed KEYS of a column that is neither text nor a number (a DATE, a UUID, an ENUM)
+        must each name a value of its type, as DuckDB reads it: one that does not would be
+        dropped from the domain without a word. Reads the policy's own literals only."""
+        for table in self.policy.private_tables:
+            columns = self._catalog[table_key_of(table.name)]
+            for rule in table.columns:
+                type_name = columns.get(rule.name.lower(), "")
+                if rule.keys is None or rule.keys.values is None or type_name == "VARCHAR" \
+                        or is_numeric_type(type_name):
+                    continue
+                rows = ", ".join(f"({literal(str(v))})" for v in rule.keys.values)
+                wrong = self._engine.fetch(f"SELECT v FROM (VALUES {rows}) AS d(v) "
+                                           f"WHERE TRY_CAST(v AS {type_name}) IS NULL")
+                if wrong:
+                    position = rule.position
+                    raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0][0]}', "
+                                      f"which is not a value of {type_name}",
+                                      line=position.line if position else None,
+                                      col=position.col if position else None,
+                                      hint=f"list keys DuckDB reads as {type_name}, such as "
+                                           "'2024-01-31' for a DATE")
+
+    def _load_policy(self, policy: Any, replacing: bool) -> Policy:
+        """The policy that rules this connection: the one stored with the ledger, if any
+        (DESIGN.md invariant 18); a different one given is refused, unless the curator is
+        replacing the stored one (``init_policy``)."""
+        self._stored_policy = stored = self._ledger.stored_policy()
+        if policy is None:
+            if stored is None:
+                raise PolicyError("no policy was given and none is stored with this database",
+                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
+            return load_policy(stored)
+        given = load_policy(policy)
+        if stored is None or replacing:
+            return given
+        difference = policy_difference(load_policy(stored), given)
+        if difference is not None:
+            raise PolicyError(
+                f"the policy given is not the one stored with the ledger at "
+                f"{self._ledger.path or ':memory:'}: {difference}",
+                hint="leave the policy out to use the stored one; to change it, the curator runs "
+                     "`dpsql init DB --policy P --replace`, which keeps what was spent")
+        return given
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -144,23 +215,26 @@ class Connection:
         cost = query_cost(plan)
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
-        domain = self._domain(checked) if plan.selection is None else None
+        domain = self._domain(plan.query) if plan.selection is None else None
         picked = plain_projection(checked.post, core_columns(plan))
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
                                     analyst=self.analyst, key=key,
-                                    analyst_total=self._analyst_accountant)
+                                    analyst_total=self._analyst_accountant,
+                                    policies=self._agreed_policies)
         # The charge is committed: from here on, private data is read.
         try:
-            exact = self._engine.fetch(bounded_sql, salt, bounded=checked.bounded)
+            keys = plan.query.keys
+            exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
             histograms = {}
             for measure in plan.separate:
                 separate_sql = rewrite_separate(plan, measure)
-                histograms[measure.name] = self._engine.fetch(separate_sql, self._salt_for(separate_sql),
-                                                              bounded=checked.bounded)
+                histograms[measure.name] = read_keys(
+                    self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
             release = release_measures(plan, domain, exact, self._rng, histograms)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
+                core = shown_keys(core, plan.query.keys)
                 pick = itemgetter(*picked)
                 rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
                 tracked, order = True, range(len(rows))
@@ -197,12 +271,13 @@ class Connection:
             message = str(error).split("\n")[0]
             raise UnsupportedQuery(f"the query does not type-check: {message}",
                                    hint="compare and combine columns of matching types") from None
-        types = [described[key.name] for key in plan.query.keys]
+        types = [key.type_name or described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
             first = plan.measure(aggregate.measures[0])
             integral = aggregate.function in ("count", "count_units", "count_distinct") or (
                 aggregate.function == "sum" and first.grid.denominator == 1)
-            types.append("BIGINT" if integral else "DOUBLE")
+            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
+            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
         return types
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
@@ -255,9 +330,38 @@ class Connection:
         """The policy in dpsql's policy language."""
         return policy_to_text(self.policy)
 
-    def store_policy(self) -> None:
-        """Keep this connection's policy with its ledger, so later connects need none."""
-        self._ledger.store_policy(self.policy_text())
+    def store_policy(self, *, replace: bool = False) -> PolicyChange | None:
+        """Keep this connection's policy with its ledger, so later connects need none and are
+        ruled by it; return the change recorded in the ledger (``None``: already stored).
+        A different stored policy is replaced only with ``replace=True`` (``init_policy``)."""
+        stored = self._ledger.stored_policy()
+        difference = None if stored is None else policy_difference(load_policy(stored), self.policy)
+        if stored is not None and difference is None:
+            return None  # the same rules, however they were written: nothing to record
+        if difference is not None and not replace:
+            raise PolicyError(
+                f"a different policy is stored with the ledger at "
+                f"{self._ledger.path or ':memory:'}: {difference}",
+                hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
+        return self._ledger.store_policy(self.policy_text(), replacing=stored)
+
+    def policy_changes(self) -> list[PolicyChange]:
+        """Every change of the stored policy (time, old and new text), oldest first."""
+        return self._ledger.policy_changes()
+
+    def curator_files(self) -> tuple[Path, ...]:
+        """The files that only the curator may write: the database, its ledger with SQLite's
+        side files, and the policy file this connection was opened with (resolved paths).
+        Nothing an analyst drives (the shell's ``.output``) may write any of them."""
+        files = []
+        if self._engine.path is not None:
+            files += [self._engine.path, Path(f"{self._engine.path}.wal")]
+        if self._ledger.path is not None:
+            ledger = Path(self._ledger.path).resolve()
+            files += [ledger, *(Path(f"{ledger}{side}") for side in LEDGER_SIDE_FILES)]
+        if self._policy_file is not None:
+            files.append(self._policy_file)
+        return tuple(files)
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
@@ -381,7 +485,14 @@ class Connection:
                                        hint="pass weights={'n': 2, 'avg(amount)': 1}")
             pairs = tuple((str(k), exact_parameter(v, f"the weight of {k}")) for k, v in weights.items())
             options = replace(options, weights=pairs)
-        return analyse_query(query, self.policy, options, sql)
+        plan = analyse_query(query, self.policy, options, sql)
+        if not plan.query.keys:
+            return plan
+        # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
+        # the key is read back exactly, and refuses, before the charge, keys that cannot be.
+        keys_sql = key_types_sql(plan)
+        types = dict(self._engine.describe(keys_sql, self._salt_for(keys_sql)))
+        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
     def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:
         if epsilon is None:
@@ -426,7 +537,7 @@ class Connection:
             keys = [query.keys[i] for i in indices]
             domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
             if domain not in self._domains:  # public data: read once per connection
-                self._domains[domain] = [tuple(row) for row in self._engine.fetch(domain)]
+                self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
@@ -488,10 +599,11 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
     unit is the curator's choice and cannot be changed, only restated."""
     rule = query.rule
     unit = written.get("privacy_unit_column")
-    if unit is not None and (rule.unit or "ROW").lower() != unit.value.lower():
+    named = "ROW" if query.hidden_unit else rule.unit  # a row-level table's unit is each row
+    if unit is not None and named.lower() != unit.value.lower():
         raise UnsupportedQuery(
-            f"the privacy unit of {query.table} is {rule.unit or 'ROW'}, not {unit.value}",
-            line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {rule.unit}, or leave it out")
+            f"the privacy unit of {query.table} is {named}, not {unit.value}",
+            line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {named}, or leave it out")
     changes = {}
     for option, field_name in (("max_rows_contributed", "max_rows_per_unit"),
                                ("max_groups_contributed", "max_groups_per_unit")):
@@ -502,24 +614,55 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
         if value.denominator != 1 or not 1 <= value <= 10**6:
             raise UnsupportedQuery(f"{option} must be a whole number from 1 to 1000000, got {value}",
                                    line=given.line, col=given.col, hint=f"write {option} = 5")
-        if rule.row_level and option == "max_rows_contributed" and value != 1:
-            raise UnsupportedQuery(f"each row of {query.table} is its own privacy unit, so it contributes "
-                                   "one row", line=given.line, col=given.col, hint=f"leave {option} out")
         held = query.rows_per_unit
         if option == "max_rows_contributed" and held is not None and value > held:
             # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
             # a larger limit would add noise for rows that are not there.
-            raise UnsupportedQuery(f"the policy keeps at most {held} rows of each unit of {query.table}; "
-                                   f"max_rows_contributed can lower that, not raise it",
+            kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
+                f"the policy keeps at most {held} rows of each unit of {query.table}"
+            joined = f", with at most {held} rows after its joins" if query.hidden_unit and held > 1 else ""
+            raise UnsupportedQuery(f"{kept}{joined}; max_rows_contributed can lower that, not raise it",
                                    line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)
     return replace(query, rule=replace(rule, **changes)) if changes else query
+
+
+def policy_file_of(policy: Any) -> Path | None:
+    """The resolved path of a policy given as a file, else ``None`` (text or a Policy)."""
+    if not isinstance(policy, (str, os.PathLike)):
+        return None
+    try:
+        path = Path(policy)
+        return path.resolve() if path.is_file() else None
+    except (OSError, ValueError):  # policy text: too long for a file name, or holds a NUL
+        return None
 
 
 def table_key_of(name: str) -> str:
     """Catalog key of a declared table name (``main.`` dropped, lower-cased)."""
     parts = name.lower().split(".")
     return ".".join(parts[1:]) if len(parts) == 2 and parts[0] == "main" else ".".join(parts)
+
+
+def _plain_number(value: Any) -> Any:
+    """A NumPy scalar as the Python number it stands for: an integer as int, a float by its own
+    shortest decimal text (np.float32(0.1) means 0.1, as the float 0.1 does); else unchanged.
+
+    >>> import numpy as np
+    >>> _plain_number(np.int64(7)), _plain_number(np.float32(0.1)), _plain_number(np.float64(0.25))
+    (7, 0.1, 0.25)
+    """
+    if not isinstance(value, np.generic):
+        return value
+    kind = value.dtype.kind
+    if kind in "iu":
+        return int(value)
+    if kind == "f":
+        number = float(value)
+        return float(str(value)) if math.isfinite(number) else number
+    if kind == "b":
+        return bool(value)
+    return value
 
 
 def exact_parameter(value: Any, name: str) -> Fraction:
@@ -533,6 +676,7 @@ def exact_parameter(value: Any, name: str) -> Fraction:
     Traceback (most recent call last):
     dpsql.errors.InvalidParameter: epsilon must be a finite number, got nan. Hint: pass a number such as 0.5.
     """
+    value = _plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, Decimal, str)):
         raise InvalidParameter(f"{name} must be a number, got {type(value).__name__}",
                                hint="pass a number such as 0.5")

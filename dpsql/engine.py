@@ -7,6 +7,15 @@ private in-memory database) — and runs SQL that dpsql generated. Analyst text 
 One lock serialises use of the connection: a DuckDB connection refuses concurrent calls from
 two threads, and results are always fetched completely before the lock is released.
 
+Many engines on one database, in one process. DuckDB keeps one database *instance* per file
+per process: every ``duckdb.connect`` of the same file (with the same configuration) is a new
+connection to that instance, and ``ATTACH ':memory:' AS dp_bounding`` attaches to the
+instance, not to the connection. So every engine on one file reads and writes the same bounded
+copies, and two of them creating or refilling a copy at once fail with DuckDB's "Catalog
+write-write conflict". Engines on one instance therefore share one ``_Instance``: a lock held
+around every change to ``dp_bounding`` (attach, create, fill, store) and the record of what is
+already built there, so each copy is built once for all of them.
+
 Hardening (DESIGN.md invariant 7; a second wall behind the check stage, invariant 10). A
 database dpsql opens itself runs with ``HARDENED_CONFIG``: no external access (no files, no
 network, no COPY, no extension INSTALL or LOAD), no replacement scans of Python variables,
@@ -27,8 +36,10 @@ import heapq
 import itertools
 import math
 import os
+import secrets
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +48,8 @@ import pandas as pd
 
 from .bounding import DATABASE, BoundedTable, attach_sql, create_sql, fill_sql
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
+from .keys import WIDE_INTEGERS, display_value, fetched_as_text
+from .types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0
 """Seconds one generated statement may run before it is interrupted."""
@@ -78,9 +91,8 @@ class Engine:
         self._post = None
         self._timeout = check_timeout(query_timeout)
         self._bounded: dict[str, BoundedTable] = {}
-        self._filled: set[str] = set()
-        self._materialised: set[str] = set()
-        """Public relations stored in the bounding database (``materialise``)."""
+        self._instance: _Instance | None = None
+        """What this engine shares with every engine on its DuckDB instance (``prepare_bounding``)."""
         self._salt: str | None = None
         self._described: dict[str, list[tuple[str, str]]] = {}
         """Types of SQL already bound (the schema is fixed while the connection is open)."""
@@ -147,19 +159,22 @@ class Engine:
         """
         with self._lock:
             self._salt = salt
-            if tables:
-                self._connection.execute(attach_sql())
-            for table in tables:
-                self._connection.execute(create_sql(table))
-                self._bounded[table.name] = table
+            self._instance = _instance_of(self._connection)
+            with self._instance.lock:
+                for table in tables:
+                    self._connection.execute(create_sql(table))
+                    self._bounded[table.name] = table
 
     def refresh_bounding(self) -> None:
         """Forget the bounded copies' contents, the stored public relations and the types of
-        SQL bound so far: the next query reading each rebuilds it."""
+        SQL bound so far: the next query reading each rebuilds it (for every engine on this
+        DuckDB instance, since they read the same copies)."""
         with self._lock:
-            self._filled.clear()
-            self._materialised.clear()
             self._described.clear()
+            instance = self._bounding_instance()
+            with instance.lock:
+                instance.filled.clear()
+                instance.materialised.clear()
 
     def build_bounding(self) -> None:
         """Fill every bounded copy now (``connect(..., eager_bounding=True)``, and the server):
@@ -175,39 +190,56 @@ class Engine:
         query reads the stored rows: what the analysis measures on them (a join key's
         multiplicity, a column's range) is what the query runs on, however the public SQL
         would evaluate a second time (DESIGN.md invariant 15). The same SQL is stored once per
-        connection (until ``refresh_bounding``); it runs under the statement time limit.
+        DuckDB instance (until ``refresh_bounding``); it runs under the statement time limit.
         """
         name = "dp_public_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
         with self._lock:
-            if name in self._materialised:
-                return name
-            self._connection.execute(attach_sql())
-            cursor = self._connection.cursor()
-            try:
-                with _Deadline(cursor, self._timeout):
-                    cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
-            finally:
-                cursor.close()
-            self._materialised.add(name)
+            instance = self._bounding_instance()
+            with instance.lock:
+                if name in instance.materialised:
+                    return name
+                cursor = self._connection.cursor()
+                try:
+                    with _Deadline(cursor, self._timeout):
+                        cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
+                finally:
+                    cursor.close()
+                instance.materialised.add(name)
         return name
 
-    def _fill_bounded(self, names) -> None:
-        """Fill every bounded copy named in ``names`` that is still empty (the caller holds the
-        lock). Which copies a statement reads comes from its checked plan, never its text.
+    def _bounding_instance(self) -> "_Instance":
+        """The shared state of this engine's DuckDB instance (the caller holds ``_lock``)."""
+        if self._instance is None:
+            self._instance = _instance_of(self._connection)
+        return self._instance
 
-        No time limit applies: the filling SQL is dpsql's own, its cost set by the table alone.
-        Each copy is replaced whole by one statement, so it is never half built.
+    def _fill_bounded(self, names) -> None:
+        """Fill every bounded copy named in ``names`` that is not yet built with this engine's
+        salt (the caller holds ``_lock``). Which copies a statement reads comes from its
+        checked plan, never its text.
+
+        The copies live on the DuckDB instance, so the instance's lock is held while they are
+        built and each is built once for every engine sharing it. An engine whose ledger has
+        another salt (another ledger on the same file) rebuilds a copy with its own: either
+        copy is a stable transformation by a secret, data-independent salt, so which one a
+        query reads changes its rows, never its privacy. No time limit applies: the filling
+        SQL is dpsql's own, its cost set by the table alone. Each copy is replaced whole by
+        one statement, so it is never half built.
         """
-        for name in names:
-            table = self._bounded.get(name)
-            if table is None or name in self._filled:
-                continue
-            cursor = self._connection.cursor()
-            try:
-                cursor.execute(fill_sql(table), {"salt": self._salt})
-            finally:
-                cursor.close()
-            self._filled.add(name)
+        wanted = [name for name in names if name in self._bounded]
+        if not wanted:
+            return
+        instance = self._bounding_instance()
+        with instance.lock:
+            for name in wanted:
+                if instance.filled.get(name) == self._salt:
+                    continue
+                cursor = self._connection.cursor()
+                try:
+                    cursor.execute(fill_sql(self._bounded[name]), {"salt": self._salt})
+                finally:
+                    cursor.close()
+                instance.filled[name] = self._salt
 
     def fetch(self, sql: str, parameters: dict | None = None, *, bounded=()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
@@ -246,16 +278,19 @@ class Engine:
             definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
             connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
             if rows:
-                connection.register("dp_frame", pd.DataFrame.from_records(rows, columns=columns))
+                connection.register("dp_frame", pd.DataFrame.from_records(_frameable(rows, types), columns=columns))
                 try:
                     connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
                 finally:
                     connection.unregister("dp_frame")
             with _Deadline(connection, self._timeout):
-                cursor = connection.execute(sql)
-                names = [d[0] for d in cursor.description]
-                result = cursor.fetchall()
+                described = connection.execute(f"DESCRIBE {sql}").fetchall()
+                names, types = [row[0] for row in described], [row[1] for row in described]
+                result = connection.execute(_fetchable_sql(sql, types)).fetchall()
             connection.execute("DROP TABLE dp_core")
+            if any(map(fetched_as_text, types)):
+                result = [tuple(display_value(value, type_name) if fetched_as_text(type_name) else value
+                                for value, type_name in zip(row, types)) for row in result]
             return names, result
 
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
@@ -280,9 +315,10 @@ class Engine:
             finally:
                 cursor.close()
         described = [(row[0], row[1]) for row in rows]
-        if len(self._described) >= 512:  # a bound, not an LRU: an old entry is merely re-bound
-            self._described.pop(next(iter(self._described)))
-        self._described[sql] = described
+        with self._lock:  # threads share this cache: change it one at a time
+            if len(self._described) >= 512:  # a bound, not an LRU: an old entry is merely re-bound
+                self._described.pop(next(iter(self._described)))
+            self._described[sql] = described
         return described
 
     def close(self) -> None:
@@ -292,6 +328,73 @@ class Engine:
             self._post = None
         if self._owned:
             self._connection.close()
+
+
+def _frameable(rows: list[tuple], types: list[str]) -> list[tuple]:
+    """Rows as pandas can carry them into DuckDB exactly: integers of types that need not fit
+    int64 go as decimal text (pandas would make 2**64 - 1 with a NULL a float64, silently
+    rounded), which DuckDB casts back into the column's type exactly.
+
+    >>> _frameable([(2**64 - 1, 1), (None, 2)], ["UBIGINT", "BIGINT"])
+    [('18446744073709551615', 1), (None, 2)]
+    """
+    wide = {i for i, type_name in enumerate(types) if base_type(type_name) in WIDE_INTEGERS}
+    if not wide:
+        return rows
+    return [tuple(str(value) if i in wide and value is not None else value for i, value in enumerate(row))
+            for row in rows]
+
+
+def _fetchable_sql(sql: str, types: list[str]) -> str:
+    """``sql`` with every result column whose Python conversion is lossy or can fail (a date past
+    9999, an INTERVAL of 10^9 months, nanoseconds) cast to DuckDB's text (``dpsql.keys``).
+    Columns are renamed positionally (output names may repeat); a projection keeps the order
+    of the rows it reads."""
+    if not any(map(fetched_as_text, types)):
+        return sql
+    names = [f"dp_c{i}" for i in range(len(types))]
+    select = ", ".join(f"CAST({n} AS VARCHAR)" if fetched_as_text(t) else n for n, t in zip(names, types))
+    return f"SELECT {select} FROM ({sql}) AS dp_post({', '.join(names)})"
+
+
+class _Instance:
+    """What every engine on one DuckDB database instance shares (module docstring)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        """Held around every change to ``dp_bounding``; taken after an engine's own lock."""
+        self.filled: dict[str, str] = {}
+        """Bounded copy name -> the salt it was last filled with."""
+        self.materialised: set[str] = set()
+        """Public relations stored in ``dp_bounding`` (``Engine.materialise``)."""
+
+
+_INSTANCES: "weakref.WeakValueDictionary[str, _Instance]" = weakref.WeakValueDictionary()
+_INSTANCES_LOCK = threading.Lock()
+_INSTANCE_TABLE = f"{DATABASE}.main.dp_instance"
+
+
+def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
+    """The shared state of ``connection``'s DuckDB instance, attaching ``dp_bounding`` if needed.
+
+    The instance is recognised by a random token kept in its own ``dp_bounding``: a DuckDB
+    instance closed and opened again (every connection to a file closed, then a new one) has
+    a fresh, empty ``dp_bounding`` and so a new token, and never inherits a record of copies
+    it no longer holds. One process-wide lock covers the attach and the token, which are
+    themselves changes to the instance's catalog.
+    """
+    with _INSTANCES_LOCK:
+        try:  # a read when the instance has its token: no catalog write at all
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+        except duckdb.Error:
+            connection.execute(attach_sql())
+            connection.execute(f"CREATE TABLE IF NOT EXISTS {_INSTANCE_TABLE} AS "
+                               f"SELECT '{secrets.token_hex(16)}' AS token")
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+        instance = _INSTANCES.get(token)
+        if instance is None:
+            instance = _INSTANCES[token] = _Instance()
+        return instance
 
 
 def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:

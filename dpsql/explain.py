@@ -11,14 +11,17 @@ from .quantile import quantile_accuracy
 def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
     """A readable account of a plan: measures, sensitivities, noise, cost and the SQL."""
     rule = plan.query.rule
-    unit = "each row (PRIVACY UNIT ROW)" if rule.row_level else (
-        f"{rule.unit}, at most {rule.max_rows_per_unit} rows and {rule.groups_per_unit} groups per unit")
+    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else rule.unit
+    unit += f", at most {rule.max_rows_per_unit} rows and {rule.groups_per_unit} groups per unit"
     lines = [
         f"private table {plan.query.table}; privacy unit: {unit}",
         f"neighbours: {plan.neighbours} ({_neighbour_text(plan.neighbours)})",
         f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
         f"remaining after: epsilon {_num(budget.remaining.epsilon - plan.epsilon)}, "
         f"delta {_num(budget.remaining.delta - plan.delta)}",
+    ]
+    lines += [f"join {text}" for text in plan.query.joins]
+    lines += [
         "",
         "group keys:" if plan.query.keys else "no GROUP BY: exactly one row is released",
     ]

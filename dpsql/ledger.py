@@ -63,6 +63,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,12 +72,14 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from dpsql.accounting import Accountant, Spend, Tally, accountant_for
-from dpsql.errors import DPError, InternalError
+from dpsql.errors import DPError, InternalError, PolicyError
 
 if TYPE_CHECKING:
     import pandas
 
 SCHEMA_VERSION = 1
+LEDGER_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""Files SQLite keeps beside a ledger (its log, shared-memory index, rollback journal)."""
 BUSY_TIMEOUT_SECONDS = 30.0
 _CHARGING = "charge the ledger"
 
@@ -106,6 +109,21 @@ _SCHEMA = (
     f"INSERT INTO meta (key, value) VALUES ('schema_version', {SCHEMA_VERSION})",
 )
 
+# Every change of the stored policy, kept like the entries: append-only. Created on the first
+# change (IF NOT EXISTS), so ledgers written before it existed keep schema version 1.
+_POLICY_CHANGES = (
+    """CREATE TABLE IF NOT EXISTS policy_changes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time TEXT NOT NULL,
+        old TEXT,
+        new TEXT NOT NULL
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS policy_changes_are_permanent BEFORE DELETE ON policy_changes
+        BEGIN SELECT RAISE(ABORT, 'policy changes are permanent'); END""",
+    """CREATE TRIGGER IF NOT EXISTS policy_changes_are_append_only BEFORE UPDATE ON policy_changes
+        BEGIN SELECT RAISE(ABORT, 'policy changes are append-only'); END""",
+)
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -125,6 +143,18 @@ class Entry:
     """What was charged: exact epsilon, delta and rho."""
     answer: str | None
     """The released (noisy) answer as JSON text, once recorded."""
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    """One change of the policy stored with a ledger (``dpsql init``)."""
+
+    time: str
+    """When it was committed, UTC ISO-8601."""
+    old: str | None
+    """The policy text stored before, or ``None`` for the first one."""
+    new: str
+    """The policy text stored since."""
 
 
 class Ledger:
@@ -166,10 +196,14 @@ class Ledger:
         analyst: str | None = None,
         key: str | None = None,
         analyst_total: Accountant | Spend | None = None,
+        policies: frozenset | None = None,
     ) -> int:
         """Record ``cost`` and return the entry id, or raise ``BudgetExceeded`` if it does not
         fit: after every committed entry, in ``total``'s accountant (a bare ``Spend`` means
         BASIC) and, with an ``analyst``, after that analyst's entries in ``analyst_total``.
+        ``policies``: the stored policy texts (``None``: none stored) the accountants were
+        built from; the charge is refused with a ``PolicyError`` when the policy stored now is
+        none of them (``dpsql init --replace`` ran since), so the stored budget always rules.
         One IMMEDIATE transaction: atomic across threads and processes."""
         total, analyst_total = _accountant(total), _accountant(analyst_total)
         if not isinstance(cost, Spend):
@@ -180,6 +214,8 @@ class Ledger:
         rho = None if cost.rho is None else _fraction_text(cost.rho)
         with self._connected() as connection:
             with _transaction(connection, self.path, _CHARGING):
+                if policies is not None:
+                    self._check_policy(connection, policies)
                 overall, by_analyst = self._read_tallies(connection)
                 total.check(overall, cost, "the total budget")
                 if analyst_total is not None and analyst is not None:
@@ -284,12 +320,40 @@ class Ledger:
                 self._salt = row[0]
             return self._salt
 
-    def store_policy(self, text: str) -> None:
-        """Keep the policy text with the ledger (``dpsql init``), replacing an earlier one."""
+    def store_policy(self, text: str, *, replacing: str | None) -> PolicyChange | None:
+        """Keep the policy text with the ledger (``dpsql init``) in place of ``replacing``,
+        the text the caller read as stored (``None``: none), and record the change.
+
+        Compare and swap, in one IMMEDIATE transaction: if the stored text is no longer
+        ``replacing`` (someone else changed it meanwhile) nothing is written and a
+        ``PolicyError`` says so. Storing the text already stored changes nothing (``None``).
+        Entries, the salt and earlier changes are untouched: what was spent stays spent."""
         with self._connected() as connection:
             with _transaction(connection, self.path, "store the policy"):
+                stored = _stored_policy(connection)
+                if stored == text:
+                    return None
+                if stored != replacing:
+                    raise PolicyError(
+                        f"the policy stored with the ledger at {self.path or ':memory:'} changed "
+                        "while this one was being stored; nothing was changed",
+                        hint="look at the stored policy (`dpsql shell DB`, then .policy) and run "
+                             "`dpsql init` again")
+                for statement in _POLICY_CHANGES:
+                    connection.execute(statement)
+                change = PolicyChange(_now(), stored, text)
                 connection.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('policy', ?)", (text,))
+                connection.execute("INSERT INTO policy_changes (time, old, new) VALUES (?, ?, ?)",
+                                   (change.time, change.old, change.new))
+            return change
+
+    def policy_changes(self) -> list[PolicyChange]:
+        """Every change of the stored policy, oldest first (none before the first ``init``)."""
+        if self._read_one("SELECT 1 FROM sqlite_master WHERE name = 'policy_changes'") is None:
+            return []
+        rows = self._read_all("SELECT time, old, new FROM policy_changes ORDER BY id")
+        return [PolicyChange(*row) for row in rows]
 
     def stored_policy(self) -> str | None:
         """The policy text kept by ``store_policy``, if any."""
@@ -340,6 +404,14 @@ class Ledger:
             self._connection = _connect(self.path)
             self._pid = os.getpid()
         return self._connection
+
+    def _check_policy(self, connection: sqlite3.Connection, policies: frozenset) -> None:
+        """Refuse a charge made under a policy that is no longer the stored one."""
+        if _stored_policy(connection) not in policies:
+            raise PolicyError(
+                f"the policy stored with the ledger at {self.path or ':memory:'} was replaced "
+                "after this connection opened; nothing was charged",
+                hint="connect again to work under the stored policy")
 
     def _read_tallies(self, connection: sqlite3.Connection) -> tuple[Tally, dict]:
         """The tallies of every entry and of each analyst's: the cached sums plus the entries
@@ -412,7 +484,7 @@ def _connect(path: str | None) -> sqlite3.Connection:
     except sqlite3.Error as error:
         raise _open_error(path, error) from error
     try:
-        connection.execute("PRAGMA journal_mode = WAL")
+        _use_wal(connection)
         connection.execute("PRAGMA synchronous = FULL")
         _create_schema(connection, path)
     except BaseException as error:
@@ -421,6 +493,30 @@ def _connect(path: str | None) -> sqlite3.Connection:
             raise _open_error(path, error) from error
         raise
     return connection
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode, waiting for other openers as long as any lock wait.
+
+    SQLite answers ``PRAGMA journal_mode = WAL`` with "database is locked" at once, without
+    calling the busy handler, when another connection is opening the same new file at that
+    moment (it needs the exclusive lock to rewrite the header). Many connects to one fresh
+    ledger at once (threads or processes) hit that, so retry until ``BUSY_TIMEOUT_SECONDS``.
+    """
+    deadline, pause = time.monotonic() + BUSY_TIMEOUT_SECONDS, 0.001
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    return "locked" in str(error) or "busy" in str(error)
 
 
 def _create_schema(connection: sqlite3.Connection, path: str | None) -> None:
@@ -447,6 +543,11 @@ def _schema_version(connection: sqlite3.Connection) -> int | None:
     return None
 
 
+def _stored_policy(connection: sqlite3.Connection) -> str | None:
+    row = connection.execute("SELECT value FROM meta WHERE key = 'policy'").fetchone()
+    return None if row is None else row[0]
+
+
 def _open_error(path: str | None, error: sqlite3.Error) -> DPError:
     return DPError(f"cannot open the ledger at {path or ':memory:'}: {error}",
                    hint="pass ledger=... a writable path")
@@ -454,7 +555,7 @@ def _open_error(path: str | None, error: sqlite3.Error) -> DPError:
 
 def _ledger_error(path: str | None, action: str, error: sqlite3.Error) -> DPError:
     hint = "check that the ledger file is writable and on a local disk"
-    if "locked" in str(error) or "busy" in str(error):
+    if _is_busy(error):
         hint = (f"another connection holds the ledger's write lock (dpsql waits up to "
                 f"{BUSY_TIMEOUT_SECONDS:g} s for it); try again")
     outcome = "; nothing was charged" if action == _CHARGING else ""

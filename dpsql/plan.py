@@ -27,6 +27,10 @@ class GroupKey:
     """The bound row-level expression grouped on."""
     domain: KeyDomain | None
     """Public key domain (every key released) or None (keys pass partition selection)."""
+    type_name: str | None = None
+    """The key expression's DuckDB type, from binding the query before the charge."""
+    form: str = "value"
+    """How the key is grouped and read back (``dpsql.keys.key_form``): "value" or "text"."""
 
 
 AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]
@@ -82,8 +86,13 @@ class PrivateQuery:
     or UNION ALL. ``None``: the table named ``table`` itself."""
     rows_per_unit: int | None = None
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
+    hidden_unit: bool = False
+    """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
+    which the analyst cannot name (``dpsql.bounding``); every rule treats it as a unit column."""
     bounded: tuple[str, ...] = ()
     """The bounded copies (``dpsql.bounding``) the source reads: built before it runs."""
+    joins: tuple[str, ...] = ()
+    """What each join with public data compares and multiplies (for explain)."""
 
     def column_type(self, name: str) -> str:
         """The DuckDB type of a column of the table."""

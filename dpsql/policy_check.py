@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
 from fractions import Fraction
 
+from .bounding import PAD, ROW_UNIT
 from .errors import PolicyError
 from .model import ColumnRule, Policy, Position, PrivateTable, PublicTable
+from .types import base_type, decimal_shape, family, inward, step, value_range
 
 _NUMERIC_TYPES = frozenset(
     "TINYINT SMALLINT INTEGER BIGINT HUGEINT UTINYINT USMALLINT UINTEGER UBIGINT UHUGEINT "
@@ -201,6 +203,12 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
         _columns_of(table.name, tables, table.position)
     for table in policy.private_tables:
         columns = _columns_of(table.name, tables, table.position)
+        reserved = (PAD, ROW_UNIT) if table.row_level else (PAD,)  # columns the bounded copy adds
+        for name in reserved:
+            if name in columns:
+                raise _error(f"table {table.name} has a column named {name}, a name dpsql's bounded copy "
+                             "of the table uses itself", table.position,
+                             hint=f"rename the column, or declare a view that renames it")
         if table.unit is not None:
             _type_of(table.name, table.unit, columns, table.position, " for its PRIVACY UNIT")
         for rule in table.columns:
@@ -210,9 +218,81 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
                              f"{type_name}", rule.position,
                              hint=f"remove the BOUNDS; to group by it, write `{rule.name} KEYS "
                                   "FROM <table>.<column>` or list its keys")
+            if rule.bounds is not None:
+                _check_bounds_fit(table.name, rule, type_name)
             if rule.keys is not None and rule.keys.table is not None:
                 key_columns = _columns_of(rule.keys.table, tables, rule.position)
-                _type_of(rule.keys.table, rule.keys.column, key_columns, rule.position)
+                key_type = _type_of(rule.keys.table, rule.keys.column, key_columns, rule.position)
+                _check_key_column(table.name, rule, type_name, key_type)
+            elif rule.keys is not None and rule.keys.values is not None:
+                for value in rule.keys.values:
+                    _check_key_value(table.name, rule, type_name, value)
+
+
+def _check_bounds_fit(table: str, rule: ColumnRule, type_name: str) -> None:
+    """BOUNDS the column's type can hold. Bounds beyond its range are refused: the clamp compares
+    the column with them, which must not need a wider type (and they are a typo, or the wrong
+    column). A non-integer bound on an integer column (or one finer than a DECIMAL's scale) is
+    fine: the clamp rounds it inward onto the column's values (``dpsql.types.inward``), so
+    clamped values stay inside the declared bounds the analysis uses — unless no value of the
+    type lies between them."""
+    limits = value_range(type_name)
+    if limits is None:
+        return
+    for bound in (rule.bounds.lower, rule.bounds.upper):
+        if not limits[0] <= bound <= limits[1]:
+            raise _error(f"the BOUNDS of {table}.{rule.name} ({_number_text(rule.bounds.lower)} TO "
+                         f"{_number_text(rule.bounds.upper)}) reach beyond what its type {type_name} holds "
+                         f"({_number_text(limits[0])} to {_number_text(limits[1])})", rule.position,
+                         hint=f"write bounds within {_number_text(limits[0])} and {_number_text(limits[1])}")
+    lower, upper = inward(rule.bounds.lower, rule.bounds.upper, type_name)
+    if lower > upper:
+        raise _error(f"the BOUNDS of {table}.{rule.name} ({_number_text(rule.bounds.lower)} TO "
+                     f"{_number_text(rule.bounds.upper)}) hold no value of its type {type_name}",
+                     rule.position, hint="widen the bounds to include a value the column can hold")
+
+
+def _check_key_value(table: str, rule: ColumnRule, type_name: str, value) -> None:
+    """A listed key of the column's own kind: a number for a numeric column (exactly one of its
+    values: an integer for an integer type, within the type's range and scale), text for
+    anything else. A key of another kind would be compared by an implicit coercion that can
+    fail on one unit's value (``'x' = 1``), or name no value at all."""
+    numeric = is_numeric_type(type_name)
+    where = f"KEYS of {table}.{rule.name} ({type_name})"
+    if isinstance(value, str) == numeric:
+        kind, want = ("the text", "numbers") if isinstance(value, str) else ("the number", "quoted text")
+        shown = f"'{value}'" if isinstance(value, str) else _number_text(value)
+        raise _error(f"the {where} list {kind} {shown}", rule.position,
+                     hint=f"list keys of the column's type: {want}" + (
+                         ", such as KEYS (1, 2, 3)" if numeric else ", such as KEYS ('a', 'b')"))
+    if not numeric:
+        return
+    limits, spacing = value_range(type_name), step(type_name)
+    value = Fraction(value)
+    if not limits[0] <= value <= limits[1] or (spacing is not None and (value / spacing).denominator != 1):
+        raise _error(f"the {where} list {_number_text(value)}, which is not a value of {type_name}",
+                     rule.position, hint="list only values the column can hold")
+
+
+def _check_key_column(table: str, rule: ColumnRule, type_name: str, key_type: str) -> None:
+    """``KEYS FROM t.c``: the domain column's values are cast to the private column's type and
+    compared there, so the two must be of one family with no lossy step: any integer into an
+    integer (a key out of range names no row), integer into DECIMAL, a DECIMAL into one of at
+    least its scale, FLOAT into DOUBLE, text (VARCHAR, ENUM) into text; other types only into
+    the very same type. Never across families (string and number, float and integer, DATE and
+    TIMESTAMP), where equal-looking values compare differently or fail to convert."""
+    keys, column = family(key_type), family(type_name)
+    same = key_type.upper() == type_name.upper()
+    fits = same or (keys == column and keys in ("integer", "string")) \
+        or (keys, column) == ("integer", "decimal") \
+        or (keys == column == "decimal" and decimal_shape(key_type)[1] <= decimal_shape(type_name)[1]) \
+        or (base_type(key_type), base_type(type_name)) in (("FLOAT", "DOUBLE"), ("REAL", "DOUBLE"))
+    if not fits:
+        source = f"{rule.keys.table}.{rule.keys.column}"
+        raise _error(f"KEYS FROM {source} of {table}.{rule.name}: the key column is {key_type} and the "
+                     f"private column {type_name}, which do not compare without a lossy or cross-type "
+                     "conversion", rule.position,
+                     hint=f"take keys from a column of type {type_name}, or list them with KEYS (...)")
 
 
 def is_numeric_type(type_name: str) -> bool:

@@ -8,7 +8,11 @@ rewrite enforces ``k`` and the bounds on it, so the privacy argument needs only 
 this module: **every row of the relation depends on the data of the unit in its unit column
 and on public data, and of no other unit** (taint follows the data). Each construct keeps it:
 
-* a private table: each row is its unit's (rows with a NULL unit are dropped later);
+* a private table: each row is its unit's (rows with a NULL unit are dropped later); a
+  row-level table (PRIVACY UNIT ROW) is a unit-level one whose unit is its copy's hidden
+  per-row id (``dpsql.bounding.ROW_UNIT``): every rule below applies to it unchanged, and
+  the id is carried through projections and unions without the analyst naming it (it is
+  never in scope, so nothing can bind to it, select it or join on it);
 * private ⋈ public on equality: a private row becomes at most ``m`` rows (``m`` = the public
   join key's largest multiplicity, computed from public data), so ``k' = k·max(m, 1)``; inner
   joins and private LEFT JOIN public only (a join that could fabricate rows without a unit is
@@ -21,6 +25,12 @@ and on public data, and of no other unit** (taint follows the data). Each constr
   derived from their inputs' (COUNT in [0, k], SUM of values in [lo, hi] in [k·min(lo, 0),
   k·max(hi, 0)], AVG/MIN/MAX/quantiles in [lo, hi]) — bounds the rewrite enforces by clamping;
 * UNION ALL of such branches (unit at the same position): ``k' = k1 + k2 + ...``.
+
+Units meet only in their own type: a join of two private tables on their units, or a UNION
+ALL of branches, needs the unit columns to have identical DuckDB types — an implicit coercion
+(BIGINT = DOUBLE compares as DOUBLE, VARCHAR = INTEGER casts the string) could make two
+units one. Per-unit aggregates are computed so that their result does not depend on row
+order (``_total_aggregate``): invariant 5 holds for the rows they read.
 
 A column's bounds are only claims the rewrite clamps to, so a too-wide bound costs accuracy,
 never privacy; the unit column is never computed, only passed through.
@@ -36,7 +46,7 @@ from sqlglot import exp
 
 from .allowlist import check_public, check_row_level, refuse
 from .bind import Catalog, bind_table, table_key
-from .bounding import DATABASE, bounded_name, bounded_reference
+from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
 from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
 from .parse import DIALECT, describe
@@ -72,6 +82,14 @@ class Relation:
     copy holds k (``dpsql.bounding``), joins multiply, ... ``None`` when nothing holds it."""
     bounded: frozenset = frozenset()
     """Names of the bounded copies the relation reads (built before a query runs)."""
+    joins: tuple = ()
+    """One line per join with public data: what it compares and how far it multiplies rows."""
+
+    @property
+    def hidden_unit(self) -> bool:
+        """True when each row of a row-level table is its own unit: the unit column is the
+        copy's per-row id, which no name in scope reaches."""
+        return self.rule.unit not in set(self.scope.values())
 
 
 @dataclass(frozen=True)
@@ -118,13 +136,14 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
         scope = _scope(bound.reference, columns, bound.name.split(".")[-1])
         if isinstance(bound.declaration, PublicTable):
             return _Public(table_sql, columns, scope, bound.name, bound.declaration.name)
-        if bound.declaration.row_level:
-            return Relation(table_sql, bound.declaration, columns, scope, bound.name)
-        # Read through its bounded copy: at most k rows per unit before any analyst expression.
         rule = bound.declaration
-        return Relation(bounded_reference(bound.name, rule, columns), rule, columns, scope, bound.name,
+        if rule.row_level:  # a unit-level table whose unit is the hidden per-row id
+            rule = replace(rule, unit=ROW_UNIT)
+            columns[ROW_UNIT] = ROW_UNIT_TYPE
+        # Read through its bounded copy: at most k rows per unit before any analyst expression.
+        return Relation(bounded_reference(bound.name, bound.declaration, columns), rule, columns, scope, bound.name,
                         rows_per_unit=rule.max_rows_per_unit,
-                        bounded=frozenset({bounded_name(bound.name, rule.unit, rule.max_rows_per_unit)}))
+                        bounded=frozenset({copy_name(bound.name, bound.declaration)}))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
         if not reference:
@@ -195,6 +214,7 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         held = _product(left.rows_per_unit, right.rows_per_unit)
         on = _total_condition(bound_condition, (left.rule.unit.lower(), right.rule.unit.lower()))
         bounded = left.bounded | right.bounded
+        joins = left.joins + right.joins
     else:
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
@@ -218,6 +238,11 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         held = _product(private.rows_per_unit, multiplicity)
         on = _keyed_condition(bound_condition, keys)
         bounded = private.bounded
+        compared = ", ".join(sorted({k.comparison if k.comparison != "VARCHAR" else "VARCHAR (as bytes)"
+                                     for k in keys}))
+        joins = private.joins + (f"{private.label} ⋈ {public.label}: public rows stored before the charge; keys "
+                                 f"compared as {compared}; a private row matches at most m = {multiplicity} "
+                                 f"public rows (MAX JOIN MULTIPLICITY {max_multiplicity})",)
     select = exp.Select(expressions=[
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
@@ -226,7 +251,7 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
                          join_type="LEFT" if side == "LEFT" else "INNER")
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
     return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held,
-                    bounded=bounded)
+                    bounded=bounded, joins=joins)
 
 
 def _product(a: int | None, b: int | None) -> int | None:
@@ -315,15 +340,27 @@ def _total_condition(condition: exp.Expression, units: tuple[str, str]) -> exp.E
     return exp.and_(*safe)
 
 
+def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
+    """Units meet only in one type: an implicit coercion could make two units one."""
+    types = [r.columns.get(r.rule.unit, "") for r in relations]
+    if len(set(types)) > 1:
+        listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
+        refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
+               "could make different units equal", "the units need one type in every table (e.g. BIGINT): "
+               "ask the curator to store or declare them so; dpsql pairs units only of identical types")
+
+
 def _private_join_rule(left: Relation, right: Relation, equalities, names, join, sql) -> PrivateTable:
-    if left.rule.unit is None or right.rule.unit is None:
-        refuse(join, sql, "a join of two private tables needs both to have a privacy unit column",
-               "join row-level private tables only with public tables")
+    for part in (left, right):
+        if part.hidden_unit:
+            refuse(join, sql, f"each row of {part.label} is its own privacy unit, so it has no unit column to join "
+                   "another private table on", "join row-level private tables only with public tables")
     on_units = any(a.name == left.rule.unit.lower() and b.name == right.rule.unit.lower() for a, b in equalities)
     if not on_units:
         refuse(join, sql, f"two private tables can only be joined on their privacy units "
                f"({left.rule.unit} = {right.rule.unit}): any other join mixes different units' rows",
                f"add ON ... {left.rule.unit} = ... {right.rule.unit}")
+    _same_unit_type([left, right], join, sql, "a join of two private tables")
     rules = [_renamed_rule(part.rule, names, tag) for tag, part in (("l", left), ("r", right))]
     return PrivateTable(
         name=f"{left.rule.name} ⋈ {right.rule.name}",
@@ -612,10 +649,13 @@ def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
 def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
     rule = inner.rule
     items, rules, unit = [], [], None
+    hidden = inner.hidden_unit
     for item in body.expressions:
         node = item.unalias()
         if isinstance(node, exp.Star):
             for column in inner.columns:
+                if hidden and column == rule.unit:
+                    continue
                 items.append(exp.column(column, quoted=True))
                 rules.append(rule.column(column) and replace(rule.column(column), name=column))
                 unit = unit or (column if rule.unit and column == rule.unit.lower() else None)
@@ -632,13 +672,24 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
             continue
         items.append(exp.alias_(exp.func("TRY", node.copy()), name, quoted=True))
         rules.append(_derived_rule(node, name, inner))
+    if hidden:  # each row its own unit: its id goes along, under a name no analyst column has
+        if any(_output_name(item) == ROW_UNIT for item in body.expressions):
+            refuse(body, sql, f"the name {ROW_UNIT} is reserved for dpsql's per-row unit", "choose another alias")
+        items.append(exp.alias_(exp.column(rule.unit, quoted=True), ROW_UNIT, quoted=True))
+        unit = ROW_UNIT
     if rule.unit and unit is None:
         refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
                "stay attributable to units", f"add {rule.unit} to its select list")
     select = _wrap_body(body, inner, items)
     return _finish(select, replace(rule, unit=unit, columns=tuple(r for r in rules if r)), reference, data, inner,
                    f"({inner.label})",
-                   inner.rows_per_unit)  # row by row: no unit gains rows
+                   inner.rows_per_unit, hidden)  # row by row: no unit gains rows
+
+
+def _output_name(item: exp.Expression) -> str:
+    node = item.unalias()
+    return (item.alias if isinstance(item, exp.Alias) else node.name if isinstance(node, exp.Column)
+            else "").lower()
 
 
 def _derived_rule(node, name, inner: Relation) -> ColumnRule | None:
@@ -662,15 +713,16 @@ def _interval(relation: Relation, column: str) -> Interval | None:
 
 UNIT_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "mean", exp.Max: "mean",
                    exp.Median: "mean", exp.AnyValue: "mean"}
-"""Per-unit aggregates and the bounds of their result: [0, k], k * [min(lo,0), max(hi,0)], [lo, hi]."""
+"""Per-unit aggregates and the bounds of their result: [0, k], k * [min(lo,0), max(hi,0)], [lo, hi].
+ANY_VALUE is computed as MIN (any value, but the same whatever the row order)."""
 
 
 def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
     rule = inner.rule
     group = body.args.get("group")
     grouped = [] if group is None else list(group.expressions)
-    unit = rule.unit.lower() if rule.unit else None
-    if unit is None:  # each row its own unit: a per-unit aggregate would be one row's value
+    unit = rule.unit.lower()
+    if inner.hidden_unit:  # each row its own unit: a per-unit aggregate would be one row's value
         refuse(group or body, sql, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
                f"{inner.label} is its own unit", "aggregate in the outer query only: it adds the noise")
     if not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
@@ -724,17 +776,31 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
                         columns=tuple(r for r in rules if r))
     # One output row per (unit, group) of the inner rows: at most one, or at most its rows.
     held = 1 if only_unit else inner.rows_per_unit
-    return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held)
+    return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held, False)
 
 
 def _total_aggregate(node: exp.AggFunc) -> exp.Expression:
-    """A per-unit aggregate whose argument cannot raise: TRY, and DOUBLE for SUM and AVG."""
+    """A per-unit aggregate that cannot raise and whose result does not depend on row order.
+
+    The argument goes under TRY. SUM and AVG add DOUBLEs (which cannot overflow; the outer
+    clamp bounds the result whatever it is), in ascending order of the values: a float sum
+    depends on the order of its terms, and DuckDB's order of a unit's rows can follow their
+    physical order or its threads, so one unit's result could depend on other units' rows
+    (invariant 5). Equal values are interchangeable, so the sorted order fixes the result.
+    ANY_VALUE becomes MIN: any one of the values, the same one whatever the order.
+    """
     node = node.copy()
+    if isinstance(node, exp.AnyValue):
+        node = exp.Min(this=node.this)
     argument = node.this
     if isinstance(argument, exp.Star):
         return node
     inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
-    safe = exp.func("TRY", exp.cast(inner.copy(), "DOUBLE") if isinstance(node, (exp.Sum, exp.Avg)) else inner.copy())
+    if isinstance(node, (exp.Sum, exp.Avg)):
+        value = exp.func("TRY", exp.cast(inner.copy(), "DOUBLE"))
+        order = [exp.Ordered(this=value.copy(), nulls_first=False)]
+        return type(node)(this=exp.Order(this=value, expressions=order))
+    safe = exp.func("TRY", inner.copy())
     if isinstance(argument, exp.Distinct):
         argument.set("expressions", [safe])
     else:
@@ -759,11 +825,18 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
 
 
 def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner: Relation, label: str,
-            held: int | None) -> Relation:
+            held: int | None, hidden: bool) -> Relation:
+    """The relation of a subquery; a ``hidden`` unit column stays out of its scope."""
     columns = dict(data.describe(select.sql(dialect=DIALECT))) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
-    scope = _scope(reference, columns)
-    return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded)
+    scope = _scope(reference, _visible(columns, rule.unit, hidden))
+    return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded,
+                    joins=inner.joins)
+
+
+def _visible(columns: dict, unit: str, hidden: bool) -> dict:
+    """The columns the analyst may name: all but a hidden unit."""
+    return {c: t for c, t in columns.items() if not (hidden and c == unit)}
 
 
 def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Relation:
@@ -776,12 +849,18 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     if not all(isinstance(r, Relation) for r in relations):
         refuse(query, sql, "every branch of a UNION ALL over private data must keep the privacy unit",
                "select the unit column in each branch")
+    if len({r.hidden_unit for r in relations}) > 1:
+        refuse(query, sql, "a UNION ALL cannot combine a table whose rows are each their own privacy unit with "
+               "a table whose unit is a column: their units cannot be matched",
+               "combine row-level tables only with row-level tables")
     first = relations[0]
+    hidden = first.hidden_unit
     columns = list(first.columns)
     positions = [list(r.columns).index(r.rule.unit) if r.rule.unit in r.columns else -1 for r in relations]
     if len(set(positions)) != 1 or positions[0] < 0 or any(len(r.columns) != len(columns) for r in relations):
         refuse(query, sql, "the branches of a UNION ALL must have the same columns, with the privacy unit "
                "in the same position", "select the same columns in each branch")
+    _same_unit_type(relations, query, sql, "a UNION ALL")
     rules = []
     for index, name in enumerate(columns):
         parts = [r.rule.column(list(r.columns)[index]) for r in relations]
@@ -798,8 +877,9 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
         columns=tuple(rules),
     )
     held = None if any(r.rows_per_unit is None for r in relations) else sum(r.rows_per_unit for r in relations)
-    return Relation(union, rule, dict(first.columns), _scope(reference, first.columns), rule.name,
-                    rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)))
+    return Relation(union, rule, dict(first.columns), _scope(reference, _visible(first.columns, rule.unit, hidden)),
+                    rule.name, rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)),
+                    joins=tuple(j for r in relations for j in r.joins))
 
 
 def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Public:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .accounting import Spend, show
+from .accounting import Spend, none_below_zero, show
 from .errors import InvalidParameter
 
 
@@ -85,8 +85,10 @@ class Budget:
     """``None`` for the database-wide budget, else the analyst's name."""
 
     def __post_init__(self) -> None:
-        if self.remaining is None:
-            object.__setattr__(self, "remaining", self.total - self.spent)
+        # Never below zero: spent exceeds the total only after the curator lowered it, and
+        # then nothing remains (a negative remainder would read as a debt to pay back).
+        remaining = self.total - self.spent if self.remaining is None else self.remaining
+        object.__setattr__(self, "remaining", none_below_zero(remaining))
 
     def __str__(self) -> str:
         text = (f"epsilon {_show(self.spent.epsilon)} of {_show(self.total.epsilon)} spent, "

@@ -11,7 +11,7 @@ The statement has four layers; each establishes part of the precondition of
    (DuckDB's LEAST/GREATEST skip NULLs, so a bare clamp would turn NULL into a bound).
    Bounded columns are clamped before the expression is evaluated too (NaN becomes NULL,
    +-inf become the bounds), so the analyst's arithmetic sees policy-bounded inputs.
-3. ``dp_units`` (only when the unit is a column): one row per (unit, group) with its row
+3. ``dp_units``: one row per (unit, group) with its row
    count ``n`` and per-measure sums and non-NULL counts. Then each (unit, group) is granted
    ``b = clamp(k - rows granted to the unit's earlier groups, 0, n)`` rows, the groups of a
    unit taken in the order of a salted hash of the unit's own (unit, key) values, and at most
@@ -23,7 +23,9 @@ The statement has four layers; each establishes part of the precondition of
 4. the final GROUP BY adds the contributions up per group: exact integer (HUGEINT) sums
    (DuckDB sums BIGINT into HUGEINT).
 
-When each row is its own unit (PRIVACY UNIT ROW) layer 3 is skipped: k = 1 holds already.
+A row-level table (PRIVACY UNIT ROW) takes every step of a unit-level one: its unit column is
+its copy's hidden per-row id (``dpsql.bounding``), so a join that turns its row into m rows
+gives that unit k·m rows, groups and histogram values, and partition selection counts ids.
 When the source is a private table's bounded copy (``dpsql.bounding``: at most k rows per
 unit whatever the data), layer 3 would grant every row, so it is replaced by what it would
 still do: nothing (ungrouped, or MAX GROUPS PER UNIT not below k), or keeping each unit's
@@ -43,9 +45,10 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from .keys import key_sql
 from .model import KeyDomain
 from .parse import DIALECT
-from .plan import ClampedColumn, Measure, Plan
+from .plan import ClampedColumn, GroupKey, Measure, Plan
 from .ranges import clamp_arguments
 
 SAFE_NODES = (exp.Column, exp.Literal, exp.Null, exp.Boolean)
@@ -55,6 +58,13 @@ def rewrite_plan(plan: Plan) -> str:
     """The bounded SQL of ``plan``: columns ``g0..`` (keys), ``m0..`` (exact summed measures),
     then ``u`` (distinct units per group) with partition selection."""
     return _bounded_sql(replace(plan, measures=plan.summed))
+
+
+def key_types_sql(plan: Plan) -> str:
+    """SQL whose columns ``g0..`` are the query's keys as written (no measures): binding it gives
+    each key's DuckDB type, which decides how the key is read back (``dpsql.keys``)."""
+    untyped = tuple(replace(key, form="value") for key in plan.query.keys)
+    return _rows_layer(replace(plan, measures=(), query=replace(plan.query, keys=untyped)))
 
 
 def rewrite_separate(plan: Plan, measure: Measure) -> str:
@@ -75,7 +85,7 @@ def rewrite_distinct(plan: Plan, measure: Measure) -> str:
     value = f"v_{measure.name}"
     group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
     select = ", ".join([*keys, "COUNT(DISTINCT value) AS n"])
-    if plan.query.rule.row_level:
+    if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
         return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
                 f"SELECT {select}\nFROM (SELECT *, {value} AS value FROM dp_values){group}")
     unit_keys = ", ".join(["dp_unit", *keys])
@@ -103,7 +113,7 @@ def rewrite_histogram(plan: Plan, measure: Measure) -> str:
     keys = [key.name for key in plan.query.keys]
     rows, values = _rows_layer(single), _values_layer(single, keys)
     value = f"v_{measure.name}"
-    if plan.query.rule.row_level:
+    if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
         group = ", ".join([*keys, "bucket"])
         return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
                 f"SELECT {group}, COUNT(*) AS n\nFROM (SELECT *, {value} AS bucket FROM dp_values)\n"
@@ -132,15 +142,12 @@ def _bounded_sql(plan: Plan) -> str:
         return "SELECT 1 AS dp_none"  # every measure has SQL of its own: nothing to read here
     rows = _rows_layer(plan)
     values = _values_layer(plan, keys)
-    if query.rule.row_level:
-        final = _row_level_totals(plan, keys)
-        return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
     if _rows_bounded_by_construction(plan):
         if not _groups_bounded_by_construction(plan, keys):
-            final = _row_level_totals(plan, keys, distinct_units=True, source="dp_limited")
+            final = _direct_totals(plan, keys, source="dp_limited")
             return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), "
                     f"{_group_limit_layer(plan, keys)}\n{final}")
-        final = _row_level_totals(plan, keys, distinct_units=True)
+        final = _direct_totals(plan, keys)
         return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
     units = _units_layer(plan, keys)
     granted = _granted_layer(plan, keys)
@@ -261,24 +268,51 @@ def _raw_value_sql(measure: Measure) -> str:
         return _total(measure.argument)  # COUNT: only NULL-ness matters; DISTINCT: the value itself
     evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
     scaled = f"CAST(({evaluated}) AS BIGINT)" if measure.grid == 1 else \
-        f"CAST(ROUND(({evaluated}) * {literal(1 / measure.grid)}) AS BIGINT)"
+        f"CAST(ROUND(CAST(({evaluated}) AS DOUBLE) * {power_of_two(1 / measure.grid)}) AS BIGINT)"
     return scaled if _cannot_fail(measure) else f"TRY({scaled})"
 
 
+def power_of_two(value: Fraction) -> str:
+    """A power of two as an exact DOUBLE literal: scaling by it is exact in floating point (the
+    product never needs more digits, as a DECIMAL literal's would: 2**-37 written out has 37
+    decimals, a DECIMAL(38,37) that overflows when multiplied by 10).
+
+    >>> power_of_two(Fraction(1, 2**37)), power_of_two(Fraction(2**40))
+    ("CAST('7.275957614183426e-12' AS DOUBLE)", "CAST('1099511627776.0' AS DOUBLE)")
+    """
+    exponent = value.numerator.bit_length() - 1 if value >= 1 else -(value.denominator.bit_length() - 1)
+    if value <= 0 or Fraction(2) ** exponent != value or abs(exponent) > 1000:
+        raise ValueError(f"{value} is not a power of two a double holds exactly")
+    return f"CAST('{float(value)!r}' AS DOUBLE)"
+
+
 def _cannot_fail(measure: Measure) -> bool:
-    """True for a bare bounded column: clamped, it is NULL or finite within [L, U] times the
-    grid, so its cast to BIGINT cannot overflow and TRY (a per-row cost) is not needed."""
+    """True for a bare bounded column: clamped (into literals within its bounds), it is NULL or
+    finite within [lo, hi]; scaled by the exact power of two 1/grid and rounded, it lies within
+    [L, U] grid units, up to the double's relative rounding of 2**-53 and one unit of ROUND —
+    below 2**63 when max(|L|, |U|) < 2**62 (``dpsql.analyse`` refuses larger), so the cast to
+    BIGINT cannot overflow and TRY (a per-row cost) is not needed. The clamp of ``dp_values``
+    then makes the bounds exact."""
     argument = measure.argument
     bounded = {c.name for c in measure.clamped_columns}
     return isinstance(argument, exp.Column) and argument.name in bounded and \
         max(abs(measure.lower), abs(measure.upper)) < 2**62
 
 
-def _domain_filter(column: str, domain: KeyDomain) -> str:
-    if domain.values is not None:
-        values = ", ".join(literal(v) if isinstance(v, str) else literal(Fraction(v)) for v in domain.values)
-        return f'"{column}" IN ({values})'
-    return f'"{column}" IN (SELECT "{domain.column}" FROM {_table_sql(domain.table)})'
+def _domain_filter(column: str, domain: KeyDomain, column_type: str) -> str:
+    """Keep rows whose key is in the public domain, compared in the column's own type: each domain
+    value is TRY_CAST to it, so no implicit coercion of the private column can fail on one unit's
+    value ('x' in a VARCHAR column against numeric keys) — the comparison is total."""
+    source, value = _domain_source(domain, f'"{domain.column}"' if domain.values is None else "v")
+    return f'"{column}" IN (SELECT TRY_CAST({value} AS {column_type}) FROM {source})'
+
+
+def _domain_source(domain: KeyDomain, column: str) -> tuple[str, str]:
+    """FROM of a public domain (a listed one as VALUES ... AS d(v)) and the column it reads."""
+    if domain.values is None:
+        return _table_sql(domain.table), column
+    rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
+    return f"(VALUES {rows}) AS d(v)", "v"
 
 
 def _table_sql(name: str) -> str:
@@ -287,21 +321,20 @@ def _table_sql(name: str) -> str:
 
 def _rows_layer(plan: Plan) -> str:
     query = plan.query
-    select = [f'"{query.rule.unit.lower()}" AS dp_unit'] if not query.rule.row_level else []
-    select += [f"{_total(key.expression)} AS {key.name}" for key in query.keys]
+    select = [f'"{query.rule.unit.lower()}" AS dp_unit']
+    select += [f"{_key_sql(key)} AS {key.name}" for key in query.keys]
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
             select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
-    conditions = []
-    if not query.rule.row_level:
-        # Rows with no unit belong to nobody we can bound: merging them into one pseudo-unit
-        # would let one person move it by the full spread of a mixed-sign sum.
-        conditions.append(f'"{query.rule.unit.lower()}" IS NOT NULL')
+    # Rows with no unit belong to nobody we can bound: merging them into one pseudo-unit
+    # would let one person move it by the full spread of a mixed-sign sum.
+    conditions = [f'"{query.rule.unit.lower()}" IS NOT NULL']
     if query.where is not None:
         conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
-    conditions += [_domain_filter(key.expression.name, key.domain) for key in query.keys if key.domain]
+    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+                   for key in query.keys if key.domain]
     where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
-    columns = ", ".join(select) if select else "1 AS dp_one"
+    columns = ", ".join(select)
     if query.source is None:
         source = _table_sql(query.table)
     elif isinstance(query.source, exp.Table):
@@ -311,9 +344,13 @@ def _rows_layer(plan: Plan) -> str:
     return f"  SELECT {columns}\n  FROM {source}{where}"
 
 
+def _key_sql(key: GroupKey) -> str:
+    """A key as grouped and read back: made total, then in its form (``dpsql.keys``)."""
+    return key_sql(_total(key.expression), key.type_name or "", key.form)
+
+
 def _values_layer(plan: Plan, keys: list[str]) -> str:
-    select = [] if plan.query.rule.row_level else ["dp_unit"]
-    select += keys
+    select = ["dp_unit", *keys]
     for measure in plan.measures:
         if measure.counts_values_of is not None or measure.argument is None:
             continue
@@ -325,8 +362,6 @@ def _values_layer(plan: Plan, keys: list[str]) -> str:
                 f"CASE WHEN {raw} IS NULL THEN NULL ELSE LEAST(GREATEST({raw}, {measure.lower}), "
                 f"{measure.upper}) END AS v_{measure.name}"
             )
-    if len(select) == 0:
-        select = ["1 AS dp_one"]
     return f"  SELECT {', '.join(select)}\n  FROM dp_rows"
 
 
@@ -343,7 +378,7 @@ def _rows_bounded_by_construction(plan: Plan) -> bool:
     ``dpsql.bounding``): layer 3 would grant every unit all its rows (b = n)."""
     query = plan.query
     held = query.rows_per_unit
-    return not query.rule.row_level and held is not None and held <= query.rule.max_rows_per_unit
+    return held is not None and held <= query.rule.max_rows_per_unit
 
 
 def _groups_bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
@@ -352,6 +387,11 @@ def _groups_bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
     layer 3's result: a unit's rows are at most k values in [L, U] over at most MAX GROUPS
     PER UNIT groups, the precondition of the sensitivity rule."""
     return not keys or plan.query.rule.groups_per_unit >= plan.query.rows_per_unit
+
+
+def _bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
+    """True when layer 3 would keep every row of every unit: rows and groups both bounded."""
+    return _rows_bounded_by_construction(plan) and _groups_bounded_by_construction(plan, keys)
 
 
 def _group_limit_layer(plan: Plan, keys: list[str]) -> str:
@@ -364,11 +404,16 @@ def _group_limit_layer(plan: Plan, keys: list[str]) -> str:
             f"AS group_rank FROM dp_values)\n  WHERE group_rank <= {plan.query.rule.groups_per_unit}\n)")
 
 
-def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -> str:
-    """Per-group total of a measure from row values: each row its own unit, or units light
-    by construction (``distinct_units``: count each unit once)."""
+def _units_counted(plan: Plan) -> str:
+    """Distinct units of a group, from rows of units light by construction: each unit once —
+    or each row, when a unit has at most one row (a row-level table read directly)."""
+    return "COUNT(*)" if plan.query.rows_per_unit == 1 else "COUNT(DISTINCT dp_unit)"
+
+
+def _row_value_sum(measure: Measure, plan: Plan) -> str:
+    """Per-group total of a measure from row values of units light by construction."""
     if measure.kind == "units":
-        return "COUNT(DISTINCT dp_unit)" if distinct_units else "COUNT(*)"
+        return _units_counted(plan)
     if measure.kind == "count":
         return "COUNT(*)" if measure.argument is None else f"COUNT({_value_column(measure)})"
     value = _value_column(measure)
@@ -379,10 +424,10 @@ def _row_value_sum(measure: Measure, plan: Plan, distinct_units: bool = False) -
     return f"SUM({value})"  # BIGINT values: DuckDB sums them exactly, as HUGEINT
 
 
-def _row_level_totals(plan: Plan, keys: list[str], distinct_units: bool = False, source: str = "dp_values") -> str:
-    select = keys + [f"{_row_value_sum(m, plan, distinct_units)} AS {m.name}" for m in plan.measures]
+def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> str:
+    select = keys + [f"{_row_value_sum(m, plan)} AS {m.name}" for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
-        select.append(f"{'COUNT(DISTINCT dp_unit)' if distinct_units else 'COUNT(*)'} AS {plan.selection.measure}")
+        select.append(f"{_units_counted(plan)} AS {plan.selection.measure}")
     group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
     return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM {source}{group}"
 
@@ -472,19 +517,23 @@ def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
 
 def domain_sql(keys: list, column_types: list[str]) -> str:
     """SQL listing the public domain of one key — or the combinations one public table holds
-    of several — typed like the columns (reads public data only).
+    of several — each value TRY_CAST to its column's type and read back in its key's form, as
+    the bounded SQL reads that key (reads public data only).
 
     >>> from sqlglot import exp
     >>> from dpsql.plan import GroupKey
-    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free", "pro")))], ["VARCHAR"])
-    "SELECT DISTINCT TRY_CAST(v AS VARCHAR) AS k0 FROM (VALUES ('free'), ('pro')) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL"
+    >>> domain_sql([GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))], ["INTEGER"])
+    'SELECT DISTINCT TRY_CAST(v AS INTEGER) AS k0 FROM (VALUES (1), (2)) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL'
+    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text")], ["VARCHAR"])
+    "SELECT DISTINCT encode(CAST(TRY_CAST(v AS VARCHAR) AS VARCHAR)) AS k0 FROM (VALUES ('free')) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL"
     """
     domain = keys[0].domain
     if domain.values is not None:
-        rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
-        source, columns = f"(VALUES {rows}) AS d(v)", ["v"]
+        source, column = _domain_source(domain, "v")
+        columns = [column]
     else:
         source, columns = _table_sql(domain.table), [f'"{key.domain.column}"' for key in keys]
-    select = ", ".join(f"TRY_CAST({c} AS {t}) AS k{i}" for i, (c, t) in enumerate(zip(columns, column_types)))
+    select = ", ".join(f"{key_sql(f'TRY_CAST({c} AS {t})', t, key.form)} AS k{i}"
+                       for i, (key, c, t) in enumerate(zip(keys, columns, column_types)))
     present = " AND ".join(f"k{i} IS NOT NULL" for i in range(len(columns)))
     return f"SELECT DISTINCT {select} FROM {source} WHERE {present} ORDER BY ALL"

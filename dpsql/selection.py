@@ -169,7 +169,10 @@ def _smallest_passing_m(scale: Fraction, delta: Fraction, groups_per_unit: int) 
             return groups_per_unit * _tail(scale, m) <= bound
 
         t = float(scale)
-        estimate = t * (math.log(groups_per_unit) - math.log(delta) - math.log1p(math.exp(-1 / t)))
+        # ln(delta) from its numerator and denominator: float(delta) underflows to 0 below
+        # ~5e-324 (and math.log(0) raises). The estimate only seeds the exact search below.
+        log_delta = math.log(delta.numerator) - math.log(delta.denominator)
+        estimate = t * (math.log(groups_per_unit) - log_delta - math.log1p(math.exp(-1 / t)))
         m = max(1, math.ceil(estimate)) if math.isfinite(estimate) else 1
         while not passes(m):            # the float estimate is off by a step at most, usually
             m += 1

@@ -42,6 +42,7 @@ POLICY = """
 BUDGET EPSILON 100000 DELTA 0.5;
 PRIVATE TABLE visits (PRIVACY UNIT user_id, MAX ROWS PER UNIT {rows}, MAX GROUPS PER UNIT {groups},
                       amount BOUNDS 0 TO 100, store KEYS ('north', 'south', 'east', 'west'));
+PUBLIC TABLE stores;
 """
 BOUNDED = POLICY.format(rows=5, groups=2)
 UNBOUNDED = POLICY.format(rows=1_000_000, groups=1_000_000)
@@ -62,6 +63,10 @@ def worst_unit(frame: pd.DataFrame, rows: int = 40, zips=("only-999",)) -> pd.Da
     return pd.concat([frame, extra], ignore_index=True)
 
 
+STORES = pd.DataFrame({"store": ["north", "north", "south", "east", "west"],
+                       "region": ["n1", "n2", "s", "e", "w"]})
+"""Public: 'north' twice, so a join on store turns one visit into up to m = 2 rows."""
+
 _RUN = iter(range(1, 10**9))
 
 
@@ -70,9 +75,10 @@ def capture(monkeypatch, tmp_path, frame: pd.DataFrame, sql: str, policy: str = 
     """The release step's inputs for ``sql`` on ``frame``. One ledger (one salt) for all; each
     query gets a no-op condition of its own so it is not answered as a free repeat."""
     recorder = ReleaseCapture(monkeypatch)
-    with dpsql.connect({"visits": frame}, policy=policy, ledger=tmp_path / "audit.ledger") as db:
+    with dpsql.connect({"visits": frame, "stores": STORES}, policy=policy, ledger=tmp_path / "audit.ledger") as db:
         n = next(_RUN)
-        db.sql(sql.replace(" FROM visits", f" FROM visits WHERE {n} = {n}"), epsilon=epsilon, delta=delta)
+        unique = f"{sql} AND {n} = {n}" if " JOIN " in sql else sql.replace(" FROM visits", f" FROM visits WHERE {n} = {n}")
+        db.sql(unique, epsilon=epsilon, delta=delta)
     return recorder.calls[-1]
 
 
@@ -104,6 +110,8 @@ CLASSES = {
     "SUM": ("SELECT SUM(amount) FROM visits", (), 0),
     "AVG": ("SELECT AVG(amount) FROM visits", (), None),
     "grouped cell": ("SELECT store, SUM(amount) FROM visits GROUP BY store", ("north",), 0),
+    # One visit joins up to m = 2 public rows: the noise must cover k·m rows, not k.
+    "public join": ("SELECT SUM(amount) FROM visits JOIN stores ON visits.store = stores.store", (), 0),
 }
 
 
@@ -180,6 +188,33 @@ def test_audit_noisy_aggregates(name, inputs):
     assert correct <= claimed, f"{name}: the privacy loss is at least {correct:.3f} > epsilon {claimed}"
     assert noisy > claimed, f"{name}: the audit misses a noise scale off by two ({noisy:.3f})"
     assert unbounded > claimed, f"{name}: the audit misses a missing contribution bound ({unbounded:.3f})"
+
+
+ROW_LEVEL = """
+BUDGET EPSILON 100000 DELTA 0.5;
+PRIVATE TABLE visits (PRIVACY UNIT ROW, amount BOUNDS 0 TO 100, store KEYS ('north', 'south', 'east', 'west'));
+PUBLIC TABLE stores;
+"""
+
+
+def test_audit_row_level_join(monkeypatch, tmp_path):
+    """A row-level table joined to a public table: each row is its own unit and becomes up to
+    m = 2 rows, so one added row moves the SUM by 2·100. Before invariant 16 the noise was
+    calibrated for one row (half the scale), which the 'halved scale' variant reproduces."""
+    frame = base()
+    sql = "SELECT SUM(amount) FROM visits JOIN stores ON visits.store = stores.store"
+    call_d = capture(monkeypatch, tmp_path, frame, sql, policy=ROW_LEVEL)
+    call_d2 = capture(monkeypatch, tmp_path, worst_unit(frame, rows=1), sql, policy=ROW_LEVEL)
+    plan = call_d["plan"]
+    claimed = float(plan.epsilon)
+    correct = _audit(_draw(call_d, (), 0, SAMPLES, 1, plan), _draw(call_d2, (), 0, SAMPLES, 2, plan),
+                     _reference(call_d, call_d2, (), 0, plan))
+    broken = halved(plan)
+    noisy = _audit(_draw(call_d, (), 0, SAMPLES, 3, broken), _draw(call_d2, (), 0, SAMPLES, 4, broken),
+                   _reference(call_d, call_d2, (), 0, broken))
+    print(f"\nrow-level join: claimed epsilon {claimed}; lower bound {correct:.3f}; halved scale {noisy:.3f}")
+    assert correct <= claimed, f"row-level join: the privacy loss is at least {correct:.3f} > epsilon {claimed}"
+    assert noisy > claimed, f"row-level join: the audit misses the noise of one row instead of m ({noisy:.3f})"
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One test per privacy invariant of DESIGN.md (numbers 1 to 14), each named after it.
+"""One test per privacy invariant of DESIGN.md (numbers 1 to 14, and 16), each named after it.
 
 Each test is built to fail if its invariant were broken: it watches what dpsql does (which
 SQL reaches DuckDB, when the ledger is charged, which exact aggregates are computed) rather
@@ -659,3 +659,51 @@ def test_invariant_03_the_time_and_memory_limits_end_in_the_generic_charged_fail
         dpsql.connect(data, policy=POLICY, query_timeout=float("nan"))
     with pytest.raises(dpsql.InvalidParameter):
         dpsql.connect(data, policy=POLICY, query_timeout=-1)
+
+
+# ------------------------------------------------------------------------------------------
+# 16. Row-level privacy is unit-level privacy with one hidden unit per row.
+
+_ROW_LEVEL = "BUDGET EPSILON 1000 DELTA 1e-3; PRIVATE TABLE t (PRIVACY UNIT ROW, x BOUNDS 0 TO 10); PUBLIC TABLE p;"
+_ONE_ROW_UNITS = ("BUDGET EPSILON 1000 DELTA 1e-3; PRIVATE TABLE t (PRIVACY UNIT id, MAX ROWS PER UNIT 1, "
+                  "x BOUNDS 0 TO 10); PUBLIC TABLE p;")
+
+
+def _planned(explained: str) -> list[str]:
+    """What explain says about the release: limits, measures, selection, bounding layers."""
+    lines = [line.split("privacy unit: ")[-1].replace("each row is its own unit (PRIVACY UNIT ROW)", "id")
+             for line in explained.splitlines()
+             if line.startswith(("private table", "  m", "  a", "  partition selection"))]
+    layers = [layer for layer in ("dp_granted", "dp_limited", "COUNT(DISTINCT dp_unit)") if layer in explained]
+    return lines + layers
+
+
+@pytest.mark.parametrize("sql, exact", [
+    ("SELECT COUNT(*) AS n, SUM(x) AS s FROM t JOIN p ON t.g = p.g", True),
+    ("SELECT t.g, COUNT(*) AS n, AVG(x) AS a FROM t JOIN p ON t.g = p.g GROUP BY t.g", True),
+    ("SELECT MEDIAN(x) AS m FROM t JOIN p ON t.g = p.g", True),
+    ("SELECT p.w, COUNT(DISTINCT x) AS d FROM t JOIN p ON t.g = p.g GROUP BY p.w", True),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) p.w, SUM(x) AS s "
+     "FROM t JOIN p ON t.g = p.g GROUP BY p.w", False),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_groups_contributed = 2) p.w + 0 AS w, COUNT(*) AS n "
+     "FROM t JOIN p ON t.g = p.g GROUP BY p.w + 0", False),
+])
+def test_invariant_16_row_level_privacy_is_unit_level_privacy_with_a_hidden_unit(sql, exact, monkeypatch):
+    """A row-level table and the same table with a unique id per row, declared as the unit
+    with MAX ROWS PER UNIT 1, get the same plan (rows and groups per unit after a join,
+    sensitivities, noise, selection threshold, bounding layers) — and, where no salted choice
+    is made, the same exact aggregates."""
+    rng = np.random.default_rng(16)
+    rows = pd.DataFrame({"id": np.arange(200), "g": rng.choice(["a", "b", "c"], 200), "x": rng.integers(0, 12, 200)})
+    public = pd.DataFrame({"g": ["a", "a", "a", "b", "b"], "w": [1, 2, 3, 1, 2]})
+    plans, results = [], []
+    for policy in (_ROW_LEVEL, _ONE_ROW_UNITS):
+        with dpsql.connect({"t": rows, "p": public}, policy=policy, rng=SeededSource(0)) as db:
+            plans.append(_planned(db.explain(sql, epsilon=1, delta=1e-6)))
+            watch = Watch(monkeypatch)
+            db.sql(sql, epsilon=1, delta=1e-6)
+            results.append(sorted(watch.exact[-1], key=repr))
+    assert plans[0] == plans[1]
+    assert ("at most 1 rows" if "max_rows_contributed" in sql else "at most 3 rows") in plans[0][0]
+    if exact:
+        assert results[0] == results[1]

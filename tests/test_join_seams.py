@@ -154,7 +154,7 @@ def test_the_public_side_is_stored_once_and_the_query_reads_the_stored_rows():
         db.explain(sql, epsilon=1)
         db.sql(sql, epsilon=1)
         assert len({c for c in calls}) == 1
-        stored = db._engine._materialised
+        stored = db._engine._instance.materialised
         assert len(stored) == 1
         from dpsql.rewrite import rewrite_plan
         bounded = rewrite_plan(db._plan(checked, sql, 1, None, None))
@@ -205,11 +205,11 @@ def test_which_bounded_copies_a_query_builds_comes_from_its_plan_not_its_text():
     frames = {"v": VISITS, "p": PUBLIC, "f": FLOATS}
     with dpsql.connect(frames, policy=POLICY) as db:
         db.sql("SELECT 'dp_bounded_v__uid__2' AS name, COUNT(*) FROM p")
-        assert db._engine._filled == set()
+        assert set(db._engine._instance.filled) == set()
         db.sql("SELECT COUNT(*) FROM v", epsilon=1)
-        assert db._engine._filled == {"dp_bounded_v__uid__2"}
+        assert set(db._engine._instance.filled) == {"dp_bounded_v__uid__2"}
     with dpsql.connect(frames, policy=POLICY, eager_bounding=True) as db:
-        assert db._engine._filled == {"dp_bounded_v__uid__2"}
+        assert set(db._engine._instance.filled) == {"dp_bounded_v__uid__2"}
 
 
 def test_materialise_stores_public_rows_once_per_text():

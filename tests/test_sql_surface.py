@@ -94,7 +94,7 @@ def test_group_by_expression(db):
 def test_weights_split_epsilon_between_aggregates(db):
     text = db.explain("SELECT COUNT(*) AS n, SUM(amount) AS s FROM visits", epsilon=3, weights={"n": 2})
     assert "a0 = COUNT(*): count (m0); epsilon 2" in text and "a1 = SUM(amount): sum (m1); epsilon 1" in text
-    with pytest.raises(dpsql.UnsupportedQuery):
+    with pytest.raises(dpsql.InvalidParameter):
         db.explain("SELECT COUNT(*) AS n FROM visits", weights={"nothing": 1})
 
 

@@ -189,13 +189,29 @@ def _show(text: str, out: TextIO, *, page: bool, rows: int) -> None:
         out.write(text)
         out.flush()
         return
-    environment = dict(os.environ)
-    environment.setdefault("LESS", "-FRSX")  # keep colours, chop wide lines, quit if it fits
+    environment = pager_environment(os.environ)
     try:
         subprocess.run(command, input=text, text=True, env=environment, check=False)
     except OSError:
         out.write(text)
         out.flush()
+
+
+def pager_environment(environ: Any = os.environ) -> dict[str, str]:
+    """The pager's environment: ``less`` in secure mode, whatever the caller's settings.
+
+    A pager is a program with commands of its own: ``less`` lets whoever reads the answer
+    run a shell (``!``), open or save files (``:e``, ``s``), and so reach the ledger. With
+    ``LESSSECURE=1`` it refuses all of them; other pagers ignore the variable.
+
+    >>> env = pager_environment({"LESSSECURE": "0", "LESS": "-R"})
+    >>> env["LESSSECURE"], env["LESS"]
+    ('1', '-R')
+    """
+    environment = dict(environ)
+    environment.setdefault("LESS", "-FRSX")  # keep colours, chop wide lines, quit if it fits
+    environment["LESSSECURE"] = "1"
+    return environment
 
 
 def pager_command(environ: Any = os.environ) -> list[str] | None:

@@ -20,6 +20,7 @@ from dpsql.errors import DPError
 from dpsql.shell.budget import render_budget
 from dpsql.shell.chart import ChartError, render_chart
 from dpsql.shell.complete import DotArgument
+from dpsql.shell.output import create_output, refuse_output
 from dpsql.shell.render import MODES, number, render_error, render_rows
 from dpsql.shell.state import ShellState
 
@@ -216,17 +217,24 @@ def set_mode(state: ShellState, argument: str) -> str:
     return f"mode {state.mode}\n"
 
 
-@dot_command(".output", "[FILE]", help="write answers to FILE; with no FILE, back to the screen")
+@dot_command(".output", "[FILE]", help="write answers to a new FILE; with no FILE, back to the screen")
 def set_output(state: ShellState, argument: str) -> str:
+    """FILE must be new (or one this session created): never the database, its ledger, policy
+    files, or files named like them beside the ledger."""
     if not argument:
-        state.output = None
+        state.output, state.output_identity = None, None
         return "answers go to the screen\n"
     path = Path(argument).expanduser()
+    refuse_output(path, state.output_rules, state.created_outputs)  # a DPError says why
     try:
-        path.write_text("", encoding="utf-8")  # start the file afresh, as the DuckDB CLI does
+        identity = create_output(path, state.created_outputs)
+    except FileExistsError:
+        raise CommandError(f"cannot write {path}: it was created by someone else meanwhile; "
+                           "choose a new file") from None
     except OSError as error:
         raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
-    state.output = path
+    state.output, state.output_identity = path, identity
+    state.created_outputs = state.created_outputs | {identity}
     return f"answers go to {path}\n"
 
 

@@ -17,6 +17,7 @@ from sqlglot.tokens import TokenType
 from dpsql.errors import DPError
 from dpsql.shell.commands import CommandError, run_dot_command
 from dpsql.shell.budget import cost_line
+from dpsql.shell.output import append_output
 from dpsql.shell.render import answer_from, number, render_answer, render_error
 from dpsql.shell.state import ShellState
 
@@ -64,8 +65,13 @@ def run_sql(state: ShellState, sql: str) -> str:
     state.last_answer = answer
     footer = cost_line(answer, state.budget) + "\n"
     if state.output is not None:
-        with state.output.open("a", encoding="utf-8") as file:
-            file.write(render_answer(answer, state.mode, width=state.width, color=False))
+        try:
+            append_output(state.output, render_answer(answer, state.mode, width=state.width, color=False),
+                          state.output_identity)
+        except DPError as error:
+            return render_error(error, color=state.color) + footer
+        except OSError as error:
+            return f"error: cannot write {state.output}: {error.strerror or error}\n" + footer
         rows = len(answer.rows)
         return f"wrote {rows} row{'s' if rows != 1 else ''} to {state.output}\n" + footer
     return render_answer(answer, state.mode, width=state.width, color=state.color) + footer

@@ -12,6 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dpsql.shell.output import OutputRules, output_rules
 from dpsql.shell.render import Answer
 
 
@@ -29,6 +30,12 @@ class ShellState:
     """Delta of the next queries; None means the policy's default."""
     output: Path | None = None
     """Where answers are written (``.output FILE``); None means the screen."""
+    output_identity: tuple[int, int] | None = None
+    """(device, inode) of ``output``, as ``.output`` created it."""
+    created_outputs: frozenset[tuple[int, int]] = frozenset()
+    """Files this session created with ``.output``: the only existing files it writes again."""
+    output_rules: OutputRules = field(default_factory=lambda: output_rules(()))
+    """What ``.output`` may not write: the curator's files (``dpsql.shell.output``)."""
     last_answer: Answer | None = None
     """The last answer shown, which ``.chart`` draws."""
     width: int = 100
@@ -52,6 +59,7 @@ class ShellState:
 def new_state(db: Any, **settings: Any) -> ShellState:
     """A state for ``db`` with its catalog and budget read once."""
     state = ShellState(db=db, **settings)
+    state.output_rules = output_rules(getattr(db, "curator_files", tuple)())  # a remote db has none here
     state.catalog = {table: list(db.columns(table)) for table in db.tables()}
     state.refresh_budget()
     return state
