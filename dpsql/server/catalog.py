@@ -36,6 +36,8 @@ COMPAT_MACROS = {"pg_get_userbyid": "(role) AS 'curator'",
 DuckDB will not add functions to its own pg_catalog, so calls are unqualified first."""
 _REG_CASTS = re.compile(r"::\s*(regtype|regproc|regnamespace)\b", re.IGNORECASE)
 """PostgreSQL's OID alias types, unknown to DuckDB: read as the OID's text."""
+_OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*]+)\s*\)", re.IGNORECASE)
+_COLLATE = re.compile(r"\s*COLLATE\s+pg_catalog\s*\.\s*\"?default\"?", re.IGNORECASE)
 _QUALIFIED = re.compile(r"\bpg_catalog\s*\.\s*(" + "|".join(COMPAT_MACROS) + r")\s*\(", re.IGNORECASE)
 CATALOG_TIMEOUT = 5.0
 """Seconds a catalog query may run: a look-up, never a computation."""
@@ -79,13 +81,26 @@ class Catalog:
     def answer(self, sql: str, parameters: tuple = ()) -> tuple[list[str], list[tuple]]:
         """(column names, rows) of a catalog query, with ``$1``... bound to ``parameters``
         (text, as clients send them); ``UnsupportedQuery`` if it does not bind."""
-        sql = _REG_CASTS.sub("::VARCHAR", _QUALIFIED.sub(lambda match: match.group(1) + "(", sql))
+        sql = compatible(sql)
         bound = list(parameters) if parameters else None
         names = [name for name, _ in self._engine.describe(sql, bound)]
         return names, self._engine.fetch(sql, bound)
 
     def close(self) -> None:
         self._engine.close()
+
+
+def compatible(sql: str) -> str:
+    """A catalog query in the SQL DuckDB reads: psql writes ``OPERATOR(pg_catalog.~)`` and
+    ``COLLATE pg_catalog.default``, drivers cast to OID alias types, and some functions
+    DuckDB lacks are called qualified (``COMPAT_MACROS``).
+
+    >>> compatible("SELECT 1 WHERE 'a' OPERATOR(pg_catalog.~) '^a$' COLLATE pg_catalog.default")
+    "SELECT 1 WHERE 'a' ~ '^a$'"
+    """
+    sql = _OPERATOR.sub(lambda match: match.group(1), sql)
+    sql = _COLLATE.sub("", sql)
+    return _REG_CASTS.sub("::VARCHAR", _QUALIFIED.sub(lambda match: match.group(1) + "(", sql))
 
 
 def _quote(name: str) -> str:
