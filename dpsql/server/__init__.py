@@ -58,6 +58,7 @@ def start_in_thread(database: str | Path, **arguments: Any) -> Server:
     server.thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True,
                                      name="dpsql-server")
     server.thread.start()
-    if not server.ready.wait(30):
-        raise RuntimeError("the dpsql server did not start")
+    if not server.ready.wait(30) or server.port is None:
+        server.thread.join(10)  # its DuckDB must be closed before the interpreter may exit
+        raise RuntimeError(f"the dpsql server did not start on {server.settings.host}:{server.settings.port}")
     return server

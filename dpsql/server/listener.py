@@ -89,8 +89,13 @@ class Server:
         self._stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._listener = await asyncio.start_server(self._connected, self.settings.host, self.settings.port,
-                                                    limit=m.MAX_MESSAGE + 5)
+        try:
+            self._listener = await asyncio.start_server(self._connected, self.settings.host, self.settings.port,
+                                                        limit=m.MAX_MESSAGE + 5)
+        except OSError:
+            self.shared.close()
+            self.ready.set()  # a caller waiting for it sees ``port`` still None
+            raise
         self.port = self._listener.sockets[0].getsockname()[1]
         if threading.current_thread() is threading.main_thread():
             for number in (signal.SIGTERM, signal.SIGINT):
