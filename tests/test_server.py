@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import warnings
+from pathlib import Path
 from fractions import Fraction
 
 import pytest
@@ -30,7 +31,7 @@ psycopg = pytest.importorskip("psycopg")
 PSQL = shutil.which("psql")
 POLICY = SHOP_POLICY.replace("QUERY EPSILON 0.1;", "QUERY EPSILON 0.1;\nBUDGET PER ANALYST EPSILON 0.5;") \
     .replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 10")
-PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"} | {
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret", "dana": "dana-secret"} | {
     f"analyst{i}": f"password-{i}" for i in range(6)}
 
 
@@ -375,3 +376,37 @@ def test_a_client_that_vanishes_mid_query_is_still_charged(server):
     while charges() == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert charges() == before + 1
+
+
+JDBC_JARS = sorted(Path.home().glob(".m2/repository/org/postgresql/postgresql/*/postgresql-*.jar"))
+JDBC_PROGRAM = """
+import java.sql.*;
+public class Probe {
+  public static void main(String[] a) throws Exception {
+    try (Connection c = DriverManager.getConnection(a[0], a[1], a[2])) {
+      for (int i = 0; i < 6; i++) {  // past pgjdbc's prepareThreshold: server-side prepared statements
+        try (PreparedStatement p = c.prepareStatement("SELECT COUNT(*) AS n FROM visits WHERE age > " + (60 + i % 2));
+             ResultSet r = p.executeQuery()) { r.next(); System.out.println("count " + r.getLong(1)); }
+      }
+      try (ResultSet r = c.getMetaData().getTables(null, null, "%", new String[]{"TABLE"})) {
+        while (r.next()) System.out.println("table " + r.getString("TABLE_NAME"));
+      }
+      try (Statement s = c.createStatement()) { s.executeQuery("DELETE FROM visits"); }
+      catch (SQLException e) { System.out.println("refused " + e.getSQLState()); }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None or not JDBC_JARS, reason="needs java and the pgjdbc jar in ~/.m2")
+def test_jdbc_prepared_statements_metadata_and_refusals(server, tmp_path):
+    (tmp_path / "Probe.java").write_text(JDBC_PROGRAM)
+    done = subprocess.run(["java", "-cp", str(JDBC_JARS[-1]), str(tmp_path / "Probe.java"),
+                           f"jdbc:postgresql://127.0.0.1:{server.port}/shop", "dana", PASSWORDS["dana"]],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert sum(line.startswith("count ") for line in lines) == 6
+    assert ["table stores", "table users", "table visits"] == [line for line in lines if line.startswith("table")]
+    assert "refused 42501" in lines

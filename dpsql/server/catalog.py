@@ -34,7 +34,7 @@ COMPAT_MACROS = {"pg_get_userbyid": "(role) AS 'curator'",
                  "to_regtype": "(name) AS NULL::BIGINT"}
 """PostgreSQL functions psql's backslash commands call that DuckDB lacks: fixed answers.
 DuckDB will not add functions to its own pg_catalog, so calls are unqualified first."""
-_REG_CASTS = re.compile(r"::\s*(regtype|regproc|regnamespace)\b", re.IGNORECASE)
+_REG_CASTS = re.compile(r"::\s*(pg_catalog\s*\.\s*)?(regtype|regclass|regproc|regnamespace)\b", re.IGNORECASE)
 """PostgreSQL's OID alias types, unknown to DuckDB: read as the OID's text."""
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"\s*COLLATE\s+pg_catalog\s*\.\s*\"?default\"?", re.IGNORECASE)
