@@ -31,7 +31,7 @@ psycopg = pytest.importorskip("psycopg")
 PSQL = shutil.which("psql")
 POLICY = SHOP_POLICY.replace("QUERY EPSILON 0.1;", "QUERY EPSILON 0.1;\nBUDGET PER ANALYST EPSILON 0.5;") \
     .replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 10")
-PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret", "dana": "dana-secret"} | {
+PASSWORDS = {name: f"{name}-secret" for name in ("alice", "bob", "carol", "dana")} | {
     f"analyst{i}": f"password-{i}" for i in range(6)}
 
 
