@@ -232,14 +232,23 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _shell_arguments(parser: argparse.ArgumentParser) -> None:
-    _database_argument(parser)
+    parser.add_argument("database", metavar="DB",
+                        help="a DuckDB database file (opened read-only), or a dpsql server's "
+                             "postgresql://user@host:port/db URL")
     _policy_argument(parser)
     _analyst_argument(parser)
 
 
 def _shell(args: argparse.Namespace) -> int:
     from dpsql.shell import run_shell
+    from dpsql.shell.remote import connect_remote, is_url, shown_url
 
+    if is_url(args.database):  # an analyst at a server: the server has the policy and says who they are
+        if args.policy or args.analyst:
+            raise DPError("--policy and --analyst do not apply to a server",
+                          hint="the server's policy rules, and you are the user you log in as")
+        with connect_remote(args.database) as db:
+            return run_shell(db, name=shown_url(args.database))
     with _connect(args) as db:
         return run_shell(db, name=args.database)
 
@@ -260,13 +269,38 @@ def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from dpsql.server.commands import serve_arguments
+
+    serve_arguments(parser)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dpsql.server.commands import serve
+
+    return serve(args)
+
+
+def _user_arguments(parser: argparse.ArgumentParser) -> None:
+    from dpsql.server.commands import user_arguments
+
+    user_arguments(parser)
+
+
+def _user(args: argparse.Namespace) -> int:
+    from dpsql.server.commands import user
+
+    return user(args)
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         name="shell",
         help="explore a database interactively: completion, answers with ±, a budget meter",
         example="  dpsql shell demo-data/shop.duckdb --policy demo-data/shop.policy\n"
                 "  dpsql shell shop.duckdb --analyst ada       # after `dpsql init`\n"
-                "  dpsql shell shop.duckdb < queries.sql       # run a script\n\n"
+                "  dpsql shell shop.duckdb < queries.sql       # run a script\n"
+                "  dpsql shell postgresql://alice@127.0.0.1:5433/shop   # at a `dpsql serve` server\n\n"
                 "The history is kept in $DPSQL_HISTORY (default ~/.dpsql_history; empty: none).",
         add_arguments=_shell_arguments,
         run=_shell,
@@ -302,6 +336,24 @@ COMMANDS: tuple[Command, ...] = (
                 "  dpsql init shop.duckdb --policy shop-v2.policy --replace   # change it; spending is kept",
         add_arguments=_init_arguments,
         run=_init,
+    ),
+    Command(
+        name="serve",
+        help="serve a database to analysts over the PostgreSQL protocol (psql, psycopg, pandas, BI tools)",
+        example="  dpsql user add users.txt alice                 # prompts for alice's password\n"
+                "  dpsql serve shop.duckdb --users users.txt --port 5433\n"
+                "  psql postgresql://alice@127.0.0.1:5433/shop   # as alice, charged to her budget",
+        add_arguments=_serve_arguments,
+        run=_serve,
+    ),
+    Command(
+        name="user",
+        help="manage the analysts a server lets in: add, remove, list (SCRAM verifiers, no passwords)",
+        example="  dpsql user add users.txt alice\n"
+                "  echo \"$PASSWORD\" | dpsql user add users.txt bob --password-stdin\n"
+                "  dpsql user list users.txt\n  dpsql user remove users.txt bob",
+        add_arguments=_user_arguments,
+        run=_user,
     ),
     Command(
         name="demo",

@@ -1,0 +1,64 @@
+"""``dpsql serve``: the analyst's way in, over the PostgreSQL wire protocol.
+
+psql, psycopg, JDBC tools, SQLAlchemy, pandas and BI tools connect unchanged, authenticate
+with SCRAM-SHA-256 against the curator's users file (``dpsql.users``) and are charged to
+their own budget and the total. One ``Connection`` serves every session.
+
+Modules: ``messages`` (protocol bytes), ``scram`` (authentication), ``statements`` (what a
+client sent), ``catalog`` (schema-only look-ups), ``values`` (types and text format),
+``answers`` (running a statement for an analyst), ``session`` (one connection),
+``listener`` (the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from dpsql.server.listener import Server, Settings
+
+__all__ = ["Server", "Settings", "open_server", "serve", "start_in_thread"]
+
+
+def open_server(database: str | Path, *, users: str | Path, policy: Any = None, host: str = "127.0.0.1",
+                port: int = 5433, tls_cert: str | None = None, tls_key: str | None = None,
+                **options: Any) -> Server:
+    """Open ``database`` once (bounded copies built now) and make a server for it.
+
+    ``options``: ``Settings`` fields (``max_connections``, ``startup_timeout``, ``workers``)
+    and ``dpsql.connect`` options (``query_timeout``, ``memory_limit``, ``ledger``, ``rng``).
+    """
+    import dpsql
+    from dpsql.errors import DPError
+
+    if not Path(users).is_file():  # a server nobody can log in to is a mistake, not a setting
+        raise DPError(f"no users file at {users}", hint=f"add an analyst with `dpsql user add {users} NAME`")
+    connect_options = {k: options.pop(k) for k in ("query_timeout", "memory_limit", "ledger", "rng")
+                       if k in options}
+    connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)
+    try:
+        settings = Settings(Path(database).stem, Path(users), host, port, tls_cert, tls_key, **options)
+        return Server(connection, settings)
+    except BaseException:
+        connection.close()
+        raise
+
+
+def serve(database: str | Path, **arguments: Any) -> None:
+    """Run a server until SIGTERM or SIGINT (``dpsql serve``)."""
+    asyncio.run(open_server(database, **arguments).serve())
+
+
+def start_in_thread(database: str | Path, **arguments: Any) -> Server:
+    """A server listening in a background thread (tests, benchmarks, notebooks); ``stop()``
+    ends it and ``thread.join()`` waits for the shutdown."""
+    server = open_server(database, **arguments)
+    server.thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True,
+                                     name="dpsql-server")
+    server.thread.start()
+    if not server.ready.wait(30) or server.port is None:
+        server.thread.join(10)  # its DuckDB must be closed before the interpreter may exit
+        raise RuntimeError(f"the dpsql server did not start on {server.settings.host}:{server.settings.port}")
+    return server

@@ -1,0 +1,184 @@
+"""Answering one decided statement for one analyst: dpsql's answer, a catalog look-up, or a
+fixed reply, as an ``Outcome`` (rows or an error, with a SQLSTATE) the protocol sends.
+
+All sessions share one ``Connection`` (one engine, one ledger, bounded copies built once).
+``SharedDatabase.run`` sets the connection's analyst for the length of one call under a lock,
+so each query is charged to the analyst the session authenticated, and ``budget`` and
+``ledger()`` read that analyst's own. The lock also serialises queries, which the engine does
+anyway (one DuckDB connection answers one statement at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed
+from dpsql.server.catalog import Catalog, catalog_query
+from dpsql.server.statements import Statement, budget_reply, ledger_reply
+
+SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
+    (BudgetExceeded, "53400"),  # configuration_limit_exceeded: the budget is the limit
+    (InvalidParameter, "22023"),  # invalid_parameter_value
+    (QueryFailed, "58000"),  # system_error: failed after the charge, no detail by design
+    (PolicyError, "42501"),  # insufficient_privilege
+    (DPError, "0A000"),  # feature_not_supported: a query dpsql refuses
+)
+"""Which DPError becomes which SQLSTATE, first match wins."""
+MESSAGE_SQLSTATES = (("the SQL does not parse", "42601"), ("unknown column", "42703"),
+                     ("unknown table", "42P01"))
+"""Refusals whose PostgreSQL class clients know better by its own code (syntax error,
+undefined column, undefined table): matched on the start of the message."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the protocol sends for one statement."""
+
+    columns: tuple = ()
+    rows: tuple = ()
+    tag: str = ""
+    notice: str | None = None
+    """The query's cost and the analyst's remaining budget."""
+    detail: str | None = None
+    """The same, for programs: JSON sent as the ``dpsql_cost`` ParameterStatus."""
+    sqlstate: str | None = None
+    """Set for a refusal: then message, position and hint describe it."""
+    message: str = ""
+    position: int | None = None
+    hint: str | None = None
+    transaction: str | None = None
+    cost: str = "-"
+    """For the log line: what was charged."""
+
+
+class TurnLock:
+    """A lock granted in the order it was asked for: with many sessions waiting on the one
+    connection, none waits longer than those that came before it (a plain Lock lets a thread
+    that has just released it take it again, and made the slowest waits several times longer).
+
+    >>> lock = TurnLock()
+    >>> with lock:
+    ...     pass
+    """
+
+    def __init__(self):
+        self._condition = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._condition:
+            ticket, self._next = self._next, self._next + 1
+            self._condition.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc_info) -> None:
+        with self._condition:
+            self._serving += 1
+            self._condition.notify_all()
+
+
+class SharedDatabase:
+    """One ``Connection`` serving every session; calls run one at a time, in the order they
+    came, as their analyst."""
+
+    def __init__(self, connection):
+        self._connection = connection
+        self._lock = TurnLock()
+        self.catalog = Catalog({t: connection.columns(t) for t in connection.tables()})
+
+    def run(self, analyst: str, action: Callable[[Any], Any]) -> Any:
+        """``action(connection)`` with the connection acting for ``analyst``."""
+        with self._lock:
+            self._connection.analyst = analyst
+            try:
+                return action(self._connection)
+            finally:
+                self._connection.analyst = None
+
+    def close(self) -> None:
+        with self._lock:
+            self.catalog.close()
+            self._connection.close()
+
+
+def answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcome:
+    """The outcome of ``statement`` for ``analyst`` (blocking: call it in a worker thread)."""
+    try:
+        return _answer(statement, analyst, shared)
+    except DPError as error:
+        return refusal(error, statement)
+    except Exception:  # a bug or a catalog query DuckDB could not run: no detail, session goes on
+        return Outcome(sqlstate="XX000", message="internal error while answering; nothing was released",
+                       hint="report the query to the curator")
+
+
+def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcome:
+    kind = statement.kind
+    if kind == "empty":
+        return Outcome()
+    if kind == "refused":
+        return Outcome(sqlstate=statement.sqlstate, message=statement.message, position=statement.position,
+                       hint=statement.hint)
+    if kind == "reply":
+        reply = statement.reply
+        return Outcome(reply.columns, reply.rows, reply.tag, transaction=reply.transaction)
+    if kind == "budget":
+        reply = budget_reply(shared.run(analyst, lambda db: db.budget))
+        return Outcome(reply.columns, reply.rows, reply.tag)
+    if kind == "policy":
+        return Outcome(("policy",), ((shared.run(analyst, lambda db: db.policy_text()),),), "SHOW 1")
+    if kind == "ledger":
+        reply = ledger_reply(shared.run(analyst, lambda db: db.ledger()))
+        return Outcome(reply.columns, reply.rows, reply.tag)
+    if kind == "explain":
+        text = shared.run(analyst, lambda db: db.explain(statement.sql))
+        lines = tuple((line,) for line in text.splitlines())
+        return Outcome(("QUERY PLAN",), lines, f"EXPLAIN {len(lines)}")
+    if catalog_query(statement.sql):
+        columns, rows = shared.catalog.answer(statement.sql, statement.parameters)
+        return Outcome(tuple(columns), tuple(rows), f"SELECT {len(rows)}")
+    if statement.parameters:
+        return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",
+                       hint="write the values into the SQL text of a query on the policy's tables")
+    result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
+    remaining = budget.analyst if budget.analyst is not None else budget
+    notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
+    return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
+                   notice=notice, detail=cost_detail(result), cost=str(result.cost))
+
+
+def cost_detail(result) -> str:
+    """For programs (``dpsql shell postgresql://...``): the exact cost and
+    each noisy column's 95% noise half-width (the largest over its rows), as JSON."""
+    cost = result.cost
+    return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
+                       "rho": None if cost.rho is None else str(cost.rho),
+                       "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
+                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05)})
+
+
+def refusal(error: DPError, statement: Statement) -> Outcome:
+    """A DPError as an ErrorResponse: its SQLSTATE, message, position and hint."""
+    sqlstate = next(code for kind, code in SQLSTATES if isinstance(error, kind))
+    if sqlstate == "0A000":
+        sqlstate = next((code for start, code in MESSAGE_SQLSTATES if error.message.startswith(start)), sqlstate)
+    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint,
+                   position=position_in(statement, error.line, error.col))
+
+
+def position_in(statement: Statement, line: int | None, col: int | None) -> int | None:
+    """The 1-based character position, in the string the client sent, of (line, col) of the
+    statement's SQL.
+
+    >>> position_in(Statement("query", sql="SELECT\\n x", offset=2), 2, 2)
+    11
+    """
+    if line is None or col is None:
+        return None
+    lines = statement.sql.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    return statement.offset + sum(len(text) + 1 for text in lines[:line - 1]) + col

@@ -1,0 +1,272 @@
+"""One client connection: startup, SCRAM authentication, then the simple and extended query
+protocols, on asyncio streams. Answers run in the server's worker threads (``answers``).
+
+Nothing here reads data: a session turns bytes into statements and outcomes into bytes. The
+analyst's name is the user the SCRAM exchange authenticated, never anything sent later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import struct
+from dataclasses import dataclass, field, replace
+
+from dpsql.server import messages as m
+from dpsql.server.answers import Outcome, answer
+from dpsql.server.scram import ScramError, final_reply, first_reply
+from dpsql.server.statements import SERVER_VERSION, Statement, classify
+from dpsql.server.values import TEXT, column_type, text_value
+from dpsql.users import decoy_verifier, load_users
+
+log = logging.getLogger("dpsql.server")
+COST_PARAMETER = "dpsql_cost"
+"""The ParameterStatus that carries the last answer's exact cost and accuracy as JSON."""
+FREE = '{"epsilon": "0", "delta": "0", "exact": true}'
+"""Its value for answers that cost nothing and read no private data (catalog, SHOW)."""
+
+
+class Refused(Exception):
+    """Ends the connection after an ErrorResponse (bad startup, failed authentication)."""
+
+    def __init__(self, sqlstate: str, text: str):
+        super().__init__(text)
+        self.sqlstate = sqlstate
+
+
+@dataclass
+class Portal:
+    """A bound statement and, once described or executed, its outcome."""
+
+    statement: Statement
+    outcome: Outcome | None = None
+
+
+@dataclass
+class Session:
+    """The state of one authenticated connection."""
+
+    analyst: str
+    pid: int
+    key: int = field(default_factory=lambda: secrets.randbits(31))
+    status: str = "I"
+    cancelled: bool = False
+    statements: dict = field(default_factory=dict)
+    portals: dict = field(default_factory=dict)
+
+
+async def read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """(type byte, body) of the next frontend message."""
+    head = await reader.readexactly(5)
+    (length,) = struct.unpack("!i", head[1:])
+    if not 4 <= length <= m.MAX_MESSAGE:
+        raise m.ProtocolError(f"message length {length} out of range")
+    return head[:1], await reader.readexactly(length - 4)
+
+
+async def read_startup(reader, writer, server) -> m.Startup:
+    """The protocol 3.0 startup packet, after answering SSL and GSS requests."""
+    tls = False
+    while True:
+        (length,) = struct.unpack("!i", await reader.readexactly(4))
+        if not 8 <= length <= m.MAX_STARTUP:
+            raise m.ProtocolError("invalid startup packet length: this is a PostgreSQL server")
+        startup = m.parse_startup(await reader.readexactly(length - 4))
+        if startup.code == m.SSL_REQUEST and server.tls is not None and not tls:
+            writer.write(b"S")
+            await writer.drain()
+            await writer.start_tls(server.tls)
+            tls = True
+        elif startup.code in (m.SSL_REQUEST, m.GSS_REQUEST):
+            writer.write(b"N")
+            await writer.drain()
+        else:
+            return startup
+
+
+async def authenticate(reader, writer, server, user: str) -> None:
+    """SCRAM-SHA-256 against the users file; unknown users run the same exchange against a
+    decoy verifier and fail at the same step with the same message."""
+    users = load_users(server.users_path)  # read per login: `dpsql user add/remove` apply at once
+    decoy = decoy_verifier(server.secret, user)  # made for every login, so both paths take as long
+    verifier = users.get(user, decoy)
+    writer.write(m.sasl_mechanisms("SCRAM-SHA-256"))
+    await writer.drain()
+    read = m.Reader(await _expect(reader, b"p"))
+    if read.string() != "SCRAM-SHA-256":
+        raise Refused("28000", "only SCRAM-SHA-256 authentication is accepted")
+    client_first = read.raw(read.int32()).decode("utf-8", "replace")
+    try:
+        state, server_first = first_reply(client_first, verifier)
+        writer.write(m.authentication(11, server_first.encode()))
+        await writer.drain()
+        client_final = (await _expect(reader, b"p")).decode("utf-8", "replace")
+        server_final = final_reply(state, client_final)
+    except ScramError as error:
+        raise Refused("08P01", str(error)) from None
+    if server_final is None or user not in users:
+        raise Refused("28P01", f'password authentication failed for user "{user}"')
+    writer.write(m.authentication(12, server_final.encode()) + m.authentication(0))
+
+
+async def _expect(reader, kind: bytes) -> bytes:
+    got, body = await read_message(reader)
+    if got != kind:
+        raise m.ProtocolError(f"expected message {kind!r} during authentication, got {got!r}")
+    return body
+
+
+async def start(reader, writer, server) -> Session | None:
+    """Startup and authentication; the session, or ``None`` for a cancel request."""
+    startup = await read_startup(reader, writer, server)
+    if startup.code == m.CANCEL_REQUEST:
+        server.cancel(startup.parameters["pid"], startup.parameters["key"])
+        return None
+    user = startup.parameters.get("user", "")
+    await authenticate(reader, writer, server, user)
+    database = startup.parameters.get("database") or user
+    if database != server.database:
+        raise Refused("3D000", f'database "{database}" does not exist; this server serves "{server.database}"')
+    session = Session(user, server.next_pid())
+    status = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
+              "DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on", "IntervalStyle": "postgres",
+              "standard_conforming_strings": "on", "is_superuser": "off", "session_authorization": user,
+              "application_name": startup.parameters.get("application_name", "")}
+    writer.write(b"".join(m.parameter_status(k, v) for k, v in status.items())
+                 + m.backend_key(session.pid, session.key) + m.ready_for_query("I"))
+    await writer.drain()
+    return session
+
+
+async def serve_queries(reader, writer, server, session: Session) -> None:
+    """The query phase, until Terminate or the client goes away."""
+    failed = False  # in the extended protocol, an error skips messages until Sync
+    while True:
+        kind, body = await read_message(reader)
+        if kind == b"X":
+            return
+        if kind == b"S":
+            failed = False
+            writer.write(m.ready_for_query(session.status))
+            await writer.drain()
+        elif kind == b"H":
+            await writer.drain()
+        elif kind == b"Q":
+            sql = m.Reader(body).string()
+            outcome = await run(server, session, classify(sql))
+            writer.write(outcome_bytes(outcome, describe=True) + m.ready_for_query(session.status))
+            await writer.drain()
+        elif kind in b"PBDEC" and len(kind) == 1:
+            if not failed:
+                failed = not await extended(kind, body, writer, server, session)
+        else:
+            raise m.ProtocolError(f"unknown message type {kind!r}")
+
+
+async def extended(kind: bytes, body: bytes, writer, server, session: Session) -> bool:
+    """One extended-protocol message; False after sending an error."""
+    if kind == b"P":
+        name, sql, _ = m.parse_parse(body)
+        session.statements[name] = classify(sql)
+        writer.write(m.PARSE_COMPLETE)
+    elif kind == b"B":
+        bind = m.parse_bind(body)
+        statement = session.statements.get(bind.statement)
+        if statement is None:
+            return _error(writer, "26000", f'prepared statement "{bind.statement}" does not exist')
+        try:
+            parameters = m.bound_parameters(bind)
+        except m.ProtocolError as error:
+            return _error(writer, "22P03", str(error), hint="send parameters as text")
+        session.portals[bind.portal] = Portal(replace(statement, parameters=parameters))
+        writer.write(m.BIND_COMPLETE)
+    elif kind == b"D":
+        target, name = m.parse_target(body)
+        return await describe(target, name, writer, server, session)
+    elif kind == b"E":
+        name, _ = m.parse_execute(body)
+        portal = session.portals.get(name)
+        if portal is None:
+            return _error(writer, "34000", f'portal "{name}" does not exist')
+        outcome = portal.outcome or await run(server, session, portal.statement)
+        portal.outcome = None  # a portal runs once; executing it again runs the query again
+        writer.write(outcome_bytes(outcome, describe=False))
+        return outcome.sqlstate is None
+    elif kind == b"C":
+        target, name = m.parse_target(body)
+        (session.statements if target == "S" else session.portals).pop(name, None)
+        writer.write(m.CLOSE_COMPLETE)
+    return True
+
+
+async def describe(target: str, name: str, writer, server, session: Session) -> bool:
+    """Describe a statement (its parameters, as text; its rows: unknown before it runs) or a
+    portal. A portal's rows are known only by answering it, so describing a portal answers
+    it — clients send Describe and Execute together — and Execute sends the rows."""
+    if target == "S":
+        if name not in session.statements:
+            return _error(writer, "26000", f'prepared statement "{name}" does not exist')
+        count = placeholders(session.statements[name].sql)
+        writer.write(m.parameter_description([TEXT] * count) + m.NO_DATA)
+        return True
+    portal = session.portals.get(name)
+    if portal is None:
+        return _error(writer, "34000", f'portal "{name}" does not exist')
+    portal.outcome = await run(server, session, portal.statement)
+    if portal.outcome.sqlstate is not None:
+        writer.write(outcome_bytes(portal.outcome, describe=False))
+        return False
+    writer.write(description(portal.outcome) if portal.outcome.columns else m.NO_DATA)
+    return True
+
+
+def placeholders(sql: str) -> int:
+    """How many parameters (``$1``...) a statement takes; each is described as text.
+
+    >>> placeholders("SELECT * FROM pg_type WHERE typname = $1 OR oid = $2::int"), placeholders("SELECT 1")
+    (2, 0)
+    """
+    return max((int(number) for number in re.findall(r"\$(\d+)", sql)), default=0)
+
+
+def _error(writer, sqlstate: str, text: str, hint: str | None = None) -> bool:
+    writer.write(m.error_response(sqlstate, text, hint=hint))
+    return False
+
+
+async def run(server, session: Session, statement: Statement) -> Outcome:
+    """Answer in a worker thread; a cancel during it withholds the answer (not the charge)."""
+    session.cancelled = False
+    outcome = await server.answer(statement, session.analyst, answer)
+    if transaction := outcome.transaction:
+        session.status = transaction
+    log.info("analyst=%s outcome=%s cost=%s sql=%s", session.analyst, outcome.sqlstate or "answered",
+             outcome.cost, " ".join((statement.sql or statement.kind).split())[:500])
+    if session.cancelled and outcome.sqlstate is None:
+        return Outcome(sqlstate="57014", message="canceling statement due to user request; "
+                       "a query that was charged stays charged")
+    return outcome
+
+
+def description(outcome: Outcome) -> bytes:
+    columns = [(str(name), column_type([row[i] for row in outcome.rows]))
+               for i, name in enumerate(outcome.columns)]
+    return m.row_description(columns)
+
+
+def outcome_bytes(outcome: Outcome, *, describe: bool) -> bytes:
+    """The messages for an outcome (RowDescription first in the simple protocol)."""
+    if outcome.sqlstate is not None:
+        return m.error_response(outcome.sqlstate, outcome.message, position=outcome.position, hint=outcome.hint)
+    if not outcome.tag:
+        return m.EMPTY_QUERY
+    parts = [m.notice(outcome.notice)] if outcome.notice else []
+    if outcome.columns:  # for programs; libpq keeps it (PQparameterStatus), psql shows nothing
+        parts.append(m.parameter_status(COST_PARAMETER, outcome.detail or FREE))
+    if describe and outcome.columns:
+        parts.append(description(outcome))
+    parts.extend(m.data_row([text_value(v) for v in row]) for row in outcome.rows)
+    parts.append(m.command_complete(outcome.tag))
+    return b"".join(parts)

@@ -1,0 +1,173 @@
+"""What a client sent, decided from its text alone: a query for dpsql, a catalog look-up,
+client chatter answered with a fixed reply, or a refusal.
+
+Clients send chatter on connecting (psycopg, JDBC and SQLAlchemy send ``SET``, ``SHOW``,
+``BEGIN``...). Those get canned answers that read nothing: no statement but a single
+SELECT (or EXPLAIN of one) ever reaches a database.
+
+>>> classify("SET extra_float_digits = 3").reply.tag
+'SET'
+>>> classify("select 1; drop table visits").sqlstate
+'42601'
+>>> classify("COPY visits TO '/tmp/x'").message
+'COPY statements are not accepted: this server answers a single SELECT query'
+>>> classify("  SELECT COUNT(*) FROM visits;").kind
+'query'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import TokenError
+from sqlglot.tokens import TokenType
+
+SERVER_VERSION = "16.0"
+"""What clients are told: they pick catalog queries and features by this version."""
+VERSION_TEXT = f"PostgreSQL {SERVER_VERSION} (dpsql differential-privacy server)"
+
+SETTINGS = {
+    "server_version": SERVER_VERSION, "server_version_num": "160000", "server_encoding": "UTF8",
+    "client_encoding": "UTF8", "datestyle": "ISO, MDY", "timezone": "UTC", "intervalstyle": "postgres",
+    "integer_datetimes": "on", "standard_conforming_strings": "on", "transaction_isolation": "read committed",
+    "transaction isolation level": "read committed", "default_transaction_isolation": "read committed",
+    "transaction_read_only": "on", "default_transaction_read_only": "on", "search_path": "main",
+    "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C", "extra_float_digits": "3",
+    "is_superuser": "off",
+}
+"""Fixed answers to SHOW: nothing here depends on the data or can be changed by SET."""
+
+WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "COPY", "ATTACH",
+                    "DETACH", "PRAGMA", "INSTALL", "LOAD", "EXPORT", "IMPORT", "GRANT", "REVOKE",
+                    "TRUNCATE", "CALL", "CHECKPOINT", "VACUUM", "USE", "UPSERT", "REPLACE"})
+"""Statements that would change or reach beyond the database: a privilege the analyst lacks."""
+QUERY_STARTS = frozenset({"SELECT", "WITH", "(", "VALUES", "TABLE", "FROM"})
+TAGS = {"SET": ("SET", None), "RESET": ("RESET", None), "DISCARD": ("DISCARD ALL", None),
+        "DEALLOCATE": ("DEALLOCATE", None), "BEGIN": ("BEGIN", "T"), "START": ("START TRANSACTION", "T"),
+        "COMMIT": ("COMMIT", "I"), "END": ("COMMIT", "I"), "ROLLBACK": ("ROLLBACK", "I"),
+        "ABORT": ("ROLLBACK", "I"), "SAVEPOINT": ("SAVEPOINT", None), "RELEASE": ("RELEASE", None),
+        "UNLISTEN": ("UNLISTEN", None), "CLOSE": ("CLOSE CURSOR", None)}
+"""Session chatter with no effect here, its command tag and the transaction status after it."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A fixed answer: columns, rows (already released or public) and a command tag."""
+
+    columns: tuple = ()
+    rows: tuple = ()
+    tag: str = "SELECT 0"
+    transaction: str | None = None
+    """'T' after BEGIN, 'I' after COMMIT or ROLLBACK, ``None``: unchanged."""
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One decided statement."""
+
+    kind: str
+    """'empty', 'reply', 'budget', 'policy', 'ledger', 'explain', 'query' or 'refused'."""
+    sql: str = ""
+    """The query for dpsql or the catalog (for 'explain': the query explained)."""
+    reply: Reply | None = None
+    sqlstate: str = ""
+    message: str = ""
+    hint: str | None = None
+    position: int | None = None
+    """1-based character offset of what was refused."""
+    offset: int = 0
+    """Where ``sql`` starts in the string the client sent (0-based), for error positions."""
+    parameters: tuple = ()
+    """Values bound to ``$1``, ``$2``... (extended protocol), as text: catalog queries only."""
+
+
+def classify(sql: str) -> Statement:
+    """Decide ``sql`` from its text: see the module's docstring."""
+    try:
+        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
+    except TokenError as error:
+        return Statement("refused", sqlstate="42601", message=f"the SQL does not tokenize: {error}",
+                         hint="close every string, quoted name and comment")
+    ends = [t for t in tokens if t.token_type == TokenType.SEMICOLON]
+    rest = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
+    if not rest:
+        return Statement("empty")
+    if any(t.start > ends[0].start for t in rest) if ends else False:
+        second = next(t for t in rest if t.start > ends[0].start)
+        return Statement("refused", sqlstate="42601", position=second.start + 1,
+                         message="the query string holds more than one statement",
+                         hint="send one SELECT per query, without a second statement after ';'")
+    text = sql[rest[0].start:rest[-1].end + 1]
+    word = rest[0].text.upper()
+    if word in TAGS:
+        tag, transaction = TAGS[word]
+        return Statement("reply", sql=text, reply=Reply(tag=tag, transaction=transaction))
+    if word == "SHOW":
+        return show(text, rest[0].start + 1)
+    if word == "EXPLAIN":
+        after = text[len(rest[0].text):]
+        offset = rest[0].start + len(rest[0].text) + len(after) - len(after.lstrip())
+        return Statement("explain", sql=after.strip(), offset=offset)
+    if word in QUERY_STARTS:
+        version = version_reply(text)
+        return Statement("reply", reply=version) if version else Statement("query", sql=text,
+                                                                            offset=rest[0].start)
+    sqlstate = "42501" if word in WRITES else "0A000"
+    return Statement("refused", sql=text, sqlstate=sqlstate, position=rest[0].start + 1,
+                     message=f"{word} statements are not accepted: this server answers a single SELECT query",
+                     hint="ask with SELECT ... (epsilon and delta in SELECT WITH DIFFERENTIAL_PRIVACY "
+                          "OPTIONS (epsilon = 0.1) ...), SHOW budget for what remains")
+
+
+def show(text: str, position: int) -> Statement:
+    """SHOW budget (the analyst's budget as a result set), or a fixed setting."""
+    name = " ".join(text.split()[1:]).lower().strip('"')
+    if name in ("budget", "policy", "ledger"):
+        return Statement(name, sql=text)
+    if name == "all":
+        return Statement("reply", reply=Reply(("name", "setting"), tuple(sorted(SETTINGS.items())),
+                                              f"SHOW {len(SETTINGS)}"))
+    if name in SETTINGS:
+        column = name.split()[-1] if " " not in name else "transaction_isolation"
+        return Statement("reply", reply=Reply((column,), ((SETTINGS[name],),), "SHOW"))
+    return Statement("refused", sqlstate="42704", position=position,
+                     message=f"unrecognized configuration parameter \"{name}\"",
+                     hint="SHOW budget shows what remains of your privacy budget, SHOW policy the "
+                          "rules, SHOW ledger your past queries")
+
+
+_VERSION = re.compile(r"select\s+(pg_catalog\s*\.\s*)?version\s*\(\s*\)(\s+as\s+(\w+))?", re.IGNORECASE)
+
+
+def version_reply(text: str) -> Reply | None:
+    """``SELECT version()``: drivers read the server's version from it."""
+    match = _VERSION.fullmatch(text.strip())
+    if match is None:
+        return None
+    return Reply((match.group(3) or "version",), ((VERSION_TEXT,),), "SELECT 1")
+
+
+LEDGER_COLUMNS = ("id", "time", "analyst", "sql", "epsilon", "delta", "rho")
+"""What ``SHOW ledger`` shows of the analyst's own entries (not the stored answers)."""
+
+
+def ledger_reply(frame) -> Reply:
+    """The analyst's ledger entries (``Connection.ledger()``) as rows."""
+    rows = tuple(tuple(None if value != value else value for value in row)  # NaN rho: NULL
+                 for row in frame[list(LEDGER_COLUMNS)].itertuples(index=False, name=None))
+    return Reply(LEDGER_COLUMNS, rows, f"SHOW {len(rows)}")
+
+
+def budget_reply(budget) -> Reply:
+    """A ``Budget`` as rows: the database-wide budget and, if the policy gives one, the
+    analyst's own."""
+    rows = [("total", budget)] + ([(f"analyst {budget.analyst.owner}", budget.analyst)]
+                                  if budget.analyst is not None else [])
+    columns = ("scope", "epsilon_total", "epsilon_spent", "epsilon_remaining",
+               "delta_total", "delta_spent", "delta_remaining")
+    values = tuple((scope, float(b.total.epsilon), float(b.spent.epsilon), float(b.remaining.epsilon),
+                    float(b.total.delta), float(b.spent.delta), float(b.remaining.delta))
+                   for scope, b in rows)
+    return Reply(columns, values, f"SHOW {len(values)}")

@@ -1,0 +1,412 @@
+"""``dpsql serve`` with real clients: psql and psycopg (and pandas through psycopg) against a
+server this module starts on a free loopback port, in a thread; it stops at the end.
+
+Every client call has a timeout, so no test can hang on a server bug.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from fractions import Fraction
+
+import pytest
+
+import dpsql
+from dpsql.demo import SHOP_POLICY, build_shop_database
+from dpsql.server import start_in_thread
+from dpsql.users import add_user
+
+psycopg = pytest.importorskip("psycopg")
+
+PSQL = shutil.which("psql")
+POLICY = SHOP_POLICY.replace("QUERY EPSILON 0.1;", "QUERY EPSILON 0.1;\nBUDGET PER ANALYST EPSILON 0.5;") \
+    .replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 10")
+PASSWORDS = {name: f"{name}-secret" for name in ("alice", "bob", "carol", "dana")} | {
+    f"analyst{i}": f"password-{i}" for i in range(6)}
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("serve")
+    database = directory / "shop.duckdb"
+    build_shop_database(database, users=500)
+    (directory / "shop.policy").write_text(POLICY)
+    for name, password in PASSWORDS.items():
+        add_user(directory / "users", name, password)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(shop):
+    server = start_in_thread(shop / "shop.duckdb", users=shop / "users", policy=shop / "shop.policy", port=0,
+                             startup_timeout=1.0, max_connections=12)
+    yield server
+    server.stop()
+    server.thread.join(10)
+
+
+def connect(server, user="alice", password=None, **options):
+    password = PASSWORDS.get(user, "x") if password is None else password
+    return psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user=user, password=password,
+                           connect_timeout=5, autocommit=True, **options)
+
+
+def notices(connection) -> list[str]:
+    seen: list[str] = []
+    connection.add_notice_handler(lambda diagnostic: seen.append(diagnostic.message_primary))
+    return seen
+
+
+def psql(server, *commands, user="alice", password=None):
+    environment = {**os.environ, "PGPASSWORD": password or PASSWORDS[user], "PGCONNECT_TIMEOUT": "5"}
+    arguments = [PSQL, "-h", "127.0.0.1", "-p", str(server.port), "-U", user, "-d", "shop", "-X",
+                 "-v", "ON_ERROR_STOP=0"]
+    for command in commands:
+        arguments += ["-c", command]
+    return subprocess.run(arguments, env=environment, capture_output=True, text=True, timeout=20)
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_psql_answers_with_the_cost_as_a_notice_and_refuses_with_a_caret(server):
+    done = psql(server, "SELECT COUNT(*) AS n FROM visits", "COPY visits TO '/tmp/x'",
+                "SELECT nope FROM visits", "SELECT table_name FROM information_schema.tables ORDER BY 1")
+    assert done.returncode == 0, done.stderr
+    assert "NOTICE:  dpsql: cost epsilon 0.1" in done.stderr
+    assert "ERROR:  COPY statements are not accepted" in done.stderr
+    assert "ERROR:  unknown column nope\nLINE 1: SELECT nope FROM visits\n               ^" in done.stderr
+    assert " stores\n users\n visits\n" in done.stdout  # the policy's tables, not `secrets` or bounded copies
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_psql_wrong_password_and_unknown_user_are_refused_alike(server):
+    wrong = psql(server, "SELECT 1", password="guess")
+    unknown = psql(server, "SELECT 1", user="mallory", password="guess")
+    assert wrong.returncode == unknown.returncode == 2
+    assert 'password authentication failed for user "alice"' in wrong.stderr
+    assert wrong.stderr.replace('"alice"', '"mallory"') == unknown.stderr
+
+
+def test_psycopg_answers_refusals_and_the_session_stays_usable(server):
+    with connect(server) as connection:
+        seen = notices(connection)
+        assert connection.execute("SELECT COUNT(*) AS n FROM visits WHERE age > 30").fetchone()[0] > 0
+        assert "cost epsilon 0.1" in seen[-1] and "analyst alice" in seen[-1]
+        with pytest.raises(psycopg.errors.SyntaxError) as refused:
+            connection.execute("SELECT 1; DELETE FROM visits")
+        assert refused.value.diag.statement_position == "11"
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            connection.execute("ATTACH '/tmp/other.duckdb' AS other")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            connection.execute("SELECT user_id FROM visits")
+        assert refused.value.diag.message_hint
+        rows = connection.execute("SELECT store, COUNT(*) AS n FROM stores GROUP BY store").fetchall()
+        assert len(rows) > 1  # public table: exact and free
+        assert connection.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL 16")
+
+
+def test_extended_protocol_prepared_binary_and_parameters(server):
+    with connect(server) as connection:
+        cursor = connection.cursor()
+        cursor.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan", prepare=True)
+        assert {row[0] for row in cursor.fetchall()} <= {"free", "plus", "pro"}
+        assert [c.name for c in cursor.description] == ["plan", "n"]
+        cursor.execute("SELECT COUNT(*) AS n FROM users", binary=True)
+        assert isinstance(cursor.fetchone()[0], int)
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="parameters"):
+            cursor.execute("SELECT COUNT(*) FROM users WHERE plan = %s", ("pro",))
+        assert cursor.execute("SELECT COUNT(*) AS n FROM users").fetchone()[0] > 0  # a free repeat
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                       "AND ordinal_position > %s ORDER BY 1", ("stores", 0))  # catalog: parameters work
+        assert cursor.fetchall() == [("city",), ("size",), ("store",)]
+    # libpq's blocking PQprepare and PQdescribePrepared hold the GIL, which would starve this
+    # process's server thread: ask from another process.
+    script = ("import psycopg, sys; c = psycopg.connect(sys.argv[1]); "
+              "c.pgconn.prepare(b'lookup', b'SELECT typname FROM pg_type WHERE typname = $1'); "
+              "d = c.pgconn.describe_prepared(b'lookup'); print(d.nparams, d.nfields)")
+    url = f"postgresql://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/shop"
+    described = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30)
+    assert described.stdout.split() == ["1", "0"], described.stderr  # rows are known once it runs
+
+
+def test_sqlalchemy_engine_lists_tables_and_reads_into_pandas(server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    import pandas as pd
+
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/shop")
+    try:
+        with engine.connect() as connection:
+            assert sqlalchemy.inspect(connection).get_table_names() == ["stores", "users", "visits"]
+            frame = pd.read_sql(sqlalchemy.text("SELECT city, COUNT(*) AS n FROM stores GROUP BY city"), connection)
+            assert set(frame.columns) == {"city", "n"}
+    finally:
+        engine.dispose()
+
+
+def test_pandas_read_sql_through_psycopg_and_a_transaction_block(server):
+    import pandas as pd
+
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="carol",
+                         password=PASSWORDS["carol"], connect_timeout=5) as connection:  # not autocommit
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pandas prefers SQLAlchemy; a DBAPI connection works
+            frame = pd.read_sql("SELECT country, COUNT(*) AS n FROM users GROUP BY country", connection)
+        assert list(frame.columns) == ["country", "n"] and len(frame) >= 1
+        with pytest.raises(psycopg.Error):
+            connection.execute("SELECT secret FROM users")
+        connection.rollback()
+        assert connection.execute("SHOW budget").fetchall()[1][0] == "analyst carol"
+
+
+def test_each_analyst_is_charged_to_their_own_budget_until_it_runs_out(server):
+    with connect(server, "bob") as bob:
+        charged = 0
+        with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as refused:
+            for amount in range(10, 110):  # distinct queries: no free repeats
+                bob.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount < {amount}")
+                charged += 1
+        assert charged == 5 and "bob" in refused.value.diag.message_primary
+        scopes = dict((row[0], row[3]) for row in bob.execute("SHOW budget").fetchall())
+        assert scopes["analyst bob"] == pytest.approx(0.0)
+        assert bob.execute("SELECT 1").fetchone() == (1,)  # still usable after the refusal
+    ledger = server.shared.run(None, lambda db: db.ledger())
+    assert (ledger["analyst"] == "bob").sum() == 5
+    assert set(ledger["analyst"]) <= set(PASSWORDS)  # every charge names the authenticated analyst
+
+
+def test_concurrent_sessions_lose_no_charge(server):
+    before = server.shared.run(None, lambda db: db.budget.spent.epsilon)
+    failures: list[BaseException] = []
+
+    def client(index: int) -> None:
+        try:
+            with connect(server, f"analyst{index}") as connection:
+                for query in range(3):
+                    connection.execute(f"SELECT COUNT(*) AS n FROM visits WHERE age > {20 + query}")
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not failures
+    after = server.shared.run(None, lambda db: db.budget.spent.epsilon)
+    assert after - before == Fraction(18, 10)  # 6 analysts x 3 queries x 0.1: none lost, none merged
+    for index in range(6):
+        mine = server.shared.run(f"analyst{index}", lambda db: db.budget.analyst.spent.epsilon)
+        assert mine == Fraction(3, 10)
+
+
+def raw_exchange(server, payload: bytes, wait: float = 3.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait) as sock:
+        sock.sendall(payload)
+        received = b""
+        try:
+            while chunk := sock.recv(4096):
+                received += chunk
+        except socket.timeout:
+            pass
+        return received
+
+
+@pytest.mark.parametrize("payload", [
+    b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    os.urandom(64),
+    struct.pack("!ii", 8, 0x00020000),  # protocol 2
+    struct.pack("!i", 3),  # a length shorter than itself
+])
+def test_garbage_and_non_postgres_clients_are_turned_away(server, payload):
+    answer = raw_exchange(server, payload)
+    assert answer == b"" or answer.startswith(b"E")
+    with connect(server) as connection:
+        assert connection.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_half_open_connections_time_out_and_the_limit_holds(server):
+    started = time.monotonic()
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(12)]
+    try:
+        time.sleep(0.2)
+        assert b"too many clients" in raw_exchange(server, b"", wait=2.0)
+        # A silent client is told and closed once its startup time (1 s here) is over.
+        assert b"startup and authentication took too long" in idle[0].recv(200)
+        assert time.monotonic() - started < 4
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.3)
+    with connect(server) as connection:
+        assert connection.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_cancel_while_idle_leaves_the_session_usable(server):
+    with connect(server) as connection:
+        connection.cancel_safe(timeout=5)  # cancel() holds the GIL, starving a server in this process
+        assert connection.execute("SELECT 2").fetchone() == (2,)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None or PSQL is None, reason="needs openssl and psql")
+def test_tls_when_a_certificate_is_given(shop, tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem"],
+                   check=True, capture_output=True, timeout=30)
+    server = start_in_thread(shop / "shop.duckdb", users=shop / "users", policy=shop / "shop.policy", port=0,
+                             ledger=tmp_path / "ledger", tls_cert=str(tmp_path / "cert.pem"),
+                             tls_key=str(tmp_path / "key.pem"))
+    try:
+        with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice",
+                             password=PASSWORDS["alice"], sslmode="require", connect_timeout=5) as connection:
+            assert connection.pgconn.ssl_in_use
+            assert connection.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        server.stop()
+        server.thread.join(10)
+
+
+def test_dpsql_serve_stops_on_sigterm_and_keeps_every_charge(shop, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    database = tmp_path / "shop.duckdb"
+    shutil.copy(shop / "shop.duckdb", database)
+    process = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", str(database), "--policy",
+                                str(shop / "shop.policy"), "--users", str(shop / "users"), "--port", str(port)],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                connection = psycopg.connect(host="127.0.0.1", port=port, dbname="shop", user="alice",
+                                             password=PASSWORDS["alice"], connect_timeout=2, autocommit=True)
+                break
+            except psycopg.OperationalError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.2)
+        with connection:
+            for amount in (100, 200, 300):
+                connection.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount < {amount}")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    log = process.stderr.read()
+    assert log.count("outcome=answered cost=epsilon 0.1") == 3 and "stopped" in log
+    with dpsql.connect(str(database), policy=POLICY) as db:
+        assert float(db.budget.spent.epsilon) == pytest.approx(0.3)
+
+
+def test_remote_connection_offers_what_the_shell_uses(server):
+    from dpsql.shell.remote import connect_remote
+
+    url = f"postgresql://analyst5:{PASSWORDS['analyst5']}@127.0.0.1:{server.port}/shop"
+    with connect_remote(url) as db:
+        assert db.analyst == "analyst5" and db.tables() == ["visits", "users", "stores"]
+        assert list(db.columns("stores")) == ["store", "city", "size"]
+        before = db.budget.analyst.spent.epsilon
+        result = db.sql("SELECT AVG(amount) AS a FROM visits", epsilon=0.05)
+        assert result.cost.epsilon == Fraction(1, 20) and result.accuracy()["a"] > 0
+        assert db.budget.analyst.spent.epsilon - before == Fraction(1, 20)
+        with pytest.raises(dpsql.DPError) as refused:
+            db.sql("SELECT nope FROM visits", epsilon=0.05)
+        assert (refused.value.line, refused.value.col) == (1, 8)  # where it was typed, options aside
+        assert "SELECT AVG(amount) FROM visits" in set(db.ledger()["sql"])
+        assert "PRIVATE TABLE visits" in db.policy_text() and "bounded SQL" in db.explain("SELECT COUNT(*) FROM users")
+
+
+def test_dpsql_shell_at_a_server_url(server):
+    environment = {**os.environ, "PGPASSWORD": PASSWORDS["analyst4"], "DPSQL_HISTORY": "", "NO_COLOR": "1"}
+    script = ".tables\nSELECT plan, COUNT(*) AS n FROM users GROUP BY plan;\nCOPY users TO 'x';\n"
+    done = subprocess.run([sys.executable, "-m", "dpsql.cli", "shell",
+                           f"postgresql://analyst4@127.0.0.1:{server.port}/shop"], input=script, env=environment,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "visits   private" in done.stdout and " ± " in done.stdout and "cost ε 0.1" in done.stdout
+    assert "COPY statements are not accepted" in done.stdout
+
+
+def raw_login(server, user: str, password: str) -> socket.socket:
+    """A hand-driven client: startup and SCRAM-SHA-256 over a bare socket."""
+    from dpsql.server.scram import client_final_for
+
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    body = struct.pack("!i", 196608) + b"user\x00" + user.encode() + b"\x00database\x00shop\x00\x00"
+    sock.sendall(struct.pack("!i", len(body) + 4) + body)
+    reader = sock.makefile("rb")
+
+    def message() -> tuple[bytes, bytes]:
+        kind = reader.read(1)
+        (length,) = struct.unpack("!i", reader.read(4))
+        return kind, reader.read(length - 4)
+
+    assert message()[0] == b"R"  # AuthenticationSASL
+    first = "n,,n=,r=handmadenonce"
+    payload = b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first.encode()
+    sock.sendall(b"p" + struct.pack("!i", len(payload) + 4) + payload)
+    server_first = message()[1][4:].decode()
+    final = client_final_for(first, server_first, password).encode()
+    sock.sendall(b"p" + struct.pack("!i", len(final) + 4) + final)
+    while message()[0] != b"Z":  # SASLFinal, AuthenticationOk, ParameterStatus..., ReadyForQuery
+        pass
+    return sock
+
+
+def test_a_client_that_vanishes_mid_query_is_still_charged(server):
+    def charges() -> int:
+        return int((server.shared.run(None, lambda db: db.ledger())["analyst"] == "analyst3").sum())
+
+    before = charges()
+    sock = raw_login(server, "analyst3", PASSWORDS["analyst3"])
+    sql = b"SELECT COUNT(*) AS n FROM visits WHERE amount > 123\x00"
+    sock.sendall(b"Q" + struct.pack("!i", len(sql) + 4) + sql)
+    sock.close()  # gone before the answer
+    deadline = time.monotonic() + 10
+    while charges() == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert charges() == before + 1
+
+
+JDBC_JARS = sorted(Path.home().glob(".m2/repository/org/postgresql/postgresql/*/postgresql-*.jar"))
+JDBC_PROGRAM = """
+import java.sql.*;
+public class Probe {
+  public static void main(String[] a) throws Exception {
+    try (Connection c = DriverManager.getConnection(a[0], a[1], a[2])) {
+      for (int i = 0; i < 6; i++) {  // past pgjdbc's prepareThreshold: server-side prepared statements
+        try (PreparedStatement p = c.prepareStatement("SELECT COUNT(*) AS n FROM visits WHERE age > " + (60 + i % 2));
+             ResultSet r = p.executeQuery()) { r.next(); System.out.println("count " + r.getLong(1)); }
+      }
+      try (ResultSet r = c.getMetaData().getTables(null, null, "%", new String[]{"TABLE"})) {
+        while (r.next()) System.out.println("table " + r.getString("TABLE_NAME"));
+      }
+      try (Statement s = c.createStatement()) { s.executeQuery("DELETE FROM visits"); }
+      catch (SQLException e) { System.out.println("refused " + e.getSQLState()); }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None or not JDBC_JARS, reason="needs java and the pgjdbc jar in ~/.m2")
+def test_jdbc_prepared_statements_metadata_and_refusals(server, tmp_path):
+    (tmp_path / "Probe.java").write_text(JDBC_PROGRAM)
+    done = subprocess.run(["java", "-cp", str(JDBC_JARS[-1]), str(tmp_path / "Probe.java"),
+                           f"jdbc:postgresql://127.0.0.1:{server.port}/shop", "dana", PASSWORDS["dana"]],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert sum(line.startswith("count ") for line in lines) == 6
+    assert ["table stores", "table users", "table visits"] == [line for line in lines if line.startswith("table")]
+    assert "refused 42501" in lines
