@@ -553,7 +553,7 @@ def _public_join_rule(private: Relation, public: _Public, multiplicity: int, nam
     # Each private row becomes at most `multiplicity` rows: a unit's k rows become k·m.
     return PrivateTable(
         name=f"{rule.name} ⋈ {public.label}",
-        unit=names[(tag, rule.unit.lower())] if rule.unit else None,
+        unit=names[(tag, rule.unit.lower())],  # row-level tables have their hidden unit too
         max_rows_per_unit=rule.max_rows_per_unit * multiplicity,
         max_groups_per_unit=rule.max_groups_per_unit,
         columns=_renamed_rule(rule, names, tag) + public_rules,
