@@ -22,19 +22,12 @@ import pytest
 import dpsql
 from dpsql import ledger as ledger_module
 from dpsql.accounting import Spend
-from dpsql.demo import SHOP_POLICY, build_shop_database
+from dpsql.demo import SHOP_POLICY
 from dpsql.ledger import Ledger
 
 THREADS = 16
 QUERIES_PER_THREAD = 3
 POLICY = SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 1.6")
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("concurrency") / "shop.duckdb"
-    build_shop_database(path, users=300)
-    return path
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 import dpsql
 from dpsql import cli
-from dpsql.demo import SHOP_POLICY, build_shop_database
+from dpsql.demo import SHOP_POLICY
 from dpsql.shell import app as shell_app
 from dpsql.shell.session import handle_input
 from dpsql.shell.state import new_state
@@ -26,13 +26,6 @@ from dpsql.shell.state import new_state
 PUBLIC_VISITS = re.sub(r"PRIVATE TABLE visits \([^;]*\);", "PUBLIC TABLE visits;", SHOP_POLICY, flags=re.S)
 BIGGER = SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 100")
 SMALLER = SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 0.2")
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("local") / "shop.duckdb"
-    build_shop_database(path, users=300)
-    return path
 
 
 @pytest.fixture
