@@ -246,14 +246,31 @@ def _join_sources(row_level: bool) -> list[Source]:
     ]
 
 
-def _join_family(family: str, types: dict, row_level: bool | None) -> st.SearchStrategy:
+def _cast_sources(row_level: bool, private_type: str, public_type: str) -> list[Source]:
+    """The mismatched join written as the refusal's hint says: one side CAST to the other's
+    type — a private cast that fails (the adversary's 'x') must match nothing, not raise."""
+    unit = None if row_level else "t.uid"
+    private_side = private_type.split(" COLLATE")[0]
+    return [
+        Source(f"t JOIN p ON CAST(t.c AS {public_type}) = p.id", value="t.x", key="t.g", private_key="p.w", unit=unit),
+        Source(f"t JOIN p ON t.c = CAST(p.id AS {private_side})", value="t.x", key="t.g", private_key="t.c", unit=unit),
+        Source(f"t LEFT JOIN p ON TRY_CAST(t.c AS {public_type}) = p.id", value="p.w", key="t.g", private_key="t.x",
+               unit=unit),
+    ]
+
+
+def _join_family(family: str, types: dict, row_level: bool | None, casts: bool = False) -> st.SearchStrategy:
     @st.composite
     def draw_case(draw) -> Case:
         column, id_type, ids = types[draw(st.sampled_from(sorted(types)))]
         rules = ["x BOUNDS 0 TO 10", f"g {KEYS_FROM}"]
         public = (KEYS_TABLE, _public_table(id_type, ids))
         x = Column("x", "INTEGER", ("0", "1", "10"), ("NULL", "50"))
-        query = lambda row, k: st.sampled_from(_join_sources(row)).flatmap(lambda s: select(s, row, k))
+
+        def sources(row: bool) -> list[Source]:
+            return _join_sources(row) + (_cast_sources(row, column.type, id_type) if casts else [])
+
+        query = lambda row, k: st.sampled_from(sources(row)).flatmap(lambda s: select(s, row, k))
         return draw(assemble(family, (G_VARCHAR, x, column), rules, public, query, row_level=row_level))
     return draw_case()
 
@@ -263,7 +280,7 @@ def public_join() -> st.SearchStrategy:
 
 
 def coerced_join() -> st.SearchStrategy:
-    return _join_family("coerced_join", COERCED_JOIN_TYPES, row_level=False)
+    return _join_family("coerced_join", COERCED_JOIN_TYPES, row_level=False, casts=True)
 
 
 def row_level_join() -> st.SearchStrategy:
