@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import os
 import re
+import secrets
 import tempfile
 import unicodedata
 from dataclasses import dataclass
@@ -145,6 +146,31 @@ def remove_user(path: str | os.PathLike, name: str) -> None:
         raise DPError(f"no user {name!r} in {path}", hint="list the users with `dpsql user list`")
     del users[name]
     save_users(path, users)
+
+
+def decoy_key(users_path) -> bytes:
+    """The secret keying unknown users' decoy verifiers, kept beside the users file (mode 0600,
+    created once): every server on that file, before and after a restart, gives an unknown name
+    the same salt, as a real user's never changes — with a key per process, a name's salt
+    changing across a restart said that the user does not exist (an attacker's review)."""
+    path = Path(f"{users_path}.decoy-key")
+    if not path.exists():
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".decoy-")  # mode 0600
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(temporary, path)  # whole or not at all; a second server's link fails and reads ours
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(temporary)
+    try:
+        key = bytes.fromhex(path.read_text().strip())
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise DPError(f"{path} does not hold a 32-byte key", hint=f"delete {path}; the server makes a new one")
+    return key
 
 
 def decoy_verifier(secret: bytes, name: str) -> Verifier:

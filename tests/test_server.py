@@ -410,3 +410,54 @@ def test_jdbc_prepared_statements_metadata_and_refusals(server, tmp_path):
     assert sum(line.startswith("count ") for line in lines) == 6
     assert ["table stores", "table users", "table visits"] == [line for line in lines if line.startswith("table")]
     assert "refused 42501" in lines
+
+
+# Found by an attacker's review of the server (each was free of budget).
+
+def test_a_query_string_past_the_length_limit_is_refused_at_once(server):
+    """A 0.94 MB IN list took 10-13 s to refuse, in the queue every analyst waits in."""
+    with connect(server) as connection:
+        values = ", ".join(str(i) for i in range(20_000))
+        with pytest.raises(psycopg.Error) as refused:
+            connection.execute(f"SELECT COUNT(*) FROM visits WHERE age IN ({values})")
+        assert refused.value.sqlstate == "54000"
+        assert connection.execute("SELECT COUNT(*) FROM visits").fetchone()[0] >= 0
+
+
+@pytest.mark.parametrize("sql", ["SELECT pg_sleep(1)", "SELECT current_setting('memory_limit')",
+                                 "SELECT * FROM pg_settings", "SELECT repeat('x', 100000000)",
+                                 "SELECT txid_current()", "SELECT * FROM system.information_schema.tables"])
+def test_catalog_look_ups_cannot_wait_show_settings_or_build_large_values(server, sql):
+    with connect(server) as connection:
+        with pytest.raises(psycopg.Error):
+            connection.execute(sql)
+        assert connection.execute("SELECT table_name FROM information_schema.tables").fetchall()
+
+
+def test_a_removed_user_can_no_longer_query_in_an_open_session(server, shop):
+    from dpsql.users import remove_user
+    add_user(shop / "users", "erin", "erin-secret")
+    with connect(server, "erin", "erin-secret") as connection:
+        connection.execute("SELECT COUNT(*) FROM visits")
+        remove_user(shop / "users", "erin")
+        with pytest.raises(psycopg.Error) as refused:
+            connection.execute("SELECT COUNT(*) FROM visits WHERE age > 20")
+        assert refused.value.sqlstate == "28000"
+
+
+def test_an_unknown_name_gets_the_same_salt_from_every_server_on_a_users_file(shop):
+    """The decoy key lives beside the users file: a restart no longer changes an unknown
+    name's salt (which told unknown names from real ones, whose salts never change)."""
+    from dpsql.users import decoy_key, decoy_verifier
+    first, second = decoy_key(shop / "users"), decoy_key(shop / "users")
+    assert first == second and len(first) == 32
+    assert (Path(f"{shop / 'users'}.decoy-key").stat().st_mode & 0o777) == 0o600
+    assert decoy_verifier(first, "nosuch").salt == decoy_verifier(second, "nosuch").salt
+
+
+def test_a_user_name_cannot_forge_a_log_line(server, caplog):
+    with caplog.at_level("INFO", logger="dpsql.server"):
+        with pytest.raises(psycopg.Error):
+            connect(server, "x\n2026-11-26 11:00:00,000 dpsql.server INFO analyst bob ok", "wrong")
+    refused = [record.getMessage() for record in caplog.records if "refused a connection" in record.getMessage()]
+    assert refused and not any("\n" in message for message in refused), refused

@@ -26,6 +26,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dpsql.engine import Engine
+from dpsql.errors import UnsupportedQuery
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 COMPAT_MACROS = {"pg_get_userbyid": "(role) AS 'curator'",
@@ -43,14 +44,32 @@ CATALOG_TIMEOUT = 5.0
 """Seconds a catalog query may run: a look-up, never a computation."""
 
 
+DENIED_FUNCTIONS = frozenset({"pg_sleep", "sleep", "current_setting", "set_config", "txid_current",
+                              "repeat", "pad", "range", "generate_series", "current_query"})
+"""Functions a catalog look-up may not call: they wait, show the server's settings or count other
+sessions' work, or build values as large as the memory limit (an attacker's review)."""
+DENIED_TABLES = frozenset({"pg_settings"})
+"""Catalog views that show the server's settings (paths, user, memory) rather than the schema."""
+MAX_ANSWER_CHARACTERS = 4 << 20
+"""Largest catalog answer, in characters: a look-up lists names, it never builds large values
+(an answer waiting for a client that does not read would pin its memory)."""
+
+
 def reads_catalog_only(tree: exp.Expression) -> bool:
-    """True when every table ``tree`` reads is a catalog view or one of its own CTEs."""
+    """True when every table ``tree`` reads is a catalog view or one of its own CTEs, and it
+    calls none of ``DENIED_FUNCTIONS`` (anything else goes to dpsql, which refuses it)."""
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
         schema, name = table.db.lower(), table.name.lower()
+        if table.catalog or name in DENIED_TABLES:
+            return False
         if schema in CATALOG_SCHEMAS or (not schema and (name.startswith("pg_") or name in ctes)):
             continue
         return False
+    for function in tree.find_all(exp.Func):
+        name = function.name if isinstance(function, exp.Anonymous) else function.sql_name()
+        if name.lower() in DENIED_FUNCTIONS:
+            return False
     return True
 
 
@@ -84,7 +103,11 @@ class Catalog:
         sql = compatible(sql)
         bound = list(parameters) if parameters else None
         names = [name for name, _ in self._engine.describe(sql, bound)]
-        return names, self._engine.fetch(sql, bound)
+        rows = self._engine.fetch(sql, bound)
+        if sum(len(str(value)) for row in rows for value in row) > MAX_ANSWER_CHARACTERS:
+            raise UnsupportedQuery("this catalog look-up's answer is larger than a catalog listing can be",
+                                   hint="select the names you need, with a WHERE or LIMIT")
+        return names, rows
 
     def close(self) -> None:
         self._engine.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 from dpsql.server import messages as m
 from dpsql.server.answers import SharedDatabase
 from dpsql.server.session import Refused, serve_queries, start
+from dpsql.users import decoy_key
 
 log = logging.getLogger("dpsql.server")
 
@@ -55,7 +56,7 @@ class Server:
         self.settings = settings
         self.database = settings.database
         self.users_path = settings.users_path
-        self.secret = secrets.token_bytes(32)
+        self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
         self.shared = SharedDatabase(connection)
@@ -144,7 +145,7 @@ class Server:
         except asyncio.TimeoutError:
             return await _fatal(writer, "08006", "startup and authentication took too long")
         except Refused as refused:
-            log.info("refused a connection: %s", refused)
+            log.info("refused a connection: %s", m.printable(str(refused)))
             return await _fatal(writer, refused.sqlstate, str(refused))
         except m.ProtocolError as error:
             return await _fatal(writer, "08P01", str(error))

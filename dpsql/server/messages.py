@@ -250,3 +250,14 @@ NO_DATA = message(b"n")
 
 def parameter_description(oids: list[int]) -> bytes:
     return message(b"t", struct.pack("!h", len(oids)) + b"".join(struct.pack("!i", oid) for oid in oids))
+
+
+def printable(text: str, limit: int = 300) -> str:
+    """Text as one log line: control characters escaped (a user name holding a newline forged
+    a second log line), cut to ``limit`` characters (long names flooded the log).
+
+    >>> printable("x\\n2026 INFO analyst bob ok")
+    'x\\\\n2026 INFO analyst bob ok'
+    """
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return escaped if len(escaped) <= limit else escaped[:limit] + "..."

@@ -83,8 +83,18 @@ class Statement:
     """Values bound to ``$1``, ``$2``... (extended protocol), as text: catalog queries only."""
 
 
+MAX_QUERY_CHARACTERS = 32 << 10
+"""Longest query string answered: checking a query costs time in proportion to its text, and
+queries are answered one at a time, so a megabyte-long refusal (a 150,000-value IN list)
+stalled every other analyst for seconds at no cost to its sender (an attacker's review)."""
+
+
 def classify(sql: str) -> Statement:
     """Decide ``sql`` from its text: see the module's docstring."""
+    if len(sql) > MAX_QUERY_CHARACTERS:
+        return Statement("refused", sqlstate="54000", message=f"the query string is {len(sql):,} characters long, "
+                         f"more than the {MAX_QUERY_CHARACTERS:,} this server reads",
+                         hint="write a shorter query: group values into a public table and join it")
     try:
         tokens = Dialect.get_or_raise("postgres").tokenize(sql)
     except TokenError as error:
