@@ -44,7 +44,8 @@ from .policy_check import is_numeric_type
 from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
 from .keys import read_keys, shown_keys, typed_keys
-from .release import Release, core_columns, core_rows, half_widths, release_measures
+from .accuracy import output_cells
+from .release import core_columns, core_rows, from_stored, release_measures, stored_measures, stored_names
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
 from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
@@ -251,11 +252,11 @@ class Connection:
         # The noisy measures of the rows shown, in their order: all accuracy() needs, for this
         # answer and for every repeat of it.
         noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
-                 for name, values in release.noisy.items()} if tracked else {}
+                 for name, values in stored_measures(release).items()} if tracked else {}
         self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         return DPResult(list(checked.outputs), rows, charged,
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        intervals=self._intervals(plan, checked, noisy, rows))
 
     def _salt_for(self, sql: str) -> dict | None:
         """The secret salt as a query parameter, for SQL that orders by a salted hash."""
@@ -408,23 +409,22 @@ class Connection:
         _, rows, noisy = decoded
         columns = list(checked.outputs)
         if any(len(row) != len(columns) for row in rows) or (noisy and (
-                set(noisy) != {m.name for m in plan.noised}
+                set(noisy) != stored_names(plan)
                 or any(len(values) != len(rows) for values in noisy.values()))):
-            return None
+            return None  # (an answer kept before quantiles stored their intervals is charged again)
         return DPResult(columns, rows, QueryCost.free(repeat=True),
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        intervals=self._intervals(plan, checked, noisy, rows))
 
-    def _widths(self, plan: Plan, checked: PrivateQuery, noisy: dict, count: int):
-        """accuracy() of released rows, from their noisy measures (empty: no per-row accuracy)."""
-        release = Release(keys=((),) * count, noisy={k: tuple(v) for k, v in noisy.items()})
+    def _intervals(self, plan: Plan, checked: PrivateQuery, noisy: dict, rows: list[tuple]):
+        """accuracy() of released rows, from their stored measures (``release.stored_measures``):
+        per noisy output column and row, (low, high, half-width) (``dpsql.accuracy``)."""
+        tracked = bool(noisy) or not stored_names(plan)
+        release = from_stored(plan, noisy, len(rows)) if tracked else None  # None: rows merged by DISTINCT
 
-        def widths(alpha: float) -> dict[str, list[float]]:
-            if not noisy and plan.noised:  # rows merged by DISTINCT: no per-row noise to report
-                return {}
-            cells = half_widths(plan, release, alpha)
-            return {name: list(cells[aggregate]) for name, aggregate in checked.direct}
+        def cells(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+            return output_cells(plan, checked, release, rows, alpha)
 
-        return widths
+        return cells
 
     def _check_accountable(self, cost: Spend) -> None:
         """Under ZCDP every release needs a rho; partition selection is (epsilon, delta)-DP only."""

@@ -40,6 +40,20 @@ all that is guaranteed: every edge at or below the smallest value has the best u
 a released MIN has few values below it but may lie anywhere in [lower, true minimum]
 (symmetrically for MAX).
 
+A value interval (``release_interval``). A rank bound says nothing about values without
+reading data, so part of the aggregate's own epsilon buys two more draws on the same
+histogram: the lower endpoint with target q·n - R and the upper with target q·n + R, where R
+is an endpoint draw's own public rank bound (``quantile_accuracy`` at ENDPOINT_ALPHA/2,
+uncapped, rounded up to an integer). The shift R is public, so each endpoint's utility
+-|c_j - (q·n ± R)| moves exactly as u(j) does between neighbours: the same Delta_u
+(``tests/test_accuracy.py`` enumerates it). With probability >= 1 - ENDPOINT_ALPHA both draws
+are within their bound, so c_low <= q·n + OPT_low and c_high >= q·n - OPT_high: the endpoints
+bracket the q-quantile up to the grid's own error. The epsilon split is VALUE_SHARE for the
+value and the rest for the endpoints, halved between two (MIN, q = 0, needs only the upper
+endpoint, its lower being the public lower bound; MAX only the lower); the three draws
+compose to the aggregate's epsilon, so the query costs what it did. The interval is clamped
+so low <= value <= high (post-processing).
+
 Floats: the weights are computed exactly (integers) and rounded once, correctly, to float64
 (a relative error 2**-53, so epsilon becomes at most epsilon·(1 + 2**-52)); the Gumbel-max
 sampler adds at most 2**-38 to epsilon and a delta below (B + 1)·e**epsilon·2**-999
@@ -59,7 +73,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -68,9 +82,20 @@ import numpy as np
 from . import noise
 from .errors import InternalError
 
-__all__ = ["QuantileRule", "quantile_rule", "release_quantile", "quantile_accuracy"]
+__all__ = ["QuantileRule", "quantile_rule", "release_quantile", "quantile_accuracy", "release_interval",
+           "value_rule", "endpoint_rule", "endpoint_shift", "edge", "VALUE_SHARE", "ENDPOINT_ALPHA"]
 
 MAX_BUCKETS = 2**20     # candidates are materialised; more would only cost time and ln(B+1)
+
+VALUE_SHARE = Fraction(1, 2)
+"""Share of a quantile aggregate's epsilon spent on the released value; the rest buys its
+value interval's endpoints (a quarter each, or a half for MIN's or MAX's single endpoint).
+Half keeps the value's rank error at twice what the whole epsilon would give, while the
+endpoints, each with a quarter, land about 4x the value's error away: the interval is
+honest about a value whose own error it bounds."""
+
+ENDPOINT_ALPHA = 0.05
+"""The endpoints are drawn, at release time, for a 1 - ENDPOINT_ALPHA (95%) interval."""
 
 
 @dataclass(frozen=True)
@@ -129,15 +154,65 @@ def quantile_rule(q, epsilon, rows_per_unit, neighbours, lower, upper, buckets=1
                         utility_sensitivity=sensitivity)
 
 
-def release_quantile(bucket_counts: Sequence[int], rule: QuantileRule, source=None) -> Fraction:
-    """The released edge lower + j·w, j drawn by the exponential mechanism.
+def release_quantile(bucket_counts: Sequence[int], rule: QuantileRule, source=None, shift: int = 0) -> Fraction:
+    """The released edge lower + j·w, j drawn by the exponential mechanism for the target rank
+    q·n + ``shift`` (a public integer; 0 for the quantile itself) with the rule's epsilon.
 
     >>> rule = quantile_rule(0, Fraction(1), 1, "bounded", 0, 8, buckets=8)
     >>> release_quantile([0] * 8, rule, noise.SeededSource(0)) in [Fraction(i) for i in range(9)]
     True
     """
-    j = noise.exponential_mechanism(_log_weights(bucket_counts, rule), source)
+    return edge(rule, noise.exponential_mechanism(_log_weights(bucket_counts, rule, shift), source))
+
+
+def edge(rule: QuantileRule, j: int) -> Fraction:
+    """The value of edge j of the rule's grid."""
     return rule.lower + j * (rule.upper - rule.lower) / rule.buckets
+
+
+def _endpoints(rule: QuantileRule) -> int:
+    """How many endpoints are drawn: one for MIN and MAX (the other is a public bound), else two."""
+    return 1 if rule.q in (0.0, 1.0) else 2
+
+
+def value_rule(rule: QuantileRule) -> QuantileRule:
+    """The rule of the value draw: VALUE_SHARE of the aggregate's epsilon."""
+    return replace(rule, epsilon=rule.epsilon * VALUE_SHARE)
+
+
+def endpoint_rule(rule: QuantileRule) -> QuantileRule:
+    """The rule of one endpoint draw: the rest of the epsilon, split between the endpoints.
+
+    >>> rule = quantile_rule(0.5, Fraction(1), 1, "bounded", 0, 8, buckets=8)
+    >>> value_rule(rule).epsilon + 2 * endpoint_rule(rule).epsilon
+    Fraction(1, 1)
+    """
+    return replace(rule, epsilon=rule.epsilon * (1 - VALUE_SHARE) / _endpoints(rule))
+
+
+def endpoint_shift(rule: QuantileRule) -> int:
+    """R: an endpoint draw's public rank bound at ENDPOINT_ALPHA/2 (uncapped), rounded up."""
+    return math.ceil(quantile_accuracy(endpoint_rule(rule), math.inf, ENDPOINT_ALPHA / 2))
+
+
+def release_interval(bucket_counts: Sequence[int], rule: QuantileRule, source=None) -> tuple[int, int, int]:
+    """Edge indices (value, low, high) of a quantile released with its value interval.
+
+    ``rule`` carries the aggregate's whole epsilon; the value is drawn with ``value_rule``,
+    each endpoint with ``endpoint_rule`` at target q·n ∓ R (module docstring). The endpoints
+    are clamped so low <= value <= high.
+
+    >>> rule = quantile_rule(0.5, Fraction(1), 1, "bounded", 0, 100, buckets=100)
+    >>> value, low, high = release_interval([1] * 100, rule, noise.SeededSource(1))
+    >>> low <= value <= high
+    True
+    """
+    counts = _check_counts(bucket_counts, rule.buckets)
+    value = noise.exponential_mechanism(_log_weights(counts, value_rule(rule)), source)
+    shift, ends = endpoint_shift(rule), endpoint_rule(rule)
+    low = 0 if rule.q == 0.0 else noise.exponential_mechanism(_log_weights(counts, ends, -shift), source)
+    high = rule.buckets if rule.q == 1.0 else noise.exponential_mechanism(_log_weights(counts, ends, shift), source)
+    return value, min(low, value), max(high, value)
 
 
 def quantile_accuracy(rule: QuantileRule, n_released: float, alpha: float) -> float:
@@ -164,18 +239,21 @@ def quantile_accuracy(rule: QuantileRule, n_released: float, alpha: float) -> fl
     return min(bound, max(rule.q, 1 - rule.q) * max(float(n_released), 0.0))
 
 
-def _log_weights(bucket_counts: Sequence[int], rule: QuantileRule) -> np.ndarray:
-    """epsilon·(u(j) - max u)/(2·Delta_u) for each edge, each computed exactly and rounded once.
+def _log_weights(bucket_counts: Sequence[int], rule: QuantileRule, shift: int = 0) -> np.ndarray:
+    """epsilon·(u(j) - max u)/(2·Delta_u) for each edge, each computed exactly and rounded once,
+    for u(j) = -|c_j - (q·n + shift)| (``shift`` a public integer, 0 for the quantile itself).
 
-    With q = a/b exactly (b a power of two), |c_j - q·n| = |c_j·b - a·n| / b in integers, so
-    each weight is one correctly rounded integer division (Python's int / int).
+    With q = a/b exactly (b a power of two), |c_j - q·n - s| = |c_j·b - a·n - s·b| / b in
+    integers, so each weight is one correctly rounded integer division (Python's int / int).
     """
     counts = _check_counts(bucket_counts, rule.buckets)
+    if isinstance(shift, bool) or not isinstance(shift, numbers.Integral):
+        raise InternalError(f"a target shift must be an integer, got {shift!r}")
     a, b = rule.q.as_integer_ratio()
     below = [0]
     for count in counts:
         below.append(below[-1] + count)
-    target = a * below[-1]
+    target = a * below[-1] + int(shift) * b
     gaps = [abs(c * b - target) for c in below]                  # b·|c_j - q·n|
     best = min(gaps)
     coefficient = rule.epsilon / (2 * rule.utility_sensitivity * b)

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import noise
 from .plan import AggregateRelease, Measure, Plan
-from .quantile import quantile_accuracy, release_quantile
+from .quantile import ENDPOINT_ALPHA, edge, release_interval
 from .selection import SelectionRule, select_partitions
 
 
@@ -45,6 +45,9 @@ class Release:
     """Measure name -> noisy integer per row, in grid units."""
     chosen: dict[str, tuple[Fraction, ...]] = field(default_factory=dict)
     """Quantile histogram measure -> the edge the exponential mechanism chose, per row."""
+    edges: dict[str, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
+    """Quantile histogram measure -> per row, the edge indices (value, low, high) of the value
+    and of its 95% interval's endpoints (``dpsql.quantile.release_interval``)."""
 
 
 def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Sequence[tuple],
@@ -75,12 +78,14 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
         if measure.kind == "distinct":  # its own bounded SQL: (keys..., count) rows
             counts = _ExactRows((histograms or {}).get(measure.name, []), width)
             noisy[measure.name] = _add_noise(counts.values(0, counts.positions(keys)), measure, source)
-    chosen = {}
+    chosen, edges = {}, {}
     for aggregate in plan.aggregates:
         if aggregate.function == "quantile":
             rows = (histograms or {}).get(aggregate.measures[0], [])
-            chosen[aggregate.measures[0]] = _choose_quantiles(aggregate, keys, rows, width, source)
-    return Release(keys=tuple(keys), noisy=noisy, chosen=chosen)
+            drawn = _choose_quantiles(aggregate, keys, rows, width, source)
+            edges[aggregate.measures[0]] = drawn
+            chosen[aggregate.measures[0]] = tuple(edge(aggregate.rule, j) for j, _, _ in drawn)
+    return Release(keys=tuple(keys), noisy=noisy, chosen=chosen, edges=edges)
 
 
 class _ExactRows:
@@ -146,15 +151,16 @@ def _add_noise(exact: np.ndarray, measure: Measure, source: Any) -> tuple[int, .
 
 
 def _choose_quantiles(aggregate: AggregateRelease, keys: list[tuple], rows: Sequence[tuple], width: int,
-                      source: Any) -> tuple[Fraction, ...]:
-    """The exponential mechanism's edge for each released key, from its bounded bucket counts."""
+                      source: Any) -> tuple[tuple[int, int, int], ...]:
+    """The exponential mechanism's edge indices (value, low, high) for each released key, from
+    its bounded bucket counts."""
     buckets = aggregate.rule.buckets
     counts = {key: [0] * buckets for key in keys}
     for row in rows:
         key, bucket, count = tuple(row[:width]), int(row[width]), int(row[width + 1] or 0)
         if key in counts:
             counts[key][bucket] += count
-    return tuple(release_quantile(counts[key], aggregate.rule, source) for key in keys)
+    return tuple(release_interval(counts[key], aggregate.rule, source) for key in keys)
 
 
 def _sorted_keys(keys: list[tuple], width: int) -> list[tuple]:
@@ -299,40 +305,101 @@ def half_widths(plan: Plan, release: Release, alpha: float) -> dict[str, list[fl
     S'/C' is (e_S - r e_C) / C' with |r| <= U - L, so at most (h_S + (U - L) h_C) / C'.
     VARIANCE: the same argument for Q'/C' (|ratio| <= R^2) and for the squared mean
     (|m^2 - m'^2| <= 2R |m - m'|), each at alpha/3; STDDEV: sqrt of the variance's.
-    Clamping and contribution bounding add bias that these intervals do not include.
+    Quantiles: max(value - low, high - value) of the value interval drawn at release
+    (``dpsql.quantile.release_interval``), a 95% interval, so reported for alpha >= 0.05 (a
+    conservative figure above 0.05) and NaN below. The released value of a floored COUNT or a
+    clamped AVG or VARIANCE is no farther from the truth than the unclamped one (the truth lies
+    in the clamping range), so the same widths hold. Clamping and contribution bounding add
+    bias that these intervals do not include.
     """
     widths: dict[str, list[float]] = {}
     for aggregate in plan.aggregates:
-        measures = [plan.measure(name) for name in aggregate.measures]
-        first = measures[0]
-        if aggregate.function == "quantile":  # a bound on the rank, in values (dpsql.quantile)
-            widths[aggregate.name] = [quantile_accuracy(aggregate.rule, math.inf, alpha)] * len(release.keys)
-            continue
-        if aggregate.function in ("count", "count_units", "count_distinct", "sum"):
-            widths[aggregate.name] = [float(_noise_half_width(first, alpha) * first.grid)] * len(release.keys)
-            continue
-        counts = release.noisy[measures[-1].name]
-        spread = first.upper - first.lower
-        full = aggregate.upper - aggregate.lower
-        if aggregate.function == "avg":
-            h_sum, h_count = (_noise_half_width(m, alpha / 2) for m in measures)
-            widths[aggregate.name] = [
-                float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
-                for c in counts
-            ]
-            continue
-        h_sum, h_squares, h_count = (_noise_half_width(m, alpha / 3) for m in measures)
-        cells = []
-        for c in counts:
-            if c <= 1:
-                cells.append(float(full**2 / 4) if aggregate.function == "variance" else float(full / 2))
-                continue
-            mean_error = Fraction(h_sum + spread * h_count, c)
-            centred = Fraction(h_squares + spread * spread * h_count, c) + 2 * spread * mean_error
-            variance = min(full**2 / 4, first.grid**2 * centred / 4)
-            cells.append(math.sqrt(variance) if aggregate.function == "stddev" else float(variance))
-        widths[aggregate.name] = cells
+        if aggregate.function == "quantile":
+            widths[aggregate.name] = [max(v - low, high - v) for v, (low, high)
+                                      in zip(_aggregate_values(plan, release, aggregate),
+                                             _quantile_intervals(release, aggregate, alpha))]
+        else:
+            widths[aggregate.name] = _symmetric_widths(plan, release, aggregate, alpha)
     return widths
+
+
+def intervals(plan: Plan, release: Release, alpha: float) -> dict[str, list[tuple[float, float]]]:
+    """Per aggregate, per released row, its (1 - alpha) interval (low, high) in the aggregate's
+    units: value ± half-width (``half_widths``), or a quantile's drawn endpoints (NaN, NaN
+    below alpha 0.05). Floats are rounded outward, so the interval holds the exact one."""
+    result: dict[str, list[tuple[float, float]]] = {}
+    for aggregate in plan.aggregates:
+        if aggregate.function == "quantile":
+            result[aggregate.name] = _quantile_intervals(release, aggregate, alpha)
+            continue
+        values = _aggregate_values(plan, release, aggregate)
+        result[aggregate.name] = [(math.nextafter(v - h, -math.inf), math.nextafter(v + h, math.inf))
+                                  for v, h in zip(values, _symmetric_widths(plan, release, aggregate, alpha))]
+    return result
+
+
+def _quantile_intervals(release: Release, aggregate: AggregateRelease, alpha: float) -> list[tuple[float, float]]:
+    drawn = release.edges[aggregate.measures[0]]
+    if alpha < ENDPOINT_ALPHA:  # the endpoints were drawn for 95%: nothing narrower-risk is known
+        return [(math.nan, math.nan)] * len(drawn)
+    return [(float(edge(aggregate.rule, low)), float(edge(aggregate.rule, high))) for _, low, high in drawn]
+
+
+def _symmetric_widths(plan: Plan, release: Release, aggregate: AggregateRelease, alpha: float) -> list[float]:
+    measures = [plan.measure(name) for name in aggregate.measures]
+    first = measures[0]
+    if aggregate.function in ("count", "count_units", "count_distinct", "sum"):
+        return [float(_noise_half_width(first, alpha) * first.grid)] * len(release.keys)
+    counts = release.noisy[measures[-1].name]
+    spread = first.upper - first.lower
+    full = aggregate.upper - aggregate.lower
+    if aggregate.function == "avg":
+        h_sum, h_count = (_noise_half_width(m, alpha / 2) for m in measures)
+        return [float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
+                for c in counts]
+    h_sum, h_squares, h_count = (_noise_half_width(m, alpha / 3) for m in measures)
+    cells = []
+    for c in counts:
+        if c <= 1:
+            cells.append(float(full**2 / 4) if aggregate.function == "variance" else float(full / 2))
+            continue
+        mean_error = Fraction(h_sum + spread * h_count, c)
+        centred = Fraction(h_squares + spread * spread * h_count, c) + 2 * spread * mean_error
+        variance = min(full**2 / 4, first.grid**2 * centred / 4)
+        cells.append(math.sqrt(variance) if aggregate.function == "stddev" else float(variance))
+    return cells
+
+
+# ---------------------------------------------------------------- what a stored answer keeps
+
+_EDGE_PARTS = ("value", "low", "high")
+
+
+def stored_measures(release: Release) -> dict[str, tuple[int, ...]]:
+    """Everything accuracy needs, as integers per released row: the noisy measures, and each
+    quantile's edge indices as ``<measure>.value``, ``.low`` and ``.high``."""
+    stored = dict(release.noisy)
+    for name, drawn in release.edges.items():
+        for index, part in enumerate(_EDGE_PARTS):
+            stored[f"{name}.{part}"] = tuple(triple[index] for triple in drawn)
+    return stored
+
+
+def stored_names(plan: Plan) -> set[str]:
+    """The names ``stored_measures`` gives for a release of ``plan``."""
+    return {m.name for m in plan.noised} | {f"{m.name}.{part}" for m in plan.histograms for part in _EDGE_PARTS}
+
+
+def from_stored(plan: Plan, stored: dict[str, Sequence[int]], count: int) -> Release:
+    """The ``Release`` (keys left out) that ``stored_measures`` kept, for ``count`` rows."""
+    noisy = {m.name: tuple(stored[m.name]) for m in plan.noised if m.name in stored}
+    edges, chosen = {}, {}
+    for aggregate in plan.aggregates:
+        name = aggregate.measures[0]
+        if aggregate.function == "quantile" and f"{name}.value" in stored:
+            edges[name] = tuple(zip(*(tuple(stored[f"{name}.{part}"]) for part in _EDGE_PARTS)))
+            chosen[name] = tuple(edge(aggregate.rule, j) for j, _, _ in edges[name])
+    return Release(keys=((),) * count, noisy=noisy, chosen=chosen, edges=edges)
 
 
 def _noise_half_width(measure: Measure, alpha: float) -> int:

@@ -110,6 +110,21 @@ def _show(value: Fraction) -> str:
     return f"{float(value):.6g}"
 
 
+def _largest(halves: list[float]) -> float:
+    """The largest half-width of a column; NaN when any cell has none; 0 for no rows."""
+    if any(math.isnan(h) for h in halves):
+        return math.nan
+    return max(halves, default=0.0)
+
+
+def _symmetric(value, half: float) -> tuple[float, float, float]:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan, math.nan, half
+    return number - half, number + half, half
+
+
 class DPResult:
     """The released answer to one query.
 
@@ -129,6 +144,7 @@ class DPResult:
         widths: Callable[[float], dict[str, list[float]]] | None = None,
         exact: bool = False,
         repeat: bool = False,
+        intervals: Callable[[float], dict[str, list[tuple[float, float, float]]]] | None = None,
     ):
         self.columns = list(columns)
         self._rows = [tuple(r) for r in rows]
@@ -140,6 +156,7 @@ class DPResult:
         self.repeat = repeat or bool(getattr(cost, "repeat", False))
         """True when this is a stored earlier answer returned for free."""
         self._widths = widths
+        self._intervals = intervals
 
     def fetchall(self) -> list[tuple]:
         """All released rows, as a list of tuples."""
@@ -154,28 +171,62 @@ class DPResult:
         return pd.DataFrame.from_records(self._rows, columns=self.columns)
 
     def accuracy(self, alpha: float = 0.05) -> dict[str, float]:
-        """Per noisy column, the half-width of the (1 - alpha) interval of its noise.
+        """Per noisy column (every column but keys and constants), the half-width of its
+        (1 - alpha) interval, in the column's own units.
 
-        Where a column's half-width differs by row (AVG), the largest is given; use
-        ``accuracy_df`` for each cell. Bias from clamping and contribution bounds is not
-        included: bounds are the curator's choice and bias the answer toward them.
+        COUNT, SUM, AVG, VARIANCE, STDDEV: the noise's interval. Quantiles (MEDIAN,
+        QUANTILE_CONT, MIN, MAX): a value interval drawn with the answer at 95%, so for
+        alpha >= 0.05 the 95% figure is given (conservative) and for alpha < 0.05 NaN.
+        Post-processed columns (``ROUND(AVG(x), 1)``, ``SUM(x) / COUNT(*)``): derived from
+        their aggregates' intervals by interval arithmetic (``dpsql.accuracy``); NaN, meaning
+        "derived, no ±", where that is not sound (CASE, a divisor interval holding 0, ...).
+        Where a column's half-width differs by row, the largest is given (NaN if any row has
+        none); use ``accuracy_df`` for each cell and ``intervals`` for asymmetric intervals.
+        Bias from clamping and contribution bounds is not included: bounds are the curator's
+        choice and bias the answer toward them.
         """
-        return {name: max(cells) if cells else 0.0 for name, cells in self._cell_widths(alpha).items()}
+        return {name: _largest([half for _, _, half in cells]) for name, cells in self._cells(alpha).items()}
 
     def accuracy_df(self, alpha: float = 0.05) -> pd.DataFrame:
-        """Per released cell, the half-width of its (1 - alpha) noise interval (NaN for keys)."""
-        widths = self._cell_widths(alpha)
+        """Per released cell, the half-width of its (1 - alpha) interval: NaN for keys and for
+        cells with no ± ("derived, no ±"); see ``accuracy``."""
+        cells = self._cells(alpha)
         frame = self.df()
-        for column in frame.columns:
-            frame[column] = widths.get(column, [float("nan")] * len(frame))
+        for position, column in enumerate(self.columns):  # by position: names may repeat
+            column_cells = cells.get(column)
+            frame.isetitem(position, [math.nan] * len(frame) if column_cells is None
+                           else [half for _, _, half in column_cells])
         return frame
 
-    def _cell_widths(self, alpha: float) -> dict[str, list[float]]:
-        if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+    def intervals(self, alpha: float = 0.05) -> pd.DataFrame:
+        """Per released row, the (1 - alpha) interval of each noisy column as ``<name>_low`` and
+        ``<name>_high`` beside its value (keys as released). Quantile intervals are asymmetric;
+        the others are value ± half-width, rounded outward. NaN where there is no ±."""
+        cells = self._cells(alpha)
+        frame = self.df()
+        parts = {}
+        for position, column in enumerate(self.columns):
+            parts[column] = frame.iloc[:, position].tolist()
+            column_cells = cells.get(column)
+            if column_cells is not None:
+                parts[f"{column}_low"] = [low for low, _, _ in column_cells]
+                parts[f"{column}_high"] = [high for _, high, _ in column_cells]
+        return pd.DataFrame(parts, columns=list(parts))
+
+    def _cells(self, alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+        """Per noisy column, per row: (low, high, half-width)."""
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
             raise InvalidParameter(f"alpha must be between 0 and 1, got {alpha!r}")
+        if self._intervals is not None:
+            return self._intervals(float(alpha))
         if self._widths is None:
             return {}
-        return self._widths(float(alpha))
+        values = self.df()
+        cells = {}
+        for name, halves in self._widths(float(alpha)).items():
+            column = values[name].tolist() if name in values else [math.nan] * len(halves)
+            cells[name] = [_symmetric(value, half) for value, half in zip(column, halves)]
+        return cells
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -56,7 +56,10 @@ def test_having_order_and_arithmetic_run_on_noisy_values(db):
     assert {r[0] for r in rows} == {"a", "b", "c"}  # 'd' has no visits: its noisy count fails HAVING
     assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True)
     assert all(40 <= r[2] <= 60 for r in rows)
-    assert set(result.accuracy()) == {"n"}  # 'mean' is derived: no single noise interval
+    accuracy = result.accuracy()  # 'mean' is derived: its interval by interval arithmetic
+    assert set(accuracy) == {"n", "mean"} and 0 < accuracy["mean"] < 50
+    spans = result.intervals()
+    assert (spans["mean_low"] <= spans["mean"]).all() and (spans["mean"] <= spans["mean_high"]).all()
 
 
 def test_filter_and_count_distinct_units(db):
@@ -115,8 +118,12 @@ def test_quantiles_by_the_exponential_mechanism(db):
     (true_med, true_p90), = exact("SELECT MEDIAN(amount), QUANTILE_CONT(amount, 0.9) FROM visits")
     assert abs(med - true_med) < 5 and abs(p90 - true_p90) < 5
     assert 0 <= lo <= 5 and 95 <= hi <= 100
-    ranks = result.accuracy()
-    assert set(ranks) == {"med", "p90", "lo", "hi"} and all(r > 0 for r in ranks.values())
+    widths = result.accuracy()  # value intervals, in the column's units: well inside [0, 100]
+    assert set(widths) == {"med", "p90", "lo", "hi"} and all(0 < w < 50 for w in widths.values())
+    spans = result.intervals().iloc[0]
+    assert spans["lo_low"] == 0 and spans["hi_high"] == 100  # MIN's lower and MAX's upper: the bounds
+    for name in ("med", "p90", "lo", "hi"):
+        assert spans[f"{name}_low"] <= spans[name] <= spans[f"{name}_high"]
     grid = 100 / 1024
     assert all(abs(v / grid - round(v / grid)) < 1e-9 for v in (med, p90, lo, hi))  # outputs on the public grid
 
