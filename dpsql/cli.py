@@ -151,7 +151,8 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     _privacy_arguments(parser)
     parser.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
                         help="how to print the answer (default: table); csv and json add a "
-                             "<column>_halfwidth95 column beside each noisy one")
+                             "<column>_halfwidth95 column beside each noisy one (\"derived, no ±\" where "
+                             "none can be derived)")
     _analyst_argument(parser)
 
 

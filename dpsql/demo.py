@@ -289,6 +289,8 @@ def format_noisy(value: Any, half_width: float) -> str:
     if _is_missing(value):
         return "NULL"
     half_width = float(half_width)
+    if math.isnan(half_width):
+        return f"{_format_plain(value)} (derived, no ±)"
     if not math.isfinite(half_width) or half_width <= 0:
         return f"{_format_plain(value)} ± {half_width:g}"
     decimals = min(6, max(0, 1 - math.floor(math.log10(half_width))))

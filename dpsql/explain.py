@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .plan import Measure, Plan
-from .quantile import quantile_accuracy
+from .quantile import VALUE_SHARE, endpoint_shift, quantile_accuracy, value_rule
 
 
 def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
@@ -61,9 +61,14 @@ def _release_text(aggregate) -> str:
         return f"distinct units ({measures})"
     if aggregate.function == "quantile":
         rule = aggregate.rule
+        ends = "upper endpoint" if rule.q == 0.0 else "lower endpoint" if rule.q == 1.0 else "two endpoints"
+        bound = "its lower one is the bound" if rule.q == 0.0 else "its upper one is the bound" \
+            if rule.q == 1.0 else f"at target ranks q·n ∓ {endpoint_shift(rule)}"
         return (f"quantile q = {rule.q:g} by the exponential mechanism over {rule.buckets + 1} public edges "
-                f"in [{_num(rule.lower)}, {_num(rule.upper)}] ({measures}); rank error at most "
-                f"{quantile_accuracy(rule, float('inf'), 0.05):.4g} values with 95% probability"
+                f"in [{_num(rule.lower)}, {_num(rule.upper)}] ({measures}); the value with "
+                f"{_num(VALUE_SHARE)} of its epsilon (rank error at most "
+                f"{quantile_accuracy(value_rule(rule), float('inf'), 0.05):.4g} values with 95% probability), "
+                f"its 95% value interval's {ends} with the rest ({bound})"
                 + ("; MIN/MAX are the 0 and 1 quantiles" if rule.q in (0.0, 1.0) else ""))
     if aggregate.function == "count_distinct":
         return f"distinct values, at most k per unit ({measures})"

@@ -11,6 +11,7 @@ anyway (one DuckDB connection answers one statement at a time).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -152,12 +153,15 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
 
 def cost_detail(result) -> str:
     """For programs (``dpsql shell postgresql://...``): the exact cost and
-    each noisy column's 95% noise half-width (the largest over its rows), as JSON."""
+    each noisy column's 95% half-width in its own units (the largest over its rows; null
+    where none can be derived, which the shell shows as "derived, no ±"), as JSON."""
     cost = result.cost
     return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
                        "rho": None if cost.rho is None else str(cost.rho),
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
-                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05)})
+                       "repeat": result.repeat,
+                       "halfwidth95": {} if result.exact else {   # null: "derived, no ±"
+                           name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()}})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:

@@ -19,7 +19,9 @@ pro   ██▒▒──┤                          200 ± 100
 
 from __future__ import annotations
 
-from dpsql.shell.render import Answer, is_missing, is_numeric_column, noisy_parts, plain_cell, to_text
+import math
+
+from dpsql.shell.render import NO_INTERVAL, Answer, is_missing, is_numeric_column, noisy_parts, plain_cell, to_text
 
 MAX_LABEL_WIDTH = 30
 """Longer group labels are cut, so the bars keep most of the width."""
@@ -68,13 +70,18 @@ def render_chart(answer: Answer, column: str | None = None, *, width: int = 100,
     label_texts = [_label(answer, labels, row, r) for r, row in enumerate(answer.rows)]
     values = [None if is_missing(row[index]) else float(row[index]) for row in answer.rows]
     value_texts = _value_texts(values, widths)
+    # Error bars: each row's interval, asymmetric for quantiles; none where there is no ±.
+    spans = answer.intervals.get(value_column) or [
+        (v - _finite(w), v + _finite(w)) if v is not None else (0.0, 0.0) for v, w in zip(values, widths)]
+    spans = [(lo, hi) if math.isfinite(lo) and math.isfinite(hi) and v is not None else (v or 0.0, v or 0.0)
+             for v, (lo, hi) in zip(values, spans)]
 
     label_width = max(len(t) for t in label_texts)
     value_width = max(len(t) for t in value_texts)
     bar_width = max(10, min(60, width - label_width - value_width - 6))
-    known = [(v, w) for v, w in zip(values, widths) if v is not None]
-    low = min([0.0, *(v - _finite(w) for v, w in known)])
-    high = max([0.0, *(v + _finite(w) for v, w in known)])
+    known = [(v, span) for v, span in zip(values, spans) if v is not None]
+    low = min([0.0, *(min(v, lo) for v, (lo, _) in known)])
+    high = max([0.0, *(max(v, hi) for v, (_, hi) in known)])
     scale = bar_width / ((high - low) or 1.0)
 
     def cell(x: float) -> int:
@@ -88,13 +95,12 @@ def render_chart(answer: Answer, column: str | None = None, *, width: int = 100,
     text.append(" value, ")
     text.append("▒─┤", style=INTERVAL_STYLE)
     text.append(f" {'95% interval' if answer.half_widths else 'exact, no noise'})\n")
-    for label, value, half_width, shown in zip(label_texts, values, widths, value_texts):
+    for label, value, (span_low, span_high), shown in zip(label_texts, values, spans, value_texts):
         text.append(label.ljust(label_width) + "  ")
         if value is None:
             text.append(" " * bar_width + "  " + shown.rjust(value_width) + "\n")
             continue
-        bar = _bar_cells(cell(0.0), cell(value), cell(value - _finite(half_width)),
-                         cell(value + _finite(half_width)), bar_width)
+        bar = _bar_cells(cell(0.0), cell(value), cell(span_low), cell(span_high), bar_width)
         for char in bar:
             text.append(char, style=BAR_STYLE if char == "█" else INTERVAL_STYLE if char != " " else "")
         text.append("  " + shown.rjust(value_width) + "\n")
@@ -156,8 +162,9 @@ def _label(answer: Answer, labels: list[str], row: tuple, r: int) -> str:
 def _value_texts(values: list[float | None], widths: list[float]) -> list[str]:
     parts = [noisy_parts(v, w) for v, w in zip(values, widths)]
     value_width = max(len(v) for v, _ in parts)
-    error_width = max(len(e) for _, e in parts)
-    return [f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v for v, e in parts]
+    error_width = max((len(e) for _, e in parts if e != NO_INTERVAL), default=0)
+    return [f"{v:>{value_width}} ({e})" if e == NO_INTERVAL else
+            f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v for v, e in parts]
 
 
 def _finite(half_width: float) -> float:

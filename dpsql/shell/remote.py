@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -120,7 +121,9 @@ class RemoteConnection:
 
         def widths(alpha: float) -> dict[str, list[float]]:
             # The server sends the 95% interval only: other levels are not known here.
-            return {name: [value] * len(rows) for name, value in half.items()} if alpha == 0.05 else {}
+            # null: no ± could be derived (NaN, shown as "derived, no ±").
+            return {name: [math.nan if value is None else value] * len(rows)
+                    for name, value in half.items()} if alpha == 0.05 else {}
 
         return DPResult(columns, rows, cost, widths=widths, exact=exact)
 

@@ -39,6 +39,9 @@ MODES = ("table", "csv", "json", "markdown", "chart")
 ALPHA = 0.05
 """Intervals are 95%: the ± of every noisy value is the half-width of its 95% noise interval."""
 
+NO_INTERVAL = "derived, no ±"
+"""Shown instead of a ± where a noisy column's accuracy cannot be derived soundly (NaN)."""
+
 ERROR_LABELS: tuple[tuple[type[DPError], str, str], ...] = (
     (UnsupportedQuery, "refused", "nothing was read or charged"),
     (BudgetExceeded, "over budget", "nothing was released or charged"),
@@ -59,7 +62,8 @@ class Answer:
     rows: list[tuple]
     """Released rows (noisy values and public keys only)."""
     half_widths: dict[str, list[float]] = field(default_factory=dict)
-    """Per noisy column, the 95% half-width of each row's noise; keys and exact columns absent."""
+    """Per noisy column, the 95% half-width of each row's noise (NaN: "derived, no ±"); keys
+    and exact columns absent."""
     cost_epsilon: Fraction = Fraction(0)
     """The epsilon this query was charged."""
     cost_delta: Fraction = Fraction(0)
@@ -68,6 +72,9 @@ class Answer:
     """True for a query over public tables only: exact, free."""
     repeat: bool = False
     """True when the engine returned an earlier answer for free."""
+    intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """Per noisy column, each row's 95% interval (low, high) where known: quantiles' are
+    asymmetric. A column absent here is value ± half-width."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -75,15 +82,21 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     rows = [tuple(row) for row in result.fetchall()]
     noisy = set() if getattr(result, "exact", False) else set(result.accuracy(alpha))
     half_widths: dict[str, list[float]] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
     if noisy:
         cells = result.accuracy_df(alpha)
         for position, column in enumerate(result.columns):  # by position: names may repeat
             if column in noisy:
                 half_widths[column] = [float(w) for w in cells.iloc[:, position].tolist()]
+        if hasattr(result, "intervals"):
+            frame = result.intervals(alpha)
+            for column in noisy:
+                if f"{column}_low" in frame:
+                    spans[column] = list(zip(map(float, frame[f"{column}_low"]), map(float, frame[f"{column}_high"])))
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)))
+                  bool(getattr(result, "repeat", False)), intervals=spans)
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:
@@ -119,9 +132,13 @@ def noisy_parts(value: Any, half_width: float) -> tuple[str, str]:
     ('1,186', '6')
     >>> noisy_parts(None, 3.0)
     ('NULL', '')
+    >>> noisy_parts(4.25, float("nan"))
+    ('4.25', 'derived, no ±')
     """
     if is_missing(value):
         return "NULL", ""
+    if isinstance(half_width, float) and math.isnan(half_width):
+        return plain_cell(value), NO_INTERVAL
     if not isinstance(half_width, (int, float)) or not math.isfinite(half_width) or half_width <= 0:
         return plain_cell(value), ""
     decimals = min(6, max(0, 1 - math.floor(math.log10(half_width))))
@@ -163,8 +180,9 @@ def cell_texts(answer: Answer) -> list[list[str]]:
             continue
         parts = [noisy_parts(row[index], w) for row, w in zip(answer.rows, widths)]
         value_width = max((len(v) for v, _ in parts), default=0)
-        error_width = max((len(e) for _, e in parts), default=0)
-        columns.append([f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v
+        error_width = max((len(e) for _, e in parts if e != NO_INTERVAL), default=0)
+        columns.append([f"{v:>{value_width}} ({e})" if e == NO_INTERVAL else
+                        f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v
                         for v, e in parts])
     return [list(row) for row in zip(*columns)] if columns else []
 
@@ -220,7 +238,8 @@ def render_rows(columns: list[str], rows: list[tuple], *, width: int = 100, colo
 
 
 def render_csv(answer: Answer) -> str:
-    """CSV with full-precision values; each noisy column is followed by ``<name>_halfwidth95``."""
+    """CSV with full-precision values; each noisy column is followed by ``<name>_halfwidth95``
+    (``derived, no ±`` where none can be derived)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(_flat_header(answer))
@@ -230,7 +249,8 @@ def render_csv(answer: Answer) -> str:
 
 
 def render_json(answer: Answer) -> str:
-    """A JSON array of row objects; each noisy column also has ``<name>_halfwidth95``."""
+    """A JSON array of row objects; each noisy column also has ``<name>_halfwidth95``
+    (``"derived, no ±"`` where none can be derived)."""
     header = _flat_header(answer)
     records = [dict(zip(header, record)) for record in _flat_rows(answer)]
     return json.dumps(records, indent=2, default=str, allow_nan=False) + "\n"
@@ -266,7 +286,9 @@ def _flat_rows(answer: Answer) -> list[list[Any]]:
         for name, value in zip(answer.columns, row):
             record.append(_plain_value(value))
             if name in answer.half_widths:
-                record.append(_plain_value(answer.half_widths[name][r]))
+                half = answer.half_widths[name][r]
+                missing = isinstance(half, float) and math.isnan(half) and not is_missing(value)
+                record.append(NO_INTERVAL if missing else _plain_value(half))
         records.append(record)
     return records
 
