@@ -81,6 +81,13 @@ def _out(values: Sequence[float]) -> Interval:
     return _down(min(values)), _up(max(values))
 
 
+def _loose(values: Sequence[float]) -> Interval:
+    """The hull of endpoints computed by library functions (sqrt, log, exp), which are not
+    correctly rounded here or in DuckDB: widened by a relative 2**-40, far beyond their error."""
+    low, high = _out(values)
+    return _down(low - abs(low) * 2**-40), _up(high + abs(high) * 2**-40)
+
+
 _NUMERIC_CASTS = {"DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "TINYINT", "SMALLINT", "INT", "INTEGER",
                   "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "INT128", "INT64",
                   "INT32", "INT16", "INT8", "FLOAT64", "FLOAT4", "FLOAT8", "DOUBLE PRECISION", "UINT", "UINT128",
@@ -136,21 +143,22 @@ def _eval(node: exp.Expression, env: dict[str, Interval]) -> Interval:
         low, high = _eval(node.this, env)
         if low < 0:
             raise _NoInterval
-        return _out([math.sqrt(low), math.sqrt(high)])
+        return _loose([math.sqrt(low), math.sqrt(high)])
     if isinstance(node, exp.Ln) or (isinstance(node, exp.Log) and node.expression is None):
-        low, high = _eval(node.this, env)
+        low, high = _eval(node.this, env)  # one-argument LOG is DuckDB's base-10 logarithm
         if low <= 0:
             raise _NoInterval
-        return _out([math.log(low), math.log(high)])
+        log = math.log if isinstance(node, exp.Ln) else math.log10
+        return _loose([log(low), log(high)])
     if isinstance(node, exp.Log) and isinstance(node.this, exp.Literal) and not node.this.is_string:
         base = float(node.this.this)  # LOG(b, x) in DuckDB's reading: base first
         low, high = _eval(node.expression, env)
         if low <= 0 or base <= 1:
             raise _NoInterval
-        return _out([math.log(low, base), math.log(high, base)])
+        return _loose([math.log(low, base), math.log(high, base)])
     if isinstance(node, exp.Exp):
         low, high = _eval(node.this, env)
-        return _out([math.exp(low), math.exp(high)])
+        return _loose([math.exp(low), math.exp(high)])
     raise _NoInterval
 
 

@@ -98,7 +98,8 @@ def test_no_interval_where_none_is_sound(sql, env):
 
 EXPRESSIONS = ["a0 / a1", "ROUND(a0 / a1, 1)", "(a0 - a1) * 3 + 1", "ABS(a0) / 60", "CAST(a0 AS INTEGER)",
                "GREATEST(a0, a1) - LEAST(a0, a1)", "SQRT(ABS(a0)) + FLOOR(a1)", "ROUND(a0 * a1, -1)",
-               "CAST(a0 / 7 AS DECIMAL(12, 3))", "-(a0) / -a1"]
+               "CAST(a0 / 7 AS DECIMAL(12, 3))", "-(a0) / -a1", "LOG(a1)", "LN(a1)", "LOG10(a1) + LOG2(a1)",
+               "LOG(2, a1)", "EXP(a1 / 10)", "ROUND(a0)", "CEIL(a0 / 3) - FLOOR(a1 * 2)"]
 
 
 @pytest.mark.parametrize("sql", EXPRESSIONS)
