@@ -19,7 +19,7 @@ import pytest
 import dpsql
 from dpsql import noise, release
 from dpsql.noise import SeededSource
-from dpsql.quantile import release_quantile
+from dpsql.quantile import edge, release_interval
 from dpsql.release import Release
 from dpsql.rewrite import rewrite_plan, rewrite_separate
 from dpsql.selection import SelectionRule, select_partitions
@@ -49,7 +49,7 @@ def reference_release_measures(plan, domain, exact_rows, source=None, histograms
             counts = {tuple(r[:width]): int(r[width] or 0) for r in (histograms or {}).get(measure.name, [])}
             exact = [counts.get(k, 0) for k in keys]
             noisy[measure.name] = tuple(e + int(z) for e, z in zip(exact, _reference_draw(measure, len(exact), source)))
-    chosen = {}
+    chosen, edges = {}, {}
     for aggregate in plan.aggregates:
         if aggregate.function == "quantile":
             rows = (histograms or {}).get(aggregate.measures[0], [])
@@ -59,8 +59,11 @@ def reference_release_measures(plan, domain, exact_rows, source=None, histograms
                 key, bucket, count = tuple(row[:width]), int(row[width]), int(row[width + 1] or 0)
                 if key in counts:
                     counts[key][bucket] += count
-            chosen[aggregate.measures[0]] = tuple(release_quantile(counts[key], aggregate.rule, source) for key in keys)
-    return Release(keys=tuple(keys), noisy=noisy, chosen=chosen)
+            # The value and its interval's endpoints, drawn per key in that order.
+            drawn = tuple(release_interval(counts[key], aggregate.rule, source) for key in keys)
+            edges[aggregate.measures[0]] = drawn
+            chosen[aggregate.measures[0]] = tuple(edge(aggregate.rule, j) for j, _, _ in drawn)
+    return Release(keys=tuple(keys), noisy=noisy, chosen=chosen, edges=edges)
 
 
 def _reference_sort_key(key):
