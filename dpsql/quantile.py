@@ -42,24 +42,34 @@ a released MIN has few values below it but may lie anywhere in [lower, true mini
 
 A value interval (``release_interval``). A rank bound says nothing about values without
 reading data, so part of the aggregate's own epsilon buys two more draws on the same
-histogram: the lower endpoint with utility -|c_j - (q·n - R)| and the upper with
--|c_j - (q·n + R)|, where R is an endpoint draw's own public rank bound (``quantile_accuracy``
-of ``endpoint_rule`` at ENDPOINT_ALPHA/2, uncapped, rounded up to an integer), except that the
-public bound's edge (edge 0 for the lower endpoint, edge B for the upper) always has utility 0,
-the best. Shift and anchor are public, so each endpoint utility moves between neighbours at
-most as u(j) does: the same Delta_u (``tests/test_accuracy.py`` enumerates it).
+histogram, one per endpoint. Let R0 be an endpoint draw's own public rank bound
+(``quantile_accuracy`` of ``endpoint_rule`` at ENDPOINT_ALPHA/2, uncapped, rounded up),
+A = ceil(R0/2) and R = R0 + A (``endpoint_shift``). The lower endpoint aims at rank
+t = q·n - R and scores edge j by how far t lies from the ranks of the bucket above it,
+
+    u_low(j) = -dist(t, [c_j, c_{j+1}])      (j < B; [n, n] for j = B),
+
+except that edge 0, the public lower bound, scores at least -A: u_low(0) = max(-A, ...). The
+upper endpoint aims at t = q·n + R with the bucket below each edge ([c_{j-1}, c_j]; [0, 0] for
+j = 0) and edge B, the upper bound, at least -A. dist(t, [a, b]) = max(a - t, 0, t - b) is
+1-Lipschitz in (a - q·n, b - q·n), each of which moves between neighbours as c_j - q·n does,
+and R, A are public: each endpoint utility has the quantile's Delta_u
+(``tests/test_accuracy.py`` enumerates it).
 
 Coverage. Let v be a q-quantile of the clamped values: #{x < v} <= q·n <= #{x <= v}. If the
-lower endpoint misses (low > v), c_low = #{x < low} >= #{x <= v} >= q·n, so its utility is
-at most -R while the anchor's is 0; by the EM's tail bound (Dwork & Roth Thm 3.11, with the
-anchor as the optimum) that has probability at most (B + 1)·exp(-epsilon_e·R/(2·Delta_u)) <=
+lower endpoint misses (low > v), c_low = #{x < low} >= #{x <= v} >= q·n, so its score is at
+most -(c_low - t) <= -R, while edge 0 scores at least -A: by the EM's tail bound (Dwork & Roth
+Thm 3.11) that has probability at most (B + 1)·exp(-epsilon_e·(R - A)/(2·Delta_u)) =
 ENDPOINT_ALPHA/2. Symmetrically for the upper endpoint (c_high <= #{x < v} <= q·n). So with
-probability >= 1 - ENDPOINT_ALPHA, [low, high] holds every q-quantile of the values in the
-histogram, with no grid error: c_j counts the values below edge j exactly. (Without the
-anchors the guarantee would hold only up to the grid's OPT, which is large when q·n ± R falls
-outside [0, n]: few values above a high quantile, a small group. Measured: 15 misses in 400
-for the 0.9-quantile of 200 values, against 1 with the anchors.) DuckDB's QUANTILE_CONT
-interpolates between two neighbouring values, which can put it up to one value's gap outside.
+probability >= 1 - ENDPOINT_ALPHA, [low, high] holds every q-quantile of the histogram's
+values, with no grid error: c_j counts the values below edge j exactly, and a heavy bucket
+holding t scores 0. (The plain utility -|c_j - t| has the theorem only up to the grid's OPT,
+which is large for heavy buckets and when t falls outside [0, n]: few values above a high
+quantile, a small group. Measured: 15 misses in 400 for the 0.9-quantile of 200 values, and
+coverage lost entirely on data with heavy buckets.) The bound's floor -A keeps it from taking
+mass from good edges (it wins only when no edge scores above -A, e.g. q·n < R - A), at the
+price of R = 1.5·R0. DuckDB's QUANTILE_CONT interpolates between two neighbouring values,
+which can put it up to one value's gap outside.
 
 The epsilon split is VALUE_SHARE for the value and the rest for the endpoints, halved between
 two (MIN, q = 0, needs only the upper endpoint, its lower being the public lower bound; MAX only
@@ -95,7 +105,7 @@ from . import noise
 from .errors import InternalError
 
 __all__ = ["QuantileRule", "quantile_rule", "release_quantile", "quantile_accuracy", "release_interval",
-           "value_rule", "endpoint_rule", "endpoint_shift", "edge", "VALUE_SHARE", "ENDPOINT_ALPHA"]
+           "value_rule", "endpoint_rule", "endpoint_shift", "bound_floor", "edge", "VALUE_SHARE", "ENDPOINT_ALPHA"]
 
 MAX_BUCKETS = 2**20     # candidates are materialised; more would only cost time and ln(B+1)
 
@@ -203,7 +213,17 @@ def endpoint_rule(rule: QuantileRule) -> QuantileRule:
 
 
 def endpoint_shift(rule: QuantileRule) -> int:
-    """R: an endpoint draw's public rank bound at ENDPOINT_ALPHA/2 (uncapped), rounded up."""
+    """R = R0 + A: R0 an endpoint draw's public rank bound at ENDPOINT_ALPHA/2 (uncapped),
+    rounded up, and A = ``bound_floor`` (module docstring)."""
+    return _rank_bound(rule) + bound_floor(rule)
+
+
+def bound_floor(rule: QuantileRule) -> int:
+    """A = ceil(R0/2): the public bound's edge scores at least -A in an endpoint draw."""
+    return (_rank_bound(rule) + 1) // 2
+
+
+def _rank_bound(rule: QuantileRule) -> int:
     return math.ceil(quantile_accuracy(endpoint_rule(rule), math.inf, ENDPOINT_ALPHA / 2))
 
 
@@ -211,7 +231,7 @@ def release_interval(bucket_counts: Sequence[int], rule: QuantileRule, source=No
     """Edge indices (value, low, high) of a quantile released with its value interval.
 
     ``rule`` carries the aggregate's whole epsilon; the value is drawn with ``value_rule``,
-    each endpoint with ``endpoint_rule`` at target q·n ∓ R (module docstring). The endpoints
+    each endpoint with ``endpoint_rule`` aiming at rank q·n ∓ R (module docstring). The endpoints
     are clamped so low <= value <= high.
 
     >>> rule = quantile_rule(0.5, Fraction(1), 1, "bounded", 0, 100, buckets=100)
@@ -221,10 +241,9 @@ def release_interval(bucket_counts: Sequence[int], rule: QuantileRule, source=No
     """
     counts = _check_counts(bucket_counts, rule.buckets)
     value = noise.exponential_mechanism(_log_weights(counts, value_rule(rule)), source)
-    shift, ends = endpoint_shift(rule), endpoint_rule(rule)
-    low = 0 if rule.q == 0.0 else noise.exponential_mechanism(_log_weights(counts, ends, -shift, anchor=0), source)
+    low = 0 if rule.q == 0.0 else noise.exponential_mechanism(_endpoint_log_weights(counts, rule, "low"), source)
     high = rule.buckets if rule.q == 1.0 else noise.exponential_mechanism(
-        _log_weights(counts, ends, shift, anchor=rule.buckets), source)
+        _endpoint_log_weights(counts, rule, "high"), source)
     return value, min(low, value), max(high, value)
 
 
@@ -252,11 +271,41 @@ def quantile_accuracy(rule: QuantileRule, n_released: float, alpha: float) -> fl
     return min(bound, max(rule.q, 1 - rule.q) * max(float(n_released), 0.0))
 
 
-def _log_weights(bucket_counts: Sequence[int], rule: QuantileRule, shift: int = 0,
-                 anchor: int | None = None) -> np.ndarray:
+def _endpoint_log_weights(bucket_counts: Sequence[int], rule: QuantileRule, side: str) -> np.ndarray:
+    """The log weights of an endpoint draw (module docstring), exact as ``_log_weights``'s, with
+    ``endpoint_rule(rule)``'s epsilon; ``rule`` is the aggregate's, ``side`` "low" or "high"."""
+    counts = _check_counts(bucket_counts, rule.buckets)
+    a, b = rule.q.as_integer_ratio()
+    below = [0]
+    for count in counts:
+        below.append(below[-1] + count)
+    n = below[-1]
+    shift, floor = endpoint_shift(rule), bound_floor(rule)
+    if side == "low":
+        target = a * n - shift * b                                  # b·t
+        ranges = list(zip(below, below[1:] + [n]))                  # the bucket above each edge
+        anchor = 0
+    else:
+        target = a * n + shift * b
+        ranges = list(zip([0] + below[:-1], below))                 # the bucket below each edge
+        anchor = rule.buckets
+    gaps = [max(low * b - target, 0, target - high * b) for low, high in ranges]   # b·dist(t, range)
+    gaps[anchor] = min(gaps[anchor], floor * b)
+    return _weights_of(gaps, endpoint_rule(rule), b)
+
+
+def _weights_of(gaps: list[int], rule: QuantileRule, b: int) -> np.ndarray:
+    best = min(gaps)
+    coefficient = rule.epsilon / (2 * rule.utility_sensitivity * b)
+    num, den = coefficient.numerator, coefficient.denominator
+    huge = den * 10**300      # a weight below -1e300 has probability 0 in any float: -inf
+    return np.array([-((gap - best) * num) / den if (gap - best) * num < huge else -math.inf
+                     for gap in gaps], dtype=np.float64)
+
+
+def _log_weights(bucket_counts: Sequence[int], rule: QuantileRule, shift: int = 0) -> np.ndarray:
     """epsilon·(u(j) - max u)/(2·Delta_u) for each edge, each computed exactly and rounded once,
-    for u(j) = -|c_j - (q·n + shift)| (``shift`` a public integer, 0 for the quantile itself),
-    except u(anchor) = 0 when an anchor edge is given (an endpoint's public bound).
+    for u(j) = -|c_j - (q·n + shift)| (``shift`` a public integer, 0 for the quantile itself).
 
     With q = a/b exactly (b a power of two), |c_j - q·n - s| = |c_j·b - a·n - s·b| / b in
     integers, so each weight is one correctly rounded integer division (Python's int / int).
@@ -270,14 +319,7 @@ def _log_weights(bucket_counts: Sequence[int], rule: QuantileRule, shift: int = 
         below.append(below[-1] + count)
     target = a * below[-1] + int(shift) * b
     gaps = [abs(c * b - target) for c in below]                  # b·|c_j - q·n|
-    if anchor is not None:
-        gaps[anchor] = 0                                          # the best utility there is, whatever the data
-    best = min(gaps)
-    coefficient = rule.epsilon / (2 * rule.utility_sensitivity * b)
-    num, den = coefficient.numerator, coefficient.denominator
-    huge = den * 10**300      # a weight below -1e300 has probability 0 in any float: -inf
-    return np.array([-((gap - best) * num) / den if (gap - best) * num < huge else -math.inf
-                     for gap in gaps], dtype=np.float64)
+    return _weights_of(gaps, rule, b)
 
 
 def _check_counts(bucket_counts: Sequence[int], buckets: int) -> list[int]:

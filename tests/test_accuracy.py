@@ -30,8 +30,8 @@ import dpsql
 from dpsql import noise, quantile
 from dpsql.accuracy import aggregates_of, derive
 from dpsql.noise import SeededSource
-from dpsql.quantile import (ENDPOINT_ALPHA, VALUE_SHARE, _log_weights, edge, endpoint_rule, endpoint_shift,
-                            quantile_accuracy, quantile_rule, release_interval, value_rule)
+from dpsql.quantile import (ENDPOINT_ALPHA, VALUE_SHARE, _endpoint_log_weights, bound_floor, edge, endpoint_rule,
+                            endpoint_shift, quantile_accuracy, quantile_rule, release_interval, value_rule)
 from dpsql.shell.chart import render_chart
 from dpsql.shell.render import NO_INTERVAL, answer_from, render_answer
 
@@ -146,37 +146,48 @@ def neighbour_pairs(buckets: int, k: int, neighbours: str):
     return d0 + first, d0 + second
 
 
-def endpoint_utilities(counts: np.ndarray, q: float, shift: int, anchor: int) -> np.ndarray:
-    """u(j) = -|c_j - (q n + shift)|, and 0 at the anchor (the public bound), per row and edge."""
+def endpoint_utilities(counts: np.ndarray, q: float, shift: int, floor: int, side: str) -> np.ndarray:
+    """Per row and edge: -dist(t, ranks of the bucket above (low) or below (high) the edge), with
+    t = q n -/+ shift, and the public bound's edge at least -floor (an independent reading of
+    the module docstring of dpsql.quantile)."""
     below = np.concatenate([np.zeros((len(counts), 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
-    u = -np.abs(below - (q * below[:, -1:] + shift))
-    u[:, anchor] = 0
+    n = below[:, -1:]
+    if side == "low":
+        t, lo, hi = q * n - shift, below, np.concatenate([below[:, 1:], n], axis=1)
+    else:
+        t, lo, hi = q * n + shift, np.concatenate([np.zeros_like(n), below[:, :-1]], axis=1), below
+    u = -np.maximum(np.maximum(lo - t, 0), t - hi)
+    anchor = 0 if side == "low" else -1
+    u[:, anchor] = np.maximum(u[:, anchor], -floor)
     return u
 
 
 @pytest.mark.parametrize("neighbours", ["unbounded", "bounded"])
 @pytest.mark.parametrize("q", [0, 0.25, 0.5, 1])
 def test_endpoint_utility_sensitivity_is_the_quantiles(q, neighbours):
-    # The endpoints shift the target by a public R and pin the public bound's edge at the best
-    # utility: neither moves with the data, so the largest change one unit makes is the same.
-    for k, buckets, shift in itertools.product((1, 2, 3), (2, 3), (-5, -1, 1, 2, 7)):
+    # The endpoints aim at a public shift of q n and floor the public bound's edge at a public
+    # -A: the largest change one unit makes is the quantile's own Delta_u, and it is reached.
+    for k, buckets in itertools.product((1, 2, 3), (2, 3)):
         rule = quantile_rule(q, Fraction(1), k, neighbours, 0, 1, buckets=buckets)
         d0, d1 = neighbour_pairs(buckets, k, neighbours)
-        anchor = 0 if shift < 0 else buckets
-        largest = np.max(np.abs(endpoint_utilities(d0, q, shift, anchor) - endpoint_utilities(d1, q, shift, anchor)))
-        assert Fraction(float(largest)) <= rule.utility_sensitivity
+        largest = 0.0
+        for side, shift, floor in itertools.product(("low", "high"), (0, 1, 2, 7), (0, 1, 3)):
+            change = np.abs(endpoint_utilities(d0, q, shift, floor, side) - endpoint_utilities(d1, q, shift, floor, side))
+            largest = max(largest, float(np.max(change)))
+        assert Fraction(largest) <= rule.utility_sensitivity
+        if buckets > 1 and (neighbours == "unbounded" or k > 1):
+            assert Fraction(largest) == rule.utility_sensitivity
 
 
-def test_endpoint_weights_are_the_shifted_anchored_utility_exactly():
+def test_endpoint_weights_are_the_utility_exactly():
     rule = quantile_rule(0.3, Fraction(7, 10), 3, "unbounded", 0, 1, buckets=5)
-    counts = [4, 0, 9, 2, 7]
-    below = [0, 4, 4, 13, 15, 22]
-    for shift, anchor in ((-4, 0), (6, 5), (3, None)):
-        gaps = [abs(c - Fraction(0.3) * 22 - shift) for c in below]
-        if anchor is not None:
-            gaps[anchor] = 0
-        scale = rule.epsilon / (2 * rule.utility_sensitivity)
-        assert _log_weights(counts, rule, shift, anchor).tolist() == [float(-scale * (g - min(gaps))) for g in gaps]
+    counts = np.array([[4, 0, 9, 2, 7], [0, 0, 0, 0, 1], [30, 0, 0, 0, 0]])
+    shift, floor = endpoint_shift(rule), bound_floor(rule)
+    scale = endpoint_rule(rule).epsilon / (2 * rule.utility_sensitivity)
+    for side in ("low", "high"):
+        for row, u in zip(counts, endpoint_utilities(counts, Fraction(0.3), shift, floor, side)):
+            want = [float(scale * (Fraction(x) - max(u))) for x in u]   # u is exact: Fractions of dyadic q
+            assert _endpoint_log_weights(row.tolist(), rule, side).tolist() == want
 
 
 def test_the_three_draws_spend_the_aggregates_epsilon():
@@ -185,7 +196,8 @@ def test_the_three_draws_spend_the_aggregates_epsilon():
         ends = 1 if q in (0, 1) else 2
         assert value_rule(rule).epsilon + ends * endpoint_rule(rule).epsilon == rule.epsilon
         assert value_rule(rule).epsilon == rule.epsilon * VALUE_SHARE
-        assert endpoint_shift(rule) == math.ceil(quantile_accuracy(endpoint_rule(rule), math.inf, ENDPOINT_ALPHA / 2))
+        r0 = math.ceil(quantile_accuracy(endpoint_rule(rule), math.inf, ENDPOINT_ALPHA / 2))
+        assert bound_floor(rule) == math.ceil(r0 / 2) and endpoint_shift(rule) == r0 + bound_floor(rule)
 
 
 # ---------------------------------------------------------------- coverage of the value interval
@@ -193,6 +205,12 @@ def test_the_three_draws_spend_the_aggregates_epsilon():
 def light_counts(n: int, buckets: int = 1024) -> list[int]:
     """n values in distinct buckets: no heavy bucket (a fixed dataset, not noise)."""
     chosen = np.random.default_rng(11).choice(buckets, n, replace=False)
+    return np.bincount(chosen, minlength=buckets).tolist()
+
+
+def heavy_counts(n: int, buckets: int = 1024) -> list[int]:
+    """n values on 12 distinct buckets: every bucket holding values is heavy."""
+    chosen = np.random.default_rng(12).choice(np.arange(0, buckets, buckets // 12)[:12], n)
     return np.bincount(chosen, minlength=buckets).tolist()
 
 
@@ -221,8 +239,9 @@ def test_quantile_interval_covers_the_true_quantile(q, epsilon, n):
     # anchored endpoint utilities put every missing edge at least R below the best).
     trials = 300
     rule = quantile_rule(q, epsilon, 1, "unbounded", 0, 1024, buckets=1024)
-    missed = misses(light_counts(n), rule, trials)
-    assert stats.binom.sf(missed - 1, trials, ENDPOINT_ALPHA) >= P_FAIL, missed
+    for counts in (light_counts(n), heavy_counts(n)):
+        missed = misses(counts, rule, trials)
+        assert stats.binom.sf(missed - 1, trials, ENDPOINT_ALPHA) >= P_FAIL, missed
 
 
 @pytest.mark.parametrize(("q", "epsilon", "n"), COVERAGE)
