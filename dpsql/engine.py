@@ -293,6 +293,20 @@ class Engine:
                                 for value, type_name in zip(row, types)) for row in result]
             return names, result
 
+    def released_types(self, columns: list[str], types: list[str], sql: str) -> list[tuple[str, str]]:
+        """(name, type) of a post-processing query's columns over an empty ``dp_core`` of
+        these columns: binds the query, reads no rows (``DPResult.types``)."""
+        with self._lock:
+            if self._post is None:
+                self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
+            connection = self._post
+            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
+            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
+            try:
+                return [(row[0], row[1]) for row in connection.execute(f"DESCRIBE {sql}").fetchall()]
+            finally:
+                connection.execute("DROP TABLE dp_core")
+
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
         """(name, type) of each column ``sql`` would return: binds the query, reads no rows.
 
@@ -328,6 +342,40 @@ class Engine:
             self._post = None
         if self._owned:
             self._connection.close()
+
+
+def convert_released(columns: list[str], types: list[str], texts: list[tuple], form: str):
+    """Released rows as DuckDB itself converts them: ``form`` is "df", "arrow" or "numpy".
+
+    ``texts`` holds each value as DuckDB's text (or ``None`` for NULL); each column is cast
+    to its type in a fresh, hardened, empty in-memory database, and DuckDB's own conversion of
+    that relation is returned, so dtypes are exactly those a DuckDB user gets (HUGEINT as a
+    float64 column in pandas and a decimal128(38, 0) in Arrow, DATE as datetime64, ...).
+    Returns ``None`` when a value does not cast back (the caller converts the Python values).
+
+    >>> convert_released(["n", "d"], ["BIGINT", "DATE"], [("3", "2024-01-31")], "df").dtypes.tolist()
+    [dtype('int64'), dtype('<M8[us]')]
+    """
+    names = [f"dp_c{i}" for i in range(len(columns))]
+    frame = pd.DataFrame.from_records(texts, columns=names) if texts else pd.DataFrame({n: [] for n in names})
+    frame = frame.astype(object)
+    connection = duckdb.connect(":memory:", config=hardened_config("1GB"))
+    try:
+        connection.register("dp_frame", frame)
+        select = ", ".join(f'CAST(CAST({n} AS VARCHAR) AS {t}) AS "{c.replace(chr(34), chr(34) * 2)}"'
+                           for n, t, c in zip(names, types, columns))
+        relation = connection.sql(f"SELECT {select} FROM dp_frame")
+        if form == "df":
+            return relation.df()
+        if form == "arrow":
+            return relation.to_arrow_table()
+        if form == "numpy":
+            return relation.fetchnumpy()
+        raise InvalidParameter(f"unknown conversion {form!r}")
+    except duckdb.Error:
+        return None
+    finally:
+        connection.close()
 
 
 def _frameable(rows: list[tuple], types: list[str]) -> list[tuple]:

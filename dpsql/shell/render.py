@@ -72,7 +72,7 @@ class Answer:
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     """The ``Answer`` of a ``DPResult``, with the per-cell half-widths of its noisy columns."""
-    rows = [tuple(row) for row in result.fetchall()]
+    rows = [tuple(row) for row in result]  # every row, whatever was fetched before
     noisy = set() if getattr(result, "exact", False) else set(result.accuracy(alpha))
     half_widths: dict[str, list[float]] = {}
     if noisy:
