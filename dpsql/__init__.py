@@ -5,6 +5,9 @@
 ['DPError', 'PolicyError']
 """
 
+__version__ = "0.1.0"
+"""The package version (``pyproject.toml`` says the same; ``dpsql --version`` prints it)."""
+
 from .connection import Connection, connect, init_policy
 from .errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
 from .ledger import Spend

@@ -68,6 +68,8 @@ class Answer:
     """True for a query over public tables only: exact, free."""
     repeat: bool = False
     """True when the engine returned an earlier answer for free."""
+    notes: tuple[str, ...] = ()
+    """What to know beyond the values (``DPResult.notes``: why an answer is thin)."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -83,7 +85,7 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)))
+                  bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())))
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:
@@ -282,6 +284,15 @@ def _plain_value(value: Any) -> Any:
     if isinstance(value, Fraction):
         return float(value)
     return value
+
+
+def render_notes(answer: Answer) -> str:
+    """The answer's notes, one ``note:`` line each (empty when it has none).
+
+    >>> render_notes(Answer(["n"], [], notes=("No rows were released.",)))
+    'note: No rows were released.\n'
+    """
+    return "".join(f"note: {note}\n" for note in answer.notes)
 
 
 def number(value: Any) -> str:
