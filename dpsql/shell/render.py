@@ -290,7 +290,7 @@ def render_notes(answer: Answer) -> str:
     """The answer's notes, one ``note:`` line each (empty when it has none).
 
     >>> render_notes(Answer(["n"], [], notes=("No rows were released.",)))
-    'note: No rows were released.\n'
+    'note: No rows were released.\\n'
     """
     return "".join(f"note: {note}\n" for note in answer.notes)
 
