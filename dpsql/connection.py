@@ -433,7 +433,8 @@ class Connection:
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
-        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count)}
+        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count),
+                "converter": self._engine.convert}
 
     def _snapshot(self) -> Budget | None:
         """The budget now, for the answer to show (``None`` if the ledger cannot say)."""
@@ -594,7 +595,8 @@ class Connection:
                                    hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
         return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
-                        types=lambda: [type_name for _, type_name in self._engine.describe(query.sql)])
+                        types=lambda: [type_name for _, type_name in self._engine.describe(query.sql)],
+                        converter=self._engine.convert)
 
 
 MIN_EPSILON = Fraction(1, 10**12)

@@ -133,6 +133,7 @@ class DPResult:
         types: list[str] | Callable[[], list[str]] | None = None,
         notes: Sequence[str] = (),
         budget: Budget | None = None,
+        converter: Callable | None = None,
     ):
         self.columns = list(columns)
         self._rows = [tuple(r) for r in rows]
@@ -151,6 +152,7 @@ class DPResult:
         selection left it with few or no rows, and what would lower the bar (``dpsql.notes``)."""
         self.budget = budget
         """The budget just after this answer was charged, when the connection knows it."""
+        self._converter = converter
 
     def accuracy(self, alpha: float = 0.05) -> dict[str, float]:
         """Per noisy column, the half-width of the (1 - alpha) interval of its noise.
@@ -177,10 +179,13 @@ class DPResult:
         return self._widths(float(alpha))
 
     # --- as DuckDB's results: a cursor, conversions, show(), notebooks ------------------------
-    # Methods named fetch* move a cursor over the rows, as DuckDB's result cursor does
-    # (``fetchone`` after ``fetchall`` gives None); the conversions of the whole answer (df,
-    # arrow, to_arrow_table, pl, show, iteration, len) ignore it. Conversions go through
-    # DuckDB itself (``engine.convert_released``), so dtypes are the ones a DuckDB user gets.
+    # The fetch* methods move a cursor as a DuckDB relation's do (duckdb.sql(...) in DuckDB
+    # 1.x): fetchone and fetchmany step through the rows; fetchall, fetchdf and fetchnumpy
+    # return the rows not yet fetched and rewind, so the next fetch starts again from the first
+    # row (a relation runs its query again once a fetch has completed it). The conversions of
+    # the whole answer (df, arrow, to_arrow_table, pl, show, iteration, len) ignore the cursor.
+    # Conversions go through DuckDB itself (``engine.convert_released``), so dtypes are the
+    # ones a DuckDB user gets.
 
     @property
     def types(self) -> list[str]:
@@ -218,19 +223,20 @@ class DPResult:
         return rows
 
     def fetchall(self) -> list[tuple]:
-        """Every row not yet fetched (all of them, unless fetchone/fetchmany ran first)."""
-        rows = self._rows[self._cursor:]
-        self._cursor = len(self._rows)
-        return rows
+        """Every row not yet fetched (all of them, unless fetchone/fetchmany ran first); then
+        the cursor rewinds, as a DuckDB relation's does."""
+        start, self._cursor = self._cursor, 0
+        return self._rows[start:]
 
     def fetchdf(self, *, accuracy: bool = False, alpha: float = 0.05) -> pd.DataFrame:
-        """The rows not yet fetched as a pandas DataFrame; they count as fetched, as in DuckDB."""
-        start, self._cursor = self._cursor, len(self._rows)
+        """The rows not yet fetched as a pandas DataFrame; then the cursor rewinds (fetchall)."""
+        start, self._cursor = self._cursor, 0
         return self._converted("df", accuracy, alpha, start)
 
     def fetchnumpy(self, *, accuracy: bool = False, alpha: float = 0.05) -> dict:
-        """The rows not yet fetched as {column: numpy array} (masked where NULL), as DuckDB's."""
-        start, self._cursor = self._cursor, len(self._rows)
+        """The rows not yet fetched as {column: numpy array} (masked where NULL), as DuckDB's;
+        then the cursor rewinds (fetchall)."""
+        start, self._cursor = self._cursor, 0
         return self._converted("numpy", accuracy, alpha, start)
 
     def df(self, *, accuracy: bool = False, alpha: float = 0.05) -> pd.DataFrame:
@@ -317,7 +323,7 @@ class DPResult:
         except TypeError:  # a value with no DuckDB text form here (an exact nested value)
             converted = None
         else:
-            converted = convert_released(self.columns, types, texts, form)
+            converted = (self._converter or convert_released)(self.columns, types, texts, form)
         if converted is None:
             converted = self._fallback(form, start)
         return self._with_accuracy(converted, form, alpha, start) if accuracy else converted
