@@ -145,7 +145,7 @@ def test_types_without_a_connection_are_read_off_the_values():
 def test_pl_without_polars_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "polars", None)  # import polars now raises ImportError
     result = DPResult(["n"], [(1,)], Spend(Fraction(1)))
-    with pytest.raises(dpsql.errors.MissingDependency) as missing:
+    with pytest.raises(dpsql.MissingDependency) as missing:
         result.pl()
     assert isinstance(missing.value, ImportError) and isinstance(missing.value, dpsql.DPError)
     assert "pip install polars" in str(missing.value)
@@ -311,6 +311,18 @@ def test_few_is_fewer_than_five_rows_and_a_limit_is_not_thin():
 def test_a_limit_query_carries_no_thin_note(db):
     result = db.sql(THIN + " ORDER BY n LIMIT 1", delta=1e-5)
     assert result.notes == []
+
+
+def test_the_shell_shows_the_notes_under_the_answer(db):
+    from dpsql.shell.session import run_sql
+    from dpsql.shell.state import new_state
+
+    state = new_state(db, width=100, color=False)
+    state.delta = Fraction(1, 10**5)
+    shown = run_sql(state, THIN)
+    assert "0 rows" in shown
+    assert "note: No rows were released" in shown and "note: To lower that threshold" in shown
+    assert "note:" not in run_sql(state, GROUPED)
 
 
 def test_the_shell_and_cli_show_the_notes(tmp_path):

@@ -6,6 +6,7 @@ Every client call has a timeout, so no test can hang on a server bug.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -479,6 +480,8 @@ def test_a_thin_answer_sends_its_notes_as_notices(tmp_path):
             thin = [text for text in seen if text.startswith("dpsql: No rows were released")]
             assert len(thin) == 1 and "distinct user_id values plus noise reaches" in thin[0]
             assert any(text.startswith("dpsql: To lower that threshold") for text in seen)
+            detail = json.loads(connection.info.parameter_status("dpsql_cost"))  # for dpsql shell postgresql://
+            assert [f"dpsql: {note}" for note in detail["notes"]] == [t for t in seen if not t.startswith("dpsql: cost")]
             seen.clear()
             connection.execute("SELECT store, COUNT(*) AS n FROM visits GROUP BY store").fetchall()
             assert seen and not any("released" in text for text in seen)  # public keys: no note
