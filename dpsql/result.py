@@ -111,6 +111,10 @@ def _show(value: Fraction) -> str:
     return f"{float(value):.6g}"
 
 
+SHOWN_ROWS = 40
+"""How many rows ``show()``, ``repr`` and notebooks draw (like DuckDB's ``show()``)."""
+
+
 class DPResult:
     """The released answer to one query.
 
@@ -258,10 +262,19 @@ class DPResult:
         polars = _optional("polars", "pl()")
         return polars.from_arrow(self.arrow(accuracy=accuracy, alpha=alpha))
 
-    def show(self, *, width: int = 100) -> None:
+    def show(self, *, width: int = 100, max_rows: int = SHOWN_ROWS) -> None:
         """Print the answer in a box, noisy values as ``value ± half-width`` (95%), with its
-        cost and notes: the shell's table."""
-        print(self._box(width), end="")
+        cost, budget and notes: the shell's table. Only the first ``max_rows`` rows are drawn."""
+        print(self._box(width, max_rows), end="")
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The same as ``types``, as DuckDB's relations have both."""
+        return self.types
+
+    def fetch_arrow_table(self, *, accuracy: bool = False, alpha: float = 0.05):
+        """The same as ``arrow()`` (DuckDB's older name)."""
+        return self.arrow(accuracy=accuracy, alpha=alpha)
 
     def __iter__(self):
         return iter(list(self._rows))
@@ -277,13 +290,13 @@ class DPResult:
         value escaped (keys are data: a key may hold markup)."""
         from dpsql.shell.render import answer_from, cell_texts  # pure text functions, no shell
 
-        answer = answer_from(self)
+        answer = self._shown_answer(answer_from(self), SHOWN_ROWS)
         right = [name in answer.half_widths or _is_numeric(self._rows, i) for i, name in enumerate(self.columns)]
         head = "".join(f"<th>{_html(name)}</th>" for name in self.columns)
         body = "".join("<tr>" + "".join(
             f'<td style="text-align:{"right" if r else "left"};white-space:pre">{_html(cell)}</td>'
             for cell, r in zip(cells, right)) + "</tr>" for cells in cell_texts(answer))
-        lines = [f"{len(self._rows)} row{'s' if len(self._rows) != 1 else ''}; {_html(self._kind())}"]
+        lines = [f"{self._count_line(len(answer.rows))}; {_html(self._kind())}"]
         if not self.exact and answer.half_widths:
             lines.append("± is the half-width of each value's 95% noise interval")
         if self.budget is not None:
@@ -299,14 +312,33 @@ class DPResult:
             return "repeat, free"
         return f"cost: epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
 
-    def _box(self, width: int) -> str:
+    def _box(self, width: int, max_rows: int = SHOWN_ROWS) -> str:
         from dpsql.shell.render import answer_from, render_table  # pure text functions, no shell
 
-        text = render_table(answer_from(self), width=width)
-        text += f"({self._kind()})\n"
+        answer = self._shown_answer(answer_from(self), max_rows)
+        table = render_table(answer, width=width)
+        text = table[:table.rstrip("\n").rfind("\n") + 1]  # its row count: replaced by ours
+        text += f"{self._count_line(len(answer.rows))}\n({self._kind()})\n"
         if self.budget is not None:
             text += f"budget: {self.budget}\n"
         return text + "".join(f"note: {note}\n" for note in self.notes)
+
+    def _shown_answer(self, answer, max_rows: int):
+        """``answer`` cut to its first ``max_rows`` rows, for show(), repr and notebooks."""
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise InvalidParameter(f"max_rows must be a whole number >= 1, got {max_rows!r}",
+                                   hint="write show(max_rows=100)")
+        if len(answer.rows) <= max_rows:
+            return answer
+        from dataclasses import replace
+
+        return replace(answer, rows=answer.rows[:max_rows],
+                       half_widths={name: cells[:max_rows] for name, cells in answer.half_widths.items()})
+
+    def _count_line(self, shown: int) -> str:
+        total = len(self._rows)
+        text = f"{total:,} row{'s' if total != 1 else ''}"
+        return text if shown == total else f"{text} (the first {shown:,} shown; df() or fetchall() has every row)"
 
     def _records_frame(self, start: int = 0) -> pd.DataFrame:
         """The rows as pandas makes them from Python values (no DuckDB types)."""

@@ -222,6 +222,19 @@ def test_show_prints_a_box_with_plus_minus_cost_and_budget(db, capsys):
     assert repr(result) == shown.rstrip("\n")
 
 
+def test_show_repr_and_notebooks_draw_the_first_rows_of_a_long_answer(capsys):
+    rows = [(f"k{i}", i) for i in range(100)]
+    result = DPResult(["k", "n"], rows, Spend(Fraction(1)), widths=lambda alpha: {"n": [1.5] * 100})
+    result.show(max_rows=3)
+    shown = capsys.readouterr().out
+    assert sum("±" in line for line in shown.splitlines()) == 3 and "│ k3 " not in shown
+    assert "100 rows (the first 3 shown; df() or fetchall() has every row)" in shown
+    assert repr(result).count("±") == 40 and result._repr_html_().count("<tr>") == 41
+    assert len(result.df()) == 100 and len(result.fetchall()) == 100
+    with pytest.raises(dpsql.InvalidParameter):
+        result.show(max_rows=0)
+
+
 def test_repr_html_shows_plus_minus_cost_budget_and_escapes_every_value():
     hostile = "<script>alert('x')</script>"
     result = DPResult(["key", "<b>n</b>"], [(hostile, 7), ("a&b", 3)], Spend(Fraction(1, 2)),

@@ -482,6 +482,11 @@ def test_a_thin_answer_sends_its_notes_as_notices(tmp_path):
             assert any(text.startswith("dpsql: To lower that threshold") for text in seen)
             detail = json.loads(connection.info.parameter_status("dpsql_cost"))  # for dpsql shell postgresql://
             assert [f"dpsql: {note}" for note in detail["notes"]] == [t for t in seen if not t.startswith("dpsql: cost")]
+            from dpsql.shell.remote import RemoteConnection
+
+            remote = RemoteConnection(connection).sql("SELECT zip, COUNT(*) AS n FROM visits WHERE age > 300 "
+                                                      "GROUP BY zip", epsilon=0.1, delta=1e-7)
+            assert len(remote) == 0 and remote.notes[0].startswith("No rows were released")  # the shell's view
             seen.clear()
             connection.execute("SELECT store, COUNT(*) AS n FROM visits GROUP BY store").fetchall()
             assert seen and not any("released" in text for text in seen)  # public keys: no note
