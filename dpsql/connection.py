@@ -45,6 +45,7 @@ from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
 from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
+from .notes import thin_answer_notes
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
 from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
@@ -255,7 +256,8 @@ class Connection:
         self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         return DPResult(list(checked.outputs), rows, charged,
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        widths=self._widths(plan, checked, noisy, len(rows)),
+                        **self._described(plan, checked, types, len(rows)), budget=self._snapshot())
 
     def _salt_for(self, sql: str) -> dict | None:
         """The secret salt as a query parameter, for SQL that orders by a salted hash."""
@@ -412,7 +414,34 @@ class Connection:
                 or any(len(values) != len(rows) for values in noisy.values()))):
             return None
         return DPResult(columns, rows, QueryCost.free(repeat=True),
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        widths=self._widths(plan, checked, noisy, len(rows)),
+                        **self._described(plan, checked, None, len(rows)), budget=self._snapshot())
+
+    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str] | None, count: int) -> dict:
+        """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.notes``: from
+        the plan and the released row count only)."""
+        def types() -> list[str]:
+            core = core_types
+            if core is None:
+                bounded_sql = rewrite_plan(plan)
+                core = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
+            picked = plain_projection(checked.post, core_columns(plan))
+            if picked is not None:
+                return [core[i] for i in picked]
+            described = self._engine.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
+                                                    post_sql(checked.post))
+            return [type_name for name, type_name in described[:len(checked.outputs)]]
+
+        limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
+        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count),
+                "converter": self._engine.convert}
+
+    def _snapshot(self) -> Budget | None:
+        """The budget now, for the answer to show (``None`` if the ledger cannot say)."""
+        try:
+            return self.budget
+        except DPError:
+            return None
 
     def _widths(self, plan: Plan, checked: PrivateQuery, noisy: dict, count: int):
         """accuracy() of released rows, from their noisy measures (empty: no per-row accuracy)."""
@@ -565,7 +594,9 @@ class Connection:
             raise UnsupportedQuery(f"the query over public tables failed: {message}",
                                    hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
-        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True)
+        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
+                        types=lambda: [type_name for _, type_name in self._engine.describe(query.sql)],
+                        converter=self._engine.convert)
 
 
 MIN_EPSILON = Fraction(1, 10**12)

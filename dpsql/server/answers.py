@@ -42,6 +42,8 @@ class Outcome:
     tag: str = ""
     notice: str | None = None
     """The query's cost and the analyst's remaining budget."""
+    notes: tuple = ()
+    """The answer's notes (``DPResult.notes``: why it is thin), each sent as a NoticeResponse."""
     detail: str | None = None
     """The same, for programs: JSON sent as the ``dpsql_cost`` ParameterStatus."""
     sqlstate: str | None = None
@@ -146,8 +148,9 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
-    return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
-                   notice=notice, detail=cost_detail(result), cost=str(result.cost))
+    return Outcome(tuple(result.columns), tuple(result), f"SELECT {len(result)}",
+                   notice=notice, detail=cost_detail(result), cost=str(result.cost),
+                   notes=tuple(result.notes))
 
 
 def cost_detail(result) -> str:
@@ -157,7 +160,8 @@ def cost_detail(result) -> str:
     return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
                        "rho": None if cost.rho is None else str(cost.rho),
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
-                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05)})
+                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05),
+                       "notes": list(result.notes)})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:
