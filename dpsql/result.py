@@ -201,7 +201,7 @@ class OutsideDomain:
     >>> cell.values["n"], cell.accuracy()["n"]
     (7602, 30.2)
     >>> str(cell)
-    '≈ 7,602 ± 30 rows with dest outside its KEYS domain (avg_delay ≈ 12.5 ± 0.4)'
+    '≈ 7,602 ± 30 rows with dest outside its KEYS domain (avg_delay ≈ 12.50 ± 0.40)'
     """
 
     def __init__(self, keys: tuple[str, ...], values: dict, widths: Callable[[float], dict[str, float]],

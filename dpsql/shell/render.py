@@ -68,6 +68,8 @@ class Answer:
     """True for a query over public tables only: exact, free."""
     repeat: bool = False
     """True when the engine returned an earlier answer for free."""
+    outside: str | None = None
+    """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), if any."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -83,7 +85,8 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)))
+                  bool(getattr(result, "repeat", False)),
+                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain))
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:
