@@ -301,10 +301,11 @@ class Connection:
             return f"public tables only: runs exactly and costs nothing\n\n{checked.sql}"
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
         plan = self._plan(checked, sql, epsilon, delta, noise, weights)
-        domain = self._domain(plan.query, written, sql) if plan.selection is None else None
-        if not plan.query.aggregates and domain is not None:
-            return (f"GROUP BY public KEYS domains with no aggregate: the {len(domain):,} keys of the "
-                    "domains are released exactly; no private data is read, nothing is charged")
+        self._max_keys(written)  # a wrong max_keys is refused here too; the domain itself is not read
+        if not plan.query.aggregates and plan.selection is None:
+            return ("GROUP BY public KEYS domains with no aggregate: the keys of the domains "
+                    f"({'; '.join(domain_text(k) for k in plan.query.keys)}) are released exactly; "
+                    "no private data is read, nothing is charged")
         cost = query_cost(plan)
         _, key = self._repeat_key(tree, plan)
         repeat = self._ledger.find_answer(key) is not None
@@ -312,7 +313,7 @@ class Connection:
         # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
         # query is not that difference, so hand it the remaining that makes it come out right.
         shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
-        text = explain_plan(plan, rewrite_plan(plan), shown, None if domain is None else len(domain))
+        text = explain_plan(plan, rewrite_plan(plan), shown)
         return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
 
     @property

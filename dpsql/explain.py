@@ -9,9 +9,8 @@ from .plan import Measure, Plan
 from .quantile import quantile_accuracy
 
 
-def explain_plan(plan: Plan, bounded_sql: str, budget, released_keys: int | None = None) -> str:
-    """A readable account of a plan: measures, sensitivities, noise, cost and the SQL.
-    ``released_keys``: how many keys the public domains release, when known."""
+def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
+    """A readable account of a plan: measures, sensitivities, noise, cost and the SQL."""
     rule = plan.query.rule
     unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else rule.unit
     unit += f", at most {rule.max_rows_per_unit} rows and {rule.groups_per_unit} groups per unit"
@@ -38,10 +37,8 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, released_keys: int | None
                 line = f"  {key.name} = {text}: every one of {len(key.domain.values)} listed public keys"
             if key.narrowed_by:
                 line += " for which " + " AND ".join(c.sql(dialect="duckdb") for c in key.narrowed_by) + \
-                    " holds (the query's WHERE, evaluated on the public domain: free)"
+                    " holds (the query's WHERE, evaluated on the public domain when the query runs: free)"
             lines.append(line)
-    if released_keys is not None and plan.query.keys:
-        lines.append(f"  {released_keys:,} key{'s' if released_keys != 1 else ''} released")
     if reports_outside(plan.query.keys) and plan.query.aggregates:
         lines.append("  rows whose keys are outside the released keys (or NULL) are released as one more cell, "
                      "res.outside_domain; it counts among each unit's groups, so the sensitivities below hold")
