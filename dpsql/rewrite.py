@@ -325,9 +325,6 @@ def _rows_layer(plan: Plan) -> str:
     select = [f'"{query.rule.unit.lower()}" AS dp_unit']
     select += [f"{_key_sql(key)} AS {key.name}" for key in query.keys]
     outside = reports_outside(query.keys)
-    if outside:  # keys outside the released domain become NULL: one more group (dpsql.domains)
-        inside = " AND ".join(_membership(query, part) for part in domain_parts(query.keys))
-        select[1:] = [f"CASE WHEN {inside} THEN {_key_sql(key)} END AS {key.name}" for key in query.keys]
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
             select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
@@ -347,14 +344,21 @@ def _rows_layer(plan: Plan) -> str:
         source = _sql(query.source)
     else:
         source = f"(\n{_sql(query.source)}\n  ) AS dp_source"
-    return f"  SELECT {columns}\n  FROM {source}{where}"
+    rows = f"  SELECT {columns}\n  FROM {source}{where}"
+    if not outside:
+        return rows
+    # Keys that are not released keys become NULL: one more group, the outside cell
+    # (dpsql.domains). Each key is computed once, below, and compared in its read-back form.
+    inside = " AND ".join(_membership(query, part) for part in domain_parts(query.keys))
+    keys = ", ".join(f"CASE WHEN {inside} THEN {key.name} END AS {key.name}" for key in query.keys)
+    return f"  SELECT * REPLACE ({keys})\n  FROM (\n{rows}\n  ) AS dp_keyed"
 
 
 def _membership(query, part: list[int]) -> str:
     """A row's keys of one domain part are among the released ones (``domain_membership``)."""
     keys = [query.keys[i] for i in part]
     return domain_membership(keys, [query.column_type(k.expression.name) for k in keys],
-                             [_key_sql(k) for k in keys])
+                             [k.name for k in keys])
 
 
 def _key_sql(key: GroupKey) -> str:
