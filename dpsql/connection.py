@@ -383,8 +383,10 @@ class Connection:
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
-        use: call it after the wrapped database changed. Nothing is charged or read now."""
+        use, and re-read the public key domains: call it after the wrapped database changed.
+        Nothing is charged or read now."""
         self._engine.refresh_bounding()
+        self._domains.clear()
 
     def close(self) -> None:
         """Close the database and the ledger."""

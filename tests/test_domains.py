@@ -361,3 +361,14 @@ def test_the_shell_and_the_cli_print_the_outside_cell_as_a_footer(tmp_path, caps
                      "--policy", str(policy)])
     err = capsys.readouterr().err
     assert code == 0 and re.search(r"^≈ -?[\d,]+ ± [\d,]+ rows with origin outside its KEYS domain$", err, re.M)
+
+
+def test_refresh_rereads_the_public_domain():
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE flights AS SELECT i AS tail, 'EWR' AS origin, 1 AS code, 0 AS delay FROM range(5) r(i)")
+    connection.execute("CREATE TABLE airports AS SELECT 'JFK' AS faa")
+    with dpsql.connect(connection, policy=POLICY, rng=SeededSource(1)) as db:
+        assert keys_of(db.sql("SELECT origin FROM flights GROUP BY origin")) == ["JFK"]
+        connection.execute("INSERT INTO airports VALUES ('EWR')")
+        db.refresh()
+        assert keys_of(db.sql("SELECT origin FROM flights GROUP BY origin")) == ["EWR", "JFK"]

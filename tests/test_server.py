@@ -461,3 +461,14 @@ def test_a_user_name_cannot_forge_a_log_line(server, caplog):
             connect(server, "x\n2026-11-26 11:00:00,000 dpsql.server INFO analyst bob ok", "wrong")
     refused = [record.getMessage() for record in caplog.records if "refused a connection" in record.getMessage()]
     assert refused and not any("\n" in message for message in refused), refused
+
+
+def test_rows_outside_a_keys_domain_are_told_in_the_notice(server, shop):
+    add_user(shop / "users", "erin", "erin-secret")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="erin", password="erin-secret",
+                         connect_timeout=5, autocommit=True) as connection:
+        seen = notices(connection)
+        assert len(connection.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan").fetchall()) == 3
+        assert "rows with plan outside its KEYS domain" in seen[-1]
+        connection.execute("SELECT COUNT(*) AS n FROM users")
+        assert "outside" not in seen[-1]
