@@ -237,9 +237,11 @@ class Connection:
                     self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
             released = domain + [(None,) * len(keys)] if outside else domain  # the outside cell last
             release = release_measures(plan, released, exact, self._rng, histograms)
-            outside_release = None
-            if outside:
-                release, outside_release = split_last(release)
+            stored_outside = None
+            if outside:  # the outside cell's released values and noisy measures, kept for repeats
+                release, cell = split_last(release)
+                stored_outside = {"values": list(core_rows(plan, cell)[0][len(keys):]),
+                                  "noisy": {name: int(values[0]) for name, values in cell.noisy.items()}}
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
                 core = shown_keys(core, plan.query.keys)
@@ -260,9 +262,6 @@ class Connection:
         # answer and for every repeat of it.
         noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
                  for name, values in release.noisy.items()} if tracked else {}
-        stored_outside = None if outside_release is None else {
-            "values": list(core_rows(plan, outside_release)[0][len(keys):]),
-            "noisy": {name: int(values[0]) for name, values in outside_release.noisy.items()}}
         self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy,
                                                         outside=stored_outside))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
@@ -441,7 +440,7 @@ class Connection:
         if stored is None or not reports_outside(plan.query.keys):
             return None
         names = {aggregate: output for output, aggregate in reversed(checked.direct)}
-        values, measures = {}, {}
+        values = {}
         for aggregate, value in zip(plan.query.aggregates, stored["values"]):
             values[names.get(aggregate.name, aggregate.label)] = _plain_number(value)
         rows = next((names.get(a.name, a.label) for a in plan.query.aggregates
