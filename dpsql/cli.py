@@ -166,6 +166,8 @@ def _query(args: argparse.Namespace) -> int:
             return _report(error, args.sql)
         sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
         sys.stdout.flush()
+        if answer.outside:
+            print(answer.outside, file=sys.stderr)
         print(cost_line(answer, db.budget), file=sys.stderr)
         sys.stderr.write(render_notes(answer))  # beside the cost: stdout stays the answer alone
     return EXIT_OK

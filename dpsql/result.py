@@ -138,6 +138,7 @@ class DPResult:
         notes: Sequence[str] = (),
         budget: Budget | None = None,
         converter: Callable | None = None,
+        outside_domain: "OutsideDomain | None" = None,
     ):
         self.columns = list(columns)
         self._rows = [tuple(r) for r in rows]
@@ -157,6 +158,10 @@ class DPResult:
         self.budget = budget
         """The budget just after this answer was charged, when the connection knows it."""
         self._converter = converter
+        self.outside_domain = outside_domain
+        """Rows whose GROUP BY keys are outside their public KEYS domains, released as one more
+        noisy cell (``OutsideDomain``); ``None`` when the query groups by no KEYS column."""
+
 
     def accuracy(self, alpha: float = 0.05) -> dict[str, float]:
         """Per noisy column, the half-width of the (1 - alpha) interval of its noise.
@@ -491,13 +496,67 @@ def _value_type(values: list) -> str:
     return "VARCHAR"
 
 
+class OutsideDomain:
+    """Rows whose GROUP BY keys lie outside their KEYS domains (or are NULL), released as one
+    more noisy cell of the query's own aggregates, never dropped (``dpsql.domains``).
+
+    >>> cell = OutsideDomain(("dest",), {"n": 7602, "avg_delay": 12.5}, lambda alpha: {"n": 30.2, "avg_delay": 0.4}, "n")
+    >>> cell.values["n"], cell.accuracy()["n"]
+    (7602, 30.2)
+    >>> str(cell)
+    '≈ 7,602 ± 30 rows with dest outside its KEYS domain (avg_delay ≈ 12.50 ± 0.40)'
+    """
+
+    def __init__(self, keys: tuple[str, ...], values: dict, widths: Callable[[float], dict[str, float]],
+                 rows: str | None = None):
+        self.keys = tuple(keys)
+        """The GROUP BY keys, as written."""
+        self.values = dict(values)
+        """Per aggregate of the query (by output name, else as written), its noisy value in this cell."""
+        self.rows = rows
+        """The output that counts rows (a COUNT(*)), if the query has one."""
+        self._widths = widths
+
+    def accuracy(self, alpha: float = 0.05) -> dict[str, float]:
+        """Per value, the half-width of its (1 - alpha) noise interval."""
+        if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+            raise InvalidParameter(f"alpha must be between 0 and 1, got {alpha!r}")
+        return self._widths(float(alpha))
+
+    def __str__(self) -> str:
+        widths = self.accuracy()
+        shown = {name: _about(value, widths.get(name)) for name, value in self.values.items()}
+        keys = self.keys[0] if len(self.keys) == 1 else "(" + ", ".join(self.keys) + ")"
+        where = f"with {keys} outside {'its KEYS domain' if len(self.keys) == 1 else 'their KEYS domains'}"
+        others = ", ".join(f"{name} ≈ {text}" for name, text in shown.items() if name != self.rows)
+        if self.rows is None:
+            return f"rows {where}: {others}"
+        return f"≈ {shown[self.rows]} rows {where}" + (f" ({others})" if others else "")
+
+    def __repr__(self) -> str:
+        return f"OutsideDomain({self})"
+
+
+def _about(value, width: float | None) -> str:
+    """A noisy value with its ± to the precision the noise allows."""
+    if value is None:
+        return "NULL"
+    if width is None or not math.isfinite(width) or width <= 0:
+        return f"{value:,}" if isinstance(value, int) else str(value)
+    decimals = min(6, max(0, 1 - math.floor(math.log10(width))))
+    if isinstance(value, int):
+        return f"{value:,} ± {width:,.{0 if width >= 1 else decimals}f}"
+    return f"{float(value):,.{decimals}f} ± {width:,.{decimals}f}"
+
+
 # --- stored answers: what a free repeat returns ------------------------------------------------
 
 ANSWER_FORMAT = 1
 """Version of the JSON a released answer is kept in."""
 
 
-def encode_answer(columns: list[str], rows: list[tuple], noisy: dict[str, list[int]]) -> str:
+def encode_answer(columns: list[str], rows: list[tuple], noisy: dict[str, list[int]], *,
+                  outside: dict | None = None) -> str:
     """JSON text that gives back exactly these rows (types included) and noisy measures.
 
     Values JSON cannot hold exactly are tagged (``{"$date": "2024-01-31"}``). If a value has
@@ -510,6 +569,12 @@ def encode_answer(columns: list[str], rows: list[tuple], noisy: dict[str, list[i
     """
     record = {"format": ANSWER_FORMAT, "columns": list(columns),
               "noisy": {name: [int(v) for v in values] for name, values in noisy.items()}}
+    if outside is not None:  # the outside cell (OutsideDomain): its values and noisy measures
+        try:
+            record["outside"] = {"values": [_encode(v) for v in outside["values"]],
+                                 "noisy": {k: int(v) for k, v in outside["noisy"].items()}}
+        except (TypeError, ValueError):
+            record["replay"] = False
     try:  # fast: JSON writes plain values itself and asks _encode only for the others
         return json.dumps({**record, "rows": rows}, default=_encode, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
@@ -534,6 +599,16 @@ def decode_answer(text: str) -> tuple[list[str], list[tuple], dict[str, tuple[in
         rows = [tuple(_decode(value) for value in row) for row in record["rows"]]
         noisy = {name: tuple(int(v) for v in values) for name, values in record["noisy"].items()}
         return [str(c) for c in record["columns"]], rows, noisy
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
+        return None
+
+
+def decode_outside(text: str | None) -> dict | None:
+    """The outside cell stored with an answer (``encode_answer``), or ``None``."""
+    try:
+        outside = json.loads(text)["outside"]
+        return {"values": [_decode(v) for v in outside["values"]],
+                "noisy": {str(k): int(v) for k, v in outside["noisy"].items()}}
     except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
         return None
 

@@ -493,3 +493,14 @@ def test_a_thin_answer_sends_its_notes_as_notices(tmp_path):
     finally:
         thin_server.stop()
         thin_server.thread.join(10)
+
+
+def test_rows_outside_a_keys_domain_are_told_in_the_notice(server, shop):
+    add_user(shop / "users", "erin", "erin-secret")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="erin", password="erin-secret",
+                         connect_timeout=5, autocommit=True) as connection:
+        seen = notices(connection)
+        assert len(connection.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan").fetchall()) == 3
+        assert "rows with plan outside its KEYS domain" in seen[-1]
+        connection.execute("SELECT COUNT(*) AS n FROM users")
+        assert "outside" not in seen[-1]

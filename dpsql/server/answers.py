@@ -148,6 +148,8 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
+    if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
+        notice += f"\ndpsql: {result.outside_domain}"
     return Outcome(tuple(result.columns), tuple(result), f"SELECT {len(result)}",
                    notice=notice, detail=cost_detail(result), cost=str(result.cost),
                    notes=tuple(result.notes))

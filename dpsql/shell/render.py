@@ -70,6 +70,8 @@ class Answer:
     """True when the engine returned an earlier answer for free."""
     notes: tuple[str, ...] = ()
     """What to know beyond the values (``DPResult.notes``: why an answer is thin)."""
+    outside: str | None = None
+    """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), if any."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -85,7 +87,8 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())))
+                  bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())),
+                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain))
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:

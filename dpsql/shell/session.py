@@ -63,7 +63,8 @@ def run_sql(state: ShellState, sql: str) -> str:
     finally:
         state.refresh_budget()
     state.last_answer = answer
-    footer = cost_line(answer, state.budget) + "\n" + render_notes(answer)
+    footer = ((f"{answer.outside}\n" if answer.outside else "") + cost_line(answer, state.budget) + "\n"
+              + render_notes(answer))
     if state.output is not None:
         try:
             append_output(state.output, render_answer(answer, state.mode, width=state.width, color=False),
