@@ -158,7 +158,7 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import cost_line
-    from dpsql.shell.render import answer_from, render_answer
+    from dpsql.shell.render import answer_from, render_answer, render_notes
 
     with _connect(args) as db:
         try:
@@ -167,7 +167,10 @@ def _query(args: argparse.Namespace) -> int:
             return _report(error, args.sql)
         sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
         sys.stdout.flush()
+        if answer.outside:
+            print(answer.outside, file=sys.stderr)
         print(cost_line(answer, db.budget), file=sys.stderr)
+        sys.stderr.write(render_notes(answer))  # beside the cost: stdout stays the answer alone
     return EXIT_OK
 
 
@@ -376,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
                + _EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"dpsql {package_version()}")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for command in COMMANDS:
         sub = subparsers.add_parser(
@@ -388,6 +392,22 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_arguments(sub)
         sub.set_defaults(run=command.run)
     return parser
+
+
+def package_version() -> str:
+    """The installed package's version, or ``dpsql.__version__`` when run from a source tree.
+
+    >>> package_version() == __import__("dpsql").__version__
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dpsql")
+    except PackageNotFoundError:
+        from dpsql import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,16 +37,19 @@ from .explain import explain_plan
 from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from .model import Policy
 from .normalise import normalised_sql, repeat_key
-from .parse import parse
+from .parse import node_position, parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
 from .policy_check import is_numeric_type
 from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
+from .domains import domain_parts, domain_text, key_text, reports_outside
 from .keys import read_keys, shown_keys, typed_keys
 from .accuracy import output_cells
-from .release import core_columns, core_rows, from_stored, release_measures, stored_measures, stored_names
-from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
+from .notes import thin_answer_notes
+from .release import (core_columns, core_rows, from_stored, half_widths, release_measures, split_last,
+                      stored_measures, stored_names)
+from .result import Budget, DPResult, OutsideDomain, QueryCost, decode_answer, decode_outside, encode_answer
 from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
@@ -208,6 +211,9 @@ class Connection:
             return self._run_public(checked)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
         plan = self._plan(checked, sql, epsilon, delta, noise, weights)
+        domain = self._domain(plan.query, written, sql) if plan.selection is None else None
+        if not plan.query.aggregates and domain is not None:
+            return self._run_keys_only(plan, checked, domain)  # public keys only: nothing private is read
         normal_sql, key = self._repeat_key(tree, plan)
         repeat = self._replay(plan, checked, key)
         if repeat is not None:
@@ -216,7 +222,7 @@ class Connection:
         cost = query_cost(plan)
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
-        domain = self._domain(plan.query) if plan.selection is None else None
+        outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
@@ -232,7 +238,13 @@ class Connection:
                 separate_sql = rewrite_separate(plan, measure)
                 histograms[measure.name] = read_keys(
                     self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
-            release = release_measures(plan, domain, exact, self._rng, histograms)
+            released = domain + [(None,) * len(keys)] if outside else domain  # the outside cell last
+            release = release_measures(plan, released, exact, self._rng, histograms)
+            stored_outside = None
+            if outside:  # the outside cell's released values and noisy measures, kept for repeats
+                release, cell = split_last(release)
+                stored_outside = {"values": list(core_rows(plan, cell)[0][len(keys):]),
+                                  "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
                 core = shown_keys(core, plan.query.keys)
@@ -253,10 +265,13 @@ class Connection:
         # answer and for every repeat of it.
         noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
                  for name, values in stored_measures(release).items()} if tracked else {}
-        self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
+        self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy,
+                                                        outside=stored_outside))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         return DPResult(list(checked.outputs), rows, charged,
-                        intervals=self._intervals(plan, checked, noisy, rows))
+                        intervals=self._intervals(plan, checked, noisy, rows),
+                        **self._described(plan, checked, types, len(rows)), budget=self._snapshot(),
+                        outside_domain=self._outside(plan, checked, stored_outside))
 
     def _salt_for(self, sql: str) -> dict | None:
         """The secret salt as a query parameter, for SQL that orders by a salted hash."""
@@ -289,6 +304,11 @@ class Connection:
             return f"public tables only: runs exactly and costs nothing\n\n{checked.sql}"
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
         plan = self._plan(checked, sql, epsilon, delta, noise, weights)
+        self._max_keys(written)  # a wrong max_keys is refused here too; the domain itself is not read
+        if not plan.query.aggregates and plan.selection is None:
+            return ("GROUP BY public KEYS domains with no aggregate: the keys of the domains "
+                    f"({'; '.join(domain_text(k) for k in plan.query.keys)}) are released exactly; "
+                    "no private data is read, nothing is charged")
         cost = query_cost(plan)
         _, key = self._repeat_key(tree, plan)
         repeat = self._ledger.find_answer(key) is not None
@@ -366,8 +386,10 @@ class Connection:
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
-        use: call it after the wrapped database changed. Nothing is charged or read now."""
+        use, and re-read the public key domains: call it after the wrapped database changed.
+        Nothing is charged or read now."""
         self._engine.refresh_bounding()
+        self._domains.clear()
 
     def close(self) -> None:
         """Close the database and the ledger."""
@@ -413,7 +435,55 @@ class Connection:
                 or any(len(values) != len(rows) for values in noisy.values()))):
             return None  # (an answer kept before quantiles stored their intervals is charged again)
         return DPResult(columns, rows, QueryCost.free(repeat=True),
-                        intervals=self._intervals(plan, checked, noisy, rows))
+                        intervals=self._intervals(plan, checked, noisy, rows),
+                        **self._described(plan, checked, None, len(rows)), budget=self._snapshot(),
+                        outside_domain=self._outside(plan, checked, decode_outside(text)))
+
+    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str] | None, count: int) -> dict:
+        """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.notes``: from
+        the plan and the released row count only)."""
+        def types() -> list[str]:
+            core = core_types
+            if core is None:
+                bounded_sql = rewrite_plan(plan)
+                core = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
+            picked = plain_projection(checked.post, core_columns(plan))
+            if picked is not None:
+                return [core[i] for i in picked]
+            described = self._engine.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
+                                                    post_sql(checked.post))
+            return [type_name for name, type_name in described[:len(checked.outputs)]]
+
+        limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
+        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count),
+                "converter": self._engine.convert}
+
+    def _snapshot(self) -> Budget | None:
+        """The budget now, for the answer to show (``None`` if the ledger cannot say)."""
+        try:
+            return self.budget
+        except DPError:
+            return None
+
+    def _outside(self, plan: Plan, checked: PrivateQuery, stored: dict | None) -> OutsideDomain | None:
+        """The outside cell (``dpsql.domains``) as the analyst sees it, from its released values
+        and noisy measures; ``None`` when the query has none."""
+        if stored is None or not reports_outside(plan.query.keys):
+            return None
+        names = {aggregate: output for output, aggregate in reversed(checked.direct)}
+        values = {}
+        for aggregate, value in zip(plan.query.aggregates, stored["values"]):
+            values[names.get(aggregate.name, aggregate.label)] = _plain_number(value)
+        rows = next((names.get(a.name, a.label) for a in plan.query.aggregates
+                     if a.function == "count" and a.argument is None), None)
+        release = from_stored(plan, {k: (int(v),) for k, v in stored["noisy"].items()}, 1)
+
+        def widths(alpha: float) -> dict[str, float]:
+            cells = half_widths(plan, release, alpha)
+            return {names.get(a.name, a.label): float(cells[a.name][0]) for a in plan.query.aggregates
+                    if a.name in cells}
+
+        return OutsideDomain(tuple(key_text(key) for key in plan.query.keys), values, widths, rows)
 
     def _intervals(self, plan: Plan, checked: PrivateQuery, noisy: dict, rows: list[tuple]):
         """accuracy() of released rows, from their stored measures (``release.stored_measures``):
@@ -529,23 +599,22 @@ class Connection:
         return {"epsilon": plan.epsilon, "delta": plan.delta,
                 "noise": sorted({m.noise for m in plan.measures}), "neighbours": plan.neighbours}
 
-    def _domain(self, query: PrivateQuery) -> list[tuple]:
-        """Every released key: the product of the public key domains (public data only)."""
+    def _domain(self, query: PrivateQuery, written: dict | None = None, sql: str = "") -> list[tuple]:
+        """Every released key: the product of the public key domains, each narrowed by the
+        query's WHERE (``dpsql.domains``; public data only). More keys than the limit
+        (``_max_keys``) are refused before the product is built."""
         if not query.keys:
             return [()]
         # Keys from one public table take the combinations that table holds (a city with its
         # stores), not the product of their separate domains; other keys combine freely.
-        groups: dict[str, list[int]] = {}
-        for index, key in enumerate(query.keys):
-            table = key.domain.table if key.domain.values is None else None
-            groups.setdefault(table.lower() if table else f"#{index}", []).append(index)
         parts = []
-        for indices in groups.values():
+        for indices in domain_parts(query.keys):
             keys = [query.keys[i] for i in indices]
             domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
             if domain not in self._domains:  # public data: read once per connection
                 self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
+        self._check_domain_size(query, math.prod(len(values) for _, values in parts), written or {}, sql)
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
         released = []
@@ -557,6 +626,51 @@ class Connection:
             released.append(tuple(key))
         return released
 
+    def _max_keys(self, written: dict) -> tuple[int, Any]:
+        """The limit on released keys: the policy's MAX RELEASED KEYS, or the query's lower
+        ``max_keys`` option (it can lower the curator's limit, not raise it)."""
+        limit = self.policy.max_released_keys
+        option = written.get("max_keys")
+        if option is None:
+            return limit, None
+        value = option.value
+        if value.denominator != 1 or not 1 <= value <= limit:
+            raise UnsupportedQuery(f"max_keys must be a whole number from 1 to the policy's MAX RELEASED KEYS, "
+                                   f"{limit}, got {value}", line=option.line, col=option.col,
+                                   hint=f"write max_keys = {min(limit, 1000)}, or leave it out")
+        return int(value), option
+
+    def _check_domain_size(self, query: PrivateQuery, size: int, written: dict, sql: str) -> None:
+        """Refuse, before the charge, a public domain of more keys than the limit allows: the
+        domain, its size and the limit, and how to narrow it."""
+        limit, option = self._max_keys(written)
+        if size <= limit:
+            return
+        names = " times ".join(domain_text(k) for k in query.keys)
+        narrow = " AND ".join(f"{key_text(k)} IN (...)" for k in query.keys)
+        if option is not None:
+            where, line, col = "max_keys in the query's OPTIONS", option.line, option.col
+            raise_it = "raise max_keys"
+        else:
+            (line, col), where = node_position(query.keys[0].expression, sql), "the policy's MAX RELEASED KEYS"
+            raise_it = "ask the curator to raise MAX RELEASED KEYS in the policy"
+        raise UnsupportedQuery(
+            f"GROUP BY would release {size:,} keys, {names}, beyond the limit of {limit:,} keys ({where})",
+            line=line, col=col, hint=f"narrow the keys with WHERE {narrow}, or {raise_it}")
+
+    def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:
+        """GROUP BY public keys with no aggregate: the released keys are the public domain
+        itself (narrowed by the WHERE), whatever the data, so nothing private is read or
+        charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
+        types = [key.type_name for key in plan.query.keys]
+        try:
+            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain],
+                                                checked.post.sql(dialect="duckdb"))
+        except Exception as error:  # public keys only: DuckDB's message reveals nothing private
+            raise UnsupportedQuery(f"the query over the public key domain failed: {str(error).splitlines()[0]}",
+                                   hint="select the GROUP BY keys, or expressions of them") from None
+        return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True)
+
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:
             frame = self._engine.fetch_df(query.sql)
@@ -565,7 +679,9 @@ class Connection:
             raise UnsupportedQuery(f"the query over public tables failed: {message}",
                                    hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
-        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True)
+        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
+                        types=lambda: [type_name for _, type_name in self._engine.describe(query.sql)],
+                        converter=self._engine.convert)
 
 
 MIN_EPSILON = Fraction(1, 10**12)

@@ -132,6 +132,7 @@ OPTIONS = {
     "delta": _number,
     "max_groups_contributed": _whole_number,
     "max_rows_contributed": _whole_number,
+    "max_keys": _whole_number,
     "privacy_unit_column": _name,
     "noise": _noise,
 }

@@ -74,6 +74,12 @@ class QueryFailed(DPError):
     code = "query_failed"
 
 
+class MissingDependency(DPError, ImportError):
+    """An optional package a method needs is not installed (``DPResult.pl()`` needs polars)."""
+
+    code = "missing_dependency"
+
+
 class InternalError(Exception):
     """An invariant of dpsql itself was broken: this is a bug, please report it."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .domains import reports_outside
 from .plan import Measure, Plan
 from .quantile import VALUE_SHARE, endpoint_shift, quantile_accuracy, value_rule
 
@@ -29,10 +30,18 @@ def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
         text = key.expression.sql(dialect="duckdb")
         if key.domain is None:
             lines.append(f"  {key.name} = {text}: private keys, released only if they pass partition selection")
-        elif key.domain.values is None:
-            lines.append(f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}")
         else:
-            lines.append(f"  {key.name} = {text}: every one of {len(key.domain.values)} listed public keys")
+            if key.domain.values is None:
+                line = f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}"
+            else:
+                line = f"  {key.name} = {text}: every one of {len(key.domain.values)} listed public keys"
+            if key.narrowed_by:
+                line += " for which " + " AND ".join(c.sql(dialect="duckdb") for c in key.narrowed_by) + \
+                    " holds (the query's WHERE, evaluated on the public domain when the query runs: free)"
+            lines.append(line)
+    if reports_outside(plan.query.keys) and plan.query.aggregates:
+        lines.append("  rows whose keys are outside the released keys (or NULL) are released as one more cell, "
+                     "res.outside_domain; it counts among each unit's groups, so the sensitivities below hold")
     if plan.selection is not None:
         s = plan.selection
         lines.append(f"  partition selection: a key is released when its count of distinct units plus discrete "

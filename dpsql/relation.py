@@ -146,7 +146,7 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
                         bounded=frozenset({copy_name(bound.name, bound.declaration)}))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
-        if not reference:
+        if not reference:  # dpsql.check names each one as DuckDB does: this is a bug
             refuse(node, sql, "a subquery in FROM needs an alias", "write (SELECT ...) AS t")
         return _subquery(node.this, reference, policy, catalog, sql, data, ctes)
     refuse(node, sql, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")

@@ -88,6 +88,22 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
     return Release(keys=tuple(keys), noisy=noisy, chosen=chosen, edges=edges)
 
 
+def split_last(release: Release) -> tuple[Release, Release]:
+    """The release without its last cell, and that cell alone (the outside cell of
+    ``dpsql.domains``, drawn in the same batch as every other cell).
+
+    >>> first, last = split_last(Release(keys=(("a",), (None,)), noisy={"m0": (3, 7)}))
+    >>> first.keys, first.noisy, last.keys, last.noisy
+    ((('a',),), {'m0': (3,)}, ((None,),), {'m0': (7,)})
+    """
+    def part(cells: slice) -> Release:
+        return Release(keys=release.keys[cells], noisy={k: tuple(v[cells]) for k, v in release.noisy.items()},
+                       chosen={k: tuple(v[cells]) for k, v in release.chosen.items()},
+                       edges={k: tuple(v[cells]) for k, v in release.edges.items()})
+
+    return part(slice(None, -1)), part(slice(-1, None))
+
+
 class _ExactRows:
     """Exact (keys..., values...) rows, read a whole column at a time."""
 
@@ -339,7 +355,9 @@ def intervals(plan: Plan, release: Release, alpha: float) -> dict[str, list[tupl
 
 
 def _quantile_intervals(release: Release, aggregate: AggregateRelease, alpha: float) -> list[tuple[float, float]]:
-    drawn = release.edges[aggregate.measures[0]]
+    drawn = release.edges.get(aggregate.measures[0])
+    if drawn is None:  # kept before quantiles stored their intervals: none is known
+        return [(math.nan, math.nan)] * len(release.keys)
     if alpha < ENDPOINT_ALPHA:  # the endpoints were drawn for 95%: nothing narrower-risk is known
         return [(math.nan, math.nan)] * len(drawn)
     return [(float(edge(aggregate.rule, low)), float(edge(aggregate.rule, high))) for _, low, high in drawn]

@@ -6,6 +6,7 @@ Every client call has a timeout, so no test can hang on a server bug.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -461,3 +462,45 @@ def test_a_user_name_cannot_forge_a_log_line(server, caplog):
             connect(server, "x\n2026-11-26 11:00:00,000 dpsql.server INFO analyst bob ok", "wrong")
     refused = [record.getMessage() for record in caplog.records if "refused a connection" in record.getMessage()]
     assert refused and not any("\n" in message for message in refused), refused
+
+
+def test_a_thin_answer_sends_its_notes_as_notices(tmp_path):
+    """Partition selection needs delta, which the module's per-analyst budget has none of."""
+    build_shop_database(tmp_path / "shop.duckdb", users=100)
+    (tmp_path / "shop.policy").write_text(SHOP_POLICY)
+    add_user(tmp_path / "users", "alice", PASSWORDS["alice"])
+    thin_server = start_in_thread(tmp_path / "shop.duckdb", users=tmp_path / "users",
+                                  policy=tmp_path / "shop.policy", port=0, startup_timeout=1.0)
+    try:
+        with connect(thin_server) as connection:
+            seen = notices(connection)
+            rows = connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.1, delta = 1e-7) "
+                                      "zip, COUNT(*) AS n FROM visits WHERE age > 200 GROUP BY zip").fetchall()
+            assert rows == []
+            thin = [text for text in seen if text.startswith("dpsql: No rows were released")]
+            assert len(thin) == 1 and "distinct user_id values plus noise reaches" in thin[0]
+            assert any(text.startswith("dpsql: To lower that threshold") for text in seen)
+            detail = json.loads(connection.info.parameter_status("dpsql_cost"))  # for dpsql shell postgresql://
+            assert [f"dpsql: {note}" for note in detail["notes"]] == [t for t in seen if not t.startswith("dpsql: cost")]
+            from dpsql.shell.remote import RemoteConnection
+
+            remote = RemoteConnection(connection).sql("SELECT zip, COUNT(*) AS n FROM visits WHERE age > 300 "
+                                                      "GROUP BY zip", epsilon=0.1, delta=1e-7)
+            assert len(remote) == 0 and remote.notes[0].startswith("No rows were released")  # the shell's view
+            seen.clear()
+            connection.execute("SELECT store, COUNT(*) AS n FROM visits GROUP BY store").fetchall()
+            assert seen and not any("released" in text for text in seen)  # public keys: no note
+    finally:
+        thin_server.stop()
+        thin_server.thread.join(10)
+
+
+def test_rows_outside_a_keys_domain_are_told_in_the_notice(server, shop):
+    add_user(shop / "users", "erin", "erin-secret")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="erin", password="erin-secret",
+                         connect_timeout=5, autocommit=True) as connection:
+        seen = notices(connection)
+        assert len(connection.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan").fetchall()) == 3
+        assert "rows with plan outside its KEYS domain" in seen[-1]
+        connection.execute("SELECT COUNT(*) AS n FROM users")
+        assert "outside" not in seen[-1]

@@ -396,8 +396,9 @@ def test_mode_switches_the_output_format(state):
     assert handle_input(state, ".mode csv") == "mode csv\n"
     assert handle_input(state, GROUPED).startswith("plan,users,users_halfwidth95\nfree,")
     handle_input(state, ".mode json")
-    answer, footer = handle_input(state, GROUPED).rstrip("\n").rsplit("\n", 1)
+    answer, outside, footer = handle_input(state, GROUPED).rstrip("\n").rsplit("\n", 2)
     records = json.loads(answer)
+    assert "rows with plan outside its KEYS domain" in outside  # plan has a KEYS domain
     assert "no cost" in footer  # the same query again: its earlier answer, for free
     assert [r["plan"] for r in records] == ["free", "plus", "pro"]
     handle_input(state, ".mode markdown")
@@ -414,7 +415,7 @@ def test_output_writes_answers_to_a_file(state, tmp_path):
     handle_input(state, ".mode csv")
     assert handle_input(state, f".output {target}") == f"answers go to {target}\n"
     screen = handle_input(state, GROUPED)
-    assert screen.startswith(f"wrote 3 rows to {target}\ncost ε 0.1")
+    assert screen.startswith(f"wrote 3 rows to {target}\n≈ ") and "plan outside its KEYS domain\ncost ε 0.1" in screen
     assert target.read_text().startswith("plan,users,users_halfwidth95\n")
     assert handle_input(state, ".output") == "answers go to the screen\n"
     assert NOISY.search(handle_input(state, ".mode table") + handle_input(state, GROUPED))

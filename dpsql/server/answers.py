@@ -43,6 +43,8 @@ class Outcome:
     tag: str = ""
     notice: str | None = None
     """The query's cost and the analyst's remaining budget."""
+    notes: tuple = ()
+    """The answer's notes (``DPResult.notes``: why it is thin), each sent as a NoticeResponse."""
     detail: str | None = None
     """The same, for programs: JSON sent as the ``dpsql_cost`` ParameterStatus."""
     sqlstate: str | None = None
@@ -147,8 +149,11 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
-    return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
-                   notice=notice, detail=cost_detail(result), cost=str(result.cost))
+    if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
+        notice += f"\ndpsql: {result.outside_domain}"
+    return Outcome(tuple(result.columns), tuple(result), f"SELECT {len(result)}",
+                   notice=notice, detail=cost_detail(result), cost=str(result.cost),
+                   notes=tuple(result.notes))
 
 
 def cost_detail(result) -> str:
@@ -161,7 +166,8 @@ def cost_detail(result) -> str:
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
                        "repeat": result.repeat,
                        "halfwidth95": {} if result.exact else {   # null: "derived, no ±"
-                           name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()}})
+                           name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()},
+                       "notes": list(result.notes)})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:

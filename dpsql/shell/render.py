@@ -72,6 +72,10 @@ class Answer:
     """True for a query over public tables only: exact, free."""
     repeat: bool = False
     """True when the engine returned an earlier answer for free."""
+    notes: tuple[str, ...] = ()
+    """What to know beyond the values (``DPResult.notes``: why an answer is thin)."""
+    outside: str | None = None
+    """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), if any."""
     intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Per noisy column, each row's 95% interval (low, high) where known: quantiles' are
     asymmetric. A column absent here is value ± half-width."""
@@ -79,7 +83,7 @@ class Answer:
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     """The ``Answer`` of a ``DPResult``, with the per-cell half-widths of its noisy columns."""
-    rows = [tuple(row) for row in result.fetchall()]
+    rows = [tuple(row) for row in result]  # every row, whatever was fetched before
     noisy = set() if getattr(result, "exact", False) else set(result.accuracy(alpha))
     half_widths: dict[str, list[float]] = {}
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -96,7 +100,9 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)), intervals=spans)
+                  bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())),
+                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain),
+                  intervals=spans)
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:
@@ -304,6 +310,15 @@ def _plain_value(value: Any) -> Any:
     if isinstance(value, Fraction):
         return float(value)
     return value
+
+
+def render_notes(answer: Answer) -> str:
+    """The answer's notes, one ``note:`` line each (empty when it has none).
+
+    >>> render_notes(Answer(["n"], [], notes=("No rows were released.",)))
+    'note: No rows were released.\\n'
+    """
+    return "".join(f"note: {note}\n" for note in answer.notes)
 
 
 def number(value: Any) -> str:
