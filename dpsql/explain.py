@@ -71,8 +71,10 @@ def _release_text(aggregate) -> str:
     if aggregate.function == "quantile":
         rule = aggregate.rule
         ends = "upper endpoint" if rule.q == 0.0 else "lower endpoint" if rule.q == 1.0 else "two endpoints"
-        bound = "its lower one is the bound" if rule.q == 0.0 else "its upper one is the bound" \
-            if rule.q == 1.0 else f"at target ranks q·n ∓ {endpoint_shift(rule)}"
+        shift = endpoint_shift(rule)
+        bound = f"at target rank q·n + {shift}; its lower end is the lower bound" if rule.q == 0.0 else \
+            f"at target rank q·n - {shift}; its upper end is the upper bound" if rule.q == 1.0 else \
+            f"at target ranks q·n ∓ {shift}, with the bounds as fallback"
         return (f"quantile q = {rule.q:g} by the exponential mechanism over {rule.buckets + 1} public edges "
                 f"in [{_num(rule.lower)}, {_num(rule.upper)}] ({measures}); the value with "
                 f"{_num(VALUE_SHARE)} of its epsilon (rank error at most "
