@@ -295,9 +295,14 @@ def _endpoint_log_weights(bucket_counts: Sequence[int], rule: QuantileRule, side
 
 
 def _weights_of(gaps: list[int], rule: QuantileRule, b: int) -> np.ndarray:
+    """-(gap - best)·epsilon/(2·Delta_u·b) per edge, each correctly rounded: one IEEE division of
+    exact doubles when every numerator and the denominator are below 2**53, else Python's
+    int / int (which also rounds correctly)."""
     best = min(gaps)
     coefficient = rule.epsilon / (2 * rule.utility_sensitivity * b)
     num, den = coefficient.numerator, coefficient.denominator
+    if (max(gaps) - best) * num < 2**53 and den < 2**53:
+        return -(np.array(gaps, dtype=np.int64) - best) * num / den   # int64 products below 2**53: exact
     huge = den * 10**300      # a weight below -1e300 has probability 0 in any float: -inf
     return np.array([-((gap - best) * num) / den if (gap - best) * num < huge else -math.inf
                      for gap in gaps], dtype=np.float64)
