@@ -152,21 +152,30 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
                         help="how to print the answer (default: table); csv and json add a "
                              "<column>_halfwidth95 column beside each noisy one")
+    _bias_argument(parser)
     _analyst_argument(parser)
+
+
+def _bias_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--report-bias", type=float, default=None, metavar="SHARE",
+                        help="spend this share of the query's epsilon (e.g. 0.05) on a noisy estimate of "
+                             "the rows its contribution limits dropped and the values they clamped")
 
 
 def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import cost_line
-    from dpsql.shell.render import answer_from, render_answer
+    from dpsql.shell.render import answer_from, bias_lines, render_answer
 
     with _connect(args) as db:
         try:
-            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta))
+            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta,
+                                        report_bias=args.report_bias))
         except DPError as error:
             return _report(error, args.sql)
         sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
         sys.stdout.flush()
         print(cost_line(answer, db.budget), file=sys.stderr)
+        sys.stderr.write(bias_lines(answer))
     return EXIT_OK
 
 
@@ -175,12 +184,13 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sql", metavar="SQL", help="one SELECT statement")
     _policy_argument(parser)
     _privacy_arguments(parser)
+    _bias_argument(parser)
 
 
 def _explain(args: argparse.Namespace) -> int:
     with _connect(args) as db:
         try:
-            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta)
+            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, report_bias=args.report_bias)
         except DPError as error:
             return _report(error, args.sql)
     print(text.rstrip("\n"))

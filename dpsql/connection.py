@@ -29,6 +29,8 @@ import numpy as np
 
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
+from .bias import bias_share, bias_sql, explain_bias, limits_of, plan_bias, release_bias, stored_bounding, \
+    with_bounding
 from .bounding import bounded_tables
 from .check import check_query
 from .engine import Engine
@@ -196,19 +198,22 @@ class Connection:
     # -- public API ---------------------------------------------------------------------------
 
     def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
-            weights: dict | None = None) -> DPResult:
+            weights: dict | None = None, report_bias: Any = None) -> DPResult:
         """Answer ``sql`` with differential privacy, charging its cost to the budget.
 
         ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
-        written: relative weight}); equal by default.
+        written: relative weight}); equal by default. ``report_bias``: True, or a share of
+        epsilon such as 0.05, spends that share on ``res.bounding``, a noisy estimate of what
+        the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
+        policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
         """
         tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan = self._plan(checked, sql, epsilon, delta, noise, weights)
-        normal_sql, key = self._repeat_key(tree, plan)
-        repeat = self._replay(plan, checked, key)
+        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+        normal_sql, key = self._repeat_key(tree, plan, bias)
+        repeat = self._replay(plan, checked, key, bias)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
         bounded_sql = rewrite_plan(plan)
@@ -232,6 +237,10 @@ class Connection:
                 histograms[measure.name] = read_keys(
                     self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
             release = release_measures(plan, domain, exact, self._rng, histograms)
+            bounding = None
+            if bias is not None:
+                counted = self._engine.fetch(bias_sql(bias, checked), bounded=checked.bounded)
+                bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
                 core = shown_keys(core, plan.query.keys)
@@ -252,10 +261,26 @@ class Connection:
         # answer and for every repeat of it.
         noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
                  for name, values in release.noisy.items()} if tracked else {}
-        self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
+        self._ledger.record_answer(entry, with_bounding(encode_answer(list(checked.outputs), rows, noisy), bounding))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         return DPResult(list(checked.outputs), rows, charged,
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        widths=self._widths(plan, checked, noisy, len(rows)),
+                        limits=limits_of(plan), bounding=bounding)
+
+    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+                        weights: dict | None, report_bias: Any, written: dict):
+        """The plan and its bias report (``None``: none): the report's share of epsilon is taken
+        out of the query's before the aggregates get theirs, so the total cost is unchanged."""
+        share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share,
+                                     exact_parameter)
+        if share is None:
+            return self._plan(checked, sql, epsilon, delta, noise, weights), None
+        total = self._options_for(epsilon, delta, noise).epsilon
+        plan = self._plan(checked, sql, total * (1 - share), delta, noise, weights)
+        bias = plan_bias(plan, share, total, explicit)
+        if bias is None:  # nothing to report here: the aggregates get the whole epsilon
+            return self._plan(checked, sql, epsilon, delta, noise, weights), None
+        return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias
 
     def _salt_for(self, sql: str) -> dict | None:
         """The secret salt as a query parameter, for SQL that orders by a salted hash."""
@@ -281,21 +306,25 @@ class Connection:
         return types
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
-                weights: dict | None = None) -> str:
-        """What ``sql`` would run and cost: bounded SQL, sensitivities, noise; reads no data."""
+                weights: dict | None = None, report_bias: Any = None) -> str:
+        """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
+        limits and any bias report; reads no data."""
         tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
             return f"public tables only: runs exactly and costs nothing\n\n{checked.sql}"
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan = self._plan(checked, sql, epsilon, delta, noise, weights)
+        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
         cost = query_cost(plan)
-        _, key = self._repeat_key(tree, plan)
+        _, key = self._repeat_key(tree, plan, bias)
         repeat = self._ledger.find_answer(key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
         # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
         # query is not that difference, so hand it the remaining that makes it come out right.
         shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
         text = explain_plan(plan, rewrite_plan(plan), shown)
+        text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
+        if bias is not None:
+            text += "\n\n" + explain_bias(bias, bias_sql(bias, checked))
         return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
 
     @property
@@ -383,7 +412,7 @@ class Connection:
 
     # -- accounting and free repeats -----------------------------------------------------------
 
-    def _repeat_key(self, tree, plan: Plan) -> tuple[str, str]:
+    def _repeat_key(self, tree, plan: Plan, bias=None) -> tuple[str, str]:
         """The normalised SQL and the key its answer is stored under. The options in the key are
         the plan's: its totals and every measure's share and noise, so anything that changes
         how the answer is drawn (epsilon, delta, noise, weights) changes the key."""
@@ -395,10 +424,12 @@ class Connection:
         options = {"epsilon": str(plan.epsilon), "delta": str(plan.delta), "measures": measures,
                    "selection": None if selection is None else repr(selection),
                    "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]}
+        if bias is not None:  # a report changes how the epsilon was split and what was released
+            options["bias"] = str(bias.share)
         return normal, repeat_key(normal, options=options, policy_text=self._policy_text,
                                   analyst=self.analyst)
 
-    def _replay(self, plan: Plan, checked: PrivateQuery, key: str) -> DPResult | None:
+    def _replay(self, plan: Plan, checked: PrivateQuery, key: str, bias=None) -> DPResult | None:
         """The stored answer of an identical earlier query, exactly as it was released, or
         ``None`` when there is none that can be given back exactly."""
         text = self._ledger.find_answer(key)
@@ -411,8 +442,12 @@ class Connection:
                 set(noisy) != {m.name for m in plan.noised}
                 or any(len(values) != len(rows) for values in noisy.values()))):
             return None
+        bounding = None if bias is None else stored_bounding(text)
+        if bias is not None and bounding is None:
+            return None
         return DPResult(columns, rows, QueryCost.free(repeat=True),
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        widths=self._widths(plan, checked, noisy, len(rows)),
+                        limits=limits_of(plan), bounding=bounding)
 
     def _widths(self, plan: Plan, checked: PrivateQuery, noisy: dict, count: int):
         """accuracy() of released rows, from their noisy measures (empty: no per-row accuracy)."""

@@ -156,6 +156,10 @@ class Policy:
     (``MAX JOIN MULTIPLICITY``): bounds one unit's rows after joins at k·m, so neither the
     noise nor the work a query does for one unit can be blown up by the analyst's choice of
     join (DESIGN.md invariant 17)."""
+    bias_share: Fraction | None = None
+    """``REPORT BIAS SHARE s``: a private query reading one private table spends the share ``s``
+    of its epsilon on a noisy estimate of what its contribution limits dropped and clamped
+    (``dpsql.bias``); ``None``: only when the query asks (``report_bias``)."""
 
     def table(self, name: str) -> PrivateTable | PublicTable | None:
         """The declaration of a table, matched case-insensitively."""

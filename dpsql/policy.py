@@ -217,6 +217,14 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
                          f"{_number_text(count.value)}", count.position, hint="write MAX JOIN MULTIPLICITY 10;")
         settings["max_join_multiplicity"] = int(count.value)
         where["max_join_multiplicity"] = multiplicity.position
+    bias = _single(statements, ("report_bias",), "REPORT BIAS")
+    if bias is not None:
+        share = bias.args[0]
+        if not 0 < share.value < 1:
+            raise _error(f"REPORT BIAS SHARE must be above 0 and below 1, not {_number_text(share.value)}",
+                         share.position, hint="write REPORT BIAS SHARE 0.05; (5% of each query's epsilon)")
+        settings["bias_share"] = share.value
+        where["bias_share"] = bias.position
     private = tuple(_private_table(s.args[0], s.args[1:], where)
                     for s in statements if s.kind == "private_table")
     public = tuple(PublicTable(s.args[0].value, position=s.args[0].position)
@@ -337,6 +345,8 @@ def policy_to_text(policy: Policy) -> str:
     lines.append(f"NOISE {policy.noise.upper()};")
     if policy.max_join_multiplicity != DEFAULT_MAX_JOIN_MULTIPLICITY:
         lines.append(f"MAX JOIN MULTIPLICITY {policy.max_join_multiplicity};")
+    if policy.bias_share is not None:
+        lines.append(f"REPORT BIAS SHARE {_number_text(policy.bias_share)};")
     for table in policy.private_tables:
         items = ",\n".join(f"    {item}" for item in _table_items(table))
         lines += ["", f"PRIVATE TABLE {_table_name_text(table.name)} (", items, ");"]

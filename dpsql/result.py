@@ -129,6 +129,8 @@ class DPResult:
         widths: Callable[[float], dict[str, list[float]]] | None = None,
         exact: bool = False,
         repeat: bool = False,
+        limits=None,
+        bounding=None,
     ):
         self.columns = list(columns)
         self._rows = [tuple(r) for r in rows]
@@ -140,6 +142,12 @@ class DPResult:
         self.repeat = repeat or bool(getattr(cost, "repeat", False))
         """True when this is a stored earlier answer returned for free."""
         self._widths = widths
+        self.limits = limits
+        """The contribution limits the answer applied (``dpsql.bias.Limits``; ``str()`` reads
+        "at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]"); ``None``
+        for public queries. Public facts: they lower answers, and that bias is not in the ±."""
+        self.bounding = bounding
+        """The bias report (``dpsql.bias.Bounding``) when asked for (``report_bias``), else None."""
 
     def fetchall(self) -> list[tuple]:
         """All released rows, as a list of tuples."""
@@ -186,7 +194,12 @@ class DPResult:
             "repeat, free" if self.repeat else
             f"epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
         )
-        return f"{body}\n({len(self._rows)} rows; {kind})"
+        text = f"{body}\n({len(self._rows)} rows; {kind})"
+        if self.limits is not None:
+            text += f"\n(limits: {self.limits})"
+        if self.bounding is not None:
+            text += f"\n(bias: {self.bounding})"
+        return text
 
 
 # --- stored answers: what a free repeat returns ------------------------------------------------

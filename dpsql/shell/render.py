@@ -68,6 +68,10 @@ class Answer:
     """True for a query over public tables only: exact, free."""
     repeat: bool = False
     """True when the engine returned an earlier answer for free."""
+    limits: str | None = None
+    """The contribution limits the answer applied (``DPResult.limits``), as text."""
+    bounding: str | None = None
+    """The bias report (``DPResult.bounding``), as text, when one was asked for."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -83,7 +87,28 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)))
+                  bool(getattr(result, "repeat", False)),
+                  _text_or_none(getattr(result, "limits", None)), _text_or_none(getattr(result, "bounding", None)))
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def bias_lines(answer: Answer) -> str:
+    """The footer lines naming an answer's contribution limits and its bias report ('' for
+    none): the bias they cause is not in the ±.
+
+    >>> print(bias_lines(Answer(["n"], [(1,)], limits="at most 5 rows per uid", bounding="≈ 3% ± 1% of rows beyond per-unit limits (at least)")), end="")
+    limits: at most 5 rows per uid (answers are lowered by these; not in the ±)
+    bias: ≈ 3% ± 1% of rows beyond per-unit limits (at least)
+    """
+    text = ""
+    if answer.limits:
+        text += f"limits: {answer.limits} (answers are lowered by these; not in the ±)\n"
+    if answer.bounding:
+        text += f"bias: {answer.bounding}\n"
+    return text
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:

@@ -18,7 +18,7 @@ from dpsql.errors import DPError
 from dpsql.shell.commands import CommandError, run_dot_command
 from dpsql.shell.budget import cost_line
 from dpsql.shell.output import append_output
-from dpsql.shell.render import answer_from, number, render_answer, render_error
+from dpsql.shell.render import answer_from, bias_lines, number, render_answer, render_error
 from dpsql.shell.state import ShellState
 
 QUIT_WORDS = frozenset({"exit", "quit", "\\q"})
@@ -63,7 +63,7 @@ def run_sql(state: ShellState, sql: str) -> str:
     finally:
         state.refresh_budget()
     state.last_answer = answer
-    footer = cost_line(answer, state.budget) + "\n"
+    footer = cost_line(answer, state.budget) + "\n" + bias_lines(answer)
     if state.output is not None:
         try:
             append_output(state.output, render_answer(answer, state.mode, width=state.width, color=False),
