@@ -197,6 +197,42 @@ def _explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    parser.add_argument("table", metavar="TABLE", help="the private table to suggest bounds for")
+    _policy_argument(parser)
+    parser.add_argument("--epsilon", metavar="X", help="epsilon to spend (default: the policy's QUERY EPSILON)")
+    parser.add_argument("--columns", metavar="A,B", help="numeric columns to bound (default: every numeric column)")
+    parser.add_argument("--unit", metavar="COLUMN",
+                        help="before any policy exists: the table's privacy unit column; the suggestion is then "
+                             "charged to a budget of exactly --epsilon in the database's ledger")
+    _analyst_argument(parser)
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from dpsql.shell.budget import remaining_text
+    from dpsql.suggest import suggestion_text
+
+    if args.unit is not None:
+        if args.policy is not None or args.epsilon is None:
+            print("dpsql: --unit stands in for a policy: give --epsilon and no --policy", file=sys.stderr)
+            return EXIT_ERROR
+        args.policy = (f"BUDGET EPSILON {args.epsilon};\n"
+                       f"PRIVATE TABLE {args.table} (PRIVACY UNIT {args.unit}, MAX ROWS PER UNIT 1);\n")
+    columns = None if args.columns is None else [c.strip() for c in args.columns.split(",") if c.strip()]
+    with _connect(args) as db:
+        try:
+            suggestion = db.suggest_bounds(args.table, epsilon=args.epsilon, columns=columns)
+        except DPError as error:
+            return _report(error, None)
+        declared = db.policy.table(args.table)
+        unit = None if declared.row_level else declared.unit
+        spent = suggestion["epsilon_split"]["total"]
+        sys.stdout.write(suggestion_text(declared.name, unit, suggestion, spent))
+        print(f"cost ε {spent:g} · remaining {remaining_text(db.budget)}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
     _database_argument(parser)
     _policy_argument(parser)
@@ -330,6 +366,14 @@ COMMANDS: tuple[Command, ...] = (
         example="  dpsql explain shop.duckdb \"SELECT AVG(amount) FROM visits\" --epsilon 0.2",
         add_arguments=_explain_arguments,
         run=_explain,
+    ),
+    Command(
+        name="suggest",
+        help="suggest MAX ROWS PER UNIT and column BOUNDS for a private table, by DP (charged)",
+        example="  dpsql suggest shop.duckdb visits --epsilon 0.5\n"
+                "  dpsql suggest flights.duckdb flights --unit tailnum --epsilon 1 --columns dep_delay,distance",
+        add_arguments=_suggest_arguments,
+        run=_suggest,
     ),
     Command(
         name="budget",

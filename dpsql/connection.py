@@ -327,6 +327,84 @@ class Connection:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, checked))
         return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
 
+    def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None) -> dict:
+        """DP suggestions of a private table's contribution bounds, charged like a query.
+
+        Returns ``{"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": {column:
+        (lo, hi) or None}, "epsilon_split": {...}}``: k the DP 95th percentile of rows per unit,
+        each column's bounds the outer edges of its 1st and 99th percentile bins in a noisy
+        log-scale histogram of one value per unit (``dpsql.suggest``; None when too few units
+        for any bin to pass the noise threshold). ``columns``: the numeric columns to bound (default: every numeric
+        column but the unit). The whole ``epsilon`` is charged to the ledger first (budget
+        checks and refusal as for any query); nothing is stored for a free repeat.
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
+        >>> with connect({"t": frame}, policy="BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid);") as db:
+        ...     sorted(db.suggest_bounds("t", epsilon=0.5))
+        ...     float(db.budget.remaining.epsilon)
+        ['bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit']
+        0.5
+        """
+        from .suggest import (DEFAULT_COVERAGE, ROWS_CANDIDATES, ROWS_QUANTILE, bin_counts, is_float_type,
+                              is_integer_type, noisy_bounds, pick_quantile, plain, rows_sql, split_epsilon,
+                              value_candidates, values_sql)
+
+        declared = self.policy.table(table) if isinstance(table, str) else None
+        if declared is None or not self.policy.is_private(declared.name):
+            private = ", ".join(t.name for t in self.policy.private_tables) or "none"
+            raise UnsupportedQuery(f"{table} is not a private table of the policy",
+                                   hint=f"name one of the private tables: {private}")
+        key = table_key_of(declared.name)
+        types = self._catalog[key]
+        unit = None if declared.row_level else declared.unit.lower()
+        if columns is None:
+            chosen = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
+        else:
+            if isinstance(columns, str):
+                columns = [columns]
+            chosen = []
+            for column in columns:
+                name = str(column).lower()
+                if name not in types or name == unit or not is_numeric_type(types[name]):
+                    numeric = ", ".join(c for c, t in types.items() if c != unit and is_numeric_type(t)) or "none"
+                    raise UnsupportedQuery(f"{column} is not a numeric column of {declared.name}",
+                                           hint=f"name numeric columns other than the unit: {numeric}")
+                chosen.append(name)
+        if unit is None and not chosen:
+            raise UnsupportedQuery(f"{declared.name} is a row-level table with no numeric column to bound",
+                                   hint="its MAX ROWS PER UNIT is 1; name a numeric column, if it has one")
+        epsilon = self._options_for(epsilon, None, None).epsilon
+        split = split_epsilon(epsilon, unit is None, len(chosen))
+        cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
+        self._check_accountable(cost)
+        self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {declared.name}",
+                            options={"epsilon": epsilon, "columns": chosen}, analyst=self.analyst,
+                            analyst_total=self._analyst_accountant, policies=self._agreed_policies)
+        # The charge is committed: from here on, private data is read.
+        try:
+            k = 1
+            if unit is not None:
+                *ranks, units = self._engine.fetch(rows_sql(key, unit))[0]
+                k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1,
+                                                  self._rng)]
+            bounds = {}
+            sensitivity = 2 if self.policy.neighbours == "bounded" else 1  # one unit moves one bin, or two
+            for column in chosen:
+                integral = is_integer_type(types[column])
+                edges = value_candidates(integral)
+                sql = values_sql(key, unit, column, is_float_type(types[column]), edges)
+                *at_most, count = self._engine.fetch(sql, self._salt_for(sql))[0]
+                found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, sensitivity,
+                                     DEFAULT_COVERAGE, self._rng)
+                bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
+        except Exception:  # whatever failed, the caller learns nothing from how
+            raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
+                              "was released") from None
+        return {"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": bounds,
+                "epsilon_split": {"total": float(epsilon), "max_rows_per_unit": float(split.rows),
+                                  "each_column": float(split.each_column)}}
+
     @property
     def budget(self) -> Budget:
         """Total, spent and remaining budget, as the policy's accountant reads them; for a
