@@ -325,13 +325,15 @@ class Bounding:
                    Fraction(record["epsilon"]))
 
 
+def noisy_counts(bias: BiasPlan, exact: dict[str, int], source=None) -> dict[str, int]:
+    """Each exact count plus discrete Laplace noise of its measure's scale."""
+    return {m.name: int(exact[m.name]) + int(discrete_laplace(m.scale, 1, source)[0]) for m in bias.measures}
+
+
 def release_bias(bias: BiasPlan, exact: dict[str, int], source=None) -> Bounding:
-    """Noise each count (one batch of draws per measure), then the shares (post-processing)."""
-    noisy, widths = {}, {}
-    for measure in bias.measures:
-        draw = int(discrete_laplace(measure.scale, 1, source)[0])
-        noisy[measure.name] = max(int(exact[measure.name]) + draw, 0)
-        widths[measure.name] = discrete_laplace_halfwidth(measure.scale, ALPHA / 2)
+    """Noise each count, then the shares (post-processing)."""
+    noisy = {name: max(value, 0) for name, value in noisy_counts(bias, exact, source).items()}
+    widths = {m.name: discrete_laplace_halfwidth(m.scale, ALPHA / 2) for m in bias.measures}
     kept, kept_width = noisy["kept"], widths["kept"]
     dropped = None
     if bias.cap is not None:
