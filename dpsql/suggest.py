@@ -5,9 +5,9 @@ on real data). So the curator (or an analyst, charged like any query) asks for D
 
 * **MAX ROWS PER UNIT k**: a DP quantile (``ROWS_QUANTILE``, the 95th percentile) of the
   number of rows per unit, by the exponential mechanism (McSherry & Talwar 2007) over the
-  public candidates ``ROWS_CANDIDATES`` with utility u(k) = -|#units with ≤ k rows - q·n|.
-  Each unit adds one value (its row count): adding or removing it moves u by at most
-  max(q, 1 - q) ≤ 1, replacing it by at most 1. Δu = 1.
+  public candidates ``ROWS_CANDIDATES``, best at the first k that at least q·n units do not
+  exceed (``pick_quantile``). Each unit adds one value (its row count), so adding, removing or
+  replacing it moves every rank by at most 1: Δu = 1.
 * **col BOUNDS lo TO hi** per numeric column, in the manner of Google's ApproxBounds: a noisy
   histogram over public log-spaced bins (edges ``value_candidates``: 0 and ±m·10^e, m in 1,
   1.5, 2, 2.5, 3, 4, 5, 6, 8), each unit giving **one** value (its first non-NULL, non-NaN
@@ -63,15 +63,24 @@ def value_candidates(integral: bool) -> tuple[Fraction, ...]:
 
 def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fraction, sensitivity: int,
                   source=None) -> int:
-    """Index of the candidate chosen by the exponential mechanism with utility
-    -|rank(c) - quantile·total| (``ranks[i]``: values ≤ candidates[i]) and Δu = ``sensitivity``.
+    """Index of the candidate chosen by the exponential mechanism whose best candidate is the
+    first c with rank(c) ≥ q·n (``ranks[i]``: values ≤ candidates[i]; n = ``total``).
+
+    u(c_i) = -max(q·n - rank(c_i), rank(c_{i-1}) - q·n, 0), rank(c_{-1}) = 0. The plain
+    -|rank(c) - q·n| is flat above the largest value, so every far candidate would tie with
+    the right one; this one is 0 only for the first candidate reaching the quantile and falls
+    on both sides. Sensitivity: with a = q·n - rank(c_i) and b = rank(c_{i-1}) - q·n, a + b ≤ 0,
+    so u = -max(a, b, 0); one unit moves a and b by at most ``sensitivity`` each (its values
+    move each rank by at most that, and q·n by q times it), hence u by at most that.
 
     >>> from dpsql.noise import SeededSource
-    >>> pick_quantile([1, 2, 3], [10, 50, 100], 100, Fraction(1, 2), Fraction(50), 1, SeededSource(0))
+    >>> pick_quantile([1, 2, 3, 4], [10, 50, 100, 100], 100, Fraction(2, 5), Fraction(50), 1, SeededSource(0))
     1
     """
     target = float(quantile) * total
-    utility = -np.abs(np.asarray(ranks, dtype=float) - target)
+    ranks = np.asarray(ranks, dtype=float)
+    before = np.concatenate([[0.0], ranks[:-1]])
+    utility = -np.maximum(np.maximum(target - ranks, before - target), 0.0)
     return int(exponential_mechanism(float(epsilon) * utility / (2 * sensitivity), source))
 
 
