@@ -340,7 +340,8 @@ class Connection:
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
-        >>> with connect({"t": frame}, policy="BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid);") as db:
+        >>> policy = "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
+        >>> with connect({"t": frame}, policy=policy) as db:
         ...     sorted(db.suggest_bounds("t", epsilon=0.5))
         ...     float(db.budget.remaining.epsilon)
         ['bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit']
