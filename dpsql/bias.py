@@ -14,16 +14,18 @@ What is measured, per unit u of the one private table the query reads (``bias_sq
 * ``r_u``: the unit's rows in the table (a scan of the table with no analyst expression in
   it, so invariant 17 holds: the analyst's WHERE is evaluated on the bounded copy only);
 * ``c_u = min(r_u, K)``: rows the bounded copy keeps (K = the table's MAX ROWS PER UNIT);
-* ``w_u``: the copy's rows of u that pass the WHERE, and ``o_u[x]`` those of them whose
-  ``x`` lies outside its bounds (NaN and NULL are not counted; ±inf are).
+* ``w_u``: the copy's rows of u that pass the WHERE (and the keys' domain filters), and
+  ``o_u[x]`` those of them whose ``x`` lies outside its bounds (NaN and NULL are not counted;
+  ±inf are); with GROUP BY and MAX GROUPS PER UNIT l < K, ``g_u`` those in the unit's first l
+  groups in the query's own salted-hash order (else ``g_u = w_u``).
 
 The copy keeps a salted-hash sample of each unit's rows, so the unit's rows after WHERE before
 any limit are estimated as ``t_u = w_u + floor((r_u - c_u) · w_u / c_u)``; the query keeps
-``min(w_u, k)`` of them (k its own row limit, at most K). Released, each with discrete Laplace
-noise of scale sensitivity / epsilon_i:
+``kept_u = min(g_u, k)`` of them (k its own row limit, at most K). Released, each with discrete
+Laplace noise of scale sensitivity / epsilon_i:
 
-* ``kept = Σ_u min(w_u, k)`` — one unit adds between 0 and k: sensitivity **k**;
-* ``dropped = Σ_u min(t_u - min(w_u, k), C)``, C = 4k — a unit's dropped rows are unbounded,
+* ``kept = Σ_u kept_u`` — one unit adds between 0 and k: sensitivity **k**;
+* ``dropped = Σ_u min(t_u - kept_u, C)``, C = 4k — a unit's dropped rows are unbounded,
   so each adds at most C (0..C): sensitivity **C**, and the share is **at least** what is shown;
 * ``clamped[x] = Σ_u min(o_u[x], k)`` — 0..k per unit: sensitivity **k**.
 
@@ -32,7 +34,9 @@ Each term is a function of one unit's own rows (the copy is a stable per-unit tr
 sum by at most S, and replacing one unit (BOUNDED neighbours) by at most S too (one term
 changes from one value in [0, S] to another). ``tests/test_bias.py`` checks this by brute
 force. The shares shown are post-processing: dropped / (kept + dropped) and clamped / kept.
-Rows dropped by MAX GROUPS PER UNIT are not counted (the report says so).
+With a row limit from the query below K and groups limited too, the query grants rows group by
+group (``dpsql.rewrite`` layer 3); kept_u = min(g_u, k) is then an approximation of what it
+keeps (the bounds above hold all the same).
 
 The report's epsilon is the share ``s`` of the query's own epsilon (``REPORT BIAS SHARE s``
 in the policy, or ``report_bias`` per query), split equally between its measures; the
@@ -52,7 +56,7 @@ from .bounding import DATABASE
 from .errors import InvalidParameter, UnsupportedQuery
 from .noise import discrete_laplace, discrete_laplace_halfwidth
 from .plan import ClampedColumn, Plan, PrivateQuery
-from .rewrite import _table_sql, _total, literal
+from .rewrite import _domain_filter, _key_sql, _table_sql, _total, literal
 
 DEFAULT_SHARE = Fraction(1, 20)
 """The share of a query's epsilon a bias report takes when asked for with ``report_bias=True``
@@ -244,15 +248,33 @@ def _outside(column: ClampedColumn) -> str:
 
 
 def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
-    """The exact counts of the report: one row, a column per measure (``kept``, ...)."""
+    """The exact counts of the report: one row, a column per measure (``kept``, ...).
+
+    ``query`` is the plan's (its keys typed). The rows are the query's: after its WHERE and its
+    keys' domain filters. With GROUP BY and MAX GROUPS PER UNIT l below the rows a unit may
+    have, a unit's rows outside its first l groups (in the salted-hash order the query itself
+    keeps them by, ``dpsql.rewrite``) are not kept either: kept_u = min(rows in its first l
+    groups, k). Uses ``$salt`` then."""
     unit = f'"{query.rule.unit.lower()}"'
     conditions = [f"{unit} IS NOT NULL"]
     if query.where is not None:
         conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
+    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+                   for key in query.keys if key.domain]
     outside = "".join(f", {_outside(c)} AS o_{i}" for i, c in enumerate(bias.columns))
     sums = "".join(f", SUM(o_{i}) AS o_{i}" for i in range(len(bias.columns)))
     k = bias.rows_per_unit
-    select = [f"COALESCE(SUM(LEAST(w, {k})), 0) AS kept"]
+    keys = [key.name for key in query.keys]
+    limited = bool(keys) and query.rule.groups_per_unit < bias.copy_rows_per_unit
+    key_columns = "".join(f", {_key_sql(key)} AS {key.name}" for key in query.keys) if limited else ""
+    ranked, grouped_rows = "", ""
+    if limited:
+        order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
+        ranked = (f", dp_ranked AS (\n  SELECT *, DENSE_RANK() OVER (PARTITION BY dp_unit ORDER BY {order}) AS group_rank"
+                  f"\n  FROM dp_rows\n)")
+        grouped_rows = f", COUNT(*) FILTER (WHERE group_rank <= {query.rule.groups_per_unit}) AS g"
+    kept = f"LEAST({'g' if limited else 'w'}, {k})"
+    select = [f"COALESCE(SUM({kept}), 0) AS kept"]
     raw = ""
     if bias.cap is not None:
         unit_type = dict(query.column_types).get(query.rule.unit.lower(), "")
@@ -261,14 +283,14 @@ def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
                f"  WHERE {unit} IS NOT NULL\n  GROUP BY ALL\n), ")
         kept_copy = f"LEAST(COALESCE(r, w), {bias.copy_rows_per_unit})"
         total = f"(w + ((CAST(COALESCE(r, w) AS HUGEINT) - {kept_copy}) * w) // {kept_copy})"
-        select.append(f"COALESCE(SUM(LEAST(GREATEST({total} - LEAST(w, {k}), 0), {bias.cap})), 0) AS dropped")
+        select.append(f"COALESCE(SUM(LEAST(GREATEST({total} - {kept}, 0), {bias.cap})), 0) AS dropped")
     select += [f"COALESCE(SUM(LEAST(o_{i}, {k})), 0) AS clamped_{i}" for i in range(len(bias.columns))]
     joined = "dp_units LEFT JOIN dp_raw USING (dp_unit)" if bias.cap is not None else "dp_units"
     return (
-        f"WITH {raw}dp_rows AS (\n  SELECT {unit} AS dp_unit{outside}\n  FROM (\n{query.source.sql(dialect='duckdb')}\n"
-        f"  ) AS dp_source\n  WHERE {' AND '.join(conditions)}\n), dp_units AS (\n"
-        f"  SELECT dp_unit, COUNT(*) AS w{sums}\n  FROM dp_rows\n  GROUP BY dp_unit\n)\n"
-        f"SELECT {', '.join(select)}\nFROM {joined}"
+        f"WITH {raw}dp_rows AS (\n  SELECT {unit} AS dp_unit{key_columns}{outside}\n  FROM (\n"
+        f"{query.source.sql(dialect='duckdb')}\n  ) AS dp_source\n  WHERE {' AND '.join(conditions)}\n){ranked}, "
+        f"dp_units AS (\n  SELECT dp_unit, COUNT(*) AS w{grouped_rows}{sums}\n  FROM {'dp_ranked' if limited else 'dp_rows'}"
+        f"\n  GROUP BY dp_unit\n)\nSELECT {', '.join(select)}\nFROM {joined}"
     )
 
 
@@ -292,7 +314,8 @@ def _percent(value: float) -> str:
 
 @dataclass(frozen=True)
 class Bounding:
-    """A released bias report (``DPResult.bounding``): what the contribution limits did.
+    """A released bias report (``DPResult.bounding``): what the contribution limits did (rows
+    beyond MAX ROWS PER UNIT, and beyond a unit's first MAX GROUPS PER UNIT groups).
 
     >>> str(Bounding(Share(0.12, 0.03), (("dep_delay", Share(0.04, 0.01)),), Fraction(1, 20)))
     '≈ 12% ± 3% of rows beyond per-unit limits (at least); ≈ 4% ± 1% of dep_delay values clamped'
@@ -360,13 +383,12 @@ def explain_bias(bias: BiasPlan, sql: str) -> str:
     """The bias report's part of ``explain()``."""
     lines = [f"bias report: {_number(bias.share)} of the query's epsilon ({float(bias.epsilon):g}), "
              f"split equally between {len(bias.measures)} counts over the rows after WHERE:"]
-    what = {"kept": f"rows the query keeps, min(rows, {bias.rows_per_unit}) per unit",
+    what = {"kept": f"rows the query keeps, min(rows in the groups it keeps, {bias.rows_per_unit}) per unit",
             "dropped": f"rows beyond the per-unit limit, at most {bias.cap} per unit (so the share is at least this)"}
     for measure in bias.measures:
         text = what.get(measure.name) or f"kept rows with {measure.column} outside its bounds"
         lines.append(f"  {measure.name}: {text}; sensitivity {measure.sensitivity}, epsilon "
                      f"{float(measure.epsilon):g}, discrete Laplace scale {float(measure.scale):g}")
-    lines.append("  rows beyond MAX GROUPS PER UNIT are not counted")
     return "\n".join(lines) + f"\n\nbias SQL:\n{sql}"
 
 

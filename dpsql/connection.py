@@ -239,7 +239,8 @@ class Connection:
             release = release_measures(plan, domain, exact, self._rng, histograms)
             bounding = None
             if bias is not None:
-                counted = self._engine.fetch(bias_sql(bias, checked), bounded=checked.bounded)
+                counting = bias_sql(bias, plan.query)
+                counted = self._engine.fetch(counting, self._salt_for(counting), bounded=checked.bounded)
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
@@ -324,7 +325,7 @@ class Connection:
         text = explain_plan(plan, rewrite_plan(plan), shown)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:
-            text += "\n\n" + explain_bias(bias, bias_sql(bias, checked))
+            text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
 
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None) -> dict:

@@ -22,7 +22,9 @@ PUBLIC = pd.DataFrame({"g": ["a", "b"], "w": [1, 2]})
 
 
 def frame(units: dict[int, tuple]) -> pd.DataFrame:
-    rows = [(uid, float(x), "a") for uid, values in units.items() for x in values]
+    """Rows of each unit: x values (group 'a'), or (x, group) pairs."""
+    rows = [(uid, float(x[0]), x[1]) if isinstance(x, tuple) else (uid, float(x), "a")
+            for uid, values in units.items() for x in values]
     return pd.DataFrame(rows or [(0, 0.0, "a")][:0], columns=["uid", "x", "g"]).astype({"uid": "int64", "x": "float64"})
 
 
@@ -30,8 +32,9 @@ def exact_counts(data: pd.DataFrame, sql: str = QUERY, policy: str = POLICY):
     """The bias plan of ``sql`` and its exact counts over ``data`` (what release_bias noises)."""
     with dpsql.connect({"t": data, "p": PUBLIC}, policy=policy) as db:
         tree, checked, written = db._check(sql)
-        _, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
-        row = db._engine.fetch(bias_sql(bias, checked), bounded=checked.bounded)[0]
+        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        counting = bias_sql(bias, plan.query)
+        row = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0]
         return bias, dict(zip([m.name for m in bias.measures], (int(v) for v in row)))
 
 
@@ -83,16 +86,28 @@ def test_dropped_rows_after_where_are_estimated_from_the_kept_sample():
     assert counts == {"kept": 0, "dropped": 0, "clamped_0": 0}
 
 
+def test_rows_beyond_the_group_limit_are_dropped_too():
+    grouped = "SELECT g, COUNT(*) AS n FROM t WHERE x < 40 GROUP BY g"
+    # two rows in two groups, MAX GROUPS PER UNIT 1: one kept, one dropped; one group: both kept
+    _, counts = exact_counts(frame({1: ((1, "a"), (2, "b")), 2: ((1, "b"), (2, "b"))}), grouped)
+    assert counts == {"kept": 3, "dropped": 1}
+    # a key outside the domain is not among the query's rows
+    _, counts = exact_counts(frame({1: ((1, "a"), (2, "zzz"))}), grouped)
+    assert counts == {"kept": 1, "dropped": 0}
+
+
 # -- brute-force sensitivity -----------------------------------------------------------------
 
 PROFILES = [(), (3,), (50,), (-1, 3), (3, 3, 3), (-1,) * 5, (3,) * 12, (20,) * 13, (50,) * 12 + (3,),
-            (-1, 3, 50) * 4, (float("nan"), 3), (float("inf"), float("-inf"), 3)]
+            (-1, 3, 50) * 4, (float("nan"), 3), (float("inf"), float("-inf"), 3),
+            ((3, "b"), (3, "a")), ((20, "b"),) * 6 + ((3, "a"),) * 6, ((-1, "b"), (3, "zzz")) * 5]
 BACKGROUND = {100: (3, -1), 101: (5,) * 7}
 
 
 @pytest.mark.parametrize("sql, k", [(QUERY, 2),
                                     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) "
-                                     "SUM(x) AS s FROM t WHERE x < 40", 1)])
+                                     "SUM(x) AS s FROM t WHERE x < 40", 1),
+                                    ("SELECT g, SUM(x) AS s FROM t WHERE x < 40 GROUP BY g", 2)])
 @pytest.mark.parametrize("neighbours", ["UNBOUNDED", "BOUNDED"])
 def test_no_unit_moves_a_count_beyond_its_sensitivity(sql, k, neighbours):
     """Every profile of one unit against every other (the empty profile: add or remove; any
@@ -206,3 +221,18 @@ def test_shell_and_cli_footers_show_limits_and_bias():
     lines = footer.splitlines()
     assert lines[0] == "limits: at most 2 rows per uid; x clamped to [0, 10] (answers are lowered by these; not in the ±)"
     assert lines[1].startswith("bias: ≈ ") and "of x values clamped" in lines[1]
+
+
+def test_kept_is_what_the_query_itself_counts():
+    """kept = the exact total of the query's own bounded COUNT(*), groups limited by the same salted order."""
+    from dpsql.rewrite import rewrite_plan
+
+    units = {u: tuple((u % 7 + i, "ab"[(u + i) % 2]) for i in range(1 + u % 5)) for u in range(60)}
+    sql = "SELECT g, COUNT(*) AS n FROM t WHERE x < 8 GROUP BY g"
+    with dpsql.connect({"t": frame(units), "p": PUBLIC}, policy=POLICY) as db:
+        tree, checked, written = db._check(sql)
+        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        counting, bounded = bias_sql(bias, plan.query), rewrite_plan(plan)
+        kept = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0][0]
+        exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
+    assert kept == sum(row[1] for row in exact) and 0 < kept
