@@ -203,6 +203,8 @@ def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
     _policy_argument(parser)
     parser.add_argument("--epsilon", metavar="X", help="epsilon to spend (default: the policy's QUERY EPSILON)")
     parser.add_argument("--columns", metavar="A,B", help="numeric columns to bound (default: every numeric column)")
+    parser.add_argument("--group-by", metavar="COLUMN",
+                        help="also suggest MAX GROUPS PER UNIT from the distinct values of COLUMN per unit")
     parser.add_argument("--unit", metavar="COLUMN",
                         help="before any policy exists: the table's privacy unit column; the suggestion is then "
                              "charged to a budget of exactly --epsilon in the database's ledger")
@@ -222,7 +224,7 @@ def _suggest(args: argparse.Namespace) -> int:
     columns = None if args.columns is None else [c.strip() for c in args.columns.split(",") if c.strip()]
     with _connect(args) as db:
         try:
-            suggestion = db.suggest_bounds(args.table, epsilon=args.epsilon, columns=columns)
+            suggestion = db.suggest_bounds(args.table, epsilon=args.epsilon, columns=columns, group_by=args.group_by)
         except DPError as error:
             return _report(error, None)
         declared = db.policy.table(args.table)

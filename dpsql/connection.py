@@ -328,7 +328,8 @@ class Connection:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
 
-    def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None) -> dict:
+    def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
+                       group_by: str | None = None) -> dict:
         """DP suggestions of a private table's contribution bounds, charged like a query.
 
         Returns ``{"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": {column:
@@ -337,7 +338,9 @@ class Connection:
         log-scale histogram of one value per unit (``dpsql.suggest``; None when too few units
         for any bin to pass the noise threshold). ``columns``: the numeric columns to bound (default: every numeric
         column but the unit). The whole ``epsilon`` is charged to the ledger first (budget
-        checks and refusal as for any query); nothing is stored for a free repeat.
+        checks and refusal as for any query); nothing is stored for a free repeat. ``group_by``:
+        a column whose distinct values per unit bound MAX GROUPS PER UNIT the same way (its DP
+        95th percentile); without it ``max_groups_per_unit`` is None.
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
@@ -376,12 +379,22 @@ class Connection:
         if unit is None and not chosen:
             raise UnsupportedQuery(f"{declared.name} is a row-level table with no numeric column to bound",
                                    hint="its MAX ROWS PER UNIT is 1; name a numeric column, if it has one")
+        if group_by is not None:
+            grouped = str(group_by).lower()
+            if unit is None or grouped not in types or grouped == unit:
+                raise UnsupportedQuery(
+                    f"cannot suggest MAX GROUPS PER UNIT of {declared.name} by {group_by}: " +
+                    ("each row is its own unit, in one group" if unit is None else f"{group_by} is not one of "
+                     "its columns other than the unit"),
+                    hint="leave group_by out" if unit is None else f"name a column of {declared.name}")
+            group_by = grouped
         epsilon = self._options_for(epsilon, None, None).epsilon
-        split = split_epsilon(epsilon, unit is None, len(chosen))
+        split = split_epsilon(epsilon, unit is None, len(chosen), group_by is not None)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
         self._check_accountable(cost)
         self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {declared.name}",
-                            options={"epsilon": epsilon, "columns": chosen}, analyst=self.analyst,
+                            options={"epsilon": epsilon, "columns": chosen, "group_by": group_by},
+                            analyst=self.analyst,
                             analyst_total=self._analyst_accountant, policies=self._agreed_policies)
         # The charge is committed: from here on, private data is read.
         try:
@@ -390,6 +403,11 @@ class Connection:
                 *ranks, units = self._engine.fetch(rows_sql(key, unit))[0]
                 k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1,
                                                   self._rng)]
+            groups = None
+            if group_by is not None:
+                *ranks, units = self._engine.fetch(rows_sql(key, unit, group_by))[0]
+                groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups,
+                                                       1, self._rng)]
             bounds = {}
             sensitivity = 2 if self.policy.neighbours == "bounded" else 1  # one unit moves one bin, or two
             for column in chosen:
@@ -403,9 +421,13 @@ class Connection:
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None
-        return {"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": bounds,
-                "epsilon_split": {"total": float(epsilon), "max_rows_per_unit": float(split.rows),
-                                  "each_column": float(split.each_column)}}
+        suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
+                      "epsilon_split": {"total": float(epsilon), "max_rows_per_unit": float(split.rows),
+                                        "each_column": float(split.each_column)}}
+        if group_by is not None:
+            suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
+            suggestion["group_by"] = group_by
+        return suggestion
 
     @property
     def budget(self) -> Budget:

@@ -8,6 +8,8 @@ on real data). So the curator (or an analyst, charged like any query) asks for D
   public candidates ``ROWS_CANDIDATES``, best at the first k that at least q·n units do not
   exceed (``pick_quantile``). Each unit adds one value (its row count), so adding, removing or
   replacing it moves every rank by at most 1: Δu = 1.
+* **MAX GROUPS PER UNIT l** (with ``group_by``): the same quantile of the number of distinct
+  values of that column per unit — again one value per unit, Δu = 1.
 * **col BOUNDS lo TO hi** per numeric column, in the manner of Google's ApproxBounds: a noisy
   histogram over public log-spaced bins (edges ``value_candidates``: 0 and ±m·10^e, m in 1,
   1.5, 2, 2.5, 3, 4, 5, 6, 8), each unit giving **one** value (its first non-NULL, non-NaN
@@ -20,9 +22,9 @@ on real data). So the curator (or an analyst, charged like any query) asks for D
   value per unit rather than k: the noise relative to the counts is the same when units have
   k rows or more, and smaller when many have fewer; the quantiles are then over units.
 
-The epsilon asked is spent by basic composition: half for k and half split equally between
-the columns' histograms (all of it for k with no column; all for the columns of a row-level
-table, whose k is 1). Nothing else is read; the whole epsilon is charged before any data is.
+The epsilon asked is spent by basic composition in equal parts: one for k (none for a
+row-level table, whose k is 1), one for l when asked, one for the columns' histograms together
+(an equal share each). Nothing else is read; the whole epsilon is charged before any data is.
 """
 
 from __future__ import annotations
@@ -92,19 +94,23 @@ class Split:
     """Epsilon of the choice of k (0 when k is not chosen: a row-level table)."""
     each_column: Fraction
     """Epsilon of each column's histogram (both its bounds)."""
+    groups: Fraction = Fraction(0)
+    """Epsilon of the choice of MAX GROUPS PER UNIT (0 when not asked for)."""
 
 
-def split_epsilon(epsilon: Fraction, row_level: bool, columns: int) -> Split:
-    """Half for k and half for the columns' histograms; all for whichever is alone.
+def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: bool = False) -> Split:
+    """Equal parts for k (not for a row-level table), for l (when asked) and for the columns'
+    histograms together, each column an equal share of its part.
 
     >>> split_epsilon(Fraction(1), False, 2)
-    Split(rows=Fraction(1, 2), each_column=Fraction(1, 4))
+    Split(rows=Fraction(1, 2), each_column=Fraction(1, 4), groups=Fraction(0, 1))
+    >>> split_epsilon(Fraction(1), False, 1, grouped=True)
+    Split(rows=Fraction(1, 3), each_column=Fraction(1, 3), groups=Fraction(1, 3))
     """
-    if row_level:
-        return Split(Fraction(0), epsilon / columns)
-    if columns == 0:
-        return Split(epsilon, Fraction(0))
-    return Split(epsilon / 2, epsilon / 2 / columns)
+    parts = (0 if row_level else 1) + (1 if grouped else 0) + (1 if columns else 0)
+    part = epsilon / parts
+    return Split(Fraction(0) if row_level else part, part / columns if columns else Fraction(0),
+                 part if grouped else Fraction(0))
 
 
 def _quoted(name: str) -> str:
@@ -115,10 +121,13 @@ def _table(name: str) -> str:
     return ".".join(_quoted(part) for part in name.split("."))
 
 
-def rows_sql(table: str, unit: str) -> str:
-    """Per candidate k, how many units have at most k rows; then the number of units."""
+def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
+    """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
+    distinct values of that column, NULL one of them); then the number of units."""
     counts = ", ".join(f"COUNT(*) FILTER (WHERE r <= {k})" for k in ROWS_CANDIDATES)
-    return (f"SELECT {counts}, COUNT(*) FROM (SELECT COUNT(*) AS r FROM {_table(table)} "
+    per_unit = "COUNT(*)" if group_by is None else \
+        f"COUNT(DISTINCT {_quoted(group_by)}) + MAX(CASE WHEN {_quoted(group_by)} IS NULL THEN 1 ELSE 0 END)"
+    return (f"SELECT {counts}, COUNT(*) FROM (SELECT {per_unit} AS r FROM {_table(table)} "
             f"WHERE {_quoted(unit)} IS NOT NULL GROUP BY {_quoted(unit)})")
 
 
@@ -204,12 +213,19 @@ def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon) -> 
     items = ["    PRIVACY UNIT ROW" if unit is None else f"    PRIVACY UNIT {unit}"]
     if unit is not None:
         items.append(f"    MAX ROWS PER UNIT {k}")
+    groups = suggestion.get("max_groups_per_unit")
+    if groups is not None:
+        items.append(f"    MAX GROUPS PER UNIT {groups}")
     found = {column: pair for column, pair in suggestion["bounds"].items() if pair is not None}
     items += [f"    {column} BOUNDS {_shown(lo)} TO {_shown(hi)}" for column, (lo, hi) in found.items()]
     lines += [",\n".join(items), ");"]
     if unit is not None:
         lines.append(f"-- MAX ROWS PER UNIT {k}: about {float(ROWS_QUANTILE):.0%} of units have at most {k} rows "
                      f"and keep them all (the rest lose rows: answers are lowered); COUNT and SUM noise grows ∝ k")
+    if groups is not None:
+        lines.append(f"-- MAX GROUPS PER UNIT {groups}: about {float(ROWS_QUANTILE):.0%} of units have at most "
+                     f"{groups} values of {suggestion.get('group_by')} (the rest lose groups); grouped "
+                     f"noise grows ∝ {groups}")
     for column in suggestion["bounds"]:
         if column not in found:
             lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise "
@@ -227,6 +243,8 @@ def _describe_split(split: dict) -> str:
     parts = []
     if split.get("max_rows_per_unit"):
         parts.append(f"{_shown(split['max_rows_per_unit'])} for MAX ROWS PER UNIT")
+    if split.get("max_groups_per_unit"):
+        parts.append(f"{_shown(split['max_groups_per_unit'])} for MAX GROUPS PER UNIT")
     if split.get("each_column"):
         parts.append(f"{_shown(split['each_column'])} for each column's bounds")
     return ", ".join(parts)

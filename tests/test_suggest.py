@@ -139,3 +139,28 @@ def test_suggestion_text_without_bounds():
     text = suggestion_text("t", "uid", {"max_rows_per_unit": 8, "bounds": {"x": None},
                                         "epsilon_split": {"max_rows_per_unit": 0.5, "each_column": 0.5}}, 1)
     assert "MAX ROWS PER UNIT 8\n);" in text and "-- x: no bounds: too few units" in text
+
+
+def test_max_groups_per_unit_from_a_grouping_column():
+    data = known(2000)
+    data["day"] = data.groupby("uid").cumcount() % 12  # each unit touches min(rows, 12) days: 95th pct 12
+    with dpsql.connect({"t": data}, policy=POLICY.replace(" PUBLIC TABLE p;", ""), rng=SeededSource(4)) as db:
+        suggestion = db.suggest_bounds("t", epsilon=3, columns=["x"], group_by="day")
+        assert suggestion["max_groups_per_unit"] in (10, 15) and suggestion["group_by"] == "day"
+        assert suggestion["epsilon_split"]["max_groups_per_unit"] == 1.0
+        with pytest.raises(UnsupportedQuery, match="cannot suggest MAX GROUPS PER UNIT"):
+            db.suggest_bounds("t", epsilon=1, group_by="uid")
+    text = suggestion_text("t", "uid", suggestion, 3)
+    assert "    MAX GROUPS PER UNIT " in text and "values of day" in text
+
+
+def test_one_unit_moves_each_group_rank_by_one():
+    results = []
+    for profile in [(), ("a",), ("a", "b"), ("a",) * 5, ("a", "b", "c", None), tuple("abcdefghijkl")]:
+        rows = [(100, "a"), (100, "b"), (101, "z")] + [(1, g) for g in profile]
+        connection = duckdb.connect()
+        connection.register("frame", pd.DataFrame(rows, columns=["uid", "g"]))
+        connection.execute("CREATE TABLE t AS SELECT * FROM frame")
+        *ranks, _ = connection.execute(rows_sql("t", "uid", "g")).fetchall()[0]
+        results.append(ranks)
+    assert max(abs(a - b) for x, y in product(results, results) for a, b in zip(x, y)) == 1
