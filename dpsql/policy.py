@@ -219,12 +219,8 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
         where["max_join_multiplicity"] = multiplicity.position
     bias = _single(statements, ("report_bias",), "REPORT BIAS")
     if bias is not None:
-        share = bias.args[0]
-        if not 0 < share.value < 1:
-            raise _error(f"REPORT BIAS SHARE must be above 0 and below 1, not {_number_text(share.value)}",
-                         share.position, hint="write REPORT BIAS SHARE 0.05; (5% of each query's epsilon)")
-        settings["bias_share"] = share.value
-        where["bias_share"] = bias.position
+        settings["bias_share"] = bias.args[0].value
+        where["bias_share"] = bias.args[0].position  # checked by validate_policy
     private = tuple(_private_table(s.args[0], s.args[1:], where)
                     for s in statements if s.kind == "private_table")
     public = tuple(PublicTable(s.args[0].value, position=s.args[0].position)

@@ -236,3 +236,20 @@ def test_kept_is_what_the_query_itself_counts():
         kept = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0][0]
         exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
     assert kept == sum(row[1] for row in exact) and 0 < kept
+
+
+def test_policy_setting_round_trips_and_is_checked():
+    from dpsql.errors import PolicyError
+    from dpsql.model import Policy
+    from dpsql.policy import parse_policy, policy_to_text
+    from dpsql.policy_check import validate_policy
+
+    policy = parse_policy("BUDGET EPSILON 1;\nreport bias share 0.05;")
+    assert policy.bias_share == Fraction(1, 20) and "REPORT BIAS SHARE 0.05;" in policy_to_text(policy)
+    assert parse_policy(policy_to_text(policy)) == policy
+    with pytest.raises(PolicyError, match=r"REPORT BIAS SHARE must be above 0 and below 1, not 1 \(line 2, column 19\)"):
+        parse_policy("BUDGET EPSILON 1;\nREPORT BIAS SHARE 1;")
+    with pytest.raises(PolicyError, match="REPORT BIAS is given twice"):
+        parse_policy("BUDGET EPSILON 1; REPORT BIAS SHARE 0.1; REPORT BIAS SHARE 0.2;")
+    with pytest.raises(PolicyError, match="REPORT BIAS SHARE must be above 0"):
+        validate_policy(Policy(Fraction(1), bias_share=Fraction(0)))
