@@ -146,18 +146,26 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
+    if result.limits is not None:
+        notice += f"; limits: {result.limits}"
+    if result.bounding is not None:
+        notice += f"; bias: {result.bounding}"
     return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
                    notice=notice, detail=cost_detail(result), cost=str(result.cost))
 
 
 def cost_detail(result) -> str:
     """For programs (``dpsql shell postgresql://...``): the exact cost and
-    each noisy column's 95% noise half-width (the largest over its rows), as JSON."""
+    each noisy column's 95% noise half-width (the largest over its rows), the contribution
+    limits and any bias report (as text), as JSON."""
     cost = result.cost
+    limits, bounding = getattr(result, "limits", None), getattr(result, "bounding", None)
     return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
                        "rho": None if cost.rho is None else str(cost.rho),
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
-                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05)})
+                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05),
+                       "limits": None if limits is None else str(limits),
+                       "bounding": None if bounding is None else str(bounding)})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:
