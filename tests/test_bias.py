@@ -253,3 +253,27 @@ def test_policy_setting_round_trips_and_is_checked():
         parse_policy("BUDGET EPSILON 1; REPORT BIAS SHARE 0.1; REPORT BIAS SHARE 0.2;")
     with pytest.raises(PolicyError, match="REPORT BIAS SHARE must be above 0"):
         validate_policy(Policy(Fraction(1), bias_share=Fraction(0)))
+
+
+def test_cli_query_and_explain_with_report_bias(tmp_path, capsys):
+    import duckdb
+
+    from dpsql import cli
+
+    database = tmp_path / "d.duckdb"
+    connection = duckdb.connect(str(database))
+    connection.register("frame", frame({u: (3,) * (1 + u % 6) for u in range(100)}))
+    connection.execute("CREATE TABLE t AS SELECT * FROM frame")
+    connection.register("public", PUBLIC)
+    connection.execute("CREATE TABLE p AS SELECT * FROM public")
+    connection.close()
+    policy = tmp_path / "t.policy"
+    policy.write_text(POLICY, encoding="utf-8")
+    code = cli.main(["query", str(database), QUERY, "--policy", str(policy), "--epsilon", "1", "--report-bias", "0.3"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "limits: at most 2 rows per uid; x clamped to [0, 10]" in err
+    assert "bias: ≈ " in err and "of rows beyond per-unit limits (at least)" in err
+    code = cli.main(["explain", str(database), QUERY, "--policy", str(policy), "--epsilon", "1", "--report-bias", "0.3"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "bias report: 0.3 of the query's epsilon (0.3)" in out and "bias SQL:" in out
