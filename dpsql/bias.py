@@ -207,15 +207,17 @@ def source_table(query: PrivateQuery) -> str | None:
     return table.name
 
 
-def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool) -> BiasPlan | None:
+def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, where=None) -> BiasPlan | None:
     """The bias report of ``plan``, spending ``share`` of the query's ``epsilon``; ``None`` when
-    there is nothing to report or (not ``explicit``) the query cannot have one."""
+    there is nothing to report or (not ``explicit``) the query cannot have one. ``where``: the
+    SQL's ``report_bias`` option, whose position a refusal names."""
     query = plan.query
+    line, col = (where.line, where.col) if where is not None else (None, None)
     if source_table(query) is None or query.rows_per_unit is None:
         if not explicit:
             return None
         raise UnsupportedQuery("a bias report (report_bias) needs a query that reads one private table "
-                               "directly: its counts are defined per unit of that table",
+                               "directly: its counts are defined per unit of that table", line=line, col=col,
                                hint="drop report_bias for this query, or ask it of a query without joins "
                                     "or FROM subqueries")
     columns = tuple(sorted({c.name: c for m in plan.measures for c in m.clamped_columns}.values(),
@@ -226,7 +228,7 @@ def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool) ->
     if cap is None and not columns:
         if explicit:
             raise UnsupportedQuery("there is no bias to report: each row is its own unit, so no row is "
-                                   "dropped, and the query clamps no column",
+                                   "dropped, and the query clamps no column", line=line, col=col,
                                    hint="drop report_bias for this query")
         return None
     count = 1 + (cap is not None) + len(columns)

@@ -278,7 +278,7 @@ class Connection:
             return self._plan(checked, sql, epsilon, delta, noise, weights), None
         total = self._options_for(epsilon, delta, noise).epsilon
         plan = self._plan(checked, sql, total * (1 - share), delta, noise, weights)
-        bias = plan_bias(plan, share, total, explicit)
+        bias = plan_bias(plan, share, total, explicit, written.get("report_bias"))
         if bias is None:  # nothing to report here: the aggregates get the whole epsilon
             return self._plan(checked, sql, epsilon, delta, noise, weights), None
         return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias

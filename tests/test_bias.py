@@ -277,3 +277,12 @@ def test_cli_query_and_explain_with_report_bias(tmp_path, capsys):
     code = cli.main(["explain", str(database), QUERY, "--policy", str(policy), "--epsilon", "1", "--report-bias", "0.3"])
     out, err = capsys.readouterr()
     assert code == 0 and "bias report: 0.3 of the query's epsilon (0.3)" in out and "bias SQL:" in out
+
+
+def test_refusal_names_the_option_where_it_was_written():
+    with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY) as db:
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (report_bias = true) COUNT(*) AS n\n"
+                   "FROM t JOIN p ON t.g = p.g", epsilon=1)
+        assert (refused.value.line, refused.value.col) == (1, 43) and "drop report_bias" in str(refused.value)
+        assert db.budget.spent.epsilon == 0
