@@ -48,6 +48,7 @@ from .aggregates import plain_projection, post_sql
 from .keys import read_keys, shown_keys, typed_keys
 from .release import Release, core_columns, core_rows, half_widths, release_measures
 from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
+from .suggest import plan_suggestion, run_suggestion
 from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
@@ -351,83 +352,21 @@ class Connection:
         ['bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit']
         0.5
         """
-        from .suggest import (DEFAULT_COVERAGE, ROWS_CANDIDATES, ROWS_QUANTILE, bin_counts, is_float_type,
-                              is_integer_type, noisy_bounds, pick_quantile, plain, rows_sql, split_epsilon,
-                              value_candidates, values_sql)
-
-        declared = self.policy.table(table) if isinstance(table, str) else None
-        if declared is None or not self.policy.is_private(declared.name):
-            private = ", ".join(t.name for t in self.policy.private_tables) or "none"
-            raise UnsupportedQuery(f"{table} is not a private table of the policy",
-                                   hint=f"name one of the private tables: {private}")
-        key = table_key_of(declared.name)
-        types = self._catalog[key]
-        unit = None if declared.row_level else declared.unit.lower()
-        if columns is None:
-            chosen = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
-        else:
-            if isinstance(columns, str):
-                columns = [columns]
-            chosen = []
-            for column in columns:
-                name = str(column).lower()
-                if name not in types or name == unit or not is_numeric_type(types[name]):
-                    numeric = ", ".join(c for c, t in types.items() if c != unit and is_numeric_type(t)) or "none"
-                    raise UnsupportedQuery(f"{column} is not a numeric column of {declared.name}",
-                                           hint=f"name numeric columns other than the unit: {numeric}")
-                chosen.append(name)
-        if unit is None and not chosen:
-            raise UnsupportedQuery(f"{declared.name} is a row-level table with no numeric column to bound",
-                                   hint="its MAX ROWS PER UNIT is 1; name a numeric column, if it has one")
-        if group_by is not None:
-            grouped = str(group_by).lower()
-            if unit is None or grouped not in types or grouped == unit:
-                raise UnsupportedQuery(
-                    f"cannot suggest MAX GROUPS PER UNIT of {declared.name} by {group_by}: " +
-                    ("each row is its own unit, in one group" if unit is None else f"{group_by} is not one of "
-                     "its columns other than the unit"),
-                    hint="leave group_by out" if unit is None else f"name a column of {declared.name}")
-            group_by = grouped
         epsilon = self._options_for(epsilon, None, None).epsilon
-        split = split_epsilon(epsilon, unit is None, len(chosen), group_by is not None)
+        plan = plan_suggestion(self.policy, self._catalog, table_key_of, table, epsilon, columns, group_by)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
         self._check_accountable(cost)
-        self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {declared.name}",
-                            options={"epsilon": epsilon, "columns": chosen, "group_by": group_by},
-                            analyst=self.analyst,
-                            analyst_total=self._analyst_accountant, policies=self._agreed_policies)
+        self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {plan.table}",
+                            options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
+                                     "group_by": plan.group_by},
+                            analyst=self.analyst, analyst_total=self._analyst_accountant,
+                            policies=self._agreed_policies)
         # The charge is committed: from here on, private data is read.
         try:
-            k = 1
-            if unit is not None:
-                *ranks, units = self._engine.fetch(rows_sql(key, unit))[0]
-                k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1,
-                                                  self._rng)]
-            groups = None
-            if group_by is not None:
-                *ranks, units = self._engine.fetch(rows_sql(key, unit, group_by))[0]
-                groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups,
-                                                       1, self._rng)]
-            bounds = {}
-            sensitivity = 2 if self.policy.neighbours == "bounded" else 1  # one unit moves one bin, or two
-            for column in chosen:
-                integral = is_integer_type(types[column])
-                edges = value_candidates(integral)
-                sql = values_sql(key, unit, column, is_float_type(types[column]), edges)
-                *at_most, count = self._engine.fetch(sql, self._salt_for(sql))[0]
-                found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, sensitivity,
-                                     DEFAULT_COVERAGE, self._rng)
-                bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
+            return run_suggestion(plan, lambda sql: self._engine.fetch(sql, self._salt_for(sql)), self._rng)
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None
-        suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
-                      "epsilon_split": {"total": float(epsilon), "max_rows_per_unit": float(split.rows),
-                                        "each_column": float(split.each_column)}}
-        if group_by is not None:
-            suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
-            suggestion["group_by"] = group_by
-        return suggestion
 
     @property
     def budget(self) -> Budget:

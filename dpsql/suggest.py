@@ -35,7 +35,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from .errors import UnsupportedQuery
+from .model import Policy
 from .noise import discrete_laplace, exponential_mechanism
+from .policy_check import is_numeric_type
 from .rewrite import literal
 
 ROWS_QUANTILE = Fraction(95, 100)
@@ -266,3 +269,94 @@ def is_integer_type(type_name: str) -> bool:
     return name.lstrip("U") in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT") or \
         (name.startswith("DECIMAL(") and name.endswith(",0)"))
 
+
+
+@dataclass(frozen=True)
+class SuggestPlan:
+    """What a suggestion reads and spends, decided before any data is read."""
+
+    table: str
+    """The private table's name as the policy declares it."""
+    key: str
+    """Its catalog name."""
+    unit: str | None
+    """Its unit column (lower case); ``None`` for a row-level table."""
+    columns: tuple[tuple[str, str], ...]
+    """(column, DuckDB type) of each numeric column to bound."""
+    group_by: str | None
+    """The column whose distinct values per unit bound MAX GROUPS PER UNIT, if asked."""
+    epsilon: Fraction
+    """The whole cost."""
+    split: Split
+    """How it is spent."""
+    sensitivity: int
+    """L1 sensitivity of a histogram of one value per unit: 1 (add/remove) or 2 (replace)."""
+
+
+def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fraction, columns=None,
+                    group_by=None) -> SuggestPlan:
+    """Check what is asked against the policy and catalog (no data): an unknown or public
+    table, a non-numeric column, or a ``group_by`` that is not a column are refused."""
+    declared = policy.table(table) if isinstance(table, str) else None
+    if declared is None or not policy.is_private(declared.name):
+        private = ", ".join(t.name for t in policy.private_tables) or "none"
+        raise UnsupportedQuery(f"{table} is not a private table of the policy",
+                               hint=f"name one of the private tables: {private}")
+    key = key_of(declared.name)
+    types = catalog[key]
+    unit = None if declared.row_level else declared.unit.lower()
+    numeric = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
+    if columns is None:
+        chosen = numeric
+    else:
+        chosen = []
+        for column in [columns] if isinstance(columns, str) else columns:
+            name = str(column).lower()
+            if name not in numeric:
+                raise UnsupportedQuery(f"{column} is not a numeric column of {declared.name}",
+                                       hint=f"name numeric columns other than the unit: {', '.join(numeric) or 'none'}")
+            chosen.append(name)
+    if unit is None and not chosen:
+        raise UnsupportedQuery(f"{declared.name} is a row-level table with no numeric column to bound",
+                               hint="its MAX ROWS PER UNIT is 1; name a numeric column, if it has one")
+    if group_by is not None:
+        grouped = str(group_by).lower()
+        if unit is None or grouped not in types or grouped == unit:
+            raise UnsupportedQuery(
+                f"cannot suggest MAX GROUPS PER UNIT of {declared.name} by {group_by}: " +
+                ("each row is its own unit, in one group" if unit is None else f"{group_by} is not one of "
+                 "its columns other than the unit"),
+                hint="leave group_by out" if unit is None else f"name a column of {declared.name}")
+        group_by = grouped
+    return SuggestPlan(declared.name, key, unit, tuple((c, types[c]) for c in chosen), group_by, epsilon,
+                       split_epsilon(epsilon, unit is None, len(chosen), group_by is not None),
+                       2 if policy.neighbours == "bounded" else 1)
+
+
+def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
+    """The suggestion: ``fetch(sql)`` runs dpsql's SQL (``$salt`` bound) and returns its rows;
+    ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
+    split, unit = plan.split, plan.unit
+    k = 1
+    if unit is not None:
+        *ranks, units = fetch(rows_sql(plan.key, unit))[0]
+        k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
+    groups = None
+    if plan.group_by is not None:
+        *ranks, units = fetch(rows_sql(plan.key, unit, plan.group_by))[0]
+        groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
+    bounds = {}
+    for column, type_name in plan.columns:
+        integral = is_integer_type(type_name)
+        edges = value_candidates(integral)
+        *at_most, count = fetch(values_sql(plan.key, unit, column, is_float_type(type_name), edges))[0]
+        found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
+                             DEFAULT_COVERAGE, source)
+        bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
+    suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
+                  "epsilon_split": {"total": float(plan.epsilon), "max_rows_per_unit": float(split.rows),
+                                    "each_column": float(split.each_column)}}
+    if plan.group_by is not None:
+        suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
+        suggestion["group_by"] = plan.group_by
+    return suggestion
