@@ -152,16 +152,24 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
                         help="how to print the answer (default: table); csv and json add a "
                              "<column>_halfwidth95 column beside each noisy one")
+    _bias_argument(parser)
     _analyst_argument(parser)
+
+
+def _bias_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--report-bias", type=float, default=None, metavar="SHARE",
+                        help="spend this share of the query's epsilon (e.g. 0.05) on a noisy estimate of "
+                             "the rows its contribution limits dropped and the values they clamped")
 
 
 def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import cost_line
-    from dpsql.shell.render import answer_from, render_answer, render_notes
+    from dpsql.shell.render import answer_from, bias_lines, render_answer, render_notes
 
     with _connect(args) as db:
         try:
-            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta))
+            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta,
+                                        report_bias=args.report_bias))
         except DPError as error:
             return _report(error, args.sql)
         sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
@@ -169,7 +177,7 @@ def _query(args: argparse.Namespace) -> int:
         if answer.outside:
             print(answer.outside, file=sys.stderr)
         print(cost_line(answer, db.budget), file=sys.stderr)
-        sys.stderr.write(render_notes(answer))  # beside the cost: stdout stays the answer alone
+        sys.stderr.write(bias_lines(answer) + render_notes(answer))  # beside the cost: stdout stays the answer alone
     return EXIT_OK
 
 
@@ -178,15 +186,54 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sql", metavar="SQL", help="one SELECT statement")
     _policy_argument(parser)
     _privacy_arguments(parser)
+    _bias_argument(parser)
 
 
 def _explain(args: argparse.Namespace) -> int:
     with _connect(args) as db:
         try:
-            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta)
+            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, report_bias=args.report_bias)
         except DPError as error:
             return _report(error, args.sql)
     print(text.rstrip("\n"))
+    return EXIT_OK
+
+
+def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    parser.add_argument("table", metavar="TABLE", help="the private table to suggest bounds for")
+    _policy_argument(parser)
+    parser.add_argument("--epsilon", metavar="X", help="epsilon to spend (default: the policy's QUERY EPSILON)")
+    parser.add_argument("--columns", metavar="A,B", help="numeric columns to bound (default: every numeric column)")
+    parser.add_argument("--group-by", metavar="COLUMN",
+                        help="also suggest MAX GROUPS PER UNIT from the distinct values of COLUMN per unit")
+    parser.add_argument("--unit", metavar="COLUMN",
+                        help="before any policy exists: the table's privacy unit column; the suggestion is then "
+                             "charged to a budget of exactly --epsilon in the database's ledger")
+    _analyst_argument(parser)
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from dpsql.shell.budget import remaining_text
+    from dpsql.suggest import suggestion_text
+
+    if args.unit is not None:
+        if args.policy is not None or args.epsilon is None:
+            print("dpsql: --unit stands in for a policy: give --epsilon and no --policy", file=sys.stderr)
+            return EXIT_ERROR
+        args.policy = (f"BUDGET EPSILON {args.epsilon};\n"
+                       f"PRIVATE TABLE {args.table} (PRIVACY UNIT {args.unit}, MAX ROWS PER UNIT 1);\n")
+    columns = None if args.columns is None else [c.strip() for c in args.columns.split(",") if c.strip()]
+    with _connect(args) as db:
+        try:
+            suggestion = db.suggest_bounds(args.table, epsilon=args.epsilon, columns=columns, group_by=args.group_by)
+        except DPError as error:
+            return _report(error, None)
+        declared = db.policy.table(args.table)
+        unit = None if declared.row_level else declared.unit
+        spent = suggestion["epsilon_split"]["total"]
+        sys.stdout.write(suggestion_text(declared.name, unit, suggestion, spent))
+        print(f"cost ε {spent:g} · remaining {remaining_text(db.budget)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -323,6 +370,14 @@ COMMANDS: tuple[Command, ...] = (
         example="  dpsql explain shop.duckdb \"SELECT AVG(amount) FROM visits\" --epsilon 0.2",
         add_arguments=_explain_arguments,
         run=_explain,
+    ),
+    Command(
+        name="suggest",
+        help="suggest MAX ROWS PER UNIT and column BOUNDS for a private table, by DP (charged)",
+        example="  dpsql suggest shop.duckdb visits --epsilon 0.5\n"
+                "  dpsql suggest flights.duckdb flights --unit tailnum --epsilon 1 --columns dep_delay,distance",
+        add_arguments=_suggest_arguments,
+        run=_suggest,
     ),
     Command(
         name="budget",

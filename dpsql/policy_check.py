@@ -55,6 +55,10 @@ def validate_policy(policy: Policy, where: Mapping | None = None) -> None:
     if policy.noise == "gaussian" and policy.budget_delta == 0:
         raise _error("NOISE GAUSSIAN needs a budget delta greater than 0", where.get("noise"),
                      hint="write `BUDGET EPSILON e DELTA d;` with d > 0, or use NOISE LAPLACE")
+    if policy.bias_share is not None and not (isinstance(policy.bias_share, Fraction) and 0 < policy.bias_share < 1):
+        shown = _number_text(policy.bias_share) if isinstance(policy.bias_share, Fraction) else repr(policy.bias_share)
+        raise _error(f"REPORT BIAS SHARE must be above 0 and below 1, not {shown}",
+                     where.get("bias_share"), hint="write REPORT BIAS SHARE 0.05; (5% of each query's epsilon)")
     _check_analyst_budget(policy, where)
     _check_tables(policy, where)
 

@@ -72,6 +72,10 @@ class Answer:
     """What to know beyond the values (``DPResult.notes``: why an answer is thin)."""
     outside: str | None = None
     """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), if any."""
+    limits: str | None = None
+    """The contribution limits the answer applied (``DPResult.limits``), as text."""
+    bounding: str | None = None
+    """The bias report (``DPResult.bounding``), as text, when one was asked for."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -88,7 +92,28 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
                   bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())),
-                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain))
+                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain),
+                  _text_or_none(getattr(result, "limits", None)), _text_or_none(getattr(result, "bounding", None)))
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def bias_lines(answer: Answer) -> str:
+    """The footer lines naming an answer's contribution limits and its bias report ('' for
+    none): the bias they cause is not in the ±.
+
+    >>> print(bias_lines(Answer(["n"], [(1,)], limits="at most 5 rows per uid", bounding="≈ 3% ± 1% of rows beyond per-unit limits (at least)")), end="")
+    limits: at most 5 rows per uid (answers are lowered by these; not in the ±)
+    bias: ≈ 3% ± 1% of rows beyond per-unit limits (at least)
+    """
+    text = ""
+    if answer.limits:
+        text += f"limits: {answer.limits} (answers are lowered by these; not in the ±)\n"
+    if answer.bounding:
+        text += f"bias: {answer.bounding}\n"
+    return text
 
 
 def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:

@@ -18,7 +18,7 @@ from dpsql.errors import DPError
 from dpsql.shell.commands import CommandError, run_dot_command
 from dpsql.shell.budget import cost_line
 from dpsql.shell.output import append_output
-from dpsql.shell.render import answer_from, number, render_answer, render_error, render_notes
+from dpsql.shell.render import answer_from, bias_lines, number, render_answer, render_error, render_notes
 from dpsql.shell.state import ShellState
 
 QUIT_WORDS = frozenset({"exit", "quit", "\\q"})
@@ -64,7 +64,7 @@ def run_sql(state: ShellState, sql: str) -> str:
         state.refresh_budget()
     state.last_answer = answer
     footer = ((f"{answer.outside}\n" if answer.outside else "") + cost_line(answer, state.budget) + "\n"
-              + render_notes(answer))
+              + bias_lines(answer) + render_notes(answer))
     if state.output is not None:
         try:
             append_output(state.output, render_answer(answer, state.mode, width=state.width, color=False),
