@@ -31,7 +31,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from .calibrate import gaussian_sigma_squared, laplace_scale
-from .errors import InternalError, InvalidParameter, UnsupportedQuery
+from .errors import InternalError, InvalidParameter, UnsupportedQuery, surface_hints
 from .model import Policy
 from .parse import node_position
 from .plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Plan, PrivateQuery, Selection
@@ -65,7 +65,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
     """Build the plan: measures, sensitivities, epsilon split, noise scales, partition selection."""
     gaussian = options.noise == "gaussian"
     if gaussian and options.delta <= 0:
-        raise UnsupportedQuery("Gaussian noise needs delta > 0", hint="pass delta=1e-7 or use Laplace noise")
+        raise UnsupportedQuery("Gaussian noise needs delta > 0",
+                               **surface_hints("{delta}, or use Laplace noise", delta="1e-7"))
     private_keys = [k for k in query.keys if k.domain is None]
     if private_keys and options.delta <= 0:
         line, col = node_position(private_keys[0].expression, sql)
@@ -73,8 +74,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
             f"GROUP BY {private_keys[0].expression.sql(dialect='duckdb')} has no public KEYS domain, and "
             "without delta its keys cannot be released (which keys exist is private)",
             line=line, col=col,
-            hint="declare the column's domain with KEYS in the policy, or give delta > 0 (e.g. delta=1e-7) "
-                 "so keys can pass partition selection",
+            **surface_hints("declare the column's domain with KEYS in the policy, or {delta} (any delta > 0) "
+                            "so keys can pass partition selection", delta="1e-7"),
         )
     weights = _weights(query, options)
     shares = sum(weights.values()) + (1 if private_keys else 0)

@@ -28,6 +28,9 @@ from typing import Any, Callable, Sequence
 
 from dpsql.errors import BudgetExceeded, DPError, PolicyError, UnsupportedQuery
 
+DEFAULT_MAX_ROWS = 40
+"""Rows of an answer printed by default, as DuckDB's CLI shows 40."""
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_REFUSED = 2
@@ -43,8 +46,8 @@ _EXIT_CODES_HELP = """\
 exit codes:
   0  answered (success)
   1  any other error (bad arguments, policy errors, I/O, ...)
-  2  the query was refused (nothing was charged)
-  3  the query would exceed the privacy budget (nothing was charged)"""
+  2  the query was refused (nothing was charged); a shell script: a statement was refused
+  3  the query would exceed the privacy budget (nothing was charged; explain: it would)"""
 
 
 def exit_code(error: BaseException) -> int:
@@ -96,6 +99,19 @@ def _privacy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", metavar="Y", help="delta of the query (default: the policy's, usually 0)")
 
 
+def _max_rows_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-rows", metavar="N", type=_whole_number, default=DEFAULT_MAX_ROWS,
+                        help=f"rows of an answer the table and markdown formats print (default "
+                             f"{DEFAULT_MAX_ROWS}, then a line saying how many more; 0 prints all; "
+                             "csv and json print all)")
+
+
+def _whole_number(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number such as 40 (0: all rows), got {text!r}")
+    return int(text)
+
+
 def _analyst_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--analyst", metavar="NAME",
                         help="a label for the ledger and per-analyst budget; local use is the "
@@ -130,7 +146,7 @@ class _ReportedError(Exception):
 def _report(error: DPError, source: str | None) -> int:
     from dpsql.shell.render import render_error
 
-    sys.stderr.write(render_error(error, source, color=_colors(sys.stderr)))
+    sys.stderr.write(render_error(error, source, color=_colors(sys.stderr), surface="cli"))
     return exit_code(error)
 
 
@@ -152,6 +168,7 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
                         help="how to print the answer (default: table); csv and json add a "
                              "<column>_halfwidth95 column beside each noisy one")
+    _max_rows_argument(parser)
     _analyst_argument(parser)
 
 
@@ -164,7 +181,8 @@ def _query(args: argparse.Namespace) -> int:
             answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta))
         except DPError as error:
             return _report(error, args.sql)
-        sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
+        sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout),
+                                       max_rows=args.max_rows, show_all="--max-rows 0 prints all"))
         sys.stdout.flush()
         print(cost_line(answer, db.budget), file=sys.stderr)
     return EXIT_OK
@@ -184,7 +202,8 @@ def _explain(args: argparse.Namespace) -> int:
         except DPError as error:
             return _report(error, args.sql)
     print(text.rstrip("\n"))
-    return EXIT_OK
+    refused = getattr(text, "refused", None)  # over budget: the plan is shown, and the exit says so
+    return EXIT_OK if refused is None else exit_code(refused)
 
 
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
@@ -237,6 +256,10 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
                              "postgresql://user@host:port/db URL")
     _policy_argument(parser)
     _analyst_argument(parser)
+    _max_rows_argument(parser)
+    parser.add_argument("--bail", action="store_true",
+                        help="a script stops at its first refused or failed statement (as DuckDB's -bail); "
+                             "without it the script goes on, and the exit code is still that of the first failure")
 
 
 def _shell(args: argparse.Namespace) -> int:
@@ -248,9 +271,9 @@ def _shell(args: argparse.Namespace) -> int:
             raise DPError("--policy and --analyst do not apply to a server",
                           hint="the server's policy rules, and you are the user you log in as")
         with connect_remote(args.database) as db:
-            return run_shell(db, name=shown_url(args.database))
+            return run_shell(db, name=shown_url(args.database), bail=args.bail, max_rows=args.max_rows)
     with _connect(args) as db:
-        return run_shell(db, name=args.database)
+        return run_shell(db, name=args.database, bail=args.bail, max_rows=args.max_rows)
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -405,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _ReportedError as reported:
         return _report(reported.error, reported.source)
     except DPError as error:
-        print(f"dpsql: {error}", file=sys.stderr)
+        print(f"dpsql: {error.text_for('cli')}", file=sys.stderr)
         return exit_code(error)
     except OSError as error:
         print(f"dpsql: {error}", file=sys.stderr)

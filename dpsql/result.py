@@ -186,7 +186,8 @@ class DPResult:
             "repeat, free" if self.repeat else
             f"epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
         )
-        return f"{body}\n({len(self._rows)} rows; {kind})"
+        count = len(self._rows)
+        return f"{body}\n({count} row{'s' if count != 1 else ''}; {kind})"
 
 
 # --- stored answers: what a free repeat returns ------------------------------------------------
