@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .names import sql_name
 from .plan import Measure, Plan
 from .quantile import quantile_accuracy
 
@@ -40,7 +41,7 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False)
     ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
     """
     rule = plan.query.rule
-    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else rule.unit
+    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else sql_name(rule.unit)
     unit += (f", at most {plural(rule.max_rows_per_unit, 'row')} and "
              f"{plural(rule.groups_per_unit, 'group')} per unit")
     cost = f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
