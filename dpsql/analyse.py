@@ -25,6 +25,7 @@ more than was asked.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -87,6 +88,7 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
     for aggregate in query.aggregates:
         epsilon = options.epsilon * weights[aggregate.name] / shares
         shapes, release = _shapes_of(aggregate, query, sql, start=len(measures))
+        _check_double_range(aggregate, shapes, sql)
         gaussian_here = gaussian and measure_delta > 0
         count = len(shapes)
         measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
@@ -309,11 +311,52 @@ def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy,
         grid *= 2
 
 
+LARGEST_DOUBLE = Fraction(sys.float_info.max)
+"""Row values are computed in DOUBLE: a range reaching past it would overflow to infinity."""
+
+GRID_EXPONENTS = range(-1000, 1001)
+"""Powers of two a grid may be: the rewrite scales by 1/grid as an exact DOUBLE literal."""
+
+
+def _check_double_range(aggregate: Aggregate, shapes: list, sql: str) -> None:
+    """Refuse, before anything is charged, an aggregate whose row values may leave the range of
+    a DOUBLE (``SUM(amount * 1e308 * 10)``) or need a grid no DOUBLE holds (``SUM(x * 1e-320)``):
+    its values could not be computed, scaled or rounded exactly."""
+    for shape in shapes:
+        interval = shape.interval
+        if interval is None:
+            continue
+        widest = max(abs(interval.lower), abs(interval.upper))
+        if widest == 0:
+            continue
+        if getattr(shape, "squared", False):  # VARIANCE and STDDEV square the (centred) values
+            widest = widest * widest
+        exponent = floor_log2(widest)
+        if widest <= LARGEST_DOUBLE and exponent - FINE_BITS in GRID_EXPONENTS:
+            continue
+        line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+        where = "beyond the largest DOUBLE (about 1.8e308)" if widest > LARGEST_DOUBLE else \
+            "too small for a DOUBLE to hold its rounding step"
+        raise UnsupportedQuery(
+            f"{aggregate.label}: its values may reach about 2**{exponent}, {where}", line=line, col=col,
+            construct=aggregate.label,
+            hint="scale the expression into a moderate range (e.g. divide or multiply by a constant "
+                 "after aggregating), or CLAMP it to smaller bounds")
+
+
 def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) -> None:
     """Per-row values on the grid must fit BIGINT with room to spare: the rewrite scales and
     rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
     for |value / grid| < 2**62 (``dpsql.rewrite._cannot_fail``). Refused here, before the charge."""
     for measure in measures:
+        exponent = measure.grid.numerator.bit_length() - measure.grid.denominator.bit_length()
+        if exponent not in GRID_EXPONENTS:  # the noise needed a grid coarser than a DOUBLE's range
+            line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+            raise UnsupportedQuery(
+                f"{aggregate.label}: its values are too large for this epsilon: the noise would need a "
+                f"grid of about 2**{exponent}, beyond what a DOUBLE holds", line=line, col=col,
+                construct=aggregate.label,
+                hint="scale the expression into a moderate range, CLAMP it to smaller bounds, or use a larger epsilon")
         if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
             line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
             raise UnsupportedQuery(

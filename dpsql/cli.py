@@ -118,14 +118,37 @@ def _analyst_argument(parser: argparse.ArgumentParser) -> None:
                              "curator's, so it is not checked (analysts are authenticated by `dpsql serve`)")
 
 
-def _connect(args: argparse.Namespace):
-    """Open the database under the given (or stored) policy; policy errors show their line."""
+def _connect(args: argparse.Namespace, *, check: Callable[[Any], None] | None = None,
+             keep_fresh: bool = False):
+    """Open the database under the given (or stored) policy; policy errors show their line.
+
+    A command that fails must leave no file behind, so a database without a ledger yet is
+    first opened with a ledger in memory, and ``check`` (which raises what the command would
+    refuse) runs on it: only then is the ledger file made. ``keep_fresh``: the command reads
+    nothing and charges nothing (explain, budget), so the in-memory ledger serves it all and
+    no file is made at all.
+    """
     import dpsql
 
+    analyst = getattr(args, "analyst", None)
     try:
-        return dpsql.connect(args.database, policy=args.policy, analyst=getattr(args, "analyst", None))
+        if _ledger_exists(args.database):
+            return dpsql.connect(args.database, policy=args.policy, analyst=analyst)
+        trial = dpsql.connect(args.database, policy=args.policy, analyst=analyst, ledger=":memory:")
+        if keep_fresh:
+            return trial
+        with trial:
+            if check is not None:
+                check(trial)
+        return dpsql.connect(args.database, policy=args.policy, analyst=analyst)
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None
+
+
+def _ledger_exists(database: str) -> bool:
+    """Whether the ledger beside ``database`` exists (where ``dpsql.connect`` puts it)."""
+    path = Path(database)
+    return not path.exists() or Path(f"{path.resolve()}.ledger").exists()
 
 
 def _policy_text(policy: str | None) -> str | None:
@@ -176,7 +199,18 @@ def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import cost_line
     from dpsql.shell.render import answer_from, render_answer
 
-    with _connect(args) as db:
+    def refuse_before_the_ledger(db) -> None:  # what explain refuses, sql refuses too
+        refused = getattr(db.explain(args.sql, epsilon=args.epsilon, delta=args.delta), "refused", None)
+        if refused is not None:
+            raise refused
+
+    try:
+        db = _connect(args, check=refuse_before_the_ledger)
+    except DPError as error:
+        if isinstance(error, PolicyError):
+            raise
+        return _report(error, args.sql)
+    with db:
         try:
             answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta))
         except DPError as error:
@@ -196,7 +230,7 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    with _connect(args) as db:
+    with _connect(args, keep_fresh=True) as db:
         try:
             text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta)
         except DPError as error:
@@ -214,7 +248,7 @@ def _budget_arguments(parser: argparse.ArgumentParser) -> None:
 def _budget(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import render_budget
 
-    with _connect(args) as db:
+    with _connect(args, keep_fresh=True) as db:
         sys.stdout.write(render_budget(db.budget, width=_width(), color=_colors(sys.stdout)))
     return EXIT_OK
 
@@ -232,6 +266,8 @@ def _init(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import remaining_text
 
     try:  # checks the policy against the database, then stores it
+        if not _ledger_exists(args.database):  # a refusal must leave no ledger file behind
+            dpsql.init_policy(args.database, args.policy, ledger=":memory:")
         change = dpsql.init_policy(args.database, args.policy, replace=args.replace)
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None

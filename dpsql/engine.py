@@ -124,6 +124,12 @@ class Engine:
             try:
                 connection = duckdb.connect(str(path), read_only=True, config=config)
             except duckdb.Error as err:
+                if "different configuration" in str(err):  # DuckDB: one instance per file per process
+                    raise DPError(
+                        f"{path} is already open in this process with other settings (read-write, or "
+                        "another memory_limit or configuration)",
+                        hint="close that connection first, or pass it: dpsql.connect(that_connection, "
+                             "policy=...) wraps an open DuckDB connection") from None
                 raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
             return cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
         raise DPError(

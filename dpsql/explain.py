@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from decimal import Context, Decimal
 from fractions import Fraction
 
 from .names import sql_name
@@ -135,13 +137,13 @@ def _measure_text(measure: Measure) -> str:
     else:
         bounds = f"row values in [{_num(measure.lower * measure.grid)}, {_num(measure.upper * measure.grid)}]"
     sensitivity = (f"L1 sensitivity {_num(measure.sensitivity.l1 * step)}{squared}, "
-                   f"L2 sensitivity {float(measure.sensitivity.l2_squared) ** 0.5 * float(step):.6g}{squared}")
+                   f"L2 sensitivity {_root(measure.sensitivity.l2_squared * step * step)}{squared}")
     if measure.noise == "exponential":
         noise = f"exponential mechanism, utility sensitivity {_num(measure.scale)}"
     elif measure.noise == "laplace":
         noise = f"discrete Laplace, scale {_num(measure.scale * step)}{squared}"
     elif measure.noise == "gaussian":
-        noise = f"discrete Gaussian, sigma {float(measure.scale) ** 0.5 * float(step):.6g}{squared}"
+        noise = f"discrete Gaussian, sigma {_root(measure.scale * step * step)}{squared}"
     else:
         noise = "no noise (nothing can change it)"
     grid = ""
@@ -154,4 +156,26 @@ def _measure_text(measure: Measure) -> str:
 
 def _num(value: Fraction) -> str:
     value = Fraction(value)
-    return str(value.numerator) if value.denominator == 1 else f"{float(value):.6g}"
+    return str(value.numerator) if value.denominator == 1 else _six_digits(_decimal(value))
+
+
+def _root(value: Fraction) -> str:
+    """The square root of a non-negative Fraction to 6 digits, beyond a float's range too.
+
+    >>> _root(Fraction(25, 4)), _root(Fraction(10) ** 700)
+    ('2.5', '1e+350')
+    """
+    return _six_digits(_decimal(Fraction(value)).sqrt(Context(prec=12)))
+
+
+def _six_digits(value: Decimal) -> str:
+    """6 significant digits, as a float prints them when it can hold the value."""
+    as_float = float(value)
+    if math.isfinite(as_float) and (value == 0 or abs(as_float) > 1e-300):
+        return f"{as_float:.6g}"
+    return f"{Context(prec=6).plus(value).normalize():g}"
+
+
+def _decimal(value: Fraction) -> Decimal:
+    """``value`` as a 12-digit Decimal, which (unlike a float) cannot overflow."""
+    return Context(prec=12, Emax=10**9, Emin=-10**9).divide(Decimal(value.numerator), Decimal(value.denominator))
