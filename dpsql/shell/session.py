@@ -25,8 +25,13 @@ QUIT_WORDS = frozenset({"exit", "quit", "\\q"})
 """What people type to leave other shells; accepted here too."""
 
 
-def handle_input(state: ShellState, text: str) -> str:
-    """Do what one accepted input asks and return what to print."""
+def handle_input(state: ShellState, text: str, *, split: bool = True) -> str:
+    """Do what one accepted input asks and return what to print.
+
+    An input of several lines holding dot commands (pasted, or ended with Esc Enter) runs as a
+    script would, so a comment line above a dot command cannot turn it into SQL."""
+    if split and any(line.strip().startswith(".") for line in text.strip().splitlines()[1:]):
+        return "".join(handle_input(state, part, split=False) for part in inputs_of_script(text))
     stripped = text.strip()
     if not stripped:
         return ""
