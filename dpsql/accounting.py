@@ -142,7 +142,7 @@ class Spend:
         """For reading, in decimals (``repr`` keeps the exact Fractions).
 
         >>> print(Spend(Fraction(7, 10), Fraction(1, 10**6)))
-        epsilon 0.7, delta 1e-06
+        epsilon 0.7, delta 1e-6
         """
         rho = "" if self.rho is None else f", rho {show(self.rho)}"
         return f"epsilon {show(self.epsilon)}, delta {show(self.delta)}{rho}"

@@ -34,6 +34,7 @@ from .check import check_query
 from .engine import Engine
 from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery, surface_hints
 from .explain import Explanation, explain_plan, plural
+from .names import columns_hint, sql_name
 from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from .model import Policy
 from .normalise import normalised_sql, repeat_key
@@ -109,7 +110,8 @@ class Connection:
                  eager_bounding: bool = False, _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
-                                   hint="pass analyst='alice', or leave it out")
+                                   hint="pass analyst='alice', or leave it out",
+                                   hints={"cli": "give --analyst alice, or leave it out"})
         self._engine = Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
         try:
             if ledger is None and self._engine.path is not None:
@@ -327,7 +329,9 @@ class Connection:
         """Column name -> DuckDB type of a declared table (schema only, never data)."""
         declaration = self.policy.table(table)
         if declaration is None:
-            raise UnsupportedQuery(f"unknown table {table}", hint=f"the tables are: {', '.join(self.tables())}")
+            names = {name.lower(): name for name in self.tables()}
+            raise UnsupportedQuery(f"unknown table {sql_name(table)}",
+                                   hint=columns_hint(table, list(names), names, what="tables"))
         return dict(self._catalog[table_key_of(declaration.name)])
 
     def policy_text(self) -> str:

@@ -143,7 +143,7 @@ def statement_is_complete(text: str) -> bool:
 def is_only_comments(text: str) -> bool:
     """True when ``text`` holds comments and blanks only (nothing to run).
 
-    >>> is_only_comments("-- totals per store\n/* by day */"), is_only_comments("-- x\nSELECT 1;")
+    >>> is_only_comments("-- totals per store\\n/* by day */"), is_only_comments("-- x\\nSELECT 1;")
     (True, False)
     """
     try:
