@@ -94,6 +94,7 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
         measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
         if release.function == "quantile":
             measure, rule = _histogram(shapes[0], query, policy, epsilon, release.quantile)
+            _check_grid_exponent(aggregate, measure, sql)
             measures.append(measure)
             releases.append(replace(release, epsilon=epsilon, rule=rule))
             continue
@@ -319,29 +320,50 @@ GRID_EXPONENTS = range(-1000, 1001)
 
 
 def _check_double_range(aggregate: Aggregate, shapes: list, sql: str) -> None:
-    """Refuse, before anything is charged, an aggregate whose row values may leave the range of
-    a DOUBLE (``SUM(amount * 1e308 * 10)``) or need a grid no DOUBLE holds (``SUM(x * 1e-320)``):
-    its values could not be computed, scaled or rounded exactly."""
+    """Refuse, before anything is charged, a VARIANCE or STDDEV whose squared values may leave
+    the range of a DOUBLE (``VARIANCE(x * 1e200)``): they could not be computed, and the query
+    would fail after its charge. (A plain value beyond it reads as NULL, as any failed row
+    expression does; grids no DOUBLE holds are refused by ``_check_grid_exponent``.)"""
     for shape in shapes:
         interval = shape.interval
-        if interval is None:
+        if interval is None or not getattr(shape, "squared", False):
             continue
         widest = max(abs(interval.lower), abs(interval.upper))
         if widest == 0:
             continue
-        if getattr(shape, "squared", False):  # VARIANCE and STDDEV square the (centred) values
-            widest = widest * widest
+        widest = widest * widest  # VARIANCE and STDDEV square the (centred) values
         exponent = floor_log2(widest)
-        if widest <= LARGEST_DOUBLE and exponent - FINE_BITS in GRID_EXPONENTS:
+        if widest <= LARGEST_DOUBLE:
             continue
         line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
-        where = "beyond the largest DOUBLE (about 1.8e308)" if widest > LARGEST_DOUBLE else \
-            "too small for a DOUBLE to hold its rounding step"
         raise UnsupportedQuery(
-            f"{aggregate.label}: its values may reach about 2**{exponent}, {where}", line=line, col=col,
+            f"{aggregate.label}: its squared values may reach about 2**{exponent}, beyond the largest "
+            "DOUBLE (about 1.8e308)", line=line, col=col,
             construct=aggregate.label,
             hint="scale the expression into a moderate range (e.g. divide or multiply by a constant "
                  "after aggregating), or CLAMP it to smaller bounds")
+
+
+def _check_grid_exponent(aggregate: Aggregate, measure: Measure, sql: str) -> None:
+    """The rewrite scales values by 1/grid written as an exact DOUBLE power of two: refuse a
+    grid beyond that (values so large that the noise needs a coarser grid, ``SUM(x * 1e308)``
+    at a small epsilon; or so small that no DOUBLE holds their rounding step, ``SUM(x * 1e-320)``)."""
+    grid = measure.grid
+    if grid <= 0:
+        return
+    exponent = floor_log2(grid)
+    if exponent in GRID_EXPONENTS:
+        return
+    line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+    large = "its values are too large: their buckets would need" if measure.kind == "histogram" else \
+        "its values are too large for this epsilon: the noise would need"
+    why = large if exponent > 0 else "its values are too small: rounding them would need"
+    raise UnsupportedQuery(
+        f"{aggregate.label}: {why} a grid of about 2**{exponent}, beyond what a DOUBLE holds",
+        line=line, col=col, construct=aggregate.label,
+        hint="scale the expression into a moderate range (multiply or divide by a constant after "
+             "aggregating), CLAMP it to smaller bounds"
+             + (", or use a larger epsilon" if exponent > 0 and measure.kind != "histogram" else ""))
 
 
 def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) -> None:
@@ -349,14 +371,7 @@ def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) ->
     rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
     for |value / grid| < 2**62 (``dpsql.rewrite._cannot_fail``). Refused here, before the charge."""
     for measure in measures:
-        exponent = measure.grid.numerator.bit_length() - measure.grid.denominator.bit_length()
-        if exponent not in GRID_EXPONENTS:  # the noise needed a grid coarser than a DOUBLE's range
-            line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
-            raise UnsupportedQuery(
-                f"{aggregate.label}: its values are too large for this epsilon: the noise would need a "
-                f"grid of about 2**{exponent}, beyond what a DOUBLE holds", line=line, col=col,
-                construct=aggregate.label,
-                hint="scale the expression into a moderate range, CLAMP it to smaller bounds, or use a larger epsilon")
+        _check_grid_exponent(aggregate, measure, sql)
         if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
             line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
             raise UnsupportedQuery(
