@@ -394,3 +394,17 @@ def test_large_but_representable_values_still_run(db):
     assert db.sql("SELECT STDDEV(amount * 1e150) AS s FROM visits", epsilon=0.5).fetchall()[0][0] is not None
     assert db.sql("SELECT AVG(amount * 1e305) AS a FROM visits", epsilon=1).fetchall()[0][0] is not None
     assert "L2 sensitivity" in db.explain("SELECT VARIANCE(amount * 1e100) FROM visits", epsilon=0.5)
+
+
+def test_policy_errors_keep_quoted_names_quoted(tmp_path):
+    path = tmp_path / "orders.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute('CREATE TABLE "Customer Orders" ("Customer ID" INTEGER, "Store Name" VARCHAR)')
+    head = 'BUDGET EPSILON 1; PRIVATE TABLE "Customer Orders" (PRIVACY UNIT "Customer ID", MAX ROWS PER UNIT 1, '
+    with pytest.raises(dpsql.PolicyError) as refused:
+        dpsql.connect(str(path), policy=head + '"Store Nam" KEYS (\'A\'));', ledger=":memory:")
+    assert 'table "Customer Orders" has no column "Store Nam"' in str(refused.value)
+    with pytest.raises(dpsql.PolicyError) as refused:
+        dpsql.connect(str(path), policy=head + '"Store Name" BOUNDS 0 TO 1);', ledger=":memory:")
+    assert '"Customer Orders"."Store Name" is VARCHAR' in str(refused.value)
+    assert '`"Store Name" KEYS' in refused.value.hint
