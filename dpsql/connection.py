@@ -34,8 +34,9 @@ from .bias import bias_share, bias_sql, explain_bias, limits_of, plan_bias, rele
 from .bounding import bounded_tables
 from .check import check_query
 from .engine import Engine
-from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
-from .explain import explain_plan
+from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery, surface_hints
+from .explain import Explanation, explain_plan, plural
+from .names import columns_hint, sql_name
 from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from .model import Policy
 from .normalise import normalised_sql, repeat_key
@@ -114,7 +115,8 @@ class Connection:
                  eager_bounding: bool = False, _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
-                                   hint="pass analyst='alice', or leave it out")
+                                   hint="pass analyst='alice', or leave it out",
+                                   hints={"cli": "give --analyst alice, or leave it out"})
         self._engine = Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
         try:
             if ledger is None and self._engine.path is not None:
@@ -184,7 +186,9 @@ class Connection:
         if policy is None:
             if stored is None:
                 raise PolicyError("no policy was given and none is stored with this database",
-                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
+                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`",
+                                  hints={surface: "give --policy FILE, or store one with `dpsql init DB --policy P`"
+                                         for surface in ("cli", "shell")})
             return load_policy(stored)
         given = load_policy(policy)
         if stored is None or replacing:
@@ -324,10 +328,11 @@ class Connection:
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
                 weights: dict | None = None, report_bias: Any = None) -> str:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
-        limits and any bias report; reads no data."""
+        limits and any bias report; reads no data. The text's ``refused`` is the
+        ``BudgetExceeded`` running it would meet, else ``None``."""
         tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
-            return f"public tables only: runs exactly and costs nothing\n\n{checked.sql}"
+            return Explanation(f"public tables only: runs exactly and costs nothing\n\n{checked.sql}")
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
         plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
         self._max_keys(written)  # a wrong max_keys is refused here too; the domain itself is not read
@@ -342,11 +347,12 @@ class Connection:
         # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
         # query is not that difference, so hand it the remaining that makes it come out right.
         shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
-        text = explain_plan(plan, rewrite_plan(plan), shown)
+        text = explain_plan(plan, rewrite_plan(plan), shown, refused=refusal is not None)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
-        return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
+        return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
+                           refused=refusal)
 
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:
@@ -412,7 +418,9 @@ class Connection:
         """Column name -> DuckDB type of a declared table (schema only, never data)."""
         declaration = self.policy.table(table)
         if declaration is None:
-            raise UnsupportedQuery(f"unknown table {table}", hint=f"the tables are: {', '.join(self.tables())}")
+            names = {name.lower(): name for name in self.tables()}
+            raise UnsupportedQuery(f"unknown table {sql_name(table)}",
+                                   hint=columns_hint(table, list(names), names, what="tables"))
         return dict(self._catalog[table_key_of(declaration.name)])
 
     def policy_text(self) -> str:
@@ -584,14 +592,14 @@ class Connection:
         return Budget(account.total, account.spent, account.remaining, accounting=account.accounting,
                       owner=owner)
 
-    def _after(self, cost: Spend) -> tuple[Budget, str | None]:
+    def _after(self, cost: Spend) -> tuple[Budget, DPError | None]:
         """The database-wide budget after paying ``cost``, and why it would be refused, if so."""
         tally, refusal = self._ledger.tally(), None
         for accountant, mine, which in self._budgets(tally):
             try:
                 accountant.check(mine, cost, which)
             except DPError as refused:
-                refusal = refusal or str(refused)
+                refusal = refusal or refused
         return self._budget_of(self._accountant, tally.add(cost)), refusal
 
     def _budgets(self, tally):
@@ -600,7 +608,7 @@ class Connection:
             yield (self._analyst_accountant, self._ledger.tally(self.analyst),
                    f"analyst {self.analyst}'s budget")
 
-    def _accounting_text(self, cost: Spend, repeat: bool, refusal: str | None) -> str:
+    def _accounting_text(self, cost: Spend, repeat: bool, refusal: DPError | None) -> str:
         accountant = self._accountant
         lines = [f"accounting: {accountant.name.upper()} ({accountant.title}); this query costs "
                  f"epsilon {show(cost.epsilon)}, delta {show(cost.delta)}"
@@ -643,12 +651,13 @@ class Connection:
         if epsilon is None:
             if self.policy.query_epsilon is None:
                 raise InvalidParameter("no epsilon given and the policy sets no QUERY EPSILON",
-                                       hint="pass epsilon=0.1, or add `QUERY EPSILON 0.1;` to the policy")
+                                       **surface_hints("{epsilon}, or add `QUERY EPSILON 0.1;` to the policy",
+                                                       epsilon="0.1"))
             epsilon = self.policy.query_epsilon
         epsilon = exact_parameter(epsilon, "epsilon")
         if epsilon <= 0:
             raise InvalidParameter(f"epsilon must be greater than 0, got {float(epsilon)}",
-                                   hint="pass a positive epsilon such as 0.1")
+                                   **surface_hints("{epsilon}: a positive epsilon", epsilon="0.1"))
         if epsilon < MIN_EPSILON:  # no query's noise fits the exact samplers below it
             raise InvalidParameter(f"epsilon {_shown(epsilon)} is below {_shown(MIN_EPSILON)}, too small for any "
                                    "query: its noise would be beyond what the exact samplers draw",
@@ -656,14 +665,15 @@ class Connection:
         delta = self.policy.query_delta if delta is None else exact_parameter(delta, "delta")
         if not 0 <= delta < 1:
             raise InvalidParameter(f"delta must be at least 0 and below 1, got {float(delta)}",
-                                   hint="pass a small delta such as 1e-7, or 0")
+                                   **surface_hints("{delta}: a small delta, or 0", delta="1e-7"))
         if 0 < delta < MIN_DELTA:
             raise InvalidParameter(f"delta {_shown(delta)} is below the smallest positive delta, 1e-1000",
-                                   hint="pass delta=0 for pure epsilon-DP, or a delta such as 1e-10")
+                                   **surface_hints("{delta} for pure epsilon-DP, or a delta such as 1e-10",
+                                                   delta="0"))
         if noise is not None and noise not in NOISE_FAMILIES:
             raise InvalidParameter(f"unknown noise {noise!r}", hint="use 'laplace' or 'gaussian'")
         if noise == "gaussian" and delta == 0:
-            raise InvalidParameter("Gaussian noise needs delta > 0", hint="pass delta=1e-7 as well")
+            raise InvalidParameter("Gaussian noise needs delta > 0", **surface_hints("{delta} as well", delta="1e-7"))
         family = noise or ("gaussian" if self.policy.noise == "gaussian" and delta > 0 else "laplace")
         return PrivacyOptions(epsilon=epsilon, delta=delta, noise=family)
 
@@ -786,7 +796,9 @@ def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) ->
             if not same:
                 raise InvalidParameter(
                     f"{name} is given twice: {option.value} in the SQL and {given} as an argument",
-                    line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument")
+                    line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument",
+                    hints={"cli": f"give {name} once, in the SQL or with --{name}",
+                           "shell": f"give {name} once, in the SQL or with .{name}"})
         merged.append(option.value)
     return tuple(merged)
 
@@ -830,8 +842,8 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
             # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
             # a larger limit would add noise for rows that are not there.
             kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
-                f"the policy keeps at most {held} rows of each unit of {query.table}"
-            joined = f", with at most {held} rows after its joins" if query.hidden_unit and held > 1 else ""
+                f"the policy keeps at most {plural(held, 'row')} of each unit of {query.table}"
+            joined = f", with at most {plural(held, 'row')} after its joins" if query.hidden_unit and held > 1 else ""
             raise UnsupportedQuery(f"{kept}{joined}; max_rows_contributed can lower that, not raise it",
                                    line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)

@@ -361,7 +361,7 @@ def test_budget_and_ledger_follow_the_charges(state):
     charge = next(line for line in ledger.splitlines() if line.startswith("1 "))
     assert re.search(r" 0\.1 +0 ", charge) and "SELECT" in charge
     handle_input(state, "SELECT COUNT(*) AS n FROM visits;")
-    assert "1 earlier charges not shown" in handle_input(state, ".ledger 1")
+    assert "1 earlier charge not shown" in handle_input(state, ".ledger 1")
     assert handle_input(state, ".ledger none").startswith("error: N must be a whole number")
 
 

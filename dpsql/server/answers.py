@@ -179,7 +179,7 @@ def refusal(error: DPError, statement: Statement) -> Outcome:
     sqlstate = next(code for kind, code in SQLSTATES if isinstance(error, kind))
     if sqlstate == "0A000":
         sqlstate = next((code for start, code in MESSAGE_SQLSTATES if error.message.startswith(start)), sqlstate)
-    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint,
+    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint_for("sql"),
                    position=position_in(statement, error.line, error.col))
 
 
