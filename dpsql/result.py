@@ -314,6 +314,8 @@ class DPResult:
             lines.append("± is the half-width of each value's 95% noise interval")
         if self.budget is not None:
             lines.append(f"budget: {_html(self.budget)}".replace("\n", "; "))
+        if self.outside_domain is not None:
+            lines.append(_html(self.outside_domain))
         if self.limits is not None:
             lines.append(f"limits: {_html(self.limits)} (answers are lowered by these; not in the ±)")
         if self.bounding is not None:
@@ -338,7 +340,8 @@ class DPResult:
         text += f"{self._count_line(len(answer.rows))}\n({self._kind()})\n"
         if self.budget is not None:
             text += f"budget: {self.budget}\n"
-        return text + bias_lines(answer) + "".join(f"note: {note}\n" for note in self.notes)
+        outside = f"{answer.outside}\n" if answer.outside else ""
+        return text + outside + bias_lines(answer) + "".join(f"note: {note}\n" for note in self.notes)
 
     def _shown_answer(self, answer, max_rows: int):
         """``answer`` cut to its first ``max_rows`` rows, for show(), repr and notebooks."""
