@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from .errors import UnsupportedQuery
 from .model import Policy, PrivateTable, PublicTable
+from .names import columns_hint, sql_name
 from .parse import node_position
 
 Catalog = dict[str, dict[str, str]]
@@ -75,13 +76,13 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
     key = table_key(table)
     declaration = policy.table(key)
     if declaration is None or key not in catalog:
-        declared = ", ".join(sorted(t.name for t in (*policy.private_tables, *policy.public_tables)))
+        declared = {t.name.lower(): t.name for t in (*policy.private_tables, *policy.public_tables)}
         raise UnsupportedQuery(
-            f"unknown table {'.'.join(p.name for p in table.parts)}",
+            f"unknown table {written_name(table)}",
             line=line,
             col=col,
             construct=key,
-            hint=f"the tables you can query are: {declared}",
+            hint=columns_hint(key, list(declared), declared, what="tables you can query"),
         )
     reference = (table.alias or table.name).lower()
     return BoundTable(key, declaration, catalog[key], reference)
@@ -89,6 +90,28 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
 
 BOUND = "dp_bound"
 """Meta flag of an identifier resolved to a relation column (anything else is an alias)."""
+
+WRITTEN = "dp_written"
+"""Meta of a bound identifier: the name as the query wrote it (``"Customer ID"``), for messages."""
+
+
+def written_name(node: exp.Expression) -> str:
+    """A column or table name as the query wrote it, quoted if it was: for messages and hints,
+    which must show names the analyst can paste back (bound names are lower-cased keys).
+
+    >>> import sqlglot
+    >>> written_name(sqlglot.parse_one('SELECT "Amount Paid"').find(exp.Column))
+    '"Amount Paid"'
+    >>> written_name(sqlglot.parse_one('SELECT x FROM Main."My Table"').find(exp.Table))
+    'Main."My Table"'
+    """
+    if isinstance(node, exp.Table):
+        return ".".join(part.sql(dialect="duckdb") for part in node.parts)
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier):
+        if node.this.meta.get(WRITTEN):
+            return node.this.meta[WRITTEN]
+        return node.this.sql(dialect="duckdb")
+    return sql_name(getattr(node, "name", "") or node.sql(dialect="duckdb"))
 
 
 def is_bound(column: exp.Column) -> bool:
@@ -106,7 +129,8 @@ def scope_of(bound: BoundTable) -> dict:
     return scope
 
 
-def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset()) -> None:
+def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset(),
+                 spellings: dict | None = None) -> None:
     """Resolve every column of ``nodes`` (in place) through ``scope``.
 
     As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY and HAVING a
@@ -127,12 +151,14 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
                 shown = column.sql(dialect="duckdb")
                 known_qualifier = qualifier is None or any(q == qualifier for (q, _) in scope)
                 raise UnsupportedQuery(
-                    f"unknown column {column.name}" if known_qualifier else f"unknown table or alias {column.table} in {shown}",
+                    f"unknown column {written_name(column)}" if known_qualifier else
+                    f"unknown table or alias {sql_name(column.table)} in {shown}",
                     line=line, col=col, construct=shown,
-                    hint=f"the columns are: {', '.join(sorted(c for (q, c) in scope if q is None))}")
+                    hint=columns_hint(column.name, [c for (q, c) in scope if q is None], spellings))
             identifier = exp.to_identifier(target, quoted=True)
             identifier.meta.update(column.this.meta)  # keep the position for later refusals
             identifier.meta[BOUND] = True
+            identifier.meta.setdefault(WRITTEN, written_name(column))
             column.replace(exp.Column(this=identifier))
 
 

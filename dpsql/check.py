@@ -16,7 +16,7 @@ from sqlglot import exp
 from .aggregates import output_name, split_aggregates
 from .allowlist import ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_public, check_row_level, refuse
 from .domains import narrow_keys
-from .bind import Catalog, bind_columns, bind_table, is_bound, table_key
+from .bind import Catalog, bind_columns, bind_table, is_bound, table_key, written_name
 from .relation import PublicData, build_relation, touches_private
 from .model import Policy, PrivateTable
 from .parse import DIALECT, describe
@@ -137,7 +137,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
     names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
-    bind_columns(parts, relation.scope, sql, aliases)
+    bind_columns(parts, relation.scope, sql, aliases, getattr(catalog, "spellings", None))
     rule = relation.rule
     where = tree.args.get("where")
     if where is not None:
@@ -193,7 +193,7 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey
         expression = _resolve_group_item(item, tree)
         check_row_level(expression, sql, "GROUP BY")
         if isinstance(expression, exp.Column) and expression.name == rule.unit.lower():
-            refuse(item, sql, f"GROUP BY the privacy unit {expression.name} would release one answer per unit",
+            refuse(item, sql, f"GROUP BY the privacy unit {written_name(expression)} would release one answer per unit",
                    "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
         if any(k.expression == expression for k in keys):
             continue

@@ -48,6 +48,7 @@ import pandas as pd
 
 from .bounding import DATABASE, BoundedTable, attach_sql, create_sql, fill_sql
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
+from .names import Catalog
 from .keys import WIDE_INTEGERS, display_value, fetched_as_text
 from .types import base_type
 
@@ -124,6 +125,12 @@ class Engine:
             try:
                 connection = duckdb.connect(str(path), read_only=True, config=config)
             except duckdb.Error as err:
+                if "different configuration" in str(err):  # DuckDB: one instance per file per process
+                    raise DPError(
+                        f"{path} is already open in this process with other settings (read-write, or "
+                        "another memory_limit or configuration)",
+                        hint="close that connection first, or pass it: dpsql.connect(that_connection, "
+                             "policy=...) wraps an open DuckDB connection") from None
                 raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
             return cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
         raise DPError(
@@ -146,10 +153,12 @@ class Engine:
             "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
             "WHERE NOT internal AND database_name = current_database() ORDER BY table_oid, column_index"
         )
-        catalog: dict[str, dict[str, str]] = {}
+        catalog = Catalog()
         for schema, table, column, type_name in rows:
             key = table.lower() if schema == "main" else f"{schema}.{table}".lower()
             catalog.setdefault(key, {})[column.lower()] = type_name
+            catalog.spellings.setdefault(key, table if schema == "main" else f"{schema}.{table}")
+            catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
         return catalog
 
     def prepare_bounding(self, tables: list[BoundedTable], salt: str) -> None:

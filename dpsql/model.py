@@ -167,6 +167,10 @@ class Policy:
     max_released_keys: int = DEFAULT_MAX_RELEASED_KEYS
     """Most keys a GROUP BY over public KEYS domains may release (``MAX RELEASED KEYS``): a
     larger domain is refused before the charge, with the advice to narrow it (``dpsql.domains``)."""
+    bias_share: Fraction | None = None
+    """``REPORT BIAS SHARE s``: a private query reading one private table spends the share ``s``
+    of its epsilon on a noisy estimate of what its contribution limits dropped and clamped
+    (``dpsql.bias``); ``None``: only when the query asks (``report_bias``)."""
 
     def table(self, name: str) -> PrivateTable | PublicTable | None:
         """The declaration of a table, matched case-insensitively."""

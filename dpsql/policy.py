@@ -225,6 +225,10 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
                          f"{_number_text(count.value)}", count.position, hint="write MAX RELEASED KEYS 10000;")
         settings["max_released_keys"] = int(count.value)
         where["max_released_keys"] = released.position
+    bias = _single(statements, ("report_bias",), "REPORT BIAS")
+    if bias is not None:
+        settings["bias_share"] = bias.args[0].value
+        where["bias_share"] = bias.args[0].position  # checked by validate_policy
     private = tuple(_private_table(s.args[0], s.args[1:], where)
                     for s in statements if s.kind == "private_table")
     public = tuple(PublicTable(s.args[0].value, position=s.args[0].position)
@@ -347,6 +351,8 @@ def policy_to_text(policy: Policy) -> str:
         lines.append(f"MAX JOIN MULTIPLICITY {policy.max_join_multiplicity};")
     if policy.max_released_keys != DEFAULT_MAX_RELEASED_KEYS:
         lines.append(f"MAX RELEASED KEYS {policy.max_released_keys};")
+    if policy.bias_share is not None:
+        lines.append(f"REPORT BIAS SHARE {_number_text(policy.bias_share)};")
     for table in policy.private_tables:
         items = ",\n".join(f"    {item}" for item in _table_items(table))
         lines += ["", f"PRIVATE TABLE {_table_name_text(table.name)} (", items, ");"]

@@ -155,6 +155,8 @@ class DPResult:
         budget: Budget | None = None,
         converter: Callable | None = None,
         outside_domain: "OutsideDomain | None" = None,
+        limits=None,
+        bounding=None,
     ):
         self.columns = list(columns)
         self._rows = [tuple(r) for r in rows]
@@ -178,6 +180,12 @@ class DPResult:
         self.outside_domain = outside_domain
         """Rows whose GROUP BY keys are outside their public KEYS domains, released as one more
         noisy cell (``OutsideDomain``); ``None`` when the query groups by no KEYS column."""
+        self.limits = limits
+        """The contribution limits the answer applied (``dpsql.bias.Limits``; ``str()`` reads
+        "at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]"); ``None``
+        for public queries. Public facts: they lower answers, and that bias is not in the ±."""
+        self.bounding = bounding
+        """The bias report (``dpsql.bias.Bounding``) when asked for (``report_bias``), else None."""
 
 
     def accuracy(self, alpha: float = 0.05) -> dict[str, float]:
@@ -357,6 +365,12 @@ class DPResult:
             lines.append("± is the half-width of each value's 95% noise interval")
         if self.budget is not None:
             lines.append(f"budget: {_html(self.budget)}".replace("\n", "; "))
+        if self.outside_domain is not None:
+            lines.append(_html(self.outside_domain))
+        if self.limits is not None:
+            lines.append(f"limits: {_html(self.limits)} (answers are lowered by these; not in the ±)")
+        if self.bounding is not None:
+            lines.append(f"bias: {_html(self.bounding)}")
         notes = "".join(f"<li>{_html(note)}</li>" for note in self.notes)
         return (f'<div class="dpsql-result"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
                 f'<p>{"<br>".join(lines)}</p>' + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
@@ -369,7 +383,7 @@ class DPResult:
         return f"cost: epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
 
     def _box(self, width: int, max_rows: int = SHOWN_ROWS) -> str:
-        from dpsql.shell.render import answer_from, render_table  # pure text functions, no shell
+        from dpsql.shell.render import answer_from, bias_lines, render_table  # pure text functions, no shell
 
         answer = self._shown_answer(answer_from(self), max_rows)
         table = render_table(answer, width=width)
@@ -377,7 +391,8 @@ class DPResult:
         text += f"{self._count_line(len(answer.rows))}\n({self._kind()})\n"
         if self.budget is not None:
             text += f"budget: {self.budget}\n"
-        return text + "".join(f"note: {note}\n" for note in self.notes)
+        outside = f"{answer.outside}\n" if answer.outside else ""
+        return text + outside + bias_lines(answer) + "".join(f"note: {note}\n" for note in self.notes)
 
     def _shown_answer(self, answer, max_rows: int):
         """``answer`` cut to its first ``max_rows`` rows, for show(), repr and notebooks."""

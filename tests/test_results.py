@@ -216,7 +216,7 @@ def test_show_prints_a_box_with_plus_minus_cost_and_budget(db, capsys):
     shown = capsys.readouterr().out
     lines = shown.splitlines()
     assert lines[0].startswith("╭") and lines[1].split("│")[1].strip() == "store"
-    assert sum("±" in line for line in lines) == 3  # one line per released key, each with ±
+    assert sum("±" in line for line in lines if line.startswith("│")) == 3  # one line per released key, each with ±
     assert "(cost: epsilon 1, delta 0)" in shown
     assert f"budget: {db.budget}" in shown
     assert repr(result) == shown.rstrip("\n")
@@ -374,3 +374,13 @@ def test_the_version_is_the_one_pyproject_declares():
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert dpsql.__version__ == declared
+
+
+def test_show_and_notebook_tell_rows_outside_the_keys_domain():
+    frame = pd.DataFrame({"u": [1, 2, 3], "k": ["a", "b", "zz"]})
+    policy = "BUDGET EPSILON 10; PRIVATE TABLE t (PRIVACY UNIT u, MAX ROWS PER UNIT 1, k KEYS ('a', 'b'));"
+    with dpsql.connect({"t": frame}, policy=policy) as connection:
+        result = connection.sql("SELECT k, COUNT(*) AS n FROM t GROUP BY k", epsilon=1)
+        assert result.outside_domain is not None
+        assert "rows with k outside its KEYS domain" in repr(result)
+        assert "rows with k outside its KEYS domain" in result._repr_html_()

@@ -82,7 +82,7 @@ def test_psql_answers_with_the_cost_as_a_notice_and_refuses_with_a_caret(server)
     done = psql(server, "SELECT COUNT(*) AS n FROM visits", "COPY visits TO '/tmp/x'",
                 "SELECT nope FROM visits", "SELECT table_name FROM information_schema.tables ORDER BY 1")
     assert done.returncode == 0, done.stderr
-    assert "NOTICE:  dpsql: cost epsilon 0.1" in done.stderr
+    assert "NOTICE:  dpsql: cost epsilon 0.1" in done.stderr and "; limits: at most 10 rows per user_id" in done.stderr
     assert "ERROR:  COPY statements are not accepted" in done.stderr
     assert "ERROR:  unknown column nope\nLINE 1: SELECT nope FROM visits\n               ^" in done.stderr
     assert " stores\n users\n visits\n" in done.stdout  # the policy's tables, not `secrets` or bounded copies
@@ -320,6 +320,10 @@ def test_remote_connection_offers_what_the_shell_uses(server):
         result = db.sql("SELECT AVG(amount) AS a FROM visits", epsilon=0.05)
         assert result.cost.epsilon == Fraction(1, 20) and result.accuracy()["a"] > 0
         assert db.budget.analyst.spent.epsilon - before == Fraction(1, 20)
+        assert str(result.limits).startswith("at most 10 rows per user_id; amount clamped to")
+        reported = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (report_bias = 0.2) COUNT(*) AS n FROM visits",
+                          epsilon=0.05)
+        assert "of rows beyond per-unit limits (at least)" in str(reported.bounding)
         with pytest.raises(dpsql.DPError) as refused:
             db.sql("SELECT nope FROM visits", epsilon=0.05)
         assert (refused.value.line, refused.value.col) == (1, 8)  # where it was typed, options aside
@@ -333,7 +337,7 @@ def test_dpsql_shell_at_a_server_url(server):
     done = subprocess.run([sys.executable, "-m", "dpsql.cli", "shell",
                            f"postgresql://analyst4@127.0.0.1:{server.port}/shop"], input=script, env=environment,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 2, done.stderr  # the script ran on, and exits as its refused COPY would
     assert "visits   private" in done.stdout and " ± " in done.stdout and "cost ε 0.1" in done.stdout
     assert "COPY statements are not accepted" in done.stdout
 

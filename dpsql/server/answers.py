@@ -151,6 +151,10 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
         notice += f"\ndpsql: {result.outside_domain}"
+    if result.limits is not None:
+        notice += f"; limits: {result.limits}"
+    if result.bounding is not None:
+        notice += f"; bias: {result.bounding}"
     return Outcome(tuple(result.columns), tuple(result), f"SELECT {len(result)}",
                    notice=notice, detail=cost_detail(result), cost=str(result.cost),
                    notes=tuple(result.notes))
@@ -159,15 +163,19 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
 def cost_detail(result) -> str:
     """For programs (``dpsql shell postgresql://...``): the exact cost and
     each noisy column's 95% half-width in its own units (the largest over its rows; null
-    where none can be derived, which the shell shows as "derived, no ±"), as JSON."""
+    where none can be derived, which the shell shows as "derived, no ±"), the contribution
+    limits and any bias report (as text), as JSON."""
     cost = result.cost
+    limits, bounding = getattr(result, "limits", None), getattr(result, "bounding", None)
     return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
                        "rho": None if cost.rho is None else str(cost.rho),
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
                        "repeat": result.repeat,
                        "halfwidth95": {} if result.exact else {   # null: "derived, no ±"
                            name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()},
-                       "notes": list(result.notes)})
+                       "notes": list(result.notes),
+                       "limits": None if limits is None else str(limits),
+                       "bounding": None if bounding is None else str(bounding)})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:
@@ -175,7 +183,7 @@ def refusal(error: DPError, statement: Statement) -> Outcome:
     sqlstate = next(code for kind, code in SQLSTATES if isinstance(error, kind))
     if sqlstate == "0A000":
         sqlstate = next((code for start, code in MESSAGE_SQLSTATES if error.message.startswith(start)), sqlstate)
-    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint,
+    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint_for("sql"),
                    position=position_in(statement, error.line, error.col))
 
 

@@ -125,7 +125,8 @@ class RemoteConnection:
             return {name: [math.nan if value is None else value] * len(rows)
                     for name, value in half.items()} if alpha == 0.05 else {}
 
-        return DPResult(columns, rows, cost, widths=widths, exact=exact, notes=detail.get("notes") or ())
+        return DPResult(columns, rows, cost, widths=widths, exact=exact, notes=detail.get("notes") or (),
+                        limits=detail.get("limits"), bounding=detail.get("bounding"))
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, **_: Any) -> str:
         text, shift = with_options(sql, epsilon, delta)
