@@ -49,7 +49,7 @@ ROW_LEVEL_NODES = _classes(
     "DayOfWeekIso", "DayOfMonth", "DayOfYear", "WeekOfYear", "TimestampTrunc", "DateTrunc",
     "Lower", "Upper", "Length", "Substring", "Trim", "DPipe", "Concat", "Interval", "Nullif",
     "StartsWith", "EndsWith", "Left", "Right", "Tuple", "Clamp", "Dayname", "Monthname",
-    "TimeToStr", "DateDiff", "DateAdd", "DateSub", "LastDay", "DateFromParts",
+    "TimeToStr", "DateDiff", "DateAdd", "DateSub", "LastDay", "DateFromParts", "StructExtract",
 )
 """Row-level constructs: deterministic, total once wrapped in TRY, cost linear in the row."""
 

@@ -100,7 +100,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
     names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
-    bind_columns(parts, relation.scope, sql, aliases)
+    bind_columns(parts, relation.scope, sql, aliases, relation.columns)
     rule = relation.rule
     where = tree.args.get("where")
     if where is not None:

@@ -45,7 +45,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from .allowlist import check_public, check_row_level, refuse
-from .bind import Catalog, bind_table, table_key
+from .bind import Catalog, bind_brackets, bind_table, replace_column, resolve_column, table_key
 from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
 from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
@@ -630,14 +630,12 @@ def _bind_to(body: exp.Select, inner: Relation, sql: str) -> None:
     for column in list(body.find_all(exp.Column)):
         if column.find_ancestor(exp.Subquery) is not None and column.find_ancestor(exp.Subquery) is not body:
             continue
-        key = (column.table.lower() or None, column.name.lower())
-        target = inner.scope.get(key)
-        if target is None:
+        resolved = resolve_column(column, inner.scope, inner.columns, sql)  # a STRUCT field too
+        if resolved is None:
             refuse(column, sql, f"unknown column {column.sql(dialect=DIALECT)}",
                    f"the columns are: {', '.join(c for q, c in inner.scope if q is None)}")
-        identifier = exp.to_identifier(target, quoted=True)
-        identifier.meta.update(column.this.meta)
-        column.replace(exp.Column(this=identifier))
+        replace_column(column, resolved)
+    bind_brackets(body, inner.columns, sql)
 
 
 def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
