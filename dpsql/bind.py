@@ -18,6 +18,7 @@ from sqlglot import exp
 from .errors import UnsupportedQuery
 from .model import Policy, PrivateTable, PublicTable
 from .parse import node_position
+from .types import struct_fields
 
 Catalog = dict[str, dict[str, str]]
 """Lower-cased table name (``schema.table`` outside ``main``) -> {lower column name: type}."""
@@ -172,8 +173,10 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
             continue
         node = _bound_identifier_column(target, column)
         type_name = types.get(target)
+        written = target
         for field in fields:
-            node, type_name = _extract(node, type_name, field, column, sql)
+            node, type_name = _extract(node, type_name, field, column, sql, written)
+            written += f".{field}"
         return node
     return None
 
@@ -201,33 +204,21 @@ def _bound_identifier_column(target: str, column: exp.Column) -> exp.Column:
     return exp.Column(this=identifier)
 
 
-def struct_fields(type_name: str | None) -> dict | None:
-    """Field name -> DuckDB type of a STRUCT type (``None``: not a STRUCT).
-
-    >>> struct_fields('STRUCT(a INTEGER, "B c" VARCHAR)')
-    {'a': 'INT', 'B c': 'TEXT'}
-    """
-    if not _is_struct(type_name):
-        return None
-    parsed = exp.DataType.build(type_name, dialect="duckdb")
-    return {d.this.name: d.args["kind"].sql(dialect="duckdb") for d in parsed.expressions}
-
-
 def _is_struct(type_name: str | None) -> bool:
     return bool(type_name) and type_name.upper().startswith("STRUCT(")
 
 
-def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, sql: str):
+def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, sql: str,
+             written: str):
     fields = struct_fields(type_name)
     shown = column.sql(dialect="duckdb")
     line, col = node_position(column, sql)
     if fields is None:
-        raise UnsupportedQuery(f"{node.sql(dialect='duckdb')} is of type {type_name}, not a STRUCT, so it has no "
-                               f"field {field}", line=line, col=col, construct=shown,
-                               hint="read fields of STRUCT columns only")
-    matches = [f for f in fields if f.lower() == field.lower()]
+        raise UnsupportedQuery(f"{written} is of type {type_name}, not a STRUCT, so it has no field {field}",
+                               line=line, col=col, construct=shown, hint="read fields of STRUCT columns only")
+    matches = [f for f in fields if f.lower() == field.lower()]  # DuckDB matches fields case-insensitively
     if not matches:
-        raise UnsupportedQuery(f"the STRUCT {node.sql(dialect='duckdb')} has no field {field}", line=line, col=col,
+        raise UnsupportedQuery(f"the STRUCT {written} has no field {field}", line=line, col=col,
                                construct=shown, hint=f"its fields are: {', '.join(fields)}")
     extracted = exp.StructExtract(this=node, expression=exp.Literal.string(matches[0]))
     return extracted, fields[matches[0]]
@@ -241,6 +232,13 @@ def expression_type(node: exp.Expression, types: dict) -> str | None:
         fields = struct_fields(expression_type(node.this, types)) or {}
         return fields.get(node.expression.this)
     return None
+
+
+def _written(node: exp.Expression) -> str:
+    """A bound column or field read as the analyst would write it: ``meta.inner``."""
+    if isinstance(node, exp.StructExtract):
+        return f"{_written(node.this)}.{node.expression.this}"
+    return node.name if isinstance(node, exp.Column) else node.sql(dialect="duckdb")
 
 
 def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
@@ -264,7 +262,7 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
             raise UnsupportedQuery(f"a field of the STRUCT {base.sql(dialect='duckdb')} must be named by a string "
                                    "literal", line=line, col=col, construct=sub.sql(dialect="duckdb"),
                                    hint=f"write {base.sql(dialect='duckdb')}['field']")
-        extracted, _ = _extract(base.copy(), type_name, index.this, sub, sql)
+        extracted, _ = _extract(base.copy(), type_name, index.this, sub, sql, _written(base))
         sub.replace(extracted)
 
 

@@ -17,9 +17,10 @@ from .aggregates import output_name, split_aggregates
 from .allowlist import ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_public, check_row_level, refuse
 from .bind import Catalog, bind_columns, bind_table, is_bound, table_key
 from .relation import PublicData, build_relation, touches_private
-from .model import Policy, PrivateTable
+from .model import KeyDomain, Policy, PrivateTable
 from .parse import DIALECT, describe
 from .plan import GroupKey, PrivateQuery, PublicQuery
+from .types import implied_domain
 
 SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "joins", "where", "group", "having", "order", "limit",
                         "offset", "kind", "distinct"}
@@ -105,7 +106,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
     where = tree.args.get("where")
     if where is not None:
         check_row_level(where.this, sql, "WHERE")
-    keys = _group_keys(tree, sql, rule)
+    keys = _group_keys(tree, sql, rule, relation.columns)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
     aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
     return PrivateQuery(
@@ -138,8 +139,9 @@ def _part_name(part: str) -> str:
     return {"joins": "JOIN", "with": "WITH (a CTE)"}.get(part, part.upper())
 
 
-def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey]:
-    """GROUP BY items as keys: a bare column with a KEYS domain is public, anything else private."""
+def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -> list[GroupKey]:
+    """GROUP BY items as keys: a bare column with a KEYS domain, or of a type whose values are
+    schema (ENUM, BOOLEAN: ``types.implied_domain``), is public; anything else private."""
     group = tree.args.get("group")
     if group is None:
         return []
@@ -164,8 +166,16 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey
         if isinstance(expression, exp.Column):
             declared = rule.column(expression.name)
             domain = declared.keys if declared is not None else None
+            if domain is None:
+                domain = type_domain(columns.get(expression.name, ""))
         keys.append(GroupKey(name=f"g{len(keys)}", expression=expression.copy(), domain=domain))
     return keys
+
+
+def type_domain(type_name: str) -> KeyDomain | None:
+    """The KEYS domain a column's type implies (ENUM values, BOOLEAN), or ``None``."""
+    values = implied_domain(type_name)
+    return None if values is None else KeyDomain(values=values, implied_by=type_name)
 
 
 def _resolve_group_item(item: exp.Expression, tree: exp.Select) -> exp.Expression:

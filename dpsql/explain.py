@@ -31,6 +31,9 @@ def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
             lines.append(f"  {key.name} = {text}: private keys, released only if they pass partition selection")
         elif key.domain.values is None:
             lines.append(f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}")
+        elif key.domain.implied_by is not None:
+            lines.append(f"  {key.name} = {text}: every one of the {len(key.domain.values)} values of its type "
+                         f"{key.domain.implied_by} (schema, not data: no KEYS line or partition selection needed)")
         else:
             lines.append(f"  {key.name} = {text}: every one of {len(key.domain.values)} listed public keys")
     if plan.selection is not None:

@@ -56,6 +56,8 @@ class KeyDomain:
     """With ``KEYS FROM table.column``: the column of that table."""
     values: tuple | None = None
     """With ``KEYS ('a', 'b', ...)``: the literal keys."""
+    implied_by: str | None = None
+    """With no KEYS line, a domain the column's type implies: that type (an ENUM, BOOLEAN)."""
 
 
 @dataclass(frozen=True)

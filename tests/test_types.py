@@ -1,0 +1,162 @@
+"""Issue 15 item 2: every DuckDB type a wrapped file may hold is handled or refused by name.
+
+STRUCT fields bind as DuckDB binds them; ENUM and BOOLEAN columns group over their type's
+values with no KEYS line; LIST and MAP columns are read through a policy length limit; and a
+property test runs COUNT / GROUP BY / SUM / MIN over a column of each logical type.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.errors import DPError, InternalError, PolicyError, UnsupportedQuery
+from dpsql.noise import SeededSource
+from dpsql.shell.session import handle_input
+from dpsql.shell.state import new_state
+
+POLICY = "BUDGET EPSILON 100000 DELTA 0.5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1{rules});"
+
+
+def database(rows: int = 200) -> duckdb.DuckDBPyConnection:
+    """t: an ENUM, a BOOLEAN with NULLs, a nested STRUCT, a LIST and a MAP per unit."""
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('sad', 'o''k', 'happy')")
+    con.execute(f"""CREATE TABLE t AS SELECT i AS uid,
+        (['sad', 'o''k'][i % 2 + 1])::mood AS m,
+        CASE WHEN i % 3 = 0 THEN NULL ELSE i % 2 = 0 END AS b,
+        {{'src': CASE WHEN i % 4 = 0 THEN 'web' ELSE 'app' END, 'n': i % 5, 'inner': {{'k': i % 3}}}} AS meta,
+        [i % 7, 100 + i % 7, 200] AS l,
+        MAP {{'a': i % 7, 'b': 1}} AS mp
+        FROM range({rows}) r(i)""")
+    return con
+
+
+def connect(con, rules: str = "", seed: int = 1, **options):
+    return dpsql.connect(con, policy=POLICY.format(rules=", " + rules if rules else ""), rng=SeededSource(seed),
+                         **options)
+
+
+def exact(con, sql: str):
+    return con.execute(sql).fetchall()
+
+
+# ---------------------------------------------------------------------------------------------
+# STRUCT fields
+
+
+@pytest.mark.parametrize("where", ["meta.src = 'web'", "t.meta.src = 'web'", "meta['src'] = 'web'",
+                                   "struct_extract(meta, 'src') = 'web'", "META.SRC = 'web'",
+                                   "struct_extract(meta, 'SRC') = 'web'"])
+def test_struct_field_filters_as_duckdb_reads_it(where):
+    con = database()
+    with connect(con) as db:
+        noisy = db.sql(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=50).fetchall()[0][0]
+    assert abs(noisy - 50) < 5  # 50 of 200 units are 'web'; the noise scale is 1/50
+
+
+@pytest.mark.parametrize("key", ["meta.inner.k", "t.meta.inner.k", "meta['inner']['k']", "meta['inner'].k",
+                                 "struct_extract(struct_extract(meta, 'inner'), 'k')"])
+def test_nested_struct_field_groups(key):
+    con = database()
+    with connect(con) as db:
+        rows = db.sql(f"SELECT {key} AS k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k", epsilon=50,
+                      delta=1e-6).fetchall()
+    assert [r[0] for r in rows] == [0, 1, 2]
+    truth = dict(exact(con, "SELECT meta.inner.k, COUNT(*) FROM t GROUP BY 1"))
+    assert all(abs(n - truth[k]) < 5 for k, n in rows)
+
+
+def test_struct_field_in_aggregate_argument_and_subquery():
+    con = database()
+    with connect(con) as db:
+        clamped = db.sql("SELECT SUM(CLAMP(meta.n, 0, 4)) AS s FROM t", epsilon=50).fetchall()[0][0]
+        inner = db.sql("SELECT s, COUNT(*) AS n FROM (SELECT uid, meta.src AS s FROM t) AS q GROUP BY s ORDER BY s",
+                       epsilon=50, delta=1e-6).fetchall()
+        with pytest.raises(UnsupportedQuery, match="cannot derive bounds for STRUCT_EXTRACT"):
+            db.sql("SELECT SUM(meta.n) FROM t", epsilon=1)
+    assert abs(clamped - exact(con, "SELECT SUM(meta.n) FROM t")[0][0]) < 30
+    assert [r[0] for r in inner] == ["app", "web"]
+
+
+def test_table_alias_wins_over_struct_column_of_that_name():
+    """DuckDB reads ``meta.src`` as table meta's column src when the table has that alias."""
+    con = database()
+    con.execute("CREATE TABLE u AS SELECT uid, meta, CAST(uid % 2 AS INTEGER) AS src FROM t")
+    policy = POLICY.format(rules="") + " PRIVATE TABLE u (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
+    with dpsql.connect(con, policy=policy, rng=SeededSource(1)) as db:
+        as_table = db.sql("SELECT COUNT(*) AS n FROM u AS meta WHERE meta.src = 1", epsilon=50).fetchall()[0][0]
+        as_field = db.sql("SELECT COUNT(*) AS n FROM u WHERE meta.src = 'web'", epsilon=50).fetchall()[0][0]
+        # the integer column src, not the field: no row has src = 'web' (the field would count 50)
+        column = db.sql("SELECT COUNT(*) AS n FROM u AS meta WHERE meta.src = 'web'", epsilon=50).fetchall()[0][0]
+    assert abs(as_table - 100) < 5 and abs(as_field - 50) < 5 and abs(column) < 5
+    assert exact(con, "SELECT COUNT(*) FROM u AS meta WHERE meta.src = 1") == [(100,)]
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT COUNT(*) FROM t WHERE meta.nope = 1", r"the STRUCT meta has no field nope.*its fields are: src, n, inner"),
+    ("SELECT COUNT(*) FROM t WHERE meta['nope'] = 1", "has no field nope"),
+    ("SELECT COUNT(*) FROM t WHERE meta.src.x = 1", "meta.src is of type VARCHAR, not a STRUCT"),
+    ("SELECT COUNT(*) FROM t WHERE struct_extract(uid, 'x') = 1", "struct_extract reads a STRUCT, but \"uid\" is of type BIGINT"),
+    ("SELECT COUNT(*) FROM t WHERE meta[uid] = 1", "must be named by a string literal"),
+    ("SELECT COUNT(*) FROM t WHERE nope.src = 1", "unknown table or alias nope"),
+])
+def test_struct_mistakes_refused_by_name_before_any_charge(sql, message):
+    con = database()
+    with connect(con) as db:
+        with pytest.raises(UnsupportedQuery, match=message):
+            db.sql(sql, epsilon=1)
+        assert db.budget.spent.epsilon == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# ENUM and BOOLEAN: the type's values are a public domain
+
+
+def test_enum_groups_release_every_value_without_policy_line_or_delta():
+    con = database()
+    with connect(con) as db:
+        rows = db.sql("SELECT m, COUNT(*) AS n FROM t GROUP BY m", epsilon=1, delta=0).fetchall()
+        plan = db.explain("SELECT m, COUNT(*) AS n FROM t GROUP BY m", epsilon=1, delta=0)
+    assert [r[0] for r in rows] == ["sad", "o'k", "happy"]  # 'happy' has no row: released all the same
+    assert "every one of the 3 values of its type ENUM('sad', 'o''k', 'happy')" in str(plan)
+    assert "partition selection:" not in str(plan)
+
+
+def test_boolean_groups_release_false_and_true_only():
+    con = database()
+    with connect(con) as db:
+        rows = db.sql("SELECT b, m, COUNT(*) AS n FROM t GROUP BY b, m", epsilon=1, delta=0).fetchall()
+    assert sorted((r[0], r[1]) for r in rows) == sorted((b, m) for b in (False, True)
+                                                        for m in ("sad", "o'k", "happy"))
+
+
+def test_enum_domain_is_the_same_on_neighbouring_databases():
+    """One unit holding the only 'happy' row changes no released key: the keys are the type's."""
+    base = database(60)
+    added = database(60)
+    added.execute("INSERT INTO t SELECT 999, 'happy', true, meta, l, mp FROM t LIMIT 1")
+    keys = []
+    for con in (base, added):
+        with connect(con) as db:
+            keys.append([r[0] for r in db.sql("SELECT m, COUNT(*) AS n FROM t GROUP BY m", epsilon=1).fetchall()])
+    assert keys[0] == keys[1] == ["sad", "o'k", "happy"]
+
+
+def test_declared_keys_still_win_over_the_type_domain():
+    con = database()
+    with connect(con, "m KEYS ('sad')") as db:
+        rows = db.sql("SELECT m, COUNT(*) AS n FROM t GROUP BY m", epsilon=1).fetchall()
+    assert [r[0] for r in rows] == ["sad"]
+
+
+def test_shell_schema_says_enum_and_boolean_keys_are_the_types():
+    con = database()
+    with connect(con) as db:
+        text = handle_input(new_state(db), ".schema t")
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip() and not line.startswith("t:")}
+    assert "every value of its type (3)" in lines["m"]
+    assert "every value of its type (2)" in lines["b"]
+    assert "every value" not in lines["meta"]
