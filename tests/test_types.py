@@ -160,3 +160,97 @@ def test_shell_schema_says_enum_and_boolean_keys_are_the_types():
     assert "every value of its type (3)" in lines["m"]
     assert "every value of its type (2)" in lines["b"]
     assert "every value" not in lines["meta"]
+
+
+# ---------------------------------------------------------------------------------------------
+# LIST and MAP: functions on private rows, every list cut to MAX LIST LENGTH in the bounded copy
+
+
+@pytest.mark.parametrize("where, truth", [
+    ("list_contains(l, 5)", "list_contains(l, 5)"), ("array_has(l, 105)", "array_has(l, 105)"),
+    ("l[1] = 3", "l[1] = 3"), ("list_extract(l, 2) = 103", "l[2] = 103"), ("array_length(l) = 3", "TRUE"),
+    ("mp['a'] = 4", "mp['a'] = 4"), ("map_contains(mp, 'b')", "TRUE"), ("list_position(l, 200) = 3", "TRUE"),
+    ("list_min(l) = 6", "l[1] = 6"), ("cardinality(mp) = 2", "TRUE"), ("meta.inner.k = 2 AND l[1] > 3", "meta.inner.k = 2 AND l[1] > 3"),
+])
+def test_list_and_map_functions_answer_as_duckdb_does(where, truth):
+    con = database()
+    with connect(con) as db:
+        noisy = db.sql(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=50).fetchall()[0][0]
+    assert abs(noisy - exact(con, f"SELECT COUNT(*) FROM t WHERE {truth}")[0][0]) < 5
+
+
+def test_list_element_groups_and_list_sum_needs_a_clamp():
+    con = database()
+    with connect(con) as db:
+        rows = db.sql("SELECT l[1] AS e, COUNT(*) AS n FROM t GROUP BY e ORDER BY e", epsilon=50, delta=1e-6).fetchall()
+        total = db.sql("SELECT SUM(CLAMP(list_sum(l), 0, 400)) AS s FROM t", epsilon=50).fetchall()[0][0]
+        with pytest.raises(UnsupportedQuery, match="cannot derive bounds"):
+            db.sql("SELECT SUM(list_sum(l)) FROM t", epsilon=1)
+    assert [r[0] for r in rows] == list(range(7))
+    assert abs(total - exact(con, "SELECT SUM(list_sum(l)) FROM t")[0][0]) < 100
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM t WHERE unnest(l) = 2",
+                                 "SELECT COUNT(*) FROM (SELECT uid, unnest(l) AS e FROM t) AS q",
+                                 "SELECT e, COUNT(*) FROM (SELECT uid, UNNEST(l) AS e FROM t) AS q GROUP BY e"])
+def test_unnest_is_refused_by_name(sql):
+    with connect(database()) as db:
+        with pytest.raises(UnsupportedQuery, match="UNNEST is not supported on private rows.*list_contains"):
+            db.sql(sql, epsilon=1, delta=1e-6)
+        assert db.budget.spent.epsilon == 0
+
+
+def long_lists(length: int) -> duckdb.DuckDBPyConnection:
+    """Units 0..99 with three-element lists; unit 999 with a list of ``length`` elements whose
+    last one is 424242, a MAP with as many entries, and the same list inside a STRUCT."""
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE t AS SELECT i AS uid, [1, 2, 3] AS l, MAP {'a': 1} AS mp,
+                   {'tags': [1, 2, 3]} AS s FROM range(100) r(i)""")
+    con.execute(f"""INSERT INTO t SELECT 999, list_append(range(1, {length})::BIGINT[], 424242),
+                    map_from_entries(list_transform(range({length}), lambda x: struct_pack(key := 'k' || x, value := x))),
+                    {{'tags': list_append(range(1, {length})::BIGINT[], 424242)}}""")
+    return con
+
+
+@pytest.mark.parametrize("where", ["list_contains(l, 424242)", "list_contains(s.tags, 424242)",
+                                   "mp['k9999'] IS NOT NULL", "array_length(l) > 100", "cardinality(mp) > 100",
+                                   "list_max(s.tags) > 100"])
+def test_elements_beyond_the_list_limit_are_never_read(where):
+    """The default MAX LIST LENGTH is 100: the unit's 10,000th element, entry or nested tag is
+    not in the bounded copy, so no query can read it (or spend time on it)."""
+    con = long_lists(10_000)
+    assert exact(con, f"SELECT COUNT(*) FROM t WHERE {where}") == [(1,)]
+    with connect(con) as db:
+        noisy = db.sql(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=50).fetchall()[0][0]
+    assert abs(noisy) < 5
+
+
+def test_policy_max_list_length_is_enforced_and_round_trips():
+    con = long_lists(50)
+    with connect(con, "MAX LIST LENGTH 5") as db:
+        assert "MAX LIST LENGTH 5" in db.policy_text()
+        longest = db.sql("SELECT COUNT(*) AS n FROM t WHERE array_length(l) > 5", epsilon=50).fetchall()[0][0]
+        fifth = db.sql("SELECT COUNT(*) AS n FROM t WHERE l[5] = 5", epsilon=50).fetchall()[0][0]
+    assert abs(longest) < 5 and abs(fifth - 1) < 5
+    with connect(con) as db:  # the default (100) keeps all 50, in another copy
+        assert abs(db.sql("SELECT COUNT(*) AS n FROM t WHERE array_length(l) = 50", epsilon=50).fetchall()[0][0] - 1) < 5
+
+
+@pytest.mark.parametrize("item, message", [("MAX LIST LENGTH 0", "at least 1"), ("MAX LIST LENGTH 2.5", "whole number"),
+                                           ("MAX LIST LENGTH 3, MAX LIST LENGTH 4", "given twice")])
+def test_bad_max_list_length_is_a_policy_error(item, message):
+    with pytest.raises(PolicyError, match=message):
+        connect(database(), item)
+
+
+def test_list_cost_does_not_grow_with_one_units_list():
+    """What the limit is for: a list function's work per row is capped, so one unit's huge list
+    cannot be timed. Compared as DuckDB work on the bounded copy: the longest list it holds."""
+    con = long_lists(200_000)
+    with connect(con) as db:
+        db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()
+    copies = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'dp_bounding'"
+                                        ).fetchall()]
+    longest = con.execute(f'SELECT max(len(l)), max(cardinality(mp)), max(len(s.tags)) FROM dp_bounding."{copies[0]}"'
+                          ).fetchall()[0]
+    assert longest == (100, 100, 100)
