@@ -10,6 +10,8 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dpsql
 from dpsql.errors import DPError, InternalError, PolicyError, UnsupportedQuery
@@ -254,3 +256,200 @@ def test_list_cost_does_not_grow_with_one_units_list():
     longest = con.execute(f'SELECT max(len(l)), max(cardinality(mp)), max(len(s.tags)) FROM dp_bounding."{copies[0]}"'
                           ).fetchall()[0]
     assert longest == (100, 100, 100)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every logical type: handled or refused by name, never an internal or bare DuckDB error
+
+TYPES = {
+    "BOOLEAN": "i % 2 = 0", "TINYINT": "(i % 5)::TINYINT", "SMALLINT": "(i % 5)::SMALLINT",
+    "INTEGER": "(i % 5)::INTEGER", "BIGINT": "(i % 5)::BIGINT", "HUGEINT": "(i % 5)::HUGEINT",
+    "UTINYINT": "(i % 5)::UTINYINT", "USMALLINT": "(i % 5)::USMALLINT", "UINTEGER": "(i % 5)::UINTEGER",
+    "UBIGINT": "(i % 5)::UBIGINT", "UHUGEINT": "(i % 5)::UHUGEINT", "FLOAT": "(i % 5)::FLOAT",
+    "DOUBLE": "(i % 5)::DOUBLE", "DECIMAL(10,2)": "(i % 5)::DECIMAL(10,2)", "DECIMAL(38,10)": "(i % 5)::DECIMAL(38,10)",
+    "VARCHAR": "'v' || (i % 5)", "BLOB": "('v' || (i % 5))::BLOB", "BIT": "(CASE WHEN i % 2 = 0 THEN '101' ELSE '1' END)::BIT",
+    "DATE": "DATE '2024-01-01' + (i % 5)::INTEGER", "TIME": "TIME '10:00:00' + INTERVAL (i % 5) MINUTE",
+    "TIME_NS": "(TIME '10:00:00' + INTERVAL (i % 5) MINUTE)::TIME_NS",
+    "TIMETZ": "(TIME '10:00:00' + INTERVAL (i % 5) MINUTE)::TIMETZ",
+    "TIMESTAMP": "TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR",
+    "TIMESTAMP_S": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMP_S",
+    "TIMESTAMP_MS": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMP_MS",
+    "TIMESTAMP_NS": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMP_NS",
+    "TIMESTAMPTZ": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMPTZ",
+    "INTERVAL": "INTERVAL (i % 5) DAY", "UUID": "('00000000-0000-0000-0000-00000000000' || (i % 5))::UUID",
+    "ENUM": "(['a', 'b', 'c'][i % 3 + 1])::mood", "LIST": "[i % 5, 1]", "ARRAY": "[i % 5, 1]::INTEGER[2]",
+    "STRUCT": "{'f': i % 5}", "MAP": "MAP {'k': i % 5}", "UNION": "(i % 5)::INTEGER::UNION(n INTEGER, s VARCHAR)",
+    "JSON": "('{\"a\":' || (i % 5) || '}')::JSON", "BIGNUM": "(i % 5)::BIGNUM",
+    "NESTED": "{'tags': [{'k': i % 5}], 'm': MAP {'x': [i % 5]}}",
+}
+"""A value of every logical type DuckDB 2.0 can store in a column (VARINT is BIGNUM's old name)."""
+
+KINDS = {
+    "count": "SELECT COUNT(*) AS n FROM t WHERE c IS NOT NULL",
+    "group": "SELECT c, COUNT(*) AS n FROM t GROUP BY c",
+    "sum": "SELECT SUM(c) AS s FROM t",
+    "min": "SELECT MIN(c) AS s FROM t",
+    "distinct": "SELECT COUNT(DISTINCT c) AS n FROM t",
+}
+
+
+@pytest.fixture(scope="module")
+def every_type():
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('a', 'b', 'c')")
+    columns = ", ".join(f'{value} AS "{name.lower()}"' for name, value in TYPES.items())
+    con.execute(f"CREATE TABLE every AS SELECT i AS uid, {columns} FROM range(120) r(i)")
+    return con
+
+
+def test_the_type_list_covers_duckdb_storable_types(every_type):
+    """Every type duckdb_types() lists that a column can hold has a value above (aliases aside)."""
+    stored = {t.split("(")[0].split("[")[0] for t in
+              (r[0] for r in every_type.execute("SELECT data_type FROM information_schema.columns "
+                                                "WHERE table_name = 'every'").fetchall())}
+    listed = {r[0].upper() for r in every_type.execute("SELECT DISTINCT type_name FROM duckdb_types() "
+                                                       "WHERE logical_type NOT IN ('INVALID', 'ANY', 'USER', 'UNKNOWN')")
+              .fetchall()}
+    canonical = {r[0] for r in every_type.execute("SELECT DISTINCT logical_type FROM duckdb_types()").fetchall()}
+    missing = {t for t in canonical if t not in stored and t not in
+               {"INVALID", "ANY", "USER", "UNKNOWN", "SQLNULL", "POINTER", "VALIDITY", "TABLE", "LAMBDA", "STRING_LITERAL",
+                "INTEGER_LITERAL", "AGGREGATE_STATE", "TYPE", "VARIANT", "GEOMETRY", "VARINT", "TIMESTAMP_TZ", "TIME_TZ",
+                "CHAR", "TIMESTAMP_SEC", "TIMESTAMP_MS", "TIMESTAMP_NS", "TIME_NS", "UNION", "ENUM", "STRUCT", "MAP",
+                "LIST", "ARRAY", "BIT", "INTERVAL", "UUID", "BLOB", "DECIMAL"}}
+    assert "BIGNUM" in stored and "JSON" in stored and listed
+    assert not missing, f"logical types with no column in TYPES: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_every_type_is_handled_or_refused_by_name(every_type, name, kind):
+    column = name.lower()
+    sql = KINDS[kind].replace("FROM t", "FROM every").replace("c IS", f'"{column}" IS').replace("(c)", f'("{column}")') \
+        .replace("DISTINCT c)", f'DISTINCT "{column}")').replace("SELECT c,", f'SELECT "{column}",') \
+        .replace("BY c", f'BY "{column}"')
+    policy = ("BUDGET EPSILON 100000 DELTA 0.5; PRIVATE TABLE every (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);")
+    with dpsql.connect(every_type, policy=policy, rng=SeededSource(3)) as db:
+        try:
+            rows = db.sql(sql, epsilon=1, delta=1e-3).fetchall()
+        except DPError as error:
+            text = str(error)
+            assert not text.startswith(("Binder Error", "Conversion Error", "Invalid Input")), text
+            named = [column, db.columns("every")[column].split("(")[0].split("[")[0]]
+            assert any(n.lower() in text.lower() for n in named), f"refusal does not name {named}: {text}"
+            assert "Hint:" in text, f"refusal says nothing of what to write instead: {text}"
+            return
+    assert rows, f"{name} {kind}: no rows"
+    if kind == "count":
+        assert abs(rows[0][0] - 120) < 30
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_every_type_with_bounds_is_handled_or_refused_by_name(every_type, name):
+    """A policy BOUNDS on a column of each type: numeric types sum, others are a PolicyError."""
+    column = name.lower()
+    policy = (f'BUDGET EPSILON 100000 DELTA 0.5; PRIVATE TABLE every (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, '
+              f'"{column}" BOUNDS 0 TO 10);')
+    try:
+        db = dpsql.connect(every_type, policy=policy, rng=SeededSource(3))
+    except PolicyError as error:
+        assert column in str(error) and "BOUNDS need a numeric column" in str(error)
+        assert name not in {"TINYINT", "INTEGER", "HUGEINT", "UHUGEINT", "DOUBLE", "DECIMAL(10,2)"}
+        return
+    with db:
+        total = db.sql(f'SELECT SUM("{column}") AS s FROM every', epsilon=10).fetchall()[0][0]
+    assert abs(total - 240) < 30  # 0..4 over 120 units: 24 of each
+
+
+# ---------------------------------------------------------------------------------------------
+# Field names and enum values as DuckDB writes them in type names (quotes, commas, brackets)
+
+NAMES = st.text(alphabet=st.sampled_from(list("abcXY _,()'\"[]é1")), min_size=1, max_size=8).filter(
+    lambda s: s.strip() == s and s.strip())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=st.lists(NAMES, min_size=1, max_size=3, unique_by=str.lower), pick=st.integers(0, 2))
+def test_struct_fields_with_any_name_bind_as_duckdb_reads_them(fields, pick):
+    field = fields[pick % len(fields)]
+    quoted = ['"' + f.replace('"', '""') + '"' for f in fields]
+    packed = ", ".join(f"{q} := CAST(i % {n + 2} AS INTEGER)" for n, q in enumerate(quoted))
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t AS SELECT i AS uid, struct_pack({packed}) AS s FROM range(60) r(i)")
+    index = fields.index(field)
+    written = "s." + quoted[index]
+    truth = exact(con, f"SELECT COUNT(*) FROM t WHERE {written} = 1")[0][0]
+    literal = "'" + field.replace("'", "''") + "'"
+    with connect(con) as db:
+        for form in (written, f"s[{literal}]", f"struct_extract(s, {literal})"):
+            noisy = db.sql(f"SELECT COUNT(*) AS n FROM t WHERE {form} = 1", epsilon=100).fetchall()[0][0]
+            assert abs(noisy - truth) < 3, form
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(NAMES, min_size=1, max_size=4, unique=True))
+def test_enum_domain_is_every_value_as_written(values):
+    con = duckdb.connect()
+    listed = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+    con.execute(f"CREATE TYPE e AS ENUM ({listed})")
+    con.execute(f"CREATE TABLE t AS SELECT i AS uid, (ARRAY[{listed}])[1]::e AS v FROM range(30) r(i)")
+    with connect(con) as db:
+        rows = db.sql("SELECT v, COUNT(*) AS n FROM t GROUP BY v", epsilon=1, delta=0).fetchall()
+    assert [r[0] for r in rows] == values
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding: statistics of nested fields and of the other types decide no filter
+
+
+PROBES = {
+    "m": "m = 'happy'", "u": "u = 'ffffffff-0000-0000-0000-000000000000'", "iv": "iv = INTERVAL 400 DAY",
+    "bl": "bl = '\\x7A\\x7A'::BLOB", "tn": "tn = '23:00:00'::TIME_NS", "meta": "meta.n = 424242",
+    "l": "list_contains(l, 424242)", "l1": "l[1] = 424242", "mp": "mp['a'] = 424242",
+    "nested": "list_contains(meta.tags, 424242)", "j": "j = '[1]'::JSON",
+}
+
+
+def test_padding_rows_leave_statistics_nothing_to_prune_in_any_type():
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    con.execute("""CREATE TABLE t AS SELECT i AS uid, (['sad', 'ok'][i % 2 + 1])::mood AS m,
+        ('00000000-0000-0000-0000-00000000000' || (i % 5))::UUID AS u, INTERVAL (i % 5) DAY AS iv,
+        ('x' || i)::BLOB AS bl, (TIME '10:00' + INTERVAL (i) SECOND)::TIME_NS AS tn,
+        {'n': i % 5, 'tags': [i % 3]} AS meta, [i % 5] AS l, MAP {'a': i % 5} AS mp, (i % 5)::VARCHAR::JSON AS j
+        FROM range(1000) r(i)""")
+    with connect(con) as db:
+        db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()
+    copy = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'dp_bounding'").fetchall()[0][0]
+    source = f'(SELECT * FROM dp_bounding."{copy}" WHERE NOT dp_pad)'
+    for name, probe in PROBES.items():
+        raw = con.execute(f"EXPLAIN SELECT COUNT(*) FROM t WHERE {probe}").fetchall()[0][1]
+        padded = con.execute(f"EXPLAIN SELECT COUNT(*) FROM {source} WHERE COALESCE(TRY({probe}), FALSE)").fetchall()[0][1]
+        assert "EMPTY_RESULT" in raw.upper().replace(" ", "_"), name  # what the padding prevents
+        assert "EMPTY_RESULT" not in padded.upper().replace(" ", "_"), name
+
+
+# ---------------------------------------------------------------------------------------------
+# TIMESTAMPTZ: date parts in the stated time zone (UTC), whatever the machine's
+
+
+def test_timestamptz_parts_are_taken_in_utc_whatever_the_machine_zone(monkeypatch):
+    import datetime
+    import time
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        frame = pd.DataFrame({"uid": range(100),
+                              "ts": [datetime.datetime(2024, 1, 1, 23, 30, tzinfo=datetime.timezone.utc)] * 100})
+        with connect({"t": frame}) as db:
+            hours = db.sql("SELECT date_part('hour', ts) AS h, COUNT(*) AS n FROM t GROUP BY h", epsilon=5,
+                           delta=1e-3).fetchall()
+            days = db.sql("SELECT date_trunc('day', ts) AS d, COUNT(*) AS n FROM t GROUP BY d", epsilon=5,
+                          delta=1e-3).fetchall()
+            hardening = db._engine.hardening
+        assert duckdb.connect().execute("SELECT current_setting('TimeZone')").fetchone()[0] == "Asia/Tokyo"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert [h for h, _ in hours] == [23]  # Tokyo would say 8
+    assert [d for d, _ in days] == [datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)]
+    assert hardening["TimeZone"] == "UTC" and hardening["lock_configuration"] == "true"
