@@ -321,7 +321,8 @@ def _padding(table: BoundedTable) -> str:
 
 _INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
 """Bits of the signed integer types; a U prefix names the unsigned one (UHUGEINT too)."""
-_TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS")
+_TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
+             "TIMESTAMPTZ_NS")
 
 
 def _extreme(type_name: str, high: bool) -> str:

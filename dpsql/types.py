@@ -26,7 +26,8 @@ _FAMILIES = {
     "DECIMAL": "decimal", "NUMERIC": "decimal", "FLOAT": "float", "REAL": "float", "DOUBLE": "float",
     "VARCHAR": "string", "ENUM": "string", "DATE": "date", "TIMESTAMP": "timestamp",
     "TIMESTAMP_S": "timestamp", "TIMESTAMP_MS": "timestamp", "TIMESTAMP_NS": "timestamp",
-    "TIMESTAMP WITH TIME ZONE": "timestamp with time zone", "TIME": "time",
+    "TIMESTAMP WITH TIME ZONE": "timestamp with time zone",
+    "TIME": "time",
     "TIME WITH TIME ZONE": "time with time zone", "INTERVAL": "interval", "BOOLEAN": "boolean",
     "UUID": "uuid", "BLOB": "blob",
 }

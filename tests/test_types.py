@@ -276,6 +276,7 @@ TYPES = {
     "TIMESTAMP_MS": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMP_MS",
     "TIMESTAMP_NS": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMP_NS",
     "TIMESTAMPTZ": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMPTZ",
+    "TIMESTAMPTZ_NS": "(TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMPTZ_NS",
     "INTERVAL": "INTERVAL (i % 5) DAY", "UUID": "('00000000-0000-0000-0000-00000000000' || (i % 5))::UUID",
     "ENUM": "(['a', 'b', 'c'][i % 3 + 1])::mood", "LIST": "[i % 5, 1]", "ARRAY": "[i % 5, 1]::INTEGER[2]",
     "STRUCT": "{'f': i % 5}", "MAP": "MAP {'k': i % 5}", "UNION": "(i % 5)::INTEGER::UNION(n INTEGER, s VARCHAR)",
@@ -312,7 +313,7 @@ def test_the_type_list_covers_duckdb_storable_types(every_type):
               .fetchall()}
     canonical = {r[0] for r in every_type.execute("SELECT DISTINCT logical_type FROM duckdb_types()").fetchall()}
     missing = {t for t in canonical if t not in stored and t not in
-               {"INVALID", "ANY", "USER", "UNKNOWN", "SQLNULL", "POINTER", "VALIDITY", "TABLE", "LAMBDA", "STRING_LITERAL",
+               {"INVALID", "ANY", "USER", "UNKNOWN", "SQLNULL", "NULL", "TUPLE", "POINTER", "VALIDITY", "TABLE", "LAMBDA", "STRING_LITERAL",
                 "INTEGER_LITERAL", "AGGREGATE_STATE", "TYPE", "VARIANT", "GEOMETRY", "VARINT", "TIMESTAMP_TZ", "TIME_TZ",
                 "CHAR", "TIMESTAMP_SEC", "TIMESTAMP_MS", "TIMESTAMP_NS", "TIME_NS", "UNION", "ENUM", "STRUCT", "MAP",
                 "LIST", "ARRAY", "BIT", "INTERVAL", "UUID", "BLOB", "DECIMAL"}}
@@ -406,6 +407,7 @@ PROBES = {
     "bl": "bl = '\\x7A\\x7A'::BLOB", "tn": "tn = '23:00:00'::TIME_NS", "meta": "meta.n = 424242",
     "l": "list_contains(l, 424242)", "l1": "l[1] = 424242", "mp": "mp['a'] = 424242",
     "nested": "list_contains(meta.tags, 424242)", "j": "j = '[1]'::JSON",
+    "tzn": "tzn = '2030-01-01'::TIMESTAMPTZ_NS",
 }
 
 
@@ -415,8 +417,8 @@ def test_padding_rows_leave_statistics_nothing_to_prune_in_any_type():
     con.execute("""CREATE TABLE t AS SELECT i AS uid, (['sad', 'ok'][i % 2 + 1])::mood AS m,
         ('00000000-0000-0000-0000-00000000000' || (i % 5))::UUID AS u, INTERVAL (i % 5) DAY AS iv,
         ('x' || i)::BLOB AS bl, (TIME '10:00' + INTERVAL (i) SECOND)::TIME_NS AS tn,
-        {'n': i % 5, 'tags': [i % 3]} AS meta, [i % 5] AS l, MAP {'a': i % 5} AS mp, (i % 5)::VARCHAR::JSON AS j
-        FROM range(1000) r(i)""")
+        {'n': i % 5, 'tags': [i % 3]} AS meta, [i % 5] AS l, MAP {'a': i % 5} AS mp, (i % 5)::VARCHAR::JSON AS j,
+        (TIMESTAMP '2024-01-01' + INTERVAL (i % 5) HOUR)::TIMESTAMPTZ_NS AS tzn FROM range(1000) r(i)""")
     with connect(con) as db:
         db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()
     copy = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'dp_bounding'").fetchall()[0][0]
