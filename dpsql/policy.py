@@ -140,6 +140,13 @@ def _syntax_error(err: UnexpectedInput, text: str) -> PolicyError:
         listed = ", ".join(wanted[:-1]) + " or " if len(wanted) > 1 else ""
         message += f" where {listed}{wanted[-1]} was expected"
     before = "\n".join(line.split("--", 1)[0] for line in text[:offset].split("\n"))
+    if found == "'.'" and "BOUNDS" in wanted:  # t (..., meta.n BOUNDS 0 TO 9): a STRUCT field
+        field = re.search(r'("(?:[^"]|"")+"|[^\W\d]\w*)\s*$', before)
+        column = field.group(1) if field else "s"
+        return PolicyError(f"BOUNDS and KEYS name a column, not a field of the STRUCT {column}", line=line, col=col,
+                           hint=f"bound the field in the query, SUM(CLAMP({column}.f, lo, hi)), or declare a "
+                                f"view with the field as a column (SELECT unit, {column}.f AS f FROM t) as the "
+                                "private table")
     hint = ("remove the comma before ')'" if found == "')'" and before.rstrip().endswith(",")
             else "end every statement with ';'" if "';'" in wanted and (
                 found.strip("'").upper() in _STATEMENT_WORDS or found == "the end of the policy")

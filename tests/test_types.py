@@ -455,3 +455,14 @@ def test_timestamptz_parts_are_taken_in_utc_whatever_the_machine_zone(monkeypatc
     assert [h for h, _ in hours] == [23]  # Tokyo would say 8
     assert [d for d, _ in days] == [datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)]
     assert hardening["TimeZone"] == "UTC" and hardening["lock_configuration"] == "true"
+
+
+def test_policy_bounds_on_a_struct_field_are_refused_with_the_view_that_works():
+    con = database()
+    with pytest.raises(PolicyError, match="not a field of the STRUCT meta.*CLAMP\\(meta.f, lo, hi\\).*view"):
+        connect(con, "meta.n BOUNDS 0 TO 4")
+    con.execute("CREATE VIEW v AS SELECT uid, meta.n AS n FROM t")
+    policy = "BUDGET EPSILON 100; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, n BOUNDS 0 TO 4);"
+    with dpsql.connect(con, policy=policy, rng=SeededSource(1)) as db:
+        total = db.sql("SELECT SUM(n) AS s FROM v", epsilon=50).fetchall()[0][0]
+    assert abs(total - exact(con, "SELECT SUM(meta.n) FROM t")[0][0]) < 10
