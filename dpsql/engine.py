@@ -410,10 +410,24 @@ def open_hardened(database: str, config: dict[str, Any], **options: Any) -> duck
     unlocked = {name: value for name, value in config.items() if name != "lock_configuration"}
     connection = duckdb.connect(database, config=unlocked, **options)
     try:
-        connection.execute(f"SET GLOBAL TimeZone = '{TIME_ZONE}'")
-        connection.execute("SET GLOBAL Calendar = 'gregorian'")
+        # Another connection to the same instance (same file, same process) may have fixed and
+        # locked these already, or be doing so now: each SET may fail once locked, the outcome
+        # is what must hold.
+        statements = [f"SET GLOBAL TimeZone = '{TIME_ZONE}'", "SET GLOBAL Calendar = 'gregorian'"]
         if config.get("lock_configuration"):
-            connection.execute("SET lock_configuration = true")
+            statements.append("SET lock_configuration = true")
+        for statement in statements:
+            try:
+                connection.execute(statement)
+            except duckdb.Error:
+                pass
+        zone, calendar, locked = connection.execute(
+            "SELECT current_setting('TimeZone'), current_setting('Calendar'), "
+            "current_setting('lock_configuration')").fetchone()
+        if (zone, calendar) != (TIME_ZONE, "gregorian") or (config.get("lock_configuration") and not locked):
+            raise DPError(f"cannot fix the database's time zone to {TIME_ZONE} (it is {zone}, {calendar}): "
+                          "another connection in this process opened it with other settings",
+                          hint="open the file through dpsql.connect only, or pass your own connection")
     except BaseException:
         connection.close()
         raise

@@ -293,14 +293,17 @@ def _bind_condition(condition, left, right, names, sql):
     """The ON condition with each column resolved to dp_l / dp_r and its source column."""
     bound = condition.copy()
     for column in list(bound.find_all(exp.Column)):
-        key = (column.table.lower() or None, column.name.lower())
-        hits = [(tag, part.scope[key]) for tag, part in (("l", left), ("r", right)) if key in part.scope]
+        hits = [(tag, resolved) for tag, part in (("l", left), ("r", right))
+                for resolved in [resolve_column(column, part.scope, part.columns, sql)] if resolved is not None]
         if len(hits) != 1:
             problem = "is ambiguous" if hits else "is unknown"
             refuse(column, sql, f"column {column.sql(dialect=DIALECT)} in the join condition {problem}",
                    "qualify it with its table's alias")
-        tag, source = hits[0]
-        column.replace(exp.column(source, table=f"dp_{tag}", quoted=True))
+        tag, resolved = hits[0]
+        source = resolved if isinstance(resolved, exp.Column) else next(resolved.find_all(exp.Column))
+        source.replace(exp.column(source.name, table=f"dp_{tag}", quoted=True))  # a STRUCT field reads it too
+        replace_column(column, resolved if not isinstance(resolved, exp.Column) else
+                       exp.column(source.name, table=f"dp_{tag}", quoted=True))
     check_row_level(bound, sql, "a join condition")
     return bound
 

@@ -466,3 +466,16 @@ def test_policy_bounds_on_a_struct_field_are_refused_with_the_view_that_works():
     with dpsql.connect(con, policy=policy, rng=SeededSource(1)) as db:
         total = db.sql("SELECT SUM(n) AS s FROM v", epsilon=50).fetchall()[0][0]
     assert abs(total - exact(con, "SELECT SUM(meta.n) FROM t")[0][0]) < 10
+
+
+def test_struct_field_as_join_key_with_a_public_table():
+    con = database()
+    con.execute("CREATE TABLE p AS SELECT i::BIGINT AS id, 'label' || i AS label FROM range(5) r(i)")
+    policy = POLICY.format(rules="") + " PUBLIC TABLE p;"
+    with dpsql.connect(con, policy=policy, rng=SeededSource(1)) as db:
+        rows = db.sql("SELECT p.label, COUNT(*) AS n FROM t JOIN p ON t.meta.n = p.id GROUP BY p.label ORDER BY 1",
+                      epsilon=50, delta=1e-6).fetchall()
+        with pytest.raises(UnsupportedQuery, match="has no field nope"):
+            db.sql("SELECT COUNT(*) FROM t JOIN p ON t.meta.nope = p.id", epsilon=1)
+    assert [r[0] for r in rows] == [f"label{i}" for i in range(5)]
+    assert all(abs(n - 40) < 5 for _, n in rows)
