@@ -67,7 +67,7 @@ from functools import lru_cache
 from sqlglot import exp
 
 from .model import DEFAULT_MAX_LIST_LENGTH, PrivateTable
-from .types import enum_values, is_list, list_element, map_types, struct_fields
+from .types import enum_values, holds_lists, is_list, list_element, map_types, struct_fields
 
 PREFIX = "dp_bounded_"
 PAD = "dp_pad"
@@ -174,19 +174,8 @@ def _copied_columns(table: BoundedTable) -> str:
     and MAPs (at any depth) cut to MAX LIST LENGTH elements (``shortened``)."""
     length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
     return ", ".join(f'"{c}" COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
-                     else f'{shortened(_quoted(c), t, length)} AS "{c}"' if _has_lists(t) else f'"{c}"'
+                     else f'{shortened(_quoted(c), t, length)} AS "{c}"' if holds_lists(t) else f'"{c}"'
                      for c, t in table.columns)
-
-
-def _has_lists(type_name: str) -> bool:
-    """A LIST or MAP, or a STRUCT or ARRAY holding one: a value whose size is data."""
-    if is_list(type_name) or map_types(type_name) is not None:
-        return True
-    fields = struct_fields(type_name)
-    if fields is not None:
-        return any(_has_lists(t) for t in fields.values())
-    element = list_element(type_name)
-    return element is not None and _has_lists(element)
 
 
 def shortened(value: str, type_name: str, length: int) -> str:
@@ -200,18 +189,18 @@ def shortened(value: str, type_name: str, length: int) -> str:
     >>> shortened('"m"', "MAP(VARCHAR, INTEGER)", 2)
     'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(VARCHAR, INTEGER))'
     """
-    if not _has_lists(type_name):
+    if not holds_lists(type_name):
         return value
     if is_list(type_name):
         element = list_element(type_name)
         cut = f"list_slice({value}, 1, {length})"
-        if _has_lists(element):
+        if holds_lists(element):
             cut = f"list_transform({cut}, lambda dp_x: {shortened('dp_x', element, length)})"
         return f"CAST({cut} AS {type_name})"
     pair = map_types(type_name)
     if pair is not None:
         entries = f"list_slice(map_entries({value}), 1, {length})"
-        if _has_lists(pair[1]):
+        if holds_lists(pair[1]):
             entries = (f"list_transform({entries}, lambda dp_e: struct_pack(key := dp_e.key, "
                        f"value := {shortened('dp_e.value', pair[1], length)}))")
         return f"CAST(map_from_entries({entries}) AS {type_name})"

@@ -221,3 +221,18 @@ def map_types(type_name: str | None) -> tuple[str, str] | None:
         return None
     key, value = _split_top_level(_inside(type_name))
     return key, value
+
+
+def holds_lists(type_name: str) -> bool:
+    """A LIST or MAP, or a STRUCT or ARRAY holding one: a value whose size is data.
+
+    >>> holds_lists("STRUCT(a INTEGER, tags VARCHAR[])"), holds_lists("INTEGER[3]")
+    (True, False)
+    """
+    if is_list(type_name) or map_types(type_name) is not None:
+        return True
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return any(holds_lists(t) for t in fields.values())
+    element = list_element(type_name)
+    return element is not None and holds_lists(element)

@@ -157,11 +157,12 @@ def test_declared_keys_still_win_over_the_type_domain():
 def test_shell_schema_says_enum_and_boolean_keys_are_the_types():
     con = database()
     with connect(con) as db:
-        text = handle_input(new_state(db), ".schema t")
+        text = handle_input(new_state(db, width=240), ".schema t")
     lines = {line.split()[0]: line for line in text.splitlines() if line.strip() and not line.startswith("t:")}
     assert "every value of its type (3)" in lines["m"]
     assert "every value of its type (2)" in lines["b"]
     assert "every value" not in lines["meta"]
+    assert "lists: first 100 elements (MAX LIST LENGTH)" in lines["l"] and "first 100" in lines["mp"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from dpsql.types import implied_domain
+from dpsql.types import holds_lists, implied_domain
 from dpsql.errors import DPError
 from dpsql.shell.budget import render_budget
 from dpsql.shell.chart import ChartError, render_chart
@@ -279,6 +279,8 @@ def _column_rule(declaration, column: str, type_name: str = "") -> str:
         return "privacy unit"
     rule = declaration.column(column)
     implied = implied_domain(type_name)
+    if holds_lists(type_name):  # the bounded copy keeps this many elements of each list or map
+        return f"lists: first {declaration.list_length} elements (MAX LIST LENGTH)"
     if rule is None or rule.keys is None and rule.bounds is None:
         # An ENUM's values and BOOLEAN's are schema: GROUP BY releases them all, no KEYS line needed.
         return f"keys: every value of its type ({len(implied)})" if implied is not None else ""
