@@ -418,12 +418,12 @@ def open_hardened(database: str, config: dict[str, Any], **options: Any) -> duck
             statements.append("SET lock_configuration = true")
         for statement in statements:
             try:
-                connection.execute(statement)
+                connection.execute(statement).fetchall()  # fetched: an unfinished result blocks the connection
             except duckdb.Error:
                 pass
         zone, calendar, locked = connection.execute(
             "SELECT current_setting('TimeZone'), current_setting('Calendar'), "
-            "current_setting('lock_configuration')").fetchone()
+            "current_setting('lock_configuration')").fetchall()[0]
         if (zone, calendar) != (TIME_ZONE, "gregorian") or (config.get("lock_configuration") and not locked):
             raise DPError(f"cannot fix the database's time zone to {TIME_ZONE} (it is {zone}, {calendar}): "
                           "another connection in this process opened it with other settings",
