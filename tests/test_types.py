@@ -480,3 +480,43 @@ def test_struct_field_as_join_key_with_a_public_table():
             db.sql("SELECT COUNT(*) FROM t JOIN p ON t.meta.nope = p.id", epsilon=1)
     assert [r[0] for r in rows] == [f"label{i}" for i in range(5)]
     assert all(abs(n - 40) < 5 for _, n in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# UUID, INTERVAL, TIMESTAMPTZ, HUGEINT, UHUGEINT, DECIMAL: listed KEYS (zero rows included), BOUNDS
+
+
+@pytest.mark.parametrize("column, keys, expected", [
+    ("u", "'00000000-0000-0000-0000-000000000001', 'ffffffff-ffff-ffff-ffff-ffffffffffff'",
+     ["00000000-0000-0000-0000-000000000001", "ffffffff-ffff-ffff-ffff-ffffffffffff"]),
+    ("iv", "'1 day', '1 month'", ["1 day", "1 month"]),
+    ("tz", "'2024-01-01 01:00:00+00', '2024-01-01 05:00:00+00'",
+     ["2024-01-01 01:00:00+00:00", "2024-01-01 05:00:00+00:00"]),
+    ("h", "10000000000000000000000, 170141183460469231731687303715884105727",
+     ["10000000000000000000000", "170141183460469231731687303715884105727"]),
+    ("uh", "1, 340282366920938463463374607431768211455", ["1", "340282366920938463463374607431768211455"]),
+    ("d", "0.25, 0.75", ["0.25", "0.75"]),
+])
+def test_listed_keys_of_wide_and_temporal_types_release_every_key(column, keys, expected):
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE t AS SELECT i AS uid, ('00000000-0000-0000-0000-00000000000' || (i % 3))::UUID AS u,
+        INTERVAL (i % 3) DAY AS iv, TIMESTAMPTZ '2024-01-01 00:00:00+00' + INTERVAL (i % 3) HOUR AS tz,
+        (i % 3)::HUGEINT * 10000000000000000000000 AS h, (i % 3)::UHUGEINT AS uh,
+        (i % 3)::DECIMAL(10,2) / 4 AS d FROM range(90) r(i)""")
+    with connect(con, f"{column} KEYS ({keys})") as db:
+        rows = db.sql(f"SELECT {column}, COUNT(*) AS n FROM t GROUP BY {column} ORDER BY {column}", epsilon=50,
+                      delta=0).fetchall()
+    assert [str(k) for k, _ in rows] == expected
+    assert abs(rows[0][1] - 30) < 5 and abs(rows[1][1]) < 5  # the second key has no row
+
+
+@pytest.mark.parametrize("type_name, value", [("HUGEINT", "170141183460469231731687303715884105727"),
+                                              ("UHUGEINT", "340282366920938463463374607431768211455"),
+                                              ("DECIMAL(38,10)", "9999999999999999999999999999.9999999999")])
+def test_bounds_on_wide_numeric_types_clamp_extreme_values(type_name, value):
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t AS SELECT i AS uid, CAST(CASE WHEN i = 0 THEN '{value}' ELSE '2' END AS {type_name}) AS x "
+                "FROM range(100) r(i)")
+    with connect(con, "x BOUNDS 0 TO 10") as db:
+        total = db.sql("SELECT SUM(x) AS s FROM t", epsilon=50).fetchall()[0][0]
+    assert abs(total - (99 * 2 + 10)) < 5  # the extreme value is clamped to 10
