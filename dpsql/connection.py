@@ -295,8 +295,17 @@ class Connection:
         # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
         # query is not that difference, so hand it the remaining that makes it come out right.
         shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
-        text = explain_plan(plan, rewrite_plan(plan), shown)
+        text = explain_plan(plan, rewrite_plan(plan), shown) + self._time_zone_note(plan)
         return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
+
+    def _time_zone_note(self, plan: Plan) -> str:
+        """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""
+        zoned = [c for c, t in plan.query.column_types if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
+        if not zoned:
+            return ""
+        zone = self._engine.fetch("SELECT current_setting('TimeZone')")[0][0]
+        return (f"\n\ntime zone: {', '.join(zoned)} (TIMESTAMP WITH TIME ZONE) are read in {zone}: date parts, "
+                "date_trunc and casts to DATE or TIMESTAMP are taken there")
 
     @property
     def budget(self) -> Budget:

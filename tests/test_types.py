@@ -449,6 +449,8 @@ def test_timestamptz_parts_are_taken_in_utc_whatever_the_machine_zone(monkeypatc
             days = db.sql("SELECT date_trunc('day', ts) AS d, COUNT(*) AS n FROM t GROUP BY d", epsilon=5,
                           delta=1e-3).fetchall()
             hardening = db._engine.hardening
+            plan = db.explain("SELECT date_part('hour', ts) AS h, COUNT(*) AS n FROM t GROUP BY h", epsilon=5,
+                              delta=1e-3)
         assert duckdb.connect().execute("SELECT current_setting('TimeZone')").fetchone()[0] == "Asia/Tokyo"
     finally:
         monkeypatch.delenv("TZ")
@@ -456,6 +458,7 @@ def test_timestamptz_parts_are_taken_in_utc_whatever_the_machine_zone(monkeypatc
     assert [h for h, _ in hours] == [23]  # Tokyo would say 8
     assert [d for d, _ in days] == [datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)]
     assert hardening["TimeZone"] == "UTC" and hardening["lock_configuration"] == "true"
+    assert "time zone: ts (TIMESTAMP WITH TIME ZONE) are read in UTC" in plan
 
 
 def test_policy_bounds_on_a_struct_field_are_refused_with_the_view_that_works():
