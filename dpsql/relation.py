@@ -301,9 +301,12 @@ def _bind_condition(condition, left, right, names, sql):
                    "qualify it with its table's alias")
         tag, resolved = hits[0]
         source = resolved if isinstance(resolved, exp.Column) else next(resolved.find_all(exp.Column))
-        source.replace(exp.column(source.name, table=f"dp_{tag}", quoted=True))  # a STRUCT field reads it too
-        replace_column(column, resolved if not isinstance(resolved, exp.Column) else
-                       exp.column(source.name, table=f"dp_{tag}", quoted=True))
+        qualified = exp.column(source.name, table=f"dp_{tag}", quoted=True)
+        if source is resolved:
+            resolved = qualified
+        else:  # a STRUCT field: struct_extract of the qualified column
+            source.replace(qualified)
+        replace_column(column, resolved)
     check_row_level(bound, sql, "a join condition")
     return bound
 
