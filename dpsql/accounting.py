@@ -138,6 +138,15 @@ class Spend:
         rho = "" if self.rho is None else f", rho={self.rho!r}"
         return f"Spend(epsilon={self.epsilon!r}, delta={self.delta!r}{rho})"
 
+    def __str__(self) -> str:
+        """For reading, in decimals (``repr`` keeps the exact Fractions).
+
+        >>> print(Spend(Fraction(7, 10), Fraction(1, 10**6)))
+        epsilon 0.7, delta 1e-6
+        """
+        rho = "" if self.rho is None else f", rho {show(self.rho)}"
+        return f"epsilon {show(self.epsilon)}, delta {show(self.delta)}{rho}"
+
     def fits_in(self, total: Spend) -> bool:
         """True when this amount exceeds ``total`` in neither epsilon nor delta."""
         return self.epsilon <= total.epsilon and self.delta <= total.delta

@@ -27,7 +27,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from .allowlist import check_post, check_row_level, refuse
-from .bind import is_bound
+from .bind import is_bound, written_name
 from .parse import DIALECT, describe
 from .plan import Aggregate, GroupKey
 
@@ -75,7 +75,7 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
     for part in ("limit", "offset", "distinct"):
         if tree.args.get(part) is not None:
             post.set(part, tree.args[part].copy())
-    if not aggregates:
+    if not aggregates and not keys:  # GROUP BY with no aggregate releases its keys
         refuse(tree, sql, "a query over a private table must aggregate",
                "select COUNT(*), SUM(col) or AVG(col)")
     _check_post_query(post, sql)
@@ -103,9 +103,10 @@ def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, uni
             continue
         if _is_alias_reference(column):
             continue
-        hint = (f"count the units with COUNT(DISTINCT {column.name})" if column.name == unit else
-                f"wrap it in COUNT, SUM or AVG, or GROUP BY {column.name}")
-        refuse(column, sql, f"column {column.name} is neither aggregated nor grouped, so it would "
+        written = written_name(column)
+        hint = (f"count the units with COUNT(DISTINCT {written})" if column.name == unit else
+                f"wrap it in COUNT, SUM or AVG, or GROUP BY {written}")
+        refuse(column, sql, f"column {written} is neither aggregated nor grouped, so it would "
                "release private values", hint)
     return replaced
 

@@ -25,13 +25,14 @@ more than was asked.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from sqlglot import exp
 
 from .calibrate import gaussian_sigma_squared, laplace_scale
-from .errors import InternalError, InvalidParameter, UnsupportedQuery
+from .errors import InternalError, InvalidParameter, UnsupportedQuery, surface_hints
 from .model import Policy
 from .parse import node_position
 from .plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Plan, PrivateQuery, Selection
@@ -65,7 +66,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
     """Build the plan: measures, sensitivities, epsilon split, noise scales, partition selection."""
     gaussian = options.noise == "gaussian"
     if gaussian and options.delta <= 0:
-        raise UnsupportedQuery("Gaussian noise needs delta > 0", hint="pass delta=1e-7 or use Laplace noise")
+        raise UnsupportedQuery("Gaussian noise needs delta > 0",
+                               **surface_hints("{delta}, or use Laplace noise", delta="1e-7"))
     private_keys = [k for k in query.keys if k.domain is None]
     if private_keys and options.delta <= 0:
         line, col = node_position(private_keys[0].expression, sql)
@@ -73,8 +75,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
             f"GROUP BY {private_keys[0].expression.sql(dialect='duckdb')} has no public KEYS domain, and "
             "without delta its keys cannot be released (which keys exist is private)",
             line=line, col=col,
-            hint="declare the column's domain with KEYS in the policy, or give delta > 0 (e.g. delta=1e-7) "
-                 "so keys can pass partition selection",
+            **surface_hints("declare the column's domain with KEYS in the policy, or {delta} (any delta > 0) "
+                            "so keys can pass partition selection", delta="1e-7"),
         )
     weights = _weights(query, options)
     shares = sum(weights.values()) + (1 if private_keys else 0)
@@ -86,11 +88,13 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
     for aggregate in query.aggregates:
         epsilon = options.epsilon * weights[aggregate.name] / shares
         shapes, release = _shapes_of(aggregate, query, sql, start=len(measures))
+        _check_double_range(aggregate, shapes, sql)
         gaussian_here = gaussian and measure_delta > 0
         count = len(shapes)
         measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
         if release.function == "quantile":
             measure, rule = _histogram(shapes[0], query, policy, epsilon, release.quantile)
+            _check_grid_exponent(aggregate, measure, sql)
             measures.append(measure)
             releases.append(replace(release, epsilon=epsilon, rule=rule))
             continue
@@ -308,11 +312,66 @@ def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy,
         grid *= 2
 
 
+LARGEST_DOUBLE = Fraction(sys.float_info.max)
+"""Row values are computed in DOUBLE: a range reaching past it would overflow to infinity."""
+
+GRID_EXPONENTS = range(-1000, 1001)
+"""Powers of two a grid may be: the rewrite scales by 1/grid as an exact DOUBLE literal."""
+
+
+def _check_double_range(aggregate: Aggregate, shapes: list, sql: str) -> None:
+    """Refuse, before anything is charged, a VARIANCE or STDDEV whose squared values may leave
+    the range of a DOUBLE (``VARIANCE(x * 1e200)``): they could not be computed, and the query
+    would fail after its charge. (A plain value beyond it reads as NULL, as any failed row
+    expression does; grids no DOUBLE holds are refused by ``_check_grid_exponent``.)"""
+    for shape in shapes:
+        interval = shape.interval
+        if interval is None or not getattr(shape, "squared", False):
+            continue
+        widest = max(abs(interval.lower), abs(interval.upper))
+        if widest == 0:
+            continue
+        widest = widest * widest  # VARIANCE and STDDEV square the (centred) values
+        exponent = floor_log2(widest)
+        if widest <= LARGEST_DOUBLE:
+            continue
+        line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+        raise UnsupportedQuery(
+            f"{aggregate.label}: its squared values may reach about 2**{exponent}, beyond the largest "
+            "DOUBLE (about 1.8e308)", line=line, col=col,
+            construct=aggregate.label,
+            hint="scale the expression into a moderate range (e.g. divide or multiply by a constant "
+                 "after aggregating), or CLAMP it to smaller bounds")
+
+
+def _check_grid_exponent(aggregate: Aggregate, measure: Measure, sql: str) -> None:
+    """The rewrite scales values by 1/grid written as an exact DOUBLE power of two: refuse a
+    grid beyond that (values so large that the noise needs a coarser grid, ``SUM(x * 1e308)``
+    at a small epsilon; or so small that no DOUBLE holds their rounding step, ``SUM(x * 1e-320)``)."""
+    grid = measure.grid
+    if grid <= 0:
+        return
+    exponent = floor_log2(grid)
+    if exponent in GRID_EXPONENTS:
+        return
+    line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+    large = "its values are too large: their buckets would need" if measure.kind == "histogram" else \
+        "its values are too large for this epsilon: the noise would need"
+    why = large if exponent > 0 else "its values are too small: rounding them would need"
+    raise UnsupportedQuery(
+        f"{aggregate.label}: {why} a grid of about 2**{exponent}, beyond what a DOUBLE holds",
+        line=line, col=col, construct=aggregate.label,
+        hint="scale the expression into a moderate range (multiply or divide by a constant after "
+             "aggregating), CLAMP it to smaller bounds"
+             + (", or use a larger epsilon" if exponent > 0 and measure.kind != "histogram" else ""))
+
+
 def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) -> None:
     """Per-row values on the grid must fit BIGINT with room to spare: the rewrite scales and
     rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
     for |value / grid| < 2**62 (``dpsql.rewrite._cannot_fail``). Refused here, before the charge."""
     for measure in measures:
+        _check_grid_exponent(aggregate, measure, sql)
         if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
             line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
             raise UnsupportedQuery(

@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from .errors import UnsupportedQuery
 from .model import Policy, PrivateTable, PublicTable
+from .names import columns_hint, sql_name
 from .parse import node_position
 from .types import struct_fields
 
@@ -76,13 +77,13 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
     key = table_key(table)
     declaration = policy.table(key)
     if declaration is None or key not in catalog:
-        declared = ", ".join(sorted(t.name for t in (*policy.private_tables, *policy.public_tables)))
+        declared = {t.name.lower(): t.name for t in (*policy.private_tables, *policy.public_tables)}
         raise UnsupportedQuery(
-            f"unknown table {'.'.join(p.name for p in table.parts)}",
+            f"unknown table {written_name(table)}",
             line=line,
             col=col,
             construct=key,
-            hint=f"the tables you can query are: {declared}",
+            hint=columns_hint(key, list(declared), declared, what="tables you can query"),
         )
     reference = (table.alias or table.name).lower()
     return BoundTable(key, declaration, catalog[key], reference)
@@ -90,6 +91,28 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
 
 BOUND = "dp_bound"
 """Meta flag of an identifier resolved to a relation column (anything else is an alias)."""
+
+WRITTEN = "dp_written"
+"""Meta of a bound identifier: the name as the query wrote it (``"Customer ID"``), for messages."""
+
+
+def written_name(node: exp.Expression) -> str:
+    """A column or table name as the query wrote it, quoted if it was: for messages and hints,
+    which must show names the analyst can paste back (bound names are lower-cased keys).
+
+    >>> import sqlglot
+    >>> written_name(sqlglot.parse_one('SELECT "Amount Paid"').find(exp.Column))
+    '"Amount Paid"'
+    >>> written_name(sqlglot.parse_one('SELECT x FROM Main."My Table"').find(exp.Table))
+    'Main."My Table"'
+    """
+    if isinstance(node, exp.Table):
+        return ".".join(part.sql(dialect="duckdb") for part in node.parts)
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier):
+        if node.this.meta.get(WRITTEN):
+            return node.this.meta[WRITTEN]
+        return node.this.sql(dialect="duckdb")
+    return sql_name(getattr(node, "name", "") or node.sql(dialect="duckdb"))
 
 
 def is_bound(column: exp.Column) -> bool:
@@ -108,7 +131,7 @@ def scope_of(bound: BoundTable) -> dict:
 
 
 def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset(),
-                 types: dict | None = None) -> None:
+                 spellings: dict | None = None, types: dict | None = None) -> None:
     """Resolve every column of ``nodes`` (in place) through ``scope``.
 
     As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY and HAVING a
@@ -131,9 +154,10 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
                 shown = column.sql(dialect="duckdb")
                 known_qualifier = qualifier is None or any(q == qualifier for (q, _) in scope)
                 raise UnsupportedQuery(
-                    f"unknown column {column.name}" if known_qualifier else f"unknown table or alias {column.table} in {shown}",
+                    f"unknown column {written_name(column)}" if known_qualifier else
+                    f"unknown table or alias {sql_name(column.table)} in {shown}",
                     line=line, col=col, construct=shown,
-                    hint=f"the columns are: {', '.join(sorted(c for (q, c) in scope if q is None))}")
+                    hint=columns_hint(column.name, [c for (q, c) in scope if q is None], spellings))
             replace_column(column, resolved)
         if types:
             bind_brackets(node, types, sql)
@@ -157,21 +181,21 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
     parts = [p.name for p in column.parts]
     dots = _dotted_fields(column)
     lowered = [p.lower() for p in parts]
-    candidates = []  # (relation column, fields), in DuckDB's order of preference
+    candidates = []  # (relation column, the part naming it, fields), in DuckDB's order of preference
     if len(parts) == 1:
-        candidates.append((scope.get((None, lowered[0])), []))
+        candidates.append((scope.get((None, lowered[0])), 0, []))
     else:
-        candidates.append((scope.get((lowered[0], lowered[1])), parts[2:]))
+        candidates.append((scope.get((lowered[0], lowered[1])), 1, parts[2:]))
         if len(parts) == 3:
-            candidates.insert(0, (scope.get((lowered[1], lowered[2])), []))
-        candidates.append((scope.get((None, lowered[0])), parts[1:]))
-    for target, fields in candidates:
+            candidates.insert(0, (scope.get((lowered[1], lowered[2])), 2, []))
+        candidates.append((scope.get((None, lowered[0])), 0, parts[1:]))
+    for target, part, fields in candidates:
         if target is None:
             continue
         fields = fields + dots
         if fields and not _is_struct(types.get(target)):
             continue
-        node = _bound_identifier_column(target, column)
+        node = _bound_identifier_column(target, column, part)
         type_name = types.get(target)
         written = target
         for field in fields:
@@ -197,10 +221,13 @@ def replace_column(column: exp.Column, resolved: exp.Expression) -> None:
     top.replace(resolved)
 
 
-def _bound_identifier_column(target: str, column: exp.Column) -> exp.Column:
+def _bound_identifier_column(target: str, column: exp.Column, part: int) -> exp.Column:
     identifier = exp.to_identifier(target, quoted=True)
     identifier.meta.update(column.this.meta)  # keep the position for later refusals
     identifier.meta[BOUND] = True
+    written = column.parts[part]
+    identifier.meta.setdefault(WRITTEN, written.sql(dialect="duckdb") if part != len(column.parts) - 1
+                               else written_name(column))  # as the analyst wrote the column
     return exp.Column(this=identifier)
 
 

@@ -15,7 +15,8 @@ from sqlglot import exp
 
 from .aggregates import output_name, split_aggregates
 from .allowlist import ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_public, check_row_level, refuse
-from .bind import Catalog, bind_columns, bind_table, is_bound, table_key
+from .domains import narrow_keys
+from .bind import Catalog, bind_columns, bind_table, is_bound, table_key, written_name
 from .relation import PublicData, build_relation, touches_private
 from .model import KeyDomain, Policy, PrivateTable
 from .parse import DIALECT, describe
@@ -35,6 +36,7 @@ def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog
     it never reads a private row.
     """
     tree = tree.copy()
+    name_subqueries(tree)
     ctes = _ctes(tree, sql, policy, catalog)
     tables = [t for t in tree.find_all(exp.Table) if t.db or t.name.lower() not in ctes]
     if not tables:
@@ -65,6 +67,40 @@ def _ctes(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> d
     return ctes
 
 
+def name_subqueries(tree: exp.Expression) -> None:
+    """Give a FROM or JOIN subquery written without an alias the name DuckDB gives it:
+    ``unnamed_subquery``, then ``unnamed_subquery2``, ... in each SELECT, in FROM order.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("SELECT COUNT(*) FROM (SELECT x FROM t) JOIN (SELECT y FROM u) AS v ON x = y JOIN (SELECT z FROM w) ON x = z")
+    >>> name_subqueries(tree)
+    >>> [s.alias for s in tree.find_all(exp.Subquery)]
+    ['unnamed_subquery', 'v', 'unnamed_subquery2']
+    """
+    for select in list(tree.find_all(exp.Select)):
+        from_ = select.args.get("from_") or select.args.get("from")
+        sources = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+        count = 0
+        for source in sources:
+            if isinstance(source, exp.Subquery) and not source.alias:
+                count += 1
+                name = "unnamed_subquery" if count == 1 else f"unnamed_subquery{count}"
+                source.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+
+
+def _keys_of_distinct(tree: exp.Select) -> None:
+    """``SELECT DISTINCT a, b FROM t`` with no aggregate and no GROUP BY is ``SELECT a, b FROM t
+    GROUP BY a, b``: it releases keys, as GROUP BY with no aggregate does."""
+    distinct = tree.args.get("distinct")
+    if distinct is None or distinct.args.get("on") is not None or tree.args.get("group") is not None:
+        return
+    items = [e.unalias() for e in tree.expressions]
+    if any(i.find(exp.AggFunc) or isinstance(i, (exp.Star, exp.Literal)) for i in items):
+        return
+    tree.set("distinct", None)
+    tree.set("group", exp.Group(expressions=[i.copy() for i in items]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Public tables only: exact, free. Still allow-listed, so no function reaches files or settings.
 
@@ -91,6 +127,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None:
         refuse(tree, sql, "a private query must read a table", "add FROM <table>")
+    _keys_of_distinct(tree)
     relation = build_relation(from_, tree.args.get("joins") or [], policy, catalog, sql, data, ctes)
     parts = [tree.args.get(p) for p in ("where", "group", "having", "order")] + list(tree.expressions)
     parts = [p for p in parts if p is not None]
@@ -101,12 +138,12 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
     names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
-    bind_columns(parts, relation.scope, sql, aliases, relation.columns)
+    bind_columns(parts, relation.scope, sql, aliases, getattr(catalog, "spellings", None), relation.columns)
     rule = relation.rule
     where = tree.args.get("where")
     if where is not None:
         check_row_level(where.this, sql, "WHERE")
-    keys = _group_keys(tree, sql, rule, relation.columns)
+    keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
     aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
     return PrivateQuery(
@@ -158,7 +195,7 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -
         expression = _resolve_group_item(item, tree)
         check_row_level(expression, sql, "GROUP BY")
         if isinstance(expression, exp.Column) and expression.name == rule.unit.lower():
-            refuse(item, sql, f"GROUP BY the privacy unit {expression.name} would release one answer per unit",
+            refuse(item, sql, f"GROUP BY the privacy unit {written_name(expression)} would release one answer per unit",
                    "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
         if any(k.expression == expression for k in keys):
             continue

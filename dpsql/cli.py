@@ -28,6 +28,9 @@ from typing import Any, Callable, Sequence
 
 from dpsql.errors import BudgetExceeded, DPError, PolicyError, UnsupportedQuery
 
+DEFAULT_MAX_ROWS = 40
+"""Rows of an answer printed by default, as DuckDB's CLI shows 40."""
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_REFUSED = 2
@@ -43,8 +46,8 @@ _EXIT_CODES_HELP = """\
 exit codes:
   0  answered (success)
   1  any other error (bad arguments, policy errors, I/O, ...)
-  2  the query was refused (nothing was charged)
-  3  the query would exceed the privacy budget (nothing was charged)"""
+  2  the query was refused (nothing was charged); a shell script: a statement was refused
+  3  the query would exceed the privacy budget (nothing was charged; explain: it would)"""
 
 
 def exit_code(error: BaseException) -> int:
@@ -96,20 +99,56 @@ def _privacy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", metavar="Y", help="delta of the query (default: the policy's, usually 0)")
 
 
+def _max_rows_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-rows", metavar="N", type=_whole_number, default=DEFAULT_MAX_ROWS,
+                        help=f"rows of an answer the table and markdown formats print (default "
+                             f"{DEFAULT_MAX_ROWS}, then a line saying how many more; 0 prints all; "
+                             "csv and json print all)")
+
+
+def _whole_number(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number such as 40 (0: all rows), got {text!r}")
+    return int(text)
+
+
 def _analyst_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--analyst", metavar="NAME",
                         help="a label for the ledger and per-analyst budget; local use is the "
                              "curator's, so it is not checked (analysts are authenticated by `dpsql serve`)")
 
 
-def _connect(args: argparse.Namespace):
-    """Open the database under the given (or stored) policy; policy errors show their line."""
+def _connect(args: argparse.Namespace, *, check: Callable[[Any], None] | None = None,
+             keep_fresh: bool = False):
+    """Open the database under the given (or stored) policy; policy errors show their line.
+
+    A command that fails must leave no file behind, so a database without a ledger yet is
+    first opened with a ledger in memory, and ``check`` (which raises what the command would
+    refuse) runs on it: only then is the ledger file made. ``keep_fresh``: the command reads
+    nothing and charges nothing (explain, budget), so the in-memory ledger serves it all and
+    no file is made at all.
+    """
     import dpsql
 
+    analyst = getattr(args, "analyst", None)
     try:
-        return dpsql.connect(args.database, policy=args.policy, analyst=getattr(args, "analyst", None))
+        if _ledger_exists(args.database):
+            return dpsql.connect(args.database, policy=args.policy, analyst=analyst)
+        trial = dpsql.connect(args.database, policy=args.policy, analyst=analyst, ledger=":memory:")
+        if keep_fresh:
+            return trial
+        with trial:
+            if check is not None:
+                check(trial)
+        return dpsql.connect(args.database, policy=args.policy, analyst=analyst)
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None
+
+
+def _ledger_exists(database: str) -> bool:
+    """Whether the ledger beside ``database`` exists (where ``dpsql.connect`` puts it)."""
+    path = Path(database)
+    return not path.exists() or Path(f"{path.resolve()}.ledger").exists()
 
 
 def _policy_text(policy: str | None) -> str | None:
@@ -130,7 +169,7 @@ class _ReportedError(Exception):
 def _report(error: DPError, source: str | None) -> int:
     from dpsql.shell.render import render_error
 
-    sys.stderr.write(render_error(error, source, color=_colors(sys.stderr)))
+    sys.stderr.write(render_error(error, source, color=_colors(sys.stderr), surface="cli"))
     return exit_code(error)
 
 
@@ -152,21 +191,45 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table",
                         help="how to print the answer (default: table); csv and json add a "
                              "<column>_halfwidth95 column beside each noisy one")
+    _bias_argument(parser)
+    _max_rows_argument(parser)
     _analyst_argument(parser)
+
+
+def _bias_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--report-bias", type=float, default=None, metavar="SHARE",
+                        help="spend this share of the query's epsilon (e.g. 0.05) on a noisy estimate of "
+                             "the rows its contribution limits dropped and the values they clamped")
 
 
 def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import cost_line
-    from dpsql.shell.render import answer_from, render_answer
+    from dpsql.shell.render import answer_from, bias_lines, render_answer, render_notes
 
-    with _connect(args) as db:
+    def refuse_before_the_ledger(db) -> None:  # what explain refuses, sql refuses too
+        refused = getattr(db.explain(args.sql, epsilon=args.epsilon, delta=args.delta), "refused", None)
+        if refused is not None:
+            raise refused
+
+    try:
+        db = _connect(args, check=refuse_before_the_ledger)
+    except DPError as error:
+        if isinstance(error, PolicyError):
+            raise
+        return _report(error, args.sql)
+    with db:
         try:
-            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta))
+            answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta,
+                                        report_bias=args.report_bias))
         except DPError as error:
             return _report(error, args.sql)
-        sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout)))
+        sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout),
+                                       max_rows=args.max_rows, show_all="--max-rows 0 prints all"))
         sys.stdout.flush()
+        if answer.outside:
+            print(answer.outside, file=sys.stderr)
         print(cost_line(answer, db.budget), file=sys.stderr)
+        sys.stderr.write(bias_lines(answer) + render_notes(answer))  # beside the cost: stdout stays the answer alone
     return EXIT_OK
 
 
@@ -175,15 +238,55 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sql", metavar="SQL", help="one SELECT statement")
     _policy_argument(parser)
     _privacy_arguments(parser)
+    _bias_argument(parser)
 
 
 def _explain(args: argparse.Namespace) -> int:
-    with _connect(args) as db:
+    with _connect(args, keep_fresh=True) as db:
         try:
-            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta)
+            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, report_bias=args.report_bias)
         except DPError as error:
             return _report(error, args.sql)
     print(text.rstrip("\n"))
+    refused = getattr(text, "refused", None)  # over budget: the plan is shown, and the exit says so
+    return EXIT_OK if refused is None else exit_code(refused)
+
+
+def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
+    _database_argument(parser)
+    parser.add_argument("table", metavar="TABLE", help="the private table to suggest bounds for")
+    _policy_argument(parser)
+    parser.add_argument("--epsilon", metavar="X", help="epsilon to spend (default: the policy's QUERY EPSILON)")
+    parser.add_argument("--columns", metavar="A,B", help="numeric columns to bound (default: every numeric column)")
+    parser.add_argument("--group-by", metavar="COLUMN",
+                        help="also suggest MAX GROUPS PER UNIT from the distinct values of COLUMN per unit")
+    parser.add_argument("--unit", metavar="COLUMN",
+                        help="before any policy exists: the table's privacy unit column; the suggestion is then "
+                             "charged to a budget of exactly --epsilon in the database's ledger")
+    _analyst_argument(parser)
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from dpsql.shell.budget import remaining_text
+    from dpsql.suggest import suggestion_text
+
+    if args.unit is not None:
+        if args.policy is not None or args.epsilon is None:
+            print("dpsql: --unit stands in for a policy: give --epsilon and no --policy", file=sys.stderr)
+            return EXIT_ERROR
+        args.policy = (f"BUDGET EPSILON {args.epsilon};\n"
+                       f"PRIVATE TABLE {args.table} (PRIVACY UNIT {args.unit}, MAX ROWS PER UNIT 1);\n")
+    columns = None if args.columns is None else [c.strip() for c in args.columns.split(",") if c.strip()]
+    with _connect(args) as db:
+        try:
+            suggestion = db.suggest_bounds(args.table, epsilon=args.epsilon, columns=columns, group_by=args.group_by)
+        except DPError as error:
+            return _report(error, None)
+        declared = db.policy.table(args.table)
+        unit = None if declared.row_level else declared.unit
+        spent = suggestion["epsilon_split"]["total"]
+        sys.stdout.write(suggestion_text(declared.name, unit, suggestion, spent))
+        print(f"cost ε {spent:g} · remaining {remaining_text(db.budget)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -195,7 +298,7 @@ def _budget_arguments(parser: argparse.ArgumentParser) -> None:
 def _budget(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import render_budget
 
-    with _connect(args) as db:
+    with _connect(args, keep_fresh=True) as db:
         sys.stdout.write(render_budget(db.budget, width=_width(), color=_colors(sys.stdout)))
     return EXIT_OK
 
@@ -213,6 +316,8 @@ def _init(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import remaining_text
 
     try:  # checks the policy against the database, then stores it
+        if not _ledger_exists(args.database):  # a refusal must leave no ledger file behind
+            dpsql.init_policy(args.database, args.policy, ledger=":memory:")
         change = dpsql.init_policy(args.database, args.policy, replace=args.replace)
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None
@@ -237,6 +342,10 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
                              "postgresql://user@host:port/db URL")
     _policy_argument(parser)
     _analyst_argument(parser)
+    _max_rows_argument(parser)
+    parser.add_argument("--bail", action="store_true",
+                        help="a script stops at its first refused or failed statement (as DuckDB's -bail); "
+                             "without it the script goes on, and the exit code is still that of the first failure")
 
 
 def _shell(args: argparse.Namespace) -> int:
@@ -248,9 +357,9 @@ def _shell(args: argparse.Namespace) -> int:
             raise DPError("--policy and --analyst do not apply to a server",
                           hint="the server's policy rules, and you are the user you log in as")
         with connect_remote(args.database) as db:
-            return run_shell(db, name=shown_url(args.database))
+            return run_shell(db, name=shown_url(args.database), bail=args.bail, max_rows=args.max_rows)
     with _connect(args) as db:
-        return run_shell(db, name=args.database)
+        return run_shell(db, name=args.database, bail=args.bail, max_rows=args.max_rows)
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -322,6 +431,14 @@ COMMANDS: tuple[Command, ...] = (
         run=_explain,
     ),
     Command(
+        name="suggest",
+        help="suggest MAX ROWS PER UNIT and column BOUNDS for a private table, by DP (charged)",
+        example="  dpsql suggest shop.duckdb visits --epsilon 0.5\n"
+                "  dpsql suggest flights.duckdb flights --unit tailnum --epsilon 1 --columns dep_delay,distance",
+        add_arguments=_suggest_arguments,
+        run=_suggest,
+    ),
+    Command(
         name="budget",
         help="show the privacy budget: total, spent and remaining",
         example="  dpsql budget shop.duckdb",
@@ -375,6 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
                + _EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"dpsql {package_version()}")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for command in COMMANDS:
         sub = subparsers.add_parser(
@@ -387,6 +505,22 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_arguments(sub)
         sub.set_defaults(run=command.run)
     return parser
+
+
+def package_version() -> str:
+    """The installed package's version, or ``dpsql.__version__`` when run from a source tree.
+
+    >>> package_version() == __import__("dpsql").__version__
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dpsql")
+    except PackageNotFoundError:
+        from dpsql import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -405,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _ReportedError as reported:
         return _report(reported.error, reported.source)
     except DPError as error:
-        print(f"dpsql: {error}", file=sys.stderr)
+        print(f"dpsql: {error.text_for('cli')}", file=sys.stderr)
         return exit_code(error)
     except OSError as error:
         print(f"dpsql: {error}", file=sys.stderr)

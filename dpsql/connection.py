@@ -29,23 +29,29 @@ import numpy as np
 
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
+from .bias import bias_share, bias_sql, explain_bias, limits_of, plan_bias, release_bias, stored_bounding, \
+    with_bounding
 from .bounding import bounded_tables
 from .check import check_query
 from .engine import Engine
-from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
-from .explain import explain_plan
+from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery, surface_hints
+from .explain import Explanation, explain_plan, plural
+from .names import columns_hint, sql_name
 from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from .model import Policy
 from .normalise import normalised_sql, repeat_key
-from .parse import parse
+from .parse import node_position, parse
 from .plan import Plan, PrivateQuery, PublicQuery
 from .policy import check_policy, load_policy, policy_to_text
 from .policy_check import is_numeric_type
 from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
+from .domains import domain_parts, domain_text, key_text, reports_outside
 from .keys import read_keys, shown_keys, typed_keys
-from .release import Release, core_columns, core_rows, half_widths, release_measures
-from .result import Budget, DPResult, QueryCost, decode_answer, encode_answer
+from .notes import thin_answer_notes
+from .release import Release, core_columns, core_rows, half_widths, release_measures, split_last
+from .result import Budget, DPResult, OutsideDomain, QueryCost, decode_answer, decode_outside, encode_answer
+from .suggest import plan_suggestion, run_suggestion
 from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
 
 NOISE_FAMILIES = ("laplace", "gaussian")
@@ -109,7 +115,8 @@ class Connection:
                  eager_bounding: bool = False, _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
-                                   hint="pass analyst='alice', or leave it out")
+                                   hint="pass analyst='alice', or leave it out",
+                                   hints={"cli": "give --analyst alice, or leave it out"})
         self._engine = Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
         try:
             if ledger is None and self._engine.path is not None:
@@ -179,7 +186,9 @@ class Connection:
         if policy is None:
             if stored is None:
                 raise PolicyError("no policy was given and none is stored with this database",
-                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`")
+                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`",
+                                  hints={surface: "give --policy FILE, or store one with `dpsql init DB --policy P`"
+                                         for surface in ("cli", "shell")})
             return load_policy(stored)
         given = load_policy(policy)
         if stored is None or replacing:
@@ -196,26 +205,32 @@ class Connection:
     # -- public API ---------------------------------------------------------------------------
 
     def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
-            weights: dict | None = None) -> DPResult:
+            weights: dict | None = None, report_bias: Any = None) -> DPResult:
         """Answer ``sql`` with differential privacy, charging its cost to the budget.
 
         ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
-        written: relative weight}); equal by default.
+        written: relative weight}); equal by default. ``report_bias``: True, or a share of
+        epsilon such as 0.05, spends that share on ``res.bounding``, a noisy estimate of what
+        the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
+        policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
         """
         tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan = self._plan(checked, sql, epsilon, delta, noise, weights)
-        normal_sql, key = self._repeat_key(tree, plan)
-        repeat = self._replay(plan, checked, key)
+        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+        domain = self._domain(plan.query, written, sql) if plan.selection is None else None
+        if not plan.query.aggregates and domain is not None:
+            return self._run_keys_only(plan, checked, domain)  # public keys only: nothing private is read
+        normal_sql, key = self._repeat_key(tree, plan, bias)
+        repeat = self._replay(plan, checked, key, bias)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
         bounded_sql = rewrite_plan(plan)
         cost = query_cost(plan)
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
-        domain = self._domain(plan.query) if plan.selection is None else None
+        outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
         entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
@@ -231,7 +246,18 @@ class Connection:
                 separate_sql = rewrite_separate(plan, measure)
                 histograms[measure.name] = read_keys(
                     self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
-            release = release_measures(plan, domain, exact, self._rng, histograms)
+            released = domain + [(None,) * len(keys)] if outside else domain  # the outside cell last
+            release = release_measures(plan, released, exact, self._rng, histograms)
+            stored_outside = None
+            if outside:  # the outside cell's released values and noisy measures, kept for repeats
+                release, cell = split_last(release)
+                stored_outside = {"values": list(core_rows(plan, cell)[0][len(keys):]),
+                                  "noisy": {name: int(values[0]) for name, values in cell.noisy.items()}}
+            bounding = None
+            if bias is not None:
+                counting = bias_sql(bias, plan.query)
+                counted = self._engine.fetch(counting, self._salt_for(counting), bounded=checked.bounded)
+                bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
                 core = shown_keys(core, plan.query.keys)
@@ -252,10 +278,29 @@ class Connection:
         # answer and for every repeat of it.
         noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
                  for name, values in release.noisy.items()} if tracked else {}
-        self._ledger.record_answer(entry, encode_answer(list(checked.outputs), rows, noisy))
+        self._ledger.record_answer(entry, with_bounding(encode_answer(list(checked.outputs), rows, noisy,
+                                                                      outside=stored_outside), bounding))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         return DPResult(list(checked.outputs), rows, charged,
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        widths=self._widths(plan, checked, noisy, len(rows)),
+                        **self._described(plan, checked, types, len(rows)), budget=self._snapshot(),
+                        outside_domain=self._outside(plan, checked, stored_outside),
+                        limits=limits_of(plan), bounding=bounding)
+
+    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+                        weights: dict | None, report_bias: Any, written: dict):
+        """The plan and its bias report (``None``: none): the report's share of epsilon is taken
+        out of the query's before the aggregates get theirs, so the total cost is unchanged."""
+        share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share,
+                                     exact_parameter)
+        if share is None:
+            return self._plan(checked, sql, epsilon, delta, noise, weights), None
+        total = self._options_for(epsilon, delta, noise).epsilon
+        plan = self._plan(checked, sql, total * (1 - share), delta, noise, weights)
+        bias = plan_bias(plan, share, total, explicit, written.get("report_bias"))
+        if bias is None:  # nothing to report here: the aggregates get the whole epsilon
+            return self._plan(checked, sql, epsilon, delta, noise, weights), None
+        return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias
 
     def _salt_for(self, sql: str) -> dict | None:
         """The secret salt as a query parameter, for SQL that orders by a salted hash."""
@@ -281,22 +326,72 @@ class Connection:
         return types
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
-                weights: dict | None = None) -> str:
-        """What ``sql`` would run and cost: bounded SQL, sensitivities, noise; reads no data."""
+                weights: dict | None = None, report_bias: Any = None) -> str:
+        """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
+        limits and any bias report; reads no data. The text's ``refused`` is the
+        ``BudgetExceeded`` running it would meet, else ``None``."""
         tree, checked, written = self._check(sql)
         if isinstance(checked, PublicQuery):
-            return f"public tables only: runs exactly and costs nothing\n\n{checked.sql}"
+            return Explanation(f"public tables only: runs exactly and costs nothing\n\n{checked.sql}")
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan = self._plan(checked, sql, epsilon, delta, noise, weights)
+        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+        self._max_keys(written)  # a wrong max_keys is refused here too; the domain itself is not read
+        if not plan.query.aggregates and plan.selection is None:
+            return ("GROUP BY public KEYS domains with no aggregate: the keys of the domains "
+                    f"({'; '.join(domain_text(k) for k in plan.query.keys)}) are released exactly; "
+                    "no private data is read, nothing is charged")
         cost = query_cost(plan)
-        _, key = self._repeat_key(tree, plan)
+        _, key = self._repeat_key(tree, plan, bias)
         repeat = self._ledger.find_answer(key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
         # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
         # query is not that difference, so hand it the remaining that makes it come out right.
         shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
-        text = explain_plan(plan, rewrite_plan(plan), shown) + self._time_zone_note(plan)
-        return text + "\n\n" + self._accounting_text(cost, repeat, refusal)
+        text = explain_plan(plan, rewrite_plan(plan), shown, refused=refusal is not None) + self._time_zone_note(plan)
+        text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
+        if bias is not None:
+            text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
+        return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
+                           refused=refusal)
+
+    def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
+                       group_by: str | None = None) -> dict:
+        """DP suggestions of a private table's contribution bounds, charged like a query.
+
+        Returns ``{"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": {column:
+        (lo, hi) or None}, "epsilon_split": {...}}``: k the DP 95th percentile of rows per unit,
+        each column's bounds the outer edges of its 1st and 99th percentile bins in a noisy
+        log-scale histogram of one value per unit (``dpsql.suggest``; None when too few units
+        for any bin to pass the noise threshold). ``columns``: the numeric columns to bound (default: every numeric
+        column but the unit). The whole ``epsilon`` is charged to the ledger first (budget
+        checks and refusal as for any query); nothing is stored for a free repeat. ``group_by``:
+        a column whose distinct values per unit bound MAX GROUPS PER UNIT the same way (its DP
+        95th percentile); without it ``max_groups_per_unit`` is None.
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
+        >>> policy = "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     sorted(db.suggest_bounds("t", epsilon=0.5))
+        ...     float(db.budget.remaining.epsilon)
+        ['bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit']
+        0.5
+        """
+        epsilon = self._options_for(epsilon, None, None).epsilon
+        plan = plan_suggestion(self.policy, self._catalog, table_key_of, table, epsilon, columns, group_by)
+        cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
+        self._check_accountable(cost)
+        self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {plan.table}",
+                            options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
+                                     "group_by": plan.group_by},
+                            analyst=self.analyst, analyst_total=self._analyst_accountant,
+                            policies=self._agreed_policies)
+        # The charge is committed: from here on, private data is read.
+        try:
+            return run_suggestion(plan, lambda sql: self._engine.fetch(sql, self._salt_for(sql)), self._rng)
+        except Exception:  # whatever failed, the caller learns nothing from how
+            raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
+                              "was released") from None
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""
@@ -332,7 +427,9 @@ class Connection:
         """Column name -> DuckDB type of a declared table (schema only, never data)."""
         declaration = self.policy.table(table)
         if declaration is None:
-            raise UnsupportedQuery(f"unknown table {table}", hint=f"the tables are: {', '.join(self.tables())}")
+            names = {name.lower(): name for name in self.tables()}
+            raise UnsupportedQuery(f"unknown table {sql_name(table)}",
+                                   hint=columns_hint(table, list(names), names, what="tables"))
         return dict(self._catalog[table_key_of(declaration.name)])
 
     def policy_text(self) -> str:
@@ -374,8 +471,10 @@ class Connection:
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
-        use: call it after the wrapped database changed. Nothing is charged or read now."""
+        use, and re-read the public key domains: call it after the wrapped database changed.
+        Nothing is charged or read now."""
         self._engine.refresh_bounding()
+        self._domains.clear()
 
     def close(self) -> None:
         """Close the database and the ledger."""
@@ -392,7 +491,7 @@ class Connection:
 
     # -- accounting and free repeats -----------------------------------------------------------
 
-    def _repeat_key(self, tree, plan: Plan) -> tuple[str, str]:
+    def _repeat_key(self, tree, plan: Plan, bias=None) -> tuple[str, str]:
         """The normalised SQL and the key its answer is stored under. The options in the key are
         the plan's: its totals and every measure's share and noise, so anything that changes
         how the answer is drawn (epsilon, delta, noise, weights) changes the key."""
@@ -404,10 +503,12 @@ class Connection:
         options = {"epsilon": str(plan.epsilon), "delta": str(plan.delta), "measures": measures,
                    "selection": None if selection is None else repr(selection),
                    "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]}
+        if bias is not None:  # a report changes how the epsilon was split and what was released
+            options["bias"] = str(bias.share)
         return normal, repeat_key(normal, options=options, policy_text=self._policy_text,
                                   analyst=self.analyst)
 
-    def _replay(self, plan: Plan, checked: PrivateQuery, key: str) -> DPResult | None:
+    def _replay(self, plan: Plan, checked: PrivateQuery, key: str, bias=None) -> DPResult | None:
         """The stored answer of an identical earlier query, exactly as it was released, or
         ``None`` when there is none that can be given back exactly."""
         text = self._ledger.find_answer(key)
@@ -420,8 +521,60 @@ class Connection:
                 set(noisy) != {m.name for m in plan.noised}
                 or any(len(values) != len(rows) for values in noisy.values()))):
             return None
+        bounding = None if bias is None else stored_bounding(text)
+        if bias is not None and bounding is None:
+            return None
         return DPResult(columns, rows, QueryCost.free(repeat=True),
-                        widths=self._widths(plan, checked, noisy, len(rows)))
+                        widths=self._widths(plan, checked, noisy, len(rows)),
+                        **self._described(plan, checked, None, len(rows)), budget=self._snapshot(),
+                        outside_domain=self._outside(plan, checked, decode_outside(text)),
+                        limits=limits_of(plan), bounding=bounding)
+
+    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str] | None, count: int) -> dict:
+        """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.notes``: from
+        the plan and the released row count only)."""
+        def types() -> list[str]:
+            core = core_types
+            if core is None:
+                bounded_sql = rewrite_plan(plan)
+                core = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
+            picked = plain_projection(checked.post, core_columns(plan))
+            if picked is not None:
+                return [core[i] for i in picked]
+            described = self._engine.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
+                                                    post_sql(checked.post))
+            return [type_name for name, type_name in described[:len(checked.outputs)]]
+
+        limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
+        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count),
+                "converter": self._engine.convert}
+
+    def _snapshot(self) -> Budget | None:
+        """The budget now, for the answer to show (``None`` if the ledger cannot say)."""
+        try:
+            return self.budget
+        except DPError:
+            return None
+
+    def _outside(self, plan: Plan, checked: PrivateQuery, stored: dict | None) -> OutsideDomain | None:
+        """The outside cell (``dpsql.domains``) as the analyst sees it, from its released values
+        and noisy measures; ``None`` when the query has none."""
+        if stored is None or not reports_outside(plan.query.keys):
+            return None
+        names = {aggregate: output for output, aggregate in reversed(checked.direct)}
+        values = {}
+        for aggregate, value in zip(plan.query.aggregates, stored["values"]):
+            values[names.get(aggregate.name, aggregate.label)] = _plain_number(value)
+        rows = next((names.get(a.name, a.label) for a in plan.query.aggregates
+                     if a.function == "count" and a.argument is None), None)
+        release = Release(keys=((),), noisy={k: (int(v),) for k, v in stored["noisy"].items()})
+
+        def widths(alpha: float) -> dict[str, float]:
+            cells = half_widths(plan, release, alpha) if plan.noised else {}
+            return {names.get(a.name, a.label): float(cells[a.name][0]) for a in plan.query.aggregates
+                    if a.name in cells}
+
+        return OutsideDomain(tuple(key_text(key) for key in plan.query.keys), values, widths, rows)
 
     def _widths(self, plan: Plan, checked: PrivateQuery, noisy: dict, count: int):
         """accuracy() of released rows, from their noisy measures (empty: no per-row accuracy)."""
@@ -448,14 +601,14 @@ class Connection:
         return Budget(account.total, account.spent, account.remaining, accounting=account.accounting,
                       owner=owner)
 
-    def _after(self, cost: Spend) -> tuple[Budget, str | None]:
+    def _after(self, cost: Spend) -> tuple[Budget, DPError | None]:
         """The database-wide budget after paying ``cost``, and why it would be refused, if so."""
         tally, refusal = self._ledger.tally(), None
         for accountant, mine, which in self._budgets(tally):
             try:
                 accountant.check(mine, cost, which)
             except DPError as refused:
-                refusal = refusal or str(refused)
+                refusal = refusal or refused
         return self._budget_of(self._accountant, tally.add(cost)), refusal
 
     def _budgets(self, tally):
@@ -464,7 +617,7 @@ class Connection:
             yield (self._analyst_accountant, self._ledger.tally(self.analyst),
                    f"analyst {self.analyst}'s budget")
 
-    def _accounting_text(self, cost: Spend, repeat: bool, refusal: str | None) -> str:
+    def _accounting_text(self, cost: Spend, repeat: bool, refusal: DPError | None) -> str:
         accountant = self._accountant
         lines = [f"accounting: {accountant.name.upper()} ({accountant.title}); this query costs "
                  f"epsilon {show(cost.epsilon)}, delta {show(cost.delta)}"
@@ -507,12 +660,13 @@ class Connection:
         if epsilon is None:
             if self.policy.query_epsilon is None:
                 raise InvalidParameter("no epsilon given and the policy sets no QUERY EPSILON",
-                                       hint="pass epsilon=0.1, or add `QUERY EPSILON 0.1;` to the policy")
+                                       **surface_hints("{epsilon}, or add `QUERY EPSILON 0.1;` to the policy",
+                                                       epsilon="0.1"))
             epsilon = self.policy.query_epsilon
         epsilon = exact_parameter(epsilon, "epsilon")
         if epsilon <= 0:
             raise InvalidParameter(f"epsilon must be greater than 0, got {float(epsilon)}",
-                                   hint="pass a positive epsilon such as 0.1")
+                                   **surface_hints("{epsilon}: a positive epsilon", epsilon="0.1"))
         if epsilon < MIN_EPSILON:  # no query's noise fits the exact samplers below it
             raise InvalidParameter(f"epsilon {_shown(epsilon)} is below {_shown(MIN_EPSILON)}, too small for any "
                                    "query: its noise would be beyond what the exact samplers draw",
@@ -520,14 +674,15 @@ class Connection:
         delta = self.policy.query_delta if delta is None else exact_parameter(delta, "delta")
         if not 0 <= delta < 1:
             raise InvalidParameter(f"delta must be at least 0 and below 1, got {float(delta)}",
-                                   hint="pass a small delta such as 1e-7, or 0")
+                                   **surface_hints("{delta}: a small delta, or 0", delta="1e-7"))
         if 0 < delta < MIN_DELTA:
             raise InvalidParameter(f"delta {_shown(delta)} is below the smallest positive delta, 1e-1000",
-                                   hint="pass delta=0 for pure epsilon-DP, or a delta such as 1e-10")
+                                   **surface_hints("{delta} for pure epsilon-DP, or a delta such as 1e-10",
+                                                   delta="0"))
         if noise is not None and noise not in NOISE_FAMILIES:
             raise InvalidParameter(f"unknown noise {noise!r}", hint="use 'laplace' or 'gaussian'")
         if noise == "gaussian" and delta == 0:
-            raise InvalidParameter("Gaussian noise needs delta > 0", hint="pass delta=1e-7 as well")
+            raise InvalidParameter("Gaussian noise needs delta > 0", **surface_hints("{delta} as well", delta="1e-7"))
         family = noise or ("gaussian" if self.policy.noise == "gaussian" and delta > 0 else "laplace")
         return PrivacyOptions(epsilon=epsilon, delta=delta, noise=family)
 
@@ -538,23 +693,22 @@ class Connection:
         return {"epsilon": plan.epsilon, "delta": plan.delta,
                 "noise": sorted({m.noise for m in plan.measures}), "neighbours": plan.neighbours}
 
-    def _domain(self, query: PrivateQuery) -> list[tuple]:
-        """Every released key: the product of the public key domains (public data only)."""
+    def _domain(self, query: PrivateQuery, written: dict | None = None, sql: str = "") -> list[tuple]:
+        """Every released key: the product of the public key domains, each narrowed by the
+        query's WHERE (``dpsql.domains``; public data only). More keys than the limit
+        (``_max_keys``) are refused before the product is built."""
         if not query.keys:
             return [()]
         # Keys from one public table take the combinations that table holds (a city with its
         # stores), not the product of their separate domains; other keys combine freely.
-        groups: dict[str, list[int]] = {}
-        for index, key in enumerate(query.keys):
-            table = key.domain.table if key.domain.values is None else None
-            groups.setdefault(table.lower() if table else f"#{index}", []).append(index)
         parts = []
-        for indices in groups.values():
+        for indices in domain_parts(query.keys):
             keys = [query.keys[i] for i in indices]
             domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
             if domain not in self._domains:  # public data: read once per connection
                 self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
+        self._check_domain_size(query, math.prod(len(values) for _, values in parts), written or {}, sql)
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
         released = []
@@ -566,6 +720,51 @@ class Connection:
             released.append(tuple(key))
         return released
 
+    def _max_keys(self, written: dict) -> tuple[int, Any]:
+        """The limit on released keys: the policy's MAX RELEASED KEYS, or the query's lower
+        ``max_keys`` option (it can lower the curator's limit, not raise it)."""
+        limit = self.policy.max_released_keys
+        option = written.get("max_keys")
+        if option is None:
+            return limit, None
+        value = option.value
+        if value.denominator != 1 or not 1 <= value <= limit:
+            raise UnsupportedQuery(f"max_keys must be a whole number from 1 to the policy's MAX RELEASED KEYS, "
+                                   f"{limit}, got {value}", line=option.line, col=option.col,
+                                   hint=f"write max_keys = {min(limit, 1000)}, or leave it out")
+        return int(value), option
+
+    def _check_domain_size(self, query: PrivateQuery, size: int, written: dict, sql: str) -> None:
+        """Refuse, before the charge, a public domain of more keys than the limit allows: the
+        domain, its size and the limit, and how to narrow it."""
+        limit, option = self._max_keys(written)
+        if size <= limit:
+            return
+        names = " times ".join(domain_text(k) for k in query.keys)
+        narrow = " AND ".join(f"{key_text(k)} IN (...)" for k in query.keys)
+        if option is not None:
+            where, line, col = "max_keys in the query's OPTIONS", option.line, option.col
+            raise_it = "raise max_keys"
+        else:
+            (line, col), where = node_position(query.keys[0].expression, sql), "the policy's MAX RELEASED KEYS"
+            raise_it = "ask the curator to raise MAX RELEASED KEYS in the policy"
+        raise UnsupportedQuery(
+            f"GROUP BY would release {size:,} keys, {names}, beyond the limit of {limit:,} keys ({where})",
+            line=line, col=col, hint=f"narrow the keys with WHERE {narrow}, or {raise_it}")
+
+    def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:
+        """GROUP BY public keys with no aggregate: the released keys are the public domain
+        itself (narrowed by the WHERE), whatever the data, so nothing private is read or
+        charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
+        types = [key.type_name for key in plan.query.keys]
+        try:
+            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain],
+                                                checked.post.sql(dialect="duckdb"))
+        except Exception as error:  # public keys only: DuckDB's message reveals nothing private
+            raise UnsupportedQuery(f"the query over the public key domain failed: {str(error).splitlines()[0]}",
+                                   hint="select the GROUP BY keys, or expressions of them") from None
+        return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True)
+
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:
             frame = self._engine.fetch_df(query.sql)
@@ -574,7 +773,9 @@ class Connection:
             raise UnsupportedQuery(f"the query over public tables failed: {message}",
                                    hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
-        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True)
+        return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
+                        types=lambda: [type_name for _, type_name in self._engine.describe(query.sql)],
+                        converter=self._engine.convert)
 
 
 MIN_EPSILON = Fraction(1, 10**12)
@@ -604,7 +805,9 @@ def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) ->
             if not same:
                 raise InvalidParameter(
                     f"{name} is given twice: {option.value} in the SQL and {given} as an argument",
-                    line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument")
+                    line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument",
+                    hints={"cli": f"give {name} once, in the SQL or with --{name}",
+                           "shell": f"give {name} once, in the SQL or with .{name}"})
         merged.append(option.value)
     return tuple(merged)
 
@@ -648,8 +851,8 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
             # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
             # a larger limit would add noise for rows that are not there.
             kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
-                f"the policy keeps at most {held} rows of each unit of {query.table}"
-            joined = f", with at most {held} rows after its joins" if query.hidden_unit and held > 1 else ""
+                f"the policy keeps at most {plural(held, 'row')} of each unit of {query.table}"
+            joined = f", with at most {plural(held, 'row')} after its joins" if query.hidden_unit and held > 1 else ""
             raise UnsupportedQuery(f"{kept}{joined}; max_rows_contributed can lower that, not raise it",
                                    line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
         changes[field_name] = int(value)

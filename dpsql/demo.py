@@ -215,26 +215,36 @@ def run_demo(
     """Build the shop database in ``directory`` and run ``DEMO_QUERIES`` on it, printing each.
 
     ``directory`` defaults to ``demo-data/`` in the current directory. Any earlier ledger
-    there is removed, so every run starts with the full budget. ``connect`` defaults to
-    ``dpsql.connect``; tests may pass a stand-in.
+    there is removed, so every run starts with the full budget; a policy stored with it (by
+    ``dpsql init``) is stored again with the new ledger, so commands that relied on it still
+    need no ``--policy``. ``connect`` defaults to ``dpsql.connect``; tests may pass a stand-in.
     """
+    import dpsql
+
     directory = Path("demo-data" if directory is None else directory)
     directory.mkdir(parents=True, exist_ok=True)
     database = directory / "shop.duckdb"
     policy = directory / "shop.policy"
+    ledger = database.with_name(database.name + ".ledger")
+    stored = _stored_policy(database, ledger)
     build_shop_database(database)
     policy.write_text(SHOP_POLICY, encoding="utf-8")
-    ledger = database.with_name(database.name + ".ledger")
     for suffix in ("", "-wal", "-shm", "-journal"):
         ledger.with_name(ledger.name + suffix).unlink(missing_ok=True)
+    report = _make_report(out)
+    kept = None
+    if stored is not None:
+        try:
+            dpsql.init_policy(str(database), stored)
+            kept = stored
+        except DPError as err:  # it no longer fits the rebuilt database: say so, use shop.policy
+            report.error(f"the policy stored with the old ledger was not kept: {err}")
     if connect is None:
-        import dpsql
-
         connect = dpsql.connect
 
-    report = _make_report(out)
-    report.text(f"dpsql demo: a sample shop database in {database}, its policy in {policy}.")
-    with connect(str(database), policy=str(policy)) as db:
+    where = "the policy stored with its ledger (kept from before)" if kept else f"its policy in {policy}"
+    report.text(f"dpsql demo: a sample shop database in {database}, {where}.")
+    with connect(str(database), policy=None if kept else str(policy)) as db:
         report.text(f"Budget: {_format_budget(db.budget.total)}.")
         for title, sql, epsilon in DEMO_QUERIES:
             report.heading(title)
@@ -258,6 +268,19 @@ def run_demo(
             "± is the 95% half-width of the noise; the policy keeps at most 10 visits per user,"
             " so counts and sums are of those visits only."
         )
+
+
+def _stored_policy(database: Path, ledger: Path) -> str | None:
+    """The policy text stored with an existing ledger (``dpsql init``), else ``None``."""
+    if not (database.exists() and ledger.exists()):
+        return None
+    import dpsql
+
+    try:
+        with dpsql.connect(str(database)) as db:  # no policy given: the stored one, if any
+            return db.policy_text()
+    except DPError:  # none stored (or the files are not dpsql's): nothing to keep
+        return None
 
 
 def _render_result(frame: pd.DataFrame, accuracy: dict[str, float]) -> tuple[list, list, list]:

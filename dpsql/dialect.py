@@ -127,13 +127,21 @@ def _noise(value: object) -> str | None:
     return "must be laplace or gaussian"
 
 
+def _share(value: object) -> str | None:
+    if isinstance(value, bool) or (isinstance(value, Fraction) and 0 <= value < 1):
+        return None
+    return "must be true, false or a share of epsilon from 0 to below 1"
+
+
 OPTIONS = {
     "epsilon": _number,
     "delta": _number,
     "max_groups_contributed": _whole_number,
     "max_rows_contributed": _whole_number,
+    "max_keys": _whole_number,
     "privacy_unit_column": _name,
     "noise": _noise,
+    "report_bias": _share,
 }
 """The options dpsql understands, each with the check of its kind of value.
 

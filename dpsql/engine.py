@@ -48,6 +48,7 @@ import pandas as pd
 
 from .bounding import DATABASE, BoundedTable, attach_sql, create_sql, fill_sql
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
+from .names import Catalog
 from .keys import WIDE_INTEGERS, display_value, fetched_as_text
 from .types import base_type
 
@@ -89,6 +90,7 @@ class Engine:
         self._owned = owned
         self._lock = threading.Lock()
         self._post = None
+        self._closed = False
         self._timeout = check_timeout(query_timeout)
         self._bounded: dict[str, BoundedTable] = {}
         self._instance: _Instance | None = None
@@ -123,6 +125,12 @@ class Engine:
             try:
                 connection = open_hardened(str(path), config, read_only=True)
             except duckdb.Error as err:
+                if "different configuration" in str(err):  # DuckDB: one instance per file per process
+                    raise DPError(
+                        f"{path} is already open in this process with other settings (read-write, or "
+                        "another memory_limit or configuration)",
+                        hint="close that connection first, or pass it: dpsql.connect(that_connection, "
+                             "policy=...) wraps an open DuckDB connection") from None
                 raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
             return cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
         raise DPError(
@@ -145,10 +153,12 @@ class Engine:
             "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
             "WHERE NOT internal AND database_name = current_database() ORDER BY table_oid, column_index"
         )
-        catalog: dict[str, dict[str, str]] = {}
+        catalog = Catalog()
         for schema, table, column, type_name in rows:
             key = table.lower() if schema == "main" else f"{schema}.{table}".lower()
             catalog.setdefault(key, {})[column.lower()] = type_name
+            catalog.spellings.setdefault(key, table if schema == "main" else f"{schema}.{table}")
+            catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
         return catalog
 
     def prepare_bounding(self, tables: list[BoundedTable], salt: str) -> None:
@@ -293,6 +303,20 @@ class Engine:
                                 for value, type_name in zip(row, types)) for row in result]
             return names, result
 
+    def released_types(self, columns: list[str], types: list[str], sql: str) -> list[tuple[str, str]]:
+        """(name, type) of a post-processing query's columns over an empty ``dp_core`` of
+        these columns: binds the query, reads no rows (``DPResult.types``)."""
+        with self._lock:
+            if self._post is None:
+                self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
+            connection = self._post
+            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
+            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
+            try:
+                return [(row[0], row[1]) for row in connection.execute(f"DESCRIBE {sql}").fetchall()]
+            finally:
+                connection.execute("DROP TABLE dp_core")
+
     def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
         """(name, type) of each column ``sql`` would return: binds the query, reads no rows.
 
@@ -321,13 +345,69 @@ class Engine:
             self._described[sql] = described
         return described
 
+    def convert(self, columns: list[str], types: list[str], texts: list[tuple], form: str):
+        """``convert_released`` in this engine's post-processing database (opening a database
+        costs tens of milliseconds; a conversion of a small answer, about one)."""
+        with self._lock:
+            if self._closed:
+                connection = None
+            else:
+                if self._post is None:
+                    self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
+                connection = self._post
+            return convert_released(columns, types, texts, form, connection)
+
     def close(self) -> None:
         """Close the connection if dpsql opened it."""
+        self._closed = True
         if self._post is not None:
             self._post.close()
             self._post = None
         if self._owned:
             self._connection.close()
+
+
+def convert_released(columns: list[str], types: list[str], texts: list[tuple], form: str,
+                     connection: duckdb.DuckDBPyConnection | None = None):
+    """Released rows as DuckDB itself converts them: ``form`` is "df", "arrow" or "numpy".
+
+    ``texts`` holds each value as DuckDB's text (or ``None`` for NULL); each column is cast
+    to its type, and DuckDB's own conversion of
+    that relation is returned (in ``connection``, else in a fresh, hardened, empty in-memory
+    database), so dtypes are exactly those a DuckDB user gets (HUGEINT as a
+    float64 column in pandas and a decimal128(38, 0) in Arrow, DATE as datetime64, ...).
+    Returns ``None`` when a value does not cast back (the caller converts the Python values).
+
+    >>> convert_released(["n", "d"], ["BIGINT", "DATE"], [("3", "2024-01-31")], "df").dtypes.tolist()
+    [dtype('int64'), dtype('<M8[us]')]
+    """
+    if any(";" in type_name for type_name in types):
+        return None  # one statement only, whatever a type's text holds (field names are quoted)
+    names = [f"dp_c{i}" for i in range(len(columns))]
+    frame = pd.DataFrame.from_records(texts, columns=names) if texts else pd.DataFrame({n: [] for n in names})
+    frame = frame.astype(object)
+    owned = connection is None
+    if owned:
+        connection = duckdb.connect(":memory:", config=hardened_config("1GB"))
+    try:
+        connection.register("dp_frame", frame)
+        select = ", ".join(f'CAST(CAST({n} AS VARCHAR) AS {t}) AS "{c.replace(chr(34), chr(34) * 2)}"'
+                           for n, t, c in zip(names, types, columns))
+        relation = connection.sql(f"SELECT {select} FROM dp_frame")
+        if form == "df":
+            return relation.df()
+        if form == "arrow":
+            return relation.to_arrow_table()
+        if form == "numpy":
+            return relation.fetchnumpy()
+        raise InvalidParameter(f"unknown conversion {form!r}")
+    except duckdb.Error:
+        return None
+    finally:
+        if owned:
+            connection.close()
+        else:
+            connection.unregister("dp_frame")
 
 
 def _frameable(rows: list[tuple], types: list[str]) -> list[tuple]:

@@ -27,20 +27,39 @@ class DPError(Exception):
         col: int | None = None,
         hint: str | None = None,
         construct: str | None = None,
+        hints: dict[str, str] | None = None,
     ):
         self.message = message
         self.line = line
         self.col = col
         self.hint = hint
+        """How to fix it, in the Python API's terms (``db.sql(..., epsilon=0.1)``)."""
         self.construct = construct
+        self.hints = dict(hints or {})
+        """The hint in another surface's own syntax, by surface: ``cli`` (``--epsilon 0.1``),
+        ``shell`` (``.epsilon 0.1``), ``sql`` (``OPTIONS (epsilon = 0.1)``); absent: ``hint``."""
         super().__init__(self._render())
 
-    def _render(self) -> str:
+    def hint_for(self, surface: str = "python") -> str | None:
+        """The hint as the ``surface`` ('python', 'cli', 'shell' or 'sql') writes it.
+
+        >>> err = InvalidParameter("no epsilon", **surface_hints("{epsilon}", epsilon="0.1"))
+        >>> err.hint_for("python"), err.hint_for("cli"), err.hint_for("shell")
+        ('pass epsilon=0.1', 'give --epsilon 0.1', 'set .epsilon 0.1')
+        """
+        return self.hints.get(surface, self.hint)
+
+    def text_for(self, surface: str = "python") -> str:
+        """The error as one sentence, its hint in ``surface``'s syntax (``str`` is the Python one)."""
+        return self._render(self.hint_for(surface))
+
+    def _render(self, hint: str | None = None) -> str:
+        hint = self.hint if hint is None else hint
         text = self.message
         if self.line is not None:
             text += f" (line {self.line}, column {self.col})"
-        if self.hint:
-            text += f". Hint: {self.hint.rstrip('.')}."
+        if hint:
+            text += f". Hint: {hint.rstrip('.')}."
         return text
 
 
@@ -74,8 +93,40 @@ class QueryFailed(DPError):
     code = "query_failed"
 
 
+class MissingDependency(DPError, ImportError):
+    """An optional package a method needs is not installed (``DPResult.pl()`` needs polars)."""
+
+    code = "missing_dependency"
+
+
 class InternalError(Exception):
     """An invariant of dpsql itself was broken: this is a bug, please report it."""
+
+
+SURFACES = ("python", "cli", "shell", "sql")
+"""Where an analyst meets dpsql: the Python API, the ``dpsql`` command line, its shell, and SQL
+(at a ``dpsql serve`` server). A hint naming a privacy parameter is written for each."""
+
+_GIVE = {
+    "python": lambda name, value: f"pass {name}={value}",
+    "cli": lambda name, value: f"give --{name} {value}",
+    "shell": lambda name, value: f"set .{name} {value}",
+    "sql": lambda name, value: f"write SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS ({name} = {value}) ...",
+}
+
+
+def surface_hints(template: str, **parameters: str) -> dict:
+    """``hint`` and ``hints`` for a DPError: ``template`` with each ``{name}`` replaced by how
+    each surface gives that parameter the value ``parameters[name]``.
+
+    >>> hints = surface_hints("{delta}, or use Laplace noise", delta="1e-7")
+    >>> hints["hint"], hints["hints"]["cli"], hints["hints"]["sql"]
+    ('pass delta=1e-7, or use Laplace noise', 'give --delta 1e-7, or use Laplace noise', 'write SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (delta = 1e-7) ..., or use Laplace noise')
+    """
+    written = {surface: template.format(**{name: _GIVE[surface](name, value)
+                                           for name, value in parameters.items()})
+               for surface in SURFACES}
+    return {"hint": written.pop("python"), "hints": written}
 
 
 def position_of(sql: str, offset: int | None) -> tuple[int | None, int | None]:

@@ -2,23 +2,61 @@
 
 from __future__ import annotations
 
+import math
+from decimal import Context, Decimal
 from fractions import Fraction
 
+from .domains import reports_outside
+from .names import sql_name
 from .plan import Measure, Plan
 from .quantile import quantile_accuracy
 
 
-def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
-    """A readable account of a plan: measures, sensitivities, noise, cost and the SQL."""
+class Explanation(str):
+    """The text ``explain()`` returns; ``refused`` is the ``BudgetExceeded`` the query would meet
+    if it ran now (``None`` when it fits), so a caller can act on it (the CLI exits 3).
+
+    >>> text = Explanation("cost: epsilon 5", refused=None)
+    >>> text.startswith("cost"), text.refused
+    (True, None)
+    """
+
+    refused = None
+
+    def __new__(cls, text: str, refused=None) -> "Explanation":
+        explanation = super().__new__(cls, text)
+        explanation.refused = refused
+        return explanation
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` and the noun, singular for exactly one.
+
+    >>> plural(1, "group"), plural(5, "group"), plural(1, "query", "queries")
+    ('1 group', '5 groups', '1 query')
+    """
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False) -> str:
+    """A readable account of a plan: measures, sensitivities, noise, cost and the SQL.
+
+    ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
+    """
     rule = plan.query.rule
-    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else rule.unit
-    unit += f", at most {rule.max_rows_per_unit} rows and {rule.groups_per_unit} groups per unit"
+    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else sql_name(rule.unit)
+    unit += (f", at most {plural(rule.max_rows_per_unit, 'row')} and "
+             f"{plural(rule.groups_per_unit, 'group')} per unit")
+    cost = f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
+    if refused:
+        cost += "more than remains: it would be refused (see below)"
+    else:
+        cost += (f"remaining after: epsilon {_num(max(budget.remaining.epsilon - plan.epsilon, 0))}, "
+                 f"delta {_num(max(budget.remaining.delta - plan.delta, 0))}")
     lines = [
         f"private table {plan.query.table}; privacy unit: {unit}",
         f"neighbours: {plan.neighbours} ({_neighbour_text(plan.neighbours)})",
-        f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
-        f"remaining after: epsilon {_num(budget.remaining.epsilon - plan.epsilon)}, "
-        f"delta {_num(budget.remaining.delta - plan.delta)}",
+        cost,
     ]
     lines += [f"join {text}" for text in plan.query.joins]
     lines += [
@@ -29,13 +67,21 @@ def explain_plan(plan: Plan, bounded_sql: str, budget) -> str:
         text = key.expression.sql(dialect="duckdb")
         if key.domain is None:
             lines.append(f"  {key.name} = {text}: private keys, released only if they pass partition selection")
-        elif key.domain.values is None:
-            lines.append(f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}")
-        elif key.domain.implied_by is not None:
-            lines.append(f"  {key.name} = {text}: every one of the {len(key.domain.values)} values of its type "
-                         f"{key.domain.implied_by} (schema, not data: no KEYS line or partition selection needed)")
         else:
-            lines.append(f"  {key.name} = {text}: every one of {len(key.domain.values)} listed public keys")
+            if key.domain.values is None:
+                line = f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}"
+            elif key.domain.implied_by is not None:
+                line = (f"  {key.name} = {text}: every one of the {len(key.domain.values)} values of its type "
+                        f"{key.domain.implied_by} (schema, not data: no KEYS line or partition selection needed)")
+            else:
+                line = f"  {key.name} = {text}: every one of the {plural(len(key.domain.values), 'listed public key')}"
+            if key.narrowed_by:
+                line += " for which " + " AND ".join(c.sql(dialect="duckdb") for c in key.narrowed_by) + \
+                    " holds (the query's WHERE, evaluated on the public domain when the query runs: free)"
+            lines.append(line)
+    if reports_outside(plan.query.keys) and plan.query.aggregates:
+        lines.append("  rows whose keys are outside the released keys (or NULL) are released as one more cell, "
+                     "res.outside_domain; it counts among each unit's groups, so the sensitivities below hold")
     if plan.selection is not None:
         s = plan.selection
         lines.append(f"  partition selection: a key is released when its count of distinct units plus discrete "
@@ -77,29 +123,71 @@ def _neighbour_text(neighbours: str) -> str:
     return "add or remove one unit" if neighbours == "unbounded" else "replace one unit's data"
 
 
+def unit_value(measure: Measure) -> Fraction:
+    """What one integer step of ``measure`` is worth in the column's own units: 1 for counts,
+    the grid for a sum, half of it for a centred sum (2v - (L + U) counts half-steps), its
+    square over 4 for a sum of squared centred values (then in squared column units)."""
+    if measure.kind in ("count", "units", "distinct", "histogram"):
+        return Fraction(1)
+    if measure.squared:
+        return measure.grid * measure.grid / 4
+    return measure.grid / 2 if measure.centred else measure.grid
+
+
 def _measure_text(measure: Measure) -> str:
+    """A measure in the column's units; the integer grid it is computed on is a separate fact."""
     what = {"count": "count", "units": "distinct units", "distinct": "distinct values",
             "histogram": "bucket counts"}.get(measure.kind) or (
         "sum of squared centred values" if measure.squared else "centred sum" if measure.centred else "sum")
-    grid = "" if measure.grid == 1 else f", grid {_num(measure.grid)}"
+    step = unit_value(measure)
+    squared = " (squared units)" if measure.squared else ""
     if measure.kind in ("count", "units", "distinct"):
         bounds = "values in [0, 1]"
+    elif measure.kind == "histogram":
+        bounds = (f"values in [{_num(measure.offset)}, {_num(measure.offset + (measure.upper + 1) * measure.grid)}] "
+                  f"in {measure.upper + 1} buckets of width {_num(measure.grid)}")
     else:
-        bounds = f"row values in [{measure.lower}, {measure.upper}] grid units{grid}"
-    sensitivity = (f"L1 sensitivity {_num(measure.sensitivity.l1)}, "
-                   f"L2 sensitivity {float(measure.sensitivity.l2_squared) ** 0.5:.6g}")
+        bounds = f"row values in [{_num(measure.lower * measure.grid)}, {_num(measure.upper * measure.grid)}]"
+    sensitivity = (f"L1 sensitivity {_num(measure.sensitivity.l1 * step)}{squared}, "
+                   f"L2 sensitivity {_root(measure.sensitivity.l2_squared * step * step)}{squared}")
     if measure.noise == "exponential":
         noise = f"exponential mechanism, utility sensitivity {_num(measure.scale)}"
     elif measure.noise == "laplace":
-        noise = f"discrete Laplace, scale {_num(measure.scale)}"
+        noise = f"discrete Laplace, scale {_num(measure.scale * step)}{squared}"
     elif measure.noise == "gaussian":
-        noise = f"discrete Gaussian, sigma {float(measure.scale) ** 0.5:.6g}"
+        noise = f"discrete Gaussian, sigma {_root(measure.scale * step * step)}{squared}"
     else:
         noise = "no noise (nothing can change it)"
+    grid = ""
+    if step != 1:  # the integers the engine sums and the samplers draw, as a labelled aside
+        grid = (f" (computed on a grid of {_num(step)}: L1 sensitivity "
+                f"{_num(measure.sensitivity.l1)} steps, noise scale {_num(measure.scale)} steps)")
     return (f"{measure.name}: {what}, {bounds}; {sensitivity}; epsilon {_num(measure.epsilon)}, "
-            f"delta {_num(measure.delta)}; {noise}")
+            f"delta {_num(measure.delta)}; {noise}{grid}")
 
 
 def _num(value: Fraction) -> str:
     value = Fraction(value)
-    return str(value.numerator) if value.denominator == 1 else f"{float(value):.6g}"
+    return str(value.numerator) if value.denominator == 1 else _six_digits(_decimal(value))
+
+
+def _root(value: Fraction) -> str:
+    """The square root of a non-negative Fraction to 6 digits, beyond a float's range too.
+
+    >>> _root(Fraction(25, 4)), _root(Fraction(10) ** 700)
+    ('2.5', '1e+350')
+    """
+    return _six_digits(_decimal(Fraction(value)).sqrt(Context(prec=12)))
+
+
+def _six_digits(value: Decimal) -> str:
+    """6 significant digits, as a float prints them when it can hold the value."""
+    as_float = float(value)
+    if math.isfinite(as_float) and (value == 0 or abs(as_float) > 1e-300):
+        return f"{as_float:.6g}"
+    return f"{Context(prec=6).plus(value).normalize():g}"
+
+
+def _decimal(value: Fraction) -> Decimal:
+    """``value`` as a 12-digit Decimal, which (unlike a float) cannot overflow."""
+    return Context(prec=12, Emax=10**9, Emin=-10**9).divide(Decimal(value.numerator), Decimal(value.denominator))

@@ -31,6 +31,9 @@ class GroupKey:
     """The key expression's DuckDB type, from binding the query before the charge."""
     form: str = "value"
     """How the key is grouped and read back (``dpsql.keys.key_form``): "value" or "text"."""
+    narrowed_by: tuple[exp.Expression, ...] = ()
+    """WHERE conjuncts on this key's column alone: the released domain keeps the keys for which
+    they hold (``dpsql.domains``)."""
 
 
 AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]

@@ -47,7 +47,7 @@ from lark.lexer import PatternStr
 from .errors import PolicyError
 from .policy_check import _error, _number_text, validate_policy
 from .policy_check import catalog_of, check_policy, is_numeric_type  # noqa: F401  (the public API)
-from .model import (DEFAULT_MAX_JOIN_MULTIPLICITY, Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable,
+from .model import (DEFAULT_MAX_JOIN_MULTIPLICITY, DEFAULT_MAX_RELEASED_KEYS, Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable,
                     PublicTable)
 
 _GRAMMAR_DIRS = (Path(__file__).parent / "grammar", Path(__file__).parent.parent / "grammar")
@@ -224,6 +224,18 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
                          f"{_number_text(count.value)}", count.position, hint="write MAX JOIN MULTIPLICITY 10;")
         settings["max_join_multiplicity"] = int(count.value)
         where["max_join_multiplicity"] = multiplicity.position
+    released = _single(statements, ("released_keys",), "MAX RELEASED KEYS")
+    if released is not None:
+        count = released.args[0]
+        if count.value.denominator != 1 or not 1 <= count.value <= 10**9:
+            raise _error(f"MAX RELEASED KEYS must be a whole number from 1 to 1000000000, not "
+                         f"{_number_text(count.value)}", count.position, hint="write MAX RELEASED KEYS 10000;")
+        settings["max_released_keys"] = int(count.value)
+        where["max_released_keys"] = released.position
+    bias = _single(statements, ("report_bias",), "REPORT BIAS")
+    if bias is not None:
+        settings["bias_share"] = bias.args[0].value
+        where["bias_share"] = bias.args[0].position  # checked by validate_policy
     private = tuple(_private_table(s.args[0], s.args[1:], where)
                     for s in statements if s.kind == "private_table")
     public = tuple(PublicTable(s.args[0].value, position=s.args[0].position)
@@ -352,6 +364,10 @@ def policy_to_text(policy: Policy) -> str:
     lines.append(f"NOISE {policy.noise.upper()};")
     if policy.max_join_multiplicity != DEFAULT_MAX_JOIN_MULTIPLICITY:
         lines.append(f"MAX JOIN MULTIPLICITY {policy.max_join_multiplicity};")
+    if policy.max_released_keys != DEFAULT_MAX_RELEASED_KEYS:
+        lines.append(f"MAX RELEASED KEYS {policy.max_released_keys};")
+    if policy.bias_share is not None:
+        lines.append(f"REPORT BIAS SHARE {_number_text(policy.bias_share)};")
     for table in policy.private_tables:
         items = ",\n".join(f"    {item}" for item in _table_items(table))
         lines += ["", f"PRIVATE TABLE {_table_name_text(table.name)} (", items, ");"]

@@ -13,6 +13,7 @@ from fractions import Fraction
 from .bounding import PAD, ROW_UNIT
 from .errors import PolicyError
 from .model import ColumnRule, Policy, Position, PrivateTable, PublicTable
+from .names import sql_name
 from .types import base_type, decimal_shape, family, inward, step, value_range
 
 _NUMERIC_TYPES = frozenset(
@@ -55,6 +56,10 @@ def validate_policy(policy: Policy, where: Mapping | None = None) -> None:
     if policy.noise == "gaussian" and policy.budget_delta == 0:
         raise _error("NOISE GAUSSIAN needs a budget delta greater than 0", where.get("noise"),
                      hint="write `BUDGET EPSILON e DELTA d;` with d > 0, or use NOISE LAPLACE")
+    if policy.bias_share is not None and not (isinstance(policy.bias_share, Fraction) and 0 < policy.bias_share < 1):
+        shown = _number_text(policy.bias_share) if isinstance(policy.bias_share, Fraction) else repr(policy.bias_share)
+        raise _error(f"REPORT BIAS SHARE must be above 0 and below 1, not {shown}",
+                     where.get("bias_share"), hint="write REPORT BIAS SHARE 0.05; (5% of each query's epsilon)")
     _check_analyst_budget(policy, where)
     _check_tables(policy, where)
 
@@ -119,7 +124,7 @@ def _check_tables(policy: Policy, where: Mapping) -> None:
         if first is not table:
             where_first = (f" at line {first.position.line}, column {first.position.col}"
                            if first.position else "")
-            raise _error(f"table {table.name} is declared twice", table.position,
+            raise _error(f"table {sql_name(table.name)} is declared twice", table.position,
                          hint=f"keep only the declaration{where_first}")
     for table in policy.private_tables:
         _check_private_table(table, declared, where)
@@ -130,7 +135,7 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
     rows_at = where.get((t, "max_rows"), table.position)
     _check_count(table.max_rows_per_unit, "MAX ROWS PER UNIT", rows_at)
     if table.row_level and table.max_rows_per_unit != 1:
-        raise _error(f"table {table.name} has PRIVACY UNIT ROW, so MAX ROWS PER UNIT must be 1, "
+        raise _error(f"table {sql_name(table.name)} has PRIVACY UNIT ROW, so MAX ROWS PER UNIT must be 1, "
                      f"not {table.max_rows_per_unit}", rows_at,
                      hint="remove MAX ROWS PER UNIT, or name the unit: `PRIVACY UNIT <column>`")
     if table.max_groups_per_unit is not None:
@@ -142,11 +147,11 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
     for rule in table.columns:
         c = rule.name.lower()
         if c in seen:
-            raise _error(f"column {rule.name} of table {table.name} is ruled twice",
+            raise _error(f"column {sql_name(rule.name)} of table {sql_name(table.name)} is ruled twice",
                          rule.position, hint="merge its rules into one")
         seen.add(c)
         if table.unit is not None and c == table.unit.lower():
-            raise _error(f"the privacy unit column {rule.name} of table {table.name} cannot have "
+            raise _error(f"the privacy unit column {sql_name(rule.name)} of table {sql_name(table.name)} cannot have "
                          "BOUNDS or KEYS", rule.position,
                          hint="remove the rule: the unit is never released or summed")
         if rule.bounds is not None:
@@ -157,10 +162,10 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
 
 def _check_bounds(table: PrivateTable, rule: ColumnRule, position: Position | None) -> None:
     lower, upper = rule.bounds.lower, rule.bounds.upper
-    _check_number(lower, f"the lower bound of {rule.name}", position)
-    _check_number(upper, f"the upper bound of {rule.name}", position)
+    _check_number(lower, f"the lower bound of {sql_name(rule.name)}", position)
+    _check_number(upper, f"the upper bound of {sql_name(rule.name)}", position)
     if lower > upper:
-        raise _error(f"the BOUNDS of column {rule.name} of table {table.name} are reversed: "
+        raise _error(f"the BOUNDS of column {sql_name(rule.name)} of table {sql_name(table.name)} are reversed: "
                      f"{_number_text(lower)} is more than {_number_text(upper)}", position,
                      hint="write the lower bound first")
 
@@ -172,13 +177,13 @@ def _check_keys(table: PrivateTable, rule: ColumnRule, declared: Mapping,
     if listed:
         return
     if keys.values is not None or keys.table is None or keys.column is None:
-        raise _error(f"the KEYS of column {rule.name} must name a table and column, or values",
+        raise _error(f"the KEYS of column {sql_name(rule.name)} must name a table and column, or values",
                      position, hint="give KeyDomain(table=, column=) or KeyDomain(values=)")
     source = declared.get(keys.table.lower())
     if not isinstance(source, PublicTable):
         kind = "a private table" if source is not None else "not a declared table"
-        raise _error(f"KEYS FROM {keys.table}.{keys.column} of column {rule.name} in table "
-                     f"{table.name}: {keys.table} is {kind}", position,
+        raise _error(f"KEYS FROM {keys.table}.{keys.column} of column {sql_name(rule.name)} in table "
+                     f"{sql_name(table.name)}: {keys.table} is {kind}", position,
                      hint=f"key domains must be public: declare `PUBLIC TABLE {keys.table};`, "
                           "or list the keys with KEYS ('a', 'b')")
 
@@ -208,7 +213,7 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
         reserved = (PAD, ROW_UNIT) if table.row_level else (PAD,)  # columns the bounded copy adds
         for name in reserved:
             if name in columns:
-                raise _error(f"table {table.name} has a column named {name}, a name dpsql's bounded copy "
+                raise _error(f"table {sql_name(table.name)} has a column named {name}, a name dpsql's bounded copy "
                              "of the table uses itself", table.position,
                              hint=f"rename the column, or declare a view that renames it")
         if table.unit is not None:
@@ -216,9 +221,9 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
         for rule in table.columns:
             type_name = _type_of(table.name, rule.name, columns, rule.position)
             if rule.bounds is not None and not is_numeric_type(type_name):
-                raise _error(f"BOUNDS need a numeric column, but {table.name}.{rule.name} is "
+                raise _error(f"BOUNDS need a numeric column, but {sql_name(table.name)}.{sql_name(rule.name)} is "
                              f"{type_name}", rule.position,
-                             hint=f"remove the BOUNDS; to group by it, write `{rule.name} KEYS "
+                             hint=f"remove the BOUNDS; to group by it, write `{sql_name(rule.name)} KEYS "
                                   "FROM <table>.<column>` or list its keys")
             if rule.bounds is not None:
                 _check_bounds_fit(table.name, rule, type_name)
@@ -243,13 +248,13 @@ def _check_bounds_fit(table: str, rule: ColumnRule, type_name: str) -> None:
         return
     for bound in (rule.bounds.lower, rule.bounds.upper):
         if not limits[0] <= bound <= limits[1]:
-            raise _error(f"the BOUNDS of {table}.{rule.name} ({_number_text(rule.bounds.lower)} TO "
+            raise _error(f"the BOUNDS of {sql_name(table)}.{sql_name(rule.name)} ({_number_text(rule.bounds.lower)} TO "
                          f"{_number_text(rule.bounds.upper)}) reach beyond what its type {type_name} holds "
                          f"({_number_text(limits[0])} to {_number_text(limits[1])})", rule.position,
                          hint=f"write bounds within {_number_text(limits[0])} and {_number_text(limits[1])}")
     lower, upper = inward(rule.bounds.lower, rule.bounds.upper, type_name)
     if lower > upper:
-        raise _error(f"the BOUNDS of {table}.{rule.name} ({_number_text(rule.bounds.lower)} TO "
+        raise _error(f"the BOUNDS of {sql_name(table)}.{sql_name(rule.name)} ({_number_text(rule.bounds.lower)} TO "
                      f"{_number_text(rule.bounds.upper)}) hold no value of its type {type_name}",
                      rule.position, hint="widen the bounds to include a value the column can hold")
 
@@ -260,7 +265,7 @@ def _check_key_value(table: str, rule: ColumnRule, type_name: str, value) -> Non
     anything else. A key of another kind would be compared by an implicit coercion that can
     fail on one unit's value (``'x' = 1``), or name no value at all."""
     numeric = is_numeric_type(type_name)
-    where = f"KEYS of {table}.{rule.name} ({type_name})"
+    where = f"KEYS of {sql_name(table)}.{sql_name(rule.name)} ({type_name})"
     if isinstance(value, str) == numeric:
         kind, want = ("the text", "numbers") if isinstance(value, str) else ("the number", "quoted text")
         shown = f"'{value}'" if isinstance(value, str) else _number_text(value)
@@ -291,7 +296,7 @@ def _check_key_column(table: str, rule: ColumnRule, type_name: str, key_type: st
         or (base_type(key_type), base_type(type_name)) in (("FLOAT", "DOUBLE"), ("REAL", "DOUBLE"))
     if not fits:
         source = f"{rule.keys.table}.{rule.keys.column}"
-        raise _error(f"KEYS FROM {source} of {table}.{rule.name}: the key column is {key_type} and the "
+        raise _error(f"KEYS FROM {source} of {sql_name(table)}.{sql_name(rule.name)}: the key column is {key_type} and the "
                      f"private column {type_name}, which do not compare without a lossy or cross-type "
                      "conversion", rule.position,
                      hint=f"take keys from a column of type {type_name}, or list them with KEYS (...)")
@@ -311,7 +316,7 @@ def _columns_of(name: str, tables: Mapping, position: Position | None) -> dict[s
     key = key[len("main."):] if key.startswith("main.") and key not in tables else key
     if key not in tables:
         known = ", ".join(sorted(tables)[:20]) or "none"
-        raise _error(f"table {name} is not in the database", position,
+        raise _error(f"table {sql_name(name)} is not in the database", position,
                      hint=f"create it or fix the name; the database has tables: {known}")
     return tables[key]
 
@@ -319,7 +324,7 @@ def _columns_of(name: str, tables: Mapping, position: Position | None) -> dict[s
 def _type_of(table: str, column: str, columns: Mapping, position: Position | None,
              role: str = "") -> str:
     if column.lower() not in columns:
-        raise _error(f"table {table} has no column {column}{role}", position,
+        raise _error(f"table {sql_name(table)} has no column {sql_name(column)}{role}", position,
                      hint=f"its columns are {', '.join(columns)}")
     return columns[column.lower()]
 

@@ -25,6 +25,7 @@ from typing import Callable
 from sqlglot import exp
 
 from .errors import UnsupportedQuery
+from .names import sql_name
 from .parse import describe, node_position
 
 INTEGRAL_TYPES = {
@@ -88,12 +89,15 @@ def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
     found = bounds(node.name)
     if found is None:
         line, col = node_position(node, sql)
+        # As the query wrote the name (bind keeps it), so the hint can be pasted back.
+        name = node.this.meta.get("dp_written") if isinstance(node.this, exp.Identifier) else None
+        name = name or sql_name(node.name)
         raise UnsupportedQuery(
-            f"column {node.name} has no BOUNDS in the policy, so its sum is unbounded",
+            f"column {name} has no BOUNDS in the policy, so its sum is unbounded",
             line=line,
             col=col,
             construct=node.name,
-            hint=f"declare `{node.name} BOUNDS lo TO hi` in the policy, write CLAMP({node.name}, lo, hi), "
+            hint=f"declare `{name} BOUNDS lo TO hi` in the policy, write CLAMP({name}, lo, hi), "
                  "or COUNT it instead",
         )
     return found

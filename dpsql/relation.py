@@ -49,6 +49,7 @@ from .bind import Catalog, bind_brackets, bind_table, replace_column, resolve_co
 from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
 from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
+from .names import columns_hint
 from .parse import DIALECT, describe
 from .ranges import Interval, derive_range, is_integral_type, is_numeric_type
 
@@ -89,7 +90,8 @@ class Relation:
     def hidden_unit(self) -> bool:
         """True when each row of a row-level table is its own unit: the unit column is the
         copy's per-row id, which no name in scope reaches."""
-        return self.rule.unit not in set(self.scope.values())
+        # Compared lower-cased, as names are in scope: a policy may spell the unit "Customer ID".
+        return self.rule.unit.lower() not in {name.lower() for name in self.scope.values()}
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
                         bounded=frozenset({copy_name(bound.name, bound.declaration)}))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
-        if not reference:
+        if not reference:  # dpsql.check names each one as DuckDB does: this is a bug
             refuse(node, sql, "a subquery in FROM needs an alias", "write (SELECT ...) AS t")
         return _subquery(node.this, reference, policy, catalog, sql, data, ctes)
     refuse(node, sql, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")
@@ -350,7 +352,7 @@ def _total_condition(condition: exp.Expression, units: tuple[str, str]) -> exp.E
 
 def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
     """Units meet only in one type: an implicit coercion could make two units one."""
-    types = [r.columns.get(r.rule.unit, "") for r in relations]
+    types = [r.columns.get(r.rule.unit.lower(), "") for r in relations]
     if len(set(types)) > 1:
         listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
         refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
@@ -639,7 +641,7 @@ def _bind_to(body: exp.Select, inner: Relation, sql: str) -> None:
         resolved = resolve_column(column, inner.scope, inner.columns, sql)  # a STRUCT field too
         if resolved is None:
             refuse(column, sql, f"unknown column {column.sql(dialect=DIALECT)}",
-                   f"the columns are: {', '.join(c for q, c in inner.scope if q is None)}")
+                   columns_hint(column.name, [c for q, c in inner.scope if q is None]))
         replace_column(column, resolved)
     bind_brackets(body, inner.columns, sql)
 
@@ -862,7 +864,8 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     first = relations[0]
     hidden = first.hidden_unit
     columns = list(first.columns)
-    positions = [list(r.columns).index(r.rule.unit) if r.rule.unit in r.columns else -1 for r in relations]
+    positions = [list(r.columns).index(r.rule.unit.lower()) if r.rule.unit.lower() in r.columns else -1
+                 for r in relations]
     if len(set(positions)) != 1 or positions[0] < 0 or any(len(r.columns) != len(columns) for r in relations):
         refuse(query, sql, "the branches of a UNION ALL must have the same columns, with the privacy unit "
                "in the same position", "select the same columns in each branch")

@@ -83,6 +83,21 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
     return Release(keys=tuple(keys), noisy=noisy, chosen=chosen)
 
 
+def split_last(release: Release) -> tuple[Release, Release]:
+    """The release without its last cell, and that cell alone (the outside cell of
+    ``dpsql.domains``, drawn in the same batch as every other cell).
+
+    >>> first, last = split_last(Release(keys=(("a",), (None,)), noisy={"m0": (3, 7)}))
+    >>> first.keys, first.noisy, last.keys, last.noisy
+    ((('a',),), {'m0': (3,)}, ((None,),), {'m0': (7,)})
+    """
+    def part(cells: slice) -> Release:
+        return Release(keys=release.keys[cells], noisy={k: tuple(v[cells]) for k, v in release.noisy.items()},
+                       chosen={k: tuple(v[cells]) for k, v in release.chosen.items()})
+
+    return part(slice(None, -1)), part(slice(-1, None))
+
+
 class _ExactRows:
     """Exact (keys..., values...) rows, read a whole column at a time."""
 

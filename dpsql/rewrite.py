@@ -45,6 +45,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from .domains import domain_parts, on_value, reports_outside
 from .keys import key_sql
 from .model import KeyDomain
 from .parse import DIALECT
@@ -329,6 +330,7 @@ def _rows_layer(plan: Plan) -> str:
     query = plan.query
     select = [f'"{query.rule.unit.lower()}" AS dp_unit']
     select += [f"{_key_sql(key)} AS {key.name}" for key in query.keys]
+    outside = reports_outside(query.keys)
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
             select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
@@ -337,8 +339,9 @@ def _rows_layer(plan: Plan) -> str:
     conditions = [f'"{query.rule.unit.lower()}" IS NOT NULL']
     if query.where is not None:
         conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
-    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
-                   for key in query.keys if key.domain]
+    if not outside:
+        conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+                       for key in query.keys if key.domain]
     where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
     columns = ", ".join(select)
     if query.source is None:
@@ -347,7 +350,21 @@ def _rows_layer(plan: Plan) -> str:
         source = _sql(query.source)
     else:
         source = f"(\n{_sql(query.source)}\n  ) AS dp_source"
-    return f"  SELECT {columns}\n  FROM {source}{where}"
+    rows = f"  SELECT {columns}\n  FROM {source}{where}"
+    if not outside:
+        return rows
+    # Keys that are not released keys become NULL: one more group, the outside cell
+    # (dpsql.domains). Each key is computed once, below, and compared in its read-back form.
+    inside = " AND ".join(_membership(query, part) for part in domain_parts(query.keys))
+    keys = ", ".join(f"CASE WHEN {inside} THEN {key.name} END AS {key.name}" for key in query.keys)
+    return f"  SELECT * REPLACE ({keys})\n  FROM (\n{rows}\n  ) AS dp_keyed"
+
+
+def _membership(query, part: list[int]) -> str:
+    """A row's keys of one domain part are among the released ones (``domain_membership``)."""
+    keys = [query.keys[i] for i in part]
+    return domain_membership(keys, [query.column_type(k.expression.name) for k in keys],
+                             [k.name for k in keys])
 
 
 def _key_sql(key: GroupKey) -> str:
@@ -521,17 +538,20 @@ def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
     return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_granted\nWHERE {' AND '.join(conditions)}{group}"
 
 
-def domain_sql(keys: list, column_types: list[str]) -> str:
+def domain_sql(keys: list, column_types: list[str], *, ordered: bool = True) -> str:
     """SQL listing the public domain of one key — or the combinations one public table holds
-    of several — each value TRY_CAST to its column's type and read back in its key's form, as
-    the bounded SQL reads that key (reads public data only).
+    of several — each value TRY_CAST to its column's type, kept where the key's narrowing WHERE
+    conjuncts hold on it (``dpsql.domains``), and read back in its key's form, as the bounded
+    SQL reads that key (reads public data only).
 
+    >>> import sqlglot
     >>> from sqlglot import exp
     >>> from dpsql.plan import GroupKey
     >>> domain_sql([GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))], ["INTEGER"])
-    'SELECT DISTINCT TRY_CAST(v AS INTEGER) AS k0 FROM (VALUES (1), (2)) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL'
-    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text")], ["VARCHAR"])
-    "SELECT DISTINCT encode(CAST(TRY_CAST(v AS VARCHAR) AS VARCHAR)) AS k0 FROM (VALUES ('free')) AS d(v) WHERE k0 IS NOT NULL ORDER BY ALL"
+    'SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1), (2)) AS d(v)) AS dp_domain WHERE v0 IS NOT NULL ORDER BY ALL'
+    >>> narrowed = (sqlglot.parse_one("plan IN ('free', 'pro')"),)
+    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text", narrowed)], ["VARCHAR"], ordered=False)
+    "SELECT DISTINCT encode(CAST(v0 AS VARCHAR)) AS k0 FROM (SELECT TRY_CAST(v AS VARCHAR) AS v0 FROM (VALUES ('free')) AS d(v)) AS dp_domain WHERE v0 IS NOT NULL AND COALESCE(TRY(v0 IN ('free', 'pro')), FALSE)"
     """
     domain = keys[0].domain
     if domain.values is not None:
@@ -539,7 +559,29 @@ def domain_sql(keys: list, column_types: list[str]) -> str:
         columns = [column]
     else:
         source, columns = _table_sql(domain.table), [f'"{key.domain.column}"' for key in keys]
-    select = ", ".join(f"{key_sql(f'TRY_CAST({c} AS {t})', t, key.form)} AS k{i}"
-                       for i, (key, c, t) in enumerate(zip(keys, columns, column_types)))
-    present = " AND ".join(f"k{i} IS NOT NULL" for i in range(len(columns)))
-    return f"SELECT DISTINCT {select} FROM {source} WHERE {present} ORDER BY ALL"
+    typed = ", ".join(f"TRY_CAST({c} AS {t}) AS v{i}" for i, (c, t) in enumerate(zip(columns, column_types)))
+    select = ", ".join(f"{key_sql(f'v{i}', t, key.form)} AS k{i}"
+                       for i, (key, t) in enumerate(zip(keys, column_types)))
+    conditions = [f"v{i} IS NOT NULL" for i in range(len(columns))]
+    for i, key in enumerate(keys):
+        conditions += [f"COALESCE({_total(on_value(c, key.expression.name, f'v{i}'))}, FALSE)"
+                       for c in key.narrowed_by]
+    order = " ORDER BY ALL" if ordered else ""
+    return (f"SELECT DISTINCT {select} FROM (SELECT {typed} FROM {source}) AS dp_domain "
+            f"WHERE {' AND '.join(conditions)}{order}")
+
+
+def domain_membership(keys: list, column_types: list[str], rows: list[str]) -> str:
+    """A condition true when a row's keys (``rows``: their SQL, in the keys' forms) are one of
+    the released combinations of one domain part (``domain_sql``); NULL keys are never in.
+
+    >>> from sqlglot import exp
+    >>> from dpsql.plan import GroupKey
+    >>> domain_membership([GroupKey("g0", exp.column("n"), KeyDomain(values=(1,)))], ["INTEGER"], ['"n"'])
+    '"n" IN (SELECT k0 FROM (SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1)) AS d(v)) AS dp_domain WHERE v0 IS NOT NULL))'
+    """
+    listed = domain_sql(keys, column_types, ordered=False)
+    if len(keys) == 1:
+        return f"{rows[0]} IN (SELECT k0 FROM ({listed}))"
+    matches = " AND ".join(f"dp_d.k{i} = {row}" for i, row in enumerate(rows))
+    return f"EXISTS (SELECT 1 FROM ({listed}) AS dp_d WHERE {matches})"

@@ -717,6 +717,6 @@ def test_invariant_16_row_level_privacy_is_unit_level_privacy_with_a_hidden_unit
             db.sql(sql, epsilon=1, delta=1e-6)
             results.append(sorted(watch.exact[-1], key=repr))
     assert plans[0] == plans[1]
-    assert ("at most 1 rows" if "max_rows_contributed" in sql else "at most 3 rows") in plans[0][0]
+    assert ("at most 1 row and" if "max_rows_contributed" in sql else "at most 3 rows") in plans[0][0]
     if exact:
         assert results[0] == results[1]

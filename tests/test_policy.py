@@ -237,7 +237,7 @@ SYNTAX_ERRORS = [
     ("BUDGET EPSILON lots;", "lots", "found 'lots' where a number was expected", None),
     ("BUDGET EPSILON @;", "@", "found '@' where a number was expected", None),
     ("BUDGET EPSILON 1; SELECT 1;", "SELECT", "where ACCOUNTING, BUDGET, MAX, NEIGHBORS, NEIGHBOURS, "
-     "NOISE, PRIVATE, PUBLIC or QUERY was expected", None),
+     "NOISE, PRIVATE, PUBLIC, QUERY or REPORT was expected", None),
     ("BUDGET DELTA 1;", "DELTA", "found 'DELTA' where EPSILON or PER was expected", None),
     ("BUDGET PER EPSILON 1;", "EPSILON", "found 'EPSILON' where ANALYST was expected", None),
     ("BUDGET EPSILON 1; ACCOUNTING RDP;", "RDP", "where ADVANCED, BASIC or ZCDP was expected",

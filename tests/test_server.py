@@ -6,6 +6,7 @@ Every client call has a timeout, so no test can hang on a server bug.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -81,7 +82,7 @@ def test_psql_answers_with_the_cost_as_a_notice_and_refuses_with_a_caret(server)
     done = psql(server, "SELECT COUNT(*) AS n FROM visits", "COPY visits TO '/tmp/x'",
                 "SELECT nope FROM visits", "SELECT table_name FROM information_schema.tables ORDER BY 1")
     assert done.returncode == 0, done.stderr
-    assert "NOTICE:  dpsql: cost epsilon 0.1" in done.stderr
+    assert "NOTICE:  dpsql: cost epsilon 0.1" in done.stderr and "; limits: at most 10 rows per user_id" in done.stderr
     assert "ERROR:  COPY statements are not accepted" in done.stderr
     assert "ERROR:  unknown column nope\nLINE 1: SELECT nope FROM visits\n               ^" in done.stderr
     assert " stores\n users\n visits\n" in done.stdout  # the policy's tables, not `secrets` or bounded copies
@@ -319,6 +320,10 @@ def test_remote_connection_offers_what_the_shell_uses(server):
         result = db.sql("SELECT AVG(amount) AS a FROM visits", epsilon=0.05)
         assert result.cost.epsilon == Fraction(1, 20) and result.accuracy()["a"] > 0
         assert db.budget.analyst.spent.epsilon - before == Fraction(1, 20)
+        assert str(result.limits).startswith("at most 10 rows per user_id; amount clamped to")
+        reported = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (report_bias = 0.2) COUNT(*) AS n FROM visits",
+                          epsilon=0.05)
+        assert "of rows beyond per-unit limits (at least)" in str(reported.bounding)
         with pytest.raises(dpsql.DPError) as refused:
             db.sql("SELECT nope FROM visits", epsilon=0.05)
         assert (refused.value.line, refused.value.col) == (1, 8)  # where it was typed, options aside
@@ -332,7 +337,7 @@ def test_dpsql_shell_at_a_server_url(server):
     done = subprocess.run([sys.executable, "-m", "dpsql.cli", "shell",
                            f"postgresql://analyst4@127.0.0.1:{server.port}/shop"], input=script, env=environment,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 2, done.stderr  # the script ran on, and exits as its refused COPY would
     assert "visits   private" in done.stdout and " ± " in done.stdout and "cost ε 0.1" in done.stdout
     assert "COPY statements are not accepted" in done.stdout
 
@@ -461,3 +466,45 @@ def test_a_user_name_cannot_forge_a_log_line(server, caplog):
             connect(server, "x\n2026-11-26 11:00:00,000 dpsql.server INFO analyst bob ok", "wrong")
     refused = [record.getMessage() for record in caplog.records if "refused a connection" in record.getMessage()]
     assert refused and not any("\n" in message for message in refused), refused
+
+
+def test_a_thin_answer_sends_its_notes_as_notices(tmp_path):
+    """Partition selection needs delta, which the module's per-analyst budget has none of."""
+    build_shop_database(tmp_path / "shop.duckdb", users=100)
+    (tmp_path / "shop.policy").write_text(SHOP_POLICY)
+    add_user(tmp_path / "users", "alice", PASSWORDS["alice"])
+    thin_server = start_in_thread(tmp_path / "shop.duckdb", users=tmp_path / "users",
+                                  policy=tmp_path / "shop.policy", port=0, startup_timeout=1.0)
+    try:
+        with connect(thin_server) as connection:
+            seen = notices(connection)
+            rows = connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.1, delta = 1e-7) "
+                                      "zip, COUNT(*) AS n FROM visits WHERE age > 200 GROUP BY zip").fetchall()
+            assert rows == []
+            thin = [text for text in seen if text.startswith("dpsql: No rows were released")]
+            assert len(thin) == 1 and "distinct user_id values plus noise reaches" in thin[0]
+            assert any(text.startswith("dpsql: To lower that threshold") for text in seen)
+            detail = json.loads(connection.info.parameter_status("dpsql_cost"))  # for dpsql shell postgresql://
+            assert [f"dpsql: {note}" for note in detail["notes"]] == [t for t in seen if not t.startswith("dpsql: cost")]
+            from dpsql.shell.remote import RemoteConnection
+
+            remote = RemoteConnection(connection).sql("SELECT zip, COUNT(*) AS n FROM visits WHERE age > 300 "
+                                                      "GROUP BY zip", epsilon=0.1, delta=1e-7)
+            assert len(remote) == 0 and remote.notes[0].startswith("No rows were released")  # the shell's view
+            seen.clear()
+            connection.execute("SELECT store, COUNT(*) AS n FROM visits GROUP BY store").fetchall()
+            assert seen and not any("released" in text for text in seen)  # public keys: no note
+    finally:
+        thin_server.stop()
+        thin_server.thread.join(10)
+
+
+def test_rows_outside_a_keys_domain_are_told_in_the_notice(server, shop):
+    add_user(shop / "users", "erin", "erin-secret")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="erin", password="erin-secret",
+                         connect_timeout=5, autocommit=True) as connection:
+        seen = notices(connection)
+        assert len(connection.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan").fetchall()) == 3
+        assert "rows with plan outside its KEYS domain" in seen[-1]
+        connection.execute("SELECT COUNT(*) AS n FROM users")
+        assert "outside" not in seen[-1]

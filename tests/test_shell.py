@@ -361,7 +361,7 @@ def test_budget_and_ledger_follow_the_charges(state):
     charge = next(line for line in ledger.splitlines() if line.startswith("1 "))
     assert re.search(r" 0\.1 +0 ", charge) and "SELECT" in charge
     handle_input(state, "SELECT COUNT(*) AS n FROM visits;")
-    assert "1 earlier charges not shown" in handle_input(state, ".ledger 1")
+    assert "1 earlier charge not shown" in handle_input(state, ".ledger 1")
     assert handle_input(state, ".ledger none").startswith("error: N must be a whole number")
 
 
@@ -396,8 +396,11 @@ def test_mode_switches_the_output_format(state):
     assert handle_input(state, ".mode csv") == "mode csv\n"
     assert handle_input(state, GROUPED).startswith("plan,users,users_halfwidth95\nfree,")
     handle_input(state, ".mode json")
-    answer, footer = handle_input(state, GROUPED).rstrip("\n").rsplit("\n", 1)
+    text = handle_input(state, GROUPED)
+    answer, footer = text[:text.rindex("]") + 1], text[text.rindex("]") + 1:]  # the footer follows the JSON
     records = json.loads(answer)
+    assert "limits: at most" in footer
+    assert "rows with plan outside its KEYS domain" in footer  # plan has a KEYS domain
     assert "no cost" in footer  # the same query again: its earlier answer, for free
     assert [r["plan"] for r in records] == ["free", "plus", "pro"]
     handle_input(state, ".mode markdown")
@@ -414,7 +417,7 @@ def test_output_writes_answers_to_a_file(state, tmp_path):
     handle_input(state, ".mode csv")
     assert handle_input(state, f".output {target}") == f"answers go to {target}\n"
     screen = handle_input(state, GROUPED)
-    assert screen.startswith(f"wrote 3 rows to {target}\ncost ε 0.1")
+    assert screen.startswith(f"wrote 3 rows to {target}\n≈ ") and "plan outside its KEYS domain\ncost ε 0.1" in screen
     assert target.read_text().startswith("plan,users,users_halfwidth95\n")
     assert handle_input(state, ".output") == "answers go to the screen\n"
     assert NOISY.search(handle_input(state, ".mode table") + handle_input(state, GROUPED))

@@ -132,7 +132,7 @@ def test_bigquery_options_clause_means_the_same_as_arguments(db):
            "privacy_unit_column = uid) zip, COUNT(*) AS n FROM visits GROUP BY zip")
     result = db.sql(sql)
     assert result.cost.epsilon == Fraction(1, 2) and result.cost.delta == Fraction(1, 10**7)
-    assert "at most 3 rows and 1 groups per unit" in db.explain(sql)
+    assert "at most 3 rows and 1 group per unit" in db.explain(sql)
     db.sql(sql, epsilon=0.5)  # the same value twice is fine
     with pytest.raises(dpsql.InvalidParameter) as caught:
         db.sql(sql, epsilon=0.4)

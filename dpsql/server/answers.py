@@ -42,6 +42,8 @@ class Outcome:
     tag: str = ""
     notice: str | None = None
     """The query's cost and the analyst's remaining budget."""
+    notes: tuple = ()
+    """The answer's notes (``DPResult.notes``: why it is thin), each sent as a NoticeResponse."""
     detail: str | None = None
     """The same, for programs: JSON sent as the ``dpsql_cost`` ParameterStatus."""
     sqlstate: str | None = None
@@ -146,18 +148,30 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
-    return Outcome(tuple(result.columns), tuple(result.fetchall()), f"SELECT {len(result)}",
-                   notice=notice, detail=cost_detail(result), cost=str(result.cost))
+    if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
+        notice += f"\ndpsql: {result.outside_domain}"
+    if result.limits is not None:
+        notice += f"; limits: {result.limits}"
+    if result.bounding is not None:
+        notice += f"; bias: {result.bounding}"
+    return Outcome(tuple(result.columns), tuple(result), f"SELECT {len(result)}",
+                   notice=notice, detail=cost_detail(result), cost=str(result.cost),
+                   notes=tuple(result.notes))
 
 
 def cost_detail(result) -> str:
     """For programs (``dpsql shell postgresql://...``): the exact cost and
-    each noisy column's 95% noise half-width (the largest over its rows), as JSON."""
+    each noisy column's 95% noise half-width (the largest over its rows), the contribution
+    limits and any bias report (as text), as JSON."""
     cost = result.cost
+    limits, bounding = getattr(result, "limits", None), getattr(result, "bounding", None)
     return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
                        "rho": None if cost.rho is None else str(cost.rho),
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
-                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05)})
+                       "repeat": result.repeat, "halfwidth95": {} if result.exact else result.accuracy(0.05),
+                       "notes": list(result.notes),
+                       "limits": None if limits is None else str(limits),
+                       "bounding": None if bounding is None else str(bounding)})
 
 
 def refusal(error: DPError, statement: Statement) -> Outcome:
@@ -165,7 +179,7 @@ def refusal(error: DPError, statement: Statement) -> Outcome:
     sqlstate = next(code for kind, code in SQLSTATES if isinstance(error, kind))
     if sqlstate == "0A000":
         sqlstate = next((code for start, code in MESSAGE_SQLSTATES if error.message.startswith(start)), sqlstate)
-    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint,
+    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint_for("sql"),
                    position=position_in(statement, error.line, error.col))
 
 

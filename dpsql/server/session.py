@@ -268,6 +268,7 @@ def outcome_bytes(outcome: Outcome, *, describe: bool) -> bytes:
     if not outcome.tag:
         return m.EMPTY_QUERY
     parts = [m.notice(outcome.notice)] if outcome.notice else []
+    parts.extend(m.notice(f"dpsql: {note}") for note in outcome.notes)
     if outcome.columns:  # for programs; libpq keeps it (PQparameterStatus), psql shows nothing
         parts.append(m.parameter_status(COST_PARAMETER, outcome.detail or FREE))
     if describe and outcome.columns:

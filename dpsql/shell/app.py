@@ -58,21 +58,26 @@ def history_path(environ: Any = os.environ) -> Path | None:
 
 def run_shell(db: Any, *, name: str = "", input: Any = None, output: Any = None,
               out: TextIO | None = None, history: Path | None | str = "default",
-              color: bool | None = None) -> int:
+              color: bool | None = None, bail: bool = False, max_rows: int | None = None) -> int:
     """Run the shell on ``db`` until .quit or Ctrl-D; return the exit code.
 
     ``input``/``output`` are prompt_toolkit's (tests pass a pipe input and a dummy output);
-    ``out`` receives answers. When standard input is not a terminal, it is read as a script.
+    ``out`` receives answers. When standard input is not a terminal, it is read as a script:
+    every statement runs (with ``bail``, up to the first refusal or error), and the exit code
+    is that of the first refusal or error, as ``dpsql query`` would exit on it (0 if none).
+    ``max_rows``: rows of an answer shown on the screen (0: all; default 40, as ``.maxrows``).
     """
     out = sys.stdout if out is None else out
     if color is None:
         color = _is_terminal(out) and "NO_COLOR" not in os.environ
     state = new_state(db, color=color)
+    if max_rows is not None:
+        state.max_rows = max_rows
     if input is None and not sys.stdin.isatty():
         state.width = shutil.get_terminal_size((120, 24)).columns
-        run_script(state, sys.stdin.read(), out.write)
+        failure = run_script(state, sys.stdin.read(), out.write, bail=bail)
         out.flush()
-        return 0
+        return script_exit_code(failure)
 
     session = _prompt_session(state, input, output, history)
     out.write(welcome_text(state, name))
@@ -95,6 +100,22 @@ def run_shell(db: Any, *, name: str = "", input: Any = None, output: Any = None,
                 reply = f"internal error ({type(error).__name__}); this is a bug, please report it\n"
         _show(reply, out, page=_is_terminal(out) and state.output is None, rows=size.rows)
     return 0
+
+
+def script_exit_code(failure: BaseException | None) -> int:
+    """A script's exit code: 0 when every input succeeded, else the code ``dpsql query`` gives
+    the first refusal or error (2 refused, 3 over budget, 1 anything else, such as a bad
+    dot command).
+
+    >>> from dpsql.errors import UnsupportedQuery
+    >>> script_exit_code(None), script_exit_code(UnsupportedQuery("no")), script_exit_code(ValueError())
+    (0, 2, 1)
+    """
+    if failure is None:
+        return 0
+    from dpsql.cli import exit_code
+
+    return exit_code(failure)
 
 
 def welcome_text(state: ShellState, name: str = "") -> str:

@@ -171,7 +171,7 @@ def show_ledger(state: ShellState, argument: str) -> str:
         cells["analyst"] = cells.get("analyst") or ""
         rows.append(tuple(str(cells[c]) for c in shown))
     more = len(frame) - limit
-    note = f"({more} earlier charges not shown; .ledger {len(frame)} shows all)\n" if more > 0 else ""
+    note = f"({more} earlier charge{'s' if more != 1 else ''} not shown; .ledger {len(frame)} shows all)\n" if more > 0 else ""
     return render_rows(shown, rows, width=state.width, color=state.color, wrap_last=True) + note
 
 
@@ -181,10 +181,15 @@ def explain(state: ShellState, argument: str) -> str:
     sql = argument.strip().removesuffix(";")
     if not sql:
         raise CommandError("give a query: .explain SELECT COUNT(*) FROM visits")
+    epsilon, delta = state.options_for(sql)
     try:
-        return state.db.explain(sql, epsilon=state.epsilon, delta=state.delta).rstrip("\n") + "\n"
+        text = state.db.explain(sql, epsilon=epsilon, delta=delta)
+        if getattr(text, "refused", None) is not None:  # a script's exit code says so too
+            state.record_failure(text.refused)
+        return text.rstrip("\n") + "\n"
     except DPError as error:
-        return render_error(error, sql, color=state.color)
+        state.record_failure(error)
+        return render_error(error, sql, color=state.color, surface="shell")
 
 
 @dot_command(".epsilon", "[X|default]", help="epsilon of the next queries (default: the policy's)")
@@ -216,6 +221,17 @@ def set_mode(state: ShellState, argument: str) -> str:
             raise CommandError(f"unknown mode {argument}; choose one of {', '.join(MODES)}")
         state.mode = argument.lower()
     return f"mode {state.mode}\n"
+
+
+@dot_command(".maxrows", "[N]", help="rows of an answer shown on the screen (default 40; 0 shows all)")
+def set_max_rows(state: ShellState, argument: str) -> str:
+    """Tables and markdown show the first N rows and say how many more there are; csv, json and
+    .output files always get every row."""
+    if argument:
+        if not argument.isdigit():
+            raise CommandError(f"N must be a whole number (0 shows all rows), got {argument!r}")
+        state.max_rows = int(argument)
+    return f"answers show {'all rows' if state.max_rows == 0 else f'at most {state.max_rows} rows'}\n"
 
 
 @dot_command(".output", "[FILE]", help="write answers to a new FILE; with no FILE, back to the screen")
@@ -268,7 +284,8 @@ def _describe_table(state: ShellState, name: str) -> tuple[str, str]:
     rows = declaration.max_rows_per_unit
     limits = f"{unit}; at most {rows} row{'s' if rows != 1 else ''}"
     if declaration.max_groups_per_unit is not None:
-        limits += f" and {declaration.groups_per_unit} groups"
+        groups = declaration.groups_per_unit
+        limits += f" and {groups} group{'s' if groups != 1 else ''}"
     return "private", limits + " per unit"
 
 

@@ -122,7 +122,8 @@ class RemoteConnection:
             # The server sends the 95% interval only: other levels are not known here.
             return {name: [value] * len(rows) for name, value in half.items()} if alpha == 0.05 else {}
 
-        return DPResult(columns, rows, cost, widths=widths, exact=exact)
+        return DPResult(columns, rows, cost, widths=widths, exact=exact, notes=detail.get("notes") or (),
+                        limits=detail.get("limits"), bounding=detail.get("bounding"))
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, **_: Any) -> str:
         text, shift = with_options(sql, epsilon, delta)

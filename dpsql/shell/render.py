@@ -68,11 +68,19 @@ class Answer:
     """True for a query over public tables only: exact, free."""
     repeat: bool = False
     """True when the engine returned an earlier answer for free."""
+    notes: tuple[str, ...] = ()
+    """What to know beyond the values (``DPResult.notes``: why an answer is thin)."""
+    outside: str | None = None
+    """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), if any."""
+    limits: str | None = None
+    """The contribution limits the answer applied (``DPResult.limits``), as text."""
+    bounding: str | None = None
+    """The bias report (``DPResult.bounding``), as text, when one was asked for."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     """The ``Answer`` of a ``DPResult``, with the per-cell half-widths of its noisy columns."""
-    rows = [tuple(row) for row in result.fetchall()]
+    rows = [tuple(row) for row in result]  # every row, whatever was fetched before
     noisy = set() if getattr(result, "exact", False) else set(result.accuracy(alpha))
     half_widths: dict[str, list[float]] = {}
     if noisy:
@@ -83,15 +91,61 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     cost = result.cost
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
-                  bool(getattr(result, "repeat", False)))
+                  bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())),
+                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain),
+                  _text_or_none(getattr(result, "limits", None)), _text_or_none(getattr(result, "bounding", None)))
 
 
-def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False) -> str:
-    """An answer in one of ``MODES`` (chart falls back to a table when it cannot be drawn)."""
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def bias_lines(answer: Answer) -> str:
+    """The footer lines naming an answer's contribution limits and its bias report ('' for
+    none): the bias they cause is not in the ±.
+
+    >>> print(bias_lines(Answer(["n"], [(1,)], limits="at most 5 rows per uid", bounding="≈ 3% ± 1% of rows beyond per-unit limits (at least)")), end="")
+    limits: at most 5 rows per uid (answers are lowered by these; not in the ±)
+    bias: ≈ 3% ± 1% of rows beyond per-unit limits (at least)
+    """
+    text = ""
+    if answer.limits:
+        text += f"limits: {answer.limits} (answers are lowered by these; not in the ±)\n"
+    if answer.bounding:
+        text += f"bias: {answer.bounding}\n"
+    return text
+
+
+def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = False,
+                  max_rows: int = 0, show_all: str = "") -> str:
+    """An answer in one of ``MODES`` (chart falls back to a table when it cannot be drawn).
+
+    ``max_rows`` (0: no limit) cuts the table and markdown modes, made for reading, to their
+    first rows and a line saying how many more there are (``show_all`` says how to see them,
+    e.g. ``--max-rows 0``); csv and json, made for programs, always hold every row.
+
+    >>> answer = Answer(["k"], [(i,) for i in range(5)])
+    >>> print(render_answer(answer, "markdown", max_rows=2, show_all=".maxrows 0 shows all"))
+    |   k |
+    |----:|
+    |   0 |
+    |   1 |
+    … 3 more rows (5 in all; .maxrows 0 shows all)
+    <BLANKLINE>
+    """
     if mode == "csv":
         return render_csv(answer)
     if mode == "json":
         return render_json(answer)
+    hidden = len(answer.rows) - max_rows if max_rows > 0 else 0
+    if hidden > 0 and mode in ("table", "markdown"):
+        shown = Answer(answer.columns, answer.rows[:max_rows],
+                       {name: widths[:max_rows] for name, widths in answer.half_widths.items()},
+                       answer.cost_epsilon, answer.cost_delta, answer.exact, answer.repeat)
+        text = render_markdown(shown) if mode == "markdown" else \
+            render_table(shown, width=width, color=color, footer=False)
+        more = f"… {hidden:,} more row{'s' if hidden != 1 else ''} ({len(answer.rows):,} in all"
+        return text + more + (f"; {show_all})" if show_all else ")") + "\n"
     if mode == "markdown":
         return render_markdown(answer)
     if mode == "chart":
@@ -186,8 +240,9 @@ def _is_number(value: Any) -> bool:
 
 # -- modes -------------------------------------------------------------------------------------
 
-def render_table(answer: Answer, *, width: int = 100, color: bool = False) -> str:
-    """A boxed table; noisy cells read ``value ± half-width``, keys are left-aligned."""
+def render_table(answer: Answer, *, width: int = 100, color: bool = False, footer: bool = True) -> str:
+    """A boxed table; noisy cells read ``value ± half-width``, keys are left-aligned; ``footer``
+    adds the count of rows."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -200,7 +255,7 @@ def render_table(answer: Answer, *, width: int = 100, color: bool = False) -> st
         table.add_row(*(Text(c, style="dim" if c == "NULL" else "") for c in cells))
     rows = len(answer.rows)
     text = to_text(table, width=width, color=color)
-    return text + f"{rows} row{'s' if rows != 1 else ''}\n"
+    return text + (f"{rows:,} row{'s' if rows != 1 else ''}\n" if footer else "")
 
 
 def render_rows(columns: list[str], rows: list[tuple], *, width: int = 100, color: bool = False,
@@ -284,6 +339,15 @@ def _plain_value(value: Any) -> Any:
     return value
 
 
+def render_notes(answer: Answer) -> str:
+    """The answer's notes, one ``note:`` line each (empty when it has none).
+
+    >>> render_notes(Answer(["n"], [], notes=("No rows were released.",)))
+    'note: No rows were released.\\n'
+    """
+    return "".join(f"note: {note}\n" for note in answer.notes)
+
+
 def number(value: Any) -> str:
     """A privacy amount for reading (never for arithmetic): 0.1, 2.9, 1e-06."""
     return f"{float(value):.6g}"
@@ -291,8 +355,9 @@ def number(value: Any) -> str:
 
 # -- errors ------------------------------------------------------------------------------------
 
-def render_error(error: DPError, sql: str | None = None, *, color: bool = False) -> str:
-    """An error with a caret under its position in ``sql``, its hint and what it cost.
+def render_error(error: DPError, sql: str | None = None, *, color: bool = False, surface: str = "shell") -> str:
+    """An error with a caret under its position in ``sql``, its hint (in ``surface``'s syntax:
+    'shell' or 'cli', see ``DPError.hint_for``) and what it cost.
 
     >>> err = UnsupportedQuery("column user_id is neither aggregated nor grouped", line=1, col=8)
     >>> print(render_error(err, "SELECT user_id FROM visits"))
@@ -313,9 +378,10 @@ def render_error(error: DPError, sql: str | None = None, *, color: bool = False)
         source, caret = position
         text.append(source + "\n")
         text.append(caret + "\n", style="bold red")
-    if error.hint:
+    hint = error.hint_for(surface) if hasattr(error, "hint_for") else error.hint
+    if hint:
         text.append("hint: ", style="bold")
-        text.append(f"{error.hint}\n")
+        text.append(f"{hint}\n")
     if consequence:
         text.append(f"({consequence})\n", style="dim")
     return to_text(text, width=10_000, color=color, end="")

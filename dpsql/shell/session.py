@@ -18,15 +18,20 @@ from dpsql.errors import DPError
 from dpsql.shell.commands import CommandError, run_dot_command
 from dpsql.shell.budget import cost_line
 from dpsql.shell.output import append_output
-from dpsql.shell.render import answer_from, number, render_answer, render_error
+from dpsql.shell.render import answer_from, bias_lines, number, render_answer, render_error, render_notes
 from dpsql.shell.state import ShellState
 
 QUIT_WORDS = frozenset({"exit", "quit", "\\q"})
 """What people type to leave other shells; accepted here too."""
 
 
-def handle_input(state: ShellState, text: str) -> str:
-    """Do what one accepted input asks and return what to print."""
+def handle_input(state: ShellState, text: str, *, split: bool = True) -> str:
+    """Do what one accepted input asks and return what to print.
+
+    An input of several lines holding dot commands (pasted, or ended with Esc Enter) runs as a
+    script would, so a comment line above a dot command cannot turn it into SQL."""
+    if split and any(line.strip().startswith(".") for line in text.strip().splitlines()[1:]):
+        return "".join(handle_input(state, part, split=False) for part in inputs_of_script(text))
     stripped = text.strip()
     if not stripped:
         return ""
@@ -35,6 +40,8 @@ def handle_input(state: ShellState, text: str) -> str:
         return ""
     if stripped.startswith("."):
         return _run_command(state, stripped)
+    if is_only_comments(text):  # `-- a note` on its own runs nothing, as in DuckDB's CLI
+        return ""
     return "".join(run_sql(state, statement) for statement in split_statements(text))
 
 
@@ -42,9 +49,11 @@ def _run_command(state: ShellState, line: str) -> str:
     try:
         return run_dot_command(state, line)
     except CommandError as error:
+        state.record_failure(error)
         return f"error: {error}\n"
     except DPError as error:
-        return render_error(error, color=state.color)
+        state.record_failure(error)
+        return render_error(error, color=state.color, surface="shell")
 
 
 def run_sql(state: ShellState, sql: str) -> str:
@@ -52,18 +61,21 @@ def run_sql(state: ShellState, sql: str) -> str:
     state.cancel_requested = False
     spent_before = state.db.budget.spent
     try:
-        result = state.db.sql(sql, epsilon=state.epsilon, delta=state.delta)
+        epsilon, delta = state.options_for(sql)
+        result = state.db.sql(sql, epsilon=epsilon, delta=delta)
         answer = answer_from(result)
     except KeyboardInterrupt:
         return _cancelled(state, spent_before)
     except DPError as error:
         if state.cancel_requested:  # DuckDB turns Ctrl-C into a failed query
             return _cancelled(state, spent_before)
-        return render_error(error, sql, color=state.color)
+        state.record_failure(error)
+        return render_error(error, sql, color=state.color, surface="shell")
     finally:
         state.refresh_budget()
     state.last_answer = answer
-    footer = cost_line(answer, state.budget) + "\n"
+    footer = ((f"{answer.outside}\n" if answer.outside else "") + cost_line(answer, state.budget) + "\n"
+              + bias_lines(answer) + render_notes(answer))
     if state.output is not None:
         try:
             append_output(state.output, render_answer(answer, state.mode, width=state.width, color=False),
@@ -74,7 +86,8 @@ def run_sql(state: ShellState, sql: str) -> str:
             return f"error: cannot write {state.output}: {error.strerror or error}\n" + footer
         rows = len(answer.rows)
         return f"wrote {rows} row{'s' if rows != 1 else ''} to {state.output}\n" + footer
-    return render_answer(answer, state.mode, width=state.width, color=state.color) + footer
+    return render_answer(answer, state.mode, width=state.width, color=state.color, max_rows=state.max_rows,
+                         show_all=".maxrows 0 shows all") + footer
 
 
 def _cancelled(state: ShellState, spent_before) -> str:
@@ -124,7 +137,20 @@ def statement_is_complete(text: str) -> bool:
         tokens = DuckDB().tokenize(text)
     except SqlglotError:  # an open string or comment: the statement goes on
         return False
-    return bool(tokens) and tokens[-1].token_type == TokenType.SEMICOLON
+    # Comments alone are complete too: they run nothing, and must not hold the next dot command.
+    return not tokens or tokens[-1].token_type == TokenType.SEMICOLON
+
+
+def is_only_comments(text: str) -> bool:
+    """True when ``text`` holds comments and blanks only (nothing to run).
+
+    >>> is_only_comments("-- totals per store\\n/* by day */"), is_only_comments("-- x\\nSELECT 1;")
+    (True, False)
+    """
+    try:
+        return not DuckDB().tokenize(text)
+    except SqlglotError:  # an unclosed comment or string: not finished yet
+        return False
 
 
 def inputs_of_script(script: str) -> Iterator[str]:
@@ -135,22 +161,27 @@ def inputs_of_script(script: str) -> Iterator[str]:
     """
     pending: list[str] = []
     for line in script.splitlines():
-        if not pending and line.strip().startswith("."):
+        if line.strip().startswith(".") and (not pending or is_only_comments("\n".join(pending))):
+            pending = []  # comments before a dot command are notes: they must not swallow it
             yield line.strip()
             continue
         if not pending and not line.strip():
             continue
         pending.append(line)
-        if statement_is_complete("\n".join(pending)):
+        text = "\n".join(pending)
+        if statement_is_complete(text) and not is_only_comments(text):  # a comment stays with its SQL
             yield "\n".join(pending)
             pending = []
     if pending and "\n".join(pending).strip():
         yield "\n".join(pending)
 
 
-def run_script(state: ShellState, script: str, write) -> None:
-    """Run every input of ``script`` in order, passing what each prints to ``write``."""
+def run_script(state: ShellState, script: str, write, *, bail: bool = False) -> BaseException | None:
+    """Run every input of ``script`` in order, passing what each prints to ``write``; return the
+    first refusal or error (``None`` if every input succeeded). ``bail`` stops at that first one,
+    as DuckDB's ``-bail`` does; otherwise the script goes on, as DuckDB's CLI does by default."""
     for text in inputs_of_script(script):
         write(handle_input(state, text))
-        if state.quit_requested:
-            return
+        if state.quit_requested or (bail and state.first_failure is not None):
+            break
+    return state.first_failure

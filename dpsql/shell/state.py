@@ -50,6 +50,36 @@ class ShellState:
     """The budget as last read, for the toolbar (which redraws on every key press)."""
     catalog: dict[str, list[str]] = field(default_factory=dict)
     """Table -> column names the analyst may query (schema only), for completion."""
+    max_rows: int = 40
+    """Rows of an answer shown on the screen (``.maxrows``); 0 shows all. Files get every row."""
+    first_failure: BaseException | None = None
+    """The first refusal or error of the session, which sets a script's exit code."""
+
+    def options_for(self, sql: str) -> tuple[Fraction | None, Fraction | None]:
+        """(epsilon, delta) to pass with ``sql``: the session's ``.epsilon``/``.delta``, except
+        those the SQL writes itself in ``WITH DIFFERENTIAL_PRIVACY OPTIONS (...)``, which win.
+
+        >>> state = ShellState(db=None, epsilon=Fraction(1, 10), delta=Fraction(0))
+        >>> state.options_for("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) COUNT(*) FROM t")
+        (None, Fraction(0, 1))
+        >>> state.options_for("SELECT COUNT(*) FROM t")
+        (Fraction(1, 10), Fraction(0, 1))
+        """
+        if self.epsilon is None and self.delta is None:
+            return None, None
+        from dpsql.parse import parse
+
+        try:
+            written = parse(sql).options
+        except Exception:  # the engine refuses the SQL itself, at its position
+            written = {}
+        return (None if "epsilon" in written else self.epsilon,
+                None if "delta" in written else self.delta)
+
+    def record_failure(self, error: BaseException) -> None:
+        """Remember the session's first refusal or error (a script's exit code names it)."""
+        if self.first_failure is None:
+            self.first_failure = error
 
     def refresh_budget(self) -> None:
         """Read the budget again (after anything that may have charged it)."""

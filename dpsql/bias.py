@@ -1,0 +1,412 @@
+"""Bias made visible: the contribution limits an answer applied, and a charged estimate of
+what they dropped and clamped.
+
+Contribution bounding is what makes sensitivity finite, and it lowers answers: rows beyond a
+unit's MAX ROWS PER UNIT are not read, values beyond BOUNDS are moved to the bound. The noise
+interval (``accuracy()``) says nothing of that. So every private answer names its limits
+(``Limits``, public facts of the plan: free), and a query may also spend a share of its own
+epsilon on a *bias report* (``Bounding``): noisy estimates, over the rows the query reads after
+its WHERE, of the share of rows beyond the per-unit row limit and, per clamped column, the
+share of kept rows whose value lay outside its bounds.
+
+What is measured, per unit u of the one private table the query reads (``bias_sql``):
+
+* ``r_u``: the unit's rows in the table (a scan of the table with no analyst expression in
+  it, so invariant 17 holds: the analyst's WHERE is evaluated on the bounded copy only);
+* ``c_u = min(r_u, K)``: rows the bounded copy keeps (K = the table's MAX ROWS PER UNIT);
+* ``w_u``: the copy's rows of u that pass the WHERE (and the keys' domain filters), and
+  ``o_u[x]`` those of them whose ``x`` lies outside its bounds (NaN and NULL are not counted;
+  ±inf are); with GROUP BY and MAX GROUPS PER UNIT l < K, ``g_u`` those in the unit's first l
+  groups in the query's own salted-hash order (else ``g_u = w_u``).
+
+The copy keeps a salted-hash sample of each unit's rows, so the unit's rows after WHERE before
+any limit are estimated as ``t_u = w_u + floor((r_u - c_u) · w_u / c_u)``; the query keeps
+``kept_u = min(g_u, k)`` of them (k its own row limit, at most K). Released, each with discrete
+Laplace noise of scale sensitivity / epsilon_i:
+
+* ``kept = Σ_u kept_u`` — one unit adds between 0 and k: sensitivity **k**;
+* ``dropped = Σ_u min(t_u - kept_u, C)``, C = 4k — a unit's dropped rows are unbounded,
+  so each adds at most C (0..C): sensitivity **C**, and the share is **at least** what is shown;
+* ``clamped[x] = Σ_u min(o_u[x], k)`` — 0..k per unit: sensitivity **k**.
+
+Each term is a function of one unit's own rows (the copy is a stable per-unit transformation,
+``dpsql.bounding``) lying in [0, S] for the stated S, so adding or removing one unit moves the
+sum by at most S, and replacing one unit (BOUNDED neighbours) by at most S too (one term
+changes from one value in [0, S] to another). ``tests/test_bias.py`` checks this by brute
+force. The shares shown are post-processing: dropped / (kept + dropped) and clamped / kept.
+With a row limit from the query below K and groups limited too, the query grants rows group by
+group (``dpsql.rewrite`` layer 3); kept_u = min(g_u, k) is then an approximation of what it
+keeps (the bounds above hold all the same).
+
+The report's epsilon is the share ``s`` of the query's own epsilon (``REPORT BIAS SHARE s``
+in the policy, or ``report_bias`` per query), split equally between its measures; the
+aggregates get the rest, so the query costs what it was asked to cost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from sqlglot import exp
+
+from .bounding import DATABASE
+from .errors import InvalidParameter, UnsupportedQuery
+from .noise import discrete_laplace, discrete_laplace_halfwidth
+from .plan import ClampedColumn, Plan, PrivateQuery
+from .rewrite import _domain_filter, _key_sql, _table_sql, _total, literal
+
+DEFAULT_SHARE = Fraction(1, 20)
+"""The share of a query's epsilon a bias report takes when asked for with ``report_bias=True``
+and the policy names none."""
+DROP_CAP = 4
+"""C = DROP_CAP · k: the most rows beyond the limit one unit may add to ``dropped``."""
+ALPHA = 0.05
+"""The bias report's ± are 95% intervals (each noisy count at 97.5%: a union bound)."""
+
+
+def _number(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The contribution limits an answer applied: public facts of its plan.
+
+    >>> str(Limits("tailnum", 250, 10, (("dep_delay", Fraction(-60), Fraction(300)),)))
+    'at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]'
+    >>> str(Limits(None, 1, None, ()))
+    'each row is its own unit'
+    """
+
+    unit: str | None
+    """The privacy unit column; ``None`` when each row is its own unit."""
+    rows_per_unit: int
+    """Most rows of one unit the answer used."""
+    groups_per_unit: int | None
+    """Most groups one unit contributed to (``None``: the query has no GROUP BY)."""
+    clamped: tuple[tuple[str, Fraction, Fraction], ...] = ()
+    """(column, lower, upper) of every column clamped into its policy bounds."""
+
+    def __str__(self) -> str:
+        if self.unit is None:
+            parts = ["each row is its own unit" if self.rows_per_unit == 1 else
+                     f"each row is its own unit, with at most {self.rows_per_unit} rows after joins"]
+        else:
+            rows = f"{self.rows_per_unit} row{'s' if self.rows_per_unit != 1 else ''}"
+            groups = "" if self.groups_per_unit is None else \
+                f" and {self.groups_per_unit} group{'s' if self.groups_per_unit != 1 else ''}"
+            parts = [f"at most {rows}{groups} per {self.unit}"]
+        parts += [f"{name} clamped to [{_number(lower)}, {_number(upper)}]" for name, lower, upper in self.clamped]
+        return "; ".join(parts)
+
+
+def limits_of(plan: Plan) -> Limits:
+    """The limits ``plan`` applies: its unit, rows and groups per unit, and clamped columns."""
+    query = plan.query
+    rule = query.rule
+    clamped: dict[str, tuple[str, Fraction, Fraction]] = {}
+    for measure in plan.measures:
+        for column in measure.clamped_columns:
+            clamped.setdefault(column.name, (column.name, column.lower, column.upper))
+    groups = rule.groups_per_unit if query.keys else None
+    unit = None if query.hidden_unit or rule.row_level else rule.unit
+    return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())))
+
+
+@dataclass(frozen=True)
+class BiasMeasure:
+    """One noisy count of the bias report."""
+
+    name: str
+    """``kept``, ``dropped`` or ``clamped_<i>`` (its column in ``bias_sql``)."""
+    column: str | None
+    """For a clamped count: the column."""
+    sensitivity: int
+    """Most one unit moves it (add, remove or replace)."""
+    epsilon: Fraction
+    """Its share of the report's epsilon."""
+
+    @property
+    def scale(self) -> Fraction:
+        """Discrete Laplace scale: sensitivity / epsilon."""
+        return Fraction(self.sensitivity) / self.epsilon
+
+
+@dataclass(frozen=True)
+class BiasPlan:
+    """What a bias report measures and spends, decided before any data is read."""
+
+    share: Fraction
+    """The share of the query's epsilon it takes."""
+    epsilon: Fraction
+    """Its epsilon (share × the query's epsilon)."""
+    rows_per_unit: int
+    """k: the query's row limit per unit."""
+    copy_rows_per_unit: int
+    """K: rows per unit the table's bounded copy keeps (k ≤ K)."""
+    cap: int | None
+    """C: the most one unit adds to ``dropped``; ``None`` when rows are never dropped (each
+    row its own unit)."""
+    columns: tuple[ClampedColumn, ...]
+    """The clamped columns, in ``clamped_<i>`` order."""
+    measures: tuple[BiasMeasure, ...]
+    """kept, dropped (when ``cap``), then one per clamped column."""
+
+
+def bias_share(asked, written, policy_share: Fraction | None, number) -> tuple[Fraction | None, bool]:
+    """The report's share of epsilon and whether it was asked for explicitly (so a query that
+    cannot have one is refused rather than answered without it). ``asked``: ``report_bias=``
+    of ``db.sql`` (None, a bool or a share); ``written``: the SQL's ``report_bias`` option;
+    ``number``: how a caller's number is read exactly (``connection.exact_parameter``).
+
+    >>> bias_share(None, None, None, Fraction), bias_share(True, None, None, Fraction)
+    ((None, False), (Fraction(1, 20), True))
+    >>> bias_share(None, None, Fraction(1, 10), Fraction), bias_share(0.2, None, None, lambda v, n: Fraction(str(v)))
+    ((Fraction(1, 10), False), (Fraction(1, 5), True))
+    """
+    exact_parameter = number
+    value = asked
+    if written is not None:
+        if asked is not None and _share_of(asked, policy_share, exact_parameter) != \
+                _share_of(written.value, policy_share, exact_parameter):
+            raise InvalidParameter(f"report_bias is given twice: {written.value} in the SQL and {asked} as an argument",
+                                   line=written.line, col=written.col,
+                                   hint="give report_bias once, in the SQL or as an argument")
+        value = written.value
+    if value is None:
+        return policy_share, False
+    share = _share_of(value, policy_share, exact_parameter)
+    if share is not None and not 0 < share < 1:
+        raise InvalidParameter(f"report_bias must be true, false or a share of epsilon above 0 and below 1, got {value}",
+                               hint="pass report_bias=True, or a share such as 0.05")
+    return share, share is not None
+
+
+def _share_of(value, policy_share, exact_parameter) -> Fraction | None:
+    if isinstance(value, (bool, np.bool_)):
+        return (policy_share or DEFAULT_SHARE) if value else None
+    share = exact_parameter(value, "report_bias")
+    return None if share == 0 else share
+
+
+def source_table(query: PrivateQuery) -> str | None:
+    """The bounded copy ``query`` reads, when it reads one private table directly (no join,
+    no subquery): the bias report's counts are defined over such a query only."""
+    source = query.source
+    if not isinstance(source, exp.Select) or len(query.bounded) != 1 or query.joins:
+        return None
+    if source.args.get("joins") or source.args.get("group") or source.args.get("with"):
+        return None
+    table = source.args.get("from_") or source.args.get("from")  # sqlglot renamed the key
+    table = table.this if table is not None else None
+    if not isinstance(table, exp.Table) or table.name != query.bounded[0] or table.catalog != DATABASE:
+        return None
+    return table.name
+
+
+def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, where=None) -> BiasPlan | None:
+    """The bias report of ``plan``, spending ``share`` of the query's ``epsilon``; ``None`` when
+    there is nothing to report or (not ``explicit``) the query cannot have one. ``where``: the
+    SQL's ``report_bias`` option, whose position a refusal names."""
+    query = plan.query
+    line, col = (where.line, where.col) if where is not None else (None, None)
+    if source_table(query) is None or query.rows_per_unit is None:
+        if not explicit:
+            return None
+        raise UnsupportedQuery("a bias report (report_bias) needs a query that reads one private table "
+                               "directly: its counts are defined per unit of that table", line=line, col=col,
+                               hint="drop report_bias for this query, or ask it of a query without joins "
+                                    "or FROM subqueries")
+    columns = tuple(sorted({c.name: c for m in plan.measures for c in m.clamped_columns}.values(),
+                           key=lambda c: c.name))
+    k = query.rule.max_rows_per_unit
+    row_level = query.hidden_unit or query.rule.row_level
+    cap = None if row_level else DROP_CAP * k
+    if cap is None and not columns:
+        if explicit:
+            raise UnsupportedQuery("there is no bias to report: each row is its own unit, so no row is "
+                                   "dropped, and the query clamps no column", line=line, col=col,
+                                   hint="drop report_bias for this query")
+        return None
+    count = 1 + (cap is not None) + len(columns)
+    each = share * epsilon / count
+    measures = [BiasMeasure("kept", None, k, each)]
+    if cap is not None:
+        measures.append(BiasMeasure("dropped", None, cap, each))
+    measures += [BiasMeasure(f"clamped_{i}", c.name, k, each) for i, c in enumerate(columns)]
+    return BiasPlan(share, share * epsilon, k, query.rows_per_unit, cap, columns, tuple(measures))
+
+
+def _outside(column: ClampedColumn) -> str:
+    """1 when the row's value lies outside the column's bounds (±inf do; NULL, NaN do not)."""
+    name = f'"{column.name}"'
+    outside = f"({name} < {literal(column.lower)} OR {name} > {literal(column.upper)})"
+    if column.floating:
+        outside = f"(NOT ISNAN({name}) AND {outside})"
+    return f"CASE WHEN COALESCE({outside}, FALSE) THEN 1 ELSE 0 END"
+
+
+def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
+    """The exact counts of the report: one row, a column per measure (``kept``, ...).
+
+    ``query`` is the plan's (its keys typed). The rows are the query's: after its WHERE and its
+    keys' domain filters. With GROUP BY and MAX GROUPS PER UNIT l below the rows a unit may
+    have, a unit's rows outside its first l groups (in the salted-hash order the query itself
+    keeps them by, ``dpsql.rewrite``) are not kept either: kept_u = min(rows in its first l
+    groups, k). Uses ``$salt`` then."""
+    unit = f'"{query.rule.unit.lower()}"'
+    conditions = [f"{unit} IS NOT NULL"]
+    if query.where is not None:
+        conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
+    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+                   for key in query.keys if key.domain]
+    outside = "".join(f", {_outside(c)} AS o_{i}" for i, c in enumerate(bias.columns))
+    sums = "".join(f", SUM(o_{i}) AS o_{i}" for i in range(len(bias.columns)))
+    k = bias.rows_per_unit
+    keys = [key.name for key in query.keys]
+    limited = bool(keys) and query.rule.groups_per_unit < bias.copy_rows_per_unit
+    key_columns = "".join(f", {_key_sql(key)} AS {key.name}" for key in query.keys) if limited else ""
+    ranked, grouped_rows = "", ""
+    if limited:
+        order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
+        ranked = (f", dp_ranked AS (\n  SELECT *, DENSE_RANK() OVER (PARTITION BY dp_unit ORDER BY {order}) AS group_rank"
+                  f"\n  FROM dp_rows\n)")
+        grouped_rows = f", COUNT(*) FILTER (WHERE group_rank <= {query.rule.groups_per_unit}) AS g"
+    kept = f"LEAST({'g' if limited else 'w'}, {k})"
+    select = [f"COALESCE(SUM({kept}), 0) AS kept"]
+    raw = ""
+    if bias.cap is not None:
+        unit_type = dict(query.column_types).get(query.rule.unit.lower(), "")
+        copied = f'{unit} COLLATE "binary"' if unit_type.upper() == "VARCHAR" else unit
+        raw = (f"dp_raw AS (\n  SELECT {copied} AS dp_unit, COUNT(*) AS r\n  FROM {_table_sql(query.table)}\n"
+               f"  WHERE {unit} IS NOT NULL\n  GROUP BY ALL\n), ")
+        kept_copy = f"LEAST(COALESCE(r, w), {bias.copy_rows_per_unit})"
+        total = f"(w + ((CAST(COALESCE(r, w) AS HUGEINT) - {kept_copy}) * w) // {kept_copy})"
+        select.append(f"COALESCE(SUM(LEAST(GREATEST({total} - {kept}, 0), {bias.cap})), 0) AS dropped")
+    select += [f"COALESCE(SUM(LEAST(o_{i}, {k})), 0) AS clamped_{i}" for i in range(len(bias.columns))]
+    joined = "dp_units LEFT JOIN dp_raw USING (dp_unit)" if bias.cap is not None else "dp_units"
+    return (
+        f"WITH {raw}dp_rows AS (\n  SELECT {unit} AS dp_unit{key_columns}{outside}\n  FROM (\n"
+        f"{query.source.sql(dialect='duckdb')}\n  ) AS dp_source\n  WHERE {' AND '.join(conditions)}\n){ranked}, "
+        f"dp_units AS (\n  SELECT dp_unit, COUNT(*) AS w{grouped_rows}{sums}\n  FROM {'dp_ranked' if limited else 'dp_rows'}"
+        f"\n  GROUP BY dp_unit\n)\nSELECT {', '.join(select)}\nFROM {joined}"
+    )
+
+
+@dataclass(frozen=True)
+class Share:
+    """A released share with its 95% half-width."""
+
+    value: float
+    """The share, from 0 to 1."""
+    halfwidth: float
+    """Half-width of its 95% interval."""
+
+    def __str__(self) -> str:
+        return f"≈ {_percent(self.value)} ± {_percent(self.halfwidth)}"
+
+
+def _percent(value: float) -> str:
+    percent = 100 * value
+    return f"{percent:.0f}%" if percent >= 10 or percent == 0 else f"{percent:.1g}%"
+
+
+@dataclass(frozen=True)
+class Bounding:
+    """A released bias report (``DPResult.bounding``): what the contribution limits did (rows
+    beyond MAX ROWS PER UNIT, and beyond a unit's first MAX GROUPS PER UNIT groups).
+
+    >>> str(Bounding(Share(0.12, 0.03), (("dep_delay", Share(0.04, 0.01)),), Fraction(1, 20)))
+    '≈ 12% ± 3% of rows beyond per-unit limits (at least); ≈ 4% ± 1% of dep_delay values clamped'
+    """
+
+    dropped: Share | None
+    """Share of the query's rows (after WHERE) beyond the per-unit row limit — a lower bound
+    (one unit counts at most C rows); ``None`` when no row can be dropped (row-level units)."""
+    clamped: tuple[tuple[str, Share], ...]
+    """Per clamped column: the share of kept rows whose value lay outside its bounds."""
+    epsilon: Fraction
+    """What the report spent (part of the query's cost)."""
+
+    def __str__(self) -> str:
+        parts = [] if self.dropped is None else [f"{self.dropped} of rows beyond per-unit limits (at least)"]
+        parts += [f"{share} of {name} values clamped" for name, share in self.clamped]
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able form (kept with the stored answer, so a repeat shows it too)."""
+        pair = (lambda s: None if s is None else [s.value, s.halfwidth])
+        return {"dropped": pair(self.dropped), "clamped": [[n, *pair(s)] for n, s in self.clamped],
+                "epsilon": str(self.epsilon)}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> Bounding:
+        dropped = record["dropped"]
+        return cls(None if dropped is None else Share(float(dropped[0]), float(dropped[1])),
+                   tuple((str(n), Share(float(v), float(h))) for n, v, h in record["clamped"]),
+                   Fraction(record["epsilon"]))
+
+
+def noisy_counts(bias: BiasPlan, exact: dict[str, int], source=None) -> dict[str, int]:
+    """Each exact count plus discrete Laplace noise of its measure's scale."""
+    return {m.name: int(exact[m.name]) + int(discrete_laplace(m.scale, 1, source)[0]) for m in bias.measures}
+
+
+def release_bias(bias: BiasPlan, exact: dict[str, int], source=None) -> Bounding:
+    """Noise each count, then the shares (post-processing)."""
+    noisy = {name: max(value, 0) for name, value in noisy_counts(bias, exact, source).items()}
+    widths = {m.name: discrete_laplace_halfwidth(m.scale, ALPHA / 2) for m in bias.measures}
+    kept, kept_width = noisy["kept"], widths["kept"]
+    dropped = None
+    if bias.cap is not None:
+        dropped = _ratio_share(noisy["dropped"], widths["dropped"], kept, kept_width, added=True)
+    clamped = tuple((c.name, _ratio_share(noisy[f"clamped_{i}"], widths[f"clamped_{i}"], kept, kept_width,
+                                          added=False)) for i, c in enumerate(bias.columns))
+    return Bounding(dropped, clamped, bias.epsilon)
+
+
+def _ratio_share(part: int, part_width: int, kept: int, kept_width: int, *, added: bool) -> Share:
+    """part / (kept + part) when ``added`` (the part is not among the kept), else part / kept,
+    clipped into [0, 1], with the widest deviation within both counts' intervals."""
+    def ratio(p: float, k: float) -> float:
+        p, k = max(p, 0.0), max(k, 0.0)
+        whole = k + p if added else k
+        return 1.0 if whole <= 0 else min(p / whole, 1.0)
+
+    value = ratio(part, kept) if (kept + part if added else kept) > 0 else 0.0
+    low, high = ratio(part - part_width, kept + kept_width), ratio(part + part_width, kept - kept_width)
+    return Share(value, max(value - low, high - value, 0.0))
+
+
+def explain_bias(bias: BiasPlan, sql: str) -> str:
+    """The bias report's part of ``explain()``."""
+    lines = [f"bias report: {_number(bias.share)} of the query's epsilon ({float(bias.epsilon):g}), "
+             f"split equally between {len(bias.measures)} counts over the rows after WHERE:"]
+    what = {"kept": f"rows the query keeps, min(rows in the groups it keeps, {bias.rows_per_unit}) per unit",
+            "dropped": f"rows beyond the per-unit limit, at most {bias.cap} per unit (so the share is at least this)"}
+    for measure in bias.measures:
+        text = what.get(measure.name) or f"kept rows with {measure.column} outside its bounds"
+        lines.append(f"  {measure.name}: {text}; sensitivity {measure.sensitivity}, epsilon "
+                     f"{float(measure.epsilon):g}, discrete Laplace scale {float(measure.scale):g}")
+    return "\n".join(lines) + f"\n\nbias SQL:\n{sql}"
+
+
+def with_bounding(answer: str, bounding: Bounding | None) -> str:
+    """A stored answer's JSON with the bias report added (``dpsql.result.encode_answer`` text)."""
+    if bounding is None:
+        return answer
+    record = json.loads(answer)
+    record["bounding"] = bounding.to_dict()
+    return json.dumps(record, separators=(",", ":"))
+
+
+def stored_bounding(answer: str | None) -> Bounding | None:
+    """The bias report kept with a stored answer, if any."""
+    try:
+        record = json.loads(answer)
+        return Bounding.from_dict(record["bounding"])
+    except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
+        return None

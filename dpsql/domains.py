@@ -1,0 +1,145 @@
+"""Public key domains that follow the query: narrowed by WHERE, limited in size, and whole.
+
+A GROUP BY key with a KEYS domain releases every key of its domain, whatever the data. Three
+rules keep that from flooding or hiding the answer:
+
+* **Narrowing.** A top-level AND-ed WHERE conjunct that mentions one grouped KEYS column and
+  constants only (``origin IN ('EWR', 'JFK')``, ``code BETWEEN 1 AND 3``, ``NOT k = 'x'``,
+  ``upper(k) LIKE 'A%'``) is evaluated on the public domain itself, in DuckDB, on the domain's
+  values cast to the column's type: coercion and comparison are exactly DuckDB's, never
+  re-implemented here. The released keys are those for which it holds. Public data only, so
+  narrowing is free. A row the query's WHERE keeps has a key for which the conjunct holds, so
+  narrowing drops no such row's key (and should DuckDB ever disagree, the row is counted in
+  the outside cell below, not lost).
+* **Size limit.** A domain of more keys than ``MAX RELEASED KEYS`` (policy; ``max_keys`` in the
+  query's OPTIONS) is refused before the charge, naming the domain, its size and the limit.
+* **The outside cell.** Rows whose keys are not among the released ones (a key outside its
+  declared domain, or NULL: NULL is never a key of a domain) are not dropped: the bounded SQL
+  maps their keys to NULL, one more group, and that group is released with the same noise as
+  every other cell (``res.outside_domain``). It is a group like any other for contribution
+  bounding, so it counts among a unit's MAX GROUPS PER UNIT groups and its k rows: the
+  sensitivity of every measure is unchanged (``tests/test_domains.py`` checks by brute force).
+  Rows the query's own WHERE excludes are not "outside": they are in no cell at all.
+
+With a private key among the GROUP BY keys (partition selection), none of this applies: the
+domain keys filter rows as before, and there is no outside cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from sqlglot import exp
+
+from .allowlist import check_public
+from .errors import DPError
+from .model import DEFAULT_MAX_RELEASED_KEYS  # noqa: F401  (re-exported: the limit is this module's rule)
+from .plan import GroupKey
+
+def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str = "") -> tuple[GroupKey, ...]:
+    """Each KEYS-domain key with the top-level AND-ed WHERE conjuncts that mention its column
+    and constants only (``GroupKey.narrowed_by``). Anything the public allow-list refuses
+    (``check_public(..., deterministic=True)``) narrows nothing.
+
+    >>> import sqlglot
+    >>> from dpsql.model import KeyDomain
+    >>> key = GroupKey("g0", exp.column("origin"), KeyDomain(table="airports", column="faa"))
+    >>> where = sqlglot.parse_one("SELECT 1 FROM t WHERE origin IN ('EWR', 'JFK') AND delay > 0 AND origin <> dest").args["where"].this
+    >>> [c.sql() for c in narrow_keys([key], where)[0].narrowed_by]
+    ["origin IN ('EWR', 'JFK')"]
+    """
+    if where is None:
+        return tuple(keys)
+    conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    narrowed = []
+    for key in keys:
+        if key.domain is None or not isinstance(key.expression, exp.Column):
+            narrowed.append(key)
+            continue
+        mine = tuple(c for c in conjuncts if _only_about(c, key.expression.name, sql))
+        narrowed.append(replace(key, narrowed_by=mine) if mine else key)
+    return tuple(narrowed)
+
+
+def _only_about(conjunct: exp.Expression, column: str, sql: str) -> bool:
+    """True when ``conjunct`` reads the column ``column`` and nothing else but constants, and is
+    a deterministic expression on the public allow-list."""
+    columns = list(conjunct.find_all(exp.Column))
+    if not columns or any(c.name.lower() != column.lower() for c in columns):
+        return False
+    if any(isinstance(node, (exp.Subquery, exp.Select, exp.AggFunc, exp.Star)) for node in conjunct.walk()):
+        return False
+    try:
+        check_public(conjunct, sql, deterministic=True)
+    except DPError:
+        return False
+    return True
+
+
+def on_value(conjunct: exp.Expression, column: str, value: str) -> exp.Expression:
+    """``conjunct`` with its column replaced by the column ``value`` (a domain's typed value).
+
+    >>> import sqlglot
+    >>> on_value(sqlglot.parse_one("t.k BETWEEN 1 AND 3"), "k", "v0").sql()
+    'v0 BETWEEN 1 AND 3'
+    """
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.name.lower() == column.lower():
+            return exp.column(value)
+        return node
+
+    return conjunct.copy().transform(visit)
+
+
+def reports_outside(keys: Sequence[GroupKey]) -> bool:
+    """True when rows outside the released keys form one more released cell: every key has a
+    public domain (no partition selection)."""
+    return bool(keys) and all(key.domain is not None for key in keys)
+
+
+def domain_parts(keys: Sequence[GroupKey]) -> list[list[int]]:
+    """Key indices grouped by where their domain comes from: keys from one public table take the
+    combinations that table holds (a city with its stores), other keys combine freely.
+
+    >>> from dpsql.model import KeyDomain
+    >>> a = GroupKey("g0", exp.column("city"), KeyDomain(table="stores", column="city"))
+    >>> b = GroupKey("g1", exp.column("plan"), KeyDomain(values=("free",)))
+    >>> c = GroupKey("g2", exp.column("store"), KeyDomain(table="Stores", column="store"))
+    >>> domain_parts([a, b, c])
+    [[0, 2], [1]]
+    """
+    groups: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        table = key.domain.table if key.domain.values is None else None
+        groups.setdefault(table.lower() if table else f"#{index}", []).append(index)
+    return list(groups.values())
+
+
+def key_text(key: GroupKey) -> str:
+    """A key as the analyst wrote it: a column by its name, else its SQL.
+
+    >>> key_text(GroupKey("g0", exp.column("dest", quoted=True), None))
+    'dest'
+    """
+    expression = key.expression
+    return expression.name if isinstance(expression, exp.Column) else expression.sql(dialect="duckdb")
+
+
+def domain_text(key: GroupKey) -> str:
+    """The domain of a key as the analyst reads it in messages and explain().
+
+    >>> import sqlglot
+    >>> from dpsql.model import KeyDomain
+    >>> key = GroupKey("g0", exp.column("origin"), KeyDomain(table="airports", column="faa"))
+    >>> domain_text(key)
+    'the KEYS domain of origin (airports.faa)'
+    >>> domain_text(replace(key, narrowed_by=(sqlglot.parse_one("origin = 'EWR'"),)))
+    "the KEYS domain of origin (airports.faa) where origin = 'EWR'"
+    """
+    domain = key.domain
+    source = f"{domain.table}.{domain.column}" if domain.values is None else f"{len(domain.values)} listed keys"
+    text = f"the KEYS domain of {key_text(key)} ({source})"
+    if key.narrowed_by:
+        text += " where " + " AND ".join(c.sql(dialect="duckdb") for c in key.narrowed_by)
+    return text

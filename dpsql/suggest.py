@@ -1,0 +1,362 @@
+"""Choosing contribution bounds with DP: ``Connection.suggest_bounds`` and ``dpsql suggest``.
+
+Bounds picked by looking at the data are a leak, and bounds picked blind bias answers (5–63%
+on real data). So the curator (or an analyst, charged like any query) asks for DP estimates:
+
+* **MAX ROWS PER UNIT k**: a DP quantile (``ROWS_QUANTILE``, the 95th percentile) of the
+  number of rows per unit, by the exponential mechanism (McSherry & Talwar 2007) over the
+  public candidates ``ROWS_CANDIDATES``, best at the first k that at least q·n units do not
+  exceed (``pick_quantile``). Each unit adds one value (its row count), so adding, removing or
+  replacing it moves every rank by at most 1: Δu = 1.
+* **MAX GROUPS PER UNIT l** (with ``group_by``): the same quantile of the number of distinct
+  values of that column per unit — again one value per unit, Δu = 1.
+* **col BOUNDS lo TO hi** per numeric column, in the manner of Google's ApproxBounds: a noisy
+  histogram over public log-spaced bins (edges ``value_candidates``: 0 and ±m·10^e, m in 1,
+  1.5, 2, 2.5, 3, 4, 5, 6, 8), each unit giving **one** value (its first non-NULL, non-NaN
+  value in a salted-hash order of its own values, so which one depends on its rows alone).
+  One unit moves one bin count by 1 (add or remove: L1 sensitivity 1) or two (replace: 2);
+  each count gets discrete Laplace noise of scale Δ1/epsilon. Counts below the threshold
+  τ = scale·ln(bins/β) (β = 0.05: with probability ≥ 95% no empty bin passes) are zeroed,
+  and lo, hi are the outer edges of the bins holding the (1 - coverage)/2 and
+  1 - (1 - coverage)/2 quantiles of what remains — post-processing of the histogram. One
+  value per unit rather than k: the noise relative to the counts is the same when units have
+  k rows or more, and smaller when many have fewer; the quantiles are then over units.
+
+The epsilon asked is spent by basic composition in equal parts: one for k (none for a
+row-level table, whose k is 1), one for l when asked, one for the columns' histograms together
+(an equal share each). Nothing else is read; the whole epsilon is charged before any data is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from .errors import UnsupportedQuery
+from .model import Policy
+from .noise import discrete_laplace, exponential_mechanism
+from .policy_check import is_numeric_type
+from .rewrite import literal
+
+ROWS_QUANTILE = Fraction(95, 100)
+"""k is the DP estimate of this quantile of rows per unit."""
+DEFAULT_COVERAGE = Fraction(98, 100)
+"""Bounds are the DP estimates of the (1 - coverage)/2 and 1 - (1 - coverage)/2 quantiles."""
+_MANTISSAS = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(5, 2), Fraction(3), Fraction(4),
+              Fraction(5), Fraction(6), Fraction(8))
+
+ROWS_CANDIDATES = tuple(sorted({int(m * 10**e) for e in range(7) for m in _MANTISSAS
+                                if (m * 10**e).denominator == 1 and m * 10**e <= 10**6}))
+"""The values k may take: 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 25, ..., 10**6."""
+
+
+def value_candidates(integral: bool) -> tuple[Fraction, ...]:
+    """The bounds a column may get: 0 and ±m·10^e (10^-3 ≤ |c| ≤ 8·10^9), integers only for
+    an integer column.
+
+    >>> len(value_candidates(False)), value_candidates(True)[:3], value_candidates(True)[-1]
+    (235, (Fraction(-8000000000, 1), Fraction(-6000000000, 1), Fraction(-5000000000, 1)), Fraction(8000000000, 1))
+    """
+    positive = {m * Fraction(10) ** e for e in range(-3, 10) for m in _MANTISSAS}
+    if integral:
+        positive = {c for c in positive if c.denominator == 1}
+    return tuple(sorted({Fraction(0), *positive, *(-c for c in positive)}))
+
+
+def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fraction, sensitivity: int,
+                  source=None) -> int:
+    """Index of the candidate chosen by the exponential mechanism whose best candidate is the
+    first c with rank(c) ≥ q·n (``ranks[i]``: values ≤ candidates[i]; n = ``total``).
+
+    u(c_i) = -max(q·n - rank(c_i), rank(c_{i-1}) - q·n, 0), rank(c_{-1}) = 0. The plain
+    -|rank(c) - q·n| is flat above the largest value, so every far candidate would tie with
+    the right one; this one is 0 only for the first candidate reaching the quantile and falls
+    on both sides. Sensitivity: with a = q·n - rank(c_i) and b = rank(c_{i-1}) - q·n, a + b ≤ 0,
+    so u = -max(a, b, 0); one unit moves a and b by at most ``sensitivity`` each (its values
+    move each rank by at most that, and q·n by q times it), hence u by at most that.
+
+    >>> from dpsql.noise import SeededSource
+    >>> pick_quantile([1, 2, 3, 4], [10, 50, 100, 100], 100, Fraction(2, 5), Fraction(50), 1, SeededSource(0))
+    1
+    """
+    target = float(quantile) * total
+    ranks = np.asarray(ranks, dtype=float)
+    before = np.concatenate([[0.0], ranks[:-1]])
+    utility = -np.maximum(np.maximum(target - ranks, before - target), 0.0)
+    return int(exponential_mechanism(float(epsilon) * utility / (2 * sensitivity), source))
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a suggestion spends its epsilon."""
+
+    rows: Fraction
+    """Epsilon of the choice of k (0 when k is not chosen: a row-level table)."""
+    each_column: Fraction
+    """Epsilon of each column's histogram (both its bounds)."""
+    groups: Fraction = Fraction(0)
+    """Epsilon of the choice of MAX GROUPS PER UNIT (0 when not asked for)."""
+
+
+def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: bool = False) -> Split:
+    """Equal parts for k (not for a row-level table), for l (when asked) and for the columns'
+    histograms together, each column an equal share of its part.
+
+    >>> split_epsilon(Fraction(1), False, 2)
+    Split(rows=Fraction(1, 2), each_column=Fraction(1, 4), groups=Fraction(0, 1))
+    >>> split_epsilon(Fraction(1), False, 1, grouped=True)
+    Split(rows=Fraction(1, 3), each_column=Fraction(1, 3), groups=Fraction(1, 3))
+    """
+    parts = (0 if row_level else 1) + (1 if grouped else 0) + (1 if columns else 0)
+    part = epsilon / parts
+    return Split(Fraction(0) if row_level else part, part / columns if columns else Fraction(0),
+                 part if grouped else Fraction(0))
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _table(name: str) -> str:
+    return ".".join(_quoted(part) for part in name.split("."))
+
+
+def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
+    """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
+    distinct values of that column, NULL one of them); then the number of units."""
+    counts = ", ".join(f"COUNT(*) FILTER (WHERE r <= {k})" for k in ROWS_CANDIDATES)
+    per_unit = "COUNT(*)" if group_by is None else \
+        f"COUNT(DISTINCT {_quoted(group_by)}) + MAX(CASE WHEN {_quoted(group_by)} IS NULL THEN 1 ELSE 0 END)"
+    return (f"SELECT {counts}, COUNT(*) FROM (SELECT {per_unit} AS r FROM {_table(table)} "
+            f"WHERE {_quoted(unit)} IS NOT NULL GROUP BY {_quoted(unit)})")
+
+
+def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
+    """Per edge c, how many units' chosen values are ≤ c; then how many units gave one. Each
+    unit gives its first non-NULL, non-NaN value in a salted-hash order of its own values
+    (``$salt``); each row of a row-level table (``unit`` None) is its own unit."""
+    value = _quoted(column)
+    present = f"{value} IS NOT NULL" + (f" AND NOT isnan({value})" if floating else "")
+    counts = ", ".join(f"COUNT(*) FILTER (WHERE v <= {literal(c)})" for c in edges)
+    if unit is None:
+        return f"SELECT {counts}, COUNT(*) FROM (SELECT {value} AS v FROM {_table(table)} WHERE {present})"
+    owner = _quoted(unit)
+    return (f"SELECT {counts}, COUNT(*) FROM (\n  SELECT {value} AS v, ROW_NUMBER() OVER (PARTITION BY {owner} "
+            f"ORDER BY hash($salt, {owner}, {value}), {value}) AS dp_n\n  FROM {_table(table)}\n"
+            f"  WHERE {owner} IS NOT NULL AND {present}\n) WHERE dp_n = 1")
+
+
+BETA = 0.05
+"""The chance that some empty bin's noisy count passes the threshold."""
+
+
+def bin_counts(at_most: list[int], total: int) -> list[int]:
+    """Bin counts from cumulative counts: bin 0 is (-inf, e0], bin i (e[i-1], e[i]], the last
+    (e[-1], +inf).
+
+    >>> bin_counts([1, 1, 4], 5)
+    [1, 0, 3, 1]
+    """
+    cumulative = [0, *at_most, total]
+    return [cumulative[i + 1] - cumulative[i] for i in range(len(cumulative) - 1)]
+
+
+def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, coverage: Fraction,
+                 source=None) -> tuple[Fraction, Fraction] | None:
+    """lo, hi from a histogram of ``counts`` over the bins of ``edges``: discrete Laplace noise of
+    scale sensitivity/epsilon on every count (one batch), counts below the threshold zeroed, and
+    the outer edges of the bins holding the tail quantiles; ``None`` when nothing passes.
+
+    >>> from dpsql.noise import SeededSource
+    >>> edges = [Fraction(e) for e in (-10, 0, 10, 100)]
+    >>> noisy_bounds(edges, [0, 0, 500, 500, 0], Fraction(1), 1, Fraction(98, 100), SeededSource(0))
+    (Fraction(0, 1), Fraction(100, 1))
+    """
+    scale = Fraction(sensitivity) / epsilon
+    noisy = np.asarray(counts, dtype=np.int64) + discrete_laplace(scale, len(counts), source)
+    threshold = float(scale) * math.log(len(counts) / BETA)
+    kept = np.where(noisy >= threshold, noisy, 0)
+    total = int(kept.sum())
+    if total <= 0:
+        return None
+    tail = float((1 - coverage) / 2) * total
+    cumulative = np.cumsum(kept)
+    low_bin = int(np.searchsorted(cumulative, tail, side="right")) if tail > 0 else int(np.argmax(kept > 0))
+    low_bin = min(low_bin, len(kept) - 1)
+    while kept[low_bin] == 0:  # the first bin with values at or after the tail
+        low_bin += 1
+    high_bin = int(np.searchsorted(cumulative, total - tail, side="left"))
+    high_bin = min(max(high_bin, low_bin), len(kept) - 1)
+    while kept[high_bin] == 0:
+        high_bin -= 1
+    # bin i spans (edges[i-1], edges[i]]; the two outer bins reach past the first and last edge
+    lo = edges[max(low_bin - 1, 0)]
+    hi = edges[min(high_bin, len(edges) - 1)]
+    if lo >= hi:
+        hi = edges[min(edges.index(lo) + 1, len(edges) - 1)] if lo != edges[-1] else lo
+        lo = edges[edges.index(hi) - 1] if lo >= hi else lo
+    return lo, hi
+
+
+def plain(value: Fraction, integral: bool):
+    """A bound as a Python number: int for an integer column, else float."""
+    return int(value) if integral else float(value)
+
+
+def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon) -> str:
+    """The policy fragment ``dpsql suggest`` prints, with each trade-off stated."""
+    split = suggestion["epsilon_split"]
+    k = suggestion["max_rows_per_unit"]
+    lines = [f"-- suggested by DP from {table} at epsilon {_shown(epsilon)} "
+             f"({_describe_split(split)}); merge into your policy",
+             f"PRIVATE TABLE {table} ("]
+    items = ["    PRIVACY UNIT ROW" if unit is None else f"    PRIVACY UNIT {unit}"]
+    if unit is not None:
+        items.append(f"    MAX ROWS PER UNIT {k}")
+    groups = suggestion.get("max_groups_per_unit")
+    if groups is not None:
+        items.append(f"    MAX GROUPS PER UNIT {groups}")
+    found = {column: pair for column, pair in suggestion["bounds"].items() if pair is not None}
+    items += [f"    {column} BOUNDS {_shown(lo)} TO {_shown(hi)}" for column, (lo, hi) in found.items()]
+    lines += [",\n".join(items), ");"]
+    if unit is not None:
+        lines.append(f"-- MAX ROWS PER UNIT {k}: about {float(ROWS_QUANTILE):.0%} of units have at most {k} rows "
+                     f"and keep them all (the rest lose rows: answers are lowered); COUNT and SUM noise grows ∝ k")
+    if groups is not None:
+        lines.append(f"-- MAX GROUPS PER UNIT {groups}: about {float(ROWS_QUANTILE):.0%} of units have at most "
+                     f"{groups} values of {suggestion.get('group_by')} (the rest lose groups); grouped "
+                     f"noise grows ∝ {groups}")
+    for column in suggestion["bounds"]:
+        if column not in found:
+            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise "
+                         f"(spend more epsilon, or choose them from public knowledge)")
+            continue
+        lo, hi = found[column]
+        lines.append(f"-- {column} BOUNDS {_shown(lo)} TO {_shown(hi)}: the bins holding the middle "
+                     f"{float(DEFAULT_COVERAGE):.0%} of units' values (a bin with too few units to pass the "
+                     f"noise threshold is cut: its values are clamped); SUM noise grows ∝ "
+                     f"max(|lo|, |hi|), AVG's ∝ hi - lo")
+    return "\n".join(lines) + "\n"
+
+
+def _describe_split(split: dict) -> str:
+    parts = []
+    if split.get("max_rows_per_unit"):
+        parts.append(f"{_shown(split['max_rows_per_unit'])} for MAX ROWS PER UNIT")
+    if split.get("max_groups_per_unit"):
+        parts.append(f"{_shown(split['max_groups_per_unit'])} for MAX GROUPS PER UNIT")
+    if split.get("each_column"):
+        parts.append(f"{_shown(split['each_column'])} for each column's bounds")
+    return ", ".join(parts)
+
+
+def _shown(value) -> str:
+    if isinstance(value, int):
+        return str(value)
+    number = float(value)
+    return str(int(number)) if number.is_integer() and abs(number) < 1e15 else f"{number:g}"
+
+
+def is_float_type(type_name: str) -> bool:
+    return type_name.upper() in ("FLOAT", "DOUBLE", "REAL")
+
+
+def is_integer_type(type_name: str) -> bool:
+    name = type_name.upper()
+    return name.lstrip("U") in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT") or \
+        (name.startswith("DECIMAL(") and name.endswith(",0)"))
+
+
+
+@dataclass(frozen=True)
+class SuggestPlan:
+    """What a suggestion reads and spends, decided before any data is read."""
+
+    table: str
+    """The private table's name as the policy declares it."""
+    key: str
+    """Its catalog name."""
+    unit: str | None
+    """Its unit column (lower case); ``None`` for a row-level table."""
+    columns: tuple[tuple[str, str], ...]
+    """(column, DuckDB type) of each numeric column to bound."""
+    group_by: str | None
+    """The column whose distinct values per unit bound MAX GROUPS PER UNIT, if asked."""
+    epsilon: Fraction
+    """The whole cost."""
+    split: Split
+    """How it is spent."""
+    sensitivity: int
+    """L1 sensitivity of a histogram of one value per unit: 1 (add/remove) or 2 (replace)."""
+
+
+def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fraction, columns=None,
+                    group_by=None) -> SuggestPlan:
+    """Check what is asked against the policy and catalog (no data): an unknown or public
+    table, a non-numeric column, or a ``group_by`` that is not a column are refused."""
+    declared = policy.table(table) if isinstance(table, str) else None
+    if declared is None or not policy.is_private(declared.name):
+        private = ", ".join(t.name for t in policy.private_tables) or "none"
+        raise UnsupportedQuery(f"{table} is not a private table of the policy",
+                               hint=f"name one of the private tables: {private}")
+    key = key_of(declared.name)
+    types = catalog[key]
+    unit = None if declared.row_level else declared.unit.lower()
+    numeric = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
+    if columns is None:
+        chosen = numeric
+    else:
+        chosen = []
+        for column in [columns] if isinstance(columns, str) else columns:
+            name = str(column).lower()
+            if name not in numeric:
+                raise UnsupportedQuery(f"{column} is not a numeric column of {declared.name}",
+                                       hint=f"name numeric columns other than the unit: {', '.join(numeric) or 'none'}")
+            chosen.append(name)
+    if unit is None and not chosen:
+        raise UnsupportedQuery(f"{declared.name} is a row-level table with no numeric column to bound",
+                               hint="its MAX ROWS PER UNIT is 1; name a numeric column, if it has one")
+    if group_by is not None:
+        grouped = str(group_by).lower()
+        if unit is None or grouped not in types or grouped == unit:
+            raise UnsupportedQuery(
+                f"cannot suggest MAX GROUPS PER UNIT of {declared.name} by {group_by}: " +
+                ("each row is its own unit, in one group" if unit is None else f"{group_by} is not one of "
+                 "its columns other than the unit"),
+                hint="leave group_by out" if unit is None else f"name a column of {declared.name}")
+        group_by = grouped
+    return SuggestPlan(declared.name, key, unit, tuple((c, types[c]) for c in chosen), group_by, epsilon,
+                       split_epsilon(epsilon, unit is None, len(chosen), group_by is not None),
+                       2 if policy.neighbours == "bounded" else 1)
+
+
+def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
+    """The suggestion: ``fetch(sql)`` runs dpsql's SQL (``$salt`` bound) and returns its rows;
+    ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
+    split, unit = plan.split, plan.unit
+    k = 1
+    if unit is not None:
+        *ranks, units = fetch(rows_sql(plan.key, unit))[0]
+        k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
+    groups = None
+    if plan.group_by is not None:
+        *ranks, units = fetch(rows_sql(plan.key, unit, plan.group_by))[0]
+        groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
+    bounds = {}
+    for column, type_name in plan.columns:
+        integral = is_integer_type(type_name)
+        edges = value_candidates(integral)
+        *at_most, count = fetch(values_sql(plan.key, unit, column, is_float_type(type_name), edges))[0]
+        found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
+                             DEFAULT_COVERAGE, source)
+        bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
+    suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
+                  "epsilon_split": {"total": float(plan.epsilon), "max_rows_per_unit": float(split.rows),
+                                    "each_column": float(split.each_column)}}
+    if plan.group_by is not None:
+        suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
+        suggestion["group_by"] = plan.group_by
+    return suggestion

@@ -1,0 +1,288 @@
+"""Bias made visible (``dpsql.bias``): limits named on every answer, the charged bias report,
+and its sensitivities checked by brute force."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from itertools import product
+
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.bias import DROP_CAP, bias_sql, noisy_counts, release_bias
+from dpsql.errors import BudgetExceeded, InvalidParameter, UnsupportedQuery
+from dpsql.noise import SeededSource
+
+POLICY = ("BUDGET EPSILON 1000; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, MAX GROUPS PER UNIT 1, "
+          "x BOUNDS 0 TO 10, g KEYS ('a', 'b')); PUBLIC TABLE p;")
+QUERY = "SELECT SUM(x) AS s FROM t WHERE x < 40"
+PUBLIC = pd.DataFrame({"g": ["a", "b"], "w": [1, 2]})
+
+
+def frame(units: dict[int, tuple]) -> pd.DataFrame:
+    """Rows of each unit: x values (group 'a'), or (x, group) pairs."""
+    rows = [(uid, float(x[0]), x[1]) if isinstance(x, tuple) else (uid, float(x), "a")
+            for uid, values in units.items() for x in values]
+    return pd.DataFrame(rows or [(0, 0.0, "a")][:0], columns=["uid", "x", "g"]).astype({"uid": "int64", "x": "float64"})
+
+
+def exact_counts(data: pd.DataFrame, sql: str = QUERY, policy: str = POLICY):
+    """The bias plan of ``sql`` and its exact counts over ``data`` (what release_bias noises)."""
+    with dpsql.connect({"t": data, "p": PUBLIC}, policy=policy) as db:
+        tree, checked, written = db._check(sql)
+        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        counting = bias_sql(bias, plan.query)
+        row = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0]
+        return bias, dict(zip([m.name for m in bias.measures], (int(v) for v in row)))
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+def test_every_private_answer_names_its_limits_for_free():
+    data = frame({1: (1, 2, 3), 2: (50,)})
+    with dpsql.connect({"t": data, "p": PUBLIC}, policy=POLICY) as db:
+        grouped = db.sql("SELECT g, SUM(x) AS s FROM t GROUP BY g", epsilon=1)
+        assert str(grouped.limits) == "at most 2 rows and 1 group per uid; x clamped to [0, 10]"
+        plain = db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1)
+        assert str(plain.limits) == "at most 2 rows per uid"
+        lowered = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n FROM t",
+                         epsilon=1)
+        assert str(lowered.limits) == "at most 1 row per uid"
+        assert grouped.bounding is None and "\nlimits: at most 2 rows" in repr(grouped)
+        assert db.sql("SELECT * FROM p").limits is None
+        text = db.explain("SELECT g, SUM(x) AS s FROM t GROUP BY g", epsilon=1)
+        assert "limits: at most 2 rows and 1 group per uid; x clamped to [0, 10]" in text
+        assert float(db.budget.spent.epsilon) == 3  # the limits cost nothing beyond the queries
+
+
+def test_row_level_limits():
+    data = pd.DataFrame({"x": [1.0, 2.0]})
+    with dpsql.connect({"r": data}, policy="BUDGET EPSILON 9; PRIVATE TABLE r (PRIVACY UNIT ROW, x BOUNDS 0 TO 1);") as db:
+        assert str(db.sql("SELECT SUM(x) AS s FROM r", epsilon=1).limits) == \
+            "each row is its own unit; x clamped to [0, 1]"
+
+
+# -- exact counts ----------------------------------------------------------------------------
+
+def test_counts_by_hand():
+    # unit 1: 5 rows, the copy keeps 2, all pass WHERE: kept 2, estimated dropped 5 - 2 = 3
+    # unit 2: fails the WHERE entirely; unit 3: 2 rows both outside [0, 10]: kept 2, clamped 2
+    bias, counts = exact_counts(frame({1: (1, 2, 3, 4, 5), 2: (50,), 3: (20, -1)}))
+    assert counts == {"kept": 4, "dropped": 3, "clamped_0": 2}
+    assert [(m.name, m.sensitivity) for m in bias.measures] == [("kept", 2), ("dropped", 8), ("clamped_0", 2)]
+
+
+def test_dropped_rows_after_where_are_estimated_from_the_kept_sample():
+    # 10 rows, all passing: the copy's 2 rows pass, so all 10 are estimated to pass: 8 dropped
+    _, counts = exact_counts(frame({1: (1,) * 10}))
+    assert counts["dropped"] == 8
+    # 30 rows: 28 beyond the limit, but one unit adds at most C = 4k = 8
+    _, counts = exact_counts(frame({1: (1,) * 30}))
+    assert counts["dropped"] == DROP_CAP * 2
+    # none pass the WHERE: the unit is not among the query's rows at all
+    _, counts = exact_counts(frame({1: (50,) * 30}))
+    assert counts == {"kept": 0, "dropped": 0, "clamped_0": 0}
+
+
+def test_rows_beyond_the_group_limit_are_dropped_too():
+    grouped = "SELECT g, COUNT(*) AS n FROM t WHERE x < 40 GROUP BY g"
+    # two rows in two groups, MAX GROUPS PER UNIT 1: one kept, one dropped; one group: both kept
+    _, counts = exact_counts(frame({1: ((1, "a"), (2, "b")), 2: ((1, "b"), (2, "b"))}), grouped)
+    assert counts == {"kept": 3, "dropped": 1}
+    # a key outside the domain is not among the query's rows
+    _, counts = exact_counts(frame({1: ((1, "a"), (2, "zzz"))}), grouped)
+    assert counts == {"kept": 1, "dropped": 0}
+
+
+# -- brute-force sensitivity -----------------------------------------------------------------
+
+PROFILES = [(), (3,), (50,), (-1, 3), (3, 3, 3), (-1,) * 5, (3,) * 12, (20,) * 13, (50,) * 12 + (3,),
+            (-1, 3, 50) * 4, (float("nan"), 3), (float("inf"), float("-inf"), 3),
+            ((3, "b"), (3, "a")), ((20, "b"),) * 6 + ((3, "a"),) * 6, ((-1, "b"), (3, "zzz")) * 5]
+BACKGROUND = {100: (3, -1), 101: (5,) * 7}
+
+
+@pytest.mark.parametrize("sql, k", [(QUERY, 2),
+                                    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) "
+                                     "SUM(x) AS s FROM t WHERE x < 40", 1),
+                                    ("SELECT g, SUM(x) AS s FROM t WHERE x < 40 GROUP BY g", 2)])
+@pytest.mark.parametrize("neighbours", ["UNBOUNDED", "BOUNDED"])
+def test_no_unit_moves_a_count_beyond_its_sensitivity(sql, k, neighbours):
+    """Every profile of one unit against every other (the empty profile: add or remove; any
+    other: replace), with other units fixed: the largest change of each count is at most its
+    analysed sensitivity, and reaches it."""
+    policy = POLICY.replace("BUDGET EPSILON 1000;", f"BUDGET EPSILON 1000; NEIGHBOURS {neighbours};")
+    results = []
+    for profile in PROFILES:
+        bias, counts = exact_counts(frame({**BACKGROUND, 1: profile}), sql, policy)
+        results.append(counts)
+    sensitivity = {m.name: m.sensitivity for m in bias.measures}
+    assert sensitivity == {"kept": k, "dropped": DROP_CAP * k, "clamped_0": k}
+    largest = {name: max(abs(a[name] - b[name]) for a, b in product(results, results)) for name in sensitivity}
+    assert largest == sensitivity
+
+
+# -- noise: scale, and the interval's coverage -----------------------------------------------
+
+def test_noise_has_the_scale_of_sensitivity_over_epsilon_share():
+    _, counts = exact_counts(frame({1: (1, 2, 3, 4, 5), 3: (20, -1)}))
+    with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY) as db:
+        tree, checked, written = db._check(QUERY)
+        _, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, 0.3, written)
+    # epsilon 1, share 0.3 over three counts: 0.1 each; k = 2, C = 8
+    expected = {"kept": 2 / 0.1, "dropped": 8 / 0.1, "clamped_0": 2 / 0.1}
+    exact = {name: 10**6 for name in expected}
+    source, draws = SeededSource(11), 4000
+    deviations = {name: 0.0 for name in expected}
+    for _ in range(draws):
+        for name, value in noisy_counts(bias, exact, source).items():
+            deviations[name] += abs(value - exact[name]) / draws
+    for name, scale in expected.items():
+        p = math.exp(-1 / scale)
+        mean_absolute = 2 * p / (1 - p * p)  # E|Z| of the discrete Laplace with this scale
+        # the mean of 4000 |Z| has relative sd ~1.6%: 15% is > 9 sd (fails < 1e-18); a factor 2 always fails
+        assert 0.85 < deviations[name] / mean_absolute < 1.15, name
+
+
+def test_the_interval_covers_the_true_share():
+    # 200 units with 1..10 rows, k = 2, no WHERE: the exact dropped count is the true one
+    units = {u: (3,) * (1 + u % 10) for u in range(200)}
+    data = frame(units)
+    sizes = data.groupby("uid").size()
+    true_dropped = (sizes - sizes.clip(upper=2)).sum() / sizes.sum()
+    bias, counts = exact_counts(data, "SELECT SUM(x) AS s FROM t")
+    assert counts["dropped"] + counts["kept"] == sizes.sum()  # at most 10 rows: 8 dropped, the cap
+    source, runs, covered = SeededSource(5), 400, 0
+    for _ in range(runs):
+        report = release_bias(bias, counts, source)
+        covered += abs(report.dropped.value - true_dropped) <= report.dropped.halfwidth
+    # each report covers with probability >= 95%: fewer than 85% of 400 has probability < 1e-8
+    assert covered / runs >= 0.85
+
+
+# -- the query surface: charging, options, policy --------------------------------------------
+
+def test_report_takes_its_share_out_of_the_query_epsilon():
+    data = frame({u: (3,) * (1 + u % 6) + (50,) for u in range(300)})
+    with dpsql.connect({"t": data, "p": PUBLIC}, policy=POLICY, rng=SeededSource(2)) as db:
+        result = db.sql(QUERY, epsilon=2, report_bias=0.25)
+        assert result.cost.epsilon == 2 and db.budget.spent.epsilon == 2
+        assert len(db.ledger()) == 1
+        assert result.bounding.epsilon == Fraction(1, 2)
+        assert 0 <= result.bounding.dropped.value <= 1 and result.bounding.clamped[0][0] == "x"
+        assert "of rows beyond per-unit limits (at least)" in str(result.bounding)
+        text = db.explain(QUERY, epsilon=2, report_bias=0.25)
+        assert "bias report: 0.25 of the query's epsilon (0.5)" in text
+        assert "m0: sum" in text and "epsilon 1.5" in text  # the aggregate gets the rest
+        again = db.sql(QUERY, epsilon=2, report_bias=0.25)  # a repeat: the same report, free
+        assert again.repeat and again.bounding == result.bounding and db.budget.spent.epsilon == 2
+        different = db.sql(QUERY, epsilon=2)  # without the report: a different query, charged
+        assert different.bounding is None and db.budget.spent.epsilon == 4
+
+
+def test_report_is_refused_over_budget_before_anything_is_charged():
+    with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC},
+                       policy=POLICY.replace("EPSILON 1000", "EPSILON 1")) as db:
+        with pytest.raises(BudgetExceeded):
+            db.sql(QUERY, epsilon=2, report_bias=True)
+        assert db.budget.spent.epsilon == 0
+
+
+def test_option_in_sql_and_argument_agree_or_are_refused():
+    with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY, rng=SeededSource(1)) as db:
+        sql = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (report_bias = 0.1) COUNT(*) AS n FROM t"
+        assert db.sql(sql, epsilon=1).bounding.epsilon == Fraction(1, 10)
+        with pytest.raises(InvalidParameter, match="report_bias is given twice"):
+            db.sql(sql, epsilon=1, report_bias=0.2)
+        with pytest.raises(InvalidParameter, match="report_bias must be"):
+            db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1, report_bias=1.5)
+
+
+def test_policy_share_reports_on_every_query_that_can_have_one():
+    policy = POLICY.replace("BUDGET EPSILON 1000;", "BUDGET EPSILON 1000; REPORT BIAS SHARE 0.1;")
+    joined = "SELECT COUNT(*) AS n FROM t JOIN p ON t.g = p.g"
+    with dpsql.connect({"t": frame({1: (1,), 2: (2, 3, 4)}), "p": PUBLIC}, policy=policy, rng=SeededSource(3)) as db:
+        assert db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).bounding.epsilon == Fraction(1, 10)
+        assert db.sql("SELECT COUNT(*) AS n FROM t WHERE x > 0", epsilon=1, report_bias=False).bounding is None
+        assert db.sql(joined, epsilon=1).bounding is None  # a join: no report, the whole epsilon to COUNT
+        spent = db.budget.spent.epsilon
+        with pytest.raises(UnsupportedQuery, match="needs a query that reads one private table directly"):
+            db.sql(joined + " WHERE x > 1", epsilon=1, report_bias=True)
+        assert db.budget.spent.epsilon == spent  # refused before the charge
+
+
+def test_shell_and_cli_footers_show_limits_and_bias():
+    from dpsql.shell.render import answer_from, bias_lines
+
+    with dpsql.connect({"t": frame({1: (1, 2, 3), 2: (4,)}), "p": PUBLIC}, policy=POLICY, rng=SeededSource(4)) as db:
+        footer = bias_lines(answer_from(db.sql(QUERY, epsilon=1, report_bias=0.2)))
+    lines = footer.splitlines()
+    assert lines[0] == "limits: at most 2 rows per uid; x clamped to [0, 10] (answers are lowered by these; not in the ±)"
+    assert lines[1].startswith("bias: ≈ ") and "of x values clamped" in lines[1]
+
+
+def test_kept_is_what_the_query_itself_counts():
+    """kept = the exact total of the query's own bounded COUNT(*), groups limited by the same salted order."""
+    from dpsql.rewrite import rewrite_plan
+
+    units = {u: tuple((u % 7 + i, "ab"[(u + i) % 2]) for i in range(1 + u % 5)) for u in range(60)}
+    sql = "SELECT g, COUNT(*) AS n FROM t WHERE x < 8 GROUP BY g"
+    with dpsql.connect({"t": frame(units), "p": PUBLIC}, policy=POLICY) as db:
+        tree, checked, written = db._check(sql)
+        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        counting, bounded = bias_sql(bias, plan.query), rewrite_plan(plan)
+        kept = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0][0]
+        exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
+    assert kept == sum(row[1] for row in exact) and 0 < kept
+
+
+def test_policy_setting_round_trips_and_is_checked():
+    from dpsql.errors import PolicyError
+    from dpsql.model import Policy
+    from dpsql.policy import parse_policy, policy_to_text
+    from dpsql.policy_check import validate_policy
+
+    policy = parse_policy("BUDGET EPSILON 1;\nreport bias share 0.05;")
+    assert policy.bias_share == Fraction(1, 20) and "REPORT BIAS SHARE 0.05;" in policy_to_text(policy)
+    assert parse_policy(policy_to_text(policy)) == policy
+    with pytest.raises(PolicyError, match=r"REPORT BIAS SHARE must be above 0 and below 1, not 1 \(line 2, column 19\)"):
+        parse_policy("BUDGET EPSILON 1;\nREPORT BIAS SHARE 1;")
+    with pytest.raises(PolicyError, match="REPORT BIAS is given twice"):
+        parse_policy("BUDGET EPSILON 1; REPORT BIAS SHARE 0.1; REPORT BIAS SHARE 0.2;")
+    with pytest.raises(PolicyError, match="REPORT BIAS SHARE must be above 0"):
+        validate_policy(Policy(Fraction(1), bias_share=Fraction(0)))
+
+
+def test_cli_query_and_explain_with_report_bias(tmp_path, capsys):
+    import duckdb
+
+    from dpsql import cli
+
+    database = tmp_path / "d.duckdb"
+    connection = duckdb.connect(str(database))
+    connection.register("frame", frame({u: (3,) * (1 + u % 6) for u in range(100)}))
+    connection.execute("CREATE TABLE t AS SELECT * FROM frame")
+    connection.register("public", PUBLIC)
+    connection.execute("CREATE TABLE p AS SELECT * FROM public")
+    connection.close()
+    policy = tmp_path / "t.policy"
+    policy.write_text(POLICY, encoding="utf-8")
+    code = cli.main(["query", str(database), QUERY, "--policy", str(policy), "--epsilon", "1", "--report-bias", "0.3"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "limits: at most 2 rows per uid; x clamped to [0, 10]" in err
+    assert "bias: ≈ " in err and "of rows beyond per-unit limits (at least)" in err
+    code = cli.main(["explain", str(database), QUERY, "--policy", str(policy), "--epsilon", "1", "--report-bias", "0.3"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "bias report: 0.3 of the query's epsilon (0.3)" in out and "bias SQL:" in out
+
+
+def test_refusal_names_the_option_where_it_was_written():
+    with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY) as db:
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (report_bias = true) COUNT(*) AS n\n"
+                   "FROM t JOIN p ON t.g = p.g", epsilon=1)
+        assert (refused.value.line, refused.value.col) == (1, 43) and "drop report_bias" in str(refused.value)
+        assert db.budget.spent.epsilon == 0

@@ -1,0 +1,399 @@
+"""Issue 13 items 4 and 6: public key domains that follow the query, and SQL DuckDB users write.
+
+* WHERE conjuncts on one KEYS column narrow the released keys, evaluated by DuckDB on the
+  public domain (its coercions, never re-implemented);
+* ``MAX RELEASED KEYS`` / ``OPTIONS (max_keys = ...)`` refuse a flood before the charge;
+* rows outside the domain are one more noisy cell (``res.outside_domain``), bounded like any
+  group (brute force below), never lost;
+* FROM subqueries without an alias; GROUP BY (and SELECT DISTINCT) with no aggregate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from fractions import Fraction
+
+import duckdb
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.errors import PolicyError, UnsupportedQuery
+from dpsql.noise import SeededSource
+from dpsql.policy import load_policy, policy_to_text
+from dpsql.shell.render import answer_from
+
+from test_sensitivity_oracle import Oracle, _distance, _frozen, _units
+
+AIRPORTS = ["EWR", "JFK", "LGA", "BOS", "ATL"]
+
+
+def flights(outside: int = 0, null: int = 0) -> pd.DataFrame:
+    """One flight per aircraft (unit), so exact counts are known: origins EWR x 30, JFK x 20,
+    LGA x 10; ``outside`` more from 'XXX' (not an airport), ``null`` more with no origin."""
+    origins = ["EWR"] * 30 + ["JFK"] * 20 + ["LGA"] * 10 + ["XXX"] * outside + [None] * null
+    return pd.DataFrame({"tail": range(len(origins)), "origin": origins,
+                         "code": [i % 5 + 1 for i in range(len(origins))],
+                         "delay": [i % 7 for i in range(len(origins))]})
+
+
+POLICY = """BUDGET EPSILON 1000 DELTA 0.001; QUERY EPSILON 1;
+PRIVATE TABLE flights (PRIVACY UNIT tail, MAX ROWS PER UNIT 1, MAX GROUPS PER UNIT 1,
+    delay BOUNDS 0 TO 10, origin KEYS FROM airports.faa, code KEYS (1, 2, 3, 4));
+PUBLIC TABLE airports;
+"""
+
+
+def connect(frame=None, policy=POLICY, seed=1, **tables):
+    data = {"flights": flights() if frame is None else frame, "airports": pd.DataFrame({"faa": AIRPORTS}), **tables}
+    return dpsql.connect(data, policy=policy, rng=SeededSource(seed))
+
+
+def keys_of(result) -> list:
+    return [row[0] for row in result.fetchall()]
+
+
+# --- 1. narrowing -----------------------------------------------------------------------------
+
+NARROWED = [
+    ("origin IN ('EWR', 'JFK', 'LGA')", ["EWR", "JFK", "LGA"]),
+    ("origin = 'JFK'", ["JFK"]),
+    ("'JFK' = origin", ["JFK"]),
+    ("origin BETWEEN 'BOS' AND 'JFK'", ["BOS", "EWR", "JFK"]),
+    ("origin < 'C'", ["ATL", "BOS"]),
+    ("origin >= 'LGA'", ["LGA"]),
+    ("origin <> 'EWR'", ["ATL", "BOS", "JFK", "LGA"]),
+    ("origin NOT IN ('EWR', 'JFK')", ["ATL", "BOS", "LGA"]),
+    ("NOT origin = 'EWR'", ["ATL", "BOS", "JFK", "LGA"]),
+    ("(origin = 'EWR' OR origin = 'LGA')", ["EWR", "LGA"]),
+    ("origin LIKE 'J%'", ["JFK"]),
+    ("lower(origin) = 'bos'", ["BOS"]),
+    ("origin IN ('EWR', 'JFK') AND delay >= 0 AND origin <> 'JFK'", ["EWR"]),
+    ("origin = 'XXX'", []),
+]
+
+
+@pytest.mark.parametrize("where, released", NARROWED)
+def test_where_on_a_keys_column_narrows_the_released_keys(where, released):
+    with connect() as db:
+        result = db.sql(f"SELECT origin, COUNT(*) AS n FROM flights WHERE {where} GROUP BY origin")
+        assert keys_of(result) == released
+        explained = db.explain(f"SELECT origin, COUNT(*) AS n FROM flights WHERE {where} GROUP BY origin")
+    assert "for which" in explained and "evaluated on the public domain when the query runs: free" in explained
+
+
+INTEGER_KEYS = [
+    ("code = '2'", [2]),              # the string is cast to the INTEGER column's type, as DuckDB does
+    ("code IN ('1', '03')", [1, 3]),  # '03' is 3 for DuckDB; a string comparison would drop it
+    ("code < '3'", [1, 2]),
+    ("code BETWEEN 2.5 AND 10", [3, 4]),
+    ("code = 2.0", [2]),
+    ("code % 2 = 0", [2, 4]),
+]
+
+
+@pytest.mark.parametrize("where, released", INTEGER_KEYS)
+def test_narrowing_coerces_as_duckdb_does(where, released):
+    with connect() as db:
+        assert keys_of(db.sql(f"SELECT code, COUNT(*) AS n FROM flights WHERE {where} GROUP BY code")) == released
+    # DuckDB's own answer on the public domain, typed as the column: the same keys
+    domain = duckdb.sql("SELECT * FROM (VALUES (1), (2), (3), (4)) AS d(code)")
+    assert [r[0] for r in duckdb.sql(f"SELECT code FROM domain WHERE {where} ORDER BY code").fetchall()] == released
+
+
+@pytest.mark.parametrize("where", [
+    "origin = 'EWR' OR delay > 3",          # an OR with another column: not about the key alone
+    "delay > 3",
+    "origin < CAST(delay AS VARCHAR)",      # the key and another column
+])
+def test_conjuncts_about_other_columns_do_not_narrow(where):
+    with connect() as db:
+        assert keys_of(db.sql(f"SELECT origin, COUNT(*) AS n FROM flights WHERE {where} GROUP BY origin")) == \
+            sorted(AIRPORTS)
+
+
+def test_narrowing_is_free_and_the_narrowed_cells_are_exact_in_expectation():
+    """Narrowing reads the public domain only: the cost is the query's, the cells the same."""
+    sql = "SELECT origin, COUNT(*) AS n FROM flights WHERE origin IN ('EWR', 'JFK') GROUP BY origin"
+    with connect() as db:
+        result = db.sql(sql, epsilon=50)
+        assert result.cost.epsilon == 50
+        assert dict(result.fetchall()) == pytest.approx({"EWR": 30, "JFK": 20}, abs=2)
+
+
+def test_a_varchar_key_with_a_collation_compares_byte_for_byte_and_loses_no_row():
+    """A column declared COLLATE NOCASE is read through its bounded copy, which compares byte
+    for byte (``dpsql.bounding``): the WHERE keeps 'EWR', not 'ewr', and so does the narrowed
+    domain. Rows whose exact key is not a released one ('ewr' next to 'EWR') are in the outside
+    cell, never lost, never merged into 'EWR'."""
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE flights (tail INTEGER, origin VARCHAR COLLATE NOCASE, code INTEGER, "
+                       "delay INTEGER)")
+    connection.execute("INSERT INTO flights SELECT i, CASE WHEN i < 30 THEN 'EWR' ELSE 'ewr' END, 1, 0 "
+                       "FROM range(50) AS r(i)")
+    connection.execute("CREATE TABLE airports AS SELECT * FROM (VALUES ('EWR'), ('JFK')) AS a(faa)")
+    with dpsql.connect(connection, policy=POLICY, rng=SeededSource(3)) as db:
+        def answer(where):
+            result = db.sql(f"SELECT origin, COUNT(*) AS n FROM flights {where} GROUP BY origin", epsilon=50)
+            return dict(result.fetchall()), result.outside_domain.values["n"]
+
+        released, outside = answer("WHERE origin IN ('EWR', 'JFK')")
+        assert released == pytest.approx({"EWR": 30, "JFK": 0}, abs=2) and outside == pytest.approx(0, abs=2)
+        released, outside = answer("WHERE origin = 'ewr'")
+        assert released == {} and outside == pytest.approx(20, abs=2)
+        released, outside = answer("")
+        assert released == pytest.approx({"EWR": 30, "JFK": 0}, abs=2) and outside == pytest.approx(20, abs=2)
+
+
+# --- 2. the limit on released keys ------------------------------------------------------------
+
+def test_a_domain_beyond_the_policy_limit_is_refused_before_the_charge():
+    policy = POLICY + "MAX RELEASED KEYS 4;"
+    with connect(policy=policy) as db:
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql("SELECT origin, COUNT(*) FROM flights GROUP BY origin")
+        assert db.budget.spent.epsilon == 0
+        message = str(refused.value)
+        assert "would release 5 keys" in message and "the KEYS domain of origin (airports.faa)" in message
+        assert "limit of 4 keys (the policy's MAX RELEASED KEYS)" in message
+        assert "WHERE origin IN (...)" in message and "MAX RELEASED KEYS" in refused.value.hint
+        assert (refused.value.line, refused.value.col) == (1, 47)  # the GROUP BY key
+        # narrowed under the limit, it runs
+        assert keys_of(db.sql("SELECT origin, COUNT(*) FROM flights WHERE origin <> 'ATL' GROUP BY origin")) == \
+            ["BOS", "EWR", "JFK", "LGA"]
+
+
+def test_the_limit_counts_the_product_of_domains_before_building_it():
+    policy = POLICY + "MAX RELEASED KEYS 19;"
+    with connect(policy=policy) as db:
+        with pytest.raises(UnsupportedQuery, match=r"would release 20 keys, the KEYS domain of origin "
+                                                   r"\(airports.faa\) times the KEYS domain of code"):
+            db.sql("SELECT origin, code, COUNT(*) FROM flights GROUP BY origin, code")
+        assert len(db.sql("SELECT origin, code, COUNT(*) FROM flights WHERE code < 4 GROUP BY ALL")) == 15
+
+
+def test_the_query_option_lowers_the_limit_but_cannot_raise_it():
+    with connect(policy=POLICY + "MAX RELEASED KEYS 10;") as db:
+        sql = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_keys = 3) origin, COUNT(*) FROM flights GROUP BY origin"
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql(sql)
+        assert "limit of 3 keys (max_keys in the query's OPTIONS)" in str(refused.value)
+        assert "raise max_keys" in refused.value.hint and refused.value.col == 43
+        narrowed = sql.replace("GROUP BY", "WHERE origin IN ('EWR', 'JFK') GROUP BY")
+        assert keys_of(db.sql(narrowed)) == ["EWR", "JFK"]
+        with pytest.raises(UnsupportedQuery, match="max_keys must be a whole number from 1 to the policy's"):
+            db.sql(sql.replace("max_keys = 3", "max_keys = 11"))
+        with pytest.raises(UnsupportedQuery, match="max_keys"):
+            db.sql(sql.replace("max_keys = 3", "max_keys = 0"))
+        assert db.budget.spent.epsilon == 1  # the one answered query only
+
+
+def test_max_released_keys_in_the_policy_language():
+    policy = load_policy(POLICY + "MAX RELEASED KEYS 250;")
+    assert policy.max_released_keys == 250
+    assert "MAX RELEASED KEYS 250;" in policy_to_text(policy)
+    assert load_policy(policy_to_text(policy)) == policy
+    assert "MAX RELEASED KEYS" not in policy_to_text(load_policy(POLICY))  # the default is not written
+    assert load_policy(POLICY).max_released_keys == 100_000
+    for wrong in ("0", "2.5"):
+        with pytest.raises(PolicyError, match="MAX RELEASED KEYS must be a whole number"):
+            load_policy(POLICY + f"MAX RELEASED KEYS {wrong};")
+    with pytest.raises(PolicyError, match="given twice"):
+        load_policy(POLICY + "MAX RELEASED KEYS 5; MAX RELEASED KEYS 6;")
+
+
+# --- 3. the outside cell ----------------------------------------------------------------------
+
+def test_rows_outside_the_domain_and_null_keys_are_one_more_noisy_cell():
+    with connect(flights(outside=40, null=7)) as db:
+        result = db.sql("SELECT origin, COUNT(*) AS n, AVG(delay) AS d FROM flights GROUP BY origin", epsilon=100)
+        assert "XXX" not in keys_of(result) and None not in keys_of(result)
+        outside = result.outside_domain
+        assert outside.values["n"] == pytest.approx(47, abs=2)  # 40 outside the domain, 7 NULL
+        assert set(outside.values) == {"n", "d"} and outside.rows == "n" and outside.keys == ("origin",)
+        # the same noise as every other cell of its column
+        assert outside.accuracy()["n"] == pytest.approx(result.accuracy()["n"])
+        assert str(outside).startswith(f"≈ {outside.values['n']}") and "rows with origin outside its KEYS domain" \
+            in str(outside)
+        # the footer the shell and CLI print
+        assert answer_from(result).outside == str(outside)
+
+
+def test_rows_the_where_excludes_are_not_outside():
+    with connect(flights(outside=40)) as db:
+        result = db.sql("SELECT origin, COUNT(*) AS n FROM flights WHERE origin <> 'XXX' GROUP BY origin", epsilon=100)
+        assert result.outside_domain.values["n"] == pytest.approx(0, abs=2)
+        narrowed = db.sql("SELECT origin, COUNT(*) AS n FROM flights WHERE origin IN ('EWR', 'XXX') "
+                          "GROUP BY origin", epsilon=100)
+        assert keys_of(narrowed) == ["EWR"]
+        assert narrowed.outside_domain.values["n"] == pytest.approx(40, abs=2)  # kept by WHERE, not a key
+
+
+def test_the_outside_cell_is_there_whatever_the_data_and_only_for_public_keys():
+    with connect() as db:  # no row outside: the cell is still released (its presence is not data)
+        assert db.sql("SELECT code, SUM(delay) AS s FROM flights GROUP BY code").outside_domain is not None
+        assert db.sql("SELECT COUNT(*) FROM flights").outside_domain is None
+        assert db.sql("SELECT delay, COUNT(*) FROM flights GROUP BY delay", delta=1e-5).outside_domain is None
+        assert db.sql("SELECT origin FROM flights GROUP BY origin").outside_domain is None
+        explained = db.explain("SELECT code, COUNT(*) FROM flights GROUP BY code")
+        assert "released as one more cell, res.outside_domain" in explained
+        assert "outside_domain" not in db.explain("SELECT COUNT(*) FROM flights")
+
+
+def test_combinations_one_public_table_lacks_are_outside():
+    stores = pd.DataFrame({"city": ["A", "A", "B"], "store": ["s1", "s2", "s1"]})
+    frame = pd.DataFrame({"uid": range(6), "city": ["A", "A", "B", "B", "B", None],
+                          "store": ["s1", "s2", "s1", "s2", "s2", "s1"]})
+    policy = """BUDGET EPSILON 1000; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
+        city KEYS FROM stores.city, store KEYS FROM stores.store); PUBLIC TABLE stores;"""
+    with dpsql.connect({"v": frame, "stores": stores}, policy=policy, rng=SeededSource(2)) as db:
+        result = db.sql("SELECT city, store, COUNT(*) AS n FROM v GROUP BY city, store", epsilon=200)
+        assert [row[:2] for row in result.fetchall()] == [("A", "s1"), ("A", "s2"), ("B", "s1")]
+        assert result.outside_domain.values["n"] == pytest.approx(3, abs=1)  # (B, s2) twice, (NULL, s1)
+        assert "with (city, store) outside their KEYS domains" in str(result.outside_domain)
+
+
+def test_a_repeat_returns_the_same_outside_cell_for_free():
+    with connect(flights(outside=5)) as db:
+        sql = "SELECT origin, COUNT(*) AS n FROM flights GROUP BY origin"
+        first, again = db.sql(sql), db.sql(sql)
+        assert again.cost.repeat and again.outside_domain.values == first.outside_domain.values
+        assert again.outside_domain.accuracy() == first.outside_domain.accuracy()
+
+
+def test_the_outside_cell_counts_among_a_units_groups_by_brute_force():
+    """The oracle of ``test_sensitivity_oracle`` (every unit of up to k + 1 rows, keys 'a' and
+    'b' in the domain and 'c' outside it, values at and beyond the bounds, NULL): the outside
+    cell is a released key of the exact result, and one unit moves the vector over every cell,
+    the outside one included, by at most the analysed L1 — reached by a unit whose rows are all
+    outside. With MAX GROUPS PER UNIT 1 a unit's rows inside and outside do not add up."""
+    candidates = {"one_group": [("a", 4), ("a", 0), ("b", 4), ("c", 4), ("c", -7), ("c", None), ("c", 0)],
+                  "integer": [("a", 3), ("b", -2), ("c", 3), ("c", 100), ("c", None)]}
+    for case, query in (("one_group", "SELECT g, SUM(x) FROM t GROUP BY g"),
+                        ("integer", "SELECT g, COUNT(*) FROM t GROUP BY g")):
+        oracle = Oracle(case, query)
+        analysed = oracle.plans["unbounded"].measures[0].sensitivity
+        empty = oracle.run(())
+        units = [u for size in range(4) for u in itertools.combinations_with_replacement(candidates[case], size)]
+        results = list({_frozen(r): r for r in (oracle.run(unit) for unit in units + _units(case))}.values())
+        assert any(r.get((None,), (0,))[0] != empty.get((None,), (0,))[0] for r in results)
+        worst = max(_distance(r, empty, 0)[0] for r in results)
+        assert worst == analysed.l1
+        outside_only = max(abs(r.get((None,), (0,))[0] - empty.get((None,), (0,))[0]) for r in results)
+        assert outside_only == analysed.l1  # the outside cell alone can take the whole bound
+        if case == "one_group":
+            both = oracle.run((("a", 4), ("c", 4)))  # one group kept: 4 lands in 'a' or outside, not both
+            moved = [both.get(k, (0,))[0] - empty.get(k, (0,))[0] for k in set(both) | set(empty)]
+            assert sorted(moved)[-1] == 4 and sum(abs(m) for m in moved) == 4
+
+
+# --- 4. SQL that DuckDB users write -----------------------------------------------------------
+
+def test_a_from_subquery_needs_no_alias():
+    with connect(seed=5) as db:
+        named = db.sql("SELECT COUNT(*) AS n FROM (SELECT * FROM flights WHERE delay > 2) AS f").fetchall()
+    with connect(seed=5) as db:
+        assert db.sql("SELECT COUNT(*) AS n FROM (SELECT * FROM flights WHERE delay > 2)").fetchall() == named
+        # DuckDB's own names for unnamed subqueries, in FROM order
+        result = db.sql("SELECT unnamed_subquery2.faa, COUNT(*) AS n FROM (SELECT * FROM flights) "
+                        "JOIN (SELECT faa FROM airports) ON origin = faa GROUP BY ALL", delta=1e-5)
+        assert set(keys_of(result)) <= set(AIRPORTS)
+
+
+def test_group_by_public_keys_without_an_aggregate_is_the_domain_free():
+    with connect() as db:
+        result = db.sql("SELECT origin FROM flights WHERE origin <> 'EWR' GROUP BY origin ORDER BY origin DESC")
+        assert result.fetchall() == [("LGA",), ("JFK",), ("BOS",), ("ATL",)]
+        assert result.exact and result.cost.epsilon == 0 and db.budget.spent.epsilon == 0
+        assert len(db.ledger()) == 0
+        assert db.sql("SELECT DISTINCT code FROM flights").fetchall() == [(1,), (2,), (3,), (4,)]
+        assert db.sql("SELECT origin, code FROM flights WHERE code = 1 GROUP BY ALL LIMIT 2").fetchall() == \
+            [("ATL", 1), ("BOS", 1)]
+        assert "the KEYS domain of origin (airports.faa)) are released exactly; no private data is read, " \
+            "nothing is charged" in db.explain("SELECT DISTINCT origin FROM flights")
+
+
+def test_group_by_private_keys_without_an_aggregate_passes_partition_selection():
+    frame = pd.DataFrame({"tail": range(300), "origin": ["EWR"] * 300, "code": [1] * 300,
+                          "delay": [1] * 150 + [2] * 149 + [9]})
+    with connect(frame) as db:
+        with pytest.raises(UnsupportedQuery, match="has no public KEYS domain"):
+            db.sql("SELECT delay FROM flights GROUP BY delay")
+        assert db.budget.spent.epsilon == 0
+        for sql in ("SELECT delay FROM flights GROUP BY delay", "SELECT DISTINCT delay FROM flights"):
+            result = db.sql(sql, epsilon=1, delta=1e-6)
+            assert sorted(keys_of(result)) == [1, 2]  # 9 has one unit: below the threshold
+            assert result.cost.epsilon == 1 and result.cost.delta > 0 and not result.exact
+        assert db.budget.spent.epsilon == 2
+
+
+def test_explain_of_a_narrowed_query_reads_no_data(monkeypatch):
+    with connect() as db:
+        def no_data(*args, **kwargs):
+            raise AssertionError("explain must not read data")
+
+        monkeypatch.setattr(db._engine, "fetch", no_data)
+        text = db.explain("SELECT origin, COUNT(*) FROM flights WHERE origin IN ('EWR', 'JFK') GROUP BY origin")
+        assert "every key of the public domain airports.faa for which \"origin\" IN ('EWR', 'JFK') holds" in text
+        assert "res.outside_domain" in text
+        assert "no private data is read" in db.explain("SELECT origin FROM flights GROUP BY origin")
+
+
+def test_the_shell_and_the_cli_print_the_outside_cell_as_a_footer(tmp_path, capsys):
+    from dpsql import cli
+    from dpsql.shell.session import handle_input
+    from dpsql.shell.state import new_state
+
+    with connect(flights(outside=4)) as db:
+        output = handle_input(new_state(db, width=100, color=False),
+                              "SELECT origin, COUNT(*) AS n FROM flights GROUP BY origin;")
+        assert "rows with origin outside its KEYS domain\ncost ε 1" in output
+        output = handle_input(new_state(db, width=100, color=False), "SELECT COUNT(*) AS n FROM flights;")
+        assert "outside" not in output
+    database = tmp_path / "f.duckdb"
+    with duckdb.connect(str(database)) as connection:
+        frame, airports = flights(outside=4), pd.DataFrame({"faa": AIRPORTS})
+        connection.execute("CREATE TABLE flights AS SELECT * FROM frame; CREATE TABLE airports AS SELECT * FROM airports")
+    policy = tmp_path / "f.policy"
+    policy.write_text(POLICY, encoding="utf-8")
+    code = cli.main(["query", str(database), "SELECT origin, COUNT(*) AS n FROM flights GROUP BY origin",
+                     "--policy", str(policy)])
+    err = capsys.readouterr().err
+    assert code == 0 and re.search(r"^≈ -?[\d,]+ ± [\d,]+ rows with origin outside its KEYS domain$", err, re.M)
+
+
+def test_refresh_rereads_the_public_domain():
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE flights AS SELECT i AS tail, 'EWR' AS origin, 1 AS code, 0 AS delay FROM range(5) r(i)")
+    connection.execute("CREATE TABLE airports AS SELECT 'JFK' AS faa")
+    with dpsql.connect(connection, policy=POLICY, rng=SeededSource(1)) as db:
+        assert keys_of(db.sql("SELECT origin FROM flights GROUP BY origin")) == ["JFK"]
+        connection.execute("INSERT INTO airports VALUES ('EWR')")
+        db.refresh()
+        assert keys_of(db.sql("SELECT origin FROM flights GROUP BY origin")) == ["EWR", "JFK"]
+
+
+def test_the_outside_cell_gets_the_noise_of_every_cell():
+    """Statistical: the outside cell's noise is the discrete Laplace of its measure's scale.
+    6,000 releases of an all-zero exact result: the sample variance of the outside cell is
+    within 25% of the exact variance (over 8 standard errors of the estimate, whose relative
+    standard error is sqrt((kurtosis - 1) / n) < 0.03: a correct sampler fails with
+    probability far below 1e-6), which a factor-2 error in the scale (4x or 1/4 the variance)
+    always breaks; its mean is within 6 standard errors of 0."""
+    import math
+
+    import numpy as np
+
+    from dpsql.release import release_measures
+
+    plan = Oracle("integer", "SELECT g, COUNT(*) FROM t GROUP BY g").plans["unbounded"]
+    scale = float(plan.measures[0].scale)
+    assert scale == 2  # k = 2 rows per unit, epsilon 1
+    source = SeededSource(11)
+    draws = np.array([release_measures(plan, [("a",), ("b",), (None,)], [], source).noisy["m0"][-1]
+                      for _ in range(6_000)], dtype=float)
+    q = math.exp(-1 / scale)
+    variance = 2 * q / (1 - q) ** 2
+    assert abs(draws.var() / variance - 1) < 0.25
+    assert abs(draws.mean()) < 6 * math.sqrt(variance / len(draws))
