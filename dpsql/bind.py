@@ -276,7 +276,7 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
         if not _is_struct(type_name):
             if isinstance(sub, exp.StructExtract) and type_name is not None:
                 line, col = node_position(sub, sql)
-                raise UnsupportedQuery(f"struct_extract reads a STRUCT, but {base.sql(dialect='duckdb')} is of type "
+                raise UnsupportedQuery(f"struct_extract reads a STRUCT, but {_written(base)} is of type "
                                        f"{type_name}", line=line, col=col,
                                        construct=sub.sql(dialect="duckdb"),
                                        hint="read fields of STRUCT columns, such as struct_extract(s, 'field') or s.field")

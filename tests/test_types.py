@@ -101,7 +101,7 @@ def test_table_alias_wins_over_struct_column_of_that_name():
     ("SELECT COUNT(*) FROM t WHERE meta.nope = 1", r"the STRUCT meta has no field nope.*its fields are: src, n, inner"),
     ("SELECT COUNT(*) FROM t WHERE meta['nope'] = 1", "has no field nope"),
     ("SELECT COUNT(*) FROM t WHERE meta.src.x = 1", "meta.src is of type VARCHAR, not a STRUCT"),
-    ("SELECT COUNT(*) FROM t WHERE struct_extract(uid, 'x') = 1", "struct_extract reads a STRUCT, but \"uid\" is of type BIGINT"),
+    ("SELECT COUNT(*) FROM t WHERE struct_extract(uid, 'x') = 1", "struct_extract reads a STRUCT, but uid is of type BIGINT"),
     ("SELECT COUNT(*) FROM t WHERE meta[uid] = 1", "must be named by a string literal"),
     ("SELECT COUNT(*) FROM t WHERE nope.src = 1", "unknown table or alias nope"),
 ])
