@@ -49,17 +49,21 @@ ROW_LEVEL_NODES = _classes(
     "DayOfWeekIso", "DayOfMonth", "DayOfYear", "WeekOfYear", "TimestampTrunc", "DateTrunc",
     "Lower", "Upper", "Length", "Substring", "Trim", "DPipe", "Concat", "Interval", "Nullif",
     "StartsWith", "EndsWith", "Left", "Right", "Tuple", "Clamp", "Dayname", "Monthname",
-    "TimeToStr", "DateDiff", "DateAdd", "DateSub", "LastDay", "DateFromParts",
+    "TimeToStr", "DateDiff", "DateAdd", "DateSub", "LastDay", "DateFromParts", "StructExtract",
+    "Bracket", "ArrayContains", "ArraySize", "ArrayMin", "ArrayMax", "ArrayPosition",
 )
 """Row-level constructs: deterministic, total once wrapped in TRY, cost linear in the row."""
 
 ROW_LEVEL_FUNCTIONS = frozenset({
     "date_part", "datepart", "dayname", "monthname", "isodow", "yearweek", "week", "hour",
     "minute", "second", "isnan", "isinf", "isfinite", "strlen", "contains", "prefix", "suffix",
-    "clamp",
+    "clamp", "list_extract", "array_extract", "element_at", "map_extract", "map_contains", "list_position",
+    "list_sum", "list_count", "list_avg", "cardinality",
 })
 """DuckDB functions sqlglot leaves anonymous that are safe on private rows (``clamp`` is
-dpsql's own: ``CLAMP(x, lo, hi)`` states bounds in SQL, see ``dpsql.ranges``)."""
+dpsql's own: ``CLAMP(x, lo, hi)`` states bounds in SQL, see ``dpsql.ranges``). The LIST and MAP
+functions read values the bounded copy has already cut to MAX LIST LENGTH elements
+(``dpsql.bounding.shortened``), so each costs at most that many elements' work per row."""
 
 POST_NODES = ROW_LEVEL_NODES + _classes(
     "Alias", "Sqrt", "Ln", "Log", "Exp", "Pow", "Pi", "Div", "Ordered",
@@ -187,6 +191,9 @@ def _check(node, sql, where, nodes, functions, place) -> None:
         if isinstance(sub, (exp.Subquery, exp.Select)):
             refuse(sub, sql, f"subqueries are not supported in {where}",
                    "write the condition over the table's own columns")
+        if isinstance(sub, (exp.Explode, exp.Unnest)):
+            refuse(sub, sql, f"UNNEST is not supported {place}: it would multiply a unit's rows by the length "
+                   "of its lists", "test the list in place: list_contains(l, x), len(l), l[1], or m['key'] for a MAP")
         if isinstance(sub, exp.Anonymous):
             if sub.name.lower() not in functions:
                 refuse(sub, sql, f"function {sub.name} is not allowed {place}",

@@ -19,6 +19,7 @@ from .errors import UnsupportedQuery
 from .model import Policy, PrivateTable, PublicTable
 from .names import columns_hint, sql_name
 from .parse import node_position
+from .types import struct_fields
 
 Catalog = dict[str, dict[str, str]]
 """Lower-cased table name (``schema.table`` outside ``main``) -> {lower column name: type}."""
@@ -130,12 +131,14 @@ def scope_of(bound: BoundTable) -> dict:
 
 
 def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset(),
-                 spellings: dict | None = None) -> None:
+                 spellings: dict | None = None, types: dict | None = None) -> None:
     """Resolve every column of ``nodes`` (in place) through ``scope``.
 
     As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY and HAVING a
     column to an alias; alias references are left unmarked (see ``is_bound``) for the check
-    stage to resolve.
+    stage to resolve. With ``types`` (relation column -> DuckDB type), a dotted name that is
+    not ``table.column`` reads a STRUCT field (``s.f``, ``t.s.f``, ``s.f.g``) and ``s['f']``
+    becomes ``struct_extract(s, 'f')``, as DuckDB resolves them (see ``resolve_column``).
     """
     names = {c for (q, c) in scope}
     for node in nodes:
@@ -144,9 +147,9 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
                 continue
             if _is_alias_reference(column, names, aliases):
                 continue
-            qualifier = column.table.lower() if column.table else None
-            target = scope.get((qualifier, column.name.lower()))
-            if target is None:
+            resolved = resolve_column(column, scope, types or {}, sql)
+            if resolved is None:
+                qualifier = column.table.lower() if column.table else None
                 line, col = node_position(column, sql)
                 shown = column.sql(dialect="duckdb")
                 known_qualifier = qualifier is None or any(q == qualifier for (q, _) in scope)
@@ -155,11 +158,139 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
                     f"unknown table or alias {sql_name(column.table)} in {shown}",
                     line=line, col=col, construct=shown,
                     hint=columns_hint(column.name, [c for (q, c) in scope if q is None], spellings))
-            identifier = exp.to_identifier(target, quoted=True)
-            identifier.meta.update(column.this.meta)  # keep the position for later refusals
-            identifier.meta[BOUND] = True
-            identifier.meta.setdefault(WRITTEN, written_name(column))
-            column.replace(exp.Column(this=identifier))
+            replace_column(column, resolved)
+        if types:
+            bind_brackets(node, types, sql)
+
+
+def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> exp.Expression | None:
+    """The bound expression a column reference names, or ``None`` when nothing matches.
+
+    Resolved as DuckDB resolves dotted names: ``a.b`` is table ``a``'s column ``b`` when there
+    is one (a table alias wins over a column of that name), else column ``a``'s STRUCT field
+    ``b``; ``a.b.c`` is ``schema.table.column``, then ``table.column.field``, then
+    ``column.field.field``. A field is read with ``struct_extract``, so no later stage can take
+    the column's name for a table's; an unknown field is refused by name.
+
+    >>> import sqlglot
+    >>> scope = {(None, "meta"): "meta", ("t", "meta"): "meta"}
+    >>> types = {"meta": "STRUCT(src VARCHAR, n INTEGER)"}
+    >>> print(resolve_column(sqlglot.parse_one("t.meta.SRC"), scope, types, "").sql(dialect="duckdb"))
+    STRUCT_EXTRACT("meta", 'src')
+    """
+    parts = [p.name for p in column.parts]
+    dots = _dotted_fields(column)
+    lowered = [p.lower() for p in parts]
+    candidates = []  # (relation column, the part naming it, fields), in DuckDB's order of preference
+    if len(parts) == 1:
+        candidates.append((scope.get((None, lowered[0])), 0, []))
+    else:
+        candidates.append((scope.get((lowered[0], lowered[1])), 1, parts[2:]))
+        if len(parts) == 3:
+            candidates.insert(0, (scope.get((lowered[1], lowered[2])), 2, []))
+        candidates.append((scope.get((None, lowered[0])), 0, parts[1:]))
+    for target, part, fields in candidates:
+        if target is None:
+            continue
+        fields = fields + dots
+        if fields and not _is_struct(types.get(target)):
+            continue
+        node = _bound_identifier_column(target, column, part)
+        type_name = types.get(target)
+        written = target
+        for field in fields:
+            node, type_name = _extract(node, type_name, field, column, sql, written)
+            written += f".{field}"
+        return node
+    return None
+
+
+def _dotted_fields(column: exp.Column) -> list[str]:
+    """Fields after a column's four name parts (``a.b.c.d.e``: sqlglot's ``Dot`` above it)."""
+    fields, node = [], column
+    while isinstance(node.parent, exp.Dot) and node.parent.this is node:
+        node = node.parent
+        fields.append(node.expression.name)
+    return fields
+
+
+def replace_column(column: exp.Column, resolved: exp.Expression) -> None:
+    top = column
+    while isinstance(top.parent, exp.Dot) and top.parent.this is top:
+        top = top.parent
+    top.replace(resolved)
+
+
+def _bound_identifier_column(target: str, column: exp.Column, part: int) -> exp.Column:
+    identifier = exp.to_identifier(target, quoted=True)
+    identifier.meta.update(column.this.meta)  # keep the position for later refusals
+    identifier.meta[BOUND] = True
+    written = column.parts[part]
+    identifier.meta.setdefault(WRITTEN, written.sql(dialect="duckdb") if part != len(column.parts) - 1
+                               else written_name(column))  # as the analyst wrote the column
+    return exp.Column(this=identifier)
+
+
+def _is_struct(type_name: str | None) -> bool:
+    return bool(type_name) and type_name.upper().startswith("STRUCT(")
+
+
+def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, sql: str,
+             written: str):
+    fields = struct_fields(type_name)
+    shown = column.sql(dialect="duckdb")
+    line, col = node_position(column, sql)
+    if fields is None:
+        raise UnsupportedQuery(f"{written} is of type {type_name}, not a STRUCT, so it has no field {field}",
+                               line=line, col=col, construct=shown, hint="read fields of STRUCT columns only")
+    matches = [f for f in fields if f.lower() == field.lower()]  # DuckDB matches fields case-insensitively
+    if not matches:
+        raise UnsupportedQuery(f"the STRUCT {written} has no field {field}", line=line, col=col,
+                               construct=shown, hint=f"its fields are: {', '.join(fields)}")
+    extracted = exp.StructExtract(this=node, expression=exp.Literal.string(matches[0]))
+    return extracted, fields[matches[0]]
+
+
+def expression_type(node: exp.Expression, types: dict) -> str | None:
+    """The DuckDB type of a bound column or of a field read from one (``None``: unknown)."""
+    if isinstance(node, exp.Column) and is_bound(node):
+        return types.get(node.name)
+    if isinstance(node, exp.StructExtract) and isinstance(node.expression, exp.Literal):
+        fields = struct_fields(expression_type(node.this, types)) or {}
+        return fields.get(node.expression.this)
+    return None
+
+
+def _written(node: exp.Expression) -> str:
+    """A bound column or field read as the analyst would write it: ``meta.inner``."""
+    if isinstance(node, exp.StructExtract):
+        return f"{_written(node.this)}.{node.expression.this}"
+    return node.name if isinstance(node, exp.Column) else node.sql(dialect="duckdb")
+
+
+def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
+    """``s['f']``, ``s['f'].g`` and ``struct_extract(s, 'F')`` on a STRUCT: the field, checked by name."""
+    for sub in reversed(list(node.find_all(exp.Bracket, exp.StructExtract, exp.Dot))):  # innermost first
+        base = sub.this
+        type_name = expression_type(base, types)
+        if not _is_struct(type_name):
+            if isinstance(sub, exp.StructExtract) and type_name is not None:
+                line, col = node_position(sub, sql)
+                raise UnsupportedQuery(f"struct_extract reads a STRUCT, but {_written(base)} is of type "
+                                       f"{type_name}", line=line, col=col,
+                                       construct=sub.sql(dialect="duckdb"),
+                                       hint="read fields of STRUCT columns, such as struct_extract(s, 'field') or s.field")
+            continue
+        index = sub.expressions[0] if isinstance(sub, exp.Bracket) and len(sub.expressions) == 1 else sub.expression
+        if isinstance(sub, exp.Dot) and isinstance(index, exp.Identifier):  # s['f'].g
+            index = exp.Literal.string(index.name)
+        if not (isinstance(index, exp.Literal) and index.is_string):
+            line, col = node_position(sub, sql)
+            raise UnsupportedQuery(f"a field of the STRUCT {base.sql(dialect='duckdb')} must be named by a string "
+                                   "literal", line=line, col=col, construct=sub.sql(dialect="duckdb"),
+                                   hint=f"write {base.sql(dialect='duckdb')}['field']")
+        extracted, _ = _extract(base.copy(), type_name, index.this, sub, sql, _written(base))
+        sub.replace(extracted)
 
 
 def _is_alias_reference(column: exp.Column, names: set, aliases: frozenset) -> bool:

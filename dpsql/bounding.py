@@ -66,7 +66,8 @@ from functools import lru_cache
 
 from sqlglot import exp
 
-from .model import PrivateTable
+from .model import DEFAULT_MAX_LIST_LENGTH, PrivateTable
+from .types import enum_values, holds_lists, is_list, list_element, map_types, struct_fields
 
 PREFIX = "dp_bounded_"
 PAD = "dp_pad"
@@ -92,13 +93,17 @@ class BoundedTable:
     """Every column of the table (lower case) with its DuckDB type, in order."""
     row_level: bool = False
     """Each row is its own unit: the copy adds the hidden id column ``ROW_UNIT``."""
+    list_length: int | None = None
+    """The policy's MAX LIST LENGTH for the table (``None``: the default applies)."""
 
     @property
     def name(self) -> str:
-        return row_copy_name(self.source) if self.row_level else bounded_name(self.source, self.unit, self.rows_per_unit)
+        if self.row_level:
+            return row_copy_name(self.source, self.list_length)
+        return bounded_name(self.source, self.unit, self.rows_per_unit, self.list_length)
 
 
-def bounded_name(source: str, unit: str, rows_per_unit: int) -> str:
+def bounded_name(source: str, unit: str, rows_per_unit: int, list_length: int | None = None) -> str:
     """The table holding ``source``'s copy bounded to ``rows_per_unit`` rows of each ``unit``.
 
     The name says all the copy depends on besides the salt, so two connections sharing one
@@ -107,21 +112,28 @@ def bounded_name(source: str, unit: str, rows_per_unit: int) -> str:
     >>> bounded_name("sales.visits", "User_Id", 10)
     'dp_bounded_sales__visits__user_id__10'
     """
-    return f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}"
+    return f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}{_list_suffix(list_length)}"
 
 
-def row_copy_name(source: str) -> str:
+def _list_suffix(list_length: int | None) -> str:
+    """A stated MAX LIST LENGTH changes what the copy holds, so it is part of the copy's name."""
+    return "" if list_length is None else f"__list{list_length}"
+
+
+def row_copy_name(source: str, list_length: int | None = None) -> str:
     """The table holding a row-level table's copy, one row per hidden id.
 
     >>> row_copy_name("sales.events")
     'dp_bounded_sales__events__row'
     """
-    return f"{PREFIX}{source.lower().replace('.', '__')}__row"
+    return f"{PREFIX}{source.lower().replace('.', '__')}__row{_list_suffix(list_length)}"
 
 
 def copy_name(source: str, rule: PrivateTable) -> str:
     """The table holding the bounded copy of ``source``, which ``rule`` declares."""
-    return row_copy_name(source) if rule.row_level else bounded_name(source, rule.unit, rule.max_rows_per_unit)
+    if rule.row_level:
+        return row_copy_name(source, rule.max_list_length)
+    return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length)
 
 
 def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
@@ -143,7 +155,8 @@ def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]]
     for rule in rules:
         key = key_of(rule.name)
         unit = ROW_UNIT if rule.row_level else rule.unit.lower()
-        tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level))
+        tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level,
+                                   rule.max_list_length))
     return tables
 
 
@@ -157,9 +170,48 @@ def attach_sql() -> str:
 
 
 def _copied_columns(table: BoundedTable) -> str:
-    """The table's columns as the copy holds them: strings with the binary collation."""
-    return ", ".join(f'"{c}" COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR" else f'"{c}"'
+    """The table's columns as the copy holds them: strings with the binary collation, LISTs
+    and MAPs (at any depth) cut to MAX LIST LENGTH elements (``shortened``)."""
+    length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
+    return ", ".join(f'"{c}" COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
+                     else f'{shortened(_quoted(c), t, length)} AS "{c}"' if holds_lists(t) else f'"{c}"'
                      for c, t in table.columns)
+
+
+def shortened(value: str, type_name: str, length: int) -> str:
+    """SQL for ``value`` (of ``type_name``) with every LIST cut to its first ``length`` elements
+    and every MAP to its first ``length`` entries, at any depth, in its own type. Which elements
+    stay depends on the value alone (a stable, row-by-row transformation), and no query reads
+    the rest: one unit's million-element list costs a list function no more than ``length``.
+
+    >>> shortened('"l"', "INTEGER[]", 3)
+    'CAST(list_slice("l", 1, 3) AS INTEGER[])'
+    >>> shortened('"m"', "MAP(VARCHAR, INTEGER)", 2)
+    'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(VARCHAR, INTEGER))'
+    """
+    if not holds_lists(type_name):
+        return value
+    if is_list(type_name):
+        element = list_element(type_name)
+        cut = f"list_slice({value}, 1, {length})"
+        if holds_lists(element):
+            cut = f"list_transform({cut}, lambda dp_x: {shortened('dp_x', element, length)})"
+        return f"CAST({cut} AS {type_name})"
+    pair = map_types(type_name)
+    if pair is not None:
+        entries = f"list_slice(map_entries({value}), 1, {length})"
+        if holds_lists(pair[1]):
+            entries = (f"list_transform({entries}, lambda dp_e: struct_pack(key := dp_e.key, "
+                       f"value := {shortened('dp_e.value', pair[1], length)}))")
+        return f"CAST(map_from_entries({entries}) AS {type_name})"
+    fields = struct_fields(type_name)
+    if fields is not None:
+        packed = ", ".join('"' + f.replace('"', '""') + '" := '
+                           + shortened(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length)
+                           for f, t in fields.items())
+        return f"CAST(CASE WHEN {value} IS NULL THEN NULL ELSE struct_pack({packed}) END AS {type_name})"
+    element = list_element(type_name)  # a fixed-size ARRAY holding lists
+    return f"CAST(list_transform({value}, lambda dp_x: {shortened('dp_x', element, length)}) AS {type_name})"
 
 
 def create_sql(table: BoundedTable) -> str:
@@ -258,7 +310,8 @@ def _padding(table: BoundedTable) -> str:
 
 _INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
 """Bits of the signed integer types; a U prefix names the unsigned one (UHUGEINT too)."""
-_TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS")
+_TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
+             "TIMESTAMPTZ_NS")
 
 
 def _extreme(type_name: str, high: bool) -> str:
@@ -287,4 +340,53 @@ def _extreme(type_name: str, high: bool) -> str:
         return "'\U0010FFFF\U0010FFFF'" if high else "''"
     if name == "BOOLEAN":
         return "TRUE" if high else "FALSE"
+    return _extreme_other(type_name, high)
+
+
+_OTHER_EXTREMES = {
+    "UUID": ("'00000000-0000-0000-0000-000000000000'", "'ffffffff-ffff-ffff-ffff-ffffffffffff'"),
+    "INTERVAL": ("'-2147483648 months -2147483648 days -9223372036854775807 microseconds'",
+                 "'2147483647 months 2147483647 days 9223372036854775807 microseconds'"),
+    "BLOB": ("''", "'" + "\\xFF" * 8 + "'"),
+    "TIME_NS": ("'00:00:00'", "'24:00:00'"),
+    "BIGNUM": ("'-" + "9" * 3000 + "'", "'" + "9" * 3000 + "'"),
+    "VARINT": ("'-" + "9" * 3000 + "'", "'" + "9" * 3000 + "'"),
+    "JSON": ("'" + "\t" * 8 + "0'", "'{}      '"),
+}
+"""Lowest and highest padding values of other types whose statistics DuckDB prunes on (an
+8-byte prefix for BLOB and JSON text, as for VARCHAR; BIGNUM: 3000 digits, beyond any value a
+real column holds)."""
+
+
+def _extreme_other(type_name: str, high: bool) -> str:
+    """Padding for ENUM, UUID, INTERVAL, BLOB, ... and, field by field and element by element,
+    for STRUCT, LIST, ARRAY and MAP: DuckDB keeps statistics of every field and element, and
+    prunes ``WHERE s.f = 424242`` or ``list_contains(l, 424242)`` on them just as on a column.
+
+    >>> _extreme_other("ENUM('a', 'b''c')", True), _extreme_other("INTEGER[]", False)
+    ("'b''c'", '[CAST(-2147483648 AS INTEGER)]')
+    >>> print(_extreme_other('STRUCT(a DOUBLE, "b c" UNION(n INTEGER))', True))
+    struct_pack("a" := CAST('inf' AS DOUBLE), "b c" := CAST(NULL AS UNION(n INTEGER)))
+    """
+    name = type_name.upper()
+    if name in _OTHER_EXTREMES:
+        return _OTHER_EXTREMES[name][high]
+    values = enum_values(type_name)
+    if values is not None:
+        return "'" + values[-1 if high else 0].replace("'", "''") + "'" if values else "NULL"
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return "struct_pack(" + ", ".join(
+            '"' + f.replace('"', '""') + f'" := CAST({_extreme(t, high)} AS {t})' for f, t in fields.items()) + ")"
+    element = list_element(type_name)
+    if element is not None:
+        inner = _extreme(element, high)
+        if inner == "NULL":
+            return "NULL"
+        size = type_name[type_name.rindex("[") + 1:-1]
+        return "[" + ", ".join([f"CAST({inner} AS {element})"] * (int(size) if size else 1)) + "]"
+    pair = map_types(type_name)
+    if pair is not None:
+        key, value = (_extreme(t, high) for t in pair)
+        return "NULL" if key == "NULL" else f"MAP {{CAST({key} AS {pair[0]}): CAST({value} AS {pair[1]})}}"
     return "NULL"

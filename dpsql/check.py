@@ -18,9 +18,10 @@ from .allowlist import ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_public, check
 from .domains import narrow_keys
 from .bind import Catalog, bind_columns, bind_table, is_bound, table_key, written_name
 from .relation import PublicData, build_relation, touches_private
-from .model import Policy, PrivateTable
+from .model import KeyDomain, Policy, PrivateTable
 from .parse import DIALECT, describe
 from .plan import GroupKey, PrivateQuery, PublicQuery
+from .types import implied_domain
 
 SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "joins", "where", "group", "having", "order", "limit",
                         "offset", "kind", "distinct"}
@@ -137,12 +138,12 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
     names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
-    bind_columns(parts, relation.scope, sql, aliases, getattr(catalog, "spellings", None))
+    bind_columns(parts, relation.scope, sql, aliases, getattr(catalog, "spellings", None), relation.columns)
     rule = relation.rule
     where = tree.args.get("where")
     if where is not None:
         check_row_level(where.this, sql, "WHERE")
-    keys = narrow_keys(_group_keys(tree, sql, rule), where.this if where is not None else None, sql)
+    keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
     aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
     return PrivateQuery(
@@ -175,8 +176,9 @@ def _part_name(part: str) -> str:
     return {"joins": "JOIN", "with": "WITH (a CTE)"}.get(part, part.upper())
 
 
-def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey]:
-    """GROUP BY items as keys: a bare column with a KEYS domain is public, anything else private."""
+def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -> list[GroupKey]:
+    """GROUP BY items as keys: a bare column with a KEYS domain, or of a type whose values are
+    schema (ENUM, BOOLEAN: ``types.implied_domain``), is public; anything else private."""
     group = tree.args.get("group")
     if group is None:
         return []
@@ -201,8 +203,16 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable) -> list[GroupKey
         if isinstance(expression, exp.Column):
             declared = rule.column(expression.name)
             domain = declared.keys if declared is not None else None
+            if domain is None:
+                domain = type_domain(columns.get(expression.name, ""))
         keys.append(GroupKey(name=f"g{len(keys)}", expression=expression.copy(), domain=domain))
     return keys
+
+
+def type_domain(type_name: str) -> KeyDomain | None:
+    """The KEYS domain a column's type implies (ENUM values, BOOLEAN), or ``None``."""
+    values = implied_domain(type_name)
+    return None if values is None else KeyDomain(values=values, implied_by=type_name)
 
 
 def _resolve_group_item(item: exp.Expression, tree: exp.Select) -> exp.Expression:

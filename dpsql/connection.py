@@ -349,7 +349,7 @@ class Connection:
         # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
         # query is not that difference, so hand it the remaining that makes it come out right.
         shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
-        text = explain_plan(plan, rewrite_plan(plan), shown, refused=refusal is not None)
+        text = explain_plan(plan, rewrite_plan(plan), shown, refused=refusal is not None) + self._time_zone_note(plan)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
@@ -394,6 +394,15 @@ class Connection:
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None
+
+    def _time_zone_note(self, plan: Plan) -> str:
+        """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""
+        zoned = [c for c, t in plan.query.column_types if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
+        if not zoned:
+            return ""
+        zone = self._engine.fetch("SELECT current_setting('TimeZone')")[0][0]
+        return (f"\n\ntime zone: {', '.join(zoned)} (TIMESTAMP WITH TIME ZONE) are read in {zone}: date parts, "
+                "date_trunc and casts to DATE or TIMESTAMP are taken there")
 
     @property
     def budget(self) -> Budget:

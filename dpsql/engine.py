@@ -118,12 +118,12 @@ class Engine:
         if isinstance(target, (str, os.PathLike)):
             path = Path(target)
             if str(target) == ":memory:":
-                return cls(duckdb.connect(":memory:", config=config), owned=True, path=None,
+                return cls(open_hardened(":memory:", config), owned=True, path=None,
                            query_timeout=timeout)
             if not path.exists():
                 raise DPError(f"no database file at {path}", hint="pass the path of an existing DuckDB file")
             try:
-                connection = duckdb.connect(str(path), read_only=True, config=config)
+                connection = open_hardened(str(path), config, read_only=True)
             except duckdb.Error as err:
                 if "different configuration" in str(err):  # DuckDB: one instance per file per process
                     raise DPError(
@@ -141,7 +141,7 @@ class Engine:
     @property
     def hardening(self) -> dict[str, Any]:
         """The DuckDB settings that wall the database in, as they are now in force."""
-        names = [*HARDENED_CONFIG, "memory_limit", "lock_configuration"]
+        names = [*HARDENED_CONFIG, "memory_limit", "lock_configuration", "TimeZone", "Calendar"]
         listed = ", ".join(f"'{name}'" for name in names)
         rows = self.fetch(f"SELECT name, value FROM duckdb_settings() WHERE name IN ({listed})")
         found = dict(rows)
@@ -283,7 +283,7 @@ class Engine:
         """
         with self._lock:
             if self._post is None:
-                self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
+                self._post = open_hardened(":memory:", hardened_config("1GB"))
             connection = self._post
             definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
             connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
@@ -477,6 +477,43 @@ def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
         return instance
 
 
+TIME_ZONE = "UTC"
+"""The time zone of every database dpsql opens: date parts, truncations and casts of TIMESTAMP
+WITH TIME ZONE values are taken in it (the Gregorian calendar), whatever the machine's zone,
+and the locked configuration keeps any statement from changing it."""
+
+
+def open_hardened(database: str, config: dict[str, Any], **options: Any) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with ``config``, its time zone fixed to ``TIME_ZONE`` for every
+    cursor (a global setting, made before the configuration is locked: DuckDB's ICU extension
+    takes TimeZone only once it is loaded, after the connection opens)."""
+    unlocked = {name: value for name, value in config.items() if name != "lock_configuration"}
+    connection = duckdb.connect(database, config=unlocked, **options)
+    try:
+        # Another connection to the same instance (same file, same process) may have fixed and
+        # locked these already, or be doing so now: each SET may fail once locked, the outcome
+        # is what must hold.
+        statements = [f"SET GLOBAL TimeZone = '{TIME_ZONE}'", "SET GLOBAL Calendar = 'gregorian'"]
+        if config.get("lock_configuration"):
+            statements.append("SET lock_configuration = true")
+        for statement in statements:
+            try:
+                connection.execute(statement).fetchall()  # fetched: an unfinished result blocks the connection
+            except duckdb.Error:
+                pass
+        zone, calendar, locked = connection.execute(
+            "SELECT current_setting('TimeZone'), current_setting('Calendar'), "
+            "current_setting('lock_configuration')").fetchall()[0]
+        if (zone, calendar) != (TIME_ZONE, "gregorian") or (config.get("lock_configuration") and not locked):
+            raise DPError(f"cannot fix the database's time zone to {TIME_ZONE} (it is {zone}, {calendar}): "
+                          "another connection in this process opened it with other settings",
+                          hint="open the file through dpsql.connect only, or pass your own connection")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
 def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:
     """``HARDENED_CONFIG`` with a memory limit, locked: the config of a database dpsql opens.
 
@@ -583,7 +620,7 @@ _WATCHDOG = _Watchdog()
 
 
 def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:
-    connection = duckdb.connect(":memory:", config=config)
+    connection = open_hardened(":memory:", config)
     try:
         for name, frame in frames.items():
             if not isinstance(frame, pd.DataFrame):

@@ -70,6 +70,9 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False)
         else:
             if key.domain.values is None:
                 line = f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}"
+            elif key.domain.implied_by is not None:
+                line = (f"  {key.name} = {text}: every one of the {len(key.domain.values)} values of its type "
+                        f"{key.domain.implied_by} (schema, not data: no KEYS line or partition selection needed)")
             else:
                 line = f"  {key.name} = {text}: every one of the {plural(len(key.domain.values), 'listed public key')}"
             if key.narrowed_by:

@@ -56,6 +56,8 @@ class KeyDomain:
     """With ``KEYS FROM table.column``: the column of that table."""
     values: tuple | None = None
     """With ``KEYS ('a', 'b', ...)``: the literal keys."""
+    implied_by: str | None = None
+    """With no KEYS line, a domain the column's type implies: that type (an ENUM, BOOLEAN)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,14 @@ class PrivateTable:
     """Bounds and key domains of the table's columns."""
     position: Position | None = field(default=None, compare=False)
     """Where the table was declared, for error messages."""
+    max_list_length: int | None = None
+    """``MAX LIST LENGTH``: the most elements of a LIST or entries of a MAP value (at any depth)
+    a query reads; later ones are never read. ``None``: ``DEFAULT_MAX_LIST_LENGTH``."""
+
+    @property
+    def list_length(self) -> int:
+        """The list length limit in force: the stated one, else ``DEFAULT_MAX_LIST_LENGTH``."""
+        return DEFAULT_MAX_LIST_LENGTH if self.max_list_length is None else self.max_list_length
 
     @property
     def row_level(self) -> bool:
@@ -118,6 +128,10 @@ class PublicTable:
     position: Position | None = field(default=None, compare=False)
     """Where the table was declared, for error messages."""
 
+
+DEFAULT_MAX_LIST_LENGTH = 100
+"""``MAX LIST LENGTH`` of a table that states none: a LIST function then costs at most 100
+elements' work per row, however long one unit's stored list is."""
 
 DEFAULT_MAX_JOIN_MULTIPLICITY = 100
 """``MAX JOIN MULTIPLICITY`` of a policy that states none: lookup joins (m = 1) and small

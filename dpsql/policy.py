@@ -140,6 +140,13 @@ def _syntax_error(err: UnexpectedInput, text: str) -> PolicyError:
         listed = ", ".join(wanted[:-1]) + " or " if len(wanted) > 1 else ""
         message += f" where {listed}{wanted[-1]} was expected"
     before = "\n".join(line.split("--", 1)[0] for line in text[:offset].split("\n"))
+    if found == "'.'" and "BOUNDS" in wanted:  # t (..., meta.n BOUNDS 0 TO 9): a STRUCT field
+        field = re.search(r'("(?:[^"]|"")+"|[^\W\d]\w*)\s*$', before)
+        column = field.group(1) if field else "s"
+        return PolicyError(f"BOUNDS and KEYS name a column, not a field of the STRUCT {column}", line=line, col=col,
+                           hint=f"bound the field in the query, SUM(CLAMP({column}.f, lo, hi)), or declare a "
+                                f"view with the field as a column (SELECT unit, {column}.f AS f FROM t) as the "
+                                "private table")
     hint = ("remove the comma before ')'" if found == "')'" and before.rstrip().endswith(",")
             else "end every statement with ';'" if "';'" in wanted and (
                 found.strip("'").upper() in _STATEMENT_WORDS or found == "the end of the policy")
@@ -259,6 +266,14 @@ def _private_table(name: Located, items: tuple[Statement, ...], where: dict) -> 
             raise _error(f"the privacy unit {unit} of table {table} has no MAX ROWS PER UNIT",
                          unit_item.position, hint=f"add `MAX ROWS PER UNIT k`: the most rows "
                                                   f"of one {unit} a query may use")
+    item = _single(items, ("max_list",), f"MAX LIST LENGTH of table {table}")
+    if item is not None:
+        count = item.args[0]
+        if count.value.denominator != 1 or count.value < 1:
+            raise _error(f"MAX LIST LENGTH must be a whole number of at least 1, not {_number_text(count.value)}",
+                         count.position, hint="write MAX LIST LENGTH 100")
+        settings["max_list_length"] = int(count.value)
+        where[(table.lower(), "max_list")] = item.position
     return PrivateTable(table, unit=unit, columns=_column_rules(table, items, where),
                         position=name.position, **settings)
 
@@ -376,6 +391,8 @@ def _table_items(table: PrivateTable) -> list[str]:
         items.append(f"MAX ROWS PER UNIT {table.max_rows_per_unit}")
     if table.max_groups_per_unit is not None:
         items.append(f"MAX GROUPS PER UNIT {table.max_groups_per_unit}")
+    if table.max_list_length is not None:
+        items.append(f"MAX LIST LENGTH {table.max_list_length}")
     for rule in table.columns:
         name = _name_text(rule.name)
         if rule.bounds is not None:

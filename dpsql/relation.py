@@ -45,7 +45,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from .allowlist import check_public, check_row_level, refuse
-from .bind import Catalog, bind_table, table_key
+from .bind import Catalog, bind_brackets, bind_table, replace_column, resolve_column, table_key
 from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
 from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
@@ -295,14 +295,20 @@ def _bind_condition(condition, left, right, names, sql):
     """The ON condition with each column resolved to dp_l / dp_r and its source column."""
     bound = condition.copy()
     for column in list(bound.find_all(exp.Column)):
-        key = (column.table.lower() or None, column.name.lower())
-        hits = [(tag, part.scope[key]) for tag, part in (("l", left), ("r", right)) if key in part.scope]
+        hits = [(tag, resolved) for tag, part in (("l", left), ("r", right))
+                for resolved in [resolve_column(column, part.scope, part.columns, sql)] if resolved is not None]
         if len(hits) != 1:
             problem = "is ambiguous" if hits else "is unknown"
             refuse(column, sql, f"column {column.sql(dialect=DIALECT)} in the join condition {problem}",
                    "qualify it with its table's alias")
-        tag, source = hits[0]
-        column.replace(exp.column(source, table=f"dp_{tag}", quoted=True))
+        tag, resolved = hits[0]
+        source = resolved if isinstance(resolved, exp.Column) else next(resolved.find_all(exp.Column))
+        qualified = exp.column(source.name, table=f"dp_{tag}", quoted=True)
+        if source is resolved:
+            resolved = qualified
+        else:  # a STRUCT field: struct_extract of the qualified column
+            source.replace(qualified)
+        replace_column(column, resolved)
     check_row_level(bound, sql, "a join condition")
     return bound
 
@@ -632,14 +638,12 @@ def _bind_to(body: exp.Select, inner: Relation, sql: str) -> None:
     for column in list(body.find_all(exp.Column)):
         if column.find_ancestor(exp.Subquery) is not None and column.find_ancestor(exp.Subquery) is not body:
             continue
-        key = (column.table.lower() or None, column.name.lower())
-        target = inner.scope.get(key)
-        if target is None:
+        resolved = resolve_column(column, inner.scope, inner.columns, sql)  # a STRUCT field too
+        if resolved is None:
             refuse(column, sql, f"unknown column {column.sql(dialect=DIALECT)}",
                    columns_hint(column.name, [c for q, c in inner.scope if q is None]))
-        identifier = exp.to_identifier(target, quoted=True)
-        identifier.meta.update(column.this.meta)
-        column.replace(exp.Column(this=identifier))
+        replace_column(column, resolved)
+    bind_brackets(body, inner.columns, sql)
 
 
 def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:

@@ -312,7 +312,13 @@ def _domain_source(domain: KeyDomain, column: str) -> tuple[str, str]:
     """FROM of a public domain (a listed one as VALUES ... AS d(v)) and the column it reads."""
     if domain.values is None:
         return _table_sql(domain.table), column
-    rows = ", ".join(f"({literal(v) if isinstance(v, str) else literal(Fraction(v))})" for v in domain.values)
+    numbers = [Fraction(v) for v in domain.values if not isinstance(v, str)]
+    # VALUES gives its column one type: a UHUGEINT key beyond HUGEINT's range with a small one
+    # is DuckDB's conversion error, so such keys are listed as exact text (TRY_CAST reads it).
+    as_text = any(not -2**127 <= n < 2**127 for n in numbers if n.denominator == 1)
+    texts = [literal(v) if isinstance(v, str) else literal(Fraction(v)) for v in domain.values]
+    rows = ", ".join(f"({literal(t) if as_text and not isinstance(v, str) else t})"
+                     for v, t in zip(domain.values, texts))
     return f"(VALUES {rows}) AS d(v)", "v"
 
 

@@ -26,7 +26,8 @@ _FAMILIES = {
     "DECIMAL": "decimal", "NUMERIC": "decimal", "FLOAT": "float", "REAL": "float", "DOUBLE": "float",
     "VARCHAR": "string", "ENUM": "string", "DATE": "date", "TIMESTAMP": "timestamp",
     "TIMESTAMP_S": "timestamp", "TIMESTAMP_MS": "timestamp", "TIMESTAMP_NS": "timestamp",
-    "TIMESTAMP WITH TIME ZONE": "timestamp with time zone", "TIME": "time",
+    "TIMESTAMP WITH TIME ZONE": "timestamp with time zone",
+    "TIME": "time",
     "TIME WITH TIME ZONE": "time with time zone", "INTERVAL": "interval", "BOOLEAN": "boolean",
     "UUID": "uuid", "BLOB": "blob",
 }
@@ -113,3 +114,125 @@ def inward(lower: Fraction, upper: Fraction, type_name: str) -> tuple[Fraction, 
     if spacing is None:
         return lower, upper
     return math.ceil(lower / spacing) * spacing, math.floor(upper / spacing) * spacing
+
+
+def enum_values(type_name: str) -> tuple[str, ...] | None:
+    """The values of an ENUM type, in its own order (``None``: not an ENUM). Parsed from the
+    type's name as DuckDB writes it (quotes doubled inside values), never from data.
+
+    >>> enum_values("ENUM('sad', 'o''k', 'a,b')"), enum_values("VARCHAR")
+    (('sad', "o'k", 'a,b'), None)
+    """
+    if base_type(type_name) != "ENUM":
+        return None
+    from sqlglot import exp  # local: this module is otherwise free of SQL trees
+
+    parsed = exp.DataType.build(type_name, dialect="duckdb")
+    return tuple(value.this for value in parsed.expressions)
+
+
+def implied_domain(type_name: str) -> tuple[str, ...] | None:
+    """The public key domain a column's type implies, as literals its type reads: an ENUM's
+    values and BOOLEAN's false and true are schema, not data, so a GROUP BY on such a column
+    needs neither a KEYS line nor partition selection (``None``: the type implies none).
+
+    >>> implied_domain("BOOLEAN"), implied_domain("ENUM('a', 'b')"), implied_domain("INTEGER")
+    (('false', 'true'), ('a', 'b'), None)
+    """
+    if base_type(type_name) == "BOOLEAN":
+        return ("false", "true")
+    return enum_values(type_name)
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at commas outside quotes and parentheses, each part stripped."""
+    parts, depth, quote, start = [], 0, None, 0
+    for index, char in enumerate(text):
+        if quote:
+            if char == quote:
+                quote = None  # a doubled quote closes and reopens: the same for splitting
+        elif char in "'\"":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:index].strip())
+            start = index + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _inside(type_name: str) -> str:
+    return type_name[type_name.index("(") + 1:type_name.rindex(")")]
+
+
+def struct_fields(type_name: str | None) -> dict[str, str] | None:
+    """Field name -> DuckDB type of a STRUCT type, as DuckDB writes them (``None``: not a STRUCT).
+
+    >>> struct_fields('STRUCT(a INTEGER, "B c" VARCHAR, i STRUCT(k INTEGER[]))')
+    {'a': 'INTEGER', 'B c': 'VARCHAR', 'i': 'STRUCT(k INTEGER[])'}
+    >>> struct_fields("INTEGER[]") is None
+    True
+    """
+    if not type_name or not type_name.upper().startswith("STRUCT(") or not type_name.endswith(")"):
+        return None
+    fields = {}
+    for part in _split_top_level(_inside(type_name)):
+        if part.startswith('"'):
+            end = 1
+            while True:
+                end = part.index('"', end)
+                if part[end + 1:end + 2] == '"':
+                    end += 2
+                    continue
+                break
+            name, rest = part[1:end].replace('""', '"'), part[end + 1:]
+        else:
+            name, _, rest = part.partition(" ")
+        fields[name] = rest.strip()
+    return fields
+
+
+def list_element(type_name: str | None) -> str | None:
+    """The element type of a LIST (``T[]``) or fixed-size ARRAY (``T[n]``) type, else ``None``.
+
+    >>> list_element("INTEGER[]"), list_element("STRUCT(a VARCHAR[])[3]"), list_element("VARCHAR")
+    ('INTEGER', 'STRUCT(a VARCHAR[])', None)
+    """
+    if not type_name or not type_name.endswith("]"):
+        return None
+    return type_name[:type_name.rindex("[")]
+
+
+def is_list(type_name: str | None) -> bool:
+    """A variable-length LIST (``T[]``), whose length is data (a fixed ``T[n]`` is schema)."""
+    return bool(type_name) and type_name.endswith("[]")
+
+
+def map_types(type_name: str | None) -> tuple[str, str] | None:
+    """(key type, value type) of a MAP type, else ``None``.
+
+    >>> map_types("MAP(VARCHAR, STRUCT(a INTEGER, b DOUBLE))")
+    ('VARCHAR', 'STRUCT(a INTEGER, b DOUBLE)')
+    """
+    if not type_name or not type_name.upper().startswith("MAP(") or not type_name.endswith(")"):
+        return None
+    key, value = _split_top_level(_inside(type_name))
+    return key, value
+
+
+def holds_lists(type_name: str) -> bool:
+    """A LIST or MAP, or a STRUCT or ARRAY holding one: a value whose size is data.
+
+    >>> holds_lists("STRUCT(a INTEGER, tags VARCHAR[])"), holds_lists("INTEGER[3]")
+    (True, False)
+    """
+    if is_list(type_name) or map_types(type_name) is not None:
+        return True
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return any(holds_lists(t) for t in fields.values())
+    element = list_element(type_name)
+    return element is not None and holds_lists(element)

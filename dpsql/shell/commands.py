@@ -16,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
+from dpsql.types import holds_lists, implied_domain
 from dpsql.errors import DPError
 from dpsql.shell.budget import render_budget
 from dpsql.shell.chart import ChartError, render_chart
@@ -132,7 +133,7 @@ def show_schema(state: ShellState, argument: str) -> str:
         columns = state.db.columns(table)  # refuses an undeclared table
         declaration = state.db.policy.table(table)
         kind, limits = _describe_table(state, table)
-        rows = [(column, type_, _column_rule(declaration, column)) for column, type_ in columns.items()]
+        rows = [(column, type_, _column_rule(declaration, column, type_)) for column, type_ in columns.items()]
         title = f"{declaration.name}: {kind}" + (f", {limits}" if limits else "")
         parts.append(title + "\n" + render_rows(["column", "type", "policy"], rows,
                                                 width=state.width, color=state.color))
@@ -288,14 +289,18 @@ def _describe_table(state: ShellState, name: str) -> tuple[str, str]:
     return "private", limits + " per unit"
 
 
-def _column_rule(declaration, column: str) -> str:
+def _column_rule(declaration, column: str, type_name: str = "") -> str:
     if not hasattr(declaration, "unit"):
         return ""
     if declaration.unit is not None and declaration.unit.lower() == column.lower():
         return "privacy unit"
     rule = declaration.column(column)
-    if rule is None:
-        return ""
+    implied = implied_domain(type_name)
+    if holds_lists(type_name):  # the bounded copy keeps this many elements of each list or map
+        return f"lists: first {declaration.list_length} elements (MAX LIST LENGTH)"
+    if rule is None or rule.keys is None and rule.bounds is None:
+        # An ENUM's values and BOOLEAN's are schema: GROUP BY releases them all, no KEYS line needed.
+        return f"keys: every value of its type ({len(implied)})" if implied is not None else ""
     parts = []
     if rule.bounds is not None:
         parts.append(f"bounds {number(rule.bounds.lower)} to {number(rule.bounds.upper)}")
