@@ -310,8 +310,15 @@ class Share:
 
 
 def _percent(value: float) -> str:
+    """A share as a percentage, never in exponent form.
+
+    >>> [_percent(v) for v in (0, 0.00001, 0.003, 0.0097, 0.097, 0.12, 1)]
+    ['0%', '< 0.01%', '0.3%', '1%', '10%', '12%', '100%']
+    """
     percent = 100 * value
-    return f"{percent:.0f}%" if percent >= 10 or percent == 0 else f"{percent:.1g}%"
+    if percent == 0 or percent >= 0.95:
+        return f"{percent:.0f}%"
+    return "< 0.01%" if percent < 0.01 else f"{percent:.1g}%"
 
 
 @dataclass(frozen=True)
