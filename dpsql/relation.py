@@ -26,6 +26,10 @@ and on public data, and of no other unit** (taint follows the data). Each constr
   k·max(hi, 0)], AVG/MIN/MAX/quantiles in [lo, hi]) — bounds the rewrite enforces by clamping;
 * UNION ALL of such branches (unit at the same position): ``k' = k1 + k2 + ...``.
 
+Every join and UNION ALL also bounds the *work* one unit causes: the rows per unit it holds
+(``Relation.rows_per_unit``, the products and sums above) may not pass the policy's
+``MAX ROWS PER UNIT AFTER JOINS`` unless an input already held as many (``_check_fan_out``).
+
 Units meet only in their own type: a join of two private tables on their units, or a UNION
 ALL of branches, needs the unit columns to have identical DuckDB types — an implicit coercion
 (BIGINT = DOUBLE compares as DOUBLE, VARCHAR = INTEGER casts the string) could make two
