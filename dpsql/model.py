@@ -138,6 +138,10 @@ DEFAULT_MAX_JOIN_MULTIPLICITY = 100
 one-to-many public tables pass, a fan-out that multiplies a unit's rows a thousandfold does not."""
 
 
+DEFAULT_MAX_ROWS_AFTER_JOINS = 1_000
+"""``MAX ROWS PER UNIT AFTER JOINS`` of a policy that states none (see ``Policy.max_rows_after_joins``)."""
+
+
 DEFAULT_MAX_RELEASED_KEYS = 100_000
 """``MAX RELEASED KEYS`` of a policy that states none. A grouped query releasing 100,000 keys
 took 0.6 s here (released, drawn, post-processed), and the whole test suite and demos pass
@@ -178,6 +182,14 @@ class Policy:
     (``MAX JOIN MULTIPLICITY``): bounds one unit's rows after joins at k·m, so neither the
     noise nor the work a query does for one unit can be blown up by the analyst's choice of
     join (DESIGN.md invariant 17)."""
+    max_rows_after_joins: int = DEFAULT_MAX_ROWS_AFTER_JOINS
+    """Most rows one unit may have in any relation a join or UNION ALL builds
+    (``MAX ROWS PER UNIT AFTER JOINS``): private self-joins multiply rows per unit (k1·k2),
+    public joins by m, UNION ALL adds them up. Truncation bounds the sensitivity, not the work
+    done before it, so without this limit one unit's k^n joined rows could make a query slow
+    or fail only when the unit is there. A join or UNION ALL above the limit, and above every
+    input's own rows per unit (a declared MAX ROWS PER UNIT is the curator's choice), is
+    refused before the charge (``dpsql.relation``)."""
     max_released_keys: int = DEFAULT_MAX_RELEASED_KEYS
     """Most keys a GROUP BY over public KEYS domains may release (``MAX RELEASED KEYS``): a
     larger domain is refused before the charge, with the advice to narrow it (``dpsql.domains``)."""

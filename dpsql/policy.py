@@ -47,7 +47,7 @@ from lark.lexer import PatternStr
 from .errors import PolicyError
 from .policy_check import _error, _number_text, validate_policy
 from .policy_check import catalog_of, check_policy, is_numeric_type  # noqa: F401  (the public API)
-from .model import (DEFAULT_MAX_JOIN_MULTIPLICITY, DEFAULT_MAX_RELEASED_KEYS, Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable,
+from .model import (DEFAULT_MAX_JOIN_MULTIPLICITY, DEFAULT_MAX_RELEASED_KEYS, DEFAULT_MAX_ROWS_AFTER_JOINS, Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable,
                     PublicTable)
 
 _GRAMMAR_DIRS = (Path(__file__).parent / "grammar", Path(__file__).parent.parent / "grammar")
@@ -224,6 +224,15 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
                          f"{_number_text(count.value)}", count.position, hint="write MAX JOIN MULTIPLICITY 10;")
         settings["max_join_multiplicity"] = int(count.value)
         where["max_join_multiplicity"] = multiplicity.position
+    after_joins = _single(statements, ("rows_after_joins",), "MAX ROWS PER UNIT AFTER JOINS")
+    if after_joins is not None:
+        count = after_joins.args[0]
+        if count.value.denominator != 1 or not 1 <= count.value <= 10**9:
+            raise _error(f"MAX ROWS PER UNIT AFTER JOINS must be a whole number from 1 to 1000000000, not "
+                         f"{_number_text(count.value)}", count.position,
+                         hint="write MAX ROWS PER UNIT AFTER JOINS 1000;")
+        settings["max_rows_after_joins"] = int(count.value)
+        where["max_rows_after_joins"] = after_joins.position
     released = _single(statements, ("released_keys",), "MAX RELEASED KEYS")
     if released is not None:
         count = released.args[0]
@@ -364,6 +373,8 @@ def policy_to_text(policy: Policy) -> str:
     lines.append(f"NOISE {policy.noise.upper()};")
     if policy.max_join_multiplicity != DEFAULT_MAX_JOIN_MULTIPLICITY:
         lines.append(f"MAX JOIN MULTIPLICITY {policy.max_join_multiplicity};")
+    if policy.max_rows_after_joins != DEFAULT_MAX_ROWS_AFTER_JOINS:
+        lines.append(f"MAX ROWS PER UNIT AFTER JOINS {policy.max_rows_after_joins};")
     if policy.max_released_keys != DEFAULT_MAX_RELEASED_KEYS:
         lines.append(f"MAX RELEASED KEYS {policy.max_released_keys};")
     if policy.bias_share is not None:

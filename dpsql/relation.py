@@ -26,6 +26,10 @@ and on public data, and of no other unit** (taint follows the data). Each constr
   k·max(hi, 0)], AVG/MIN/MAX/quantiles in [lo, hi]) — bounds the rewrite enforces by clamping;
 * UNION ALL of such branches (unit at the same position): ``k' = k1 + k2 + ...``.
 
+Every join and UNION ALL also bounds the *work* one unit causes: the rows per unit it holds
+(``Relation.rows_per_unit``, the products and sums above) may not pass the policy's
+``MAX ROWS PER UNIT AFTER JOINS`` unless an input already held as many (``_check_fan_out``).
+
 Units meet only in their own type: a join of two private tables on their units, or a UNION
 ALL of branches, needs the unit columns to have identical DuckDB types — an implicit coercion
 (BIGINT = DOUBLE compares as DOUBLE, VARCHAR = INTEGER casts the string) could make two
@@ -114,7 +118,7 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
     current = _item(from_.this, policy, catalog, sql, data, ctes)
     for join in joins:
         other = _item(join.this, policy, catalog, sql, data, ctes)
-        current = _join(current, other, join, sql, data, policy.max_join_multiplicity)
+        current = _join(current, other, join, sql, data, policy.max_join_multiplicity, policy.max_rows_after_joins)
     if isinstance(current, _Public):
         refuse(from_, sql, "private data may be read only in FROM: this query's FROM reads public tables only "
                "while another part of it reads a private table", "aggregate the private table in FROM, "
@@ -173,7 +177,8 @@ def _requalify(scope: dict, reference: str) -> dict:
 # Joins
 
 
-def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_multiplicity: int):
+def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_multiplicity: int,
+          max_rows: int):
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL"):
@@ -211,11 +216,17 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         bound_condition = _bind_condition(condition, left, right, names, sql)
     if isinstance(left, Relation) and isinstance(right, Relation):
         rule = _private_join_rule(left, right, _equalities(bound_condition), names, join, sql)
+        inputs = (left, right)
         # Each side keeps at most its k rows per unit before the join, so one unit's rows
         # cannot make the join quadratic (a time that would tell whether the unit is there).
         left, right = _truncated(left), _truncated(right)
         # A joined row pairs a row of each side of the same unit (one row if LEFT and unmatched).
         held = _product(left.rows_per_unit, right.rows_per_unit)
+        _check_fan_out(join, sql, held, inputs, max_rows, f"this join of {right.label} on the privacy unit pairs "
+                       f"each of one unit's rows on its left ({left.rows_per_unit} at most) with each on its right "
+                       f"({right.rows_per_unit})", "join each private table once, or aggregate "
+                       "per unit first in a subquery (SELECT unit, SUM(x) AS s FROM t GROUP BY unit), which "
+                       "leaves one row per unit to join")
         on = _total_condition(bound_condition, (left.rule.unit.lower(), right.rule.unit.lower()))
         bounded = left.bounded | right.bounded
         joins = left.joins + right.joins
@@ -240,6 +251,10 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         # type, exactly the keys the multiplicity was counted on — so the rows a unit holds
         # multiply by at most m, whatever the private data (DESIGN.md invariant 15).
         held = _product(private.rows_per_unit, multiplicity)
+        _check_fan_out(join, sql, held, (private,), max_rows, f"each of a unit's rows in {private.label} "
+                       f"({private.rows_per_unit} at most) can match up to m = {multiplicity} rows of "
+                       f"{public.label} on this join's keys", "join on columns that identify the public rows "
+                       "(a key), aggregate the public side first in a subquery, or join fewer public tables")
         on = _keyed_condition(bound_condition, keys)
         bounded = private.bounded
         compared = ", ".join(sorted({k.comparison if k.comparison != "VARCHAR" else "VARCHAR (as bytes)"
@@ -256,6 +271,28 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
     return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held,
                     bounded=bounded, joins=joins)
+
+
+def _check_fan_out(node: exp.Expression, sql: str, held: int | None, inputs, limit: int, how: str,
+                   instead: str) -> None:
+    """Refuse a join or UNION ALL that gives one unit more rows than the policy allows.
+
+    Truncating to k rows per unit bounds what one unit adds to an answer, not the work done
+    before: a unit's k^n rows in n self-joins (or m^n in n public joins, or copies stacked by
+    UNION ALL) take time, memory and maybe the time limit only when the unit is there, a
+    noiseless membership test. So every relation a join or UNION ALL builds — including those
+    inside subqueries, per-unit aggregates and CTEs, each built here — holds at most
+    ``MAX ROWS PER UNIT AFTER JOINS`` rows per unit, or no more than one of its inputs already
+    held (a declared MAX ROWS PER UNIT above the limit is the curator's choice). Decided from
+    the policy, the query and public multiplicities only: before the charge, whatever the data.
+    """
+    most = max((r.rows_per_unit or 0 for r in inputs), default=0)
+    if held is not None and (held <= limit or held <= most):
+        return
+    reached = "more rows than can be bounded" if held is None else f"up to {held:,} rows"
+    refuse(node, sql, f"{how}: one privacy unit would have {reached} after it, more than the policy's "
+           f"MAX ROWS PER UNIT AFTER JOINS {limit:,} (the work for one unit's rows could tell whether it is "
+           "in the data)", f"{instead}; or ask the curator to raise MAX ROWS PER UNIT AFTER JOINS")
 
 
 def _product(a: int | None, b: int | None) -> int | None:
@@ -886,6 +923,10 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
         columns=tuple(rules),
     )
     held = None if any(r.rows_per_unit is None for r in relations) else sum(r.rows_per_unit for r in relations)
+    _check_fan_out(query, sql, held, relations, policy.max_rows_after_joins, "this UNION ALL adds up its "
+                   "branches' rows per unit (" + " + ".join(str(r.rows_per_unit) for r in relations) + ")",
+                   "combine fewer branches, or aggregate per unit in each branch (GROUP BY the unit), "
+                   "which leaves one row per unit and branch")
     return Relation(union, rule, dict(first.columns), _scope(reference, _visible(first.columns, rule.unit, hidden)),
                     rule.name, rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)),
                     joins=tuple(j for r in relations for j in r.joins))

@@ -45,7 +45,8 @@ PRIVATE TABLE visits (PRIVACY UNIT user_id, MAX ROWS PER UNIT {rows}, MAX GROUPS
 PUBLIC TABLE stores;
 """
 BOUNDED = POLICY.format(rows=5, groups=2)
-UNBOUNDED = POLICY.format(rows=1_000_000, groups=1_000_000)
+UNBOUNDED = POLICY.format(rows=1_000_000, groups=1_000_000) + "MAX ROWS PER UNIT AFTER JOINS 1000000000;\n"
+"""No contribution bounding at all (its joins may then multiply a unit's rows past the default limit)."""
 
 
 def base() -> pd.DataFrame:
