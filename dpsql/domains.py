@@ -18,7 +18,9 @@ rules keep that from flooding or hiding the answer:
   maps their keys to NULL, one more group, and that group is released with the same noise as
   every other cell (``res.outside_domain``). It is a group like any other for contribution
   bounding, so it counts among a unit's MAX GROUPS PER UNIT groups and its k rows: the
-  sensitivity of every measure is unchanged (``tests/test_domains.py`` checks by brute force).
+  sensitivity of every measure is unchanged (``tests/test_domains.py`` checks by brute force,
+  for summed measures, distinct values and quantile histograms alike). Its NULL key joins its
+  own (unit, group) grant with IS NOT DISTINCT FROM (``rewrite._same_unit_group``).
   Rows the query's own WHERE excludes are not "outside": they are in no cell at all.
 
 With a private key among the GROUP BY keys (partition selection), none of this applies: the
