@@ -44,6 +44,7 @@ def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog
         bind_table(table, policy, catalog, sql)
     if not touches_private(list(tree.find_all(exp.Table)), policy, catalog, ctes):
         return _check_public(tree, sql)
+    refuse_ambiguous_qualifiers(tree, sql)
     tree.set("with_", None)
     tree.set("with", None)
     return _check_private(tree, sql, policy, catalog, data, ctes)
@@ -85,6 +86,44 @@ def name_subqueries(tree: exp.Expression) -> None:
                 count += 1
                 name = "unnamed_subquery" if count == 1 else f"unnamed_subquery{count}"
                 source.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+
+
+def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
+    """Refuse a column qualified with a name that two items of one FROM clause answer to: an
+    alias written twice, or a name DuckDB gives an unaliased subquery (``name_subqueries``)
+    that is also an alias, a CTE or a table read in the same FROM. DuckDB refuses such a
+    reference as ambiguous when both items have the column; dpsql refuses it whenever it is
+    used, so the column never silently comes from the other item. A repeated name that is
+    never used to qualify a column is harmless, as in DuckDB.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("SELECT SUM(unnamed_subquery.x) FROM (SELECT x FROM t) AS unnamed_subquery "
+    ...                          "JOIN (SELECT y FROM u) ON x = y")
+    >>> name_subqueries(tree)
+    >>> refuse_ambiguous_qualifiers(tree, "")
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: the table name unnamed_subquery is ambiguous: it names 2 items of this FROM (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... in FROM order, as DuckDB names it) (line 1, column 12). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
+    """
+    for select in tree.find_all(exp.Select):
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            continue
+        items = [from_.this] + [j.this for j in select.args.get("joins") or []]
+        names: dict[str, int] = {}
+        for item in items:
+            name = item.alias_or_name.lower()
+            names[name] = names.get(name, 0) + 1
+        repeated = {name for name, count in names.items() if name and count > 1}
+        if not repeated:
+            continue
+        # The columns of this SELECT itself (select list, ON, WHERE, ...), not of its subqueries.
+        for node in select.walk(prune=lambda n: n is not select and isinstance(n, (exp.Select, exp.Subquery))):
+            if isinstance(node, exp.Column) and node.table and node.table.lower() in repeated:
+                name = node.table
+                refuse(node, sql, f"the table name {name} is ambiguous: it names {names[name.lower()]} items of "
+                       "this FROM (a subquery written without an alias is named unnamed_subquery, "
+                       "unnamed_subquery2, ... in FROM order, as DuckDB names it)",
+                       "give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias")
 
 
 def _keys_of_distinct(tree: exp.Select) -> None:

@@ -411,6 +411,56 @@ def test_a_from_subquery_needs_no_alias():
         assert set(keys_of(result)) <= set(AIRPORTS)
 
 
+AMBIGUOUS = [
+    # the analyst's alias and DuckDB's name for the unaliased subquery are the same
+    "SELECT SUM(unnamed_subquery.delay) AS s FROM (SELECT tail, origin, delay FROM flights) AS unnamed_subquery "
+    "JOIN (SELECT faa AS origin, 1 AS delay FROM airports) USING (origin)",
+    "SELECT SUM(unnamed_subquery.delay) AS s FROM (SELECT faa AS origin, 1 AS delay FROM airports) "
+    "JOIN (SELECT tail, origin, delay FROM flights) AS unnamed_subquery USING (origin)",
+    # a CTE of that name
+    "WITH unnamed_subquery AS (SELECT tail, origin, delay FROM flights) SELECT SUM(unnamed_subquery.delay) AS s "
+    "FROM unnamed_subquery JOIN (SELECT faa AS origin, 1 AS delay FROM airports) USING (origin)",
+    # the second unaliased subquery's name
+    "SELECT unnamed_subquery2.origin, COUNT(*) AS n FROM (SELECT tail, origin FROM flights) "
+    "JOIN (SELECT faa AS origin FROM airports) USING (origin) "
+    "JOIN (SELECT faa AS origin FROM airports) AS unnamed_subquery2 USING (origin) GROUP BY ALL",
+]
+
+
+@pytest.mark.parametrize("sql", AMBIGUOUS)
+def test_a_name_two_from_items_answer_to_is_refused_as_duckdb_does(sql):
+    """An unaliased subquery is named as DuckDB names it; when the analyst's alias or CTE has
+    that name too, a column qualified with it is refused as ambiguous, as DuckDB refuses it,
+    never bound to the other item (attack a1 finding 4a: SUM(unnamed_subquery.amount)
+    summed the unaliased public subquery's column)."""
+    duck = duckdb.connect()
+    duck.register("flights", flights())
+    duck.register("airports", pd.DataFrame({"faa": AIRPORTS}))
+    with pytest.raises(duckdb.BinderException, match="Ambiguous reference to table"):
+        duck.execute(sql)
+    with connect() as db:
+        before = db.budget
+        with pytest.raises(UnsupportedQuery, match="the table name unnamed_subquery2? is ambiguous") as raised:
+            db.sql(sql, delta=1e-5)
+        assert db.budget == before
+    error = raised.value
+    column = re.search(r"unnamed_subquery2?\.", sql).start() + 1
+    assert (error.line, error.col) == (1, column) and "AS my_alias" in error.hint
+
+
+def test_a_repeated_name_nobody_uses_is_harmless():
+    """As in DuckDB: two FROM items answering to one name is fine while no column is
+    qualified with it; an explicit alias that is not a generated name is no collision."""
+    with connect(seed=2) as db:
+        repeated = db.sql("SELECT SUM(delay) AS s FROM (SELECT tail, origin, delay FROM flights) AS unnamed_subquery "
+                          "JOIN (SELECT faa AS origin FROM airports) USING (origin)", epsilon=100)
+        assert repeated.fetchall()[0][0] == pytest.approx(flights()["delay"].sum(), abs=2)
+        # the first unaliased subquery is unnamed_subquery, so an explicit unnamed_subquery2 is unique
+        named = db.sql("SELECT SUM(unnamed_subquery2.delay) AS s FROM (SELECT faa AS origin FROM airports) "
+                       "JOIN (SELECT tail, origin, delay FROM flights) AS unnamed_subquery2 USING (origin)", epsilon=100)
+        assert named.fetchall()[0][0] == pytest.approx(flights()["delay"].sum(), abs=2)
+
+
 def test_group_by_public_keys_without_an_aggregate_is_the_domain_free():
     with connect() as db:
         result = db.sql("SELECT origin FROM flights WHERE origin <> 'EWR' GROUP BY origin ORDER BY origin DESC")
