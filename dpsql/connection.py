@@ -537,7 +537,7 @@ class Connection:
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
-        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count),
+        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count, checked.post),
                 "converter": self._engine.convert}
 
     def _snapshot(self) -> Budget | None:
