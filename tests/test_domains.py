@@ -169,10 +169,33 @@ def test_a_domain_beyond_the_policy_limit_is_refused_before_the_charge():
 def test_the_limit_counts_the_product_of_domains_before_building_it():
     policy = POLICY + "MAX RELEASED KEYS 19;"
     with connect(policy=policy) as db:
-        with pytest.raises(UnsupportedQuery, match=r"would release 20 keys, the KEYS domain of origin "
-                                                   r"\(airports.faa\) times the KEYS domain of code"):
+        with pytest.raises(UnsupportedQuery, match=r"would release 20 keys: the 5 keys of the KEYS domain of origin "
+                                                   r"\(airports.faa\) times the 4 keys of the KEYS domain of code"):
             db.sql("SELECT origin, code, COUNT(*) FROM flights GROUP BY origin, code")
         assert len(db.sql("SELECT origin, code, COUNT(*) FROM flights WHERE code < 4 GROUP BY ALL")) == 15
+
+
+def test_the_limit_message_counts_what_one_public_table_holds_together():
+    """Attack a1 finding 4c: keys from one public table are its combinations as they occur
+    together (3 here), not the product of their domains (2 x 2); the refusal says so, with the
+    number it counted, and the product of that with the other keys' domain."""
+    stores = pd.DataFrame({"city": ["A", "A", "B"], "store": ["s1", "s2", "s1"]})
+    frame = pd.DataFrame({"uid": range(3), "city": ["A", "A", "B"], "store": ["s1", "s2", "s1"], "plan": "x"})
+    policy = """BUDGET EPSILON 1000; MAX RELEASED KEYS 5; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
+        city KEYS FROM stores.city, store KEYS FROM stores.store, plan KEYS ('x', 'y')); PUBLIC TABLE stores;"""
+    with dpsql.connect({"v": frame, "stores": stores}, policy=policy) as db:
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v GROUP BY city, store, plan", epsilon=1)
+        assert refused.value.message == (
+            "GROUP BY would release 6 keys: the 3 combinations of (city, store) that occur together in stores "
+            "(KEYS FROM stores.city, stores.store) times the 2 keys of the KEYS domain of plan (2 listed keys), "
+            "beyond the limit of 5 keys (the policy's MAX RELEASED KEYS)")
+        with pytest.raises(UnsupportedQuery, match=r"release 6 keys: the 3 combinations of \(city, store\) "
+                                                   r"that occur together in stores \(KEYS FROM stores.city, "
+                                                   r"stores.store\) where \"city\" <> 'C' times"):
+            db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v WHERE city <> 'C' GROUP BY city, store, plan",
+                   epsilon=1)
+        assert db.budget.spent.epsilon == 0
 
 
 def test_the_query_option_lowers_the_limit_but_cannot_raise_it():
