@@ -67,6 +67,10 @@ def _ctes(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> d
     return ctes
 
 
+GENERATED_ALIAS = "dp_generated_alias"
+"""Meta flag of a subquery whose alias ``name_subqueries`` gave it (DuckDB's name for it)."""
+
+
 def name_subqueries(tree: exp.Expression) -> None:
     """Give a FROM or JOIN subquery written without an alias the name DuckDB gives it:
     ``unnamed_subquery``, then ``unnamed_subquery2``, ... in each SELECT, in FROM order.
@@ -86,6 +90,7 @@ def name_subqueries(tree: exp.Expression) -> None:
                 count += 1
                 name = "unnamed_subquery" if count == 1 else f"unnamed_subquery{count}"
                 source.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+                source.meta[GENERATED_ALIAS] = True
 
 
 def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
@@ -103,6 +108,9 @@ def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
     >>> refuse_ambiguous_qualifiers(tree, "")
     Traceback (most recent call last):
     dpsql.errors.UnsupportedQuery: the table name unnamed_subquery is ambiguous: it names 2 items of this FROM (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... in FROM order, as DuckDB names it) (line 1, column 12). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
+    >>> refuse_ambiguous_qualifiers(sqlglot.parse_one("SELECT a.x FROM t AS a JOIN u AS a ON a.x = 1"), "")
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: the table name a is ambiguous: it names 2 items of this FROM (line 1, column 8). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
     """
     for select in tree.find_all(exp.Select):
         from_ = select.args.get("from_") or select.args.get("from")
@@ -110,9 +118,12 @@ def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
             continue
         items = [from_.this] + [j.this for j in select.args.get("joins") or []]
         names: dict[str, int] = {}
+        generated = set()
         for item in items:
             name = item.alias_or_name.lower()
             names[name] = names.get(name, 0) + 1
+            if item.meta.get(GENERATED_ALIAS):
+                generated.add(name)
         repeated = {name for name, count in names.items() if name and count > 1}
         if not repeated:
             continue
@@ -120,9 +131,10 @@ def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
         for node in select.walk(prune=lambda n: n is not select and isinstance(n, (exp.Select, exp.Subquery))):
             if isinstance(node, exp.Column) and node.table and node.table.lower() in repeated:
                 name = node.table
+                why = (" (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... "
+                       "in FROM order, as DuckDB names it)" if name.lower() in generated else "")
                 refuse(node, sql, f"the table name {name} is ambiguous: it names {names[name.lower()]} items of "
-                       "this FROM (a subquery written without an alias is named unnamed_subquery, "
-                       "unnamed_subquery2, ... in FROM order, as DuckDB names it)",
+                       f"this FROM{why}",
                        "give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias")
 
 

@@ -469,6 +469,15 @@ def test_a_name_two_from_items_answer_to_is_refused_as_duckdb_does(sql):
     error = raised.value
     column = re.search(r"unnamed_subquery2?\.", sql).start() + 1
     assert (error.line, error.col) == (1, column) and "AS my_alias" in error.hint
+    assert "a subquery written without an alias is named unnamed_subquery" in error.message
+
+
+def test_an_alias_written_twice_is_ambiguous_when_used():
+    with connect() as db:
+        with pytest.raises(UnsupportedQuery) as raised:
+            db.sql("SELECT SUM(a.delay) AS s FROM flights AS a JOIN airports AS a ON origin = faa")
+    assert raised.value.message == "the table name a is ambiguous: it names 2 items of this FROM"
+    assert raised.value.col == 12
 
 
 def test_a_repeated_name_nobody_uses_is_harmless():
