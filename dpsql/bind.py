@@ -150,14 +150,7 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
             resolved = resolve_column(column, scope, types or {}, sql)
             if resolved is None:
                 qualifier = column.table.lower() if column.table else None
-                line, col = node_position(column, sql)
-                shown = column.sql(dialect="duckdb")
-                known_qualifier = qualifier is None or any(q == qualifier for (q, _) in scope)
-                raise UnsupportedQuery(
-                    f"unknown column {written_name(column)}" if known_qualifier else
-                    f"unknown table or alias {sql_name(column.table)} in {shown}",
-                    line=line, col=col, construct=shown,
-                    hint=columns_hint(column.name, [c for (q, c) in scope if q is None], spellings))
+                _refuse_unbound(column, qualifier, scope, sql, spellings)
             replace_column(column, resolved)
         if types:
             bind_brackets(node, types, sql)
@@ -291,6 +284,52 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
                                    hint=f"write {base.sql(dialect='duckdb')}['field']")
         extracted, _ = _extract(base.copy(), type_name, index.this, sub, sql, _written(base))
         sub.replace(extracted)
+
+
+def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, sql: str,
+                    spellings: dict | None) -> None:
+    """Refuse a column the scope does not resolve, saying why: a bare name two joined tables
+    both have (ambiguous), a name its qualifier's table lacks (the hint lists that table's
+    columns, and the tables that do have it), an unknown qualifier, or an unknown name. A hint
+    never offers the very name it refuses as available.
+
+    >>> import sqlglot
+    >>> scope = {(None, "uid"): "uid", ("v", "uid"): "uid", ("v", "amount"): "amount",
+    ...          ("visits", "amount"): "amount", ("s", "amount"): "s.amount", ("s", "sz"): "sz", (None, "sz"): "sz"}
+    >>> _refuse_unbound(sqlglot.parse_one("SELECT v.sz").find(exp.Column), "v", scope, "", None)
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: unknown column v.sz: v has no column sz (line 1, column 8). Hint: sz is a column of s; the columns of v are: amount, uid.
+    >>> _refuse_unbound(sqlglot.parse_one("SELECT amount").find(exp.Column), None, scope, "", None)
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: column amount is ambiguous: s and v both have it (line 1, column 8). Hint: qualify it: s.amount or v.amount.
+    """
+    line, col = node_position(column, sql)
+    shown = column.sql(dialect="duckdb")
+    name = column.name.lower()
+    by_target: dict[str, list[str]] = {}  # a table read as `t AS a` answers to a and t: name it once
+    for (q, c), target in scope.items():
+        if q is not None and c == name:
+            by_target.setdefault(target, []).append(q)
+    holders = sorted(min(names, key=lambda q: (len(q), q)) for names in by_target.values())
+    qualifiers = {q for (q, _) in scope if q is not None}
+    written = written_name(column)
+    if qualifier is None and holders:
+        tables = " and ".join(sql_name(q) for q in holders) if len(holders) <= 3 else f"{len(holders)} tables"
+        raise UnsupportedQuery(f"column {written} is ambiguous: {tables} both have it" if len(holders) == 2 else
+                               f"column {written} is ambiguous: {tables} all have it",
+                               line=line, col=col, construct=shown,
+                               hint="qualify it: " + " or ".join(f"{sql_name(q)}.{written}" for q in holders))
+    if qualifier is not None and qualifier in qualifiers:
+        own = sorted({c for (q, c) in scope if q == qualifier})
+        elsewhere = (f"{written} is a column of {', '.join(sql_name(q) for q in holders)}; " if holders else "")
+        hint = columns_hint(column.name, own, spellings, what=f"columns of {sql_name(column.table)}")
+        raise UnsupportedQuery(f"unknown column {shown}: {sql_name(column.table)} has no column {written}",
+                               line=line, col=col, construct=shown, hint=elsewhere + hint)
+    raise UnsupportedQuery(
+        f"unknown column {written}" if qualifier is None else
+        f"unknown table or alias {sql_name(column.table)} in {shown}",
+        line=line, col=col, construct=shown,
+        hint=columns_hint(column.name, [c for (q, c) in scope if q is None], spellings))
 
 
 def _is_alias_reference(column: exp.Column, names: set, aliases: frozenset) -> bool:

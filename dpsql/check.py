@@ -45,6 +45,7 @@ def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog
         bind_table(table, policy, catalog, sql)
     if not touches_private(list(tree.find_all(exp.Table)), policy, catalog, ctes):
         return _check_public(tree, sql)
+    refuse_ambiguous_qualifiers(tree, sql)
     tree.set("with_", None)
     tree.set("with", None)
     return _check_private(tree, sql, policy, catalog, data, ctes)
@@ -67,6 +68,10 @@ def _ctes(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> d
     return ctes
 
 
+GENERATED_ALIAS = "dp_generated_alias"
+"""Meta flag of a subquery whose alias ``name_subqueries`` gave it (DuckDB's name for it)."""
+
+
 def name_subqueries(tree: exp.Expression) -> None:
     """Give a FROM or JOIN subquery written without an alias the name DuckDB gives it:
     ``unnamed_subquery``, then ``unnamed_subquery2``, ... in each SELECT, in FROM order.
@@ -86,6 +91,52 @@ def name_subqueries(tree: exp.Expression) -> None:
                 count += 1
                 name = "unnamed_subquery" if count == 1 else f"unnamed_subquery{count}"
                 source.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+                source.meta[GENERATED_ALIAS] = True
+
+
+def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
+    """Refuse a column qualified with a name that two items of one FROM clause answer to: an
+    alias written twice, or a name DuckDB gives an unaliased subquery (``name_subqueries``)
+    that is also an alias, a CTE or a table read in the same FROM. DuckDB refuses such a
+    reference as ambiguous when both items have the column; dpsql refuses it whenever it is
+    used, so the column never silently comes from the other item. A repeated name that is
+    never used to qualify a column is harmless, as in DuckDB.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("SELECT SUM(unnamed_subquery.x) FROM (SELECT x FROM t) AS unnamed_subquery "
+    ...                          "JOIN (SELECT y FROM u) ON x = y")
+    >>> name_subqueries(tree)
+    >>> refuse_ambiguous_qualifiers(tree, "")
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: the table name unnamed_subquery is ambiguous: it names 2 items of this FROM (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... in FROM order, as DuckDB names it) (line 1, column 12). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
+    >>> refuse_ambiguous_qualifiers(sqlglot.parse_one("SELECT a.x FROM t AS a JOIN u AS a ON a.x = 1"), "")
+    Traceback (most recent call last):
+    dpsql.errors.UnsupportedQuery: the table name a is ambiguous: it names 2 items of this FROM (line 1, column 8). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
+    """
+    for select in tree.find_all(exp.Select):
+        from_ = select.args.get("from_") or select.args.get("from")
+        if from_ is None:
+            continue
+        items = [from_.this] + [j.this for j in select.args.get("joins") or []]
+        names: dict[str, int] = {}
+        generated = set()
+        for item in items:
+            name = item.alias_or_name.lower()
+            names[name] = names.get(name, 0) + 1
+            if item.meta.get(GENERATED_ALIAS):
+                generated.add(name)
+        repeated = {name for name, count in names.items() if name and count > 1}
+        if not repeated:
+            continue
+        # The columns of this SELECT itself (select list, ON, WHERE, ...), not of its subqueries.
+        for node in select.walk(prune=lambda n: n is not select and isinstance(n, (exp.Select, exp.Subquery))):
+            if isinstance(node, exp.Column) and node.table and node.table.lower() in repeated:
+                name = node.table
+                why = (" (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... "
+                       "in FROM order, as DuckDB names it)" if name.lower() in generated else "")
+                refuse(node, sql, f"the table name {name} is ambiguous: it names {names[name.lower()]} items of "
+                       f"this FROM{why}",
+                       "give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias")
 
 
 def _keys_of_distinct(tree: exp.Select) -> None:

@@ -46,7 +46,7 @@ from .policy import check_policy, load_policy, policy_to_text
 from .policy_check import is_numeric_type
 from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
-from .domains import domain_parts, domain_text, key_text, reports_outside
+from .domains import domain_parts, domain_text, key_text, product_text, reports_outside
 from .keys import read_keys, shown_keys, typed_keys
 from .accuracy import output_cells
 from .notes import thin_answer_notes
@@ -548,7 +548,7 @@ class Connection:
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
-        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count),
+        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count, checked.post),
                 "converter": self._engine.convert}
 
     def _snapshot(self) -> Budget | None:
@@ -709,7 +709,7 @@ class Connection:
             if domain not in self._domains:  # public data: read once per connection
                 self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
-        self._check_domain_size(query, math.prod(len(values) for _, values in parts), written or {}, sql)
+        self._check_domain_size(query, [(indices, len(values)) for indices, values in parts], written or {}, sql)
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
         released = []
@@ -735,13 +735,16 @@ class Connection:
                                    hint=f"write max_keys = {min(limit, 1000)}, or leave it out")
         return int(value), option
 
-    def _check_domain_size(self, query: PrivateQuery, size: int, written: dict, sql: str) -> None:
+    def _check_domain_size(self, query: PrivateQuery, parts: list[tuple[list[int], int]], written: dict,
+                           sql: str) -> None:
         """Refuse, before the charge, a public domain of more keys than the limit allows: the
-        domain, its size and the limit, and how to narrow it."""
+        domain, its size and the limit, and how to narrow it. ``parts``: each domain part's key
+        indices and the number of its keys or combinations (``domain_parts``)."""
         limit, option = self._max_keys(written)
+        size = math.prod(count for _, count in parts)
         if size <= limit:
             return
-        names = " times ".join(domain_text(k) for k in query.keys)
+        names = product_text(query.keys, parts)
         narrow = " AND ".join(f"{key_text(k)} IN (...)" for k in query.keys)
         if option is not None:
             where, line, col = "max_keys in the query's OPTIONS", option.line, option.col
@@ -750,7 +753,7 @@ class Connection:
             (line, col), where = node_position(query.keys[0].expression, sql), "the policy's MAX RELEASED KEYS"
             raise_it = "ask the curator to raise MAX RELEASED KEYS in the policy"
         raise UnsupportedQuery(
-            f"GROUP BY would release {size:,} keys, {names}, beyond the limit of {limit:,} keys ({where})",
+            f"GROUP BY would release {size:,} keys: {names}, beyond the limit of {limit:,} keys ({where})",
             line=line, col=col, hint=f"narrow the keys with WHERE {narrow}, or {raise_it}")
 
     def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:

@@ -18,7 +18,9 @@ rules keep that from flooding or hiding the answer:
   maps their keys to NULL, one more group, and that group is released with the same noise as
   every other cell (``res.outside_domain``). It is a group like any other for contribution
   bounding, so it counts among a unit's MAX GROUPS PER UNIT groups and its k rows: the
-  sensitivity of every measure is unchanged (``tests/test_domains.py`` checks by brute force).
+  sensitivity of every measure is unchanged (``tests/test_domains.py`` checks by brute force,
+  for summed measures, distinct values and quantile histograms alike). Its NULL key joins its
+  own (unit, group) grant with IS NOT DISTINCT FROM (``rewrite._same_unit_group``).
   Rows the query's own WHERE excludes are not "outside": they are in no cell at all.
 
 With a private key among the GROUP BY keys (partition selection), none of this applies: the
@@ -143,3 +145,30 @@ def domain_text(key: GroupKey) -> str:
     if key.narrowed_by:
         text += " where " + " AND ".join(c.sql(dialect="duckdb") for c in key.narrowed_by)
     return text
+
+
+def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]]) -> str:
+    """What a GROUP BY's released keys are the product of, each factor with the size that was
+    counted: a key's own domain, or the combinations one public table holds of its keys
+    (``domain_parts``: pairs as they occur together, not the product of their domains).
+
+    >>> from dpsql.model import KeyDomain
+    >>> store = GroupKey("g0", exp.column("store"), KeyDomain(table="stores", column="store"))
+    >>> size = GroupKey("g1", exp.column("sz"), KeyDomain(table="stores", column="sz"))
+    >>> plan = GroupKey("g2", exp.column("plan"), KeyDomain(values=("free", "pro", "plus")))
+    >>> product_text([store, size, plan], [([0, 1], 4), ([2], 3)])
+    'the 4 combinations of (store, sz) that occur together in stores (KEYS FROM stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)'
+    """
+    texts = []
+    for indices, size in parts:
+        part = [keys[i] for i in indices]
+        if len(part) == 1:
+            texts.append(f"the {size:,} key{'' if size == 1 else 's'} of {domain_text(part[0])}")
+            continue
+        table = part[0].domain.table
+        sources = ", ".join(f"{table}.{key.domain.column}" for key in part)
+        text = (f"the {size:,} combination{'' if size == 1 else 's'} of ({', '.join(key_text(k) for k in part)}) "
+                f"that occur together in {table} (KEYS FROM {sources})")
+        narrowed = [c.sql(dialect="duckdb") for key in part for c in key.narrowed_by]
+        texts.append(text + (" where " + " AND ".join(narrowed) if narrowed else ""))
+    return " times ".join(texts)

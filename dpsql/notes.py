@@ -5,17 +5,22 @@ selection threshold (``dpsql.selection``). With the policy's defaults that thres
 hundreds or thousands of units, and an answer with no rows says nothing about why. So when an
 answer that went through partition selection has fewer than ``FEW_ROWS`` rows, it carries a
 note: the threshold a key needed, and that threshold recomputed with one unit counted in one
-group only, with twice the epsilon, and with ten times the delta.
+group only, with twice the epsilon, and with ten times the delta. When post-processing can
+remove rows too (HAVING, or DISTINCT merging rows), the note names both steps and does not
+claim that the threshold removed them: which step removed a key is not released.
 
 Privacy. Every number in a note is a function of the plan (the policy, the query and the
 epsilon and delta asked for: all public) and of the number of rows released (post-processing
-of the DP release). Nothing depends on how many candidate keys there were or were dropped: the
-note is the same whatever the data, given the released answer.
+of the DP release), and of the query's post-processing clauses (public). Nothing depends on
+how many candidate keys there were or were dropped, nor on how many partition selection
+dropped rather than HAVING: the note is the same whatever the data, given the released answer.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
+
+from sqlglot import exp
 
 from .selection import selection_rule
 
@@ -25,11 +30,13 @@ FEW_ROWS = 5
 """An answer through partition selection with fewer rows than this carries a note."""
 
 
-def thin_answer_notes(plan, released: int) -> list[str]:
+def thin_answer_notes(plan, released: int, post: exp.Select | None = None) -> list[str]:
     """Notes for an answer of ``released`` rows under ``plan`` (empty when none is due).
 
     ``plan`` needs ``selection`` (epsilon, delta, threshold), ``neighbours`` and
     ``query.rule`` (``unit``, ``groups_per_unit``); ``None`` selection means public keys.
+    ``post``: the query's post-processing over the noisy core (``PrivateQuery.post``), whose
+    HAVING (its WHERE) and DISTINCT can remove rows after partition selection.
 
     >>> from types import SimpleNamespace as S
     >>> rule = selection_rule(Fraction(1, 2), Fraction(1, 10**6), groups_per_unit=5, neighbours="unbounded")
@@ -40,6 +47,9 @@ def thin_answer_notes(plan, released: int) -> list[str]:
     No rows were released: the GROUP BY keys are private, so a key is released only when its count of distinct user_id values plus noise reaches 149 (partition selection).
     >>> print(thin_answer_notes(plan, 0)[1])
     To lower that threshold: count each user_id in 1 group (MAX GROUPS PER UNIT 1 in the policy, or OPTIONS (max_groups_contributed = 1)): 28; twice the epsilon (1): 76; ten times the delta (1e-05): 126; or declare the keys public (KEYS FROM a public table, or KEYS (...) in the policy): every key is then released, with no threshold.
+    >>> import sqlglot
+    >>> print(thin_answer_notes(plan, 0, sqlglot.parse_one("SELECT g0 FROM dp_core WHERE a0 > 100"))[0])
+    No rows were released: the GROUP BY keys are private, so a key passes partition selection only when its count of distinct user_id values plus noise reaches 149, and HAVING then keeps only the rows whose noisy values satisfy it. Either step can leave out rows; the answer does not say which did.
     >>> thin_answer_notes(plan, 7), thin_answer_notes(S(selection=None), 0)
     ([], [])
     """
@@ -54,8 +64,14 @@ def thin_answer_notes(plan, released: int) -> list[str]:
         return selection_rule(epsilon, delta, groups_per_unit, plan.neighbours).threshold
 
     shown = "No rows were" if released == 0 else f"Only {released} row{'s were' if released > 1 else ' was'}"
-    notes = [f"{shown} released: the GROUP BY keys are private, so a key is released only when its count "
-             f"of distinct {unit} plus noise reaches {selection.threshold} (partition selection)."]
+    after = _steps_after_selection(post)
+    if after:
+        notes = [f"{shown} released: the GROUP BY keys are private, so a key passes partition selection only "
+                 f"when its count of distinct {unit} plus noise reaches {selection.threshold}, and "
+                 f"{' and '.join(after)}. Either step can leave out rows; the answer does not say which did."]
+    else:
+        notes = [f"{shown} released: the GROUP BY keys are private, so a key is released only when its count "
+                 f"of distinct {unit} plus noise reaches {selection.threshold} (partition selection)."]
     # The selection's share of the query's epsilon and delta is a fixed fraction of them
     # (dpsql.analyse), so doubling the query's epsilon doubles the selection's.
     ways = []
@@ -72,6 +88,18 @@ def thin_answer_notes(plan, released: int) -> list[str]:
                 "key is then released, with no threshold")
     notes.append("To lower that threshold: " + "; ".join(ways) + ".")
     return notes
+
+
+def _steps_after_selection(post: exp.Select | None) -> list[str]:
+    """What the post-processing does that can leave fewer rows than partition selection kept."""
+    if post is None:
+        return []
+    steps = []
+    if post.args.get("where") is not None:
+        steps.append("HAVING then keeps only the rows whose noisy values satisfy it")
+    if post.args.get("distinct") is not None:
+        steps.append("DISTINCT then merges rows that are equal")
+    return steps
 
 
 def _number(value: Fraction) -> str:

@@ -90,7 +90,7 @@ def rewrite_distinct(plan: Plan, measure: Measure) -> str:
         return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
                 f"SELECT {select}\nFROM (SELECT *, {value} AS value FROM dp_values){group}")
     unit_keys = ", ".join(["dp_unit", *keys])
-    window = f"PARTITION BY {unit_keys} ORDER BY hash($salt, dp_unit, value), value"
+    window = f"PARTITION BY {_qualified(keys)} ORDER BY hash($salt, k.dp_unit, value), value"
     conditions = ["b > 0", "value_rank <= b"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
     return (
         f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
@@ -98,7 +98,7 @@ def rewrite_distinct(plan: Plan, measure: Measure) -> str:
         f"  SELECT DISTINCT {unit_keys}, {value} AS value\n  FROM dp_values\n  WHERE {value} IS NOT NULL\n), dp_kept AS (\n"
         f"  SELECT {', '.join(['k.' + k for k in keys] + ['value'])}, b, {'group_rank, ' if keys else ''}"
         f"ROW_NUMBER() OVER ({window}) AS value_rank\n"
-        f"  FROM dp_distinct AS k JOIN dp_granted AS g USING ({unit_keys})\n)\n"
+        f"  FROM dp_distinct AS k JOIN dp_granted AS g ON {_same_unit_group(keys)}\n)\n"
         f"SELECT {select}\nFROM dp_kept\nWHERE {' AND '.join(conditions)}{group}"
     )
 
@@ -120,7 +120,7 @@ def rewrite_histogram(plan: Plan, measure: Measure) -> str:
                 f"SELECT {group}, COUNT(*) AS n\nFROM (SELECT *, {value} AS bucket FROM dp_values)\n"
                 f"WHERE bucket IS NOT NULL\nGROUP BY {group}")
     unit_keys = ", ".join(["dp_unit", *keys])
-    window = f"PARTITION BY {unit_keys} ORDER BY hash($salt, dp_unit, bucket), bucket"
+    window = f"PARTITION BY {_qualified(keys)} ORDER BY hash($salt, k.dp_unit, bucket), bucket"
     earlier = f"COALESCE(SUM(n_bucket) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
     conditions = ["b > 0"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
     return (
@@ -130,10 +130,26 @@ def rewrite_histogram(plan: Plan, measure: Measure) -> str:
         f"  WHERE {value} IS NOT NULL\n  GROUP BY {unit_keys}, {value}\n), dp_spread AS (\n"
         f"  SELECT {', '.join(['k.' + k for k in keys] + ['bucket'])}, "
         f"GREATEST(LEAST(n_bucket, b - {earlier}), 0) AS n\n"
-        f"  FROM dp_buckets AS k JOIN dp_granted AS g USING ({unit_keys})\n"
+        f"  FROM dp_buckets AS k JOIN dp_granted AS g ON {_same_unit_group(keys)}\n"
         f"  WHERE {' AND '.join(conditions)}\n)\n"
         f"SELECT {', '.join([*keys, 'bucket'])}, SUM(n) AS n\nFROM dp_spread\nGROUP BY {', '.join([*keys, 'bucket'])}"
     )
+
+
+def _qualified(keys: list[str]) -> str:
+    """The (unit, group) columns of the per-value side ``k`` of a join with ``dp_granted``."""
+    return ", ".join(f"k.{name}" for name in ["dp_unit", *keys])
+
+
+def _same_unit_group(keys: list[str]) -> str:
+    """A per-value row ``k`` joins its (unit, group)'s grant ``g``. A NULL key is a group too
+    (the outside cell, ``dpsql.domains``, or a NULL key under partition selection), so keys
+    match with IS NOT DISTINCT FROM: an equi-join (or USING) would drop those rows.
+
+    >>> _same_unit_group(["g0"])
+    'k.dp_unit = g.dp_unit AND k.g0 IS NOT DISTINCT FROM g.g0'
+    """
+    return " AND ".join(["k.dp_unit = g.dp_unit", *(f"k.{name} IS NOT DISTINCT FROM g.{name}" for name in keys)])
 
 
 def _bounded_sql(plan: Plan) -> str:

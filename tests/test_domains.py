@@ -19,12 +19,14 @@ import pandas as pd
 import pytest
 
 import dpsql
+from dpsql.analyse import QUANTILE_BUCKETS
 from dpsql.errors import PolicyError, UnsupportedQuery
 from dpsql.noise import SeededSource
 from dpsql.policy import load_policy, policy_to_text
+from dpsql.rewrite import rewrite_distinct, rewrite_histogram
 from dpsql.shell.render import answer_from
 
-from test_sensitivity_oracle import Oracle, _distance, _frozen, _units
+from test_sensitivity_oracle import CASES, Oracle, _distance, _frozen, _units
 
 AIRPORTS = ["EWR", "JFK", "LGA", "BOS", "ATL"]
 
@@ -167,10 +169,33 @@ def test_a_domain_beyond_the_policy_limit_is_refused_before_the_charge():
 def test_the_limit_counts_the_product_of_domains_before_building_it():
     policy = POLICY + "MAX RELEASED KEYS 19;"
     with connect(policy=policy) as db:
-        with pytest.raises(UnsupportedQuery, match=r"would release 20 keys, the KEYS domain of origin "
-                                                   r"\(airports.faa\) times the KEYS domain of code"):
+        with pytest.raises(UnsupportedQuery, match=r"would release 20 keys: the 5 keys of the KEYS domain of origin "
+                                                   r"\(airports.faa\) times the 4 keys of the KEYS domain of code"):
             db.sql("SELECT origin, code, COUNT(*) FROM flights GROUP BY origin, code")
         assert len(db.sql("SELECT origin, code, COUNT(*) FROM flights WHERE code < 4 GROUP BY ALL")) == 15
+
+
+def test_the_limit_message_counts_what_one_public_table_holds_together():
+    """Attack a1 finding 4c: keys from one public table are its combinations as they occur
+    together (3 here), not the product of their domains (2 x 2); the refusal says so, with the
+    number it counted, and the product of that with the other keys' domain."""
+    stores = pd.DataFrame({"city": ["A", "A", "B"], "store": ["s1", "s2", "s1"]})
+    frame = pd.DataFrame({"uid": range(3), "city": ["A", "A", "B"], "store": ["s1", "s2", "s1"], "plan": "x"})
+    policy = """BUDGET EPSILON 1000; MAX RELEASED KEYS 5; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
+        city KEYS FROM stores.city, store KEYS FROM stores.store, plan KEYS ('x', 'y')); PUBLIC TABLE stores;"""
+    with dpsql.connect({"v": frame, "stores": stores}, policy=policy) as db:
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v GROUP BY city, store, plan", epsilon=1)
+        assert refused.value.message == (
+            "GROUP BY would release 6 keys: the 3 combinations of (city, store) that occur together in stores "
+            "(KEYS FROM stores.city, stores.store) times the 2 keys of the KEYS domain of plan (2 listed keys), "
+            "beyond the limit of 5 keys (the policy's MAX RELEASED KEYS)")
+        with pytest.raises(UnsupportedQuery, match=r"release 6 keys: the 3 combinations of \(city, store\) "
+                                                   r"that occur together in stores \(KEYS FROM stores.city, "
+                                                   r"stores.store\) where \"city\" <> 'C' times"):
+            db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v WHERE city <> 'C' GROUP BY city, store, plan",
+                   epsilon=1)
+        assert db.budget.spent.epsilon == 0
 
 
 def test_the_query_option_lowers_the_limit_but_cannot_raise_it():
@@ -288,6 +313,114 @@ def test_the_outside_cell_counts_among_a_units_groups_by_brute_force():
             assert sorted(moved)[-1] == 4 and sum(abs(m) for m in moved) == 4
 
 
+OUTSIDE_FAMILIES = {
+    # the SQL of each family's bounded values: separate (distinct values, quantile histograms)
+    # or summed with the other measures (VARIANCE: count, centred sum, squared sum)
+    "distinct": "SELECT g, COUNT(DISTINCT x) FROM t GROUP BY g",
+    "quantile": "SELECT g, MEDIAN(x) FROM t GROUP BY g",
+    "variance": "SELECT g, VARIANCE(x) FROM t GROUP BY g",
+}
+
+
+def _family_cells(oracle: Oracle, family: str):
+    """A function of a unit's rows: the exact bounded values per released cell, keyed by the
+    group (and, for a histogram, the bucket). The outside cell's key starts with None."""
+    plan = oracle.plans["unbounded"]
+    if family == "variance":
+        return oracle.run
+    separate = rewrite_distinct(plan, plan.separate[0]) if family == "distinct" else \
+        rewrite_histogram(plan, plan.separate[0])
+    width = 1 if family == "distinct" else 2
+
+    def cells(unit_rows):
+        oracle.run(unit_rows)  # loads the data
+        rows = oracle.engine.fetch(separate, {"salt": "s"} if "$salt" in separate else None,
+                                   bounded=plan.query.bounded)
+        return {tuple(r[:width]): tuple(int(v) for v in r[width:]) for r in rows}
+
+    return cells
+
+
+@pytest.mark.parametrize("family", list(OUTSIDE_FAMILIES))
+@pytest.mark.parametrize("case", ["integer", "one_group"])
+def test_every_aggregate_family_bounds_and_fills_the_outside_cell_by_brute_force(case, family):
+    """COUNT(DISTINCT x), a quantile's histogram and VARIANCE's measures, with no group limit
+    ('integer': k = 2) and with MAX GROUPS PER UNIT 1 below k ('one_group': the per-(unit,
+    group) grant path). Every unit of up to k + 1 rows with keys 'a', 'b' (the domain) and 'c'
+    (outside) and values at and beyond the bounds and NULL: one unit moves all cells, the
+    outside one included, by at most the analysed bound, which the outside cell alone reaches;
+    and a unit whose at most k rows are all outside is in the outside cell with all its values
+    (distinct values, histogram entries, non-NULL values counted). Regression: distinct values
+    and histograms joined their (unit, group) grant with USING, which never matches the outside
+    cell's NULL key, so that cell was always 0 under a group limit."""
+    oracle = Oracle(case, OUTSIDE_FAMILIES[family])
+    plan = oracle.plans["unbounded"]
+    cells = _family_cells(oracle, family)
+    lo, hi = CASES[case][1]
+    raw = [lo, hi, None, 100 * hi]
+    candidates = [("c", v) for v in raw] + [("a", hi), ("b", lo)]
+    k = CASES[case][3]
+    units = [u for size in range(k + 2) for u in itertools.combinations_with_replacement(candidates, size)]
+    empty = cells(())
+    results = {unit: cells(unit) for unit in units}
+    outside = [key for r in results.values() for key in r if key[0] is None]
+    assert outside, "the outside cell never got a value"
+    bounds = ([plan.separate[0].sensitivity.l1] if family == "distinct" else
+              [plan.aggregates[0].rule.rows_per_unit] if family == "quantile" else
+              [m.sensitivity.l1 for m in plan.measures])
+    for index, bound in enumerate(bounds):
+        def moved(result, only_outside=False):
+            keys = set(result) | set(empty)
+            return sum(abs(result.get(key, (0,) * len(bounds))[index] - empty.get(key, (0,) * len(bounds))[index])
+                       for key in keys if not only_outside or key[0] is None)
+        assert max(moved(r) for r in results.values()) == bound
+        assert max(moved(r, only_outside=True) for r in results.values()) == bound
+    for unit, result in results.items():
+        if len(unit) > k or any(g != "c" for g, _ in unit):
+            continue
+        values = [x for _, x in unit if x is not None]
+        got = [sum(v[i] for key, v in result.items() if key[0] is None) -
+               sum(v[i] for key, v in empty.items() if key[0] is None) for i in range(len(bounds))]
+        if family == "variance":  # count, centred sum and squared sum of the clamped values
+            centred = [2 * min(max(x, lo), hi) - (lo + hi) for x in values]
+            expected = [len(values) if m.kind == "count" else sum(c * c for c in centred) if m.squared
+                        else sum(centred) for m in plan.measures]
+        else:
+            expected = [len(set(values)) if family == "distinct" else len(values)]
+        assert got == expected, (unit, result)
+
+
+@pytest.mark.parametrize("groups", [3, 1])
+def test_the_outside_cell_of_every_aggregate_family_is_its_true_value(groups):
+    """End to end, at an epsilon so large the noise is below the rounding: the outside cell
+    of COUNT(DISTINCT amount), COUNT(DISTINCT store), MEDIAN and VARIANCE is what the outside
+    rows (keys 'Z', 'W', 'Q' and NULL) give, with MAX GROUPS PER UNIT 3 (= k) and 1 (below k:
+    the per-(unit, group) path that used to give the distinct counts 0). Every unit has at
+    most k rows in one group, so bounding keeps every row and the expected values are plain
+    pandas on the outside rows."""
+    inside = [(u, "A" if u % 2 else "B", 10 + u) for u in range(8) for _ in range(2)]
+    outside = [(100 + u, ["Z", "W", "Q", None][u % 4], 300 + (u * 7) % 11 * 3 + r) for u in range(12) for r in range(2)]
+    visits = pd.DataFrame(inside + outside, columns=["uid", "store", "amount"])
+    policy = f"""BUDGET EPSILON 10000000 DELTA 0.001; QUERY EPSILON 1;
+    PRIVATE TABLE visits (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, MAX GROUPS PER UNIT {groups},
+        amount BOUNDS 0 TO 500, store KEYS FROM stores.store);
+    PUBLIC TABLE stores;"""
+    rows = visits[~visits["store"].isin(["A", "B", "C"])]
+    amounts = sorted(rows["amount"])
+    assert len(rows) == 24 and rows["store"].isna().sum() == 6
+    with dpsql.connect({"visits": visits, "stores": pd.DataFrame({"store": ["A", "B", "C"]})},
+                       policy=policy, rng=SeededSource(3)) as db:
+        result = db.sql("SELECT store, COUNT(DISTINCT amount) AS da, COUNT(DISTINCT store) AS ds, "
+                        "MEDIAN(amount) AS med, VARIANCE(amount) AS var FROM visits GROUP BY store",
+                        epsilon=1_000_000)
+    got = result.outside_domain.values
+    assert got["da"] == pytest.approx(rows["amount"].nunique(), abs=0.5)
+    assert got["ds"] == pytest.approx(rows["store"].nunique(), abs=0.5)
+    width = 500 / QUANTILE_BUCKETS * 2  # the median is an edge of a bucket next to the two middle values
+    assert amounts[11] - width <= got["med"] <= amounts[12] + width and amounts[12] - amounts[11] < 20
+    assert got["var"] == pytest.approx(rows["amount"].var(), rel=1e-3)
+
+
 # --- 4. SQL that DuckDB users write -----------------------------------------------------------
 
 def test_a_from_subquery_needs_no_alias():
@@ -299,6 +432,65 @@ def test_a_from_subquery_needs_no_alias():
         result = db.sql("SELECT unnamed_subquery2.faa, COUNT(*) AS n FROM (SELECT * FROM flights) "
                         "JOIN (SELECT faa FROM airports) ON origin = faa GROUP BY ALL", delta=1e-5)
         assert set(keys_of(result)) <= set(AIRPORTS)
+
+
+AMBIGUOUS = [
+    # the analyst's alias and DuckDB's name for the unaliased subquery are the same
+    "SELECT SUM(unnamed_subquery.delay) AS s FROM (SELECT tail, origin, delay FROM flights) AS unnamed_subquery "
+    "JOIN (SELECT faa AS origin, 1 AS delay FROM airports) USING (origin)",
+    "SELECT SUM(unnamed_subquery.delay) AS s FROM (SELECT faa AS origin, 1 AS delay FROM airports) "
+    "JOIN (SELECT tail, origin, delay FROM flights) AS unnamed_subquery USING (origin)",
+    # a CTE of that name
+    "WITH unnamed_subquery AS (SELECT tail, origin, delay FROM flights) SELECT SUM(unnamed_subquery.delay) AS s "
+    "FROM unnamed_subquery JOIN (SELECT faa AS origin, 1 AS delay FROM airports) USING (origin)",
+    # the second unaliased subquery's name
+    "SELECT unnamed_subquery2.origin, COUNT(*) AS n FROM (SELECT tail, origin FROM flights) "
+    "JOIN (SELECT faa AS origin FROM airports) USING (origin) "
+    "JOIN (SELECT faa AS origin FROM airports) AS unnamed_subquery2 USING (origin) GROUP BY ALL",
+]
+
+
+@pytest.mark.parametrize("sql", AMBIGUOUS)
+def test_a_name_two_from_items_answer_to_is_refused_as_duckdb_does(sql):
+    """An unaliased subquery is named as DuckDB names it; when the analyst's alias or CTE has
+    that name too, a column qualified with it is refused as ambiguous, as DuckDB refuses it,
+    never bound to the other item (attack a1 finding 4a: SUM(unnamed_subquery.amount)
+    summed the unaliased public subquery's column)."""
+    duck = duckdb.connect()
+    duck.register("flights", flights())
+    duck.register("airports", pd.DataFrame({"faa": AIRPORTS}))
+    with pytest.raises(duckdb.BinderException, match="Ambiguous reference to table"):
+        duck.execute(sql)
+    with connect() as db:
+        before = db.budget
+        with pytest.raises(UnsupportedQuery, match="the table name unnamed_subquery2? is ambiguous") as raised:
+            db.sql(sql, delta=1e-5)
+        assert db.budget == before
+    error = raised.value
+    column = re.search(r"unnamed_subquery2?\.", sql).start() + 1
+    assert (error.line, error.col) == (1, column) and "AS my_alias" in error.hint
+    assert "a subquery written without an alias is named unnamed_subquery" in error.message
+
+
+def test_an_alias_written_twice_is_ambiguous_when_used():
+    with connect() as db:
+        with pytest.raises(UnsupportedQuery) as raised:
+            db.sql("SELECT SUM(a.delay) AS s FROM flights AS a JOIN airports AS a ON origin = faa")
+    assert raised.value.message == "the table name a is ambiguous: it names 2 items of this FROM"
+    assert raised.value.col == 12
+
+
+def test_a_repeated_name_nobody_uses_is_harmless():
+    """As in DuckDB: two FROM items answering to one name is fine while no column is
+    qualified with it; an explicit alias that is not a generated name is no collision."""
+    with connect(seed=2) as db:
+        repeated = db.sql("SELECT SUM(delay) AS s FROM (SELECT tail, origin, delay FROM flights) AS unnamed_subquery "
+                          "JOIN (SELECT faa AS origin FROM airports) USING (origin)", epsilon=100)
+        assert repeated.fetchall()[0][0] == pytest.approx(flights()["delay"].sum(), abs=2)
+        # the first unaliased subquery is unnamed_subquery, so an explicit unnamed_subquery2 is unique
+        named = db.sql("SELECT SUM(unnamed_subquery2.delay) AS s FROM (SELECT faa AS origin FROM airports) "
+                       "JOIN (SELECT tail, origin, delay FROM flights) AS unnamed_subquery2 USING (origin)", epsilon=100)
+        assert named.fetchall()[0][0] == pytest.approx(flights()["delay"].sum(), abs=2)
 
 
 def test_group_by_public_keys_without_an_aggregate_is_the_domain_free():

@@ -223,6 +223,36 @@ def test_an_unknown_column_suggests_the_nearest_as_written(spaced):
     assert error.message == 'unknown table "Customer Order"' and 'did you mean "Customer Orders"?' in error.hint
 
 
+def test_a_column_hint_never_offers_the_column_it_refuses():
+    """Attack a1 finding 4e: "unknown column sz" listed sz among the available columns, because
+    the hint listed every table's columns while the qualifier named a table without it. A
+    qualified miss now lists its own table's columns and says which table has the name; a bare
+    name two joined tables both have is ambiguous, not unknown."""
+    visits = pd.DataFrame({"uid": [1, 2], "store": ["A", "B"], "amount": [1.0, 2.0]})
+    stores = pd.DataFrame({"store": ["A", "B"], "sz": [1, 2]})
+    policy = """BUDGET EPSILON 1; QUERY EPSILON 0.1; PRIVATE TABLE visits (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
+        amount BOUNDS 0 TO 10); PUBLIC TABLE stores;"""
+    with dpsql.connect({"visits": visits, "stores": stores}, policy=policy) as db:
+        error = refusal(db, "SELECT SUM(unnamed_subquery.sz) AS n FROM (SELECT uid, amount, store FROM visits) "
+                            "JOIN (SELECT store, sz FROM stores) USING (store)")
+        assert error.message == "unknown column unnamed_subquery.sz: unnamed_subquery has no column sz"
+        assert error.hint == ("sz is a column of unnamed_subquery2; the columns of unnamed_subquery are: "
+                              "amount, store, uid")
+        assert (error.line, error.col) == (1, 12)
+        error = refusal(db, "SELECT SUM(v.sz) AS n FROM visits AS v JOIN stores AS s ON v.store = s.store")
+        assert error.message == "unknown column v.sz: v has no column sz"
+        assert error.hint == "sz is a column of s; the columns of v are: amount, store, uid"
+        grouped = "SELECT store, COUNT(*) AS n FROM visits AS v JOIN stores AS s ON v.store = s.store GROUP BY store"
+        error = refusal(db, grouped)
+        assert error.message == "column store is ambiguous: s and v both have it"
+        assert error.hint == "qualify it: s.store or v.store"
+        assert (error.line, error.col) == (1, grouped.rindex("store") + 1)  # GROUP BY is bound first
+        error = refusal(db, "SELECT SUM(v.amout) AS n FROM visits AS v JOIN stores AS s ON v.store = s.store")
+        assert error.hint == "did you mean amount? The columns of v are: amount, store, uid"
+        error = refusal(db, "SELECT SUM(nosuch) AS n FROM visits AS v JOIN stores AS s ON v.store = s.store")
+        assert error.message == "unknown column nosuch" and "nosuch" not in error.hint
+
+
 def test_a_long_column_list_is_not_dumped():
     frame = pd.DataFrame({"u": [1]} | {f"column_{i}": [1.0] for i in range(30)})
     with dpsql.connect({"t": frame}, policy="BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT u, MAX ROWS PER UNIT 1);") as db:

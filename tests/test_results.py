@@ -299,6 +299,29 @@ def test_notes_depend_on_the_plan_and_released_count_only_never_on_dropped_keys(
     assert answers[0].notes == answers[1].notes != []
 
 
+def test_after_having_the_note_names_both_steps_and_blames_neither():
+    """Attack a1 finding 4b: HAVING removed every row, yet the note said the threshold had. With
+    a HAVING (or DISTINCT) the note names partition selection and HAVING and says the answer
+    does not tell which removed a key. Public facts only: a database whose key fails the
+    threshold and one whose key passes it (3,000 units) but fails HAVING get the same notes."""
+    having = THIN + " HAVING COUNT(*) > 1000000"
+    few = VISITS.assign(day=pd.to_datetime(["2024-01-01"] * len(VISITS)).date)
+    many = pd.DataFrame({"uid": range(3000), "store": "a", "amount": 1.0,
+                         "day": pd.to_datetime(["2024-01-01"] * 3000).date})
+    answers = []
+    for frame in (few, many):
+        with dpsql.connect({"visits": frame, "stores": STORES}, policy=POLICY, rng=SeededSource(1)) as db:
+            answers.append(db.sql(having, delta=1e-5))
+            if frame is many:
+                assert len(db.sql(THIN, delta=1e-5)) == 1  # the key passed partition selection
+    assert [len(a) for a in answers] == [0, 0]
+    notes = answers[0].notes
+    assert notes == answers[1].notes and len(notes) == 2
+    assert notes[0].startswith("No rows were released") and "HAVING then keeps only the rows" in notes[0]
+    assert "the answer does not say which did" in notes[0] and "a key is released only when" not in notes[0]
+    assert notes[1].startswith("To lower that threshold")
+
+
 def test_no_notes_when_keys_are_public_or_the_answer_is_not_thin(db):
     assert db.sql(GROUPED).notes == []  # store KEYS FROM stores.store: no selection
     assert db.sql("SELECT COUNT(*) AS n FROM visits").notes == []
