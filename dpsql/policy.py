@@ -188,6 +188,15 @@ def parse_policy(text: str) -> Policy:
     return policy
 
 
+
+def _whole_setting(count, title: str, example: int, largest: int | None) -> int:
+    """A policy setting that counts something: a whole number from 1 (to ``largest``)."""
+    if count.value.denominator != 1 or count.value < 1 or (largest is not None and count.value > largest):
+        allowed = "of at least 1" if largest is None else f"from 1 to {largest}"
+        raise _error(f"{title} must be a whole number {allowed}, not {_number_text(count.value)}",
+                     count.position, hint=f"write {title} {example};")
+    return int(count.value)
+
 def _single(statements, kinds: tuple[str, ...], what: str) -> Statement | None:
     """The one statement or item of these kinds; a second one is an error."""
     found = [s for s in statements if s.kind in kinds]
@@ -216,31 +225,14 @@ def _build_policy(statements: list[Statement], where: dict) -> Policy:
         statement = _single(statements, (kind,), kind.upper())
         if statement is not None:
             settings[kind], where[kind] = statement.args[0], statement.position
-    multiplicity = _single(statements, ("join_multiplicity",), "MAX JOIN MULTIPLICITY")
-    if multiplicity is not None:
-        count = multiplicity.args[0]
-        if count.value.denominator != 1 or count.value < 1:
-            raise _error(f"MAX JOIN MULTIPLICITY must be a whole number of at least 1, not "
-                         f"{_number_text(count.value)}", count.position, hint="write MAX JOIN MULTIPLICITY 10;")
-        settings["max_join_multiplicity"] = int(count.value)
-        where["max_join_multiplicity"] = multiplicity.position
-    after_joins = _single(statements, ("rows_after_joins",), "MAX ROWS PER UNIT AFTER JOINS")
-    if after_joins is not None:
-        count = after_joins.args[0]
-        if count.value.denominator != 1 or not 1 <= count.value <= 10**9:
-            raise _error(f"MAX ROWS PER UNIT AFTER JOINS must be a whole number from 1 to 1000000000, not "
-                         f"{_number_text(count.value)}", count.position,
-                         hint="write MAX ROWS PER UNIT AFTER JOINS 1000;")
-        settings["max_rows_after_joins"] = int(count.value)
-        where["max_rows_after_joins"] = after_joins.position
-    released = _single(statements, ("released_keys",), "MAX RELEASED KEYS")
-    if released is not None:
-        count = released.args[0]
-        if count.value.denominator != 1 or not 1 <= count.value <= 10**9:
-            raise _error(f"MAX RELEASED KEYS must be a whole number from 1 to 1000000000, not "
-                         f"{_number_text(count.value)}", count.position, hint="write MAX RELEASED KEYS 10000;")
-        settings["max_released_keys"] = int(count.value)
-        where["max_released_keys"] = released.position
+    for kind, field, title, example, largest in (
+            ("join_multiplicity", "max_join_multiplicity", "MAX JOIN MULTIPLICITY", 10, None),
+            ("rows_after_joins", "max_rows_after_joins", "MAX ROWS PER UNIT AFTER JOINS", 1000, 10**9),
+            ("released_keys", "max_released_keys", "MAX RELEASED KEYS", 10000, 10**9)):
+        statement = _single(statements, (kind,), title)
+        if statement is not None:
+            settings[field] = _whole_setting(statement.args[0], title, example, largest)
+            where[field] = statement.position
     bias = _single(statements, ("report_bias",), "REPORT BIAS")
     if bias is not None:
         settings["bias_share"] = bias.args[0].value

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsql.demo import build_shop_database
+from dpsql.demo import SHOP_POLICY, build_shop_database
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +13,13 @@ def built(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("shop") / "shop.duckdb"
     build_shop_database(path, users=300)
     return path
+
+
+@pytest.fixture
+def shop_files(built, tmp_path) -> tuple[str, str]:
+    """(database, policy) paths of a fresh copy of the small shop database, no ledger yet."""
+    database = tmp_path / "shop.duckdb"
+    database.write_bytes(built.read_bytes())
+    policy = tmp_path / "shop.policy"
+    policy.write_text(SHOP_POLICY, encoding="utf-8")
+    return str(database), str(policy)

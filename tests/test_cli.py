@@ -28,13 +28,8 @@ def built(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def shop(built, tmp_path) -> tuple[str, str]:
-    """(database, policy) paths of a fresh copy of the demo database."""
-    database = tmp_path / "shop.duckdb"
-    database.write_bytes(built.read_bytes())
-    policy = tmp_path / "shop.policy"
-    policy.write_text(SHOP_POLICY, encoding="utf-8")
-    return str(database), str(policy)
+def shop(shop_files) -> tuple[str, str]:
+    return shop_files
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -28,13 +28,8 @@ GROUPED = "SELECT store, COUNT(*) AS n FROM visits GROUP BY store"
 
 
 @pytest.fixture
-def shop(built, tmp_path) -> tuple[str, str]:
-    """(database, policy) paths of a fresh copy of the small demo database, no ledger yet."""
-    database = tmp_path / "shop.duckdb"
-    database.write_bytes(built.read_bytes())
-    policy = tmp_path / "shop.policy"
-    policy.write_text(SHOP_POLICY, encoding="utf-8")
-    return str(database), str(policy)
+def shop(shop_files) -> tuple[str, str]:
+    return shop_files
 
 
 @pytest.fixture
