@@ -30,7 +30,6 @@ the text itself — total, and still one-to-one.
 from __future__ import annotations
 
 import datetime
-import math
 import re
 from dataclasses import replace
 from typing import Callable, Literal, Sequence

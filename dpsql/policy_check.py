@@ -215,7 +215,7 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
             if name in columns:
                 raise _error(f"table {sql_name(table.name)} has a column named {name}, a name dpsql's bounded copy "
                              "of the table uses itself", table.position,
-                             hint=f"rename the column, or declare a view that renames it")
+                             hint="rename the column, or declare a view that renames it")
         if table.unit is not None:
             _type_of(table.name, table.unit, columns, table.position, " for its PRIVACY UNIT")
         for rule in table.columns:
