@@ -151,6 +151,8 @@ def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Agg
             refuse(call, sql, f"{describe(inner)} WITHIN GROUP is not supported", "use QUANTILE_CONT(x, q)")
         return _quantile(call, order.expressions[0].this, inner.this, sql, name, label, condition)
     argument = call.this if not isinstance(call.this, exp.Star) else None
+    if call.this is None and not isinstance(call, exp.Count):  # count() is COUNT(*); MIN() means nothing
+        refuse(call, sql, f"{describe(call)[:-5]}() needs an argument", f"name a column: {describe(call)[:-5]}(col)")
     if isinstance(argument, exp.Distinct):
         distinct = argument.expressions
         if isinstance(call, exp.Count) and len(distinct) == 1 and isinstance(distinct[0], exp.Column) \
@@ -204,8 +206,8 @@ def output_name(node: exp.Expression) -> str:
         return node.alias
     if isinstance(node, exp.Column):
         return node.name
-    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
-        return "count_star()"
+    if isinstance(node, exp.Count) and (node.this is None or isinstance(node.this, exp.Star)):
+        return "count_star()"  # count() is DuckDB's COUNT(*)
     if isinstance(node, exp.AggFunc) and type(node) in SIMPLE:
         return f"{SIMPLE[type(node)]}({node.this.sql(dialect=DIALECT)})".replace('"', "")
     return node.sql(dialect=DIALECT).replace('"', "")
