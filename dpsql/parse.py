@@ -125,7 +125,25 @@ def _parse_tree(sql: str) -> exp.Expression:
         )
     for node in tree.walk():
         node.comments = None
+    _note_written_names(tree, sql)
     return tree
+
+
+def _note_written_names(tree: exp.Expression, sql: str) -> None:
+    """Record on each function node the name it was written with, when sqlglot parsed it as
+    another (``random`` as RAND, ``list`` as ARRAY_AGG): refusals name what the analyst wrote."""
+    tokens = _tokens(sql)
+    following = {t.start: tokens[i + 1] for i, t in enumerate(tokens[:-1])}
+    for node in tree.walk():
+        if not isinstance(node, exp.Func) or isinstance(node, exp.Anonymous):
+            continue
+        start = _node_offset(node, tokens)
+        after = following.get(start)
+        if start is None or after is None or after.token_type != TokenType.L_PAREN:
+            continue
+        name = next(t.text for t in tokens if t.start == start)
+        if re.fullmatch(r"\w+", name) and name.upper() != node.sql_name().upper():
+            node.meta["written"] = name
 
 
 def _instead_of(tree: exp.Expression) -> tuple[str, dict]:
@@ -178,14 +196,19 @@ def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | Non
     >>> node_position(sqlglot.parse_one(sql).find(exp.Max), sql)
     (1, 8)
     """
+    return position_of(sql, _node_offset(node, _tokens(sql)))
+
+
+def _node_offset(node: exp.Expression, tokens: list) -> int | None:
+    """The character offset where ``node`` starts (``node_position``), given the SQL's tokens."""
     offsets = [n.meta["start"] for n in node.walk() if n.meta and "start" in n.meta]
-    tokens = _tokens(sql)
     if not offsets:
         keywords = {node.key.upper(), node.key.upper().replace("_", "")}
         if isinstance(node, exp.Func):
             keywords.add(node.sql_name().upper())
-        found = next((t.start for t in tokens if t.text.upper() in keywords), None)
-        return position_of(sql, found)
+            if node.meta.get("written"):
+                keywords.add(node.meta["written"].upper())
+        return next((t.start for t in tokens if t.text.upper() in keywords), None)
     start = min(offsets)
     own = node.meta.get("start") if node.meta else None
     if own is None and type(node) in CLAUSES:
@@ -193,7 +216,7 @@ def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | Non
         start = next((t.start for t in reversed(tokens) if t.start < start and t.text.upper() == keyword), start)
     elif own is None and isinstance(node, (exp.Func, exp.Subquery, exp.Window)):
         start = _opening_of(tokens, start, with_name=isinstance(node, exp.Func))
-    return position_of(sql, start)
+    return start
 
 
 CLAUSES = {
@@ -228,6 +251,8 @@ def _opening_of(tokens: list, start: int, with_name: bool) -> int:
     if not before:
         return start
     index = before[-1]
+    while with_name and index > 0 and tokens[index - 1].token_type == TokenType.L_PAREN:
+        index -= 1  # f((x)): the call's own parenthesis is the first of the run
     if with_name and index > 0:
         return tokens[index - 1].start
     return tokens[index].start
@@ -237,6 +262,7 @@ def describe(node: exp.Expression) -> str:
     """A short human name for a construct, used in refusals: 'INSERT', 'COUNT(DISTINCT ...)', ..."""
     if isinstance(node, exp.Func):
         name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name
+        name = node.meta.get("written") or name  # as the analyst wrote it (parse notes it)
         return f"{name.upper()}(...)"
     key = node.key.upper().replace("_", " ")
     return key
