@@ -6,6 +6,7 @@ One test (or a few) per finding, each failing on the code before its fix.
 from __future__ import annotations
 
 import io
+import math
 import logging
 
 import duckdb
@@ -205,3 +206,82 @@ def test_a_per_unit_subquery_hint_quotes_the_unit(spaced):
         with pytest.raises(UnsupportedQuery) as refused:
             spaced.explain(sql)
         assert refused.value.hint.startswith('GROUP BY "Customer ID" in the subquery')
+
+
+# -- the LOW findings ------------------------------------------------------------------------------------
+
+def test_chart_follows_maxrows(state):
+    handle_input(state, ".maxrows 2")
+    handle_input(state, "SELECT store, COUNT(*) AS n FROM visits GROUP BY store;")
+    stores = len(state.last_answer.rows)
+    assert stores > 2
+    drawn = handle_input(state, ".chart")
+    bars = [line for line in drawn.splitlines()[1:] if "┤" in line or "█" in line]
+    assert len(bars) == 2
+    assert f"… {stores - 2} more rows ({stores} in all; .maxrows 0 shows all)" in drawn
+    handle_input(state, ".maxrows 0")
+    assert "more row" not in handle_input(state, ".chart")
+
+
+def test_markdown_escapes_a_pipe_in_values(shop_files, capsys):
+    database, policy = shop_files
+    code = cli.main(["query", database, "--policy", policy, "--format", "markdown",
+                     "SELECT 'p|q' AS \"a|b\", store FROM stores LIMIT 2"])
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert code == cli.EXIT_OK and len(table) == 4
+    assert table[0].startswith("| a\\|b ") and table[2].startswith("| p\\|q ")
+    assert all(line.replace("\\|", "").count("|") == 3 for line in table)  # two cells a row
+
+
+@pytest.mark.parametrize("sql, written", [
+    ("SELECT approx_count_distinct(user_id) FROM visits", "APPROX_COUNT_DISTINCT(...)"),
+    ("SELECT COUNT(*) FROM visits WHERE random() < 0.5", "RANDOM(...)"),
+    ("SELECT bool_or(amount > 1) FROM visits", "BOOL_OR(...)"),
+    ("SELECT string_agg(store, ',') FROM visits", "STRING_AGG(...)"),
+    ("SELECT list(amount) FROM visits", "LIST(...)"),
+    ("SELECT QUANTILE_DISC(amount, 0.5) FROM visits", "QUANTILE_DISC(...)"),
+    ("SELECT COUNT(*) FROM visits WHERE regexp_matches(store, 'a')", "REGEXP_MATCHES(...)"),
+])
+def test_refusals_name_functions_as_written(db, sql, written):
+    with pytest.raises(UnsupportedQuery) as refused:
+        db.explain(sql, epsilon=1)
+    assert written in refused.value.message
+    start = sql.lower().index(written[:-5].lower()) + 1
+    assert (refused.value.line, refused.value.col) == (1, start)
+
+
+def test_a_caret_under_a_call_with_doubled_parentheses(db):
+    with pytest.raises(UnsupportedQuery) as refused:
+        db.explain("SELECT string_agg((store), ',') FROM visits", epsilon=1)
+    assert refused.value.col == 8
+
+
+def test_accuracy_of_an_empty_answer_is_nan_like_accuracy_df(db):
+    result = db.sql("SELECT store, COUNT(*) AS n FROM visits GROUP BY store HAVING COUNT(*) < -1000000", epsilon=1)
+    assert result.fetchall() == []
+    accuracy = result.accuracy()
+    assert list(accuracy) == ["n"] and math.isnan(accuracy["n"])
+    assert len(result.accuracy_df()) == 0
+
+
+def test_lateral_column_aliases_are_post_processing(db):
+    result = db.sql("SELECT store, COUNT(*) AS n, n * 2 AS m, m + 1 AS k FROM visits GROUP BY store ORDER BY m",
+                    epsilon=1)
+    assert result.columns == ["store", "n", "m", "k"]
+    rows = result.fetchall()
+    assert all(m == 2 * n and k == m + 1 for _, n, m, k in rows)
+    accuracy = result.accuracy()
+    assert accuracy["m"] == pytest.approx(2 * accuracy["n"]) and accuracy["k"] == pytest.approx(accuracy["m"])
+    explained = str(db.explain("SELECT COUNT(*) AS n, n * 2 FROM visits", epsilon=1))
+    assert "COUNT(*)" in explained and "epsilon 1" in explained
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT COUNT(*) AS n, SUM(n) FROM visits", "unknown column n"),  # not inside an aggregate
+    ("SELECT n * 2, COUNT(*) AS n FROM visits", "unknown column n"),  # only earlier items
+    ("SELECT COUNT(*) AS n FROM visits WHERE n > 1", "unknown column n"),  # not in WHERE
+    ("SELECT COUNT(*) AS amount, amount * 2 FROM visits", "column amount is neither aggregated"),  # a column wins
+])
+def test_lateral_aliases_stay_in_the_select_list(db, sql, message):
+    with pytest.raises(UnsupportedQuery, match=message):
+        db.explain(sql, epsilon=1)
