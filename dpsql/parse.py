@@ -125,6 +125,8 @@ def _parse_tree(sql: str) -> exp.Expression:
         )
     for node in tree.walk():
         node.comments = None
+        if isinstance(node, exp.Count) and node.this is None:
+            node.set("this", exp.Star())  # DuckDB's count() is COUNT(*)
     _note_written_names(tree, sql)
     return tree
 

@@ -50,6 +50,17 @@ def test_count_with_no_argument_is_count_star(db):
     assert grouped.columns == ["store", "n"]
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT AVG(n) FROM (SELECT user_id, count() AS n FROM visits GROUP BY user_id) s",
+    "SELECT count() FILTER (WHERE amount > 10) FROM visits",
+    "SELECT store, count() FROM visits GROUP BY store HAVING count() > 3 ORDER BY count() DESC",
+    "SELECT count() FROM visits v JOIN stores s ON v.store = s.store",
+])
+def test_count_with_no_argument_wherever_count_star_goes(db, sql):
+    star = sql.replace("count()", "COUNT(*)")
+    assert without_budget(db.explain(sql, epsilon=0.5)) == without_budget(db.explain(star, epsilon=0.5))
+
+
 @pytest.mark.parametrize("call", ["MIN()", "max()", "median()", "QUANTILE_CONT()", "sum()", "avg()", "stddev()"])
 def test_other_aggregates_without_an_argument_are_refused(db, call):
     with pytest.raises(UnsupportedQuery):
