@@ -55,12 +55,16 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
         return exp.column(aggregate.name)
 
     outputs, items, direct = [], [], []
+    earlier: dict[str, exp.Expression] = {}  # alias -> its item, for lateral column aliases
     for position, item in enumerate(tree.expressions):
         if isinstance(item.unalias(), exp.Star):
             refuse(item, sql, "SELECT * would release private rows",
                    "select aggregates such as COUNT(*), SUM(col) or AVG(col)")
         name = names[position] if names else output_name(item)
-        value = _replace(item.unalias().copy(), keys, register, sql, unit)
+        written = _inline_lateral(item.unalias().copy(), earlier)
+        if isinstance(item, exp.Alias):
+            earlier[item.alias.lower()] = written
+        value = _replace(written.copy(), keys, register, sql, unit)
         if isinstance(item.unalias(), AGGREGATE_CALLS) and isinstance(value, exp.Column):
             direct.append((name, value.name))
         outputs.append(name)
@@ -83,6 +87,17 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
 
 
 AGGREGATE_CALLS = (exp.AggFunc, exp.Filter, exp.WithinGroup)
+
+
+def _inline_lateral(node: exp.Expression, earlier: dict[str, exp.Expression]) -> exp.Expression:
+    """``COUNT(*) AS n, n * 2``: a select item naming an earlier item's alias (left unbound by
+    bind, see ``bind_columns``'s ``lateral``) gets that item's expression, in parentheses."""
+    def visit(sub: exp.Expression):
+        if isinstance(sub, exp.Column) and not sub.table and not is_bound(sub) and sub.name.lower() in earlier:
+            return exp.paren(earlier[sub.name.lower()].copy(), copy=False)
+        return sub
+
+    return node.transform(visit, copy=False) if earlier else node
 
 
 def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, unit: str | None = None):
@@ -151,6 +166,8 @@ def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Agg
             refuse(call, sql, f"{describe(inner)} WITHIN GROUP is not supported", "use QUANTILE_CONT(x, q)")
         return _quantile(call, order.expressions[0].this, inner.this, sql, name, label, condition)
     argument = call.this if not isinstance(call.this, exp.Star) else None
+    if call.this is None and not isinstance(call, exp.Count):  # count() is COUNT(*); MIN() means nothing
+        refuse(call, sql, f"{describe(call)[:-5]}() needs an argument", f"name a column: {describe(call)[:-5]}(col)")
     if isinstance(argument, exp.Distinct):
         distinct = argument.expressions
         if isinstance(call, exp.Count) and len(distinct) == 1 and isinstance(distinct[0], exp.Column) \
@@ -204,8 +221,8 @@ def output_name(node: exp.Expression) -> str:
         return node.alias
     if isinstance(node, exp.Column):
         return node.name
-    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
-        return "count_star()"
+    if isinstance(node, exp.Count) and (node.this is None or isinstance(node.this, exp.Star)):
+        return "count_star()"  # count() is DuckDB's COUNT(*)
     if isinstance(node, exp.AggFunc) and type(node) in SIMPLE:
         return f"{SIMPLE[type(node)]}({node.this.sql(dialect=DIALECT)})".replace('"', "")
     return node.sql(dialect=DIALECT).replace('"', "")

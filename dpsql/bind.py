@@ -131,7 +131,8 @@ def scope_of(bound: BoundTable) -> dict:
 
 
 def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset(),
-                 spellings: dict | None = None, types: dict | None = None) -> None:
+                 spellings: dict | None = None, types: dict | None = None,
+                 lateral: frozenset = frozenset()) -> None:
     """Resolve every column of ``nodes`` (in place) through ``scope``.
 
     As in DuckDB, ORDER BY prefers a select-list alias to a column, GROUP BY and HAVING a
@@ -139,6 +140,8 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
     stage to resolve. With ``types`` (relation column -> DuckDB type), a dotted name that is
     not ``table.column`` reads a STRUCT field (``s.f``, ``t.s.f``, ``s.f.g``) and ``s['f']``
     becomes ``struct_extract(s, 'f')``, as DuckDB resolves them (see ``resolve_column``).
+    ``lateral``: aliases of earlier select-list items a select item may name outside any
+    aggregate (DuckDB's lateral column aliases, ``COUNT(*) AS n, n * 2``); a column wins.
     """
     names = {c for (q, c) in scope}
     for node in nodes:
@@ -146,6 +149,9 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
             if isinstance(column.this, exp.Star):
                 continue
             if _is_alias_reference(column, names, aliases):
+                continue
+            if (not column.table and column.name.lower() in lateral and column.name.lower() not in names
+                    and column.find_ancestor(exp.AggFunc, exp.Window) is None):
                 continue
             resolved = resolve_column(column, scope, types or {}, sql)
             if resolved is None:

@@ -189,7 +189,12 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
     names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
-    bind_columns(parts, relation.scope, sql, aliases, getattr(catalog, "spellings", None), relation.columns)
+    spellings = getattr(catalog, "spellings", None)
+    bind_columns(parts[:len(parts) - len(tree.expressions)], relation.scope, sql, aliases, spellings,
+                 relation.columns)
+    for position, item in enumerate(tree.expressions):  # each may name the aliases before it
+        earlier = frozenset(e.alias.lower() for e in tree.expressions[:position] if isinstance(e, exp.Alias))
+        bind_columns([item], relation.scope, sql, aliases, spellings, relation.columns, lateral=earlier)
     rule = relation.rule
     where = tree.args.get("where")
     if where is not None:

@@ -15,6 +15,7 @@ stored noisy answer at no cost, even after a restart; nothing is drawn for it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -34,7 +35,7 @@ from .bias import bias_share, bias_sql, explain_bias, limits_of, plan_bias, rele
 from .bounding import bounded_tables
 from .check import check_query
 from .engine import Engine
-from .errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery, surface_hints
+from .errors import DPError, InternalFailure, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery, surface_hints
 from .explain import Explanation, explain_plan, plural
 from .names import columns_hint, sql_name
 from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
@@ -107,6 +108,25 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     # Opened as replacing whatever is stored, so a refusal below is init's own, naming --replace.
     with Connection(target, policy, ledger=ledger, memory_limit=memory_limit, _replacing=True) as db:
         return db.store_policy(replace=replace)
+
+
+def _reported_as_dperror(method):
+    """Analyst input meets ``DPError``s only: any other exception escaping ``method`` is a bug
+    in dpsql, raised as ``InternalFailure`` naming only its kind (never its message, which
+    might hold anything). Private data is read only inside the charged block, whose failures
+    are already ``QueryFailed``."""
+    @functools.wraps(method)
+    def reported(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except DPError:
+            raise
+        except Exception as error:
+            raise InternalFailure(f"dpsql failed on this query with an internal error ({type(error).__name__}); "
+                                  "nothing was released",
+                                  hint="this is a bug in dpsql: please report the query; the budget shows "
+                                       "whether anything was charged") from None
+    return reported
 
 
 class Connection:
@@ -206,6 +226,7 @@ class Connection:
 
     # -- public API ---------------------------------------------------------------------------
 
+    @_reported_as_dperror
     def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
             weights: dict | None = None, report_bias: Any = None) -> DPResult:
         """Answer ``sql`` with differential privacy, charging its cost to the budget.
@@ -327,6 +348,7 @@ class Connection:
             types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
         return types
 
+    @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
                 weights: dict | None = None, report_bias: Any = None) -> str:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution

@@ -99,6 +99,15 @@ class MissingDependency(DPError, ImportError):
     code = "missing_dependency"
 
 
+class InternalFailure(DPError):
+    """A bug in dpsql met on the analyst's input: reported as an error, never as a crash.
+
+    ``Connection.sql`` and ``explain`` turn any exception that is not a ``DPError`` into this,
+    naming only the exception's kind; nothing was released."""
+
+    code = "internal_error"
+
+
 class InternalError(Exception):
     """An invariant of dpsql itself was broken: this is a bug, please report it."""
 

@@ -12,7 +12,10 @@ dpsql.errors.UnsupportedQuery: only one statement can be run at a time, found 2 
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sqlglot
@@ -53,11 +56,37 @@ def parse_query(sql: str) -> exp.Expression:
     return parse(sql).tree
 
 
+class _QuietWhileParsing(logging.Filter):
+    """Drops sqlglot's log records ("Falling back to parsing as a 'Command'") while this thread
+    parses analyst SQL: dpsql refuses such statements itself, with a position and a hint."""
+
+    local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.local, "parsing", False)
+
+
+_QUIET = _QuietWhileParsing()
+logging.getLogger("sqlglot").addFilter(_QUIET)
+
+
+@contextmanager
+def _quiet_sqlglot():
+    _QUIET.local.parsing = True
+    try:
+        yield
+    finally:
+        _QUIET.local.parsing = False
+
+
 def _parse_tree(sql: str) -> exp.Expression:
     if not isinstance(sql, str):
         raise UnsupportedQuery(f"expected SQL text, got {type(sql).__name__}")
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DPDuckDB) if s is not None]
+        with _quiet_sqlglot():
+            statements = sqlglot.parse(sql, read=DPDuckDB)
+        # Empty and comment-only statements (`SELECT 1; -- note`, `;;`) are nothing to run.
+        statements = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = first.get("description", str(err)).split(". Line")[0]
@@ -86,16 +115,74 @@ def _parse_tree(sql: str) -> exp.Expression:
     tree = statements[0]
     if not isinstance(tree, exp.Query):
         line, col = position_of(sql, starts[0] if starts else None)
+        name, hints = _instead_of(tree)
         raise UnsupportedQuery(
-            f"only queries can be run, not {describe(tree)}",
+            f"only queries can be run, not {name}",
             line=line,
             col=col,
             construct=type(tree).__name__,
-            hint="write a SELECT query over the declared tables",
+            **hints,
         )
     for node in tree.walk():
         node.comments = None
+        if isinstance(node, exp.Count) and node.this is None:
+            node.set("this", exp.Star())  # DuckDB's count() is COUNT(*)
+    _note_written_names(tree, sql)
     return tree
+
+
+def _note_written_names(tree: exp.Expression, sql: str) -> None:
+    """Record on each function node the name it was written with, when sqlglot parsed it as
+    another (``random`` as RAND, ``list`` as ARRAY_AGG): refusals name what the analyst wrote."""
+    tokens = _tokens(sql)
+    following = {t.start: tokens[i + 1] for i, t in enumerate(tokens[:-1])}
+    for node in tree.walk():
+        if not isinstance(node, exp.Func) or isinstance(node, exp.Anonymous):
+            continue
+        start = _node_offset(node, tokens)
+        after = following.get(start)
+        if start is None or after is None or after.token_type != TokenType.L_PAREN:
+            continue
+        name = next(t.text for t in tokens if t.start == start)
+        if re.fullmatch(r"\w+", name) and name.upper() != node.sql_name().upper():
+            node.meta["written"] = name
+
+
+def _instead_of(tree: exp.Expression) -> tuple[str, dict]:
+    """The statement's name and a hint (``hint`` and ``hints`` by surface) for what to write
+    instead: DuckDB's EXPLAIN, DESCRIBE, SHOW, SUMMARIZE and PRAGMA have their own in dpsql.
+
+    >>> _instead_of(parse_one_quietly("DESCRIBE visits"))[1]["hints"]["shell"]
+    '.schema visits lists the columns, their types and the policy rules'
+    """
+    if isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN":
+        query = tree.expression.name if isinstance(tree.expression, exp.Literal) else "SELECT ..."
+        query = re.sub(r"(?is)^\s*ANALY[SZ]E\s+", "", query).strip()
+        return "EXPLAIN", {"hint": f"db.explain({query!r}) shows what it would run and cost, reading no data",
+                           "hints": {"shell": f".explain {query} shows what it would run and cost",
+                                     "cli": f"`dpsql explain DB {query!r}` shows what it would run and cost"}}
+    table = tree.this if isinstance(tree, (exp.Describe, exp.Summarize, exp.Pragma)) else None
+    named = table.sql(dialect=DIALECT) if isinstance(table, exp.Table) else ""
+    if isinstance(tree, (exp.Describe, exp.Summarize)) and named:
+        name = "DESCRIBE" if isinstance(tree, exp.Describe) else "SUMMARIZE (its statistics are exact)"
+        return name, {"hint": f"db.columns({named!r}) lists the columns and their types; print(db.policy) "
+                              "shows their rules",
+                      "hints": {"shell": f".schema {named} lists the columns, their types and the policy rules",
+                                "cli": f"`dpsql shell DB` and .schema {named} list the columns and their rules"}}
+    name = describe(tree) if not isinstance(tree, exp.Command) else tree.name.upper()
+    if isinstance(tree, exp.Summarize):
+        name = "SUMMARIZE (its statistics are exact)"
+    if isinstance(tree, (exp.Show, exp.Describe, exp.Summarize, exp.Pragma)):
+        return name, {"hint": "db.tables() lists the tables, db.columns(table) their columns",
+                      "hints": {"shell": ".tables lists the tables, .schema their columns and rules",
+                                "cli": "`dpsql shell DB` and .tables list the tables"}}
+    return name, {"hint": "write a SELECT query over the declared tables"}
+
+
+def parse_one_quietly(sql: str) -> exp.Expression:
+    """``sqlglot.parse_one`` in dpsql's dialect, without sqlglot's log warnings."""
+    with _quiet_sqlglot():
+        return sqlglot.parse_one(sql, read=DPDuckDB)
 
 
 def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | None]:
@@ -111,14 +198,19 @@ def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | Non
     >>> node_position(sqlglot.parse_one(sql).find(exp.Max), sql)
     (1, 8)
     """
+    return position_of(sql, _node_offset(node, _tokens(sql)))
+
+
+def _node_offset(node: exp.Expression, tokens: list) -> int | None:
+    """The character offset where ``node`` starts (``node_position``), given the SQL's tokens."""
     offsets = [n.meta["start"] for n in node.walk() if n.meta and "start" in n.meta]
-    tokens = _tokens(sql)
     if not offsets:
         keywords = {node.key.upper(), node.key.upper().replace("_", "")}
         if isinstance(node, exp.Func):
             keywords.add(node.sql_name().upper())
-        found = next((t.start for t in tokens if t.text.upper() in keywords), None)
-        return position_of(sql, found)
+            if node.meta.get("written"):
+                keywords.add(node.meta["written"].upper())
+        return next((t.start for t in tokens if t.text.upper() in keywords), None)
     start = min(offsets)
     own = node.meta.get("start") if node.meta else None
     if own is None and type(node) in CLAUSES:
@@ -126,7 +218,7 @@ def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | Non
         start = next((t.start for t in reversed(tokens) if t.start < start and t.text.upper() == keyword), start)
     elif own is None and isinstance(node, (exp.Func, exp.Subquery, exp.Window)):
         start = _opening_of(tokens, start, with_name=isinstance(node, exp.Func))
-    return position_of(sql, start)
+    return start
 
 
 CLAUSES = {
@@ -161,6 +253,8 @@ def _opening_of(tokens: list, start: int, with_name: bool) -> int:
     if not before:
         return start
     index = before[-1]
+    while with_name and index > 0 and tokens[index - 1].token_type == TokenType.L_PAREN:
+        index -= 1  # f((x)): the call's own parenthesis is the first of the run
     if with_name and index > 0:
         return tokens[index - 1].start
     return tokens[index].start
@@ -170,6 +264,7 @@ def describe(node: exp.Expression) -> str:
     """A short human name for a construct, used in refusals: 'INSERT', 'COUNT(DISTINCT ...)', ..."""
     if isinstance(node, exp.Func):
         name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name
+        name = node.meta.get("written") or name  # as the analyst wrote it (parse notes it)
         return f"{name.upper()}(...)"
     key = node.key.upper().replace("_", " ")
     return key

@@ -49,11 +49,11 @@ from typing import Protocol
 from sqlglot import exp
 
 from .allowlist import check_public, check_row_level, refuse
-from .bind import Catalog, bind_brackets, bind_table, replace_column, resolve_column, table_key
+from .bind import Catalog, bind_brackets, bind_table, is_bound, replace_column, resolve_column, table_key
 from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
 from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
-from .names import columns_hint
+from .names import columns_hint, sql_name
 from .parse import DIALECT, describe
 from .ranges import Interval, derive_range, is_integral_type, is_numeric_type
 
@@ -765,14 +765,14 @@ ANY_VALUE is computed as MIN (any value, but the same whatever the row order).""
 def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
     rule = inner.rule
     group = body.args.get("group")
-    grouped = [] if group is None else list(group.expressions)
+    grouped = [] if group is None else [_select_item(g, body) for g in group.expressions]
     unit = rule.unit.lower()
     if inner.hidden_unit:  # each row its own unit: a per-unit aggregate would be one row's value
         refuse(group or body, sql, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
                f"{inner.label} is its own unit", "aggregate in the outer query only: it adds the noise")
     if not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
         refuse(group or body, sql, "an aggregate inside a subquery must be computed per privacy unit",
-               f"GROUP BY {rule.unit} in the subquery (aggregating across units happens "
+               f"GROUP BY {sql_name(rule.unit)} in the subquery (aggregating across units happens "
                "in the outer query, with noise)")
     for g in grouped:
         check_row_level(g, sql, "GROUP BY")
@@ -812,8 +812,8 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
         items.append(exp.alias_(_total_aggregate(node), name, quoted=True))
         rules.append(_aggregate_rule(UNIT_AGGREGATES[type(node)], argument, name, inner, k))
     if unit_name is None:
-        refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}",
-               f"add {rule.unit} to its select list")
+        refuse(body, sql, f"the subquery must select the privacy unit column {sql_name(rule.unit)}",
+               f"add {sql_name(rule.unit)} to its select list")
     select = _wrap_body(body, inner, items)
     select.set("group", exp.Group(expressions=[g.copy() for g in safe_keys]))
     only_unit = len(grouped) == 1
@@ -822,6 +822,21 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     # One output row per (unit, group) of the inner rows: at most one, or at most its rows.
     held = 1 if only_unit else inner.rows_per_unit
     return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held, False)
+
+
+def _select_item(item: exp.Expression, body: exp.Select) -> exp.Expression:
+    """A GROUP BY item of a per-unit subquery, with ``GROUP BY 1`` and ``GROUP BY alias``
+    naming select-list items, as in DuckDB."""
+    selects = body.expressions
+    if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
+        index = int(item.this) - 1
+        if 0 <= index < len(selects):
+            return selects[index].unalias()
+    if isinstance(item, exp.Column) and not is_bound(item):
+        for select in selects:
+            if isinstance(select, exp.Alias) and select.alias.lower() == item.name.lower():
+                return select.this
+    return item
 
 
 def _total_aggregate(node: exp.AggFunc) -> exp.Expression:

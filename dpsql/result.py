@@ -112,10 +112,11 @@ def _show(value: Fraction) -> str:
 
 
 def _largest(halves: list[float]) -> float:
-    """The largest half-width of a column; NaN when any cell has none; 0 for no rows."""
+    """The largest half-width of a column; NaN when any cell has none, and for no rows (no
+    cell, so no interval: as ``accuracy_df``, which has no row to hold one)."""
     if any(math.isnan(h) for h in halves):
         return math.nan
-    return max(halves, default=0.0)
+    return max(halves, default=math.nan)
 
 
 def _symmetric(value, half: float) -> tuple[float, float, float]:
@@ -199,7 +200,7 @@ class DPResult:
         their aggregates' intervals by interval arithmetic (``dpsql.accuracy``); NaN, meaning
         "derived, no ±", where that is not sound (CASE, a divisor interval holding 0, ...).
         Where a column's half-width differs by row, the largest is given (NaN if any row has
-        none); use ``accuracy_df`` for each cell and ``intervals`` for asymmetric intervals.
+        none, or if there is no row); use ``accuracy_df`` for each cell and ``intervals`` for asymmetric intervals.
         Bias from clamping and contribution bounds is not included: bounds are the curator's
         choice and bias the answer toward them.
         """

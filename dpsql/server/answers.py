@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed
+from dpsql.errors import BudgetExceeded, DPError, InternalFailure, InvalidParameter, PolicyError, QueryFailed
 from dpsql.server.catalog import Catalog, catalog_query
 from dpsql.server.statements import Statement, budget_reply, ledger_reply
 
@@ -24,6 +24,7 @@ SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
     (BudgetExceeded, "53400"),  # configuration_limit_exceeded: the budget is the limit
     (InvalidParameter, "22023"),  # invalid_parameter_value
     (QueryFailed, "58000"),  # system_error: failed after the charge, no detail by design
+    (InternalFailure, "XX000"),  # internal_error: a bug in dpsql, nothing released
     (PolicyError, "42501"),  # insufficient_privilege
     (DPError, "0A000"),  # feature_not_supported: a query dpsql refuses
 )

@@ -22,7 +22,7 @@ from dpsql.shell.budget import render_budget
 from dpsql.shell.chart import ChartError, render_chart
 from dpsql.shell.complete import DotArgument
 from dpsql.shell.output import create_output, refuse_output
-from dpsql.shell.render import MODES, number, render_error, render_rows
+from dpsql.shell.render import MODES, first_rows, number, render_error, render_rows
 from dpsql.shell.state import ShellState
 
 
@@ -262,7 +262,8 @@ def chart(state: ShellState, argument: str) -> str:
         raise CommandError("no answer to draw yet: run a grouped query first, e.g. "
                            "SELECT plan, COUNT(*) AS users FROM users GROUP BY plan;")
     try:
-        return render_chart(state.last_answer, argument or None, width=state.width, color=state.color)
+        shown, more = first_rows(state.last_answer, state.max_rows, ".maxrows 0 shows all")
+        return render_chart(shown, argument or None, width=state.width, color=state.color) + more
     except ChartError as why:
         raise CommandError(f"cannot chart the last answer: {why}") from None
 

@@ -27,7 +27,7 @@ import datetime
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -151,25 +151,34 @@ def render_answer(answer: Answer, mode: str, *, width: int = 100, color: bool = 
         return render_csv(answer)
     if mode == "json":
         return render_json(answer)
-    hidden = len(answer.rows) - max_rows if max_rows > 0 else 0
-    if hidden > 0 and mode in ("table", "markdown"):
-        shown = Answer(answer.columns, answer.rows[:max_rows],
-                       {name: widths[:max_rows] for name, widths in answer.half_widths.items()},
-                       answer.cost_epsilon, answer.cost_delta, answer.exact, answer.repeat)
+    shown, more = first_rows(answer, max_rows, show_all)
+    if more and mode in ("table", "markdown"):
         text = render_markdown(shown) if mode == "markdown" else \
             render_table(shown, width=width, color=color, footer=False)
-        more = f"… {hidden:,} more row{'s' if hidden != 1 else ''} ({len(answer.rows):,} in all"
-        return text + more + (f"; {show_all})" if show_all else ")") + "\n"
+        return text + more
     if mode == "markdown":
         return render_markdown(answer)
     if mode == "chart":
         from dpsql.shell.chart import ChartError, render_chart
 
         try:
-            return render_chart(answer, width=width, color=color)
+            return render_chart(shown, width=width, color=color) + more
         except ChartError as why:
             return render_table(answer, width=width, color=color) + f"(no chart: {why})\n"
     return render_table(answer, width=width, color=color)
+
+
+def first_rows(answer: Answer, max_rows: int, show_all: str = "") -> tuple[Answer, str]:
+    """The answer cut to its first ``max_rows`` rows (0: all), and the line saying how many
+    more there are ("" when none are hidden)."""
+    hidden = len(answer.rows) - max_rows if max_rows > 0 else 0
+    if hidden <= 0:
+        return answer, ""
+    shown = replace(answer, rows=answer.rows[:max_rows],
+                    half_widths={name: widths[:max_rows] for name, widths in answer.half_widths.items()},
+                    notes=(), outside=None, limits=None, bounding=None)
+    more = f"… {hidden:,} more row{'s' if hidden != 1 else ''} ({len(answer.rows):,} in all"
+    return shown, more + (f"; {show_all})" if show_all else ")") + "\n"
 
 
 # -- cells -------------------------------------------------------------------------------------
@@ -313,17 +322,30 @@ def render_json(answer: Answer) -> str:
 
 
 def render_markdown(answer: Answer) -> str:
-    """A GitHub-flavoured Markdown table, cells as in the boxed table."""
-    rows = cell_texts(answer)
+    """A GitHub-flavoured Markdown table, cells as in the boxed table; a ``|`` in a name or
+    value is escaped (``\\|``) so it cannot split its cell.
+
+    >>> print(render_markdown(Answer(["z"], [("p|q",)])), end="")
+    | z    |
+    |------|
+    | p\\|q |
+    """
+    rows = [[_markdown_cell(c) for c in row] for row in cell_texts(answer)]
+    header = [_markdown_cell(name) for name in answer.columns]
     right = [name in answer.half_widths or is_numeric_column(answer, name) for name in answer.columns]
-    widths = [max([len(name), 3, *(len(r[i]) for r in rows)]) for i, name in enumerate(answer.columns)]
+    widths = [max([len(name), 3, *(len(r[i]) for r in rows)]) for i, name in enumerate(header)]
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.rjust(w) if r else c.ljust(w)
                                  for c, w, r in zip(cells, widths, right)) + " |"
 
     rule = "|" + "|".join("-" * (w + 1) + ":" if r else "-" * (w + 2) for w, r in zip(widths, right)) + "|"
-    return "\n".join([line(answer.columns), rule, *map(line, rows)]) + "\n"
+    return "\n".join([line(header), rule, *map(line, rows)]) + "\n"
+
+
+def _markdown_cell(text: str) -> str:
+    """A cell's text for Markdown: ``|`` escaped, line breaks as ``<br>``."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
 
 
 def _flat_header(answer: Answer) -> list[str]:

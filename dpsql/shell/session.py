@@ -71,6 +71,9 @@ def run_sql(state: ShellState, sql: str) -> str:
             return _cancelled(state, spent_before)
         state.record_failure(error)
         return render_error(error, sql, color=state.color, surface="shell")
+    except Exception as error:  # a bug (here or in a remote client) must not end a script; only its kind
+        state.record_failure(error)
+        return f"internal error ({type(error).__name__}); this is a bug, please report it\n"
     finally:
         state.refresh_budget()
     state.last_answer = answer
@@ -102,10 +105,13 @@ def _cancelled(state: ShellState, spent_before) -> str:
 # -- statements --------------------------------------------------------------------------------
 
 def split_statements(text: str) -> list[str]:
-    """The statements of ``text``, split at semicolons outside strings and comments.
+    """The statements of ``text``, split at semicolons outside strings and comments; empty and
+    comment-only ones (``SELECT 1; -- note``) are nothing to run, so they are left out.
 
     >>> split_statements("SELECT ';' AS s; SELECT 2 -- done;\\n;")
     ["SELECT ';' AS s", 'SELECT 2 -- done;']
+    >>> split_statements("SELECT 1; -- January")
+    ['SELECT 1']
     """
     try:
         tokens = DuckDB().tokenize(text)
@@ -117,7 +123,7 @@ def split_statements(text: str) -> list[str]:
             statements.append(text[start:token.start])
             start = token.end + 1
     statements.append(text[start:])
-    return [s.strip() for s in statements if s.strip()]
+    return [s.strip() for s in statements if s.strip() and not is_only_comments(s)]
 
 
 def statement_is_complete(text: str) -> bool:
@@ -181,7 +187,12 @@ def run_script(state: ShellState, script: str, write, *, bail: bool = False) -> 
     first refusal or error (``None`` if every input succeeded). ``bail`` stops at that first one,
     as DuckDB's ``-bail`` does; otherwise the script goes on, as DuckDB's CLI does by default."""
     for text in inputs_of_script(script):
-        write(handle_input(state, text))
+        try:
+            reply = handle_input(state, text)
+        except Exception as error:  # a bug must not end the script; its message may hold anything, so only its kind
+            state.record_failure(error)
+            reply = f"internal error ({type(error).__name__}); this is a bug, please report it\n"
+        write(reply)
         if state.quit_requested or (bail and state.first_failure is not None):
             break
     return state.first_failure
