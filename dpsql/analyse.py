@@ -232,6 +232,7 @@ def _column_bounds(query: PrivateQuery):
         )
         return Interval(rule.bounds.lower, rule.bounds.upper, integral)
 
+    lookup.integral_column = lambda name: is_integral_type(query.column_type(name))  # for a CLAMPed sum's grid
     return lookup
 
 

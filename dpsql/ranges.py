@@ -259,8 +259,62 @@ def _function(node: exp.Anonymous, bounds, sql):
         low, high = max(low, inner.lower), min(high, inner.upper)
         if low > high:
             low = high = min(max(inner.lower, parts[1]), parts[2])
-    integral = inner is not None and inner.integral and low.denominator == 1 and high.denominator == 1
+    whole = inner.integral if inner is not None else integer_valued(value, bounds)
+    integral = whole and low.denominator == 1 and high.denominator == 1
     return Interval(low, high, integral)
+
+
+INTEGER_FUNCTIONS = frozenset({
+    "list_count", "cardinality", "length", "len", "strlen", "array_length", "length_grapheme", "list_unique",
+    "year", "month", "day", "hour", "minute", "second", "quarter", "dayofweek", "dayofyear", "week", "isodow",
+    "date_diff", "datediff", "date_part", "datepart",
+})
+"""Functions whose DuckDB result type is an integer (for the grid of a CLAMPed sum)."""
+
+
+def integer_valued(node: exp.Expression, bounds) -> bool:
+    """True when ``node``'s DuckDB type is an integer: columns of integer type (``bounds``
+    may carry ``integral_column(name)``), integer literals, integer casts, date parts and the
+    ``INTEGER_FUNCTIONS``, and + - * ABS CASE COALESCE LEAST GREATEST of those. Only the grid
+    of a sum depends on it (an integer grid rounds each value, inside its bounds): not privacy.
+
+    >>> import sqlglot
+    >>> integer_valued(sqlglot.parse_one("CLAMP(list_count(x), 0, 3) * 2 + 1"), None)
+    True
+    >>> integer_valued(sqlglot.parse_one("a / 2"), None)
+    False
+    """
+    if isinstance(node, exp.Paren):
+        return integer_valued(node.this, bounds)
+    if isinstance(node, exp.Column):
+        check = getattr(bounds, "integral_column", None)
+        return check is not None and check(node.name)
+    if isinstance(node, exp.Literal):
+        return not node.is_string and "." not in node.this and "e" not in node.this.lower()
+    if isinstance(node, exp.Boolean):
+        return True
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return is_integral_type(node.to.sql(dialect="duckdb").upper())
+    if isinstance(node, (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear,
+                         exp.WeekOfYear, exp.Year, exp.Length, exp.ArraySize, exp.DateDiff,
+                         *(getattr(exp, n) for n in ("Hour", "Minute", "Second", "Quarter") if hasattr(exp, n)))):
+        return True
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return integer_valued(node.left, bounds) and integer_valued(node.right, bounds)
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return integer_valued(node.this, bounds)
+    if isinstance(node, exp.Case):
+        branches = [b.args["true"] for b in node.args.get("ifs") or []] + \
+            ([node.args["default"]] if node.args.get("default") is not None else [])
+        return all(integer_valued(b, bounds) or isinstance(b, exp.Null) for b in branches)
+    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+        return all(integer_valued(a, bounds) for a in [node.this, *node.expressions])
+    if isinstance(node, exp.Anonymous):
+        parts = clamp_arguments(node)
+        if parts is not None:
+            return integer_valued(parts[0], bounds) and all(b.denominator == 1 for b in parts[1:])
+        return node.name.lower() in INTEGER_FUNCTIONS
+    return False
 
 
 DATE_PARTS = {

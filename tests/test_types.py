@@ -523,3 +523,21 @@ def test_bounds_on_wide_numeric_types_clamp_extreme_values(type_name, value):
     with connect(con, "x BOUNDS 0 TO 10") as db:
         total = db.sql("SELECT SUM(x) AS s FROM t", epsilon=50).fetchall()[0][0]
     assert abs(total - (99 * 2 + 10)) < 5  # the extreme value is clamped to 10
+
+
+@pytest.mark.parametrize("expression", ["CLAMP(uid, 0, 100)", "CLAMP(list_count(l), 0, 5)", "CLAMP(uid, 0, 4) * 2 - 1",
+                                        "CLAMP(len(l) + 1, 0, 9)", "CLAMP(b::INT, 0, 1)"])
+def test_a_sum_of_an_integer_expression_is_an_integer(expression):
+    """An integer-typed expression clamped to integer bounds sums on a grid of 1 (no column
+    BOUNDS needed): the release is a HUGEINT, like DuckDB's SUM of an integer, with the noise
+    of the integer grid (scale k·max|bound|/ε)."""
+    with connect(database()) as db:
+        result = db.sql(f"SELECT SUM({expression}) AS s FROM t", epsilon=1)
+        (value,), = result.fetchall()
+        assert result.types == ["HUGEINT"] and isinstance(value, int)
+
+
+def test_a_sum_of_a_fractional_clamp_stays_double():
+    with connect(database()) as db:
+        result = db.sql("SELECT SUM(CLAMP(uid, 0, 100.5)) AS s, SUM(CLAMP(uid / 2, 0, 100)) AS h FROM t", epsilon=1)
+        assert result.types == ["DOUBLE", "DOUBLE"]
