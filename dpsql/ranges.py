@@ -85,6 +85,19 @@ def _refuse(node: exp.Expression, sql: str, message: str) -> None:
     )
 
 
+def column_type_of(bounds, name: str) -> str | None:
+    """The DuckDB type of a column, when the ``bounds`` lookup carries ``column_type``."""
+    lookup = getattr(bounds, "column_type", None)
+    try:
+        return None if lookup is None else lookup(name).upper()
+    except (KeyError, AttributeError):
+        return None
+
+
+TEMPORAL_PREFIXES = ("DATE", "TIME", "INTERVAL")
+"""Types whose values are not numbers (DATE, TIME, TIMESTAMP*, INTERVAL): no BOUNDS."""
+
+
 def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
     found = bounds(node.name)
     if found is None:
@@ -92,8 +105,22 @@ def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
         # As the query wrote the name (bind keeps it), so the hint can be pasted back.
         name = node.this.meta.get("dp_written") if isinstance(node.this, exp.Identifier) else None
         name = name or sql_name(node.name)
+        type_name = column_type_of(bounds, node.name)
+        if type_name == "BOOLEAN":
+            raise UnsupportedQuery(
+                f"column {name} is BOOLEAN: it has no numeric bounds (BOUNDS are for numeric columns)",
+                line=line, col=col, construct=node.name,
+                hint=f"write SUM({name}::INT) or SUM(CASE WHEN {name} THEN 1 ELSE 0 END) (bounds 0 to 1), "
+                     f"or COUNT(*) ... WHERE {name}")
+        if type_name is not None and type_name.startswith(TEMPORAL_PREFIXES):
+            raise UnsupportedQuery(
+                f"column {name} is {type_name}, not a number: SUM, AVG, MIN, MAX and quantiles need numeric "
+                "values, and BOUNDS are for numeric columns",
+                line=line, col=col, construct=node.name,
+                hint=f"aggregate a date part: hour({name}) or month({name}) (bounded by the calendar) or "
+                     f"CLAMP(year({name}), lo, hi); or count rows per period: COUNT(*) ... GROUP BY month({name})")
         raise UnsupportedQuery(
-            f"column {name} has no BOUNDS in the policy, so its sum is unbounded",
+            f"column {name} has no BOUNDS in the policy, so its values are unbounded",
             line=line,
             col=col,
             construct=node.name,
@@ -217,6 +244,12 @@ def _cast(node: exp.Cast, bounds, sql):
     target = node.to.sql(dialect="duckdb").upper()
     if not is_numeric_type(target):
         _refuse(node, sql, f"a cast to {target} has no numeric bounds")
+    value = node.this
+    while isinstance(value, exp.Paren):
+        value = value.this
+    if isinstance(value, exp.Column) and bounds(value.name) is None and \
+            column_type_of(bounds, value.name) == "BOOLEAN":
+        return Interval(Fraction(0), Fraction(1), is_integral_type(target))  # false -> 0, true -> 1
     inner = derive_range(node.this, bounds, sql)
     if inner is None or not is_integral_type(target):
         return inner
@@ -341,7 +374,8 @@ def _date_part(node: exp.Expression, bounds, sql):
 _HANDLERS: dict[type, Callable] = {
     exp.Anonymous: _function,
     **{cls: _date_part for cls in (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth,
-                                   exp.DayOfYear, exp.WeekOfYear, getattr(exp, "Quarter", exp.Month))},
+                                   exp.DayOfYear, exp.WeekOfYear, getattr(exp, "Quarter", exp.Month),
+                                   *(getattr(exp, n) for n in ("Hour", "Minute", "Second") if hasattr(exp, n)))},
     exp.Column: _column,
     exp.Literal: _literal,
     exp.Null: _null,
