@@ -51,6 +51,7 @@ ROW_LEVEL_NODES = _classes(
     "StartsWith", "EndsWith", "Left", "Right", "Tuple", "Clamp", "Dayname", "Monthname",
     "TimeToStr", "DateDiff", "DateAdd", "DateSub", "LastDay", "DateFromParts", "StructExtract",
     "Bracket", "ArrayContains", "ArraySize", "ArrayMin", "ArrayMax", "ArrayPosition",
+    "Hour", "Minute", "Second", "Contains",
 )
 """Row-level constructs: deterministic, total once wrapped in TRY, cost linear in the row."""
 
@@ -206,7 +207,7 @@ def _check(node, sql, where, nodes, functions, place) -> None:
 
 def _pattern_of(node: exp.Expression) -> exp.Expression | None:
     """The pattern or needle a string-matching construct searches for, or None."""
-    if isinstance(node, (exp.Like, exp.ILike, exp.StartsWith, exp.EndsWith)):
+    if isinstance(node, (exp.Like, exp.ILike, exp.StartsWith, exp.EndsWith, *_classes("Contains"))):
         return node.expression
     if isinstance(node, exp.Trim):
         return node.expression  # the characters to trim; None when trimming spaces

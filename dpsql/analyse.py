@@ -232,6 +232,8 @@ def _column_bounds(query: PrivateQuery):
         )
         return Interval(rule.bounds.lower, rule.bounds.upper, integral)
 
+    lookup.integral_column = lambda name: is_integral_type(query.column_type(name))  # for a CLAMPed sum's grid
+    lookup.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
     return lookup
 
 

@@ -199,6 +199,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
     where = tree.args.get("where")
     if where is not None:
         check_row_level(where.this, sql, "WHERE")
+    refuse_failing_constants(parts, relation.columns, data, sql)
     keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
     aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
@@ -218,6 +219,49 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
         bounded=tuple(sorted(relation.bounded)),
         joins=relation.joins,
     )
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+_TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NAME")
+
+
+def refuse_failing_constants(parts: list, columns: dict, data: PublicData | None, sql: str) -> None:
+    """Refuse, before the charge, a string literal compared with a column (=, <, IN, BETWEEN,
+    ...) that does not cast to the column's type: DuckDB casts the literal to it at bind and
+    raises a Conversion Error, while dpsql's TRY would silently make every row fail the test.
+    (An ENUM is compared as text by DuckDB: ``e = 'other'`` matches no row there too.) The cast is tried on the constant alone (``SELECT CAST($v AS type)``): no row is read."""
+    if data is None:
+        return
+    tried: dict = {}
+    for part in parts:
+        for node in part.walk():
+            if isinstance(node, _COMPARISONS):
+                pairs = [(node.left, node.right), (node.right, node.left)]
+            elif isinstance(node, exp.In):
+                pairs = [(node.this, e) for e in node.expressions]
+            elif isinstance(node, exp.Between):
+                pairs = [(node.this, node.args.get("low")), (node.this, node.args.get("high"))]
+            else:
+                continue
+            for column, constant in pairs:
+                if not (isinstance(column, exp.Column) and isinstance(constant, exp.Literal) and constant.is_string):
+                    continue
+                type_name = columns.get(column.name) or columns.get(column.name.lower())
+                if type_name is None or type_name.upper().startswith(_TEXT_TYPES + ("ENUM",)):
+                    continue  # DuckDB compares an ENUM with a string as text: no error, maybe no match
+                key = (type_name, constant.this)
+                if key not in tried:
+                    try:
+                        data.fetch(f"SELECT CAST($v AS {type_name})", {"v": constant.this})
+                        tried[key] = None
+                    except Exception as error:  # the constant and the type only: no data
+                        tried[key] = str(error).split("\n")[0]
+                if tried[key] is not None:
+                    shown = type_name if len(type_name) <= 60 else type_name[:57] + "..."
+                    refuse(constant, sql, f"the constant '{constant.this}' is not a valid {shown} value, so it "
+                           f"cannot be compared with {column.name} (DuckDB: {tried[key]})",
+                           f"write a value of type {shown} (as DuckDB prints one), or CAST the "
+                           f"column to VARCHAR to compare text")
 
 
 _PART_HINTS = {

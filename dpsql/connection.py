@@ -390,7 +390,9 @@ class Connection:
         column but the unit). The whole ``epsilon`` is charged to the ledger first (budget
         checks and refusal as for any query); nothing is stored for a free repeat. ``group_by``:
         a column whose distinct values per unit bound MAX GROUPS PER UNIT the same way (its DP
-        95th percentile); without it ``max_groups_per_unit`` is None.
+        95th percentile); without it ``max_groups_per_unit`` is None. Also the errors the split
+        gives (``max_rows_per_unit_rank_error``, ``bin_threshold``) and ``warnings`` when they
+        are too large to trust the answer.
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
@@ -398,7 +400,7 @@ class Connection:
         >>> with connect({"t": frame}, policy=policy) as db:
         ...     sorted(db.suggest_bounds("t", epsilon=0.5))
         ...     float(db.budget.remaining.epsilon)
-        ['bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit']
+        ['bin_threshold', 'bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit', 'max_rows_per_unit_rank_error', 'warnings']
         0.5
         """
         epsilon = self._options_for(epsilon, None, None).epsilon

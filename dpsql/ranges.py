@@ -85,6 +85,19 @@ def _refuse(node: exp.Expression, sql: str, message: str) -> None:
     )
 
 
+def column_type_of(bounds, name: str) -> str | None:
+    """The DuckDB type of a column, when the ``bounds`` lookup carries ``column_type``."""
+    lookup = getattr(bounds, "column_type", None)
+    try:
+        return None if lookup is None else lookup(name).upper()
+    except (KeyError, AttributeError):
+        return None
+
+
+TEMPORAL_PREFIXES = ("DATE", "TIME", "INTERVAL")
+"""Types whose values are not numbers (DATE, TIME, TIMESTAMP*, INTERVAL): no BOUNDS."""
+
+
 def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
     found = bounds(node.name)
     if found is None:
@@ -92,8 +105,22 @@ def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
         # As the query wrote the name (bind keeps it), so the hint can be pasted back.
         name = node.this.meta.get("dp_written") if isinstance(node.this, exp.Identifier) else None
         name = name or sql_name(node.name)
+        type_name = column_type_of(bounds, node.name)
+        if type_name == "BOOLEAN":
+            raise UnsupportedQuery(
+                f"column {name} is BOOLEAN: it has no numeric bounds (BOUNDS are for numeric columns)",
+                line=line, col=col, construct=node.name,
+                hint=f"write SUM({name}::INT) or SUM(CASE WHEN {name} THEN 1 ELSE 0 END) (bounds 0 to 1), "
+                     f"or COUNT(*) ... WHERE {name}")
+        if type_name is not None and type_name.startswith(TEMPORAL_PREFIXES):
+            raise UnsupportedQuery(
+                f"column {name} is {type_name}, not a number: SUM, AVG, MIN, MAX and quantiles need numeric "
+                "values, and BOUNDS are for numeric columns",
+                line=line, col=col, construct=node.name,
+                hint=f"aggregate a date part: hour({name}) or month({name}) (bounded by the calendar) or "
+                     f"CLAMP(year({name}), lo, hi); or count rows per period: COUNT(*) ... GROUP BY month({name})")
         raise UnsupportedQuery(
-            f"column {name} has no BOUNDS in the policy, so its sum is unbounded",
+            f"column {name} has no BOUNDS in the policy, so its values are unbounded",
             line=line,
             col=col,
             construct=node.name,
@@ -217,6 +244,12 @@ def _cast(node: exp.Cast, bounds, sql):
     target = node.to.sql(dialect="duckdb").upper()
     if not is_numeric_type(target):
         _refuse(node, sql, f"a cast to {target} has no numeric bounds")
+    value = node.this
+    while isinstance(value, exp.Paren):
+        value = value.this
+    if isinstance(value, exp.Column) and bounds(value.name) is None and \
+            column_type_of(bounds, value.name) == "BOOLEAN":
+        return Interval(Fraction(0), Fraction(1), is_integral_type(target))  # false -> 0, true -> 1
     inner = derive_range(node.this, bounds, sql)
     if inner is None or not is_integral_type(target):
         return inner
@@ -259,8 +292,62 @@ def _function(node: exp.Anonymous, bounds, sql):
         low, high = max(low, inner.lower), min(high, inner.upper)
         if low > high:
             low = high = min(max(inner.lower, parts[1]), parts[2])
-    integral = inner is not None and inner.integral and low.denominator == 1 and high.denominator == 1
+    whole = inner.integral if inner is not None else integer_valued(value, bounds)
+    integral = whole and low.denominator == 1 and high.denominator == 1
     return Interval(low, high, integral)
+
+
+INTEGER_FUNCTIONS = frozenset({
+    "list_count", "cardinality", "length", "len", "strlen", "array_length", "length_grapheme", "list_unique",
+    "year", "month", "day", "hour", "minute", "second", "quarter", "dayofweek", "dayofyear", "week", "isodow",
+    "date_diff", "datediff", "date_part", "datepart",
+})
+"""Functions whose DuckDB result type is an integer (for the grid of a CLAMPed sum)."""
+
+
+def integer_valued(node: exp.Expression, bounds) -> bool:
+    """True when ``node``'s DuckDB type is an integer: columns of integer type (``bounds``
+    may carry ``integral_column(name)``), integer literals, integer casts, date parts and the
+    ``INTEGER_FUNCTIONS``, and + - * ABS CASE COALESCE LEAST GREATEST of those. Only the grid
+    of a sum depends on it (an integer grid rounds each value, inside its bounds): not privacy.
+
+    >>> import sqlglot
+    >>> integer_valued(sqlglot.parse_one("CLAMP(list_count(x), 0, 3) * 2 + 1"), None)
+    True
+    >>> integer_valued(sqlglot.parse_one("a / 2"), None)
+    False
+    """
+    if isinstance(node, exp.Paren):
+        return integer_valued(node.this, bounds)
+    if isinstance(node, exp.Column):
+        check = getattr(bounds, "integral_column", None)
+        return check is not None and check(node.name)
+    if isinstance(node, exp.Literal):
+        return not node.is_string and "." not in node.this and "e" not in node.this.lower()
+    if isinstance(node, exp.Boolean):
+        return True
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return is_integral_type(node.to.sql(dialect="duckdb").upper())
+    if isinstance(node, (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear,
+                         exp.WeekOfYear, exp.Year, exp.Length, exp.ArraySize, exp.DateDiff,
+                         *(getattr(exp, n) for n in ("Hour", "Minute", "Second", "Quarter") if hasattr(exp, n)))):
+        return True
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return integer_valued(node.left, bounds) and integer_valued(node.right, bounds)
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return integer_valued(node.this, bounds)
+    if isinstance(node, exp.Case):
+        branches = [b.args["true"] for b in node.args.get("ifs") or []] + \
+            ([node.args["default"]] if node.args.get("default") is not None else [])
+        return all(integer_valued(b, bounds) or isinstance(b, exp.Null) for b in branches)
+    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+        return all(integer_valued(a, bounds) for a in [node.this, *node.expressions])
+    if isinstance(node, exp.Anonymous):
+        parts = clamp_arguments(node)
+        if parts is not None:
+            return integer_valued(parts[0], bounds) and all(b.denominator == 1 for b in parts[1:])
+        return node.name.lower() in INTEGER_FUNCTIONS
+    return False
 
 
 DATE_PARTS = {
@@ -287,7 +374,8 @@ def _date_part(node: exp.Expression, bounds, sql):
 _HANDLERS: dict[type, Callable] = {
     exp.Anonymous: _function,
     **{cls: _date_part for cls in (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth,
-                                   exp.DayOfYear, exp.WeekOfYear, getattr(exp, "Quarter", exp.Month))},
+                                   exp.DayOfYear, exp.WeekOfYear, getattr(exp, "Quarter", exp.Month),
+                                   *(getattr(exp, n) for n in ("Hour", "Minute", "Second") if hasattr(exp, n)))},
     exp.Column: _column,
     exp.Literal: _literal,
     exp.Null: _null,

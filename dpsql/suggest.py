@@ -16,7 +16,8 @@ on real data). So the curator (or an analyst, charged like any query) asks for D
   value in a salted-hash order of its own values, so which one depends on its rows alone).
   One unit moves one bin count by 1 (add or remove: L1 sensitivity 1) or two (replace: 2);
   each count gets discrete Laplace noise of scale Δ1/epsilon. Counts below the threshold
-  τ = scale·ln(bins/β) (β = 0.05: with probability ≥ 95% no empty bin passes) are zeroed,
+  τ = scale·ln(bins/β) are zeroed (β = 10⁻³: P(noise ≥ τ) ≤ e^(-τ/scale) per bin, so with
+  probability ≥ 1 - β no empty bin of a column passes and makes its bounds absurd),
   and lo, hi are the outer edges of the bins holding the (1 - coverage)/2 and
   1 - (1 - coverage)/2 quantiles of what remains — post-processing of the histogram. One
   value per unit rather than k: the noise relative to the counts is the same when units have
@@ -149,8 +150,32 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
             f"  WHERE {owner} IS NOT NULL AND {present}\n) WHERE dp_n = 1")
 
 
-BETA = 0.05
-"""The chance that some empty bin's noisy count passes the threshold."""
+BETA = 1e-3
+"""At most the chance that some empty bin's noisy count passes the threshold (per column)."""
+CONFIDENCE = 0.05
+"""The stated errors (``rows_rank_error``, ``bin_threshold``) hold with probability 1 - this."""
+
+
+def threshold(scale: Fraction, bins: int) -> float:
+    """τ = scale·ln(bins/β): each bin's noise reaches τ with probability ≤ e^(-τ/scale) = β/bins,
+    so some empty bin passes with probability ≤ β.
+
+    >>> round(threshold(Fraction(1), 1000), 2)
+    13.82
+    """
+    return float(scale) * math.log(bins / BETA)
+
+
+def rank_error(epsilon: Fraction, sensitivity: int = 1, candidates: int = len(ROWS_CANDIDATES)) -> float:
+    """E = 2Δ·ln(m/c)/ε: with probability ≥ 1 - c (c = ``CONFIDENCE``) the exponential mechanism of
+    ``pick_quantile`` over m candidates picks one whose utility is at least -E (McSherry &
+    Talwar: OPT - 2Δu·(ln m + t)/ε with probability 1 - e^-t; OPT = 0), i.e. a k with at least
+    q·n - E units at or below it and a previous candidate with at most q·n + E.
+
+    >>> round(rank_error(Fraction(1)), 1)
+    13.9
+    """
+    return 2 * sensitivity * math.log(candidates / CONFIDENCE) / float(epsilon)
 
 
 def bin_counts(at_most: list[int], total: int) -> list[int]:
@@ -165,10 +190,12 @@ def bin_counts(at_most: list[int], total: int) -> list[int]:
 
 
 def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, coverage: Fraction,
-                 source=None) -> tuple[Fraction, Fraction] | None:
+                 source=None, noisy_total: list | None = None) -> tuple[Fraction, Fraction] | None:
     """lo, hi from a histogram of ``counts`` over the bins of ``edges``: discrete Laplace noise of
     scale sensitivity/epsilon on every count (one batch), counts below the threshold zeroed, and
     the outer edges of the bins holding the tail quantiles; ``None`` when nothing passes.
+    ``noisy_total``, when a list, gets the sum of the noisy counts (a DP estimate of the units
+    that gave a value: post-processing).
 
     >>> from dpsql.noise import SeededSource
     >>> edges = [Fraction(e) for e in (-10, 0, 10, 100)]
@@ -177,8 +204,9 @@ def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, 
     """
     scale = Fraction(sensitivity) / epsilon
     noisy = np.asarray(counts, dtype=np.int64) + discrete_laplace(scale, len(counts), source)
-    threshold = float(scale) * math.log(len(counts) / BETA)
-    kept = np.where(noisy >= threshold, noisy, 0)
+    if noisy_total is not None:
+        noisy_total.append(int(noisy.sum()))
+    kept = np.where(noisy >= threshold(scale, len(counts)), noisy, 0)
     total = int(kept.sum())
     if total <= 0:
         return None
@@ -229,16 +257,18 @@ def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon) -> 
         lines.append(f"-- MAX GROUPS PER UNIT {groups}: about {float(ROWS_QUANTILE):.0%} of units have at most "
                      f"{groups} values of {suggestion.get('group_by')} (the rest lose groups); grouped "
                      f"noise grows ∝ {groups}")
+    each = _shown(split["each_column"]) if split.get("each_column") else None
     for column in suggestion["bounds"]:
         if column not in found:
-            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise "
+            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise at epsilon {each} "
                          f"(spend more epsilon, or choose them from public knowledge)")
             continue
         lo, hi = found[column]
-        lines.append(f"-- {column} BOUNDS {_shown(lo)} TO {_shown(hi)}: the bins holding the middle "
+        lines.append(f"-- {column} BOUNDS {_shown(lo)} TO {_shown(hi)} (epsilon {each}): the bins holding the middle "
                      f"{float(DEFAULT_COVERAGE):.0%} of units' values (a bin with too few units to pass the "
                      f"noise threshold is cut: its values are clamped); SUM noise grows ∝ "
                      f"max(|lo|, |hi|), AVG's ∝ hi - lo")
+    lines += [f"-- WARNING {warning}" for warning in suggestion.get("warnings", ())]
     return "\n".join(lines) + "\n"
 
 
@@ -333,6 +363,43 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
                        2 if policy.neighbours == "bounded" else 1)
 
 
+def _errors(plan: SuggestPlan, units: int | None) -> dict:
+    """The errors the epsilon split gives (data-independent) and warnings where they are too
+    large to trust the answer. ``units`` is a DP estimate of the units (the largest noisy
+    histogram total: post-processing; it counts units with a value, so it errs low and the
+    warnings err on the side of warning); ``None`` when no column was bounded."""
+    split, out, warnings = plan.split, {}, []
+    tail = 1 - float(ROWS_QUANTILE)
+    known = f"about {units} units" if units is not None else "its number of units (not measured)"
+
+    def rank_warning(setting: str, epsilon: Fraction) -> None:
+        error = rank_error(epsilon)
+        out[setting.lower().replace(" ", "_") + "_rank_error"] = round(error, 1)
+        if units is None or error >= tail * units:
+            warnings.append(f"{setting}: epsilon {_shown(epsilon)} ranks units only to within ±{error:.0f} "
+                            f"(at {1 - CONFIDENCE:.0%}); the {float(ROWS_QUANTILE):.0%} quantile needs that "
+                            f"below {tail:.0%} of the units, i.e. well over {math.ceil(error / tail)} units "
+                            f"({known}): " + ("do not trust it: spend more epsilon, or suggest fewer "
+                                             "columns" if units is not None else "trust it only then"))
+
+    if plan.unit is not None:
+        rank_warning("MAX ROWS PER UNIT", split.rows)
+    if plan.group_by is not None:
+        rank_warning("MAX GROUPS PER UNIT", split.groups)
+    if plan.columns:
+        tau = threshold(Fraction(plan.sensitivity) / split.each_column, len(value_candidates(False)) + 1)
+        out["bin_threshold"] = round(tau, 1)
+        edge = float(1 - DEFAULT_COVERAGE) / 2
+        if units is None or tau >= edge * units:
+            warnings.append(f"BOUNDS: epsilon {_shown(split.each_column)} per column cuts every value bin "
+                            f"held by fewer than about {tau:.0f} units; the {float(DEFAULT_COVERAGE):.0%} "
+                            f"coverage needs that below {edge:.0%} of the units, i.e. well over "
+                            f"{math.ceil(tau / edge)} units ({known}): bounds are likely too narrow "
+                            f"(spend more epsilon, or name fewer columns)")
+    out["warnings"] = warnings
+    return out
+
+
 def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
     """The suggestion: ``fetch(sql)`` runs dpsql's SQL (``$salt`` bound) and returns its rows;
     ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
@@ -345,17 +412,20 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
     if plan.group_by is not None:
         *ranks, units = fetch(rows_sql(plan.key, unit, plan.group_by))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
-    bounds = {}
+    bounds, totals = {}, []
     for column, type_name in plan.columns:
         integral = is_integer_type(type_name)
         edges = value_candidates(integral)
         *at_most, count = fetch(values_sql(plan.key, unit, column, is_float_type(type_name), edges))[0]
+        total: list = []
         found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
-                             DEFAULT_COVERAGE, source)
+                             DEFAULT_COVERAGE, source, total)
+        totals.append(total[0])
         bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
     suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
                   "epsilon_split": {"total": float(plan.epsilon), "max_rows_per_unit": float(split.rows),
                                     "each_column": float(split.each_column)}}
+    suggestion.update(_errors(plan, max(totals) if totals else None))
     if plan.group_by is not None:
         suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
         suggestion["group_by"] = plan.group_by

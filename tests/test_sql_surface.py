@@ -230,3 +230,33 @@ def test_a_per_unit_subquery_over_a_row_level_table_is_refused_with_the_right_ad
         assert "each row of visits is its own unit" in refused.value.message
         assert "GROUP BY" not in refused.value.hint and refused.value.line == 1
         assert db.budget.spent.epsilon == 0
+
+
+def test_hour_minute_second_and_contains_are_allowed_like_their_peers(db):
+    """hour()/minute()/second() are date parts like month() (calendar bounds 0-23, 0-59);
+    contains() is a needle search like starts_with, its needle a short literal."""
+    stamp = "(TIMESTAMP '2025-01-01 00:00:00' + uid * INTERVAL 7 MINUTE)"
+    for part, bounds in (("hour", "[0, 23]"), ("minute", "[0, 59]"), ("second", "[0, 59]")):
+        assert f"row values in {bounds}" in db.explain(f"SELECT AVG({part}({stamp})) FROM visits")
+    sql = f"SELECT COUNT(*) AS n FROM visits WHERE hour({stamp}) = 3 AND minute({stamp}) < 30 AND contains(zip, '99')"
+    (n,), = db.sql(sql, epsilon=50).fetchall()
+    truth = exact(sql)[0][0]
+    assert abs(n - truth) <= 40  # scale 3/50 per count: far inside
+    with pytest.raises(dpsql.UnsupportedQuery, match="the pattern of .* must be a string literal"):
+        db.explain("SELECT COUNT(*) FROM visits WHERE contains(zip, store)")
+
+
+def test_boolean_and_temporal_columns_get_advice_that_works():
+    frame = pd.DataFrame({"uid": [1, 2, 3], "paid": [True, False, None],
+                          "ordered": pd.to_datetime(["2025-01-01", "2025-02-01", "2025-03-01"])})
+    policy = "BUDGET EPSILON 10; QUERY EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2);"
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(1)) as db:
+        assert "row values in [0, 1]" in db.explain("SELECT SUM(paid::INT) FROM t")
+        with pytest.raises(dpsql.UnsupportedQuery) as caught:
+            db.explain("SELECT SUM(paid + 0) FROM t")
+        assert "is BOOLEAN" in str(caught.value) and "SUM(paid::INT)" in caught.value.hint
+        assert "BOUNDS" not in caught.value.hint
+        with pytest.raises(dpsql.UnsupportedQuery) as caught:
+            db.explain("SELECT MIN(ordered) FROM t")
+        assert "not a number" in str(caught.value) and "hour(ordered)" in caught.value.hint
+        assert "unbounded" not in str(caught.value) and "BOUNDS lo" not in caught.value.hint

@@ -164,3 +164,29 @@ def test_one_unit_moves_each_group_rank_by_one():
         *ranks, _ = connection.execute(rows_sql("t", "uid", "g")).fetchall()[0]
         results.append(ranks)
     assert max(abs(a - b) for x, y in product(results, results) for a, b in zip(x, y)) == 1
+
+
+def test_an_empty_bin_passes_the_threshold_with_probability_at_most_beta():
+    """τ = scale·ln(bins/β), β = 10⁻³: over 3000 all-empty histograms (236 bins, scale 27 as at
+    epsilon 1/27) some bin passes in ≤ 3 expected; more than 25 has probability < 1e-10. With
+    the threshold or the noise off by a factor 2, some bin passes in ~40% of them (~1200)."""
+    from dpsql import suggest
+    edges = list(value_candidates(False))
+    source = SeededSource(7)
+    passed = sum(noisy_bounds(edges, [0] * (len(edges) + 1), Fraction(1, 27), 1, Fraction(98, 100), source)
+                 is not None for _ in range(3000))
+    assert suggest.BETA == 1e-3 and passed <= 25
+
+
+def test_small_epsilon_warns_with_the_rank_and_bin_errors(capsys):
+    with dpsql.connect({"t": known(), "p": pd.DataFrame({"a": [1]})}, policy=POLICY, rng=SeededSource(3)) as db:
+        small = db.suggest_bounds("t", epsilon=Fraction(1, 20))
+        large = db.suggest_bounds("t", epsilon=5)
+    # ε/2 = 0.025 for k: rank error 2·ln(53/0.05)/0.025 ≈ 557 units > 5% of 3000
+    assert small["max_rows_per_unit_rank_error"] == pytest.approx(557.3, abs=0.1)
+    assert any(w.startswith("MAX ROWS PER UNIT: epsilon 0.025 ranks units only to within ±557") for w in small["warnings"])
+    assert any(w.startswith("BOUNDS: epsilon 0.0125 per column cuts every value bin held by fewer than about 990 units")
+               for w in small["warnings"])
+    assert large["warnings"] == [] and large["max_rows_per_unit_rank_error"] < 10
+    text = suggestion_text("t", "uid", small, 0.05)
+    assert "-- WARNING MAX ROWS PER UNIT" in text and "(epsilon 0.0125)" in text
