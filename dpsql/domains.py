@@ -101,20 +101,28 @@ def reports_outside(keys: Sequence[GroupKey]) -> bool:
 
 
 def domain_parts(keys: Sequence[GroupKey]) -> list[list[int]]:
-    """Key indices grouped by where their domain comes from: keys from one public table take the
-    combinations that table holds (a city with its stores), other keys combine freely.
+    """Key indices grouped by where their values come from. A policy's KEYS line is a domain of
+    one column, so such keys combine freely: the released keys are the product of their domains
+    (two columns ``KEYS FROM airports.faa`` take every pair of airports, one column's with
+    itself included). Only columns of one public table joined into the query come from one of
+    its rows, so they take the combinations that table holds (an airport's name with its time
+    zone); rows with another combination cannot occur but for NULL, which is outside anyway.
 
     >>> from dpsql.model import KeyDomain
-    >>> a = GroupKey("g0", exp.column("city"), KeyDomain(table="stores", column="city"))
-    >>> b = GroupKey("g1", exp.column("plan"), KeyDomain(values=("free",)))
-    >>> c = GroupKey("g2", exp.column("store"), KeyDomain(table="Stores", column="store"))
-    >>> domain_parts([a, b, c])
-    [[0, 2], [1]]
+    >>> a = GroupKey("g0", exp.column("origin"), KeyDomain(table="airports", column="faa"))
+    >>> b = GroupKey("g1", exp.column("dest"), KeyDomain(table="airports", column="faa"))
+    >>> c = GroupKey("g2", exp.column("name"), KeyDomain(table="airports", column="name", joined="join1"))
+    >>> d = GroupKey("g3", exp.column("tz"), KeyDomain(table="Airports", column="tz", joined="join1"))
+    >>> e = GroupKey("g4", exp.column("name2"), KeyDomain(table="airports", column="name", joined="join2"))
+    >>> domain_parts([a, b, c, d, e])
+    [[0], [1], [2, 3], [4]]
     """
-    groups: dict[str, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for index, key in enumerate(keys):
-        table = key.domain.table if key.domain.values is None else None
-        groups.setdefault(table.lower() if table else f"#{index}", []).append(index)
+        domain = key.domain
+        joined = domain.values is None and domain.joined is not None
+        part = (domain.table.lower(), domain.joined) if joined else (index,)
+        groups.setdefault(part, []).append(index)
     return list(groups.values())
 
 
@@ -149,15 +157,15 @@ def domain_text(key: GroupKey) -> str:
 
 def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]]) -> str:
     """What a GROUP BY's released keys are the product of, each factor with the size that was
-    counted: a key's own domain, or the combinations one public table holds of its keys
-    (``domain_parts``: pairs as they occur together, not the product of their domains).
+    counted: a key's own domain, or the combinations one joined public table holds of its keys
+    (``domain_parts``: as they occur together in its rows, not the product of their domains).
 
     >>> from dpsql.model import KeyDomain
-    >>> store = GroupKey("g0", exp.column("store"), KeyDomain(table="stores", column="store"))
-    >>> size = GroupKey("g1", exp.column("sz"), KeyDomain(table="stores", column="sz"))
+    >>> store = GroupKey("g0", exp.column("store"), KeyDomain(table="stores", column="store", joined="join1"))
+    >>> size = GroupKey("g1", exp.column("sz"), KeyDomain(table="stores", column="sz", joined="join1"))
     >>> plan = GroupKey("g2", exp.column("plan"), KeyDomain(values=("free", "pro", "plus")))
     >>> product_text([store, size, plan], [([0, 1], 4), ([2], 3)])
-    'the 4 combinations of (store, sz) that occur together in stores (KEYS FROM stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)'
+    'the 4 combinations of (store, sz) that occur together in the rows of the joined public table stores (stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)'
     """
     texts = []
     for indices, size in parts:
@@ -168,7 +176,7 @@ def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]
         table = part[0].domain.table
         sources = ", ".join(f"{table}.{key.domain.column}" for key in part)
         text = (f"the {size:,} combination{'' if size == 1 else 's'} of ({', '.join(key_text(k) for k in part)}) "
-                f"that occur together in {table} (KEYS FROM {sources})")
+                f"that occur together in the rows of the joined public table {table} ({sources})")
         narrowed = [c.sql(dialect="duckdb") for key in part for c in key.narrowed_by]
         texts.append(text + (" where " + " AND ".join(narrowed) if narrowed else ""))
     return " times ".join(texts)
