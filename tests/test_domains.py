@@ -213,6 +213,9 @@ def test_the_limit_message_counts_what_one_joined_public_table_holds_together():
         result = db.sql(sql.replace("GROUP BY", "WHERE v.plan = 'x' GROUP BY"), epsilon=200)
         assert [row[:3] for row in result.fetchall()] == [("A", "s1", "x"), ("A", "s2", "x"), ("B", "s1", "x")]
         assert [row[3] for row in result.fetchall()] == pytest.approx([1, 1, 2], abs=1)
+        explained = db.explain(sql, epsilon=1)
+        assert "combined with g1 as they occur together in the rows of the joined public table" in explained
+        assert "g2 = \"plan\": every one of the 2 listed public keys" in explained
         # two joins of one table are two rows: their columns combine freely (3 x 3 cities' rows)
         twice = ("SELECT a.city, b.city AS other, COUNT(*) AS n FROM v JOIN stores a ON v.sid = a.id "
                  "JOIN stores b ON v.sid = b.id GROUP BY ALL")
@@ -334,6 +337,34 @@ def test_combinations_one_joined_public_table_lacks_are_outside():
         assert [row[2] for row in result.fetchall()] == pytest.approx([1, 1, 1, 2], abs=1)
         assert result.outside_domain.values["n"] == pytest.approx(1, abs=1)  # (NULL, s1)
         assert "with (city, store) outside their KEYS domains" in str(result.outside_domain)
+
+
+def test_the_outside_cell_names_the_outputs_not_the_aggregates():
+    """The duck user's finding 3: an output that computes with an aggregate is shown by its
+    name, with its own value (post-processing of the cell alone) and derived interval; an
+    aggregate no output reads (HAVING COUNT(*)) keeps its SQL. A free repeat shows the same."""
+    with connect(flights(outside=40)) as db:
+        sql = ("SELECT origin, ROUND(AVG(delay), 1) AS a, COUNT(*) * 2 AS twice FROM flights GROUP BY origin "
+               "HAVING SUM(delay) > 0 ORDER BY a LIMIT 1")
+        result = db.sql(sql, epsilon=100)
+        outside = result.outside_domain
+        assert set(outside.values) == {"a", "twice", "SUM(delay)"} and outside.rows is None
+        frame = flights(outside=40)
+        inside = frame[frame.origin == "XXX"]
+        assert outside.values["twice"] == pytest.approx(2 * len(inside), abs=4) and outside.values["twice"] % 2 == 0
+        assert outside.values["a"] == pytest.approx(inside.delay.mean(), abs=0.5)
+        assert outside.values["a"] == round(outside.values["a"], 1)
+        assert outside.values["SUM(delay)"] == pytest.approx(inside.delay.sum(), abs=5)
+        widths = outside.accuracy()
+        assert set(widths) == {"a", "twice", "SUM(delay)"} and widths["twice"] > 0
+        text = str(outside)
+        assert "a ≈ " in text and "twice ≈ " in text and "AVG(delay)" not in text and "COUNT(*)" not in text
+        again = db.sql(sql, epsilon=100)
+        assert again.cost.repeat and again.outside_domain.values == outside.values
+        assert again.outside_domain.accuracy() == pytest.approx(widths)
+        counted = db.sql("SELECT origin, AVG(delay) AS d FROM flights GROUP BY origin HAVING COUNT(*) > 0",
+                         epsilon=100).outside_domain
+        assert counted.rows == "COUNT(*)" and str(counted).startswith(f"≈ {counted.values['COUNT(*)']}")
 
 
 def test_a_repeat_returns_the_same_outside_cell_for_free():
