@@ -804,13 +804,19 @@ class Connection:
         itself (narrowed by the WHERE), whatever the data, so nothing private is read or
         charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
         types = [key.type_name for key in plan.query.keys]
+        post = checked.post.sql(dialect="duckdb")
         try:
-            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain],
-                                                checked.post.sql(dialect="duckdb"))
+            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)
         except Exception as error:  # public keys only: DuckDB's message reveals nothing private
             raise UnsupportedQuery(f"the query over the public key domain failed: {str(error).splitlines()[0]}",
                                    hint="select the GROUP BY keys, or expressions of them") from None
-        return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True)
+
+        def released_types() -> list[str]:  # the keys' own types (an ENUM stays ENUM), as with aggregates
+            described = self._engine.released_types(core_columns(plan), types, post)
+            return [type_name for _, type_name in described[:len(checked.outputs)]]
+
+        return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True,
+                        types=released_types, converter=self._engine.convert)
 
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:
