@@ -255,6 +255,62 @@ def test_two_keys_of_one_public_column_release_every_pair_with_duckdbs_answer(wh
         assert "every key of the public domain airports.faa" in explained
 
 
+JOINED_AIRPORTS = pd.DataFrame({"faa": ["EWR", "JFK", "LAX", "SFO", "SEA", "BOS", "XNA"],
+                                "name": ["Newark", "Kennedy", "Los Angeles", "San Francisco", "Shared", "Shared",
+                                         "Northwest Arkansas"],
+                                "tz": [-5, -5, -8, -8, -8, -5, -6]})
+
+
+@pytest.mark.parametrize("where, narrowed", [
+    ("a.tz = -8", "\"tz\" = -8"),
+    ("a.tz = -8 AND f.delay >= 0", "\"tz\" = -8"),
+    ("a.tz < -5 AND a.faa <> 'XNA'", "\"tz\" < -5 AND \"faa\" <> 'XNA'"),
+    ("a.tz = -8 AND upper(a.name) LIKE 'S%'", "\"tz\" = -8 AND UPPER(\"name\") LIKE 'S%'"),
+    ("a.tz < f.delay - 10", None),  # reads a private column: narrows nothing
+])
+def test_where_on_a_joined_public_table_narrows_its_keys_with_duckdbs_answer(where, narrowed):
+    """The duck user's finding 2: GROUP BY a column of a joined public table releases the keys
+    of the table's rows for which the WHERE conjuncts reading only that table hold (evaluated
+    on the public table, free), with DuckDB's exact answer for each and nothing outside."""
+    dests = ["EWR", "JFK", "LAX", "SFO", "SEA", "BOS", "XNA", "LAX", "SEA", "BOS", "SFO", "SFO"]
+    frame = pd.DataFrame({"tail": range(len(dests)), "origin": "EWR", "dest": dests, "code": 1,
+                          "delay": [i % 11 for i in range(len(dests))]})
+    sql = f"SELECT a.name, COUNT(*) AS n FROM flights f JOIN airports a ON f.dest = a.faa WHERE {where} GROUP BY a.name"
+    with connect(frame, airports=JOINED_AIRPORTS) as db:
+        result = db.sql(sql, epsilon=200)
+        airports = JOINED_AIRPORTS  # noqa: F841  (DuckDB reads the frames by these names)
+        public_where = where.split(" AND f.")[0] if narrowed else "TRUE"
+        expected = sorted(r[0] for r in duckdb.sql(f"SELECT DISTINCT name FROM airports a WHERE {public_where}")
+                          .fetchall())
+        assert sorted(row[0] for row in result.fetchall()) == expected
+        exact = dict(duckdb.sql(sql.replace("FROM flights f", "FROM frame f")).fetchall())
+        assert [row[1] for row in result.fetchall()] == pytest.approx([exact.get(row[0], 0)
+                                                                       for row in result.fetchall()], abs=1)
+        assert result.outside_domain.values["n"] == pytest.approx(0, abs=1)
+        explained = db.explain(sql, epsilon=1)
+        if narrowed:
+            assert f"for which {narrowed} holds" in explained
+        else:
+            assert "for which" not in explained
+
+
+def test_only_the_joined_tables_own_keys_are_narrowed_by_it():
+    """A policy's KEYS column (origin KEYS FROM airports.faa) and a second join of the table
+    are other rows: a.tz narrows neither."""
+    frame = pd.DataFrame({"tail": range(4), "origin": ["EWR", "JFK", "EWR", "JFK"], "dest": ["LAX", "SFO", "EWR", "SEA"],
+                          "code": 1, "delay": 1})
+    airports = JOINED_AIRPORTS
+    with connect(frame, airports=airports) as db:
+        result = db.sql("SELECT f.origin, a.name, COUNT(*) AS n FROM flights f JOIN airports a ON f.dest = a.faa "
+                        "WHERE a.tz = -8 AND f.origin IN ('EWR', 'JFK') GROUP BY f.origin, a.name", epsilon=200)
+        assert sorted({row[0] for row in result.fetchall()}) == ["EWR", "JFK"]
+        assert sorted({row[1] for row in result.fetchall()}) == ["Los Angeles", "San Francisco", "Shared"]
+        twice = db.sql("SELECT b.name, COUNT(*) AS n FROM flights f JOIN airports a ON f.dest = a.faa "
+                       "JOIN airports b ON f.origin = b.faa WHERE a.tz = -8 GROUP BY b.name", epsilon=200)
+        assert len(twice.fetchall()) == airports.name.nunique()
+        assert dict((row[0], row[1]) for row in twice.fetchall())["Newark"] == pytest.approx(1, abs=1)
+
+
 def test_the_query_option_lowers_the_limit_but_cannot_raise_it():
     with connect(policy=POLICY + "MAX RELEASED KEYS 10;") as db:
         sql = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_keys = 3) origin, COUNT(*) FROM flights GROUP BY origin"
