@@ -245,6 +245,7 @@ def show_float(text: str) -> float:
     name the double exactly, so ``float`` reads back that very double (NaN, inf, -0.0 included;
     ``tests/test_keys.py`` checks the round trip on random doubles).
 
+    >>> import math
     >>> show_float("-0.0"), show_float("1e+20"), math.isnan(show_float("nan"))
     (-0.0, 1e+20, True)
     """
