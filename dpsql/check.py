@@ -200,7 +200,8 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
     if where is not None:
         check_row_level(where.this, sql, "WHERE")
     refuse_failing_constants(parts, relation.columns, data, sql)
-    keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql)
+    keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql,
+                       rule.columns)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
     aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
     return PrivateQuery(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from .accounting import Spend, accountant_for, query_cost, show
 from .analyse import PrivacyOptions, analyse_query
@@ -49,7 +50,7 @@ from .policy_diff import policy_difference
 from .aggregates import plain_projection, post_sql
 from .domains import domain_parts, domain_text, key_text, product_text, reports_outside
 from .keys import read_keys, shown_keys, typed_keys
-from .accuracy import output_cells
+from .accuracy import aggregates_of, output_cells
 from .notes import thin_answer_notes
 from .release import (core_columns, core_rows, from_stored, half_widths, release_measures, split_last,
                       stored_measures, stored_names)
@@ -307,7 +308,7 @@ class Connection:
         return DPResult(list(checked.outputs), rows, charged,
                         intervals=self._intervals(plan, checked, noisy, rows),
                         **self._described(plan, checked, types, len(rows)), budget=self._snapshot(),
-                        outside_domain=self._outside(plan, checked, stored_outside),
+                        outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=limits_of(plan), bounding=bounding)
 
     def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
@@ -582,25 +583,67 @@ class Connection:
         except DPError:
             return None
 
-    def _outside(self, plan: Plan, checked: PrivateQuery, stored: dict | None) -> OutsideDomain | None:
+    def _outside(self, plan: Plan, checked: PrivateQuery, stored: dict | None,
+                 core_types: list[str] | None = None) -> OutsideDomain | None:
         """The outside cell (``dpsql.domains``) as the analyst sees it, from its released values
-        and noisy measures; ``None`` when the query has none."""
+        and noisy measures; ``None`` when the query has none. Its values are the query's outputs
+        by their names (``AVG(amount) AS a`` is ``a``; ``ROUND(AVG(amount)) AS a`` is computed by
+        post-processing the cell alone, with the interval derived as for any row), and, by their
+        SQL, any aggregate no output reads (a COUNT(*) in HAVING still counts the cell's rows)."""
         if stored is None or not reports_outside(plan.query.keys):
             return None
-        names = {aggregate: output for output, aggregate in reversed(checked.direct)}
-        values = {}
-        for aggregate, value in zip(plan.query.aggregates, stored["values"]):
-            values[names.get(aggregate.name, aggregate.label)] = _plain_number(value)
-        rows = next((names.get(a.name, a.label) for a in plan.query.aggregates
-                     if a.function == "count" and a.argument is None), None)
+        keys, aggregates = plan.query.keys, plan.query.aggregates
+        core = tuple([None] * len(keys) + [_plain_number(v) for v in stored["values"]])
         release = from_stored(plan, {k: (int(v),) for k, v in stored["noisy"].items()}, 1)
+        outputs = [(position, name, item.unalias()) for position, (name, item)
+                   in enumerate(zip(checked.outputs, checked.post.expressions)) if aggregates_of(item.unalias())]
+        read = {a for _, _, node in outputs for a in aggregates_of(node)}
+        computed = [(p, name, node) for p, name, node in outputs if not isinstance(node, exp.Column)]
+        shown = self._outside_outputs(plan, checked, core, core_types) if computed else None
+        values, sources = {}, {}
+        for position, name, node in outputs:
+            if isinstance(node, exp.Column):
+                values[name] = core[len(keys) + [a.name for a in aggregates].index(node.name)]
+            elif shown is not None and not node.find(exp.Window):
+                values[name] = _plain_number(shown[position])
+            else:
+                continue
+            sources[name] = position
+        labels = {}
+        for index, aggregate in enumerate(aggregates):
+            if aggregate.name not in read and aggregate.label not in values:
+                values[aggregate.label] = core[len(keys) + index]
+                labels[aggregate.label] = aggregate.name
+        names = {aggregate: output for output, aggregate in reversed(checked.direct)}
+        rows = next((names.get(a.name, a.label) for a in aggregates
+                     if a.function == "count" and a.argument is None and names.get(a.name, a.label) in values),
+                    None)
 
         def widths(alpha: float) -> dict[str, float]:
-            cells = half_widths(plan, release, alpha)
-            return {names.get(a.name, a.label): float(cells[a.name][0]) for a in plan.query.aggregates
-                    if a.name in cells}
+            cells = output_cells(plan, checked, release, [shown if shown is not None else (None,) * len(checked.outputs)],
+                                 alpha)
+            own = half_widths(plan, release, alpha)
+            found = {name: float(cells[name][0][2]) for name in sources if name in cells}
+            found.update({label: float(own[name][0]) for label, name in labels.items() if name in own})
+            return found
 
-        return OutsideDomain(tuple(key_text(key) for key in plan.query.keys), values, widths, rows)
+        return OutsideDomain(tuple(key_text(key) for key in keys), values, widths, rows)
+
+    def _outside_outputs(self, plan: Plan, checked: PrivateQuery, core: tuple,
+                         core_types: list[str] | None) -> tuple | None:
+        """The select list of the query run on the outside cell alone (no WHERE, ORDER BY,
+        LIMIT or DISTINCT: it is shown whatever they say); ``None`` if that fails. Released
+        values only: nothing private is read."""
+        try:
+            if core_types is None:
+                bounded_sql = rewrite_plan(plan)
+                core_types = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
+            select = exp.Select(expressions=[e.copy() for e in checked.post.expressions]).from_("dp_core")
+            _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core],
+                                                select.sql(dialect="duckdb"))
+            return tuple(rows[0])
+        except Exception:  # a post-processing error on NULL keys: the outputs are left out
+            return None
 
     def _intervals(self, plan: Plan, checked: PrivateQuery, noisy: dict, rows: list[tuple]):
         """accuracy() of released rows, from their stored measures (``release.stored_measures``):
@@ -785,13 +828,19 @@ class Connection:
         itself (narrowed by the WHERE), whatever the data, so nothing private is read or
         charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
         types = [key.type_name for key in plan.query.keys]
+        post = checked.post.sql(dialect="duckdb")
         try:
-            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain],
-                                                checked.post.sql(dialect="duckdb"))
+            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)
         except Exception as error:  # public keys only: DuckDB's message reveals nothing private
             raise UnsupportedQuery(f"the query over the public key domain failed: {str(error).splitlines()[0]}",
                                    hint="select the GROUP BY keys, or expressions of them") from None
-        return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True)
+
+        def released_types() -> list[str]:  # the keys' own types (an ENUM stays ENUM), as with aggregates
+            described = self._engine.released_types(core_columns(plan), types, post)
+            return [type_name for _, type_name in described[:len(checked.outputs)]]
+
+        return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True,
+                        types=released_types, converter=self._engine.convert)
 
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:

@@ -36,13 +36,17 @@ from sqlglot import exp
 
 from .allowlist import check_public
 from .errors import DPError
-from .model import DEFAULT_MAX_RELEASED_KEYS  # noqa: F401  (re-exported: the limit is this module's rule)
+from .model import DEFAULT_MAX_RELEASED_KEYS, ColumnRule  # noqa: F401  (re-exported: the limit is this module's rule)
 from .plan import GroupKey
 
-def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str = "") -> tuple[GroupKey, ...]:
+def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str = "",
+                columns: Sequence[ColumnRule] = ()) -> tuple[GroupKey, ...]:
     """Each KEYS-domain key with the top-level AND-ed WHERE conjuncts that mention its column
-    and constants only (``GroupKey.narrowed_by``). Anything the public allow-list refuses
-    (``check_public(..., deterministic=True)``) narrows nothing.
+    and constants only (``GroupKey.narrowed_by``). A key that is a column of a public table
+    joined into the query is narrowed as well by conjuncts reading only columns of that same
+    joined table (``columns``: the query's column rules, whose ``KeyDomain.joined`` tells them):
+    they are evaluated on the table's rows, the ones its keys come from. Anything the public
+    allow-list refuses (``check_public(..., deterministic=True)``) narrows nothing.
 
     >>> import sqlglot
     >>> from dpsql.model import KeyDomain
@@ -50,25 +54,39 @@ def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str
     >>> where = sqlglot.parse_one("SELECT 1 FROM t WHERE origin IN ('EWR', 'JFK') AND delay > 0 AND origin <> dest").args["where"].this
     >>> [c.sql() for c in narrow_keys([key], where)[0].narrowed_by]
     ["origin IN ('EWR', 'JFK')"]
+    >>> joined = [ColumnRule("name", keys=KeyDomain(table="airports", column="name", joined="join1")),
+    ...           ColumnRule("a_tz", keys=KeyDomain(table="airports", column="tz", joined="join1"))]
+    >>> key = GroupKey("g0", exp.column("name"), joined[0].keys)
+    >>> where = sqlglot.parse_one("SELECT 1 FROM t WHERE a_tz = -8 AND delay > 0 AND a_tz < delay").args["where"].this
+    >>> narrowed = narrow_keys([key], where, "", joined)[0]
+    >>> [c.sql() for c in narrowed.narrowed_by], narrowed.narrowing_columns
+    (['a_tz = -8'], (('a_tz', 'tz'),))
     """
     if where is None:
         return tuple(keys)
     conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    public = {rule.name.lower(): rule.keys for rule in columns
+              if rule.keys is not None and rule.keys.joined is not None and rule.keys.values is None}
     narrowed = []
     for key in keys:
         if key.domain is None or not isinstance(key.expression, exp.Column):
             narrowed.append(key)
             continue
-        mine = tuple(c for c in conjuncts if _only_about(c, key.expression.name, sql))
-        narrowed.append(replace(key, narrowed_by=mine) if mine else key)
+        own = key.expression.name.lower()
+        joined = key.domain.joined if key.domain.values is None else None
+        readable = {own} if joined is None else {name for name, domain in public.items() if domain.joined == joined}
+        mine = tuple(c for c in conjuncts if _only_about(c, readable | {own}, sql))
+        read = sorted({c.name.lower() for conjunct in mine for c in conjunct.find_all(exp.Column)} - {own})
+        others = tuple((name, public[name].column) for name in read)
+        narrowed.append(replace(key, narrowed_by=mine, narrowing_columns=others) if mine else key)
     return tuple(narrowed)
 
 
-def _only_about(conjunct: exp.Expression, column: str, sql: str) -> bool:
-    """True when ``conjunct`` reads the column ``column`` and nothing else but constants, and is
-    a deterministic expression on the public allow-list."""
+def _only_about(conjunct: exp.Expression, readable: set[str], sql: str) -> bool:
+    """True when ``conjunct`` reads columns among ``readable`` (lower case) and nothing else but
+    constants, and is a deterministic expression on the public allow-list."""
     columns = list(conjunct.find_all(exp.Column))
-    if not columns or any(c.name.lower() != column.lower() for c in columns):
+    if not columns or any(c.name.lower() not in readable for c in columns):
         return False
     if any(isinstance(node, (exp.Subquery, exp.Select, exp.AggFunc, exp.Star)) for node in conjunct.walk()):
         return False
@@ -79,16 +97,21 @@ def _only_about(conjunct: exp.Expression, column: str, sql: str) -> bool:
     return True
 
 
-def on_value(conjunct: exp.Expression, column: str, value: str) -> exp.Expression:
-    """``conjunct`` with its column replaced by the column ``value`` (a domain's typed value).
+def on_value(conjunct: exp.Expression, column: str | dict[str, str], value: str = "") -> exp.Expression:
+    """``conjunct`` with its column replaced by the column ``value`` (a domain's typed value);
+    or, given a mapping, each column it names (lower case) by the column it maps to.
 
     >>> import sqlglot
     >>> on_value(sqlglot.parse_one("t.k BETWEEN 1 AND 3"), "k", "v0").sql()
     'v0 BETWEEN 1 AND 3'
+    >>> on_value(sqlglot.parse_one("k < tz"), {"k": "v0", "tz": "dp_c0"}).sql()
+    'v0 < dp_c0'
     """
+    names = column if isinstance(column, dict) else {column.lower(): value}
+
     def visit(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Column) and node.name.lower() == column.lower():
-            return exp.column(value)
+        if isinstance(node, exp.Column) and node.name.lower() in names:
+            return exp.column(names[node.name.lower()])
         return node
 
     return conjunct.copy().transform(visit)
@@ -101,20 +124,28 @@ def reports_outside(keys: Sequence[GroupKey]) -> bool:
 
 
 def domain_parts(keys: Sequence[GroupKey]) -> list[list[int]]:
-    """Key indices grouped by where their domain comes from: keys from one public table take the
-    combinations that table holds (a city with its stores), other keys combine freely.
+    """Key indices grouped by where their values come from. A policy's KEYS line is a domain of
+    one column, so such keys combine freely: the released keys are the product of their domains
+    (two columns ``KEYS FROM airports.faa`` take every pair of airports, one column's with
+    itself included). Only columns of one public table joined into the query come from one of
+    its rows, so they take the combinations that table holds (an airport's name with its time
+    zone); rows with another combination cannot occur but for NULL, which is outside anyway.
 
     >>> from dpsql.model import KeyDomain
-    >>> a = GroupKey("g0", exp.column("city"), KeyDomain(table="stores", column="city"))
-    >>> b = GroupKey("g1", exp.column("plan"), KeyDomain(values=("free",)))
-    >>> c = GroupKey("g2", exp.column("store"), KeyDomain(table="Stores", column="store"))
-    >>> domain_parts([a, b, c])
-    [[0, 2], [1]]
+    >>> a = GroupKey("g0", exp.column("origin"), KeyDomain(table="airports", column="faa"))
+    >>> b = GroupKey("g1", exp.column("dest"), KeyDomain(table="airports", column="faa"))
+    >>> c = GroupKey("g2", exp.column("name"), KeyDomain(table="airports", column="name", joined="join1"))
+    >>> d = GroupKey("g3", exp.column("tz"), KeyDomain(table="Airports", column="tz", joined="join1"))
+    >>> e = GroupKey("g4", exp.column("name2"), KeyDomain(table="airports", column="name", joined="join2"))
+    >>> domain_parts([a, b, c, d, e])
+    [[0], [1], [2, 3], [4]]
     """
-    groups: dict[str, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for index, key in enumerate(keys):
-        table = key.domain.table if key.domain.values is None else None
-        groups.setdefault(table.lower() if table else f"#{index}", []).append(index)
+        domain = key.domain
+        joined = domain.values is None and domain.joined is not None
+        part = (domain.table.lower(), domain.joined) if joined else (index,)
+        groups.setdefault(part, []).append(index)
     return list(groups.values())
 
 
@@ -149,15 +180,15 @@ def domain_text(key: GroupKey) -> str:
 
 def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]]) -> str:
     """What a GROUP BY's released keys are the product of, each factor with the size that was
-    counted: a key's own domain, or the combinations one public table holds of its keys
-    (``domain_parts``: pairs as they occur together, not the product of their domains).
+    counted: a key's own domain, or the combinations one joined public table holds of its keys
+    (``domain_parts``: as they occur together in its rows, not the product of their domains).
 
     >>> from dpsql.model import KeyDomain
-    >>> store = GroupKey("g0", exp.column("store"), KeyDomain(table="stores", column="store"))
-    >>> size = GroupKey("g1", exp.column("sz"), KeyDomain(table="stores", column="sz"))
+    >>> store = GroupKey("g0", exp.column("store"), KeyDomain(table="stores", column="store", joined="join1"))
+    >>> size = GroupKey("g1", exp.column("sz"), KeyDomain(table="stores", column="sz", joined="join1"))
     >>> plan = GroupKey("g2", exp.column("plan"), KeyDomain(values=("free", "pro", "plus")))
     >>> product_text([store, size, plan], [([0, 1], 4), ([2], 3)])
-    'the 4 combinations of (store, sz) that occur together in stores (KEYS FROM stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)'
+    'the 4 combinations of (store, sz) that occur together in the rows of the joined public table stores (stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)'
     """
     texts = []
     for indices, size in parts:
@@ -168,7 +199,7 @@ def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]
         table = part[0].domain.table
         sources = ", ".join(f"{table}.{key.domain.column}" for key in part)
         text = (f"the {size:,} combination{'' if size == 1 else 's'} of ({', '.join(key_text(k) for k in part)}) "
-                f"that occur together in {table} (KEYS FROM {sources})")
+                f"that occur together in the rows of the joined public table {table} ({sources})")
         narrowed = [c.sql(dialect="duckdb") for key in part for c in key.narrowed_by]
         texts.append(text + (" where " + " AND ".join(narrowed) if narrowed else ""))
     return " times ".join(texts)

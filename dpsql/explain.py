@@ -70,6 +70,12 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False)
         else:
             if key.domain.values is None:
                 line = f"  {key.name} = {text}: every key of the public domain {key.domain.table}.{key.domain.column}"
+                together = [k.name for k in plan.query.keys if k is not key and k.domain is not None
+                            and k.domain.values is None and key.domain.joined is not None
+                            and k.domain.joined == key.domain.joined]
+                if together:
+                    line += (f", combined with {', '.join(together)} as they occur together in the rows of the "
+                             f"joined public table (not every pair)")
             elif key.domain.implied_by is not None:
                 line = (f"  {key.name} = {text}: every one of the {len(key.domain.values)} values of its type "
                         f"{key.domain.implied_by} (schema, not data: no KEYS line or partition selection needed)")

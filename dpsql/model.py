@@ -58,6 +58,10 @@ class KeyDomain:
     """With ``KEYS ('a', 'b', ...)``: the literal keys."""
     implied_by: str | None = None
     """With no KEYS line, a domain the column's type implies: that type (an ENUM, BOOLEAN)."""
+    joined: str | None = None
+    """For a column of a public table joined into the query (not a policy's KEYS line): that
+    join's own tag, one per joined table. Keys of one joined table come from one of its rows, so
+    they take the combinations it holds; every other domain is per column (``dpsql.domains``)."""
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,11 @@ class GroupKey:
     form: str = "value"
     """How the key is grouped and read back (``dpsql.keys.key_form``): "value" or "text"."""
     narrowed_by: tuple[exp.Expression, ...] = ()
-    """WHERE conjuncts on this key's column alone: the released domain keeps the keys for which
-    they hold (``dpsql.domains``)."""
+    """WHERE conjuncts on this key's column alone (for a column of a joined public table: on that
+    table's columns): the released domain keeps the keys for which they hold (``dpsql.domains``)."""
+    narrowing_columns: tuple[tuple[str, str], ...] = ()
+    """For a column of a joined public table: (column of the query, column of the public table)
+    of the table's other columns ``narrowed_by`` reads, evaluated on the table's own rows."""
 
 
 AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]

@@ -42,6 +42,7 @@ never privacy; the unit column is never computed, only passed through.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol
@@ -98,6 +99,9 @@ class Relation:
         return self.rule.unit.lower() not in {name.lower() for name in self.scope.values()}
 
 
+_JOIN_TAGS = itertools.count(1)
+
+
 @dataclass(frozen=True)
 class _Public:
     """A public table or query joined to private data."""
@@ -110,6 +114,9 @@ class _Public:
     """The catalog name when it is a declared public table (its columns then have key domains)."""
     ranges: dict = field(default_factory=dict)
     """Column -> Bounds (its min and max) of numeric columns, once the rows are stored."""
+    tag: str = field(default_factory=lambda: f"join{next(_JOIN_TAGS)}", compare=False)
+    """This joined table's own tag (``KeyDomain.joined``): two joins of one table, or one alias
+    reused in a subquery, are different rows."""
 
 
 def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalog, sql: str,
@@ -613,7 +620,7 @@ def _renamed_rule(rule: PrivateTable, names: dict, tag: str) -> tuple[ColumnRule
 def _public_column_rule(public: _Public, column: str, name: str) -> ColumnRule:
     """A public column's bounds and key domain: public facts. Bounds are those of the stored
     rows the join reads, computed with the multiplicity (``_public_facts``)."""
-    keys = KeyDomain(table=public.table, column=column) if public.table else None
+    keys = KeyDomain(table=public.table, column=column, joined=public.tag) if public.table else None
     return ColumnRule(name=name, bounds=public.ranges.get(column), keys=keys)
 
 

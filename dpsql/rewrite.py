@@ -576,12 +576,19 @@ def domain_sql(keys: list, column_types: list[str], *, ordered: bool = True) -> 
     else:
         source, columns = _table_sql(domain.table), [f'"{key.domain.column}"' for key in keys]
     typed = ", ".join(f"TRY_CAST({c} AS {t}) AS v{i}" for i, (c, t) in enumerate(zip(columns, column_types)))
+    # A joined public table's other columns its keys' narrowing reads: as stored, the values
+    # the joined rows carry (``dpsql.domains.narrow_keys``).
+    others = list(dict.fromkeys(pair for key in keys for pair in key.narrowing_columns))
+    names = {key.expression.name.lower(): f"v{i}" for i, key in enumerate(keys)}
+    for j, (name, public) in enumerate(others):
+        names.setdefault(name, f"dp_c{j}")
+    typed += "".join(f', "{public}" AS dp_c{j}' for j, (_, public) in enumerate(others))
     select = ", ".join(f"{key_sql(f'v{i}', t, key.form)} AS k{i}"
                        for i, (key, t) in enumerate(zip(keys, column_types)))
     conditions = [f"v{i} IS NOT NULL" for i in range(len(columns))]
     for i, key in enumerate(keys):
-        conditions += [f"COALESCE({_total(on_value(c, key.expression.name, f'v{i}'))}, FALSE)"
-                       for c in key.narrowed_by]
+        mapping = {**names, key.expression.name.lower(): f"v{i}"}
+        conditions += [f"COALESCE({_total(on_value(c, mapping))}, FALSE)" for c in key.narrowed_by]
     order = " ORDER BY ALL" if ordered else ""
     return (f"SELECT DISTINCT {select} FROM (SELECT {typed} FROM {source}) AS dp_domain "
             f"WHERE {' AND '.join(conditions)}{order}")

@@ -175,27 +175,140 @@ def test_the_limit_counts_the_product_of_domains_before_building_it():
         assert len(db.sql("SELECT origin, code, COUNT(*) FROM flights WHERE code < 4 GROUP BY ALL")) == 15
 
 
-def test_the_limit_message_counts_what_one_public_table_holds_together():
-    """Attack a1 finding 4c: keys from one public table are its combinations as they occur
-    together (3 here), not the product of their domains (2 x 2); the refusal says so, with the
-    number it counted, and the product of that with the other keys' domain."""
+def test_keys_columns_combine_freely_and_the_limit_counts_their_product():
+    """KEYS lines are per column: columns whose domains come from one public table (even one
+    column) release the product of their domains; the refusal counts that product."""
     stores = pd.DataFrame({"city": ["A", "A", "B"], "store": ["s1", "s2", "s1"]})
     frame = pd.DataFrame({"uid": range(3), "city": ["A", "A", "B"], "store": ["s1", "s2", "s1"], "plan": "x"})
-    policy = """BUDGET EPSILON 1000; MAX RELEASED KEYS 5; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
+    policy = """BUDGET EPSILON 1000; MAX RELEASED KEYS 7; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
         city KEYS FROM stores.city, store KEYS FROM stores.store, plan KEYS ('x', 'y')); PUBLIC TABLE stores;"""
     with dpsql.connect({"v": frame, "stores": stores}, policy=policy) as db:
         with pytest.raises(UnsupportedQuery) as refused:
             db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v GROUP BY city, store, plan", epsilon=1)
         assert refused.value.message == (
-            "GROUP BY would release 6 keys: the 3 combinations of (city, store) that occur together in stores "
-            "(KEYS FROM stores.city, stores.store) times the 2 keys of the KEYS domain of plan (2 listed keys), "
-            "beyond the limit of 5 keys (the policy's MAX RELEASED KEYS)")
-        with pytest.raises(UnsupportedQuery, match=r"release 6 keys: the 3 combinations of \(city, store\) "
-                                                   r"that occur together in stores \(KEYS FROM stores.city, "
-                                                   r"stores.store\) where \"city\" <> 'C' times"):
-            db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v WHERE city <> 'C' GROUP BY city, store, plan",
-                   epsilon=1)
+            "GROUP BY would release 8 keys: the 2 keys of the KEYS domain of city (stores.city) times the 2 keys "
+            "of the KEYS domain of store (stores.store) times the 2 keys of the KEYS domain of plan (2 listed "
+            "keys), beyond the limit of 7 keys (the policy's MAX RELEASED KEYS)")
         assert db.budget.spent.epsilon == 0
+        narrowed = db.sql("SELECT city, store, plan, COUNT(*) AS n FROM v WHERE city <> 'B' GROUP BY ALL", epsilon=1)
+        assert [row[:3] for row in narrowed.fetchall()] == [
+            ("A", "s1", "x"), ("A", "s1", "y"), ("A", "s2", "x"), ("A", "s2", "y")]
+
+
+def test_the_limit_message_counts_what_one_joined_public_table_holds_together():
+    """Columns of one public table joined into the query come from one of its rows: they take
+    the combinations it holds (3 here), not the product of their domains (2 x 2)."""
+    stores = pd.DataFrame({"id": [1, 2, 3], "city": ["A", "A", "B"], "store": ["s1", "s2", "s1"]})
+    frame = pd.DataFrame({"uid": range(4), "sid": [1, 2, 3, 3], "plan": "x"})
+    policy = """BUDGET EPSILON 1000; MAX RELEASED KEYS 5; PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 1,
+        plan KEYS ('x', 'y')); PUBLIC TABLE stores;"""
+    sql = "SELECT s.city, s.store, v.plan, COUNT(*) AS n FROM v JOIN stores s ON v.sid = s.id GROUP BY ALL"
+    with dpsql.connect({"v": frame, "stores": stores}, policy=policy, rng=SeededSource(3)) as db:
+        with pytest.raises(UnsupportedQuery) as refused:
+            db.sql(sql, epsilon=1)
+        assert refused.value.message == (
+            "GROUP BY would release 6 keys: the 3 combinations of (city, store) that occur together in the rows "
+            "of the joined public table stores (stores.city, stores.store) times the 2 keys of the KEYS domain "
+            "of plan (2 listed keys), beyond the limit of 5 keys (the policy's MAX RELEASED KEYS)")
+        result = db.sql(sql.replace("GROUP BY", "WHERE v.plan = 'x' GROUP BY"), epsilon=200)
+        assert [row[:3] for row in result.fetchall()] == [("A", "s1", "x"), ("A", "s2", "x"), ("B", "s1", "x")]
+        assert [row[3] for row in result.fetchall()] == pytest.approx([1, 1, 2], abs=1)
+        explained = db.explain(sql, epsilon=1)
+        assert "combined with g1 as they occur together in the rows of the joined public table" in explained
+        assert "g2 = \"plan\": every one of the 2 listed public keys" in explained
+        # two joins of one table are two rows: their columns combine freely (3 x 3 cities' rows)
+        twice = ("SELECT a.city, b.city AS other, COUNT(*) AS n FROM v JOIN stores a ON v.sid = a.id "
+                 "JOIN stores b ON v.sid = b.id GROUP BY ALL")
+        assert [row[:2] for row in db.sql(twice, epsilon=1).fetchall()] == [
+            ("A", "A"), ("A", "B"), ("B", "A"), ("B", "B")]
+
+
+ORIGIN_DEST = [
+    ("origin IN ('JFK', 'LGA', 'EWR') AND dest IN ('BOS', 'ATL')", ["EWR", "JFK", "LGA"], ["ATL", "BOS"]),
+    ("origin = 'JFK' AND dest = 'JFK'", ["JFK"], ["JFK"]),
+    ("origin <> dest AND origin < 'F'", ["ATL", "BOS", "EWR"], AIRPORTS),
+    ("TRUE", AIRPORTS, AIRPORTS),
+]
+
+
+@pytest.mark.parametrize("where, origins, dests", ORIGIN_DEST)
+def test_two_keys_of_one_public_column_release_every_pair_with_duckdbs_answer(where, origins, dests):
+    """The duck user's finding 1: origin and dest both KEYS FROM airports.faa. The released keys
+    are every (origin, dest) pair of the narrowed domains, and each count is DuckDB's exact one
+    (plus noise of scale 1/200); the outside cell holds what no pair holds."""
+    pairs = [(o, d) for o in AIRPORTS + ["XXX", None] for d in AIRPORTS + ["XXX"]]
+    frame = pd.DataFrame({"tail": range(3 * len(pairs)), "origin": [p[0] for p in pairs] * 3,
+                          "dest": [p[1] for p in pairs] * 3, "delay": 1, "code": 1})
+    frame = frame.iloc[[i for i in range(len(frame)) if i % 7 != 3]]  # uneven counts
+    policy = POLICY.replace("origin KEYS FROM airports.faa", "origin KEYS FROM airports.faa, "
+                            "dest KEYS FROM airports.faa")
+    sql = f"SELECT origin, dest, COUNT(*) AS n FROM flights WHERE {where} GROUP BY origin, dest"
+    with connect(frame, policy=policy) as db:
+        result = db.sql(sql, epsilon=200)
+        released = sorted(result.fetchall(), key=lambda row: row[:2])
+        assert [row[:2] for row in released] == [(o, d) for o in sorted(origins) for d in sorted(dests)]
+        exact = dict(((o, d), n) for o, d, n in duckdb.sql(sql.replace("FROM flights", "FROM frame")).fetchall())
+        assert [row[2] for row in released] == pytest.approx([exact.get(row[:2], 0) for row in released], abs=1)
+        outside = sum(n for key, n in exact.items() if key not in {row[:2] for row in released})
+        assert result.outside_domain.values["n"] == pytest.approx(outside, abs=1)
+        explained = db.explain(sql)
+        assert "every key of the public domain airports.faa" in explained
+
+
+JOINED_AIRPORTS = pd.DataFrame({"faa": ["EWR", "JFK", "LAX", "SFO", "SEA", "BOS", "XNA"],
+                                "name": ["Newark", "Kennedy", "Los Angeles", "San Francisco", "Shared", "Shared",
+                                         "Northwest Arkansas"],
+                                "tz": [-5, -5, -8, -8, -8, -5, -6]})
+
+
+@pytest.mark.parametrize("where, narrowed", [
+    ("a.tz = -8", "\"tz\" = -8"),
+    ("a.tz = -8 AND f.delay >= 0", "\"tz\" = -8"),
+    ("a.tz < -5 AND a.faa <> 'XNA'", "\"tz\" < -5 AND \"faa\" <> 'XNA'"),
+    ("a.tz = -8 AND upper(a.name) LIKE 'S%'", "\"tz\" = -8 AND UPPER(\"name\") LIKE 'S%'"),
+    ("a.tz < f.delay - 10", None),  # reads a private column: narrows nothing
+])
+def test_where_on_a_joined_public_table_narrows_its_keys_with_duckdbs_answer(where, narrowed):
+    """The duck user's finding 2: GROUP BY a column of a joined public table releases the keys
+    of the table's rows for which the WHERE conjuncts reading only that table hold (evaluated
+    on the public table, free), with DuckDB's exact answer for each and nothing outside."""
+    dests = ["EWR", "JFK", "LAX", "SFO", "SEA", "BOS", "XNA", "LAX", "SEA", "BOS", "SFO", "SFO"]
+    frame = pd.DataFrame({"tail": range(len(dests)), "origin": "EWR", "dest": dests, "code": 1,
+                          "delay": [i % 11 for i in range(len(dests))]})
+    sql = f"SELECT a.name, COUNT(*) AS n FROM flights f JOIN airports a ON f.dest = a.faa WHERE {where} GROUP BY a.name"
+    with connect(frame, airports=JOINED_AIRPORTS) as db:
+        result = db.sql(sql, epsilon=200)
+        airports = JOINED_AIRPORTS  # noqa: F841  (DuckDB reads the frames by these names)
+        public_where = where.split(" AND f.")[0] if narrowed else "TRUE"
+        expected = sorted(r[0] for r in duckdb.sql(f"SELECT DISTINCT name FROM airports a WHERE {public_where}")
+                          .fetchall())
+        assert sorted(row[0] for row in result.fetchall()) == expected
+        exact = dict(duckdb.sql(sql.replace("FROM flights f", "FROM frame f")).fetchall())
+        assert [row[1] for row in result.fetchall()] == pytest.approx([exact.get(row[0], 0)
+                                                                       for row in result.fetchall()], abs=1)
+        assert result.outside_domain.values["n"] == pytest.approx(0, abs=1)
+        explained = db.explain(sql, epsilon=1)
+        if narrowed:
+            assert f"for which {narrowed} holds" in explained
+        else:
+            assert "for which" not in explained
+
+
+def test_only_the_joined_tables_own_keys_are_narrowed_by_it():
+    """A policy's KEYS column (origin KEYS FROM airports.faa) and a second join of the table
+    are other rows: a.tz narrows neither."""
+    frame = pd.DataFrame({"tail": range(4), "origin": ["EWR", "JFK", "EWR", "JFK"], "dest": ["LAX", "SFO", "EWR", "SEA"],
+                          "code": 1, "delay": 1})
+    airports = JOINED_AIRPORTS
+    with connect(frame, airports=airports) as db:
+        result = db.sql("SELECT f.origin, a.name, COUNT(*) AS n FROM flights f JOIN airports a ON f.dest = a.faa "
+                        "WHERE a.tz = -8 AND f.origin IN ('EWR', 'JFK') GROUP BY f.origin, a.name", epsilon=200)
+        assert sorted({row[0] for row in result.fetchall()}) == ["EWR", "JFK"]
+        assert sorted({row[1] for row in result.fetchall()}) == ["Los Angeles", "San Francisco", "Shared"]
+        twice = db.sql("SELECT b.name, COUNT(*) AS n FROM flights f JOIN airports a ON f.dest = a.faa "
+                       "JOIN airports b ON f.origin = b.faa WHERE a.tz = -8 GROUP BY b.name", epsilon=200)
+        assert len(twice.fetchall()) == airports.name.nunique()
+        assert dict((row[0], row[1]) for row in twice.fetchall())["Newark"] == pytest.approx(1, abs=1)
 
 
 def test_the_query_option_lowers_the_limit_but_cannot_raise_it():
@@ -266,7 +379,9 @@ def test_the_outside_cell_is_there_whatever_the_data_and_only_for_public_keys():
         assert "outside_domain" not in db.explain("SELECT COUNT(*) FROM flights")
 
 
-def test_combinations_one_public_table_lacks_are_outside():
+def test_combinations_one_joined_public_table_lacks_are_outside():
+    """Keys of two private columns KEYS FROM one table combine freely ((B, s2) is a key); only
+    keys outside their domains, and NULL, are outside."""
     stores = pd.DataFrame({"city": ["A", "A", "B"], "store": ["s1", "s2", "s1"]})
     frame = pd.DataFrame({"uid": range(6), "city": ["A", "A", "B", "B", "B", None],
                           "store": ["s1", "s2", "s1", "s2", "s2", "s1"]})
@@ -274,9 +389,38 @@ def test_combinations_one_public_table_lacks_are_outside():
         city KEYS FROM stores.city, store KEYS FROM stores.store); PUBLIC TABLE stores;"""
     with dpsql.connect({"v": frame, "stores": stores}, policy=policy, rng=SeededSource(2)) as db:
         result = db.sql("SELECT city, store, COUNT(*) AS n FROM v GROUP BY city, store", epsilon=200)
-        assert [row[:2] for row in result.fetchall()] == [("A", "s1"), ("A", "s2"), ("B", "s1")]
-        assert result.outside_domain.values["n"] == pytest.approx(3, abs=1)  # (B, s2) twice, (NULL, s1)
+        assert [row[:2] for row in result.fetchall()] == [("A", "s1"), ("A", "s2"), ("B", "s1"), ("B", "s2")]
+        assert [row[2] for row in result.fetchall()] == pytest.approx([1, 1, 1, 2], abs=1)
+        assert result.outside_domain.values["n"] == pytest.approx(1, abs=1)  # (NULL, s1)
         assert "with (city, store) outside their KEYS domains" in str(result.outside_domain)
+
+
+def test_the_outside_cell_names_the_outputs_not_the_aggregates():
+    """The duck user's finding 3: an output that computes with an aggregate is shown by its
+    name, with its own value (post-processing of the cell alone) and derived interval; an
+    aggregate no output reads (HAVING COUNT(*)) keeps its SQL. A free repeat shows the same."""
+    with connect(flights(outside=40)) as db:
+        sql = ("SELECT origin, ROUND(AVG(delay), 1) AS a, COUNT(*) * 2 AS twice FROM flights GROUP BY origin "
+               "HAVING SUM(delay) > 0 ORDER BY a LIMIT 1")
+        result = db.sql(sql, epsilon=100)
+        outside = result.outside_domain
+        assert set(outside.values) == {"a", "twice", "SUM(delay)"} and outside.rows is None
+        frame = flights(outside=40)
+        inside = frame[frame.origin == "XXX"]
+        assert outside.values["twice"] == pytest.approx(2 * len(inside), abs=4) and outside.values["twice"] % 2 == 0
+        assert outside.values["a"] == pytest.approx(inside.delay.mean(), abs=0.5)
+        assert outside.values["a"] == round(outside.values["a"], 1)
+        assert outside.values["SUM(delay)"] == pytest.approx(inside.delay.sum(), abs=5)
+        widths = outside.accuracy()
+        assert set(widths) == {"a", "twice", "SUM(delay)"} and widths["twice"] > 0
+        text = str(outside)
+        assert "a ≈ " in text and "twice ≈ " in text and "AVG(delay)" not in text and "COUNT(*)" not in text
+        again = db.sql(sql, epsilon=100)
+        assert again.cost.repeat and again.outside_domain.values == outside.values
+        assert again.outside_domain.accuracy() == pytest.approx(widths)
+        counted = db.sql("SELECT origin, AVG(delay) AS d FROM flights GROUP BY origin HAVING COUNT(*) > 0",
+                         epsilon=100).outside_domain
+        assert counted.rows == "COUNT(*)" and str(counted).startswith(f"≈ {counted.values['COUNT(*)']}")
 
 
 def test_a_repeat_returns_the_same_outside_cell_for_free():

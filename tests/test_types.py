@@ -130,6 +130,25 @@ def test_enum_groups_release_every_value_without_policy_line_or_delta():
     assert "partition selection:" not in str(plan)
 
 
+@pytest.mark.parametrize("keys_only", ["SELECT {k} FROM t GROUP BY {k}", "SELECT DISTINCT {k} FROM t",
+                                      "SELECT {k} AS key FROM t GROUP BY ALL ORDER BY key DESC"])
+@pytest.mark.parametrize("column, rule", [("m", ""), ("b", ""), ("d", "d KEYS ('2024-01-01', '2024-01-02')"),
+                                          ("s", "s KEYS ('x', 'y')"), ("n", "n KEYS (1, 2)")])
+def test_keys_only_answers_have_the_keys_own_types(keys_only, column, rule):
+    """The duck user's finding 4: GROUP BY (or DISTINCT) with no aggregate reports the key's
+    own type (ENUM, BOOLEAN, DATE, ...), as the same key with an aggregate does; df() agrees."""
+    con = database()
+    con.execute("ALTER TABLE t ADD COLUMN d DATE DEFAULT DATE '2024-01-01'")
+    con.execute("ALTER TABLE t ADD COLUMN s VARCHAR DEFAULT 'x'")
+    con.execute("ALTER TABLE t ADD COLUMN n SMALLINT DEFAULT 1")
+    with connect(con, rule) as db:
+        keys = db.sql(keys_only.format(k=column), epsilon=1)
+        counted = db.sql(f"SELECT {column}, COUNT(*) AS c FROM t GROUP BY {column}", epsilon=1)
+        assert keys.cost.epsilon == 0 and keys.types == counted.types[:1]
+        assert keys.types[0] == con.execute(f"SELECT typeof({column}) FROM t LIMIT 1").fetchone()[0]
+        assert keys.df().dtypes.iloc[0] == counted.df().dtypes.iloc[0]
+
+
 def test_boolean_groups_release_false_and_true_only():
     con = database()
     with connect(con) as db:
