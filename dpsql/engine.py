@@ -46,10 +46,18 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from .bounding import DATABASE, BoundedTable, attach_sql, create_raw_rows_sql, create_sql, fill_sql, raw_rows_sql
+from .bounding import (
+    DATABASE,
+    BoundedTable,
+    attach_sql,
+    create_raw_rows_sql,
+    create_sql,
+    fill_sql,
+    raw_rows_sql,
+)
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
-from .names import Catalog
 from .keys import WIDE_INTEGERS, display_value, fetched_as_text
+from .names import Catalog
 from .types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0

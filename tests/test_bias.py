@@ -118,7 +118,7 @@ def test_the_stored_row_count_cap_changes_no_dropped_count():
         for k in range(1, copy_k + 1):
             for r in [*range(1, 2 * cap + 2), 10**9]:
                 for w in range(1, min(r, copy_k) + 1):
-                    for kept in range(0, min(w, k) + 1):
+                    for kept in range(min(w, k) + 1):
                         assert _dropped(min(r, cap), w, kept, copy_k, k) == _dropped(r, w, kept, copy_k, k)
         assert _dropped(cap - 1, 1, 1, copy_k, copy_k) != _dropped(cap, 1, 1, copy_k, copy_k)
 
@@ -131,12 +131,12 @@ def _relations(sql: str) -> set[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("sql", [QUERY, "SELECT g, SUM(x) AS s FROM t WHERE x < 40 GROUP BY g",
-                                 "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n "
-                                 "FROM t"])
+                                 ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n "
+                                  "FROM t")])
 def test_the_report_reads_bounded_data_only(sql):
     """The bias SQL reads the copy and its row-count table, never the raw table ``t``."""
     with dpsql.connect({"t": frame({1: (1,) * 30, 2: (3, 50)}), "p": PUBLIC}, policy=POLICY) as db:
-        tree, checked, written = db._check(sql)
+        _, checked, written = db._check(sql)
         plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
         relations = _relations(bias_sql(bias, plan.query))
     assert relations and all(catalog == DATABASE for catalog, _ in relations), relations
@@ -167,7 +167,7 @@ def test_one_units_raw_rows_do_not_reach_a_reported_query():
             assert relations and all(catalog == DATABASE for catalog, _ in relations), relations
             sizes = {name: db._engine.fetch(f'SELECT COUNT(*) FROM {DATABASE}.main."{name}"')[0][0]
                      for _, name in relations}
-            tree, checked, written = db._check(QUERY)
+            _, checked, written = db._check(QUERY)
             plan, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, True, written)
             counting = bias_sql(bias, plan.query)
             counts = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0]
