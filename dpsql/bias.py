@@ -11,8 +11,12 @@ share of kept rows whose value lay outside its bounds.
 
 What is measured, per unit u of the one private table the query reads (``bias_sql``):
 
-* ``r_u``: the unit's rows in the table (a scan of the table with no analyst expression in
-  it, so invariant 17 holds: the analyst's WHERE is evaluated on the bounded copy only);
+* ``r_u``: the unit's rows in the raw table, counted once when the bounded copy is built and
+  stored, capped at R = K·(1 + 4K), in the table's row-count table (``dpsql.bounding.
+  raw_rows_sql``, one row per unit). The report reads the copy and that table only, never the
+  raw table: its time does not grow with any unit's raw row count (with ``eager_bounding`` no
+  query's time includes a raw scan), and the analyst's WHERE is evaluated on the copy only
+  (invariant 17). The cap changes no count (proof below);
 * ``c_u = min(r_u, K)``: rows the bounded copy keeps (K = the table's MAX ROWS PER UNIT);
 * ``w_u``: the copy's rows of u that pass the WHERE (and the keys' domain filters), and
   ``o_u[x]`` those of them whose ``x`` lies outside its bounds (NaN and NULL are not counted;
@@ -28,6 +32,15 @@ Laplace noise of scale sensitivity / epsilon_i:
 * ``dropped = Σ_u min(t_u - kept_u, C)``, C = 4k — a unit's dropped rows are unbounded,
   so each adds at most C (0..C): sensitivity **C**, and the share is **at least** what is shown;
 * ``clamped[x] = Σ_u min(o_u[x], k)`` — 0..k per unit: sensitivity **k**.
+
+Why the stored r'_u = min(r_u, R), R = K·(1 + 4K), gives the same counts as r_u. ``kept``
+and ``clamped`` do not read r. A unit adds to ``dropped`` only when w_u ≥ 1 (``dp_units``
+holds the units with a row after WHERE), and kept_u ≤ g_u ≤ w_u. If r_u ≤ R, r'_u = r_u.
+Otherwise r_u > R ≥ K, so c_u = K, and r'_u = R ≥ K, so c'_u = min(r'_u, K) = K = c_u too.
+t_u is nondecreasing in r_u (w_u ≥ 0 and c_u > 0 fixed), so t_u ≥ t'_u, and
+t'_u = w_u + floor((R - K)·w_u / K) = w_u + 4K·w_u; so t'_u - kept_u ≥ 4K·w_u ≥ 4K ≥ C = 4k
+(w_u ≥ 1, k ≤ K): both min(max(t'_u - kept_u, 0), C) and min(max(t_u - kept_u, 0), C) are C.
+``tests/test_bias.py`` checks the two equal by enumeration too.
 
 Each term is a function of one unit's own rows (the copy is a stable per-unit transformation,
 ``dpsql.bounding``) lying in [0, S] for the stated S, so adding or removing one unit moves the
@@ -52,17 +65,15 @@ from fractions import Fraction
 import numpy as np
 from sqlglot import exp
 
-from .bounding import DATABASE
+from .bounding import DATABASE, DROP_CAP, raw_rows_name
 from .errors import InvalidParameter, UnsupportedQuery
 from .noise import discrete_laplace, discrete_laplace_halfwidth
 from .plan import ClampedColumn, Plan, PrivateQuery
-from .rewrite import _domain_filter, _key_sql, _table_sql, _total, literal
+from .rewrite import _domain_filter, _key_sql, _total, literal
 
 DEFAULT_SHARE = Fraction(1, 20)
 """The share of a query's epsilon a bias report takes when asked for with ``report_bias=True``
 and the policy names none."""
-DROP_CAP = 4
-"""C = DROP_CAP · k: the most rows beyond the limit one unit may add to ``dropped``."""
 ALPHA = 0.05
 """The bias report's ± are 95% intervals (each noisy count at 97.5%: a union bound)."""
 
@@ -277,19 +288,15 @@ def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
         grouped_rows = f", COUNT(*) FILTER (WHERE group_rank <= {query.rule.groups_per_unit}) AS g"
     kept = f"LEAST({'g' if limited else 'w'}, {k})"
     select = [f"COALESCE(SUM({kept}), 0) AS kept"]
-    raw = ""
     if bias.cap is not None:
-        unit_type = dict(query.column_types).get(query.rule.unit.lower(), "")
-        copied = f'{unit} COLLATE "binary"' if unit_type.upper() == "VARCHAR" else unit
-        raw = (f"dp_raw AS (\n  SELECT {copied} AS dp_unit, COUNT(*) AS r\n  FROM {_table_sql(query.table)}\n"
-               f"  WHERE {unit} IS NOT NULL\n  GROUP BY ALL\n), ")
         kept_copy = f"LEAST(COALESCE(r, w), {bias.copy_rows_per_unit})"
         total = f"(w + ((CAST(COALESCE(r, w) AS HUGEINT) - {kept_copy}) * w) // {kept_copy})"
         select.append(f"COALESCE(SUM(LEAST(GREATEST({total} - {kept}, 0), {bias.cap})), 0) AS dropped")
     select += [f"COALESCE(SUM(LEAST(o_{i}, {k})), 0) AS clamped_{i}" for i in range(len(bias.columns))]
-    joined = "dp_units LEFT JOIN dp_raw USING (dp_unit)" if bias.cap is not None else "dp_units"
+    counted = f'{DATABASE}.main."{raw_rows_name(query.bounded[0])}"'
+    joined = f"dp_units LEFT JOIN {counted} USING (dp_unit)" if bias.cap is not None else "dp_units"
     return (
-        f"WITH {raw}dp_rows AS (\n  SELECT {unit} AS dp_unit{key_columns}{outside}\n  FROM (\n"
+        f"WITH dp_rows AS (\n  SELECT {unit} AS dp_unit{key_columns}{outside}\n  FROM (\n"
         f"{query.source.sql(dialect='duckdb')}\n  ) AS dp_source\n  WHERE {' AND '.join(conditions)}\n){ranked}, "
         f"dp_units AS (\n  SELECT dp_unit, COUNT(*) AS w{grouped_rows}{sums}\n  FROM {'dp_ranked' if limited else 'dp_rows'}"
         f"\n  GROUP BY dp_unit\n)\nSELECT {', '.join(select)}\nFROM {joined}"

@@ -77,6 +77,11 @@ ROW_UNIT = "dp_row"
 ROW_UNIT_TYPE = "UHUGEINT"
 DATABASE = "dp_bounding"
 """The in-memory database holding the copies (never in the analyst's catalog)."""
+RAW_ROWS_PREFIX = "dp_raw_rows_"
+"""Prefix of a unit table's *row-count table*: each unit's raw row count, capped (``raw_rows_sql``)."""
+DROP_CAP = 4
+"""The bias report's C = DROP_CAP · k (``dpsql.bias``): the most rows beyond the limit one unit
+may add to its ``dropped`` count. The row-count table caps what it stores by it."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,27 @@ def copy_name(source: str, rule: PrivateTable) -> str:
     if rule.row_level:
         return row_copy_name(source, rule.max_list_length)
     return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length)
+
+
+def raw_rows_name(copy: str) -> str:
+    """The row-count table of the unit table whose bounded copy is ``copy``.
+
+    >>> raw_rows_name("dp_bounded_visits__uid__10")
+    'dp_raw_rows_dp_bounded_visits__uid__10'
+    """
+    return RAW_ROWS_PREFIX + copy
+
+
+def raw_rows_cap(rows_per_unit: int) -> int:
+    """What the row-count table stores at most for a unit: K·(1 + DROP_CAP·K), K = MAX ROWS PER
+    UNIT. A public number, so the table is a per-unit function of the unit's rows alone (one
+    value per unit: stable like the copy), and the bias report reads the same values whatever
+    one unit's raw row count beyond it (``dpsql.bias`` proves its counts unchanged).
+
+    >>> raw_rows_cap(2)
+    18
+    """
+    return rows_per_unit * (1 + DROP_CAP * rows_per_unit)
 
 
 def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
@@ -219,6 +245,33 @@ def create_sql(table: BoundedTable) -> str:
     hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else ""
     return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
             f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
+
+
+def create_raw_rows_sql(table: BoundedTable) -> str:
+    """An empty row-count table (``raw_rows_sql``), so SQL reading it binds: reads no rows."""
+    return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{raw_rows_name(table.name)}" AS '
+            f"SELECT dp_unit, r FROM ({_raw_rows_select(table)}) LIMIT 0")
+
+
+def raw_rows_sql(table: BoundedTable) -> str:
+    """(Re)build a unit table's row-count table: one row per unit of the copy, ``dp_unit`` (the
+    unit as the copy holds it) and ``r``, its raw row count capped at ``raw_rows_cap``.
+
+    Counted when the copy is built (that build scans the raw table anyway), so no analyst
+    query reads the raw table again: the bias report's estimate of rows beyond the limit reads
+    this table, of one row per unit, instead (``dpsql.bias``). Row-level tables have none
+    (their units never have rows beyond the limit).
+    """
+    return f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS\n{_raw_rows_select(table)}'
+
+
+def _raw_rows_select(table: BoundedTable) -> str:
+    """The unit as the copy holds it (strings byte for byte), so units join the copy's exactly."""
+    unit = f'"{table.unit}"'
+    copied = f'{unit} COLLATE "binary"' if dict(table.columns).get(table.unit, "").upper() == "VARCHAR" else unit
+    return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
+            f"FROM (SELECT {copied} AS dp_unit FROM {_quoted(table.source)})\n"
+            f"WHERE dp_unit IS NOT NULL GROUP BY dp_unit")
 
 
 def fill_sql(table: BoundedTable) -> str:

@@ -46,10 +46,18 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from .bounding import DATABASE, BoundedTable, attach_sql, create_sql, fill_sql
+from .bounding import (
+    DATABASE,
+    BoundedTable,
+    attach_sql,
+    create_raw_rows_sql,
+    create_sql,
+    fill_sql,
+    raw_rows_sql,
+)
 from .errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
-from .names import Catalog
 from .keys import WIDE_INTEGERS, display_value, fetched_as_text
+from .names import Catalog
 from .types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -173,6 +181,8 @@ class Engine:
             with self._instance.lock:
                 for table in tables:
                     self._connection.execute(create_sql(table))
+                    if not table.row_level:
+                        self._connection.execute(create_raw_rows_sql(table))
                     self._bounded[table.name] = table
 
     def refresh_bounding(self) -> None:
@@ -233,8 +243,9 @@ class Engine:
         another salt (another ledger on the same file) rebuilds a copy with its own: either
         copy is a stable transformation by a secret, data-independent salt, so which one a
         query reads changes its rows, never its privacy. No time limit applies: the filling
-        SQL is dpsql's own, its cost set by the table alone. Each copy is replaced whole by
-        one statement, so it is never half built.
+        SQL is dpsql's own, its cost set by the table alone. Each copy is replaced whole, with
+        its row-count table (``dpsql.bounding.raw_rows_sql``), in one transaction, so neither
+        is ever half built nor read out of step with the other.
         """
         wanted = [name for name in names if name in self._bounded]
         if not wanted:
@@ -244,9 +255,18 @@ class Engine:
             for name in wanted:
                 if instance.filled.get(name) == self._salt:
                     continue
+                table = self._bounded[name]
                 cursor = self._connection.cursor()
                 try:
-                    cursor.execute(fill_sql(self._bounded[name]), {"salt": self._salt})
+                    cursor.begin()  # the copy and its row-count table are swapped in together
+                    try:
+                        cursor.execute(fill_sql(table), {"salt": self._salt})
+                        if not table.row_level:
+                            cursor.execute(raw_rows_sql(table))
+                        cursor.commit()
+                    except BaseException:
+                        cursor.rollback()
+                        raise
                 finally:
                     cursor.close()
                 instance.filled[name] = self._salt

@@ -138,16 +138,29 @@ def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
 def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
     """Per edge c, how many units' chosen values are ≤ c; then how many units gave one. Each
     unit gives its first non-NULL, non-NaN value in a salted-hash order of its own values
-    (``$salt``); each row of a row-level table (``unit`` None) is its own unit."""
+    (``$salt``); each row of a row-level table (``unit`` None) is its own unit.
+
+    Every row-level step is total, so no value one unit holds can make the SQL fail (a failure
+    after the charge would tell whether some unit holds it): the value is compared with the
+    edges as a DOUBLE (``TRY_CAST``), never in its own type, since a DECIMAL(38,2) of 1e35 or a
+    UHUGEINT above 2^127 compared with an edge like 0.0015 or -8e9 overflows the common DECIMAL
+    or HUGEINT type DuckDB would pick. The cast is exact for integers up to 2^53 and monotone
+    (so a value far beyond the edges stays beyond them, ±inf in the outer bins), and every
+    numeric type's range fits a DOUBLE; a value within a DOUBLE's rounding of an edge may fall
+    on the edge's side (accuracy only). A row whose cast failed (none of DuckDB's numeric types
+    does) would count as a NULL: the unit gives its next value. ``floating`` is kept for the
+    callers: NaN is skipped for every type (only floats have it)."""
     value = _quoted(column)
-    present = f"{value} IS NOT NULL" + (f" AND NOT isnan({value})" if floating else "")
-    counts = ", ".join(f"COUNT(*) FILTER (WHERE v <= {literal(c)})" for c in edges)
+    counts = ", ".join(f"COUNT(*) FILTER (WHERE dp_value <= CAST({literal(c)} AS DOUBLE))" for c in edges)
+    present = "dp_value IS NOT NULL AND NOT isnan(dp_value)"
     if unit is None:
-        return f"SELECT {counts}, COUNT(*) FROM (SELECT {value} AS v FROM {_table(table)} WHERE {present})"
+        return (f"SELECT {counts}, COUNT(*) FROM (SELECT TRY_CAST({value} AS DOUBLE) AS dp_value "
+                f"FROM {_table(table)}) WHERE {present}")
     owner = _quoted(unit)
-    return (f"SELECT {counts}, COUNT(*) FROM (\n  SELECT {value} AS v, ROW_NUMBER() OVER (PARTITION BY {owner} "
-            f"ORDER BY hash($salt, {owner}, {value}), {value}) AS dp_n\n  FROM {_table(table)}\n"
-            f"  WHERE {owner} IS NOT NULL AND {present}\n) WHERE dp_n = 1")
+    return (f"SELECT {counts}, COUNT(*) FROM (\n  SELECT dp_value, ROW_NUMBER() OVER (PARTITION BY dp_owner "
+            f"ORDER BY hash($salt, dp_owner, dp_raw), dp_raw) AS dp_n\n"
+            f"  FROM (SELECT {owner} AS dp_owner, {value} AS dp_raw, TRY_CAST({value} AS DOUBLE) AS dp_value "
+            f"FROM {_table(table)})\n  WHERE dp_owner IS NOT NULL AND {present}\n) WHERE dp_n = 1")
 
 
 BETA = 1e-3

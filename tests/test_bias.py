@@ -9,9 +9,12 @@ from itertools import product
 
 import pandas as pd
 import pytest
+import sqlglot
+from sqlglot import exp
 
 import dpsql
 from dpsql.bias import DROP_CAP, bias_sql, noisy_counts, release_bias
+from dpsql.bounding import DATABASE, raw_rows_cap
 from dpsql.errors import BudgetExceeded, InvalidParameter, UnsupportedQuery
 from dpsql.noise import SeededSource
 
@@ -94,6 +97,84 @@ def test_rows_beyond_the_group_limit_are_dropped_too():
     # a key outside the domain is not among the query's rows
     _, counts = exact_counts(frame({1: ((1, "a"), (2, "zzz"))}), grouped)
     assert counts == {"kept": 1, "dropped": 0}
+
+
+# -- the raw table is read once, when the copy is built -------------------------------------
+
+def _dropped(r: int, w: int, kept: int, copy_k: int, k: int) -> int:
+    """One unit's dropped count as ``bias_sql`` computes it (c = min(r, K), t, then the cap C)."""
+    c = min(r, copy_k)
+    total = w + ((r - c) * w) // c
+    return min(max(total - kept, 0), DROP_CAP * k)
+
+
+def test_the_stored_row_count_cap_changes_no_dropped_count():
+    """Every unit a report counts (w >= 1 rows after WHERE, kept <= min(w, k)), every raw row
+    count r, every K and k <= K: r capped at raw_rows_cap(K) gives the dropped count r gives;
+    one row lower would not (the cap is the least that works for k = K)."""
+    for copy_k in range(1, 6):
+        cap = raw_rows_cap(copy_k)
+        assert cap == copy_k * (1 + DROP_CAP * copy_k)
+        for k in range(1, copy_k + 1):
+            for r in [*range(1, 2 * cap + 2), 10**9]:
+                for w in range(1, min(r, copy_k) + 1):
+                    for kept in range(min(w, k) + 1):
+                        assert _dropped(min(r, cap), w, kept, copy_k, k) == _dropped(r, w, kept, copy_k, k)
+        assert _dropped(cap - 1, 1, 1, copy_k, copy_k) != _dropped(cap, 1, 1, copy_k, copy_k)
+
+
+def _relations(sql: str) -> set[tuple[str, str]]:
+    """(catalog, name) of every table ``sql`` reads, its own CTEs left out."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    return {(t.catalog, t.name) for t in tree.find_all(exp.Table) if t.catalog or t.name not in ctes}
+
+
+@pytest.mark.parametrize("sql", [QUERY, "SELECT g, SUM(x) AS s FROM t WHERE x < 40 GROUP BY g",
+                                 ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n "
+                                  "FROM t")])
+def test_the_report_reads_bounded_data_only(sql):
+    """The bias SQL reads the copy and its row-count table, never the raw table ``t``."""
+    with dpsql.connect({"t": frame({1: (1,) * 30, 2: (3, 50)}), "p": PUBLIC}, policy=POLICY) as db:
+        _, checked, written = db._check(sql)
+        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        relations = _relations(bias_sql(bias, plan.query))
+    assert relations and all(catalog == DATABASE for catalog, _ in relations), relations
+    assert {name for _, name in relations} == {checked.bounded[0], "dp_raw_rows_" + checked.bounded[0]}
+
+
+def test_one_units_raw_rows_do_not_reach_a_reported_query():
+    """The attack at small scale: D0 and D1 differ in one unit's raw rows (2 or 5,000; K = 2).
+    With the copies built at connect, every query with a bias report runs the same SQL in both,
+    reading only bounded relations of equal size (so its time cannot tell them apart), and its
+    exact counts are equal: that unit's dropped rows are capped at C either way."""
+    policy = POLICY.replace("BUDGET EPSILON 1000;", "BUDGET EPSILON 1000; REPORT BIAS SHARE 0.1;")
+    background = {u: (1 + u % 5,) * (1 + u % 3) for u in range(40)}
+    runs = []
+    for raw in (DROP_CAP * 2 + 2, 5000):
+        data = frame({**background, -1: (3,) * raw})
+        with dpsql.connect({"t": data, "p": PUBLIC}, policy=policy, eager_bounding=True) as db:
+            fetched, fetch = [], db._engine.fetch
+
+            def recording(sql, parameters=None, *, bounded=(), fetch=fetch, fetched=fetched):
+                fetched.append(sql)
+                return fetch(sql, parameters, bounded=bounded)
+
+            db._engine.fetch = recording
+            assert db.sql("SELECT COUNT(*) AS n FROM t WHERE x > -1", epsilon=1).bounding is not None
+            db._engine.fetch = fetch
+            relations = set().union(*(_relations(sql) for sql in fetched))
+            assert relations and all(catalog == DATABASE for catalog, _ in relations), relations
+            sizes = {name: db._engine.fetch(f'SELECT COUNT(*) FROM {DATABASE}.main."{name}"')[0][0]
+                     for _, name in relations}
+            _, checked, written = db._check(QUERY)
+            plan, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, True, written)
+            counting = bias_sql(bias, plan.query)
+            counts = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0]
+        runs.append((fetched, sizes, counts))
+    (sql0, sizes0, counts0), (sql1, sizes1, counts1) = runs
+    assert sql0 == sql1 and sizes0 == sizes1
+    assert counts0 == counts1 and counts0[1] >= DROP_CAP * 2  # unit -1 adds C = 8 dropped rows in both
 
 
 # -- brute-force sensitivity -----------------------------------------------------------------
