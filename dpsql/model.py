@@ -104,6 +104,11 @@ class PrivateTable:
         return DEFAULT_MAX_LIST_LENGTH if self.max_list_length is None else self.max_list_length
 
     @property
+    def string_length(self) -> int:
+        """The string length limit in force: the stated one, else ``DEFAULT_MAX_STRING_LENGTH``."""
+        return DEFAULT_MAX_STRING_LENGTH if self.max_string_length is None else self.max_string_length
+
+    @property
     def row_level(self) -> bool:
         """True when each row is its own privacy unit."""
         return self.unit is None
