@@ -233,10 +233,39 @@ def _plain(name: str) -> bool:
 
 
 def post_sql(post: exp.Select) -> str:
-    """The post-processing SQL, carrying the core row number along unless DISTINCT merges rows."""
+    """The post-processing SQL, carrying the core row number along unless DISTINCT merges rows.
+
+    It runs after the charge, so it must not fail (DESIGN.md: nothing after the charge may
+    fail): every select-list, HAVING and ORDER BY expression that computes anything runs
+    under ``TRY``, so an overflowing cast or a logarithm of a noisy zero gives NULL, not an
+    error — a NULL in a row rather than a charged failure. ``post`` itself stays as written
+    (``dpsql.accuracy`` derives intervals from its tree, never from this SQL).
+
+    >>> import sqlglot
+    >>> post_sql(sqlglot.parse_one("SELECT g0 AS k, CAST(a0 * 30 AS TINYINT) AS v FROM dp_core "
+    ...                            "WHERE LN(a0) > 1 ORDER BY v, a0 / 2", read="duckdb"))
+    'SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row FROM dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)'
+    """
+    total = post.copy()
+    for item in total.expressions:
+        value = item.unalias()
+        if _can_fail(value):
+            value.replace(exp.Try(this=value.copy()))
+    where = total.args.get("where")
+    if where is not None and _can_fail(where.this):
+        where.set("this", exp.Try(this=where.this))
+    if total.args.get("order") is not None:
+        for ordered in total.args["order"].expressions:
+            if _can_fail(ordered.this):
+                ordered.set("this", exp.Try(this=ordered.this))
     if post.args.get("distinct") is not None:
-        return post.sql(dialect=DIALECT)
-    return post.copy().select(exp.column("dp_row"), append=True).sql(dialect=DIALECT)
+        return total.sql(dialect=DIALECT)
+    return total.select(exp.column("dp_row"), append=True).sql(dialect=DIALECT)
+
+
+def _can_fail(node: exp.Expression) -> bool:
+    """Anything but a column or a constant may fail at run time (a cast, arithmetic, a function)."""
+    return not isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Try))
 
 
 def plain_projection(post: exp.Select, core: list[str]) -> list[int] | None:

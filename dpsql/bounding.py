@@ -66,7 +66,7 @@ from functools import lru_cache
 
 from sqlglot import exp
 
-from .model import DEFAULT_MAX_LIST_LENGTH, PrivateTable
+from .model import DEFAULT_MAX_LIST_LENGTH, DEFAULT_MAX_STRING_LENGTH, PrivateTable
 from .types import enum_values, holds_lists, is_list, list_element, map_types, struct_fields
 
 PREFIX = "dp_bounded_"
@@ -100,15 +100,18 @@ class BoundedTable:
     """Each row is its own unit: the copy adds the hidden id column ``ROW_UNIT``."""
     list_length: int | None = None
     """The policy's MAX LIST LENGTH for the table (``None``: the default applies)."""
+    string_length: int | None = None
+    """The policy's MAX STRING LENGTH for the table (``None``: the default applies)."""
 
     @property
     def name(self) -> str:
         if self.row_level:
-            return row_copy_name(self.source, self.list_length)
-        return bounded_name(self.source, self.unit, self.rows_per_unit, self.list_length)
+            return row_copy_name(self.source, self.list_length, self.string_length)
+        return bounded_name(self.source, self.unit, self.rows_per_unit, self.list_length, self.string_length)
 
 
-def bounded_name(source: str, unit: str, rows_per_unit: int, list_length: int | None = None) -> str:
+def bounded_name(source: str, unit: str, rows_per_unit: int, list_length: int | None = None,
+                 string_length: int | None = None) -> str:
     """The table holding ``source``'s copy bounded to ``rows_per_unit`` rows of each ``unit``.
 
     The name says all the copy depends on besides the salt, so two connections sharing one
@@ -117,28 +120,35 @@ def bounded_name(source: str, unit: str, rows_per_unit: int, list_length: int | 
     >>> bounded_name("sales.visits", "User_Id", 10)
     'dp_bounded_sales__visits__user_id__10'
     """
-    return f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}{_list_suffix(list_length)}"
+    return (f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}"
+            f"{_limits_suffix(list_length, string_length)}")
 
 
-def _list_suffix(list_length: int | None) -> str:
-    """A stated MAX LIST LENGTH changes what the copy holds, so it is part of the copy's name."""
-    return "" if list_length is None else f"__list{list_length}"
+def _limits_suffix(list_length: int | None, string_length: int | None) -> str:
+    """A stated MAX LIST LENGTH or MAX STRING LENGTH changes what the copy holds, so it is part
+    of the copy's name.
+
+    >>> _limits_suffix(None, None), _limits_suffix(5, None), _limits_suffix(None, 20)
+    ('', '__list5', '__str20')
+    """
+    return ("" if list_length is None else f"__list{list_length}") + (
+        "" if string_length is None else f"__str{string_length}")
 
 
-def row_copy_name(source: str, list_length: int | None = None) -> str:
+def row_copy_name(source: str, list_length: int | None = None, string_length: int | None = None) -> str:
     """The table holding a row-level table's copy, one row per hidden id.
 
     >>> row_copy_name("sales.events")
     'dp_bounded_sales__events__row'
     """
-    return f"{PREFIX}{source.lower().replace('.', '__')}__row{_list_suffix(list_length)}"
+    return f"{PREFIX}{source.lower().replace('.', '__')}__row{_limits_suffix(list_length, string_length)}"
 
 
 def copy_name(source: str, rule: PrivateTable) -> str:
     """The table holding the bounded copy of ``source``, which ``rule`` declares."""
     if rule.row_level:
-        return row_copy_name(source, rule.max_list_length)
-    return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length)
+        return row_copy_name(source, rule.max_list_length, rule.max_string_length)
+    return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length, rule.max_string_length)
 
 
 def raw_rows_name(copy: str) -> str:
@@ -182,7 +192,7 @@ def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]]
         key = key_of(rule.name)
         unit = ROW_UNIT if rule.row_level else rule.unit.lower()
         tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level,
-                                   rule.max_list_length))
+                                   rule.max_list_length, rule.max_string_length))
     return tables
 
 
@@ -196,48 +206,140 @@ def attach_sql() -> str:
 
 
 def _copied_columns(table: BoundedTable) -> str:
-    """The table's columns as the copy holds them: strings with the binary collation, LISTs
-    and MAPs (at any depth) cut to MAX LIST LENGTH elements (``shortened``)."""
+    """The table's columns as the copy holds them: strings with the binary collation, and
+    every value whose size is data cut (``shortened``): LISTs and MAPs to MAX LIST LENGTH
+    elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes)."""
     length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
-    return ", ".join(f'"{c}" COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
-                     else f'{shortened(_quoted(c), t, length)} AS "{c}"' if holds_lists(t) else f'"{c}"'
+    characters = DEFAULT_MAX_STRING_LENGTH if table.string_length is None else table.string_length
+    return ", ".join(f'{shortened(_quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
+                     else f'{shortened(_quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
                      for c, t in table.columns)
 
 
-def shortened(value: str, type_name: str, length: int) -> str:
-    """SQL for ``value`` (of ``type_name``) with every LIST cut to its first ``length`` elements
-    and every MAP to its first ``length`` entries, at any depth, in its own type. Which elements
-    stay depends on the value alone (a stable, row-by-row transformation), and no query reads
-    the rest: one unit's million-element list costs a list function no more than ``length``.
+def _string_kind(type_name: str) -> str | None:
+    """``VARCHAR``, ``BLOB`` or ``JSON`` for a type whose values' length is data, else ``None``."""
+    upper = type_name.upper()
+    return upper if upper in ("VARCHAR", "BLOB", "JSON") else None
+
+
+def is_sized(type_name: str) -> bool:
+    """A value whose size is data: a LIST or MAP, a string, or a STRUCT or ARRAY holding one.
+
+    >>> is_sized("STRUCT(a INTEGER, b VARCHAR)"), is_sized("INTEGER[3]"), is_sized("BLOB")
+    (True, False, True)
+    """
+    if holds_lists(type_name) or _string_kind(type_name):
+        return True
+    pair = map_types(type_name)
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return any(is_sized(t) for t in fields.values())
+    element = list_element(type_name) if pair is None else None
+    return element is not None and is_sized(element)
+
+
+def list_depth(type_name: str) -> int:
+    """How many LIST or MAP levels a value of ``type_name`` nests, along its deepest path.
+
+    >>> list_depth("INTEGER[][][]"), list_depth("STRUCT(a INTEGER[], b MAP(VARCHAR, INTEGER[]))"), list_depth("INTEGER[4]")
+    (3, 2, 0)
+    """
+    pair = map_types(type_name)
+    if pair is not None:
+        return 1 + max(list_depth(t) for t in pair)
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return max((list_depth(t) for t in fields.values()), default=0)
+    element = list_element(type_name)
+    if element is None:
+        return 0
+    return list_depth(element) + (1 if is_list(type_name) else 0)
+
+
+def per_level(length: int, depth: int) -> int:
+    """The most elements each LIST or MAP level may keep so that a value nesting ``depth``
+    levels holds at most ``length`` innermost elements in all: the largest ``n`` with
+    ``n ** depth <= length`` (at least 1).
+
+    >>> per_level(100, 1), per_level(100, 2), per_level(100, 3), per_level(1, 5)
+    (100, 10, 4, 1)
+    """
+    if depth <= 1:
+        return length
+    n = max(1, round(length ** (1 / depth)))
+    while n > 1 and n ** depth > length:
+        n -= 1
+    while (n + 1) ** depth <= length:
+        n += 1
+    return n
+
+
+def shortened(value: str, type_name: str, length: int, characters: int = DEFAULT_MAX_STRING_LENGTH) -> str:
+    """SQL for ``value`` (of ``type_name``) cut to a size the policy bounds, in its own type.
+
+    Lists and maps: every LIST level keeps its first ``per_level(length, depth)`` elements and
+    every MAP its first as many entries, ``depth`` the type's nesting (``list_depth``), so a
+    nested value holds at most ``length`` innermost elements in all (a STRUCT holds that many
+    per field: the fields are the type's, not data). Strings: a VARCHAR keeps its first
+    ``characters`` characters and a BLOB as many bytes, at any depth; a JSON value longer than
+    that becomes NULL (a cut one would not be JSON), and so is a MAP entry whose string key is
+    longer (a cut key could collide with another). Which elements and characters stay depends
+    on the value alone (a stable, row-by-row transformation), and no query reads the rest: one
+    unit's million-element list or 40 MB string costs a function no more than the limit.
 
     >>> shortened('"l"', "INTEGER[]", 3)
     'CAST(list_slice("l", 1, 3) AS INTEGER[])'
-    >>> shortened('"m"', "MAP(VARCHAR, INTEGER)", 2)
-    'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(VARCHAR, INTEGER))'
+    >>> shortened('"l"', "INTEGER[][]", 100)
+    'CAST(list_transform(list_slice("l", 1, 10), lambda dp_x: CAST(list_slice(dp_x, 1, 10) AS INTEGER[])) AS INTEGER[][])'
+    >>> shortened('"m"', "MAP(INTEGER, INTEGER)", 2)
+    'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(INTEGER, INTEGER))'
+    >>> shortened('"s"', "VARCHAR", 2, 5)
+    'left("s", 5)'
     """
-    if not holds_lists(type_name):
+    return _cut(value, type_name, per_level(length, list_depth(type_name)), characters)
+
+
+def _too_long(value: str, kind: str, characters: int) -> str:
+    """SQL true when a string ``value`` of ``kind`` is longer than the limit."""
+    return f"{'octet_length' if kind == 'BLOB' else 'length'}({value}) > {characters}"
+
+
+def _cut(value: str, type_name: str, length: int, characters: int) -> str:
+    kind = _string_kind(type_name)
+    if kind == "VARCHAR":
+        return f"left({value}, {characters})"
+    if kind == "BLOB":
+        return (f"CASE WHEN {_too_long(value, kind, characters)} "
+                f"THEN unhex(left(hex({value}), {2 * characters})) ELSE {value} END")
+    if kind == "JSON":
+        return f"CASE WHEN {_too_long(value, kind, characters)} THEN NULL ELSE {value} END"
+    if not is_sized(type_name):
         return value
     if is_list(type_name):
         element = list_element(type_name)
         cut = f"list_slice({value}, 1, {length})"
-        if holds_lists(element):
-            cut = f"list_transform({cut}, lambda dp_x: {shortened('dp_x', element, length)})"
+        if is_sized(element):
+            cut = f"list_transform({cut}, lambda dp_x: {_cut('dp_x', element, length, characters)})"
         return f"CAST({cut} AS {type_name})"
     pair = map_types(type_name)
     if pair is not None:
-        entries = f"list_slice(map_entries({value}), 1, {length})"
-        if holds_lists(pair[1]):
+        entries = f"map_entries({value})"
+        key_kind = _string_kind(pair[0])
+        if key_kind:
+            entries = f"list_filter({entries}, lambda dp_e: NOT ({_too_long('dp_e.key', key_kind, characters)}))"
+        entries = f"list_slice({entries}, 1, {length})"
+        if is_sized(pair[1]):
             entries = (f"list_transform({entries}, lambda dp_e: struct_pack(key := dp_e.key, "
-                       f"value := {shortened('dp_e.value', pair[1], length)}))")
+                       f"value := {_cut('dp_e.value', pair[1], length, characters)}))")
         return f"CAST(map_from_entries({entries}) AS {type_name})"
     fields = struct_fields(type_name)
     if fields is not None:
         packed = ", ".join('"' + f.replace('"', '""') + '" := '
-                           + shortened(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length)
+                           + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length, characters)
                            for f, t in fields.items())
         return f"CAST(CASE WHEN {value} IS NULL THEN NULL ELSE struct_pack({packed}) END AS {type_name})"
-    element = list_element(type_name)  # a fixed-size ARRAY holding lists
-    return f"CAST(list_transform({value}, lambda dp_x: {shortened('dp_x', element, length)}) AS {type_name})"
+    element = list_element(type_name)  # a fixed-size ARRAY holding lists or strings
+    return f"CAST(list_transform({value}, lambda dp_x: {_cut('dp_x', element, length, characters)}) AS {type_name})"
 
 
 def create_sql(table: BoundedTable) -> str:

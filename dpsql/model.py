@@ -98,10 +98,19 @@ class PrivateTable:
     """``MAX LIST LENGTH``: the most elements of a LIST or entries of a MAP value (at any depth)
     a query reads; later ones are never read. ``None``: ``DEFAULT_MAX_LIST_LENGTH``."""
 
+    max_string_length: int | None = None
+    """``MAX STRING LENGTH``: the most characters of a VARCHAR (bytes of a BLOB) value, at any
+    depth, a query reads; later ones are never read. ``None``: ``DEFAULT_MAX_STRING_LENGTH``."""
+
     @property
     def list_length(self) -> int:
         """The list length limit in force: the stated one, else ``DEFAULT_MAX_LIST_LENGTH``."""
         return DEFAULT_MAX_LIST_LENGTH if self.max_list_length is None else self.max_list_length
+
+    @property
+    def string_length(self) -> int:
+        """The string length limit in force: the stated one, else ``DEFAULT_MAX_STRING_LENGTH``."""
+        return DEFAULT_MAX_STRING_LENGTH if self.max_string_length is None else self.max_string_length
 
     @property
     def row_level(self) -> bool:
@@ -136,6 +145,10 @@ class PublicTable:
 DEFAULT_MAX_LIST_LENGTH = 100
 """``MAX LIST LENGTH`` of a table that states none: a LIST function then costs at most 100
 elements' work per row, however long one unit's stored list is."""
+
+DEFAULT_MAX_STRING_LENGTH = 1000
+"""``MAX STRING LENGTH`` of a table that states none: a string function then costs at most
+1,000 characters' work per value, however long one unit's stored string is."""
 
 DEFAULT_MAX_JOIN_MULTIPLICITY = 100
 """``MAX JOIN MULTIPLICITY`` of a policy that states none: lookup joins (m = 1) and small

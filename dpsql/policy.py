@@ -267,14 +267,15 @@ def _private_table(name: Located, items: tuple[Statement, ...], where: dict) -> 
             raise _error(f"the privacy unit {unit} of table {table} has no MAX ROWS PER UNIT",
                          unit_item.position, hint=f"add `MAX ROWS PER UNIT k`: the most rows "
                                                   f"of one {unit} a query may use")
-    item = _single(items, ("max_list",), f"MAX LIST LENGTH of table {table}")
-    if item is not None:
-        count = item.args[0]
-        if count.value.denominator != 1 or count.value < 1:
-            raise _error(f"MAX LIST LENGTH must be a whole number of at least 1, not {_number_text(count.value)}",
-                         count.position, hint="write MAX LIST LENGTH 100")
-        settings["max_list_length"] = int(count.value)
-        where[(table.lower(), "max_list")] = item.position
+    for kind, what, example in (("max_list", "MAX LIST LENGTH", 100), ("max_string", "MAX STRING LENGTH", 1000)):
+        item = _single(items, (kind,), f"{what} of table {table}")
+        if item is not None:
+            count = item.args[0]
+            if count.value.denominator != 1 or count.value < 1:
+                raise _error(f"{what} must be a whole number of at least 1, not {_number_text(count.value)}",
+                             count.position, hint=f"write {what} {example}")
+            settings[f"{kind}_length"] = int(count.value)
+            where[(table.lower(), kind)] = item.position
     return PrivateTable(table, unit=unit, columns=_column_rules(table, items, where),
                         position=name.position, **settings)
 
@@ -396,6 +397,8 @@ def _table_items(table: PrivateTable) -> list[str]:
         items.append(f"MAX GROUPS PER UNIT {table.max_groups_per_unit}")
     if table.max_list_length is not None:
         items.append(f"MAX LIST LENGTH {table.max_list_length}")
+    if table.max_string_length is not None:
+        items.append(f"MAX STRING LENGTH {table.max_string_length}")
     for rule in table.columns:
         name = _name_text(rule.name)
         if rule.bounds is not None:

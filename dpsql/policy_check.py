@@ -143,6 +143,8 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
                      where.get((t, "max_groups"), table.position))
     if table.max_list_length is not None:  # a Policy built in Python is checked here too
         _check_count(table.max_list_length, "MAX LIST LENGTH", where.get((t, "max_list"), table.position))
+    if table.max_string_length is not None:
+        _check_count(table.max_string_length, "MAX STRING LENGTH", where.get((t, "max_string"), table.position))
     seen: set[str] = set()
     for rule in table.columns:
         c = rule.name.lower()

@@ -245,7 +245,7 @@ SYNTAX_ERRORS = [
     ("NOISE UNIFORM;", "UNIFORM", "where GAUSSIAN or LAPLACE was expected", None),
     ("NEIGHBOURS SOME;", "SOME", "where BOUNDED or UNBOUNDED was expected", None),
     (BUDGET + "PRIVATE TABLE t (PRIVACY UNIT ROW, max BOUNDS 0 TO 1);", "BOUNDS 0",
-     "where GROUPS, LIST or ROWS was expected", 'double-quote a column named like a keyword'),
+     "where GROUPS, LIST, ROWS or STRING was expected", 'double-quote a column named like a keyword'),
     (BUDGET + "PRIVATE TABLE t (PRIVACY UNIT ROW, x BOUNDS 0 1);", "1);", "where TO was expected",
      None),
     (BUDGET + "PRIVATE TABLE t (PRIVACY UNIT ROW, x KEYS FROM dims);", ");", "found ')' where "

@@ -299,6 +299,10 @@ def _column_rule(declaration, column: str, type_name: str = "") -> str:
     implied = implied_domain(type_name)
     if holds_lists(type_name):  # the bounded copy keeps this many elements of each list or map
         return f"lists: first {declaration.list_length} elements (MAX LIST LENGTH)"
+    if type_name.upper() in ("VARCHAR", "BLOB", "JSON"):  # the bounded copy cuts longer strings
+        cut = f"first {declaration.string_length} characters (MAX STRING LENGTH)"
+        return "; ".join([_column_rule(declaration, column), cut] if rule is not None and rule.keys is not None
+                         else [cut])
     if rule is None or rule.keys is None and rule.bounds is None:
         # An ENUM's values and BOOLEAN's are schema: GROUP BY releases them all, no KEYS line needed.
         return f"keys: every value of its type ({len(implied)})" if implied is not None else ""
