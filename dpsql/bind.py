@@ -345,3 +345,18 @@ def _is_alias_reference(column: exp.Column, names: set, aliases: frozenset) -> b
         return True
     in_clause = column.find_ancestor(exp.Group, exp.Having) is not None
     return in_clause and column.name.lower() not in names
+
+
+def resolve_group_item(item: exp.Expression, query: exp.Select) -> exp.Expression:
+    """A GROUP BY item with ``GROUP BY 1`` and ``GROUP BY alias`` naming select-list items, as
+    in DuckDB (for a query and for a per-unit subquery alike)."""
+    selects = query.expressions
+    if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
+        index = int(item.this) - 1
+        if 0 <= index < len(selects):
+            return selects[index].unalias()
+    if isinstance(item, exp.Column) and not is_bound(item):
+        for select in selects:
+            if isinstance(select, exp.Alias) and select.alias.lower() == item.name.lower():
+                return select.this
+    return item

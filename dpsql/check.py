@@ -16,7 +16,7 @@ from sqlglot import exp
 from .aggregates import output_name, split_aggregates
 from .allowlist import ROW_LEVEL_FUNCTIONS, ROW_LEVEL_NODES, check_public, check_row_level, refuse
 from .domains import narrow_keys
-from .bind import Catalog, bind_columns, bind_table, is_bound, table_key, written_name
+from .bind import Catalog, bind_columns, bind_table, resolve_group_item, table_key, written_name
 from .relation import PublicData, build_relation, touches_private
 from .model import KeyDomain, Policy, PrivateTable
 from .parse import DIALECT, describe
@@ -293,7 +293,7 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -
                  if not e.find(exp.AggFunc) and not isinstance(e.unalias(), (exp.Literal, exp.Star))]
     keys: list[GroupKey] = []
     for item in items:
-        expression = _resolve_group_item(item, tree)
+        expression = resolve_group_item(item, tree)
         check_row_level(expression, sql, "GROUP BY")
         if isinstance(expression, exp.Column) and expression.name == rule.unit.lower():
             refuse(item, sql, f"GROUP BY the privacy unit {written_name(expression)} would release one answer per unit",
@@ -315,19 +315,6 @@ def type_domain(type_name: str) -> KeyDomain | None:
     values = implied_domain(type_name)
     return None if values is None else KeyDomain(values=values, implied_by=type_name)
 
-
-def _resolve_group_item(item: exp.Expression, tree: exp.Select) -> exp.Expression:
-    """GROUP BY 1 and GROUP BY alias refer to select-list items, as in DuckDB."""
-    selects = tree.expressions
-    if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
-        index = int(item.this) - 1
-        if 0 <= index < len(selects):
-            return selects[index].unalias()
-    if isinstance(item, exp.Column) and not is_bound(item):
-        for select in selects:
-            if isinstance(select, exp.Alias) and select.alias.lower() == item.name.lower():
-                return select.this
-    return item
 
 
 __all__ = ["check_query", "table_key", "ROW_LEVEL_NODES", "ROW_LEVEL_FUNCTIONS"]

@@ -50,7 +50,8 @@ from typing import Protocol
 from sqlglot import exp
 
 from .allowlist import check_public, check_row_level, refuse
-from .bind import Catalog, bind_brackets, bind_table, is_bound, replace_column, resolve_column, table_key
+from .bind import (Catalog, bind_brackets, bind_table, replace_column, resolve_column,
+                   resolve_group_item, table_key)
 from .bounding import DATABASE, ROW_UNIT, ROW_UNIT_TYPE, bounded_reference, copy_name
 from .errors import DPError
 from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
@@ -772,7 +773,7 @@ ANY_VALUE is computed as MIN (any value, but the same whatever the row order).""
 def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
     rule = inner.rule
     group = body.args.get("group")
-    grouped = [] if group is None else [_select_item(g, body) for g in group.expressions]
+    grouped = [] if group is None else [resolve_group_item(g, body) for g in group.expressions]
     unit = rule.unit.lower()
     if inner.hidden_unit:  # each row its own unit: a per-unit aggregate would be one row's value
         refuse(group or body, sql, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
@@ -829,21 +830,6 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     # One output row per (unit, group) of the inner rows: at most one, or at most its rows.
     held = 1 if only_unit else inner.rows_per_unit
     return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held, False)
-
-
-def _select_item(item: exp.Expression, body: exp.Select) -> exp.Expression:
-    """A GROUP BY item of a per-unit subquery, with ``GROUP BY 1`` and ``GROUP BY alias``
-    naming select-list items, as in DuckDB."""
-    selects = body.expressions
-    if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
-        index = int(item.this) - 1
-        if 0 <= index < len(selects):
-            return selects[index].unalias()
-    if isinstance(item, exp.Column) and not is_bound(item):
-        for select in selects:
-            if isinstance(select, exp.Alias) and select.alias.lower() == item.name.lower():
-                return select.this
-    return item
 
 
 def _total_aggregate(node: exp.AggFunc) -> exp.Expression:
