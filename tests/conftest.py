@@ -4,7 +4,10 @@ from pathlib import Path
 
 import pytest
 
+import dpsql
+
 from dpsql.demo import SHOP_POLICY, build_shop_database
+from dpsql.shell.state import new_state
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +26,17 @@ def shop_files(built, tmp_path) -> tuple[str, str]:
     policy = tmp_path / "shop.policy"
     policy.write_text(SHOP_POLICY, encoding="utf-8")
     return str(database), str(policy)
+
+
+@pytest.fixture
+def db(built):
+    """A connection to the shared shop database with an in-memory ledger (a module's own
+    ``db`` fixture takes precedence)."""
+    with dpsql.connect(str(built), policy=SHOP_POLICY, ledger=":memory:") as connection:
+        yield connection
+
+
+@pytest.fixture
+def state(db):
+    """A shell state on ``db``, 100 columns wide, no colour."""
+    return new_state(db, width=100, color=False)

@@ -15,23 +15,10 @@ import pytest
 import dpsql
 from dpsql import cli
 from dpsql.connection import Connection
-from dpsql.demo import SHOP_POLICY
 from dpsql.errors import DPError, InternalFailure, UnsupportedQuery
 from dpsql.parse import parse_query
 from dpsql.shell import app as shell_app
 from dpsql.shell.session import handle_input, run_script, split_statements
-from dpsql.shell.state import new_state
-
-
-@pytest.fixture
-def db(built):
-    with dpsql.connect(str(built), policy=SHOP_POLICY, ledger=":memory:") as connection:
-        yield connection
-
-
-@pytest.fixture
-def state(db):
-    return new_state(db, width=100, color=False)
 
 
 def without_budget(text: str) -> list[str]:

@@ -32,17 +32,6 @@ def shop(shop_files) -> tuple[str, str]:
     return shop_files
 
 
-@pytest.fixture
-def db(built):
-    with dpsql.connect(str(built), policy=SHOP_POLICY, ledger=":memory:") as connection:
-        yield connection
-
-
-@pytest.fixture
-def state(db):
-    return new_state(db, width=100, color=False)
-
-
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     captured = capsys.readouterr()
