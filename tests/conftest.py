@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 import dpsql
-
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.shell.state import new_state
 
@@ -19,8 +18,9 @@ def built(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def shop_files(built, tmp_path) -> tuple[str, str]:
-    """(database, policy) paths of a fresh copy of the small shop database, no ledger yet."""
+def shop(built, tmp_path) -> tuple[str, str]:
+    """(database, policy) paths of a fresh copy of the small shop database, no ledger yet (a
+    module's own ``shop`` fixture takes precedence)."""
     database = tmp_path / "shop.duckdb"
     database.write_bytes(built.read_bytes())
     policy = tmp_path / "shop.policy"

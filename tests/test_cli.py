@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_run import run
 
 import dpsql
 from dpsql import cli
@@ -25,17 +26,6 @@ def built(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("built") / "shop.duckdb"
     build_shop_database(path)
     return path
-
-
-@pytest.fixture
-def shop(shop_files) -> tuple[str, str]:
-    return shop_files
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def spent(database: str) -> float:

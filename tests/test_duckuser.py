@@ -6,8 +6,8 @@ One test (or a few) per finding, each failing on the code before its fix.
 from __future__ import annotations
 
 import io
-import math
 import logging
+import math
 
 import duckdb
 import pytest
@@ -103,8 +103,8 @@ def test_a_shell_script_goes_on_after_a_bug_in_the_shell(state, monkeypatch):
     assert shell_app.script_exit_code(failure) == cli.EXIT_ERROR
 
 
-def test_the_cli_shell_reports_an_internal_error_and_runs_the_rest(shop_files, broken, capsys, monkeypatch):
-    database, policy = shop_files
+def test_the_cli_shell_reports_an_internal_error_and_runs_the_rest(shop, broken, capsys, monkeypatch):
+    database, policy = shop
     monkeypatch.setattr("sys.stdin", io.StringIO("SELECT count() AS broken FROM visits;\n"
                                                  "SELECT COUNT(*) AS after_it FROM visits;\n"))
     code = cli.main(["shell", database, "--policy", policy])
@@ -131,12 +131,12 @@ def test_two_statements_and_no_statement_are_still_refused(db):
         db.explain("-- nothing; /* here */ ;", epsilon=1)
 
 
-def test_a_shell_script_line_ending_in_a_comment_runs_once(state, shop_files, capsys, monkeypatch):
+def test_a_shell_script_line_ending_in_a_comment_runs_once(state, shop, capsys, monkeypatch):
     assert split_statements("SELECT 1; -- January") == ["SELECT 1"]
     printed = []
     failure = run_script(state, "SELECT COUNT(*) FROM visits WHERE age > 30; -- older\n", printed.append)
     assert failure is None and "refused" not in "".join(printed) and "±" in printed[0]
-    database, policy = shop_files
+    database, policy = shop
     monkeypatch.setattr("sys.stdin", io.StringIO("SELECT COUNT(*) FROM visits; -- all\n"))
     assert cli.main(["shell", database, "--policy", policy]) == cli.EXIT_OK
     assert "refused" not in capsys.readouterr().out
@@ -221,8 +221,8 @@ def test_chart_follows_maxrows(state):
     assert "more row" not in handle_input(state, ".chart")
 
 
-def test_markdown_escapes_a_pipe_in_values(shop_files, capsys):
-    database, policy = shop_files
+def test_markdown_escapes_a_pipe_in_values(shop, capsys):
+    database, policy = shop
     code = cli.main(["query", database, "--policy", policy, "--format", "markdown",
                      "SELECT 'p|q' AS \"a|b\", store FROM stores LIMIT 2"])
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]

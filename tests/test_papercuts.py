@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+from cli_run import run
 
 import dpsql
 from dpsql import cli
@@ -21,21 +22,15 @@ from dpsql.demo import SHOP_POLICY, run_demo
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.shell import app as shell_app
 from dpsql.shell.render import Answer, render_answer, render_error
-from dpsql.shell.session import handle_input, inputs_of_script, run_script, statement_is_complete
+from dpsql.shell.session import (
+    handle_input,
+    inputs_of_script,
+    run_script,
+    statement_is_complete,
+)
 from dpsql.shell.state import new_state
 
 GROUPED = "SELECT store, COUNT(*) AS n FROM visits GROUP BY store"
-
-
-@pytest.fixture
-def shop(shop_files) -> tuple[str, str]:
-    return shop_files
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 # -- 1. comments in the shell, and a script's exit status ----------------------------------------
