@@ -4,7 +4,7 @@
    epsilon 0.01, 0.05 and 0.1 are charged to a fresh ledger file until the accountant refuses:
    the real ``Ledger.charge`` path, each check inside its IMMEDIATE transaction. For reference
    it also prints what each published filter admits on its own (without the "never fewer than
-   BASIC" branch, see ``dpsql.accounting``) and what Dwork-Rothblum-Vadhan's formula would allow
+   BASIC" branch, see ``dpsql.budget.accounting``) and what Dwork-Rothblum-Vadhan's formula would allow
    for k fixed in advance (delta' = 5e-7), which a filter must not rely on.
 2. The time the ledger adds to one query, medians over many: looking up a stored answer
    (``find_answer``), the charge (one IMMEDIATE transaction with the accountant's check, WAL,
@@ -29,9 +29,9 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from dpsql.accounting import ACCOUNTINGS, Spend, Tally, accountant_for
+from dpsql.budget.accounting import ACCOUNTINGS, Spend, Tally, accountant_for
+from dpsql.budget.ledger import Ledger
 from dpsql.errors import BudgetExceeded
-from dpsql.ledger import Ledger
 
 TOTAL = Spend(Fraction(1), Fraction(1, 10**6))
 PER_QUERY = ("0.01", "0.05", "0.1")

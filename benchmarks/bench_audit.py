@@ -25,10 +25,18 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
 
-import dpsql  # noqa: E402
 from audit import loss_lower_bound, thresholds  # noqa: E402
-from test_audit import (BOUNDED, EDGE_KEYS, QUANTILE_EPSILON, base, quantile_base, selection_base,  # noqa: E402
-                        worst_unit)
+from test_audit import (  # noqa: E402
+    BOUNDED,
+    EDGE_KEYS,
+    QUANTILE_EPSILON,
+    base,
+    quantile_base,
+    selection_base,
+    worst_unit,
+)
+
+import dpsql  # noqa: E402
 
 SELECTION_DELTA = 1e-4
 """Delta of each partition-selection release: thousands of them must fit the policy's delta of 0.5.

@@ -23,10 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
 
-from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
-
 import differential  # noqa: E402
 from differential_cases import FAMILIES  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 
 class Tally:

@@ -31,9 +31,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dpsql  # noqa: E402
 from bench_scale import read_domain  # noqa: E402
-from dpsql import noise  # noqa: E402
+
+import dpsql  # noqa: E402
+from dpsql.mechanisms import noise  # noqa: E402
 
 POLICY = """
 BUDGET EPSILON 100000000;
@@ -134,7 +135,7 @@ def release_rows(db, n: int, repeats: int) -> list[str]:
     lines = []
     try:
         from dpsql import release
-        from dpsql.rewrite import rewrite_plan
+        from dpsql.backends.rewrite import rewrite_plan
 
         rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")
         _, checked, _ = db._check(sql)

@@ -18,8 +18,8 @@ Prints a Markdown table to paste into benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import itertools
 import datetime
+import itertools
 import os
 import platform
 import statistics
@@ -29,11 +29,11 @@ from fractions import Fraction
 import duckdb
 
 import dpsql
-from dpsql.analyse import PrivacyOptions, analyse_query
-from dpsql.check import check_query
-from dpsql.parse import parse_query
+from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+from dpsql.analysis.check import check_query
+from dpsql.backends.rewrite import rewrite_plan
 from dpsql.release import core_rows, release_measures
-from dpsql.rewrite import rewrite_plan
+from dpsql.sql.parse import parse_query
 
 POLICY = """
 BUDGET EPSILON 1000000;

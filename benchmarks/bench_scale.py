@@ -296,7 +296,7 @@ def time_dpsql_query(db, name: str, repeats: int, counter) -> dict:
 def stage_times(db, sql: str, delta, repeats: int) -> dict:
     """plan / execute / noise of one query from dpsql's internals (as bench_pipeline.py)."""
     from dpsql import release
-    from dpsql.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_plan
 
     rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")
 
@@ -352,8 +352,8 @@ def worker_plan_corpus(repeats: int) -> dict:
 def plan_times(db, queries: list[str], repeats: int) -> tuple[list[dict], list[dict]]:
     """Plan time of each query, with delta 0 or, if it needs one (private keys), 1e-6."""
     import dpsql
-    from dpsql.plan import PublicQuery
-    from dpsql.rewrite import rewrite_plan
+    from dpsql.analysis.plan import PublicQuery
+    from dpsql.backends.rewrite import rewrite_plan
 
     per_query, skipped = [], []
     for sql in queries:

@@ -16,7 +16,6 @@ Output: a Markdown section for benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import socket
@@ -170,7 +169,7 @@ def main() -> None:
     parser.add_argument("--cache", default=None)
     args = parser.parse_args()
 
-    from dpsql.users import make_verifier, save_users
+    from dpsql.server.users import make_verifier, save_users
 
     source = ensure_data(args.rows, cache_dir(args.cache))
     directory = Path(tempfile.mkdtemp(prefix="dpsql-bench-serve-"))

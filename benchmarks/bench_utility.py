@@ -61,7 +61,7 @@ KEYS = {"GROUP BY public keys (50)": 1, "GROUP BY private keys (~5000)": 1, "JOI
 
 def bounded_exact(db, sql: str, delta) -> dict:
     """key tuple -> list of exact bounded values of the query's summed measures (before noise)."""
-    from dpsql.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_plan
 
     _, checked, _ = db._check(sql)
     plan = db._plan(checked, sql, Fraction(1), delta, None)

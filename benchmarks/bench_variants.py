@@ -11,7 +11,7 @@ each once per round, after a warm-up round — so load from other processes on t
 machine hits them alike. A variant that needs a global setting (an optimizer switched off) is
 timed on its own afterwards, with the setting undone.
 
-When dpsql reads a private table through a bounded copy (``dpsql.bounding``), the plain
+When dpsql reads a private table through a bounded copy (``dpsql.backends.bounding``), the plain
 connection gets the same copies, built by the engine's own SQL, and the build is timed: that is
 the one-off cost of a dpsql connection's first query.
 
@@ -120,7 +120,7 @@ def plain_connection(db_path: Path, tables: list, salt: str | None, repeats: int
     con = duckdb.connect(str(db_path), read_only=True)
     if not tables:
         return con, {}
-    from dpsql.bounding import attach_sql, create_sql, fill_sql
+    from dpsql.backends.bounding import attach_sql, create_sql, fill_sql
 
     con.execute(attach_sql())
     salt = {"salt": salt}
@@ -134,7 +134,7 @@ def plain_connection(db_path: Path, tables: list, salt: str | None, repeats: int
 def bounded_sql_of(db, queries: list[str]) -> dict[str, str | Exception]:
     """Query name -> the bounded SQL dpsql runs for it (or the refusal)."""
     import dpsql
-    from dpsql.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_plan
 
     out = {}
     for name in queries:

@@ -8,13 +8,27 @@
 __version__ = "0.1.0"
 """The package version (``pyproject.toml`` says the same; ``dpsql --version`` prints it)."""
 
-from .connection import Connection, connect, init_policy
-from .errors import (BudgetExceeded, DPError, InvalidParameter, MissingDependency, PolicyError, QueryFailed,
-                     UnsupportedQuery)
-from .ledger import Spend
-from .model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
-from .policy import load_policy, parse_policy
-from .result import Budget, DPResult
+from dpsql.budget.ledger import Spend
+from dpsql.connection import Connection, connect, init_policy
+from dpsql.errors import (
+                     BudgetExceeded,
+                     DPError,
+                     InvalidParameter,
+                     MissingDependency,
+                     PolicyError,
+                     QueryFailed,
+                     UnsupportedQuery,
+)
+from dpsql.policy.language import load_policy, parse_policy
+from dpsql.policy.model import (
+                     Bounds,
+                     ColumnRule,
+                     KeyDomain,
+                     Policy,
+                     PrivateTable,
+                     PublicTable,
+)
+from dpsql.result import Budget, DPResult
 
 __all__ = [
     "connect", "init_policy", "Connection", "DPResult", "Budget", "Spend",

@@ -31,8 +31,8 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from .plan import Plan, PrivateQuery
-from .release import Release, half_widths, intervals
+from dpsql.analysis.plan import Plan, PrivateQuery
+from dpsql.release import Release, half_widths, intervals
 
 Interval = tuple[float, float]
 

@@ -12,7 +12,7 @@ share of kept rows whose value lay outside its bounds.
 What is measured, per unit u of the one private table the query reads (``bias_sql``):
 
 * ``r_u``: the unit's rows in the raw table, counted once when the bounded copy is built and
-  stored, capped at R = K·(1 + 4K), in the table's row-count table (``dpsql.bounding.
+  stored, capped at R = K·(1 + 4K), in the table's row-count table (``dpsql.backends.bounding.
   raw_rows_sql``, one row per unit). The report reads the copy and that table only, never the
   raw table: its time does not grow with any unit's raw row count (with ``eager_bounding`` no
   query's time includes a raw scan), and the analyst's WHERE is evaluated on the copy only
@@ -43,12 +43,12 @@ t'_u = w_u + floor((R - K)·w_u / K) = w_u + 4K·w_u; so t'_u - kept_u ≥ 4K·w
 ``tests/test_bias.py`` checks the two equal by enumeration too.
 
 Each term is a function of one unit's own rows (the copy is a stable per-unit transformation,
-``dpsql.bounding``) lying in [0, S] for the stated S, so adding or removing one unit moves the
+``dpsql.backends.bounding``) lying in [0, S] for the stated S, so adding or removing one unit moves the
 sum by at most S, and replacing one unit (BOUNDED neighbours) by at most S too (one term
 changes from one value in [0, S] to another). ``tests/test_bias.py`` checks this by brute
 force. The shares shown are post-processing: dropped / (kept + dropped) and clamped / kept.
 With a row limit from the query below K and groups limited too, the query grants rows group by
-group (``dpsql.rewrite`` layer 3); kept_u = min(g_u, k) is then an approximation of what it
+group (``dpsql.backends.rewrite`` layer 3); kept_u = min(g_u, k) is then an approximation of what it
 keeps (the bounds above hold all the same).
 
 The report's epsilon is the share ``s`` of the query's own epsilon (``REPORT BIAS SHARE s``
@@ -65,11 +65,11 @@ from fractions import Fraction
 import numpy as np
 from sqlglot import exp
 
-from .bounding import DATABASE, DROP_CAP, raw_rows_name
-from .errors import InvalidParameter, UnsupportedQuery
-from .noise import discrete_laplace, discrete_laplace_halfwidth
-from .plan import ClampedColumn, Plan, PrivateQuery
-from .rewrite import _domain_filter, _key_sql, _total, literal
+from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
+from dpsql.backends.bounding import DATABASE, DROP_CAP, raw_rows_name
+from dpsql.backends.rewrite import _domain_filter, _key_sql, _total, literal
+from dpsql.errors import InvalidParameter, UnsupportedQuery
+from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 
 DEFAULT_SHARE = Fraction(1, 20)
 """The share of a query's epsilon a bias report takes when asked for with ``report_bias=True``
@@ -266,7 +266,7 @@ def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
     ``query`` is the plan's (its keys typed). The rows are the query's: after its WHERE and its
     keys' domain filters. With GROUP BY and MAX GROUPS PER UNIT l below the rows a unit may
     have, a unit's rows outside its first l groups (in the salted-hash order the query itself
-    keeps them by, ``dpsql.rewrite``) are not kept either: kept_u = min(rows in its first l
+    keeps them by, ``dpsql.backends.rewrite``) are not kept either: kept_u = min(rows in its first l
     groups, k). Uses ``$salt`` then."""
     unit = f'"{query.rule.unit.lower()}"'
     conditions = [f"{unit} IS NOT NULL"]

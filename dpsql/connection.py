@@ -6,9 +6,9 @@ charging nothing; then the ledger is charged in one transaction; only then is pr
 read. Any failure after the charge keeps the charge and reaches the analyst as a fixed
 message with no data in it.
 
-Accounting (``dpsql.accounting``): the policy's accountant decides, inside the ledger's charge
+Accounting (``dpsql.budget.accounting``): the policy's accountant decides, inside the ledger's charge
 transaction, whether a query's cost fits the database-wide budget and, for a named analyst,
-that analyst's own budget. A query identical to an earlier one (``dpsql.normalise``: same
+that analyst's own budget. A query identical to an earlier one (``dpsql.sql.normalise``: same
 normalised SQL, same plan options, same policy, same analyst) returns the earlier query's
 stored noisy answer at no cost, even after a restart; nothing is drawn for it.
 """
@@ -29,34 +29,78 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from .accounting import Spend, accountant_for, query_cost, show
-from .analyse import PrivacyOptions, analyse_query
-from .bias import bias_share, bias_sql, explain_bias, limits_of, plan_bias, release_bias, stored_bounding, \
-    with_bounding
-from .bounding import bounded_tables
-from .check import check_query
-from .engine import Engine
-from .errors import DPError, InternalFailure, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery, surface_hints
-from .explain import Explanation, explain_plan, plural
-from .names import columns_hint, sql_name
-from .ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
-from .model import Policy
-from .normalise import normalised_sql, repeat_key
-from .parse import node_position, parse
-from .plan import Plan, PrivateQuery, PublicQuery
-from .policy import check_policy, load_policy, policy_to_text
-from .policy_check import is_numeric_type
-from .policy_diff import policy_difference
-from .aggregates import plain_projection, post_sql
-from .domains import domain_parts, domain_text, key_text, product_text, reports_outside
-from .keys import read_keys, shown_keys, typed_keys
-from .accuracy import aggregates_of, output_cells
-from .notes import thin_answer_notes
-from .release import (core_columns, core_rows, from_stored, half_widths, release_measures, split_last,
-                      stored_measures, stored_names)
-from .result import Budget, DPResult, OutsideDomain, QueryCost, decode_answer, decode_outside, encode_answer
-from .suggest import plan_suggestion, run_suggestion
-from .rewrite import domain_sql, key_types_sql, literal, rewrite_plan, rewrite_separate
+from dpsql.accuracy import aggregates_of, output_cells
+from dpsql.analysis.aggregates import plain_projection, post_sql
+from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+from dpsql.analysis.check import check_query
+from dpsql.analysis.domains import (
+    domain_parts,
+    domain_text,
+    key_text,
+    product_text,
+    reports_outside,
+)
+from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
+from dpsql.backends.bounding import bounded_tables
+from dpsql.backends.duckdb import Engine
+from dpsql.backends.keys import read_keys, shown_keys, typed_keys
+from dpsql.backends.rewrite import (
+    domain_sql,
+    key_types_sql,
+    literal,
+    rewrite_plan,
+    rewrite_separate,
+)
+from dpsql.bias import (
+    bias_share,
+    bias_sql,
+    explain_bias,
+    limits_of,
+    plan_bias,
+    release_bias,
+    stored_bounding,
+    with_bounding,
+)
+from dpsql.budget.accounting import Spend, accountant_for, query_cost, show
+from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
+from dpsql.errors import (
+    DPError,
+    InternalFailure,
+    InvalidParameter,
+    PolicyError,
+    QueryFailed,
+    UnsupportedQuery,
+    surface_hints,
+)
+from dpsql.explain import Explanation, explain_plan, plural
+from dpsql.notes import thin_answer_notes
+from dpsql.policy.check import is_numeric_type
+from dpsql.policy.diff import policy_difference
+from dpsql.policy.language import check_policy, load_policy, policy_to_text
+from dpsql.policy.model import Policy
+from dpsql.release import (
+    core_columns,
+    core_rows,
+    from_stored,
+    half_widths,
+    release_measures,
+    split_last,
+    stored_measures,
+    stored_names,
+)
+from dpsql.result import (
+    Budget,
+    DPResult,
+    OutsideDomain,
+    QueryCost,
+    decode_answer,
+    decode_outside,
+    encode_answer,
+)
+from dpsql.sql.names import columns_hint, sql_name
+from dpsql.sql.normalise import normalised_sql, repeat_key
+from dpsql.sql.parse import located, node_position, parse
+from dpsql.suggest import plan_suggestion, run_suggestion
 
 NOISE_FAMILIES = ("laplace", "gaussian")
 
@@ -120,8 +164,9 @@ def _reported_as_dperror(method):
     def reported(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except DPError:
-            raise
+        except DPError as error:  # the boundary holding the SQL text: refusals get their position here
+            sql = args[0] if args and isinstance(args[0], str) else kwargs.get("sql")
+            raise located(error, sql) if isinstance(sql, str) else error
         except Exception as error:
             raise InternalFailure(f"dpsql failed on this query with an internal error ({type(error).__name__}); "
                                   "nothing was released",
@@ -497,7 +542,7 @@ class Connection:
         return tuple(files)
 
     def refresh(self) -> None:
-        """Rebuild the bounded copies of the private tables (``dpsql.bounding``) on their next
+        """Rebuild the bounded copies of the private tables (``dpsql.backends.bounding``) on their next
         use, and re-read the public key domains: call it after the wrapped database changed.
         Nothing is charged or read now."""
         self._engine.refresh_bounding()
@@ -585,7 +630,7 @@ class Connection:
 
     def _outside(self, plan: Plan, checked: PrivateQuery, stored: dict | None,
                  core_types: list[str] | None = None) -> OutsideDomain | None:
-        """The outside cell (``dpsql.domains``) as the analyst sees it, from its released values
+        """The outside cell (``dpsql.analysis.domains``) as the analyst sees it, from its released values
         and noisy measures; ``None`` when the query has none. Its values are the query's outputs
         by their names (``AVG(amount) AS a`` is ``a``; ``ROUND(AVG(amount)) AS a`` is computed by
         post-processing the cell alone, with the interval derived as for any row), and, by their
@@ -763,7 +808,7 @@ class Connection:
 
     def _domain(self, query: PrivateQuery, written: dict | None = None, sql: str = "") -> list[tuple]:
         """Every released key: the product of the public key domains, each narrowed by the
-        query's WHERE (``dpsql.domains``; public data only). More keys than the limit
+        query's WHERE (``dpsql.analysis.domains``; public data only). More keys than the limit
         (``_max_keys``) are refused before the product is built."""
         if not query.keys:
             return [()]
@@ -857,7 +902,7 @@ class Connection:
 
 MIN_EPSILON = Fraction(1, 10**12)
 """The smallest epsilon a query may ask for: below it even a COUNT's discrete Laplace scale
-(1/epsilon) exceeds what the exact samplers draw (``dpsql.analyse.SAMPLER_LIMITS``)."""
+(1/epsilon) exceeds what the exact samplers draw (``dpsql.analysis.analyse.SAMPLER_LIMITS``)."""
 MIN_DELTA = Fraction(1, 10**1000)
 """The smallest positive delta: smaller ones are exact but absurd, and their decimal text
 alone would exceed Python's integer-to-text limit."""
@@ -925,7 +970,7 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
                                    line=given.line, col=given.col, hint=f"write {option} = 5")
         held = query.rows_per_unit
         if option == "max_rows_contributed" and held is not None and value > held:
-            # The table is read through a copy keeping `held` rows per unit (dpsql.bounding):
+            # The table is read through a copy keeping `held` rows per unit (dpsql.backends.bounding):
             # a larger limit would add noise for rows that are not there.
             kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
                 f"the policy keeps at most {plural(held, 'row')} of each unit of {query.table}"

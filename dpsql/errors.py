@@ -28,8 +28,12 @@ class DPError(Exception):
         hint: str | None = None,
         construct: str | None = None,
         hints: dict[str, str] | None = None,
+        node: object = None,
     ):
         self.message = message
+        self.node = node
+        """The query construct refused (a sqlglot node), when the error has one: its line and
+        column are found once, at the boundary that has the SQL text (``locate``)."""
         self.line = line
         self.col = col
         self.hint = hint
@@ -39,6 +43,12 @@ class DPError(Exception):
         """The hint in another surface's own syntax, by surface: ``cli`` (``--epsilon 0.1``),
         ``shell`` (``.epsilon 0.1``), ``sql`` (``OPTIONS (epsilon = 0.1)``); absent: ``hint``."""
         super().__init__(self._render())
+
+    def locate(self, line: int | None, col: int | None) -> None:
+        """Give the error its position in the SQL text, unless it has one already."""
+        if self.line is None and line is not None:
+            self.line, self.col = line, col
+            self.args = (self._render(),)
 
     def hint_for(self, surface: str = "python") -> str | None:
         """The hint as the ``surface`` ('python', 'cli', 'shell' or 'sql') writes it.

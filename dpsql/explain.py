@@ -6,10 +6,15 @@ import math
 from decimal import Context, Decimal
 from fractions import Fraction
 
-from .domains import reports_outside
-from .names import sql_name
-from .plan import Measure, Plan
-from .quantile import VALUE_SHARE, endpoint_shift, quantile_accuracy, value_rule
+from dpsql.analysis.domains import reports_outside
+from dpsql.analysis.plan import Measure, Plan
+from dpsql.mechanisms.quantile import (
+    VALUE_SHARE,
+    endpoint_shift,
+    quantile_accuracy,
+    value_rule,
+)
+from dpsql.sql.names import sql_name
 
 
 class Explanation(str):

@@ -1,7 +1,7 @@
 """Notes on an answer: why partition selection left it thin, and what would lower the bar.
 
 A private GROUP BY key is released only when its noisy count of distinct units reaches the
-selection threshold (``dpsql.selection``). With the policy's defaults that threshold can be
+selection threshold (``dpsql.mechanisms.selection``). With the policy's defaults that threshold can be
 hundreds or thousands of units, and an answer with no rows says nothing about why. So when an
 answer that went through partition selection has fewer than ``FEW_ROWS`` rows, it carries a
 note: the threshold a key needed, and that threshold recomputed with one unit counted in one
@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from .selection import selection_rule
+from dpsql.mechanisms.selection import selection_rule
 
 __all__ = ["FEW_ROWS", "thin_answer_notes"]
 
@@ -73,7 +73,7 @@ def thin_answer_notes(plan, released: int, post: exp.Select | None = None) -> li
         notes = [f"{shown} released: the GROUP BY keys are private, so a key is released only when its count "
                  f"of distinct {unit} plus noise reaches {selection.threshold} (partition selection)."]
     # The selection's share of the query's epsilon and delta is a fixed fraction of them
-    # (dpsql.analyse), so doubling the query's epsilon doubles the selection's.
+    # (dpsql.analysis.analyse), so doubling the query's epsilon doubles the selection's.
     ways = []
     if groups > 1:
         unit_name = rule.unit or "unit"

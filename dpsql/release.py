@@ -1,13 +1,13 @@
 """Stage 7, release: exact bounded measures in, noisy released values out.
 
 The exact values never leave this module: it returns only noisy measures and what is
-computed from them (post-processing). Noise comes from ``dpsql.noise`` — exact discrete
+computed from them (post-processing). Noise comes from ``dpsql.mechanisms.noise`` — exact discrete
 Laplace or discrete Gaussian on integers, drawn from a cryptographically secure source — one
 batch per measure covering every released cell.
 
 Which keys are released: with public domains, every key of the domain (cells without rows
 count as zero); otherwise the keys whose noisy distinct-unit count passes the partition
-selection threshold (``dpsql.selection``).
+selection threshold (``dpsql.mechanisms.selection``).
 
 Released values: a COUNT is its noisy integer, floored at 0; a SUM is its noisy integer times
 the grid; an AVG is grid * (S'/C' + L + U) / 2 from the noisy centred sum S' and noisy count
@@ -22,17 +22,17 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from fractions import Fraction
+from functools import cached_property
 from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
 
-from . import noise
-from .plan import AggregateRelease, Measure, Plan
-from .quantile import ENDPOINT_ALPHA, edge, release_interval
-from .selection import SelectionRule, select_partitions
+from dpsql.analysis.plan import AggregateRelease, Measure, Plan
+from dpsql.mechanisms import noise
+from dpsql.mechanisms.quantile import ENDPOINT_ALPHA, edge, release_interval
+from dpsql.mechanisms.selection import SelectionRule, select_partitions
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Release:
     """Quantile histogram measure -> the edge the exponential mechanism chose, per row."""
     edges: dict[str, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
     """Quantile histogram measure -> per row, the edge indices (value, low, high) of the value
-    and of its 95% interval's endpoints (``dpsql.quantile.release_interval``)."""
+    and of its 95% interval's endpoints (``dpsql.mechanisms.quantile.release_interval``)."""
 
 
 def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Sequence[tuple],
@@ -90,7 +90,7 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
 
 def split_last(release: Release) -> tuple[Release, Release]:
     """The release without its last cell, and that cell alone (the outside cell of
-    ``dpsql.domains``, drawn in the same batch as every other cell).
+    ``dpsql.analysis.domains``, drawn in the same batch as every other cell).
 
     >>> first, last = split_last(Release(keys=(("a",), (None,)), noisy={"m0": (3, 7)}))
     >>> first.keys, first.noisy, last.keys, last.noisy
@@ -322,7 +322,7 @@ def half_widths(plan: Plan, release: Release, alpha: float) -> dict[str, list[fl
     VARIANCE: the same argument for Q'/C' (|ratio| <= R^2) and for the squared mean
     (|m^2 - m'^2| <= 2R |m - m'|), each at alpha/3; STDDEV: sqrt of the variance's.
     Quantiles: max(value - low, high - value) of the value interval drawn at release
-    (``dpsql.quantile.release_interval``), a 95% interval, so reported for alpha >= 0.05 (a
+    (``dpsql.mechanisms.quantile.release_interval``), a 95% interval, so reported for alpha >= 0.05 (a
     conservative figure above 0.05) and NaN below. The released value of a floored COUNT or a
     clamped AVG or VARIANCE is no farther from the truth than the unclamped one (the truth lies
     in the clamping range), so the same widths hold. Clamping and contribution bounding add

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from .accounting import Spend, none_below_zero, show
-from .errors import InvalidParameter, MissingDependency
+from dpsql.budget.accounting import Spend, none_below_zero, show
+from dpsql.errors import InvalidParameter, MissingDependency
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -353,7 +353,10 @@ class DPResult:
     def _repr_html_(self) -> str:
         """The answer as Jupyter shows it: values with ±, cost, budget left and notes; every
         value escaped (keys are data: a key may hold markup)."""
-        from dpsql.shell.render import answer_from, cell_texts  # pure text functions, no shell
+        from dpsql.shell.render import (  # pure text functions, no shell
+            answer_from,
+            cell_texts,
+        )
 
         answer = self._shown_answer(answer_from(self), SHOWN_ROWS)
         right = [name in answer.half_widths or _is_numeric(self._rows, i) for i, name in enumerate(self.columns)]
@@ -384,7 +387,11 @@ class DPResult:
         return f"cost: epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
 
     def _box(self, width: int, max_rows: int = SHOWN_ROWS) -> str:
-        from dpsql.shell.render import answer_from, bias_lines, render_table  # pure text functions, no shell
+        from dpsql.shell.render import (  # pure text functions, no shell
+            answer_from,
+            bias_lines,
+            render_table,
+        )
 
         answer = self._shown_answer(answer_from(self), max_rows)
         table = render_table(answer, width=width)
@@ -420,7 +427,7 @@ class DPResult:
     def _converted(self, form: str, accuracy: bool, alpha: float, start: int = 0):
         if form == "arrow":
             _optional("pyarrow", "arrow()")
-        from .engine import convert_released
+        from dpsql.backends.duckdb import convert_released
 
         rows, types = self._rows[start:], self.types
         try:
@@ -566,7 +573,7 @@ def _value_type(values: list) -> str:
 
 class OutsideDomain:
     """Rows whose GROUP BY keys lie outside their KEYS domains (or are NULL), released as one
-    more noisy cell of the query's own aggregates, never dropped (``dpsql.domains``).
+    more noisy cell of the query's own aggregates, never dropped (``dpsql.analysis.domains``).
 
     >>> cell = OutsideDomain(("dest",), {"n": 7602, "avg_delay": 12.5}, lambda alpha: {"n": 30.2, "avg_delay": 0.4}, "n")
     >>> cell.values["n"], cell.accuracy()["n"]

@@ -36,11 +36,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from .errors import UnsupportedQuery
-from .model import Policy
-from .noise import discrete_laplace, exponential_mechanism
-from .policy_check import is_numeric_type
-from .rewrite import literal
+from dpsql.backends.rewrite import literal
+from dpsql.errors import UnsupportedQuery
+from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
+from dpsql.policy.check import is_numeric_type
+from dpsql.policy.model import Policy
 
 ROWS_QUANTILE = Fraction(95, 100)
 """k is the DP estimate of this quantile of rows per unit."""
@@ -79,7 +79,7 @@ def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fr
     so u = -max(a, b, 0); one unit moves a and b by at most ``sensitivity`` each (its values
     move each rank by at most that, and q·n by q times it), hence u by at most that.
 
-    >>> from dpsql.noise import SeededSource
+    >>> from dpsql.mechanisms.noise import SeededSource
     >>> pick_quantile([1, 2, 3, 4], [10, 50, 100, 100], 100, Fraction(2, 5), Fraction(50), 1, SeededSource(0))
     1
     """
@@ -210,7 +210,7 @@ def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, 
     ``noisy_total``, when a list, gets the sum of the noisy counts (a DP estimate of the units
     that gave a value: post-processing).
 
-    >>> from dpsql.noise import SeededSource
+    >>> from dpsql.mechanisms.noise import SeededSource
     >>> edges = [Fraction(e) for e in (-10, 0, 10, 100)]
     >>> noisy_bounds(edges, [0, 0, 500, 500, 0], Fraction(1), 1, Fraction(98, 100), SeededSource(0))
     (Fraction(0, 1), Fraction(100, 1))

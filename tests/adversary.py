@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 import dpsql
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 TARGET = 42424
 """The privacy unit whose presence the attacks try to detect."""

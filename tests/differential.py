@@ -23,11 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
+from exact import ExactRun, distance, exact_run, fixed_salt
 
 import dpsql
-from dpsql.noise import SeededSource
-
-from exact import ExactRun, distance, exact_run, fixed_salt
+from dpsql.mechanisms.noise import SeededSource
 
 
 @dataclass(frozen=True)

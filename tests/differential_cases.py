@@ -31,9 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import strategies as st
-
 from differential import Case, Table
+from hypothesis import strategies as st
 
 UNIT_ID = "99"
 """The adversarial unit's id (its replacement keeps the same slot)."""
@@ -135,7 +134,7 @@ def assemble(draw, family: str, columns: tuple[Column, ...], rules: list[str], p
 
 def _aggregates(source: Source, row_level: bool) -> st.SearchStrategy:
     v = source.value
-    choices = [f"COUNT(*)", f"COUNT({v})", f"SUM({v})", f"AVG({v})", f"VARIANCE({v})", f"MEDIAN({v})",
+    choices = ["COUNT(*)", f"COUNT({v})", f"SUM({v})", f"AVG({v})", f"VARIANCE({v})", f"MEDIAN({v})",
                f"QUANTILE_CONT({v}, 0.9)", f"MIN({v})", f"COUNT(DISTINCT {v})", f"SUM(CLAMP({v} * 2, -3, 5))"]
     if source.key is not None:
         choices.append(f"SUM({v}) FILTER (WHERE {source.key} = 'a')")

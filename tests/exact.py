@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from unittest import mock
 
-from dpsql.keys import read_keys
+from dpsql.analysis.plan import Plan, PrivateQuery
+from dpsql.analysis.sensitivity import Sensitivity, distinct_units_sensitivity
+from dpsql.backends.keys import read_keys
+from dpsql.backends.rewrite import rewrite_plan, rewrite_separate
 from dpsql.connection import merge_options
-from dpsql.plan import Plan, PrivateQuery
-from dpsql.rewrite import rewrite_plan, rewrite_separate
-from dpsql.sensitivity import Sensitivity, distinct_units_sensitivity
 
 NULL_TEXT = "<NULL>"
 """The text identity of a NULL key (DuckDB's CAST gives NULL, which has no text)."""
@@ -59,8 +59,8 @@ FIXED_SALT = bytes(range(32))
 @contextlib.contextmanager
 def fixed_salt():
     """Connections opened inside get the ledger salt ``FIXED_SALT`` instead of a random one, so
-    both neighbours keep the same rows of every unit (dpsql.bounding)."""
-    with mock.patch("dpsql.ledger.secrets", types.SimpleNamespace(token_bytes=lambda n: FIXED_SALT[:n])):
+    both neighbours keep the same rows of every unit (dpsql.backends.bounding)."""
+    with mock.patch("dpsql.budget.ledger.secrets", types.SimpleNamespace(token_bytes=lambda n: FIXED_SALT[:n])):
         yield
 
 

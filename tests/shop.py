@@ -1,7 +1,7 @@
 """The shop schema and policy the static tests check queries against (no data needed)."""
 
 from dpsql.demo import SHOP_POLICY
-from dpsql.policy import parse_policy
+from dpsql.policy.language import parse_policy
 
 SHOP_CATALOG = {
     "visits": {"user_id": "INTEGER", "day": "DATE", "store": "VARCHAR", "amount": "DOUBLE",
@@ -14,9 +14,9 @@ SHOP = parse_policy(SHOP_POLICY)
 
 
 def attach_bounded_copies(connection, policy=SHOP, catalog=SHOP_CATALOG, salt: str = "ab") -> None:
-    """Build the bounded copies (dpsql.bounding) on a raw DuckDB connection, as an Engine does
+    """Build the bounded copies (dpsql.backends.bounding) on a raw DuckDB connection, as an Engine does
     on first use, so generated SQL runs on it."""
-    from dpsql.bounding import attach_sql, bounded_tables, create_sql, fill_sql
+    from dpsql.backends.bounding import attach_sql, bounded_tables, create_sql, fill_sql
     from dpsql.connection import table_key_of
 
     connection.execute(attach_sql())

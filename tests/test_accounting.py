@@ -14,13 +14,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql import noise
-from dpsql.accounting import (
-    ACCOUNTINGS, Spend, Tally, accountant_for, epsilon_of_rho, query_cost, rho_budget, show,
+from dpsql.budget.accounting import (
+    ACCOUNTINGS,
+    Spend,
+    Tally,
+    accountant_for,
+    epsilon_of_rho,
+    query_cost,
+    rho_budget,
+    show,
 )
-from dpsql.calibrate import rho_of, zcdp_delta
 from dpsql.errors import BudgetExceeded, DPError, InternalError
-from dpsql.noise import SeededSource
+from dpsql.mechanisms import noise
+from dpsql.mechanisms.calibrate import rho_of, zcdp_delta
+from dpsql.mechanisms.noise import SeededSource
 from dpsql.result import QueryCost
 
 TOTAL = Spend(Fraction(1), Fraction(1, 10**6))

@@ -1,4 +1,4 @@
-"""Accuracy in each column's own units (``dpsql.accuracy``, ``dpsql.quantile.release_interval``).
+"""Accuracy in each column's own units (``dpsql.accuracy``, ``dpsql.mechanisms.quantile.release_interval``).
 
 What is checked: interval arithmetic on hand-made cases and against DuckDB on sampled points;
 the quantile value interval's endpoint utility by brute force over neighbouring multisets; the
@@ -27,11 +27,22 @@ import sqlglot
 from scipy import stats
 
 import dpsql
-from dpsql import noise, quantile
 from dpsql.accuracy import aggregates_of, derive
-from dpsql.noise import SeededSource
-from dpsql.quantile import (ENDPOINT_ALPHA, VALUE_SHARE, _endpoint_log_weights, bound_floor, edge, endpoint_rule,
-                            endpoint_shift, quantile_accuracy, quantile_rule, release_interval, value_rule)
+from dpsql.mechanisms import quantile
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.mechanisms.quantile import (
+    ENDPOINT_ALPHA,
+    VALUE_SHARE,
+    _endpoint_log_weights,
+    bound_floor,
+    edge,
+    endpoint_rule,
+    endpoint_shift,
+    quantile_accuracy,
+    quantile_rule,
+    release_interval,
+    value_rule,
+)
 from dpsql.shell.chart import render_chart
 from dpsql.shell.render import NO_INTERVAL, answer_from, render_answer
 
@@ -149,7 +160,7 @@ def neighbour_pairs(buckets: int, k: int, neighbours: str):
 def endpoint_utilities(counts: np.ndarray, q: float, shift: int, floor: int, side: str) -> np.ndarray:
     """Per row and edge: -dist(t, ranks of the bucket above (low) or below (high) the edge), with
     t = q n -/+ shift, and the public bound's edge at least -floor (an independent reading of
-    the module docstring of dpsql.quantile)."""
+    the module docstring of dpsql.mechanisms.quantile)."""
     below = np.concatenate([np.zeros((len(counts), 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
     n = below[:, -1:]
     if side == "low":
@@ -235,7 +246,7 @@ COVERAGE = [(0.1, Fraction(1), 20), (0.9, Fraction(1), 20), (0.9, Fraction(1), 5
 @pytest.mark.parametrize(("q", "epsilon", "n"), COVERAGE + [(0.5, Fraction(1), 200), (0, Fraction(1), 50),
                                                             (1, Fraction(2), 900)])
 def test_quantile_interval_covers_the_true_quantile(q, epsilon, n):
-    # Each release misses with probability <= 0.05 (module docstring of dpsql.quantile: the
+    # Each release misses with probability <= 0.05 (module docstring of dpsql.mechanisms.quantile: the
     # anchored endpoint utilities put every missing edge at least R below the best).
     trials = 300
     rule = quantile_rule(q, epsilon, 1, "unbounded", 0, 1024, buckets=1024)

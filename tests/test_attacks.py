@@ -19,10 +19,9 @@ import re
 from pathlib import Path
 
 import pytest
-
-import dpsql
 from adversary import neighbours, run
-from dpsql.engine import Engine
+
+from dpsql.backends.duckdb import Engine
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attacks" / "attacks.sql"
 DIRECTIVE = re.compile(r"-- (expect|options|xfail): (.*)")

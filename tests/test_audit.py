@@ -18,20 +18,18 @@ with the original plan. Soundness: each bound is wrong with probability below 1e
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
-from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 import pytest
+from audit import ReleaseCapture, loss_lower_bound, thresholds
 
 import dpsql
-from audit import ReleaseCapture, loss_lower_bound, thresholds
-from dpsql.noise import SeededSource, _exponential_mechanism_draws
-from dpsql.quantile import _log_weights
-from dpsql.release import core_columns, core_rows, release_measures
-from dpsql.selection import SelectionRule, select_partitions
+from dpsql.mechanisms.noise import SeededSource, _exponential_mechanism_draws
+from dpsql.mechanisms.quantile import _log_weights
+from dpsql.mechanisms.selection import SelectionRule, select_partitions
+from dpsql.release import core_rows, release_measures
 
 EPSILON = 1
 SAMPLES = 20_000

@@ -13,10 +13,10 @@ import sqlglot
 from sqlglot import exp
 
 import dpsql
+from dpsql.backends.bounding import DATABASE, raw_rows_cap
 from dpsql.bias import DROP_CAP, bias_sql, noisy_counts, release_bias
-from dpsql.bounding import DATABASE, raw_rows_cap
 from dpsql.errors import BudgetExceeded, InvalidParameter, UnsupportedQuery
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = ("BUDGET EPSILON 1000; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, MAX GROUPS PER UNIT 1, "
           "x BOUNDS 0 TO 10, g KEYS ('a', 'b')); PUBLIC TABLE p;")
@@ -306,7 +306,7 @@ def test_shell_and_cli_footers_show_limits_and_bias():
 
 def test_kept_is_what_the_query_itself_counts():
     """kept = the exact total of the query's own bounded COUNT(*), groups limited by the same salted order."""
-    from dpsql.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_plan
 
     units = {u: tuple((u % 7 + i, "ab"[(u + i) % 2]) for i in range(1 + u % 5)) for u in range(60)}
     sql = "SELECT g, COUNT(*) AS n FROM t WHERE x < 8 GROUP BY g"
@@ -321,9 +321,9 @@ def test_kept_is_what_the_query_itself_counts():
 
 def test_policy_setting_round_trips_and_is_checked():
     from dpsql.errors import PolicyError
-    from dpsql.model import Policy
-    from dpsql.policy import parse_policy, policy_to_text
-    from dpsql.policy_check import validate_policy
+    from dpsql.policy.check import validate_policy
+    from dpsql.policy.language import parse_policy, policy_to_text
+    from dpsql.policy.model import Policy
 
     policy = parse_policy("BUDGET EPSILON 1;\nreport bias share 0.05;")
     assert policy.bias_share == Fraction(1, 20) and "REPORT BIAS SHARE 0.05;" in policy_to_text(policy)

@@ -11,13 +11,13 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-
-from dpsql.analyse import PrivacyOptions, analyse_query
-from dpsql.check import check_query
-from dpsql.errors import DPError
-from dpsql.parse import parse_query
-from dpsql.plan import PrivateQuery, PublicQuery
 from shop import SHOP, SHOP_CATALOG
+
+from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+from dpsql.analysis.check import check_query
+from dpsql.analysis.plan import PrivateQuery, PublicQuery
+from dpsql.errors import DPError
+from dpsql.sql.parse import parse_query
 
 FIXTURES = Path(__file__).parent / "fixtures" / "check"
 HEADER = re.compile(r"-- expect: (\w+) \| (.+?) \| (\d+|None):(\d+|None)")

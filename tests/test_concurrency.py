@@ -2,8 +2,8 @@
 
 DuckDB keeps one instance per file per process, and dpsql's bounded copies live in an
 in-memory database attached to that instance, so every connection on one file shares them
-(``dpsql.engine``); the ledger is one SQLite file that many connections open at once
-(``dpsql.ledger``). Contention may make a query wait, never fail: a charge is followed by an
+(``dpsql.backends.duckdb``); the ledger is one SQLite file that many connections open at once
+(``dpsql.budget.ledger``). Contention may make a query wait, never fail: a charge is followed by an
 answer, and the budget ends spent to the last tenth, not beyond.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql import ledger as ledger_module
-from dpsql.accounting import Spend
+from dpsql.budget import ledger as ledger_module
+from dpsql.budget.accounting import Spend
+from dpsql.budget.ledger import Ledger
 from dpsql.demo import SHOP_POLICY
-from dpsql.ledger import Ledger
 
 THREADS = 16
 QUERIES_PER_THREAD = 3
@@ -109,11 +109,11 @@ def test_sixteen_connections_to_one_file_spend_the_budget_exactly(shop):
 
 
 def test_connections_on_one_file_share_the_bounded_copies_and_build_each_once(shop, monkeypatch):
-    from dpsql import bounding
+    from dpsql.backends import bounding
 
     built = []
     original = bounding.fill_sql
-    monkeypatch.setattr("dpsql.engine.fill_sql", lambda table: built.append(table.name) or original(table))
+    monkeypatch.setattr("dpsql.backends.duckdb.fill_sql", lambda table: built.append(table.name) or original(table))
     with dpsql.connect(shop, policy=POLICY) as first, dpsql.connect(shop, policy=POLICY) as second:
         first.sql("SELECT COUNT(*) FROM visits", epsilon=0.1)
         second.sql("SELECT COUNT(*) FROM visits WHERE age > 30", epsilon=0.1)

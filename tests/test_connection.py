@@ -10,10 +10,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from pums import POLICY_PATH, load_pums
 
 import dpsql
-from dpsql.noise import SeededSource
-from pums import POLICY_PATH, load_pums
+from dpsql.mechanisms.noise import SeededSource
 
 VISITS = pd.DataFrame({
     "uid": [1, 1, 1, 2, 3, 3, 4],
@@ -238,7 +238,7 @@ def test_a_failing_public_query_is_a_clear_refusal(db):
 
 
 def test_private_tables_are_read_through_a_bounded_copy_rebuilt_on_refresh():
-    """dpsql.bounding: the copy keeps min(rows, k) rows of each unit and no NULL unit; it is
+    """dpsql.backends.bounding: the copy keeps min(rows, k) rows of each unit and no NULL unit; it is
     built on first use and rebuilt after refresh()."""
     con = duckdb.connect()
     con.execute("CREATE TABLE visits AS SELECT * FROM VISITS")

@@ -21,13 +21,13 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from pums import load_pums
 from sqlglot import exp
 
 import dpsql
 from dpsql.demo import SHOP_POLICY, build_shop_database
-from dpsql.noise import SeededSource
-from dpsql.parse import parse_query
-from pums import load_pums
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.sql.parse import parse_query
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 FILES = ("shop.sql", "census.sql")

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import duckdb
 import pytest
+from pums import POLICY_PATH, PUMS_DIR, load_pums, pums_policy
 
 from dpsql import cli
 from dpsql.demo import DEMO_QUERIES, SHOP_POLICY, build_shop_database, run_demo
 from dpsql.errors import BudgetExceeded, DPError, PolicyError, UnsupportedQuery
-from pums import POLICY_PATH, PUMS_DIR, load_pums, pums_policy
 
 TABLES = {
     "stores": [("store", "VARCHAR"), ("city", "VARCHAR"), ("size", "INTEGER")],
@@ -39,7 +39,7 @@ def _engine_ready() -> bool:
 
 def _policy_parser():
     try:
-        from dpsql.policy import parse_policy
+        from dpsql.policy.language import parse_policy
     except Exception:
         return None
     return parse_policy
@@ -170,7 +170,7 @@ def test_demo_queries_are_well_formed():
     assert "SELECT user_id, amount FROM visits" in sqls
 
 
-@pytest.mark.skipif(_policy_parser() is None, reason="dpsql.policy.parse_policy not written yet")
+@pytest.mark.skipif(_policy_parser() is None, reason="dpsql.policy.language.parse_policy not written yet")
 def test_policies_parse():
     policy = _policy_parser()(SHOP_POLICY)
     assert policy.table("visits").max_rows_per_unit == 10

@@ -13,8 +13,15 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from dpsql.dialect import DIALECT, DPDuckDB, DPOptions, OptionValue, dp_options, strip_dp_options
 from dpsql.errors import UnsupportedQuery
+from dpsql.sql.dialect import (
+    DIALECT,
+    DPDuckDB,
+    DPOptions,
+    OptionValue,
+    dp_options,
+    strip_dp_options,
+)
 
 BIGQUERY_EXAMPLE = (
     "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, delta = 1e-7, "

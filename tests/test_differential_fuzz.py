@@ -16,14 +16,12 @@ a failure prints its case in full.
 
 from __future__ import annotations
 
-
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
-
 from differential import Case, Databases, Table, exact_violations, observe, violations
 from differential_cases import FAMILIES
 from differential_known import KNOWN
 from exact import halved
+from hypothesis import HealthCheck, Phase, example, given, settings
 
 EXAMPLES = 25
 """Generated pairs per family in the suite (0.1 to 0.4 s each); the bench script runs more."""

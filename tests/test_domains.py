@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import itertools
 import re
-from fractions import Fraction
 
 import duckdb
 import pandas as pd
 import pytest
+from test_sensitivity_oracle import CASES, Oracle, _distance, _frozen, _units
 
 import dpsql
-from dpsql.analyse import QUANTILE_BUCKETS
+from dpsql.analysis.analyse import QUANTILE_BUCKETS
+from dpsql.backends.rewrite import rewrite_distinct, rewrite_histogram
 from dpsql.errors import PolicyError, UnsupportedQuery
-from dpsql.noise import SeededSource
-from dpsql.policy import load_policy, policy_to_text
-from dpsql.rewrite import rewrite_distinct, rewrite_histogram
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.policy.language import load_policy, policy_to_text
 from dpsql.shell.render import answer_from
-
-from test_sensitivity_oracle import CASES, Oracle, _distance, _frozen, _units
 
 AIRPORTS = ["EWR", "JFK", "LGA", "BOS", "ATL"]
 
@@ -126,7 +124,7 @@ def test_narrowing_is_free_and_the_narrowed_cells_are_exact_in_expectation():
 
 def test_a_varchar_key_with_a_collation_compares_byte_for_byte_and_loses_no_row():
     """A column declared COLLATE NOCASE is read through its bounded copy, which compares byte
-    for byte (``dpsql.bounding``): the WHERE keeps 'EWR', not 'ewr', and so does the narrowed
+    for byte (``dpsql.backends.bounding``): the WHERE keeps 'EWR', not 'ewr', and so does the narrowed
     domain. Rows whose exact key is not a released one ('ewr' next to 'EWR') are in the outside
     cell, never lost, never merged into 'EWR'."""
     connection = duckdb.connect()

@@ -16,9 +16,9 @@ import dpsql
 from dpsql import cli
 from dpsql.connection import Connection
 from dpsql.errors import DPError, InternalFailure, UnsupportedQuery
-from dpsql.parse import parse_query
 from dpsql.shell import app as shell_app
 from dpsql.shell.session import handle_input, run_script, split_statements
+from dpsql.sql.parse import parse_query
 
 
 def without_budget(text: str) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 
 import dpsql
 import dpsql.connection
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """
 BUDGET EPSILON 1000 DELTA 1e-3;

@@ -13,13 +13,13 @@ nothing and read nothing; a query within it must answer.
 from __future__ import annotations
 
 import pandas as pd
-from sqlglot import exp
 import pytest
+from sqlglot import exp
 
 import dpsql
-from dpsql.model import DEFAULT_MAX_ROWS_AFTER_JOINS
-from dpsql.noise import SeededSource
-from dpsql.policy import parse_policy, policy_to_text
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.policy.language import parse_policy, policy_to_text
+from dpsql.policy.model import DEFAULT_MAX_ROWS_AFTER_JOINS
 
 LIMIT = 30
 POLICY = f"""BUDGET EPSILON 1000 DELTA 0.5;
@@ -90,7 +90,7 @@ def test_the_failure_oracle_of_eight_self_joins_is_refused_before_the_charge():
     policy = POLICY.replace(f"MAX ROWS PER UNIT AFTER JOINS {LIMIT};\n", "")  # the default limit
     message = refused(self_joins(8), policy)
     # k = 5: 5, 25, 125, 625 rows per unit, then 3,125 at the fifth copy (the fourth JOIN).
-    assert f"up to 3,125 rows" in message and f"MAX ROWS PER UNIT AFTER JOINS {DEFAULT_MAX_ROWS_AFTER_JOINS:,}" in message
+    assert "up to 3,125 rows" in message and f"MAX ROWS PER UNIT AFTER JOINS {DEFAULT_MAX_ROWS_AFTER_JOINS:,}" in message
     sql = self_joins(8)
     fourth_join = sql.index("JOIN v AS t4")
     assert f"column {fourth_join + 1})" in message, "the refusal points at the join that crosses the limit"

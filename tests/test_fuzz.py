@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import dpsql
 import dpsql.connection
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """
 BUDGET EPSILON 1000000 DELTA 0.5;

@@ -21,13 +21,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlglot
+from adversary import POLICY, TARGET, frames, neighbours, run
 
 import dpsql
 import dpsql.connection
-import dpsql.noise
-from adversary import POLICY, TARGET, frames, neighbours, run
-from dpsql.engine import Engine
-from dpsql.noise import SeededSource
+import dpsql.mechanisms.noise
+from dpsql.backends.duckdb import Engine
+from dpsql.mechanisms.noise import SeededSource
 
 GENERIC_FAILURE = "the query failed while running; its cost was charged and no answer was released"
 READS_VISITS = re.compile(r'"visits"|"dp_bounded_visits__')
@@ -283,7 +283,7 @@ def test_invariant_06_keys_are_public_or_selected(pair):
         assert "target-zip" not in {row[0] for row in rows}
     plan = pair[True]._plan(pair[True]._check("SELECT zip, COUNT(*) FROM visits GROUP BY zip")[1],
                             "", 1, Fraction(1, 10**9), None)
-    from dpsql.selection import SelectionRule, release_probability
+    from dpsql.mechanisms.selection import SelectionRule, release_probability
     rule = SelectionRule(plan.selection.scale, plan.selection.threshold, plan.selection.epsilon,
                          plan.selection.delta, 3, "unbounded")
     assert 3 * release_probability(1, rule) <= 1e-9
@@ -394,7 +394,7 @@ def test_invariant_09_free_repeats_are_stored_answers_never_fresh_draws(tmp_path
 
         with monkeypatch.context() as patch:
             for name in ("discrete_laplace", "discrete_gaussian", "exponential_mechanism"):
-                patch.setattr(dpsql.noise, name, no_noise)
+                patch.setattr(dpsql.mechanisms.noise, name, no_noise)
             again = db.sql("select  STORE, count(*) as n, avg(AMOUNT) as a from VISITS group by store", epsilon=1)
         assert again.fetchall() == first.fetchall() and again.cost.epsilon == 0 and again.repeat
         assert db.budget.spent.epsilon == spent
@@ -526,7 +526,7 @@ READ_SHAPES = [
 @pytest.mark.parametrize("sql", READ_SHAPES)
 def test_invariant_12_analyst_expressions_only_ever_read_the_bounded_copy(sql, monkeypatch):
     """Every SQL a private query runs reads private rows only through the table's bounded copy
-    (dpsql.bounding): analyst expressions never see more than MAX ROWS PER UNIT rows of a
+    (dpsql.backends.bounding): analyst expressions never see more than MAX ROWS PER UNIT rows of a
     unit, so they cannot cost more for one heavy user; and never reads the padding rows."""
     seen = []
     original = Engine.fetch
@@ -552,7 +552,7 @@ def test_invariant_12_analyst_expressions_only_ever_read_the_bounded_copy(sql, m
 
 
 def test_invariant_12_the_allow_list_holds_no_known_blow_up():
-    from dpsql import allowlist
+    from dpsql.sql import allowlist
     names = {c.__name__.lower() for c in allowlist.ROW_LEVEL_NODES} | set(allowlist.ROW_LEVEL_FUNCTIONS)
     for costly in ("repeat", "range", "generateseries", "generate_series", "regexpextract", "regexplike",
                    "regexpreplace", "arrayagg", "groupconcat", "lpad", "rpad", "pad", "unnest", "explode",

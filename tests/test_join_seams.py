@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.engine import Engine
-from dpsql.noise import SeededSource
-from dpsql.relation import join_comparison_type
+from dpsql.analysis.relation import join_comparison_type
+from dpsql.backends.duckdb import Engine
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """BUDGET EPSILON 100000 DELTA 0.5;
 PRIVATE TABLE v (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, amount BOUNDS 0 TO 10);
@@ -115,8 +115,8 @@ def test_collated_public_keys_cannot_match_more_rows_than_counted(tmp_path):
 
 def _rows(db, checked) -> str:
     """The rows layer of a checked query's bounded SQL (unit per joined row)."""
-    from dpsql.analyse import PrivacyOptions, analyse_query
-    from dpsql.rewrite import _rows_layer
+    from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+    from dpsql.backends.rewrite import _rows_layer
     plan = analyse_query(checked, db.policy, PrivacyOptions(epsilon=Fraction(1)))
     db._engine.fetch("SELECT 1", bounded=checked.bounded)
     return _rows_layer(plan)
@@ -156,7 +156,7 @@ def test_the_public_side_is_stored_once_and_the_query_reads_the_stored_rows():
         assert len({c for c in calls}) == 1
         stored = db._engine._instance.materialised
         assert len(stored) == 1
-        from dpsql.rewrite import rewrite_plan
+        from dpsql.backends.rewrite import rewrite_plan
         bounded = rewrite_plan(db._plan(checked, sql, 1, None, None))
         assert next(iter(stored)) in bounded
         assert '"p"' not in bounded  # the public subquery itself does not run again

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dpsql.accounting import Tally, accountant_for
+from dpsql.budget.accounting import Tally, accountant_for
+from dpsql.budget.ledger import Entry, Ledger, Spend
 from dpsql.errors import BudgetExceeded, DPError, InternalError
-from dpsql.ledger import Entry, Ledger, Spend
 
 REPO = Path(__file__).resolve().parents[1]
 TENTH = Spend(Fraction(1, 10), Fraction(0))
@@ -224,7 +224,7 @@ def test_in_memory_ledgers_are_independent():
 
 def test_salt_is_the_same_across_processes(tmp_path):
     path = tmp_path / "ledger.db"
-    script = _LEDGER_ONLY + (f"from dpsql.ledger import Ledger\n"
+    script = _LEDGER_ONLY + (f"from dpsql.budget.ledger import Ledger\n"
                              f"print(Ledger.open({str(path)!r}).salt().hex())")
     salts = {_run_python(script).strip() for _ in range(2)}
     with Ledger.open(path) as ledger:
@@ -284,7 +284,7 @@ def test_charges_commit_with_fsync_and_answers_without(tmp_path):
 
 
 def test_an_answer_waits_for_the_write_lock_or_fails_clearly(tmp_path, monkeypatch):
-    import dpsql.ledger
+    import dpsql.budget.ledger
 
     path = tmp_path / "ledger.db"
     with Ledger.open(path) as ledger:
@@ -299,7 +299,7 @@ def test_an_answer_waits_for_the_write_lock_or_fails_clearly(tmp_path, monkeypat
         release.join()
         assert ledger.find_answer("q") == "[[1]]"
         holder.close()
-    monkeypatch.setattr(dpsql.ledger, "BUSY_TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(dpsql.budget.ledger, "BUSY_TIMEOUT_SECONDS", 0.2)
     with Ledger.open(path) as ledger:
         entry_id = charge(ledger, TENTH, ONE, key="r")
         holder = sqlite3.connect(path, isolation_level=None)
@@ -368,9 +368,9 @@ def test_unusable_paths_are_clear_errors(tmp_path):
 
 
 def test_a_charge_that_cannot_get_the_write_lock_fails_and_writes_nothing(tmp_path, monkeypatch):
-    import dpsql.ledger
+    import dpsql.budget.ledger
 
-    monkeypatch.setattr(dpsql.ledger, "BUSY_TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(dpsql.budget.ledger, "BUSY_TIMEOUT_SECONDS", 0.2)
     path = tmp_path / "ledger.db"
     with Ledger.open(path) as ledger:
         holder = sqlite3.connect(path, isolation_level=None)
@@ -443,7 +443,7 @@ def test_sixteen_threads_over_four_connections_spend_exactly_the_budget(tmp_path
 _SPEND_UNTIL_REFUSED = _LEDGER_ONLY + """
 from fractions import Fraction
 from dpsql.errors import BudgetExceeded
-from dpsql.ledger import Ledger, Spend
+from dpsql.budget.ledger import Ledger, Spend
 won = []
 try:
     with Ledger.open(path) as ledger:
@@ -486,9 +486,9 @@ def test_four_processes_never_overspend(tmp_path):
 # Like _SPEND_UNTIL_REFUSED, under a named accountant, as one analyst with a budget of its own.
 _SPEND_AS_ANALYST = _LEDGER_ONLY + """
 from fractions import Fraction
-from dpsql.accounting import accountant_for
+from dpsql.budget.accounting import accountant_for
 from dpsql.errors import BudgetExceeded
-from dpsql.ledger import Ledger, Spend
+from dpsql.budget.ledger import Ledger, Spend
 won = []
 cost = Spend(Fraction(1, 20), Fraction(1, 10**9), Fraction(1, 1000))
 total = accountant_for(accounting, Spend(Fraction(1), Fraction(1, 10**6)))
@@ -563,7 +563,7 @@ def test_a_forked_child_reopens_the_file_and_cannot_use_a_memory_ledger(tmp_path
 
 _CHARGE_FOREVER = _LEDGER_ONLY + """
 from fractions import Fraction
-from dpsql.ledger import Ledger, Spend
+from dpsql.budget.ledger import Ledger, Spend
 ledger = Ledger.open(sys.argv[1])
 cost, total = Spend(Fraction(1, 1000)), Spend(Fraction(10**6))
 while True:
@@ -612,9 +612,9 @@ def test_sigkill_while_charging_loses_no_committed_charge(tmp_path):
 # reports the entry id: an id printed is an answer the analyst saw.
 _CHARGE_AND_ANSWER = _LEDGER_ONLY + """
 from fractions import Fraction
-from dpsql.accounting import accountant_for
+from dpsql.budget.accounting import accountant_for
 from dpsql.errors import BudgetExceeded
-from dpsql.ledger import Ledger, Spend
+from dpsql.budget.ledger import Ledger, Spend
 ledger = Ledger.open(sys.argv[1])
 cost = Spend(Fraction(1, 100), Fraction(1, 10**9), Fraction(1, 20000))
 total = accountant_for("zcdp", Spend(Fraction(1, 2), Fraction(1, 10**6)))

@@ -1,4 +1,4 @@
-"""Statistical and contract tests of dpsql.noise.
+"""Statistical and contract tests of dpsql.mechanisms.noise.
 
 Soundness: a correct sampler fails this whole file with probability below 1e-6, whatever
 the seeds (they are fixed only for reproducibility); a scale off by a factor of 2 fails it
@@ -30,9 +30,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpsql import noise
 from dpsql.errors import InternalError
-from dpsql.noise import (
+from dpsql.mechanisms import noise
+from dpsql.mechanisms.noise import (
     SecureSource,
     SeededSource,
     discrete_gaussian,
@@ -56,7 +56,7 @@ GAUSSIAN_SIGMA_SQ = [Fraction(1, 2), Fraction(1), Fraction(10), Fraction(400),
 
 
 # ---------------------------------------------------------------- exact reference pmfs
-# Written independently of dpsql.noise: weights summed over a range wide enough that the
+# Written independently of dpsql.mechanisms.noise: weights summed over a range wide enough that the
 # mass left out is below 1e-21 (far below every probability the tests rely on).
 
 def laplace_pmf(scale: Fraction) -> tuple[np.ndarray, np.ndarray]:
@@ -417,7 +417,7 @@ def test_default_source_is_the_secure_one(sampler, monkeypatch):
 # Budget of this section (on top of the one above, the total stays below 1e-6): five
 # goodness-of-fit tests failing at p < P_FIT = 1e-8 and one exact binomial test at 1e-9.
 
-from dpsql.noise import exponential_mechanism  # noqa: E402
+from dpsql.mechanisms.noise import exponential_mechanism  # noqa: E402
 
 EM_WEIGHTS = {
     "decreasing": np.array([0.0, -0.5, -1.0, -2.0, -3.0, -5.0]),

@@ -9,7 +9,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql.normalise import normalise, normalised_sql, repeat_key
+from dpsql.sql.normalise import normalise, normalised_sql, repeat_key
 
 COLUMNS = frozenset({"user_id", "store", "amount", "age", "day"})
 

@@ -17,7 +17,7 @@ from cli_run import run
 
 import dpsql
 from dpsql import cli
-from dpsql.accounting import Spend
+from dpsql.budget.accounting import Spend
 from dpsql.demo import SHOP_POLICY, run_demo
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.shell import app as shell_app

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 
 from dpsql.errors import PolicyError
-from dpsql.model import Bounds, ColumnRule, KeyDomain, Policy, Position, PrivateTable, PublicTable
-from dpsql.policy import (
+from dpsql.policy.language import (
     catalog_of,
     check_policy,
     is_numeric_type,
@@ -20,6 +19,15 @@ from dpsql.policy import (
     parse_policy,
     policy_to_text,
     validate_policy,
+)
+from dpsql.policy.model import (
+    Bounds,
+    ColumnRule,
+    KeyDomain,
+    Policy,
+    Position,
+    PrivateTable,
+    PublicTable,
 )
 
 DESIGN_EXAMPLE = """\

@@ -2,7 +2,7 @@
 charge may fail): an expression of released values that DuckDB cannot compute — an
 overflowing cast, an integer division by a noisy zero — gives NULL in its row, in the select
 list, HAVING and ORDER BY alike, and the accuracy intervals still see the expression as
-written (``dpsql.aggregates.post_sql`` wraps it in TRY only in the SQL it runs)."""
+written (``dpsql.analysis.aggregates.post_sql`` wraps it in TRY only in the SQL it runs)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """BUDGET EPSILON 1000 DELTA 1e-3; QUERY EPSILON 1;
 PRIVATE TABLE a (PRIVACY UNIT u, MAX ROWS PER UNIT 1, x BOUNDS -10 TO 10, g KEYS (0, 1));"""

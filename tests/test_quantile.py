@@ -1,4 +1,4 @@
-"""Tests of dpsql.quantile: the utility sensitivity and the mechanism's privacy by brute force
+"""Tests of dpsql.mechanisms.quantile: the utility sensitivity and the mechanism's privacy by brute force
 over neighbouring multisets, the exact accuracy theorem, and empirical accuracy.
 
 Soundness: the two empirical tests are one-sided binomial tests failing at p < 1e-9, so a
@@ -17,10 +17,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsql import noise
 from dpsql.errors import InternalError
-from dpsql.noise import SeededSource
-from dpsql.quantile import _log_weights, quantile_accuracy, quantile_rule, release_quantile
+from dpsql.mechanisms import noise
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.mechanisms.quantile import (
+    _log_weights,
+    quantile_accuracy,
+    quantile_rule,
+    release_quantile,
+)
 
 P_EXACT = 1e-9
 RELATIONS = ["unbounded", "bounded"]

@@ -17,12 +17,13 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql import noise, release
-from dpsql.noise import SeededSource
-from dpsql.quantile import edge, release_interval
+from dpsql import release
+from dpsql.backends.rewrite import rewrite_plan, rewrite_separate
+from dpsql.mechanisms import noise
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.mechanisms.quantile import edge, release_interval
+from dpsql.mechanisms.selection import SelectionRule, select_partitions
 from dpsql.release import Release
-from dpsql.rewrite import rewrite_plan, rewrite_separate
-from dpsql.selection import SelectionRule, select_partitions
 
 # ---------------------------------------------------------------- the reference (per-cell Fractions)
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.accounting import Spend
-from dpsql.noise import SeededSource
+from dpsql.budget.accounting import Spend
+from dpsql.mechanisms.noise import SeededSource
 from dpsql.notes import FEW_ROWS, thin_answer_notes
 from dpsql.result import DPResult
 
@@ -331,7 +331,7 @@ def test_no_notes_when_keys_are_public_or_the_answer_is_not_thin(db):
 def test_few_is_fewer_than_five_rows_and_a_limit_is_not_thin():
     from types import SimpleNamespace as S
 
-    from dpsql.selection import selection_rule
+    from dpsql.mechanisms.selection import selection_rule
 
     rule = selection_rule(Fraction(1), Fraction(1, 10**6), groups_per_unit=1, neighbours="unbounded")
     plan = S(selection=S(epsilon=rule.epsilon, delta=rule.delta, threshold=rule.threshold),

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
-from dpsql.analyse import PrivacyOptions, analyse_query
-from dpsql.check import check_query
-from dpsql.demo import build_shop_database
-from dpsql.parse import parse_query
-from dpsql.rewrite import clamp_inputs, rewrite_plan
 from shop import SHOP, SHOP_CATALOG, attach_bounded_copies
+
+from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+from dpsql.analysis.check import check_query
+from dpsql.backends.rewrite import clamp_inputs, rewrite_plan
+from dpsql.demo import build_shop_database
+from dpsql.sql.parse import parse_query
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rewrite" / "shop.sql"
 INPUTS = [
@@ -160,7 +160,7 @@ def test_bounded_copy_keeps_min_of_rows_and_k_for_each_unit_chosen_by_its_own_ro
 
 
 def test_bounded_copy_padding_rows_span_every_column_type_and_leave_statistics_nothing_to_prune(shop):
-    """dpsql.bounding: two padding rows at each type's extremes, so DuckDB cannot answer a
+    """dpsql.backends.bounding: two padding rows at each type's extremes, so DuckDB cannot answer a
     filter from column statistics (an empty result without a scan would say no row matches)."""
     pads = shop.execute('SELECT * EXCLUDE (dp_pad) FROM dp_bounding."dp_bounded_visits__user_id__10" '
                         'WHERE dp_pad ORDER BY user_id').fetchall()

@@ -20,9 +20,15 @@ import pytest
 import sqlglot
 
 import dpsql
-from dpsql.bounding import ROW_UNIT, BoundedTable, attach_sql, create_sql, fill_sql
-from dpsql.noise import SeededSource
-from dpsql.relation import _total_aggregate
+from dpsql.analysis.relation import _total_aggregate
+from dpsql.backends.bounding import (
+    ROW_UNIT,
+    BoundedTable,
+    attach_sql,
+    create_sql,
+    fill_sql,
+)
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """BUDGET EPSILON 1000000 DELTA 0.5;
 PRIVATE TABLE t (PRIVACY UNIT ROW, x BOUNDS 0 TO 10);

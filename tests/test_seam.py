@@ -25,10 +25,16 @@ import pytest
 from sqlglot import exp
 
 import dpsql
-from dpsql.errors import DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
-from dpsql.keys import display, display_value, key_form, read_keys, typed_keys
-from dpsql.noise import SeededSource
-from dpsql.plan import GroupKey
+from dpsql.analysis.plan import GroupKey
+from dpsql.backends.keys import display, display_value, key_form, read_keys, typed_keys
+from dpsql.errors import (
+    DPError,
+    InvalidParameter,
+    PolicyError,
+    QueryFailed,
+    UnsupportedQuery,
+)
+from dpsql.mechanisms.noise import SeededSource
 from dpsql.release import _integer_positions
 
 SELECTED = "BUDGET EPSILON 1000 DELTA 0.5; PRIVATE TABLE t (PRIVACY UNIT {unit}{rules});"

@@ -1,4 +1,4 @@
-"""Tests of dpsql.selection: the threshold's minimality, an exact brute-force privacy check, and
+"""Tests of dpsql.mechanisms.selection: the threshold's minimality, an exact brute-force privacy check, and
 empirical release rates.
 
 Soundness: the statistical tests are exact binomial tests failing at p < 1e-9 (five of them),
@@ -17,10 +17,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsql import noise, selection
 from dpsql.errors import InternalError
-from dpsql.noise import SeededSource
-from dpsql.selection import SelectionRule, release_probability, select_partitions, selection_rule
+from dpsql.mechanisms import noise, selection
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.mechanisms.selection import (
+    SelectionRule,
+    release_probability,
+    select_partitions,
+    selection_rule,
+)
 
 P_EXACT = 1e-9
 RELATIONS = ["unbounded", "bounded"]

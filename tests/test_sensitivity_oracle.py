@@ -21,16 +21,23 @@ from fractions import Fraction
 import duckdb
 import pytest
 
-from dpsql.analyse import PrivacyOptions, analyse_query
-from dpsql.check import check_query
-from dpsql.bounding import bounded_tables
+from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+from dpsql.analysis.check import check_query
+from dpsql.analysis.sensitivity import distinct_units_sensitivity
+from dpsql.backends.bounding import bounded_tables
+from dpsql.backends.duckdb import Engine
+from dpsql.backends.rewrite import rewrite_distinct, rewrite_histogram, rewrite_plan
 from dpsql.connection import apply_contribution_options, table_key_of
-from dpsql.engine import Engine
-from dpsql.model import Bounds, ColumnRule, KeyDomain, Policy, PrivateTable, PublicTable
-from dpsql.parse import parse
-from dpsql.rewrite import rewrite_distinct, rewrite_histogram, rewrite_plan
-from dpsql.selection import selection_rule
-from dpsql.sensitivity import distinct_units_sensitivity
+from dpsql.mechanisms.selection import selection_rule
+from dpsql.policy.model import (
+    Bounds,
+    ColumnRule,
+    KeyDomain,
+    Policy,
+    PrivateTable,
+    PublicTable,
+)
+from dpsql.sql.parse import parse
 
 NAN, INF = float("nan"), float("inf")
 BASE_ROWS = [(1, "a", 1), (1, "b", 2), (2, "a", 3), (2, "a", 0), (2, "b", 1), (3, "b", 3)]
@@ -246,7 +253,7 @@ def test_rows_without_a_unit_are_dropped_not_pooled():
 @pytest.mark.parametrize("case", ["integer", "one_group", "row_level"])
 @pytest.mark.parametrize("sql", ["SELECT MEDIAN(x) FROM t", "SELECT g, QUANTILE_CONT(x, 0.9) FROM t GROUP BY g"])
 def test_quantile_histograms_take_at_most_k_values_per_unit(case, sql):
-    """The precondition of dpsql.quantile: over all groups and buckets, one unit adds at most k
+    """The precondition of dpsql.mechanisms.quantile: over all groups and buckets, one unit adds at most k
     values to the histograms its exponential mechanisms read (checked by brute force, and reached)."""
     oracle = Oracle(case, sql)
     plan = oracle.plans["unbounded"]

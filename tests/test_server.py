@@ -17,15 +17,15 @@ import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 import dpsql
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.server import start_in_thread
-from dpsql.users import add_user
+from dpsql.server.users import add_user
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -440,7 +440,7 @@ def test_catalog_look_ups_cannot_wait_show_settings_or_build_large_values(server
 
 
 def test_a_removed_user_can_no_longer_query_in_an_open_session(server, shop):
-    from dpsql.users import remove_user
+    from dpsql.server.users import remove_user
     add_user(shop / "users", "erin", "erin-secret")
     with connect(server, "erin", "erin-secret") as connection:
         connection.execute("SELECT COUNT(*) FROM visits")
@@ -453,7 +453,7 @@ def test_a_removed_user_can_no_longer_query_in_an_open_session(server, shop):
 def test_an_unknown_name_gets_the_same_salt_from_every_server_on_a_users_file(shop):
     """The decoy key lives beside the users file: a restart no longer changes an unknown
     name's salt (which told unknown names from real ones, whose salts never change)."""
-    from dpsql.users import decoy_key, decoy_verifier
+    from dpsql.server.users import decoy_key, decoy_verifier
     first, second = decoy_key(shop / "users"), decoy_key(shop / "users")
     assert first == second and len(first) == 32
     assert (Path(f"{shop / 'users'}.decoy-key").stat().st_mode & 0o777) == 0o600

@@ -16,8 +16,25 @@ from dpsql.server.answers import refusal
 from dpsql.server.catalog import catalog_query
 from dpsql.server.scram import ScramError, final_reply, first_reply
 from dpsql.server.statements import classify
-from dpsql.server.values import BOOL, DATE, FLOAT8, INT8, NUMERIC, TEXT, TIMESTAMP, column_type, text_value
-from dpsql.users import Verifier, add_user, decoy_verifier, load_users, make_verifier, remove_user
+from dpsql.server.users import (
+    Verifier,
+    add_user,
+    decoy_verifier,
+    load_users,
+    make_verifier,
+    remove_user,
+)
+from dpsql.server.values import (
+    BOOL,
+    DATE,
+    FLOAT8,
+    INT8,
+    NUMERIC,
+    TEXT,
+    TIMESTAMP,
+    column_type,
+    text_value,
+)
 
 
 def test_users_file_keeps_salted_verifiers_only_readable_by_its_owner(tmp_path):

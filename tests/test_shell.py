@@ -28,13 +28,18 @@ import dpsql
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.errors import QueryFailed, UnsupportedQuery
 from dpsql.shell import app as shell_app
+from dpsql.shell.budget import budget_meter, cost_line, render_budget, rho_of
 from dpsql.shell.chart import ChartError, _bar_cells, chart_columns, render_chart
 from dpsql.shell.commands import REGISTRY, completion_arguments, help_text
-from dpsql.shell.complete import DotArgument, SQLCompleter, complete
-from dpsql.shell.budget import budget_meter, cost_line, render_budget, rho_of
+from dpsql.shell.complete import SQLCompleter, complete
 from dpsql.shell.render import Answer, caret_lines, render_answer, render_error
-from dpsql.shell.session import (handle_input, inputs_of_script, run_script, split_statements,
-                                 statement_is_complete)
+from dpsql.shell.session import (
+    handle_input,
+    inputs_of_script,
+    run_script,
+    split_statements,
+    statement_is_complete,
+)
 from dpsql.shell.state import new_state
 
 CATALOG = {

@@ -1,6 +1,6 @@
 """One unit's value cannot cost time by its size: the bounded copy cuts every nested value to
 MAX LIST LENGTH elements *in all* (not per level) and every string to MAX STRING LENGTH
-characters (BLOBs to as many bytes), at any depth (``dpsql.bounding.shortened``).
+characters (BLOBs to as many bytes), at any depth (``dpsql.backends.bounding.shortened``).
 
 Checked structurally, never by timing: the copy DuckDB reads holds nothing longer than the
 limits, so no analyst expression can do more work on one unit's row than the limits allow."""
@@ -11,9 +11,9 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.bounding import DATABASE, list_depth, per_level
+from dpsql.backends.bounding import DATABASE, list_depth, per_level
 from dpsql.errors import PolicyError
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """BUDGET EPSILON 100000 DELTA 1e-3; QUERY EPSILON 1;
 PRIVATE TABLE a (PRIVACY UNIT u, MAX ROWS PER UNIT 5{rules});"""

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.noise import SeededSource
+from dpsql.mechanisms.noise import SeededSource
 
 RNG = np.random.default_rng(4)
 USERS = 400

@@ -14,9 +14,17 @@ import pytest
 import dpsql
 from dpsql import cli
 from dpsql.errors import BudgetExceeded, UnsupportedQuery
-from dpsql.noise import SeededSource
-from dpsql.suggest import (ROWS_CANDIDATES, bin_counts, noisy_bounds, rows_sql, split_epsilon, suggestion_text,
-                           value_candidates, values_sql)
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.suggest import (
+    ROWS_CANDIDATES,
+    bin_counts,
+    noisy_bounds,
+    rows_sql,
+    split_epsilon,
+    suggestion_text,
+    value_candidates,
+    values_sql,
+)
 
 
 def known(units: int = 3000, seed: int = 0) -> pd.DataFrame:

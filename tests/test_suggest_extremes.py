@@ -9,8 +9,8 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.noise import SeededSource
-from dpsql.rewrite import literal
+from dpsql.backends.rewrite import literal
+from dpsql.mechanisms.noise import SeededSource
 from dpsql.suggest import is_float_type, is_integer_type, value_candidates, values_sql
 
 # -- no value fails the suggestion -----------------------------------------------------------

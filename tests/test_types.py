@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.errors import DPError, InternalError, PolicyError, UnsupportedQuery
-from dpsql.noise import SeededSource
+from dpsql.errors import DPError, PolicyError, UnsupportedQuery
+from dpsql.mechanisms.noise import SeededSource
 from dpsql.shell.session import handle_input
 from dpsql.shell.state import new_state
 

@@ -1,7 +1,7 @@
 """``dpsql serve``: the analyst's way in, over the PostgreSQL wire protocol.
 
 psql, psycopg, JDBC tools, SQLAlchemy, pandas and BI tools connect unchanged, authenticate
-with SCRAM-SHA-256 against the curator's users file (``dpsql.users``) and are charged to
+with SCRAM-SHA-256 against the curator's users file (``dpsql.server.users``) and are charged to
 their own budget and the total. One ``Connection`` serves every session.
 
 Modules: ``messages`` (protocol bytes), ``scram`` (authentication), ``statements`` (what a

@@ -16,7 +16,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dpsql.errors import BudgetExceeded, DPError, InternalFailure, InvalidParameter, PolicyError, QueryFailed
+from dpsql.errors import (
+    BudgetExceeded,
+    DPError,
+    InternalFailure,
+    InvalidParameter,
+    PolicyError,
+    QueryFailed,
+)
 from dpsql.server.catalog import Catalog, catalog_query
 from dpsql.server.statements import Statement, budget_reply, ledger_reply
 

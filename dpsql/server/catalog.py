@@ -6,7 +6,7 @@ name and column types (``Connection.tables()`` and ``columns()``: the policy and
 only). DuckDB's own ``information_schema`` and ``pg_catalog`` views over it let clients list
 tables and columns; whatever an analyst writes there can read nothing but that schema.
 It is opened hardened like every database dpsql opens (no files, no extensions, a memory
-limit and a time limit), through ``dpsql.engine``, the only module that talks to DuckDB.
+limit and a time limit), through ``dpsql.backends.duckdb``, the only module that talks to DuckDB.
 
 >>> from sqlglot import parse_one
 >>> reads_catalog_only(parse_one("SELECT * FROM information_schema.tables", read="postgres"))
@@ -25,7 +25,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from dpsql.engine import Engine
+from dpsql.backends.duckdb import Engine
 from dpsql.errors import UnsupportedQuery
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})

@@ -55,7 +55,7 @@ def user_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def user(args: argparse.Namespace) -> int:
-    from dpsql.users import add_user, load_users, remove_user
+    from dpsql.server.users import add_user, load_users, remove_user
 
     if args.action == "list":
         for name in sorted(load_users(args.users)):

@@ -24,7 +24,7 @@ from pathlib import Path
 from dpsql.server import messages as m
 from dpsql.server.answers import SharedDatabase
 from dpsql.server.session import Refused, serve_queries, start
-from dpsql.users import decoy_key
+from dpsql.server.users import decoy_key
 
 log = logging.getLogger("dpsql.server")
 
@@ -57,7 +57,7 @@ class Server:
         self.database = settings.database
         self.users_path = settings.users_path
         self.secret = decoy_key(settings.users_path)
-        """Keys the decoy verifiers of unknown users (``dpsql.users.decoy_verifier``)."""
+        """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
         self.shared = SharedDatabase(connection)
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="dpsql-answer")

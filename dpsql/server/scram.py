@@ -6,7 +6,7 @@ the server signature, or ``None``. Channel binding (SCRAM-SHA-256-PLUS) is not o
 PostgreSQL ignores the user name inside the SCRAM messages (the startup packet names the
 user), and so does this.
 
->>> from dpsql.users import make_verifier
+>>> from dpsql.server.users import make_verifier
 >>> verifier = make_verifier("pencil", salt=b"salt" * 4)
 >>> first = "n,,n=,r=rOprNGfwEbeRWgbNEkqO"
 >>> state, server_first = first_reply(first, verifier, server_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
@@ -23,7 +23,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from dpsql.users import Verifier, prepare_password
+from dpsql.server.users import Verifier, prepare_password
 
 
 class ScramError(Exception):

@@ -18,8 +18,8 @@ from dpsql.server import messages as m
 from dpsql.server.answers import Outcome, answer
 from dpsql.server.scram import ScramError, final_reply, first_reply
 from dpsql.server.statements import SERVER_VERSION, Statement, classify
+from dpsql.server.users import decoy_verifier, load_users
 from dpsql.server.values import TEXT, column_type, text_value
-from dpsql.users import decoy_verifier, load_users
 
 log = logging.getLogger("dpsql.server")
 COST_PARAMETER = "dpsql_cost"

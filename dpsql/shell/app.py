@@ -19,9 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from dpsql.shell.budget import (
+    analyst_budget,
+    budget_meter,
+    left_fraction,
+    remaining_text,
+)
 from dpsql.shell.commands import completion_arguments
 from dpsql.shell.complete import SQLCompleter
-from dpsql.shell.budget import analyst_budget, budget_meter, left_fraction, remaining_text
 from dpsql.shell.render import number
 from dpsql.shell.session import handle_input, run_script, statement_is_complete
 from dpsql.shell.state import ShellState, new_state

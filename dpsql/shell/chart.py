@@ -21,7 +21,15 @@ from __future__ import annotations
 
 import math
 
-from dpsql.shell.render import NO_INTERVAL, Answer, is_missing, is_numeric_column, noisy_parts, plain_cell, to_text
+from dpsql.shell.render import (
+    NO_INTERVAL,
+    Answer,
+    is_missing,
+    is_numeric_column,
+    noisy_parts,
+    plain_cell,
+    to_text,
+)
 
 MAX_LABEL_WIDTH = 30
 """Longer group labels are cut, so the bars keep most of the width."""

@@ -16,7 +16,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from dpsql.types import holds_lists, implied_domain
 from dpsql.errors import DPError
 from dpsql.shell.budget import render_budget
 from dpsql.shell.chart import ChartError, render_chart
@@ -24,6 +23,7 @@ from dpsql.shell.complete import DotArgument
 from dpsql.shell.output import create_output, refuse_output
 from dpsql.shell.render import MODES, first_rows, number, render_error, render_rows
 from dpsql.shell.state import ShellState
+from dpsql.sql.types import holds_lists, implied_domain
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from dpsql.accounting import Spend
-from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, QueryFailed, UnsupportedQuery, position_of
-from dpsql.policy import load_policy
+from dpsql.budget.accounting import Spend
+from dpsql.errors import (
+    BudgetExceeded,
+    DPError,
+    InvalidParameter,
+    QueryFailed,
+    UnsupportedQuery,
+    position_of,
+)
+from dpsql.policy.language import load_policy
 from dpsql.result import Budget, DPResult, QueryCost
 
 ERRORS = {"53400": BudgetExceeded, "22023": InvalidParameter, "58000": QueryFailed}

@@ -31,7 +31,14 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, PolicyError, QueryFailed, UnsupportedQuery
+from dpsql.errors import (
+    BudgetExceeded,
+    DPError,
+    InvalidParameter,
+    PolicyError,
+    QueryFailed,
+    UnsupportedQuery,
+)
 
 MODES = ("table", "csv", "json", "markdown", "chart")
 """Output modes of the shell (``.mode``); the command line offers all but chart."""

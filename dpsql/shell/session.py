@@ -15,10 +15,17 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from dpsql.errors import DPError
-from dpsql.shell.commands import CommandError, run_dot_command
 from dpsql.shell.budget import cost_line
+from dpsql.shell.commands import CommandError, run_dot_command
 from dpsql.shell.output import append_output
-from dpsql.shell.render import answer_from, bias_lines, number, render_answer, render_error, render_notes
+from dpsql.shell.render import (
+    answer_from,
+    bias_lines,
+    number,
+    render_answer,
+    render_error,
+    render_notes,
+)
 from dpsql.shell.state import ShellState
 
 QUIT_WORDS = frozenset({"exit", "quit", "\\q"})

@@ -67,7 +67,7 @@ class ShellState:
         """
         if self.epsilon is None and self.delta is None:
             return None, None
-        from dpsql.parse import parse
+        from dpsql.sql.parse import parse
 
         try:
             written = parse(sql).options

@@ -1,0 +1,289 @@
+"""Split an aggregate query into a private core and a post-processing query.
+
+The *core* is what differential privacy releases: per group, one noisy value for every
+distinct aggregate call the query makes (in the select list, HAVING or ORDER BY). The *post*
+query is the analyst's query rewritten over the core's noisy result, table ``dp_core`` with
+columns ``g0..`` (keys) and ``a0..`` (aggregates): aggregates and key expressions become column
+references, HAVING becomes WHERE, and ORDER BY, LIMIT, OFFSET and DISTINCT stay. DP is closed
+under post-processing, so the post query costs nothing — and it never sees an exact value,
+because the core holds none.
+
+>>> import sqlglot
+>>> from dpsql.analysis.plan import GroupKey
+>>> tree = sqlglot.parse_one("SELECT store, ROUND(SUM(x) / COUNT(*), 1) AS mean FROM t GROUP BY store "
+...                          "HAVING COUNT(*) > 10 ORDER BY mean DESC")
+>>> keys = [GroupKey("g0", tree.find(exp.Group).expressions[0], None)]
+>>> aggregates, post, outputs, direct = split_aggregates(tree, keys, "")
+>>> [a.label for a in aggregates]
+['SUM(x)', 'COUNT(*)']
+>>> post.sql()
+'SELECT g0 AS store, ROUND(a0 / a1, 1) AS mean FROM dp_core WHERE a1 > 10 ORDER BY mean DESC'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.analysis.bind import is_bound, written_name
+from dpsql.analysis.plan import Aggregate, GroupKey
+from dpsql.sql.allowlist import check_post, check_row_level, refuse
+from dpsql.sql.parse import DIALECT, describe
+
+SIMPLE = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+VARIANCES = {
+    exp.Variance: ("variance", True), exp.VariancePop: ("variance", False),
+    exp.Stddev: ("stddev", True), exp.StddevSamp: ("stddev", True), exp.StddevPop: ("stddev", False),
+}
+QUANTILES = {exp.Median: 0.5, exp.Min: 0.0, exp.Max: 1.0}
+PARAMETRIC_QUANTILES = (exp.PercentileCont, exp.Quantile)
+
+
+def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str | None = None,
+                     names: list[str] | None = None):
+    """(aggregates, post query, output names, direct outputs) of a bound private SELECT;
+    ``names`` are the output names as written (binding may have renamed columns)."""
+    aggregates: list[Aggregate] = []
+
+    def register(call: exp.Expression) -> exp.Column:
+        aggregate = classify(call, sql, unit, f"a{len(aggregates)}")
+        for existing in aggregates:
+            if _same(existing, aggregate):
+                return exp.column(existing.name)
+        aggregates.append(aggregate)
+        return exp.column(aggregate.name)
+
+    outputs, items, direct = [], [], []
+    earlier: dict[str, exp.Expression] = {}  # alias -> its item, for lateral column aliases
+    for position, item in enumerate(tree.expressions):
+        if isinstance(item.unalias(), exp.Star):
+            refuse(item, sql, "SELECT * would release private rows",
+                   "select aggregates such as COUNT(*), SUM(col) or AVG(col)")
+        name = names[position] if names else output_name(item)
+        written = _inline_lateral(item.unalias().copy(), earlier)
+        if isinstance(item, exp.Alias):
+            earlier[item.alias.lower()] = written
+        value = _replace(written.copy(), keys, register, sql, unit)
+        if isinstance(item.unalias(), AGGREGATE_CALLS) and isinstance(value, exp.Column):
+            direct.append((name, value.name))
+        outputs.append(name)
+        items.append(exp.alias_(value, name, quoted=not _plain(name)))
+    post = exp.Select(expressions=items).from_("dp_core")
+    having = tree.args.get("having")
+    if having is not None:
+        post = post.where(_replace(having.this.copy(), keys, register, sql, unit))
+    order = tree.args.get("order")
+    if order is not None:
+        post.set("order", _replace(order.copy(), keys, register, sql, unit))
+    for part in ("limit", "offset", "distinct"):
+        if tree.args.get(part) is not None:
+            post.set(part, tree.args[part].copy())
+    if not aggregates and not keys:  # GROUP BY with no aggregate releases its keys
+        refuse(tree, sql, "a query over a private table must aggregate",
+               "select COUNT(*), SUM(col) or AVG(col)")
+    _check_post_query(post, sql)
+    return aggregates, post, outputs, direct
+
+
+AGGREGATE_CALLS = (exp.AggFunc, exp.Filter, exp.WithinGroup)
+
+
+def _inline_lateral(node: exp.Expression, earlier: dict[str, exp.Expression]) -> exp.Expression:
+    """``COUNT(*) AS n, n * 2``: a select item naming an earlier item's alias (left unbound by
+    bind, see ``bind_columns``'s ``lateral``) gets that item's expression, in parentheses."""
+    def visit(sub: exp.Expression):
+        if isinstance(sub, exp.Column) and not sub.table and not is_bound(sub) and sub.name.lower() in earlier:
+            return exp.paren(earlier[sub.name.lower()].copy(), copy=False)
+        return sub
+
+    return node.transform(visit, copy=False) if earlier else node
+
+
+def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, unit: str | None = None):
+    """Aggregates -> a*, key expressions -> g*; anything else private is refused."""
+    def visit(sub: exp.Expression):
+        if isinstance(sub, AGGREGATE_CALLS):
+            return register(sub)
+        for key in keys:
+            if sub == key.expression:
+                return exp.column(key.name)
+        if isinstance(sub, exp.Window):
+            refuse(sub, sql, "window functions are not supported", "aggregate with GROUP BY instead")
+        return sub
+
+    replaced = node.transform(visit, copy=False)
+    for column in replaced.find_all(exp.Column):
+        if _is_core_column(column.name):
+            continue
+        if _is_alias_reference(column):
+            continue
+        written = written_name(column)
+        hint = (f"count the units with COUNT(DISTINCT {written})" if column.name == unit else
+                f"wrap it in COUNT, SUM or AVG, or GROUP BY {written}")
+        refuse(column, sql, f"column {written} is neither aggregated nor grouped, so it would "
+               "release private values", hint)
+    return replaced
+
+
+def _is_core_column(name: str) -> bool:
+    return len(name) > 1 and name[0] in "ag" and name[1:].isdigit()
+
+
+def _is_alias_reference(column: exp.Column) -> bool:
+    # ORDER BY / HAVING may name an output alias; bind left those unresolved.
+    return not is_bound(column)
+
+
+def _check_post_query(post: exp.Select, sql: str) -> None:
+    for item in post.expressions:
+        check_post(item.unalias(), sql, "the select list")
+    if post.args.get("where") is not None:
+        check_post(post.args["where"].this, sql, "HAVING")
+    if post.args.get("order") is not None:
+        for ordered in post.args["order"].expressions:
+            check_post(ordered.this, sql, "ORDER BY")
+    for part in ("limit", "offset"):
+        node = post.args.get(part)
+        if node is not None:
+            value = node.expression
+            if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
+                refuse(node, sql, f"{part.upper()} must be a non-negative integer constant",
+                       f"write {part.upper()} 10")
+
+
+def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Aggregate:
+    """What one aggregate call computes; refuses the ones dpsql cannot make private."""
+    label = call.sql(dialect=DIALECT).replace('"', "")
+    condition = None
+    if isinstance(call, exp.Filter):
+        condition = call.expression.this
+        check_row_level(condition, sql, "FILTER (WHERE ...)")
+        call = call.this
+    if isinstance(call, exp.WithinGroup):
+        inner, order = call.this, call.expression
+        if not isinstance(inner, exp.PercentileCont) or len(order.expressions) != 1:
+            refuse(call, sql, f"{describe(inner)} WITHIN GROUP is not supported", "use QUANTILE_CONT(x, q)")
+        return _quantile(call, order.expressions[0].this, inner.this, sql, name, label, condition)
+    argument = call.this if not isinstance(call.this, exp.Star) else None
+    if call.this is None and not isinstance(call, exp.Count):  # count() is COUNT(*); MIN() means nothing
+        refuse(call, sql, f"{describe(call)[:-5]}() needs an argument", f"name a column: {describe(call)[:-5]}(col)")
+    if isinstance(argument, exp.Distinct):
+        distinct = argument.expressions
+        if isinstance(call, exp.Count) and len(distinct) == 1 and isinstance(distinct[0], exp.Column) \
+                and unit is not None and distinct[0].name == unit and condition is None:
+            return Aggregate(name, "count_units", None, label)
+        if isinstance(call, exp.Count) and len(distinct) == 1:
+            check_row_level(distinct[0], sql, "COUNT(DISTINCT ...)")
+            return Aggregate(name, "count_distinct", _filtered(distinct[0], condition), label)
+        refuse(call, sql, f"{describe(call)} with DISTINCT is supported only as COUNT(DISTINCT expr)",
+               "count distinct values with COUNT(DISTINCT col), or drop DISTINCT")
+    if argument is not None:
+        check_row_level(argument, sql, f"{describe(call)}")
+    if type(call) in SIMPLE:
+        function = SIMPLE[type(call)]
+        if argument is None and function != "count":
+            refuse(call, sql, f"{function.upper()}(*) is not valid", "name a column")
+        return Aggregate(name, function, _filtered(argument, condition), label)
+    if type(call) in VARIANCES:
+        function, sample = VARIANCES[type(call)]
+        return Aggregate(name, function, _filtered(argument, condition), label, sample=sample)
+    if type(call) in QUANTILES:
+        return Aggregate(name, "quantile", _filtered(argument, condition), label, quantile=QUANTILES[type(call)])
+    if isinstance(call, PARAMETRIC_QUANTILES):
+        return _quantile(call, call.this, call.args.get("quantile") or call.expression, sql, name, label, condition)
+    refuse(call, sql, f"aggregate {describe(call)} is not supported",
+           "use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, QUANTILE_CONT, MIN or MAX")
+
+
+def _quantile(call, argument, q, sql, name, label, condition) -> Aggregate:
+    if not (isinstance(q, exp.Literal) and not q.is_string and 0 <= Fraction(q.this) <= 1):
+        refuse(call, sql, "the quantile must be a constant between 0 and 1", "write QUANTILE_CONT(x, 0.9)")
+    check_row_level(argument, sql, describe(call))
+    return Aggregate(name, "quantile", _filtered(argument, condition), label, quantile=float(Fraction(q.this)))
+
+
+def _filtered(argument: exp.Expression | None, condition: exp.Expression | None) -> exp.Expression | None:
+    """``AGG(x) FILTER (WHERE c)`` is ``AGG(CASE WHEN c THEN x END)``; COUNT(*) counts 1s."""
+    if condition is None:
+        return argument
+    value = argument if argument is not None else exp.Literal.number(1)
+    return exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
+
+
+def _same(a: Aggregate, b: Aggregate) -> bool:
+    return (a.function, a.argument, a.sample, a.quantile) == (b.function, b.argument, b.sample, b.quantile)
+
+
+def output_name(node: exp.Expression) -> str:
+    """The column name DuckDB would give a select-list item."""
+    if isinstance(node, exp.Alias):
+        return node.alias
+    if isinstance(node, exp.Column):
+        return node.name
+    if isinstance(node, exp.Count) and (node.this is None or isinstance(node.this, exp.Star)):
+        return "count_star()"  # count() is DuckDB's COUNT(*)
+    if isinstance(node, exp.AggFunc) and type(node) in SIMPLE:
+        return f"{SIMPLE[type(node)]}({node.this.sql(dialect=DIALECT)})".replace('"', "")
+    return node.sql(dialect=DIALECT).replace('"', "")
+
+
+def _plain(name: str) -> bool:
+    return name.isidentifier() and name.lower() == name
+
+
+def post_sql(post: exp.Select) -> str:
+    """The post-processing SQL, carrying the core row number along unless DISTINCT merges rows.
+
+    It runs after the charge, so it must not fail (DESIGN.md: nothing after the charge may
+    fail): every select-list, HAVING and ORDER BY expression that computes anything runs
+    under ``TRY``, so an overflowing cast or a logarithm of a noisy zero gives NULL, not an
+    error — a NULL in a row rather than a charged failure. ``post`` itself stays as written
+    (``dpsql.accuracy`` derives intervals from its tree, never from this SQL).
+
+    >>> import sqlglot
+    >>> post_sql(sqlglot.parse_one("SELECT g0 AS k, CAST(a0 * 30 AS TINYINT) AS v FROM dp_core "
+    ...                            "WHERE LN(a0) > 1 ORDER BY v, a0 / 2", read="duckdb"))
+    'SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row FROM dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)'
+    """
+    total = post.copy()
+    for item in total.expressions:
+        value = item.unalias()
+        if _can_fail(value):
+            value.replace(exp.Try(this=value.copy()))
+    where = total.args.get("where")
+    if where is not None and _can_fail(where.this):
+        where.set("this", exp.Try(this=where.this))
+    if total.args.get("order") is not None:
+        for ordered in total.args["order"].expressions:
+            if _can_fail(ordered.this):
+                ordered.set("this", exp.Try(this=ordered.this))
+    if post.args.get("distinct") is not None:
+        return total.sql(dialect=DIALECT)
+    return total.select(exp.column("dp_row"), append=True).sql(dialect=DIALECT)
+
+
+def _can_fail(node: exp.Expression) -> bool:
+    """Anything but a column or a constant may fail at run time (a cast, arithmetic, a function)."""
+    return not isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Try))
+
+
+def plain_projection(post: exp.Select, core: list[str]) -> list[int] | None:
+    """When the post query only picks core columns (no WHERE, ORDER BY, LIMIT, DISTINCT or
+    arithmetic), the indices it picks: post-processing is then a reordering, done without SQL.
+
+    >>> import sqlglot
+    >>> plain_projection(sqlglot.parse_one("SELECT g0 AS store, a0 AS n FROM dp_core"), ["g0", "a0"])
+    [0, 1]
+    >>> plain_projection(sqlglot.parse_one("SELECT a0 * 2 AS n FROM dp_core"), ["a0"]) is None
+    True
+    """
+    if any(post.args.get(part) for part in ("where", "order", "limit", "offset", "distinct", "group")):
+        return None
+    picked = []
+    for item in post.expressions:
+        column = item.unalias()
+        if not isinstance(column, exp.Column) or column.name not in core:
+            return None
+        picked.append(core.index(column.name))
+    return picked

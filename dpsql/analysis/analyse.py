@@ -1,0 +1,458 @@
+"""Stage 4, analyse: a checked query and the privacy options become a plan of bounded measures.
+
+Every aggregate becomes one or two *measures* — bounded integer sums (see
+``dpsql.analysis.sensitivity``) — with exact integer per-row bounds on a fixed grid, a sensitivity,
+a share of epsilon and delta, and a noise scale:
+
+* ``COUNT(*)`` / ``COUNT(expr)``: sum of 1 per row / per non-NULL value, bounds [0, 1].
+* ``SUM(expr)``: the expression's range (``dpsql.analysis.ranges``) on a power-of-two grid ``g``:
+  per-row integer values in [floor(lo/g), ceil(hi/g)]; the release is (noisy integer) * g,
+  so released reals always lie on the grid, whatever the data.
+* ``AVG(expr)``: a *centred* sum of 2v - (L + U) (range [-(U - L), U - L], half the
+  sensitivity of a plain sum when the bounds are one-signed) and a count of the same non-NULL
+  values; released as the ratio, clamped into [lo, hi].
+
+* ``VARIANCE``/``STDDEV``: centred sum, sum of squared centred values and count.
+* ``COUNT(DISTINCT unit)``: one per (unit, group) the unit contributes to.
+
+The query's epsilon is split between its aggregates by weight (equal by default), and
+each aggregate's share equally between its measures; partition selection, when a GROUP BY
+key has no public domain, takes one more share and the delta. Basic composition makes the
+query (sum of shares, sum of deltas)-DP, and a self-check refuses a plan that would spend
+more than was asked.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.analysis.plan import (
+    Aggregate,
+    AggregateRelease,
+    ClampedColumn,
+    Measure,
+    Plan,
+    PrivateQuery,
+    Selection,
+)
+from dpsql.analysis.ranges import Interval, derive_range, is_integral_type
+from dpsql.analysis.sensitivity import (
+    Sensitivity,
+    bounded_sum_sensitivity,
+    distinct_units_sensitivity,
+)
+from dpsql.errors import (
+    InternalError,
+    InvalidParameter,
+    UnsupportedQuery,
+    surface_hints,
+)
+from dpsql.mechanisms.calibrate import gaussian_sigma_squared, laplace_scale
+from dpsql.mechanisms.quantile import quantile_rule
+from dpsql.mechanisms.selection import selection_rule
+from dpsql.policy.model import Policy
+from dpsql.sql.parse import node_position
+from dpsql.sql.types import inward
+
+FINE_BITS = 40
+"""Grid resolution below the largest bound: per-row rounding error at most 2**-41 of it."""
+MAX_SCALE_BITS = 36
+"""Noise scales in grid units stay below 2**36: the exact samplers need moderate integers."""
+
+
+@dataclass(frozen=True)
+class PrivacyOptions:
+    """What the caller asked a query to spend."""
+
+    epsilon: Fraction
+    """Total epsilon of the query."""
+    delta: Fraction = Fraction(0)
+    """Total delta of the query (Gaussian noise and partition selection use it)."""
+    noise: str = "laplace"
+    """'laplace' or 'gaussian' (Gaussian needs delta > 0)."""
+    weights: tuple[tuple[str, Fraction], ...] = ()
+    """Relative epsilon shares by aggregate (output name or as written); 1 when not named."""
+
+
+def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, sql: str = "") -> Plan:
+    """Build the plan: measures, sensitivities, epsilon split, noise scales, partition selection."""
+    gaussian = options.noise == "gaussian"
+    if gaussian and options.delta <= 0:
+        raise UnsupportedQuery("Gaussian noise needs delta > 0",
+                               **surface_hints("{delta}, or use Laplace noise", delta="1e-7"))
+    private_keys = [k for k in query.keys if k.domain is None]
+    if private_keys and options.delta <= 0:
+        line, col = node_position(private_keys[0].expression, sql)
+        raise UnsupportedQuery(
+            f"GROUP BY {private_keys[0].expression.sql(dialect='duckdb')} has no public KEYS domain, and "
+            "without delta its keys cannot be released (which keys exist is private)",
+            line=line, col=col,
+            **surface_hints("declare the column's domain with KEYS in the policy, or {delta} (any delta > 0) "
+                            "so keys can pass partition selection", delta="1e-7"),
+        )
+    weights = _weights(query, options)
+    shares = sum(weights.values()) + (1 if private_keys else 0)
+    selection_delta = options.delta if private_keys and not gaussian else options.delta / 2 if private_keys else 0
+    measure_delta = options.delta - selection_delta if gaussian else Fraction(0)
+
+    measures: list[Measure] = []
+    releases: list[AggregateRelease] = []
+    for aggregate in query.aggregates:
+        epsilon = options.epsilon * weights[aggregate.name] / shares
+        shapes, release = _shapes_of(aggregate, query, sql, start=len(measures))
+        _check_double_range(aggregate, shapes, sql)
+        gaussian_here = gaussian and measure_delta > 0
+        count = len(shapes)
+        measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
+        if release.function == "quantile":
+            measure, rule = _histogram(shapes[0], query, policy, epsilon, release.quantile)
+            _check_grid_exponent(aggregate, measure, sql)
+            measures.append(measure)
+            releases.append(replace(release, epsilon=epsilon, rule=rule))
+            continue
+        finished = _finish_aggregate(shapes, query, policy, epsilon / count, Fraction(measure_share) / count,
+                                     gaussian_here)
+        _check_grid_fits(aggregate, finished, sql)
+        measures.extend(finished)
+        releases.append(replace(release, epsilon=epsilon))
+    selection = None
+    if private_keys:
+        if laplace_scale(Fraction(2 * query.rule.groups_per_unit), options.epsilon / shares) >= SAMPLER_LIMITS["laplace"]:
+            _too_small(options.epsilon)  # the selection noise would be beyond the exact sampler
+        rule = selection_rule(options.epsilon / shares, Fraction(selection_delta),
+                              query.rule.groups_per_unit, policy.neighbours)
+        selection = Selection(measure="u", epsilon=rule.epsilon, delta=rule.delta,
+                              scale=rule.scale, threshold=rule.threshold)
+    epsilon = sum((m.epsilon for m in measures), Fraction(0)) + (selection.epsilon if selection else 0)
+    delta = sum((m.delta for m in measures), Fraction(0)) + (selection.delta if selection else 0)
+    if epsilon > options.epsilon or delta > options.delta:
+        raise InternalError("the plan would spend more than was asked")  # Tumult's self-check
+    return Plan(query=query, measures=tuple(measures), aggregates=tuple(releases), selection=selection,
+                epsilon=epsilon, delta=delta, neighbours=policy.neighbours)
+
+
+def _weights(query: PrivateQuery, options: PrivacyOptions) -> dict[str, Fraction]:
+    named = {name.lower(): Fraction(weight) for name, weight in options.weights}
+    by_output = {aggregate: output.lower() for output, aggregate in query.direct}
+    weights = {}
+    for aggregate in query.aggregates:
+        keys = (aggregate.label.lower(), by_output.get(aggregate.name, ""))
+        weight = next((named[k] for k in keys if k in named), Fraction(1))
+        if weight <= 0:
+            raise InvalidParameter(f"the weight of {aggregate.label} must be positive, got {weight}",
+                                   hint="give every aggregate a positive weight")
+        weights[aggregate.name] = weight
+    unknown = set(named) - {a.label.lower() for a in query.aggregates} - set(by_output.values())
+    if unknown:
+        raise InvalidParameter(f"weights name no aggregate of the query: {', '.join(sorted(unknown))}",
+                               hint="name an aggregate by its output name or as written, e.g. 'count_star()'")
+    return weights
+
+
+QUANTILE_BUCKETS = 1024
+"""Candidates of a DP quantile: the edges of this many equal buckets between the bounds."""
+
+
+def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q: float):
+    """A quantile's bucket-count measure and its exponential-mechanism rule.
+
+    One unit puts at most k values into a group's histogram and, over all groups, at most k
+    in total (the rows it is granted), so with Delta_u computed for k the releases of all
+    groups together are epsilon-DP (``dpsql.mechanisms.quantile``)."""
+    rows = query.rule.max_rows_per_unit
+    interval = shape.interval
+    rule = quantile_rule(q, epsilon, rows, policy.neighbours, interval.lower, interval.upper, QUANTILE_BUCKETS)
+    width = (interval.upper - interval.lower) / QUANTILE_BUCKETS
+    measure = Measure(
+        name=shape.name, kind="histogram", argument=shape.argument, clamped_columns=shape.clamped,
+        grid=width, lower=0, upper=QUANTILE_BUCKETS - 1, centred=False,
+        sensitivity=Sensitivity(rule.utility_sensitivity, rule.utility_sensitivity ** 2),
+        epsilon=epsilon, delta=Fraction(0), noise="exponential", scale=rule.utility_sensitivity,
+        offset=interval.lower,
+    )
+    return measure, rule
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A measure before its budget share is known."""
+
+    name: str
+    kind: str
+    argument: exp.Expression | None
+    interval: Interval | None
+    clamped: tuple[ClampedColumn, ...]
+    centred: bool = False
+    squared: bool = False
+    counts_values_of: str | None = None
+    fine_bits: int = 40
+
+
+def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int):
+    """The measures an aggregate needs, and how its value is released from them."""
+    names = [f"m{start + i}" for i in range(3)]
+    function = aggregate.function
+    if function == "count":
+        shape = _Shape(names[0], "count", aggregate.argument, None, ())
+        return [shape], AggregateRelease(aggregate.name, "count", (names[0],))
+    if function == "count_units":
+        shape = _Shape(names[0], "units", None, None, ())
+        return [shape], AggregateRelease(aggregate.name, "count_units", (names[0],))
+    if function == "count_distinct":  # at most k new values per unit: the COUNT rule
+        shape = _Shape(names[0], "distinct", aggregate.argument, None, ())
+        return [shape], AggregateRelease(aggregate.name, "count_distinct", (names[0],))
+    interval = derive_range(aggregate.argument, _column_bounds(query), sql)
+    if interval is None:
+        line, col = node_position(aggregate.argument, sql)
+        raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
+                               line=line, col=col, hint="aggregate a column or an expression over columns")
+    clamped = _clamped_columns(aggregate.argument, query)
+    bounds = dict(lower=interval.lower, upper=interval.upper)
+    if function == "quantile":
+        if interval.lower == interval.upper:
+            line, col = node_position(aggregate.argument, sql)
+            raise UnsupportedQuery(f"{aggregate.label}: the expression's bounds are equal, so it is constant",
+                                   line=line, col=col, hint="select the constant itself")
+        shape = _Shape(names[0], "histogram", aggregate.argument, interval, clamped)
+        return [shape], AggregateRelease(aggregate.name, "quantile", (names[0],), quantile=aggregate.quantile,
+                                         **bounds)
+    if function == "sum":
+        shape = _Shape(names[0], "sum", aggregate.argument, interval, clamped)
+        return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
+    if function == "avg":
+        total = _Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True)
+        count = _Shape(names[1], "count", aggregate.argument, interval, clamped, counts_values_of=names[0])
+        return [total, count], AggregateRelease(aggregate.name, "avg", (names[0], names[1]), **bounds)
+    # VARIANCE / STDDEV: centred sum, sum of squares and count on a coarser grid (12 bits of
+    # the range), so squares stay moderate integers.
+    total = _Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True, fine_bits=12)
+    squares = _Shape(names[1], "sum", aggregate.argument, interval, clamped, centred=True, squared=True,
+                     fine_bits=12)
+    count = _Shape(names[2], "count", aggregate.argument, interval, clamped, counts_values_of=names[0],
+                   fine_bits=12)
+    return [total, squares, count], AggregateRelease(aggregate.name, function, tuple(names), sample=aggregate.sample,
+                                                     **bounds)
+
+
+def _column_bounds(query: PrivateQuery):
+    def lookup(name: str) -> Interval | None:
+        rule = query.rule.column(name)
+        if rule is None or rule.bounds is None:
+            return None
+        integral = is_integral_type(query.column_type(name)) and all(
+            b.denominator == 1 for b in (rule.bounds.lower, rule.bounds.upper)
+        )
+        return Interval(rule.bounds.lower, rule.bounds.upper, integral)
+
+    lookup.integral_column = lambda name: is_integral_type(query.column_type(name))  # for a CLAMPed sum's grid
+    lookup.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
+    return lookup
+
+
+def _clamped_columns(argument: exp.Expression, query: PrivateQuery) -> tuple[ClampedColumn, ...]:
+    names = sorted({c.name for c in argument.find_all(exp.Column)})
+    clamped = []
+    for name in names:
+        rule = query.rule.column(name)
+        if rule is None or rule.bounds is None:
+            continue
+        type_name = query.column_type(name).upper()
+        # Rounded inward onto the column's own values (``dpsql.sql.types.inward``): still within
+        # the declared bounds, and a clamp literal of the column's scale cannot overflow it.
+        lower, upper = inward(rule.bounds.lower, rule.bounds.upper, type_name)
+        clamped.append(ClampedColumn(name, lower, upper,
+                                     floating=type_name in ("FLOAT", "REAL", "DOUBLE", "FLOAT4", "FLOAT8")))
+    return tuple(clamped)
+
+
+def choose_grid(interval: Interval, rows_per_unit: int, epsilon: Fraction, fine_bits: int = FINE_BITS) -> Fraction:
+    """The power-of-two grid a sum is computed and released on; depends on the policy only.
+
+    Fine enough that rounding each row moves it by at most 2**-(fine_bits+1) of the largest
+    bound, and coarse enough that the noise scale in grid units stays below 2**36.
+    Integer-valued expressions keep a grid of 1 unless the noise would be that large.
+
+    >>> choose_grid(Interval(Fraction(0), Fraction(500), True), 10, Fraction(1, 10))
+    Fraction(1, 1)
+    >>> choose_grid(Interval(Fraction(0), Fraction(1), False), 1, Fraction(1))
+    Fraction(1, 4294967296)
+    """
+    magnitude = max(abs(interval.lower), abs(interval.upper), Fraction(1, 2**1000))
+    exponent = floor_log2(magnitude) - fine_bits
+    if interval.integral:
+        exponent = max(exponent, 0)
+    noise_magnitude = 16 * rows_per_unit * magnitude / epsilon  # above any scale we calibrate
+    above = floor_log2(noise_magnitude)
+    above += Fraction(2) ** above != noise_magnitude  # ceil(log2(noise_magnitude)), exactly
+    exponent = max(exponent, above - MAX_SCALE_BITS)
+    return Fraction(2) ** exponent
+
+
+def floor_log2(value: Fraction) -> int:
+    """floor(log2(value)) of a positive Fraction, exactly: no float, so no overflow for the
+    largest bounds a policy or a public column can state.
+
+    >>> floor_log2(Fraction(1, 3)), floor_log2(Fraction(4)), floor_log2(Fraction(10) ** 400)
+    (-2, 2, 1328)
+    """
+    numerator, denominator = value.numerator, value.denominator
+    exponent = numerator.bit_length() - denominator.bit_length()
+    if (numerator << max(-exponent, 0)) < (denominator << max(exponent, 0)):
+        exponent -= 1
+    return exponent
+
+
+SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52, "none": Fraction(2) ** 1000}
+"""Largest Laplace scale / Gaussian sigma^2 (grid units) handed to the exact samplers."""
+
+
+def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy, epsilon: Fraction,
+                      delta: Fraction, gaussian: bool) -> list[Measure]:
+    """Calibrate an aggregate's measures on one shared grid, coarsened until all fit the samplers."""
+    valued = next((s for s in shapes if s.interval is not None), None)
+    if valued is None:
+        measures = [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
+        if any(m.scale >= SAMPLER_LIMITS[m.noise] for m in measures):
+            _too_small(epsilon)
+        return measures
+    grid = choose_grid(valued.interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
+    widest = max(abs(valued.interval.lower), abs(valued.interval.upper), Fraction(1))
+    while True:
+        measures = [_calibrated(s, query, policy, grid, epsilon, delta, gaussian) for s in shapes]
+        if all(m.scale < SAMPLER_LIMITS[m.noise] for m in measures):
+            return measures
+        if grid > 4 * widest:  # the grid is coarser than the values: only a larger epsilon helps
+            _too_small(epsilon)
+        grid *= 2
+
+
+LARGEST_DOUBLE = Fraction(sys.float_info.max)
+"""Row values are computed in DOUBLE: a range reaching past it would overflow to infinity."""
+
+GRID_EXPONENTS = range(-1000, 1001)
+"""Powers of two a grid may be: the rewrite scales by 1/grid as an exact DOUBLE literal."""
+
+
+def _check_double_range(aggregate: Aggregate, shapes: list, sql: str) -> None:
+    """Refuse, before anything is charged, a VARIANCE or STDDEV whose squared values may leave
+    the range of a DOUBLE (``VARIANCE(x * 1e200)``): they could not be computed, and the query
+    would fail after its charge. (A plain value beyond it reads as NULL, as any failed row
+    expression does; grids no DOUBLE holds are refused by ``_check_grid_exponent``.)"""
+    for shape in shapes:
+        interval = shape.interval
+        if interval is None or not getattr(shape, "squared", False):
+            continue
+        widest = max(abs(interval.lower), abs(interval.upper))
+        if widest == 0:
+            continue
+        widest = widest * widest  # VARIANCE and STDDEV square the (centred) values
+        exponent = floor_log2(widest)
+        if widest <= LARGEST_DOUBLE:
+            continue
+        line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+        raise UnsupportedQuery(
+            f"{aggregate.label}: its squared values may reach about 2**{exponent}, beyond the largest "
+            "DOUBLE (about 1.8e308)", line=line, col=col,
+            construct=aggregate.label,
+            hint="scale the expression into a moderate range (e.g. divide or multiply by a constant "
+                 "after aggregating), or CLAMP it to smaller bounds")
+
+
+def _check_grid_exponent(aggregate: Aggregate, measure: Measure, sql: str) -> None:
+    """The rewrite scales values by 1/grid written as an exact DOUBLE power of two: refuse a
+    grid beyond that (values so large that the noise needs a coarser grid, ``SUM(x * 1e308)``
+    at a small epsilon; or so small that no DOUBLE holds their rounding step, ``SUM(x * 1e-320)``)."""
+    grid = measure.grid
+    if grid <= 0:
+        return
+    exponent = floor_log2(grid)
+    if exponent in GRID_EXPONENTS:
+        return
+    line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+    large = "its values are too large: their buckets would need" if measure.kind == "histogram" else \
+        "its values are too large for this epsilon: the noise would need"
+    why = large if exponent > 0 else "its values are too small: rounding them would need"
+    raise UnsupportedQuery(
+        f"{aggregate.label}: {why} a grid of about 2**{exponent}, beyond what a DOUBLE holds",
+        line=line, col=col, construct=aggregate.label,
+        hint="scale the expression into a moderate range (multiply or divide by a constant after "
+             "aggregating), CLAMP it to smaller bounds"
+             + (", or use a larger epsilon" if exponent > 0 and measure.kind != "histogram" else ""))
+
+
+def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) -> None:
+    """Per-row values on the grid must fit BIGINT with room to spare: the rewrite scales and
+    rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
+    for |value / grid| < 2**62 (``dpsql.backends.rewrite._cannot_fail``). Refused here, before the charge."""
+    for measure in measures:
+        _check_grid_exponent(aggregate, measure, sql)
+        if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
+            line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
+            raise UnsupportedQuery(
+                f"{aggregate.label}: its bounds span {max(abs(measure.lower), abs(measure.upper))} steps of its "
+                f"grid {measure.grid}, more than 2**62 that 64-bit integers hold", line=line, col=col,
+                hint="narrow the column's BOUNDS in the policy, or CLAMP the expression to a smaller range")
+
+
+def _too_small(epsilon: Fraction) -> None:
+    raise InvalidParameter(f"epsilon {float(epsilon):.3g} is too small for this query: its noise would be "
+                           "beyond what the exact samplers draw", hint="use a larger epsilon, e.g. 0.001 or more")
+
+
+def _rows_per_unit(shape: _Shape, query: PrivateQuery) -> int:
+    """How many groups one unit's distinct-unit counts can touch."""
+    return min(query.rule.groups_per_unit, query.rule.max_rows_per_unit) if query.keys else 1
+
+
+def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
+                delta: Fraction, gaussian: bool) -> Measure:
+    if shape.interval is None:
+        lower, upper = 0, 1
+    else:
+        lower = math.floor(shape.interval.lower / grid)
+        upper = math.ceil(shape.interval.upper / grid)
+    spread = upper - lower
+    if shape.kind in ("count", "units", "distinct"):
+        value_lower, value_upper = 0, 1
+    elif shape.squared:
+        value_lower, value_upper = 0, spread * spread
+    elif shape.centred:
+        value_lower, value_upper = -spread, spread
+    else:
+        value_lower, value_upper = lower, upper
+    if shape.kind == "units":
+        sensitivity = distinct_units_sensitivity(groups_per_unit=_rows_per_unit(shape, query),
+                                                 neighbours=policy.neighbours, grouped=bool(query.keys))
+    else:
+        sensitivity = bounded_sum_sensitivity(
+            value_lower, value_upper, rows_per_unit=query.rule.max_rows_per_unit,
+            neighbours=policy.neighbours, grouped=bool(query.keys),
+        )
+    if sensitivity.l1 == 0:
+        scale, noise = Fraction(1), "none"  # a measure nobody can move needs no noise
+    elif gaussian:
+        scale, noise = gaussian_sigma_squared(sensitivity.l2_squared, epsilon, delta), "gaussian"
+    else:
+        scale, noise = laplace_scale(sensitivity.l1, epsilon), "laplace"
+    return Measure(
+        name=shape.name,
+        kind=shape.kind,
+        argument=shape.argument,
+        clamped_columns=shape.clamped,
+        grid=grid,
+        lower=lower,
+        upper=upper,
+        centred=shape.centred,
+        sensitivity=sensitivity,
+        epsilon=epsilon,
+        delta=delta if noise == "gaussian" else Fraction(0),
+        noise=noise,
+        scale=scale,
+        counts_values_of=shape.counts_values_of,
+        squared=shape.squared,
+    )

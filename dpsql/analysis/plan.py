@@ -1,0 +1,250 @@
+"""The frozen hand-offs between stages: what a checked query asks, and the plan that answers it.
+
+``check`` produces a ``PrivateQuery`` (or a ``PublicQuery``); ``analyse`` turns it into a
+``Plan`` of ``Measure``s, each a bounded integer sum with its sensitivity, its share of the
+budget and its noise; ``rewrite`` turns a plan into SQL; ``release`` adds the noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from sqlglot import exp
+
+from dpsql.analysis.sensitivity import Sensitivity
+from dpsql.policy.model import KeyDomain, PrivateTable
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A GROUP BY key: a row-level expression, with a public domain when one is declared."""
+
+    name: str
+    """Its column in the noisy core result (g0, g1, ...)."""
+    expression: exp.Expression
+    """The bound row-level expression grouped on."""
+    domain: KeyDomain | None
+    """Public key domain (every key released) or None (keys pass partition selection)."""
+    type_name: str | None = None
+    """The key expression's DuckDB type, from binding the query before the charge."""
+    form: str = "value"
+    """How the key is grouped and read back (``dpsql.backends.keys.key_form``): "value" or "text"."""
+    narrowed_by: tuple[exp.Expression, ...] = ()
+    """WHERE conjuncts on this key's column alone (for a column of a joined public table: on that
+    table's columns): the released domain keeps the keys for which they hold (``dpsql.analysis.domains``)."""
+    narrowing_columns: tuple[tuple[str, str], ...] = ()
+    """For a column of a joined public table: (column of the query, column of the public table)
+    of the table's other columns ``narrowed_by`` reads, evaluated on the table's own rows."""
+
+
+AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate call of the query, as the analyst wrote it (already bound)."""
+
+    name: str
+    """Its column in the noisy core result (a0, a1, ...)."""
+    function: AggregateFunction
+    """What it computes."""
+    argument: exp.Expression | None
+    """The row-level argument (FILTER folded in as CASE WHEN ... THEN arg END); None for COUNT(*)."""
+    label: str
+    """How the analyst wrote it, for explain and for output names."""
+    sample: bool = False
+    """VAR_SAMP / STDDEV_SAMP (n - 1 denominator) rather than the population form."""
+    quantile: float | None = None
+    """For quantiles: q in [0, 1] (MIN is 0, MAX is 1, MEDIAN is 0.5)."""
+    weight: Fraction = Fraction(1)
+    """Relative share of the query's epsilon."""
+
+
+@dataclass(frozen=True)
+class PrivateQuery:
+    """A checked aggregate query over one private table, split into a private core and
+    a post-processing query over the core's noisy result."""
+
+    table: str
+    """Catalog key of the private table, or a label of the relation."""
+    rule: PrivateTable
+    """What the policy says of it (for a relation: the derived unit, limits and bounds)."""
+    column_types: tuple[tuple[str, str], ...]
+    """(lower column name, DuckDB type) of every column of the table."""
+    where: exp.Expression | None
+    """The bound WHERE predicate, if any."""
+    keys: tuple[GroupKey, ...]
+    """GROUP BY keys, in GROUP BY order."""
+    aggregates: tuple[Aggregate, ...]
+    """Every distinct aggregate call (select list, HAVING, ORDER BY)."""
+    post: exp.Select
+    """Post-processing query over ``dp_core`` (columns g*, a*): select list, HAVING as WHERE,
+    ORDER BY, LIMIT; it sees only noisy values and public keys."""
+    outputs: tuple[str, ...]
+    """Released column names, in select-list order."""
+    direct: tuple[tuple[str, str], ...] = ()
+    """(output name, aggregate name) for outputs that are exactly one aggregate: their
+    accuracy is the aggregate's."""
+    source: exp.Expression | None = None
+    """The relation's SQL: a table (a private table's bounded copy), or a join, subquery, CTE
+    or UNION ALL. ``None``: the table named ``table`` itself."""
+    rows_per_unit: int | None = None
+    """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
+    hidden_unit: bool = False
+    """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
+    which the analyst cannot name (``dpsql.backends.bounding``); every rule treats it as a unit column."""
+    bounded: tuple[str, ...] = ()
+    """The bounded copies (``dpsql.backends.bounding``) the source reads: built before it runs."""
+    joins: tuple[str, ...] = ()
+    """What each join with public data compares and multiplies (for explain)."""
+
+    def column_type(self, name: str) -> str:
+        """The DuckDB type of a column of the table."""
+        return dict(self.column_types)[name.lower()]
+
+
+@dataclass(frozen=True)
+class PublicQuery:
+    """A query touching public tables only: it runs exactly and costs nothing."""
+
+    sql: str
+    """The SQL to run, regenerated from the checked AST."""
+
+
+@dataclass(frozen=True)
+class ClampedColumn:
+    """A bounded column read inside a measure, clamped into its policy bounds per row."""
+
+    name: str
+    """Lower-cased column name."""
+    lower: Fraction
+    """Policy lower bound."""
+    upper: Fraction
+    """Policy upper bound."""
+    floating: bool
+    """True for FLOAT/DOUBLE columns, whose NaN must become NULL."""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One noisy quantity: a bounded sum of integer row values, per group."""
+
+    name: str
+    """Column name in the bounded SQL (m0, m1, ...)."""
+    kind: Literal["count", "sum", "units", "histogram", "distinct"]
+    """COUNT of rows / non-NULL values, SUM of values, count of distinct units per group, or
+    (for quantiles) per-bucket counts fed to the exponential mechanism instead of noised."""
+    argument: exp.Expression | None
+    """Row-level expression (bound, unclamped); ``None`` counts rows."""
+    clamped_columns: tuple[ClampedColumn, ...]
+    """Columns of ``argument`` clamped before it is evaluated."""
+    grid: Fraction
+    """Value of one integer unit: released values are multiples of it."""
+    lower: int
+    """Smallest per-row value, in grid units."""
+    upper: int
+    """Largest per-row value, in grid units."""
+    centred: bool
+    """For AVG and VARIANCE: values are summed as 2*v - (lower + upper), centred on zero."""
+    sensitivity: Sensitivity
+    """How far one unit moves this measure's vector, in (centred) grid units."""
+    epsilon: Fraction
+    """This measure's share of the query's epsilon."""
+    delta: Fraction
+    """This measure's share of the query's delta."""
+    noise: Literal["laplace", "gaussian", "none", "exponential"]
+    """Discrete Laplace (scale) or discrete Gaussian (sigma squared); none if nothing can move it."""
+    scale: Fraction
+    """Laplace scale Delta_1/epsilon, or Gaussian sigma^2, in (centred) grid units."""
+    counts_values_of: str | None = None
+    """For AVG's count: the sum measure whose non-NULL row values it counts."""
+    squared: bool = False
+    """For VARIANCE: the centred values are squared before summing."""
+    offset: Fraction = Fraction(0)
+    """For histograms: the value of bucket 0's lower edge (bucket i covers offset + i * grid)."""
+
+
+@dataclass(frozen=True)
+class AggregateRelease:
+    """How an aggregate's released value is computed from its measures."""
+
+    name: str
+    """The aggregate's core column (a0, ...)."""
+    function: AggregateFunction
+    """What it computes."""
+    measures: tuple[str, ...]
+    """Measures it reads: (count,), (sum,), (centred sum, count), (centred sum, sum of squares, count)."""
+    lower: Fraction | None = None
+    """Lower bound of the aggregated expression (AVG, VARIANCE clamp into the bounds)."""
+    upper: Fraction | None = None
+    """Upper bound of the aggregated expression."""
+    sample: bool = False
+    """Sample (n - 1) variance."""
+    epsilon: Fraction = Fraction(0)
+    """This aggregate's share of epsilon (split among its measures)."""
+    quantile: float | None = None
+    """For quantiles: q in [0, 1]."""
+    rule: Any = None
+    """For quantiles: the ``dpsql.mechanisms.quantile.QuantileRule`` the exponential mechanism uses."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Partition selection: which private keys are released, by a noisy distinct-unit count."""
+
+    measure: str
+    """The measure counting distinct units per group."""
+    epsilon: Fraction
+    """Epsilon spent on selection."""
+    delta: Fraction
+    """Delta spent on selection."""
+    scale: Fraction
+    """Discrete Laplace scale of the unit counts."""
+    threshold: int
+    """A group is released when its noisy unit count reaches this."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything needed to answer a private query, decided before any data is read."""
+
+    query: PrivateQuery
+    """The checked query."""
+    measures: tuple[Measure, ...]
+    """Noisy quantities to compute."""
+    aggregates: tuple[AggregateRelease, ...]
+    """How each aggregate is released from its measures."""
+    selection: Selection | None = None
+    """Partition selection, when some GROUP BY key has no public domain."""
+    epsilon: Fraction = Fraction(0)
+    """Total epsilon charged (sum over measures and selection)."""
+    delta: Fraction = Fraction(0)
+    """Total delta charged (sum over measures and selection)."""
+    neighbours: str = "unbounded"
+    """Neighbour relation the sensitivities were derived for."""
+
+    @property
+    def summed(self) -> tuple[Measure, ...]:
+        """The measures the main bounded SQL sums."""
+        return tuple(m for m in self.measures if m.kind not in ("histogram", "distinct"))
+
+    @property
+    def separate(self) -> tuple[Measure, ...]:
+        """Measures with a bounded SQL of their own: quantile histograms, distinct values."""
+        return tuple(m for m in self.measures if m.kind in ("histogram", "distinct"))
+
+    @property
+    def noised(self) -> tuple[Measure, ...]:
+        """The measures released with additive noise (all but quantile histograms)."""
+        return tuple(m for m in self.measures if m.kind != "histogram")
+
+    @property
+    def histograms(self) -> tuple[Measure, ...]:
+        """Quantile histograms, each computed by its own bounded SQL."""
+        return tuple(m for m in self.measures if m.kind == "histogram")
+
+    def measure(self, name: str) -> Measure:
+        """A measure by name."""
+        return next(m for m in self.measures if m.name == name)

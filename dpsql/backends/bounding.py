@@ -1,0 +1,555 @@
+"""Each private table bounded once: at most MAX ROWS PER UNIT rows of every unit, for every query.
+
+A private table is read by analyst queries only through its *bounded copy*, a table in an
+in-memory database attached as ``dp_bounding`` (so every cursor of the connection sees it,
+and a read-only database file stays untouched), holding at most ``k`` (the policy's MAX ROWS
+PER UNIT) rows of each unit — the ``k`` rows first in the order of a secret salted hash of the
+row's own values — and no row whose unit is NULL.
+
+Row-level tables (PRIVACY UNIT ROW) are unit-level tables whose unit is hidden (DESIGN.md
+invariant 16): their copy adds a column ``dp_row``, the row's own id, and every later stage
+treats it as the unit column — joins multiply its rows by ``m``, partition selection counts
+distinct ids, quantiles and contribution options see ``k·m`` rows per id — while binding
+never lets the analyst name it. The id is a salted 128-bit hash of the row's values and of
+its index among the rows identical to it (``GROUP BY <values>``, then indexes 1..n),
+never a rowid or a position: adding or removing a row changes no other row's id (identical
+rows are interchangeable, so which of them gets which index does not matter). An id that
+more than one row has (a hash collision: about n²/2¹²⁹ for n rows, if the two seeded 64-bit
+halves behave as independent hashes) is dropped with all its rows: the copy holds one row
+per id by construction, so a collision costs those rows (accuracy). Adding or removing one
+row then adds or removes at most one id of the copy — add-or-remove neighbours map to
+neighbouring copies exactly. Replacing a row (BOUNDED neighbours) is a removal and an
+addition, and if the removed row shared its id with another, both could change the copy
+by one unit each: that needs a collision in ``D``, so its probability over the salt adds to
+delta (documented in ``docs/THREAT_MODEL.md``; a wider id would shrink it further).
+
+Why this is safe. The copy is ``T(D)``, where ``T`` keeps, for each unit separately, a subset
+of that unit's rows chosen from those rows and the salt alone. So ``T`` is *stable*: adding
+or removing one unit (or changing its rows) changes the rows of that unit only, and the copy
+of a neighbouring database is a neighbouring copy. Every query is then analysed and bounded
+exactly as before, over ``T(D)`` instead of ``D``: its sensitivity argument holds for each
+fixed salt, hence for the random one, and composition over many queries holds for the same
+fixed ``T``. The salt is drawn independently of the data (it is the ledger's).
+
+Strings are compared byte for byte. A ``COLLATE NOCASE`` column would make DuckDB group
+'A' and 'a' together and release whichever spelling it met first (an order- and
+data-dependent choice), and would make a unit 'A' equal to another table's unit 'a'; the copy
+therefore holds every VARCHAR column with the binary collation, so a unit, a group key and a
+join compare exactly the stored strings, whatever the table declares.
+
+Why it is done. (1) Timing: analyst expressions never see more than ``k`` rows of one unit,
+so a costly expression under ``CASE WHEN unit = target`` costs at most ``k`` rows' worth, not
+the target's raw row count. (2) Speed: every unit in the copy is *light* (at most ``k``
+rows), so a query that is ungrouped, or whose groups per unit cannot exceed its rows, needs
+no per-unit aggregation at all (see ``dpsql.backends.rewrite``) — it runs like a row-level query.
+
+Why it is padded. DuckDB's optimizer reads column statistics (each column's min and max)
+when it plans a query, and a filter those statistics prove false — ``WHERE user_id = 424242``
+above the largest id, ``WHERE age > 100`` when nobody is that old — is answered as an empty
+result without a scan: milliseconds that say whether someone has such a value. So each copy
+also holds two *padding rows* (``dp_pad``), one with every column at its type's lowest value
+and one at its highest (±inf, ±infinity dates, '' and U+10FFFF strings, true and false),
+which every query drops by ``NOT dp_pad`` before anything else: no comparison with a constant
+can be decided from statistics any more. Columns of other types (lists, structs, blobs, ...)
+are padded with NULL and keep their statistics.
+
+What it costs. The copy is built on the first query that reads the table (one window over
+the table, without the analyst's query time limit: its SQL is dpsql's alone), lives in memory
+(DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
+``Connection.refresh()`` rebuilds it after the wrapped database changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sqlglot import exp
+
+from dpsql.policy.model import (
+    DEFAULT_MAX_LIST_LENGTH,
+    DEFAULT_MAX_STRING_LENGTH,
+    PrivateTable,
+)
+from dpsql.sql.names import PAD, ROW_UNIT
+from dpsql.sql.types import (
+    enum_values,
+    holds_lists,
+    is_list,
+    list_element,
+    map_types,
+    struct_fields,
+)
+
+PREFIX = "dp_bounded_"
+ROW_UNIT_TYPE = "UHUGEINT"
+DATABASE = "dp_bounding"
+"""The in-memory database holding the copies (never in the analyst's catalog)."""
+RAW_ROWS_PREFIX = "dp_raw_rows_"
+"""Prefix of a unit table's *row-count table*: each unit's raw row count, capped (``raw_rows_sql``)."""
+DROP_CAP = 4
+"""The bias report's C = DROP_CAP · k (``dpsql.bias``): the most rows beyond the limit one unit
+may add to its ``dropped`` count. The row-count table caps what it stores by it."""
+
+
+@dataclass(frozen=True)
+class BoundedTable:
+    """The bounded copy of one private table."""
+
+    source: str
+    """The private table's catalog name (``schema.table`` outside ``main``)."""
+    unit: str
+    """Its privacy unit column (lower case); ``ROW_UNIT`` for a row-level table."""
+    rows_per_unit: int
+    """How many rows of each unit the copy keeps: the policy's MAX ROWS PER UNIT."""
+    columns: tuple[tuple[str, str], ...]
+    """Every column of the table (lower case) with its DuckDB type, in order."""
+    row_level: bool = False
+    """Each row is its own unit: the copy adds the hidden id column ``ROW_UNIT``."""
+    list_length: int | None = None
+    """The policy's MAX LIST LENGTH for the table (``None``: the default applies)."""
+    string_length: int | None = None
+    """The policy's MAX STRING LENGTH for the table (``None``: the default applies)."""
+
+    @property
+    def name(self) -> str:
+        if self.row_level:
+            return row_copy_name(self.source, self.list_length, self.string_length)
+        return bounded_name(self.source, self.unit, self.rows_per_unit, self.list_length, self.string_length)
+
+
+def bounded_name(source: str, unit: str, rows_per_unit: int, list_length: int | None = None,
+                 string_length: int | None = None) -> str:
+    """The table holding ``source``'s copy bounded to ``rows_per_unit`` rows of each ``unit``.
+
+    The name says all the copy depends on besides the salt, so two connections sharing one
+    DuckDB connection under different policies never read each other's copies.
+
+    >>> bounded_name("sales.visits", "User_Id", 10)
+    'dp_bounded_sales__visits__user_id__10'
+    """
+    return (f"{PREFIX}{source.lower().replace('.', '__')}__{unit.lower()}__{rows_per_unit}"
+            f"{_limits_suffix(list_length, string_length)}")
+
+
+def _limits_suffix(list_length: int | None, string_length: int | None) -> str:
+    """A stated MAX LIST LENGTH or MAX STRING LENGTH changes what the copy holds, so it is part
+    of the copy's name.
+
+    >>> _limits_suffix(None, None), _limits_suffix(5, None), _limits_suffix(None, 20)
+    ('', '__list5', '__str20')
+    """
+    return ("" if list_length is None else f"__list{list_length}") + (
+        "" if string_length is None else f"__str{string_length}")
+
+
+def row_copy_name(source: str, list_length: int | None = None, string_length: int | None = None) -> str:
+    """The table holding a row-level table's copy, one row per hidden id.
+
+    >>> row_copy_name("sales.events")
+    'dp_bounded_sales__events__row'
+    """
+    return f"{PREFIX}{source.lower().replace('.', '__')}__row{_limits_suffix(list_length, string_length)}"
+
+
+def copy_name(source: str, rule: PrivateTable) -> str:
+    """The table holding the bounded copy of ``source``, which ``rule`` declares."""
+    if rule.row_level:
+        return row_copy_name(source, rule.max_list_length, rule.max_string_length)
+    return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length, rule.max_string_length)
+
+
+def raw_rows_name(copy: str) -> str:
+    """The row-count table of the unit table whose bounded copy is ``copy``.
+
+    >>> raw_rows_name("dp_bounded_visits__uid__10")
+    'dp_raw_rows_dp_bounded_visits__uid__10'
+    """
+    return RAW_ROWS_PREFIX + copy
+
+
+def raw_rows_cap(rows_per_unit: int) -> int:
+    """What the row-count table stores at most for a unit: K·(1 + DROP_CAP·K), K = MAX ROWS PER
+    UNIT. A public number, so the table is a per-unit function of the unit's rows alone (one
+    value per unit: stable like the copy), and the bias report reads the same values whatever
+    one unit's raw row count beyond it (``dpsql.bias`` proves its counts unchanged).
+
+    >>> raw_rows_cap(2)
+    18
+    """
+    return rows_per_unit * (1 + DROP_CAP * rows_per_unit)
+
+
+def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
+    """The rows of ``source``'s bounded copy (``rule`` declares the table), padding dropped:
+    a query over its ``columns`` (with ``ROW_UNIT`` among them for a row-level table)."""
+    return _reference(copy_name(source, rule), tuple(columns)).copy()
+
+
+@lru_cache(maxsize=256)
+def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
+    table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+    select = exp.Select(expressions=[exp.column(c, quoted=True) for c in columns])
+    return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
+
+
+def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]], key_of) -> list[BoundedTable]:
+    """A bounded copy for every private table (row-level ones with their hidden id column)."""
+    tables = []
+    for rule in rules:
+        key = key_of(rule.name)
+        unit = ROW_UNIT if rule.row_level else rule.unit.lower()
+        tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level,
+                                   rule.max_list_length, rule.max_string_length))
+    return tables
+
+
+def _quoted(name: str) -> str:
+    return ".".join(f'"{part}"' for part in name.split("."))
+
+
+def attach_sql() -> str:
+    """The copies' database: in memory, writable even beside a read-only database file."""
+    return f"ATTACH IF NOT EXISTS ':memory:' AS {DATABASE} (READ_WRITE)"
+
+
+def _copied_columns(table: BoundedTable) -> str:
+    """The table's columns as the copy holds them: strings with the binary collation, and
+    every value whose size is data cut (``shortened``): LISTs and MAPs to MAX LIST LENGTH
+    elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes)."""
+    length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
+    characters = DEFAULT_MAX_STRING_LENGTH if table.string_length is None else table.string_length
+    return ", ".join(f'{shortened(_quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
+                     else f'{shortened(_quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
+                     for c, t in table.columns)
+
+
+def _string_kind(type_name: str) -> str | None:
+    """``VARCHAR``, ``BLOB`` or ``JSON`` for a type whose values' length is data, else ``None``."""
+    upper = type_name.upper()
+    return upper if upper in ("VARCHAR", "BLOB", "JSON") else None
+
+
+def is_sized(type_name: str) -> bool:
+    """A value whose size is data: a LIST or MAP, a string, or a STRUCT or ARRAY holding one.
+
+    >>> is_sized("STRUCT(a INTEGER, b VARCHAR)"), is_sized("INTEGER[3]"), is_sized("BLOB")
+    (True, False, True)
+    """
+    if holds_lists(type_name) or _string_kind(type_name):
+        return True
+    pair = map_types(type_name)
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return any(is_sized(t) for t in fields.values())
+    element = list_element(type_name) if pair is None else None
+    return element is not None and is_sized(element)
+
+
+def list_depth(type_name: str) -> int:
+    """How many LIST or MAP levels a value of ``type_name`` nests, along its deepest path.
+
+    >>> list_depth("INTEGER[][][]"), list_depth("STRUCT(a INTEGER[], b MAP(VARCHAR, INTEGER[]))"), list_depth("INTEGER[4]")
+    (3, 2, 0)
+    """
+    pair = map_types(type_name)
+    if pair is not None:
+        return 1 + max(list_depth(t) for t in pair)
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return max((list_depth(t) for t in fields.values()), default=0)
+    element = list_element(type_name)
+    if element is None:
+        return 0
+    return list_depth(element) + (1 if is_list(type_name) else 0)
+
+
+def per_level(length: int, depth: int) -> int:
+    """The most elements each LIST or MAP level may keep so that a value nesting ``depth``
+    levels holds at most ``length`` innermost elements in all: the largest ``n`` with
+    ``n ** depth <= length`` (at least 1).
+
+    >>> per_level(100, 1), per_level(100, 2), per_level(100, 3), per_level(1, 5)
+    (100, 10, 4, 1)
+    """
+    if depth <= 1:
+        return length
+    n = max(1, round(length ** (1 / depth)))
+    while n > 1 and n ** depth > length:
+        n -= 1
+    while (n + 1) ** depth <= length:
+        n += 1
+    return n
+
+
+def shortened(value: str, type_name: str, length: int, characters: int = DEFAULT_MAX_STRING_LENGTH) -> str:
+    """SQL for ``value`` (of ``type_name``) cut to a size the policy bounds, in its own type.
+
+    Lists and maps: every LIST level keeps its first ``per_level(length, depth)`` elements and
+    every MAP its first as many entries, ``depth`` the type's nesting (``list_depth``), so a
+    nested value holds at most ``length`` innermost elements in all (a STRUCT holds that many
+    per field: the fields are the type's, not data). Strings: a VARCHAR keeps its first
+    ``characters`` characters and a BLOB as many bytes, at any depth; a JSON value longer than
+    that becomes NULL (a cut one would not be JSON), and so is a MAP entry whose string key is
+    longer (a cut key could collide with another). Which elements and characters stay depends
+    on the value alone (a stable, row-by-row transformation), and no query reads the rest: one
+    unit's million-element list or 40 MB string costs a function no more than the limit.
+
+    >>> shortened('"l"', "INTEGER[]", 3)
+    'CAST(list_slice("l", 1, 3) AS INTEGER[])'
+    >>> shortened('"l"', "INTEGER[][]", 100)
+    'CAST(list_transform(list_slice("l", 1, 10), lambda dp_x: CAST(list_slice(dp_x, 1, 10) AS INTEGER[])) AS INTEGER[][])'
+    >>> shortened('"m"', "MAP(INTEGER, INTEGER)", 2)
+    'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(INTEGER, INTEGER))'
+    >>> shortened('"s"', "VARCHAR", 2, 5)
+    'left("s", 5)'
+    """
+    return _cut(value, type_name, per_level(length, list_depth(type_name)), characters)
+
+
+def _too_long(value: str, kind: str, characters: int) -> str:
+    """SQL true when a string ``value`` of ``kind`` is longer than the limit."""
+    return f"{'octet_length' if kind == 'BLOB' else 'length'}({value}) > {characters}"
+
+
+def _cut(value: str, type_name: str, length: int, characters: int) -> str:
+    kind = _string_kind(type_name)
+    if kind == "VARCHAR":
+        return f"left({value}, {characters})"
+    if kind == "BLOB":
+        return (f"CASE WHEN {_too_long(value, kind, characters)} "
+                f"THEN unhex(left(hex({value}), {2 * characters})) ELSE {value} END")
+    if kind == "JSON":
+        return f"CASE WHEN {_too_long(value, kind, characters)} THEN NULL ELSE {value} END"
+    if not is_sized(type_name):
+        return value
+    if is_list(type_name):
+        element = list_element(type_name)
+        cut = f"list_slice({value}, 1, {length})"
+        if is_sized(element):
+            cut = f"list_transform({cut}, lambda dp_x: {_cut('dp_x', element, length, characters)})"
+        return f"CAST({cut} AS {type_name})"
+    pair = map_types(type_name)
+    if pair is not None:
+        entries = f"map_entries({value})"
+        key_kind = _string_kind(pair[0])
+        if key_kind:
+            entries = f"list_filter({entries}, lambda dp_e: NOT ({_too_long('dp_e.key', key_kind, characters)}))"
+        entries = f"list_slice({entries}, 1, {length})"
+        if is_sized(pair[1]):
+            entries = (f"list_transform({entries}, lambda dp_e: struct_pack(key := dp_e.key, "
+                       f"value := {_cut('dp_e.value', pair[1], length, characters)}))")
+        return f"CAST(map_from_entries({entries}) AS {type_name})"
+    fields = struct_fields(type_name)
+    if fields is not None:
+        packed = ", ".join('"' + f.replace('"', '""') + '" := '
+                           + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length, characters)
+                           for f, t in fields.items())
+        return f"CAST(CASE WHEN {value} IS NULL THEN NULL ELSE struct_pack({packed}) END AS {type_name})"
+    element = list_element(type_name)  # a fixed-size ARRAY holding lists or strings
+    return f"CAST(list_transform({value}, lambda dp_x: {_cut('dp_x', element, length, characters)}) AS {type_name})"
+
+
+def create_sql(table: BoundedTable) -> str:
+    """An empty copy with the table's columns and types, so queries bind: reads no rows."""
+    hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else ""
+    return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
+            f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
+
+
+def create_raw_rows_sql(table: BoundedTable) -> str:
+    """An empty row-count table (``raw_rows_sql``), so SQL reading it binds: reads no rows."""
+    return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{raw_rows_name(table.name)}" AS '
+            f"SELECT dp_unit, r FROM ({_raw_rows_select(table)}) LIMIT 0")
+
+
+def raw_rows_sql(table: BoundedTable) -> str:
+    """(Re)build a unit table's row-count table: one row per unit of the copy, ``dp_unit`` (the
+    unit as the copy holds it) and ``r``, its raw row count capped at ``raw_rows_cap``.
+
+    Counted when the copy is built (that build scans the raw table anyway), so no analyst
+    query reads the raw table again: the bias report's estimate of rows beyond the limit reads
+    this table, of one row per unit, instead (``dpsql.bias``). Row-level tables have none
+    (their units never have rows beyond the limit).
+    """
+    return f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS\n{_raw_rows_select(table)}'
+
+
+def _raw_rows_select(table: BoundedTable) -> str:
+    """The unit as the copy holds it (strings byte for byte), so units join the copy's exactly."""
+    unit = f'"{table.unit}"'
+    copied = f'{unit} COLLATE "binary"' if dict(table.columns).get(table.unit, "").upper() == "VARCHAR" else unit
+    return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
+            f"FROM (SELECT {copied} AS dp_unit FROM {_quoted(table.source)})\n"
+            f"WHERE dp_unit IS NOT NULL GROUP BY dp_unit")
+
+
+def fill_sql(table: BoundedTable) -> str:
+    """(Re)build the copy: each unit's first ``k`` rows in salted-hash order of the row's
+    values, then the two padding rows.
+
+    Ties (identical hashes) are broken by the values themselves, so the rows kept never depend
+    on physical order or rowid; rows that tie on every value are identical, so which of them is
+    kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement.
+    """
+    if table.row_level:
+        return _fill_rows_sql(table)
+    columns = ", ".join(f'"{c}"' for c, _ in table.columns)
+    unit = f'"{table.unit}"'
+    return (
+        f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
+        f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
+        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n\n"
+        f"  FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n  WHERE {unit} IS NOT NULL\n"
+        f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
+    )
+
+
+def _fill_rows_sql(table: BoundedTable) -> str:
+    """A row-level table's copy: every row with its id ``ROW_UNIT``, ids held by one row only.
+
+    Each row gets a text ``dp_text`` that no different row shares (``_serialised``: each column
+    length-prefixed, NULL marked, plus the sign of every float, which DuckDB's equality ignores
+    for -0.0 and -nan). Rows are grouped on their values *and* that text — so values DuckDB
+    calls equal but are not the same ('1 month' and '30 days', 0.0 and -0.0) stay apart and
+    every row keeps its own value — and re-expanded with indexes 1..n, numbered in an order
+    that cannot matter (the rows are identical). The id is the salted MD5 of (table, text,
+    index): 128 bits from a hash whose input an analyst cannot steer into a collision without
+    the secret salt (DuckDB's own hash() is not collision-resistant: INTERVAL '1 month' and
+    '1 microsecond' hash alike). An id held by two rows all the same is dropped with its rows,
+    so the copy holds at most one row per id (a collision costs accuracy, never privacy).
+    """
+    names = [f'"{c}"' for c, _ in table.columns]
+    signs = [f"COALESCE(CAST({sign} AS VARCHAR), 'N')" for sign in _sign_bits(table)]  # || with NULL is NULL
+    tag = "'" + table.source.replace("'", "''") + "'"
+    text = " || '|' || ".join([_serialised(c, t) for c, t in table.columns] + signs)
+    row_id = f"md5_number(${SALT_PARAMETER} || '|' || {tag} || '|' || dp_text || '|' || CAST(dp_i AS VARCHAR))"
+    return (
+        f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
+        f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
+        f"  SELECT *, COUNT(*) OVER (PARTITION BY {ROW_UNIT}) AS dp_n FROM (\n"
+        f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
+        f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
+        f"        SELECT {', '.join(names)}, dp_text, COUNT(*) AS dp_copies\n"
+        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)}))\n"
+        f"        GROUP BY ALL))))\n"
+        f"WHERE dp_n = 1\n{_padding(table)}"
+    )
+
+
+SALT_PARAMETER = "salt"
+
+
+def _serialised(column: str, type_name: str) -> str:
+    """A column's value as text that no other value of its type shares: DuckDB's text of a
+    scalar (floats by their shortest round-trip digits), JSON for nested values (strings
+    escaped), hex for BLOBs (whose text escapes are ambiguous), length-prefixed, NULL as 'N'.
+
+    >>> print(_serialised("x", "BLOB"))
+    CASE WHEN "x" IS NULL THEN 'N' ELSE CAST(length(hex("x")) AS VARCHAR) || ':' || hex("x") END
+    """
+    upper = type_name.upper()
+    if upper == "BLOB":
+        text = f'hex("{column}")'
+    elif upper.endswith("]") or upper.startswith(("STRUCT", "MAP", "UNION")):
+        text = f'CAST(to_json("{column}") AS VARCHAR)'
+    else:
+        text = f'CAST("{column}" AS VARCHAR)'
+    return f"CASE WHEN \"{column}\" IS NULL THEN 'N' ELSE CAST(length({text}) AS VARCHAR) || ':' || {text} END"
+
+
+def _sign_bits(table: BoundedTable) -> list[str]:
+    """The sign of each float column: DuckDB's equality and hash() take -0.0 for 0.0 (and
+    -nan for nan), which 1/x tells apart, so rows differing only there are not identical."""
+    return [f'signbit("{c}")' for c, t in table.columns if t.upper() in ("FLOAT", "DOUBLE", "REAL")]
+
+
+def _padding(table: BoundedTable) -> str:
+    hidden = [(ROW_UNIT, ROW_UNIT_TYPE)] if table.row_level else []
+    return "\n".join(
+        f"UNION ALL SELECT {', '.join(f'CAST({_extreme(t, high)} AS {t})' for _, t in (*table.columns, *hidden))}, TRUE"
+        for high in (False, True))
+
+
+_INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}
+"""Bits of the signed integer types; a U prefix names the unsigned one (UHUGEINT too)."""
+_TEMPORAL = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
+             "TIMESTAMPTZ_NS")
+
+
+def _extreme(type_name: str, high: bool) -> str:
+    """The lowest or highest value of a DuckDB type as SQL, or NULL for types without one.
+
+    >>> _extreme("INTEGER", True), _extreme("UTINYINT", False), _extreme("DECIMAL(5,2)", False)
+    ('2147483647', '0', '-999.99')
+    """
+    name = type_name.upper()
+    if name in _INTEGER_BITS or (name.startswith("U") and name[1:] in _INTEGER_BITS):
+        bits = _INTEGER_BITS[name.lstrip("U")] if name.startswith("U") else _INTEGER_BITS[name]
+        if name.startswith("U"):
+            return str(2**bits - 1) if high else "0"
+        return str(2 ** (bits - 1) - 1) if high else str(-(2 ** (bits - 1)))
+    if name.startswith("DECIMAL("):
+        precision, scale = (int(p) for p in name[len("DECIMAL("):-1].split(","))
+        nines = "9" * (precision - scale) + ("." + "9" * scale if scale else "")
+        return nines if high else f"-{nines}"
+    if name in ("FLOAT", "DOUBLE", "REAL"):
+        return "'inf'" if high else "'-inf'"
+    if name in _TEMPORAL:
+        return "'infinity'" if high else "'-infinity'"
+    if name == "TIME":
+        return "'24:00:00'" if high else "'00:00:00'"
+    if name == "VARCHAR":
+        return "'\U0010FFFF\U0010FFFF'" if high else "''"
+    if name == "BOOLEAN":
+        return "TRUE" if high else "FALSE"
+    return _extreme_other(type_name, high)
+
+
+_OTHER_EXTREMES = {
+    "UUID": ("'00000000-0000-0000-0000-000000000000'", "'ffffffff-ffff-ffff-ffff-ffffffffffff'"),
+    "INTERVAL": ("'-2147483648 months -2147483648 days -9223372036854775807 microseconds'",
+                 "'2147483647 months 2147483647 days 9223372036854775807 microseconds'"),
+    "BLOB": ("''", "'" + "\\xFF" * 8 + "'"),
+    "TIME_NS": ("'00:00:00'", "'24:00:00'"),
+    "BIGNUM": ("'-" + "9" * 3000 + "'", "'" + "9" * 3000 + "'"),
+    "VARINT": ("'-" + "9" * 3000 + "'", "'" + "9" * 3000 + "'"),
+    "JSON": ("'" + "\t" * 8 + "0'", "'{}      '"),
+}
+"""Lowest and highest padding values of other types whose statistics DuckDB prunes on (an
+8-byte prefix for BLOB and JSON text, as for VARCHAR; BIGNUM: 3000 digits, beyond any value a
+real column holds)."""
+
+
+def _extreme_other(type_name: str, high: bool) -> str:
+    """Padding for ENUM, UUID, INTERVAL, BLOB, ... and, field by field and element by element,
+    for STRUCT, LIST, ARRAY and MAP: DuckDB keeps statistics of every field and element, and
+    prunes ``WHERE s.f = 424242`` or ``list_contains(l, 424242)`` on them just as on a column.
+
+    >>> _extreme_other("ENUM('a', 'b''c')", True), _extreme_other("INTEGER[]", False)
+    ("'b''c'", '[CAST(-2147483648 AS INTEGER)]')
+    >>> print(_extreme_other('STRUCT(a DOUBLE, "b c" UNION(n INTEGER))', True))
+    struct_pack("a" := CAST('inf' AS DOUBLE), "b c" := CAST(NULL AS UNION(n INTEGER)))
+    """
+    name = type_name.upper()
+    if name in _OTHER_EXTREMES:
+        return _OTHER_EXTREMES[name][high]
+    values = enum_values(type_name)
+    if values is not None:
+        return "'" + values[-1 if high else 0].replace("'", "''") + "'" if values else "NULL"
+    fields = struct_fields(type_name)
+    if fields is not None:
+        return "struct_pack(" + ", ".join(
+            '"' + f.replace('"', '""') + f'" := CAST({_extreme(t, high)} AS {t})' for f, t in fields.items()) + ")"
+    element = list_element(type_name)
+    if element is not None:
+        inner = _extreme(element, high)
+        if inner == "NULL":
+            return "NULL"
+        size = type_name[type_name.rindex("[") + 1:-1]
+        return "[" + ", ".join([f"CAST({inner} AS {element})"] * (int(size) if size else 1)) + "]"
+    pair = map_types(type_name)
+    if pair is not None:
+        key, value = (_extreme(t, high) for t in pair)
+        return "NULL" if key == "NULL" else f"MAP {{CAST({key} AS {pair[0]}): CAST({value} AS {pair[1]})}}"
+    return "NULL"

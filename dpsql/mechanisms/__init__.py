@@ -1,0 +1,1 @@
+"""Noise and selection mechanisms: samplers, calibration, partition selection, quantiles."""
