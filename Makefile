@@ -20,7 +20,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/dpsql demo
 
+# Lint and type checks first: a failure there is cheaper to read than a failing test.
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check dpsql
+	$(BIN)/mypy dpsql
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed-test
