@@ -43,13 +43,20 @@ def thin_answer_notes(plan, released: int, post: exp.Select | None = None) -> li
     >>> plan = S(selection=S(epsilon=rule.epsilon, delta=rule.delta, threshold=rule.threshold),
     ...          epsilon=Fraction(1, 2), delta=Fraction(1, 10**6), neighbours="unbounded",
     ...          query=S(rule=S(unit="user_id", groups_per_unit=5)))
-    >>> print(thin_answer_notes(plan, 0)[0])
-    No rows were released: the GROUP BY keys are private, so a key is released only when its count of distinct user_id values plus noise reaches 149 (partition selection).
-    >>> print(thin_answer_notes(plan, 0)[1])
-    To lower that threshold: count each user_id in 1 group (MAX GROUPS PER UNIT 1 in the policy, or OPTIONS (max_groups_contributed = 1)): 28; twice the epsilon (1): 76; ten times the delta (1e-05): 126; or declare the keys public (KEYS FROM a public table, or KEYS (...) in the policy): every key is then released, with no threshold.
+    >>> print(thin_answer_notes(plan, 0)[0])  # doctest: +NORMALIZE_WHITESPACE
+    No rows were released: the GROUP BY keys are private, so a key is released only when its count of distinct
+    user_id values plus noise reaches 149 (partition selection).
+    >>> print(thin_answer_notes(plan, 0)[1])  # doctest: +NORMALIZE_WHITESPACE
+    To lower that threshold: count each user_id in 1 group (MAX GROUPS PER UNIT 1 in the policy, or OPTIONS
+    (max_groups_contributed = 1)): 28; twice the epsilon (1): 76; ten times the delta (1e-05): 126; or declare
+    the keys public (KEYS FROM a public table, or KEYS (...) in the policy): every key is then released, with no
+    threshold.
     >>> import sqlglot
     >>> print(thin_answer_notes(plan, 0, sqlglot.parse_one("SELECT g0 FROM dp_core WHERE a0 > 100"))[0])
-    No rows were released: the GROUP BY keys are private, so a key passes partition selection only when its count of distinct user_id values plus noise reaches 149, and HAVING then keeps only the rows whose noisy values satisfy it. Either step can leave out rows; the answer does not say which did.
+    ... # doctest: +NORMALIZE_WHITESPACE
+    No rows were released: the GROUP BY keys are private, so a key passes partition selection only when its
+    count of distinct user_id values plus noise reaches 149, and HAVING then keeps only the rows whose noisy
+    values satisfy it. Either step can leave out rows; the answer does not say which did.
     >>> thin_answer_notes(plan, 7), thin_answer_notes(S(selection=None), 0)
     ([], [])
     """

@@ -14,7 +14,6 @@ from dpsql.errors import PolicyError
 from dpsql.policy.language import (
     catalog_of,
     check_policy,
-    is_numeric_type,
     load_policy,
     parse_policy,
     policy_to_text,
@@ -473,17 +472,6 @@ def test_keys_from_a_public_table_missing_from_the_database(catalog):
     text = DESIGN_EXAMPLE.replace("stores", "shops")
     with pytest.raises(PolicyError, match="table shops is not in the database"):
         check_policy(parse_policy(text), catalog)
-
-
-@pytest.mark.parametrize("type_name, numeric", [
-    ("TINYINT", True), ("SMALLINT", True), ("INTEGER", True), ("BIGINT", True), ("HUGEINT", True),
-    ("UTINYINT", True), ("USMALLINT", True), ("UINTEGER", True), ("UBIGINT", True),
-    ("FLOAT", True), ("REAL", True), ("DOUBLE", True), ("DECIMAL(18,3)", True),
-    ("VARCHAR", False), ("DATE", False), ("TIMESTAMP", False), ("BOOLEAN", False),
-    ("INTEGER[]", False), ("INTERVAL", False),
-])
-def test_numeric_types(type_name, numeric):
-    assert is_numeric_type(type_name) is numeric
 
 
 # -- policies built in Python -------------------------------------------------------------

@@ -18,6 +18,7 @@ from dpsql.errors import DPError, PolicyError, UnsupportedQuery
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.shell.session import handle_input
 from dpsql.shell.state import new_state
+from dpsql.sql.types import is_numeric_type, reads_as_integer, reads_as_number
 
 POLICY = "BUDGET EPSILON 100000 DELTA 0.5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1{rules});"
 
@@ -584,3 +585,22 @@ def test_a_constant_that_does_not_cast_to_the_column_type_is_refused_before_the_
         assert database().execute(sql).fetchall() == [(1,)]
         (n,), = db.sql(sql, epsilon=1).fetchall()
         assert isinstance(n, int)
+
+
+# -- the two numeric predicates, side by side: where they differ is on purpose ------------
+
+@pytest.mark.parametrize("type_name, numeric, as_number, as_integer", [
+    ("TINYINT", True, True, True), ("SMALLINT", True, True, True), ("INTEGER", True, True, True),
+    ("BIGINT", True, True, True), ("HUGEINT", True, True, True), ("UTINYINT", True, True, True),
+    ("USMALLINT", True, True, True), ("UINTEGER", True, True, True), ("UBIGINT", True, True, True),
+    ("FLOAT", True, True, False), ("REAL", True, True, False), ("DOUBLE", True, True, False),
+    ("DECIMAL(18,3)", True, True, False),
+    ("VARCHAR", False, False, False), ("DATE", False, False, False), ("TIMESTAMP", False, False, False),
+    ("INTEGER[]", False, False, False), ("INTERVAL", False, False, False),
+    # The catalog never names these; casts as sqlglot writes them do, and BOOLEAN reads as 0 / 1.
+    ("BOOLEAN", False, True, True), ("INT", False, True, True), ("FLOAT4", False, True, False),
+])
+def test_numeric_type_predicates(type_name, numeric, as_number, as_integer):
+    assert is_numeric_type(type_name) is numeric
+    assert reads_as_number(type_name) is as_number
+    assert reads_as_integer(type_name) is as_integer

@@ -205,7 +205,8 @@ class Ledger:
         built from; the charge is refused with a ``PolicyError`` when the policy stored now is
         none of them (``dpsql init --replace`` ran since), so the stored budget always rules.
         One IMMEDIATE transaction: atomic across threads and processes."""
-        total, analyst_total = _accountant(total), _accountant(analyst_total)
+        budget = _accountant(total)
+        analyst_budget = None if analyst_total is None else _accountant(analyst_total)
         if not isinstance(cost, Spend):
             raise InternalError("charge() takes a Spend amount")
         if cost.epsilon < 0 or cost.delta < 0 or (cost.rho is not None and cost.rho < 0):
@@ -217,10 +218,10 @@ class Ledger:
                 if policies is not None:
                     self._check_policy(connection, policies)
                 overall, by_analyst = self._read_tallies(connection)
-                total.check(overall, cost, "the total budget")
-                if analyst_total is not None and analyst is not None:
+                budget.check(overall, cost, "the total budget")
+                if analyst_budget is not None and analyst is not None:
                     mine = by_analyst.get(analyst, Tally())
-                    analyst_total.check(mine, cost, f"analyst {analyst}'s budget")
+                    analyst_budget.check(mine, cost, f"analyst {analyst}'s budget")
                 cursor = connection.execute(
                     "INSERT INTO entries (time, analyst, sql, options, epsilon, delta, rho, key)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -228,6 +229,8 @@ class Ledger:
                      _fraction_text(cost.epsilon), _fraction_text(cost.delta), rho, key),
                 )
                 entry_id = cursor.lastrowid
+                if entry_id is None:
+                    raise InternalError("the ledger's INSERT returned no row id")
             # Only once committed: a rolled-back id may be reused by the next writer.
             self._seen_id, self._seen_tally = entry_id, overall.add(cost)
             self._seen_by_analyst[analyst] = by_analyst.get(analyst, Tally()).add(cost)
@@ -454,18 +457,17 @@ class _transaction:
         except sqlite3.Error as error:
             raise _ledger_error(self.path, self.action, error) from error
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
+    def __exit__(self, exc_type, exc, traceback) -> None:
         try:
             if exc_type is None:
                 self.connection.execute("COMMIT")
-                return False
+                return
         except sqlite3.Error as error:
             self._rollback()
             raise _ledger_error(self.path, self.action, error) from error
         self._rollback()
         if isinstance(exc, sqlite3.Error):
             raise _ledger_error(self.path, self.action, exc) from exc
-        return False
 
     def _rollback(self) -> None:
         if self.connection.in_transaction:
@@ -566,9 +568,9 @@ def _fraction_text(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def _accountant(total: Accountant | Spend | None) -> Accountant | None:
+def _accountant(total: Accountant | Spend) -> Accountant:
     """A bare ``Spend`` total means basic composition."""
-    if total is None or isinstance(total, Accountant):
+    if isinstance(total, Accountant):
         return total
     if isinstance(total, Spend):
         return accountant_for("basic", total)

@@ -54,7 +54,7 @@ _EXPONENT_CAP = 1000         # Gumbel uniforms stop refining below 2**-1002 (pro
 
 # ---------------------------------------------------------------- sources of randomness
 
-def _check_draw(upper, size) -> tuple[int, int]:
+def _check_draw(upper: int, size: int) -> tuple[int, int]:
     if not isinstance(upper, numbers.Integral) or not 1 <= upper <= MAX_UPPER:
         raise InternalError(f"integers() needs an integer upper in [1, 2**62], got {upper!r}")
     if not isinstance(size, numbers.Integral) or size < 0:
@@ -164,19 +164,19 @@ def _count_exp_minus_one_passes(size: int, source) -> np.ndarray:
 
 # ---------------------------------------------------------------- parameters
 
-def _check_parameter(x, name: str) -> Fraction:
+def _check_parameter(x: Fraction | int, name: str) -> Fraction:
     if isinstance(x, bool) or not isinstance(x, numbers.Rational) or not x > 0:
         raise InternalError(f"{name} must be a positive Fraction or int, got {x!r}")
     return Fraction(x)
 
 
-def _check_size(size) -> int:
+def _check_size(size: int) -> int:
     if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
         raise InternalError(f"size must be an integer >= 0, got {size!r}")
     return int(size)
 
 
-def _check_alpha(alpha) -> float:
+def _check_alpha(alpha: float) -> float:
     # Callers validate the analyst's alpha (InvalidParameter); reaching here with a bad one is a bug.
     if not isinstance(alpha, numbers.Real) or not 0 < alpha < 1:
         raise InternalError(f"alpha must be in (0, 1), got {alpha!r}")

@@ -142,7 +142,8 @@ class QuantileRule:
     """Delta_u: k·max(q, 1-q) unbounded, k bounded (module docstring)."""
 
 
-def quantile_rule(q, epsilon, rows_per_unit, neighbours, lower, upper, buckets=1024) -> QuantileRule:
+def quantile_rule(q: float, epsilon: Fraction | int, rows_per_unit: int, neighbours: str,
+                  lower: Fraction | int, upper: Fraction | int, buckets: int = 1024) -> QuantileRule:
     """Validate the parameters and derive the utility sensitivity.
 
     >>> quantile_rule(0.25, Fraction(1, 2), 3, "unbounded", 0, 10).utility_sensitivity

@@ -181,7 +181,7 @@ def _smallest_passing_m(scale: Fraction, delta: Fraction, groups_per_unit: int) 
         return m
 
 
-def _check_fraction(x, name: str) -> Fraction:
+def _check_fraction(x: Fraction | int, name: str) -> Fraction:
     if isinstance(x, bool) or not isinstance(x, numbers.Rational) or not x > 0:
         raise InternalError(f"{name} must be a positive Fraction or int, got {x!r}")
     return Fraction(x)

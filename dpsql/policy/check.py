@@ -13,12 +13,8 @@ from fractions import Fraction
 from dpsql.errors import PolicyError
 from dpsql.policy.model import ColumnRule, Policy, Position, PrivateTable, PublicTable
 from dpsql.sql.names import PAD, ROW_UNIT, sql_name
-from dpsql.sql.types import base_type, decimal_shape, family, inward, step, value_range
+from dpsql.sql.types import base_type, decimal_shape, family, inward, is_numeric_type, step, value_range
 
-_NUMERIC_TYPES = frozenset(
-    "TINYINT SMALLINT INTEGER BIGINT HUGEINT UTINYINT USMALLINT UINTEGER UBIGINT UHUGEINT "
-    "FLOAT REAL DOUBLE DECIMAL NUMERIC".split()
-)
 
 def _error(message: str, position: Position | None, hint: str | None = None) -> PolicyError:
     line, col = (position.line, position.col) if position else (None, None)
@@ -118,7 +114,8 @@ def _check_count(value, what: str, position: Position | None) -> None:
 
 def _check_tables(policy: Policy, where: Mapping) -> None:
     declared: dict[str, PrivateTable | PublicTable] = {}
-    for table in (*policy.private_tables, *policy.public_tables):
+    tables: tuple[PrivateTable | PublicTable, ...] = (*policy.private_tables, *policy.public_tables)
+    for table in tables:
         first = declared.setdefault(table.name.lower(), table)
         if first is not table:
             where_first = (f" at line {first.position.line}, column {first.position.col}"
@@ -162,6 +159,8 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
 
 
 def _check_bounds(table: PrivateTable, rule: ColumnRule, position: Position | None) -> None:
+    if rule.bounds is None:
+        return
     lower, upper = rule.bounds.lower, rule.bounds.upper
     _check_number(lower, f"the lower bound of {sql_name(rule.name)}", position)
     _check_number(upper, f"the upper bound of {sql_name(rule.name)}", position)
@@ -174,6 +173,8 @@ def _check_bounds(table: PrivateTable, rule: ColumnRule, position: Position | No
 def _check_keys(table: PrivateTable, rule: ColumnRule, declared: Mapping,
                 position: Position | None) -> None:
     keys = rule.keys
+    if keys is None:
+        return
     listed = keys.values is not None and keys.table is None and keys.column is None
     if listed:
         return
@@ -207,8 +208,8 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
     validate_policy(policy)
     tables = {name.lower(): {c.lower(): t for c, t in columns.items()}
               for name, columns in catalog.items()}
-    for table in policy.public_tables:
-        _columns_of(table.name, tables, table.position)
+    for public in policy.public_tables:
+        _columns_of(public.name, tables, public.position)
     for table in policy.private_tables:
         columns = _columns_of(table.name, tables, table.position)
         reserved = (PAD, ROW_UNIT) if table.row_level else (PAD,)  # columns the bounded copy adds
@@ -301,15 +302,6 @@ def _check_key_column(table: str, rule: ColumnRule, type_name: str, key_type: st
                      f"private column {type_name}, which do not compare without a lossy or cross-type "
                      "conversion", rule.position,
                      hint=f"take keys from a column of type {type_name}, or list them with KEYS (...)")
-
-
-def is_numeric_type(type_name: str) -> bool:
-    """True for DuckDB's integer, floating point and DECIMAL types.
-
-    >>> is_numeric_type("DECIMAL(10,2)"), is_numeric_type("VARCHAR")
-    (True, False)
-    """
-    return type_name.split("(")[0].strip().upper() in _NUMERIC_TYPES
 
 
 def _columns_of(name: str, tables: Mapping, position: Position | None) -> dict[str, str]:

@@ -50,7 +50,6 @@ from dpsql.policy.check import (  # noqa: F401  (the public API)
     _number_text,
     catalog_of,
     check_policy,
-    is_numeric_type,
     validate_policy,
 )
 from dpsql.policy.model import (

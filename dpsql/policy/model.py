@@ -217,7 +217,8 @@ class Policy:
 
     def table(self, name: str) -> PrivateTable | PublicTable | None:
         """The declaration of a table, matched case-insensitively."""
-        for table in (*self.private_tables, *self.public_tables):
+        tables: tuple[PrivateTable | PublicTable, ...] = (*self.private_tables, *self.public_tables)
+        for table in tables:
             if table.name.lower() == name.lower():
                 return table
         return None

@@ -30,6 +30,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from sqlglot import exp
 
@@ -83,7 +84,7 @@ def canonicalise_aliases(tree: exp.Expression, columns: frozenset[str] = frozens
     return tree
 
 
-def _free(renamed: dict, nodes: Iterable[exp.Expression], columns: frozenset[str]) -> bool:
+def _free(renamed: dict, nodes: Iterable[exp.Expr], columns: frozenset[str]) -> bool:
     """True when no new name is already a column or another name in the query (``nodes``: all
     of its nodes), so renaming cannot make a reference mean something else."""
     new_names = [new for new in renamed.values() if new is not None]
@@ -147,17 +148,18 @@ def sort_commutative(tree: exp.Expression, columns: frozenset[str] = frozenset()
         replacement = _sorted_node(node)
         if replacement is not node:
             if node is tree:
-                tree = replacement
+                # Every concrete sqlglot node is an Expression; walks are typed by the base Expr.
+                tree = cast(exp.Expression, replacement)
             else:
                 node.replace(replacement)
     return tree
 
 
-_MIRRORED = {exp.GT: exp.LT, exp.GTE: exp.LTE}
+_MIRRORED: dict[type[exp.Expr], type[exp.Binary]] = {exp.GT: exp.LT, exp.GTE: exp.LTE}
 _SYMMETRIC = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
 
 
-def _sorted_node(node: exp.Expression) -> exp.Expression:
+def _sorted_node(node: exp.Expr) -> exp.Expr:
     if isinstance(node, (exp.And, exp.Or)):
         kind = type(node)
         operands = sorted(_operands(node, kind), key=_text)
@@ -173,7 +175,7 @@ def _sorted_node(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _operands(node: exp.Expression, kind: type) -> Iterable[exp.Expression]:
+def _operands(node: exp.Expr, kind: type[exp.Expr]) -> Iterable[exp.Expr]:
     """The operands of a chain of one connective, through redundant parentheses."""
     for child in (node.this, node.expression):
         inner = child.unnest()
@@ -183,7 +185,7 @@ def _operands(node: exp.Expression, kind: type) -> Iterable[exp.Expression]:
             yield inner
 
 
-def _text(node: exp.Expression) -> str:
+def _text(node: exp.Expr) -> str:
     return node.sql(dialect=DIALECT)
 
 

@@ -51,6 +51,41 @@ def family(type_name: str) -> str:
     return _FAMILIES.get(base_type(type_name), base_type(type_name).lower())
 
 
+def is_numeric_type(type_name: str) -> bool:
+    """A number type as the database's catalog names it: an integer, DECIMAL or floating point
+    type. BOOLEAN is not one: a policy cannot give it BOUNDS, and its keys are written as text.
+
+    >>> is_numeric_type("DECIMAL(10,2)"), is_numeric_type("UBIGINT"), is_numeric_type("BOOLEAN")
+    (True, True, False)
+    """
+    return family(type_name) in ("integer", "decimal", "float")
+
+
+_READS_AS_INTEGER = frozenset({*INTEGER_RANGES, "INT", "BOOLEAN"})
+_READS_AS_FRACTIONAL = ("FLOAT", "REAL", "DOUBLE", "DECIMAL", "NUMERIC")
+
+
+def reads_as_integer(type_name: str) -> bool:
+    """Values the range analysis reads as integers: the integer types, also as sqlglot writes a
+    cast (``INT``), and BOOLEAN (false is 0, true is 1).
+
+    >>> reads_as_integer("BIGINT"), reads_as_integer("INT"), reads_as_integer("BOOLEAN"), reads_as_integer("DOUBLE")
+    (True, True, True, False)
+    """
+    return type_name.upper() in _READS_AS_INTEGER
+
+
+def reads_as_number(type_name: str) -> bool:
+    """Values the range analysis reads as numbers: ``reads_as_integer`` types, and every
+    floating point and DECIMAL spelling (``FLOAT4``, ``DECIMAL(9,2)``). Wider than
+    ``is_numeric_type``, which is about the catalog's types and leaves BOOLEAN out.
+
+    >>> reads_as_number("FLOAT4"), reads_as_number("BOOLEAN"), reads_as_number("VARCHAR")
+    (True, True, False)
+    """
+    return reads_as_integer(type_name) or type_name.upper().startswith(_READS_AS_FRACTIONAL)
+
+
 def decimal_shape(type_name: str) -> tuple[int, int]:
     """(width, scale) of a DECIMAL type (DuckDB's default DECIMAL is (18, 3)).
 
@@ -208,7 +243,7 @@ def list_element(type_name: str | None) -> str | None:
 
 def is_list(type_name: str | None) -> bool:
     """A variable-length LIST (``T[]``), whose length is data (a fixed ``T[n]`` is schema)."""
-    return bool(type_name) and type_name.endswith("[]")
+    return type_name is not None and type_name.endswith("[]")
 
 
 def map_types(type_name: str | None) -> tuple[str, str] | None:
