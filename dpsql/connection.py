@@ -74,7 +74,6 @@ from dpsql.errors import (
 )
 from dpsql.explain import Explanation, explain_plan, plural
 from dpsql.notes import thin_answer_notes
-from dpsql.policy.check import is_numeric_type
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import Policy
@@ -100,6 +99,7 @@ from dpsql.result import (
 from dpsql.sql.names import columns_hint, sql_name
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, node_position, parse
+from dpsql.sql.types import is_numeric_type
 from dpsql.suggest import plan_suggestion, run_suggestion
 
 NOISE_FAMILIES = ("laplace", "gaussian")

@@ -39,8 +39,8 @@ import numpy as np
 from dpsql.backends.rewrite import literal
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
-from dpsql.policy.check import is_numeric_type
 from dpsql.policy.model import Policy
+from dpsql.sql.types import is_numeric_type
 
 ROWS_QUANTILE = Fraction(95, 100)
 """k is the DP estimate of this quantile of rows per unit."""

@@ -40,7 +40,7 @@ from dpsql.analysis.plan import (
     PrivateQuery,
     Selection,
 )
-from dpsql.analysis.ranges import Interval, derive_range, is_integral_type
+from dpsql.analysis.ranges import Interval, derive_range
 from dpsql.analysis.sensitivity import (
     Sensitivity,
     bounded_sum_sensitivity,
@@ -57,7 +57,7 @@ from dpsql.mechanisms.quantile import quantile_rule
 from dpsql.mechanisms.selection import selection_rule
 from dpsql.policy.model import Policy
 from dpsql.sql.parse import node_position
-from dpsql.sql.types import inward
+from dpsql.sql.types import inward, reads_as_integer
 
 FINE_BITS = 40
 """Grid resolution below the largest bound: per-row rounding error at most 2**-41 of it."""
@@ -244,12 +244,12 @@ def _column_bounds(query: PrivateQuery):
         rule = query.rule.column(name)
         if rule is None or rule.bounds is None:
             return None
-        integral = is_integral_type(query.column_type(name)) and all(
+        integral = reads_as_integer(query.column_type(name)) and all(
             b.denominator == 1 for b in (rule.bounds.lower, rule.bounds.upper)
         )
         return Interval(rule.bounds.lower, rule.bounds.upper, integral)
 
-    lookup.integral_column = lambda name: is_integral_type(query.column_type(name))  # for a CLAMPed sum's grid
+    lookup.integral_column = lambda name: reads_as_integer(query.column_type(name))  # for a CLAMPed sum's grid
     lookup.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
     return lookup
 

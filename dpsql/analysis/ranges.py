@@ -27,12 +27,7 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.names import sql_name
 from dpsql.sql.parse import describe, node_position
-
-INTEGRAL_TYPES = {
-    "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT",
-    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "BOOLEAN",
-}
-NUMERIC_PREFIXES = ("FLOAT", "REAL", "DOUBLE", "DECIMAL", "NUMERIC")
+from dpsql.sql.types import reads_as_integer, reads_as_number
 
 
 @dataclass(frozen=True)
@@ -48,21 +43,6 @@ class Interval:
 
 
 ColumnBounds = Callable[[str], "Interval | None"]
-
-
-def is_integral_type(type_name: str) -> bool:
-    """True for DuckDB integer types.
-
-    >>> is_integral_type("BIGINT"), is_integral_type("DOUBLE"), is_integral_type("DECIMAL(9,2)")
-    (True, False, False)
-    """
-    return type_name.upper() in INTEGRAL_TYPES
-
-
-def is_numeric_type(type_name: str) -> bool:
-    """True for DuckDB numeric types (integers, floats, decimals)."""
-    upper = type_name.upper()
-    return is_integral_type(upper) or upper.startswith(NUMERIC_PREFIXES)
 
 
 def derive_range(node: exp.Expression, column_bounds: ColumnBounds, sql: str) -> Interval | None:
@@ -242,16 +222,16 @@ def _rounding(node, bounds, sql):
 
 def _cast(node: exp.Cast, bounds, sql):
     target = node.to.sql(dialect="duckdb").upper()
-    if not is_numeric_type(target):
+    if not reads_as_number(target):
         _refuse(node, sql, f"a cast to {target} has no numeric bounds")
     value = node.this
     while isinstance(value, exp.Paren):
         value = value.this
     if isinstance(value, exp.Column) and bounds(value.name) is None and \
             column_type_of(bounds, value.name) == "BOOLEAN":
-        return Interval(Fraction(0), Fraction(1), is_integral_type(target))  # false -> 0, true -> 1
+        return Interval(Fraction(0), Fraction(1), reads_as_integer(target))  # false -> 0, true -> 1
     inner = derive_range(node.this, bounds, sql)
-    if inner is None or not is_integral_type(target):
+    if inner is None or not reads_as_integer(target):
         return inner
     return Interval(Fraction(math.floor(inner.lower)), Fraction(math.ceil(inner.upper)), True)
 
@@ -327,7 +307,7 @@ def integer_valued(node: exp.Expression, bounds) -> bool:
     if isinstance(node, exp.Boolean):
         return True
     if isinstance(node, (exp.Cast, exp.TryCast)):
-        return is_integral_type(node.to.sql(dialect="duckdb").upper())
+        return reads_as_integer(node.to.sql(dialect="duckdb").upper())
     if isinstance(node, (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear,
                          exp.WeekOfYear, exp.Year, exp.Length, exp.ArraySize, exp.DateDiff,
                          *(getattr(exp, n) for n in ("Hour", "Minute", "Second", "Quarter") if hasattr(exp, n)))):

@@ -61,8 +61,6 @@ from dpsql.analysis.bind import (
 from dpsql.analysis.ranges import (
     Interval,
     derive_range,
-    is_integral_type,
-    is_numeric_type,
 )
 from dpsql.backends.bounding import (
     DATABASE,
@@ -83,6 +81,7 @@ from dpsql.policy.model import (
 from dpsql.sql.allowlist import check_public, check_row_level, refuse
 from dpsql.sql.names import columns_hint, sql_name
 from dpsql.sql.parse import DIALECT, describe
+from dpsql.sql.types import reads_as_integer, reads_as_number
 
 
 class PublicData(Protocol):
@@ -583,7 +582,7 @@ def _stored(public: _Public, keys: list[_JoinKey], tag: str, join, sql: str, dat
 
 def _ranges(table: exp.Table, columns: dict, data: PublicData) -> dict:
     """Bounds of the stored public rows' numeric columns: their exact min and max."""
-    numeric = [c for c, typ in columns.items() if is_numeric_type(typ)]
+    numeric = [c for c, typ in columns.items() if reads_as_number(typ)]
     if not numeric:
         return {}
     items = ", ".join(f'MIN("{c}"), MAX("{c}")' for c in numeric)
@@ -784,7 +783,7 @@ def _interval(relation: Relation, column: str) -> Interval | None:
     rule = relation.rule.column(column)
     if rule is None or rule.bounds is None:
         return None
-    integral = is_integral_type(relation.columns.get(column, "")) and all(
+    integral = reads_as_integer(relation.columns.get(column, "")) and all(
         b.denominator == 1 for b in (rule.bounds.lower, rule.bounds.upper))
     return Interval(rule.bounds.lower, rule.bounds.upper, integral)
 
