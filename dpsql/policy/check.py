@@ -11,7 +11,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
 from fractions import Fraction
 
 from dpsql.errors import PolicyError
-from dpsql.policy.model import ColumnRule, Policy, Position, PrivateTable, PublicTable
+from dpsql.policy.model import Bounds, ColumnRule, Policy, Position, PrivateTable, PublicTable
 from dpsql.sql.names import PAD, ROW_UNIT, sql_name
 from dpsql.sql.types import base_type, decimal_shape, family, inward, is_numeric_type, step, value_range
 
@@ -228,17 +228,18 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
                              hint=f"remove the BOUNDS; to group by it, write `{sql_name(rule.name)} KEYS "
                                   "FROM <table>.<column>` or list its keys")
             if rule.bounds is not None:
-                _check_bounds_fit(table.name, rule, type_name)
-            if rule.keys is not None and rule.keys.table is not None:
-                key_columns = _columns_of(rule.keys.table, tables, rule.position)
-                key_type = _type_of(rule.keys.table, rule.keys.column, key_columns, rule.position)
-                _check_key_column(table.name, rule, type_name, key_type)
-            elif rule.keys is not None and rule.keys.values is not None:
-                for value in rule.keys.values:
+                _check_bounds_fit(table.name, rule, rule.bounds, type_name)
+            keys = rule.keys  # validate_policy has checked: a table and a column, or values
+            if keys is not None and keys.table is not None and keys.column is not None:
+                key_columns = _columns_of(keys.table, tables, rule.position)
+                key_type = _type_of(keys.table, keys.column, key_columns, rule.position)
+                _check_key_column(table.name, rule, f"{keys.table}.{keys.column}", type_name, key_type)
+            elif keys is not None and keys.values is not None:
+                for value in keys.values:
                     _check_key_value(table.name, rule, type_name, value)
 
 
-def _check_bounds_fit(table: str, rule: ColumnRule, type_name: str) -> None:
+def _check_bounds_fit(table: str, rule: ColumnRule, bounds: Bounds, type_name: str) -> None:
     """BOUNDS the column's type can hold. Bounds beyond its range are refused: the clamp compares
     the column with them, which must not need a wider type (and they are a typo, or the wrong
     column). A non-integer bound on an integer column (or one finer than a DECIMAL's scale) is
@@ -248,16 +249,16 @@ def _check_bounds_fit(table: str, rule: ColumnRule, type_name: str) -> None:
     limits = value_range(type_name)
     if limits is None:
         return
-    for bound in (rule.bounds.lower, rule.bounds.upper):
+    for bound in (bounds.lower, bounds.upper):
         if not limits[0] <= bound <= limits[1]:
-            raise _error(f"the BOUNDS of {sql_name(table)}.{sql_name(rule.name)} ({_number_text(rule.bounds.lower)} TO "
-                         f"{_number_text(rule.bounds.upper)}) reach beyond what its type {type_name} holds "
+            raise _error(f"the BOUNDS of {sql_name(table)}.{sql_name(rule.name)} ({_number_text(bounds.lower)} TO "
+                         f"{_number_text(bounds.upper)}) reach beyond what its type {type_name} holds "
                          f"({_number_text(limits[0])} to {_number_text(limits[1])})", rule.position,
                          hint=f"write bounds within {_number_text(limits[0])} and {_number_text(limits[1])}")
-    lower, upper = inward(rule.bounds.lower, rule.bounds.upper, type_name)
+    lower, upper = inward(bounds.lower, bounds.upper, type_name)
     if lower > upper:
-        raise _error(f"the BOUNDS of {sql_name(table)}.{sql_name(rule.name)} ({_number_text(rule.bounds.lower)} TO "
-                     f"{_number_text(rule.bounds.upper)}) hold no value of its type {type_name}",
+        raise _error(f"the BOUNDS of {sql_name(table)}.{sql_name(rule.name)} ({_number_text(bounds.lower)} TO "
+                     f"{_number_text(bounds.upper)}) hold no value of its type {type_name}",
                      rule.position, hint="widen the bounds to include a value the column can hold")
 
 
@@ -274,16 +275,16 @@ def _check_key_value(table: str, rule: ColumnRule, type_name: str, value) -> Non
         raise _error(f"the {where} list {kind} {shown}", rule.position,
                      hint=f"list keys of the column's type: {want}" + (
                          ", such as KEYS (1, 2, 3)" if numeric else ", such as KEYS ('a', 'b')"))
-    if not numeric:
-        return
     limits, spacing = value_range(type_name), step(type_name)
+    if not numeric or limits is None:  # every numeric type has a range: None only for text
+        return
     value = Fraction(value)
     if not limits[0] <= value <= limits[1] or (spacing is not None and (value / spacing).denominator != 1):
         raise _error(f"the {where} list {_number_text(value)}, which is not a value of {type_name}",
                      rule.position, hint="list only values the column can hold")
 
 
-def _check_key_column(table: str, rule: ColumnRule, type_name: str, key_type: str) -> None:
+def _check_key_column(table: str, rule: ColumnRule, source: str, type_name: str, key_type: str) -> None:
     """``KEYS FROM t.c``: the domain column's values are cast to the private column's type and
     compared there, so the two must be of one family with no lossy step: any integer into an
     integer (a key out of range names no row), integer into DECIMAL, a DECIMAL into one of at
@@ -297,9 +298,8 @@ def _check_key_column(table: str, rule: ColumnRule, type_name: str, key_type: st
         or (keys == column == "decimal" and decimal_shape(key_type)[1] <= decimal_shape(type_name)[1]) \
         or (base_type(key_type), base_type(type_name)) in (("FLOAT", "DOUBLE"), ("REAL", "DOUBLE"))
     if not fits:
-        source = f"{rule.keys.table}.{rule.keys.column}"
-        raise _error(f"KEYS FROM {source} of {sql_name(table)}.{sql_name(rule.name)}: the key column is {key_type} and the "
-                     f"private column {type_name}, which do not compare without a lossy or cross-type "
+        raise _error(f"KEYS FROM {source} of {sql_name(table)}.{sql_name(rule.name)}: the key column is {key_type} "
+                     f"and the private column {type_name}, which do not compare without a lossy or cross-type "
                      "conversion", rule.position,
                      hint=f"take keys from a column of type {type_name}, or list them with KEYS (...)")
 

@@ -142,14 +142,14 @@ def _syntax_error(err: UnexpectedInput, text: str) -> PolicyError:
         found, offset = "the end of the policy", len(text)
         line, col = token.end_line, token.end_column
     else:
-        offset = err.pos_in_stream if token is None else token.start_pos
+        offset = (err.pos_in_stream or 0) if token is None else token.start_pos
         found = repr(str(token) if token else text[offset:offset + 1])
         line, col = err.line, err.column
     if line is None or line < 1:  # an empty policy has no last token to point after
         line, col = 1, 1
     # accepts() replays the parser, so it omits lookaheads LALR only allows before a reduce.
     parser = getattr(err, "interactive_parser", None)
-    expected = parser.accepts() if parser else getattr(err, "expected", None) or err.allowed
+    expected = parser.accepts() if parser else getattr(err, "expected", None) or getattr(err, "allowed", None) or ()
     wanted = sorted({_describe_terminal(name) for name in expected if name != "$END"})
     message = f"syntax error: found {found}"
     if wanted:
@@ -303,6 +303,7 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
         if item.kind not in ("bounds", "keys_from", "keys_list"):
             continue
         column, *parts = item.args
+        value: Bounds | KeyDomain
         if item.kind == "bounds":
             field, value = "bounds", Bounds(parts[0].value, parts[1].value)
         elif item.kind == "keys_list":
@@ -317,7 +318,8 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
             raise _error(f"column {column.value} of table {table} is given {field.upper()} twice",
                          item.position,
                          hint=f"keep only the one at line {first.line}, column {first.col}")
-        rules[key[1]] = replace(rule, **{field: value})
+        change: dict[str, Any] = {field: value}
+        rules[key[1]] = replace(rule, **change)
         where[key] = item.position
     return tuple(rules.values())
 
@@ -406,7 +408,7 @@ def _budget_text(statement: str, epsilon: Fraction, delta: Fraction) -> str:
 
 
 def _table_items(table: PrivateTable) -> list[str]:
-    items = ["PRIVACY UNIT " + ("ROW" if table.row_level else _name_text(table.unit))]
+    items = ["PRIVACY UNIT " + ("ROW" if table.unit is None else _name_text(table.unit))]
     if not table.row_level or table.max_rows_per_unit != 1:
         items.append(f"MAX ROWS PER UNIT {table.max_rows_per_unit}")
     if table.max_groups_per_unit is not None:
@@ -421,11 +423,11 @@ def _table_items(table: PrivateTable) -> list[str]:
             # Rounding outward keeps a non-decimal bound safe: clamping only gets looser.
             items.append(f"{name} BOUNDS {_number_text(rule.bounds.lower, ROUND_FLOOR)} TO "
                          f"{_number_text(rule.bounds.upper, ROUND_CEILING)}")
-        if rule.keys is not None and rule.keys.table is not None:
-            items.append(f"{name} KEYS FROM {_table_name_text(rule.keys.table)}."
-                         f"{_name_text(rule.keys.column)}")
-        elif rule.keys is not None:
-            items.append(f"{name} KEYS ({', '.join(map(_literal_text, rule.keys.values))})")
+        keys = rule.keys  # a checked policy's KEYS: a table and a column, or values
+        if keys is not None and keys.table is not None and keys.column is not None:
+            items.append(f"{name} KEYS FROM {_table_name_text(keys.table)}.{_name_text(keys.column)}")
+        elif keys is not None and keys.values is not None:
+            items.append(f"{name} KEYS ({', '.join(map(_literal_text, keys.values))})")
     return items
 
 
