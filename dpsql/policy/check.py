@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from dpsql.errors import PolicyError
 from dpsql.policy.model import Bounds, ColumnRule, Policy, Position, PrivateTable, PublicTable
-from dpsql.sql.names import PAD, ROW_UNIT, sql_name
+from dpsql.sql.names import PAD, ROW_UNIT, key_of_parts, sql_name
 from dpsql.sql.types import base_type, decimal_shape, family, inward, is_numeric_type, step, value_range
 
 
@@ -338,7 +338,7 @@ def catalog_of(con) -> dict[str, dict[str, str]]:
     catalog: dict[str, dict[str, str]] = {}
     seen: set[tuple[str, str, str]] = set()
     for database, schema, table, column, type_name in rows:
-        key = table.lower() if schema.lower() == "main" else f"{schema}.{table}".lower()
+        key = key_of_parts((schema, table))
         if (database, schema, table) not in seen:  # a new object replaces what it shadows
             seen.add((database, schema, table))
             catalog[key] = {}

@@ -64,6 +64,7 @@ from dpsql.policy.model import (
     PrivateTable,
     PublicTable,
 )
+from dpsql.sql.names import quoted
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # dpsql/: an installed wheel carries grammar/ inside it
 _GRAMMAR_DIRS = (_PACKAGE / "grammar", _PACKAGE.parent / "grammar")
@@ -449,7 +450,7 @@ def _keywords() -> frozenset[str]:
 def _name_text(name: str) -> str:
     if re.fullmatch(r"[^\W\d]\w*", name) and name.upper() not in _keywords():
         return name
-    return '"' + name.replace('"', '""') + '"'
+    return quoted(name)
 
 
 def _table_name_text(name: str) -> str:

@@ -1,9 +1,11 @@
-"""Names as the analyst writes them: shown in messages and hints, never compared.
+"""Names: how a table is keyed in the catalog, how a name is quoted in SQL, how it is shown.
 
-DuckDB matches table and column names case-insensitively, so dpsql compares them lower-cased
-(``dpsql.analysis.bind``). What an analyst reads must be SQL they can paste back: a name is shown as
-the query wrote it, or as the database spells it, quoted when SQL needs quotes (``"Customer
-ID"``), never as the lower-cased key (``customer id``).
+DuckDB matches table and column names case-insensitively, so dpsql compares them lower-cased,
+keyed by ``table_key`` (``schema.table``, the default schema dropped). SQL that dpsql writes
+quotes every name (``quoted``, ``quoted_table``), so any spelling survives. What an analyst reads
+must be SQL they can paste back: a name is shown as the query wrote it, or as the database
+spells it, quoted only when SQL needs quotes (``sql_name``: ``"Customer ID"``), never as the
+lower-cased key (``customer id``).
 
 >>> sql_name("Customer ID"), sql_name("amount"), sql_name('a"b')
 ('"Customer ID"', 'amount', '"a""b"')
@@ -15,8 +17,53 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+DEFAULT_SCHEMA = "main"
+"""DuckDB's default schema: ``main.visits`` and ``visits`` are one table."""
+
+
+def key_of_parts(parts: Sequence[str]) -> str:
+    """Catalog key of a table name given as its parts (a quoted part may hold a dot):
+    lower-cased, joined with dots, the default schema dropped.
+
+    >>> key_of_parts(["Main", "Visits"]), key_of_parts(["sales", "Orders"]), key_of_parts(["main.x"])
+    ('visits', 'sales.orders', 'main.x')
+    """
+    lowered = [part.lower() for part in parts]
+    if len(lowered) == 2 and lowered[0] == DEFAULT_SCHEMA:
+        lowered = lowered[1:]
+    return ".".join(lowered)
+
+
+def table_key(name: str) -> str:
+    """Catalog key of a dotted table name as a policy writes it (``Main.Visits``: ``visits``).
+
+    >>> table_key("Main.Visits"), table_key("sales.Orders"), table_key("visits")
+    ('visits', 'sales.orders', 'visits')
+    """
+    return key_of_parts(name.split("."))
+
+
+def quoted(name: str) -> str:
+    """One identifier as SQL that dpsql writes: always quoted, inner quotes doubled.
+
+    >>> quoted("amount"), quoted("Customer ID"), quoted('a"b')
+    ('"amount"', '"Customer ID"', '"a""b"')
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quoted_table(name: str) -> str:
+    """A dotted table name (``schema.table``) with each part ``quoted``.
+
+    >>> quoted_table("sales.Orders"), quoted_table("visits")
+    ('"sales"."Orders"', '"visits"')
+    """
+    return ".".join(quoted(part) for part in name.split("."))
+
 
 LISTED = 12
 """A hint lists every name when there are at most this many; otherwise only the nearest."""
@@ -41,7 +88,7 @@ def sql_name(name: str, spellings: dict[str, str] | None = None) -> str:
     """``name`` (in the database's spelling, when known) as SQL writes it: bare when it is a
     plain word, else in double quotes."""
     name = spelled(name, spellings)
-    return name if _BARE.fullmatch(name) else '"' + name.replace('"', '""') + '"'
+    return name if _BARE.fullmatch(name) else quoted(name)
 
 
 def columns_hint(wrong: str, names: list[str], spellings: dict[str, str] | None = None,
