@@ -96,7 +96,7 @@ from dpsql.result import (
     decode_outside,
     encode_answer,
 )
-from dpsql.sql.names import columns_hint, sql_name
+from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, node_position, parse
 from dpsql.sql.types import is_numeric_type
@@ -196,7 +196,7 @@ class Connection:
                 check_policy(self.policy, self._catalog)
                 self._check_listed_keys()
                 self._engine.prepare_bounding(
-                    bounded_tables(list(self.policy.private_tables), self._catalog, table_key_of),
+                    bounded_tables(list(self.policy.private_tables), self._catalog, table_key),
                     self._ledger.salt().hex())
                 if eager_bounding:
                     self._engine.build_bounding()
@@ -228,7 +228,7 @@ class Connection:
         must each name a value of its type, as DuckDB reads it: one that does not would be
         dropped from the domain without a word. Reads the policy's own literals only."""
         for table in self.policy.private_tables:
-            columns = self._catalog[table_key_of(table.name)]
+            columns = self._catalog[table_key(table.name)]
             for rule in table.columns:
                 type_name = columns.get(rule.name.lower(), "")
                 if rule.keys is None or rule.keys.values is None or type_name == "VARCHAR" \
@@ -450,7 +450,7 @@ class Connection:
         0.5
         """
         epsilon = self._options_for(epsilon, None, None).epsilon
-        plan = plan_suggestion(self.policy, self._catalog, table_key_of, table, epsilon, columns, group_by)
+        plan = plan_suggestion(self.policy, self._catalog, table_key, table, epsilon, columns, group_by)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
         self._check_accountable(cost)
         self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {plan.table}",
@@ -502,7 +502,7 @@ class Connection:
             names = {name.lower(): name for name in self.tables()}
             raise UnsupportedQuery(f"unknown table {sql_name(table)}",
                                    hint=columns_hint(table, list(names), names, what="tables"))
-        return dict(self._catalog[table_key_of(declaration.name)])
+        return dict(self._catalog[table_key(declaration.name)])
 
     def policy_text(self) -> str:
         """The policy in dpsql's policy language."""
@@ -990,12 +990,6 @@ def policy_file_of(policy: Any) -> Path | None:
         return path.resolve() if path.is_file() else None
     except (OSError, ValueError):  # policy text: too long for a file name, or holds a NUL
         return None
-
-
-def table_key_of(name: str) -> str:
-    """Catalog key of a declared table name (``main.`` dropped, lower-cased)."""
-    parts = name.lower().split(".")
-    return ".".join(parts[1:]) if len(parts) == 2 and parts[0] == "main" else ".".join(parts)
 
 
 def _plain_number(value: Any) -> Any:

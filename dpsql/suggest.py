@@ -40,6 +40,7 @@ from dpsql.backends.rewrite import literal
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
 from dpsql.policy.model import Policy
+from dpsql.sql.names import quoted, quoted_table
 from dpsql.sql.types import is_numeric_type
 
 ROWS_QUANTILE = Fraction(95, 100)
@@ -117,22 +118,14 @@ def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: boo
                  part if grouped else Fraction(0))
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _table(name: str) -> str:
-    return ".".join(_quoted(part) for part in name.split("."))
-
-
 def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
     """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
     distinct values of that column, NULL one of them); then the number of units."""
     counts = ", ".join(f"COUNT(*) FILTER (WHERE r <= {k})" for k in ROWS_CANDIDATES)
     per_unit = "COUNT(*)" if group_by is None else \
-        f"COUNT(DISTINCT {_quoted(group_by)}) + MAX(CASE WHEN {_quoted(group_by)} IS NULL THEN 1 ELSE 0 END)"
-    return (f"SELECT {counts}, COUNT(*) FROM (SELECT {per_unit} AS r FROM {_table(table)} "
-            f"WHERE {_quoted(unit)} IS NOT NULL GROUP BY {_quoted(unit)})")
+        f"COUNT(DISTINCT {quoted(group_by)}) + MAX(CASE WHEN {quoted(group_by)} IS NULL THEN 1 ELSE 0 END)"
+    return (f"SELECT {counts}, COUNT(*) FROM (SELECT {per_unit} AS r FROM {quoted_table(table)} "
+            f"WHERE {quoted(unit)} IS NOT NULL GROUP BY {quoted(unit)})")
 
 
 def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
@@ -150,17 +143,17 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
     on the edge's side (accuracy only). A row whose cast failed (none of DuckDB's numeric types
     does) would count as a NULL: the unit gives its next value. ``floating`` is kept for the
     callers: NaN is skipped for every type (only floats have it)."""
-    value = _quoted(column)
+    value = quoted(column)
     counts = ", ".join(f"COUNT(*) FILTER (WHERE dp_value <= CAST({literal(c)} AS DOUBLE))" for c in edges)
     present = "dp_value IS NOT NULL AND NOT isnan(dp_value)"
     if unit is None:
         return (f"SELECT {counts}, COUNT(*) FROM (SELECT TRY_CAST({value} AS DOUBLE) AS dp_value "
-                f"FROM {_table(table)}) WHERE {present}")
-    owner = _quoted(unit)
+                f"FROM {quoted_table(table)}) WHERE {present}")
+    owner = quoted(unit)
     return (f"SELECT {counts}, COUNT(*) FROM (\n  SELECT dp_value, ROW_NUMBER() OVER (PARTITION BY dp_owner "
             f"ORDER BY hash($salt, dp_owner, dp_raw), dp_raw) AS dp_n\n"
             f"  FROM (SELECT {owner} AS dp_owner, {value} AS dp_raw, TRY_CAST({value} AS DOUBLE) AS dp_value "
-            f"FROM {_table(table)})\n  WHERE dp_owner IS NOT NULL AND {present}\n) WHERE dp_n = 1")
+            f"FROM {quoted_table(table)})\n  WHERE dp_owner IS NOT NULL AND {present}\n) WHERE dp_n = 1")
 
 
 BETA = 1e-3

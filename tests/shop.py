@@ -17,9 +17,9 @@ def attach_bounded_copies(connection, policy=SHOP, catalog=SHOP_CATALOG, salt: s
     """Build the bounded copies (dpsql.backends.bounding) on a raw DuckDB connection, as an Engine does
     on first use, so generated SQL runs on it."""
     from dpsql.backends.bounding import attach_sql, bounded_tables, create_sql, fill_sql
-    from dpsql.connection import table_key_of
+    from dpsql.sql.names import table_key
 
     connection.execute(attach_sql())
-    for table in bounded_tables(list(policy.private_tables), catalog, table_key_of):
+    for table in bounded_tables(list(policy.private_tables), catalog, table_key):
         connection.execute(create_sql(table))
         connection.execute(fill_sql(table), {"salt": salt})

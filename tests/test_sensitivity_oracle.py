@@ -27,7 +27,7 @@ from dpsql.analysis.sensitivity import distinct_units_sensitivity
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.rewrite import rewrite_distinct, rewrite_histogram, rewrite_plan
-from dpsql.connection import apply_contribution_options, table_key_of
+from dpsql.connection import apply_contribution_options
 from dpsql.mechanisms.selection import selection_rule
 from dpsql.policy.model import (
     Bounds,
@@ -37,6 +37,7 @@ from dpsql.policy.model import (
     PrivateTable,
     PublicTable,
 )
+from dpsql.sql.names import table_key
 from dpsql.sql.parse import parse
 
 NAN, INF = float("nan"), float("inf")
@@ -129,7 +130,7 @@ class Oracle:
         # The private table is read through its bounded copy, rebuilt for every dataset: the
         # brute force covers that truncation too.
         self.engine.prepare_bounding(bounded_tables(list(_policy(case, "unbounded").private_tables), catalog,
-                                                    table_key_of), "fixed-test-salt")
+                                                    table_key), "fixed-test-salt")
         parsed = parse(sql)
         for neighbours in ("unbounded", "bounded"):
             policy = _policy(case, neighbours)

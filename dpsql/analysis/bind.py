@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedQuery
 from dpsql.policy.model import Policy, PrivateTable, PublicTable
-from dpsql.sql.names import columns_hint, sql_name
+from dpsql.sql.names import columns_hint, key_of_parts, sql_name
 from dpsql.sql.parse import node_position
 from dpsql.sql.types import struct_fields
 
@@ -46,10 +46,7 @@ def table_key(table: exp.Table) -> str:
     >>> table_key(sqlglot.parse_one("SELECT 1 FROM Main.Visits").find(exp.Table))
     'visits'
     """
-    parts = [p.name.lower() for p in table.parts]
-    if len(parts) == 2 and parts[0] == "main":
-        parts = parts[1:]
-    return ".".join(parts)
+    return key_of_parts([p.name for p in table.parts])
 
 
 def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> BoundTable:

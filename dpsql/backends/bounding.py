@@ -71,7 +71,7 @@ from dpsql.policy.model import (
     DEFAULT_MAX_STRING_LENGTH,
     PrivateTable,
 )
-from dpsql.sql.names import PAD, ROW_UNIT
+from dpsql.sql.names import PAD, ROW_UNIT, quoted, quoted_table
 from dpsql.sql.types import (
     enum_values,
     holds_lists,
@@ -204,8 +204,6 @@ def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]]
     return tables
 
 
-def _quoted(name: str) -> str:
-    return ".".join(f'"{part}"' for part in name.split("."))
 
 
 def attach_sql() -> str:
@@ -219,8 +217,8 @@ def _copied_columns(table: BoundedTable) -> str:
     elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes)."""
     length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
     characters = DEFAULT_MAX_STRING_LENGTH if table.string_length is None else table.string_length
-    return ", ".join(f'{shortened(_quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
-                     else f'{shortened(_quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
+    return ", ".join(f'{shortened(quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
+                     else f'{shortened(quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
                      for c, t in table.columns)
 
 
@@ -354,7 +352,7 @@ def create_sql(table: BoundedTable) -> str:
     """An empty copy with the table's columns and types, so queries bind: reads no rows."""
     hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else ""
     return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
-            f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
+            f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {quoted_table(table.source)} LIMIT 0")
 
 
 def create_raw_rows_sql(table: BoundedTable) -> str:
@@ -380,7 +378,7 @@ def _raw_rows_select(table: BoundedTable) -> str:
     unit = f'"{table.unit}"'
     copied = f'{unit} COLLATE "binary"' if dict(table.columns).get(table.unit, "").upper() == "VARCHAR" else unit
     return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
-            f"FROM (SELECT {copied} AS dp_unit FROM {_quoted(table.source)})\n"
+            f"FROM (SELECT {copied} AS dp_unit FROM {quoted_table(table.source)})\n"
             f"WHERE dp_unit IS NOT NULL GROUP BY dp_unit")
 
 
@@ -400,7 +398,7 @@ def fill_sql(table: BoundedTable) -> str:
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
         f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
         f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n\n"
-        f"  FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n  WHERE {unit} IS NOT NULL\n"
+        f"  FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})\n  WHERE {unit} IS NOT NULL\n"
         f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
     )
 
@@ -431,7 +429,7 @@ def _fill_rows_sql(table: BoundedTable) -> str:
         f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
         f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
         f"        SELECT {', '.join(names)}, dp_text, COUNT(*) AS dp_copies\n"
-        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)}))\n"
+        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)}))\n"
         f"        GROUP BY ALL))))\n"
         f"WHERE dp_n = 1\n{_padding(table)}"
     )

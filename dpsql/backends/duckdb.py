@@ -57,7 +57,7 @@ from dpsql.backends.bounding import (
 )
 from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
 from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
-from dpsql.sql.names import Catalog
+from dpsql.sql.names import Catalog, key_of_parts
 from dpsql.sql.types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -163,7 +163,7 @@ class Engine:
         )
         catalog = Catalog()
         for schema, table, column, type_name in rows:
-            key = table.lower() if schema == "main" else f"{schema}.{table}".lower()
+            key = key_of_parts((schema, table))
             catalog.setdefault(key, {})[column.lower()] = type_name
             catalog.spellings.setdefault(key, table if schema == "main" else f"{schema}.{table}")
             catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it

@@ -27,6 +27,7 @@ from sqlglot.errors import SqlglotError
 
 from dpsql.backends.duckdb import Engine
 from dpsql.errors import UnsupportedQuery
+from dpsql.sql.names import quoted, quoted_table
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 COMPAT_MACROS = {"pg_get_userbyid": "(role) AS 'curator'",
@@ -93,9 +94,9 @@ class Catalog:
         for table, columns in tables.items():
             parts = table.split(".")
             if len(parts) == 2 and parts[0].lower() != "main":
-                self._engine.fetch(f"CREATE SCHEMA IF NOT EXISTS {_quote(parts[0])}")
-            listed = ", ".join(f"{_quote(name)} {kind}" for name, kind in columns.items())
-            self._engine.fetch(f"CREATE TABLE {'.'.join(_quote(p) for p in parts)} ({listed})")
+                self._engine.fetch(f"CREATE SCHEMA IF NOT EXISTS {quoted(parts[0])}")
+            listed = ", ".join(f"{quoted(name)} {kind}" for name, kind in columns.items())
+            self._engine.fetch(f"CREATE TABLE {quoted_table(table)} ({listed})")
 
     def answer(self, sql: str, parameters: tuple = ()) -> tuple[list[str], list[tuple]]:
         """(column names, rows) of a catalog query, with ``$1``... bound to ``parameters``
@@ -126,5 +127,3 @@ def compatible(sql: str) -> str:
     return _REG_CASTS.sub("::VARCHAR", _QUALIFIED.sub(lambda match: match.group(1) + "(", sql))
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
