@@ -16,6 +16,7 @@ from sqlglot.errors import ParseError
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.dialect import (
     DIALECT,
+    READ_DIALECT,
     DPDuckDB,
     DPOptions,
     OptionValue,
@@ -31,7 +32,7 @@ BIGQUERY_EXAMPLE = (
 
 
 def parse(sql: str) -> exp.Expression:
-    return sqlglot.parse_one(sql, read=DIALECT)
+    return sqlglot.parse_one(sql, read=READ_DIALECT)
 
 
 def refusal(sql: str) -> UnsupportedQuery:
@@ -48,8 +49,8 @@ def test_bigquery_example_parses_into_the_select():
     tree = parse(BIGQUERY_EXAMPLE)
     assert isinstance(tree, exp.Select)
     assert isinstance(tree.args["hint"], DPOptions)
-    assert [e.sql(dialect=DIALECT) for e in tree.expressions] == ["store", "COUNT(*) AS n"]
-    assert tree.args["group"].sql(dialect=DIALECT) == "GROUP BY store"
+    assert [e.sql(dialect=READ_DIALECT) for e in tree.expressions] == ["store", "COUNT(*) AS n"]
+    assert tree.args["group"].sql(dialect=READ_DIALECT) == "GROUP BY store"
 
 
 def test_options_are_exact_values_with_positions():
@@ -91,7 +92,7 @@ def test_no_clause_and_empty_clause_give_no_options():
     assert dp_options(parse("SELECT COUNT(*) FROM visits")) == {}
     assert dp_options(parse("SELECT WITH DIFFERENTIAL_PRIVACY COUNT(*) FROM visits")) == {}
     assert dp_options(parse("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS () COUNT(*) FROM visits")) == {}
-    assert dp_options(sqlglot.parse_one("SELECT 1", read="duckdb")) == {}
+    assert dp_options(sqlglot.parse_one("SELECT 1", read=DIALECT)) == {}
 
 
 @pytest.mark.parametrize("sql", [
@@ -103,22 +104,22 @@ def test_no_clause_and_empty_clause_give_no_options():
 ])
 def test_round_trip_and_strip(sql):
     tree = parse(sql)
-    generated = tree.sql(dialect=DIALECT)
+    generated = tree.sql(dialect=READ_DIALECT)
     assert parse(generated) == tree
     assert generated.count("WITH DIFFERENTIAL_PRIVACY") == 1
     stripped = strip_dp_options(tree)
-    plain = stripped.sql(dialect="duckdb")
+    plain = stripped.sql(dialect=DIALECT)
     assert "DIFFERENTIAL_PRIVACY" not in plain
-    assert sqlglot.parse_one(plain, read="duckdb") == stripped
+    assert sqlglot.parse_one(plain, read=DIALECT) == stripped
     assert not list(stripped.find_all(DPOptions))
     assert tree.find(DPOptions) is not None, "strip_dp_options must not change its input"
     with pytest.raises(ValueError, match="DPOptions"):
-        tree.sql(dialect="duckdb")  # plain DuckDB refuses the clause rather than dropping it
+        tree.sql(dialect=DIALECT)  # plain DuckDB refuses the clause rather than dropping it
 
 
 def test_round_trip_text_and_pretty():
-    assert parse(BIGQUERY_EXAMPLE).sql(dialect=DIALECT) == BIGQUERY_EXAMPLE
-    pretty = parse(BIGQUERY_EXAMPLE).sql(dialect=DIALECT, pretty=True)
+    assert parse(BIGQUERY_EXAMPLE).sql(dialect=READ_DIALECT) == BIGQUERY_EXAMPLE
+    pretty = parse(BIGQUERY_EXAMPLE).sql(dialect=READ_DIALECT, pretty=True)
     assert pretty.splitlines()[0].startswith("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5,")
     assert parse(pretty) == parse(BIGQUERY_EXAMPLE)
 
@@ -126,13 +127,13 @@ def test_round_trip_text_and_pretty():
 def test_generating_does_not_change_the_tree():
     tree = parse(BIGQUERY_EXAMPLE)
     before = repr(tree)
-    tree.sql(dialect=DIALECT, copy=False)
+    tree.sql(dialect=READ_DIALECT, copy=False)
     assert repr(tree) == before
 
 
 def test_registered_by_name():
     assert sqlglot.parse_one(BIGQUERY_EXAMPLE, read="dpduckdb") == parse(BIGQUERY_EXAMPLE)
-    assert DIALECT is DPDuckDB
+    assert READ_DIALECT is DPDuckDB
 
 
 def test_option_names_keep_their_position_meta():
@@ -293,11 +294,11 @@ def test_there_are_enough_duckdb_queries():
 
 @pytest.mark.parametrize("sql", DUCKDB_QUERIES)
 def test_duckdb_queries_parse_identically(sql):
-    ours, theirs = parse(sql), sqlglot.parse_one(sql, read="duckdb")
+    ours, theirs = parse(sql), sqlglot.parse_one(sql, read=DIALECT)
     assert ours == theirs
     assert repr(ours) == repr(theirs)
-    assert ours.sql(dialect=DIALECT) == theirs.sql(dialect="duckdb")
-    assert ours.sql(dialect=DIALECT, pretty=True) == theirs.sql(dialect="duckdb", pretty=True)
+    assert ours.sql(dialect=READ_DIALECT) == theirs.sql(dialect=DIALECT)
+    assert ours.sql(dialect=READ_DIALECT, pretty=True) == theirs.sql(dialect=DIALECT, pretty=True)
     assert ours.find(DPOptions) is None and dp_options(ours) == {}
 
 
@@ -309,7 +310,7 @@ def test_duckdb_queries_parse_identically(sql):
 ])
 def test_invalid_duckdb_stays_invalid(sql):
     with pytest.raises(ParseError):
-        sqlglot.parse_one(sql, read="duckdb")
+        sqlglot.parse_one(sql, read=DIALECT)
     with pytest.raises(ParseError):
         parse(sql)
 

@@ -93,8 +93,12 @@ class DPDuckDB(DuckDB):
         TRANSFORMS = {**DuckDB.Generator.TRANSFORMS, DPOptions: _dp_options_sql}
 
 
-DIALECT = DPDuckDB
-"""The dialect every stage parses and generates with (``read=DIALECT`` / ``dialect=DIALECT``)."""
+READ_DIALECT = DPDuckDB
+"""The dialect analyst SQL is read in (``read=READ_DIALECT``): DuckDB plus the clause."""
+
+DIALECT = "duckdb"
+"""The dialect dpsql generates SQL in (``dialect=DIALECT``): plain DuckDB, so a tree that still
+held the clause would raise rather than lose it. Every stage strips the clause on entry."""
 
 
 @dataclass(frozen=True)
@@ -163,12 +167,12 @@ def dp_options(tree: exp.Expression) -> dict[str, OptionValue]:
 
     >>> import sqlglot
     >>> sql = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, delta = 1e-7) COUNT(*) FROM t"
-    >>> tree = sqlglot.parse_one(sql, read=DIALECT)
+    >>> tree = sqlglot.parse_one(sql, read=READ_DIALECT)
     >>> dp_options(tree)["delta"]
     OptionValue(value=Fraction(1, 10000000), line=1, col=58)
-    >>> strip_dp_options(tree).sql(dialect="duckdb")
+    >>> strip_dp_options(tree).sql(dialect=DIALECT)
     'SELECT COUNT(*) FROM t'
-    >>> dp_options(sqlglot.parse_one("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (eps = 1) 1", read=DIALECT))
+    >>> dp_options(sqlglot.parse_one("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (eps = 1) 1", read=READ_DIALECT))
     ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     dpsql.errors.UnsupportedQuery: unknown differential-privacy option 'eps' (line 1, column 43). Hint: ...
@@ -214,8 +218,8 @@ def strip_dp_options(tree: exp.Expression) -> exp.Expression:
     """A copy of ``tree`` without any differential-privacy clause: plain DuckDB SQL.
 
     >>> import sqlglot
-    >>> tree = sqlglot.parse_one("SELECT WITH DIFFERENTIAL_PRIVACY x FROM t", read=DIALECT)
-    >>> strip_dp_options(tree).sql(dialect="duckdb"), tree.sql(dialect=DIALECT)
+    >>> tree = sqlglot.parse_one("SELECT WITH DIFFERENTIAL_PRIVACY x FROM t", read=READ_DIALECT)
+    >>> strip_dp_options(tree).sql(dialect=DIALECT), tree.sql(dialect=READ_DIALECT)
     ('SELECT x FROM t', 'SELECT WITH DIFFERENTIAL_PRIVACY x FROM t')
     """
     tree = tree.copy()
@@ -255,5 +259,5 @@ def _position(node: exp.Expression) -> tuple[int | None, int | None]:
 
 def _shorten(node: exp.Expression) -> str:
     """The analyst's own value, regenerated and cut short, for a refusal message."""
-    text = node.sql(dialect=DIALECT)
+    text = node.sql(dialect=READ_DIALECT)
     return repr(text if len(text) <= 40 else text[:37] + "...")

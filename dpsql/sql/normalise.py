@@ -19,7 +19,7 @@ column of any table (``columns``). Anything it cannot prove the same stays apart
 simply charged again.
 
 >>> import sqlglot
->>> sql = lambda text, **kw: normalised_sql(sqlglot.parse_one(text, read="duckdb"), **kw)
+>>> sql = lambda text, **kw: normalised_sql(sqlglot.parse_one(text, read=DIALECT), **kw)
 >>> sql("select V.Store, count(*) as N from Main.Visits v where 3 < amount and v.store = 'a' group by 1 order by n")
 "SELECT store, COUNT(*) AS c1 FROM visits WHERE 'a' = store AND 3 < amount GROUP BY 1 ORDER BY c1"
 """
@@ -34,7 +34,8 @@ from typing import cast
 
 from sqlglot import exp
 
-DIALECT = "duckdb"
+from dpsql.sql.dialect import DIALECT
+
 _SCOPES = (exp.Subquery, exp.CTE, exp.With, exp.Union, exp.Intersect, exp.Except, exp.Lateral)
 
 

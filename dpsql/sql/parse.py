@@ -24,10 +24,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from dpsql.errors import DPError, UnsupportedQuery, position_of
-from dpsql.sql.dialect import DPDuckDB, dp_options, strip_dp_options
-
-DIALECT = "duckdb"
-"""The dialect dpsql generates SQL in (trees never hold dpsql's own clause by then)."""
+from dpsql.sql.dialect import DIALECT, DPDuckDB, dp_options, strip_dp_options
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,9 @@ def enum_values(type_name: str) -> tuple[str, ...] | None:
         return None
     from sqlglot import exp  # local: this module is otherwise free of SQL trees
 
-    parsed = exp.DataType.build(type_name, dialect="duckdb")
+    from dpsql.sql.dialect import DIALECT
+
+    parsed = exp.DataType.build(type_name, dialect=DIALECT)
     return tuple(value.this for value in parsed.expressions)
 
 
