@@ -18,7 +18,7 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedQuery
 from dpsql.policy.model import Policy, PrivateTable, PublicTable
 from dpsql.sql.names import columns_hint, key_of_parts, sql_name
-from dpsql.sql.parse import node_position
+from dpsql.sql.parse import DIALECT, node_position
 from dpsql.sql.types import struct_fields
 
 Catalog = dict[str, dict[str, str]]
@@ -57,7 +57,7 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
             f"table functions such as {table.this.sql(dialect='duckdb')} are not allowed",
             line=line,
             col=col,
-            construct=table.this.sql(dialect="duckdb"),
+            construct=table.this.sql(dialect=DIALECT),
             hint="query the tables declared in the policy",
         )
     if len(table.parts) > 2:
@@ -104,12 +104,12 @@ def written_name(node: exp.Expression) -> str:
     'Main."My Table"'
     """
     if isinstance(node, exp.Table):
-        return ".".join(part.sql(dialect="duckdb") for part in node.parts)
+        return ".".join(part.sql(dialect=DIALECT) for part in node.parts)
     if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier):
         if node.this.meta.get(WRITTEN):
             return node.this.meta[WRITTEN]
-        return node.this.sql(dialect="duckdb")
-    return sql_name(getattr(node, "name", "") or node.sql(dialect="duckdb"))
+        return node.this.sql(dialect=DIALECT)
+    return sql_name(getattr(node, "name", "") or node.sql(dialect=DIALECT))
 
 
 def is_bound(column: exp.Column) -> bool:
@@ -171,7 +171,7 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
     >>> import sqlglot
     >>> scope = {(None, "meta"): "meta", ("t", "meta"): "meta"}
     >>> types = {"meta": "STRUCT(src VARCHAR, n INTEGER)"}
-    >>> print(resolve_column(sqlglot.parse_one("t.meta.SRC"), scope, types, "").sql(dialect="duckdb"))
+    >>> print(resolve_column(sqlglot.parse_one("t.meta.SRC"), scope, types, "").sql(dialect=DIALECT))
     STRUCT_EXTRACT("meta", 'src')
     """
     parts = [p.name for p in column.parts]
@@ -222,7 +222,7 @@ def _bound_identifier_column(target: str, column: exp.Column, part: int) -> exp.
     identifier.meta.update(column.this.meta)  # keep the position for later refusals
     identifier.meta[BOUND] = True
     written = column.parts[part]
-    identifier.meta.setdefault(WRITTEN, written.sql(dialect="duckdb") if part != len(column.parts) - 1
+    identifier.meta.setdefault(WRITTEN, written.sql(dialect=DIALECT) if part != len(column.parts) - 1
                                else written_name(column))  # as the analyst wrote the column
     return exp.Column(this=identifier)
 
@@ -234,7 +234,7 @@ def _is_struct(type_name: str | None) -> bool:
 def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, sql: str,
              written: str):
     fields = struct_fields(type_name)
-    shown = column.sql(dialect="duckdb")
+    shown = column.sql(dialect=DIALECT)
     line, col = node_position(column, sql)
     if fields is None:
         raise UnsupportedQuery(f"{written} is of type {type_name}, not a STRUCT, so it has no field {field}",
@@ -261,7 +261,7 @@ def _written(node: exp.Expression) -> str:
     """A bound column or field read as the analyst would write it: ``meta.inner``."""
     if isinstance(node, exp.StructExtract):
         return f"{_written(node.this)}.{node.expression.this}"
-    return node.name if isinstance(node, exp.Column) else node.sql(dialect="duckdb")
+    return node.name if isinstance(node, exp.Column) else node.sql(dialect=DIALECT)
 
 
 def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
@@ -274,7 +274,7 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
                 line, col = node_position(sub, sql)
                 raise UnsupportedQuery(f"struct_extract reads a STRUCT, but {_written(base)} is of type "
                                        f"{type_name}", line=line, col=col,
-                                       construct=sub.sql(dialect="duckdb"),
+                                       construct=sub.sql(dialect=DIALECT),
                                        hint="read fields of STRUCT columns, such as struct_extract(s, 'field') or s.field")
             continue
         index = sub.expressions[0] if isinstance(sub, exp.Bracket) and len(sub.expressions) == 1 else sub.expression
@@ -283,7 +283,7 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
         if not (isinstance(index, exp.Literal) and index.is_string):
             line, col = node_position(sub, sql)
             raise UnsupportedQuery(f"a field of the STRUCT {base.sql(dialect='duckdb')} must be named by a string "
-                                   "literal", line=line, col=col, construct=sub.sql(dialect="duckdb"),
+                                   "literal", line=line, col=col, construct=sub.sql(dialect=DIALECT),
                                    hint=f"write {base.sql(dialect='duckdb')}['field']")
         extracted, _ = _extract(base.copy(), type_name, index.this, sub, sql, _written(base))
         sub.replace(extracted)
@@ -307,7 +307,7 @@ def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, sql:
     dpsql.errors.UnsupportedQuery: column amount is ambiguous: s and v both have it (line 1, column 8). Hint: qualify it: s.amount or v.amount.
     """
     line, col = node_position(column, sql)
-    shown = column.sql(dialect="duckdb")
+    shown = column.sql(dialect=DIALECT)
     name = column.name.lower()
     by_target: dict[str, list[str]] = {}  # a table read as `t AS a` answers to a and t: name it once
     for (q, c), target in scope.items():

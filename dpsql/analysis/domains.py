@@ -38,6 +38,7 @@ from dpsql.analysis.plan import GroupKey
 from dpsql.errors import DPError
 from dpsql.policy.model import DEFAULT_MAX_RELEASED_KEYS, ColumnRule  # noqa: F401  (re-exported: the limit is this module's rule)
 from dpsql.sql.allowlist import check_public
+from dpsql.sql.parse import DIALECT
 
 
 def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str = "",
@@ -157,7 +158,7 @@ def key_text(key: GroupKey) -> str:
     'dest'
     """
     expression = key.expression
-    return expression.name if isinstance(expression, exp.Column) else expression.sql(dialect="duckdb")
+    return expression.name if isinstance(expression, exp.Column) else expression.sql(dialect=DIALECT)
 
 
 def domain_text(key: GroupKey) -> str:
@@ -175,7 +176,7 @@ def domain_text(key: GroupKey) -> str:
     source = f"{domain.table}.{domain.column}" if domain.values is None else f"{len(domain.values)} listed keys"
     text = f"the KEYS domain of {key_text(key)} ({source})"
     if key.narrowed_by:
-        text += " where " + " AND ".join(c.sql(dialect="duckdb") for c in key.narrowed_by)
+        text += " where " + " AND ".join(c.sql(dialect=DIALECT) for c in key.narrowed_by)
     return text
 
 
@@ -201,6 +202,6 @@ def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]
         sources = ", ".join(f"{table}.{key.domain.column}" for key in part)
         text = (f"the {size:,} combination{'' if size == 1 else 's'} of ({', '.join(key_text(k) for k in part)}) "
                 f"that occur together in the rows of the joined public table {table} ({sources})")
-        narrowed = [c.sql(dialect="duckdb") for key in part for c in key.narrowed_by]
+        narrowed = [c.sql(dialect=DIALECT) for key in part for c in key.narrowed_by]
         texts.append(text + (" where " + " AND ".join(narrowed) if narrowed else ""))
     return " times ".join(texts)

@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.names import sql_name
-from dpsql.sql.parse import describe, node_position
+from dpsql.sql.parse import DIALECT, describe, node_position
 from dpsql.sql.types import reads_as_integer, reads_as_number
 
 
@@ -221,7 +221,7 @@ def _rounding(node, bounds, sql):
 
 
 def _cast(node: exp.Cast, bounds, sql):
-    target = node.to.sql(dialect="duckdb").upper()
+    target = node.to.sql(dialect=DIALECT).upper()
     if not reads_as_number(target):
         _refuse(node, sql, f"a cast to {target} has no numeric bounds")
     value = node.this
@@ -307,7 +307,7 @@ def integer_valued(node: exp.Expression, bounds) -> bool:
     if isinstance(node, exp.Boolean):
         return True
     if isinstance(node, (exp.Cast, exp.TryCast)):
-        return reads_as_integer(node.to.sql(dialect="duckdb").upper())
+        return reads_as_integer(node.to.sql(dialect=DIALECT).upper())
     if isinstance(node, (exp.Extract, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear,
                          exp.WeekOfYear, exp.Year, exp.Length, exp.ArraySize, exp.DateDiff,
                          *(getattr(exp, n) for n in ("Hour", "Minute", "Second", "Quarter") if hasattr(exp, n)))):
