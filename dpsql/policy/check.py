@@ -7,12 +7,13 @@ offending item was written (positions are ``None`` for a policy built in Python)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import ROUND_HALF_EVEN, Decimal, Inexact, localcontext
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from fractions import Fraction
 
 from dpsql.errors import PolicyError
 from dpsql.policy.model import Bounds, ColumnRule, Policy, Position, PrivateTable, PublicTable
 from dpsql.sql.names import PAD, ROW_UNIT, key_of_parts, sql_name
+from dpsql.sql.numbers import finite_decimal
 from dpsql.sql.types import base_type, decimal_shape, family, inward, is_numeric_type, step, value_range
 
 
@@ -353,12 +354,9 @@ def _number_text(value, rounding=ROUND_HALF_EVEN) -> str:
     value = Fraction(value)
     if value.denominator == 1:
         return str(value.numerator)
-    with localcontext() as context:
-        # Enough digits for any finite expansion n / (2^a 5^b); else 17, rounded as asked.
-        context.prec = len(str(value.numerator)) + 4 * len(str(value.denominator))
-        context.clear_flags()  # the copied context may carry an Inexact flag from elsewhere
-        exact = Decimal(value.numerator) / Decimal(value.denominator)
-        if not context.flags[Inexact]:
-            return str(exact.normalize())
+    exact = finite_decimal(value)
+    if exact is not None:
+        return str(exact)
+    with localcontext() as context:  # no finite expansion: 17 digits, rounded as asked
         context.prec, context.rounding = 17, rounding
         return str(Decimal(value.numerator) / Decimal(value.denominator))
