@@ -61,13 +61,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from decimal import Decimal, localcontext
+from decimal import Decimal
 from fractions import Fraction
 from numbers import Rational
 from typing import TYPE_CHECKING, ClassVar
 
 from dpsql.errors import BudgetExceeded, DPError, InternalError
 from dpsql.mechanisms.calibrate import rho_of
+from dpsql.sql.numbers import finite_decimal
 
 if TYPE_CHECKING:
     from dpsql.analysis.plan import Plan
@@ -490,18 +491,11 @@ def show(value: Fraction) -> str:
     >>> show(Fraction(3, 10)), show(Fraction(1, 10**6)), show(Fraction(1, 3)), show(Fraction(2**-60))
     ('0.3', '1e-6', '1/3 (about 0.3333)', '8.67362e-19')
     """
-    denominator = value.denominator
-    for prime in (2, 5):
-        while denominator % prime == 0:
-            denominator //= prime
-    if denominator != 1:
+    exact = finite_decimal(value)
+    if exact is None:
         if len(str(value.denominator)) > 12:
             return f"{float(value):.6g}"
         return f"{value.numerator}/{value.denominator} (about {float(value):.4g})"
-    digits = len(str(value.denominator)) + len(str(value.numerator)) + 10
-    with localcontext() as context:
-        context.prec = digits  # enough for a terminating expansion to be exact
-        exact = (Decimal(value.numerator) / Decimal(value.denominator)).normalize()
     if exact == 0:
         return "0"
     if len(exact.as_tuple().digits) > 12:
