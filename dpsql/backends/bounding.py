@@ -340,7 +340,7 @@ def _cut(value: str, type_name: str, length: int, characters: int) -> str:
         return f"CAST(map_from_entries({entries}) AS {type_name})"
     fields = struct_fields(type_name)
     if fields is not None:
-        packed = ", ".join('"' + f.replace('"', '""') + '" := '
+        packed = ", ".join(quoted(f) + ' := '
                            + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length, characters)
                            for f, t in fields.items())
         return f"CAST(CASE WHEN {value} IS NULL THEN NULL ELSE struct_pack({packed}) END AS {type_name})"
@@ -538,7 +538,7 @@ def _extreme_other(type_name: str, high: bool) -> str:
     fields = struct_fields(type_name)
     if fields is not None:
         return "struct_pack(" + ", ".join(
-            '"' + f.replace('"', '""') + f'" := CAST({_extreme(t, high)} AS {t})' for f, t in fields.items()) + ")"
+            quoted(f) + f' := CAST({_extreme(t, high)} AS {t})' for f, t in fields.items()) + ")"
     element = list_element(type_name)
     if element is not None:
         inner = _extreme(element, high)
