@@ -46,6 +46,7 @@ from dpsql.backends.rewrite import (
     rewrite_separate,
 )
 from dpsql.bias import (
+    BiasPlan,
     bias_sql,
     explain_bias,
     limits_of,
@@ -692,6 +693,20 @@ class Connection:
                  report_bias: Any) -> Prepared:
         """The static half of the query (``dpsql.prepare``), shared by ``sql`` and ``explain``."""
         return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst)
+
+    # The stages one by one, for tests and benchmarks that look inside a query.
+
+    def _check(self, sql: str) -> tuple[Any, PrivateQuery | PublicQuery, dict]:
+        """Parse and check: (query tree, checked query, options written in the SQL)."""
+        return self._preparer.check(sql)
+
+    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+              weights: dict | None = None) -> Plan:
+        return self._preparer.plan(query, sql, epsilon, delta, noise, weights)
+
+    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+                        weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, BiasPlan | None]:
+        return self._preparer.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
 
     def _domain(self, query: PrivateQuery, written: dict | None = None, sql: str = "") -> list[tuple]:
         """Every released key: the product of the public key domains, each narrowed by the

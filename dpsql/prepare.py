@@ -125,11 +125,11 @@ class Preparer:
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any, analyst: str | None) -> Prepared:
-        tree, checked, written = self._check(sql)
+        tree, checked, written = self.check(sql)
         if isinstance(checked, PublicQuery):
             return Prepared(tree, checked, written)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+        plan, bias = self.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
         if plan.query.keys and plan.selection is None:
             max_keys(self.policy, written)  # a wrong max_keys option is refused before anything runs
         if not plan.query.aggregates and plan.selection is None:
@@ -139,7 +139,7 @@ class Preparer:
         return Prepared(tree, checked, written, plan, bias, query_cost(plan), bounded_sql,
                         self.core_types(plan, bounded_sql), normal, repeat)
 
-    def _check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
+    def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
         """Parse and check, kept per SQL text: (query tree, checked query, written options)."""
         found = self._recall(self._checked, sql) if isinstance(sql, str) else None
         if found is not None:
@@ -152,23 +152,23 @@ class Preparer:
         self._keep(self._checked, sql, result)
         return result
 
-    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+    def plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
                         weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, BiasPlan | None]:
         """The plan and its bias report (``None``: none): the report's share of epsilon is taken
         out of the query's before the aggregates get theirs, so the total cost is unchanged."""
         share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share,
                                      exact_parameter)
         if share is None:
-            return self._plan(checked, sql, epsilon, delta, noise, weights), None
+            return self.plan(checked, sql, epsilon, delta, noise, weights), None
         total = privacy_options(self.policy, epsilon, delta, noise).epsilon
-        plan = self._plan(checked, sql, total * (1 - share), delta, noise, weights)
+        plan = self.plan(checked, sql, total * (1 - share), delta, noise, weights)
         bias = plan_bias(plan, share, total, explicit, written.get("report_bias"))
         if bias is None:  # nothing to report here: the aggregates get the whole epsilon
-            return self._plan(checked, sql, epsilon, delta, noise, weights), None
+            return self.plan(checked, sql, epsilon, delta, noise, weights), None
         return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias
 
-    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
-              weights: dict | None) -> Plan:
+    def plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+             weights: dict | None = None) -> Plan:
         plan = analyse_query(query, self.policy, privacy_options(self.policy, epsilon, delta, noise, weights), sql)
         if not plan.query.keys:
             return plan
