@@ -96,6 +96,7 @@ class Preparer:
         self._limit = limit
         self._checked: OrderedDict[str, tuple] = OrderedDict()
         self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
+        self._normal: OrderedDict[str, str] = OrderedDict()
         self._types: dict[str, list] = {}
         self._lock = threading.Lock()
 
@@ -121,6 +122,7 @@ class Preparer:
         with self._lock:
             self._checked.clear()
             self._prepared.clear()
+            self._normal.clear()
             self._types.clear()
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
@@ -135,7 +137,7 @@ class Preparer:
         if not plan.query.aggregates and plan.selection is None:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
         bounded_sql = rewrite_plan(plan)
-        normal, repeat = self._repeat_key(tree, plan, bias, analyst)
+        normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
         return Prepared(tree, checked, written, plan, bias, query_cost(plan), bounded_sql,
                         self.core_types(plan, bounded_sql), normal, repeat)
 
@@ -204,12 +206,15 @@ class Preparer:
             found = self._types[generated_sql] = list(self._describe(generated_sql))
         return found
 
-    def _repeat_key(self, tree: exp.Expression, plan: Plan, bias: BiasPlan | None,
+    def _repeat_key(self, sql: str, tree: exp.Expression, plan: Plan, bias: BiasPlan | None,
                     analyst: str | None) -> tuple[str, str]:
         """The normalised SQL and the key its answer is stored under. The options in the key are
         the plan's: its totals and every measure's share and noise, so anything that changes
         how the answer is drawn (epsilon, delta, noise, weights) changes the key."""
-        normal = normalised_sql(tree, self._column_names)
+        normal = self._recall(self._normal, sql)
+        if normal is None:  # the text alone decides it: kept per SQL text, like the check
+            normal = normalised_sql(tree, self._column_names)
+            self._keep(self._normal, sql, normal)
         measures = [[m.name, m.noise, str(m.epsilon), str(m.delta), str(m.scale)]
                     for m in plan.measures]
         rule = plan.query.rule  # the contribution limits decide which rows count, not only the noise
