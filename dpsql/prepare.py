@@ -97,7 +97,6 @@ class Preparer:
         self._checked: OrderedDict[str, tuple] = OrderedDict()
         self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
         self._normal: OrderedDict[str, str] = OrderedDict()
-        self._types: dict[str, list] = {}
         self._lock = threading.Lock()
 
     def prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
@@ -123,7 +122,6 @@ class Preparer:
             self._checked.clear()
             self._prepared.clear()
             self._normal.clear()
-            self._types.clear()
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any, analyst: str | None) -> Prepared:
@@ -176,14 +174,14 @@ class Preparer:
             return plan
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
-        types = dict(self._types_of(key_types_sql(plan)))
+        types = dict(self._describe(key_types_sql(plan)))
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
     def core_types(self, plan: Plan, bounded_sql: str) -> tuple[str, ...]:
         """DuckDB types of the noisy core's columns (keys as the database types them); binding
         the SQL refuses a query that does not type-check, before anything is charged."""
         try:
-            described = dict(self._types_of(bounded_sql))
+            described = dict(self._describe(bounded_sql))
         except UnsupportedQuery:
             raise
         except Exception as error:  # binding reads the schema only: its message holds no data
@@ -198,13 +196,6 @@ class Preparer:
             # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
             types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
         return tuple(types)
-
-    def _types_of(self, generated_sql: str) -> list:
-        """``describe`` of generated SQL, kept per text: binding depends on the schema only."""
-        found = self._types.get(generated_sql)
-        if found is None:
-            found = self._types[generated_sql] = list(self._describe(generated_sql))
-        return found
 
     def _repeat_key(self, sql: str, tree: exp.Expression, plan: Plan, bias: BiasPlan | None,
                     analyst: str | None) -> tuple[str, str]:
