@@ -92,7 +92,7 @@ from dpsql.result import (
     encode_answer,
 )
 from dpsql.sql.names import columns_hint, sql_name
-from dpsql.sql.parse import located, node_position
+from dpsql.sql.parse import located
 from dpsql.suggest import plan_suggestion, run_suggestion
 
 
@@ -282,7 +282,7 @@ class Connection:
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
         assert plan is not None
-        domain = self._domain(plan.query, prepared.written, sql) if plan.selection is None else None
+        domain = self._domain(plan.query, prepared.written) if plan.selection is None else None
         if not prepared.reads_private:
             assert domain is not None
             return self._run_keys_only(plan, checked, domain)  # public keys only: nothing private is read
@@ -708,7 +708,7 @@ class Connection:
                         weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, BiasPlan | None]:
         return self._preparer.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
 
-    def _domain(self, query: PrivateQuery, written: dict | None = None, sql: str = "") -> list[tuple]:
+    def _domain(self, query: PrivateQuery, written: dict | None = None) -> list[tuple]:
         """Every released key: the product of the public key domains, each narrowed by the
         query's WHERE (``dpsql.analysis.domains``; public data only). More keys than the limit
         (``dpsql.options.max_keys``) are refused before the product is built."""
@@ -723,7 +723,7 @@ class Connection:
             if domain not in self._domains:  # public data: read once per connection
                 self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
-        self._check_domain_size(query, [(indices, len(values)) for indices, values in parts], written or {}, sql)
+        self._check_domain_size(query, [(indices, len(values)) for indices, values in parts], written or {})
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
         released = []
@@ -735,8 +735,7 @@ class Connection:
             released.append(tuple(key))
         return released
 
-    def _check_domain_size(self, query: PrivateQuery, parts: list[tuple[list[int], int]], written: dict,
-                           sql: str) -> None:
+    def _check_domain_size(self, query: PrivateQuery, parts: list[tuple[list[int], int]], written: dict) -> None:
         """Refuse, before the charge, a public domain of more keys than the limit allows: the
         domain, its size and the limit, and how to narrow it. ``parts``: each domain part's key
         indices and the number of its keys or combinations (``domain_parts``)."""
@@ -746,15 +745,13 @@ class Connection:
             return
         names = product_text(query.keys, parts)
         narrow = " AND ".join(f"{key_text(k)} IN (...)" for k in query.keys)
-        if option is not None:
-            where, line, col = "max_keys in the query's OPTIONS", option.line, option.col
-            raise_it = "raise max_keys"
-        else:
-            (line, col), where = node_position(query.keys[0].expression, sql), "the policy's MAX RELEASED KEYS"
-            raise_it = "ask the curator to raise MAX RELEASED KEYS in the policy"
-        raise UnsupportedQuery(
-            f"GROUP BY would release {size:,} keys: {names}, beyond the limit of {limit:,} keys ({where})",
-            line=line, col=col, hint=f"narrow the keys with WHERE {narrow}, or {raise_it}")
+        message = f"GROUP BY would release {size:,} keys: {names}, beyond the limit of {limit:,} keys"
+        hint = f"narrow the keys with WHERE {narrow}, or "
+        if option is not None:  # refused at the option, else at the first key (located at the boundary)
+            raise UnsupportedQuery(f"{message} (max_keys in the query's OPTIONS)", line=option.line, col=option.col,
+                                   hint=hint + "raise max_keys")
+        raise UnsupportedQuery(f"{message} (the policy's MAX RELEASED KEYS)", node=query.keys[0].expression,
+                               hint=hint + "ask the curator to raise MAX RELEASED KEYS in the policy")
 
     def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:
         """GROUP BY public keys with no aggregate: the released keys are the public domain
