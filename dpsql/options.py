@@ -39,7 +39,7 @@ def _shown(value: Fraction) -> str:
 
 def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) -> tuple[Any, Any, str | None]:
     """Options written in the SQL and passed as arguments mean the same; a conflict is an error."""
-    merged = []
+    merged: list[Any] = []
     for name, given in (("epsilon", epsilon), ("delta", delta), ("noise", noise)):
         option = written.get(name)
         if option is None:
@@ -55,7 +55,7 @@ def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) ->
                     hints={"cli": f"give {name} once, in the SQL or with --{name}",
                            "shell": f"give {name} once, in the SQL or with .{name}"})
         merged.append(option.value)
-    return tuple(merged)
+    return merged[0], merged[1], merged[2]
 
 
 def _check_written(name: str, option) -> None:
@@ -77,12 +77,12 @@ def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQue
     unit is the curator's choice and cannot be changed, only restated."""
     rule = query.rule
     unit = written.get("privacy_unit_column")
-    named = "ROW" if query.hidden_unit else rule.unit  # a row-level table's unit is each row
+    named = "ROW" if query.hidden_unit or rule.unit is None else rule.unit  # a row-level table's unit is each row
     if unit is not None and named.lower() != unit.value.lower():
         raise UnsupportedQuery(
             f"the privacy unit of {query.table} is {named}, not {unit.value}",
             line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {named}, or leave it out")
-    changes = {}
+    changes: dict[str, Any] = {}
     for option, field_name in (("max_rows_contributed", "max_rows_per_unit"),
                                ("max_groups_contributed", "max_groups_per_unit")):
         given = written.get(option)
