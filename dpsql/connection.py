@@ -19,6 +19,7 @@ import functools
 import itertools
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
 from operator import itemgetter
@@ -71,7 +72,7 @@ from dpsql.policy.check import is_numeric_type
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import Policy
-from dpsql.prepare import Prepared, Preparer
+from dpsql.prepare import Prepared, Preparer, Priced
 from dpsql.release import (
     core_columns,
     core_rows,
@@ -283,21 +284,20 @@ class Connection:
             return self._run_public(checked)
         assert plan is not None
         domain = self._domain(plan.query, prepared.written) if plan.selection is None else None
-        if not prepared.reads_private:
+        priced = prepared.priced
+        if priced is None:
             assert domain is not None
             return self._run_keys_only(plan, checked, domain)  # public keys only: nothing private is read
-        assert prepared.cost is not None and prepared.bounded_sql is not None and prepared.core_types is not None
-        key = prepared.repeat_key
-        repeat = self._replay(prepared)
+        repeat = self._replay(prepared, priced)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
-        bounded_sql, cost = prepared.bounded_sql, prepared.cost
+        bounded_sql, cost, key = priced.bounded_sql, priced.cost, priced.repeat_key
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
         outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
-        types = list(prepared.core_types)
-        entry = self._ledger.charge(cost, self._accountant, sql=prepared.normal_sql, options=self._options(plan),
+        types = list(priced.core_types)
+        entry = self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=self._options(plan),
                                     analyst=self.analyst, key=key,
                                     analyst_total=self._analyst_accountant,
                                     policies=self._agreed_policies)
@@ -305,12 +305,15 @@ class Connection:
         try:
             keys = plan.query.keys
             exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
-            histograms = {}
+            histograms: dict[str, Sequence[tuple]] = {}
             for measure in plan.separate:
                 separate_sql = rewrite_separate(plan, measure)
                 histograms[measure.name] = read_keys(
                     self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
-            released = domain + [(None,) * len(keys)] if outside else domain  # the outside cell last
+            released = domain
+            if outside:  # the outside cell last; there is one only beside a public domain
+                assert domain is not None
+                released = domain + [(None,) * len(keys)]
             release = release_measures(plan, released, exact, self._rng, histograms)
             stored_outside = None
             if outside:  # the outside cell's released values and noisy measures, kept for repeats
@@ -327,7 +330,8 @@ class Connection:
                 core = shown_keys(core, plan.query.keys)
                 pick = itemgetter(*picked)
                 rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
-                tracked, order = True, range(len(rows))
+                order: Sequence[int] = range(len(rows))
+                tracked = True
             else:
                 indexed = [row + (index,) for index, row in enumerate(core)]
                 columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
@@ -366,15 +370,15 @@ class Connection:
         if isinstance(checked, PublicQuery):
             return Explanation(f"public tables only: runs exactly and costs nothing\n\n{checked.sql}")
         assert plan is not None
-        if not prepared.reads_private:
+        priced = prepared.priced
+        if priced is None:
             return ("GROUP BY public KEYS domains with no aggregate: the keys of the domains "
                     f"({'; '.join(domain_text(k) for k in plan.query.keys)}) are released exactly; "
                     "no private data is read, nothing is charged")
-        assert prepared.cost is not None and prepared.bounded_sql is not None
-        cost = prepared.cost
-        repeat = self._ledger.find_answer(prepared.repeat_key) is not None
+        cost = priced.cost
+        repeat = self._ledger.find_answer(priced.repeat_key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
-        text = explain_plan(plan, prepared.bounded_sql, after.remaining, refused=refusal is not None)
+        text = explain_plan(plan, priced.bounded_sql, after.remaining, refused=refusal is not None)
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:
@@ -402,9 +406,9 @@ class Connection:
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
         >>> policy = "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
         >>> with connect({"t": frame}, policy=policy) as db:
-        ...     sorted(db.suggest_bounds("t", epsilon=0.5))
+        ...     print(*sorted(db.suggest_bounds("t", epsilon=0.5)))
         ...     float(db.budget.remaining.epsilon)
-        ['bin_threshold', 'bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit', 'max_rows_per_unit_rank_error', 'warnings']
+        bin_threshold bounds epsilon_split max_groups_per_unit max_rows_per_unit max_rows_per_unit_rank_error warnings
         0.5
         """
         epsilon = privacy_options(self.policy, epsilon, None, None).epsilon
@@ -425,7 +429,8 @@ class Connection:
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""
-        zoned = [c for c, t in plan.query.column_types if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
+        zoned = [c for c, t in plan.query.column_types
+                 if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
         if not zoned:
             return ""
         zone = self._engine.fetch("SELECT current_setting('TimeZone')")[0][0]
@@ -451,7 +456,7 @@ class Connection:
 
     def tables(self) -> list[str]:
         """The tables the policy lets an analyst query."""
-        return [t.name for t in (*self.policy.private_tables, *self.policy.public_tables)]
+        return [t.name for t in self.policy.private_tables] + [t.name for t in self.policy.public_tables]
 
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type of a declared table (schema only, never data)."""
@@ -522,12 +527,12 @@ class Connection:
 
     # -- accounting and free repeats -----------------------------------------------------------
 
-    def _replay(self, prepared: Prepared) -> DPResult | None:
+    def _replay(self, prepared: Prepared, priced: Priced) -> DPResult | None:
         """The stored answer of an identical earlier query, exactly as it was released, or
         ``None`` when there is none that can be given back exactly."""
         plan, checked, bias = prepared.plan, prepared.checked, prepared.bias
-        assert plan is not None and isinstance(checked, PrivateQuery) and prepared.core_types is not None
-        text = self._ledger.find_answer(prepared.repeat_key)
+        assert plan is not None and isinstance(checked, PrivateQuery)
+        text = self._ledger.find_answer(priced.repeat_key)
         decoded = None if text is None else decode_answer(text)
         if decoded is None:
             return None
@@ -542,9 +547,9 @@ class Connection:
             return None
         return DPResult(columns, rows, QueryCost.free(repeat=True),
                         intervals=self._intervals(plan, checked, noisy, rows),
-                        **self._described(plan, checked, list(prepared.core_types), len(rows)),
+                        **self._described(plan, checked, list(priced.core_types), len(rows)),
                         budget=self._snapshot(),
-                        outside_domain=self._outside(plan, checked, decode_outside(text), list(prepared.core_types)),
+                        outside_domain=self._outside(plan, checked, decode_outside(text), list(priced.core_types)),
                         limits=limits_of(plan), bounding=bounding)
 
     def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str], count: int) -> dict:
@@ -607,8 +612,8 @@ class Connection:
                     None)
 
         def widths(alpha: float) -> dict[str, float]:
-            cells = output_cells(plan, checked, release, [shown if shown is not None else (None,) * len(checked.outputs)],
-                                 alpha)
+            shown_row = shown if shown is not None else (None,) * len(checked.outputs)
+            cells = output_cells(plan, checked, release, [shown_row], alpha)
             own = half_widths(plan, release, alpha)
             found = {name: float(cells[name][0][2]) for name in sources if name in cells}
             found.update({label: float(own[name][0]) for label, name in labels.items() if name in own})
@@ -757,7 +762,7 @@ class Connection:
         """GROUP BY public keys with no aggregate: the released keys are the public domain
         itself (narrowed by the WHERE), whatever the data, so nothing private is read or
         charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
-        types = [key.type_name for key in plan.query.keys]
+        types = [key.type_name or "" for key in plan.query.keys]  # every key is typed once prepared
         post = checked.post.sql(dialect="duckdb")
         try:
             _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)

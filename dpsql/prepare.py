@@ -52,6 +52,22 @@ Describe = Callable[[str], list]
 
 
 @dataclass(frozen=True)
+class Priced:
+    """What answering a query that reads private data would run and cost."""
+
+    cost: Spend
+    """What answering costs (``dpsql.budget.accounting.query_cost``)."""
+    bounded_sql: str
+    """The rewritten SQL of the noisy core."""
+    core_types: tuple[str, ...]
+    """DuckDB types of the noisy core's columns (keys as the database types them)."""
+    normal_sql: str
+    """The normalised SQL recorded in the ledger."""
+    repeat_key: str
+    """The key an identical query's stored answer is found under (``dpsql.sql.normalise``)."""
+
+
+@dataclass(frozen=True)
 class Prepared:
     """A query ready to charge and run (``sql``) or to explain: everything static about it."""
 
@@ -65,21 +81,9 @@ class Prepared:
     """The analysed plan, its keys typed as the database types them; ``None`` for public queries."""
     bias: BiasPlan | None = None
     """The bias report's plan, when one is asked for and there is something to report."""
-    cost: Spend | None = None
-    """What answering costs; ``None`` when nothing private is read."""
-    bounded_sql: str | None = None
-    """The rewritten SQL of the noisy core; ``None`` when nothing private is read."""
-    core_types: tuple[str, ...] | None = None
-    """DuckDB types of the noisy core's columns (keys as the database types them)."""
-    normal_sql: str | None = None
-    """The normalised SQL recorded in the ledger."""
-    repeat_key: str | None = None
-    """The key an identical query's stored answer is found under (``dpsql.sql.normalise``)."""
-
-    @property
-    def reads_private(self) -> bool:
-        """False for public queries and GROUP BY public keys with no aggregate."""
-        return self.cost is not None
+    priced: Priced | None = None
+    """What it would run and cost; ``None`` when nothing private is read (public tables, or
+    GROUP BY public keys with no aggregate)."""
 
 
 class Preparer:
@@ -136,8 +140,8 @@ class Preparer:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
         bounded_sql = rewrite_plan(plan)
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
-        return Prepared(tree, checked, written, plan, bias, query_cost(plan), bounded_sql,
-                        self.core_types(plan, bounded_sql), normal, repeat)
+        priced = Priced(query_cost(plan), bounded_sql, self.core_types(plan, bounded_sql), normal, repeat)
+        return Prepared(tree, checked, written, plan, bias, priced)
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
         """Parse and check, kept per SQL text: (query tree, checked query, written options)."""
