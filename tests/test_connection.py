@@ -220,7 +220,8 @@ def test_census_sample_end_to_end():
     con = duckdb.connect()
     load_pums(con)
     with dpsql.connect(con, policy=POLICY_PATH, rng=SeededSource(8)) as db:
-        bounded = con.execute("SELECT SUM(LEAST(n, 3)) FROM (SELECT COUNT(*) AS n FROM pums GROUP BY pid)").fetchone()[0]
+        per_unit = "SELECT COUNT(*) AS n FROM pums GROUP BY pid"
+        bounded = con.execute(f"SELECT SUM(LEAST(n, 3)) FROM ({per_unit})").fetchone()[0]
         count = db.sql("SELECT COUNT(*) FROM pums")
         width = count.accuracy(alpha=1e-9)["count_star()"]
         assert abs(count.fetchone()[0] - bounded) <= width  # at most 3 of a person's 1-4 rows count
@@ -244,7 +245,8 @@ def test_private_tables_are_read_through_a_bounded_copy_rebuilt_on_refresh():
     con.execute("CREATE TABLE visits AS SELECT * FROM VISITS")
     con.execute("INSERT INTO visits VALUES (NULL, 'a', 1.0)")
     con.execute("CREATE TABLE stores AS SELECT * FROM STORES")
-    copy = 'SELECT uid, COUNT(*) FROM dp_bounding."dp_bounded_visits__uid__2" WHERE NOT dp_pad GROUP BY uid ORDER BY uid'
+    copy = ('SELECT uid, COUNT(*) FROM dp_bounding."dp_bounded_visits__uid__2" WHERE NOT dp_pad '
+            'GROUP BY uid ORDER BY uid')
     with dpsql.connect(con, policy=POLICY) as db:
         assert con.execute(copy).fetchall() == []  # nothing read before the first query
         db.sql("SELECT COUNT(*) FROM visits", epsilon=0.1)
