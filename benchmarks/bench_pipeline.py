@@ -5,13 +5,15 @@ as floor(users * u^3), so a few users have thousands of rows), then for each que
 medians of 5 runs (after one warm-up) of:
 
 * raw DuckDB: the same aggregate with no privacy;
-* plan: parse + bind + check + analyse + rewrite (static, reads no data);
+* plan: parse + bind + check + analyse + rewrite (static, reads no data), computed afresh;
+* prepare: the same static half as ``db.sql`` runs it (``dpsql.prepare``), with a new epsilon
+  each run, so only what the SQL text alone decides comes from the connection's cache;
 * execute: the bounded SQL on DuckDB;
 * noise: drawing the noise and building the released rows;
 * dpsql total: ``db.sql(...)`` end to end, ledger charge included (in-memory ledger);
 * overhead: dpsql total minus raw DuckDB.
 
-Run: ``python benchmarks/bench_pipeline.py [--rows 1000 1000000]``.
+Run: ``python benchmarks/bench_pipeline.py [--rows 1000 1000000] [--repeats 5]``.
 Prints a Markdown table to paste into benchmarks/RESULTS.md.
 """
 
@@ -79,7 +81,7 @@ def median_seconds(action, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def bench(rows: int) -> list[dict]:
+def bench(rows: int, repeats: int = 5) -> list[dict]:
     con = build(rows)
     db = dpsql.connect(con, policy=POLICY)  # in-memory ledger: the charge is a SQLite insert
     cursor = con.cursor()
@@ -99,11 +101,13 @@ def bench(rows: int) -> list[dict]:
         results.append({
             "rows": rows,
             "query": name,
-            "raw": median_seconds(lambda: cursor.execute(raw_sql).fetchall()),
-            "plan": median_seconds(plan),
-            "execute": median_seconds(lambda: db._engine.fetch(bounded, salt, bounded=planned.query.bounded)),
-            "noise": median_seconds(lambda: core_rows(planned, release_measures(planned, keys, exact))),
-            "total": median_seconds(lambda: db.sql(dp_sql, epsilon=next(epsilons))),
+            "raw": median_seconds(lambda: cursor.execute(raw_sql).fetchall(), repeats),
+            "plan": median_seconds(plan, repeats),
+            "prepare": median_seconds(lambda: db._prepare(dp_sql, next(epsilons), None, None, None, None), repeats),
+            "execute": median_seconds(lambda: db._engine.fetch(bounded, salt, bounded=planned.query.bounded),
+                                      repeats),
+            "noise": median_seconds(lambda: core_rows(planned, release_measures(planned, keys, exact)), repeats),
+            "total": median_seconds(lambda: db.sql(dp_sql, epsilon=next(epsilons)), repeats),
         })
     db.close()
     return results
@@ -111,12 +115,14 @@ def bench(rows: int) -> list[dict]:
 
 def markdown(results: list[dict]) -> str:
     lines = [
-        "| rows | query | raw DuckDB | plan (parse→rewrite) | execute | noise | dpsql total | overhead | ratio |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| rows | query | raw DuckDB | plan (parse→rewrite) | prepare (as sql runs it) | execute | noise "
+        "| dpsql total | overhead | ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
-            f"| {r['rows']:,} | {r['query']} | {ms(r['raw'])} | {ms(r['plan'])} | {ms(r['execute'])} | "
+            f"| {r['rows']:,} | {r['query']} | {ms(r['raw'])} | {ms(r['plan'])} | {ms(r['prepare'])} | "
+            f"{ms(r['execute'])} | "
             f"{ms(r['noise'])} | {ms(r['total'])} | {ms(r['total'] - r['raw'])} | {r['total'] / r['raw']:.1f}× |"
         )
     return "\n".join(lines)
@@ -129,8 +135,9 @@ def ms(seconds: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per median (more on a busy machine)")
     args = parser.parse_args()
-    results = [r for rows in args.rows for r in bench(rows)]
+    results = [r for rows in args.rows for r in bench(rows, args.repeats)]
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"duckdb {duckdb.__version__}; {datetime.date.today().isoformat()}\n")
     print(markdown(results))

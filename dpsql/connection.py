@@ -19,20 +19,17 @@ import functools
 import itertools
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import replace
-from decimal import Decimal
 from fractions import Fraction
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlglot import exp
 
 from dpsql.accuracy import aggregates_of, output_cells
 from dpsql.analysis.aggregates import plain_projection, post_sql
-from dpsql.analysis.analyse import PrivacyOptions, analyse_query
-from dpsql.analysis.check import check_query
 from dpsql.analysis.domains import (
     domain_parts,
     domain_text,
@@ -43,25 +40,22 @@ from dpsql.analysis.domains import (
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
-from dpsql.backends.keys import read_keys, shown_keys, typed_keys
+from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.rewrite import (
     domain_sql,
-    key_types_sql,
     literal,
-    rewrite_plan,
     rewrite_separate,
 )
 from dpsql.bias import (
-    bias_share,
+    BiasPlan,
     bias_sql,
     explain_bias,
     limits_of,
-    plan_bias,
     release_bias,
     stored_bounding,
     with_bounding,
 )
-from dpsql.budget.accounting import Spend, accountant_for, query_cost, show
+from dpsql.budget.accounting import Spend, accountant_for, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from dpsql.errors import (
     DPError,
@@ -70,13 +64,14 @@ from dpsql.errors import (
     PolicyError,
     QueryFailed,
     UnsupportedQuery,
-    surface_hints,
 )
-from dpsql.explain import Explanation, explain_plan, plural
+from dpsql.explain import Explanation, explain_plan
 from dpsql.notes import thin_answer_notes
+from dpsql.options import max_keys, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import Policy
+from dpsql.prepare import Prepared, Preparer, Priced
 from dpsql.release import (
     core_columns,
     core_rows,
@@ -97,12 +92,9 @@ from dpsql.result import (
     encode_answer,
 )
 from dpsql.sql.names import columns_hint, sql_name, table_key
-from dpsql.sql.normalise import normalised_sql, repeat_key
-from dpsql.sql.parse import located, node_position, parse
+from dpsql.sql.parse import located
 from dpsql.sql.types import is_numeric_type
 from dpsql.suggest import plan_suggestion, run_suggestion
-
-NOISE_FAMILIES = ("laplace", "gaussian")
 
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
@@ -222,6 +214,9 @@ class Connection:
         self._agreed_policies = frozenset(agreed)
         self._policy_file = policy_file_of(policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
+        self._preparer = Preparer(self.policy, self._catalog, self._engine,
+                                  lambda generated: self._engine.describe(generated, self._salt_for(generated)),
+                                  self._column_names, self._policy_text)
 
     def _check_listed_keys(self) -> None:
         """Listed KEYS of a column that is neither text nor a number (a DATE, a UUID, an ENUM)
@@ -283,26 +278,26 @@ class Connection:
         the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
         """
-        tree, checked, written = self._check(sql)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
-        epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
-        domain = self._domain(plan.query, written, sql) if plan.selection is None else None
-        if not plan.query.aggregates and domain is not None:
+        assert plan is not None
+        domain = self._domain(plan.query, prepared.written) if plan.selection is None else None
+        priced = prepared.priced
+        if priced is None:
+            assert domain is not None
             return self._run_keys_only(plan, checked, domain)  # public keys only: nothing private is read
-        normal_sql, key = self._repeat_key(tree, plan, bias)
-        repeat = self._replay(plan, checked, key, bias)
+        repeat = self._replay(prepared, priced)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
-        bounded_sql = rewrite_plan(plan)
-        cost = query_cost(plan)
+        bounded_sql, cost, key = priced.bounded_sql, priced.cost, priced.repeat_key
         self._check_accountable(cost)
         salt = self._salt_for(bounded_sql)
         outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
-        types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
-        entry = self._ledger.charge(cost, self._accountant, sql=normal_sql, options=self._options(plan),
+        types = list(priced.core_types)
+        entry = self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=self._options(plan),
                                     analyst=self.analyst, key=key,
                                     analyst_total=self._analyst_accountant,
                                     policies=self._agreed_policies)
@@ -310,12 +305,15 @@ class Connection:
         try:
             keys = plan.query.keys
             exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
-            histograms = {}
+            histograms: dict[str, Sequence[tuple]] = {}
             for measure in plan.separate:
                 separate_sql = rewrite_separate(plan, measure)
                 histograms[measure.name] = read_keys(
                     self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
-            released = domain + [(None,) * len(keys)] if outside else domain  # the outside cell last
+            released = domain
+            if outside:  # the outside cell last; there is one only beside a public domain
+                assert domain is not None
+                released = domain + [(None,) * len(keys)]
             release = release_measures(plan, released, exact, self._rng, histograms)
             stored_outside = None
             if outside:  # the outside cell's released values and noisy measures, kept for repeats
@@ -332,7 +330,8 @@ class Connection:
                 core = shown_keys(core, plan.query.keys)
                 pick = itemgetter(*picked)
                 rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
-                tracked, order = True, range(len(rows))
+                order: Sequence[int] = range(len(rows))
+                tracked = True
             else:
                 indexed = [row + (index,) for index, row in enumerate(core)]
                 columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
@@ -356,43 +355,9 @@ class Connection:
                         outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=limits_of(plan), bounding=bounding)
 
-    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
-                        weights: dict | None, report_bias: Any, written: dict):
-        """The plan and its bias report (``None``: none): the report's share of epsilon is taken
-        out of the query's before the aggregates get theirs, so the total cost is unchanged."""
-        share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share,
-                                     exact_parameter)
-        if share is None:
-            return self._plan(checked, sql, epsilon, delta, noise, weights), None
-        total = self._options_for(epsilon, delta, noise).epsilon
-        plan = self._plan(checked, sql, total * (1 - share), delta, noise, weights)
-        bias = plan_bias(plan, share, total, explicit, written.get("report_bias"))
-        if bias is None:  # nothing to report here: the aggregates get the whole epsilon
-            return self._plan(checked, sql, epsilon, delta, noise, weights), None
-        return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias
-
     def _salt_for(self, sql: str) -> dict | None:
         """The secret salt as a query parameter, for SQL that orders by a salted hash."""
         return {"salt": self._ledger.salt().hex()} if "$salt" in sql else None
-
-    def _core_types(self, plan: Plan, bounded_sql: str, salt: dict | None) -> list[str]:
-        """DuckDB types of the noisy core's columns (keys as the database types them)."""
-        try:
-            described = dict(self._engine.describe(bounded_sql, salt))
-        except UnsupportedQuery:
-            raise
-        except Exception as error:  # binding reads the schema only: its message holds no data
-            message = str(error).split("\n")[0]
-            raise UnsupportedQuery(f"the query does not type-check: {message}",
-                                   hint="compare and combine columns of matching types") from None
-        types = [key.type_name or described[key.name] for key in plan.query.keys]
-        for aggregate in plan.aggregates:
-            first = plan.measure(aggregate.measures[0])
-            integral = aggregate.function in ("count", "count_units", "count_distinct") or (
-                aggregate.function == "sum" and first.grid.denominator == 1)
-            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
-            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
-        return types
 
     @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
@@ -400,24 +365,21 @@ class Connection:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
         limits and any bias report; reads no data. The text's ``refused`` is the
         ``BudgetExceeded`` running it would meet, else ``None``."""
-        tree, checked, written = self._check(sql)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         if isinstance(checked, PublicQuery):
             return Explanation(f"public tables only: runs exactly and costs nothing\n\n{checked.sql}")
-        epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-        plan, bias = self._plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
-        self._max_keys(written)  # a wrong max_keys is refused here too; the domain itself is not read
-        if not plan.query.aggregates and plan.selection is None:
+        assert plan is not None
+        priced = prepared.priced
+        if priced is None:
             return ("GROUP BY public KEYS domains with no aggregate: the keys of the domains "
                     f"({'; '.join(domain_text(k) for k in plan.query.keys)}) are released exactly; "
                     "no private data is read, nothing is charged")
-        cost = query_cost(plan)
-        _, key = self._repeat_key(tree, plan, bias)
-        repeat = self._ledger.find_answer(key) is not None
+        cost = priced.cost
+        repeat = self._ledger.find_answer(priced.repeat_key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
-        # explain_plan prints remaining - cost; under ADVANCED and ZCDP what remains after a
-        # query is not that difference, so hand it the remaining that makes it come out right.
-        shown = Budget(after.total, after.spent, after.remaining + Spend(plan.epsilon, plan.delta))
-        text = explain_plan(plan, rewrite_plan(plan), shown, refused=refusal is not None) + self._time_zone_note(plan)
+        text = explain_plan(plan, priced.bounded_sql, after.remaining, refused=refusal is not None)
+        text += self._time_zone_note(plan)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
@@ -444,12 +406,12 @@ class Connection:
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
         >>> policy = "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
         >>> with connect({"t": frame}, policy=policy) as db:
-        ...     sorted(db.suggest_bounds("t", epsilon=0.5))
+        ...     print(*sorted(db.suggest_bounds("t", epsilon=0.5)))
         ...     float(db.budget.remaining.epsilon)
-        ['bin_threshold', 'bounds', 'epsilon_split', 'max_groups_per_unit', 'max_rows_per_unit', 'max_rows_per_unit_rank_error', 'warnings']
+        bin_threshold bounds epsilon_split max_groups_per_unit max_rows_per_unit max_rows_per_unit_rank_error warnings
         0.5
         """
-        epsilon = self._options_for(epsilon, None, None).epsilon
+        epsilon = privacy_options(self.policy, epsilon, None, None).epsilon
         plan = plan_suggestion(self.policy, self._catalog, table_key, table, epsilon, columns, group_by)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
         self._check_accountable(cost)
@@ -467,7 +429,8 @@ class Connection:
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""
-        zoned = [c for c, t in plan.query.column_types if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
+        zoned = [c for c, t in plan.query.column_types
+                 if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
         if not zoned:
             return ""
         zone = self._engine.fetch("SELECT current_setting('TimeZone')")[0][0]
@@ -493,7 +456,7 @@ class Connection:
 
     def tables(self) -> list[str]:
         """The tables the policy lets an analyst query."""
-        return [t.name for t in (*self.policy.private_tables, *self.policy.public_tables)]
+        return [t.name for t in self.policy.private_tables] + [t.name for t in self.policy.public_tables]
 
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type of a declared table (schema only, never data)."""
@@ -543,10 +506,11 @@ class Connection:
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.backends.bounding``) on their next
-        use, and re-read the public key domains: call it after the wrapped database changed.
-        Nothing is charged or read now."""
+        use, and re-read the public key domains and prepared queries: call it after the wrapped
+        database changed. Nothing is charged or read now."""
         self._engine.refresh_bounding()
         self._domains.clear()
+        self._preparer.clear()
 
     def close(self) -> None:
         """Close the database and the ledger."""
@@ -563,27 +527,12 @@ class Connection:
 
     # -- accounting and free repeats -----------------------------------------------------------
 
-    def _repeat_key(self, tree, plan: Plan, bias=None) -> tuple[str, str]:
-        """The normalised SQL and the key its answer is stored under. The options in the key are
-        the plan's: its totals and every measure's share and noise, so anything that changes
-        how the answer is drawn (epsilon, delta, noise, weights) changes the key."""
-        normal = normalised_sql(tree, self._column_names)
-        measures = [[m.name, m.noise, str(m.epsilon), str(m.delta), str(m.scale)]
-                    for m in plan.measures]
-        selection = getattr(plan, "selection", None)
-        rule = plan.query.rule  # the contribution limits decide which rows count, not only the noise
-        options = {"epsilon": str(plan.epsilon), "delta": str(plan.delta), "measures": measures,
-                   "selection": None if selection is None else repr(selection),
-                   "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]}
-        if bias is not None:  # a report changes how the epsilon was split and what was released
-            options["bias"] = str(bias.share)
-        return normal, repeat_key(normal, options=options, policy_text=self._policy_text,
-                                  analyst=self.analyst)
-
-    def _replay(self, plan: Plan, checked: PrivateQuery, key: str, bias=None) -> DPResult | None:
+    def _replay(self, prepared: Prepared, priced: Priced) -> DPResult | None:
         """The stored answer of an identical earlier query, exactly as it was released, or
         ``None`` when there is none that can be given back exactly."""
-        text = self._ledger.find_answer(key)
+        plan, checked, bias = prepared.plan, prepared.checked, prepared.bias
+        assert plan is not None and isinstance(checked, PrivateQuery)
+        text = self._ledger.find_answer(priced.repeat_key)
         decoded = None if text is None else decode_answer(text)
         if decoded is None:
             return None
@@ -598,18 +547,16 @@ class Connection:
             return None
         return DPResult(columns, rows, QueryCost.free(repeat=True),
                         intervals=self._intervals(plan, checked, noisy, rows),
-                        **self._described(plan, checked, None, len(rows)), budget=self._snapshot(),
-                        outside_domain=self._outside(plan, checked, decode_outside(text)),
+                        **self._described(plan, checked, list(priced.core_types), len(rows)),
+                        budget=self._snapshot(),
+                        outside_domain=self._outside(plan, checked, decode_outside(text), list(priced.core_types)),
                         limits=limits_of(plan), bounding=bounding)
 
-    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str] | None, count: int) -> dict:
+    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str], count: int) -> dict:
         """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.notes``: from
         the plan and the released row count only)."""
         def types() -> list[str]:
             core = core_types
-            if core is None:
-                bounded_sql = rewrite_plan(plan)
-                core = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
             picked = plain_projection(checked.post, core_columns(plan))
             if picked is not None:
                 return [core[i] for i in picked]
@@ -629,7 +576,7 @@ class Connection:
             return None
 
     def _outside(self, plan: Plan, checked: PrivateQuery, stored: dict | None,
-                 core_types: list[str] | None = None) -> OutsideDomain | None:
+                 core_types: list[str]) -> OutsideDomain | None:
         """The outside cell (``dpsql.analysis.domains``) as the analyst sees it, from its released values
         and noisy measures; ``None`` when the query has none. Its values are the query's outputs
         by their names (``AVG(amount) AS a`` is ``a``; ``ROUND(AVG(amount)) AS a`` is computed by
@@ -638,7 +585,7 @@ class Connection:
         if stored is None or not reports_outside(plan.query.keys):
             return None
         keys, aggregates = plan.query.keys, plan.query.aggregates
-        core = tuple([None] * len(keys) + [_plain_number(v) for v in stored["values"]])
+        core = tuple([None] * len(keys) + [plain_number(v) for v in stored["values"]])
         release = from_stored(plan, {k: (int(v),) for k, v in stored["noisy"].items()}, 1)
         outputs = [(position, name, item.unalias()) for position, (name, item)
                    in enumerate(zip(checked.outputs, checked.post.expressions)) if aggregates_of(item.unalias())]
@@ -650,7 +597,7 @@ class Connection:
             if isinstance(node, exp.Column):
                 values[name] = core[len(keys) + [a.name for a in aggregates].index(node.name)]
             elif shown is not None and not node.find(exp.Window):
-                values[name] = _plain_number(shown[position])
+                values[name] = plain_number(shown[position])
             else:
                 continue
             sources[name] = position
@@ -665,8 +612,8 @@ class Connection:
                     None)
 
         def widths(alpha: float) -> dict[str, float]:
-            cells = output_cells(plan, checked, release, [shown if shown is not None else (None,) * len(checked.outputs)],
-                                 alpha)
+            shown_row = shown if shown is not None else (None,) * len(checked.outputs)
+            cells = output_cells(plan, checked, release, [shown_row], alpha)
             own = half_widths(plan, release, alpha)
             found = {name: float(cells[name][0][2]) for name in sources if name in cells}
             found.update({label: float(own[name][0]) for label, name in labels.items() if name in own})
@@ -675,14 +622,11 @@ class Connection:
         return OutsideDomain(tuple(key_text(key) for key in keys), values, widths, rows)
 
     def _outside_outputs(self, plan: Plan, checked: PrivateQuery, core: tuple,
-                         core_types: list[str] | None) -> tuple | None:
+                         core_types: list[str]) -> tuple | None:
         """The select list of the query run on the outside cell alone (no WHERE, ORDER BY,
         LIMIT or DISTINCT: it is shown whatever they say); ``None`` if that fails. Released
         values only: nothing private is read."""
         try:
-            if core_types is None:
-                bounded_sql = rewrite_plan(plan)
-                core_types = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
             select = exp.Select(expressions=[e.copy() for e in checked.post.expressions]).from_("dp_core")
             _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core],
                                                 select.sql(dialect="duckdb"))
@@ -743,62 +687,6 @@ class Connection:
         lines.append(f"budget now: {self.budget}")
         return "\n".join(lines)
 
-    def _check(self, sql: str) -> tuple[Any, PrivateQuery | PublicQuery, dict]:
-        """Parse and check: (query tree, checked query, options written in the SQL)."""
-        parsed = parse(sql)
-        checked = check_query(parsed.tree, sql, self.policy, self._catalog, self._engine)
-        if isinstance(checked, PrivateQuery):
-            checked = apply_contribution_options(checked, parsed.options)
-        return parsed.tree, checked, parsed.options
-
-    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
-              weights: dict | None = None) -> Plan:
-        options = self._options_for(epsilon, delta, noise)
-        if weights:
-            if not isinstance(weights, dict):
-                raise InvalidParameter("weights must be a dict of aggregate name to weight",
-                                       hint="pass weights={'n': 2, 'avg(amount)': 1}")
-            pairs = tuple((str(k), exact_parameter(v, f"the weight of {k}")) for k, v in weights.items())
-            options = replace(options, weights=pairs)
-        plan = analyse_query(query, self.policy, options, sql)
-        if not plan.query.keys:
-            return plan
-        # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
-        # the key is read back exactly, and refuses, before the charge, keys that cannot be.
-        keys_sql = key_types_sql(plan)
-        types = dict(self._engine.describe(keys_sql, self._salt_for(keys_sql)))
-        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
-
-    def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:
-        if epsilon is None:
-            if self.policy.query_epsilon is None:
-                raise InvalidParameter("no epsilon given and the policy sets no QUERY EPSILON",
-                                       **surface_hints("{epsilon}, or add `QUERY EPSILON 0.1;` to the policy",
-                                                       epsilon="0.1"))
-            epsilon = self.policy.query_epsilon
-        epsilon = exact_parameter(epsilon, "epsilon")
-        if epsilon <= 0:
-            raise InvalidParameter(f"epsilon must be greater than 0, got {float(epsilon)}",
-                                   **surface_hints("{epsilon}: a positive epsilon", epsilon="0.1"))
-        if epsilon < MIN_EPSILON:  # no query's noise fits the exact samplers below it
-            raise InvalidParameter(f"epsilon {_shown(epsilon)} is below {_shown(MIN_EPSILON)}, too small for any "
-                                   "query: its noise would be beyond what the exact samplers draw",
-                                   hint="use a larger epsilon, e.g. 0.001 or more")
-        delta = self.policy.query_delta if delta is None else exact_parameter(delta, "delta")
-        if not 0 <= delta < 1:
-            raise InvalidParameter(f"delta must be at least 0 and below 1, got {float(delta)}",
-                                   **surface_hints("{delta}: a small delta, or 0", delta="1e-7"))
-        if 0 < delta < MIN_DELTA:
-            raise InvalidParameter(f"delta {_shown(delta)} is below the smallest positive delta, 1e-1000",
-                                   **surface_hints("{delta} for pure epsilon-DP, or a delta such as 1e-10",
-                                                   delta="0"))
-        if noise is not None and noise not in NOISE_FAMILIES:
-            raise InvalidParameter(f"unknown noise {noise!r}", hint="use 'laplace' or 'gaussian'")
-        if noise == "gaussian" and delta == 0:
-            raise InvalidParameter("Gaussian noise needs delta > 0", **surface_hints("{delta} as well", delta="1e-7"))
-        family = noise or ("gaussian" if self.policy.noise == "gaussian" and delta > 0 else "laplace")
-        return PrivacyOptions(epsilon=epsilon, delta=delta, noise=family)
-
     def _total(self) -> Spend:
         return Spend(self.policy.budget_epsilon, self.policy.budget_delta)
 
@@ -806,10 +694,29 @@ class Connection:
         return {"epsilon": plan.epsilon, "delta": plan.delta,
                 "noise": sorted({m.noise for m in plan.measures}), "neighbours": plan.neighbours}
 
-    def _domain(self, query: PrivateQuery, written: dict | None = None, sql: str = "") -> list[tuple]:
+    def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
+                 report_bias: Any) -> Prepared:
+        """The static half of the query (``dpsql.prepare``), shared by ``sql`` and ``explain``."""
+        return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst)
+
+    # The stages one by one, for tests and benchmarks that look inside a query.
+
+    def _check(self, sql: str) -> tuple[Any, PrivateQuery | PublicQuery, dict]:
+        """Parse and check: (query tree, checked query, options written in the SQL)."""
+        return self._preparer.check(sql)
+
+    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+              weights: dict | None = None) -> Plan:
+        return self._preparer.plan(query, sql, epsilon, delta, noise, weights)
+
+    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+                        weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, BiasPlan | None]:
+        return self._preparer.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+
+    def _domain(self, query: PrivateQuery, written: dict | None = None) -> list[tuple]:
         """Every released key: the product of the public key domains, each narrowed by the
         query's WHERE (``dpsql.analysis.domains``; public data only). More keys than the limit
-        (``_max_keys``) are refused before the product is built."""
+        (``dpsql.options.max_keys``) are refused before the product is built."""
         if not query.keys:
             return [()]
         # Keys from one public table take the combinations that table holds (a city with its
@@ -821,7 +728,7 @@ class Connection:
             if domain not in self._domains:  # public data: read once per connection
                 self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
-        self._check_domain_size(query, [(indices, len(values)) for indices, values in parts], written or {}, sql)
+        self._check_domain_size(query, [(indices, len(values)) for indices, values in parts], written or {})
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):
             return list(parts[0][1])  # one table's keys in query order: its rows are the keys
         released = []
@@ -833,46 +740,29 @@ class Connection:
             released.append(tuple(key))
         return released
 
-    def _max_keys(self, written: dict) -> tuple[int, Any]:
-        """The limit on released keys: the policy's MAX RELEASED KEYS, or the query's lower
-        ``max_keys`` option (it can lower the curator's limit, not raise it)."""
-        limit = self.policy.max_released_keys
-        option = written.get("max_keys")
-        if option is None:
-            return limit, None
-        value = option.value
-        if value.denominator != 1 or not 1 <= value <= limit:
-            raise UnsupportedQuery(f"max_keys must be a whole number from 1 to the policy's MAX RELEASED KEYS, "
-                                   f"{limit}, got {value}", line=option.line, col=option.col,
-                                   hint=f"write max_keys = {min(limit, 1000)}, or leave it out")
-        return int(value), option
-
-    def _check_domain_size(self, query: PrivateQuery, parts: list[tuple[list[int], int]], written: dict,
-                           sql: str) -> None:
+    def _check_domain_size(self, query: PrivateQuery, parts: list[tuple[list[int], int]], written: dict) -> None:
         """Refuse, before the charge, a public domain of more keys than the limit allows: the
         domain, its size and the limit, and how to narrow it. ``parts``: each domain part's key
         indices and the number of its keys or combinations (``domain_parts``)."""
-        limit, option = self._max_keys(written)
+        limit, option = max_keys(self.policy, written)
         size = math.prod(count for _, count in parts)
         if size <= limit:
             return
         names = product_text(query.keys, parts)
         narrow = " AND ".join(f"{key_text(k)} IN (...)" for k in query.keys)
-        if option is not None:
-            where, line, col = "max_keys in the query's OPTIONS", option.line, option.col
-            raise_it = "raise max_keys"
-        else:
-            (line, col), where = node_position(query.keys[0].expression, sql), "the policy's MAX RELEASED KEYS"
-            raise_it = "ask the curator to raise MAX RELEASED KEYS in the policy"
-        raise UnsupportedQuery(
-            f"GROUP BY would release {size:,} keys: {names}, beyond the limit of {limit:,} keys ({where})",
-            line=line, col=col, hint=f"narrow the keys with WHERE {narrow}, or {raise_it}")
+        message = f"GROUP BY would release {size:,} keys: {names}, beyond the limit of {limit:,} keys"
+        hint = f"narrow the keys with WHERE {narrow}, or "
+        if option is not None:  # refused at the option, else at the first key (located at the boundary)
+            raise UnsupportedQuery(f"{message} (max_keys in the query's OPTIONS)", line=option.line, col=option.col,
+                                   hint=hint + "raise max_keys")
+        raise UnsupportedQuery(f"{message} (the policy's MAX RELEASED KEYS)", node=query.keys[0].expression,
+                               hint=hint + "ask the curator to raise MAX RELEASED KEYS in the policy")
 
     def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:
         """GROUP BY public keys with no aggregate: the released keys are the public domain
         itself (narrowed by the WHERE), whatever the data, so nothing private is read or
         charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
-        types = [key.type_name for key in plan.query.keys]
+        types = [key.type_name or "" for key in plan.query.keys]  # every key is typed once prepared
         post = checked.post.sql(dialect="duckdb")
         try:
             _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)
@@ -900,87 +790,6 @@ class Connection:
                         converter=self._engine.convert)
 
 
-MIN_EPSILON = Fraction(1, 10**12)
-"""The smallest epsilon a query may ask for: below it even a COUNT's discrete Laplace scale
-(1/epsilon) exceeds what the exact samplers draw (``dpsql.analysis.analyse.SAMPLER_LIMITS``)."""
-MIN_DELTA = Fraction(1, 10**1000)
-"""The smallest positive delta: smaller ones are exact but absurd, and their decimal text
-alone would exceed Python's integer-to-text limit."""
-
-
-def _shown(value: Fraction) -> str:
-    """A tiny exact parameter as text, without converting it to a float (1e-400 is 0.0 as one)."""
-    return f"{float(value):.3g}" if value > Fraction(1, 10**300) else "far below 1e-300"
-
-
-def merge_options(written: dict, epsilon: Any, delta: Any, noise: str | None) -> tuple[Any, Any, str | None]:
-    """Options written in the SQL and passed as arguments mean the same; a conflict is an error."""
-    merged = []
-    for name, given in (("epsilon", epsilon), ("delta", delta), ("noise", noise)):
-        option = written.get(name)
-        if option is None:
-            merged.append(given)
-            continue
-        _check_written(name, option)
-        if given is not None:
-            same = given == option.value if name == "noise" else exact_parameter(given, name) == option.value
-            if not same:
-                raise InvalidParameter(
-                    f"{name} is given twice: {option.value} in the SQL and {given} as an argument",
-                    line=option.line, col=option.col, hint=f"give {name} once, in the SQL or as an argument",
-                    hints={"cli": f"give {name} once, in the SQL or with --{name}",
-                           "shell": f"give {name} once, in the SQL or with .{name}"})
-        merged.append(option.value)
-    return tuple(merged)
-
-
-def _check_written(name: str, option) -> None:
-    """An epsilon or delta written in the SQL is refused at its own position."""
-    value = option.value
-    if name == "epsilon" and not value > 0:
-        raise InvalidParameter(f"epsilon must be greater than 0, got {value}", line=option.line,
-                               col=option.col, hint="write epsilon = 0.5")
-    if name == "delta" and not 0 <= value < 1:
-        raise InvalidParameter(f"delta must be at least 0 and below 1, got {value}", line=option.line,
-                               col=option.col, hint="write delta = 1e-7")
-
-
-def apply_contribution_options(query: PrivateQuery, written: dict) -> PrivateQuery:
-    """BigQuery's max_rows_contributed / max_groups_contributed / privacy_unit_column options.
-
-    The contribution limits replace the policy's for this query: the rewrite enforces whatever
-    limit is used and the sensitivity is derived from it, so any limit is safe. The privacy
-    unit is the curator's choice and cannot be changed, only restated."""
-    rule = query.rule
-    unit = written.get("privacy_unit_column")
-    named = "ROW" if query.hidden_unit else rule.unit  # a row-level table's unit is each row
-    if unit is not None and named.lower() != unit.value.lower():
-        raise UnsupportedQuery(
-            f"the privacy unit of {query.table} is {named}, not {unit.value}",
-            line=unit.line, col=unit.col, hint=f"write privacy_unit_column = {named}, or leave it out")
-    changes = {}
-    for option, field_name in (("max_rows_contributed", "max_rows_per_unit"),
-                               ("max_groups_contributed", "max_groups_per_unit")):
-        given = written.get(option)
-        if given is None:
-            continue
-        value = given.value
-        if value.denominator != 1 or not 1 <= value <= 10**6:
-            raise UnsupportedQuery(f"{option} must be a whole number from 1 to 1000000, got {value}",
-                                   line=given.line, col=given.col, hint=f"write {option} = 5")
-        held = query.rows_per_unit
-        if option == "max_rows_contributed" and held is not None and value > held:
-            # The table is read through a copy keeping `held` rows per unit (dpsql.backends.bounding):
-            # a larger limit would add noise for rows that are not there.
-            kept = f"each row of {query.table} is its own privacy unit" if query.hidden_unit else \
-                f"the policy keeps at most {plural(held, 'row')} of each unit of {query.table}"
-            joined = f", with at most {plural(held, 'row')} after its joins" if query.hidden_unit and held > 1 else ""
-            raise UnsupportedQuery(f"{kept}{joined}; max_rows_contributed can lower that, not raise it",
-                                   line=given.line, col=given.col, hint=f"write max_rows_contributed = {held} or less")
-        changes[field_name] = int(value)
-    return replace(query, rule=replace(rule, **changes)) if changes else query
-
-
 def policy_file_of(policy: Any) -> Path | None:
     """The resolved path of a policy given as a file, else ``None`` (text or a Policy)."""
     if not isinstance(policy, (str, os.PathLike)):
@@ -991,51 +800,4 @@ def policy_file_of(policy: Any) -> Path | None:
     except (OSError, ValueError):  # policy text: too long for a file name, or holds a NUL
         return None
 
-
-def _plain_number(value: Any) -> Any:
-    """A NumPy scalar as the Python number it stands for: an integer as int, a float by its own
-    shortest decimal text (np.float32(0.1) means 0.1, as the float 0.1 does); else unchanged.
-
-    >>> import numpy as np
-    >>> _plain_number(np.int64(7)), _plain_number(np.float32(0.1)), _plain_number(np.float64(0.25))
-    (7, 0.1, 0.25)
-    """
-    if not isinstance(value, np.generic):
-        return value
-    kind = value.dtype.kind
-    if kind in "iu":
-        return int(value)
-    if kind == "f":
-        number = float(value)
-        return float(str(value)) if math.isfinite(number) else number
-    if kind == "b":
-        return bool(value)
-    return value
-
-
-def exact_parameter(value: Any, name: str) -> Fraction:
-    """A caller's privacy parameter as an exact Fraction: finite numbers only.
-
-    Floats are read by their shortest decimal form, so 0.1 means exactly 1/10.
-
-    >>> exact_parameter(0.1, "epsilon")
-    Fraction(1, 10)
-    >>> exact_parameter(float("nan"), "epsilon")
-    Traceback (most recent call last):
-    dpsql.errors.InvalidParameter: epsilon must be a finite number, got nan. Hint: pass a number such as 0.5.
-    """
-    value = _plain_number(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, Decimal, str)):
-        raise InvalidParameter(f"{name} must be a number, got {type(value).__name__}",
-                               hint="pass a number such as 0.5")
-    try:
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise ValueError
-            return Fraction(repr(value))
-        result = Fraction(value)
-    except (ValueError, ArithmeticError):
-        raise InvalidParameter(f"{name} must be a finite number, got {value!r}",
-                               hint="pass a number such as 0.5") from None
-    return result
 

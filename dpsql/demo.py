@@ -400,8 +400,7 @@ class _RichReport:
 
         table = Table(header_style="bold")
         for column, align_right in zip(columns, right):
-            justify = "right" if align_right else "left"
-            table.add_column(Text(column), justify=justify, no_wrap=True)
+            table.add_column(Text(column), justify="right" if align_right else "left", no_wrap=True)
         for cells in rows:
             table.add_row(*(Text(cell) for cell in cells))
         self.console.print(table)

@@ -139,8 +139,10 @@ def surface_hints(template: str, **parameters: str) -> dict:
     each surface gives that parameter the value ``parameters[name]``.
 
     >>> hints = surface_hints("{delta}, or use Laplace noise", delta="1e-7")
-    >>> hints["hint"], hints["hints"]["cli"], hints["hints"]["sql"]
-    ('pass delta=1e-7, or use Laplace noise', 'give --delta 1e-7, or use Laplace noise', 'write SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (delta = 1e-7) ..., or use Laplace noise')
+    >>> hints["hint"], hints["hints"]["cli"]
+    ('pass delta=1e-7, or use Laplace noise', 'give --delta 1e-7, or use Laplace noise')
+    >>> hints["hints"]["sql"]
+    'write SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (delta = 1e-7) ..., or use Laplace noise'
     """
     written = {surface: template.format(**{name: _GIVE[surface](name, value)
                                            for name, value in parameters.items()})

@@ -43,9 +43,10 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
-def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False) -> str:
+def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool = False) -> str:
     """A readable account of a plan: measures, sensitivities, noise, cost and the SQL.
 
+    ``remaining_after``: what the accountant says remains once this query is paid (a ``Spend``).
     ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
     """
     rule = plan.query.rule
@@ -56,8 +57,8 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False)
     if refused:
         cost += "more than remains: it would be refused (see below)"
     else:
-        cost += (f"remaining after: epsilon {_num(max(budget.remaining.epsilon - plan.epsilon, 0))}, "
-                 f"delta {_num(max(budget.remaining.delta - plan.delta, 0))}")
+        cost += (f"remaining after: epsilon {_num(remaining_after.epsilon)}, "
+                 f"delta {_num(remaining_after.delta)}")
     lines = [
         f"private table {plan.query.table}; privacy unit: {unit}",
         f"neighbours: {plan.neighbours} ({_neighbour_text(plan.neighbours)})",

@@ -92,12 +92,14 @@ class Budget:
         object.__setattr__(self, "remaining", none_below_zero(remaining))
 
     def __str__(self) -> str:
+        remaining = self.remaining
+        assert remaining is not None  # filled in by __post_init__
         text = (f"epsilon {_show(self.spent.epsilon)} of {_show(self.total.epsilon)} spent, "
-                f"{_show(self.remaining.epsilon)} remaining; delta {_show(self.spent.delta)} of "
+                f"{_show(remaining.epsilon)} remaining; delta {_show(self.spent.delta)} of "
                 f"{_show(self.total.delta)} spent")
         if self.accounting == "zcdp" and self.total.rho is not None:
             text += (f"; rho {_show(self.spent.rho or 0)} of {_show(self.total.rho)} spent, "
-                     f"{_show(self.remaining.rho or 0)} remaining")
+                     f"{_show(remaining.rho or 0)} remaining")
         if self.accounting != "basic":
             text += f" ({self.accounting.upper()} accounting)"
         if self.owner is not None:
@@ -107,7 +109,7 @@ class Budget:
         return text
 
 
-def _show(value: Fraction) -> str:
+def _show(value: Fraction | int) -> str:
     return f"{float(value):.6g}"
 
 
@@ -575,7 +577,8 @@ class OutsideDomain:
     """Rows whose GROUP BY keys lie outside their KEYS domains (or are NULL), released as one
     more noisy cell of the query's own aggregates, never dropped (``dpsql.analysis.domains``).
 
-    >>> cell = OutsideDomain(("dest",), {"n": 7602, "avg_delay": 12.5}, lambda alpha: {"n": 30.2, "avg_delay": 0.4}, "n")
+    >>> widths = lambda alpha: {"n": 30.2, "avg_delay": 0.4}
+    >>> cell = OutsideDomain(("dest",), {"n": 7602, "avg_delay": 12.5}, widths, "n")
     >>> cell.values["n"], cell.accuracy()["n"]
     (7602, 30.2)
     >>> str(cell)
@@ -680,6 +683,8 @@ def decode_answer(text: str) -> tuple[list[str], list[tuple], dict[str, tuple[in
 
 def decode_outside(text: str | None) -> dict | None:
     """The outside cell stored with an answer (``encode_answer``), or ``None``."""
+    if text is None:
+        return None
     try:
         outside = json.loads(text)["outside"]
         return {"values": [_decode(v) for v in outside["values"]],

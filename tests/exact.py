@@ -25,7 +25,7 @@ from dpsql.analysis.plan import Plan, PrivateQuery
 from dpsql.analysis.sensitivity import Sensitivity, distinct_units_sensitivity
 from dpsql.backends.keys import read_keys
 from dpsql.backends.rewrite import rewrite_plan, rewrite_separate
-from dpsql.connection import merge_options
+from dpsql.options import merge_options
 
 NULL_TEXT = "<NULL>"
 """The text identity of a NULL key (DuckDB's CAST gives NULL, which has no text)."""

@@ -17,7 +17,7 @@ from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import PrivateQuery, PublicQuery
 from dpsql.errors import DPError
-from dpsql.sql.parse import parse_query
+from dpsql.sql.parse import located, parse_query
 
 FIXTURES = Path(__file__).parent / "fixtures" / "check"
 HEADER = re.compile(r"-- expect: (\w+) \| (.+?) \| (\d+|None):(\d+|None)")
@@ -49,8 +49,12 @@ def _accepted():
 
 
 def run_static(sql: str, delta: Fraction = Fraction(0)):
-    """Every static stage; options may ride in a trailing comment (``-- noise: gaussian``)."""
-    query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
+    """Every static stage; options may ride in a trailing comment (``-- noise: gaussian``).
+    Refusals are located here, as at ``dpsql.prepare``'s boundary."""
+    try:
+        query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
+    except DPError as error:
+        raise located(error, sql) from None
     if not isinstance(query, PrivateQuery):
         return query
     options = PrivacyOptions(epsilon=Fraction(1), delta=delta)

@@ -220,7 +220,8 @@ def test_census_sample_end_to_end():
     con = duckdb.connect()
     load_pums(con)
     with dpsql.connect(con, policy=POLICY_PATH, rng=SeededSource(8)) as db:
-        bounded = con.execute("SELECT SUM(LEAST(n, 3)) FROM (SELECT COUNT(*) AS n FROM pums GROUP BY pid)").fetchone()[0]
+        per_unit = "SELECT COUNT(*) AS n FROM pums GROUP BY pid"
+        bounded = con.execute(f"SELECT SUM(LEAST(n, 3)) FROM ({per_unit})").fetchone()[0]
         count = db.sql("SELECT COUNT(*) FROM pums")
         width = count.accuracy(alpha=1e-9)["count_star()"]
         assert abs(count.fetchone()[0] - bounded) <= width  # at most 3 of a person's 1-4 rows count
@@ -244,7 +245,8 @@ def test_private_tables_are_read_through_a_bounded_copy_rebuilt_on_refresh():
     con.execute("CREATE TABLE visits AS SELECT * FROM VISITS")
     con.execute("INSERT INTO visits VALUES (NULL, 'a', 1.0)")
     con.execute("CREATE TABLE stores AS SELECT * FROM STORES")
-    copy = 'SELECT uid, COUNT(*) FROM dp_bounding."dp_bounded_visits__uid__2" WHERE NOT dp_pad GROUP BY uid ORDER BY uid'
+    copy = ('SELECT uid, COUNT(*) FROM dp_bounding."dp_bounded_visits__uid__2" WHERE NOT dp_pad '
+            'GROUP BY uid ORDER BY uid')
     with dpsql.connect(con, policy=POLICY) as db:
         assert con.execute(copy).fetchall() == []  # nothing read before the first query
         db.sql("SELECT COUNT(*) FROM visits", epsilon=0.1)
@@ -265,3 +267,88 @@ def test_max_rows_contributed_can_lower_the_policy_limit_but_not_raise_it(db):
         db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 3) COUNT(*) FROM visits",
                epsilon=0.1)
     assert "can lower that, not raise it" in refused.value.message and refused.value.col > 0
+
+
+# -- one prepare() for sql() and explain() (issue 14) ------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM visits WHERE store > 5",
+    "SELECT store, COUNT(*) FROM visits WHERE store + 1 > 2 GROUP BY store",
+])
+def test_explain_refuses_what_sql_refuses_for_a_query_that_does_not_bind(db, sql):
+    with pytest.raises(dpsql.UnsupportedQuery) as explained:
+        db.explain(sql)
+    with pytest.raises(dpsql.UnsupportedQuery) as run:
+        db.sql(sql)
+    assert str(explained.value) == str(run.value) and "does not bind" in str(run.value)
+    assert db.budget.spent.epsilon == 0
+
+
+@pytest.mark.parametrize("accounting", ["BASIC", "ADVANCED", "ZCDP"])
+def test_explain_shows_what_the_accountant_says_remains_after_the_query(accounting):
+    from dpsql.explain import _num
+
+    policy = POLICY.replace("QUERY EPSILON 1;", f"QUERY EPSILON 1; ACCOUNTING {accounting};")
+    with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=policy, rng=SeededSource(5)) as db:
+        for epsilon in (0.5, 0.25):
+            sql = f"SELECT COUNT(*), SUM(amount) FROM visits WHERE amount > {epsilon}"
+            explained = str(db.explain(sql, epsilon=epsilon))
+            db.sql(sql, epsilon=epsilon)
+            remaining = db.budget.remaining
+            assert f"remaining after: epsilon {_num(remaining.epsilon)}, delta {_num(remaining.delta)}" in explained
+
+
+PREPARED_QUERIES = [
+    ("SELECT COUNT(*) FROM visits", {}),
+    ("SELECT store, COUNT(*) AS n, AVG(amount) FROM visits GROUP BY store ORDER BY n DESC", {"epsilon": 0.5}),
+    ("SELECT store, SUM(amount) AS s FROM visits GROUP BY store", {"weights": {"s": 2}, "report_bias": True}),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, max_rows_contributed = 1) COUNT(*) FROM visits", {}),
+    ("SELECT uid % 3 AS k, COUNT(*) FROM visits GROUP BY k", {"delta": 1e-6}),
+    ("SELECT store FROM visits GROUP BY store", {}),
+    ("SELECT city, COUNT(*) FROM stores GROUP BY city", {}),
+]
+
+
+@pytest.mark.parametrize("sql, arguments", PREPARED_QUERIES)
+def test_a_cached_prepared_query_is_exactly_the_one_recomputed(db, sql, arguments):
+    first = db._prepare(sql, *(arguments.get(name) for name in
+                               ("epsilon", "delta", "noise", "weights", "report_bias")))
+    db.sql(sql, **arguments)  # running it must not change what was kept
+    kept = db._prepare(sql, *(arguments.get(name) for name in ("epsilon", "delta", "noise", "weights", "report_bias")))
+    assert kept is first
+    db.refresh()  # forgets what was prepared
+    again = db._prepare(sql, *(arguments.get(name) for name in ("epsilon", "delta", "noise", "weights", "report_bias")))
+    assert again is not first and again == first
+
+
+def test_the_cache_changes_no_answer_charge_refusal_or_repeat(tmp_path):
+    import shutil
+
+    with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=POLICY, ledger=tmp_path / "a.ledger"):
+        pass  # a ledger with its salt, copied so that both runs bound the same rows
+    shutil.copy(tmp_path / "a.ledger", tmp_path / "b.ledger")
+    sql = "SELECT store, COUNT(*) AS n FROM visits GROUP BY store"
+    runs = []
+    for ledger, keeps in (("a.ledger", True), ("b.ledger", False)):
+        with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=POLICY, ledger=tmp_path / ledger,
+                           rng=SeededSource(5)) as db:
+            seen = []
+            for epsilon in (0.5, 0.25, 0.5, 0.25):  # one text, two plans, then both repeated
+                if not keeps:
+                    db._preparer.clear()
+                result = db.sql(sql, epsilon=epsilon)
+                seen.append((result.fetchall(), result.cost.epsilon))
+            for _ in range(2):  # a refusal is recomputed each time, with its position
+                with pytest.raises(dpsql.UnsupportedQuery, match=r"nonsense is not allowed.*line 2, column 19"):
+                    db.sql("SELECT COUNT(*)\nFROM visits WHERE nonsense(amount) > 1")
+            runs.append((seen, db.budget.spent))
+    assert runs[0] == runs[1]
+    seen, spent = runs[0]
+    assert [cost for _, cost in seen] == [Fraction(1, 2), Fraction(1, 4), 0, 0] and spent.epsilon == Fraction(3, 4)
+    assert seen[2][0] == seen[0][0] and seen[3][0] == seen[1][0]  # repeats: the stored answers, never a fresh draw
+
+
+def test_noise_is_drawn_afresh_for_a_cached_plan(db):
+    sql = "SELECT COUNT(*) FROM visits"
+    answers = {db.sql(sql, epsilon=Fraction(1, n)).fetchone()[0] for n in range(2, 12)}
+    assert len(answers) > 1

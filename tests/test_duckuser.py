@@ -59,14 +59,14 @@ def test_other_aggregates_without_an_argument_are_refused(db, call):
 @pytest.fixture
 def broken(monkeypatch):
     """A bug in dpsql met by queries that hold 'broken': an AttributeError with a message."""
-    original = Connection._check
+    original = Connection._prepare
 
-    def check(self, sql):
+    def prepare(self, sql, *arguments):
         if "broken" in sql:
             raise AttributeError("secret detail")
-        return original(self, sql)
+        return original(self, sql, *arguments)
 
-    monkeypatch.setattr(Connection, "_check", check)
+    monkeypatch.setattr(Connection, "_prepare", prepare)
 
 
 def test_a_bug_reaches_the_analyst_as_an_internal_failure(db, broken):

@@ -27,8 +27,8 @@ from dpsql.analysis.sensitivity import distinct_units_sensitivity
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.rewrite import rewrite_distinct, rewrite_histogram, rewrite_plan
-from dpsql.connection import apply_contribution_options
 from dpsql.mechanisms.selection import selection_rule
+from dpsql.options import apply_contribution_options
 from dpsql.policy.model import (
     Bounds,
     ColumnRule,

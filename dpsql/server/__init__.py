@@ -55,10 +55,10 @@ def start_in_thread(database: str | Path, **arguments: Any) -> Server:
     """A server listening in a background thread (tests, benchmarks, notebooks); ``stop()``
     ends it and ``thread.join()`` waits for the shutdown."""
     server = open_server(database, **arguments)
-    server.thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True,
-                                     name="dpsql-server")
-    server.thread.start()
+    server.thread = thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True,
+                                              name="dpsql-server")
+    thread.start()
     if not server.ready.wait(30) or server.port is None:
-        server.thread.join(10)  # its DuckDB must be closed before the interpreter may exit
+        thread.join(10)  # its DuckDB must be closed before the interpreter may exit
         raise RuntimeError(f"the dpsql server did not start on {server.settings.host}:{server.settings.port}")
     return server

@@ -135,6 +135,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
                        hint=statement.hint)
     if kind == "reply":
         reply = statement.reply
+        assert reply is not None  # classify gives every 'reply' statement its reply
         return Outcome(reply.columns, reply.rows, reply.tag, transaction=reply.transaction)
     if kind == "budget":
         reply = budget_reply(shared.run(analyst, lambda db: db.budget))

@@ -70,6 +70,8 @@ class Server:
         self.ready = threading.Event()
         """Set once the server listens (for tests and for a caller starting it in a thread)."""
         self.port: int | None = None
+        self.thread: threading.Thread | None = None
+        """The thread serving, when started by ``dpsql.server.start_in_thread``."""
 
     def next_pid(self) -> int:
         return next(self._pids)
@@ -113,7 +115,8 @@ class Server:
             self._loop.call_soon_threadsafe(self._stopped.set)
 
     async def _shut_down(self) -> None:
-        self._listener.close()
+        if self._listener is not None:
+            self._listener.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -124,6 +127,7 @@ class Server:
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection is served in its own task
         self._tasks.add(task)
         try:
             if len(self._tasks) > self.settings.max_connections:

@@ -128,7 +128,7 @@ def bound_parameters(bind: Bind) -> tuple:
     ('7', None)
     """
     formats = bind.parameter_formats or (0,)
-    values = []
+    values: list[str | None] = []
     for index, value in enumerate(bind.parameters):
         binary = (formats[index] if len(formats) > 1 else formats[0]) == 1
         if value is None:

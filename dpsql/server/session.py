@@ -239,10 +239,12 @@ def _error(writer, sqlstate: str, text: str, hint: str | None = None) -> bool:
 async def run(server, session: Session, statement: Statement) -> Outcome:
     """Answer in a worker thread; a cancel during it withholds the answer (not the charge)."""
     session.cancelled = False
-    if statement.kind in ("query", "explain", "budget", "ledger") and session.analyst not in load_users(server.users_path):
+    querying = statement.kind in ("query", "explain", "budget", "ledger")
+    if querying and session.analyst not in load_users(server.users_path):
         # `dpsql user remove` takes effect at once: an open session of a removed user spent
         # their budget after the curator had removed them (an attacker's review).
-        return Outcome(sqlstate="28000", message=f"user {session.analyst} was removed; this session can no longer query",
+        return Outcome(sqlstate="28000",
+                       message=f"user {session.analyst} was removed; this session can no longer query",
                        hint="ask the curator for an account")
     outcome = await server.answer(statement, session.analyst, answer)
     if transaction := outcome.transaction:

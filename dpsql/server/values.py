@@ -96,5 +96,6 @@ def plain(value):
 
 
 def _array_item(value) -> str:
-    text = text_value(value).decode("utf-8")
+    """One non-NULL element of an array, quoted as PostgreSQL's array text quotes it."""
+    text = (text_value(value) or b"").decode("utf-8")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

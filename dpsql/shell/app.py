@@ -17,7 +17,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from dpsql.shell.budget import (
     analyst_budget,
@@ -30,6 +30,9 @@ from dpsql.shell.complete import SQLCompleter
 from dpsql.shell.render import number
 from dpsql.shell.session import handle_input, run_script, statement_is_complete
 from dpsql.shell.state import ShellState, new_state
+
+if TYPE_CHECKING:  # prompt_toolkit is imported when a prompt is opened
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
 
 HISTORY_ENV = "DPSQL_HISTORY"
 """Where the shell keeps its history; set it empty to keep none. Default ``~/.dpsql_history``."""
@@ -101,7 +104,7 @@ def run_shell(db: Any, *, name: str = "", input: Any = None, output: Any = None,
                 reply = handle_input(state, text)
             except KeyboardInterrupt:
                 reply = "cancelled\n"
-            except Exception as error:  # a bug must not end the session; its message may hold anything, so only its kind
+            except Exception as error:  # a bug must not end the session; its message may hold anything: only its kind
                 reply = f"internal error ({type(error).__name__}); this is a bug, please report it\n"
         _show(reply, out, page=_is_terminal(out) and state.output is None, rows=size.rows)
     return 0
@@ -141,7 +144,7 @@ def welcome_text(state: ShellState, name: str = "") -> str:
             "End SQL with ;  .help lists commands  Tab completes  Ctrl-D leaves\n")
 
 
-def toolbar(state: ShellState) -> list[tuple[str, str]]:
+def toolbar(state: ShellState) -> StyleAndTextTuples:
     """The bottom toolbar: the budget meter, then what the next query will use."""
     left = left_fraction(state.budget)
     level = "ok" if left > 0.25 else "low" if left > 0 else "empty"
@@ -185,7 +188,7 @@ def _prompt_session(state: ShellState, input: Any, output: Any, history: Path | 
     from prompt_toolkit.styles import Style
     from pygments.lexers.sql import SqlLexer
 
-    path = history_path() if history == "default" else history
+    path = history_path() if history == "default" else None if history is None else Path(history)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     # Enter inserts a new line until the statement is complete (pgcli's rule).

@@ -89,8 +89,9 @@ def render_budget(budget: Any, *, width: int = 100, color: bool = False) -> str:
     from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
-    for name, justify in (("", "left"), ("total", "right"), ("spent", "right"), ("remaining", "right")):
-        table.add_column(name, justify=justify)
+    table.add_column("", justify="left")
+    for name in ("total", "spent", "remaining"):
+        table.add_column(name, justify="right")
     table.add_row("epsilon", *(number(getattr(budget, p).epsilon) for p in ("total", "spent", "remaining")))
     table.add_row("delta", *(number(getattr(budget, p).delta) for p in ("total", "spent", "remaining")))
     rho = rho_of(budget)

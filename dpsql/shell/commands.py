@@ -171,7 +171,8 @@ def show_ledger(state: ShellState, argument: str) -> str:
         cells["analyst"] = cells.get("analyst") or ""
         rows.append(tuple(str(cells[c]) for c in shown))
     more = len(frame) - limit
-    note = f"({more} earlier charge{'s' if more != 1 else ''} not shown; .ledger {len(frame)} shows all)\n" if more > 0 else ""
+    note = f"({more} earlier charge{'s' if more != 1 else ''} not shown; .ledger {len(frame)} shows all)\n" \
+        if more > 0 else ""
     return render_rows(shown, rows, width=state.width, color=state.color, wrap_last=True) + note
 
 

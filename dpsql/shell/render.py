@@ -125,7 +125,8 @@ def bias_lines(answer: Answer) -> str:
     """The footer lines naming an answer's contribution limits and its bias report ('' for
     none): the bias they cause is not in the ±.
 
-    >>> print(bias_lines(Answer(["n"], [(1,)], limits="at most 5 rows per uid", bounding="≈ 3% ± 1% of rows beyond per-unit limits (at least)")), end="")
+    >>> bounding = "≈ 3% ± 1% of rows beyond per-unit limits (at least)"
+    >>> print(bias_lines(Answer(["n"], [(1,)], limits="at most 5 rows per uid", bounding=bounding)), end="")
     limits: at most 5 rows per uid (answers are lowered by these; not in the ±)
     bias: ≈ 3% ± 1% of rows beyond per-unit limits (at least)
     """

@@ -86,7 +86,7 @@ def run_sql(state: ShellState, sql: str) -> str:
     state.last_answer = answer
     footer = ((f"{answer.outside}\n" if answer.outside else "") + cost_line(answer, state.budget) + "\n"
               + bias_lines(answer) + render_notes(answer))
-    if state.output is not None:
+    if state.output is not None and state.output_identity is not None:  # .output sets both together
         try:
             append_output(state.output, render_answer(answer, state.mode, width=state.width, color=False),
                           state.output_identity)

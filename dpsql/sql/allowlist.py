@@ -101,7 +101,7 @@ SCALAR_TYPES = frozenset(
 """Types a row-level cast may produce: one bounded-size value per row."""
 
 
-def refuse(node: exp.Expression, *parts: str) -> NoReturn:
+def refuse(node: exp.Expr, *parts: str) -> NoReturn:
     """Raise an ``UnsupportedQuery`` at ``node``: ``refuse(node, message, hint)``. Its line and
     column are found once, where the SQL text is known (``dpsql.sql.parse.located``).
 
@@ -115,23 +115,28 @@ def refuse(node: exp.Expression, *parts: str) -> NoReturn:
     raise UnsupportedQuery(message, construct=describe(node), hint=hint, node=node)
 
 
-def check_row_level(node: exp.Expression, sql: str, where: str) -> None:
+def check_row_level(node: exp.Expr, sql: str | None = None, where: str = "a row-level expression") -> None:
     """Refuse anything in a row-level expression that is not on the allow-list, or that could
-    cost more per row than the cost bounds allow (module docstring).
+    cost more per row than the cost bounds allow (module docstring). The refusal carries the
+    node; its position is found at the boundary (``dpsql.sql.parse.located``). ``sql`` is
+    accepted and ignored while callers move to ``check_row_level(node, where=...)``.
 
     >>> import sqlglot
-    >>> check_row_level(sqlglot.parse_one("zip LIKE '9%' AND age > 30"), "", "WHERE")
-    >>> check_row_level(sqlglot.parse_one("zip LIKE store"), "", "WHERE")
-    Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: the pattern of LIKE must be a string literal, not an expression over the data (line 1, column 1). Hint: write a constant pattern such as zip LIKE '9%'.
+    >>> check_row_level(sqlglot.parse_one("zip LIKE '9%' AND age > 30"), where="WHERE")
+    >>> try:
+    ...     check_row_level(sqlglot.parse_one("zip LIKE store"), where="WHERE")
+    ... except UnsupportedQuery as refused:
+    ...     refused.message, refused.line, refused.node.sql()
+    ('the pattern of LIKE must be a string literal, not an expression over the data', None, 'zip LIKE store')
     """
-    _check_depth(node, sql, where)
-    _check(node, sql, where, ROW_LEVEL_NODES, ROW_LEVEL_FUNCTIONS, "on private rows")
-    _check_cost(node, sql, where)
+    _check_depth(node, where)
+    _check(node, where, ROW_LEVEL_NODES, ROW_LEVEL_FUNCTIONS, "on private rows")
+    _check_cost(node, where)
 
 
-def check_public(node: exp.Expression, sql: str, *, deterministic: bool = False) -> None:
-    """Refuse anything in a query over public tables that is not on the public allow-list.
+def check_public(node: exp.Expr, sql: str | None = None, *, deterministic: bool = False) -> None:
+    """Refuse anything in a query over public tables that is not on the public allow-list
+    (``sql``: accepted and ignored, as in ``check_row_level``).
 
     ``deterministic``: also refuse window functions, whose rows depend on evaluation order — for
     public subqueries joined to private data, which must mean one thing (DESIGN.md invariant 15).
@@ -139,31 +144,32 @@ def check_public(node: exp.Expression, sql: str, *, deterministic: bool = False)
     for sub in node.walk():
         if isinstance(sub, exp.Anonymous):
             if sub.name.lower() not in POST_FUNCTIONS:
-                refuse(sub, sql, f"function {sub.name} is not allowed", "use standard SQL functions")
+                refuse(sub, f"function {sub.name} is not allowed", "use standard SQL functions")
         elif deterministic and isinstance(sub, exp.Window):
-            refuse(sub, sql, "window functions are not supported in a public subquery joined to private data",
+            refuse(sub, "window functions are not supported in a public subquery joined to private data",
                    "join the public table itself, or aggregate it with GROUP BY")
         elif not isinstance(sub, PUBLIC_NODES):
-            refuse(sub, sql, f"{describe(sub)} is not allowed here", "query declared tables with SELECT")
+            refuse(sub, f"{describe(sub)} is not allowed here", "query declared tables with SELECT")
 
 
-def check_post(node: exp.Expression, sql: str, where: str) -> None:
-    """Refuse anything in a post-processing expression that is not on the allow-list."""
-    _check_depth(node, sql, where)
-    _check(node, sql, where, POST_NODES, POST_FUNCTIONS, "on released values")
+def check_post(node: exp.Expr, sql: str | None = None, where: str = "post-processing") -> None:
+    """Refuse anything in a post-processing expression that is not on the allow-list
+    (``sql``: accepted and ignored, as in ``check_row_level``)."""
+    _check_depth(node, where)
+    _check(node, where, POST_NODES, POST_FUNCTIONS, "on released values")
 
 
-def _check_depth(node: exp.Expression, sql: str, where: str) -> None:
+def _check_depth(node: exp.Expr, where: str) -> None:
     depth = {id(node): 1}
     for sub in node.walk():  # breadth first: every parent is seen before its children
         level = depth.get(id(sub.parent), 0) + 1 if sub is not node else 1
         depth[id(sub)] = level
         if level > MAX_DEPTH:
-            refuse(sub, sql, f"the expression in {where} is nested more than {MAX_DEPTH} levels deep",
+            refuse(sub, f"the expression in {where} is nested more than {MAX_DEPTH} levels deep",
                    "write a flatter expression: IN (...) for long OR chains, CASE for nested IFs")
 
 
-def _check_cost(node: exp.Expression, sql: str, where: str) -> None:
+def _check_cost(node: exp.Expr, where: str) -> None:
     operations = concatenations = 0
     for sub in node.walk():
         if not isinstance(sub, (exp.Literal, exp.Identifier)):
@@ -173,49 +179,49 @@ def _check_cost(node: exp.Expression, sql: str, where: str) -> None:
         elif isinstance(sub, exp.Concat):
             concatenations += max(len(sub.expressions) - 1, 0)
         if operations > MAX_OPERATIONS:
-            refuse(node, sql, f"the expression in {where} has more than {MAX_OPERATIONS} operations",
+            refuse(node, f"the expression in {where} has more than {MAX_OPERATIONS} operations",
                    "split the question into simpler queries")
         if concatenations > MAX_CONCATENATIONS:
-            refuse(sub, sql, f"the expression in {where} concatenates strings more than "
+            refuse(sub, f"the expression in {where} concatenates strings more than "
                    f"{MAX_CONCATENATIONS} times", "concatenate fewer values")
         pattern = _pattern_of(sub)
         if pattern is not None:
             name = describe(sub).replace("(...)", "")
             if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-                refuse(sub, sql, f"the pattern of {name} must be a string literal, not an expression over the "
+                refuse(sub, f"the pattern of {name} must be a string literal, not an expression over the "
                        "data", "write a constant pattern such as zip LIKE '9%'")
             if len(pattern.this) > MAX_PATTERN:
-                refuse(sub, sql, f"the pattern of {name} is longer than {MAX_PATTERN} characters",
+                refuse(sub, f"the pattern of {name} is longer than {MAX_PATTERN} characters",
                        "use a shorter pattern")
         if isinstance(sub, exp.DataType) and sub.this not in SCALAR_TYPES:
-            refuse(sub, sql, f"a cast to {sub.sql(dialect='duckdb')} is not allowed on private rows",
+            refuse(sub, f"a cast to {sub.sql(dialect='duckdb')} is not allowed on private rows",
                    "cast to a number, string, date, time, timestamp, boolean or interval type")
 
 
-def _check(node, sql, where, nodes, functions, place) -> None:
+def _check(node, where, nodes, functions, place) -> None:
     for sub in node.walk():
         if isinstance(sub, exp.AggFunc):
-            refuse(sub, sql, f"aggregate {describe(sub)} cannot be used in {where}",
+            refuse(sub, f"aggregate {describe(sub)} cannot be used in {where}",
                    "aggregates belong in the select list, HAVING or ORDER BY")
         if isinstance(sub, exp.Window):
-            refuse(sub, sql, "window functions are not supported", "aggregate with GROUP BY instead")
+            refuse(sub, "window functions are not supported", "aggregate with GROUP BY instead")
         if isinstance(sub, (exp.Subquery, exp.Select)):
-            refuse(sub, sql, f"subqueries are not supported in {where}",
+            refuse(sub, f"subqueries are not supported in {where}",
                    "write the condition over the table's own columns")
         if isinstance(sub, (exp.Explode, exp.Unnest)):
-            refuse(sub, sql, f"UNNEST is not supported {place}: it would multiply a unit's rows by the length "
+            refuse(sub, f"UNNEST is not supported {place}: it would multiply a unit's rows by the length "
                    "of its lists", "test the list in place: list_contains(l, x), len(l), l[1], or m['key'] for a MAP")
         if isinstance(sub, exp.Anonymous):
             if sub.name.lower() not in functions:
-                refuse(sub, sql, f"function {sub.name} is not allowed {place}",
+                refuse(sub, f"function {sub.name} is not allowed {place}",
                        "use comparisons, arithmetic, CASE, string and date functions")
             continue
         if not isinstance(sub, nodes):
-            refuse(sub, sql, f"{describe(sub)} is not allowed {place}",
+            refuse(sub, f"{describe(sub)} is not allowed {place}",
                    "use comparisons, arithmetic, CASE, string and date functions")
 
 
-def _pattern_of(node: exp.Expression) -> exp.Expression | None:
+def _pattern_of(node: exp.Expr) -> exp.Expr | None:
     """The pattern or needle a string-matching construct searches for, or None."""
     if isinstance(node, (exp.Like, exp.ILike, exp.StartsWith, exp.EndsWith, *_classes("Contains"))):
         return node.expression

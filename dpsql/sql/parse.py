@@ -5,9 +5,11 @@ analyst text can ever reach DuckDB except through SQL that dpsql regenerates fro
 
 >>> parse_query("SELECT COUNT(*) FROM visits -- hello").sql()
 'SELECT COUNT(*) FROM visits'
->>> parse_query("SELECT 1; SELECT 2")
-Traceback (most recent call last):
-dpsql.errors.UnsupportedQuery: only one statement can be run at a time, found 2 (line 1, column 11). Hint: send each statement on its own.
+>>> try:
+...     parse_query("SELECT 1; SELECT 2")
+... except UnsupportedQuery as refused:
+...     print(refused)
+only one statement can be run at a time, found 2 (line 1, column 11). Hint: send each statement on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -81,9 +84,9 @@ def _parse_tree(sql: str) -> exp.Expression:
         raise UnsupportedQuery(f"expected SQL text, got {type(sql).__name__}")
     try:
         with _quiet_sqlglot():
-            statements = sqlglot.parse(sql, read=DPDuckDB)
+            parsed = sqlglot.parse(sql, read=DPDuckDB)
         # Empty and comment-only statements (`SELECT 1; -- note`, `;;`) are nothing to run.
-        statements = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
+        statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = first.get("description", str(err)).split(". Line")[0]
@@ -125,10 +128,10 @@ def _parse_tree(sql: str) -> exp.Expression:
         if isinstance(node, exp.Count) and node.this is None:
             node.set("this", exp.Star())  # DuckDB's count() is COUNT(*)
     _note_written_names(tree, sql)
-    return tree
+    return as_tree(tree)
 
 
-def _note_written_names(tree: exp.Expression, sql: str) -> None:
+def _note_written_names(tree: exp.Expr, sql: str) -> None:
     """Record on each function node the name it was written with, when sqlglot parsed it as
     another (``random`` as RAND, ``list`` as ARRAY_AGG): refusals name what the analyst wrote."""
     tokens = _tokens(sql)
@@ -145,7 +148,7 @@ def _note_written_names(tree: exp.Expression, sql: str) -> None:
             node.meta["written"] = name
 
 
-def _instead_of(tree: exp.Expression) -> tuple[str, dict]:
+def _instead_of(tree: exp.Expr) -> tuple[str, dict]:
     """The statement's name and a hint (``hint`` and ``hints`` by surface) for what to write
     instead: DuckDB's EXPLAIN, DESCRIBE, SHOW, SUMMARIZE and PRAGMA have their own in dpsql.
 
@@ -179,19 +182,26 @@ def _instead_of(tree: exp.Expression) -> tuple[str, dict]:
 def parse_one_quietly(sql: str) -> exp.Expression:
     """``sqlglot.parse_one`` in dpsql's dialect, without sqlglot's log warnings."""
     with _quiet_sqlglot():
-        return sqlglot.parse_one(sql, read=DPDuckDB)
+        return as_tree(sqlglot.parse_one(sql, read=DPDuckDB))
+
+
+def as_tree(node: exp.Expr) -> exp.Expression:
+    """A sqlglot node as the ``exp.Expression`` dpsql's stages are annotated with: sqlglot 30
+    types its trees as ``exp.Expr`` (of which ``Expression`` is the familiar subclass) and
+    every node it parses passes ``isinstance(node, exp.Expression)``; only the annotations differ."""
+    return cast(exp.Expression, node)
 
 
 def located(error: DPError, sql: str) -> DPError:
     """``error`` with the line and column of the node it carries in ``sql`` (once, at the
     boundary that holds the query text); an error with no node, or a position, is unchanged."""
     node = getattr(error, "node", None)
-    if error.line is None and isinstance(node, exp.Expression):
+    if error.line is None and isinstance(node, exp.Expr):
         error.locate(*node_position(node, sql))
     return error
 
 
-def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | None]:
+def node_position(node: exp.Expr, sql: str) -> tuple[int | None, int | None]:
     """Best known (line, column) where a construct starts in ``sql``.
 
     sqlglot records positions on identifiers, literals and some functions; a construct starts
@@ -207,7 +217,7 @@ def node_position(node: exp.Expression, sql: str) -> tuple[int | None, int | Non
     return position_of(sql, _node_offset(node, _tokens(sql)))
 
 
-def _node_offset(node: exp.Expression, tokens: list) -> int | None:
+def _node_offset(node: exp.Expr, tokens: list) -> int | None:
     """The character offset where ``node`` starts (``node_position``), given the SQL's tokens."""
     offsets = [n.meta["start"] for n in node.walk() if n.meta and "start" in n.meta]
     if not offsets:
@@ -227,7 +237,7 @@ def _node_offset(node: exp.Expression, tokens: list) -> int | None:
     return start
 
 
-CLAUSES = {
+CLAUSES: dict[type[exp.Expr], str] = {
     exp.Where: "WHERE", exp.Having: "HAVING", exp.Group: "GROUP", exp.Order: "ORDER",
     exp.Limit: "LIMIT", exp.Offset: "OFFSET", exp.Qualify: "QUALIFY", exp.Join: "JOIN",
 }
@@ -266,7 +276,7 @@ def _opening_of(tokens: list, start: int, with_name: bool) -> int:
     return tokens[index].start
 
 
-def describe(node: exp.Expression) -> str:
+def describe(node: exp.Expr) -> str:
     """A short human name for a construct, used in refusals: 'INSERT', 'COUNT(DISTINCT ...)', ..."""
     if isinstance(node, exp.Func):
         name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name

@@ -1,0 +1,270 @@
+"""The static half of every query, once: parse → check → options → analyse → cost.
+
+``Connection.sql`` and ``Connection.explain`` both start here, so ``explain`` refuses exactly
+what ``sql`` refuses (it binds the keys and type-checks the bounded SQL the same way) and
+prices exactly what ``sql`` would charge. Nothing here reads a private row or the ledger
+(DESIGN.md invariant 1): the result depends only on the query text, the arguments, the
+schema, the policy and public data, which is why it may be cached.
+
+This is also the boundary that turns a refusal's node into its line and column
+(``dpsql.sql.parse.located``): the checks below raise with the node, once, here.
+
+The cache keeps prepared queries by their exact SQL text and the arguments that change the
+plan (epsilon, delta, noise, weights, report_bias, the analyst for the repeat key); the
+policy and catalog are fixed for a connection, and ``clear`` (``Connection.refresh``) drops
+everything read from public data. Only successes are kept: a refusal is recomputed. Noise,
+the budget and free repeats are decided afresh by the caller on every query.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Callable
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.analysis.analyse import analyse_query
+from dpsql.analysis.check import check_query
+from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
+from dpsql.backends.keys import typed_keys
+from dpsql.backends.rewrite import key_types_sql, rewrite_plan
+from dpsql.bias import BiasPlan, bias_share, plan_bias
+from dpsql.budget.accounting import Spend, query_cost
+from dpsql.errors import DPError, UnsupportedQuery
+from dpsql.options import (
+    apply_contribution_options,
+    exact_parameter,
+    max_keys,
+    merge_options,
+    privacy_options,
+)
+from dpsql.policy.model import Policy
+from dpsql.sql.normalise import normalised_sql, repeat_key
+from dpsql.sql.parse import located, parse
+
+Describe = Callable[[str], list]
+"""(name, type) of each column a generated query would return: binds it, reads no rows."""
+
+
+@dataclass(frozen=True)
+class Priced:
+    """What answering a query that reads private data would run and cost."""
+
+    cost: Spend
+    """What answering costs (``dpsql.budget.accounting.query_cost``)."""
+    bounded_sql: str
+    """The rewritten SQL of the noisy core."""
+    core_types: tuple[str, ...]
+    """DuckDB types of the noisy core's columns (keys as the database types them)."""
+    normal_sql: str
+    """The normalised SQL recorded in the ledger."""
+    repeat_key: str
+    """The key an identical query's stored answer is found under (``dpsql.sql.normalise``)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A query ready to charge and run (``sql``) or to explain: everything static about it."""
+
+    tree: exp.Expression
+    """The parsed query, without comments and without dpsql's OPTIONS clause."""
+    checked: PrivateQuery | PublicQuery
+    """The checked query, with the contribution options written in the SQL applied."""
+    written: dict
+    """Options written in the SQL: name -> ``dpsql.sql.dialect.OptionValue``."""
+    plan: Plan | None = None
+    """The analysed plan, its keys typed as the database types them; ``None`` for public queries."""
+    bias: BiasPlan | None = None
+    """The bias report's plan, when one is asked for and there is something to report."""
+    priced: Priced | None = None
+    """What it would run and cost; ``None`` when nothing private is read (public tables, or
+    GROUP BY public keys with no aggregate)."""
+
+
+class Preparer:
+    """Prepares queries for one connection (one policy, one catalog) and keeps them."""
+
+    def __init__(self, policy: Policy, catalog: dict, data: Any, describe: Describe, column_names: frozenset,
+                 policy_text: str, *, limit: int = 256):
+        self.policy = policy
+        self._catalog = catalog
+        self._data = data
+        self._describe = describe
+        self._column_names = column_names
+        self._policy_text = policy_text
+        self._limit = limit
+        self._checked: OrderedDict[str, tuple] = OrderedDict()
+        self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
+        self._normal: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
+                weights: dict | None = None, report_bias: Any = None, *, analyst: str | None = None) -> Prepared:
+        """The prepared query (from the cache when this text was prepared with these
+        arguments); a refusal carries its line and column in ``sql``."""
+        key = _cache_key(sql, epsilon, delta, noise, weights, report_bias, analyst)
+        if key is not None:
+            found = self._recall(self._prepared, key)
+            if found is not None:
+                return found
+        try:
+            prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, analyst)
+        except DPError as error:
+            raise located(error, sql) if isinstance(sql, str) else error
+        if key is not None:
+            self._keep(self._prepared, key, prepared)
+        return prepared
+
+    def clear(self) -> None:
+        """Forget everything prepared: public data or the schema may have changed."""
+        with self._lock:
+            self._checked.clear()
+            self._prepared.clear()
+            self._normal.clear()
+
+    def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
+                 report_bias: Any, analyst: str | None) -> Prepared:
+        tree, checked, written = self.check(sql)
+        if isinstance(checked, PublicQuery):
+            return Prepared(tree, checked, written)
+        epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+        plan, bias = self.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+        if plan.query.keys and plan.selection is None:
+            max_keys(self.policy, written)  # a wrong max_keys option is refused before anything runs
+        if not plan.query.aggregates and plan.selection is None:
+            return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
+        bounded_sql = rewrite_plan(plan)
+        normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
+        priced = Priced(query_cost(plan), bounded_sql, self.core_types(plan, bounded_sql), normal, repeat)
+        return Prepared(tree, checked, written, plan, bias, priced)
+
+    def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
+        """Parse and check, kept per SQL text: (query tree, checked query, written options)."""
+        found = self._recall(self._checked, sql) if isinstance(sql, str) else None
+        if found is not None:
+            return found
+        parsed = parse(sql)
+        checked = check_query(parsed.tree, sql, self.policy, self._catalog, self._data)
+        if isinstance(checked, PrivateQuery):
+            checked = apply_contribution_options(checked, parsed.options)
+        result = (parsed.tree, checked, parsed.options)
+        self._keep(self._checked, sql, result)
+        return result
+
+    def plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+                        weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, BiasPlan | None]:
+        """The plan and its bias report (``None``: none): the report's share of epsilon is taken
+        out of the query's before the aggregates get theirs, so the total cost is unchanged."""
+        share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share,
+                                     exact_parameter)
+        if share is None:
+            return self.plan(checked, sql, epsilon, delta, noise, weights), None
+        total = privacy_options(self.policy, epsilon, delta, noise).epsilon
+        plan = self.plan(checked, sql, total * (1 - share), delta, noise, weights)
+        bias = plan_bias(plan, share, total, explicit, written.get("report_bias"))
+        if bias is None:  # nothing to report here: the aggregates get the whole epsilon
+            return self.plan(checked, sql, epsilon, delta, noise, weights), None
+        return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias
+
+    def plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
+             weights: dict | None = None) -> Plan:
+        plan = analyse_query(query, self.policy, privacy_options(self.policy, epsilon, delta, noise, weights), sql)
+        if not plan.query.keys:
+            return plan
+        # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
+        # the key is read back exactly, and refuses, before the charge, keys that cannot be.
+        types = dict(self._describe(key_types_sql(plan)))
+        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
+
+    def core_types(self, plan: Plan, bounded_sql: str) -> tuple[str, ...]:
+        """DuckDB types of the noisy core's columns (keys as the database types them); binding
+        the SQL refuses a query that does not type-check, before anything is charged."""
+        try:
+            described = dict(self._describe(bounded_sql))
+        except UnsupportedQuery:
+            raise
+        except Exception as error:  # binding reads the schema only: its message holds no data
+            message = str(error).split("\n")[0]
+            raise UnsupportedQuery(f"the query does not type-check: {message}",
+                                   hint="compare and combine columns of matching types") from None
+        types = [key.type_name or described[key.name] for key in plan.query.keys]
+        for aggregate in plan.aggregates:
+            first = plan.measure(aggregate.measures[0])
+            integral = aggregate.function in ("count", "count_units", "count_distinct") or (
+                aggregate.function == "sum" and first.grid.denominator == 1)
+            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
+            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
+        return tuple(types)
+
+    def _repeat_key(self, sql: str, tree: exp.Expression, plan: Plan, bias: BiasPlan | None,
+                    analyst: str | None) -> tuple[str, str]:
+        """The normalised SQL and the key its answer is stored under. The options in the key are
+        the plan's: its totals and every measure's share and noise, so anything that changes
+        how the answer is drawn (epsilon, delta, noise, weights) changes the key."""
+        normal = self._recall(self._normal, sql)
+        if normal is None:  # the text alone decides it: kept per SQL text, like the check
+            normal = normalised_sql(tree, self._column_names)
+            self._keep(self._normal, sql, normal)
+        measures = [[m.name, m.noise, str(m.epsilon), str(m.delta), str(m.scale)]
+                    for m in plan.measures]
+        rule = plan.query.rule  # the contribution limits decide which rows count, not only the noise
+        options: dict[str, Any] = {
+            "epsilon": str(plan.epsilon), "delta": str(plan.delta), "measures": measures,
+            "selection": None if plan.selection is None else repr(plan.selection),
+            "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]}
+        if bias is not None:  # a report changes how the epsilon was split and what was released
+            options["bias"] = str(bias.share)
+        return normal, repeat_key(normal, options=options, policy_text=self._policy_text, analyst=analyst)
+
+    def _recall(self, cache: OrderedDict, key: Any) -> Any:
+        with self._lock:
+            found = cache.get(key)
+            if found is not None:
+                cache.move_to_end(key)
+            return found
+
+    def _keep(self, cache: OrderedDict, key: Any, value: Any) -> None:
+        with self._lock:
+            cache[key] = value
+            while len(cache) > self._limit:
+                cache.popitem(last=False)
+
+
+_PLAIN = (type(None), bool, int, float, str, Fraction, Decimal, np.generic)
+
+
+def _cache_key(sql: Any, *arguments: Any) -> tuple | None:
+    """A key telling apart every distinct (text, arguments) — by type and exact text, so 0.1 and
+    Fraction(1, 10) are two keys, never one — or ``None`` when an argument has no such form.
+
+    >>> _cache_key("SELECT 1", 0.5, None) == _cache_key("SELECT 1", 0.5, None)
+    True
+    >>> _cache_key("SELECT 1", 1, None) == _cache_key("SELECT 1", True, None)
+    False
+    """
+    if not isinstance(sql, str):
+        return None
+    parts: list[Any] = [sql]
+    for argument in arguments:
+        if isinstance(argument, dict):
+            items = [(_plain_key(k), _plain_key(v)) for k, v in argument.items()]
+            if any(k is None or v is None for k, v in items):
+                return None
+            parts.append(("dict", tuple(items)))
+            continue
+        plain = _plain_key(argument)
+        if plain is None:
+            return None
+        parts.append(plain)
+    return tuple(parts)
+
+
+def _plain_key(value: Any) -> tuple[str, str] | None:
+    if not isinstance(value, _PLAIN):
+        return None
+    return type(value).__qualname__, repr(value)
