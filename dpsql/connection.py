@@ -30,7 +30,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.accuracy import aggregates_of, output_cells
-from dpsql.analysis.aggregates import plain_projection, post_sql
+from dpsql.analysis.aggregates import counts_rows, family_of, plain_projection, post_sql
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.domains import (
@@ -387,11 +387,7 @@ class Connection:
                                    hint="compare and combine columns of matching types") from None
         types = [key.type_name or described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
-            first = plan.measure(aggregate.measures[0])
-            integral = aggregate.function in ("count", "count_units", "count_distinct") or (
-                aggregate.function == "sum" and first.grid.denominator == 1)
-            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
-            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
+            types.append(family_of(aggregate).result_type(aggregate, plan.measure(aggregate.measures[0])))
         return types
 
     @_reported_as_dperror
@@ -661,7 +657,7 @@ class Connection:
                 labels[aggregate.label] = aggregate.name
         names = {aggregate: output for output, aggregate in reversed(checked.direct)}
         rows = next((names.get(a.name, a.label) for a in aggregates
-                     if a.function == "count" and a.argument is None and names.get(a.name, a.label) in values),
+                     if counts_rows(a) and names.get(a.name, a.label) in values),
                     None)
 
         def widths(alpha: float) -> dict[str, float]:

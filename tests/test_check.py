@@ -17,7 +17,7 @@ from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import PrivateQuery, PublicQuery
 from dpsql.errors import DPError
-from dpsql.sql.parse import parse_query
+from dpsql.sql.parse import located, parse_query
 
 FIXTURES = Path(__file__).parent / "fixtures" / "check"
 HEADER = re.compile(r"-- expect: (\w+) \| (.+?) \| (\d+|None):(\d+|None)")
@@ -49,7 +49,15 @@ def _accepted():
 
 
 def run_static(sql: str, delta: Fraction = Fraction(0)):
-    """Every static stage; options may ride in a trailing comment (``-- noise: gaussian``)."""
+    """Every static stage, with refusals located as the connection's boundary locates them;
+    options may ride in a trailing comment (``-- noise: gaussian``)."""
+    try:
+        return _stages(sql, delta)
+    except DPError as error:
+        raise located(error, sql) from None
+
+
+def _stages(sql: str, delta: Fraction):
     query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
     if not isinstance(query, PrivateQuery):
         return query

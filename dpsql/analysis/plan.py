@@ -2,12 +2,13 @@
 
 ``check`` produces a ``PrivateQuery`` (or a ``PublicQuery``); ``analyse`` turns it into a
 ``Plan`` of ``Measure``s, each a bounded integer sum with its sensitivity, its share of the
-budget and its noise; ``rewrite`` turns a plan into SQL; ``release`` adds the noise.
+budget and its noise; ``rewrite`` turns a plan into SQL; ``release`` adds the noise and hands
+back a ``Release``, which each aggregate family (``dpsql.analysis.aggregates``) reads its values from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -248,3 +249,18 @@ class Plan:
     def measure(self, name: str) -> Measure:
         """A measure by name."""
         return next(m for m in self.measures if m.name == name)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a private query releases: keys and noisy measures, nothing exact."""
+
+    keys: tuple[tuple, ...]
+    """One key tuple per released row (``()`` when ungrouped)."""
+    noisy: dict[str, tuple[int, ...]]
+    """Measure name -> noisy integer per row, in grid units."""
+    chosen: dict[str, tuple[Fraction, ...]] = field(default_factory=dict)
+    """Quantile histogram measure -> the edge the exponential mechanism chose, per row."""
+    edges: dict[str, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
+    """Quantile histogram measure -> per row, the edge indices (value, low, high) of the value
+    and of its 95% interval's endpoints (``dpsql.mechanisms.quantile.release_interval``)."""
