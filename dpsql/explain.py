@@ -44,7 +44,10 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False)
     ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
     """
     rule = plan.query.rule
-    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else sql_name(rule.unit)
+    if plan.query.hidden_unit or rule.unit is None:  # a row-level table: no unit column to name
+        unit = "each row is its own unit (PRIVACY UNIT ROW)"
+    else:
+        unit = sql_name(rule.unit)
     unit += (f", at most {plural(rule.max_rows_per_unit, 'row')} and "
              f"{plural(rule.groups_per_unit, 'group')} per unit")
     cost = f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "

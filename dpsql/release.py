@@ -27,6 +27,7 @@ import numpy as np
 from dpsql.analysis.aggregates.exact import integers, magnitude
 from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.plan import AggregateRelease, Measure, Plan, Release
+from dpsql.errors import InternalError
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.selection import SelectionRule, select_partitions
 
@@ -45,6 +46,8 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
     width = len(plan.query.keys)
     exact = _ExactRows(exact_rows, width)
     if plan.selection is None:
+        if domain is None:
+            raise InternalError("a plan without partition selection releases a public domain")
         keys = list(map(tuple, domain))
     else:
         candidates = _sorted_keys(list(exact.row_of), width)

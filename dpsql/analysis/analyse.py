@@ -22,6 +22,7 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Literal
 
 from sqlglot import exp
 
@@ -184,7 +185,7 @@ def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int) 
     if not family.ranged:
         return family.shapes(aggregate, names, None, ())
     assert aggregate.argument is not None  # every ranged family refuses F(*)
-    interval = derive_range(aggregate.argument, _column_bounds(query), sql)
+    interval = derive_range(aggregate.argument, _ColumnBounds(query), sql)
     if interval is None:
         line, col = node_position(aggregate.argument, sql)
         raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
@@ -192,19 +193,25 @@ def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int) 
     return family.shapes(aggregate, names, interval, _clamped_columns(aggregate.argument, query))
 
 
-def _column_bounds(query: PrivateQuery):
-    def lookup(name: str) -> Interval | None:
-        rule = query.rule.column(name)
+class _ColumnBounds:
+    """The policy bounds of the query's columns, as ``dpsql.analysis.ranges`` reads them."""
+
+    def __init__(self, query: PrivateQuery):
+        self._query = query
+        self.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
+
+    def __call__(self, name: str) -> Interval | None:
+        rule = self._query.rule.column(name)
         if rule is None or rule.bounds is None:
             return None
-        integral = is_integral_type(query.column_type(name)) and all(
+        integral = is_integral_type(self._query.column_type(name)) and all(
             b.denominator == 1 for b in (rule.bounds.lower, rule.bounds.upper)
         )
         return Interval(rule.bounds.lower, rule.bounds.upper, integral)
 
-    lookup.integral_column = lambda name: is_integral_type(query.column_type(name))  # for a CLAMPed sum's grid
-    lookup.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
-    return lookup
+    def integral_column(self, name: str) -> bool:
+        """For a CLAMPed sum's grid."""
+        return is_integral_type(self._query.column_type(name))
 
 
 def _clamped_columns(argument: exp.Expression, query: PrivateQuery) -> tuple[ClampedColumn, ...]:
@@ -268,13 +275,14 @@ def _finish_aggregate(shapes: list[Shape], query: PrivateQuery, policy: Policy, 
                       delta: Fraction, gaussian: bool) -> list[Measure]:
     """Calibrate an aggregate's measures on one shared grid, coarsened until all fit the samplers."""
     valued = next((s for s in shapes if s.interval is not None), None)
-    if valued is None:
+    if valued is None or valued.interval is None:
         measures = [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
         if any(m.scale >= SAMPLER_LIMITS[m.noise] for m in measures):
             _too_small(epsilon)
         return measures
-    grid = choose_grid(valued.interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
-    widest = max(abs(valued.interval.lower), abs(valued.interval.upper), Fraction(1))
+    interval = valued.interval
+    grid = choose_grid(interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
+    widest = max(abs(interval.lower), abs(interval.upper), Fraction(1))
     while True:
         measures = [_calibrated(s, query, policy, grid, epsilon, delta, gaussian) for s in shapes]
         if all(m.scale < SAMPLER_LIMITS[m.noise] for m in measures):
@@ -386,6 +394,7 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
             value_lower, value_upper, rows_per_unit=query.rule.max_rows_per_unit,
             neighbours=policy.neighbours, grouped=bool(query.keys),
         )
+    noise: Literal["laplace", "gaussian", "none"]
     if sensitivity.l1 == 0:
         scale, noise = Fraction(1), "none"  # a measure nobody can move needs no noise
     elif gaussian:

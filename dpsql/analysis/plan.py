@@ -40,6 +40,9 @@ class GroupKey:
     of the table's other columns ``narrowed_by`` reads, evaluated on the table's own rows."""
 
 
+MeasureKind = Literal["count", "sum", "units", "histogram", "distinct"]
+"""What a measure sums (``Measure.kind``): the rewrite renders measures by kind alone."""
+
 AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]
 
 
@@ -134,7 +137,7 @@ class Measure:
 
     name: str
     """Column name in the bounded SQL (m0, m1, ...)."""
-    kind: Literal["count", "sum", "units", "histogram", "distinct"]
+    kind: MeasureKind
     """COUNT of rows / non-NULL values, SUM of values, count of distinct units per group, or
     (for quantiles) per-bucket counts fed to the exponential mechanism instead of noised."""
     argument: exp.Expression | None

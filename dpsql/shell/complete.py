@@ -145,8 +145,9 @@ def _complete_sql(before: str, after: str, catalog: Mapping[str, Iterable[str]])
 
     if qualifier is not None:
         table = tables.get(qualifier.lower()) or _catalog_name(qualifier, catalog)
-        columns = list(catalog.get(table, ())) if table else []
-        return _matching([Suggestion(c, "column", start, table) for c in columns], word)
+        if table is None:
+            return []
+        return _matching([Suggestion(c, "column", start, table) for c in catalog.get(table, ())], word)
 
     context = _context(previous)
     if context == "table":
@@ -352,7 +353,7 @@ def _closing_quote(text: str, start: int) -> int:
 try:
     from prompt_toolkit.completion import Completer, Completion
 except ImportError:  # the shell needs prompt_toolkit; the pure function above does not
-    Completer, Completion = object, None
+    Completer, Completion = object, None  # type: ignore[misc, assignment]
 
 
 class SQLCompleter(Completer):

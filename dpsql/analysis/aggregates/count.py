@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import integers
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, Shape, filtered
-from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
+from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, MeasureKind, Release
 from dpsql.analysis.ranges import Interval
 
 
@@ -22,7 +22,7 @@ class CountingFamily(AggregateFamily):
     """What every count shares: one measure of 0/1 row values, released as a floored integer."""
 
     ranged = False
-    measure_kind = "count"
+    measure_kind: MeasureKind = "count"
     """The ``Measure.kind`` of its one measure."""
 
     def shapes(self, aggregate: Aggregate, names: Sequence[str], interval: Interval | None,

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import noise_half_width
-from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
+from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, MeasureKind, Release
 from dpsql.analysis.ranges import Interval
 
 
@@ -43,7 +43,7 @@ class Shape:
 
     name: str
     """Its column in the bounded SQL (m0, m1, ...)."""
-    kind: str
+    kind: MeasureKind
     """The ``Measure.kind`` it becomes."""
     argument: exp.Expression | None
     """Row-level expression (bound, unclamped); None counts rows."""
