@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.domains import reports_outside
-from dpsql.analysis.plan import AggregateRelease, Measure, Plan
+from dpsql.analysis.plan import Measure, Plan
 from dpsql.sql.names import sql_name
 
 
@@ -98,17 +98,13 @@ def explain_plan(plan: Plan, bounded_sql: str, budget, *, refused: bool = False)
                      f"delta {_num(s.delta)}")
     lines += ["", "aggregates (epsilon split by weight, then equally between an aggregate's measures):"]
     for aggregate, original in zip(plan.aggregates, plan.query.aggregates):
-        lines.append(f"  {aggregate.name} = {original.label}: {_release_text(aggregate)}; "
+        lines.append(f"  {aggregate.name} = {original.label}: {family_of(aggregate).explain(aggregate, _num)}; "
                      f"epsilon {_num(aggregate.epsilon)}")
     lines += ["", "measures:"]
     lines += [f"  {_measure_text(m)}" for m in plan.measures]
     lines += ["", "bounded SQL ($salt is a secret per-database salt):", bounded_sql]
     lines += ["", "post-processing over the noisy core (free):", plan.query.post.sql(dialect="duckdb")]
     return "\n".join(lines)
-
-
-def _release_text(aggregate: AggregateRelease) -> str:
-    return family_of(aggregate).explain(aggregate, _num)
 
 
 def _neighbour_text(neighbours: str) -> str:

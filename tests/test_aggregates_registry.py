@@ -28,6 +28,7 @@ WRITTEN = {
     "VAR_SAMP": "VAR_SAMP(amount)", "VAR_POP": "VAR_POP(amount)", "STDDEV": "STDDEV(amount)",
     "STDDEV_SAMP": "STDDEV_SAMP(amount)", "STDDEV_POP": "STDDEV_POP(amount)", "MEDIAN": "MEDIAN(amount)",
     "QUANTILE_CONT": "QUANTILE_CONT(amount, 0.9)", "QUANTILE": "QUANTILE(amount, 0.9)",
+    "APPROX_QUANTILE": "APPROX_QUANTILE(amount, 0.9)",
     "PERCENTILE_CONT": "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount)", "MIN": "MIN(amount)",
     "MAX": "MAX(amount)",
 }
@@ -50,6 +51,13 @@ def test_every_spelling_classifies_to_the_family_offering_it(spelling):
     aggregate = classify(call, "", None, "a0")
     assert spelling in family_of(aggregate).spellings
     assert family_for_call(call) is family_of(aggregate)
+
+
+def test_a_subclass_of_a_call_is_classified_as_its_parent():
+    assert issubclass(exp.ApproxQuantile, exp.Quantile)
+    call = sqlglot.parse_one("SELECT APPROX_QUANTILE(amount, 0.5) FROM t", read="duckdb").expressions[0]
+    assert isinstance(call, exp.ApproxQuantile)
+    assert classify(call, "", None, "a0").quantile == 0.5
 
 
 def test_count_distinct_of_the_unit_counts_units_and_of_anything_else_values():

@@ -180,8 +180,8 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
 def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int) -> tuple[list[Shape], AggregateRelease]:
     """The measures an aggregate needs, and how its value is released from them (its family's
     ``shapes``), after deriving the range of a ranged family's argument."""
-    names = [f"m{start + i}" for i in range(3)]
     family = family_of(aggregate)
+    names = [f"m{start + i}" for i in range(family.measure_count)]
     if not family.ranged:
         return family.shapes(aggregate, names, None, ())
     assert aggregate.argument is not None  # every ranged family refuses F(*)

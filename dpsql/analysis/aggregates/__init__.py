@@ -24,9 +24,9 @@ Write one module here with a subclass of ``family.AggregateFamily``:
    ``dpsql.analysis.plan.AggregateFunction``), ``spellings`` (its SQL names) and ``nodes`` (the
    sqlglot call classes it classifies; ``classify_distinct`` for ``F(DISTINCT ...)``);
 2. ``classify``: the ``Aggregate`` a call computes, refusing with ``refuse(node, message, hint)``;
-3. ``shapes``: its measures, as bounded sums of integer row values whose sensitivity
-   ``dpsql.analysis.sensitivity`` derives (a new measure kind also needs the rewrite), and its
-   ``AggregateRelease``; set ``ranged`` when its argument must have a bounded range;
+3. ``shapes``: its ``measure_count`` measures, as bounded sums of integer row values whose
+   sensitivity ``dpsql.analysis.sensitivity`` derives (a new measure kind also needs the
+   rewrite), and its ``AggregateRelease``; ``ranged`` when its argument needs a bounded range;
 4. ``values``: its released values, from noisy measures only; override ``half_widths`` (and
    ``intervals`` when not value ± half-width), ``explain`` and ``result_type`` as needed;
 5. add an instance to ``registry.FAMILIES``, and its tests: a brute-force sensitivity oracle

@@ -26,6 +26,7 @@ class AvgFamily(AggregateFamily):
     functions = ("avg",)
     spellings = ("AVG",)
     nodes = (exp.Avg,)
+    measure_count = 2
 
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         if argument is None:

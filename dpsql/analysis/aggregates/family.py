@@ -77,6 +77,8 @@ class AggregateFamily:
     """Its SQL function names, as shell completion offers them."""
     nodes: ClassVar[tuple[type[exp.Expression], ...]] = ()
     """The sqlglot call classes ``classify`` accepts (each owned by one family)."""
+    measure_count: ClassVar[int] = 1
+    """How many measures ``shapes`` names (analyse hands it that many fresh names)."""
     ranged: ClassVar[bool] = True
     """Its argument is a bounded value: analyse derives its range before ``shapes``."""
     draws: ClassVar[bool] = False

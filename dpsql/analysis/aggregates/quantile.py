@@ -34,14 +34,14 @@ from dpsql.sql.parse import describe
 FIXED: dict[type[exp.Expression], float] = {exp.Median: 0.5, exp.Min: 0.0, exp.Max: 1.0}
 """Calls whose quantile is implied by their name."""
 PARAMETRIC = (exp.PercentileCont, exp.Quantile)
-"""Calls that name their quantile: QUANTILE_CONT(x, q), QUANTILE(x, q)."""
+"""Calls that name their quantile: QUANTILE_CONT(x, q), QUANTILE(x, q), APPROX_QUANTILE(x, q)."""
 
 
 class QuantileFamily(AggregateFamily):
     """Quantiles by the exponential mechanism."""
 
     functions = ("quantile",)
-    spellings = ("MEDIAN", "QUANTILE_CONT", "PERCENTILE_CONT", "QUANTILE", "MIN", "MAX")
+    spellings = ("MEDIAN", "QUANTILE_CONT", "PERCENTILE_CONT", "QUANTILE", "APPROX_QUANTILE", "MIN", "MAX")
     nodes = (*FIXED, *PARAMETRIC, exp.WithinGroup)
     draws = True
 

@@ -39,8 +39,9 @@ def family_of(aggregate: Union[Aggregate, AggregateRelease]) -> AggregateFamily:
 
 
 def family_for_call(call: exp.Expression) -> AggregateFamily | None:
-    """The family that classifies a sqlglot aggregate call, or None when none does."""
-    return _BY_NODE.get(type(call))
+    """The family that classifies a sqlglot aggregate call, or None when none does. A subclass
+    is a spelling of its parent (sqlglot's ApproxQuantile is a Quantile)."""
+    return next((_BY_NODE[cls] for cls in type(call).__mro__ if cls in _BY_NODE), None)
 
 
 def spellings() -> tuple[str, ...]:

@@ -33,6 +33,7 @@ class VarianceFamily(AggregateFamily):
     functions = ("variance", "stddev")
     spellings = ("VARIANCE", "VAR_SAMP", "VAR_POP", "STDDEV", "STDDEV_SAMP", "STDDEV_POP")
     nodes = tuple(FORMS)
+    measure_count = 3
 
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         function, sample = FORMS[type(call)]
@@ -48,7 +49,7 @@ class VarianceFamily(AggregateFamily):
         total = Shape(names[0], "sum", argument, interval, clamped, centred=True, fine_bits=12)
         squares = Shape(names[1], "sum", argument, interval, clamped, centred=True, squared=True, fine_bits=12)
         count = Shape(names[2], "count", argument, interval, clamped, counts_values_of=names[0], fine_bits=12)
-        return [total, squares, count], AggregateRelease(aggregate.name, aggregate.function, tuple(names[:3]),
+        return [total, squares, count], AggregateRelease(aggregate.name, aggregate.function, tuple(names),
                                                          sample=aggregate.sample, lower=interval.lower,
                                                          upper=interval.upper)
 
