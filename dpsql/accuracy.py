@@ -253,7 +253,7 @@ def output_cells(plan: Plan, checked: PrivateQuery, release: Release | None, row
         for r, row in enumerate(rows):
             value = _number(row[position])
             derived = derive(node, {a: bases[a][r] for a in used}) if value is not None else None
-            if derived is None:
+            if value is None or derived is None:
                 column.append(nan)
                 continue
             low, high = min(derived[0], value), max(derived[1], value)

@@ -29,7 +29,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.accuracy import aggregates_of, output_cells
-from dpsql.analysis.aggregates import plain_projection, post_sql
+from dpsql.analysis.aggregates import counts_rows, plain_projection, post_sql
 from dpsql.analysis.domains import (
     domain_parts,
     domain_text,
@@ -608,7 +608,7 @@ class Connection:
                 labels[aggregate.label] = aggregate.name
         names = {aggregate: output for output, aggregate in reversed(checked.direct)}
         rows = next((names.get(a.name, a.label) for a in aggregates
-                     if a.function == "count" and a.argument is None and names.get(a.name, a.label) in values),
+                     if counts_rows(a) and names.get(a.name, a.label) in values),
                     None)
 
         def widths(alpha: float) -> dict[str, float]:

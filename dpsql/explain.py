@@ -6,14 +6,9 @@ import math
 from decimal import Context, Decimal
 from fractions import Fraction
 
+from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.domains import reports_outside
 from dpsql.analysis.plan import Measure, Plan
-from dpsql.mechanisms.quantile import (
-    VALUE_SHARE,
-    endpoint_shift,
-    quantile_accuracy,
-    value_rule,
-)
 from dpsql.sql.names import sql_name
 
 
@@ -50,7 +45,10 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
     ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
     """
     rule = plan.query.rule
-    unit = "each row is its own unit (PRIVACY UNIT ROW)" if plan.query.hidden_unit else sql_name(rule.unit)
+    if plan.query.hidden_unit or rule.unit is None:  # a row-level table: no unit column to name
+        unit = "each row is its own unit (PRIVACY UNIT ROW)"
+    else:
+        unit = sql_name(rule.unit)
     unit += (f", at most {plural(rule.max_rows_per_unit, 'row')} and "
              f"{plural(rule.groups_per_unit, 'group')} per unit")
     cost = f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
@@ -101,41 +99,13 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
                      f"delta {_num(s.delta)}")
     lines += ["", "aggregates (epsilon split by weight, then equally between an aggregate's measures):"]
     for aggregate, original in zip(plan.aggregates, plan.query.aggregates):
-        lines.append(f"  {aggregate.name} = {original.label}: {_release_text(aggregate)}; "
+        lines.append(f"  {aggregate.name} = {original.label}: {family_of(aggregate).explain(aggregate, _num)}; "
                      f"epsilon {_num(aggregate.epsilon)}")
     lines += ["", "measures:"]
     lines += [f"  {_measure_text(m)}" for m in plan.measures]
     lines += ["", "bounded SQL ($salt is a secret per-database salt):", bounded_sql]
     lines += ["", "post-processing over the noisy core (free):", plan.query.post.sql(dialect="duckdb")]
     return "\n".join(lines)
-
-
-def _release_text(aggregate) -> str:
-    measures = ", ".join(aggregate.measures)
-    if aggregate.function == "avg":
-        return (f"centred sum / count ({measures}), clamped to [{_num(aggregate.lower)}, "
-                f"{_num(aggregate.upper)}]")
-    if aggregate.function in ("variance", "stddev"):
-        form = "sample" if aggregate.sample else "population"
-        return f"{form} {aggregate.function} from centred sum, sum of squares and count ({measures})"
-    if aggregate.function == "count_units":
-        return f"distinct units ({measures})"
-    if aggregate.function == "quantile":
-        rule = aggregate.rule
-        ends = "upper endpoint" if rule.q == 0.0 else "lower endpoint" if rule.q == 1.0 else "two endpoints"
-        shift = endpoint_shift(rule)
-        bound = f"at target rank q·n + {shift}; its lower end is the lower bound" if rule.q == 0.0 else \
-            f"at target rank q·n - {shift}; its upper end is the upper bound" if rule.q == 1.0 else \
-            f"at target ranks q·n ∓ {shift}, with the bounds as fallback"
-        return (f"quantile q = {rule.q:g} by the exponential mechanism over {rule.buckets + 1} public edges "
-                f"in [{_num(rule.lower)}, {_num(rule.upper)}] ({measures}); the value with "
-                f"{_num(VALUE_SHARE)} of its epsilon (rank error at most "
-                f"{quantile_accuracy(value_rule(rule), float('inf'), 0.05):.4g} values with 95% probability), "
-                f"its 95% value interval's {ends} with the rest ({bound})"
-                + ("; MIN/MAX are the 0 and 1 quantiles" if rule.q in (0.0, 1.0) else ""))
-    if aggregate.function == "count_distinct":
-        return f"distinct values, at most k per unit ({measures})"
-    return f"{aggregate.function} ({measures})"
 
 
 def _neighbour_text(neighbours: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 from sqlglot import exp
 
+from dpsql.analysis.aggregates import family_of
 from dpsql.analysis.analyse import analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
@@ -194,11 +195,7 @@ class Preparer:
                                    hint="compare and combine columns of matching types") from None
         types = [key.type_name or described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
-            first = plan.measure(aggregate.measures[0])
-            integral = aggregate.function in ("count", "count_units", "count_distinct") or (
-                aggregate.function == "sum" and first.grid.denominator == 1)
-            # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
-            types.append(("HUGEINT" if aggregate.function == "sum" else "BIGINT") if integral else "DOUBLE")
+            types.append(family_of(aggregate).result_type(aggregate, plan.measure(aggregate.measures[0])))
         return tuple(types)
 
     def _repeat_key(self, sql: str, tree: exp.Expression, plan: Plan, bias: BiasPlan | None,

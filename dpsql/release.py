@@ -9,45 +9,30 @@ Which keys are released: with public domains, every key of the domain (cells wit
 count as zero); otherwise the keys whose noisy distinct-unit count passes the partition
 selection threshold (``dpsql.mechanisms.selection``).
 
-Released values: a COUNT is its noisy integer, floored at 0; a SUM is its noisy integer times
-the grid; an AVG is grid * (S'/C' + L + U) / 2 from the noisy centred sum S' and noisy count
-C', clamped into the expression's bounds (the midpoint when C' <= 0); a VARIANCE is
-grid^2/4 * (Q'/C' - (S'/C')^2) from the noisy sum of squared centred values Q', clamped into
-[0, (hi - lo)^2 / 4] (times C'/(C' - 1) for the sample form); STDDEV is its square root; a
-quantile (MEDIAN, QUANTILE_CONT, MIN, MAX) is the bucket edge the exponential mechanism chose.
+Released values are computed from the noisy measures by each aggregate's family
+(``dpsql.analysis.aggregates``): a COUNT is its noisy integer floored at 0, a SUM its noisy
+integer times the grid, an AVG or VARIANCE a clamped ratio of noisy sums, a quantile the bucket
+edge the exponential mechanism chose.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import cached_property
 from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
 
-from dpsql.analysis.plan import AggregateRelease, Measure, Plan
+from dpsql.analysis.aggregates.exact import integers, magnitude
+from dpsql.analysis.aggregates.registry import family_of
+from dpsql.analysis.plan import AggregateRelease, Measure, Plan, Release
+from dpsql.errors import InternalError
 from dpsql.mechanisms import noise
-from dpsql.mechanisms.quantile import ENDPOINT_ALPHA, edge, release_interval
 from dpsql.mechanisms.selection import SelectionRule, select_partitions
 
-
-@dataclass(frozen=True)
-class Release:
-    """What a private query releases: keys and noisy measures, nothing exact."""
-
-    keys: tuple[tuple, ...]
-    """One key tuple per released row (``()`` when ungrouped)."""
-    noisy: dict[str, tuple[int, ...]]
-    """Measure name -> noisy integer per row, in grid units."""
-    chosen: dict[str, tuple[Fraction, ...]] = field(default_factory=dict)
-    """Quantile histogram measure -> the edge the exponential mechanism chose, per row."""
-    edges: dict[str, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
-    """Quantile histogram measure -> per row, the edge indices (value, low, high) of the value
-    and of its 95% interval's endpoints (``dpsql.mechanisms.quantile.release_interval``)."""
+__all__ = ["Release", "core_columns", "core_rows", "from_stored", "half_widths", "intervals", "release_measures",
+           "split_last", "stored_measures", "stored_names"]
 
 
 def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Sequence[tuple],
@@ -61,6 +46,8 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
     width = len(plan.query.keys)
     exact = _ExactRows(exact_rows, width)
     if plan.selection is None:
+        if domain is None:
+            raise InternalError("a plan without partition selection releases a public domain")
         keys = list(map(tuple, domain))
     else:
         candidates = _sorted_keys(list(exact.row_of), width)
@@ -80,11 +67,12 @@ def release_measures(plan: Plan, domain: Sequence[tuple] | None, exact_rows: Seq
             noisy[measure.name] = _add_noise(counts.values(0, counts.positions(keys)), measure, source)
     chosen, edges = {}, {}
     for aggregate in plan.aggregates:
-        if aggregate.function == "quantile":
+        family = family_of(aggregate)
+        if family.draws:  # a quantile: chosen from its histogram, not noised
             rows = (histograms or {}).get(aggregate.measures[0], [])
-            drawn = _choose_quantiles(aggregate, keys, rows, width, source)
+            drawn = family.draw(aggregate, keys, rows, width, source)
             edges[aggregate.measures[0]] = drawn
-            chosen[aggregate.measures[0]] = tuple(edge(aggregate.rule, j) for j, _, _ in drawn)
+            chosen[aggregate.measures[0]] = family.chosen(aggregate, drawn)
     return Release(keys=tuple(keys), noisy=noisy, chosen=chosen, edges=edges)
 
 
@@ -132,9 +120,9 @@ class _ExactRows:
         """Value column ``index`` at ``positions``: NULL as 0, and 0 at position -1 (no row)."""
         column = self._column(self._width + index) + [0]  # the appended 0 is what position -1 reads
         try:
-            values = _integers(column)
+            values = integers(column)
         except TypeError:  # a NULL sum
-            values = _integers([value or 0 for value in column])
+            values = integers([value or 0 for value in column])
         return values[positions]
 
 
@@ -161,22 +149,9 @@ def _integer_positions(row_keys: list, keys: list) -> np.ndarray | None:
 def _add_noise(exact: np.ndarray, measure: Measure, source: Any) -> tuple[int, ...]:
     """Exact integers plus one batch of the measure's noise, as Python ints."""
     draws = _draw(measure, exact.size, source)
-    if _magnitude(exact) + _magnitude(draws) >= 2**63:  # the int64 sum could overflow: add Python ints
+    if magnitude(exact) + magnitude(draws) >= 2**63:  # the int64 sum could overflow: add Python ints
         exact, draws = exact.astype(object), draws.astype(object)
     return tuple((exact + draws).tolist())
-
-
-def _choose_quantiles(aggregate: AggregateRelease, keys: list[tuple], rows: Sequence[tuple], width: int,
-                      source: Any) -> tuple[tuple[int, int, int], ...]:
-    """The exponential mechanism's edge indices (value, low, high) for each released key, from
-    its bounded bucket counts."""
-    buckets = aggregate.rule.buckets
-    counts = {key: [0] * buckets for key in keys}
-    for row in rows:
-        key, bucket, count = tuple(row[:width]), int(row[width]), int(row[width + 1] or 0)
-        if key in counts:
-            counts[key][bucket] += count
-    return tuple(release_interval(counts[key], aggregate.rule, source) for key in keys)
 
 
 def _sorted_keys(keys: list[tuple], width: int) -> list[tuple]:
@@ -214,178 +189,34 @@ def core_columns(plan: Plan) -> list[str]:
     return [k.name for k in plan.query.keys] + [a.name for a in plan.aggregates]
 
 
-# ---------------------------------------------------------------- released values, a column at a time
-#
-# Each value is the float of an exact rational (or an exact integer), as Fraction arithmetic
-# gives it: float(Fraction(n, d)) is n / d correctly rounded. A column is computed on int64
-# when every numerator and denominator stays below 2**53 — both are then exact doubles and one
-# IEEE division rounds correctly — and otherwise on Python ints in object arrays, whose
-# int / int division also rounds correctly. Clamping after the rounding gives the same value as
-# clamping before it, since correct rounding is monotone.
-
-_EXACT_DOUBLE = 2**53
-"""Integers below this in magnitude are exact doubles (and far from int64 overflow)."""
-
-
 def _aggregate_values(plan: Plan, release: Release, aggregate: AggregateRelease) -> list:
-    measures = [plan.measure(name) for name in aggregate.measures]
-    first = measures[0]
-    if aggregate.function == "quantile":
-        return [float(value) for value in release.chosen[first.name]]
-    series = [_integers(release.noisy[m.name]) for m in measures]
-    function = aggregate.function
-    if function in ("count", "count_units", "count_distinct"):
-        return np.maximum(series[0], 0).tolist()
-    if function == "sum":
-        return _on_grid(series[0], first.grid).tolist()
-    if function == "avg":
-        return _averages(*series, first, aggregate).tolist()
-    return _variances(*series, first, aggregate).tolist()
+    """The released values of one aggregate, as its family computes them from noisy measures."""
+    return family_of(aggregate).values(aggregate, _measures(plan, aggregate), release)
 
 
-def _on_grid(units: np.ndarray, grid: Fraction) -> np.ndarray:
-    """units * grid: integers on an integer grid, else floats."""
-    p, q = grid.numerator, grid.denominator
-    if q == 1:
-        return _exact(units, _magnitude(units) * p, limit=2**63) * p
-    return _quotients(_exact(units, max(_magnitude(units) * p, q)) * p, q)
-
-
-def _averages(centred_sums: np.ndarray, counts: np.ndarray, measure: Measure,
-              aggregate: AggregateRelease) -> np.ndarray:
-    """grid * (S/C + L + U) / 2 = p (S + (L + U) C) / (2 q C) for grid p/q, clamped into the
-    aggregate's bounds; the midpoint of the bounds where C <= 0."""
-    valid = counts > 0
-    counts = np.where(valid, counts, 1)
-    p, q, middle = measure.grid.numerator, measure.grid.denominator, measure.lower + measure.upper
-    bound = max((_magnitude(centred_sums) + abs(middle) * _magnitude(counts)) * p, 2 * q * _magnitude(counts))
-    sums, counts = (_exact(a, bound) for a in (centred_sums, counts))
-    averages = _quotients((sums + middle * counts) * p, counts * (2 * q))
-    averages = np.minimum(np.maximum(averages, float(aggregate.lower)), float(aggregate.upper))
-    return np.where(valid, averages, float((aggregate.lower + aggregate.upper) / 2))
-
-
-def _variances(centred_sums: np.ndarray, squares: np.ndarray, counts: np.ndarray, measure: Measure,
-               aggregate: AggregateRelease) -> np.ndarray:
-    """grid^2 (Q/C - (S/C)^2) / 4 = p^2 (Q C - S^2) / (4 q^2 C^2) for grid p/q (times C/(C - 1),
-    so C (C - 1) below, for the sample form), clamped into [0, (hi - lo)^2 / 4]; 0 where C <= 0
-    (C <= 1 for the sample form). STDDEV is the square root."""
-    valid = counts > (1 if aggregate.sample else 0)
-    counts = np.where(valid, counts, 2)
-    p, q = measure.grid.numerator, measure.grid.denominator
-    count_bound = _magnitude(counts)
-    bound = max(p * p * (_magnitude(squares) * count_bound + _magnitude(centred_sums) ** 2),
-                4 * q * q * count_bound * count_bound)
-    sums, squares, counts = (_exact(a, bound) for a in (centred_sums, squares, counts))
-    pairs = counts * (counts - 1) if aggregate.sample else counts * counts
-    variances = _quotients((squares * counts - sums * sums) * (p * p), pairs * (4 * q * q))
-    largest = (aggregate.upper - aggregate.lower) ** 2 / 4
-    variances = np.where(valid, np.minimum(np.maximum(variances, 0.0), float(largest)), 0.0)
-    return np.sqrt(variances) if aggregate.function == "stddev" else variances
-
-
-def _integers(values: Sequence[int]) -> np.ndarray:
-    """Integers as int64, or as Python ints in an object array when one does not fit int64."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except OverflowError:
-        return np.array([int(value) for value in values], dtype=object)
-
-
-def _magnitude(values: np.ndarray) -> int:
-    """The largest absolute value, as a Python int (no int64 overflow), and at least 1: a bound
-    built from magnitudes then also bounds the constants multiplied in (so NumPy never has to
-    fit a too-large Python int into int64, even for an empty column)."""
-    return max(-int(values.min()), int(values.max()), 1) if values.size else 1
-
-
-def _exact(values: np.ndarray, bound: int, limit: int = _EXACT_DOUBLE) -> np.ndarray:
-    """``values`` in a dtype that computes exactly when every intermediate is at most ``bound``
-    in magnitude: int64 when ``bound`` is below ``limit``, else Python ints."""
-    return values if bound < limit and values.dtype != object else values.astype(object)
-
-
-def _quotients(numerators: np.ndarray, denominators: np.ndarray | int) -> np.ndarray:
-    """n / d per cell (d > 0), correctly rounded, as float(Fraction(n, d)) is. Operands come from
-    ``_exact``: Python ints (int / int rounds correctly), or int64 below 2**53 (exact doubles,
-    so one IEEE division rounds correctly)."""
-    quotients = numerators / denominators
-    return quotients.astype(float) if quotients.dtype == object else quotients
+def _measures(plan: Plan, aggregate: AggregateRelease) -> list[Measure]:
+    return [plan.measure(name) for name in aggregate.measures]
 
 
 def half_widths(plan: Plan, release: Release, alpha: float) -> dict[str, list[float]]:
-    """Per aggregate (core column), per released row, the half-width of its (1 - alpha) interval.
-
-    COUNT and SUM: the noise's own interval. AVG, from released values only: with probability
-    1 - alpha, |noise of S'| <= h_S and |noise of C'| <= h_C (each at alpha/2), and the error of
-    S'/C' is (e_S - r e_C) / C' with |r| <= U - L, so at most (h_S + (U - L) h_C) / C'.
-    VARIANCE: the same argument for Q'/C' (|ratio| <= R^2) and for the squared mean
-    (|m^2 - m'^2| <= 2R |m - m'|), each at alpha/3; STDDEV: sqrt of the variance's.
-    Quantiles: max(value - low, high - value) of the value interval drawn at release
-    (``dpsql.mechanisms.quantile.release_interval``), a 95% interval, so reported for alpha >= 0.05 (a
-    conservative figure above 0.05) and NaN below. The released value of a floored COUNT or a
-    clamped AVG or VARIANCE is no farther from the truth than the unclamped one (the truth lies
-    in the clamping range), so the same widths hold. Clamping and contribution bounding add
-    bias that these intervals do not include.
+    """Per aggregate (core column), per released row, the half-width of its (1 - alpha) interval,
+    from released values only (each family's ``half_widths``: the noise's own interval for
+    COUNT and SUM, a union bound over its measures for AVG and VARIANCE, the drawn interval for
+    a quantile). The released value of a floored COUNT or a clamped AVG or VARIANCE is no
+    farther from the truth than the unclamped one (the truth lies in the clamping range), so the
+    same widths hold. Clamping and contribution bounding add bias that these intervals do not
+    include.
     """
-    widths: dict[str, list[float]] = {}
-    for aggregate in plan.aggregates:
-        if aggregate.function == "quantile":
-            widths[aggregate.name] = [max(v - low, high - v) for v, (low, high)
-                                      in zip(_aggregate_values(plan, release, aggregate),
-                                             _quantile_intervals(release, aggregate, alpha))]
-        else:
-            widths[aggregate.name] = _symmetric_widths(plan, release, aggregate, alpha)
-    return widths
+    return {aggregate.name: family_of(aggregate).half_widths(aggregate, _measures(plan, aggregate), release, alpha)
+            for aggregate in plan.aggregates}
 
 
 def intervals(plan: Plan, release: Release, alpha: float) -> dict[str, list[tuple[float, float]]]:
     """Per aggregate, per released row, its (1 - alpha) interval (low, high) in the aggregate's
     units: value ± half-width (``half_widths``), or a quantile's drawn endpoints (NaN, NaN
     below alpha 0.05). Floats are rounded outward, so the interval holds the exact one."""
-    result: dict[str, list[tuple[float, float]]] = {}
-    for aggregate in plan.aggregates:
-        if aggregate.function == "quantile":
-            result[aggregate.name] = _quantile_intervals(release, aggregate, alpha)
-            continue
-        values = _aggregate_values(plan, release, aggregate)
-        result[aggregate.name] = [(math.nextafter(v - h, -math.inf), math.nextafter(v + h, math.inf))
-                                  for v, h in zip(values, _symmetric_widths(plan, release, aggregate, alpha))]
-    return result
-
-
-def _quantile_intervals(release: Release, aggregate: AggregateRelease, alpha: float) -> list[tuple[float, float]]:
-    drawn = release.edges.get(aggregate.measures[0])
-    if drawn is None:  # kept before quantiles stored their intervals: none is known
-        return [(math.nan, math.nan)] * len(release.keys)
-    if alpha < ENDPOINT_ALPHA:  # the endpoints were drawn for 95%: nothing narrower-risk is known
-        return [(math.nan, math.nan)] * len(drawn)
-    return [(float(edge(aggregate.rule, low)), float(edge(aggregate.rule, high))) for _, low, high in drawn]
-
-
-def _symmetric_widths(plan: Plan, release: Release, aggregate: AggregateRelease, alpha: float) -> list[float]:
-    measures = [plan.measure(name) for name in aggregate.measures]
-    first = measures[0]
-    if aggregate.function in ("count", "count_units", "count_distinct", "sum"):
-        return [float(_noise_half_width(first, alpha) * first.grid)] * len(release.keys)
-    counts = release.noisy[measures[-1].name]
-    spread = first.upper - first.lower
-    full = aggregate.upper - aggregate.lower
-    if aggregate.function == "avg":
-        h_sum, h_count = (_noise_half_width(m, alpha / 2) for m in measures)
-        return [float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
-                for c in counts]
-    h_sum, h_squares, h_count = (_noise_half_width(m, alpha / 3) for m in measures)
-    cells = []
-    for c in counts:
-        if c <= 1:
-            cells.append(float(full**2 / 4) if aggregate.function == "variance" else float(full / 2))
-            continue
-        mean_error = Fraction(h_sum + spread * h_count, c)
-        centred = Fraction(h_squares + spread * spread * h_count, c) + 2 * spread * mean_error
-        variance = min(full**2 / 4, first.grid**2 * centred / 4)
-        cells.append(math.sqrt(variance) if aggregate.function == "stddev" else float(variance))
-    return cells
+    return {aggregate.name: family_of(aggregate).intervals(aggregate, _measures(plan, aggregate), release, alpha)
+            for aggregate in plan.aggregates}
 
 
 # ---------------------------------------------------------------- what a stored answer keeps
@@ -413,16 +244,8 @@ def from_stored(plan: Plan, stored: dict[str, Sequence[int]], count: int) -> Rel
     noisy = {m.name: tuple(stored[m.name]) for m in plan.noised if m.name in stored}
     edges, chosen = {}, {}
     for aggregate in plan.aggregates:
-        name = aggregate.measures[0]
-        if aggregate.function == "quantile" and f"{name}.value" in stored:
+        name, family = aggregate.measures[0], family_of(aggregate)
+        if family.draws and f"{name}.value" in stored:
             edges[name] = tuple(zip(*(tuple(stored[f"{name}.{part}"]) for part in _EDGE_PARTS)))
-            chosen[name] = tuple(edge(aggregate.rule, j) for j, _, _ in edges[name])
+            chosen[name] = family.chosen(aggregate, edges[name])
     return Release(keys=((),) * count, noisy=noisy, chosen=chosen, edges=edges)
-
-
-def _noise_half_width(measure: Measure, alpha: float) -> int:
-    if measure.noise == "none":
-        return 0
-    if measure.noise == "gaussian":
-        return noise.discrete_gaussian_halfwidth(measure.scale, alpha)
-    return noise.discrete_laplace_halfwidth(measure.scale, alpha)

@@ -49,12 +49,16 @@ def _accepted():
 
 
 def run_static(sql: str, delta: Fraction = Fraction(0)):
-    """Every static stage; options may ride in a trailing comment (``-- noise: gaussian``).
-    Refusals are located here, as at ``dpsql.prepare``'s boundary."""
+    """Every static stage, with refusals located as the connection's boundary locates them;
+    options may ride in a trailing comment (``-- noise: gaussian``)."""
     try:
-        query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
+        return _stages(sql, delta)
     except DPError as error:
         raise located(error, sql) from None
+
+
+def _stages(sql: str, delta: Fraction):
+    query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
     if not isinstance(query, PrivateQuery):
         return query
     options = PrivacyOptions(epsilon=Fraction(1), delta=delta)

@@ -4,16 +4,10 @@ Every aggregate becomes one or two *measures* — bounded integer sums (see
 ``dpsql.analysis.sensitivity``) — with exact integer per-row bounds on a fixed grid, a sensitivity,
 a share of epsilon and delta, and a noise scale:
 
-* ``COUNT(*)`` / ``COUNT(expr)``: sum of 1 per row / per non-NULL value, bounds [0, 1].
-* ``SUM(expr)``: the expression's range (``dpsql.analysis.ranges``) on a power-of-two grid ``g``:
-  per-row integer values in [floor(lo/g), ceil(hi/g)]; the release is (noisy integer) * g,
-  so released reals always lie on the grid, whatever the data.
-* ``AVG(expr)``: a *centred* sum of 2v - (L + U) (range [-(U - L), U - L], half the
-  sensitivity of a plain sum when the bounds are one-signed) and a count of the same non-NULL
-  values; released as the ratio, clamped into [lo, hi].
-
-* ``VARIANCE``/``STDDEV``: centred sum, sum of squared centred values and count.
-* ``COUNT(DISTINCT unit)``: one per (unit, group) the unit contributes to.
+Which measures an aggregate needs is its family's to say (``dpsql.analysis.aggregates``:
+a count of 0/1 row values, a sum on a power-of-two grid, a centred sum and a count for AVG,
+three measures for VARIANCE, a histogram for a quantile); this stage derives the argument's
+range, chooses the grids and calibrates every measure's noise.
 
 The query's epsilon is split between its aggregates by weight (equal by default), and
 each aggregate's share equally between its measures; partition selection, when a GROUP BY
@@ -28,9 +22,12 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Literal
 
 from sqlglot import exp
 
+from dpsql.analysis.aggregates.family import Shape
+from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.plan import (
     Aggregate,
     AggregateRelease,
@@ -109,7 +106,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
         gaussian_here = gaussian and measure_delta > 0
         count = len(shapes)
         measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
-        if release.function == "quantile":
+        if shapes[0].kind == "histogram":  # chosen by the exponential mechanism, not noised
+            assert release.quantile is not None
             measure, rule = _histogram(shapes[0], query, policy, epsilon, release.quantile)
             _check_grid_exponent(aggregate, measure, sql)
             measures.append(measure)
@@ -122,7 +120,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
         releases.append(replace(release, epsilon=epsilon))
     selection = None
     if private_keys:
-        if laplace_scale(Fraction(2 * query.rule.groups_per_unit), options.epsilon / shares) >= SAMPLER_LIMITS["laplace"]:
+        selection_scale = laplace_scale(Fraction(2 * query.rule.groups_per_unit), options.epsilon / shares)
+        if selection_scale >= SAMPLER_LIMITS["laplace"]:
             _too_small(options.epsilon)  # the selection noise would be beyond the exact sampler
         rule = selection_rule(options.epsilon / shares, Fraction(selection_delta),
                               query.rule.groups_per_unit, policy.neighbours)
@@ -178,80 +177,41 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
     return measure, rule
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """A measure before its budget share is known."""
-
-    name: str
-    kind: str
-    argument: exp.Expression | None
-    interval: Interval | None
-    clamped: tuple[ClampedColumn, ...]
-    centred: bool = False
-    squared: bool = False
-    counts_values_of: str | None = None
-    fine_bits: int = 40
-
-
-def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int):
-    """The measures an aggregate needs, and how its value is released from them."""
-    names = [f"m{start + i}" for i in range(3)]
-    function = aggregate.function
-    if function == "count":
-        shape = _Shape(names[0], "count", aggregate.argument, None, ())
-        return [shape], AggregateRelease(aggregate.name, "count", (names[0],))
-    if function == "count_units":
-        shape = _Shape(names[0], "units", None, None, ())
-        return [shape], AggregateRelease(aggregate.name, "count_units", (names[0],))
-    if function == "count_distinct":  # at most k new values per unit: the COUNT rule
-        shape = _Shape(names[0], "distinct", aggregate.argument, None, ())
-        return [shape], AggregateRelease(aggregate.name, "count_distinct", (names[0],))
-    interval = derive_range(aggregate.argument, _column_bounds(query), sql)
+def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int) -> tuple[list[Shape], AggregateRelease]:
+    """The measures an aggregate needs, and how its value is released from them (its family's
+    ``shapes``), after deriving the range of a ranged family's argument."""
+    family = family_of(aggregate)
+    names = [f"m{start + i}" for i in range(family.measure_count)]
+    if not family.ranged:
+        return family.shapes(aggregate, names, None, ())
+    assert aggregate.argument is not None  # every ranged family refuses F(*)
+    interval = derive_range(aggregate.argument, _ColumnBounds(query), sql)
     if interval is None:
         line, col = node_position(aggregate.argument, sql)
         raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
                                line=line, col=col, hint="aggregate a column or an expression over columns")
-    clamped = _clamped_columns(aggregate.argument, query)
-    bounds = dict(lower=interval.lower, upper=interval.upper)
-    if function == "quantile":
-        if interval.lower == interval.upper:
-            line, col = node_position(aggregate.argument, sql)
-            raise UnsupportedQuery(f"{aggregate.label}: the expression's bounds are equal, so it is constant",
-                                   line=line, col=col, hint="select the constant itself")
-        shape = _Shape(names[0], "histogram", aggregate.argument, interval, clamped)
-        return [shape], AggregateRelease(aggregate.name, "quantile", (names[0],), quantile=aggregate.quantile,
-                                         **bounds)
-    if function == "sum":
-        shape = _Shape(names[0], "sum", aggregate.argument, interval, clamped)
-        return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
-    if function == "avg":
-        total = _Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True)
-        count = _Shape(names[1], "count", aggregate.argument, interval, clamped, counts_values_of=names[0])
-        return [total, count], AggregateRelease(aggregate.name, "avg", (names[0], names[1]), **bounds)
-    # VARIANCE / STDDEV: centred sum, sum of squares and count on a coarser grid (12 bits of
-    # the range), so squares stay moderate integers.
-    total = _Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True, fine_bits=12)
-    squares = _Shape(names[1], "sum", aggregate.argument, interval, clamped, centred=True, squared=True,
-                     fine_bits=12)
-    count = _Shape(names[2], "count", aggregate.argument, interval, clamped, counts_values_of=names[0],
-                   fine_bits=12)
-    return [total, squares, count], AggregateRelease(aggregate.name, function, tuple(names), sample=aggregate.sample,
-                                                     **bounds)
+    return family.shapes(aggregate, names, interval, _clamped_columns(aggregate.argument, query))
 
 
-def _column_bounds(query: PrivateQuery):
-    def lookup(name: str) -> Interval | None:
-        rule = query.rule.column(name)
+class _ColumnBounds:
+    """The policy bounds of the query's columns, as ``dpsql.analysis.ranges`` reads them."""
+
+    def __init__(self, query: PrivateQuery):
+        self._query = query
+        self.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
+
+    def __call__(self, name: str) -> Interval | None:
+        rule = self._query.rule.column(name)
         if rule is None or rule.bounds is None:
             return None
-        integral = reads_as_integer(query.column_type(name)) and all(
+        integral = reads_as_integer(self._query.column_type(name)) and all(
             b.denominator == 1 for b in (rule.bounds.lower, rule.bounds.upper)
         )
         return Interval(rule.bounds.lower, rule.bounds.upper, integral)
 
-    lookup.integral_column = lambda name: reads_as_integer(query.column_type(name))  # for a CLAMPed sum's grid
-    lookup.column_type = query.column_type  # BOOLEAN casts are bounded by [0, 1]; refusals name the type
-    return lookup
+    def integral_column(self, name: str) -> bool:
+        """For a CLAMPed sum's grid."""
+        return reads_as_integer(self._query.column_type(name))
 
 
 def _clamped_columns(argument: exp.Expression, query: PrivateQuery) -> tuple[ClampedColumn, ...]:
@@ -311,17 +271,18 @@ SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52, "
 """Largest Laplace scale / Gaussian sigma^2 (grid units) handed to the exact samplers."""
 
 
-def _finish_aggregate(shapes: list[_Shape], query: PrivateQuery, policy: Policy, epsilon: Fraction,
+def _finish_aggregate(shapes: list[Shape], query: PrivateQuery, policy: Policy, epsilon: Fraction,
                       delta: Fraction, gaussian: bool) -> list[Measure]:
     """Calibrate an aggregate's measures on one shared grid, coarsened until all fit the samplers."""
     valued = next((s for s in shapes if s.interval is not None), None)
-    if valued is None:
+    if valued is None or valued.interval is None:
         measures = [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
         if any(m.scale >= SAMPLER_LIMITS[m.noise] for m in measures):
             _too_small(epsilon)
         return measures
-    grid = choose_grid(valued.interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
-    widest = max(abs(valued.interval.lower), abs(valued.interval.upper), Fraction(1))
+    interval = valued.interval
+    grid = choose_grid(interval, query.rule.max_rows_per_unit, epsilon, valued.fine_bits)
+    widest = max(abs(interval.lower), abs(interval.upper), Fraction(1))
     while True:
         measures = [_calibrated(s, query, policy, grid, epsilon, delta, gaussian) for s in shapes]
         if all(m.scale < SAMPLER_LIMITS[m.noise] for m in measures):
@@ -404,12 +365,12 @@ def _too_small(epsilon: Fraction) -> None:
                            "beyond what the exact samplers draw", hint="use a larger epsilon, e.g. 0.001 or more")
 
 
-def _rows_per_unit(shape: _Shape, query: PrivateQuery) -> int:
+def _rows_per_unit(shape: Shape, query: PrivateQuery) -> int:
     """How many groups one unit's distinct-unit counts can touch."""
     return min(query.rule.groups_per_unit, query.rule.max_rows_per_unit) if query.keys else 1
 
 
-def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
+def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
                 delta: Fraction, gaussian: bool) -> Measure:
     if shape.interval is None:
         lower, upper = 0, 1
@@ -433,6 +394,7 @@ def _calibrated(shape: _Shape, query: PrivateQuery, policy: Policy, grid: Fracti
             value_lower, value_upper, rows_per_unit=query.rule.max_rows_per_unit,
             neighbours=policy.neighbours, grouped=bool(query.keys),
         )
+    noise: Literal["laplace", "gaussian", "none"]
     if sensitivity.l1 == 0:
         scale, noise = Fraction(1), "none"  # a measure nobody can move needs no noise
     elif gaussian:

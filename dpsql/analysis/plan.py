@@ -2,12 +2,13 @@
 
 ``check`` produces a ``PrivateQuery`` (or a ``PublicQuery``); ``analyse`` turns it into a
 ``Plan`` of ``Measure``s, each a bounded integer sum with its sensitivity, its share of the
-budget and its noise; ``rewrite`` turns a plan into SQL; ``release`` adds the noise.
+budget and its noise; ``rewrite`` turns a plan into SQL; ``release`` adds the noise and hands
+back a ``Release``, which each aggregate family (``dpsql.analysis.aggregates``) reads its values from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -38,6 +39,9 @@ class GroupKey:
     """For a column of a joined public table: (column of the query, column of the public table)
     of the table's other columns ``narrowed_by`` reads, evaluated on the table's own rows."""
 
+
+MeasureKind = Literal["count", "sum", "units", "histogram", "distinct"]
+"""What a measure sums (``Measure.kind``): the rewrite renders measures by kind alone."""
 
 AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]
 
@@ -133,7 +137,7 @@ class Measure:
 
     name: str
     """Column name in the bounded SQL (m0, m1, ...)."""
-    kind: Literal["count", "sum", "units", "histogram", "distinct"]
+    kind: MeasureKind
     """COUNT of rows / non-NULL values, SUM of values, count of distinct units per group, or
     (for quantiles) per-bucket counts fed to the exponential mechanism instead of noised."""
     argument: exp.Expression | None
@@ -248,3 +252,18 @@ class Plan:
     def measure(self, name: str) -> Measure:
         """A measure by name."""
         return next(m for m in self.measures if m.name == name)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a private query releases: keys and noisy measures, nothing exact."""
+
+    keys: tuple[tuple, ...]
+    """One key tuple per released row (``()`` when ungrouped)."""
+    noisy: dict[str, tuple[int, ...]]
+    """Measure name -> noisy integer per row, in grid units."""
+    chosen: dict[str, tuple[Fraction, ...]] = field(default_factory=dict)
+    """Quantile histogram measure -> the edge the exponential mechanism chose, per row."""
+    edges: dict[str, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
+    """Quantile histogram measure -> per row, the edge indices (value, low, high) of the value
+    and of its 95% interval's endpoints (``dpsql.mechanisms.quantile.release_interval``)."""

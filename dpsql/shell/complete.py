@@ -14,13 +14,15 @@ what a query may do; the engine checks every query it is sent.
 >>> [s.text for s in complete("SELECT am", catalog, text_after_cursor=" FROM visits")]
 ['amount']
 >>> [s.text for s in complete("SELECT store, COUNT(*) FROM visits GROUP BY s", catalog)]  # typed case
-['store', 'sum(', 'select']
+['store', 'sum(', 'stddev(', 'stddev_samp(', 'stddev_pop(', 'select']
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+
+from dpsql.analysis.aggregates.registry import spellings
 
 KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP BY", "ORDER BY", "HAVING", "LIMIT", "OFFSET", "JOIN",
@@ -30,8 +32,9 @@ KEYWORDS = (
 )
 """SQL keywords worth offering; multi-word ones are completed whole."""
 
-DP_AGGREGATES = ("COUNT", "SUM", "AVG")
-"""The aggregates dpsql answers with noise over a private table."""
+DP_AGGREGATES = spellings()
+"""The aggregates dpsql answers with noise over a private table: every family's spellings
+(``dpsql.analysis.aggregates``)."""
 
 ROW_FUNCTIONS = (
     "ABS", "CAST", "CEIL", "COALESCE", "DATE_TRUNC", "EXTRACT", "FLOOR", "GREATEST", "IF",
@@ -142,8 +145,9 @@ def _complete_sql(before: str, after: str, catalog: Mapping[str, Iterable[str]])
 
     if qualifier is not None:
         table = tables.get(qualifier.lower()) or _catalog_name(qualifier, catalog)
-        columns = list(catalog.get(table, ())) if table else []
-        return _matching([Suggestion(c, "column", start, table) for c in columns], word)
+        if table is None:
+            return []
+        return _matching([Suggestion(c, "column", start, table) for c in catalog.get(table, ())], word)
 
     context = _context(previous)
     if context == "table":
@@ -349,7 +353,7 @@ def _closing_quote(text: str, start: int) -> int:
 try:
     from prompt_toolkit.completion import Completer, Completion
 except ImportError:  # the shell needs prompt_toolkit; the pure function above does not
-    Completer, Completion = object, None
+    Completer, Completion = object, None  # type: ignore[misc, assignment]
 
 
 class SQLCompleter(Completer):

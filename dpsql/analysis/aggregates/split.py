@@ -22,22 +22,17 @@ because the core holds none.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from sqlglot import exp
 
+from dpsql.analysis.aggregates.family import Call
+from dpsql.analysis.aggregates.registry import FAMILIES, family_for_call
 from dpsql.analysis.bind import is_bound, written_name
 from dpsql.analysis.plan import Aggregate, GroupKey
 from dpsql.sql.allowlist import check_post, check_row_level, refuse
 from dpsql.sql.parse import DIALECT, describe
 
-SIMPLE = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
-VARIANCES = {
-    exp.Variance: ("variance", True), exp.VariancePop: ("variance", False),
-    exp.Stddev: ("stddev", True), exp.StddevSamp: ("stddev", True), exp.StddevPop: ("stddev", False),
-}
-QUANTILES = {exp.Median: 0.5, exp.Min: 0.0, exp.Max: 1.0}
-PARAMETRIC_QUANTILES = (exp.PercentileCont, exp.Quantile)
+NAMED_BY_FUNCTION = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+"""Calls DuckDB names ``function(argument)`` in lower case, whatever the analyst wrote."""
 
 
 def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str | None = None,
@@ -58,7 +53,7 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
     earlier: dict[str, exp.Expression] = {}  # alias -> its item, for lateral column aliases
     for position, item in enumerate(tree.expressions):
         if isinstance(item.unalias(), exp.Star):
-            refuse(item, sql, "SELECT * would release private rows",
+            refuse(item, "SELECT * would release private rows",
                    "select aggregates such as COUNT(*), SUM(col) or AVG(col)")
         name = names[position] if names else output_name(item)
         written = _inline_lateral(item.unalias().copy(), earlier)
@@ -80,7 +75,7 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
         if tree.args.get(part) is not None:
             post.set(part, tree.args[part].copy())
     if not aggregates and not keys:  # GROUP BY with no aggregate releases its keys
-        refuse(tree, sql, "a query over a private table must aggregate",
+        refuse(tree, "a query over a private table must aggregate",
                "select COUNT(*), SUM(col) or AVG(col)")
     _check_post_query(post, sql)
     return aggregates, post, outputs, direct
@@ -109,7 +104,7 @@ def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, uni
             if sub == key.expression:
                 return exp.column(key.name)
         if isinstance(sub, exp.Window):
-            refuse(sub, sql, "window functions are not supported", "aggregate with GROUP BY instead")
+            refuse(sub, "window functions are not supported", "aggregate with GROUP BY instead")
         return sub
 
     replaced = node.transform(visit, copy=False)
@@ -121,7 +116,7 @@ def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, uni
         written = written_name(column)
         hint = (f"count the units with COUNT(DISTINCT {written})" if column.name == unit else
                 f"wrap it in COUNT, SUM or AVG, or GROUP BY {written}")
-        refuse(column, sql, f"column {written} is neither aggregated nor grouped, so it would "
+        refuse(column, f"column {written} is neither aggregated nor grouped, so it would "
                "release private values", hint)
     return replaced
 
@@ -148,67 +143,39 @@ def _check_post_query(post: exp.Select, sql: str) -> None:
         if node is not None:
             value = node.expression
             if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
-                refuse(node, sql, f"{part.upper()} must be a non-negative integer constant",
+                refuse(node, f"{part.upper()} must be a non-negative integer constant",
                        f"write {part.upper()} 10")
 
 
 def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Aggregate:
-    """What one aggregate call computes; refuses the ones dpsql cannot make private."""
+    """What one aggregate call computes, as the family that owns it classifies it; refuses the
+    calls no family can make private."""
     label = call.sql(dialect=DIALECT).replace('"', "")
     condition = None
     if isinstance(call, exp.Filter):
         condition = call.expression.this
         check_row_level(condition, sql, "FILTER (WHERE ...)")
         call = call.this
-    if isinstance(call, exp.WithinGroup):
-        inner, order = call.this, call.expression
-        if not isinstance(inner, exp.PercentileCont) or len(order.expressions) != 1:
-            refuse(call, sql, f"{describe(inner)} WITHIN GROUP is not supported", "use QUANTILE_CONT(x, q)")
-        return _quantile(call, order.expressions[0].this, inner.this, sql, name, label, condition)
+    context = Call(name, label, condition, unit, sql)
+    family = family_for_call(call)
+    if isinstance(call, exp.WithinGroup) and family is not None:  # its argument is in its ORDER BY
+        return family.classify(call, None, context)
     argument = call.this if not isinstance(call.this, exp.Star) else None
     if call.this is None and not isinstance(call, exp.Count):  # count() is COUNT(*); MIN() means nothing
-        refuse(call, sql, f"{describe(call)[:-5]}() needs an argument", f"name a column: {describe(call)[:-5]}(col)")
+        refuse(call, f"{describe(call)[:-5]}() needs an argument", f"name a column: {describe(call)[:-5]}(col)")
     if isinstance(argument, exp.Distinct):
-        distinct = argument.expressions
-        if isinstance(call, exp.Count) and len(distinct) == 1 and isinstance(distinct[0], exp.Column) \
-                and unit is not None and distinct[0].name == unit and condition is None:
-            return Aggregate(name, "count_units", None, label)
-        if isinstance(call, exp.Count) and len(distinct) == 1:
-            check_row_level(distinct[0], sql, "COUNT(DISTINCT ...)")
-            return Aggregate(name, "count_distinct", _filtered(distinct[0], condition), label)
-        refuse(call, sql, f"{describe(call)} with DISTINCT is supported only as COUNT(DISTINCT expr)",
+        for candidate in FAMILIES:
+            aggregate = candidate.classify_distinct(call, argument.expressions, context)
+            if aggregate is not None:
+                return aggregate
+        refuse(call, f"{describe(call)} with DISTINCT is supported only as COUNT(DISTINCT expr)",
                "count distinct values with COUNT(DISTINCT col), or drop DISTINCT")
     if argument is not None:
         check_row_level(argument, sql, f"{describe(call)}")
-    if type(call) in SIMPLE:
-        function = SIMPLE[type(call)]
-        if argument is None and function != "count":
-            refuse(call, sql, f"{function.upper()}(*) is not valid", "name a column")
-        return Aggregate(name, function, _filtered(argument, condition), label)
-    if type(call) in VARIANCES:
-        function, sample = VARIANCES[type(call)]
-        return Aggregate(name, function, _filtered(argument, condition), label, sample=sample)
-    if type(call) in QUANTILES:
-        return Aggregate(name, "quantile", _filtered(argument, condition), label, quantile=QUANTILES[type(call)])
-    if isinstance(call, PARAMETRIC_QUANTILES):
-        return _quantile(call, call.this, call.args.get("quantile") or call.expression, sql, name, label, condition)
-    refuse(call, sql, f"aggregate {describe(call)} is not supported",
-           "use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, QUANTILE_CONT, MIN or MAX")
-
-
-def _quantile(call, argument, q, sql, name, label, condition) -> Aggregate:
-    if not (isinstance(q, exp.Literal) and not q.is_string and 0 <= Fraction(q.this) <= 1):
-        refuse(call, sql, "the quantile must be a constant between 0 and 1", "write QUANTILE_CONT(x, 0.9)")
-    check_row_level(argument, sql, describe(call))
-    return Aggregate(name, "quantile", _filtered(argument, condition), label, quantile=float(Fraction(q.this)))
-
-
-def _filtered(argument: exp.Expression | None, condition: exp.Expression | None) -> exp.Expression | None:
-    """``AGG(x) FILTER (WHERE c)`` is ``AGG(CASE WHEN c THEN x END)``; COUNT(*) counts 1s."""
-    if condition is None:
-        return argument
-    value = argument if argument is not None else exp.Literal.number(1)
-    return exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
+    if family is None:
+        refuse(call, f"aggregate {describe(call)} is not supported",
+               "use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, QUANTILE_CONT, MIN or MAX")
+    return family.classify(call, argument, context)
 
 
 def _same(a: Aggregate, b: Aggregate) -> bool:
@@ -223,8 +190,8 @@ def output_name(node: exp.Expression) -> str:
         return node.name
     if isinstance(node, exp.Count) and (node.this is None or isinstance(node.this, exp.Star)):
         return "count_star()"  # count() is DuckDB's COUNT(*)
-    if isinstance(node, exp.AggFunc) and type(node) in SIMPLE:
-        return f"{SIMPLE[type(node)]}({node.this.sql(dialect=DIALECT)})".replace('"', "")
+    if isinstance(node, exp.AggFunc) and type(node) in NAMED_BY_FUNCTION:
+        return f"{NAMED_BY_FUNCTION[type(node)]}({node.this.sql(dialect=DIALECT)})".replace('"', "")
     return node.sql(dialect=DIALECT).replace('"', "")
 
 
@@ -242,9 +209,11 @@ def post_sql(post: exp.Select) -> str:
     (``dpsql.accuracy`` derives intervals from its tree, never from this SQL).
 
     >>> import sqlglot
-    >>> post_sql(sqlglot.parse_one("SELECT g0 AS k, CAST(a0 * 30 AS TINYINT) AS v FROM dp_core "
-    ...                            "WHERE LN(a0) > 1 ORDER BY v, a0 / 2", read="duckdb"))
-    'SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row FROM dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)'
+    >>> post = sqlglot.parse_one("SELECT g0 AS k, CAST(a0 * 30 AS TINYINT) AS v FROM dp_core "
+    ...                          "WHERE LN(a0) > 1 ORDER BY v, a0 / 2", read="duckdb")
+    >>> for part in post_sql(post).split(" FROM "): print(part)
+    SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row
+    dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)
     """
     total = post.copy()
     for item in total.expressions:

@@ -1,0 +1,83 @@
+"""AVG(expr): a centred sum over a count of the same non-NULL values.
+
+The sum is of 2v - (L + U) (range [-(U - L), U - L], half the sensitivity of a plain sum when
+the bounds are one-signed), and the count counts the values it sums; the release is
+grid * (S'/C' + L + U) / 2, clamped into the expression's bounds (the midpoint when C' <= 0).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Shape, filtered
+from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
+from dpsql.analysis.ranges import Interval
+from dpsql.sql.allowlist import refuse
+
+
+class AvgFamily(AggregateFamily):
+    """AVG(expr)."""
+
+    functions = ("avg",)
+    spellings = ("AVG",)
+    nodes = (exp.Avg,)
+    measure_count = 2
+
+    def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
+        if argument is None:
+            refuse(call, "AVG(*) is not valid", "name a column")
+        return Aggregate(context.name, "avg", filtered(argument, context.condition), context.label)
+
+    def shapes(self, aggregate: Aggregate, names: Sequence[str], interval: Interval | None,
+               clamped: tuple[ClampedColumn, ...]) -> tuple[list[Shape], AggregateRelease]:
+        assert interval is not None  # a ranged family
+        total = Shape(names[0], "sum", aggregate.argument, interval, clamped, centred=True)
+        count = Shape(names[1], "count", aggregate.argument, interval, clamped, counts_values_of=names[0])
+        return [total, count], AggregateRelease(aggregate.name, "avg", (names[0], names[1]),
+                                                lower=interval.lower, upper=interval.upper)
+
+    def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
+        sums, counts = (integers(release.noisy[m.name]) for m in measures)
+        return _averages(sums, counts, measures[0], aggregate).tolist()
+
+    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                    alpha: float) -> list[float]:
+        """With probability 1 - alpha, |noise of S'| <= h_S and |noise of C'| <= h_C (each at
+        alpha/2), and the error of S'/C' is (e_S - r e_C) / C' with |r| <= U - L, so at most
+        (h_S + (U - L) h_C) / C'."""
+        first = measures[0]
+        counts = release.noisy[measures[-1].name]
+        spread = first.upper - first.lower
+        full = _bound(aggregate.upper) - _bound(aggregate.lower)
+        h_sum, h_count = (noise_half_width(m, alpha / 2) for m in measures)
+        return [float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
+                for c in counts]
+
+    def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
+        return (f"centred sum / count ({', '.join(aggregate.measures)}), clamped to "
+                f"[{number(_bound(aggregate.lower))}, {number(_bound(aggregate.upper))}]")
+
+
+def _bound(value: Fraction | None) -> Fraction:
+    assert value is not None  # AVG's release always carries its bounds
+    return value
+
+
+def _averages(centred_sums: np.ndarray, counts: np.ndarray, measure: Measure,
+              aggregate: AggregateRelease) -> np.ndarray:
+    """grid * (S/C + L + U) / 2 = p (S + (L + U) C) / (2 q C) for grid p/q, clamped into the
+    aggregate's bounds; the midpoint of the bounds where C <= 0."""
+    lower, upper = _bound(aggregate.lower), _bound(aggregate.upper)
+    valid = counts > 0
+    counts = np.where(valid, counts, 1)
+    p, q, middle = measure.grid.numerator, measure.grid.denominator, measure.lower + measure.upper
+    bound = max((magnitude(centred_sums) + abs(middle) * magnitude(counts)) * p, 2 * q * magnitude(counts))
+    sums, counts = (exact(a, bound) for a in (centred_sums, counts))
+    averages = quotients((sums + middle * counts) * p, counts * (2 * q))
+    averages = np.minimum(np.maximum(averages, float(lower)), float(upper))
+    return np.where(valid, averages, float((lower + upper) / 2))

@@ -1,0 +1,147 @@
+"""The contract an aggregate family implements, and the hand-offs its stages share.
+
+A family is one module of this package with one ``AggregateFamily`` subclass: it says which
+calls it accepts, what measures they need, how their values are released from the noisy
+measures, how accurate those values are, how explain describes them and how the shell offers
+them. The stages (check, analyse, release, accuracy, explain, completion) find a family through
+``dpsql.analysis.aggregates.registry`` and never switch on an aggregate's name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, ClassVar, Sequence
+
+from sqlglot import exp
+
+from dpsql.analysis.aggregates.exact import noise_half_width
+from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, MeasureKind, Release
+from dpsql.analysis.ranges import Interval
+
+
+@dataclass(frozen=True)
+class Call:
+    """One aggregate call being classified, with what the query around it says."""
+
+    name: str
+    """Its column in the noisy core result (a0, a1, ...)."""
+    label: str
+    """How the analyst wrote it (FILTER included), for explain and output names."""
+    condition: exp.Expression | None
+    """The FILTER (WHERE ...) condition, already checked as row-level; None without FILTER."""
+    unit: str | None
+    """The privacy unit column (lower case), when the relation has one the analyst can name."""
+    sql: str
+    """The query text, for the allow-list checks that still locate their own refusals."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A measure before its budget share is known."""
+
+    name: str
+    """Its column in the bounded SQL (m0, m1, ...)."""
+    kind: MeasureKind
+    """The ``Measure.kind`` it becomes."""
+    argument: exp.Expression | None
+    """Row-level expression (bound, unclamped); None counts rows."""
+    interval: Interval | None
+    """The range of the argument's values; None for counts."""
+    clamped: tuple[ClampedColumn, ...]
+    """Columns of the argument clamped into their bounds before it is evaluated."""
+    centred: bool = False
+    """Summed as 2v - (L + U)."""
+    squared: bool = False
+    """The centred values are squared before summing."""
+    counts_values_of: str | None = None
+    """For a count paired with a sum: the sum measure whose non-NULL row values it counts."""
+    fine_bits: int = 40
+    """Grid resolution below the largest bound (``dpsql.analysis.analyse.choose_grid``)."""
+
+
+NumberText = Callable[[Fraction], str]
+"""How explain writes an exact number (``dpsql.explain``)."""
+
+
+class AggregateFamily:
+    """One family of aggregate functions, end to end. Subclasses set the class attributes and
+    override ``classify``, ``shapes`` and ``values``; the rest has a default that fits an
+    aggregate released with additive noise."""
+
+    functions: ClassVar[tuple[str, ...]] = ()
+    """The ``Aggregate.function`` values it owns. Plans are rebuilt from stored SQL, but keep
+    these names: they are part of every plan and explain text."""
+    spellings: ClassVar[tuple[str, ...]] = ()
+    """Its SQL function names, as shell completion offers them."""
+    nodes: ClassVar[tuple[type[exp.Expression], ...]] = ()
+    """The sqlglot call classes ``classify`` accepts (each owned by one family)."""
+    measure_count: ClassVar[int] = 1
+    """How many measures ``shapes`` names (analyse hands it that many fresh names)."""
+    ranged: ClassVar[bool] = True
+    """Its argument is a bounded value: analyse derives its range before ``shapes``."""
+    draws: ClassVar[bool] = False
+    """Its value is chosen by the exponential mechanism (``draw``), not noised measures."""
+
+    def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
+        """The aggregate ``call`` computes (``argument`` is None for ``*``); refuses what this
+        family cannot make private, with ``refuse(node, message, hint)``."""
+        raise NotImplementedError
+
+    def classify_distinct(self, call: exp.Expression, values: list[exp.Expression],
+                          context: Call) -> Aggregate | None:
+        """The aggregate ``call(DISTINCT values...)`` computes, or None when not this family's."""
+        return None
+
+    def shapes(self, aggregate: Aggregate, names: Sequence[str], interval: Interval | None,
+               clamped: tuple[ClampedColumn, ...]) -> tuple[list[Shape], AggregateRelease]:
+        """The measures the aggregate needs (named from ``names``) and how it is released from
+        them. ``interval`` and ``clamped`` are the argument's range and clamps (None and () when
+        the family is not ``ranged``)."""
+        raise NotImplementedError
+
+    def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
+        """The released value per released row, from noisy measures only (post-processing)."""
+        raise NotImplementedError
+
+    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                    alpha: float) -> list[float]:
+        """Per released row, the half-width of the value's (1 - alpha) interval. The default: the
+        noise's own interval of the single measure, in the aggregate's units."""
+        first = measures[0]
+        return [float(noise_half_width(first, alpha) * first.grid)] * len(release.keys)
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """Per released row, its (1 - alpha) interval: value ± half-width, rounded outward so the
+        interval holds the exact one."""
+        values = self.values(aggregate, measures, release)
+        return [(math.nextafter(v - h, -math.inf), math.nextafter(v + h, math.inf))
+                for v, h in zip(values, self.half_widths(aggregate, measures, release, alpha))]
+
+    def draw(self, aggregate: AggregateRelease, keys: list[tuple], rows: Sequence[tuple], width: int,
+             source: Any) -> tuple[tuple[int, int, int], ...]:
+        """For a ``draws`` family: per released key, the edge indices (value, low, high) chosen
+        from the bounded (keys..., bucket, count) rows of its measure's own SQL."""
+        raise NotImplementedError
+
+    def chosen(self, aggregate: AggregateRelease, drawn: Sequence[tuple[int, int, int]]) -> tuple[Fraction, ...]:
+        """For a ``draws`` family: the released values of the drawn edge indices."""
+        raise NotImplementedError
+
+    def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
+        """How explain describes the release (after ``a0 = LABEL:``)."""
+        return f"{aggregate.function} ({', '.join(aggregate.measures)})"
+
+    def result_type(self, aggregate: AggregateRelease, first: Measure) -> str:
+        """The DuckDB type of the released core column."""
+        return "DOUBLE"
+
+
+def filtered(argument: exp.Expression | None, condition: exp.Expression | None) -> exp.Expression | None:
+    """``AGG(x) FILTER (WHERE c)`` is ``AGG(CASE WHEN c THEN x END)``; COUNT(*) counts 1s."""
+    if condition is None:
+        return argument
+    value = argument if argument is not None else exp.Literal.number(1)
+    return exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])

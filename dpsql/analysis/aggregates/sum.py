@@ -1,0 +1,43 @@
+"""SUM(expr): a noisy sum of the expression's values on a power-of-two grid.
+
+The expression's range (``dpsql.analysis.ranges``) on grid ``g`` gives per-row integer values
+in [floor(lo/g), ceil(hi/g)]; the release is (noisy integer) * g, so released values always lie
+on the grid, whatever the data.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from sqlglot import exp
+
+from dpsql.analysis.aggregates.exact import integers, on_grid
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, Shape, filtered
+from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
+from dpsql.analysis.ranges import Interval
+from dpsql.sql.allowlist import refuse
+
+
+class SumFamily(AggregateFamily):
+    """SUM(expr)."""
+
+    functions = ("sum",)
+    spellings = ("SUM",)
+    nodes = (exp.Sum,)
+
+    def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
+        if argument is None:
+            refuse(call, "SUM(*) is not valid", "name a column")
+        return Aggregate(context.name, "sum", filtered(argument, context.condition), context.label)
+
+    def shapes(self, aggregate: Aggregate, names: Sequence[str], interval: Interval | None,
+               clamped: tuple[ClampedColumn, ...]) -> tuple[list[Shape], AggregateRelease]:
+        shape = Shape(names[0], "sum", aggregate.argument, interval, clamped)
+        return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
+
+    def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
+        return on_grid(integers(release.noisy[measures[0].name]), measures[0].grid).tolist()
+
+    def result_type(self, aggregate: AggregateRelease, first: Measure) -> str:
+        # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.
+        return "HUGEINT" if first.grid.denominator == 1 else "DOUBLE"
