@@ -11,6 +11,7 @@ Binding rewrites each column reference to its canonical catalog name, qualified 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -120,12 +121,17 @@ def is_bound(column: exp.Column) -> bool:
     return bool(column.this.meta.get(BOUND)) if isinstance(column.this, exp.Identifier) else False
 
 
-def scope_of(bound: BoundTable) -> dict:
-    """(qualifier or None, column) -> column, for a query over one table."""
-    scope = {}
-    for column in bound.columns:
+def column_scope(reference: str, columns: Iterable[str], *others: str) -> dict[tuple[str | None, str], str]:
+    """(qualifier or None, column) -> column, for a query over one relation that answers to
+    ``reference`` (and to ``others``, such as a table's own name under its alias).
+
+    >>> sorted(column_scope("v", ["x"], "visits"), key=str)
+    [('v', 'x'), ('visits', 'x'), (None, 'x')]
+    """
+    scope: dict[tuple[str | None, str], str] = {}
+    for column in columns:
         scope[(None, column)] = column
-        for qualifier in {bound.reference, bound.name.split(".")[-1]}:
+        for qualifier in {reference, *others}:
             scope[(qualifier, column)] = column
     return scope
 

@@ -11,6 +11,8 @@ is, and what to write.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlglot import exp
 
 from dpsql.analysis.aggregates import output_name, split_aggregates
@@ -24,7 +26,7 @@ from dpsql.analysis.bind import (
 )
 from dpsql.analysis.domains import narrow_keys
 from dpsql.analysis.plan import GroupKey, PrivateQuery, PublicQuery
-from dpsql.analysis.relation import PublicData, build_relation, touches_private
+from dpsql.analysis.relation import build_relation, touches_private
 from dpsql.policy.model import KeyDomain, Policy, PrivateTable
 from dpsql.sql.allowlist import (
     ROW_LEVEL_FUNCTIONS,
@@ -36,13 +38,16 @@ from dpsql.sql.allowlist import (
 from dpsql.sql.parse import DIALECT, describe
 from dpsql.sql.types import implied_domain
 
+if TYPE_CHECKING:  # the protocol only: analysis asks the engine through it, never imports one
+    from dpsql.backends.base import Backend
+
 SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "joins", "where", "group", "having", "order", "limit",
                         "offset", "kind", "distinct"}
 """Parts of a SELECT a private query may have; any other part present is refused by name."""
 
 
 def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
-                data: PublicData | None = None) -> PrivateQuery | PublicQuery:
+                data: Backend | None = None) -> PrivateQuery | PublicQuery:
     """Decide whether ``tree`` can be answered, and describe it for the next stage.
 
     ``data`` reads public tables and query schemas (joins need a public key's multiplicity);
@@ -178,7 +183,7 @@ def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
 
 
 def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
-                   data: PublicData | None, ctes: dict) -> PrivateQuery:
+                   data: Backend | None, ctes: dict) -> PrivateQuery:
     if not isinstance(tree, exp.Select):
         refuse(tree, sql, f"{describe(tree)} over private data is not supported at the top level",
                "write one SELECT; combine branches with UNION ALL inside a FROM subquery")
@@ -239,7 +244,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeE
 _TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NAME")
 
 
-def refuse_failing_constants(parts: list, columns: dict, data: PublicData | None, sql: str) -> None:
+def refuse_failing_constants(parts: list, columns: dict, data: Backend | None, sql: str) -> None:
     """Refuse, before the charge, a string literal compared with a column (=, <, IN, BETWEEN,
     ...) that does not cast to the column's type: DuckDB casts the literal to it at bind and
     raises a Conversion Error, while dpsql's TRY would silently make every row fail the test.
@@ -265,11 +270,7 @@ def refuse_failing_constants(parts: list, columns: dict, data: PublicData | None
                     continue  # DuckDB compares an ENUM with a string as text: no error, maybe no match
                 key = (type_name, constant.this)
                 if key not in tried:
-                    try:
-                        data.fetch(f"SELECT CAST($v AS {type_name})", {"v": constant.this})
-                        tried[key] = None
-                    except Exception as error:  # the constant and the type only: no data
-                        tried[key] = str(error).split("\n")[0]
+                    tried[key] = data.cast_error(constant.this, type_name)
                 if tried[key] is not None:
                     shown = type_name if len(type_name) <= 60 else type_name[:57] + "..."
                     refuse(constant, sql, f"the constant '{constant.this}' is not a valid {shown} value, so it "

@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -53,6 +53,7 @@ from dpsql.analysis.bind import (
     Catalog,
     bind_brackets,
     bind_table,
+    column_scope,
     replace_column,
     resolve_column,
     resolve_group_item,
@@ -84,15 +85,8 @@ from dpsql.sql.allowlist import check_public, check_row_level, refuse
 from dpsql.sql.names import columns_hint, sql_name
 from dpsql.sql.parse import DIALECT, describe
 
-
-class PublicData(Protocol):
-    """Read access to public data and to the schema of queries (never private rows)."""
-
-    def fetch(self, sql: str, parameters: dict | None = None) -> list[tuple]: ...
-
-    def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]: ...
-
-    def materialise(self, sql: str) -> str: ...
+if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
+    from dpsql.backends.base import Backend
 
 
 @dataclass(frozen=True)
@@ -146,7 +140,7 @@ class _Public:
 
 
 def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalog, sql: str,
-                   data: PublicData | None, ctes: dict) -> Relation:
+                   data: Backend | None, ctes: dict) -> Relation:
     """The relation of a FROM clause and its joins (private: at least one private table)."""
     current = _item(from_.this, policy, catalog, sql, data, ctes)
     for join in joins:
@@ -172,7 +166,7 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
                    "query the whole table; dpsql bounds each unit's contribution itself")
         columns = dict(bound.columns)
         table_sql = exp.to_table(".".join(f'"{p}"' for p in bound.name.split(".")))
-        scope = _scope(bound.reference, columns, bound.name.split(".")[-1])
+        scope = column_scope(bound.reference, columns, bound.name.split(".")[-1])
         if isinstance(bound.declaration, PublicTable):
             return _Public(table_sql, columns, scope, bound.name, bound.declaration.name)
         rule = bound.declaration
@@ -191,26 +185,11 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
     refuse(node, sql, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")
 
 
-def _scope(reference: str, columns: dict, *others: str) -> dict:
-    scope = {}
-    for column in columns:
-        scope[(None, column)] = column
-        for qualifier in {reference, *others}:
-            scope[(qualifier, column)] = column
-    return scope
-
-
-def _requalify(scope: dict, reference: str) -> dict:
-    """A relation's columns as seen through a new alias."""
-    return {(q, c): target for (q, c), target in scope.items() if q is None} | {
-        (reference, c): target for (q, c), target in scope.items() if q is None}
-
-
 # ------------------------------------------------------------------------------------------
 # Joins
 
 
-def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_multiplicity: int,
+def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multiplicity: int,
           max_rows: int):
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
@@ -272,7 +251,8 @@ def _join(left, right, join: exp.Join, sql: str, data: PublicData | None, max_mu
         keys = _join_keys(bound_condition, private, public, tag, join, sql, data)
         public = _stored(public, keys, "r" if tag == "l" else "l", join, sql, data)
         left, right = (private, public) if tag == "l" else (public, private)
-        multiplicity = _multiplicity(public, len(keys), data)
+        # The most stored public rows sharing one value of the join keys (NULL keys never match).
+        multiplicity = data.key_multiplicity(public.sql.name, [key.stored for key in keys])
         if multiplicity > max_multiplicity:
             refuse(join, sql, f"a row of the private side can match up to {multiplicity} rows of "
                    f"{public.label} on this join's keys, more than the policy's MAX JOIN MULTIPLICITY "
@@ -339,11 +319,16 @@ def _truncated(relation: Relation) -> Relation:
     unit, k = relation.rule.unit.lower(), relation.rule.max_rows_per_unit
     if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
         return relation  # at most k rows per unit already (a bounded copy)
-    columns = ", ".join(f'"{c}"' for c in relation.columns)
-    source = _as_source(relation.sql).sql(dialect=DIALECT)
-    sql = (f'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "{unit}" '
-           f"ORDER BY hash($salt, {columns}), {columns}) AS dp_n FROM {source} AS dp_t) WHERE dp_n <= {k}")
-    return replace(relation, sql=exp.maybe_parse(sql, dialect=DIALECT), rows_per_unit=k)
+    values = [exp.column(c, quoted=True) for c in relation.columns]
+    salted = exp.func("hash", exp.Placeholder(this="salt"), *[v.copy() for v in values])
+    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit, quoted=True)],
+                      order=exp.Order(expressions=[exp.Ordered(this=salted)] +
+                                      [exp.Ordered(this=v.copy()) for v in values]))
+    ranked = exp.Select(expressions=[exp.Star(), exp.alias_(rank, "dp_n")]).from_(
+        exp.alias_(_as_source(relation.sql), "dp_t"))
+    kept = exp.Select(expressions=[exp.Star(except_=[exp.column("dp_n")])]).from_(exp.Subquery(this=ranked))
+    kept = kept.where(exp.LTE(this=exp.column("dp_n"), expression=exp.Literal.number(k)))
+    return replace(relation, sql=kept, rows_per_unit=k)
 
 
 def _joined_names(left, right) -> dict:
@@ -519,7 +504,7 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
 
 
 def _join_keys(condition: exp.Expression, private: Relation, public: _Public, tag: str, join, sql: str,
-               data: PublicData) -> list[_JoinKey]:
+               data: Backend) -> list[_JoinKey]:
     """The equalities of a private⋈public join condition between a private and a public
     expression, each with the one type it will be compared in (refused when there is none)."""
     mine, theirs = f"dp_{tag}", f"dp_{'r' if tag == 'l' else 'l'}"
@@ -551,17 +536,17 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
     return [part.unnest() for part in parts]
 
 
-def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: PublicData, sql: str, join) -> str:
+def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: Backend, sql: str, join) -> str:
     """The DuckDB type of an expression over one side of a join (binds the schema, reads nothing)."""
     select = exp.Select(expressions=[node.copy()]).from_(exp.alias_(_as_source(source), alias))
     try:
-        return data.describe(select.sql(dialect=DIALECT))[0][1]
+        return data.describe(select)[0][1]
     except DPError as error:
         refuse(join, sql, f"this join condition does not type-check: {error.message}",
                "compare columns of matching types")
 
 
-def _stored(public: _Public, keys: list[_JoinKey], tag: str, join, sql: str, data: PublicData) -> _Public:
+def _stored(public: _Public, keys: list[_JoinKey], tag: str, join, sql: str, data: Backend) -> _Public:
     """The public side of a join stored once, before the charge, with each join key already
     in its comparison type (``dp_jk<i>``): the join and every public fact the analysis reads
     about it (multiplicity, column ranges) then come from the same rows."""
@@ -572,38 +557,21 @@ def _stored(public: _Public, keys: list[_JoinKey], tag: str, join, sql: str, dat
         items.append(exp.alias_(_compared(key.public.copy(), key.comparison, own), key.stored, quoted=True))
     select = exp.Select(expressions=items).from_(exp.alias_(_as_source(public.sql), alias))
     try:
-        name = data.materialise(select.sql(dialect=DIALECT))
+        name = data.materialise(select)
     except Exception as error:  # public data only: DuckDB's own first line reveals nothing private
         message = error.message if isinstance(error, DPError) else str(error).strip().split("\n")[0]
         refuse(join, sql, f"the public side of this join could not be computed: {message}",
                "check the public subquery or table on its own, as a query over public tables")
     table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
-    return replace(public, sql=table, ranges=_ranges(table, public.columns, data))
+    return replace(public, sql=table, ranges=_ranges(name, public.columns, data))
 
 
-def _ranges(table: exp.Table, columns: dict, data: PublicData) -> dict:
+def _ranges(stored: str, columns: dict, data: Backend) -> dict:
     """Bounds of the stored public rows' numeric columns: their exact min and max."""
     numeric = [c for c, typ in columns.items() if is_numeric_type(typ)]
-    if not numeric:
-        return {}
-    items = ", ".join(f'MIN("{c}"), MAX("{c}")' for c in numeric)
-    row = data.fetch(f"SELECT {items} FROM {table.sql(dialect=DIALECT)}")[0]
-    ranges = {}
-    for index, column in enumerate(numeric):
-        low, high = row[2 * index], row[2 * index + 1]
-        if low is not None and _finite(low) and _finite(high):
-            ranges[column] = Bounds(Fraction(low), Fraction(high))  # a float's exact value: the exact extreme
-    return ranges
-
-
-def _multiplicity(public: _Public, count: int, data: PublicData) -> int:
-    """The most stored public rows sharing one value of the join keys (NULL keys never match)."""
-    keys = ", ".join(f"dp_jk{i}" for i in range(count))
-    present = " AND ".join(f"dp_jk{i} IS NOT NULL" for i in range(count))
-    source = _as_source(public.sql).sql(dialect=DIALECT)
-    rows = data.fetch(f"SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM {source} AS p "
-                      f"WHERE {present} GROUP BY {keys})")
-    return max(int(rows[0][0] or 0), 1)
+    # A float's exact value: the exact extreme.
+    return {column: Bounds(Fraction(low), Fraction(high))
+            for column, (low, high) in data.column_ranges(stored, numeric).items()}
 
 
 def _keyed_condition(condition: exp.Expression, keys: list[_JoinKey]) -> exp.Expression:
@@ -648,10 +616,6 @@ def _public_column_rule(public: _Public, column: str, name: str) -> ColumnRule:
     rows the join reads, computed with the multiplicity (``_public_facts``)."""
     keys = KeyDomain(table=public.table, column=column, joined=public.tag) if public.table else None
     return ColumnRule(name=name, bounds=public.ranges.get(column), keys=keys)
-
-
-def _finite(value) -> bool:
-    return not isinstance(value, float) or (value == value and abs(value) != float("inf"))
 
 
 def _as_source(node: exp.Expression) -> exp.Expression:
@@ -905,9 +869,9 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
 def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner: Relation, label: str,
             held: int | None, hidden: bool) -> Relation:
     """The relation of a subquery; a ``hidden`` unit column stays out of its scope."""
-    columns = dict(data.describe(select.sql(dialect=DIALECT))) if data is not None else {}
+    columns = dict(data.describe(select)) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
-    scope = _scope(reference, _visible(columns, rule.unit, hidden))
+    scope = column_scope(reference, _visible(columns, rule.unit, hidden))
     return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded,
                     joins=inner.joins)
 
@@ -960,7 +924,7 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
                    "branches' rows per unit (" + " + ".join(str(r.rows_per_unit) for r in relations) + ")",
                    "combine fewer branches, or aggregate per unit in each branch (GROUP BY the unit), "
                    "which leaves one row per unit and branch")
-    return Relation(union, rule, dict(first.columns), _scope(reference, _visible(first.columns, rule.unit, hidden)),
+    return Relation(union, rule, dict(first.columns), column_scope(reference, _visible(first.columns, rule.unit, hidden)),
                     rule.name, rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)),
                     joins=tuple(j for r in relations for j in r.joins))
 
@@ -969,5 +933,5 @@ def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Publ
     if data is None:
         refuse(query, sql, "public subqueries need the database", "run the query through dpsql.connect")
     check_public(query, sql, deterministic=True)
-    columns = {name.lower(): typ for name, typ in data.describe(query.sql(dialect=DIALECT))}
-    return _Public(query.copy(), columns, _scope(reference, columns), f"({reference})")
+    columns = {name.lower(): typ for name, typ in data.describe(query)}
+    return _Public(query.copy(), columns, column_scope(reference, columns), f"({reference})")

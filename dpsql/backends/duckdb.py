@@ -40,11 +40,13 @@ import secrets
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pandas as pd
+from sqlglot import exp
 
 from dpsql.backends.bounding import (
     DATABASE,
@@ -58,6 +60,7 @@ from dpsql.backends.bounding import (
 from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
 from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.sql.names import Catalog
+from dpsql.sql.parse import DIALECT
 from dpsql.sql.types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -155,19 +158,14 @@ class Engine:
         found = dict(rows)
         return {name: found.get(name) for name in names} | {"query_timeout": self._timeout}
 
-    def catalog(self) -> dict[str, dict[str, str]]:
+    def catalog(self) -> Catalog:
         """Lower-cased table name -> {lower-cased column: DuckDB type} (schema only, no data)."""
-        rows = self.fetch(
-            "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
-            "WHERE NOT internal AND database_name = current_database() ORDER BY table_oid, column_index"
-        )
-        catalog = Catalog()
-        for schema, table, column, type_name in rows:
-            key = table.lower() if schema == "main" else f"{schema}.{table}".lower()
-            catalog.setdefault(key, {})[column.lower()] = type_name
-            catalog.spellings.setdefault(key, table if schema == "main" else f"{schema}.{table}")
-            catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
-        return catalog
+        with self._lock:
+            cursor = self._connection.cursor()
+            try:
+                return read_catalog(cursor)
+            finally:
+                cursor.close()
 
     def prepare_bounding(self, tables: list[BoundedTable], salt: str) -> None:
         """Create the (empty) bounded copies of the private tables: reads no rows.
@@ -202,8 +200,8 @@ class Engine:
         with self._lock:
             self._fill_bounded(tuple(self._bounded))
 
-    def materialise(self, sql: str) -> str:
-        """Store the rows of ``sql`` — public data only — once, in the bounding database, and
+    def materialise(self, statement: exp.Expression | str) -> str:
+        """Store the rows of ``statement`` — public data only — once, in the bounding database, and
         return the stored table's name (``dp_bounding.main."<name>"``).
 
         A public relation joined to private data is computed here, before the charge, and the
@@ -212,6 +210,7 @@ class Engine:
         would evaluate a second time (DESIGN.md invariant 15). The same SQL is stored once per
         DuckDB instance (until ``refresh_bounding``); it runs under the statement time limit.
         """
+        sql = _rendered(statement)
         name = "dp_public_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
         with self._lock:
             instance = self._bounding_instance()
@@ -226,6 +225,35 @@ class Engine:
                     cursor.close()
                 instance.materialised.add(name)
         return name
+
+    def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
+        """The most stored public rows sharing one value of ``keys`` (NULL keys never match)."""
+        listed = ", ".join(_quote(k) for k in keys)
+        present = " AND ".join(f"{_quote(k)} IS NOT NULL" for k in keys)
+        rows = self.fetch(f"SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM {_stored(stored)} AS p "
+                          f"WHERE {present} GROUP BY {listed})")
+        return max(int(rows[0][0] or 0), 1)
+
+    def column_ranges(self, stored: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """Exact min and max of the stored public rows' ``columns`` (finite ones only)."""
+        if not columns:
+            return {}
+        items = ", ".join(f"MIN({_quote(c)}), MAX({_quote(c)})" for c in columns)
+        row = self.fetch(f"SELECT {items} FROM {_stored(stored)}")[0]
+        ranges = {}
+        for index, column in enumerate(columns):
+            low, high = row[2 * index], row[2 * index + 1]
+            if low is not None and _finite(low) and _finite(high):
+                ranges[column] = (low, high)
+        return ranges
+
+    def cast_error(self, value: str, type_name: str) -> str | None:
+        """DuckDB's first line when the constant does not cast to ``type_name``, else ``None``."""
+        try:
+            self.fetch(f"SELECT CAST($v AS {type_name})", {"v": value})
+        except Exception as error:  # the constant and the type only: no data
+            return str(error).split("\n")[0]
+        return None
 
     def _bounding_instance(self) -> "_Instance":
         """The shared state of this engine's DuckDB instance (the caller holds ``_lock``)."""
@@ -337,13 +365,14 @@ class Engine:
             finally:
                 connection.execute("DROP TABLE dp_core")
 
-    def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
-        """(name, type) of each column ``sql`` would return: binds the query, reads no rows.
+    def describe(self, statement: exp.Expression | str, parameters: Any = None) -> list[tuple[str, str]]:
+        """(name, type) of each column ``statement`` would return: binds it, reads no rows.
 
         Binding sees the schema and the query text only, so when it fails (a type error such
         as comparing a number with a string) the first line of DuckDB's message says nothing
         about the data, and it is raised as a static refusal: ``UnsupportedQuery``.
         """
+        sql = _rendered(statement)
         known = self._described.get(sql)
         if known is not None:
             return known
@@ -385,6 +414,59 @@ class Engine:
             self._post = None
         if self._owned:
             self._connection.close()
+
+
+def read_catalog(connection: duckdb.DuckDBPyConnection) -> Catalog:
+    """The tables and views an unqualified or ``schema.table`` name can reach on ``connection``:
+    {table: {column: type}}, all lower-cased, with how the data spells each name.
+
+    Objects in the main schema are keyed by their name, others by 'schema.table'. Temporary
+    objects (registered DataFrames among them) shadow main ones, as in DuckDB's own lookup, so
+    the policy is checked against, and the bounded copies read, what a name resolves to. The
+    one catalog reader: the connection, its policy check and the server's schema database see
+    the same tables. Reads the schema only, never a row.
+
+    >>> con = duckdb.connect()
+    >>> _ = con.execute("CREATE TABLE t (a INTEGER); CREATE TEMP TABLE t (b VARCHAR)")
+    >>> read_catalog(con)
+    {'t': {'b': 'VARCHAR'}}
+    """
+    rows = connection.execute(
+        "SELECT database_name, schema_name, table_name, column_name, data_type "
+        "FROM duckdb_columns() "
+        "WHERE database_name IN (current_database(), 'temp') AND NOT internal "
+        "ORDER BY database_name = 'temp', database_name, schema_name, table_name, column_index"
+    ).fetchall()
+    catalog = Catalog()
+    seen: set[tuple[str, str, str]] = set()
+    for database, schema, table, column, type_name in rows:
+        main = schema.lower() == "main"
+        key = table.lower() if main else f"{schema}.{table}".lower()
+        if (database, schema, table) not in seen:  # a new object replaces what it shadows
+            seen.add((database, schema, table))
+            catalog[key] = {}
+            catalog.spellings[key] = table if main else f"{schema}.{table}"
+        catalog[key][column.lower()] = type_name
+        catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
+    return catalog
+
+
+def _rendered(statement: exp.Expression | str) -> str:
+    """A statement as DuckDB reads it: trees are rendered here, in DuckDB's dialect."""
+    return statement if isinstance(statement, str) else statement.sql(dialect=DIALECT)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _stored(name: str) -> str:
+    """A stored public relation (``Engine.materialise``) as a table reference."""
+    return f"{DATABASE}.main.{_quote(name)}"
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 def convert_released(columns: list[str], types: list[str], texts: list[tuple], form: str,

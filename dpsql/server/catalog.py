@@ -25,6 +25,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import Engine
 from dpsql.errors import UnsupportedQuery
 
@@ -87,7 +88,7 @@ class Catalog:
     """The schema-only database."""
 
     def __init__(self, tables: dict[str, dict[str, str]]):
-        self._engine = Engine.open(":memory:", query_timeout=CATALOG_TIMEOUT, memory_limit="256MB")
+        self._engine: Backend = Engine.open(":memory:", query_timeout=CATALOG_TIMEOUT, memory_limit="256MB")
         for name, definition in COMPAT_MACROS.items():
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
         for table, columns in tables.items():
