@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sqlglot import exp
 
@@ -72,7 +72,7 @@ from dpsql.backends.bounding import (
     bounded_reference,
     copy_name,
 )
-from dpsql.errors import DPError
+from dpsql.errors import DPError, InternalError
 from dpsql.policy.model import (
     Bounds,
     ColumnRule,
@@ -112,11 +112,16 @@ class Relation:
     """One line per join with public data: what it compares and how far it multiplies rows."""
 
     @property
+    def unit(self) -> str:
+        """The unit column, lower-cased as names are in scope."""
+        return _unit(self.rule).lower()
+
+    @property
     def hidden_unit(self) -> bool:
         """True when each row of a row-level table is its own unit: the unit column is the
         copy's per-row id, which no name in scope reaches."""
         # Compared lower-cased, as names are in scope: a policy may spell the unit "Customer ID".
-        return self.rule.unit.lower() not in {name.lower() for name in self.scope.values()}
+        return self.unit not in {name.lower() for name in self.scope.values()}
 
 
 _JOIN_TAGS = itertools.count(1)
@@ -214,7 +219,7 @@ def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multi
     names = _joined_names(left, right)
     scope = {**{k: names[("l", v)] for k, v in left.scope.items() if k[0] is not None},
              **{k: names[("r", v)] for k, v in right.scope.items() if k[0] is not None}}
-    unqualified = {}
+    unqualified: dict[str, list[str]] = {}
     for side_tag, part in (("l", left), ("r", right)):
         for (q, c), v in part.scope.items():
             if q is None:
@@ -239,7 +244,7 @@ def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multi
                        f"({right.rows_per_unit})", "join each private table once, or aggregate "
                        "per unit first in a subquery (SELECT unit, SUM(x) AS s FROM t GROUP BY unit), which "
                        "leaves one row per unit to join")
-        on = _total_condition(bound_condition, (left.rule.unit.lower(), right.rule.unit.lower()))
+        on = _total_condition(bound_condition, (_unit(left.rule).lower(), _unit(right.rule).lower()))
         bounded = left.bounded | right.bounded
         joins = left.joins + right.joins
     else:
@@ -316,7 +321,7 @@ def _product(a: int | None, b: int | None) -> int | None:
 def _truncated(relation: Relation) -> Relation:
     """The relation with at most k rows per unit, chosen by a salted hash of each row's own
     values (ties between different rows broken by the values themselves): never by order."""
-    unit, k = relation.rule.unit.lower(), relation.rule.max_rows_per_unit
+    unit, k = _unit(relation.rule).lower(), relation.rule.max_rows_per_unit
     if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
         return relation  # at most k rows per unit already (a bounded copy)
     values = [exp.column(c, quoted=True) for c in relation.columns]
@@ -368,7 +373,7 @@ def _bind_condition(condition, left, right, names, sql):
     return bound
 
 
-def _using_condition(using: list, left, right, join, sql) -> exp.Expression:
+def _using_condition(using: list, left, right, join, sql) -> exp.Expr:
     parts = []
     for identifier in using:
         name = identifier.name.lower()
@@ -380,7 +385,7 @@ def _using_condition(using: list, left, right, join, sql) -> exp.Expression:
     return exp.and_(*parts)
 
 
-def _equalities(condition: exp.Expression) -> list[tuple[exp.Column, exp.Column]]:
+def _equalities(condition: exp.Expr) -> list[tuple[exp.Column, exp.Column]]:
     parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
     pairs = []
     for part in parts:
@@ -392,7 +397,7 @@ def _equalities(condition: exp.Expression) -> list[tuple[exp.Column, exp.Column]
     return pairs
 
 
-def _total_condition(condition: exp.Expression, units: tuple[str, str]) -> exp.Expression:
+def _total_condition(condition: exp.Expr, units: tuple[str, str]) -> exp.Expr:
     """A private⋈private join condition that cannot fail at run time: the equality of the two
     unit columns stays plain (the hash join's key; their types are the same), every other part
     becomes false where it would raise (an implicit cast of one unit's value, say)."""
@@ -407,7 +412,7 @@ def _total_condition(condition: exp.Expression, units: tuple[str, str]) -> exp.E
 
 def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
     """Units meet only in one type: an implicit coercion could make two units one."""
-    types = [r.columns.get(r.rule.unit.lower(), "") for r in relations]
+    types = [r.columns.get(_unit(r.rule).lower(), "") for r in relations]
     if len(set(types)) > 1:
         listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
         refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
@@ -420,7 +425,7 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
         if part.hidden_unit:
             refuse(join, sql, f"each row of {part.label} is its own privacy unit, so it has no unit column to join "
                    "another private table on", "join row-level private tables only with public tables")
-    on_units = any(a.name == left.rule.unit.lower() and b.name == right.rule.unit.lower() for a, b in equalities)
+    on_units = any(a.name == _unit(left.rule).lower() and b.name == _unit(right.rule).lower() for a, b in equalities)
     if not on_units:
         refuse(join, sql, f"two private tables can only be joined on their privacy units "
                f"({left.rule.unit} = {right.rule.unit}): any other join mixes different units' rows",
@@ -429,7 +434,7 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
     rules = [_renamed_rule(part.rule, names, tag) for tag, part in (("l", left), ("r", right))]
     return PrivateTable(
         name=f"{left.rule.name} ⋈ {right.rule.name}",
-        unit=names[("l", left.rule.unit.lower())],
+        unit=names[("l", _unit(left.rule).lower())],
         max_rows_per_unit=left.rule.max_rows_per_unit * right.rule.max_rows_per_unit,
         max_groups_per_unit=min(left.rule.groups_per_unit, right.rule.groups_per_unit),
         columns=rules[0] + rules[1],
@@ -503,12 +508,12 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
     return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))
 
 
-def _join_keys(condition: exp.Expression, private: Relation, public: _Public, tag: str, join, sql: str,
+def _join_keys(condition: exp.Expr, private: Relation, public: _Public, tag: str, join, sql: str,
                data: Backend) -> list[_JoinKey]:
     """The equalities of a private⋈public join condition between a private and a public
     expression, each with the one type it will be compared in (refused when there is none)."""
     mine, theirs = f"dp_{tag}", f"dp_{'r' if tag == 'l' else 'l'}"
-    keys = []
+    keys: list[_JoinKey] = []
     for part in _conjuncts(condition):
         if not isinstance(part, exp.EQ):
             continue
@@ -531,7 +536,7 @@ def _join_keys(condition: exp.Expression, private: Relation, public: _Public, ta
     return keys
 
 
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
     parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
     return [part.unnest() for part in parts]
 
@@ -574,18 +579,18 @@ def _ranges(stored: str, columns: dict, data: Backend) -> dict:
             for column, (low, high) in data.column_ranges(stored, numeric).items()}
 
 
-def _keyed_condition(condition: exp.Expression, keys: list[_JoinKey]) -> exp.Expression:
+def _keyed_condition(condition: exp.Expr, keys: list[_JoinKey]) -> exp.Expr:
     """The join condition that runs: each key equality compares the private side, cast
     (total: TRY where it could fail), with the stored public key; every other part is made
     total (an error becomes false)."""
-    parts = []
+    parts: list[exp.Expr] = []
     for part in _conjuncts(condition):
         key = next((k for k in keys if part is k.private.parent or part is k.public.parent), None)
         if key is None:
             parts.append(exp.func("COALESCE", exp.func("TRY", part.copy()), exp.false()))
     for key in keys:
-        public_alias = key.public.find(exp.Column).table
-        value = _compared(key.private.copy(), key.comparison, key.private_type)
+        public_alias = next(key.public.find_all(exp.Column)).table
+        value: exp.Expr = _compared(key.private.copy(), key.comparison, key.private_type)
         if not isinstance(key.private, exp.Column):
             value = exp.func("TRY", value)
         parts.insert(key.index, exp.EQ(this=value, expression=exp.column(key.stored, table=public_alias, quoted=True)))
@@ -599,7 +604,7 @@ def _public_join_rule(private: Relation, public: _Public, multiplicity: int, nam
     # Each private row becomes at most `multiplicity` rows: a unit's k rows become k·m.
     return PrivateTable(
         name=f"{rule.name} ⋈ {public.label}",
-        unit=names[(tag, rule.unit.lower())],  # row-level tables have their hidden unit too
+        unit=names[(tag, _unit(rule).lower())],  # row-level tables have their hidden unit too
         max_rows_per_unit=rule.max_rows_per_unit * multiplicity,
         max_groups_per_unit=rule.max_groups_per_unit,
         columns=_renamed_rule(rule, names, tag) + public_rules,
@@ -690,7 +695,9 @@ def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
 
 def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
     rule = inner.rule
-    items, rules, unit = [], [], None
+    items: list[exp.Expr] = []
+    rules: list[ColumnRule | None] = []
+    unit = None
     hidden = inner.hidden_unit
     for item in body.expressions:
         node = item.unalias()
@@ -699,8 +706,9 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
                 if hidden and column == rule.unit:
                     continue
                 items.append(exp.column(column, quoted=True))
-                rules.append(rule.column(column) and replace(rule.column(column), name=column))
-                unit = unit or (column if rule.unit and column == rule.unit.lower() else None)
+                kept = rule.column(column)
+                rules.append(kept and replace(kept, name=column))
+                unit = unit or (column if rule.unit and column == _unit(rule).lower() else None)
             continue
         name = (item.alias if isinstance(item, exp.Alias) else node.name if isinstance(node, exp.Column)
                 else node.sql(dialect=DIALECT).replace('"', "")).lower()
@@ -709,7 +717,7 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
             items.append(exp.alias_(node.copy(), name, quoted=True))
             kept = rule.column(node.name)
             rules.append(kept and replace(kept, name=name))
-            if rule.unit and node.name == rule.unit.lower():
+            if rule.unit and node.name == _unit(rule).lower():
                 unit = name
             continue
         items.append(exp.alias_(exp.func("TRY", node.copy()), name, quoted=True))
@@ -717,7 +725,7 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
     if hidden:  # each row its own unit: its id goes along, under a name no analyst column has
         if any(_output_name(item) == ROW_UNIT for item in body.expressions):
             refuse(body, sql, f"the name {ROW_UNIT} is reserved for dpsql's per-row unit", "choose another alias")
-        items.append(exp.alias_(exp.column(rule.unit, quoted=True), ROW_UNIT, quoted=True))
+        items.append(exp.alias_(exp.column(_unit(rule), quoted=True), ROW_UNIT, quoted=True))
         unit = ROW_UNIT
     if rule.unit and unit is None:
         refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
@@ -763,13 +771,13 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     rule = inner.rule
     group = body.args.get("group")
     grouped = [] if group is None else [resolve_group_item(g, body) for g in group.expressions]
-    unit = rule.unit.lower()
+    unit = _unit(rule).lower()
     if inner.hidden_unit:  # each row its own unit: a per-unit aggregate would be one row's value
         refuse(group or body, sql, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
                f"{inner.label} is its own unit", "aggregate in the outer query only: it adds the noise")
     if not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
         refuse(group or body, sql, "an aggregate inside a subquery must be computed per privacy unit",
-               f"GROUP BY {sql_name(rule.unit)} in the subquery (aggregating across units happens "
+               f"GROUP BY {sql_name(_unit(rule))} in the subquery (aggregating across units happens "
                "in the outer query, with noise)")
     for g in grouped:
         check_row_level(g, sql, "GROUP BY")
@@ -801,16 +809,16 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
         argument = node.this
         if isinstance(argument, exp.Distinct):
             if not isinstance(node, exp.Count):
-                refuse(node, sql, "DISTINCT inside a per-unit aggregate is supported only in COUNT",
-                       "drop DISTINCT, or count distinct values")
+                refuse(cast(exp.Expression, node), sql, "DISTINCT inside a per-unit aggregate is supported only "
+                       "in COUNT", "drop DISTINCT, or count distinct values")
             argument = argument.expressions[0]  # COUNT(DISTINCT x) per unit is in [0, k] too
         if not isinstance(argument, exp.Star):
             check_row_level(argument, sql, describe(node))
         items.append(exp.alias_(_total_aggregate(node), name, quoted=True))
         rules.append(_aggregate_rule(UNIT_AGGREGATES[type(node)], argument, name, inner, k))
     if unit_name is None:
-        refuse(body, sql, f"the subquery must select the privacy unit column {sql_name(rule.unit)}",
-               f"add {sql_name(rule.unit)} to its select list")
+        refuse(body, sql, f"the subquery must select the privacy unit column {sql_name(_unit(rule))}",
+               f"add {sql_name(_unit(rule))} to its select list")
     select = _wrap_body(body, inner, items)
     select.set("group", exp.Group(expressions=[g.copy() for g in safe_keys]))
     only_unit = len(grouped) == 1
@@ -821,7 +829,7 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held, False)
 
 
-def _total_aggregate(node: exp.AggFunc) -> exp.Expression:
+def _total_aggregate(node: exp.AggFunc) -> exp.Expr:
     """A per-unit aggregate that cannot raise and whose result does not depend on row order.
 
     The argument goes under TRY. SUM and AVG add DOUBLEs (which cannot overflow; the outer
@@ -862,7 +870,8 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
     if interval is None:
         return None
     if kind == "sum":
-        return ColumnRule(name=name, bounds=Bounds(k * min(interval.lower, 0), k * max(interval.upper, 0)))
+        zero = Fraction(0)
+        return ColumnRule(name=name, bounds=Bounds(k * min(interval.lower, zero), k * max(interval.upper, zero)))
     return ColumnRule(name=name, bounds=Bounds(interval.lower, interval.upper))
 
 
@@ -871,7 +880,7 @@ def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner:
     """The relation of a subquery; a ``hidden`` unit column stays out of its scope."""
     columns = dict(data.describe(select)) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
-    scope = column_scope(reference, _visible(columns, rule.unit, hidden))
+    scope = column_scope(reference, _visible(columns, _unit(rule), hidden))
     return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded,
                     joins=inner.joins)
 
@@ -898,7 +907,7 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     first = relations[0]
     hidden = first.hidden_unit
     columns = list(first.columns)
-    positions = [list(r.columns).index(r.rule.unit.lower()) if r.rule.unit.lower() in r.columns else -1
+    positions = [list(r.columns).index(_unit(r.rule).lower()) if _unit(r.rule).lower() in r.columns else -1
                  for r in relations]
     if len(set(positions)) != 1 or positions[0] < 0 or any(len(r.columns) != len(columns) for r in relations):
         refuse(query, sql, "the branches of a UNION ALL must have the same columns, with the privacy unit "
@@ -924,8 +933,9 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
                    "branches' rows per unit (" + " + ".join(str(r.rows_per_unit) for r in relations) + ")",
                    "combine fewer branches, or aggregate per unit in each branch (GROUP BY the unit), "
                    "which leaves one row per unit and branch")
-    return Relation(union, rule, dict(first.columns), column_scope(reference, _visible(first.columns, rule.unit, hidden)),
-                    rule.name, rows_per_unit=held, bounded=frozenset().union(*(r.bounded for r in relations)),
+    scope = column_scope(reference, _visible(first.columns, _unit(rule), hidden))
+    return Relation(union, rule, dict(first.columns), scope, rule.name, rows_per_unit=held,
+                    bounded=frozenset().union(*(r.bounded for r in relations)),
                     joins=tuple(j for r in relations for j in r.joins))
 
 
@@ -935,3 +945,11 @@ def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Publ
     check_public(query, sql, deterministic=True)
     columns = {name.lower(): typ for name, typ in data.describe(query)}
     return _Public(query.copy(), columns, column_scope(reference, columns), f"({reference})")
+
+
+def _unit(rule: PrivateTable) -> str:
+    """A relation's unit column: every relation has one (a row-level table's is its hidden
+    per-row id, ``ROW_UNIT``)."""
+    if rule.unit is None:
+        raise InternalError(f"the relation {rule.name} has no unit column: this is a bug in dpsql")
+    return rule.unit

@@ -40,7 +40,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ class Engine:
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()
-        self._post = None
+        self._post: duckdb.DuckDBPyConnection | None = None
         self._closed = False
         self._timeout = check_timeout(query_timeout)
         self._bounded: dict[str, BoundedTable] = {}
@@ -299,7 +299,7 @@ class Engine:
                     cursor.close()
                 instance.filled[name] = self._salt
 
-    def fetch(self, sql: str, parameters: dict | None = None, *, bounded=()) -> list[tuple]:
+    def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
         ``bounded``: the bounded copies it reads (``PrivateQuery.bounded``), filled first."""
         with self._lock:
@@ -394,7 +394,7 @@ class Engine:
             self._described[sql] = described
         return described
 
-    def convert(self, columns: list[str], types: list[str], texts: list[tuple], form: str):
+    def convert(self, columns: list[str], types: list[str], texts: Sequence[tuple], form: str) -> Any:
         """``convert_released`` in this engine's post-processing database (opening a database
         costs tens of milliseconds; a conversion of a small answer, about one)."""
         with self._lock:
@@ -469,8 +469,8 @@ def _finite(value: Any) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
-def convert_released(columns: list[str], types: list[str], texts: list[tuple], form: str,
-                     connection: duckdb.DuckDBPyConnection | None = None):
+def convert_released(columns: list[str], types: list[str], texts: Sequence[tuple], form: str,
+                     connection: duckdb.DuckDBPyConnection | None = None) -> Any:
     """Released rows as DuckDB itself converts them: ``form`` is "df", "arrow" or "numpy".
 
     ``texts`` holds each value as DuckDB's text (or ``None`` for NULL); each column is cast
@@ -489,7 +489,7 @@ def convert_released(columns: list[str], types: list[str], texts: list[tuple], f
     frame = pd.DataFrame.from_records(texts, columns=names) if texts else pd.DataFrame({n: [] for n in names})
     frame = frame.astype(object)
     owned = connection is None
-    if owned:
+    if connection is None:
         connection = duckdb.connect(":memory:", config=hardened_config("1GB"))
     try:
         connection.register("dp_frame", frame)
@@ -542,10 +542,10 @@ def _fetchable_sql(sql: str, types: list[str]) -> str:
 class _Instance:
     """What every engine on one DuckDB database instance shares (module docstring)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         """Held around every change to ``dp_bounding``; taken after an engine's own lock."""
-        self.filled: dict[str, str] = {}
+        self.filled: dict[str, str | None] = {}
         """Bounded copy name -> the salt it was last filled with."""
         self.materialised: set[str] = set()
         """Public relations stored in ``dp_bounding`` (``Engine.materialise``)."""
@@ -567,12 +567,12 @@ def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
     """
     with _INSTANCES_LOCK:
         try:  # a read when the instance has its token: no catalog write at all
-            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchall()[0][0]
         except duckdb.Error:
             connection.execute(attach_sql())
             connection.execute(f"CREATE TABLE IF NOT EXISTS {_INSTANCE_TABLE} AS "
                                f"SELECT '{secrets.token_hex(16)}' AS token")
-            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchall()[0][0]
         instance = _INSTANCES.get(token)
         if instance is None:
             instance = _INSTANCES[token] = _Instance()
@@ -676,20 +676,19 @@ class _Deadline:
             except Exception:  # the connection closed meanwhile: nothing left to stop
                 pass
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
+    def __exit__(self, exc_type, exc, traceback) -> None:
         with self._guard:
             self.stopped = True
         if self._expired:
             raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
                               hint="ask for less, or ask the curator for a longer query_timeout") from None
-        return False
 
 
 class _Watchdog:
     """One thread that expires every statement's deadline: starting a thread per statement
     cost milliseconds, more than a small query takes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._condition = threading.Condition()
         self._due: list = []  # heap of (monotonic due time, sequence number, deadline)
         self._sequence = itertools.count()

@@ -81,7 +81,7 @@ def catalog_query(sql: str) -> bool:
     except SqlglotError:
         return False  # dpsql's own parser refuses it, with a position
     # Only a query: `WITH t AS (...) INSERT ...` starts like one but must not reach this database.
-    return isinstance(tree, exp.Query) and reads_catalog_only(tree)
+    return isinstance(tree, exp.Expression) and isinstance(tree, exp.Query) and reads_catalog_only(tree)
 
 
 class Catalog:
