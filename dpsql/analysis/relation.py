@@ -1,9 +1,10 @@
 """The private relation a DP aggregate reads: one table, a join, a subquery, a CTE or a UNION ALL.
 
 The FROM clause of a private query is turned into a *relation*: SQL producing rows, each row
-attributable to exactly one privacy unit (its ``unit`` column), with a synthetic policy rule
-stating how many rows one unit can have in it (``k``), the bounds and public key domains of
-its columns. The aggregate stages then treat it exactly like a private table, and the final
+attributable to exactly one privacy unit (its ``unit`` column), with a stability record (one
+``dpsql.analysis.stability.Step`` per construct: how many rows ``k`` and groups one unit can
+have after it, and why) and a rule carrying the last step's limits and the bounds and public
+key domains of its columns. The aggregate stages then treat it exactly like a private table, and the final
 rewrite enforces ``k`` and the bounds on it, so the privacy argument needs only one fact from
 this module: **every row of the relation depends on the data of the unit in its unit column
 and on public data, and of no other unit** (taint follows the data). Each construct keeps it:
@@ -28,7 +29,8 @@ and on public data, and of no other unit** (taint follows the data). Each constr
 
 Every join and UNION ALL also bounds the *work* one unit causes: the rows per unit it holds
 (``Relation.rows_per_unit``, the products and sums above) may not pass the policy's
-``MAX ROWS PER UNIT AFTER JOINS`` unless an input already held as many (``_check_fan_out``).
+``MAX ROWS PER UNIT AFTER JOINS`` unless an input already held as many
+(``dpsql.analysis.stability.check_fan_out``).
 
 Units meet only in their own type: a join of two private tables on their units, or a UNION
 ALL of branches, needs the unit columns to have identical DuckDB types — an implicit coercion
@@ -64,6 +66,18 @@ from dpsql.analysis.ranges import (
     derive_range,
     is_integral_type,
     is_numeric_type,
+)
+from dpsql.analysis.stability import (
+    PUBLIC_JOIN,
+    ROW_SUBQUERY,
+    TABLE,
+    TRUNCATION,
+    UNION_ALL,
+    UNIT_JOIN,
+    UNIT_SUBQUERY,
+    Step,
+    check_fan_out,
+    product,
 )
 from dpsql.backends.bounding import (
     DATABASE,
@@ -103,13 +117,22 @@ class Relation:
     """(qualifier or None, column name) -> relation column, for binding the query over it."""
     label: str = ""
     """What to call it in messages and EXPLAIN."""
-    rows_per_unit: int | None = None
-    """Rows per unit the relation holds at most whatever the data: a private table's bounded
-    copy holds k (``dpsql.backends.bounding``), joins multiply, ... ``None`` when nothing holds it."""
     bounded: frozenset = frozenset()
     """Names of the bounded copies the relation reads (built before a query runs)."""
-    joins: tuple = ()
-    """One line per join with public data: what it compares and how far it multiplies rows."""
+    stability: tuple[Step, ...] = ()
+    """Its stability record: one step per construct it is built of, inputs first, itself last
+    (``dpsql.analysis.stability``). ``rule``'s rows and groups per unit are the last step's."""
+
+    @property
+    def rows_per_unit(self) -> int | None:
+        """Rows per unit the relation holds at most whatever the data: a private table's bounded
+        copy holds k (``dpsql.backends.bounding``), joins multiply, ... ``None`` when nothing holds it."""
+        return self.stability[-1].held
+
+    @property
+    def joins(self) -> tuple[str, ...]:
+        """One line per join with public data: what it compares and how far it multiplies rows."""
+        return tuple(step.why for step in self.stability if step.construct == PUBLIC_JOIN)
 
     @property
     def unit(self) -> str:
@@ -179,9 +202,10 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
             rule = replace(rule, unit=ROW_UNIT)
             columns[ROW_UNIT] = ROW_UNIT_TYPE
         # Read through its bounded copy: at most k rows per unit before any analyst expression.
+        step = Step(TABLE, bound.name, rule.max_rows_per_unit, rule.max_groups_per_unit, rule.max_rows_per_unit,
+                    f"{bound.name}: read through its bounded copy, at most {rule.max_rows_per_unit} rows per unit")
         return Relation(bounded_reference(bound.name, bound.declaration, columns), rule, columns, scope, bound.name,
-                        rows_per_unit=rule.max_rows_per_unit,
-                        bounded=frozenset({copy_name(bound.name, bound.declaration)}))
+                        bounded=frozenset({copy_name(bound.name, bound.declaration)}), stability=(step,))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
         if not reference:  # dpsql.analysis.check names each one as DuckDB does: this is a bug
@@ -233,20 +257,27 @@ def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multi
         bound_condition = _bind_condition(condition, left, right, names, sql)
     if isinstance(left, Relation) and isinstance(right, Relation):
         rule = _private_join_rule(left, right, _equalities(bound_condition), names, join, sql)
-        inputs = (left, right)
+        inputs = (left.rows_per_unit, right.rows_per_unit)
+        k1, k2 = left.rule.max_rows_per_unit, right.rule.max_rows_per_unit
+        groups = min(left.rule.groups_per_unit, right.rule.groups_per_unit)
         # Each side keeps at most its k rows per unit before the join, so one unit's rows
         # cannot make the join quadratic (a time that would tell whether the unit is there).
         left, right = _truncated(left), _truncated(right)
         # A joined row pairs a row of each side of the same unit (one row if LEFT and unmatched).
-        held = _product(left.rows_per_unit, right.rows_per_unit)
-        _check_fan_out(join, sql, held, inputs, max_rows, f"this join of {right.label} on the privacy unit pairs "
+        held = product(left.rows_per_unit, right.rows_per_unit)
+        check_fan_out(join, sql, held, inputs, max_rows, f"this join of {right.label} on the privacy unit pairs "
                        f"each of one unit's rows on its left ({left.rows_per_unit} at most) with each on its right "
                        f"({right.rows_per_unit})", "join each private table once, or aggregate "
                        "per unit first in a subquery (SELECT unit, SUM(x) AS s FROM t GROUP BY unit), which "
                        "leaves one row per unit to join")
-        on = _total_condition(bound_condition, (_unit(left.rule).lower(), _unit(right.rule).lower()))
+        on = _total_condition(bound_condition, (left.unit, right.unit))
         bounded = left.bounded | right.bounded
-        joins = left.joins + right.joins
+        step = Step(UNIT_JOIN, f"{left.label} ⋈ {right.label}", k1 * k2, groups, held,
+                    f"{left.label} ⋈ {right.label} on the privacy unit: a joined row pairs a row of each side "
+                    f"of the same unit, so a unit has at most k = {k1}·{k2} rows and touches at most "
+                    f"{groups} groups")
+        rule = step.limits(rule)
+        stability = left.stability + right.stability + (step,)
     else:
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
@@ -263,13 +294,13 @@ def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multi
                    f"{public.label} on this join's keys, more than the policy's MAX JOIN MULTIPLICITY "
                    f"{max_multiplicity}", "join on columns that identify the public rows (a key), or "
                    "aggregate the public side first in a subquery")
-        rule = _public_join_rule(private, public, multiplicity, names, tag)
+        rule = _public_join_rule(private, public, names, tag)
         # A private row becomes at most `multiplicity` rows (one if LEFT and unmatched): the
         # public rows were stored before the charge and the join compares, in one stated
         # type, exactly the keys the multiplicity was counted on — so the rows a unit holds
         # multiply by at most m, whatever the private data (DESIGN.md invariant 15).
-        held = _product(private.rows_per_unit, multiplicity)
-        _check_fan_out(join, sql, held, (private,), max_rows, f"each of a unit's rows in {private.label} "
+        held = product(private.rows_per_unit, multiplicity)
+        check_fan_out(join, sql, held, (private.rows_per_unit,), max_rows, f"each of a unit's rows in {private.label} "
                        f"({private.rows_per_unit} at most) can match up to m = {multiplicity} rows of "
                        f"{public.label} on this join's keys", "join on columns that identify the public rows "
                        "(a key), aggregate the public side first in a subquery, or join fewer public tables")
@@ -277,9 +308,14 @@ def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multi
         bounded = private.bounded
         compared = ", ".join(sorted({k.comparison if k.comparison != "VARCHAR" else "VARCHAR (as bytes)"
                                      for k in keys}))
-        joins = private.joins + (f"{private.label} ⋈ {public.label}: public rows stored before the charge; keys "
-                                 f"compared as {compared}; a private row matches at most m = {multiplicity} "
-                                 f"public rows (MAX JOIN MULTIPLICITY {max_multiplicity})",)
+        # Each private row becomes at most `multiplicity` rows: a unit's k rows become k·m.
+        step = Step(PUBLIC_JOIN, f"{private.label} ⋈ {public.label}", private.rule.max_rows_per_unit * multiplicity,
+                    private.rule.max_groups_per_unit, held,
+                    f"{private.label} ⋈ {public.label}: public rows stored before the charge; keys "
+                    f"compared as {compared}; a private row matches at most m = {multiplicity} "
+                    f"public rows (MAX JOIN MULTIPLICITY {max_multiplicity})")
+        rule = step.limits(rule)
+        stability = private.stability + (step,)
     select = exp.Select(expressions=[
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
@@ -287,41 +323,14 @@ def _join(left, right, join: exp.Join, sql: str, data: Backend | None, max_multi
     select = select.join(exp.alias_(_as_source(right.sql), "dp_r"), on=on,
                          join_type="LEFT" if side == "LEFT" else "INNER")
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
-    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", rows_per_unit=held,
-                    bounded=bounded, joins=joins)
-
-
-def _check_fan_out(node: exp.Expression, sql: str, held: int | None, inputs, limit: int, how: str,
-                   instead: str) -> None:
-    """Refuse a join or UNION ALL that gives one unit more rows than the policy allows.
-
-    Truncating to k rows per unit bounds what one unit adds to an answer, not the work done
-    before: a unit's k^n rows in n self-joins (or m^n in n public joins, or copies stacked by
-    UNION ALL) take time, memory and maybe the time limit only when the unit is there, a
-    noiseless membership test. So every relation a join or UNION ALL builds — including those
-    inside subqueries, per-unit aggregates and CTEs, each built here — holds at most
-    ``MAX ROWS PER UNIT AFTER JOINS`` rows per unit, or no more than one of its inputs already
-    held (a declared MAX ROWS PER UNIT above the limit is the curator's choice). Decided from
-    the policy, the query and public multiplicities only: before the charge, whatever the data.
-    """
-    most = max((r.rows_per_unit or 0 for r in inputs), default=0)
-    if held is not None and (held <= limit or held <= most):
-        return
-    reached = "more rows than can be bounded" if held is None else f"up to {held:,} rows"
-    refuse(node, sql, f"{how}: one privacy unit would have {reached} after it, more than the policy's "
-           f"MAX ROWS PER UNIT AFTER JOINS {limit:,} (the work for one unit's rows could tell whether it is "
-           "in the data)", f"{instead}; or ask the curator to raise MAX ROWS PER UNIT AFTER JOINS")
-
-
-def _product(a: int | None, b: int | None) -> int | None:
-    """Rows per unit a join holds at most, when both factors are known."""
-    return None if a is None or b is None else a * max(b, 1)
+    return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", bounded=bounded,
+                    stability=stability)
 
 
 def _truncated(relation: Relation) -> Relation:
     """The relation with at most k rows per unit, chosen by a salted hash of each row's own
     values (ties between different rows broken by the values themselves): never by order."""
-    unit, k = _unit(relation.rule).lower(), relation.rule.max_rows_per_unit
+    unit, k = relation.unit, relation.rule.max_rows_per_unit
     if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
         return relation  # at most k rows per unit already (a bounded copy)
     values = [exp.column(c, quoted=True) for c in relation.columns]
@@ -333,7 +342,10 @@ def _truncated(relation: Relation) -> Relation:
         exp.alias_(_as_source(relation.sql), "dp_t"))
     kept = exp.Select(expressions=[exp.Star(except_=[exp.column("dp_n")])]).from_(exp.Subquery(this=ranked))
     kept = kept.where(exp.LTE(this=exp.column("dp_n"), expression=exp.Literal.number(k)))
-    return replace(relation, sql=kept, rows_per_unit=k)
+    step = Step(TRUNCATION, relation.label, k, relation.rule.max_groups_per_unit, k,
+                f"{relation.label}: at most k = {k} rows of each unit kept before joining on the unit "
+                "(chosen by a salted hash of each row's own values)")
+    return replace(relation, sql=kept, stability=relation.stability + (step,))
 
 
 def _joined_names(left, right) -> dict:
@@ -421,11 +433,13 @@ def _same_unit_type(relations: list, node, sql: str, what: str) -> None:
 
 
 def _private_join_rule(left: Relation, right: Relation, equalities, names, join, sql) -> PrivateTable:
+    """The joined relation's unit and column rules (its limits are its ``Step``'s); refuses a
+    join that is not on the units, or on units of different types."""
     for part in (left, right):
         if part.hidden_unit:
             refuse(join, sql, f"each row of {part.label} is its own privacy unit, so it has no unit column to join "
                    "another private table on", "join row-level private tables only with public tables")
-    on_units = any(a.name == _unit(left.rule).lower() and b.name == _unit(right.rule).lower() for a, b in equalities)
+    on_units = any(a.name == left.unit and b.name == right.unit for a, b in equalities)
     if not on_units:
         refuse(join, sql, f"two private tables can only be joined on their privacy units "
                f"({left.rule.unit} = {right.rule.unit}): any other join mixes different units' rows",
@@ -434,9 +448,7 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
     rules = [_renamed_rule(part.rule, names, tag) for tag, part in (("l", left), ("r", right))]
     return PrivateTable(
         name=f"{left.rule.name} ⋈ {right.rule.name}",
-        unit=names[("l", _unit(left.rule).lower())],
-        max_rows_per_unit=left.rule.max_rows_per_unit * right.rule.max_rows_per_unit,
-        max_groups_per_unit=min(left.rule.groups_per_unit, right.rule.groups_per_unit),
+        unit=names[("l", left.unit)],
         columns=rules[0] + rules[1],
     )
 
@@ -597,16 +609,14 @@ def _keyed_condition(condition: exp.Expr, keys: list[_JoinKey]) -> exp.Expr:
     return exp.and_(*parts)
 
 
-def _public_join_rule(private: Relation, public: _Public, multiplicity: int, names, tag) -> PrivateTable:
+def _public_join_rule(private: Relation, public: _Public, names, tag) -> PrivateTable:
+    """The joined relation's unit and column rules (its limits are its ``Step``'s)."""
     other = "r" if tag == "l" else "l"
     rule = private.rule
     public_rules = tuple(_public_column_rule(public, column, names[(other, column)]) for column in public.columns)
-    # Each private row becomes at most `multiplicity` rows: a unit's k rows become k·m.
     return PrivateTable(
         name=f"{rule.name} ⋈ {public.label}",
-        unit=names[(tag, _unit(rule).lower())],  # row-level tables have their hidden unit too
-        max_rows_per_unit=rule.max_rows_per_unit * multiplicity,
-        max_groups_per_unit=rule.max_groups_per_unit,
+        unit=names[(tag, private.unit)],  # row-level tables have their hidden unit too
         columns=_renamed_rule(rule, names, tag) + public_rules,
     )
 
@@ -731,9 +741,11 @@ def _row_projection(body: exp.Select, inner: Relation, reference: str, sql: str,
         refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
                "stay attributable to units", f"add {rule.unit} to its select list")
     select = _wrap_body(body, inner, items)
+    label = f"({inner.label})"
+    step = Step(ROW_SUBQUERY, label, rule.max_rows_per_unit, rule.max_groups_per_unit, inner.rows_per_unit,
+                f"{label}: row by row, so no unit gains rows")
     return _finish(select, replace(rule, unit=unit, columns=tuple(r for r in rules if r)), reference, data, inner,
-                   f"({inner.label})",
-                   inner.rows_per_unit, hidden)  # row by row: no unit gains rows
+                   step, hidden)
 
 
 def _output_name(item: exp.Expression) -> str:
@@ -822,11 +834,14 @@ def _unit_aggregation(body: exp.Select, inner: Relation, reference: str, sql: st
     select = _wrap_body(body, inner, items)
     select.set("group", exp.Group(expressions=[g.copy() for g in safe_keys]))
     only_unit = len(grouped) == 1
-    synthetic = replace(rule, unit=unit_name, max_rows_per_unit=1 if only_unit else k,
-                        columns=tuple(r for r in rules if r))
     # One output row per (unit, group) of the inner rows: at most one, or at most its rows.
-    held = 1 if only_unit else inner.rows_per_unit
-    return _finish(select, synthetic, reference, data, inner, f"({inner.label} per unit)", held, False)
+    label = f"({inner.label} per unit)"
+    step = Step(UNIT_SUBQUERY, label, 1 if only_unit else k, rule.max_groups_per_unit,
+                1 if only_unit else inner.rows_per_unit,
+                f"{label}: one row per unit" if only_unit else
+                f"{label}: one row per unit and group, so no unit gains rows")
+    synthetic = replace(rule, unit=unit_name, columns=tuple(r for r in rules if r))
+    return _finish(select, synthetic, reference, data, inner, step, False)
 
 
 def _total_aggregate(node: exp.AggFunc) -> exp.Expr:
@@ -875,14 +890,15 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
     return ColumnRule(name=name, bounds=Bounds(interval.lower, interval.upper))
 
 
-def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner: Relation, label: str,
-            held: int | None, hidden: bool) -> Relation:
-    """The relation of a subquery; a ``hidden`` unit column stays out of its scope."""
+def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner: Relation, step: Step,
+            hidden: bool) -> Relation:
+    """The relation of a subquery, its limits those of ``step``; a ``hidden`` unit column stays
+    out of its scope."""
     columns = dict(data.describe(select)) if data is not None else {}
     columns = {name.lower(): typ for name, typ in columns.items()}
     scope = column_scope(reference, _visible(columns, _unit(rule), hidden))
-    return Relation(select, rule, columns, scope, label, rows_per_unit=held, bounded=inner.bounded,
-                    joins=inner.joins)
+    return Relation(select, step.limits(rule), columns, scope, step.label, bounded=inner.bounded,
+                    stability=inner.stability + (step,))
 
 
 def _visible(columns: dict, unit: str, hidden: bool) -> dict:
@@ -921,22 +937,22 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
             rules.append(ColumnRule(name=name, bounds=bounds))
     union = exp.union(*[exp.Select(expressions=[exp.column(c, quoted=True) for c in r.columns]).from_(
         exp.alias_(_as_source(r.sql), "dp_b")) for r in relations], distinct=False)
-    rule = PrivateTable(
-        name=" ∪ ".join(r.rule.name for r in relations),
-        unit=columns[positions[0]],
-        max_rows_per_unit=sum(r.rule.max_rows_per_unit for r in relations),
-        max_groups_per_unit=sum(r.rule.groups_per_unit for r in relations),
-        columns=tuple(rules),
-    )
-    held = None if any(r.rows_per_unit is None for r in relations) else sum(r.rows_per_unit for r in relations)
-    _check_fan_out(query, sql, held, relations, policy.max_rows_after_joins, "this UNION ALL adds up its "
-                   "branches' rows per unit (" + " + ".join(str(r.rows_per_unit) for r in relations) + ")",
-                   "combine fewer branches, or aggregate per unit in each branch (GROUP BY the unit), "
-                   "which leaves one row per unit and branch")
+    name = " ∪ ".join(r.rule.name for r in relations)
+    held_by = [r.rows_per_unit for r in relations]
+    held = None if any(h is None for h in held_by) else sum(h for h in held_by if h is not None)
+    check_fan_out(query, sql, held, tuple(held_by), policy.max_rows_after_joins, "this UNION ALL adds up its "
+                  "branches' rows per unit (" + " + ".join(str(h) for h in held_by) + ")",
+                  "combine fewer branches, or aggregate per unit in each branch (GROUP BY the unit), "
+                  "which leaves one row per unit and branch")
+    # A unit's rows in the union are its rows in every branch: the limits add up.
+    step = Step(UNION_ALL, name, sum(r.rule.max_rows_per_unit for r in relations),
+                sum(r.rule.groups_per_unit for r in relations), held,
+                f"{name}: the branches' rows of one unit add up")
+    rule = step.limits(PrivateTable(name=name, unit=columns[positions[0]], columns=tuple(rules)))
     scope = column_scope(reference, _visible(first.columns, _unit(rule), hidden))
-    return Relation(union, rule, dict(first.columns), scope, rule.name, rows_per_unit=held,
+    return Relation(union, rule, dict(first.columns), scope, rule.name,
                     bounded=frozenset().union(*(r.bounded for r in relations)),
-                    joins=tuple(j for r in relations for j in r.joins))
+                    stability=tuple(s for r in relations for s in r.stability) + (step,))
 
 
 def _public_subquery(query: exp.Select, reference: str, sql: str, data) -> _Public:
