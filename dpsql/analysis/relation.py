@@ -4,14 +4,15 @@ The FROM clause of a private query is turned into a *relation*: SQL producing ro
 attributable to exactly one privacy unit (its ``unit`` column), with a stability record (one
 ``dpsql.analysis.stability.Step`` per construct: how many rows ``k`` and groups one unit can
 have after it, and why) and a rule carrying the last step's limits and the bounds and public
-key domains of its columns. The aggregate stages then treat it exactly like a private table, and the final
-rewrite enforces ``k`` and the bounds on it, so the privacy argument needs only one fact from
-this module: **every row of the relation depends on the data of the unit in its unit column
-and on public data, and of no other unit** (taint follows the data). Each construct keeps it:
+key domains of its columns. The aggregate stages then treat it exactly like a private table,
+and the final rewrite enforces ``k`` and the bounds on it, so the privacy argument needs only
+one fact from this module: **every row of the relation depends on the data of the unit in its
+unit column and on public data, and of no other unit** (taint follows the data). Each
+construct keeps it:
 
 * a private table: each row is its unit's (rows with a NULL unit are dropped later); a
   row-level table (PRIVACY UNIT ROW) is a unit-level one whose unit is its copy's hidden
-  per-row id (``dpsql.backends.bounding.ROW_UNIT``): every rule below applies to it unchanged, and
+  per-row id (``dpsql.sql.names.ROW_UNIT``): every rule below applies to it unchanged, and
   the id is carried through projections and unions without the analyst naming it (it is
   never in scope, so nothing can bind to it, select it or join on it);
 * private ⋈ public on equality: a private row becomes at most ``m`` rows (``m`` = the public
@@ -79,13 +80,7 @@ from dpsql.analysis.stability import (
     check_fan_out,
     product,
 )
-from dpsql.backends.bounding import (
-    DATABASE,
-    ROW_UNIT,
-    ROW_UNIT_TYPE,
-    bounded_reference,
-    copy_name,
-)
+from dpsql.backends.bounding import ROW_UNIT_TYPE, bounded_reference, copy_name
 from dpsql.errors import DPError, InternalError
 from dpsql.policy.model import (
     Bounds,
@@ -96,7 +91,7 @@ from dpsql.policy.model import (
     PublicTable,
 )
 from dpsql.sql.allowlist import check_public, check_row_level, refuse
-from dpsql.sql.names import columns_hint, sql_name
+from dpsql.sql.names import ROW_UNIT, columns_hint, sql_name
 from dpsql.sql.parse import DIALECT, describe
 
 if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
@@ -579,8 +574,7 @@ def _stored(public: _Public, keys: list[_JoinKey], tag: str, join, sql: str, dat
         message = error.message if isinstance(error, DPError) else str(error).strip().split("\n")[0]
         refuse(join, sql, f"the public side of this join could not be computed: {message}",
                "check the public subquery or table on its own, as a query over public tables")
-    table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
-    return replace(public, sql=table, ranges=_ranges(name, public.columns, data))
+    return replace(public, sql=data.stored_reference(name), ranges=_ranges(name, public.columns, data))
 
 
 def _ranges(stored: str, columns: dict, data: Backend) -> dict:

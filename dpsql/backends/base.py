@@ -51,6 +51,10 @@ class Backend(Protocol):
         (invariant 15: enforce, never measure apart)."""
         ...
 
+    def stored_reference(self, name: str) -> exp.Table:
+        """The table a query reads the stored public relation ``name`` (``materialise``) as."""
+        ...
+
     def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
         """The most rows of the stored public relation ``stored`` that share one value of its
         ``keys`` columns (rows with a NULL key never match a join, so they are not counted), at

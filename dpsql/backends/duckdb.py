@@ -226,6 +226,10 @@ class Engine:
                 instance.materialised.add(name)
         return name
 
+    def stored_reference(self, name: str) -> exp.Table:
+        """``dp_bounding.main."<name>"``: where ``materialise`` stores public rows."""
+        return exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+
     def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
         """The most stored public rows sharing one value of ``keys`` (NULL keys never match)."""
         listed = ", ".join(_quote(k) for k in keys)
