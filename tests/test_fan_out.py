@@ -275,7 +275,7 @@ def test_the_stability_record_states_each_construct_and_the_rule_reads_the_last_
     the rows and groups per unit after it and why; the relation's limits are its last step's."""
     import sqlglot
 
-    from dpsql.analysis.relation import build_relation
+    from dpsql.analysis.from_clause import build_relation
     from dpsql.analysis.stability import PUBLIC_JOIN, ROW_SUBQUERY, TABLE, TRUNCATION, UNION_ALL, UNIT_JOIN
 
     sql = ("SELECT COUNT(*) FROM (SELECT v.uid, p.slot FROM v JOIN p ON v.tag = p.tag "

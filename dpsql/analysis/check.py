@@ -25,8 +25,8 @@ from dpsql.analysis.bind import (
     written_name,
 )
 from dpsql.analysis.domains import narrow_keys
+from dpsql.analysis.from_clause import build_relation, touches_private
 from dpsql.analysis.plan import GroupKey, PrivateQuery, PublicQuery
-from dpsql.analysis.relation import build_relation, touches_private
 from dpsql.policy.model import KeyDomain, Policy, PrivateTable
 from dpsql.sql.allowlist import (
     ROW_LEVEL_FUNCTIONS,
