@@ -40,8 +40,10 @@ if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, ne
     from dpsql.backends.base import Backend
 
 
-def join_relations(left, right, join: exp.Join, sql: str, data: Backend | None, max_multiplicity: int,
-          max_rows: int):
+def join_relations(left, right, join: exp.Join, sql: str,
+                   data: Backend | None, max_multiplicity: int, max_rows: int) -> Relation:
+    """The relation of ``left JOIN right``: refused unless it is an equality join on the units of
+    two private relations, or of a private relation with public data on keys of one lossless type."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL"):
