@@ -27,6 +27,7 @@ from dpsql.analysis.bind import (
 from dpsql.analysis.domains import narrow_keys
 from dpsql.analysis.from_clause import build_relation, touches_private
 from dpsql.analysis.plan import GroupKey, PrivateQuery, PublicQuery
+from dpsql.errors import DPError
 from dpsql.policy.model import KeyDomain, Policy, PrivateTable
 from dpsql.sql.allowlist import (
     ROW_LEVEL_FUNCTIONS,
@@ -35,7 +36,7 @@ from dpsql.sql.allowlist import (
     check_row_level,
     refuse,
 )
-from dpsql.sql.parse import DIALECT, describe
+from dpsql.sql.parse import DIALECT, describe, located
 from dpsql.sql.types import implied_domain
 
 if TYPE_CHECKING:  # the protocol only: analysis asks the engine through it, never imports one
@@ -51,8 +52,17 @@ def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog
     """Decide whether ``tree`` can be answered, and describe it for the next stage.
 
     ``data`` reads public tables and query schemas (joins need a public key's multiplicity);
-    it never reads a private row.
+    it never reads a private row. A refusal carries its node and, once here, its position in
+    ``sql`` (the relation's modules refuse with the node alone).
     """
+    try:
+        return _check(tree, sql, policy, catalog, data)
+    except DPError as error:
+        raise located(error, sql)
+
+
+def _check(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
+           data: Backend | None) -> PrivateQuery | PublicQuery:
     tree = tree.copy()
     name_subqueries(tree)
     ctes = _ctes(tree, sql, policy, catalog)

@@ -46,7 +46,7 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
         current = join_relations(current, other, join, sql, data, policy.max_join_multiplicity,
                                  policy.max_rows_after_joins)
     if isinstance(current, PublicSide):
-        refuse(from_, sql, "private data may be read only in FROM: this query's FROM reads public tables only "
+        refuse(from_, "private data may be read only in FROM: this query's FROM reads public tables only "
                "while another part of it reads a private table", "aggregate the private table in FROM, "
                "joining the public one")
     return current
@@ -61,7 +61,7 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
     if isinstance(node, exp.Table):
         bound = bind_table(node, policy, catalog, sql)
         if node.args.get("sample") is not None and isinstance(bound.declaration, PrivateTable):
-            refuse(node.args["sample"], sql, "TABLESAMPLE of a private table is not supported",
+            refuse(node.args["sample"], "TABLESAMPLE of a private table is not supported",
                    "query the whole table; dpsql bounds each unit's contribution itself")
         columns = dict(bound.columns)
         table_sql = exp.to_table(".".join(f'"{p}"' for p in bound.name.split(".")))
@@ -80,27 +80,27 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
         if not reference:  # dpsql.analysis.check names each one as DuckDB does: this is a bug
-            refuse(node, sql, "a subquery in FROM needs an alias", "write (SELECT ...) AS t")
+            refuse(node, "a subquery in FROM needs an alias", "write (SELECT ...) AS t")
         return _subquery(node.this, reference, policy, catalog, sql, data, ctes)
-    refuse(node, sql, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")
+    refuse(node, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")
 
 
 def _subquery(query: exp.Expression, reference: str, policy, catalog, sql, data, ctes):
     if isinstance(query, exp.Union):
         return _union(query, reference, policy, catalog, sql, data, ctes)
     if not isinstance(query, exp.Select):
-        refuse(query, sql, f"{describe(query)} is not supported as a subquery", "write a SELECT")
+        refuse(query, f"{describe(query)} is not supported as a subquery", "write a SELECT")
     tables = [t for t in query.find_all(exp.Table)]
     from_ = query.args.get("from_") or query.args.get("from")
     if from_ is None:
-        refuse(query, sql, "a subquery must read a table", "add FROM <table>")
+        refuse(query, "a subquery must read a table", "add FROM <table>")
     inner = build_relation(from_, query.args.get("joins") or [], policy, catalog, sql, data, ctes) \
         if touches_private(tables, policy, catalog, ctes) else None
     if inner is None:
         return public_subquery(query, reference, sql, data)
     for part in ("order", "limit", "offset", "qualify", "windows", "laterals", "sample"):
         if query.args.get(part):
-            refuse(query.args[part], sql, f"{part.upper()} inside a subquery over private data would pick "
+            refuse(query.args[part], f"{part.upper()} inside a subquery over private data would pick "
                    "rows across units", "filter with WHERE, or sort the final result instead")
     body = query.copy()
     bind_to(body, inner, sql)
@@ -128,16 +128,16 @@ def touches_private(tables, policy, catalog, ctes) -> bool:
 
 def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Relation:
     if not isinstance(query, exp.Union) or query.args.get("distinct"):
-        refuse(query, sql, f"{describe(query)} is not supported over private data",
+        refuse(query, f"{describe(query)} is not supported over private data",
                "combine branches with UNION ALL")
     branches = [b for b in (query.this, query.expression)]
     relations = [_subquery(b.this if isinstance(b, exp.Subquery) else b, reference, policy, catalog, sql, data, ctes)
                  for b in branches]
     if not all(isinstance(r, Relation) for r in relations):
-        refuse(query, sql, "every branch of a UNION ALL over private data must keep the privacy unit",
+        refuse(query, "every branch of a UNION ALL over private data must keep the privacy unit",
                "select the unit column in each branch")
     if len({r.hidden_unit for r in relations}) > 1:
-        refuse(query, sql, "a UNION ALL cannot combine a table whose rows are each their own privacy unit with "
+        refuse(query, "a UNION ALL cannot combine a table whose rows are each their own privacy unit with "
                "a table whose unit is a column: their units cannot be matched",
                "combine row-level tables only with row-level tables")
     first = relations[0]
@@ -146,7 +146,7 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     positions = [list(r.columns).index(unit_of(r.rule).lower()) if unit_of(r.rule).lower() in r.columns else -1
                  for r in relations]
     if len(set(positions)) != 1 or positions[0] < 0 or any(len(r.columns) != len(columns) for r in relations):
-        refuse(query, sql, "the branches of a UNION ALL must have the same columns, with the privacy unit "
+        refuse(query, "the branches of a UNION ALL must have the same columns, with the privacy unit "
                "in the same position", "select the same columns in each branch")
     same_unit_type(relations, query, sql, "a UNION ALL")
     rules = []
@@ -160,7 +160,7 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     name = " ∪ ".join(r.rule.name for r in relations)
     held_by = [r.rows_per_unit for r in relations]
     held = None if any(h is None for h in held_by) else sum(h for h in held_by if h is not None)
-    check_fan_out(query, sql, held, tuple(held_by), policy.max_rows_after_joins, "this UNION ALL adds up its "
+    check_fan_out(query, held, tuple(held_by), policy.max_rows_after_joins, "this UNION ALL adds up its "
                   "branches' rows per unit (" + " + ".join(str(h) for h in held_by) + ")",
                   "combine fewer branches, or aggregate per unit in each branch (GROUP BY the unit), "
                   "which leaves one row per unit and branch")

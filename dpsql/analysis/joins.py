@@ -47,22 +47,22 @@ def join_relations(left, right, join: exp.Join, sql: str,
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if kind in ("CROSS", "NATURAL", "SEMI", "ANTI", "ASOF", "POSITIONAL"):
-        refuse(join, sql, f"{kind} JOIN is not supported over private tables",
+        refuse(join, f"{kind} JOIN is not supported over private tables",
                "join with ON a = b equality conditions")
     condition = join.args.get("on")
     using = join.args.get("using")
     if condition is None and not using:
-        refuse(join, sql, "a join without ON would pair every private row with every other row",
+        refuse(join, "a join without ON would pair every private row with every other row",
                "join with ON a = b equality conditions")
     if isinstance(left, PublicSide) and isinstance(right, PublicSide):
-        refuse(join, sql, "two public tables joined before the private one are not supported",
+        refuse(join, "two public tables joined before the private one are not supported",
                "name the private table first (FROM t JOIN p ON ... JOIN q ON ...), or join the public "
                "tables in a subquery: FROM t JOIN (SELECT ... FROM p JOIN q ON ...) AS pq ON ...")
     if side == "RIGHT":  # a RIGHT JOIN keeps the right side: the same as the mirrored LEFT JOIN
         left, right, side = right, left, "LEFT"
     # Which side keeps all its rows: it must be a private one, so no row lacks a unit.
     if side == "FULL" or (side == "LEFT" and isinstance(left, PublicSide)):
-        refuse(join, sql, f"{side} JOIN here would make rows that belong to no privacy unit",
+        refuse(join, f"{side} JOIN here would make rows that belong to no privacy unit",
                "use an inner join, or keep the private table on the preserved side")
     names = _joined_names(left, right)
     scope = {**{k: names[("l", v)] for k, v in left.scope.items() if k[0] is not None},
@@ -89,7 +89,7 @@ def join_relations(left, right, join: exp.Join, sql: str,
         left, right = _truncated(left), _truncated(right)
         # A joined row pairs a row of each side of the same unit (one row if LEFT and unmatched).
         held = product(left.rows_per_unit, right.rows_per_unit)
-        check_fan_out(join, sql, held, inputs, max_rows, f"this join of {right.label} on the privacy unit pairs "
+        check_fan_out(join, held, inputs, max_rows, f"this join of {right.label} on the privacy unit pairs "
                        f"each of one unit's rows on its left ({left.rows_per_unit} at most) with each on its right "
                        f"({right.rows_per_unit})", "join each private table once, or aggregate "
                        "per unit first in a subquery (SELECT unit, SUM(x) AS s FROM t GROUP BY unit), which "
@@ -106,7 +106,7 @@ def join_relations(left, right, join: exp.Join, sql: str,
         private, public = (left, right) if isinstance(left, Relation) else (right, left)
         tag = "l" if private is left else "r"
         if data is None:
-            refuse(join, sql, "joins need the database's public tables to bound their multiplicity",
+            refuse(join, "joins need the database's public tables to bound their multiplicity",
                    "run the query through dpsql.connect")
         keys = _join_keys(bound_condition, private, public, tag, join, sql, data)
         public = _stored(public, keys, "r" if tag == "l" else "l", join, sql, data)
@@ -114,7 +114,7 @@ def join_relations(left, right, join: exp.Join, sql: str,
         # The most stored public rows sharing one value of the join keys (NULL keys never match).
         multiplicity = data.key_multiplicity(public.sql.name, [key.stored for key in keys])
         if multiplicity > max_multiplicity:
-            refuse(join, sql, f"a row of the private side can match up to {multiplicity} rows of "
+            refuse(join, f"a row of the private side can match up to {multiplicity} rows of "
                    f"{public.label} on this join's keys, more than the policy's MAX JOIN MULTIPLICITY "
                    f"{max_multiplicity}", "join on columns that identify the public rows (a key), or "
                    "aggregate the public side first in a subquery")
@@ -124,7 +124,7 @@ def join_relations(left, right, join: exp.Join, sql: str,
         # type, exactly the keys the multiplicity was counted on — so the rows a unit holds
         # multiply by at most m, whatever the private data (DESIGN.md invariant 15).
         held = product(private.rows_per_unit, multiplicity)
-        check_fan_out(join, sql, held, (private.rows_per_unit,), max_rows, f"each of a unit's rows in {private.label} "
+        check_fan_out(join, held, (private.rows_per_unit,), max_rows, f"each of a unit's rows in {private.label} "
                        f"({private.rows_per_unit} at most) can match up to m = {multiplicity} rows of "
                        f"{public.label} on this join's keys", "join on columns that identify the public rows "
                        "(a key), aggregate the public side first in a subquery, or join fewer public tables")
@@ -195,7 +195,7 @@ def _bind_condition(condition, left, right, names, sql):
                 for resolved in [resolve_column(column, part.scope, part.columns, sql)] if resolved is not None]
         if len(hits) != 1:
             problem = "is ambiguous" if hits else "is unknown"
-            refuse(column, sql, f"column {column.sql(dialect=DIALECT)} in the join condition {problem}",
+            refuse(column, f"column {column.sql(dialect=DIALECT)} in the join condition {problem}",
                    "qualify it with its table's alias")
         tag, resolved = hits[0]
         source = resolved if isinstance(resolved, exp.Column) else next(resolved.find_all(exp.Column))
@@ -214,7 +214,7 @@ def _using_condition(using: list, left, right, join, sql) -> exp.Expr:
     for identifier in using:
         name = identifier.name.lower()
         if (None, name) not in left.scope or (None, name) not in right.scope:
-            refuse(join, sql, f"USING ({identifier.name}) names a column that is not on both sides",
+            refuse(join, f"USING ({identifier.name}) names a column that is not on both sides",
                    "join ON a = b instead")
         parts.append(exp.EQ(this=exp.column(left.scope[(None, name)], table="dp_l", quoted=True),
                             expression=exp.column(right.scope[(None, name)], table="dp_r", quoted=True)))
@@ -251,7 +251,7 @@ def same_unit_type(relations: list, node, sql: str, what: str) -> None:
     types = [r.columns.get(unit_of(r.rule).lower(), "") for r in relations]
     if len(set(types)) > 1:
         listed = " and ".join(f"{r.rule.unit} {t}" for r, t in zip(relations, types))
-        refuse(node, sql, f"{what} compares privacy units of different types ({listed}): a conversion "
+        refuse(node, f"{what} compares privacy units of different types ({listed}): a conversion "
                "could make different units equal", "the units need one type in every table (e.g. BIGINT): "
                "ask the curator to store or declare them so; dpsql pairs units only of identical types")
 
@@ -261,11 +261,11 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
     join that is not on the units, or on units of different types."""
     for part in (left, right):
         if part.hidden_unit:
-            refuse(join, sql, f"each row of {part.label} is its own privacy unit, so it has no unit column to join "
+            refuse(join, f"each row of {part.label} is its own privacy unit, so it has no unit column to join "
                    "another private table on", "join row-level private tables only with public tables")
     on_units = any(a.name == left.unit and b.name == right.unit for a, b in equalities)
     if not on_units:
-        refuse(join, sql, f"two private tables can only be joined on their privacy units "
+        refuse(join, f"two private tables can only be joined on their privacy units "
                f"({left.rule.unit} = {right.rule.unit}): any other join mixes different units' rows",
                f"add ON ... {left.rule.unit} = ... {right.rule.unit}")
     same_unit_type([left, right], join, sql, "a join of two private tables")
@@ -366,12 +366,12 @@ def _join_keys(condition: exp.Expr, private: Relation, public: PublicSide, tag: 
         public_type = _type_of(public_side, public.sql, theirs, data, sql, join)
         comparison = join_comparison_type(private_type, public_type)
         if comparison is None:
-            refuse(join, sql, f"this join compares {private_type} with {public_type}: DuckDB would convert "
+            refuse(join, f"this join compares {private_type} with {public_type}: DuckDB would convert "
                    "one to the other, which can make different values equal or fail on some rows",
                    f"CAST one side so both have the same type, e.g. CAST(... AS {public_type})")
         keys.append(_JoinKey(private_side, public_side, comparison, private_type, len(keys)))
     if not keys:
-        refuse(join, sql, "a join with a public table needs an equality between a private and a public column",
+        refuse(join, "a join with a public table needs an equality between a private and a public column",
                "join ON private.col = public.col")
     return keys
 
@@ -387,7 +387,7 @@ def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: Bac
     try:
         return data.describe(select)[0][1]
     except DPError as error:
-        refuse(join, sql, f"this join condition does not type-check: {error.message}",
+        refuse(join, f"this join condition does not type-check: {error.message}",
                "compare columns of matching types")
 
 
@@ -405,7 +405,7 @@ def _stored(public: PublicSide, keys: list[_JoinKey], tag: str, join, sql: str, 
         name = data.materialise(select)
     except Exception as error:  # public data only: DuckDB's own first line reveals nothing private
         message = error.message if isinstance(error, DPError) else str(error).strip().split("\n")[0]
-        refuse(join, sql, f"the public side of this join could not be computed: {message}",
+        refuse(join, f"the public side of this join could not be computed: {message}",
                "check the public subquery or table on its own, as a query over public tables")
     return replace(public, sql=data.stored_reference(name), ranges=_ranges(name, public.columns, data))
 

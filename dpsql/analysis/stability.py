@@ -73,7 +73,7 @@ def product(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a * max(b, 1)
 
 
-def check_fan_out(node: exp.Expression, sql: str, held: int | None, inputs: tuple[int | None, ...], limit: int,
+def check_fan_out(node: exp.Expression, held: int | None, inputs: tuple[int | None, ...], limit: int,
                   how: str, instead: str) -> None:
     """Refuse a join or UNION ALL that gives one unit more rows than the policy allows.
 
@@ -91,6 +91,6 @@ def check_fan_out(node: exp.Expression, sql: str, held: int | None, inputs: tupl
     if held is not None and (held <= limit or held <= most):
         return
     reached = "more rows than can be bounded" if held is None else f"up to {held:,} rows"
-    refuse(node, sql, f"{how}: one privacy unit would have {reached} after it, more than the policy's "
+    refuse(node, f"{how}: one privacy unit would have {reached} after it, more than the policy's "
            f"MAX ROWS PER UNIT AFTER JOINS {limit:,} (the work for one unit's rows could tell whether it is "
            "in the data)", f"{instead}; or ask the curator to raise MAX ROWS PER UNIT AFTER JOINS")

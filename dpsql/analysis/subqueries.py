@@ -42,7 +42,7 @@ def bind_to(body: exp.Select, inner: Relation, sql: str) -> None:
             continue
         resolved = resolve_column(column, inner.scope, inner.columns, sql)  # a STRUCT field too
         if resolved is None:
-            refuse(column, sql, f"unknown column {column.sql(dialect=DIALECT)}",
+            refuse(column, f"unknown column {column.sql(dialect=DIALECT)}",
                    columns_hint(column.name, [c for q, c in inner.scope if q is None]))
         replace_column(column, resolved)
     bind_brackets(body, inner.columns, sql)
@@ -87,11 +87,11 @@ def project_rows(body: exp.Select, inner: Relation, reference: str, sql: str, da
         rules.append(_derived_rule(node, name, inner))
     if hidden:  # each row its own unit: its id goes along, under a name no analyst column has
         if any(_output_name(item) == ROW_UNIT for item in body.expressions):
-            refuse(body, sql, f"the name {ROW_UNIT} is reserved for dpsql's per-row unit", "choose another alias")
+            refuse(body, f"the name {ROW_UNIT} is reserved for dpsql's per-row unit", "choose another alias")
         items.append(exp.alias_(exp.column(unit_of(rule), quoted=True), ROW_UNIT, quoted=True))
         unit = ROW_UNIT
     if rule.unit and unit is None:
-        refuse(body, sql, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
+        refuse(body, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
                "stay attributable to units", f"add {rule.unit} to its select list")
     select = _wrap_body(body, inner, items)
     label = f"({inner.label})"
@@ -138,16 +138,16 @@ def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, sql: s
     grouped = [] if group is None else [resolve_group_item(g, body) for g in group.expressions]
     unit = unit_of(rule).lower()
     if inner.hidden_unit:  # each row its own unit: a per-unit aggregate would be one row's value
-        refuse(group or body, sql, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
+        refuse(group or body, f"an aggregate inside a subquery needs a privacy unit column, and each row of "
                f"{inner.label} is its own unit", "aggregate in the outer query only: it adds the noise")
     if not any(isinstance(g, exp.Column) and g.name == unit for g in grouped):
-        refuse(group or body, sql, "an aggregate inside a subquery must be computed per privacy unit",
+        refuse(group or body, "an aggregate inside a subquery must be computed per privacy unit",
                f"GROUP BY {sql_name(unit_of(rule))} in the subquery (aggregating across units happens "
                "in the outer query, with noise)")
     for g in grouped:
         check_row_level(g, sql, "GROUP BY")
     if body.args.get("having") is not None:
-        refuse(body.args["having"], sql, "HAVING inside a per-unit subquery is not supported (its aggregates "
+        refuse(body.args["having"], "HAVING inside a per-unit subquery is not supported (its aggregates "
                "cannot be made error-free)", "filter on the subquery's columns in the outer query's WHERE")
     # Row-level parts that could fail for one unit's rows are made total: keys and aggregate
     # arguments under TRY; SUM and AVG over DOUBLE, which cannot overflow (the outer clamp
@@ -169,12 +169,12 @@ def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, sql: s
         if isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)):
             node = node.this  # ANY_VALUE(x) parses wrapped in IGNORE NULLS
         if not isinstance(node, exp.AggFunc) or type(node) not in UNIT_AGGREGATES:
-            refuse(node, sql, f"{describe(node)} in a per-unit subquery must be a group key or COUNT, SUM, "
+            refuse(node, f"{describe(node)} in a per-unit subquery must be a group key or COUNT, SUM, "
                    "AVG, MIN, MAX or MEDIAN of a row-level expression", "aggregate a column of the table")
         argument = node.this
         if isinstance(argument, exp.Distinct):
             if not isinstance(node, exp.Count):
-                refuse(cast(exp.Expression, node), sql, "DISTINCT inside a per-unit aggregate is supported only "
+                refuse(cast(exp.Expression, node), "DISTINCT inside a per-unit aggregate is supported only "
                        "in COUNT", "drop DISTINCT, or count distinct values")
             argument = argument.expressions[0]  # COUNT(DISTINCT x) per unit is in [0, k] too
         if not isinstance(argument, exp.Star):
@@ -182,7 +182,7 @@ def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, sql: s
         items.append(exp.alias_(total_aggregate(node), name, quoted=True))
         rules.append(_aggregate_rule(UNIT_AGGREGATES[type(node)], argument, name, inner, k))
     if unit_name is None:
-        refuse(body, sql, f"the subquery must select the privacy unit column {sql_name(unit_of(rule))}",
+        refuse(body, f"the subquery must select the privacy unit column {sql_name(unit_of(rule))}",
                f"add {sql_name(unit_of(rule))} to its select list")
     select = _wrap_body(body, inner, items)
     select.set("group", exp.Group(expressions=[g.copy() for g in safe_keys]))
@@ -256,7 +256,7 @@ def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner:
 
 def public_subquery(query: exp.Select, reference: str, sql: str, data) -> PublicSide:
     if data is None:
-        refuse(query, sql, "public subqueries need the database", "run the query through dpsql.connect")
+        refuse(query, "public subqueries need the database", "run the query through dpsql.connect")
     check_public(query, sql, deterministic=True)
     columns = {name.lower(): typ for name, typ in data.describe(query)}
     return PublicSide(query.copy(), columns, column_scope(reference, columns), f"({reference})")
