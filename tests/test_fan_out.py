@@ -268,3 +268,26 @@ def test_no_unit_has_more_rows_than_the_analysed_bound(sql):
             assert counted <= checked.rows_per_unit <= LIMIT, (trial, counted, checked.rows_per_unit)
             reached = max(reached, counted)
     assert reached == checked.rows_per_unit, "the bound should be reached on some dataset"
+
+
+def test_the_stability_record_states_each_construct_and_the_rule_reads_the_last_step():
+    """Each join, subquery and UNION ALL is one step of the relation's stability record, with
+    the rows and groups per unit after it and why; the relation's limits are its last step's."""
+    import sqlglot
+
+    from dpsql.analysis.from_clause import build_relation
+    from dpsql.analysis.stability import PUBLIC_JOIN, ROW_SUBQUERY, TABLE, TRUNCATION, UNION_ALL, UNIT_JOIN
+
+    sql = ("SELECT COUNT(*) FROM (SELECT v.uid, p.slot FROM v JOIN p ON v.tag = p.tag "
+           "UNION ALL SELECT v.uid, u.amount FROM v JOIN u ON v.uid = u.uid) AS w")
+    with dpsql.connect(frames(True), policy=POLICY) as db:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        relation = build_relation(tree.args["from_"], [], db.policy, db._catalog, sql, db._engine, {})
+    steps = [(s.construct, s.rows_per_unit, s.held) for s in relation.stability]
+    assert steps == [(TABLE, 5, 5), (PUBLIC_JOIN, 20, 20), (ROW_SUBQUERY, 20, 20),
+                     (TABLE, 5, 5), (TABLE, 1, 1), (UNIT_JOIN, 5, 5), (ROW_SUBQUERY, 5, 5),
+                     (UNION_ALL, 25, 25)], steps
+    assert TRUNCATION not in {s.construct for s in relation.stability}  # bounded copies hold k already
+    assert relation.rule.max_rows_per_unit == relation.stability[-1].rows_per_unit == 25
+    assert relation.rows_per_unit == 25
+    assert relation.joins == (relation.stability[1].why,) and "m = 4" in relation.joins[0]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.analysis.relation import join_comparison_type
+from dpsql.analysis.joins import join_comparison_type
 from dpsql.backends.duckdb import Engine
 from dpsql.mechanisms.noise import SeededSource
 

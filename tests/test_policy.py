@@ -10,9 +10,9 @@ import duckdb
 import pandas as pd
 import pytest
 
+from dpsql.backends.duckdb import read_catalog
 from dpsql.errors import PolicyError
 from dpsql.policy.language import (
-    catalog_of,
     check_policy,
     load_policy,
     parse_policy,
@@ -393,10 +393,10 @@ def con():
 
 @pytest.fixture
 def catalog(con):
-    return catalog_of(con)
+    return read_catalog(con)
 
 
-def test_catalog_of_reads_columns_in_order(catalog):
+def test_read_catalog_reads_columns_in_order(catalog):
     assert catalog == {
         "visits": {"user_id": "INTEGER", "day": "DATE", "store": "VARCHAR", "amount": "DOUBLE",
                    "age": "INTEGER", "zip": "VARCHAR"},
@@ -405,12 +405,12 @@ def test_catalog_of_reads_columns_in_order(catalog):
     assert list(catalog["visits"]) == ["user_id", "day", "store", "amount", "age", "zip"]
 
 
-def test_catalog_of_keys_other_schemas_and_sees_views_and_dataframes(con):
+def test_read_catalog_keys_other_schemas_and_sees_views_and_dataframes(con):
     con.execute('CREATE SCHEMA Sales; CREATE TABLE Sales."Orders"("Total" DECIMAL(10,2));'
                 "CREATE VIEW big AS SELECT * FROM stores WHERE size > 10")
     con.register("frame", pd.DataFrame({"n": [1, 2]}))
     con.register("stores", pd.DataFrame({"only": ["shadow"]}))  # temp objects shadow main ones
-    catalog = catalog_of(con)
+    catalog = read_catalog(con)
     assert catalog["sales.orders"] == {"total": "DECIMAL(10,2)"}
     assert catalog["big"] == {"store": "VARCHAR", "city": "VARCHAR", "size": "INTEGER"}
     assert catalog["frame"] == {"n": "BIGINT"}
@@ -433,7 +433,7 @@ def test_check_policy_finds_qualified_tables(con):
     con.execute("CREATE SCHEMA s; CREATE TABLE s.events(v SMALLINT)")
     policy = parse_policy(BUDGET + "PRIVATE TABLE S.Events (PRIVACY UNIT ROW, v BOUNDS 0 TO 1);"
                                    "PUBLIC TABLE main.stores;")
-    check_policy(policy, catalog_of(con))
+    check_policy(policy, read_catalog(con))
 
 
 CATALOG_ERRORS = [

@@ -20,7 +20,7 @@ import pytest
 import sqlglot
 
 import dpsql
-from dpsql.analysis.relation import _total_aggregate
+from dpsql.analysis.subqueries import total_aggregate
 from dpsql.backends.bounding import (
     ROW_UNIT,
     BoundedTable,
@@ -287,10 +287,10 @@ def test_per_unit_aggregates_do_not_depend_on_row_order():
     and DuckDB's order follows physical order and threads. Per-unit SUM and AVG add the
     values in ascending order, and ANY_VALUE is MIN, so every permutation gives one answer."""
     values = [1e16, 1.0, -1e16, 3.0]
-    calls = {name: _total_aggregate(sqlglot.parse_one(text, read="duckdb")).sql(dialect="duckdb")
+    calls = {name: total_aggregate(sqlglot.parse_one(text, read="duckdb")).sql(dialect="duckdb")
              for name, text in (("sum", "SUM(v)"), ("avg", "AVG(v)"), ("min", "MIN(v)"))}
     any_value = sqlglot.parse_one("ANY_VALUE(v)", read="duckdb")
-    calls["any"] = _total_aggregate(any_value.this if not isinstance(any_value, sqlglot.exp.AnyValue)
+    calls["any"] = total_aggregate(any_value.this if not isinstance(any_value, sqlglot.exp.AnyValue)
                                     else any_value).sql(dialect="duckdb")
     assert calls["any"] == calls["min"]
     connection = duckdb.connect()

@@ -11,7 +11,9 @@ Binding rewrites each column reference to its canonical catalog name, qualified 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from sqlglot import exp
 
@@ -74,7 +76,8 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
     key = table_key(table)
     declaration = policy.table(key)
     if declaration is None or key not in catalog:
-        declared = {t.name.lower(): t.name for t in (*policy.private_tables, *policy.public_tables)}
+        tables: list[PrivateTable | PublicTable] = [*policy.private_tables, *policy.public_tables]
+        declared = {t.name.lower(): t.name for t in tables}
         raise UnsupportedQuery(
             f"unknown table {written_name(table)}",
             line=line,
@@ -117,12 +120,17 @@ def is_bound(column: exp.Column) -> bool:
     return bool(column.this.meta.get(BOUND)) if isinstance(column.this, exp.Identifier) else False
 
 
-def scope_of(bound: BoundTable) -> dict:
-    """(qualifier or None, column) -> column, for a query over one table."""
-    scope = {}
-    for column in bound.columns:
+def column_scope(reference: str, columns: Iterable[str], *others: str) -> dict[tuple[str | None, str], str]:
+    """(qualifier or None, column) -> column, for a query over one relation that answers to
+    ``reference`` (and to ``others``, such as a table's own name under its alias).
+
+    >>> sorted(column_scope("v", ["x"], "visits"), key=str)
+    [('v', 'x'), ('visits', 'x'), (None, 'x')]
+    """
+    scope: dict[tuple[str | None, str], str] = {}
+    for column in columns:
         scope[(None, column)] = column
-        for qualifier in {bound.reference, bound.name.split(".")[-1]}:
+        for qualifier in {reference, *others}:
             scope[(qualifier, column)] = column
     return scope
 
@@ -177,7 +185,8 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
     parts = [p.name for p in column.parts]
     dots = _dotted_fields(column)
     lowered = [p.lower() for p in parts]
-    candidates = []  # (relation column, the part naming it, fields), in DuckDB's order of preference
+    # (relation column, the part naming it, fields), in DuckDB's order of preference
+    candidates: list[tuple[str | None, int, list[str]]] = []
     if len(parts) == 1:
         candidates.append((scope.get((None, lowered[0])), 0, []))
     else:
@@ -203,7 +212,8 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
 
 def _dotted_fields(column: exp.Column) -> list[str]:
     """Fields after a column's four name parts (``a.b.c.d.e``: sqlglot's ``Dot`` above it)."""
-    fields, node = [], column
+    fields: list[str] = []
+    node: exp.Expression = column
     while isinstance(node.parent, exp.Dot) and node.parent.this is node:
         node = node.parent
         fields.append(node.expression.name)
@@ -211,7 +221,7 @@ def _dotted_fields(column: exp.Column) -> list[str]:
 
 
 def replace_column(column: exp.Column, resolved: exp.Expression) -> None:
-    top = column
+    top: exp.Expression = column
     while isinstance(top.parent, exp.Dot) and top.parent.this is top:
         top = top.parent
     top.replace(resolved)
@@ -228,7 +238,7 @@ def _bound_identifier_column(target: str, column: exp.Column, part: int) -> exp.
 
 
 def _is_struct(type_name: str | None) -> bool:
-    return bool(type_name) and type_name.upper().startswith("STRUCT(")
+    return type_name is not None and type_name.upper().startswith("STRUCT(")
 
 
 def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, sql: str,
@@ -275,7 +285,8 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
                 raise UnsupportedQuery(f"struct_extract reads a STRUCT, but {_written(base)} is of type "
                                        f"{type_name}", line=line, col=col,
                                        construct=sub.sql(dialect=DIALECT),
-                                       hint="read fields of STRUCT columns, such as struct_extract(s, 'field') or s.field")
+                                       hint="read fields of STRUCT columns, such as struct_extract(s, 'field') "
+                                            "or s.field")
             continue
         index = sub.expressions[0] if isinstance(sub, exp.Bracket) and len(sub.expressions) == 1 else sub.expression
         if isinstance(sub, exp.Dot) and isinstance(index, exp.Identifier):  # s['f'].g
@@ -290,7 +301,7 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
 
 
 def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, sql: str,
-                    spellings: dict | None) -> None:
+                    spellings: dict | None) -> NoReturn:
     """Refuse a column the scope does not resolve, saying why: a bare name two joined tables
     both have (ambiguous), a name its qualifier's table lacks (the hint lists that table's
     columns, and the tables that do have it), an unknown qualifier, or an unknown name. A hint
@@ -300,11 +311,15 @@ def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, sql:
     >>> scope = {(None, "uid"): "uid", ("v", "uid"): "uid", ("v", "amount"): "amount",
     ...          ("visits", "amount"): "amount", ("s", "amount"): "s.amount", ("s", "sz"): "sz", (None, "sz"): "sz"}
     >>> _refuse_unbound(sqlglot.parse_one("SELECT v.sz").find(exp.Column), "v", scope, "", None)
+    ... # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: unknown column v.sz: v has no column sz (line 1, column 8). Hint: sz is a column of s; the columns of v are: amount, uid.
+    dpsql.errors.UnsupportedQuery: unknown column v.sz: v has no column sz (line 1, column 8).
+    Hint: sz is a column of s; the columns of v are: amount, uid.
     >>> _refuse_unbound(sqlglot.parse_one("SELECT amount").find(exp.Column), None, scope, "", None)
+    ... # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: column amount is ambiguous: s and v both have it (line 1, column 8). Hint: qualify it: s.amount or v.amount.
+    dpsql.errors.UnsupportedQuery: column amount is ambiguous: s and v both have it (line 1, column 8).
+    Hint: qualify it: s.amount or v.amount.
     """
     line, col = node_position(column, sql)
     shown = column.sql(dialect=DIALECT)

@@ -11,6 +11,8 @@ is, and what to write.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sqlglot import exp
 
 from dpsql.analysis.aggregates import output_name, split_aggregates
@@ -23,8 +25,9 @@ from dpsql.analysis.bind import (
     written_name,
 )
 from dpsql.analysis.domains import narrow_keys
+from dpsql.analysis.from_clause import build_relation, touches_private
 from dpsql.analysis.plan import GroupKey, PrivateQuery, PublicQuery
-from dpsql.analysis.relation import PublicData, build_relation, touches_private
+from dpsql.errors import DPError
 from dpsql.policy.model import KeyDomain, Policy, PrivateTable
 from dpsql.sql.allowlist import (
     ROW_LEVEL_FUNCTIONS,
@@ -33,8 +36,11 @@ from dpsql.sql.allowlist import (
     check_row_level,
     refuse,
 )
-from dpsql.sql.parse import DIALECT, describe
+from dpsql.sql.parse import DIALECT, describe, located
 from dpsql.sql.types import implied_domain
+
+if TYPE_CHECKING:  # the protocol only: analysis asks the engine through it, never imports one
+    from dpsql.backends.base import Backend
 
 SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "joins", "where", "group", "having", "order", "limit",
                         "offset", "kind", "distinct"}
@@ -42,12 +48,21 @@ SELECT_PARTS_ALLOWED = {"expressions", "from", "from_", "joins", "where", "group
 
 
 def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
-                data: PublicData | None = None) -> PrivateQuery | PublicQuery:
+                data: Backend | None = None) -> PrivateQuery | PublicQuery:
     """Decide whether ``tree`` can be answered, and describe it for the next stage.
 
     ``data`` reads public tables and query schemas (joins need a public key's multiplicity);
-    it never reads a private row.
+    it never reads a private row. A refusal carries its node and, once here, its position in
+    ``sql`` (the relation's modules refuse with the node alone).
     """
+    try:
+        return _check(tree, sql, policy, catalog, data)
+    except DPError as error:
+        raise located(error, sql)
+
+
+def _check(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
+           data: Backend | None) -> PrivateQuery | PublicQuery:
     tree = tree.copy()
     name_subqueries(tree)
     ctes = _ctes(tree, sql, policy, catalog)
@@ -90,7 +105,8 @@ def name_subqueries(tree: exp.Expression) -> None:
     ``unnamed_subquery``, then ``unnamed_subquery2``, ... in each SELECT, in FROM order.
 
     >>> import sqlglot
-    >>> tree = sqlglot.parse_one("SELECT COUNT(*) FROM (SELECT x FROM t) JOIN (SELECT y FROM u) AS v ON x = y JOIN (SELECT z FROM w) ON x = z")
+    >>> tree = sqlglot.parse_one("SELECT COUNT(*) FROM (SELECT x FROM t) JOIN (SELECT y FROM u) AS v ON x = y "
+    ...                          "JOIN (SELECT z FROM w) ON x = z")
     >>> name_subqueries(tree)
     >>> [s.alias for s in tree.find_all(exp.Subquery)]
     ['unnamed_subquery', 'v', 'unnamed_subquery2']
@@ -119,12 +135,17 @@ def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
     >>> tree = sqlglot.parse_one("SELECT SUM(unnamed_subquery.x) FROM (SELECT x FROM t) AS unnamed_subquery "
     ...                          "JOIN (SELECT y FROM u) ON x = y")
     >>> name_subqueries(tree)
-    >>> refuse_ambiguous_qualifiers(tree, "")
+    >>> refuse_ambiguous_qualifiers(tree, "")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: the table name unnamed_subquery is ambiguous: it names 2 items of this FROM (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... in FROM order, as DuckDB names it) (line 1, column 12). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
-    >>> refuse_ambiguous_qualifiers(sqlglot.parse_one("SELECT a.x FROM t AS a JOIN u AS a ON a.x = 1"), "")
+    dpsql.errors.UnsupportedQuery: the table name unnamed_subquery is ambiguous: it names 2 items of this FROM
+    (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... in FROM order, as DuckDB
+    names it) (line 1, column 12). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS
+    my_alias.
+    >>> tree = sqlglot.parse_one("SELECT a.x FROM t AS a JOIN u AS a ON a.x = 1")
+    >>> refuse_ambiguous_qualifiers(tree, "")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: the table name a is ambiguous: it names 2 items of this FROM (line 1, column 8). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
+    dpsql.errors.UnsupportedQuery: the table name a is ambiguous: it names 2 items of this FROM (line 1, column 8).
+    Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
     """
     for select in tree.find_all(exp.Select):
         from_ = select.args.get("from_") or select.args.get("from")
@@ -178,23 +199,23 @@ def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
 
 
 def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
-                   data: PublicData | None, ctes: dict) -> PrivateQuery:
+                   data: Backend | None, ctes: dict) -> PrivateQuery:
     if not isinstance(tree, exp.Select):
         refuse(tree, sql, f"{describe(tree)} over private data is not supported at the top level",
                "write one SELECT; combine branches with UNION ALL inside a FROM subquery")
-    for part, value in tree.args.items():
-        if value and part not in SELECT_PARTS_ALLOWED:
+    for name, value in tree.args.items():
+        if value and name not in SELECT_PARTS_ALLOWED:
             node = value[0] if isinstance(value, list) else value
             node = node if isinstance(node, exp.Expression) else tree
-            refuse(node, sql, f"{_part_name(part)} is not supported over a private table",
-                   _PART_HINTS.get(part, "aggregate one private table"))
+            refuse(node, sql, f"{_part_name(name)} is not supported over a private table",
+                   _PART_HINTS.get(name, "aggregate one private table"))
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None:
         refuse(tree, sql, "a private query must read a table", "add FROM <table>")
     _keys_of_distinct(tree)
     relation = build_relation(from_, tree.args.get("joins") or [], policy, catalog, sql, data, ctes)
-    parts = [tree.args.get(p) for p in ("where", "group", "having", "order")] + list(tree.expressions)
-    parts = [p for p in parts if p is not None]
+    clauses = [tree.args.get(name) for name in ("where", "group", "having", "order")]
+    parts: list[exp.Expression] = [p for p in [*clauses, *tree.expressions] if p is not None]
     for part in parts:
         for node in part.walk():
             if isinstance(node, (exp.Subquery, exp.Select)):
@@ -216,7 +237,7 @@ def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Cata
     keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql,
                        rule.columns)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
-    aggregates, post, outputs, direct = split_aggregates(tree, keys, sql, rule.unit.lower(), names)
+    aggregates, post, outputs, direct = split_aggregates(tree, list(keys), sql, relation.unit, names)
     return PrivateQuery(
         table=relation.label,
         rule=rule,
@@ -239,16 +260,18 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeE
 _TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NAME")
 
 
-def refuse_failing_constants(parts: list, columns: dict, data: PublicData | None, sql: str) -> None:
+def refuse_failing_constants(parts: list, columns: dict, data: Backend | None, sql: str) -> None:
     """Refuse, before the charge, a string literal compared with a column (=, <, IN, BETWEEN,
     ...) that does not cast to the column's type: DuckDB casts the literal to it at bind and
     raises a Conversion Error, while dpsql's TRY would silently make every row fail the test.
-    (An ENUM is compared as text by DuckDB: ``e = 'other'`` matches no row there too.) The cast is tried on the constant alone (``SELECT CAST($v AS type)``): no row is read."""
+    (An ENUM is compared as text by DuckDB: ``e = 'other'`` matches no row there too.) The cast is tried on
+    the constant alone (``Backend.cast_error``): no row is read."""
     if data is None:
         return
     tried: dict = {}
     for part in parts:
         for node in part.walk():
+            pairs: list[tuple[Any, Any]]
             if isinstance(node, _COMPARISONS):
                 pairs = [(node.left, node.right), (node.right, node.left)]
             elif isinstance(node, exp.In):
@@ -265,11 +288,7 @@ def refuse_failing_constants(parts: list, columns: dict, data: PublicData | None
                     continue  # DuckDB compares an ENUM with a string as text: no error, maybe no match
                 key = (type_name, constant.this)
                 if key not in tried:
-                    try:
-                        data.fetch(f"SELECT CAST($v AS {type_name})", {"v": constant.this})
-                        tried[key] = None
-                    except Exception as error:  # the constant and the type only: no data
-                        tried[key] = str(error).split("\n")[0]
+                    tried[key] = data.cast_error(constant.this, type_name)
                 if tried[key] is not None:
                     shown = type_name if len(type_name) <= 60 else type_name[:57] + "..."
                     refuse(constant, sql, f"the constant '{constant.this}' is not a valid {shown} value, so it "
@@ -308,7 +327,7 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -
     for item in items:
         expression = resolve_group_item(item, tree)
         check_row_level(expression, sql, "GROUP BY")
-        if isinstance(expression, exp.Column) and expression.name == rule.unit.lower():
+        if isinstance(expression, exp.Column) and expression.name == (rule.unit or "").lower():
             refuse(item, sql, f"GROUP BY the privacy unit {written_name(expression)} would release one answer per unit",
                    "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
         if any(k.expression == expression for k in keys):

@@ -35,8 +35,8 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.plan import GroupKey
-from dpsql.errors import DPError
-from dpsql.policy.model import DEFAULT_MAX_RELEASED_KEYS, ColumnRule  # noqa: F401  (re-exported: the limit is this module's rule)
+from dpsql.errors import DPError, InternalError
+from dpsql.policy.model import DEFAULT_MAX_RELEASED_KEYS, ColumnRule, KeyDomain  # noqa: F401  (re-exported: the limit is this module's rule)
 from dpsql.sql.allowlist import check_public
 from dpsql.sql.parse import DIALECT
 
@@ -53,7 +53,8 @@ def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str
     >>> import sqlglot
     >>> from dpsql.policy.model import KeyDomain
     >>> key = GroupKey("g0", exp.column("origin"), KeyDomain(table="airports", column="faa"))
-    >>> where = sqlglot.parse_one("SELECT 1 FROM t WHERE origin IN ('EWR', 'JFK') AND delay > 0 AND origin <> dest").args["where"].this
+    >>> query = sqlglot.parse_one("SELECT 1 FROM t WHERE origin IN ('EWR', 'JFK') AND delay > 0 AND origin <> dest")
+    >>> where = query.args["where"].this
     >>> [c.sql() for c in narrow_keys([key], where)[0].narrowed_by]
     ["origin IN ('EWR', 'JFK')"]
     >>> joined = [ColumnRule("name", keys=KeyDomain(table="airports", column="name", joined="join1")),
@@ -66,7 +67,7 @@ def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str
     """
     if where is None:
         return tuple(keys)
-    conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    conjuncts = [c for c in where.flatten() if isinstance(c, exp.Expression)] if isinstance(where, exp.And) else [where]
     public = {rule.name.lower(): rule.keys for rule in columns
               if rule.keys is not None and rule.keys.joined is not None and rule.keys.values is None}
     narrowed = []
@@ -79,7 +80,7 @@ def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str
         readable = {own} if joined is None else {name for name, domain in public.items() if domain.joined == joined}
         mine = tuple(c for c in conjuncts if _only_about(c, readable | {own}, sql))
         read = sorted({c.name.lower() for conjunct in mine for c in conjunct.find_all(exp.Column)} - {own})
-        others = tuple((name, public[name].column) for name in read)
+        others = tuple((name, public[name].column or "") for name in read)
         narrowed.append(replace(key, narrowed_by=mine, narrowing_columns=others) if mine else key)
     return tuple(narrowed)
 
@@ -144,9 +145,9 @@ def domain_parts(keys: Sequence[GroupKey]) -> list[list[int]]:
     """
     groups: dict[tuple, list[int]] = {}
     for index, key in enumerate(keys):
-        domain = key.domain
+        domain = _domain(key)
         joined = domain.values is None and domain.joined is not None
-        part = (domain.table.lower(), domain.joined) if joined else (index,)
+        part = ((domain.table or "").lower(), domain.joined) if joined else (index,)
         groups.setdefault(part, []).append(index)
     return list(groups.values())
 
@@ -172,7 +173,7 @@ def domain_text(key: GroupKey) -> str:
     >>> domain_text(replace(key, narrowed_by=(sqlglot.parse_one("origin = 'EWR'"),)))
     "the KEYS domain of origin (airports.faa) where origin = 'EWR'"
     """
-    domain = key.domain
+    domain = _domain(key)
     source = f"{domain.table}.{domain.column}" if domain.values is None else f"{len(domain.values)} listed keys"
     text = f"the KEYS domain of {key_text(key)} ({source})"
     if key.narrowed_by:
@@ -189,8 +190,9 @@ def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]
     >>> store = GroupKey("g0", exp.column("store"), KeyDomain(table="stores", column="store", joined="join1"))
     >>> size = GroupKey("g1", exp.column("sz"), KeyDomain(table="stores", column="sz", joined="join1"))
     >>> plan = GroupKey("g2", exp.column("plan"), KeyDomain(values=("free", "pro", "plus")))
-    >>> product_text([store, size, plan], [([0, 1], 4), ([2], 3)])
-    'the 4 combinations of (store, sz) that occur together in the rows of the joined public table stores (stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)'
+    >>> print(product_text([store, size, plan], [([0, 1], 4), ([2], 3)]))  # doctest: +NORMALIZE_WHITESPACE
+    the 4 combinations of (store, sz) that occur together in the rows of the joined public table stores
+    (stores.store, stores.sz) times the 3 keys of the KEYS domain of plan (3 listed keys)
     """
     texts = []
     for indices, size in parts:
@@ -198,10 +200,17 @@ def product_text(keys: Sequence[GroupKey], parts: Sequence[tuple[list[int], int]
         if len(part) == 1:
             texts.append(f"the {size:,} key{'' if size == 1 else 's'} of {domain_text(part[0])}")
             continue
-        table = part[0].domain.table
-        sources = ", ".join(f"{table}.{key.domain.column}" for key in part)
+        table = _domain(part[0]).table
+        sources = ", ".join(f"{table}.{_domain(key).column}" for key in part)
         text = (f"the {size:,} combination{'' if size == 1 else 's'} of ({', '.join(key_text(k) for k in part)}) "
                 f"that occur together in the rows of the joined public table {table} ({sources})")
         narrowed = [c.sql(dialect=DIALECT) for key in part for c in key.narrowed_by]
         texts.append(text + (" where " + " AND ".join(narrowed) if narrowed else ""))
     return " times ".join(texts)
+
+
+def _domain(key: GroupKey) -> KeyDomain:
+    """The domain of a key these functions are only ever given keys with one for."""
+    if key.domain is None:
+        raise InternalError(f"the key {key.name} has no KEYS domain here: this is a bug in dpsql")
+    return key.domain

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from typing import Callable, NoReturn
 
 from sqlglot import exp
 
@@ -53,7 +53,7 @@ def derive_range(node: exp.Expression, column_bounds: ColumnBounds, sql: str) ->
     return handler(node, column_bounds, sql)
 
 
-def _refuse(node: exp.Expression, sql: str, message: str) -> None:
+def _refuse(node: exp.Expression, sql: str, message: str) -> NoReturn:
     line, col = node_position(node, sql)
     raise UnsupportedQuery(
         f"{message} inside SUM/AVG",
@@ -240,11 +240,11 @@ def clamp_arguments(node: exp.Expression) -> tuple[exp.Expression, Fraction, Fra
     """(value, lo, hi) of ``CLAMP(value, lo, hi)`` with constant numeric bounds, else None."""
     if not (isinstance(node, exp.Anonymous) and node.name.lower() == "clamp" and len(node.expressions) == 3):
         return None
-    value, *bounds = node.expressions
-    numbers = [_constant(b) for b in bounds]
-    if None in numbers or numbers[0] > numbers[1]:
+    value, low_node, high_node = node.expressions
+    low, high = _constant(low_node), _constant(high_node)
+    if low is None or high is None or low > high:
         return None
-    return value, numbers[0], numbers[1]
+    return value, low, high
 
 
 def _constant(node: exp.Expression) -> Fraction | None:
@@ -313,7 +313,7 @@ def integer_valued(node: exp.Expression, bounds) -> bool:
                          *(getattr(exp, n) for n in ("Hour", "Minute", "Second", "Quarter") if hasattr(exp, n)))):
         return True
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
-        return integer_valued(node.left, bounds) and integer_valued(node.right, bounds)
+        return integer_valued(node.this, bounds) and integer_valued(node.expression, bounds)
     if isinstance(node, (exp.Neg, exp.Abs)):
         return integer_valued(node.this, bounds)
     if isinstance(node, exp.Case):
@@ -342,8 +342,10 @@ def _date_part(node: exp.Expression, bounds, sql):
     if isinstance(node, exp.Extract):
         part = node.this.name.lower()
     else:
-        part = {exp.Month: "month", exp.Day: "day", exp.DayOfWeek: "dayofweek", exp.DayOfMonth: "dayofmonth",
-                exp.DayOfYear: "dayofyear", exp.WeekOfYear: "weekofyear"}.get(type(node), node.key)
+        parts: dict[type, str] = {exp.Month: "month", exp.Day: "day", exp.DayOfWeek: "dayofweek",
+                                  exp.DayOfMonth: "dayofmonth", exp.DayOfYear: "dayofyear",
+                                  exp.WeekOfYear: "weekofyear"}
+        part = parts.get(type(node), node.key)
         part = getattr(exp, "Quarter", None) is type(node) and "quarter" or part
     if part not in DATE_PARTS:
         _refuse(node, sql, f"the date part {part.upper()} has no calendar bound")

@@ -40,11 +40,13 @@ import secrets
 import threading
 import time
 import weakref
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pandas as pd
+from sqlglot import exp
 
 from dpsql.backends.bounding import (
     DATABASE,
@@ -57,7 +59,8 @@ from dpsql.backends.bounding import (
 )
 from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
 from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
-from dpsql.sql.names import Catalog, key_of_parts
+from dpsql.sql.names import Catalog, key_of_parts, quoted
+from dpsql.sql.parse import DIALECT
 from dpsql.sql.types import base_type
 
 DEFAULT_QUERY_TIMEOUT = 30.0
@@ -97,7 +100,7 @@ class Engine:
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()
-        self._post = None
+        self._post: duckdb.DuckDBPyConnection | None = None
         self._closed = False
         self._timeout = check_timeout(query_timeout)
         self._bounded: dict[str, BoundedTable] = {}
@@ -155,19 +158,14 @@ class Engine:
         found = dict(rows)
         return {name: found.get(name) for name in names} | {"query_timeout": self._timeout}
 
-    def catalog(self) -> dict[str, dict[str, str]]:
+    def catalog(self) -> Catalog:
         """Lower-cased table name -> {lower-cased column: DuckDB type} (schema only, no data)."""
-        rows = self.fetch(
-            "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
-            "WHERE NOT internal AND database_name = current_database() ORDER BY table_oid, column_index"
-        )
-        catalog = Catalog()
-        for schema, table, column, type_name in rows:
-            key = key_of_parts((schema, table))
-            catalog.setdefault(key, {})[column.lower()] = type_name
-            catalog.spellings.setdefault(key, table if schema == "main" else f"{schema}.{table}")
-            catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
-        return catalog
+        with self._lock:
+            cursor = self._connection.cursor()
+            try:
+                return read_catalog(cursor)
+            finally:
+                cursor.close()
 
     def prepare_bounding(self, tables: list[BoundedTable], salt: str) -> None:
         """Create the (empty) bounded copies of the private tables: reads no rows.
@@ -202,8 +200,8 @@ class Engine:
         with self._lock:
             self._fill_bounded(tuple(self._bounded))
 
-    def materialise(self, sql: str) -> str:
-        """Store the rows of ``sql`` — public data only — once, in the bounding database, and
+    def materialise(self, statement: exp.Expression | str) -> str:
+        """Store the rows of ``statement`` — public data only — once, in the bounding database, and
         return the stored table's name (``dp_bounding.main."<name>"``).
 
         A public relation joined to private data is computed here, before the charge, and the
@@ -212,6 +210,7 @@ class Engine:
         would evaluate a second time (DESIGN.md invariant 15). The same SQL is stored once per
         DuckDB instance (until ``refresh_bounding``); it runs under the statement time limit.
         """
+        sql = _rendered(statement)
         name = "dp_public_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
         with self._lock:
             instance = self._bounding_instance()
@@ -226,6 +225,39 @@ class Engine:
                     cursor.close()
                 instance.materialised.add(name)
         return name
+
+    def stored_reference(self, name: str) -> exp.Table:
+        """``dp_bounding.main."<name>"``: where ``materialise`` stores public rows."""
+        return exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+
+    def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
+        """The most stored public rows sharing one value of ``keys`` (NULL keys never match)."""
+        listed = ", ".join(quoted(k) for k in keys)
+        present = " AND ".join(f"{quoted(k)} IS NOT NULL" for k in keys)
+        rows = self.fetch(f"SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM {_stored(stored)} AS p "
+                          f"WHERE {present} GROUP BY {listed})")
+        return max(int(rows[0][0] or 0), 1)
+
+    def column_ranges(self, stored: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """Exact min and max of the stored public rows' ``columns`` (finite ones only)."""
+        if not columns:
+            return {}
+        items = ", ".join(f"MIN({quoted(c)}), MAX({quoted(c)})" for c in columns)
+        row = self.fetch(f"SELECT {items} FROM {_stored(stored)}")[0]
+        ranges = {}
+        for index, column in enumerate(columns):
+            low, high = row[2 * index], row[2 * index + 1]
+            if low is not None and _finite(low) and _finite(high):
+                ranges[column] = (low, high)
+        return ranges
+
+    def cast_error(self, value: str, type_name: str) -> str | None:
+        """DuckDB's first line when the constant does not cast to ``type_name``, else ``None``."""
+        try:
+            self.fetch(f"SELECT CAST($v AS {type_name})", {"v": value})
+        except Exception as error:  # the constant and the type only: no data
+            return str(error).split("\n")[0]
+        return None
 
     def _bounding_instance(self) -> "_Instance":
         """The shared state of this engine's DuckDB instance (the caller holds ``_lock``)."""
@@ -271,7 +303,7 @@ class Engine:
                     cursor.close()
                 instance.filled[name] = self._salt
 
-    def fetch(self, sql: str, parameters: dict | None = None, *, bounded=()) -> list[tuple]:
+    def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
         ``bounded``: the bounded copies it reads (``PrivateQuery.bounded``), filled first."""
         with self._lock:
@@ -337,13 +369,14 @@ class Engine:
             finally:
                 connection.execute("DROP TABLE dp_core")
 
-    def describe(self, sql: str, parameters: dict | None = None) -> list[tuple[str, str]]:
-        """(name, type) of each column ``sql`` would return: binds the query, reads no rows.
+    def describe(self, statement: exp.Expression | str, parameters: Any = None) -> list[tuple[str, str]]:
+        """(name, type) of each column ``statement`` would return: binds it, reads no rows.
 
         Binding sees the schema and the query text only, so when it fails (a type error such
         as comparing a number with a string) the first line of DuckDB's message says nothing
         about the data, and it is raised as a static refusal: ``UnsupportedQuery``.
         """
+        sql = _rendered(statement)
         known = self._described.get(sql)
         if known is not None:
             return known
@@ -365,7 +398,7 @@ class Engine:
             self._described[sql] = described
         return described
 
-    def convert(self, columns: list[str], types: list[str], texts: list[tuple], form: str):
+    def convert(self, columns: list[str], types: list[str], texts: Sequence[tuple], form: str) -> Any:
         """``convert_released`` in this engine's post-processing database (opening a database
         costs tens of milliseconds; a conversion of a small answer, about one)."""
         with self._lock:
@@ -387,8 +420,57 @@ class Engine:
             self._connection.close()
 
 
-def convert_released(columns: list[str], types: list[str], texts: list[tuple], form: str,
-                     connection: duckdb.DuckDBPyConnection | None = None):
+def read_catalog(connection: duckdb.DuckDBPyConnection) -> Catalog:
+    """The tables and views an unqualified or ``schema.table`` name can reach on ``connection``:
+    {table: {column: type}}, all lower-cased, with how the data spells each name.
+
+    Objects in the main schema are keyed by their name, others by 'schema.table'. Temporary
+    objects (registered DataFrames among them) shadow main ones, as in DuckDB's own lookup, so
+    the policy is checked against, and the bounded copies read, what a name resolves to. The
+    one catalog reader: the connection, its policy check and the server's schema database see
+    the same tables. Reads the schema only, never a row.
+
+    >>> con = duckdb.connect()
+    >>> _ = con.execute("CREATE TABLE t (a INTEGER); CREATE TEMP TABLE t (b VARCHAR)")
+    >>> read_catalog(con)
+    {'t': {'b': 'VARCHAR'}}
+    """
+    rows = connection.execute(
+        "SELECT database_name, schema_name, table_name, column_name, data_type "
+        "FROM duckdb_columns() "
+        "WHERE database_name IN (current_database(), 'temp') AND NOT internal "
+        "ORDER BY database_name = 'temp', database_name, schema_name, table_name, column_index"
+    ).fetchall()
+    catalog = Catalog()
+    seen: set[tuple[str, str, str]] = set()
+    for database, schema, table, column, type_name in rows:
+        main = schema.lower() == "main"
+        key = key_of_parts((schema, table))
+        if (database, schema, table) not in seen:  # a new object replaces what it shadows
+            seen.add((database, schema, table))
+            catalog[key] = {}
+            catalog.spellings[key] = table if main else f"{schema}.{table}"
+        catalog[key][column.lower()] = type_name
+        catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
+    return catalog
+
+
+def _rendered(statement: exp.Expression | str) -> str:
+    """A statement as DuckDB reads it: trees are rendered here, in DuckDB's dialect."""
+    return statement if isinstance(statement, str) else statement.sql(dialect=DIALECT)
+
+
+def _stored(name: str) -> str:
+    """A stored public relation (``Engine.materialise``) as a table reference."""
+    return f"{DATABASE}.main.{quoted(name)}"
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def convert_released(columns: list[str], types: list[str], texts: Sequence[tuple], form: str,
+                     connection: duckdb.DuckDBPyConnection | None = None) -> Any:
     """Released rows as DuckDB itself converts them: ``form`` is "df", "arrow" or "numpy".
 
     ``texts`` holds each value as DuckDB's text (or ``None`` for NULL); each column is cast
@@ -407,7 +489,7 @@ def convert_released(columns: list[str], types: list[str], texts: list[tuple], f
     frame = pd.DataFrame.from_records(texts, columns=names) if texts else pd.DataFrame({n: [] for n in names})
     frame = frame.astype(object)
     owned = connection is None
-    if owned:
+    if connection is None:
         connection = duckdb.connect(":memory:", config=hardened_config("1GB"))
     try:
         connection.register("dp_frame", frame)
@@ -460,10 +542,10 @@ def _fetchable_sql(sql: str, types: list[str]) -> str:
 class _Instance:
     """What every engine on one DuckDB database instance shares (module docstring)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         """Held around every change to ``dp_bounding``; taken after an engine's own lock."""
-        self.filled: dict[str, str] = {}
+        self.filled: dict[str, str | None] = {}
         """Bounded copy name -> the salt it was last filled with."""
         self.materialised: set[str] = set()
         """Public relations stored in ``dp_bounding`` (``Engine.materialise``)."""
@@ -485,12 +567,12 @@ def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
     """
     with _INSTANCES_LOCK:
         try:  # a read when the instance has its token: no catalog write at all
-            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchall()[0][0]
         except duckdb.Error:
             connection.execute(attach_sql())
             connection.execute(f"CREATE TABLE IF NOT EXISTS {_INSTANCE_TABLE} AS "
                                f"SELECT '{secrets.token_hex(16)}' AS token")
-            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchone()[0]
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchall()[0][0]
         instance = _INSTANCES.get(token)
         if instance is None:
             instance = _INSTANCES[token] = _Instance()
@@ -594,20 +676,19 @@ class _Deadline:
             except Exception:  # the connection closed meanwhile: nothing left to stop
                 pass
 
-    def __exit__(self, exc_type, exc, traceback) -> bool:
+    def __exit__(self, exc_type, exc, traceback) -> None:
         with self._guard:
             self.stopped = True
         if self._expired:
             raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
                               hint="ask for less, or ask the curator for a longer query_timeout") from None
-        return False
 
 
 class _Watchdog:
     """One thread that expires every statement's deadline: starting a thread per statement
     cost milliseconds, more than a small query takes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._condition = threading.Condition()
         self._due: list = []  # heap of (monotonic due time, sequence number, deadline)
         self._sequence = itertools.count()

@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from dpsql.errors import PolicyError
 from dpsql.policy.model import Bounds, ColumnRule, Policy, Position, PrivateTable, PublicTable
-from dpsql.sql.names import PAD, ROW_UNIT, key_of_parts, sql_name
+from dpsql.sql.names import PAD, ROW_UNIT, sql_name
 from dpsql.sql.numbers import finite_decimal
 from dpsql.sql.types import base_type, decimal_shape, family, inward, is_numeric_type, step, value_range
 
@@ -198,7 +198,7 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
     """Check that every table and column the policy names exists, with a fitting type.
 
     ``catalog`` maps lower-cased table names ('table', or 'schema.table' outside main) to
-    {lower-cased column name: DuckDB type}, as ``catalog_of`` returns.
+    {lower-cased column name: DuckDB type}, as ``dpsql.backends.duckdb.read_catalog`` returns.
 
     >>> from dpsql.policy.language import parse_policy
     >>> policy = parse_policy("BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT ROW, s KEYS (1));")
@@ -321,34 +321,6 @@ def _type_of(table: str, column: str, columns: Mapping, position: Position | Non
         raise _error(f"table {sql_name(table)} has no column {sql_name(column)}{role}", position,
                      hint=f"its columns are {', '.join(columns)}")
     return columns[column.lower()]
-
-
-def catalog_of(con) -> dict[str, dict[str, str]]:
-    """The tables and views of a DuckDB connection: {table: {column: type}}, all lower-cased.
-
-    Objects in the main schema are keyed by their name, others by 'schema.table'. Temporary
-    objects (registered DataFrames among them) shadow main ones, as in DuckDB's own lookup.
-    Reads the schema only, never a row.
-    """
-    rows = con.execute(
-        "SELECT database_name, schema_name, table_name, column_name, data_type "
-        "FROM duckdb_columns() "
-        "WHERE database_name IN (current_database(), 'temp') AND NOT internal "
-        "ORDER BY database_name = 'temp', database_name, schema_name, table_name, column_index"
-    ).fetchall()
-    catalog: dict[str, dict[str, str]] = {}
-    seen: set[tuple[str, str, str]] = set()
-    for database, schema, table, column, type_name in rows:
-        key = key_of_parts((schema, table))
-        if (database, schema, table) not in seen:  # a new object replaces what it shadows
-            seen.add((database, schema, table))
-            catalog[key] = {}
-        catalog[key][column.lower()] = type_name
-    return catalog
-
-
-
-
 def _number_text(value, rounding=ROUND_HALF_EVEN) -> str:
     """Exact decimal text when there is one (always, for numbers parsed from text)."""
     value = Fraction(value)

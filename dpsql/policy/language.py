@@ -24,7 +24,7 @@ A column named like an item keyword (``max``, ``privacy``, ``row``) must be doub
 Numbers are parsed from their decimal text into exact ``Fraction`` values, never via float.
 
 ``parse_policy`` checks what the text alone decides; ``check_policy`` checks the policy
-against the database's catalog (read by ``catalog_of``). Both raise ``PolicyError`` naming
+against the database's catalog (read by the backend, ``dpsql.backends.duckdb.read_catalog``). Both raise ``PolicyError`` naming
 the line and column of the offending item.
 """
 
@@ -48,7 +48,6 @@ from dpsql.errors import PolicyError
 from dpsql.policy.check import (  # noqa: F401  (the public API)
     _error,
     _number_text,
-    catalog_of,
     check_policy,
     validate_policy,
 )

@@ -25,6 +25,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import Engine
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.names import quoted, quoted_table
@@ -81,14 +82,14 @@ def catalog_query(sql: str) -> bool:
     except SqlglotError:
         return False  # dpsql's own parser refuses it, with a position
     # Only a query: `WITH t AS (...) INSERT ...` starts like one but must not reach this database.
-    return isinstance(tree, exp.Query) and reads_catalog_only(tree)
+    return isinstance(tree, exp.Expression) and isinstance(tree, exp.Query) and reads_catalog_only(tree)
 
 
 class Catalog:
     """The schema-only database."""
 
     def __init__(self, tables: dict[str, dict[str, str]]):
-        self._engine = Engine.open(":memory:", query_timeout=CATALOG_TIMEOUT, memory_limit="256MB")
+        self._engine: Backend = Engine.open(":memory:", query_timeout=CATALOG_TIMEOUT, memory_limit="256MB")
         for name, definition in COMPAT_MACROS.items():
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
         for table, columns in tables.items():
