@@ -67,7 +67,9 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends.bounding import DATABASE, DROP_CAP, raw_rows_name
-from dpsql.backends.rewrite import _domain_filter, _key_sql, _total, literal
+from dpsql.backends.render import render
+from dpsql.backends.render import total as made_total
+from dpsql.backends.rewrite import _key, domain_filter, literal
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 
@@ -271,15 +273,15 @@ def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
     unit = f'"{query.rule.unit.lower()}"'
     conditions = [f"{unit} IS NOT NULL"]
     if query.where is not None:
-        conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
-    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+        conditions.append(f"COALESCE({render(made_total(query.where.copy()))}, FALSE)")
+    conditions += [render(domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name)))
                    for key in query.keys if key.domain]
     outside = "".join(f", {_outside(c)} AS o_{i}" for i, c in enumerate(bias.columns))
     sums = "".join(f", SUM(o_{i}) AS o_{i}" for i in range(len(bias.columns)))
     k = bias.rows_per_unit
     keys = [key.name for key in query.keys]
     limited = bool(keys) and query.rule.groups_per_unit < bias.copy_rows_per_unit
-    key_columns = "".join(f", {_key_sql(key)} AS {key.name}" for key in query.keys) if limited else ""
+    key_columns = "".join(f", {render(_key(key))} AS {key.name}" for key in query.keys) if limited else ""
     ranked, grouped_rows = "", ""
     if limited:
         order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"

@@ -34,7 +34,10 @@ import re
 from dataclasses import replace
 from typing import Callable, Literal, Sequence
 
+from sqlglot import exp
+
 from dpsql.analysis.plan import GroupKey
+from dpsql.backends.render import key_text
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import DIALECT, node_position
 from dpsql.sql.types import base_type
@@ -82,21 +85,23 @@ def key_form(type_name: str) -> KeyForm | None:
     return None
 
 
-def key_sql(expression_sql: str, type_name: str, form: KeyForm) -> str:
-    """The SQL a key is grouped and read back by: the expression itself, or its text as bytes.
+def key_expression(expression: exp.Expression, type_name: str, form: KeyForm) -> exp.Expression:
+    """What a key is grouped and read back by: the expression itself, or its text as bytes
+    (``dpsql.backends.render.key_text``).
 
     A FLOAT is widened to DOUBLE first (exactly), so its text reads back as the exact value.
 
-    >>> key_sql('"day"', "DATE", "text"), key_sql('"n"', "INTEGER", "value")
-    ('encode(CAST("day" AS VARCHAR))', '"n"')
-    >>> key_sql('"x"', "FLOAT", "text")
-    'encode(CAST(CAST("x" AS DOUBLE) AS VARCHAR))'
+    >>> from dpsql.backends.render import render
+    >>> render(key_expression(exp.column("day", quoted=True), "DATE", "text"))
+    'ENCODE(CAST("day" AS TEXT))'
+    >>> render(key_expression(exp.column("x", quoted=True), "FLOAT", "text"))
+    'ENCODE(CAST(CAST("x" AS DOUBLE) AS TEXT))'
     """
     if form == "value":
-        return expression_sql
+        return expression
     if base_type(type_name) in ("FLOAT", "REAL", "FLOAT4"):
-        expression_sql = f"CAST({expression_sql} AS DOUBLE)"
-    return f"encode(CAST({expression_sql} AS VARCHAR))"
+        expression = exp.Cast(this=expression, to=exp.DataType.build("DOUBLE"))
+    return key_text(expression)
 
 
 def typed_keys(keys: Sequence[GroupKey], types: dict[str, str], sql: str) -> tuple[GroupKey, ...]:
