@@ -69,7 +69,7 @@ from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends.bounding import DATABASE, DROP_CAP, raw_rows_name
 from dpsql.backends.render import render
 from dpsql.backends.render import total as made_total
-from dpsql.backends.rewrite import _key, domain_filter, literal
+from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, literal
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 
@@ -263,6 +263,11 @@ def _outside(column: ClampedColumn) -> str:
 
 
 def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
+    """The SQL of ``bias_statement``."""
+    return bias_statement(bias, query).sql
+
+
+def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     """The exact counts of the report: one row, a column per measure (``kept``, ...).
 
     ``query`` is the plan's (its keys typed). The rows are the query's: after its WHERE and its
@@ -297,12 +302,13 @@ def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
     select += [f"COALESCE(SUM(LEAST(o_{i}, {k})), 0) AS clamped_{i}" for i in range(len(bias.columns))]
     counted = f'{DATABASE}.main."{raw_rows_name(query.bounded[0])}"'
     joined = f"dp_units LEFT JOIN {counted} USING (dp_unit)" if bias.cap is not None else "dp_units"
-    return (
+    sql = (
         f"WITH dp_rows AS (\n  SELECT {unit} AS dp_unit{key_columns}{outside}\n  FROM (\n"
         f"{query.source.sql(dialect='duckdb')}\n  ) AS dp_source\n  WHERE {' AND '.join(conditions)}\n){ranked}, "
         f"dp_units AS (\n  SELECT dp_unit, COUNT(*) AS w{grouped_rows}{sums}\n  FROM {'dp_ranked' if limited else 'dp_rows'}"
         f"\n  GROUP BY dp_unit\n)\nSELECT {', '.join(select)}\nFROM {joined}"
     )
+    return BoundedStatement(sql, needs_salt=limited, bounded=query.bounded)  # only the group limit is salted
 
 
 @dataclass(frozen=True)

@@ -46,14 +46,16 @@ from dpsql.backends.duckdb import Engine
 from dpsql.backends.keys import read_keys, shown_keys, typed_keys
 from dpsql.backends.rewrite import (
     domain_sql,
-    key_types_sql,
+    key_types_statement,
     literal,
     rewrite_plan,
-    rewrite_separate,
+    rewrite_statement,
+    separate_statement,
 )
 from dpsql.bias import (
     bias_share,
     bias_sql,
+    bias_statement,
     explain_bias,
     limits_of,
     plan_bias,
@@ -295,10 +297,11 @@ class Connection:
         repeat = self._replay(plan, checked, key, bias)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
-        bounded_sql = rewrite_plan(plan)
+        bounded = rewrite_statement(plan)
+        bounded_sql = bounded.sql
         cost = query_cost(plan)
         self._check_accountable(cost)
-        salt = self._salt_for(bounded_sql)
+        salt = self._salt_for(bounded.needs_salt)
         outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
         types = self._core_types(plan, bounded_sql, salt)  # binds the SQL: type errors charge nothing
@@ -312,9 +315,9 @@ class Connection:
             exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
             histograms = {}
             for measure in plan.separate:
-                separate_sql = rewrite_separate(plan, measure)
+                separate = separate_statement(plan, measure)
                 histograms[measure.name] = read_keys(
-                    self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
+                    self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded), keys)
             released = domain + [(None,) * len(keys)] if outside else domain  # the outside cell last
             release = release_measures(plan, released, exact, self._rng, histograms)
             stored_outside = None
@@ -324,8 +327,8 @@ class Connection:
                                   "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
             bounding = None
             if bias is not None:
-                counting = bias_sql(bias, plan.query)
-                counted = self._engine.fetch(counting, self._salt_for(counting), bounded=checked.bounded)
+                counting = bias_statement(bias, plan.query)
+                counted = self._engine.fetch(counting.sql, self._salt_for(counting.needs_salt), bounded=checked.bounded)
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
@@ -371,9 +374,10 @@ class Connection:
             return self._plan(checked, sql, epsilon, delta, noise, weights), None
         return replace(plan, epsilon=plan.epsilon + bias.epsilon), bias
 
-    def _salt_for(self, sql: str) -> dict | None:
-        """The secret salt as a query parameter, for SQL that orders by a salted hash."""
-        return {"salt": self._ledger.salt().hex()} if "$salt" in sql else None
+    def _salt_for(self, needed: bool) -> dict | None:
+        """The secret salt as a query parameter, for a statement that orders by a salted hash
+        (``BoundedStatement.needs_salt``)."""
+        return {"salt": self._ledger.salt().hex()} if needed else None
 
     def _core_types(self, plan: Plan, bounded_sql: str, salt: dict | None) -> list[str]:
         """DuckDB types of the noisy core's columns (keys as the database types them)."""
@@ -460,7 +464,8 @@ class Connection:
                             policies=self._agreed_policies)
         # The charge is committed: from here on, private data is read.
         try:
-            return run_suggestion(plan, lambda sql: self._engine.fetch(sql, self._salt_for(sql)), self._rng)
+            return run_suggestion(plan, lambda statement: self._engine.fetch(
+                statement.sql, self._salt_for(statement.needs_salt)), self._rng)
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None
@@ -608,8 +613,8 @@ class Connection:
         def types() -> list[str]:
             core = core_types
             if core is None:
-                bounded_sql = rewrite_plan(plan)
-                core = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
+                bounded = rewrite_statement(plan)
+                core = self._core_types(plan, bounded.sql, self._salt_for(bounded.needs_salt))
             picked = plain_projection(checked.post, core_columns(plan))
             if picked is not None:
                 return [core[i] for i in picked]
@@ -681,8 +686,8 @@ class Connection:
         values only: nothing private is read."""
         try:
             if core_types is None:
-                bounded_sql = rewrite_plan(plan)
-                core_types = self._core_types(plan, bounded_sql, self._salt_for(bounded_sql))
+                bounded = rewrite_statement(plan)
+                core_types = self._core_types(plan, bounded.sql, self._salt_for(bounded.needs_salt))
             select = exp.Select(expressions=[e.copy() for e in checked.post.expressions]).from_("dp_core")
             _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core],
                                                 select.sql(dialect="duckdb"))
@@ -765,8 +770,8 @@ class Connection:
             return plan
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
-        keys_sql = key_types_sql(plan)
-        types = dict(self._engine.describe(keys_sql, self._salt_for(keys_sql)))
+        keys_statement = key_types_statement(plan)
+        types = dict(self._engine.describe(keys_statement.sql, self._salt_for(keys_statement.needs_salt)))
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
     def _options_for(self, epsilon: Any, delta: Any, noise: str | None) -> PrivacyOptions:

@@ -35,8 +35,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+from sqlglot import exp
 
-from dpsql.backends.rewrite import literal
+from dpsql.backends import render as engine
+from dpsql.backends.render import needs_salt, render
+from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
 from dpsql.policy.check import is_numeric_type
@@ -117,25 +120,42 @@ def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: boo
                  part if grouped else Fraction(0))
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def _column(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
 
 
-def _table(name: str) -> str:
-    return ".".join(_quoted(part) for part in name.split("."))
+def _table(name: str) -> exp.Table:
+    parts = name.split(".")
+    return exp.table_(parts[-1], db=parts[-2] if len(parts) > 1 else None,
+                      catalog=parts[-3] if len(parts) > 2 else None, quoted=True)
 
 
-def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
+def _not_null(node: exp.Expression) -> exp.Expression:
+    return exp.Not(this=exp.Is(this=node, expression=exp.Null()))
+
+
+def _at_most(value: exp.Expression, bound: exp.Expression) -> exp.Expression:
+    """``COUNT(*) FILTER (WHERE value <= bound)``."""
+    return exp.Filter(this=exp.Count(this=exp.Star()),
+                      expression=exp.Where(this=exp.LTE(this=value, expression=bound)))
+
+
+def rows_select(table: str, unit: str, group_by: str | None = None) -> exp.Select:
     """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
     distinct values of that column, NULL one of them); then the number of units."""
-    counts = ", ".join(f"COUNT(*) FILTER (WHERE r <= {k})" for k in ROWS_CANDIDATES)
-    per_unit = "COUNT(*)" if group_by is None else \
-        f"COUNT(DISTINCT {_quoted(group_by)}) + MAX(CASE WHEN {_quoted(group_by)} IS NULL THEN 1 ELSE 0 END)"
-    return (f"SELECT {counts}, COUNT(*) FROM (SELECT {per_unit} AS r FROM {_table(table)} "
-            f"WHERE {_quoted(unit)} IS NOT NULL GROUP BY {_quoted(unit)})")
+    counts = [_at_most(exp.column("r"), exp.Literal.number(k)) for k in ROWS_CANDIDATES]
+    per_unit: exp.Expression = exp.Count(this=exp.Star())
+    if group_by is not None:
+        has_null = exp.Case(ifs=[exp.If(this=exp.Is(this=_column(group_by), expression=exp.Null()),
+                                        true=exp.Literal.number(1))], default=exp.Literal.number(0))
+        per_unit = exp.Add(this=exp.Count(this=exp.Distinct(expressions=[_column(group_by)])),
+                           expression=exp.Max(this=has_null))
+    units = (exp.select(exp.alias_(per_unit, "r")).from_(_table(table))
+             .where(_not_null(_column(unit))).group_by(_column(unit)))
+    return exp.select(*counts, exp.Count(this=exp.Star())).from_(units.subquery())
 
 
-def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
+def values_select(table: str, unit: str | None, column: str, floating: bool, edges) -> exp.Select:
     """Per edge c, how many units' chosen values are ≤ c; then how many units gave one. Each
     unit gives its first non-NULL, non-NaN value in a salted-hash order of its own values
     (``$salt``); each row of a row-level table (``unit`` None) is its own unit.
@@ -150,17 +170,39 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
     on the edge's side (accuracy only). A row whose cast failed (none of DuckDB's numeric types
     does) would count as a NULL: the unit gives its next value. ``floating`` is kept for the
     callers: NaN is skipped for every type (only floats have it)."""
-    value = _quoted(column)
-    counts = ", ".join(f"COUNT(*) FILTER (WHERE dp_value <= CAST({literal(c)} AS DOUBLE))" for c in edges)
-    present = "dp_value IS NOT NULL AND NOT isnan(dp_value)"
+    value = exp.column("dp_value")
+    as_double = exp.TryCast(this=_column(column), to=exp.DataType.build("DOUBLE"))
+    counts = [_at_most(value.copy(), exp.Cast(this=engine.literal(c), to=exp.DataType.build("DOUBLE")))
+              for c in edges]
+    present = exp.and_(_not_null(value.copy()), exp.Not(this=engine.is_nan(value.copy())))
     if unit is None:
-        return (f"SELECT {counts}, COUNT(*) FROM (SELECT TRY_CAST({value} AS DOUBLE) AS dp_value "
-                f"FROM {_table(table)}) WHERE {present}")
-    owner = _quoted(unit)
-    return (f"SELECT {counts}, COUNT(*) FROM (\n  SELECT dp_value, ROW_NUMBER() OVER (PARTITION BY dp_owner "
-            f"ORDER BY hash($salt, dp_owner, dp_raw), dp_raw) AS dp_n\n"
-            f"  FROM (SELECT {owner} AS dp_owner, {value} AS dp_raw, TRY_CAST({value} AS DOUBLE) AS dp_value "
-            f"FROM {_table(table)})\n  WHERE dp_owner IS NOT NULL AND {present}\n) WHERE dp_n = 1")
+        values = exp.select(exp.alias_(as_double, "dp_value")).from_(_table(table))
+        return exp.select(*counts, exp.Count(this=exp.Star())).from_(values.subquery()).where(present)
+    owner, raw = exp.column("dp_owner"), exp.column("dp_raw")
+    order = exp.Order(expressions=[exp.Ordered(this=engine.salted_hash(owner, raw), nulls_first=False),
+                                   exp.Ordered(this=raw.copy(), nulls_first=False)])
+    first = exp.Window(this=exp.RowNumber(), partition_by=[owner.copy()], order=order)
+    rows = exp.select(exp.alias_(_column(unit), "dp_owner"), exp.alias_(_column(column), "dp_raw"),
+                      exp.alias_(as_double, "dp_value")).from_(_table(table))
+    chosen = (exp.select(value.copy(), exp.alias_(first, "dp_n")).from_(rows.subquery())
+              .where(_not_null(owner.copy()), present))
+    return (exp.select(*counts, exp.Count(this=exp.Star())).from_(chosen.subquery())
+            .where(exp.EQ(this=exp.column("dp_n"), expression=exp.Literal.number(1))))
+
+
+def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
+    """``rows_select`` rendered for DuckDB."""
+    return render(rows_select(table, unit, group_by))
+
+
+def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
+    """``values_select`` rendered for DuckDB (``$salt`` bound when ``unit`` is given)."""
+    return render(values_select(table, unit, column, floating, edges))
+
+
+def _statement(tree: exp.Expression) -> BoundedStatement:
+    """A statement over the raw table (a suggestion reads no bounded copy)."""
+    return BoundedStatement(render(tree), needs_salt(tree), ())
 
 
 BETA = 1e-3
@@ -414,22 +456,23 @@ def _errors(plan: SuggestPlan, units: int | None) -> dict:
 
 
 def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
-    """The suggestion: ``fetch(sql)`` runs dpsql's SQL (``$salt`` bound) and returns its rows;
+    """The suggestion: ``fetch(statement)`` runs dpsql's ``BoundedStatement`` (its salt bound when
+    it needs it) and returns its rows;
     ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
     split, unit = plan.split, plan.unit
     k = 1
     if unit is not None:
-        *ranks, units = fetch(rows_sql(plan.key, unit))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit)))[0]
         k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
     groups = None
     if plan.group_by is not None:
-        *ranks, units = fetch(rows_sql(plan.key, unit, plan.group_by))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by)))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
     bounds, totals = {}, []
     for column, type_name in plan.columns:
         integral = is_integer_type(type_name)
         edges = value_candidates(integral)
-        *at_most, count = fetch(values_sql(plan.key, unit, column, is_float_type(type_name), edges))[0]
+        *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges)))[0]
         total: list = []
         found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
                              DEFAULT_COVERAGE, source, total)
