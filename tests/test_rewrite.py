@@ -116,6 +116,33 @@ def test_light_units_get_exactly_what_the_window_would_grant(shop):
     assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
 
 
+@pytest.mark.parametrize("query", [
+    "SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store",
+    "SELECT store, SUM(age), COUNT(*) FROM visits WHERE age > 25 GROUP BY store",
+])
+def test_units_with_few_kept_rows_skip_the_group_window_and_keep_what_it_would(shop, query):
+    """dp_limited: a unit keeping at most MAX GROUPS PER UNIT rows in the copy (l = 5) skips the
+    window; with the shortcut switched off every unit goes through it, and the totals agree."""
+    fast = bounded_sql(query)
+    condition = "dp_unit_rows <= 5"
+    assert fast.count(condition) == 2
+    windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
+    salt = {"salt": "ab"}
+    assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
+    light = shop.execute('SELECT COUNT(*) FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                         "WHERE NOT dp_pad AND dp_unit_rows <= 5").fetchone()[0]
+    assert light > 0  # the shortcut is taken by some units
+
+
+def test_the_copy_keeps_each_units_kept_row_count(shop):
+    rows = shop.execute('SELECT user_id, COUNT(*), MIN(dp_unit_rows), MAX(dp_unit_rows) FROM '
+                        'dp_bounding."dp_bounded_visits__user_id__10" WHERE NOT dp_pad GROUP BY user_id').fetchall()
+    assert rows and all(n == low == high for _, n, low, high in rows)
+    pads = shop.execute('SELECT dp_unit_rows FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                        "WHERE dp_pad ORDER BY 1").fetchall()
+    assert pads == [(0,), (10,)]  # statistics span 0..k whatever the data
+
+
 @pytest.mark.parametrize("query", [q for q in INPUTS if "users" not in q] + [
     "SELECT COUNT(DISTINCT store), MEDIAN(amount) FROM visits WHERE age < 60",
     "SELECT SUM(amount), VARIANCE(age), COUNT(*) FROM visits WHERE store = 'north'",

@@ -87,6 +87,11 @@ DATABASE = "dp_bounding"
 """The in-memory database holding the copies (never in the analyst's catalog)."""
 RAW_ROWS_PREFIX = "dp_raw_rows_"
 """Prefix of a unit table's *row-count table*: each unit's raw row count, capped (``raw_rows_sql``)."""
+UNIT_ROWS = "dp_unit_rows"
+"""A unit-level copy's column holding, on each row, how many rows its unit keeps in the copy (at
+most k): a unit with at most MAX GROUPS PER UNIT rows has at most that many groups, so a query's
+group limit can skip its window for that unit (``dpsql.backends.rewrite``). A function of the
+unit's own kept rows, so the copy stays a per-unit transformation."""
 DROP_CAP = 4
 """The bias report's C = DROP_CAP · k (``dpsql.bias``): the most rows beyond the limit one unit
 may add to its ``dropped`` count. The row-count table caps what it stores by it."""
@@ -191,6 +196,19 @@ def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
     table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
     select = exp.Select(expressions=[exp.column(c, quoted=True) for c in columns])
     return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
+
+
+def with_unit_rows(source: exp.Expression) -> exp.Select | None:
+    """``source`` with its rows' ``UNIT_ROWS`` as one more column, when it is exactly a read of one
+    unit-level copy (``bounded_reference``: the rows of each unit are that unit's kept rows); else
+    ``None``."""
+    if not isinstance(source, exp.Select) or source.args.get("joins") or source.args.get("group"):
+        return None
+    table = source.args["from_"].this if source.args.get("from_") else None
+    if not isinstance(table, exp.Table) or table.catalog != DATABASE or not table.name.startswith(PREFIX) \
+            or table.name.endswith("__row") or "__row__" in table.name:
+        return None
+    return source.select(exp.column(UNIT_ROWS), copy=True)
 
 
 def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]], key_of) -> list[BoundedTable]:
@@ -352,7 +370,8 @@ def _cut(value: str, type_name: str, length: int, characters: int) -> str:
 
 def create_sql(table: BoundedTable) -> str:
     """An empty copy with the table's columns and types, so queries bind: reads no rows."""
-    hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else ""
+    hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else \
+        f", CAST(NULL AS BIGINT) AS {UNIT_ROWS}"
     return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
             f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {_quoted(table.source)} LIMIT 0")
 
@@ -390,7 +409,8 @@ def fill_sql(table: BoundedTable) -> str:
 
     Ties (identical hashes) are broken by the values themselves, so the rows kept never depend
     on physical order or rowid; rows that tie on every value are identical, so which of them is
-    kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement.
+    kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement. Each
+    row carries its unit's kept row count (``UNIT_ROWS``), from the same partitioning.
     """
     if table.row_level:
         return _fill_rows_sql(table)
@@ -398,8 +418,9 @@ def fill_sql(table: BoundedTable) -> str:
     unit = f'"{table.unit}"'
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
-        f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
-        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n\n"
+        f"SELECT * EXCLUDE (dp_n, dp_all), LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD} FROM (\n"
+        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n,\n"
+        f"  COUNT(*) OVER (PARTITION BY {unit}) AS dp_all\n"
         f"  FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)})\n  WHERE {unit} IS NOT NULL\n"
         f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
     )
@@ -465,10 +486,15 @@ def _sign_bits(table: BoundedTable) -> list[str]:
 
 
 def _padding(table: BoundedTable) -> str:
+    """The two padding rows; a unit-level copy's ``UNIT_ROWS`` spans 0 to k there, so its
+    statistics say nothing of how many rows units keep either."""
     hidden = [(ROW_UNIT, ROW_UNIT_TYPE)] if table.row_level else []
-    return "\n".join(
-        f"UNION ALL SELECT {', '.join(f'CAST({_extreme(t, high)} AS {t})' for _, t in (*table.columns, *hidden))}, TRUE"
-        for high in (False, True))
+    rows = []
+    for high in (False, True):
+        values = [f"CAST({_extreme(t, high)} AS {t})" for _, t in (*table.columns, *hidden)]
+        values += [] if table.row_level else [str(table.rows_per_unit if high else 0)]
+        rows.append(f"UNION ALL SELECT {', '.join(values)}, TRUE")
+    return "\n".join(rows)
 
 
 _INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}

@@ -53,6 +53,7 @@ from dpsql.analysis.domains import domain_parts, on_value, reports_outside
 from dpsql.analysis.plan import ClampedColumn, GroupKey, Measure, Plan
 from dpsql.analysis.ranges import clamp_arguments
 from dpsql.backends import render as engine
+from dpsql.backends.bounding import UNIT_ROWS, with_unit_rows
 from dpsql.backends.keys import key_expression
 from dpsql.backends.render import DUCKDB, catalog_type, exact_integer, is_nan, needs_salt, render, salted_hash, star, total
 from dpsql.policy.model import KeyDomain
@@ -316,12 +317,16 @@ def _bounded(plan: Plan) -> exp.Select:
     keys = [key.name for key in query.keys]
     if not keys and not plan.measures and plan.selection is None:
         return exp.select(exp.alias_(_number(1), "dp_none"))  # every measure has SQL of its own
-    layers = [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, keys))]
     if _rows_bounded_by_construction(plan):
         if not _groups_bounded_by_construction(plan, keys):
-            return _with(_direct_totals(plan, keys, source="dp_limited"),
-                         [*layers, ("dp_limited", _group_limit_layer(plan, keys))])
-        return _with(_direct_totals(plan, keys), layers)
+            unit_rows = _with_unit_rows(plan)
+            layers = [("dp_rows", _rows_layer(plan, unit_rows)),
+                      ("dp_values", _values_layer(plan, keys, unit_rows is not None)),
+                      ("dp_limited", _group_limit_layer(plan, keys, unit_rows is not None))]
+            return _with(_direct_totals(plan, keys, source="dp_limited"), layers)
+        return _with(_direct_totals(plan, keys), [("dp_rows", _rows_layer(plan)),
+                                                  ("dp_values", _values_layer(plan, keys))])
+    layers = [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, keys))]
     layers += [("dp_units", _units_layer(plan, keys)), *_granted_layer(plan, keys)]
     return _with(_unit_level_totals(plan, keys), layers)
 
@@ -463,10 +468,19 @@ def _domain_source(domain: KeyDomain, column: exp.Expression) -> tuple[exp.Expre
     return exp.Values(expressions=rows, alias=alias), _column("v")
 
 
-def _rows_layer(plan: Plan) -> exp.Select:
+def _with_unit_rows(plan: Plan) -> exp.Select | None:
+    """The source with each row's unit's kept row count (``UNIT_ROWS``), when it reads one
+    bounded copy directly: then a unit's rows here are some of its kept rows."""
+    return None if plan.query.source is None else with_unit_rows(plan.query.source)
+
+
+def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
+    """``unit_rows``: the source with its ``UNIT_ROWS`` column (``_with_unit_rows``), carried on."""
     query = plan.query
     unit = _stored(query.rule.unit.lower())
     select = [exp.alias_(unit, "dp_unit")]
+    if unit_rows is not None:
+        select.append(_column(UNIT_ROWS))
     select += [exp.alias_(_key(key), key.name) for key in query.keys]
     outside = reports_outside(query.keys)
     for measure in plan.measures:
@@ -481,7 +495,9 @@ def _rows_layer(plan: Plan) -> exp.Select:
         conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                        for key in query.keys if key.domain]
     source: exp.Expression
-    if query.source is None:
+    if unit_rows is not None:
+        source = exp.Subquery(this=unit_rows, alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
+    elif query.source is None:
         source = _table(query.table)
     elif isinstance(query.source, exp.Table):
         source = query.source.copy()
@@ -510,8 +526,9 @@ def _key(key: GroupKey) -> exp.Expression:
     return key_expression(total(key.expression.copy()), key.type_name or "", key.form)
 
 
-def _values_layer(plan: Plan, keys: list[str]) -> exp.Select:
+def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Select:
     select: list[exp.Expression] = [_column(name) for name in ["dp_unit", *keys]]
+    select += [_column(UNIT_ROWS)] if unit_rows else []
     for measure in plan.measures:
         if measure.counts_values_of is not None or measure.argument is None:
             continue
@@ -559,15 +576,26 @@ def _bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
     return _rows_bounded_by_construction(plan) and _groups_bounded_by_construction(plan, keys)
 
 
-def _group_limit_layer(plan: Plan, keys: list[str]) -> exp.Select:
+def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Expression:
     """``dp_limited``: the rows of each unit's first MAX GROUPS PER UNIT groups, in the order
     of a salted hash of its own (unit, key) values — the groups layer 3 would keep, each with
     all its rows (the unit's rows are at most k already). A window over rows, not over
-    per-(unit, group) aggregates: one sort instead of an aggregation and two sorts."""
+    per-(unit, group) aggregates: one sort instead of an aggregation and two sorts.
+
+    With ``unit_rows`` (each row's unit's kept rows in the copy, ``UNIT_ROWS``), a unit with at
+    most MAX GROUPS PER UNIT rows skips the window: its rows here are some of those, so it has
+    at most that many groups and the window would keep them all. Every unit gets exactly what
+    the window gives it (tests compare both), decided by its own rows alone."""
     order = _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
     rank = _window(exp.DenseRank(), [_column("dp_unit")], order)
-    ranked = exp.select(star(), exp.alias_(rank, "group_rank")).from_("dp_values").subquery()
-    return exp.select(star()).from_(ranked).where(_within_groups(plan), copy=False)
+    if not unit_rows:
+        ranked = exp.select(star(), exp.alias_(rank, "group_rank")).from_("dp_values").subquery()
+        return exp.select(star()).from_(ranked).where(_within_groups(plan), copy=False)
+    few = exp.LTE(this=_column(UNIT_ROWS), expression=_number(plan.query.rule.groups_per_unit))
+    light = _select([star(exclude=[UNIT_ROWS])], "dp_values", [few])
+    ranked = _select([star(), exp.alias_(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
+    heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], ranked.subquery(), [_within_groups(plan)])
+    return exp.union(light, heavy, distinct=False)
 
 
 def _units_counted(plan: Plan) -> exp.Expression:
