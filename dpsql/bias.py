@@ -193,7 +193,8 @@ def bias_share(asked, written, policy_share: Fraction | None, number) -> tuple[F
         return policy_share, False
     share = _share_of(value, policy_share, exact_parameter)
     if share is not None and not 0 < share < 1:
-        raise InvalidParameter(f"report_bias must be true, false or a share of epsilon above 0 and below 1, got {value}",
+        raise InvalidParameter("report_bias must be true, false or a share of epsilon above 0 and below 1, "
+                               f"got {value}",
                                hint="pass report_bias=True, or a share such as 0.05")
     return share, share is not None
 
@@ -275,6 +276,7 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     have, a unit's rows outside its first l groups (in the salted-hash order the query itself
     keeps them by, ``dpsql.backends.rewrite``) are not kept either: kept_u = min(rows in its first l
     groups, k). Uses ``$salt`` then."""
+    assert query.rule.unit is not None and query.source is not None, "a unit-level table read through its copy"
     unit = f'"{query.rule.unit.lower()}"'
     conditions = [f"{unit} IS NOT NULL"]
     if query.where is not None:
@@ -360,8 +362,11 @@ class Bounding:
 
     def to_dict(self) -> dict:
         """Plain JSON-able form (kept with the stored answer, so a repeat shows it too)."""
-        pair = (lambda s: None if s is None else [s.value, s.halfwidth])
-        return {"dropped": pair(self.dropped), "clamped": [[n, *pair(s)] for n, s in self.clamped],
+        def pair(share: Share) -> list:
+            return [share.value, share.halfwidth]
+
+        return {"dropped": None if self.dropped is None else pair(self.dropped),
+                "clamped": [[n, *pair(s)] for n, s in self.clamped],
                 "epsilon": str(self.epsilon)}
 
     @classmethod
@@ -428,7 +433,7 @@ def with_bounding(answer: str, bounding: Bounding | None) -> str:
 def stored_bounding(answer: str | None) -> Bounding | None:
     """The bias report kept with a stored answer, if any."""
     try:
-        record = json.loads(answer)
+        record = json.loads(answer)  # type: ignore[arg-type]  # None: TypeError, no report
         return Bounding.from_dict(record["bounding"])
     except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
         return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from sqlglot import exp
@@ -43,7 +44,7 @@ from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
 from dpsql.policy.check import is_numeric_type
-from dpsql.policy.model import Policy
+from dpsql.policy.model import Policy, PrivateTable
 
 ROWS_QUANTILE = Fraction(95, 100)
 """k is the DP estimate of this quantile of rows per unit."""
@@ -130,11 +131,11 @@ def _table(name: str) -> exp.Table:
                       catalog=parts[-3] if len(parts) > 2 else None, quoted=True)
 
 
-def _not_null(node: exp.Expression) -> exp.Expression:
+def _not_null(node: exp.Expr) -> exp.Expr:
     return exp.Not(this=exp.Is(this=node, expression=exp.Null()))
 
 
-def _at_most(value: exp.Expression, bound: exp.Expression) -> exp.Expression:
+def _at_most(value: exp.Expr, bound: exp.Expr) -> exp.Expr:
     """``COUNT(*) FILTER (WHERE value <= bound)``."""
     return exp.Filter(this=exp.Count(this=exp.Star()),
                       expression=exp.Where(this=exp.LTE(this=value, expression=bound)))
@@ -144,7 +145,7 @@ def rows_select(table: str, unit: str, group_by: str | None = None) -> exp.Selec
     """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
     distinct values of that column, NULL one of them); then the number of units."""
     counts = [_at_most(exp.column("r"), exp.Literal.number(k)) for k in ROWS_CANDIDATES]
-    per_unit: exp.Expression = exp.Count(this=exp.Star())
+    per_unit: exp.Expr = exp.Count(this=exp.Star())
     if group_by is not None:
         has_null = exp.Case(ifs=[exp.If(this=exp.Is(this=_column(group_by), expression=exp.Null()),
                                         true=exp.Literal.number(1))], default=exp.Literal.number(0))
@@ -200,7 +201,7 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
     return render(values_select(table, unit, column, floating, edges))
 
 
-def _statement(tree: exp.Expression) -> BoundedStatement:
+def _statement(tree: exp.Expr) -> BoundedStatement:
     """A statement over the raw table (a suggestion reads no bounded copy)."""
     return BoundedStatement(render(tree), needs_salt(tree), ())
 
@@ -315,7 +316,8 @@ def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon) -> 
     each = _shown(split["each_column"]) if split.get("each_column") else None
     for column in suggestion["bounds"]:
         if column not in found:
-            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise at epsilon {each} "
+            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise "
+                         f"at epsilon {each} "
                          f"(spend more epsilon, or choose them from public knowledge)")
             continue
         lo, hi = found[column]
@@ -389,7 +391,7 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
                                hint=f"name one of the private tables: {private}")
     key = key_of(declared.name)
     types = catalog[key]
-    unit = None if declared.row_level else declared.unit.lower()
+    unit = declared.unit.lower() if isinstance(declared, PrivateTable) and declared.unit is not None else None
     numeric = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
     if columns is None:
         chosen = numeric
@@ -423,7 +425,8 @@ def _errors(plan: SuggestPlan, units: int | None) -> dict:
     large to trust the answer. ``units`` is a DP estimate of the units (the largest noisy
     histogram total: post-processing; it counts units with a value, so it errs low and the
     warnings err on the side of warning); ``None`` when no column was bounded."""
-    split, out, warnings = plan.split, {}, []
+    split, warnings = plan.split, []
+    out: dict[str, Any] = {}
     tail = 1 - float(ROWS_QUANTILE)
     known = f"about {units} units" if units is not None else "its number of units (not measured)"
 
@@ -466,6 +469,7 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
         k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
     groups = None
     if plan.group_by is not None:
+        assert unit is not None, "MAX GROUPS PER UNIT is asked of unit-level tables only"
         *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by)))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
     bounds, totals = {}, []
@@ -478,9 +482,10 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
                              DEFAULT_COVERAGE, source, total)
         totals.append(total[0])
         bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
-    suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
-                  "epsilon_split": {"total": float(plan.epsilon), "max_rows_per_unit": float(split.rows),
-                                    "each_column": float(split.each_column)}}
+    suggestion: dict[str, Any] = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
+                                  "epsilon_split": {"total": float(plan.epsilon),
+                                                    "max_rows_per_unit": float(split.rows),
+                                                    "each_column": float(split.each_column)}}
     suggestion.update(_errors(plan, max(totals) if totals else None))
     if plan.group_by is not None:
         suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)

@@ -41,7 +41,8 @@ def bounded_sql(sql: str) -> str:
 
 def per_unit_layers_sql(sql: str) -> str:
     """The bounded SQL as if the source could hold any number of rows per unit: layer 3 in full."""
-    plan = analyse_query(check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG), SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
+    query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
+    plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
     return rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)))
 
 
@@ -53,7 +54,8 @@ def read_pairs() -> list[tuple[str, str]]:
 
 def test_fixture_is_current():
     if os.environ.get("DPSQL_UPDATE_FIXTURES"):
-        header = "-- input; expected bounded SQL; (regenerate: DPSQL_UPDATE_FIXTURES=1 pytest tests/test_rewrite.py)\n\n"
+        header = ("-- input; expected bounded SQL; (regenerate: DPSQL_UPDATE_FIXTURES=1 pytest tests/test_rewrite.py)"
+                  "\n\n")
         FIXTURE.write_text(header + "\n\n".join(f"{q};\n{bounded_sql(q)};" for q in INPUTS) + "\n")
     pairs = read_pairs()
     assert [p[0] for p in pairs] == INPUTS

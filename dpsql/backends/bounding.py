@@ -159,7 +159,7 @@ def row_copy_name(source: str, list_length: int | None = None, string_length: in
 
 def copy_name(source: str, rule: PrivateTable) -> str:
     """The table holding the bounded copy of ``source``, which ``rule`` declares."""
-    if rule.row_level:
+    if rule.unit is None:  # row-level
         return row_copy_name(source, rule.max_list_length, rule.max_string_length)
     return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length, rule.max_string_length)
 
@@ -198,7 +198,7 @@ def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
     return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
 
 
-def with_unit_rows(source: exp.Expression) -> exp.Select | None:
+def with_unit_rows(source: exp.Expr) -> exp.Select | None:
     """``source`` with its rows' ``UNIT_ROWS`` as one more column, when it is exactly a read of one
     unit-level copy (``bounded_reference``: the rows of each unit are that unit's kept rows); else
     ``None``."""
@@ -216,7 +216,7 @@ def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]]
     tables = []
     for rule in rules:
         key = key_of(rule.name)
-        unit = ROW_UNIT if rule.row_level else rule.unit.lower()
+        unit = ROW_UNIT if rule.unit is None else rule.unit.lower()
         tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level,
                                    rule.max_list_length, rule.max_string_length))
     return tables
@@ -237,7 +237,8 @@ def _copied_columns(table: BoundedTable) -> str:
     elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes)."""
     length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
     characters = DEFAULT_MAX_STRING_LENGTH if table.string_length is None else table.string_length
-    return ", ".join(f'{shortened(_quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
+    return ", ".join(f'{shortened(_quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"'
+                     if t.upper() == "VARCHAR"
                      else f'{shortened(_quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
                      for c, t in table.columns)
 
@@ -267,8 +268,8 @@ def is_sized(type_name: str) -> bool:
 def list_depth(type_name: str) -> int:
     """How many LIST or MAP levels a value of ``type_name`` nests, along its deepest path.
 
-    >>> list_depth("INTEGER[][][]"), list_depth("STRUCT(a INTEGER[], b MAP(VARCHAR, INTEGER[]))"), list_depth("INTEGER[4]")
-    (3, 2, 0)
+    >>> [list_depth(t) for t in ("INTEGER[][][]", "STRUCT(a INTEGER[], b MAP(VARCHAR, INTEGER[]))", "INTEGER[4]")]
+    [3, 2, 0]
     """
     pair = map_types(type_name)
     if pair is not None:
@@ -315,8 +316,8 @@ def shortened(value: str, type_name: str, length: int, characters: int = DEFAULT
 
     >>> shortened('"l"', "INTEGER[]", 3)
     'CAST(list_slice("l", 1, 3) AS INTEGER[])'
-    >>> shortened('"l"', "INTEGER[][]", 100)
-    'CAST(list_transform(list_slice("l", 1, 10), lambda dp_x: CAST(list_slice(dp_x, 1, 10) AS INTEGER[])) AS INTEGER[][])'
+    >>> print(shortened('"l"', "INTEGER[][]", 100))
+    CAST(list_transform(list_slice("l", 1, 10), lambda dp_x: CAST(list_slice(dp_x, 1, 10) AS INTEGER[])) AS INTEGER[][])
     >>> shortened('"m"', "MAP(INTEGER, INTEGER)", 2)
     'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(INTEGER, INTEGER))'
     >>> shortened('"s"', "VARCHAR", 2, 5)
@@ -342,7 +343,7 @@ def _cut(value: str, type_name: str, length: int, characters: int) -> str:
     if not is_sized(type_name):
         return value
     if is_list(type_name):
-        element = list_element(type_name)
+        element = list_element(type_name) or ""  # a LIST always has one
         cut = f"list_slice({value}, 1, {length})"
         if is_sized(element):
             cut = f"list_transform({cut}, lambda dp_x: {_cut('dp_x', element, length, characters)})"
@@ -361,10 +362,11 @@ def _cut(value: str, type_name: str, length: int, characters: int) -> str:
     fields = struct_fields(type_name)
     if fields is not None:
         packed = ", ".join('"' + f.replace('"', '""') + '" := '
-                           + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length, characters)
+                           + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length,
+                                  characters)
                            for f, t in fields.items())
         return f"CAST(CASE WHEN {value} IS NULL THEN NULL ELSE struct_pack({packed}) END AS {type_name})"
-    element = list_element(type_name)  # a fixed-size ARRAY holding lists or strings
+    element = list_element(type_name) or ""  # a fixed-size ARRAY holding lists or strings
     return f"CAST(list_transform({value}, lambda dp_x: {_cut('dp_x', element, length, characters)}) AS {type_name})"
 
 
@@ -452,7 +454,8 @@ def _fill_rows_sql(table: BoundedTable) -> str:
         f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
         f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
         f"        SELECT {', '.join(names)}, dp_text, COUNT(*) AS dp_copies\n"
-        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} FROM {_quoted(table.source)}))\n"
+        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} "
+        f"FROM {_quoted(table.source)}))\n"
         f"        GROUP BY ALL))))\n"
         f"WHERE dp_n = 1\n{_padding(table)}"
     )

@@ -85,7 +85,7 @@ def key_form(type_name: str) -> KeyForm | None:
     return None
 
 
-def key_expression(expression: exp.Expression, type_name: str, form: KeyForm) -> exp.Expression:
+def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
     """What a key is grouped and read back by: the expression itself, or its text as bytes
     (``dpsql.backends.render.key_text``).
 
@@ -199,7 +199,10 @@ def _read_time(text: str):
     if match is None:
         return None
     micros = _micros(match.group(4))
-    return None if micros is None else datetime.time(*map(int, match.groups()[:3]), micros)
+    if micros is None:
+        return None
+    hour, minute, second = (int(part) for part in match.groups()[:3])
+    return datetime.time(hour, minute, second, micros)
 
 
 def _show_time(value: datetime.time) -> str:
@@ -218,7 +221,8 @@ def _read_timestamp(text: str):
         sign = -1 if match.group(8)[0] == "-" else 1
         hours, _, minutes = match.group(8)[1:].partition(":")
         zone = datetime.timezone(sign * datetime.timedelta(hours=int(hours), minutes=int(minutes or 0)))
-    return datetime.datetime(*map(int, match.groups()[:6]), micros, tzinfo=zone)
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    return datetime.datetime(year, month, day, hour, minute, second, micros, tzinfo=zone)
 
 
 def _show_timestamp(value: datetime.datetime) -> str:
@@ -311,7 +315,7 @@ text and shown by ``display_value``."""
 def fetched_as_text(type_name: str) -> bool:
     """True for a post-processing result type that is fetched as text (``FETCHED_AS_IS``).
 
-    >>> fetched_as_text("DATE"), fetched_as_text("INTEGER[]"), fetched_as_text("DECIMAL(9,2)"), fetched_as_text("DOUBLE")
-    (True, True, False, False)
+    >>> [fetched_as_text(t) for t in ("DATE", "INTEGER[]", "DECIMAL(9,2)", "DOUBLE")]
+    [True, True, False, False]
     """
     return is_nested(type_name) or base_type(type_name) not in FETCHED_AS_IS

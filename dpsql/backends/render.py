@@ -28,8 +28,8 @@ Whether a statement needs the salt is read from its tree (``needs_salt``), never
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Callable
 
 from sqlglot import exp
 
@@ -68,30 +68,30 @@ class IsNaN(exp.Expression, exp.Func):
     arg_types = {"this": True}
 
 
-def total(node: exp.Expression) -> exp.Expression:
+def total(node: exp.Expr) -> exp.Expr:
     """``node`` made total; columns, literals and NULL cannot fail and stay as they are."""
     if isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean)):
         return node
     return Total(this=node)
 
 
-def exact_integer(node: exp.Expression) -> exp.Expression:
+def exact_integer(node: exp.Expr) -> exp.Expr:
     return ExactInteger(this=node)
 
 
-def salted_hash(*values: exp.Expression) -> exp.Expression:
+def salted_hash(*values: exp.Expr) -> exp.Expr:
     return SaltedHash(expressions=list(values))
 
 
-def key_text(node: exp.Expression) -> exp.Expression:
+def key_text(node: exp.Expr) -> exp.Expr:
     return KeyText(this=node)
 
 
-def is_nan(node: exp.Expression) -> exp.Expression:
+def is_nan(node: exp.Expr) -> exp.Expr:
     return IsNaN(this=node)
 
 
-def star(exclude: list[str] | None = None, replace: list[exp.Expression] | None = None) -> exp.Star:
+def star(exclude: list[str] | None = None, replace: Sequence[exp.Expr] | None = None) -> exp.Star:
     """``*`` without the ``exclude`` columns, or with the ``replace`` aliases in their place."""
     args: dict = {}
     if exclude:
@@ -107,7 +107,7 @@ def catalog_type(type_name: str) -> exp.DataType:
     return exp.DataType(this=exp.DataType.Type.USERDEFINED, kind=type_name)
 
 
-def literal(value: Fraction | int | str) -> exp.Expression:
+def literal(value: Fraction | int | str) -> exp.Expr:
     """An exact SQL literal for a policy number or key: a finite decimal written out, any other
     fraction as an exact division.
 
@@ -123,11 +123,11 @@ def literal(value: Fraction | int | str) -> exp.Expression:
     return _number_text(text)
 
 
-def _number(value: int) -> exp.Expression:
+def _number(value: int) -> exp.Expr:
     return _number_text(str(value))
 
 
-def _number_text(text: str) -> exp.Expression:
+def _number_text(text: str) -> exp.Expr:
     # A negative number is a literal with a sign, not a negation node: both render as -n.
     return exp.Literal.number(text)
 
@@ -156,28 +156,29 @@ def literal_text(value: Fraction) -> str:
     return f"{sign}{text[:-digits]}.{text[-digits:]}"
 
 
-def needs_salt(tree: exp.Expression) -> bool:
+def needs_salt(tree: exp.Expr) -> bool:
     """True when the statement orders by a salted hash: the salt must be bound when it runs."""
     return tree.find(SaltedHash) is not None
 
 
-def _duckdb_total(node: Total) -> exp.Expression:
+def _duckdb_total(node: Total) -> exp.Expr:
     return exp.Anonymous(this="TRY", expressions=[node.this])
 
 
-def _duckdb_exact_integer(node: ExactInteger) -> exp.Expression:
+def _duckdb_exact_integer(node: ExactInteger) -> exp.Expr:
     return exp.Cast(this=node.this, to=exp.DataType.build("HUGEINT", dialect=DUCKDB))
 
 
-def _duckdb_salted_hash(node: SaltedHash) -> exp.Expression:
+def _duckdb_salted_hash(node: SaltedHash) -> exp.Expr:
     return exp.Anonymous(this="HASH", expressions=[exp.Placeholder(this=SALT_PARAMETER), *node.expressions])
 
 
-def _duckdb_key_text(node: KeyText) -> exp.Expression:
-    return exp.Anonymous(this="ENCODE", expressions=[exp.cast(node.this, exp.DataType.build("VARCHAR", dialect=DUCKDB))])
+def _duckdb_key_text(node: KeyText) -> exp.Expr:
+    text = exp.cast(node.this, exp.DataType.build("VARCHAR", dialect=DUCKDB))
+    return exp.Anonymous(this="ENCODE", expressions=[text])
 
 
-def _duckdb_is_nan(node: IsNaN) -> exp.Expression:
+def _duckdb_is_nan(node: IsNaN) -> exp.Expr:
     return exp.Anonymous(this="ISNAN", expressions=[node.this])
 
 
@@ -191,7 +192,7 @@ _DUCKDB: dict[type, Callable] = {
 _RENDERINGS = {DUCKDB: _DUCKDB}
 
 
-def render(tree: exp.Expression, dialect: str = DUCKDB) -> str:
+def render(tree: exp.Expr, dialect: str = DUCKDB) -> str:
     """The SQL of ``tree`` for ``dialect``: each engine-specific node in its engine's form.
 
     >>> render(exp.select(total(exp.column("x").div(2)), salted_hash(exp.column("u"))))

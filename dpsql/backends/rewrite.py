@@ -44,6 +44,7 @@ one per (unit, group) kept, so a unit moves at most MAX GROUPS PER UNIT of these
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -55,7 +56,17 @@ from dpsql.analysis.ranges import clamp_arguments
 from dpsql.backends import render as engine
 from dpsql.backends.bounding import UNIT_ROWS, with_unit_rows
 from dpsql.backends.keys import key_expression
-from dpsql.backends.render import DUCKDB, catalog_type, exact_integer, is_nan, needs_salt, render, salted_hash, star, total
+from dpsql.backends.render import (
+    DUCKDB,
+    catalog_type,
+    exact_integer,
+    is_nan,
+    needs_salt,
+    render,
+    salted_hash,
+    star,
+    total,
+)
 from dpsql.policy.model import KeyDomain
 
 
@@ -71,7 +82,7 @@ class BoundedStatement:
     """The bounded copies (``dpsql.backends.bounding``) it reads: built before it runs."""
 
 
-def statement(tree: exp.Expression, plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
+def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
     """``tree`` (a statement over ``plan``'s source) rendered, with the salt it needs and the
     copies it reads."""
     return BoundedStatement(render(expand_clamps(tree), dialect), needs_salt(tree), plan.query.bounded)
@@ -131,46 +142,46 @@ def _stored(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
 
 
-def _number(value: int | Fraction) -> exp.Expression:
+def _number(value: int | Fraction) -> exp.Expr:
     return engine.literal(value)
 
 
-def _call(name: str, *arguments: exp.Expression) -> exp.Expression:
+def _call(name: str, *arguments: exp.Expr) -> exp.Expr:
     """A function written as named in every engine (LEAST, GREATEST skip NULLs in both)."""
     return exp.Anonymous(this=name, expressions=list(arguments))
 
 
-def _paren(node: exp.Expression) -> exp.Expression:
+def _paren(node: exp.Expr) -> exp.Expr:
     return exp.Paren(this=node)
 
 
-def _cast(node: exp.Expression, type_name: str) -> exp.Expression:
+def _cast(node: exp.Expr, type_name: str) -> exp.Expr:
     return exp.Cast(this=node, to=exp.DataType.build(type_name, dialect=DUCKDB))
 
 
-def _clamp(value: exp.Expression, low: exp.Expression, high: exp.Expression) -> exp.Expression:
+def _clamp(value: exp.Expr, low: exp.Expr, high: exp.Expr) -> exp.Expr:
     return _call("LEAST", _call("GREATEST", value, low), high)
 
 
-def _null_or_clamped(missing: exp.Expression, value: exp.Expression, low, high) -> exp.Expression:
+def _null_or_clamped(missing: exp.Expr, value: exp.Expr, low, high) -> exp.Expr:
     """NULL when ``missing`` holds, else ``value`` clamped: NULL never becomes a bound."""
     return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=_clamp(value, low, high))
 
 
-def _is_null(node: exp.Expression) -> exp.Expression:
+def _is_null(node: exp.Expr) -> exp.Expr:
     return exp.Is(this=node, expression=exp.Null())
 
 
-def _not_null(node: exp.Expression) -> exp.Expression:
+def _not_null(node: exp.Expr) -> exp.Expr:
     return exp.Not(this=_is_null(node))
 
 
-def _true_or_false(condition: exp.Expression) -> exp.Expression:
+def _true_or_false(condition: exp.Expr) -> exp.Expr:
     """A condition made total; NULL (or an error) counts as false."""
     return exp.Coalesce(this=total(condition), expressions=[exp.false()])
 
 
-def _window(function: exp.Expression, partition: list[exp.Expression], order: list[exp.Expression] | None = None,
+def _window(function: exp.Expr, partition: Sequence[exp.Expr], order: Sequence[exp.Expr] | None = None,
             preceding: bool = False) -> exp.Window:
     """``function OVER (PARTITION BY .. ORDER BY ..)``; ``preceding``: over the earlier rows only."""
     args: dict = {"this": function, "partition_by": partition}
@@ -182,19 +193,19 @@ def _window(function: exp.Expression, partition: list[exp.Expression], order: li
     return exp.Window(**args)
 
 
-def _salted_order(*columns: exp.Expression) -> list[exp.Expression]:
+def _salted_order(*columns: exp.Expr) -> list[exp.Expr]:
     """The salted-hash order of (unit, key..) values, ties broken by the values after the unit."""
     return [salted_hash(*columns), *(c.copy() for c in columns[1:])]
 
 
-def _with(final: exp.Select, ctes: list[tuple[str, exp.Expression]]) -> exp.Select:
+def _with(final: exp.Select, ctes: Sequence[tuple[str, exp.Expr]]) -> exp.Select:
     for name, query in ctes:
         final = final.with_(name, as_=query, copy=False)
     return final
 
 
-def _select(columns: list[exp.Expression], source: exp.Expression | str, where: list[exp.Expression] | None = None,
-            group: list[exp.Expression] | None = None) -> exp.Select:
+def _select(columns: Sequence[exp.Expr], source: exp.Expr | str, where: Sequence[exp.Expr] | None = None,
+            group: Sequence[exp.Expr] | None = None) -> exp.Select:
     select = exp.select(*columns).from_(source)
     if where:
         select = select.where(*where, copy=False)
@@ -221,7 +232,7 @@ def _distinct(plan: Plan, measure: Measure) -> exp.Select:
     """
     single = replace(plan, measures=(measure,), selection=None)
     keys = [key.name for key in plan.query.keys]
-    layers = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
+    layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
     value = f"v_{measure.name}"
     counted = exp.alias_(exp.Count(this=exp.Distinct(expressions=[_column("value")])), "n")
     if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
@@ -232,13 +243,14 @@ def _distinct(plan: Plan, measure: Measure) -> exp.Select:
     rank = _window(exp.RowNumber(), _qualified(keys), order)
     kept = [*(_column(k, "k") for k in keys), _column("value"), _column("b")]
     kept += [_column("group_rank")] if keys else []
-    conditions = [exp.GT(this=_column("b"), expression=_number(0)),
+    conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0)),
                   exp.LTE(this=_column("value_rank"), expression=_column("b"))]
     conditions += [_within_groups(plan)] if keys else []
     layers += [("dp_units", _units_layer(single, keys)), *_granted_layer(single, keys),
                ("dp_distinct", _select([*unit_keys, exp.alias_(_column(value), "value")], "dp_values",
                                        [_not_null(_column(value))]).distinct()),
-               ("dp_kept", _joined_to_grant(_select([*kept, exp.alias_(rank, "value_rank")], _as_k("dp_distinct")), keys))]
+               ("dp_kept", _joined_to_grant(_select([*kept, exp.alias_(rank, "value_rank")], _as_k("dp_distinct")),
+                                            keys))]
     return _with(_select([*map(_column, keys), counted], "dp_kept", conditions, [*map(_column, keys)]), layers)
 
 
@@ -251,7 +263,7 @@ def _histogram(plan: Plan, measure: Measure) -> exp.Select:
     """
     single = replace(plan, measures=(measure,), selection=None)
     keys = [key.name for key in plan.query.keys]
-    layers = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
+    layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
     value = f"v_{measure.name}"
     grouped = [_column(name) for name in [*keys, "bucket"]]
     if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
@@ -265,7 +277,8 @@ def _histogram(plan: Plan, measure: Measure) -> exp.Select:
                            expressions=[_number(0)])
     spread = _call("GREATEST", _call("LEAST", _column("n_bucket"),
                                      exp.Sub(this=_column("b"), expression=earlier)), _number(0))
-    conditions = [exp.GT(this=_column("b"), expression=_number(0))] + ([_within_groups(plan)] if keys else [])
+    conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
+    conditions += [_within_groups(plan)] if keys else []
     layers += [("dp_units", _units_layer(single, keys)), *_granted_layer(single, keys),
                ("dp_buckets", _select([*unit_keys, exp.alias_(_column(value), "bucket"),
                                        exp.alias_(exp.Count(this=exp.Star()), "n_bucket")], "dp_values",
@@ -278,7 +291,7 @@ def _histogram(plan: Plan, measure: Measure) -> exp.Select:
     return _with(final, layers)
 
 
-def _qualified(keys: list[str]) -> list[exp.Expression]:
+def _qualified(keys: list[str]) -> list[exp.Expr]:
     """The (unit, group) columns of the per-value side ``k`` of a join with ``dp_granted``."""
     return [_column(name, "k") for name in ["dp_unit", *keys]]
 
@@ -289,11 +302,11 @@ def _joined_to_grant(select: exp.Select, keys: list[str]) -> exp.Select:
     return select.join(exp.alias_(exp.to_table("dp_granted"), "g", table=True), on=_same_unit_group(keys), copy=False)
 
 
-def _as_k(name: str) -> exp.Expression:
+def _as_k(name: str) -> exp.Expr:
     return exp.alias_(exp.to_table(name), "k", table=True)
 
 
-def _same_unit_group(keys: list[str]) -> exp.Expression:
+def _same_unit_group(keys: list[str]) -> exp.Expr:
     """A per-value row ``k`` joins its (unit, group)'s grant ``g``. A NULL key is a group too
     (the outside cell, ``dpsql.analysis.domains``, or a NULL key under partition selection), so keys
     match with IS NOT DISTINCT FROM: an equi-join (or USING) would drop those rows.
@@ -301,12 +314,12 @@ def _same_unit_group(keys: list[str]) -> exp.Expression:
     >>> render(_same_unit_group(["g0"]))
     'k.dp_unit = g.dp_unit AND k.g0 IS NOT DISTINCT FROM g.g0'
     """
-    same = [exp.EQ(this=_column("dp_unit", "k"), expression=_column("dp_unit", "g"))]
+    same: list[exp.Expr] = [exp.EQ(this=_column("dp_unit", "k"), expression=_column("dp_unit", "g"))]
     same += [exp.NullSafeEQ(this=_column(name, "k"), expression=_column(name, "g")) for name in keys]
     return exp.and_(*same)
 
 
-def _within_groups(plan: Plan) -> exp.Expression:
+def _within_groups(plan: Plan) -> exp.Expr:
     return exp.LTE(this=_column("group_rank"), expression=_number(plan.query.rule.groups_per_unit))
 
 
@@ -320,7 +333,7 @@ def _bounded(plan: Plan) -> exp.Select:
     if _rows_bounded_by_construction(plan):
         if not _groups_bounded_by_construction(plan, keys):
             unit_rows = _with_unit_rows(plan)
-            layers = [("dp_rows", _rows_layer(plan, unit_rows)),
+            layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(plan, unit_rows)),
                       ("dp_values", _values_layer(plan, keys, unit_rows is not None)),
                       ("dp_limited", _group_limit_layer(plan, keys, unit_rows is not None))]
             return _with(_direct_totals(plan, keys, source="dp_limited"), layers)
@@ -331,7 +344,7 @@ def _bounded(plan: Plan) -> exp.Select:
     return _with(_unit_level_totals(plan, keys), layers)
 
 
-def expand_clamps(node: exp.Expression) -> exp.Expression:
+def expand_clamps(node: exp.Expr) -> exp.Expr:
     """dpsql's CLAMP(x, lo, hi) as SQL: NULL and NaN stay NULL, the rest is clamped (innermost
     first, so a CLAMP inside another's value is expanded too).
 
@@ -341,7 +354,7 @@ def expand_clamps(node: exp.Expression) -> exp.Expression:
     """
     tree = node.copy()
     for sub in reversed(list(tree.dfs())):
-        parts = clamp_arguments(sub)
+        parts = clamp_arguments(sub) if isinstance(sub, exp.Expression) else None
         if parts is None:
             continue
         value, low, high = parts
@@ -363,7 +376,7 @@ def literal(value: Fraction | int | str) -> str:
     return render(engine.literal(value))
 
 
-def clamp_column(column: ClampedColumn) -> exp.Expression:
+def clamp_column(column: ClampedColumn) -> exp.Expr:
     """A column clamped into its policy bounds, NULL and NaN kept NULL.
 
     >>> render(clamp_column(ClampedColumn("amount", Fraction(0), Fraction(500), True)))
@@ -375,7 +388,7 @@ def clamp_column(column: ClampedColumn) -> exp.Expression:
     return _null_or_clamped(missing, _stored(column.name), _number(column.lower), _number(column.upper))
 
 
-def _in_value_position(column: exp.Column, root: exp.Expression) -> bool:
+def _in_value_position(column: exp.Column, root: exp.Expr) -> bool:
     """False when the column only feeds a condition (a WHEN, a comparison): it is not summed."""
     node = column.parent
     while node is not None and node is not root.parent:
@@ -385,7 +398,7 @@ def _in_value_position(column: exp.Column, root: exp.Expression) -> bool:
     return True
 
 
-def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -> exp.Expression:
+def clamp_inputs(argument: exp.Expr, clamped: tuple[ClampedColumn, ...]) -> exp.Expr:
     """Replace bounded columns in value positions of ``argument`` with their clamped form."""
     by_name = {c.name: c for c in clamped}
     tree = argument.copy()
@@ -397,7 +410,7 @@ def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -
     return wrapper.this
 
 
-def _raw_value(measure: Measure) -> exp.Expression:
+def _raw_value(measure: Measure) -> exp.Expr:
     if measure.argument is None:
         return _number(1)
     if measure.kind == "histogram":  # the bucket: floor((value - offset) / width)
@@ -416,7 +429,7 @@ def _raw_value(measure: Measure) -> exp.Expression:
     return scaled if _cannot_fail(measure) else total(scaled)
 
 
-def power_of_two(value: Fraction) -> exp.Expression:
+def power_of_two(value: Fraction) -> exp.Expr:
     """A power of two as an exact DOUBLE literal: scaling by it is exact in floating point (the
     product never needs more digits, as a DECIMAL literal's would: 2**-37 written out has 37
     decimals, a DECIMAL(38,37) that overflows when multiplied by 10).
@@ -443,16 +456,16 @@ def _cannot_fail(measure: Measure) -> bool:
         max(abs(measure.lower), abs(measure.upper)) < 2**62
 
 
-def domain_filter(column: str, domain: KeyDomain, column_type: str) -> exp.Expression:
+def domain_filter(column: str, domain: KeyDomain, column_type: str) -> exp.Expr:
     """Keep rows whose key is in the public domain, compared in the column's own type: each domain
     value is TRY_CAST to it, so no implicit coercion of the private column can fail on one unit's
     value ('x' in a VARCHAR column against numeric keys) — the comparison is total."""
-    source, value = _domain_source(domain, _stored(domain.column) if domain.values is None else _column("v"))
+    source, value = _domain_source(domain, _column("v") if domain.values is not None else _stored(domain.column or ""))
     listed = exp.select(exp.TryCast(this=value, to=catalog_type(column_type))).from_(source)
     return exp.In(this=_stored(column), query=listed.subquery())
 
 
-def _domain_source(domain: KeyDomain, column: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
+def _domain_source(domain: KeyDomain, column: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
     """FROM of a public domain (a listed one as VALUES ... AS d(v)) and the column it reads."""
     if domain.values is None:
         assert domain.table is not None
@@ -477,6 +490,7 @@ def _with_unit_rows(plan: Plan) -> exp.Select | None:
 def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
     """``unit_rows``: the source with its ``UNIT_ROWS`` column (``_with_unit_rows``), carried on."""
     query = plan.query
+    assert query.rule.unit is not None, "a private relation always has a unit (a row-level one: its hidden id)"
     unit = _stored(query.rule.unit.lower())
     select = [exp.alias_(unit, "dp_unit")]
     if unit_rows is not None:
@@ -494,7 +508,7 @@ def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
     if not outside:
         conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                        for key in query.keys if key.domain]
-    source: exp.Expression
+    source: exp.Expr
     if unit_rows is not None:
         source = exp.Subquery(this=unit_rows, alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
     elif query.source is None:
@@ -514,20 +528,20 @@ def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
     return exp.select(star(replace=kept)).from_(rows.subquery("dp_keyed"))
 
 
-def _membership(query, part: list[int]) -> exp.Expression:
+def _membership(query, part: list[int]) -> exp.Expr:
     """A row's keys of one domain part are among the released ones (``domain_membership``)."""
     keys = [query.keys[i] for i in part]
     return domain_membership(keys, [query.column_type(k.expression.name) for k in keys],
                              [_column(k.name) for k in keys])
 
 
-def _key(key: GroupKey) -> exp.Expression:
+def _key(key: GroupKey) -> exp.Expr:
     """A key as grouped and read back: made total, then in its form (``dpsql.backends.keys``)."""
     return key_expression(total(key.expression.copy()), key.type_name or "", key.form)
 
 
 def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Select:
-    select: list[exp.Expression] = [_column(name) for name in ["dp_unit", *keys]]
+    select: list[exp.Expr] = [_column(name) for name in ["dp_unit", *keys]]
     select += [_column(UNIT_ROWS)] if unit_rows else []
     for measure in plan.measures:
         if measure.counts_values_of is not None or measure.argument is None:
@@ -545,13 +559,13 @@ def _value_column(measure: Measure) -> exp.Column:
     return _column(f"v_{measure.counts_values_of or measure.name}")
 
 
-def _centred(measure: Measure, value: exp.Expression) -> exp.Expression:
+def _centred(measure: Measure, value: exp.Expr) -> exp.Expr:
     """2v - (L + U), exact: the doubled value is widened first."""
     doubled = exp.Mul(this=_number(2), expression=exact_integer(value))
     return _paren(exp.Sub(this=doubled, expression=_paren(_number(measure.lower + measure.upper))))
 
 
-def _squared(measure: Measure, value: exp.Expression) -> exp.Expression:
+def _squared(measure: Measure, value: exp.Expr) -> exp.Expr:
     return exp.Mul(this=_centred(measure, value), expression=_centred(measure, value.copy()))
 
 
@@ -576,7 +590,7 @@ def _bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
     return _rows_bounded_by_construction(plan) and _groups_bounded_by_construction(plan, keys)
 
 
-def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Expression:
+def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Expr:
     """``dp_limited``: the rows of each unit's first MAX GROUPS PER UNIT groups, in the order
     of a salted hash of its own (unit, key) values — the groups layer 3 would keep, each with
     all its rows (the unit's rows are at most k already). A window over rows, not over
@@ -593,12 +607,12 @@ def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> 
         return exp.select(star()).from_(ranked).where(_within_groups(plan), copy=False)
     few = exp.LTE(this=_column(UNIT_ROWS), expression=_number(plan.query.rule.groups_per_unit))
     light = _select([star(exclude=[UNIT_ROWS])], "dp_values", [few])
-    ranked = _select([star(), exp.alias_(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
-    heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], ranked.subquery(), [_within_groups(plan)])
+    ranked_rows = _select([star(), exp.alias_(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
+    heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], ranked_rows.subquery(), [_within_groups(plan)])
     return exp.union(light, heavy, distinct=False)
 
 
-def _units_counted(plan: Plan) -> exp.Expression:
+def _units_counted(plan: Plan) -> exp.Expr:
     """Distinct units of a group, from rows of units light by construction: each unit once —
     or each row, when a unit has at most one row (a row-level table read directly)."""
     if plan.query.rows_per_unit == 1:
@@ -606,7 +620,7 @@ def _units_counted(plan: Plan) -> exp.Expression:
     return exp.Count(this=exp.Distinct(expressions=[_column("dp_unit")]))
 
 
-def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expression:
+def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expr:
     """Per-group total of a measure from row values of units light by construction."""
     if measure.kind == "units":
         return _units_counted(plan)
@@ -670,14 +684,14 @@ def _granted_layer(plan: Plan, keys: list[str]) -> list[tuple[str, exp.Expressio
     sized = ["dp_total", "dp_groups"]
     light_units = _select([star(exclude=sized), exp.alias_(_column("n"), "b"), exp.alias_(_number(1), "group_rank")],
                           "dp_sizes", [light])
-    granted = _call("GREATEST", _call("LEAST", _column("n"), exp.Sub(this=k.copy(), expression=earlier)), _number(0))
-    heavy_units = _select([star(exclude=sized), exp.alias_(granted, "b"),
+    grant = _call("GREATEST", _call("LEAST", _column("n"), exp.Sub(this=k.copy(), expression=earlier)), _number(0))
+    heavy_units = _select([star(exclude=sized), exp.alias_(grant, "b"),
                            exp.alias_(_window(exp.RowNumber(), unit, order), "group_rank")],
                           "dp_sizes", [exp.Not(this=_paren(light.copy()))])
     return [("dp_sizes", sizes), ("dp_granted", exp.union(light_units, heavy_units, distinct=False))]
 
 
-def _contribution(measure: Measure) -> exp.Expression:
+def _contribution(measure: Measure) -> exp.Expr:
     """One (unit, group)'s bounded contribution to a measure."""
     if measure.kind == "units":
         return _number(1)
@@ -687,7 +701,7 @@ def _contribution(measure: Measure) -> exp.Expression:
     kept = _call("LEAST", _column(f"c_{values_of}"), _column("b"))
     if measure.kind == "count":
         return kept
-    total_sum: exp.Expression = _column(f"s_{measure.name}")
+    total_sum: exp.Expr = _column(f"s_{measure.name}")
     spread = measure.upper - measure.lower
     if measure.squared:
         low, high = 0, spread * spread
@@ -711,7 +725,7 @@ def _unit_level_totals(plan: Plan, keys: list[str]) -> exp.Select:
     select = [*map(_column, keys)] + [exp.alias_(exp.Sum(this=_contribution(m)), m.name) for m in plan.measures]
     if plan.selection is not None:  # distinct units per group, for partition selection
         select.append(exp.alias_(exp.Count(this=exp.Star()), plan.selection.measure))
-    conditions = [exp.GT(this=_column("b"), expression=_number(0))]
+    conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
     if keys:
         conditions.append(_within_groups(plan))
     return _select(select or [exp.alias_(_number(1), "dp_none")], "dp_granted", conditions, [*map(_column, keys)])
@@ -725,13 +739,13 @@ def domain_select(keys: list, column_types: list[str], *, ordered: bool = True) 
     hold on it (``dpsql.analysis.domains``), and read back in its key's form, as the bounded
     SQL reads that key (reads public data only): columns ``k0..``."""
     domain = keys[0].domain
-    columns: list[exp.Expression]
+    columns: list[exp.Expr]
     if domain.values is not None:
         source, column = _domain_source(domain, _column("v"))
         columns = [column]
     else:
         source, columns = _table(domain.table), [_stored(key.domain.column) for key in keys]
-    typed: list[exp.Expression] = [
+    typed: list[exp.Expr] = [
         exp.alias_(exp.TryCast(this=c, to=catalog_type(t)), f"v{i}")
         for i, (c, t) in enumerate(zip(columns, column_types))]
     # A joined public table's other columns its keys' narrowing reads: as stored, the values
@@ -758,22 +772,29 @@ def domain_sql(keys: list, column_types: list[str], *, ordered: bool = True, dia
     >>> import sqlglot
     >>> from sqlglot import exp
     >>> from dpsql.analysis.plan import GroupKey
-    >>> domain_sql([GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))], ["INTEGER"])
-    'SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1), (2)) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL ORDER BY ALL'
+    >>> key = GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))
+    >>> print(domain_sql([key], ["INTEGER"]))  # doctest: +NORMALIZE_WHITESPACE
+    SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1), (2)) AS d(v)) AS
+    dp_domain WHERE NOT v0 IS NULL ORDER BY ALL
     >>> narrowed = (sqlglot.parse_one("plan IN ('free', 'pro')"),)
-    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text", narrowed)], ["VARCHAR"], ordered=False)
-    "SELECT DISTINCT ENCODE(CAST(v0 AS TEXT)) AS k0 FROM (SELECT TRY_CAST(v AS VARCHAR) AS v0 FROM (VALUES ('free')) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL AND COALESCE(TRY(v0 IN ('free', 'pro')), FALSE)"
+    >>> plan = GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text", narrowed)
+    >>> print(domain_sql([plan], ["VARCHAR"], ordered=False))  # doctest: +NORMALIZE_WHITESPACE
+    SELECT DISTINCT ENCODE(CAST(v0 AS TEXT)) AS k0 FROM (SELECT TRY_CAST(v AS VARCHAR) AS v0 FROM (VALUES
+    ('free')) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL AND COALESCE(TRY(v0 IN ('free', 'pro')), FALSE)
     """
     return render(domain_select(keys, column_types, ordered=ordered), dialect)
 
 
-def domain_membership(keys: list, column_types: list[str], rows: list[exp.Expression]) -> exp.Expression:
+def domain_membership(keys: list, column_types: list[str], rows: Sequence[exp.Expr]) -> exp.Expr:
     """A condition true when a row's keys (``rows``: their expressions, in the keys' forms) are
     one of the released combinations of one domain part (``domain_select``); NULL keys are never in.
 
     >>> from dpsql.analysis.plan import GroupKey
-    >>> render(domain_membership([GroupKey("g0", exp.column("n"), KeyDomain(values=(1,)))], ["INTEGER"], [exp.column("n", quoted=True)]))
-    '"n" IN (SELECT k0 FROM (SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1)) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL))'
+    >>> key = GroupKey("g0", exp.column("n"), KeyDomain(values=(1,)))
+    >>> row = exp.column("n", quoted=True)
+    >>> print(render(domain_membership([key], ["INTEGER"], [row])))  # doctest: +NORMALIZE_WHITESPACE
+    "n" IN (SELECT k0 FROM (SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES
+    (1)) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL))
     """
     listed = domain_select(keys, column_types, ordered=False).subquery()
     if len(keys) == 1:
