@@ -2,7 +2,7 @@
 
 ``exact_run(db, sql)`` repeats what ``Connection.sql`` does up to the release — the same
 ``_check`` (parse, ``check_query``, contribution options) and ``_plan`` (``analyse_query``),
-``rewrite_plan`` / ``rewrite_separate``, run on the connection's own engine (which fills the
+``rewrite_statement`` / ``separate_statement``, run on the connection's own engine (which fills the
 bounded copies) — and then, instead of adding noise, returns every measure's exact value per
 released key together with the sensitivity the analysis claimed for it. Keep it in step with
 ``dpsql.connection.Connection.sql`` and ``dpsql.release.release_measures``: it is the one place

@@ -105,11 +105,6 @@ def rewrite_plan(plan: Plan, dialect: str = DUCKDB) -> str:
     return rewrite_statement(plan, dialect).sql
 
 
-def rewrite_separate(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> str:
-    """The SQL of ``separate_statement``."""
-    return separate_statement(plan, measure, dialect).sql
-
-
 def rewrite_distinct(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> str:
     return statement(_distinct(plan, measure), plan, dialect).sql
 
@@ -124,10 +119,6 @@ def key_types_statement(plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
     untyped = tuple(replace(key, form="value") for key in plan.query.keys)
     single = replace(plan, measures=(), query=replace(plan.query, keys=untyped))
     return statement(_rows_layer(single), plan, dialect)
-
-
-def key_types_sql(plan: Plan, dialect: str = DUCKDB) -> str:
-    return key_types_statement(plan, dialect).sql
 
 
 # -- building blocks ---------------------------------------------------------------------------
