@@ -69,7 +69,7 @@ from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends import render as engine
 from dpsql.backends.bounding import DATABASE, DROP_CAP, raw_rows_name
 from dpsql.backends.render import needs_salt, render
-from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter
+from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 
@@ -296,7 +296,7 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     unit = exp.column(query.rule.unit.lower(), quoted=True)
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if query.where is not None:
-        conditions.append(exp.Coalesce(this=engine.total(query.where.copy()), expressions=[exp.false()]))
+        conditions.append(exp.Coalesce(this=engine.total(expand_clamps(query.where)), expressions=[exp.false()]))
     conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                    for key in query.keys if key.domain]
     k = bias.rows_per_unit
@@ -305,7 +305,7 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     rows: list[exp.Expr] = [exp.alias_(unit, "dp_unit")]
     rows += [exp.alias_(_key(key), key.name) for key in query.keys] if limited else []
     rows += [exp.alias_(_outside(c), f"o_{i}") for i, c in enumerate(bias.columns)]
-    source = exp.Subquery(this=query.source.copy(), alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
+    source = exp.Subquery(this=expand_clamps(query.source), alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
     layers: list[tuple[str, exp.Expr]] = [("dp_rows", exp.select(*rows).from_(source).where(*conditions))]
     per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(exp.Count(this=exp.Star()), "w")]
     if limited:

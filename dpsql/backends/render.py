@@ -192,14 +192,14 @@ _DUCKDB: dict[type, Callable] = {
 _RENDERINGS = {DUCKDB: _DUCKDB}
 
 
-def render(tree: exp.Expr, dialect: str = DUCKDB) -> str:
+def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True) -> str:
     """The SQL of ``tree`` for ``dialect``: each engine-specific node in its engine's form.
 
     >>> render(exp.select(total(exp.column("x").div(2)), salted_hash(exp.column("u"))))
     'SELECT TRY(x / 2), HASH($salt, u)'
     """
     pieces = _RENDERINGS[dialect]
-    tree = tree.copy()
+    tree = tree.copy() if copy else tree  # in place: the caller built ``tree`` for this call alone
     for node in reversed(list(tree.dfs())):  # children first: a piece may hold another
         rendering = pieces.get(type(node))
         if rendering is not None:
@@ -208,4 +208,4 @@ def render(tree: exp.Expr, dialect: str = DUCKDB) -> str:
                 tree = replacement
             else:
                 node.replace(replacement)
-    return tree.sql(dialect=dialect)
+    return tree.sql(dialect=dialect, copy=False)  # copied above if asked: no second copy

@@ -83,9 +83,10 @@ class BoundedStatement:
 
 
 def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
-    """``tree`` (a statement over ``plan``'s source) rendered, with the salt it needs and the
-    copies it reads."""
-    return BoundedStatement(render(expand_clamps(tree), dialect), needs_salt(tree), plan.query.bounded)
+    """``tree`` (a statement over ``plan``'s source, built for it alone: rendered in place)
+    rendered, with the salt it needs and the copies it reads."""
+    salted = needs_salt(tree)  # before rendering: the salted hash is still one node then
+    return BoundedStatement(render(tree, dialect, copy=False), salted, plan.query.bounded)
 
 
 def rewrite_statement(plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
@@ -197,12 +198,31 @@ def _with(final: exp.Select, ctes: Sequence[tuple[str, exp.Expr]]) -> exp.Select
 
 def _select(columns: Sequence[exp.Expr], source: exp.Expr | str, where: Sequence[exp.Expr] | None = None,
             group: Sequence[exp.Expr] | None = None) -> exp.Select:
-    select = exp.select(*columns).from_(source)
+    """SELECT columns FROM source [WHERE ... AND ...] [GROUP BY ...], built in place: every piece
+    is made for this statement alone, so nothing is copied (builders copy by default)."""
+    select = exp.Select(expressions=list(columns))
+    select.set("from_", exp.From(this=_named(source) if isinstance(source, str) else source))
     if where:
-        select = select.where(*where, copy=False)
+        select.set("where", exp.Where(this=exp.and_(*where, copy=False)))
     if group:
-        select = select.group_by(*group, copy=False)
+        select.set("group", exp.Group(expressions=list(group)))
     return select
+
+
+def _named(name: str) -> exp.Table:
+    """One of the statement's own relations (a CTE) by name."""
+    return exp.Table(this=exp.to_identifier(name))
+
+
+def _subquery(select: exp.Expr, alias: str | None = None) -> exp.Subquery:
+    args: dict = {"this": select}
+    if alias is not None:
+        args["alias"] = exp.TableAlias(this=exp.to_identifier(alias))
+    return exp.Subquery(**args)
+
+
+def _as(node: exp.Expr, name: str) -> exp.Expr:
+    return exp.Alias(this=node, alias=exp.to_identifier(name))
 
 
 def _table(name: str) -> exp.Table:
@@ -225,9 +245,9 @@ def _distinct(plan: Plan, measure: Measure) -> exp.Select:
     keys = [key.name for key in plan.query.keys]
     layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
     value = f"v_{measure.name}"
-    counted = exp.alias_(exp.Count(this=exp.Distinct(expressions=[_column("value")])), "n")
+    counted = _as(exp.Count(this=exp.Distinct(expressions=[_column("value")])), "n")
     if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
-        values = exp.select(star(), exp.alias_(_column(value), "value")).from_("dp_values").subquery()
+        values = _subquery(_select([star(), _as(_column(value), "value")], "dp_values"))
         return _with(_select([*map(_column, keys), counted], values, group=[*map(_column, keys)]), layers)
     unit_keys = [_column(name) for name in ["dp_unit", *keys]]
     order = _salted_order(_column("dp_unit", "k"), _column("value"))
@@ -238,9 +258,9 @@ def _distinct(plan: Plan, measure: Measure) -> exp.Select:
                   exp.LTE(this=_column("value_rank"), expression=_column("b"))]
     conditions += [_within_groups(plan)] if keys else []
     layers += [("dp_units", _units_layer(single, keys)), *_granted_layer(single, keys),
-               ("dp_distinct", _select([*unit_keys, exp.alias_(_column(value), "value")], "dp_values",
-                                       [_not_null(_column(value))]).distinct()),
-               ("dp_kept", _joined_to_grant(_select([*kept, exp.alias_(rank, "value_rank")], _as_k("dp_distinct")),
+               ("dp_distinct", _select([*unit_keys, _as(_column(value), "value")], "dp_values",
+                                       [_not_null(_column(value))]).distinct(copy=False)),
+               ("dp_kept", _joined_to_grant(_select([*kept, _as(rank, "value_rank")], _as_k("dp_distinct")),
                                             keys))]
     return _with(_select([*map(_column, keys), counted], "dp_kept", conditions, [*map(_column, keys)]), layers)
 
@@ -258,8 +278,8 @@ def _histogram(plan: Plan, measure: Measure) -> exp.Select:
     value = f"v_{measure.name}"
     grouped = [_column(name) for name in [*keys, "bucket"]]
     if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
-        buckets = exp.select(star(), exp.alias_(_column(value), "bucket")).from_("dp_values").subquery()
-        final = _select([*grouped, exp.alias_(exp.Count(this=exp.Star()), "n")], buckets,
+        buckets = _subquery(_select([star(), _as(_column(value), "bucket")], "dp_values"))
+        final = _select([*grouped, _as(exp.Count(this=exp.Star()), "n")], buckets,
                         [_not_null(_column("bucket"))], [c.copy() for c in grouped])
         return _with(final, layers)
     unit_keys = [_column(name) for name in ["dp_unit", *keys]]
@@ -271,13 +291,13 @@ def _histogram(plan: Plan, measure: Measure) -> exp.Select:
     conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
     conditions += [_within_groups(plan)] if keys else []
     layers += [("dp_units", _units_layer(single, keys)), *_granted_layer(single, keys),
-               ("dp_buckets", _select([*unit_keys, exp.alias_(_column(value), "bucket"),
-                                       exp.alias_(exp.Count(this=exp.Star()), "n_bucket")], "dp_values",
+               ("dp_buckets", _select([*unit_keys, _as(_column(value), "bucket"),
+                                       _as(exp.Count(this=exp.Star()), "n_bucket")], "dp_values",
                                       [_not_null(_column(value))], [*(c.copy() for c in unit_keys), _column(value)])),
                ("dp_spread", _joined_to_grant(
-                   _select([*(_column(k, "k") for k in keys), _column("bucket"), exp.alias_(spread, "n")],
+                   _select([*(_column(k, "k") for k in keys), _column("bucket"), _as(spread, "n")],
                            _as_k("dp_buckets")), keys).where(*conditions, copy=False))]
-    final = _select([*grouped, exp.alias_(exp.Sum(this=_column("n")), "n")], "dp_spread",
+    final = _select([*grouped, _as(exp.Sum(this=_column("n")), "n")], "dp_spread",
                     group=[c.copy() for c in grouped])
     return _with(final, layers)
 
@@ -290,11 +310,17 @@ def _qualified(keys: list[str]) -> list[exp.Expr]:
 def _joined_to_grant(select: exp.Select, keys: list[str]) -> exp.Select:
     """``select`` (reading the per-value side as ``k``) joined to ``dp_granted AS g`` on the same
     (unit, group) (``_same_unit_group``)."""
-    return select.join(exp.alias_(exp.to_table("dp_granted"), "g", table=True), on=_same_unit_group(keys), copy=False)
+    joined = exp.Join(this=_aliased("dp_granted", "g"), on=_same_unit_group(keys))
+    select.append("joins", joined)
+    return select
 
 
 def _as_k(name: str) -> exp.Expr:
-    return exp.alias_(exp.to_table(name), "k", table=True)
+    return _aliased(name, "k")
+
+
+def _aliased(name: str, alias: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
 def _same_unit_group(keys: list[str]) -> exp.Expr:
@@ -307,7 +333,7 @@ def _same_unit_group(keys: list[str]) -> exp.Expr:
     """
     same: list[exp.Expr] = [exp.EQ(this=_column("dp_unit", "k"), expression=_column("dp_unit", "g"))]
     same += [exp.NullSafeEQ(this=_column(name, "k"), expression=_column(name, "g")) for name in keys]
-    return exp.and_(*same)
+    return exp.and_(*same, copy=False)
 
 
 def _within_groups(plan: Plan) -> exp.Expr:
@@ -320,7 +346,7 @@ def _bounded(plan: Plan) -> exp.Select:
     query = plan.query
     keys = [key.name for key in query.keys]
     if not keys and not plan.measures and plan.selection is None:
-        return exp.select(exp.alias_(_number(1), "dp_none"))  # every measure has SQL of its own
+        return exp.Select(expressions=[_as(_number(1), "dp_none")])  # every measure has SQL of its own
     if _rows_bounded_by_construction(plan):
         if not _groups_bounded_by_construction(plan, keys):
             unit_rows = _with_unit_rows(plan)
@@ -335,7 +361,7 @@ def _bounded(plan: Plan) -> exp.Select:
     return _with(_unit_level_totals(plan, keys), layers)
 
 
-def expand_clamps(node: exp.Expr) -> exp.Expr:
+def expand_clamps(node: exp.Expr, copy: bool = True) -> exp.Expr:
     """dpsql's CLAMP(x, lo, hi) as SQL: NULL and NaN stay NULL, the rest is clamped (innermost
     first, so a CLAMP inside another's value is expanded too).
 
@@ -343,13 +369,13 @@ def expand_clamps(node: exp.Expr) -> exp.Expr:
     >>> render(expand_clamps(sqlglot.parse_one("SELECT CLAMP(x, 0, 10)")))
     'SELECT CASE WHEN x IS NULL OR ISNAN(CAST(x AS DOUBLE)) THEN NULL ELSE LEAST(GREATEST(x, 0), 10) END'
     """
-    tree = node.copy()
+    tree = node.copy() if copy else node
     for sub in reversed(list(tree.dfs())):
         parts = clamp_arguments(sub) if isinstance(sub, exp.Expression) else None
         if parts is None:
             continue
         value, low, high = parts
-        missing = exp.or_(_is_null(value.copy()), is_nan(_cast(value.copy(), "DOUBLE")))
+        missing = exp.or_(_is_null(value.copy()), is_nan(_cast(value.copy(), "DOUBLE")), copy=False)
         expanded = _null_or_clamped(missing, value.copy(), _number(low), _number(high))
         if sub is tree:
             tree = expanded
@@ -375,7 +401,7 @@ def clamp_column(column: ClampedColumn) -> exp.Expr:
     """
     missing = _is_null(_stored(column.name))
     if column.floating:
-        missing = exp.or_(missing, is_nan(_stored(column.name)))
+        missing = exp.or_(missing, is_nan(_stored(column.name)), copy=False)
     return _null_or_clamped(missing, _stored(column.name), _number(column.lower), _number(column.upper))
 
 
@@ -405,13 +431,13 @@ def _raw_value(measure: Measure) -> exp.Expr:
     if measure.argument is None:
         return _number(1)
     if measure.kind == "histogram":  # the bucket: floor((value - offset) / width)
-        evaluated = _paren(clamp_inputs(measure.argument, measure.clamped_columns))
+        evaluated = _paren(expand_clamps(clamp_inputs(measure.argument, measure.clamped_columns), copy=False))
         offset = exp.Sub(this=evaluated, expression=_number(measure.offset))
         bucket = exp.Floor(this=exp.Mul(this=_paren(offset), expression=_number(1 / measure.grid)))
         return total(_cast(bucket, "BIGINT"))
     if measure.kind in ("count", "distinct") and not measure.clamped_columns and measure.counts_values_of is None:
-        return total(measure.argument.copy())  # COUNT: only NULL-ness matters; DISTINCT: the value itself
-    evaluated = _paren(clamp_inputs(measure.argument, measure.clamped_columns))
+        return total(expand_clamps(measure.argument))  # COUNT: only NULL-ness matters; DISTINCT: the value itself
+    evaluated = _paren(expand_clamps(clamp_inputs(measure.argument, measure.clamped_columns), copy=False))
     if measure.grid == 1:
         scaled = _cast(evaluated, "BIGINT")
     else:
@@ -452,8 +478,8 @@ def domain_filter(column: str, domain: KeyDomain, column_type: str) -> exp.Expr:
     value is TRY_CAST to it, so no implicit coercion of the private column can fail on one unit's
     value ('x' in a VARCHAR column against numeric keys) — the comparison is total."""
     source, value = _domain_source(domain, _column("v") if domain.values is not None else _stored(domain.column or ""))
-    listed = exp.select(exp.TryCast(this=value, to=catalog_type(column_type))).from_(source)
-    return exp.In(this=_stored(column), query=listed.subquery())
+    listed = _select([exp.TryCast(this=value, to=catalog_type(column_type))], source)
+    return exp.In(this=_stored(column), query=_subquery(listed))
 
 
 def _domain_source(domain: KeyDomain, column: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
@@ -483,40 +509,40 @@ def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
     query = plan.query
     assert query.rule.unit is not None, "a private relation always has a unit (a row-level one: its hidden id)"
     unit = _stored(query.rule.unit.lower())
-    select = [exp.alias_(unit, "dp_unit")]
+    select = [_as(unit, "dp_unit")]
     if unit_rows is not None:
         select.append(_column(UNIT_ROWS))
-    select += [exp.alias_(_key(key), key.name) for key in query.keys]
+    select += [_as(_key(key), key.name) for key in query.keys]
     outside = reports_outside(query.keys)
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
-            select.append(exp.alias_(_raw_value(measure), f"r_{measure.name}"))
+            select.append(_as(_raw_value(measure), f"r_{measure.name}"))
     # Rows with no unit belong to nobody we can bound: merging them into one pseudo-unit
     # would let one person move it by the full spread of a mixed-sign sum.
     conditions = [_not_null(unit.copy())]
     if query.where is not None:
-        conditions.append(_true_or_false(query.where.copy()))
+        conditions.append(_true_or_false(expand_clamps(query.where)))
     if not outside:
         conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                        for key in query.keys if key.domain]
     source: exp.Expr
     if unit_rows is not None:
-        source = exp.Subquery(this=unit_rows, alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
+        source = _subquery(expand_clamps(unit_rows, copy=False), "dp_source")
     elif query.source is None:
         source = _table(query.table)
     elif isinstance(query.source, exp.Table):
-        source = query.source.copy()
+        source = expand_clamps(query.source)
     else:
-        source = exp.Subquery(this=query.source.copy(), alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
+        source = _subquery(expand_clamps(query.source), "dp_source")
     rows = _select(select, source, conditions)
     if not outside:
         return rows
     # Keys that are not released keys become NULL: one more group, the outside cell
     # (dpsql.analysis.domains). Each key is computed once, below, and compared in its read-back form.
-    inside = exp.and_(*(_membership(query, part) for part in domain_parts(query.keys)))
-    kept = [exp.alias_(exp.Case(ifs=[exp.If(this=inside.copy(), true=_column(key.name))]), key.name)
+    inside = exp.and_(*(_membership(query, part) for part in domain_parts(query.keys)), copy=False)
+    kept = [_as(exp.Case(ifs=[exp.If(this=inside.copy(), true=_column(key.name))]), key.name)
             for key in query.keys]
-    return exp.select(star(replace=kept)).from_(rows.subquery("dp_keyed"))
+    return _select([star(replace=kept)], _subquery(rows, "dp_keyed"))
 
 
 def _membership(query, part: list[int]) -> exp.Expr:
@@ -528,7 +554,7 @@ def _membership(query, part: list[int]) -> exp.Expr:
 
 def _key(key: GroupKey) -> exp.Expr:
     """A key as grouped and read back: made total, then in its form (``dpsql.backends.keys``)."""
-    return key_expression(total(key.expression.copy()), key.type_name or "", key.form)
+    return key_expression(total(expand_clamps(key.expression)), key.type_name or "", key.form)
 
 
 def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Select:
@@ -539,10 +565,10 @@ def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.S
             continue
         raw = _column(f"r_{measure.name}")
         if measure.kind in ("count", "distinct") and not measure.clamped_columns:
-            select.append(exp.alias_(raw, f"v_{measure.name}"))
+            select.append(_as(raw, f"v_{measure.name}"))
         else:
             clamped = _null_or_clamped(_is_null(raw.copy()), raw, _number(measure.lower), _number(measure.upper))
-            select.append(exp.alias_(clamped, f"v_{measure.name}"))
+            select.append(_as(clamped, f"v_{measure.name}"))
     return _select(select, "dp_rows")
 
 
@@ -594,13 +620,13 @@ def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> 
     order = _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
     rank = _window(exp.DenseRank(), [_column("dp_unit")], order)
     if not unit_rows:
-        ranked = exp.select(star(), exp.alias_(rank, "group_rank")).from_("dp_values").subquery()
-        return exp.select(star()).from_(ranked).where(_within_groups(plan), copy=False)
+        ranked = _subquery(_select([star(), _as(rank, "group_rank")], "dp_values"))
+        return _select([star()], ranked, [_within_groups(plan)])
     few = exp.LTE(this=_column(UNIT_ROWS), expression=_number(plan.query.rule.groups_per_unit))
     light = _select([star(exclude=[UNIT_ROWS])], "dp_values", [few])
-    ranked_rows = _select([star(), exp.alias_(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
-    heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], ranked_rows.subquery(), [_within_groups(plan)])
-    return exp.union(light, heavy, distinct=False)
+    ranked_rows = _select([star(), _as(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
+    heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], _subquery(ranked_rows), [_within_groups(plan)])
+    return exp.Union(this=light, expression=heavy, distinct=False)
 
 
 def _units_counted(plan: Plan) -> exp.Expr:
@@ -629,24 +655,24 @@ def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expr:
 
 
 def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> exp.Select:
-    select = [*map(_column, keys)] + [exp.alias_(_row_value_sum(m, plan), m.name) for m in plan.measures]
+    select = [*map(_column, keys)] + [_as(_row_value_sum(m, plan), m.name) for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
-        select.append(exp.alias_(_units_counted(plan), plan.selection.measure))
-    return _select(select or [exp.alias_(_number(1), "dp_none")], source, group=[*map(_column, keys)])
+        select.append(_as(_units_counted(plan), plan.selection.measure))
+    return _select(select or [_as(_number(1), "dp_none")], source, group=[*map(_column, keys)])
 
 
 def _units_layer(plan: Plan, keys: list[str]) -> exp.Select:
     unit_keys = [_column(name) for name in ["dp_unit", *keys]]
-    select = [*unit_keys, exp.alias_(exp.Count(this=exp.Star()), "n")]
+    select = [*unit_keys, _as(exp.Count(this=exp.Star()), "n")]
     for measure in plan.measures:
         if measure.argument is None or measure.counts_values_of is not None:
             continue
         value = _column(f"v_{measure.name}")
-        select.append(exp.alias_(exp.Count(this=value), f"c_{measure.name}"))
+        select.append(_as(exp.Count(this=value), f"c_{measure.name}"))
         if measure.squared:
-            select.append(exp.alias_(exp.Sum(this=_squared(measure, value.copy())), f"s_{measure.name}"))
+            select.append(_as(exp.Sum(this=_squared(measure, value.copy())), f"s_{measure.name}"))
         elif measure.kind == "sum":  # exact: BIGINT sums are HUGEINT
-            select.append(exp.alias_(exp.Sum(this=value.copy()), f"s_{measure.name}"))
+            select.append(_as(exp.Sum(this=value.copy()), f"s_{measure.name}"))
     return _select(select, "dp_values", group=[c.copy() for c in unit_keys])
 
 
@@ -662,24 +688,28 @@ def _granted_layer(plan: Plan, keys: list[str]) -> list[tuple[str, exp.Expressio
     rule = plan.query.rule
     k = _number(rule.max_rows_per_unit)
     if not keys:
-        granted = exp.select(star(), exp.alias_(_call("LEAST", _column("n"), k), "b")).from_("dp_units")
+        granted = _select([star(), _as(_call("LEAST", _column("n"), k), "b")], "dp_units")
         return [("dp_granted", granted)]
-    unit = [_column("dp_unit")]
-    order = _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
-    earlier = exp.Coalesce(this=_window(exp.Sum(this=_column("n")), unit, order, preceding=True),
+    def unit() -> list[exp.Expr]:
+        return [_column("dp_unit")]
+
+    def order() -> list[exp.Expr]:
+        return _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
+
+    earlier = exp.Coalesce(this=_window(exp.Sum(this=_column("n")), unit(), order(), preceding=True),
                            expressions=[_number(0)])
     light = exp.and_(exp.LTE(this=_column("dp_total"), expression=k.copy()),
-                     exp.LTE(this=_column("dp_groups"), expression=_number(rule.groups_per_unit)))
-    sizes = exp.select(star(), exp.alias_(_window(exp.Sum(this=_column("n")), unit), "dp_total"),
-                       exp.alias_(_window(exp.Count(this=exp.Star()), unit), "dp_groups")).from_("dp_units")
+                     exp.LTE(this=_column("dp_groups"), expression=_number(rule.groups_per_unit)), copy=False)
+    sizes = _select([star(), _as(_window(exp.Sum(this=_column("n")), unit()), "dp_total"),
+                     _as(_window(exp.Count(this=exp.Star()), unit()), "dp_groups")], "dp_units")
     sized = ["dp_total", "dp_groups"]
-    light_units = _select([star(exclude=sized), exp.alias_(_column("n"), "b"), exp.alias_(_number(1), "group_rank")],
+    light_units = _select([star(exclude=sized), _as(_column("n"), "b"), _as(_number(1), "group_rank")],
                           "dp_sizes", [light])
     grant = _call("GREATEST", _call("LEAST", _column("n"), exp.Sub(this=k.copy(), expression=earlier)), _number(0))
-    heavy_units = _select([star(exclude=sized), exp.alias_(grant, "b"),
-                           exp.alias_(_window(exp.RowNumber(), unit, order), "group_rank")],
+    heavy_units = _select([star(exclude=sized), _as(grant, "b"),
+                           _as(_window(exp.RowNumber(), unit(), order()), "group_rank")],
                           "dp_sizes", [exp.Not(this=_paren(light.copy()))])
-    return [("dp_sizes", sizes), ("dp_granted", exp.union(light_units, heavy_units, distinct=False))]
+    return [("dp_sizes", sizes), ("dp_granted", exp.Union(this=light_units, expression=heavy_units, distinct=False))]
 
 
 def _contribution(measure: Measure) -> exp.Expr:
@@ -713,13 +743,13 @@ def _contribution(measure: Measure) -> exp.Expr:
 
 
 def _unit_level_totals(plan: Plan, keys: list[str]) -> exp.Select:
-    select = [*map(_column, keys)] + [exp.alias_(exp.Sum(this=_contribution(m)), m.name) for m in plan.measures]
+    select = [*map(_column, keys)] + [_as(exp.Sum(this=_contribution(m)), m.name) for m in plan.measures]
     if plan.selection is not None:  # distinct units per group, for partition selection
-        select.append(exp.alias_(exp.Count(this=exp.Star()), plan.selection.measure))
+        select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
     conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
     if keys:
         conditions.append(_within_groups(plan))
-    return _select(select or [exp.alias_(_number(1), "dp_none")], "dp_granted", conditions, [*map(_column, keys)])
+    return _select(select or [_as(_number(1), "dp_none")], "dp_granted", conditions, [*map(_column, keys)])
 
 
 # -- public key domains ------------------------------------------------------------------------
@@ -737,7 +767,7 @@ def domain_select(keys: list, column_types: list[str], *, ordered: bool = True) 
     else:
         source, columns = _table(domain.table), [_stored(key.domain.column) for key in keys]
     typed: list[exp.Expr] = [
-        exp.alias_(exp.TryCast(this=c, to=catalog_type(t)), f"v{i}")
+        _as(exp.TryCast(this=c, to=catalog_type(t)), f"v{i}")
         for i, (c, t) in enumerate(zip(columns, column_types))]
     # A joined public table's other columns its keys' narrowing reads: as stored, the values
     # the joined rows carry (``dpsql.analysis.domains.narrow_keys``).
@@ -745,15 +775,15 @@ def domain_select(keys: list, column_types: list[str], *, ordered: bool = True) 
     names = {key.expression.name.lower(): f"v{i}" for i, key in enumerate(keys)}
     for j, (name, public) in enumerate(others):
         names.setdefault(name, f"dp_c{j}")
-    typed += [exp.alias_(_stored(public), f"dp_c{j}") for j, (_, public) in enumerate(others)]
-    select = [exp.alias_(key_expression(_column(f"v{i}"), t, key.form), f"k{i}")
+    typed += [_as(_stored(public), f"dp_c{j}") for j, (_, public) in enumerate(others)]
+    select = [_as(key_expression(_column(f"v{i}"), t, key.form), f"k{i}")
               for i, (key, t) in enumerate(zip(keys, column_types))]
     conditions = [_not_null(_column(f"v{i}")) for i in range(len(columns))]
     for i, key in enumerate(keys):
         mapping = {**names, key.expression.name.lower(): f"v{i}"}
-        conditions += [_true_or_false(on_value(c, mapping)) for c in key.narrowed_by]
-    domain_rows = exp.select(*typed).from_(source).subquery("dp_domain")
-    listed = _select(select, domain_rows, conditions).distinct()
+        conditions += [_true_or_false(expand_clamps(on_value(c, mapping), copy=False)) for c in key.narrowed_by]
+    domain_rows = _subquery(_select(typed, source), "dp_domain")
+    listed = _select(select, domain_rows, conditions).distinct(copy=False)
     return listed.order_by(exp.Ordered(this=exp.var("ALL"), nulls_first=False), copy=False) if ordered else listed
 
 
@@ -787,9 +817,9 @@ def domain_membership(keys: list, column_types: list[str], rows: Sequence[exp.Ex
     "n" IN (SELECT k0 FROM (SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES
     (1)) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL))
     """
-    listed = domain_select(keys, column_types, ordered=False).subquery()
+    listed = _subquery(domain_select(keys, column_types, ordered=False))
     if len(keys) == 1:
-        return exp.In(this=rows[0], query=exp.select(_column("k0")).from_(listed).subquery())
+        return exp.In(this=rows[0], query=_subquery(_select([_column("k0")], listed)))
     listed.set("alias", exp.TableAlias(this=exp.to_identifier("dp_d")))
     matches = [exp.EQ(this=_column(f"k{i}", "dp_d"), expression=row) for i, row in enumerate(rows)]
-    return exp.Exists(this=exp.select(_number(1)).from_(listed).where(*matches, copy=False))
+    return exp.Exists(this=_select([_number(1)], listed, matches))
