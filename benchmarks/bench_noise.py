@@ -135,13 +135,13 @@ def release_rows(db, n: int, repeats: int) -> list[str]:
     lines = []
     try:
         from dpsql import release
-        from dpsql.backends.rewrite import rewrite_plan
+        from dpsql.backends.rewrite import rewrite_statement
 
         rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")
         _, checked, _ = db._check(sql)
         plan = db._plan(checked, sql, Fraction(1), None, None)
-        bounded = rewrite_plan(plan)
-        exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
+        bounded = rewrite_statement(plan)
+        exact = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
         domain = db._domain(checked)
         t_domain = timed(lambda: read_domain(db, checked), repeats)
         t_release = timed(lambda: rows_of(plan, release.release_measures(plan, domain, exact)), repeats)

@@ -296,17 +296,17 @@ def time_dpsql_query(db, name: str, repeats: int, counter) -> dict:
 def stage_times(db, sql: str, delta, repeats: int) -> dict:
     """plan / execute / noise of one query from dpsql's internals (as bench_pipeline.py)."""
     from dpsql import release
-    from dpsql.backends.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_statement
 
     rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")
 
     def plan():
         _, checked, _ = db._check(sql)
         planned = db._plan(checked, sql, Fraction(1), delta, None)
-        return checked, planned, rewrite_plan(planned)
+        return checked, planned, rewrite_statement(planned)
 
-    checked, planned, bounded = plan()
-    salt = db._salt_for(bounded)
+    checked, planned, statement = plan()
+    bounded, salt = statement.sql, db._salt_for(statement.needs_salt)
     domain = db._domain(checked) if planned.selection is None else None
     exact = db._engine.fetch(bounded, salt, bounded=checked.bounded)
     result = {

@@ -61,12 +61,12 @@ KEYS = {"GROUP BY public keys (50)": 1, "GROUP BY private keys (~5000)": 1, "JOI
 
 def bounded_exact(db, sql: str, delta) -> dict:
     """key tuple -> list of exact bounded values of the query's summed measures (before noise)."""
-    from dpsql.backends.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_statement
 
     _, checked, _ = db._check(sql)
     plan = db._plan(checked, sql, Fraction(1), delta, None)
-    bounded = rewrite_plan(plan)
-    rows = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
+    bounded = rewrite_statement(plan)
+    rows = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
     width = len(checked.keys)
     out = {}
     for row in rows:

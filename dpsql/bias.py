@@ -66,8 +66,10 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
+from dpsql.backends import render as engine
 from dpsql.backends.bounding import DATABASE, DROP_CAP, raw_rows_name
-from dpsql.backends.rewrite import _domain_filter, _key_sql, _total, literal
+from dpsql.backends.render import needs_salt, render
+from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 
@@ -191,7 +193,8 @@ def bias_share(asked, written, policy_share: Fraction | None, number) -> tuple[F
         return policy_share, False
     share = _share_of(value, policy_share, exact_parameter)
     if share is not None and not 0 < share < 1:
-        raise InvalidParameter(f"report_bias must be true, false or a share of epsilon above 0 and below 1, got {value}",
+        raise InvalidParameter("report_bias must be true, false or a share of epsilon above 0 and below 1, "
+                               f"got {value}",
                                hint="pass report_bias=True, or a share such as 0.05")
     return share, share is not None
 
@@ -251,56 +254,93 @@ def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, wh
     return BiasPlan(share, share * epsilon, k, query.rows_per_unit, cap, columns, tuple(measures))
 
 
-def _outside(column: ClampedColumn) -> str:
+def _outside(column: ClampedColumn) -> exp.Expr:
     """1 when the row's value lies outside the column's bounds (±inf do; NULL, NaN do not)."""
-    name = f'"{column.name}"'
-    outside = f"({name} < {literal(column.lower)} OR {name} > {literal(column.upper)})"
+    def value() -> exp.Expr:
+        return exp.column(column.name, quoted=True)
+
+    outside: exp.Expr = exp.Paren(this=exp.or_(exp.LT(this=value(), expression=engine.literal(column.lower)),
+                                              exp.GT(this=value(), expression=engine.literal(column.upper))))
     if column.floating:
-        outside = f"(NOT ISNAN({name}) AND {outside})"
-    return f"CASE WHEN COALESCE({outside}, FALSE) THEN 1 ELSE 0 END"
+        outside = exp.Paren(this=exp.and_(exp.Not(this=engine.is_nan(value())), outside))
+    holds = exp.Coalesce(this=outside, expressions=[exp.false()])
+    return exp.Case(ifs=[exp.If(this=holds, true=_integer(1))], default=_integer(0))
+
+
+def _integer(value: int) -> exp.Expr:
+    return exp.Literal.number(value)
+
+
+def _least(*values: exp.Expr) -> exp.Expr:
+    return exp.Anonymous(this="LEAST", expressions=list(values))
+
+
+def _sum_or_zero(value: exp.Expr, name: str) -> exp.Expr:
+    return exp.alias_(exp.Coalesce(this=exp.Sum(this=value), expressions=[_integer(0)]), name)
 
 
 def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
+    """The SQL of ``bias_statement``."""
+    return bias_statement(bias, query).sql
+
+
+def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     """The exact counts of the report: one row, a column per measure (``kept``, ...).
 
     ``query`` is the plan's (its keys typed). The rows are the query's: after its WHERE and its
     keys' domain filters. With GROUP BY and MAX GROUPS PER UNIT l below the rows a unit may
     have, a unit's rows outside its first l groups (in the salted-hash order the query itself
     keeps them by, ``dpsql.backends.rewrite``) are not kept either: kept_u = min(rows in its first l
-    groups, k). Uses ``$salt`` then."""
-    unit = f'"{query.rule.unit.lower()}"'
-    conditions = [f"{unit} IS NOT NULL"]
+    groups, k). Uses the salt then."""
+    assert query.rule.unit is not None and query.source is not None, "a unit-level table read through its copy"
+    unit = exp.column(query.rule.unit.lower(), quoted=True)
+    conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if query.where is not None:
-        conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
-    conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+        conditions.append(exp.Coalesce(this=engine.total(expand_clamps(query.where)), expressions=[exp.false()]))
+    conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                    for key in query.keys if key.domain]
-    outside = "".join(f", {_outside(c)} AS o_{i}" for i, c in enumerate(bias.columns))
-    sums = "".join(f", SUM(o_{i}) AS o_{i}" for i in range(len(bias.columns)))
     k = bias.rows_per_unit
     keys = [key.name for key in query.keys]
-    limited = bool(keys) and query.rule.groups_per_unit < bias.copy_rows_per_unit
-    key_columns = "".join(f", {_key_sql(key)} AS {key.name}" for key in query.keys) if limited else ""
-    ranked, grouped_rows = "", ""
+    limited = bool(keys) and query.rule.groups_per_unit < (bias.copy_rows_per_unit or 0)
+    rows: list[exp.Expr] = [exp.alias_(unit, "dp_unit")]
+    rows += [exp.alias_(_key(key), key.name) for key in query.keys] if limited else []
+    rows += [exp.alias_(_outside(c), f"o_{i}") for i, c in enumerate(bias.columns)]
+    source = exp.Subquery(this=expand_clamps(query.source), alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
+    layers: list[tuple[str, exp.Expr]] = [("dp_rows", exp.select(*rows).from_(source).where(*conditions))]
+    per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(exp.Count(this=exp.Star()), "w")]
     if limited:
-        order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
-        ranked = (f", dp_ranked AS (\n  SELECT *, DENSE_RANK() OVER (PARTITION BY dp_unit ORDER BY {order}) AS group_rank"
-                  f"\n  FROM dp_rows\n)")
-        grouped_rows = f", COUNT(*) FILTER (WHERE group_rank <= {query.rule.groups_per_unit}) AS g"
-    kept = f"LEAST({'g' if limited else 'w'}, {k})"
-    select = [f"COALESCE(SUM({kept}), 0) AS kept"]
+        columns = [exp.column(name) for name in ["dp_unit", *keys]]
+        order = exp.Order(expressions=[exp.Ordered(this=engine.salted_hash(*columns), nulls_first=False),
+                                       *(exp.Ordered(this=c.copy(), nulls_first=False) for c in columns[1:])])
+        rank = exp.Window(this=exp.DenseRank(), partition_by=[exp.column("dp_unit")], order=order)
+        layers.append(("dp_ranked", exp.select("*", exp.alias_(rank, "group_rank")).from_("dp_rows")))
+        within = exp.LTE(this=exp.column("group_rank"), expression=_integer(query.rule.groups_per_unit))
+        kept_rows = exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=within))
+        per_unit.append(exp.alias_(kept_rows, "g"))
+    per_unit += [exp.alias_(exp.Sum(this=exp.column(f"o_{i}")), f"o_{i}") for i in range(len(bias.columns))]
+    units = exp.select(*per_unit).from_("dp_ranked" if limited else "dp_rows").group_by("dp_unit")
+    layers.append(("dp_units", units))
+    kept = _least(exp.column("g" if limited else "w"), _integer(k))
+    select = [_sum_or_zero(kept, "kept")]
     if bias.cap is not None:
-        kept_copy = f"LEAST(COALESCE(r, w), {bias.copy_rows_per_unit})"
-        total = f"(w + ((CAST(COALESCE(r, w) AS HUGEINT) - {kept_copy}) * w) // {kept_copy})"
-        select.append(f"COALESCE(SUM(LEAST(GREATEST({total} - {kept}, 0), {bias.cap})), 0) AS dropped")
-    select += [f"COALESCE(SUM(LEAST(o_{i}, {k})), 0) AS clamped_{i}" for i in range(len(bias.columns))]
-    counted = f'{DATABASE}.main."{raw_rows_name(query.bounded[0])}"'
-    joined = f"dp_units LEFT JOIN {counted} USING (dp_unit)" if bias.cap is not None else "dp_units"
-    return (
-        f"WITH dp_rows AS (\n  SELECT {unit} AS dp_unit{key_columns}{outside}\n  FROM (\n"
-        f"{query.source.sql(dialect='duckdb')}\n  ) AS dp_source\n  WHERE {' AND '.join(conditions)}\n){ranked}, "
-        f"dp_units AS (\n  SELECT dp_unit, COUNT(*) AS w{grouped_rows}{sums}\n  FROM {'dp_ranked' if limited else 'dp_rows'}"
-        f"\n  GROUP BY dp_unit\n)\nSELECT {', '.join(select)}\nFROM {joined}"
-    )
+        raw = exp.Coalesce(this=exp.column("r"), expressions=[exp.column("w")])
+        kept_copy = _least(raw.copy(), _integer(bias.copy_rows_per_unit or 0))
+        beyond = exp.Paren(this=exp.Sub(this=engine.exact_integer(raw), expression=kept_copy))
+        scaled = exp.IntDiv(this=exp.Paren(this=exp.Mul(this=beyond, expression=exp.column("w"))),
+                            expression=kept_copy.copy())
+        estimated = exp.Paren(this=exp.Add(this=exp.column("w"), expression=scaled))
+        dropped = _least(exp.Anonymous(this="GREATEST", expressions=[
+            exp.Sub(this=estimated, expression=kept.copy()), _integer(0)]), _integer(bias.cap))
+        select.append(_sum_or_zero(dropped, "dropped"))
+    select += [_sum_or_zero(_least(exp.column(f"o_{i}"), _integer(k)), f"clamped_{i}")
+               for i in range(len(bias.columns))]
+    final = exp.select(*select).from_("dp_units")
+    if bias.cap is not None:
+        counted = exp.table_(raw_rows_name(query.bounded[0]), db="main", catalog=DATABASE, quoted=True)
+        final = final.join(counted, using=["dp_unit"], join_type="LEFT")
+    for name, layer in layers:
+        final = final.with_(name, as_=layer, copy=False)
+    return BoundedStatement(render(final), needs_salt(final), query.bounded)
 
 
 @dataclass(frozen=True)
@@ -352,8 +392,11 @@ class Bounding:
 
     def to_dict(self) -> dict:
         """Plain JSON-able form (kept with the stored answer, so a repeat shows it too)."""
-        pair = (lambda s: None if s is None else [s.value, s.halfwidth])
-        return {"dropped": pair(self.dropped), "clamped": [[n, *pair(s)] for n, s in self.clamped],
+        def pair(share: Share) -> list:
+            return [share.value, share.halfwidth]
+
+        return {"dropped": None if self.dropped is None else pair(self.dropped),
+                "clamped": [[n, *pair(s)] for n, s in self.clamped],
                 "epsilon": str(self.epsilon)}
 
     @classmethod
@@ -420,7 +463,7 @@ def with_bounding(answer: str, bounding: Bounding | None) -> str:
 def stored_bounding(answer: str | None) -> Bounding | None:
     """The bias report kept with a stored answer, if any."""
     try:
-        record = json.loads(answer)
+        record = json.loads(answer)  # type: ignore[arg-type]  # None: TypeError, no report
         return Bounding.from_dict(record["bounding"])
     except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
         return None

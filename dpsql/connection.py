@@ -44,11 +44,13 @@ from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.rewrite import (
     domain_sql,
     literal,
-    rewrite_separate,
+    rewrite_statement,
+    separate_statement,
 )
 from dpsql.bias import (
     BiasPlan,
     bias_sql,
+    bias_statement,
     explain_bias,
     limits_of,
     release_bias,
@@ -215,7 +217,7 @@ class Connection:
         self._policy_file = policy_file_of(policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
         self._preparer = Preparer(self.policy, self._catalog, self._engine,
-                                  lambda generated: self._engine.describe(generated, self._salt_for(generated)),
+                                  lambda statement: self._engine.describe(statement.sql, self._salt_for(statement.needs_salt)),
                                   self._column_names, self._policy_text)
 
     def _check_listed_keys(self) -> None:
@@ -291,9 +293,10 @@ class Connection:
         repeat = self._replay(prepared, priced)
         if repeat is not None:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
-        bounded_sql, cost, key = priced.bounded_sql, priced.cost, priced.repeat_key
+        bounded, cost, key = priced.bounded, priced.cost, priced.repeat_key
+        bounded_sql = bounded.sql
         self._check_accountable(cost)
-        salt = self._salt_for(bounded_sql)
+        salt = self._salt_for(bounded.needs_salt)
         outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
         types = list(priced.core_types)
@@ -307,9 +310,9 @@ class Connection:
             exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
             histograms: dict[str, Sequence[tuple]] = {}
             for measure in plan.separate:
-                separate_sql = rewrite_separate(plan, measure)
+                separate = separate_statement(plan, measure)
                 histograms[measure.name] = read_keys(
-                    self._engine.fetch(separate_sql, self._salt_for(separate_sql), bounded=checked.bounded), keys)
+                    self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded), keys)
             released = domain
             if outside:  # the outside cell last; there is one only beside a public domain
                 assert domain is not None
@@ -322,8 +325,8 @@ class Connection:
                                   "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
             bounding = None
             if bias is not None:
-                counting = bias_sql(bias, plan.query)
-                counted = self._engine.fetch(counting, self._salt_for(counting), bounded=checked.bounded)
+                counting = bias_statement(bias, plan.query)
+                counted = self._engine.fetch(counting.sql, self._salt_for(counting.needs_salt), bounded=checked.bounded)
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)
             if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
@@ -355,9 +358,10 @@ class Connection:
                         outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=limits_of(plan), bounding=bounding)
 
-    def _salt_for(self, sql: str) -> dict | None:
-        """The secret salt as a query parameter, for SQL that orders by a salted hash."""
-        return {"salt": self._ledger.salt().hex()} if "$salt" in sql else None
+    def _salt_for(self, needed: bool) -> dict | None:
+        """The secret salt as a query parameter, for a statement that orders by a salted hash
+        (``BoundedStatement.needs_salt``)."""
+        return {"salt": self._ledger.salt().hex()} if needed else None
 
     @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
@@ -378,7 +382,8 @@ class Connection:
         cost = priced.cost
         repeat = self._ledger.find_answer(priced.repeat_key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
-        text = explain_plan(plan, priced.bounded_sql, after.remaining, refused=refusal is not None)
+        shown = rewrite_statement(plan, pretty=True).sql  # the SQL priced above, laid out on lines
+        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None)
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:
@@ -422,7 +427,8 @@ class Connection:
                             policies=self._agreed_policies)
         # The charge is committed: from here on, private data is read.
         try:
-            return run_suggestion(plan, lambda sql: self._engine.fetch(sql, self._salt_for(sql)), self._rng)
+            return run_suggestion(plan, lambda statement: self._engine.fetch(
+                statement.sql, self._salt_for(statement.needs_salt)), self._rng)
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None

@@ -33,7 +33,7 @@ from dpsql.analysis.analyse import analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.keys import typed_keys
-from dpsql.backends.rewrite import key_types_sql, rewrite_plan
+from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement
 from dpsql.bias import BiasPlan, bias_share, plan_bias
 from dpsql.budget.accounting import Spend, query_cost
 from dpsql.errors import DPError, UnsupportedQuery
@@ -48,8 +48,8 @@ from dpsql.policy.model import Policy
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, parse
 
-Describe = Callable[[str], list]
-"""(name, type) of each column a generated query would return: binds it, reads no rows."""
+Describe = Callable[[BoundedStatement], list]
+"""(name, type) of each column a generated statement would return: binds it, reads no rows."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Priced:
 
     cost: Spend
     """What answering costs (``dpsql.budget.accounting.query_cost``)."""
-    bounded_sql: str
-    """The rewritten SQL of the noisy core."""
+    bounded: BoundedStatement
+    """The rewritten statement of the noisy core."""
     core_types: tuple[str, ...]
     """DuckDB types of the noisy core's columns (keys as the database types them)."""
     normal_sql: str
@@ -139,9 +139,9 @@ class Preparer:
             max_keys(self.policy, written)  # a wrong max_keys option is refused before anything runs
         if not plan.query.aggregates and plan.selection is None:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
-        bounded_sql = rewrite_plan(plan)
+        bounded = rewrite_statement(plan)
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
-        priced = Priced(query_cost(plan), bounded_sql, self.core_types(plan, bounded_sql), normal, repeat)
+        priced = Priced(query_cost(plan), bounded, self.core_types(plan, bounded), normal, repeat)
         return Prepared(tree, checked, written, plan, bias, priced)
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
@@ -179,14 +179,14 @@ class Preparer:
             return plan
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
-        types = dict(self._describe(key_types_sql(plan)))
+        types = dict(self._describe(key_types_statement(plan)))
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
 
-    def core_types(self, plan: Plan, bounded_sql: str) -> tuple[str, ...]:
+    def core_types(self, plan: Plan, bounded: BoundedStatement) -> tuple[str, ...]:
         """DuckDB types of the noisy core's columns (keys as the database types them); binding
         the SQL refuses a query that does not type-check, before anything is charged."""
         try:
-            described = dict(self._describe(bounded_sql))
+            described = dict(self._describe(bounded))
         except UnsupportedQuery:
             raise
         except Exception as error:  # binding reads the schema only: its message holds no data

@@ -33,14 +33,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
-from dpsql.backends.rewrite import literal
+from dpsql.backends import render as engine
+from dpsql.backends.render import needs_salt, render
+from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
-from dpsql.policy.model import Policy
-from dpsql.sql.names import quoted, quoted_table
+from dpsql.policy.model import Policy, PrivateTable
 from dpsql.sql.types import is_numeric_type
 
 ROWS_QUANTILE = Fraction(95, 100)
@@ -118,17 +121,42 @@ def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: boo
                  part if grouped else Fraction(0))
 
 
-def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
+def _column(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _table(name: str) -> exp.Table:
+    parts = name.split(".")
+    return exp.table_(parts[-1], db=parts[-2] if len(parts) > 1 else None,
+                      catalog=parts[-3] if len(parts) > 2 else None, quoted=True)
+
+
+def _not_null(node: exp.Expr) -> exp.Expr:
+    return exp.Not(this=exp.Is(this=node, expression=exp.Null()))
+
+
+def _at_most(value: exp.Expr, bound: exp.Expr) -> exp.Expr:
+    """``COUNT(*) FILTER (WHERE value <= bound)``."""
+    return exp.Filter(this=exp.Count(this=exp.Star()),
+                      expression=exp.Where(this=exp.LTE(this=value, expression=bound)))
+
+
+def rows_select(table: str, unit: str, group_by: str | None = None) -> exp.Select:
     """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
     distinct values of that column, NULL one of them); then the number of units."""
-    counts = ", ".join(f"COUNT(*) FILTER (WHERE r <= {k})" for k in ROWS_CANDIDATES)
-    per_unit = "COUNT(*)" if group_by is None else \
-        f"COUNT(DISTINCT {quoted(group_by)}) + MAX(CASE WHEN {quoted(group_by)} IS NULL THEN 1 ELSE 0 END)"
-    return (f"SELECT {counts}, COUNT(*) FROM (SELECT {per_unit} AS r FROM {quoted_table(table)} "
-            f"WHERE {quoted(unit)} IS NOT NULL GROUP BY {quoted(unit)})")
+    counts = [_at_most(exp.column("r"), exp.Literal.number(k)) for k in ROWS_CANDIDATES]
+    per_unit: exp.Expr = exp.Count(this=exp.Star())
+    if group_by is not None:
+        has_null = exp.Case(ifs=[exp.If(this=exp.Is(this=_column(group_by), expression=exp.Null()),
+                                        true=exp.Literal.number(1))], default=exp.Literal.number(0))
+        per_unit = exp.Add(this=exp.Count(this=exp.Distinct(expressions=[_column(group_by)])),
+                           expression=exp.Max(this=has_null))
+    units = (exp.select(exp.alias_(per_unit, "r")).from_(_table(table))
+             .where(_not_null(_column(unit))).group_by(_column(unit)))
+    return exp.select(*counts, exp.Count(this=exp.Star())).from_(units.subquery())
 
 
-def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
+def values_select(table: str, unit: str | None, column: str, floating: bool, edges) -> exp.Select:
     """Per edge c, how many units' chosen values are ≤ c; then how many units gave one. Each
     unit gives its first non-NULL, non-NaN value in a salted-hash order of its own values
     (``$salt``); each row of a row-level table (``unit`` None) is its own unit.
@@ -143,17 +171,39 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
     on the edge's side (accuracy only). A row whose cast failed (none of DuckDB's numeric types
     does) would count as a NULL: the unit gives its next value. ``floating`` is kept for the
     callers: NaN is skipped for every type (only floats have it)."""
-    value = quoted(column)
-    counts = ", ".join(f"COUNT(*) FILTER (WHERE dp_value <= CAST({literal(c)} AS DOUBLE))" for c in edges)
-    present = "dp_value IS NOT NULL AND NOT isnan(dp_value)"
+    value = exp.column("dp_value")
+    as_double = exp.TryCast(this=_column(column), to=exp.DataType.build("DOUBLE"))
+    counts = [_at_most(value.copy(), exp.Cast(this=engine.literal(c), to=exp.DataType.build("DOUBLE")))
+              for c in edges]
+    present = exp.and_(_not_null(value.copy()), exp.Not(this=engine.is_nan(value.copy())))
     if unit is None:
-        return (f"SELECT {counts}, COUNT(*) FROM (SELECT TRY_CAST({value} AS DOUBLE) AS dp_value "
-                f"FROM {quoted_table(table)}) WHERE {present}")
-    owner = quoted(unit)
-    return (f"SELECT {counts}, COUNT(*) FROM (\n  SELECT dp_value, ROW_NUMBER() OVER (PARTITION BY dp_owner "
-            f"ORDER BY hash($salt, dp_owner, dp_raw), dp_raw) AS dp_n\n"
-            f"  FROM (SELECT {owner} AS dp_owner, {value} AS dp_raw, TRY_CAST({value} AS DOUBLE) AS dp_value "
-            f"FROM {quoted_table(table)})\n  WHERE dp_owner IS NOT NULL AND {present}\n) WHERE dp_n = 1")
+        values = exp.select(exp.alias_(as_double, "dp_value")).from_(_table(table))
+        return exp.select(*counts, exp.Count(this=exp.Star())).from_(values.subquery()).where(present)
+    owner, raw = exp.column("dp_owner"), exp.column("dp_raw")
+    order = exp.Order(expressions=[exp.Ordered(this=engine.salted_hash(owner, raw), nulls_first=False),
+                                   exp.Ordered(this=raw.copy(), nulls_first=False)])
+    first = exp.Window(this=exp.RowNumber(), partition_by=[owner.copy()], order=order)
+    rows = exp.select(exp.alias_(_column(unit), "dp_owner"), exp.alias_(_column(column), "dp_raw"),
+                      exp.alias_(as_double, "dp_value")).from_(_table(table))
+    chosen = (exp.select(value.copy(), exp.alias_(first, "dp_n")).from_(rows.subquery())
+              .where(_not_null(owner.copy()), present))
+    return (exp.select(*counts, exp.Count(this=exp.Star())).from_(chosen.subquery())
+            .where(exp.EQ(this=exp.column("dp_n"), expression=exp.Literal.number(1))))
+
+
+def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
+    """``rows_select`` rendered for DuckDB."""
+    return render(rows_select(table, unit, group_by))
+
+
+def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
+    """``values_select`` rendered for DuckDB (``$salt`` bound when ``unit`` is given)."""
+    return render(values_select(table, unit, column, floating, edges))
+
+
+def _statement(tree: exp.Expr) -> BoundedStatement:
+    """A statement over the raw table (a suggestion reads no bounded copy)."""
+    return BoundedStatement(render(tree), needs_salt(tree), ())
 
 
 BETA = 1e-3
@@ -266,7 +316,8 @@ def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon) -> 
     each = _shown(split["each_column"]) if split.get("each_column") else None
     for column in suggestion["bounds"]:
         if column not in found:
-            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise at epsilon {each} "
+            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise "
+                         f"at epsilon {each} "
                          f"(spend more epsilon, or choose them from public knowledge)")
             continue
         lo, hi = found[column]
@@ -340,7 +391,7 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
                                hint=f"name one of the private tables: {private}")
     key = key_of(declared.name)
     types = catalog[key]
-    unit = None if declared.row_level else declared.unit.lower()
+    unit = declared.unit.lower() if isinstance(declared, PrivateTable) and declared.unit is not None else None
     numeric = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
     if columns is None:
         chosen = numeric
@@ -374,7 +425,8 @@ def _errors(plan: SuggestPlan, units: int | None) -> dict:
     large to trust the answer. ``units`` is a DP estimate of the units (the largest noisy
     histogram total: post-processing; it counts units with a value, so it errs low and the
     warnings err on the side of warning); ``None`` when no column was bounded."""
-    split, out, warnings = plan.split, {}, []
+    split, warnings = plan.split, []
+    out: dict[str, Any] = {}
     tail = 1 - float(ROWS_QUANTILE)
     known = f"about {units} units" if units is not None else "its number of units (not measured)"
 
@@ -407,30 +459,33 @@ def _errors(plan: SuggestPlan, units: int | None) -> dict:
 
 
 def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
-    """The suggestion: ``fetch(sql)`` runs dpsql's SQL (``$salt`` bound) and returns its rows;
+    """The suggestion: ``fetch(statement)`` runs dpsql's ``BoundedStatement`` (its salt bound when
+    it needs it) and returns its rows;
     ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
     split, unit = plan.split, plan.unit
     k = 1
     if unit is not None:
-        *ranks, units = fetch(rows_sql(plan.key, unit))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit)))[0]
         k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
     groups = None
     if plan.group_by is not None:
-        *ranks, units = fetch(rows_sql(plan.key, unit, plan.group_by))[0]
+        assert unit is not None, "MAX GROUPS PER UNIT is asked of unit-level tables only"
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by)))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
     bounds, totals = {}, []
     for column, type_name in plan.columns:
         integral = is_integer_type(type_name)
         edges = value_candidates(integral)
-        *at_most, count = fetch(values_sql(plan.key, unit, column, is_float_type(type_name), edges))[0]
+        *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges)))[0]
         total: list = []
         found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
                              DEFAULT_COVERAGE, source, total)
         totals.append(total[0])
         bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
-    suggestion = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
-                  "epsilon_split": {"total": float(plan.epsilon), "max_rows_per_unit": float(split.rows),
-                                    "each_column": float(split.each_column)}}
+    suggestion: dict[str, Any] = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
+                                  "epsilon_split": {"total": float(plan.epsilon),
+                                                    "max_rows_per_unit": float(split.rows),
+                                                    "each_column": float(split.each_column)}}
     suggestion.update(_errors(plan, max(totals) if totals else None))
     if plan.group_by is not None:
         suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)

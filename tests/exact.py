@@ -2,7 +2,7 @@
 
 ``exact_run(db, sql)`` repeats what ``Connection.sql`` does up to the release — the same
 ``_check`` (parse, ``check_query``, contribution options) and ``_plan`` (``analyse_query``),
-``rewrite_plan`` / ``rewrite_separate``, run on the connection's own engine (which fills the
+``rewrite_statement`` / ``separate_statement``, run on the connection's own engine (which fills the
 bounded copies) — and then, instead of adding noise, returns every measure's exact value per
 released key together with the sensitivity the analysis claimed for it. Keep it in step with
 ``dpsql.connection.Connection.sql`` and ``dpsql.release.release_measures``: it is the one place
@@ -24,7 +24,7 @@ from unittest import mock
 from dpsql.analysis.plan import Plan, PrivateQuery
 from dpsql.analysis.sensitivity import Sensitivity, distinct_units_sensitivity
 from dpsql.backends.keys import read_keys
-from dpsql.backends.rewrite import rewrite_plan, rewrite_separate
+from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
 from dpsql.options import merge_options
 
 NULL_TEXT = "<NULL>"
@@ -75,7 +75,7 @@ def exact_run(db, sql: str) -> ExactRun | None:
     epsilon, delta, noise = merge_options(written, None, None, None)
     plan = db._plan(checked, sql, epsilon, delta, noise)
     width = len(plan.query.keys)
-    rows, merged = _fetch_with_texts(db, plan, rewrite_plan(plan), width)
+    rows, merged = _fetch_with_texts(db, plan, rewrite_statement(plan), width)
     representatives = _representatives(rows, width)
     released = _released_keys(db, plan, representatives)
     vectors, sensitivities = {}, {}
@@ -89,7 +89,7 @@ def exact_run(db, sql: str) -> ExactRun | None:
                                                         neighbours=plan.neighbours, grouped=width > 0)
     histograms, bounds = {}, {}
     for measure in plan.separate:
-        separate, more = _fetch_with_texts(db, plan, rewrite_separate(plan, measure), width)
+        separate, more = _fetch_with_texts(db, plan, separate_statement(plan, measure), width)
         merged += more
         if measure.kind == "distinct":
             vectors[measure.name] = _vector(separate, _representatives(separate, width), released, width, 0)
@@ -102,12 +102,13 @@ def exact_run(db, sql: str) -> ExactRun | None:
                     public_keys=plan.selection is None)
 
 
-def _fetch_with_texts(db, plan: Plan, bounded_sql: str, width: int) -> tuple[list[tuple], list[str]]:
-    """Rows of ``bounded_sql`` as the connection reads them back (``read_keys``), each followed
+def _fetch_with_texts(db, plan: Plan, bounded: BoundedStatement, width: int) -> tuple[list[tuple], list[str]]:
+    """Rows of ``bounded`` as the connection reads them back (``read_keys``), each followed
     by its key's DuckDB text; and the key texts that the read-back merged with another row's key."""
     texts = ", ".join(f"CAST(dp_exact.g{i} AS VARCHAR) AS dp_text{i}" for i in range(width))
-    sql = bounded_sql if not width else f"SELECT *, {texts} FROM (\n{bounded_sql}\n) AS dp_exact"
-    rows = read_keys(db._engine.fetch(sql, db._salt_for(sql), bounded=plan.query.bounded), plan.query.keys)
+    sql = bounded.sql if not width else f"SELECT *, {texts} FROM (\n{bounded.sql}\n) AS dp_exact"
+    rows = read_keys(db._engine.fetch(sql, db._salt_for(bounded.needs_salt), bounded=plan.query.bounded),
+                     plan.query.keys)
     by_value: dict[tuple, list[tuple]] = {}
     for row in rows:
         by_value.setdefault(tuple(row[:width]), []).append(_text_key(row, width))

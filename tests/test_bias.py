@@ -14,7 +14,7 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.backends.bounding import DATABASE, raw_rows_cap
-from dpsql.bias import DROP_CAP, bias_sql, noisy_counts, release_bias
+from dpsql.bias import DROP_CAP, bias_sql, bias_statement, noisy_counts, release_bias
 from dpsql.errors import BudgetExceeded, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import SeededSource
 
@@ -36,8 +36,8 @@ def exact_counts(data: pd.DataFrame, sql: str = QUERY, policy: str = POLICY):
     with dpsql.connect({"t": data, "p": PUBLIC}, policy=policy) as db:
         tree, checked, written = db._check(sql)
         plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
-        counting = bias_sql(bias, plan.query)
-        row = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0]
+        counting = bias_statement(bias, plan.query)
+        row = db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0]
         return bias, dict(zip([m.name for m in bias.measures], (int(v) for v in row)))
 
 
@@ -169,8 +169,8 @@ def test_one_units_raw_rows_do_not_reach_a_reported_query():
                      for _, name in relations}
             _, checked, written = db._check(QUERY)
             plan, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, True, written)
-            counting = bias_sql(bias, plan.query)
-            counts = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0]
+            counting = bias_statement(bias, plan.query)
+            counts = db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0]
         runs.append((fetched, sizes, counts))
     (sql0, sizes0, counts0), (sql1, sizes1, counts1) = runs
     assert sql0 == sql1 and sizes0 == sizes1
@@ -306,16 +306,16 @@ def test_shell_and_cli_footers_show_limits_and_bias():
 
 def test_kept_is_what_the_query_itself_counts():
     """kept = the exact total of the query's own bounded COUNT(*), groups limited by the same salted order."""
-    from dpsql.backends.rewrite import rewrite_plan
+    from dpsql.backends.rewrite import rewrite_statement
 
     units = {u: tuple((u % 7 + i, "ab"[(u + i) % 2]) for i in range(1 + u % 5)) for u in range(60)}
     sql = "SELECT g, COUNT(*) AS n FROM t WHERE x < 8 GROUP BY g"
     with dpsql.connect({"t": frame(units), "p": PUBLIC}, policy=POLICY) as db:
         tree, checked, written = db._check(sql)
         plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
-        counting, bounded = bias_sql(bias, plan.query), rewrite_plan(plan)
-        kept = db._engine.fetch(counting, db._salt_for(counting), bounded=checked.bounded)[0][0]
-        exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
+        counting, bounded = bias_statement(bias, plan.query), rewrite_statement(plan)
+        kept = db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0][0]
+        exact = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
     assert kept == sum(row[1] for row in exact) and 0 < kept
 
 

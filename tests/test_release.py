@@ -18,7 +18,7 @@ import pytest
 
 import dpsql
 from dpsql import release
-from dpsql.backends.rewrite import rewrite_plan, rewrite_separate
+from dpsql.backends.rewrite import rewrite_statement, separate_statement
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.mechanisms.quantile import edge, release_interval
@@ -182,12 +182,13 @@ def prepare(db, sql: str, epsilon, delta, noise_kind):
     """(plan, domain, exact rows, histograms), as ``Connection.sql`` builds them."""
     _, checked, _ = db._check(sql)
     plan = db._plan(checked, sql, epsilon, delta, noise_kind)
-    bounded = rewrite_plan(plan)
-    exact = db._engine.fetch(bounded, db._salt_for(bounded), bounded=checked.bounded)
+    bounded = rewrite_statement(plan)
+    exact = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
     histograms = {}
     for measure in plan.separate:
-        separate = rewrite_separate(plan, measure)
-        histograms[measure.name] = db._engine.fetch(separate, db._salt_for(separate), bounded=checked.bounded)
+        separate = separate_statement(plan, measure)
+        histograms[measure.name] = db._engine.fetch(separate.sql, db._salt_for(separate.needs_salt),
+                                                    bounded=checked.bounded)
     domain = db._domain(checked) if plan.selection is None else None
     return plan, domain, exact, histograms
 

@@ -19,6 +19,7 @@ from shop import SHOP, SHOP_CATALOG, attach_bounded_copies
 
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
+from dpsql.backends.render import render
 from dpsql.backends.rewrite import clamp_inputs, rewrite_plan
 from dpsql.demo import build_shop_database
 from dpsql.sql.parse import parse_query
@@ -40,7 +41,8 @@ def bounded_sql(sql: str) -> str:
 
 def per_unit_layers_sql(sql: str) -> str:
     """The bounded SQL as if the source could hold any number of rows per unit: layer 3 in full."""
-    plan = analyse_query(check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG), SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
+    query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
+    plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
     return rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)))
 
 
@@ -52,7 +54,8 @@ def read_pairs() -> list[tuple[str, str]]:
 
 def test_fixture_is_current():
     if os.environ.get("DPSQL_UPDATE_FIXTURES"):
-        header = "-- input; expected bounded SQL; (regenerate: DPSQL_UPDATE_FIXTURES=1 pytest tests/test_rewrite.py)\n\n"
+        header = ("-- input; expected bounded SQL; (regenerate: DPSQL_UPDATE_FIXTURES=1 pytest tests/test_rewrite.py)"
+                  "\n\n")
         FIXTURE.write_text(header + "\n\n".join(f"{q};\n{bounded_sql(q)};" for q in INPUTS) + "\n")
     pairs = read_pairs()
     assert [p[0] for p in pairs] == INPUTS
@@ -79,7 +82,7 @@ def test_clamping_keeps_null_and_drops_nan():
     """Invariant 13: a bare LEAST/GREATEST clamp would turn NULL into a bound."""
     query = check_query(parse_query("SELECT SUM(amount) FROM visits"), "", SHOP, SHOP_CATALOG)
     plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)))
-    clamped = clamp_inputs(plan.measures[0].argument, plan.measures[0].clamped_columns).sql(dialect="duckdb")
+    clamped = render(clamp_inputs(plan.measures[0].argument, plan.measures[0].clamped_columns))
     values = duckdb.execute(
         f"SELECT {clamped} FROM (VALUES (NULL::DOUBLE), ('nan'::DOUBLE), ('inf'::DOUBLE), "
         "('-inf'::DOUBLE), (-0.0::DOUBLE), (250.5::DOUBLE), (9e300::DOUBLE)) AS t(amount)"
@@ -91,7 +94,7 @@ def test_conditions_see_raw_values_and_sums_see_clamped_ones():
     query = check_query(parse_query("SELECT SUM(CASE WHEN amount > 600 THEN amount ELSE 0 END) FROM visits"),
                         "", SHOP, SHOP_CATALOG)
     plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)))
-    clamped = clamp_inputs(plan.measures[0].argument, plan.measures[0].clamped_columns).sql(dialect="duckdb")
+    clamped = render(clamp_inputs(plan.measures[0].argument, plan.measures[0].clamped_columns))
     rows = duckdb.execute(f"SELECT {clamped} FROM (VALUES (700.0), (550.0)) AS t(amount)").fetchall()
     assert [r[0] for r in rows] == [500, 0]
 
@@ -107,12 +110,39 @@ def test_light_units_get_exactly_what_the_window_would_grant(shop):
     """The light-unit shortcut (b = n for units within both limits) changes no result, on the
     raw table too (heavy units there: up to 40 rows)."""
     fast = _raw_source(per_unit_layers_sql("SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store"), "visits")
-    light = next(line for line in fast.splitlines() if "FROM dp_sizes WHERE dp_total" in line)
-    condition = light.split("WHERE ", 1)[1]
+    condition = "dp_total <= 10 AND dp_groups <= 5"  # the light units' condition (k = 10, l = 5)
+    assert fast.count(condition) == 2
     windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
     assert windowed != fast
     salt = {"salt": "ab"}
     assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT store, COUNT(*), AVG(amount) FROM visits GROUP BY store",
+    "SELECT store, SUM(age), COUNT(*) FROM visits WHERE age > 25 GROUP BY store",
+])
+def test_units_with_few_kept_rows_skip_the_group_window_and_keep_what_it_would(shop, query):
+    """dp_limited: a unit keeping at most MAX GROUPS PER UNIT rows in the copy (l = 5) skips the
+    window; with the shortcut switched off every unit goes through it, and the totals agree."""
+    fast = bounded_sql(query)
+    condition = "dp_unit_rows <= 5"
+    assert fast.count(condition) == 2
+    windowed = fast.replace(condition, "FALSE").replace("NOT (FALSE)", "TRUE")
+    salt = {"salt": "ab"}
+    assert sorted(shop.execute(fast, salt).fetchall()) == sorted(shop.execute(windowed, salt).fetchall())
+    light = shop.execute('SELECT COUNT(*) FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                         "WHERE NOT dp_pad AND dp_unit_rows <= 5").fetchone()[0]
+    assert light > 0  # the shortcut is taken by some units
+
+
+def test_the_copy_keeps_each_units_kept_row_count(shop):
+    rows = shop.execute('SELECT user_id, COUNT(*), MIN(dp_unit_rows), MAX(dp_unit_rows) FROM '
+                        'dp_bounding."dp_bounded_visits__user_id__10" WHERE NOT dp_pad GROUP BY user_id').fetchall()
+    assert rows and all(n == low == high for _, n, low, high in rows)
+    pads = shop.execute('SELECT dp_unit_rows FROM dp_bounding."dp_bounded_visits__user_id__10" '
+                        "WHERE dp_pad ORDER BY 1").fetchall()
+    assert pads == [(0,), (10,)]  # statistics span 0..k whatever the data
 
 
 @pytest.mark.parametrize("query", [q for q in INPUTS if "users" not in q] + [

@@ -87,6 +87,11 @@ DATABASE = "dp_bounding"
 """The in-memory database holding the copies (never in the analyst's catalog)."""
 RAW_ROWS_PREFIX = "dp_raw_rows_"
 """Prefix of a unit table's *row-count table*: each unit's raw row count, capped (``raw_rows_sql``)."""
+UNIT_ROWS = "dp_unit_rows"
+"""A unit-level copy's column holding, on each row, how many rows its unit keeps in the copy (at
+most k): a unit with at most MAX GROUPS PER UNIT rows has at most that many groups, so a query's
+group limit can skip its window for that unit (``dpsql.backends.rewrite``). A function of the
+unit's own kept rows, so the copy stays a per-unit transformation."""
 DROP_CAP = 4
 """The bias report's C = DROP_CAP · k (``dpsql.bias``): the most rows beyond the limit one unit
 may add to its ``dropped`` count. The row-count table caps what it stores by it."""
@@ -154,7 +159,7 @@ def row_copy_name(source: str, list_length: int | None = None, string_length: in
 
 def copy_name(source: str, rule: PrivateTable) -> str:
     """The table holding the bounded copy of ``source``, which ``rule`` declares."""
-    if rule.row_level:
+    if rule.unit is None:  # row-level
         return row_copy_name(source, rule.max_list_length, rule.max_string_length)
     return bounded_name(source, rule.unit, rule.max_rows_per_unit, rule.max_list_length, rule.max_string_length)
 
@@ -193,12 +198,25 @@ def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
     return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
 
 
+def with_unit_rows(source: exp.Expr) -> exp.Select | None:
+    """``source`` with its rows' ``UNIT_ROWS`` as one more column, when it is exactly a read of one
+    unit-level copy (``bounded_reference``: the rows of each unit are that unit's kept rows); else
+    ``None``."""
+    if not isinstance(source, exp.Select) or source.args.get("joins") or source.args.get("group"):
+        return None
+    table = source.args["from_"].this if source.args.get("from_") else None
+    if not isinstance(table, exp.Table) or table.catalog != DATABASE or not table.name.startswith(PREFIX) \
+            or table.name.endswith("__row") or "__row__" in table.name:
+        return None
+    return source.select(exp.column(UNIT_ROWS), copy=True)
+
+
 def bounded_tables(rules: list[PrivateTable], catalog: dict[str, dict[str, str]], key_of) -> list[BoundedTable]:
     """A bounded copy for every private table (row-level ones with their hidden id column)."""
     tables = []
     for rule in rules:
         key = key_of(rule.name)
-        unit = ROW_UNIT if rule.row_level else rule.unit.lower()
+        unit = ROW_UNIT if rule.unit is None else rule.unit.lower()
         tables.append(BoundedTable(key, unit, rule.max_rows_per_unit, tuple(catalog[key].items()), rule.row_level,
                                    rule.max_list_length, rule.max_string_length))
     return tables
@@ -217,7 +235,8 @@ def _copied_columns(table: BoundedTable) -> str:
     elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes)."""
     length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
     characters = DEFAULT_MAX_STRING_LENGTH if table.string_length is None else table.string_length
-    return ", ".join(f'{shortened(quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"' if t.upper() == "VARCHAR"
+    return ", ".join(f'{shortened(quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"'
+                     if t.upper() == "VARCHAR"
                      else f'{shortened(quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
                      for c, t in table.columns)
 
@@ -247,8 +266,8 @@ def is_sized(type_name: str) -> bool:
 def list_depth(type_name: str) -> int:
     """How many LIST or MAP levels a value of ``type_name`` nests, along its deepest path.
 
-    >>> list_depth("INTEGER[][][]"), list_depth("STRUCT(a INTEGER[], b MAP(VARCHAR, INTEGER[]))"), list_depth("INTEGER[4]")
-    (3, 2, 0)
+    >>> [list_depth(t) for t in ("INTEGER[][][]", "STRUCT(a INTEGER[], b MAP(VARCHAR, INTEGER[]))", "INTEGER[4]")]
+    [3, 2, 0]
     """
     pair = map_types(type_name)
     if pair is not None:
@@ -295,8 +314,8 @@ def shortened(value: str, type_name: str, length: int, characters: int = DEFAULT
 
     >>> shortened('"l"', "INTEGER[]", 3)
     'CAST(list_slice("l", 1, 3) AS INTEGER[])'
-    >>> shortened('"l"', "INTEGER[][]", 100)
-    'CAST(list_transform(list_slice("l", 1, 10), lambda dp_x: CAST(list_slice(dp_x, 1, 10) AS INTEGER[])) AS INTEGER[][])'
+    >>> print(shortened('"l"', "INTEGER[][]", 100))
+    CAST(list_transform(list_slice("l", 1, 10), lambda dp_x: CAST(list_slice(dp_x, 1, 10) AS INTEGER[])) AS INTEGER[][])
     >>> shortened('"m"', "MAP(INTEGER, INTEGER)", 2)
     'CAST(map_from_entries(list_slice(map_entries("m"), 1, 2)) AS MAP(INTEGER, INTEGER))'
     >>> shortened('"s"', "VARCHAR", 2, 5)
@@ -322,7 +341,7 @@ def _cut(value: str, type_name: str, length: int, characters: int) -> str:
     if not is_sized(type_name):
         return value
     if is_list(type_name):
-        element = list_element(type_name)
+        element = list_element(type_name) or ""  # a LIST always has one
         cut = f"list_slice({value}, 1, {length})"
         if is_sized(element):
             cut = f"list_transform({cut}, lambda dp_x: {_cut('dp_x', element, length, characters)})"
@@ -341,16 +360,18 @@ def _cut(value: str, type_name: str, length: int, characters: int) -> str:
     fields = struct_fields(type_name)
     if fields is not None:
         packed = ", ".join(quoted(f) + ' := '
-                           + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length, characters)
+                           + _cut(f"struct_extract({value}, '{f.replace(chr(39), chr(39) * 2)}')", t, length,
+                                  characters)
                            for f, t in fields.items())
         return f"CAST(CASE WHEN {value} IS NULL THEN NULL ELSE struct_pack({packed}) END AS {type_name})"
-    element = list_element(type_name)  # a fixed-size ARRAY holding lists or strings
+    element = list_element(type_name) or ""  # a fixed-size ARRAY holding lists or strings
     return f"CAST(list_transform({value}, lambda dp_x: {_cut('dp_x', element, length, characters)}) AS {type_name})"
 
 
 def create_sql(table: BoundedTable) -> str:
     """An empty copy with the table's columns and types, so queries bind: reads no rows."""
-    hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else ""
+    hidden = f", CAST(NULL AS {ROW_UNIT_TYPE}) AS {ROW_UNIT}" if table.row_level else \
+        f", CAST(NULL AS BIGINT) AS {UNIT_ROWS}"
     return (f'CREATE TABLE IF NOT EXISTS {DATABASE}."{table.name}" AS '
             f"SELECT {_copied_columns(table)}{hidden}, FALSE AS {PAD} FROM {quoted_table(table.source)} LIMIT 0")
 
@@ -388,7 +409,8 @@ def fill_sql(table: BoundedTable) -> str:
 
     Ties (identical hashes) are broken by the values themselves, so the rows kept never depend
     on physical order or rowid; rows that tie on every value are identical, so which of them is
-    kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement.
+    kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement. Each
+    row carries its unit's kept row count (``UNIT_ROWS``), from the same partitioning.
     """
     if table.row_level:
         return _fill_rows_sql(table)
@@ -396,8 +418,9 @@ def fill_sql(table: BoundedTable) -> str:
     unit = f'"{table.unit}"'
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
-        f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
-        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n\n"
+        f"SELECT * EXCLUDE (dp_n, dp_all), LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD} FROM (\n"
+        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n,\n"
+        f"  COUNT(*) OVER (PARTITION BY {unit}) AS dp_all\n"
         f"  FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})\n  WHERE {unit} IS NOT NULL\n"
         f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
     )
@@ -429,7 +452,8 @@ def _fill_rows_sql(table: BoundedTable) -> str:
         f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
         f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
         f"        SELECT {', '.join(names)}, dp_text, COUNT(*) AS dp_copies\n"
-        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)}))\n"
+        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} "
+        f"FROM {quoted_table(table.source)}))\n"
         f"        GROUP BY ALL))))\n"
         f"WHERE dp_n = 1\n{_padding(table)}"
     )
@@ -463,10 +487,15 @@ def _sign_bits(table: BoundedTable) -> list[str]:
 
 
 def _padding(table: BoundedTable) -> str:
+    """The two padding rows; a unit-level copy's ``UNIT_ROWS`` spans 0 to k there, so its
+    statistics say nothing of how many rows units keep either."""
     hidden = [(ROW_UNIT, ROW_UNIT_TYPE)] if table.row_level else []
-    return "\n".join(
-        f"UNION ALL SELECT {', '.join(f'CAST({_extreme(t, high)} AS {t})' for _, t in (*table.columns, *hidden))}, TRUE"
-        for high in (False, True))
+    rows = []
+    for high in (False, True):
+        values = [f"CAST({_extreme(t, high)} AS {t})" for _, t in (*table.columns, *hidden)]
+        values += [] if table.row_level else [str(table.rows_per_unit if high else 0)]
+        rows.append(f"UNION ALL SELECT {', '.join(values)}, TRUE")
+    return "\n".join(rows)
 
 
 _INTEGER_BITS = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64, "HUGEINT": 128}

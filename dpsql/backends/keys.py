@@ -34,7 +34,10 @@ import re
 from dataclasses import replace
 from typing import Callable, Literal, Sequence
 
+from sqlglot import exp
+
 from dpsql.analysis.plan import GroupKey
+from dpsql.backends.render import key_text
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import DIALECT, node_position
 from dpsql.sql.types import base_type
@@ -82,21 +85,23 @@ def key_form(type_name: str) -> KeyForm | None:
     return None
 
 
-def key_sql(expression_sql: str, type_name: str, form: KeyForm) -> str:
-    """The SQL a key is grouped and read back by: the expression itself, or its text as bytes.
+def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
+    """What a key is grouped and read back by: the expression itself, or its text as bytes
+    (``dpsql.backends.render.key_text``).
 
     A FLOAT is widened to DOUBLE first (exactly), so its text reads back as the exact value.
 
-    >>> key_sql('"day"', "DATE", "text"), key_sql('"n"', "INTEGER", "value")
-    ('encode(CAST("day" AS VARCHAR))', '"n"')
-    >>> key_sql('"x"', "FLOAT", "text")
-    'encode(CAST(CAST("x" AS DOUBLE) AS VARCHAR))'
+    >>> from dpsql.backends.render import render
+    >>> render(key_expression(exp.column("day", quoted=True), "DATE", "text"))
+    'ENCODE(CAST("day" AS TEXT))'
+    >>> render(key_expression(exp.column("x", quoted=True), "FLOAT", "text"))
+    'ENCODE(CAST(CAST("x" AS DOUBLE) AS TEXT))'
     """
     if form == "value":
-        return expression_sql
+        return expression
     if base_type(type_name) in ("FLOAT", "REAL", "FLOAT4"):
-        expression_sql = f"CAST({expression_sql} AS DOUBLE)"
-    return f"encode(CAST({expression_sql} AS VARCHAR))"
+        expression = exp.Cast(this=expression, to=exp.DataType.build("DOUBLE"))
+    return key_text(expression)
 
 
 def typed_keys(keys: Sequence[GroupKey], types: dict[str, str], sql: str) -> tuple[GroupKey, ...]:
@@ -194,7 +199,10 @@ def _read_time(text: str):
     if match is None:
         return None
     micros = _micros(match.group(4))
-    return None if micros is None else datetime.time(*map(int, match.groups()[:3]), micros)
+    if micros is None:
+        return None
+    hour, minute, second = (int(part) for part in match.groups()[:3])
+    return datetime.time(hour, minute, second, micros)
 
 
 def _show_time(value: datetime.time) -> str:
@@ -213,7 +221,8 @@ def _read_timestamp(text: str):
         sign = -1 if match.group(8)[0] == "-" else 1
         hours, _, minutes = match.group(8)[1:].partition(":")
         zone = datetime.timezone(sign * datetime.timedelta(hours=int(hours), minutes=int(minutes or 0)))
-    return datetime.datetime(*map(int, match.groups()[:6]), micros, tzinfo=zone)
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    return datetime.datetime(year, month, day, hour, minute, second, micros, tzinfo=zone)
 
 
 def _show_timestamp(value: datetime.datetime) -> str:
@@ -306,7 +315,7 @@ text and shown by ``display_value``."""
 def fetched_as_text(type_name: str) -> bool:
     """True for a post-processing result type that is fetched as text (``FETCHED_AS_IS``).
 
-    >>> fetched_as_text("DATE"), fetched_as_text("INTEGER[]"), fetched_as_text("DECIMAL(9,2)"), fetched_as_text("DOUBLE")
-    (True, True, False, False)
+    >>> [fetched_as_text(t) for t in ("DATE", "INTEGER[]", "DECIMAL(9,2)", "DOUBLE")]
+    [True, True, False, False]
     """
     return is_nested(type_name) or base_type(type_name) not in FETCHED_AS_IS

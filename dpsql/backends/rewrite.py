@@ -1,4 +1,9 @@
-"""Stage 5, rewrite: a plan becomes one DuckDB statement that makes the analysed bounds true.
+"""Stage 5, rewrite: a plan becomes one statement that makes the analysed bounds true.
+
+The statement is built as a sqlglot tree and rendered once, for the backend's dialect
+(``dpsql.backends.render`` holds the engine-specific pieces: TRY, HUGEINT sums, the salted hash,
+keys' read-back text, ISNAN); what it reads and whether it needs the salt come from the tree
+(``BoundedStatement``), never from its text.
 
 The statement has four layers; each establishes part of the precondition of
 ``dpsql.analysis.sensitivity`` (a unit's contribution vector lies in k * conv({L e_g, U e_g, 0})):
@@ -39,41 +44,198 @@ one per (unit, group) kept, so a unit moves at most MAX GROUPS PER UNIT of these
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import lru_cache
 
 from sqlglot import exp
 
 from dpsql.analysis.domains import domain_parts, on_value, reports_outside
 from dpsql.analysis.plan import ClampedColumn, GroupKey, Measure, Plan
 from dpsql.analysis.ranges import clamp_arguments
-from dpsql.backends.keys import key_sql
+from dpsql.backends import render as engine
+from dpsql.backends.bounding import UNIT_ROWS, with_unit_rows
+from dpsql.backends.keys import key_expression
+from dpsql.backends.render import (
+    DUCKDB,
+    catalog_type,
+    exact_integer,
+    is_nan,
+    needs_salt,
+    render,
+    salted_hash,
+    star,
+    total,
+)
 from dpsql.policy.model import KeyDomain
-from dpsql.sql.parse import DIALECT
-
-SAFE_NODES = (exp.Column, exp.Literal, exp.Null, exp.Boolean)
 
 
-def rewrite_plan(plan: Plan) -> str:
-    """The bounded SQL of ``plan``: columns ``g0..`` (keys), ``m0..`` (exact summed measures),
-    then ``u`` (distinct units per group) with partition selection."""
-    return _bounded_sql(replace(plan, measures=plan.summed))
+@dataclass(frozen=True)
+class BoundedStatement:
+    """A statement the backend runs, with what it needs besides its text."""
+
+    sql: str
+    """The statement, rendered for one engine."""
+    needs_salt: bool
+    """It orders by a salted hash: the secret salt is bound as its parameter."""
+    bounded: tuple[str, ...]
+    """The bounded copies (``dpsql.backends.bounding``) it reads: built before it runs."""
 
 
-def key_types_sql(plan: Plan) -> str:
-    """SQL whose columns ``g0..`` are the query's keys as written (no measures): binding it gives
-    each key's DuckDB type, which decides how the key is read back (``dpsql.backends.keys``)."""
+def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
+    """``tree`` (a statement over ``plan``'s source, built for it alone: rendered in place)
+    rendered, with the salt it needs and the copies it reads."""
+    salted = needs_salt(tree)  # before rendering: the salted hash is still one node then
+    return BoundedStatement(render(tree, dialect, copy=False, pretty=pretty), salted, plan.query.bounded)
+
+
+def rewrite_statement(plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
+    """The bounded statement of ``plan``: columns ``g0..`` (keys), ``m0..`` (exact summed
+    measures), then ``u`` (distinct units per group) with partition selection. ``pretty``: laid
+    out on lines, as EXPLAIN shows it."""
+    return statement(_bounded(replace(plan, measures=plan.summed)), plan, dialect, pretty)
+
+
+def separate_statement(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> BoundedStatement:
+    """The bounded statement of a measure computed on its own (a quantile histogram, distinct values)."""
+    tree = _histogram(plan, measure) if measure.kind == "histogram" else _distinct(plan, measure)
+    return statement(tree, plan, dialect)
+
+
+def rewrite_plan(plan: Plan, dialect: str = DUCKDB) -> str:
+    """The SQL of ``rewrite_statement``."""
+    return rewrite_statement(plan, dialect).sql
+
+
+def rewrite_distinct(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> str:
+    return statement(_distinct(plan, measure), plan, dialect).sql
+
+
+def rewrite_histogram(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> str:
+    return statement(_histogram(plan, measure), plan, dialect).sql
+
+
+def key_types_statement(plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
+    """A statement whose columns ``g0..`` are the query's keys as written (no measures): binding
+    it gives each key's type, which decides how the key is read back (``dpsql.backends.keys``)."""
     untyped = tuple(replace(key, form="value") for key in plan.query.keys)
-    return _rows_layer(replace(plan, measures=(), query=replace(plan.query, keys=untyped)))
+    single = replace(plan, measures=(), query=replace(plan.query, keys=untyped))
+    return statement(_rows_layer(single), plan, dialect)
 
 
-def rewrite_separate(plan: Plan, measure: Measure) -> str:
-    """The bounded SQL of a measure computed on its own (a quantile histogram, distinct values)."""
-    return rewrite_histogram(plan, measure) if measure.kind == "histogram" else rewrite_distinct(plan, measure)
+# -- building blocks ---------------------------------------------------------------------------
+
+def _column(name: str, table: str | None = None) -> exp.Column:
+    """One of dpsql's own columns (``dp_unit``, ``g0``, ``v_m0``, ...): never quoted."""
+    return exp.column(name, table=table)
 
 
-def rewrite_distinct(plan: Plan, measure: Measure) -> str:
+def _stored(name: str) -> exp.Column:
+    """A column of the analyst's table, quoted as stored."""
+    return exp.column(name, quoted=True)
+
+
+def _number(value: int | Fraction) -> exp.Expr:
+    return engine.literal(value)
+
+
+def _call(name: str, *arguments: exp.Expr) -> exp.Expr:
+    """A function written as named in every engine (LEAST, GREATEST skip NULLs in both)."""
+    return exp.Anonymous(this=name, expressions=list(arguments))
+
+
+def _paren(node: exp.Expr) -> exp.Expr:
+    return exp.Paren(this=node)
+
+
+def _cast(node: exp.Expr, type_name: str) -> exp.Expr:
+    return exp.Cast(this=node, to=exp.DataType.build(type_name, dialect=DUCKDB))
+
+
+def _clamp(value: exp.Expr, low: exp.Expr, high: exp.Expr) -> exp.Expr:
+    return _call("LEAST", _call("GREATEST", value, low), high)
+
+
+def _null_or_clamped(missing: exp.Expr, value: exp.Expr, low, high) -> exp.Expr:
+    """NULL when ``missing`` holds, else ``value`` clamped: NULL never becomes a bound."""
+    return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=_clamp(value, low, high))
+
+
+def _is_null(node: exp.Expr) -> exp.Expr:
+    return exp.Is(this=node, expression=exp.Null())
+
+
+def _not_null(node: exp.Expr) -> exp.Expr:
+    return exp.Not(this=_is_null(node))
+
+
+def _true_or_false(condition: exp.Expr) -> exp.Expr:
+    """A condition made total; NULL (or an error) counts as false."""
+    return exp.Coalesce(this=total(condition), expressions=[exp.false()])
+
+
+def _window(function: exp.Expr, partition: Sequence[exp.Expr], order: Sequence[exp.Expr] | None = None,
+            preceding: bool = False) -> exp.Window:
+    """``function OVER (PARTITION BY .. ORDER BY ..)``; ``preceding``: over the earlier rows only."""
+    args: dict = {"this": function, "partition_by": partition}
+    if order:
+        args["order"] = exp.Order(expressions=[exp.Ordered(this=o, nulls_first=False) for o in order])
+    if preceding:
+        args["spec"] = exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                                      end=exp.Literal.number(1), end_side="PRECEDING")
+    return exp.Window(**args)
+
+
+def _salted_order(*columns: exp.Expr) -> list[exp.Expr]:
+    """The salted-hash order of (unit, key..) values, ties broken by the values after the unit."""
+    return [salted_hash(*columns), *(c.copy() for c in columns[1:])]
+
+
+def _with(final: exp.Select, ctes: Sequence[tuple[str, exp.Expr]]) -> exp.Select:
+    for name, query in ctes:
+        final = final.with_(name, as_=query, copy=False)
+    return final
+
+
+def _select(columns: Sequence[exp.Expr], source: exp.Expr | str, where: Sequence[exp.Expr] | None = None,
+            group: Sequence[exp.Expr] | None = None) -> exp.Select:
+    """SELECT columns FROM source [WHERE ... AND ...] [GROUP BY ...], built in place: every piece
+    is made for this statement alone, so nothing is copied (builders copy by default)."""
+    select = exp.Select(expressions=list(columns))
+    select.set("from_", exp.From(this=_named(source) if isinstance(source, str) else source))
+    if where:
+        select.set("where", exp.Where(this=exp.and_(*where, copy=False)))
+    if group:
+        select.set("group", exp.Group(expressions=list(group)))
+    return select
+
+
+def _named(name: str) -> exp.Table:
+    """One of the statement's own relations (a CTE) by name."""
+    return exp.Table(this=exp.to_identifier(name))
+
+
+def _subquery(select: exp.Expr, alias: str | None = None) -> exp.Subquery:
+    args: dict = {"this": select}
+    if alias is not None:
+        args["alias"] = exp.TableAlias(this=exp.to_identifier(alias))
+    return exp.Subquery(**args)
+
+
+def _as(node: exp.Expr, name: str) -> exp.Expr:
+    return exp.Alias(this=node, alias=exp.to_identifier(name))
+
+
+def _table(name: str) -> exp.Table:
+    """A table by its catalog key (``schema.table`` outside ``main``), every part quoted."""
+    parts = name.split(".")
+    return exp.table_(parts[-1], db=parts[-2] if len(parts) > 1 else None,
+                      catalog=parts[-3] if len(parts) > 2 else None, quoted=True)
+
+
+# -- separate measures -------------------------------------------------------------------------
+
+def _distinct(plan: Plan, measure: Measure) -> exp.Select:
     """Bounded COUNT(DISTINCT expr) per group: columns ``g0..``, ``n``.
 
     A unit keeps at most b of its distinct values in a (unit, group) — b its granted rows —
@@ -82,28 +244,29 @@ def rewrite_distinct(plan: Plan, measure: Measure) -> str:
     """
     single = replace(plan, measures=(measure,), selection=None)
     keys = [key.name for key in plan.query.keys]
-    rows, values = _rows_layer(single), _values_layer(single, keys)
+    layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
     value = f"v_{measure.name}"
-    group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
-    select = ", ".join([*keys, "COUNT(DISTINCT value) AS n"])
+    counted = _as(exp.Count(this=exp.Distinct(expressions=[_column("value")])), "n")
     if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
-        return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
-                f"SELECT {select}\nFROM (SELECT *, {value} AS value FROM dp_values){group}")
-    unit_keys = ", ".join(["dp_unit", *keys])
-    window = f"PARTITION BY {_qualified(keys)} ORDER BY hash($salt, k.dp_unit, value), value"
-    conditions = ["b > 0", "value_rank <= b"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
-    return (
-        f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
-        f"{_granted_layer(single, keys)}, dp_distinct AS (\n"
-        f"  SELECT DISTINCT {unit_keys}, {value} AS value\n  FROM dp_values\n  WHERE {value} IS NOT NULL\n), dp_kept AS (\n"
-        f"  SELECT {', '.join(['k.' + k for k in keys] + ['value'])}, b, {'group_rank, ' if keys else ''}"
-        f"ROW_NUMBER() OVER ({window}) AS value_rank\n"
-        f"  FROM dp_distinct AS k JOIN dp_granted AS g ON {_same_unit_group(keys)}\n)\n"
-        f"SELECT {select}\nFROM dp_kept\nWHERE {' AND '.join(conditions)}{group}"
-    )
+        values = _subquery(_select([star(), _as(_column(value), "value")], "dp_values"))
+        return _with(_select([*map(_column, keys), counted], values, group=[*map(_column, keys)]), layers)
+    unit_keys = [_column(name) for name in ["dp_unit", *keys]]
+    order = _salted_order(_column("dp_unit", "k"), _column("value"))
+    rank = _window(exp.RowNumber(), _qualified(keys), order)
+    kept = [*(_column(k, "k") for k in keys), _column("value"), _column("b")]
+    kept += [_column("group_rank")] if keys else []
+    conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0)),
+                  exp.LTE(this=_column("value_rank"), expression=_column("b"))]
+    conditions += [_within_groups(plan)] if keys else []
+    layers += [("dp_units", _units_layer(single, keys)), *_granted_layer(single, keys),
+               ("dp_distinct", _select([*unit_keys, _as(_column(value), "value")], "dp_values",
+                                       [_not_null(_column(value))]).distinct(copy=False)),
+               ("dp_kept", _joined_to_grant(_select([*kept, _as(rank, "value_rank")], _as_k("dp_distinct")),
+                                            keys))]
+    return _with(_select([*map(_column, keys), counted], "dp_kept", conditions, [*map(_column, keys)]), layers)
 
 
-def rewrite_histogram(plan: Plan, measure: Measure) -> str:
+def _histogram(plan: Plan, measure: Measure) -> exp.Select:
     """Bounded bucket counts of one quantile: columns ``g0..``, ``bucket``, ``n``.
 
     Each unit's granted rows b of a (unit, group) are spread over its buckets in the order of
@@ -112,140 +275,138 @@ def rewrite_histogram(plan: Plan, measure: Measure) -> str:
     """
     single = replace(plan, measures=(measure,), selection=None)
     keys = [key.name for key in plan.query.keys]
-    rows, values = _rows_layer(single), _values_layer(single, keys)
+    layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
     value = f"v_{measure.name}"
+    grouped = [_column(name) for name in [*keys, "bucket"]]
     if _bounded_by_construction(single, keys):  # every unit keeps every value: count them
-        group = ", ".join([*keys, "bucket"])
-        return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n"
-                f"SELECT {group}, COUNT(*) AS n\nFROM (SELECT *, {value} AS bucket FROM dp_values)\n"
-                f"WHERE bucket IS NOT NULL\nGROUP BY {group}")
-    unit_keys = ", ".join(["dp_unit", *keys])
-    window = f"PARTITION BY {_qualified(keys)} ORDER BY hash($salt, k.dp_unit, bucket), bucket"
-    earlier = f"COALESCE(SUM(n_bucket) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
-    conditions = ["b > 0"] + ([f"group_rank <= {plan.query.rule.groups_per_unit}"] if keys else [])
-    return (
-        f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{_units_layer(single, keys)}\n), "
-        f"{_granted_layer(single, keys)}, dp_buckets AS (\n"
-        f"  SELECT {unit_keys}, {value} AS bucket, COUNT(*) AS n_bucket\n  FROM dp_values\n"
-        f"  WHERE {value} IS NOT NULL\n  GROUP BY {unit_keys}, {value}\n), dp_spread AS (\n"
-        f"  SELECT {', '.join(['k.' + k for k in keys] + ['bucket'])}, "
-        f"GREATEST(LEAST(n_bucket, b - {earlier}), 0) AS n\n"
-        f"  FROM dp_buckets AS k JOIN dp_granted AS g ON {_same_unit_group(keys)}\n"
-        f"  WHERE {' AND '.join(conditions)}\n)\n"
-        f"SELECT {', '.join([*keys, 'bucket'])}, SUM(n) AS n\nFROM dp_spread\nGROUP BY {', '.join([*keys, 'bucket'])}"
-    )
+        buckets = _subquery(_select([star(), _as(_column(value), "bucket")], "dp_values"))
+        final = _select([*grouped, _as(exp.Count(this=exp.Star()), "n")], buckets,
+                        [_not_null(_column("bucket"))], [c.copy() for c in grouped])
+        return _with(final, layers)
+    unit_keys = [_column(name) for name in ["dp_unit", *keys]]
+    order = _salted_order(_column("dp_unit", "k"), _column("bucket"))
+    earlier = exp.Coalesce(this=_window(exp.Sum(this=_column("n_bucket")), _qualified(keys), order, preceding=True),
+                           expressions=[_number(0)])
+    spread = _call("GREATEST", _call("LEAST", _column("n_bucket"),
+                                     exp.Sub(this=_column("b"), expression=earlier)), _number(0))
+    conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
+    conditions += [_within_groups(plan)] if keys else []
+    layers += [("dp_units", _units_layer(single, keys)), *_granted_layer(single, keys),
+               ("dp_buckets", _select([*unit_keys, _as(_column(value), "bucket"),
+                                       _as(exp.Count(this=exp.Star()), "n_bucket")], "dp_values",
+                                      [_not_null(_column(value))], [*(c.copy() for c in unit_keys), _column(value)])),
+               ("dp_spread", _joined_to_grant(
+                   _select([*(_column(k, "k") for k in keys), _column("bucket"), _as(spread, "n")],
+                           _as_k("dp_buckets")), keys).where(*conditions, copy=False))]
+    final = _select([*grouped, _as(exp.Sum(this=_column("n")), "n")], "dp_spread",
+                    group=[c.copy() for c in grouped])
+    return _with(final, layers)
 
 
-def _qualified(keys: list[str]) -> str:
+def _qualified(keys: list[str]) -> list[exp.Expr]:
     """The (unit, group) columns of the per-value side ``k`` of a join with ``dp_granted``."""
-    return ", ".join(f"k.{name}" for name in ["dp_unit", *keys])
+    return [_column(name, "k") for name in ["dp_unit", *keys]]
 
 
-def _same_unit_group(keys: list[str]) -> str:
+def _joined_to_grant(select: exp.Select, keys: list[str]) -> exp.Select:
+    """``select`` (reading the per-value side as ``k``) joined to ``dp_granted AS g`` on the same
+    (unit, group) (``_same_unit_group``)."""
+    joined = exp.Join(this=_aliased("dp_granted", "g"), on=_same_unit_group(keys))
+    select.append("joins", joined)
+    return select
+
+
+def _as_k(name: str) -> exp.Expr:
+    return _aliased(name, "k")
+
+
+def _aliased(name: str, alias: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+
+def _same_unit_group(keys: list[str]) -> exp.Expr:
     """A per-value row ``k`` joins its (unit, group)'s grant ``g``. A NULL key is a group too
     (the outside cell, ``dpsql.analysis.domains``, or a NULL key under partition selection), so keys
     match with IS NOT DISTINCT FROM: an equi-join (or USING) would drop those rows.
 
-    >>> _same_unit_group(["g0"])
+    >>> render(_same_unit_group(["g0"]))
     'k.dp_unit = g.dp_unit AND k.g0 IS NOT DISTINCT FROM g.g0'
     """
-    return " AND ".join(["k.dp_unit = g.dp_unit", *(f"k.{name} IS NOT DISTINCT FROM g.{name}" for name in keys)])
+    same: list[exp.Expr] = [exp.EQ(this=_column("dp_unit", "k"), expression=_column("dp_unit", "g"))]
+    same += [exp.NullSafeEQ(this=_column(name, "k"), expression=_column(name, "g")) for name in keys]
+    return exp.and_(*same, copy=False)
 
 
-def _bounded_sql(plan: Plan) -> str:
+def _within_groups(plan: Plan) -> exp.Expr:
+    return exp.LTE(this=_column("group_rank"), expression=_number(plan.query.rule.groups_per_unit))
+
+
+# -- the bounded statement ---------------------------------------------------------------------
+
+def _bounded(plan: Plan) -> exp.Select:
     query = plan.query
     keys = [key.name for key in query.keys]
     if not keys and not plan.measures and plan.selection is None:
-        return "SELECT 1 AS dp_none"  # every measure has SQL of its own: nothing to read here
-    rows = _rows_layer(plan)
-    values = _values_layer(plan, keys)
+        return exp.Select(expressions=[_as(_number(1), "dp_none")])  # every measure has SQL of its own
     if _rows_bounded_by_construction(plan):
         if not _groups_bounded_by_construction(plan, keys):
-            final = _direct_totals(plan, keys, source="dp_limited")
-            return (f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), "
-                    f"{_group_limit_layer(plan, keys)}\n{final}")
-        final = _direct_totals(plan, keys)
-        return f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n)\n{final}"
-    units = _units_layer(plan, keys)
-    granted = _granted_layer(plan, keys)
-    final = _unit_level_totals(plan, keys)
-    return (
-        f"WITH dp_rows AS (\n{rows}\n), dp_values AS (\n{values}\n), dp_units AS (\n{units}\n), "
-        f"{granted}\n{final}"
-    )
+            unit_rows = _with_unit_rows(plan)
+            layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(plan, unit_rows)),
+                      ("dp_values", _values_layer(plan, keys, unit_rows is not None)),
+                      ("dp_limited", _group_limit_layer(plan, keys, unit_rows is not None))]
+            return _with(_direct_totals(plan, keys, source="dp_limited"), layers)
+        return _with(_direct_totals(plan, keys), [("dp_rows", _rows_layer(plan)),
+                                                  ("dp_values", _values_layer(plan, keys))])
+    layers = [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, keys))]
+    layers += [("dp_units", _units_layer(plan, keys)), *_granted_layer(plan, keys)]
+    return _with(_unit_level_totals(plan, keys), layers)
 
 
-def _sql(node: exp.Expression) -> str:
-    return expand_clamps(node).sql(dialect=DIALECT)
-
-
-def expand_clamps(node: exp.Expression) -> exp.Expression:
-    """dpsql's CLAMP(x, lo, hi) as DuckDB SQL: NULL and NaN stay NULL, the rest is clamped.
+def expand_clamps(node: exp.Expr, copy: bool = True) -> exp.Expr:
+    """dpsql's CLAMP(x, lo, hi) as SQL: NULL and NaN stay NULL, the rest is clamped (innermost
+    first, so a CLAMP inside another's value is expanded too).
 
     >>> import sqlglot
-    >>> expand_clamps(sqlglot.parse_one("SELECT CLAMP(x, 0, 10)")).sql(dialect="duckdb")
+    >>> render(expand_clamps(sqlglot.parse_one("SELECT CLAMP(x, 0, 10)")))
     'SELECT CASE WHEN x IS NULL OR ISNAN(CAST(x AS DOUBLE)) THEN NULL ELSE LEAST(GREATEST(x, 0), 10) END'
     """
-    def visit(sub: exp.Expression) -> exp.Expression:
-        parts = clamp_arguments(sub)
+    tree = node.copy() if copy else node
+    for sub in reversed(list(tree.dfs())):
+        parts = clamp_arguments(sub) if isinstance(sub, exp.Expression) else None
         if parts is None:
-            return sub
+            continue
         value, low, high = parts
-        text = value.sql(dialect=DIALECT)
-        return exp.maybe_parse(
-            f"CASE WHEN {text} IS NULL OR ISNAN(CAST({text} AS DOUBLE)) THEN NULL "
-            f"ELSE LEAST(GREATEST({text}, {literal(low)}), {literal(high)}) END", dialect=DIALECT)
-
-    return node.transform(visit)
-
-
-def _total(node: exp.Expression) -> str:
-    """Make a row-level expression total: errors become NULL."""
-    return _sql(node) if isinstance(node, SAFE_NODES) else f"TRY({_sql(node)})"
+        missing = exp.or_(_is_null(value.copy()), is_nan(_cast(value.copy(), "DOUBLE")), copy=False)
+        expanded = _null_or_clamped(missing, value.copy(), _number(low), _number(high))
+        if sub is tree:
+            tree = expanded
+        else:
+            sub.replace(expanded)
+    return tree
 
 
 def literal(value: Fraction | int | str) -> str:
-    """An exact SQL literal for a policy number or key.
+    """An exact SQL literal for a policy number or key, as text (``dpsql.backends.render.literal``).
 
     >>> literal(Fraction(1, 4)), literal(Fraction(1, 3)), literal("O'Hara")
     ('0.25', '(1 / 3)', "'O''Hara'")
     """
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    value = Fraction(value)
-    if value.denominator == 1:
-        return str(value.numerator)
-    denominator = value.denominator
-    while denominator % 2 == 0:
-        denominator //= 2
-    while denominator % 5 == 0:
-        denominator //= 5
-    if denominator == 1:  # a finite decimal: write it exactly
-        digits = 0
-        while (value * 10**digits).denominator != 1:
-            digits += 1
-        scaled = value * 10**digits
-        sign = "-" if scaled < 0 else ""
-        text = str(abs(scaled.numerator)).rjust(digits + 1, "0")
-        return f"{sign}{text[:-digits]}.{text[-digits:]}"
-    return f"({value.numerator} / {value.denominator})"
+    return render(engine.literal(value))
 
 
-def clamp_column_sql(column: ClampedColumn) -> str:
+def clamp_column(column: ClampedColumn) -> exp.Expr:
     """A column clamped into its policy bounds, NULL and NaN kept NULL.
 
-    >>> clamp_column_sql(ClampedColumn("amount", Fraction(0), Fraction(500), True))
+    >>> render(clamp_column(ClampedColumn("amount", Fraction(0), Fraction(500), True)))
     'CASE WHEN "amount" IS NULL OR ISNAN("amount") THEN NULL ELSE LEAST(GREATEST("amount", 0), 500) END'
     """
-    name = f'"{column.name}"'
-    missing = f"{name} IS NULL OR ISNAN({name})" if column.floating else f"{name} IS NULL"
-    return (
-        f"CASE WHEN {missing} THEN NULL ELSE "
-        f"LEAST(GREATEST({name}, {literal(column.lower)}), {literal(column.upper)}) END"
-    )
+    missing = _is_null(_stored(column.name))
+    if column.floating:
+        missing = exp.or_(missing, is_nan(_stored(column.name)), copy=False)
+    return _null_or_clamped(missing, _stored(column.name), _number(column.lower), _number(column.upper))
 
 
-def _in_value_position(column: exp.Column, root: exp.Expression) -> bool:
+def _in_value_position(column: exp.Column, root: exp.Expr) -> bool:
     """False when the column only feeds a condition (a WHEN, a comparison): it is not summed."""
     node = column.parent
     while node is not None and node is not root.parent:
@@ -255,7 +416,7 @@ def _in_value_position(column: exp.Column, root: exp.Expression) -> bool:
     return True
 
 
-def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -> exp.Expression:
+def clamp_inputs(argument: exp.Expr, clamped: tuple[ClampedColumn, ...]) -> exp.Expr:
     """Replace bounded columns in value positions of ``argument`` with their clamped form."""
     by_name = {c.name: c for c in clamped}
     tree = argument.copy()
@@ -263,44 +424,41 @@ def clamp_inputs(argument: exp.Expression, clamped: tuple[ClampedColumn, ...]) -
     for column in list(tree.find_all(exp.Column)):
         rule = by_name.get(column.name)
         if rule is not None and _in_value_position(column, wrapper.this):
-            column.replace(exp.Paren(this=_clamped_column(rule).copy()))
+            column.replace(_paren(clamp_column(rule)))
     return wrapper.this
 
 
-@lru_cache(maxsize=1024)
-def _clamped_column(column: ClampedColumn) -> exp.Expression:
-    """``clamp_column_sql`` parsed, once per column rule (parsing costs about a millisecond);
-    callers copy it before placing it in a tree."""
-    return exp.maybe_parse(clamp_column_sql(column), dialect=DIALECT)
-
-
-def _raw_value_sql(measure: Measure) -> str:
+def _raw_value(measure: Measure) -> exp.Expr:
     if measure.argument is None:
-        return "1"
+        return _number(1)
     if measure.kind == "histogram":  # the bucket: floor((value - offset) / width)
-        evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
-        return (f"TRY(CAST(FLOOR((({evaluated}) - {literal(measure.offset)}) * {literal(1 / measure.grid)}) "
-                f"AS BIGINT))")
+        evaluated = _paren(expand_clamps(clamp_inputs(measure.argument, measure.clamped_columns), copy=False))
+        offset = exp.Sub(this=evaluated, expression=_number(measure.offset))
+        bucket = exp.Floor(this=exp.Mul(this=_paren(offset), expression=_number(1 / measure.grid)))
+        return total(_cast(bucket, "BIGINT"))
     if measure.kind in ("count", "distinct") and not measure.clamped_columns and measure.counts_values_of is None:
-        return _total(measure.argument)  # COUNT: only NULL-ness matters; DISTINCT: the value itself
-    evaluated = _sql(clamp_inputs(measure.argument, measure.clamped_columns))
-    scaled = f"CAST(({evaluated}) AS BIGINT)" if measure.grid == 1 else \
-        f"CAST(ROUND(CAST(({evaluated}) AS DOUBLE) * {power_of_two(1 / measure.grid)}) AS BIGINT)"
-    return scaled if _cannot_fail(measure) else f"TRY({scaled})"
+        return total(expand_clamps(measure.argument))  # COUNT: only NULL-ness matters; DISTINCT: the value itself
+    evaluated = _paren(expand_clamps(clamp_inputs(measure.argument, measure.clamped_columns), copy=False))
+    if measure.grid == 1:
+        scaled = _cast(evaluated, "BIGINT")
+    else:
+        product = exp.Mul(this=_cast(evaluated, "DOUBLE"), expression=power_of_two(1 / measure.grid))
+        scaled = _cast(exp.Round(this=product), "BIGINT")
+    return scaled if _cannot_fail(measure) else total(scaled)
 
 
-def power_of_two(value: Fraction) -> str:
+def power_of_two(value: Fraction) -> exp.Expr:
     """A power of two as an exact DOUBLE literal: scaling by it is exact in floating point (the
     product never needs more digits, as a DECIMAL literal's would: 2**-37 written out has 37
     decimals, a DECIMAL(38,37) that overflows when multiplied by 10).
 
-    >>> power_of_two(Fraction(1, 2**37)), power_of_two(Fraction(2**40))
+    >>> render(power_of_two(Fraction(1, 2**37))), render(power_of_two(Fraction(2**40)))
     ("CAST('7.275957614183426e-12' AS DOUBLE)", "CAST('1099511627776.0' AS DOUBLE)")
     """
     exponent = value.numerator.bit_length() - 1 if value >= 1 else -(value.denominator.bit_length() - 1)
     if value <= 0 or Fraction(2) ** exponent != value or abs(exponent) > 1000:
         raise ValueError(f"{value} is not a power of two a double holds exactly")
-    return f"CAST('{float(value)!r}' AS DOUBLE)"
+    return _cast(exp.Literal.string(repr(float(value))), "DOUBLE")
 
 
 def _cannot_fail(measure: Measure) -> bool:
@@ -316,100 +474,117 @@ def _cannot_fail(measure: Measure) -> bool:
         max(abs(measure.lower), abs(measure.upper)) < 2**62
 
 
-def _domain_filter(column: str, domain: KeyDomain, column_type: str) -> str:
+def domain_filter(column: str, domain: KeyDomain, column_type: str) -> exp.Expr:
     """Keep rows whose key is in the public domain, compared in the column's own type: each domain
     value is TRY_CAST to it, so no implicit coercion of the private column can fail on one unit's
     value ('x' in a VARCHAR column against numeric keys) — the comparison is total."""
-    source, value = _domain_source(domain, f'"{domain.column}"' if domain.values is None else "v")
-    return f'"{column}" IN (SELECT TRY_CAST({value} AS {column_type}) FROM {source})'
+    source, value = _domain_source(domain, _column("v") if domain.values is not None else _stored(domain.column or ""))
+    listed = _select([exp.TryCast(this=value, to=catalog_type(column_type))], source)
+    return exp.In(this=_stored(column), query=_subquery(listed))
 
 
-def _domain_source(domain: KeyDomain, column: str) -> tuple[str, str]:
+def _domain_source(domain: KeyDomain, column: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
     """FROM of a public domain (a listed one as VALUES ... AS d(v)) and the column it reads."""
     if domain.values is None:
-        return _table_sql(domain.table), column
+        assert domain.table is not None
+        return _table(domain.table), column
     numbers = [Fraction(v) for v in domain.values if not isinstance(v, str)]
     # VALUES gives its column one type: a UHUGEINT key beyond HUGEINT's range with a small one
     # is DuckDB's conversion error, so such keys are listed as exact text (TRY_CAST reads it).
     as_text = any(not -2**127 <= n < 2**127 for n in numbers if n.denominator == 1)
-    texts = [literal(v) if isinstance(v, str) else literal(Fraction(v)) for v in domain.values]
-    rows = ", ".join(f"({literal(t) if as_text and not isinstance(v, str) else t})"
-                     for v, t in zip(domain.values, texts))
-    return f"(VALUES {rows}) AS d(v)", "v"
+    rows = [exp.Tuple(expressions=[engine.literal(v) if isinstance(v, str) else
+                                   engine.literal(literal(Fraction(v))) if as_text else engine.literal(Fraction(v))])
+            for v in domain.values]
+    alias = exp.TableAlias(this=exp.to_identifier("d"), columns=[exp.to_identifier("v")])
+    return exp.Values(expressions=rows, alias=alias), _column("v")
 
 
-def _table_sql(name: str) -> str:
-    return ".".join(f'"{part}"' for part in name.split("."))
+def _with_unit_rows(plan: Plan) -> exp.Select | None:
+    """The source with each row's unit's kept row count (``UNIT_ROWS``), when it reads one
+    bounded copy directly: then a unit's rows here are some of its kept rows."""
+    return None if plan.query.source is None else with_unit_rows(plan.query.source)
 
 
-def _rows_layer(plan: Plan) -> str:
+def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
+    """``unit_rows``: the source with its ``UNIT_ROWS`` column (``_with_unit_rows``), carried on."""
     query = plan.query
-    select = [f'"{query.rule.unit.lower()}" AS dp_unit']
-    select += [f"{_key_sql(key)} AS {key.name}" for key in query.keys]
+    assert query.rule.unit is not None, "a private relation always has a unit (a row-level one: its hidden id)"
+    unit = _stored(query.rule.unit.lower())
+    select = [_as(unit, "dp_unit")]
+    if unit_rows is not None:
+        select.append(_column(UNIT_ROWS))
+    select += [_as(_key(key), key.name) for key in query.keys]
     outside = reports_outside(query.keys)
     for measure in plan.measures:
         if measure.counts_values_of is None and measure.argument is not None:
-            select.append(f"{_raw_value_sql(measure)} AS r_{measure.name}")
+            select.append(_as(_raw_value(measure), f"r_{measure.name}"))
     # Rows with no unit belong to nobody we can bound: merging them into one pseudo-unit
     # would let one person move it by the full spread of a mixed-sign sum.
-    conditions = [f'"{query.rule.unit.lower()}" IS NOT NULL']
+    conditions = [_not_null(unit.copy())]
     if query.where is not None:
-        conditions.append(f"COALESCE({_total(query.where)}, FALSE)")
+        conditions.append(_true_or_false(expand_clamps(query.where)))
     if not outside:
-        conditions += [_domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
+        conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                        for key in query.keys if key.domain]
-    where = f"\n  WHERE {' AND '.join(conditions)}" if conditions else ""
-    columns = ", ".join(select)
-    if query.source is None:
-        source = _table_sql(query.table)
+    source: exp.Expr
+    if unit_rows is not None:
+        source = _subquery(expand_clamps(unit_rows, copy=False), "dp_source")
+    elif query.source is None:
+        source = _table(query.table)
     elif isinstance(query.source, exp.Table):
-        source = _sql(query.source)
+        source = expand_clamps(query.source)
     else:
-        source = f"(\n{_sql(query.source)}\n  ) AS dp_source"
-    rows = f"  SELECT {columns}\n  FROM {source}{where}"
+        source = _subquery(expand_clamps(query.source), "dp_source")
+    rows = _select(select, source, conditions)
     if not outside:
         return rows
     # Keys that are not released keys become NULL: one more group, the outside cell
     # (dpsql.analysis.domains). Each key is computed once, below, and compared in its read-back form.
-    inside = " AND ".join(_membership(query, part) for part in domain_parts(query.keys))
-    keys = ", ".join(f"CASE WHEN {inside} THEN {key.name} END AS {key.name}" for key in query.keys)
-    return f"  SELECT * REPLACE ({keys})\n  FROM (\n{rows}\n  ) AS dp_keyed"
+    inside = exp.and_(*(_membership(query, part) for part in domain_parts(query.keys)), copy=False)
+    kept = [_as(exp.Case(ifs=[exp.If(this=inside.copy(), true=_column(key.name))]), key.name)
+            for key in query.keys]
+    return _select([star(replace=kept)], _subquery(rows, "dp_keyed"))
 
 
-def _membership(query, part: list[int]) -> str:
+def _membership(query, part: list[int]) -> exp.Expr:
     """A row's keys of one domain part are among the released ones (``domain_membership``)."""
     keys = [query.keys[i] for i in part]
     return domain_membership(keys, [query.column_type(k.expression.name) for k in keys],
-                             [k.name for k in keys])
+                             [_column(k.name) for k in keys])
 
 
-def _key_sql(key: GroupKey) -> str:
+def _key(key: GroupKey) -> exp.Expr:
     """A key as grouped and read back: made total, then in its form (``dpsql.backends.keys``)."""
-    return key_sql(_total(key.expression), key.type_name or "", key.form)
+    return key_expression(total(expand_clamps(key.expression)), key.type_name or "", key.form)
 
 
-def _values_layer(plan: Plan, keys: list[str]) -> str:
-    select = ["dp_unit", *keys]
+def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Select:
+    select: list[exp.Expr] = [_column(name) for name in ["dp_unit", *keys]]
+    select += [_column(UNIT_ROWS)] if unit_rows else []
     for measure in plan.measures:
         if measure.counts_values_of is not None or measure.argument is None:
             continue
-        raw = f"r_{measure.name}"
+        raw = _column(f"r_{measure.name}")
         if measure.kind in ("count", "distinct") and not measure.clamped_columns:
-            select.append(f"{raw} AS v_{measure.name}")
+            select.append(_as(raw, f"v_{measure.name}"))
         else:
-            select.append(
-                f"CASE WHEN {raw} IS NULL THEN NULL ELSE LEAST(GREATEST({raw}, {measure.lower}), "
-                f"{measure.upper}) END AS v_{measure.name}"
-            )
-    return f"  SELECT {', '.join(select)}\n  FROM dp_rows"
+            clamped = _null_or_clamped(_is_null(raw.copy()), raw, _number(measure.lower), _number(measure.upper))
+            select.append(_as(clamped, f"v_{measure.name}"))
+    return _select(select, "dp_rows")
 
 
-def _value_column(measure: Measure) -> str:
-    return f"v_{measure.counts_values_of or measure.name}"
+def _value_column(measure: Measure) -> exp.Column:
+    return _column(f"v_{measure.counts_values_of or measure.name}")
 
 
-def _centred(measure: Measure, value: str) -> str:
-    return f"(2 * CAST({value} AS HUGEINT) - ({measure.lower + measure.upper}))"
+def _centred(measure: Measure, value: exp.Expr) -> exp.Expr:
+    """2v - (L + U), exact: the doubled value is widened first."""
+    doubled = exp.Mul(this=_number(2), expression=exact_integer(value))
+    return _paren(exp.Sub(this=doubled, expression=_paren(_number(measure.lower + measure.upper))))
+
+
+def _squared(measure: Measure, value: exp.Expr) -> exp.Expr:
+    return exp.Mul(this=_centred(measure, value), expression=_centred(measure, value.copy()))
 
 
 def _rows_bounded_by_construction(plan: Plan) -> bool:
@@ -425,7 +600,7 @@ def _groups_bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
     has at most k rows, so at most k groups. Then summing row values per group gives exactly
     layer 3's result: a unit's rows are at most k values in [L, U] over at most MAX GROUPS
     PER UNIT groups, the precondition of the sensitivity rule."""
-    return not keys or plan.query.rule.groups_per_unit >= plan.query.rows_per_unit
+    return not keys or plan.query.rule.groups_per_unit >= (plan.query.rows_per_unit or 0)
 
 
 def _bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
@@ -433,59 +608,76 @@ def _bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
     return _rows_bounded_by_construction(plan) and _groups_bounded_by_construction(plan, keys)
 
 
-def _group_limit_layer(plan: Plan, keys: list[str]) -> str:
+def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Expr:
     """``dp_limited``: the rows of each unit's first MAX GROUPS PER UNIT groups, in the order
     of a salted hash of its own (unit, key) values — the groups layer 3 would keep, each with
     all its rows (the unit's rows are at most k already). A window over rows, not over
-    per-(unit, group) aggregates: one sort instead of an aggregation and two sorts."""
-    order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
-    return (f"dp_limited AS (\n  SELECT * FROM (SELECT *, DENSE_RANK() OVER (PARTITION BY dp_unit ORDER BY {order}) "
-            f"AS group_rank FROM dp_values)\n  WHERE group_rank <= {plan.query.rule.groups_per_unit}\n)")
+    per-(unit, group) aggregates: one sort instead of an aggregation and two sorts.
+
+    With ``unit_rows`` (each row's unit's kept rows in the copy, ``UNIT_ROWS``), a unit with at
+    most MAX GROUPS PER UNIT rows skips the window: its rows here are some of those, so it has
+    at most that many groups and the window would keep them all. Every unit gets exactly what
+    the window gives it (tests compare both), decided by its own rows alone."""
+    order = _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
+    rank = _window(exp.DenseRank(), [_column("dp_unit")], order)
+    if not unit_rows:
+        ranked = _subquery(_select([star(), _as(rank, "group_rank")], "dp_values"))
+        return _select([star()], ranked, [_within_groups(plan)])
+    few = exp.LTE(this=_column(UNIT_ROWS), expression=_number(plan.query.rule.groups_per_unit))
+    light = _select([star(exclude=[UNIT_ROWS])], "dp_values", [few])
+    ranked_rows = _select([star(), _as(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
+    heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], _subquery(ranked_rows), [_within_groups(plan)])
+    return exp.Union(this=light, expression=heavy, distinct=False)
 
 
-def _units_counted(plan: Plan) -> str:
+def _units_counted(plan: Plan) -> exp.Expr:
     """Distinct units of a group, from rows of units light by construction: each unit once —
     or each row, when a unit has at most one row (a row-level table read directly)."""
-    return "COUNT(*)" if plan.query.rows_per_unit == 1 else "COUNT(DISTINCT dp_unit)"
+    if plan.query.rows_per_unit == 1:
+        return exp.Count(this=exp.Star())
+    return exp.Count(this=exp.Distinct(expressions=[_column("dp_unit")]))
 
 
-def _row_value_sum(measure: Measure, plan: Plan) -> str:
+def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expr:
     """Per-group total of a measure from row values of units light by construction."""
     if measure.kind == "units":
         return _units_counted(plan)
     if measure.kind == "count":
-        return "COUNT(*)" if measure.argument is None else f"COUNT({_value_column(measure)})"
+        return exp.Count(this=exp.Star() if measure.argument is None else _value_column(measure))
     value = _value_column(measure)
     if measure.squared:
-        return f"SUM({_centred(measure, value)} * {_centred(measure, value)})"
+        return exp.Sum(this=_squared(measure, value))
     if measure.centred:  # sum(2v - (L + U)) = 2 sum(v) - (L + U) count(v): no per-row HUGEINT
-        return f"(2 * SUM({value}) - CAST(COUNT({value}) AS HUGEINT) * ({measure.lower + measure.upper}))"
-    return f"SUM({value})"  # BIGINT values: DuckDB sums them exactly, as HUGEINT
+        doubled = exp.Mul(this=_number(2), expression=exp.Sum(this=value))
+        offset = exp.Mul(this=exact_integer(exp.Count(this=value.copy())),
+                         expression=_paren(_number(measure.lower + measure.upper)))
+        return _paren(exp.Sub(this=doubled, expression=offset))
+    return exp.Sum(this=value)  # BIGINT values: DuckDB sums them exactly, as HUGEINT
 
 
-def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> str:
-    select = keys + [f"{_row_value_sum(m, plan)} AS {m.name}" for m in plan.measures]
+def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> exp.Select:
+    select = [*map(_column, keys)] + [_as(_row_value_sum(m, plan), m.name) for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
-        select.append(f"{_units_counted(plan)} AS {plan.selection.measure}")
-    group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
-    return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM {source}{group}"
+        select.append(_as(_units_counted(plan), plan.selection.measure))
+    return _select(select or [_as(_number(1), "dp_none")], source, group=[*map(_column, keys)])
 
 
-def _units_layer(plan: Plan, keys: list[str]) -> str:
-    select = ["dp_unit", *keys, "COUNT(*) AS n"]
+def _units_layer(plan: Plan, keys: list[str]) -> exp.Select:
+    unit_keys = [_column(name) for name in ["dp_unit", *keys]]
+    select = [*unit_keys, _as(exp.Count(this=exp.Star()), "n")]
     for measure in plan.measures:
         if measure.argument is None or measure.counts_values_of is not None:
             continue
-        value = f"v_{measure.name}"
-        select.append(f"COUNT({value}) AS c_{measure.name}")
+        value = _column(f"v_{measure.name}")
+        select.append(_as(exp.Count(this=value), f"c_{measure.name}"))
         if measure.squared:
-            select.append(f"SUM({_centred(measure, value)} * {_centred(measure, value)}) AS s_{measure.name}")
-        elif measure.kind == "sum":
-            select.append(f"SUM({value}) AS s_{measure.name}")  # exact: BIGINT sums are HUGEINT
-    return f"  SELECT {', '.join(select)}\n  FROM dp_values\n  GROUP BY {', '.join(['dp_unit', *keys])}"
+            select.append(_as(exp.Sum(this=_squared(measure, value.copy())), f"s_{measure.name}"))
+        elif measure.kind == "sum":  # exact: BIGINT sums are HUGEINT
+            select.append(_as(exp.Sum(this=value.copy()), f"s_{measure.name}"))
+    return _select(select, "dp_values", group=[c.copy() for c in unit_keys])
 
 
-def _granted_layer(plan: Plan, keys: list[str]) -> str:
+def _granted_layer(plan: Plan, keys: list[str]) -> list[tuple[str, exp.Expression]]:
     """The CTEs granting each (unit, group) its rows ``b`` and rank: ``dp_granted`` (and
     ``dp_sizes`` when grouped).
 
@@ -495,40 +687,49 @@ def _granted_layer(plan: Plan, keys: list[str]) -> str:
     for every unit (tests compare them), and each depends only on the unit's own rows.
     """
     rule = plan.query.rule
-    k = rule.max_rows_per_unit
+    k = _number(rule.max_rows_per_unit)
     if not keys:
-        return f"dp_granted AS (\n  SELECT *, LEAST(n, {k}) AS b\n  FROM dp_units\n)"
-    l = rule.groups_per_unit
-    order = f"hash($salt, dp_unit, {', '.join(keys)}), {', '.join(keys)}"
-    window = f"PARTITION BY dp_unit ORDER BY {order}"
-    earlier = f"COALESCE(SUM(n) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
-    light = f"dp_total <= {k} AND dp_groups <= {l}"
-    return (
-        f"dp_sizes AS (\n  SELECT *, SUM(n) OVER (PARTITION BY dp_unit) AS dp_total, "
-        f"COUNT(*) OVER (PARTITION BY dp_unit) AS dp_groups\n  FROM dp_units\n), dp_granted AS (\n"
-        f"  SELECT * EXCLUDE (dp_total, dp_groups), n AS b, 1 AS group_rank\n  FROM dp_sizes WHERE {light}\n"
-        f"  UNION ALL\n"
-        f"  SELECT * EXCLUDE (dp_total, dp_groups), GREATEST(LEAST(n, {k} - {earlier}), 0) AS b, "
-        f"ROW_NUMBER() OVER ({window}) AS group_rank\n  FROM dp_sizes WHERE NOT ({light})\n)"
-    )
+        granted = _select([star(), _as(_call("LEAST", _column("n"), k), "b")], "dp_units")
+        return [("dp_granted", granted)]
+    def unit() -> list[exp.Expr]:
+        return [_column("dp_unit")]
+
+    def order() -> list[exp.Expr]:
+        return _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
+
+    earlier = exp.Coalesce(this=_window(exp.Sum(this=_column("n")), unit(), order(), preceding=True),
+                           expressions=[_number(0)])
+    light = exp.and_(exp.LTE(this=_column("dp_total"), expression=k.copy()),
+                     exp.LTE(this=_column("dp_groups"), expression=_number(rule.groups_per_unit)), copy=False)
+    sizes = _select([star(), _as(_window(exp.Sum(this=_column("n")), unit()), "dp_total"),
+                     _as(_window(exp.Count(this=exp.Star()), unit()), "dp_groups")], "dp_units")
+    sized = ["dp_total", "dp_groups"]
+    light_units = _select([star(exclude=sized), _as(_column("n"), "b"), _as(_number(1), "group_rank")],
+                          "dp_sizes", [light])
+    grant = _call("GREATEST", _call("LEAST", _column("n"), exp.Sub(this=k.copy(), expression=earlier)), _number(0))
+    heavy_units = _select([star(exclude=sized), _as(grant, "b"),
+                           _as(_window(exp.RowNumber(), unit(), order()), "group_rank")],
+                          "dp_sizes", [exp.Not(this=_paren(light.copy()))])
+    return [("dp_sizes", sizes), ("dp_granted", exp.Union(this=light_units, expression=heavy_units, distinct=False))]
 
 
-def _contribution(measure: Measure) -> str:
+def _contribution(measure: Measure) -> exp.Expr:
     """One (unit, group)'s bounded contribution to a measure."""
     if measure.kind == "units":
-        return "1"
+        return _number(1)
     if measure.kind == "count" and measure.argument is None:
-        return "b"
+        return _column("b")
     values_of = measure.counts_values_of or measure.name
-    kept = f"LEAST(c_{values_of}, b)"
+    kept = _call("LEAST", _column(f"c_{values_of}"), _column("b"))
     if measure.kind == "count":
         return kept
-    total = f"s_{measure.name}"
+    total_sum: exp.Expr = _column(f"s_{measure.name}")
     spread = measure.upper - measure.lower
     if measure.squared:
         low, high = 0, spread * spread
     elif measure.centred:
-        total = f"(2 * {total} - ({measure.lower + measure.upper}) * c_{measure.name})"
+        offset = exp.Mul(this=_paren(_number(measure.lower + measure.upper)), expression=_column(f"c_{measure.name}"))
+        total_sum = _paren(exp.Sub(this=exp.Mul(this=_number(2), expression=total_sum), expression=offset))
         low, high = -spread, spread
     else:
         low, high = min(measure.lower, 0), max(measure.upper, 0)
@@ -536,75 +737,90 @@ def _contribution(measure: Measure) -> str:
     # (as if `kept` of its values were sampled), not its total clamped: clamping would count a
     # heavy unit as `kept` values at a bound. The scaled total is in kept * [L, U] already; the
     # clamp stays as the guarantee.
-    scaled = f"{total} * {kept} // NULLIF(c_{values_of}, 0)"
-    return (
-        f"LEAST(GREATEST({scaled}, CAST({kept} AS HUGEINT) * {low}), "
-        f"CAST({kept} AS HUGEINT) * {high})"
-    )
+    all_values = exp.Nullif(this=_column(f"c_{values_of}"), expression=_number(0))
+    scaled = exp.IntDiv(this=exp.Mul(this=total_sum, expression=kept), expression=all_values)
+    return _clamp(scaled, exp.Mul(this=exact_integer(kept.copy()), expression=_number(low)),
+                  exp.Mul(this=exact_integer(kept.copy()), expression=_number(high)))
 
 
-def _unit_level_totals(plan: Plan, keys: list[str]) -> str:
-    select = keys + [f"SUM({_contribution(m)}) AS {m.name}" for m in plan.measures]
+def _unit_level_totals(plan: Plan, keys: list[str]) -> exp.Select:
+    select = [*map(_column, keys)] + [_as(exp.Sum(this=_contribution(m)), m.name) for m in plan.measures]
     if plan.selection is not None:  # distinct units per group, for partition selection
-        select.append(f"COUNT(*) AS {plan.selection.measure}")
-    conditions = ["b > 0"]
+        select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
+    conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
     if keys:
-        conditions.append(f"group_rank <= {plan.query.rule.groups_per_unit}")
-    group = f"\nGROUP BY {', '.join(keys)}" if keys else ""
-    return f"SELECT {', '.join(select or ['1 AS dp_none'])}\nFROM dp_granted\nWHERE {' AND '.join(conditions)}{group}"
+        conditions.append(_within_groups(plan))
+    return _select(select or [_as(_number(1), "dp_none")], "dp_granted", conditions, [*map(_column, keys)])
 
 
-def domain_sql(keys: list, column_types: list[str], *, ordered: bool = True) -> str:
-    """SQL listing the public domain of one key — or the combinations one public table holds
-    of several — each value TRY_CAST to its column's type, kept where the key's narrowing WHERE
-    conjuncts hold on it (``dpsql.analysis.domains``), and read back in its key's form, as the bounded
-    SQL reads that key (reads public data only).
+# -- public key domains ------------------------------------------------------------------------
 
-    >>> import sqlglot
-    >>> from sqlglot import exp
-    >>> from dpsql.analysis.plan import GroupKey
-    >>> domain_sql([GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))], ["INTEGER"])
-    'SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1), (2)) AS d(v)) AS dp_domain WHERE v0 IS NOT NULL ORDER BY ALL'
-    >>> narrowed = (sqlglot.parse_one("plan IN ('free', 'pro')"),)
-    >>> domain_sql([GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text", narrowed)], ["VARCHAR"], ordered=False)
-    "SELECT DISTINCT encode(CAST(v0 AS VARCHAR)) AS k0 FROM (SELECT TRY_CAST(v AS VARCHAR) AS v0 FROM (VALUES ('free')) AS d(v)) AS dp_domain WHERE v0 IS NOT NULL AND COALESCE(TRY(v0 IN ('free', 'pro')), FALSE)"
-    """
+def domain_select(keys: list, column_types: list[str], *, ordered: bool = True) -> exp.Select:
+    """The public domain of one key — or the combinations one public table holds of several —
+    each value TRY_CAST to its column's type, kept where the key's narrowing WHERE conjuncts
+    hold on it (``dpsql.analysis.domains``), and read back in its key's form, as the bounded
+    SQL reads that key (reads public data only): columns ``k0..``."""
     domain = keys[0].domain
+    columns: list[exp.Expr]
     if domain.values is not None:
-        source, column = _domain_source(domain, "v")
+        source, column = _domain_source(domain, _column("v"))
         columns = [column]
     else:
-        source, columns = _table_sql(domain.table), [f'"{key.domain.column}"' for key in keys]
-    typed = ", ".join(f"TRY_CAST({c} AS {t}) AS v{i}" for i, (c, t) in enumerate(zip(columns, column_types)))
+        source, columns = _table(domain.table), [_stored(key.domain.column) for key in keys]
+    typed: list[exp.Expr] = [
+        _as(exp.TryCast(this=c, to=catalog_type(t)), f"v{i}")
+        for i, (c, t) in enumerate(zip(columns, column_types))]
     # A joined public table's other columns its keys' narrowing reads: as stored, the values
     # the joined rows carry (``dpsql.analysis.domains.narrow_keys``).
     others = list(dict.fromkeys(pair for key in keys for pair in key.narrowing_columns))
     names = {key.expression.name.lower(): f"v{i}" for i, key in enumerate(keys)}
     for j, (name, public) in enumerate(others):
         names.setdefault(name, f"dp_c{j}")
-    typed += "".join(f', "{public}" AS dp_c{j}' for j, (_, public) in enumerate(others))
-    select = ", ".join(f"{key_sql(f'v{i}', t, key.form)} AS k{i}"
-                       for i, (key, t) in enumerate(zip(keys, column_types)))
-    conditions = [f"v{i} IS NOT NULL" for i in range(len(columns))]
+    typed += [_as(_stored(public), f"dp_c{j}") for j, (_, public) in enumerate(others)]
+    select = [_as(key_expression(_column(f"v{i}"), t, key.form), f"k{i}")
+              for i, (key, t) in enumerate(zip(keys, column_types))]
+    conditions = [_not_null(_column(f"v{i}")) for i in range(len(columns))]
     for i, key in enumerate(keys):
         mapping = {**names, key.expression.name.lower(): f"v{i}"}
-        conditions += [f"COALESCE({_total(on_value(c, mapping))}, FALSE)" for c in key.narrowed_by]
-    order = " ORDER BY ALL" if ordered else ""
-    return (f"SELECT DISTINCT {select} FROM (SELECT {typed} FROM {source}) AS dp_domain "
-            f"WHERE {' AND '.join(conditions)}{order}")
+        conditions += [_true_or_false(expand_clamps(on_value(c, mapping), copy=False)) for c in key.narrowed_by]
+    domain_rows = _subquery(_select(typed, source), "dp_domain")
+    listed = _select(select, domain_rows, conditions).distinct(copy=False)
+    return listed.order_by(exp.Ordered(this=exp.var("ALL"), nulls_first=False), copy=False) if ordered else listed
 
 
-def domain_membership(keys: list, column_types: list[str], rows: list[str]) -> str:
-    """A condition true when a row's keys (``rows``: their SQL, in the keys' forms) are one of
-    the released combinations of one domain part (``domain_sql``); NULL keys are never in.
+def domain_sql(keys: list, column_types: list[str], *, ordered: bool = True, dialect: str = DUCKDB) -> str:
+    """``domain_select`` rendered.
 
+    >>> import sqlglot
     >>> from sqlglot import exp
     >>> from dpsql.analysis.plan import GroupKey
-    >>> domain_membership([GroupKey("g0", exp.column("n"), KeyDomain(values=(1,)))], ["INTEGER"], ['"n"'])
-    '"n" IN (SELECT k0 FROM (SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1)) AS d(v)) AS dp_domain WHERE v0 IS NOT NULL))'
+    >>> key = GroupKey("g0", exp.column("n"), KeyDomain(values=(1, 2)))
+    >>> print(domain_sql([key], ["INTEGER"]))  # doctest: +NORMALIZE_WHITESPACE
+    SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES (1), (2)) AS d(v)) AS
+    dp_domain WHERE NOT v0 IS NULL ORDER BY ALL
+    >>> narrowed = (sqlglot.parse_one("plan IN ('free', 'pro')"),)
+    >>> plan = GroupKey("g0", exp.column("plan"), KeyDomain(values=("free",)), "VARCHAR", "text", narrowed)
+    >>> print(domain_sql([plan], ["VARCHAR"], ordered=False))  # doctest: +NORMALIZE_WHITESPACE
+    SELECT DISTINCT ENCODE(CAST(v0 AS TEXT)) AS k0 FROM (SELECT TRY_CAST(v AS VARCHAR) AS v0 FROM (VALUES
+    ('free')) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL AND COALESCE(TRY(v0 IN ('free', 'pro')), FALSE)
     """
-    listed = domain_sql(keys, column_types, ordered=False)
+    return render(domain_select(keys, column_types, ordered=ordered), dialect)
+
+
+def domain_membership(keys: list, column_types: list[str], rows: Sequence[exp.Expr]) -> exp.Expr:
+    """A condition true when a row's keys (``rows``: their expressions, in the keys' forms) are
+    one of the released combinations of one domain part (``domain_select``); NULL keys are never in.
+
+    >>> from dpsql.analysis.plan import GroupKey
+    >>> key = GroupKey("g0", exp.column("n"), KeyDomain(values=(1,)))
+    >>> row = exp.column("n", quoted=True)
+    >>> print(render(domain_membership([key], ["INTEGER"], [row])))  # doctest: +NORMALIZE_WHITESPACE
+    "n" IN (SELECT k0 FROM (SELECT DISTINCT v0 AS k0 FROM (SELECT TRY_CAST(v AS INTEGER) AS v0 FROM (VALUES
+    (1)) AS d(v)) AS dp_domain WHERE NOT v0 IS NULL))
+    """
+    listed = _subquery(domain_select(keys, column_types, ordered=False))
     if len(keys) == 1:
-        return f"{rows[0]} IN (SELECT k0 FROM ({listed}))"
-    matches = " AND ".join(f"dp_d.k{i} = {row}" for i, row in enumerate(rows))
-    return f"EXISTS (SELECT 1 FROM ({listed}) AS dp_d WHERE {matches})"
+        return exp.In(this=rows[0], query=_subquery(_select([_column("k0")], listed)))
+    listed.set("alias", exp.TableAlias(this=exp.to_identifier("dp_d")))
+    matches = [exp.EQ(this=_column(f"k{i}", "dp_d"), expression=row) for i, row in enumerate(rows)]
+    return exp.Exists(this=_select([_number(1)], listed, matches))
