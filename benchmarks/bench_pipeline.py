@@ -91,7 +91,7 @@ def bench(rows: int, repeats: int = 5) -> list[dict]:
     for name, (dp_sql, raw_sql) in QUERIES.items():
         def plan():
             query = check_query(parse_query(dp_sql), dp_sql, db.policy, db._catalog, db._engine)
-            planned = analyse_query(query, db.policy, PrivacyOptions(epsilon=1), dp_sql)
+            planned = analyse_query(query, db.policy, PrivacyOptions(epsilon=1))
             return planned, rewrite_plan(planned)
 
         planned, bounded = plan()

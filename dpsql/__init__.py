@@ -5,9 +5,6 @@
 ['DPError', 'PolicyError']
 """
 
-__version__ = "0.1.0"
-"""The package version (``pyproject.toml`` says the same; ``dpsql --version`` prints it)."""
-
 from dpsql.budget.ledger import Spend
 from dpsql.connection import Connection, connect, init_policy
 from dpsql.errors import (
@@ -29,6 +26,9 @@ from dpsql.policy.model import (
                      PublicTable,
 )
 from dpsql.result import Budget, DPResult
+
+__version__ = "0.1.0"
+"""The package version (``pyproject.toml`` says the same; ``dpsql --version`` prints it)."""
 
 __all__ = [
     "connect", "init_policy", "Connection", "DPResult", "Budget", "Spend",

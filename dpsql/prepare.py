@@ -174,7 +174,12 @@ class Preparer:
 
     def plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
              weights: dict | None = None) -> Plan:
-        plan = analyse_query(query, self.policy, privacy_options(self.policy, epsilon, delta, noise, weights), sql)
+        """The plan of a checked query; a refusal carries its position in ``sql`` (this is a
+        boundary too: tests and benchmarks call it without ``prepare``)."""
+        try:
+            plan = analyse_query(query, self.policy, privacy_options(self.policy, epsilon, delta, noise, weights))
+        except DPError as error:
+            raise located(error, sql) if isinstance(sql, str) else error
         if not plan.query.keys:
             return plan
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how

@@ -68,7 +68,7 @@ def _stages(sql: str, delta: Fraction):
         else:
             key, weight = value.split("=")
             options = PrivacyOptions(epsilon=Fraction(1), delta=delta, weights=((key, Fraction(weight)),))
-    return analyse_query(query, SHOP, options, sql)
+    return analyse_query(query, SHOP, options)
 
 
 @pytest.mark.parametrize("sql, code, fragment, line, col", list(_refusals()))

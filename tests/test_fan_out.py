@@ -282,7 +282,7 @@ def test_the_stability_record_states_each_construct_and_the_rule_reads_the_last_
            "UNION ALL SELECT v.uid, u.amount FROM v JOIN u ON v.uid = u.uid) AS w")
     with dpsql.connect(frames(True), policy=POLICY) as db:
         tree = sqlglot.parse_one(sql, read="duckdb")
-        relation = build_relation(tree.args["from_"], [], db.policy, db._catalog, sql, db._engine, {})
+        relation = build_relation(tree.args["from_"], [], db.policy, db._catalog, db._engine, {})
     steps = [(s.construct, s.rows_per_unit, s.held) for s in relation.stability]
     assert steps == [(TABLE, 5, 5), (PUBLIC_JOIN, 20, 20), (ROW_SUBQUERY, 20, 20),
                      (TABLE, 5, 5), (TABLE, 1, 1), (UNIT_JOIN, 5, 5), (ROW_SUBQUERY, 5, 5),

@@ -36,13 +36,13 @@ INPUTS = [
 
 def bounded_sql(sql: str) -> str:
     query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
-    return rewrite_plan(analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)), sql))
+    return rewrite_plan(analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1))))
 
 
 def per_unit_layers_sql(sql: str) -> str:
     """The bounded SQL as if the source could hold any number of rows per unit: layer 3 in full."""
     query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
-    plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)), sql)
+    plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)))
     return rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)))
 
 

@@ -53,7 +53,6 @@ from dpsql.mechanisms.calibrate import gaussian_sigma_squared, laplace_scale
 from dpsql.mechanisms.quantile import quantile_rule
 from dpsql.mechanisms.selection import selection_rule
 from dpsql.policy.model import Policy
-from dpsql.sql.parse import node_position
 from dpsql.sql.types import inward, reads_as_integer
 
 FINE_BITS = 40
@@ -76,19 +75,19 @@ class PrivacyOptions:
     """Relative epsilon shares by aggregate (output name or as written); 1 when not named."""
 
 
-def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, sql: str = "") -> Plan:
-    """Build the plan: measures, sensitivities, epsilon split, noise scales, partition selection."""
+def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions) -> Plan:
+    """Build the plan: measures, sensitivities, epsilon split, noise scales, partition selection.
+    A refusal carries its node; the caller that holds the SQL text locates it (``prepare``)."""
     gaussian = options.noise == "gaussian"
     if gaussian and options.delta <= 0:
         raise UnsupportedQuery("Gaussian noise needs delta > 0",
                                **surface_hints("{delta}, or use Laplace noise", delta="1e-7"))
     private_keys = [k for k in query.keys if k.domain is None]
     if private_keys and options.delta <= 0:
-        line, col = node_position(private_keys[0].expression, sql)
         raise UnsupportedQuery(
             f"GROUP BY {private_keys[0].expression.sql(dialect='duckdb')} has no public KEYS domain, and "
             "without delta its keys cannot be released (which keys exist is private)",
-            line=line, col=col,
+            node=private_keys[0].expression,
             **surface_hints("declare the column's domain with KEYS in the policy, or {delta} (any delta > 0) "
                             "so keys can pass partition selection", delta="1e-7"),
         )
@@ -101,21 +100,21 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions, 
     releases: list[AggregateRelease] = []
     for aggregate in query.aggregates:
         epsilon = options.epsilon * weights[aggregate.name] / shares
-        shapes, release = _shapes_of(aggregate, query, sql, start=len(measures))
-        _check_double_range(aggregate, shapes, sql)
+        shapes, release = _shapes_of(aggregate, query, start=len(measures))
+        _check_double_range(aggregate, shapes)
         gaussian_here = gaussian and measure_delta > 0
         count = len(shapes)
         measure_share = measure_delta * weights[aggregate.name] / sum(weights.values()) if gaussian_here else 0
         if shapes[0].kind == "histogram":  # chosen by the exponential mechanism, not noised
             assert release.quantile is not None
             measure, rule = _histogram(shapes[0], query, policy, epsilon, release.quantile)
-            _check_grid_exponent(aggregate, measure, sql)
+            _check_grid_exponent(aggregate, measure)
             measures.append(measure)
             releases.append(replace(release, epsilon=epsilon, rule=rule))
             continue
         finished = _finish_aggregate(shapes, query, policy, epsilon / count, Fraction(measure_share) / count,
                                      gaussian_here)
-        _check_grid_fits(aggregate, finished, sql)
+        _check_grid_fits(aggregate, finished)
         measures.extend(finished)
         releases.append(replace(release, epsilon=epsilon))
     selection = None
@@ -177,7 +176,7 @@ def _histogram(shape, query: PrivateQuery, policy: Policy, epsilon: Fraction, q:
     return measure, rule
 
 
-def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int) -> tuple[list[Shape], AggregateRelease]:
+def _shapes_of(aggregate: Aggregate, query: PrivateQuery, start: int) -> tuple[list[Shape], AggregateRelease]:
     """The measures an aggregate needs, and how its value is released from them (its family's
     ``shapes``), after deriving the range of a ranged family's argument."""
     family = family_of(aggregate)
@@ -185,11 +184,10 @@ def _shapes_of(aggregate: Aggregate, query: PrivateQuery, sql: str, start: int) 
     if not family.ranged:
         return family.shapes(aggregate, names, None, ())
     assert aggregate.argument is not None  # every ranged family refuses F(*)
-    interval = derive_range(aggregate.argument, _ColumnBounds(query), sql)
+    interval = derive_range(aggregate.argument, _ColumnBounds(query))
     if interval is None:
-        line, col = node_position(aggregate.argument, sql)
         raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
-                               line=line, col=col, hint="aggregate a column or an expression over columns")
+                               node=aggregate.argument, hint="aggregate a column or an expression over columns")
     return family.shapes(aggregate, names, interval, _clamped_columns(aggregate.argument, query))
 
 
@@ -299,7 +297,7 @@ GRID_EXPONENTS = range(-1000, 1001)
 """Powers of two a grid may be: the rewrite scales by 1/grid as an exact DOUBLE literal."""
 
 
-def _check_double_range(aggregate: Aggregate, shapes: list, sql: str) -> None:
+def _check_double_range(aggregate: Aggregate, shapes: list) -> None:
     """Refuse, before anything is charged, a VARIANCE or STDDEV whose squared values may leave
     the range of a DOUBLE (``VARIANCE(x * 1e200)``): they could not be computed, and the query
     would fail after its charge. (A plain value beyond it reads as NULL, as any failed row
@@ -315,16 +313,15 @@ def _check_double_range(aggregate: Aggregate, shapes: list, sql: str) -> None:
         exponent = floor_log2(widest)
         if widest <= LARGEST_DOUBLE:
             continue
-        line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
         raise UnsupportedQuery(
             f"{aggregate.label}: its squared values may reach about 2**{exponent}, beyond the largest "
-            "DOUBLE (about 1.8e308)", line=line, col=col,
+            "DOUBLE (about 1.8e308)", node=aggregate.argument,
             construct=aggregate.label,
             hint="scale the expression into a moderate range (e.g. divide or multiply by a constant "
                  "after aggregating), or CLAMP it to smaller bounds")
 
 
-def _check_grid_exponent(aggregate: Aggregate, measure: Measure, sql: str) -> None:
+def _check_grid_exponent(aggregate: Aggregate, measure: Measure) -> None:
     """The rewrite scales values by 1/grid written as an exact DOUBLE power of two: refuse a
     grid beyond that (values so large that the noise needs a coarser grid, ``SUM(x * 1e308)``
     at a small epsilon; or so small that no DOUBLE holds their rounding step, ``SUM(x * 1e-320)``)."""
@@ -334,29 +331,27 @@ def _check_grid_exponent(aggregate: Aggregate, measure: Measure, sql: str) -> No
     exponent = floor_log2(grid)
     if exponent in GRID_EXPONENTS:
         return
-    line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
     large = "its values are too large: their buckets would need" if measure.kind == "histogram" else \
         "its values are too large for this epsilon: the noise would need"
     why = large if exponent > 0 else "its values are too small: rounding them would need"
     raise UnsupportedQuery(
         f"{aggregate.label}: {why} a grid of about 2**{exponent}, beyond what a DOUBLE holds",
-        line=line, col=col, construct=aggregate.label,
+        node=aggregate.argument, construct=aggregate.label,
         hint="scale the expression into a moderate range (multiply or divide by a constant after "
              "aggregating), CLAMP it to smaller bounds"
              + (", or use a larger epsilon" if exponent > 0 and measure.kind != "histogram" else ""))
 
 
-def _check_grid_fits(aggregate: Aggregate, measures: list[Measure], sql: str) -> None:
+def _check_grid_fits(aggregate: Aggregate, measures: list[Measure]) -> None:
     """Per-row values on the grid must fit BIGINT with room to spare: the rewrite scales and
     rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
     for |value / grid| < 2**62 (``dpsql.backends.rewrite._cannot_fail``). Refused here, before the charge."""
     for measure in measures:
-        _check_grid_exponent(aggregate, measure, sql)
+        _check_grid_exponent(aggregate, measure)
         if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
-            line, col = node_position(aggregate.argument, sql) if aggregate.argument is not None else (None, None)
             raise UnsupportedQuery(
                 f"{aggregate.label}: its bounds span {max(abs(measure.lower), abs(measure.upper))} steps of its "
-                f"grid {measure.grid}, more than 2**62 that 64-bit integers hold", line=line, col=col,
+                f"grid {measure.grid}, more than 2**62 that 64-bit integers hold", node=aggregate.argument,
                 hint="narrow the column's BOUNDS in the policy, or CLAMP the expression to a smaller range")
 
 

@@ -20,7 +20,7 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedQuery
 from dpsql.policy.model import Policy, PrivateTable, PublicTable
 from dpsql.sql.names import columns_hint, key_of_parts, sql_name
-from dpsql.sql.parse import DIALECT, node_position
+from dpsql.sql.parse import DIALECT
 from dpsql.sql.types import struct_fields
 
 Catalog = dict[str, dict[str, str]]
@@ -51,14 +51,12 @@ def table_key(table: exp.Table) -> str:
     return key_of_parts([p.name for p in table.parts])
 
 
-def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> BoundTable:
-    """Resolve one table reference, or refuse it with its position."""
-    line, col = node_position(table, sql)
+def bind_table(table: exp.Table, policy: Policy, catalog: Catalog) -> BoundTable:
+    """Resolve one table reference, or refuse it (the refusal carries the table's node)."""
     if not isinstance(table.this, exp.Identifier):
         raise UnsupportedQuery(
             f"table functions such as {table.this.sql(dialect='duckdb')} are not allowed",
-            line=line,
-            col=col,
+            node=table,
             construct=table.this.sql(dialect=DIALECT),
             hint="query the tables declared in the policy",
         )
@@ -67,8 +65,7 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
         # the policy never declared: refused, whatever the rest of the name says.
         raise UnsupportedQuery(
             f"a table name with a database part ({'.'.join(p.name for p in table.parts)}) is not allowed",
-            line=line,
-            col=col,
+            node=table,
             construct=".".join(p.name for p in table.parts),
             hint="name the table as the policy declares it, such as "
                  f"{'.'.join(p.name for p in table.parts[-2:])} or {table.parts[-1].name}",
@@ -80,8 +77,7 @@ def bind_table(table: exp.Table, policy: Policy, catalog: Catalog, sql: str) -> 
         declared = {t.name.lower(): t.name for t in tables}
         raise UnsupportedQuery(
             f"unknown table {written_name(table)}",
-            line=line,
-            col=col,
+            node=table,
             construct=key,
             hint=columns_hint(key, list(declared), declared, what="tables you can query"),
         )
@@ -135,7 +131,7 @@ def column_scope(reference: str, columns: Iterable[str], *others: str) -> dict[t
     return scope
 
 
-def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozenset(),
+def bind_columns(nodes: list, scope: dict, aliases: frozenset = frozenset(),
                  spellings: dict | None = None, types: dict | None = None,
                  lateral: frozenset = frozenset()) -> None:
     """Resolve every column of ``nodes`` (in place) through ``scope``.
@@ -158,16 +154,16 @@ def bind_columns(nodes: list, scope: dict, sql: str, aliases: frozenset = frozen
             if (not column.table and column.name.lower() in lateral and column.name.lower() not in names
                     and column.find_ancestor(exp.AggFunc, exp.Window) is None):
                 continue
-            resolved = resolve_column(column, scope, types or {}, sql)
+            resolved = resolve_column(column, scope, types or {})
             if resolved is None:
                 qualifier = column.table.lower() if column.table else None
-                _refuse_unbound(column, qualifier, scope, sql, spellings)
+                _refuse_unbound(column, qualifier, scope, spellings)
             replace_column(column, resolved)
         if types:
-            bind_brackets(node, types, sql)
+            bind_brackets(node, types)
 
 
-def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> exp.Expression | None:
+def resolve_column(column: exp.Column, scope: dict, types: dict) -> exp.Expression | None:
     """The bound expression a column reference names, or ``None`` when nothing matches.
 
     Resolved as DuckDB resolves dotted names: ``a.b`` is table ``a``'s column ``b`` when there
@@ -179,7 +175,7 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
     >>> import sqlglot
     >>> scope = {(None, "meta"): "meta", ("t", "meta"): "meta"}
     >>> types = {"meta": "STRUCT(src VARCHAR, n INTEGER)"}
-    >>> print(resolve_column(sqlglot.parse_one("t.meta.SRC"), scope, types, "").sql(dialect=DIALECT))
+    >>> print(resolve_column(sqlglot.parse_one("t.meta.SRC"), scope, types).sql(dialect=DIALECT))
     STRUCT_EXTRACT("meta", 'src')
     """
     parts = [p.name for p in column.parts]
@@ -204,7 +200,7 @@ def resolve_column(column: exp.Column, scope: dict, types: dict, sql: str) -> ex
         type_name = types.get(target)
         written = target
         for field in fields:
-            node, type_name = _extract(node, type_name, field, column, sql, written)
+            node, type_name = _extract(node, type_name, field, column, written)
             written += f".{field}"
         return node
     return None
@@ -241,17 +237,15 @@ def _is_struct(type_name: str | None) -> bool:
     return type_name is not None and type_name.upper().startswith("STRUCT(")
 
 
-def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, sql: str,
-             written: str):
+def _extract(node: exp.Expression, type_name: str | None, field: str, column: exp.Expression, written: str):
     fields = struct_fields(type_name)
     shown = column.sql(dialect=DIALECT)
-    line, col = node_position(column, sql)
     if fields is None:
         raise UnsupportedQuery(f"{written} is of type {type_name}, not a STRUCT, so it has no field {field}",
-                               line=line, col=col, construct=shown, hint="read fields of STRUCT columns only")
+                               node=column, construct=shown, hint="read fields of STRUCT columns only")
     matches = [f for f in fields if f.lower() == field.lower()]  # DuckDB matches fields case-insensitively
     if not matches:
-        raise UnsupportedQuery(f"the STRUCT {written} has no field {field}", line=line, col=col,
+        raise UnsupportedQuery(f"the STRUCT {written} has no field {field}", node=column,
                                construct=shown, hint=f"its fields are: {', '.join(fields)}")
     extracted = exp.StructExtract(this=node, expression=exp.Literal.string(matches[0]))
     return extracted, fields[matches[0]]
@@ -274,16 +268,15 @@ def _written(node: exp.Expression) -> str:
     return node.name if isinstance(node, exp.Column) else node.sql(dialect=DIALECT)
 
 
-def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
+def bind_brackets(node: exp.Expression, types: dict) -> None:
     """``s['f']``, ``s['f'].g`` and ``struct_extract(s, 'F')`` on a STRUCT: the field, checked by name."""
     for sub in reversed(list(node.find_all(exp.Bracket, exp.StructExtract, exp.Dot))):  # innermost first
         base = sub.this
         type_name = expression_type(base, types)
         if not _is_struct(type_name):
             if isinstance(sub, exp.StructExtract) and type_name is not None:
-                line, col = node_position(sub, sql)
                 raise UnsupportedQuery(f"struct_extract reads a STRUCT, but {_written(base)} is of type "
-                                       f"{type_name}", line=line, col=col,
+                                       f"{type_name}", node=sub,
                                        construct=sub.sql(dialect=DIALECT),
                                        hint="read fields of STRUCT columns, such as struct_extract(s, 'field') "
                                             "or s.field")
@@ -292,36 +285,34 @@ def bind_brackets(node: exp.Expression, types: dict, sql: str) -> None:
         if isinstance(sub, exp.Dot) and isinstance(index, exp.Identifier):  # s['f'].g
             index = exp.Literal.string(index.name)
         if not (isinstance(index, exp.Literal) and index.is_string):
-            line, col = node_position(sub, sql)
             raise UnsupportedQuery(f"a field of the STRUCT {base.sql(dialect='duckdb')} must be named by a string "
-                                   "literal", line=line, col=col, construct=sub.sql(dialect=DIALECT),
+                                   "literal", node=sub, construct=sub.sql(dialect=DIALECT),
                                    hint=f"write {base.sql(dialect='duckdb')}['field']")
-        extracted, _ = _extract(base.copy(), type_name, index.this, sub, sql, _written(base))
+        extracted, _ = _extract(base.copy(), type_name, index.this, sub, _written(base))
         sub.replace(extracted)
 
 
-def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, sql: str,
-                    spellings: dict | None) -> NoReturn:
+def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, spellings: dict | None) -> NoReturn:
     """Refuse a column the scope does not resolve, saying why: a bare name two joined tables
     both have (ambiguous), a name its qualifier's table lacks (the hint lists that table's
     columns, and the tables that do have it), an unknown qualifier, or an unknown name. A hint
-    never offers the very name it refuses as available.
+    never offers the very name it refuses as available. The refusal carries the column's node;
+    called directly, as here, it has no position yet (the boundary that holds the SQL finds it).
 
     >>> import sqlglot
     >>> scope = {(None, "uid"): "uid", ("v", "uid"): "uid", ("v", "amount"): "amount",
     ...          ("visits", "amount"): "amount", ("s", "amount"): "s.amount", ("s", "sz"): "sz", (None, "sz"): "sz"}
-    >>> _refuse_unbound(sqlglot.parse_one("SELECT v.sz").find(exp.Column), "v", scope, "", None)
+    >>> _refuse_unbound(sqlglot.parse_one("SELECT v.sz").find(exp.Column), "v", scope, None)
     ... # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: unknown column v.sz: v has no column sz (line 1, column 8).
+    dpsql.errors.UnsupportedQuery: unknown column v.sz: v has no column sz.
     Hint: sz is a column of s; the columns of v are: amount, uid.
-    >>> _refuse_unbound(sqlglot.parse_one("SELECT amount").find(exp.Column), None, scope, "", None)
+    >>> _refuse_unbound(sqlglot.parse_one("SELECT amount").find(exp.Column), None, scope, None)
     ... # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: column amount is ambiguous: s and v both have it (line 1, column 8).
+    dpsql.errors.UnsupportedQuery: column amount is ambiguous: s and v both have it.
     Hint: qualify it: s.amount or v.amount.
     """
-    line, col = node_position(column, sql)
     shown = column.sql(dialect=DIALECT)
     name = column.name.lower()
     by_target: dict[str, list[str]] = {}  # a table read as `t AS a` answers to a and t: name it once
@@ -335,18 +326,18 @@ def _refuse_unbound(column: exp.Column, qualifier: str | None, scope: dict, sql:
         tables = " and ".join(sql_name(q) for q in holders) if len(holders) <= 3 else f"{len(holders)} tables"
         raise UnsupportedQuery(f"column {written} is ambiguous: {tables} both have it" if len(holders) == 2 else
                                f"column {written} is ambiguous: {tables} all have it",
-                               line=line, col=col, construct=shown,
+                               node=column, construct=shown,
                                hint="qualify it: " + " or ".join(f"{sql_name(q)}.{written}" for q in holders))
     if qualifier is not None and qualifier in qualifiers:
         own = sorted({c for (q, c) in scope if q == qualifier})
         elsewhere = (f"{written} is a column of {', '.join(sql_name(q) for q in holders)}; " if holders else "")
         hint = columns_hint(column.name, own, spellings, what=f"columns of {sql_name(column.table)}")
         raise UnsupportedQuery(f"unknown column {shown}: {sql_name(column.table)} has no column {written}",
-                               line=line, col=col, construct=shown, hint=elsewhere + hint)
+                               node=column, construct=shown, hint=elsewhere + hint)
     raise UnsupportedQuery(
         f"unknown column {written}" if qualifier is None else
         f"unknown table or alias {sql_name(column.table)} in {shown}",
-        line=line, col=col, construct=shown,
+        node=column, construct=shown,
         hint=columns_hint(column.name, [c for (q, c) in scope if q is None], spellings))
 
 

@@ -53,44 +53,44 @@ def check_query(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog
 
     ``data`` reads public tables and query schemas (joins need a public key's multiplicity);
     it never reads a private row. A refusal carries its node and, once here, its position in
-    ``sql`` (the relation's modules refuse with the node alone).
+    ``sql`` (the stages below refuse with the node alone).
     """
     try:
-        return _check(tree, sql, policy, catalog, data)
+        return _check(tree, policy, catalog, data)
     except DPError as error:
         raise located(error, sql)
 
 
-def _check(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
+def _check(tree: exp.Expression, policy: Policy, catalog: Catalog,
            data: Backend | None) -> PrivateQuery | PublicQuery:
     tree = tree.copy()
     name_subqueries(tree)
-    ctes = _ctes(tree, sql, policy, catalog)
+    ctes = _ctes(tree, policy, catalog)
     tables = [t for t in tree.find_all(exp.Table) if t.db or t.name.lower() not in ctes]
     if not tables:
-        refuse(tree, sql, "a query must read a declared table", "add FROM <table>")
+        refuse(tree, "a query must read a declared table", "add FROM <table>")
     for table in tables:
-        bind_table(table, policy, catalog, sql)
+        bind_table(table, policy, catalog)
     if not touches_private(list(tree.find_all(exp.Table)), policy, catalog, ctes):
-        return _check_public(tree, sql)
-    refuse_ambiguous_qualifiers(tree, sql)
+        return _check_public(tree)
+    refuse_ambiguous_qualifiers(tree)
     tree.set("with_", None)
     tree.set("with", None)
-    return _check_private(tree, sql, policy, catalog, data, ctes)
+    return _check_private(tree, policy, catalog, data, ctes)
 
 
-def _ctes(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog) -> dict:
+def _ctes(tree: exp.Expression, policy: Policy, catalog: Catalog) -> dict:
     """CTE name -> its query; a CTE may not shadow a table (names resolve as in DuckDB)."""
     with_ = tree.args.get("with_") or tree.args.get("with")
     if not with_:
         return {}
     if with_.args.get("recursive"):
-        refuse(with_, sql, "recursive CTEs are not supported", "write the query without RECURSIVE")
+        refuse(with_, "recursive CTEs are not supported", "write the query without RECURSIVE")
     ctes = {}
     for cte in with_.expressions:
         name = cte.alias.lower()
         if policy.table(name) is not None or name in catalog or name in ctes:
-            refuse(cte, sql, f"the CTE {cte.alias} would shadow a table of the same name",
+            refuse(cte, f"the CTE {cte.alias} would shadow a table of the same name",
                    "give the CTE another name")
         ctes[name] = cte.this
     return ctes
@@ -123,28 +123,29 @@ def name_subqueries(tree: exp.Expression) -> None:
                 source.meta[GENERATED_ALIAS] = True
 
 
-def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
+def refuse_ambiguous_qualifiers(tree: exp.Expression) -> None:
     """Refuse a column qualified with a name that two items of one FROM clause answer to: an
     alias written twice, or a name DuckDB gives an unaliased subquery (``name_subqueries``)
     that is also an alias, a CTE or a table read in the same FROM. DuckDB refuses such a
     reference as ambiguous when both items have the column; dpsql refuses it whenever it is
     used, so the column never silently comes from the other item. A repeated name that is
-    never used to qualify a column is harmless, as in DuckDB.
+    never used to qualify a column is harmless, as in DuckDB. Called directly, as here, the
+    refusal has no position yet: ``check_query`` finds it in the SQL text on the way out.
 
     >>> import sqlglot
     >>> tree = sqlglot.parse_one("SELECT SUM(unnamed_subquery.x) FROM (SELECT x FROM t) AS unnamed_subquery "
     ...                          "JOIN (SELECT y FROM u) ON x = y")
     >>> name_subqueries(tree)
-    >>> refuse_ambiguous_qualifiers(tree, "")  # doctest: +NORMALIZE_WHITESPACE
+    >>> refuse_ambiguous_qualifiers(tree)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     dpsql.errors.UnsupportedQuery: the table name unnamed_subquery is ambiguous: it names 2 items of this FROM
     (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... in FROM order, as DuckDB
-    names it) (line 1, column 12). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS
+    names it). Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS
     my_alias.
     >>> tree = sqlglot.parse_one("SELECT a.x FROM t AS a JOIN u AS a ON a.x = 1")
-    >>> refuse_ambiguous_qualifiers(tree, "")  # doctest: +NORMALIZE_WHITESPACE
+    >>> refuse_ambiguous_qualifiers(tree)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    dpsql.errors.UnsupportedQuery: the table name a is ambiguous: it names 2 items of this FROM (line 1, column 8).
+    dpsql.errors.UnsupportedQuery: the table name a is ambiguous: it names 2 items of this FROM.
     Hint: give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias.
     """
     for select in tree.find_all(exp.Select):
@@ -168,7 +169,7 @@ def refuse_ambiguous_qualifiers(tree: exp.Expression, sql: str) -> None:
                 name = node.table
                 why = (" (a subquery written without an alias is named unnamed_subquery, unnamed_subquery2, ... "
                        "in FROM order, as DuckDB names it)" if name.lower() in generated else "")
-                refuse(node, sql, f"the table name {name} is ambiguous: it names {names[name.lower()]} items of "
+                refuse(node, f"the table name {name} is ambiguous: it names {names[name.lower()]} items of "
                        f"this FROM{why}",
                        "give each table and subquery of the FROM its own alias: (SELECT ...) AS my_alias")
 
@@ -189,8 +190,8 @@ def _keys_of_distinct(tree: exp.Select) -> None:
 # ---------------------------------------------------------------------------------------------
 # Public tables only: exact, free. Still allow-listed, so no function reaches files or settings.
 
-def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
-    check_public(tree, sql)
+def _check_public(tree: exp.Expression) -> PublicQuery:
+    check_public(tree)
     return PublicQuery(tree.sql(dialect=DIALECT))
 
 
@@ -198,46 +199,46 @@ def _check_public(tree: exp.Expression, sql: str) -> PublicQuery:
 # One private table: aggregates only.
 
 
-def _check_private(tree: exp.Expression, sql: str, policy: Policy, catalog: Catalog,
+def _check_private(tree: exp.Expression, policy: Policy, catalog: Catalog,
                    data: Backend | None, ctes: dict) -> PrivateQuery:
     if not isinstance(tree, exp.Select):
-        refuse(tree, sql, f"{describe(tree)} over private data is not supported at the top level",
+        refuse(tree, f"{describe(tree)} over private data is not supported at the top level",
                "write one SELECT; combine branches with UNION ALL inside a FROM subquery")
     for name, value in tree.args.items():
         if value and name not in SELECT_PARTS_ALLOWED:
             node = value[0] if isinstance(value, list) else value
             node = node if isinstance(node, exp.Expression) else tree
-            refuse(node, sql, f"{_part_name(name)} is not supported over a private table",
+            refuse(node, f"{_part_name(name)} is not supported over a private table",
                    _PART_HINTS.get(name, "aggregate one private table"))
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None:
-        refuse(tree, sql, "a private query must read a table", "add FROM <table>")
+        refuse(tree, "a private query must read a table", "add FROM <table>")
     _keys_of_distinct(tree)
-    relation = build_relation(from_, tree.args.get("joins") or [], policy, catalog, sql, data, ctes)
+    relation = build_relation(from_, tree.args.get("joins") or [], policy, catalog, data, ctes)
     clauses = [tree.args.get(name) for name in ("where", "group", "having", "order")]
     parts: list[exp.Expression] = [p for p in [*clauses, *tree.expressions] if p is not None]
     for part in parts:
         for node in part.walk():
             if isinstance(node, (exp.Subquery, exp.Select)):
-                refuse(node, sql, "subqueries outside FROM are not supported over private data",
+                refuse(node, "subqueries outside FROM are not supported over private data",
                        "join the public table in FROM instead")
     aliases = frozenset(e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias))
     names = [output_name(item) for item in tree.expressions]  # as written, before binding renames
     spellings = getattr(catalog, "spellings", None)
-    bind_columns(parts[:len(parts) - len(tree.expressions)], relation.scope, sql, aliases, spellings,
+    bind_columns(parts[:len(parts) - len(tree.expressions)], relation.scope, aliases, spellings,
                  relation.columns)
     for position, item in enumerate(tree.expressions):  # each may name the aliases before it
         earlier = frozenset(e.alias.lower() for e in tree.expressions[:position] if isinstance(e, exp.Alias))
-        bind_columns([item], relation.scope, sql, aliases, spellings, relation.columns, lateral=earlier)
+        bind_columns([item], relation.scope, aliases, spellings, relation.columns, lateral=earlier)
     rule = relation.rule
     where = tree.args.get("where")
     if where is not None:
-        check_row_level(where.this, sql, "WHERE")
-    refuse_failing_constants(parts, relation.columns, data, sql)
-    keys = narrow_keys(_group_keys(tree, sql, rule, relation.columns), where.this if where is not None else None, sql,
+        check_row_level(where.this, "WHERE")
+    refuse_failing_constants(parts, relation.columns, data)
+    keys = narrow_keys(_group_keys(tree, rule, relation.columns), where.this if where is not None else None,
                        rule.columns)
     # A hidden unit (a row-level table's per-row id) is never bound, so no column matches it.
-    aggregates, post, outputs, direct = split_aggregates(tree, list(keys), sql, relation.unit, names)
+    aggregates, post, outputs, direct = split_aggregates(tree, list(keys), relation.unit, names)
     return PrivateQuery(
         table=relation.label,
         rule=rule,
@@ -260,7 +261,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeE
 _TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NAME")
 
 
-def refuse_failing_constants(parts: list, columns: dict, data: Backend | None, sql: str) -> None:
+def refuse_failing_constants(parts: list, columns: dict, data: Backend | None) -> None:
     """Refuse, before the charge, a string literal compared with a column (=, <, IN, BETWEEN,
     ...) that does not cast to the column's type: DuckDB casts the literal to it at bind and
     raises a Conversion Error, while dpsql's TRY would silently make every row fail the test.
@@ -291,7 +292,7 @@ def refuse_failing_constants(parts: list, columns: dict, data: Backend | None, s
                     tried[key] = data.cast_error(constant.this, type_name)
                 if tried[key] is not None:
                     shown = type_name if len(type_name) <= 60 else type_name[:57] + "..."
-                    refuse(constant, sql, f"the constant '{constant.this}' is not a valid {shown} value, so it "
+                    refuse(constant, f"the constant '{constant.this}' is not a valid {shown} value, so it "
                            f"cannot be compared with {column.name} (DuckDB: {tried[key]})",
                            f"write a value of type {shown} (as DuckDB prints one), or CAST the "
                            f"column to VARCHAR to compare text")
@@ -309,7 +310,7 @@ def _part_name(part: str) -> str:
     return {"joins": "JOIN", "with": "WITH (a CTE)"}.get(part, part.upper())
 
 
-def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -> list[GroupKey]:
+def _group_keys(tree: exp.Select, rule: PrivateTable, columns: dict) -> list[GroupKey]:
     """GROUP BY items as keys: a bare column with a KEYS domain, or of a type whose values are
     schema (ENUM, BOOLEAN: ``types.implied_domain``), is public; anything else private."""
     group = tree.args.get("group")
@@ -317,7 +318,7 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -
         return []
     for part in ("rollup", "cube", "grouping_sets"):
         if group.args.get(part):
-            refuse(group, sql, f"GROUP BY {part.upper()} is not supported",
+            refuse(group, f"GROUP BY {part.upper()} is not supported",
                    "GROUP BY the columns themselves; totals are a second query")
     items = group.expressions
     if group.args.get("all"):  # DuckDB's GROUP BY ALL: every select item without an aggregate
@@ -326,9 +327,9 @@ def _group_keys(tree: exp.Select, sql: str, rule: PrivateTable, columns: dict) -
     keys: list[GroupKey] = []
     for item in items:
         expression = resolve_group_item(item, tree)
-        check_row_level(expression, sql, "GROUP BY")
+        check_row_level(expression, "GROUP BY")
         if isinstance(expression, exp.Column) and expression.name == (rule.unit or "").lower():
-            refuse(item, sql, f"GROUP BY the privacy unit {written_name(expression)} would release one answer per unit",
+            refuse(item, f"GROUP BY the privacy unit {written_name(expression)} would release one answer per unit",
                    "group by a public attribute instead, or COUNT(DISTINCT ...) the units")
         if any(k.expression == expression for k in keys):
             continue

@@ -41,7 +41,7 @@ from dpsql.sql.allowlist import check_public
 from dpsql.sql.parse import DIALECT
 
 
-def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str = "",
+def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None,
                 columns: Sequence[ColumnRule] = ()) -> tuple[GroupKey, ...]:
     """Each KEYS-domain key with the top-level AND-ed WHERE conjuncts that mention its column
     and constants only (``GroupKey.narrowed_by``). A key that is a column of a public table
@@ -61,7 +61,7 @@ def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str
     ...           ColumnRule("a_tz", keys=KeyDomain(table="airports", column="tz", joined="join1"))]
     >>> key = GroupKey("g0", exp.column("name"), joined[0].keys)
     >>> where = sqlglot.parse_one("SELECT 1 FROM t WHERE a_tz = -8 AND delay > 0 AND a_tz < delay").args["where"].this
-    >>> narrowed = narrow_keys([key], where, "", joined)[0]
+    >>> narrowed = narrow_keys([key], where, joined)[0]
     >>> [c.sql() for c in narrowed.narrowed_by], narrowed.narrowing_columns
     (['a_tz = -8'], (('a_tz', 'tz'),))
     """
@@ -78,14 +78,14 @@ def narrow_keys(keys: Sequence[GroupKey], where: exp.Expression | None, sql: str
         own = key.expression.name.lower()
         joined = key.domain.joined if key.domain.values is None else None
         readable = {own} if joined is None else {name for name, domain in public.items() if domain.joined == joined}
-        mine = tuple(c for c in conjuncts if _only_about(c, readable | {own}, sql))
+        mine = tuple(c for c in conjuncts if _only_about(c, readable | {own}))
         read = sorted({c.name.lower() for conjunct in mine for c in conjunct.find_all(exp.Column)} - {own})
         others = tuple((name, public[name].column or "") for name in read)
         narrowed.append(replace(key, narrowed_by=mine, narrowing_columns=others) if mine else key)
     return tuple(narrowed)
 
 
-def _only_about(conjunct: exp.Expression, readable: set[str], sql: str) -> bool:
+def _only_about(conjunct: exp.Expression, readable: set[str]) -> bool:
     """True when ``conjunct`` reads columns among ``readable`` (lower case) and nothing else but
     constants, and is a deterministic expression on the public allow-list."""
     columns = list(conjunct.find_all(exp.Column))
@@ -94,7 +94,7 @@ def _only_about(conjunct: exp.Expression, readable: set[str], sql: str) -> bool:
     if any(isinstance(node, (exp.Subquery, exp.Select, exp.AggFunc, exp.Star)) for node in conjunct.walk()):
         return False
     try:
-        check_public(conjunct, sql, deterministic=True)
+        check_public(conjunct, deterministic=True)
     except DPError:
         return False
     return True

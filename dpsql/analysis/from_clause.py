@@ -37,13 +37,13 @@ if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, ne
     from dpsql.backends.base import Backend
 
 
-def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalog, sql: str,
-                   data: Backend | None, ctes: dict) -> Relation:
+def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalog, data: Backend | None,
+                   ctes: dict) -> Relation:
     """The relation of a FROM clause and its joins (private: at least one private table)."""
-    current = _item(from_.this, policy, catalog, sql, data, ctes)
+    current = _item(from_.this, policy, catalog, data, ctes)
     for join in joins:
-        other = _item(join.this, policy, catalog, sql, data, ctes)
-        current = join_relations(current, other, join, sql, data, policy.max_join_multiplicity,
+        other = _item(join.this, policy, catalog, data, ctes)
+        current = join_relations(current, other, join, data, policy.max_join_multiplicity,
                                  policy.max_rows_after_joins)
     if isinstance(current, PublicSide):
         refuse(from_, "private data may be read only in FROM: this query's FROM reads public tables only "
@@ -52,14 +52,14 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
     return current
 
 
-def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
+def _item(node: exp.Expression, policy, catalog, data, ctes):
     """One FROM item: a table, a CTE reference or a subquery."""
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not node.db \
             and node.name.lower() in ctes:
         reference = (node.alias or node.name).lower()
-        return _subquery(ctes[node.name.lower()], reference, policy, catalog, sql, data, ctes)
+        return _subquery(ctes[node.name.lower()], reference, policy, catalog, data, ctes)
     if isinstance(node, exp.Table):
-        bound = bind_table(node, policy, catalog, sql)
+        bound = bind_table(node, policy, catalog)
         if node.args.get("sample") is not None and isinstance(bound.declaration, PrivateTable):
             refuse(node.args["sample"], "TABLESAMPLE of a private table is not supported",
                    "query the whole table; dpsql bounds each unit's contribution itself")
@@ -81,36 +81,36 @@ def _item(node: exp.Expression, policy, catalog, sql, data, ctes):
         reference = (node.alias or "").lower()
         if not reference:  # dpsql.analysis.check names each one as DuckDB does: this is a bug
             refuse(node, "a subquery in FROM needs an alias", "write (SELECT ...) AS t")
-        return _subquery(node.this, reference, policy, catalog, sql, data, ctes)
+        return _subquery(node.this, reference, policy, catalog, data, ctes)
     refuse(node, f"{describe(node)} is not supported in FROM", "read declared tables or subqueries")
 
 
-def _subquery(query: exp.Expression, reference: str, policy, catalog, sql, data, ctes):
+def _subquery(query: exp.Expression, reference: str, policy, catalog, data, ctes):
     if isinstance(query, exp.Union):
-        return _union(query, reference, policy, catalog, sql, data, ctes)
+        return _union(query, reference, policy, catalog, data, ctes)
     if not isinstance(query, exp.Select):
         refuse(query, f"{describe(query)} is not supported as a subquery", "write a SELECT")
     tables = [t for t in query.find_all(exp.Table)]
     from_ = query.args.get("from_") or query.args.get("from")
     if from_ is None:
         refuse(query, "a subquery must read a table", "add FROM <table>")
-    inner = build_relation(from_, query.args.get("joins") or [], policy, catalog, sql, data, ctes) \
+    inner = build_relation(from_, query.args.get("joins") or [], policy, catalog, data, ctes) \
         if touches_private(tables, policy, catalog, ctes) else None
     if inner is None:
-        return public_subquery(query, reference, sql, data)
+        return public_subquery(query, reference, data)
     for part in ("order", "limit", "offset", "qualify", "windows", "laterals", "sample"):
         if query.args.get(part):
             refuse(query.args[part], f"{part.upper()} inside a subquery over private data would pick "
                    "rows across units", "filter with WHERE, or sort the final result instead")
     body = query.copy()
-    bind_to(body, inner, sql)
+    bind_to(body, inner)
     where = body.args.get("where")
     if where is not None:
-        check_row_level(where.this, sql, "WHERE")
+        check_row_level(where.this, "WHERE")
     group = body.args.get("group")
     if group is None and not any(isinstance(e.unalias(), exp.AggFunc) or e.find(exp.AggFunc) for e in body.expressions):
-        return project_rows(body, inner, reference, sql, data)
-    return aggregate_per_unit(body, inner, reference, sql, data)
+        return project_rows(body, inner, reference, data)
+    return aggregate_per_unit(body, inner, reference, data)
 
 
 def touches_private(tables, policy, catalog, ctes) -> bool:
@@ -126,12 +126,12 @@ def touches_private(tables, policy, catalog, ctes) -> bool:
     return False
 
 
-def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Relation:
+def _union(query: exp.Union, reference, policy, catalog, data, ctes) -> Relation:
     if not isinstance(query, exp.Union) or query.args.get("distinct"):
         refuse(query, f"{describe(query)} is not supported over private data",
                "combine branches with UNION ALL")
     branches = [b for b in (query.this, query.expression)]
-    relations = [_subquery(b.this if isinstance(b, exp.Subquery) else b, reference, policy, catalog, sql, data, ctes)
+    relations = [_subquery(b.this if isinstance(b, exp.Subquery) else b, reference, policy, catalog, data, ctes)
                  for b in branches]
     if not all(isinstance(r, Relation) for r in relations):
         refuse(query, "every branch of a UNION ALL over private data must keep the privacy unit",
@@ -148,7 +148,7 @@ def _union(query: exp.Union, reference, policy, catalog, sql, data, ctes) -> Rel
     if len(set(positions)) != 1 or positions[0] < 0 or any(len(r.columns) != len(columns) for r in relations):
         refuse(query, "the branches of a UNION ALL must have the same columns, with the privacy unit "
                "in the same position", "select the same columns in each branch")
-    same_unit_type(relations, query, sql, "a UNION ALL")
+    same_unit_type(relations, query, "a UNION ALL")
     rules = []
     for index, name in enumerate(columns):
         parts = [r.rule.column(list(r.columns)[index]) for r in relations]

@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, ne
     from dpsql.backends.base import Backend
 
 
-def join_relations(left, right, join: exp.Join, sql: str,
-                   data: Backend | None, max_multiplicity: int, max_rows: int) -> Relation:
+def join_relations(left, right, join: exp.Join, data: Backend | None,
+                   max_multiplicity: int, max_rows: int) -> Relation:
     """The relation of ``left JOIN right``: refused unless it is an equality join on the units of
     two private relations, or of a private relation with public data on keys of one lossless type."""
     side = (join.args.get("side") or "").upper()
@@ -74,13 +74,13 @@ def join_relations(left, right, join: exp.Join, sql: str,
                 unqualified.setdefault(c, []).append(names[(side_tag, v)])
     scope.update({(None, c): targets[0] for c, targets in unqualified.items() if len(targets) == 1})
     if using:  # JOIN ... USING (a, b): ON left.a = right.a AND ...; the merged column is the left one
-        bound_condition = _using_condition(using, left, right, join, sql)
+        bound_condition = _using_condition(using, left, right, join)
         for identifier in using:
             scope[(None, identifier.name.lower())] = names[("l", left.scope[(None, identifier.name.lower())])]
     else:
-        bound_condition = _bind_condition(condition, left, right, names, sql)
+        bound_condition = _bind_condition(condition, left, right, names)
     if isinstance(left, Relation) and isinstance(right, Relation):
-        rule = _private_join_rule(left, right, _equalities(bound_condition), names, join, sql)
+        rule = _private_join_rule(left, right, _equalities(bound_condition), names, join)
         inputs = (left.rows_per_unit, right.rows_per_unit)
         k1, k2 = left.rule.max_rows_per_unit, right.rule.max_rows_per_unit
         groups = min(left.rule.groups_per_unit, right.rule.groups_per_unit)
@@ -108,8 +108,8 @@ def join_relations(left, right, join: exp.Join, sql: str,
         if data is None:
             refuse(join, "joins need the database's public tables to bound their multiplicity",
                    "run the query through dpsql.connect")
-        keys = _join_keys(bound_condition, private, public, tag, join, sql, data)
-        public = _stored(public, keys, "r" if tag == "l" else "l", join, sql, data)
+        keys = _join_keys(bound_condition, private, public, tag, join, data)
+        public = _stored(public, keys, "r" if tag == "l" else "l", join, data)
         left, right = (private, public) if tag == "l" else (public, private)
         # The most stored public rows sharing one value of the join keys (NULL keys never match).
         multiplicity = data.key_multiplicity(public.sql.name, [key.stored for key in keys])
@@ -187,12 +187,12 @@ def _joined_names(left, right) -> dict:
     return names
 
 
-def _bind_condition(condition, left, right, names, sql):
+def _bind_condition(condition, left, right, names):
     """The ON condition with each column resolved to dp_l / dp_r and its source column."""
     bound = condition.copy()
     for column in list(bound.find_all(exp.Column)):
         hits = [(tag, resolved) for tag, part in (("l", left), ("r", right))
-                for resolved in [resolve_column(column, part.scope, part.columns, sql)] if resolved is not None]
+                for resolved in [resolve_column(column, part.scope, part.columns)] if resolved is not None]
         if len(hits) != 1:
             problem = "is ambiguous" if hits else "is unknown"
             refuse(column, f"column {column.sql(dialect=DIALECT)} in the join condition {problem}",
@@ -205,11 +205,11 @@ def _bind_condition(condition, left, right, names, sql):
         else:  # a STRUCT field: struct_extract of the qualified column
             source.replace(qualified)
         replace_column(column, resolved)
-    check_row_level(bound, sql, "a join condition")
+    check_row_level(bound, "a join condition")
     return bound
 
 
-def _using_condition(using: list, left, right, join, sql) -> exp.Expr:
+def _using_condition(using: list, left, right, join) -> exp.Expr:
     parts = []
     for identifier in using:
         name = identifier.name.lower()
@@ -246,7 +246,7 @@ def _total_condition(condition: exp.Expr, units: tuple[str, str]) -> exp.Expr:
     return exp.and_(*safe)
 
 
-def same_unit_type(relations: list, node, sql: str, what: str) -> None:
+def same_unit_type(relations: list, node, what: str) -> None:
     """Units meet only in one type: an implicit coercion could make two units one."""
     types = [r.columns.get(unit_of(r.rule).lower(), "") for r in relations]
     if len(set(types)) > 1:
@@ -256,7 +256,7 @@ def same_unit_type(relations: list, node, sql: str, what: str) -> None:
                "ask the curator to store or declare them so; dpsql pairs units only of identical types")
 
 
-def _private_join_rule(left: Relation, right: Relation, equalities, names, join, sql) -> PrivateTable:
+def _private_join_rule(left: Relation, right: Relation, equalities, names, join) -> PrivateTable:
     """The joined relation's unit and column rules (its limits are its ``Step``'s); refuses a
     join that is not on the units, or on units of different types."""
     for part in (left, right):
@@ -268,7 +268,7 @@ def _private_join_rule(left: Relation, right: Relation, equalities, names, join,
         refuse(join, f"two private tables can only be joined on their privacy units "
                f"({left.rule.unit} = {right.rule.unit}): any other join mixes different units' rows",
                f"add ON ... {left.rule.unit} = ... {right.rule.unit}")
-    same_unit_type([left, right], join, sql, "a join of two private tables")
+    same_unit_type([left, right], join, "a join of two private tables")
     rules = [_renamed_rule(part.rule, names, tag) for tag, part in (("l", left), ("r", right))]
     return PrivateTable(
         name=f"{left.rule.name} ⋈ {right.rule.name}",
@@ -348,7 +348,7 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
     return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))
 
 
-def _join_keys(condition: exp.Expr, private: Relation, public: PublicSide, tag: str, join, sql: str,
+def _join_keys(condition: exp.Expr, private: Relation, public: PublicSide, tag: str, join,
                data: Backend) -> list[_JoinKey]:
     """The equalities of a private⋈public join condition between a private and a public
     expression, each with the one type it will be compared in (refused when there is none)."""
@@ -362,8 +362,8 @@ def _join_keys(condition: exp.Expr, private: Relation, public: PublicSide, tag: 
             continue
         private_side, public_side = (part.this, part.expression) if sides[0] == {mine} else \
             (part.expression, part.this)
-        private_type = _type_of(private_side, private.sql, mine, data, sql, join)
-        public_type = _type_of(public_side, public.sql, theirs, data, sql, join)
+        private_type = _type_of(private_side, private.sql, mine, data, join)
+        public_type = _type_of(public_side, public.sql, theirs, data, join)
         comparison = join_comparison_type(private_type, public_type)
         if comparison is None:
             refuse(join, f"this join compares {private_type} with {public_type}: DuckDB would convert "
@@ -381,7 +381,7 @@ def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
     return [part.unnest() for part in parts]
 
 
-def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: Backend, sql: str, join) -> str:
+def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: Backend, join) -> str:
     """The DuckDB type of an expression over one side of a join (binds the schema, reads nothing)."""
     select = exp.Select(expressions=[node.copy()]).from_(exp.alias_(as_source(source), alias))
     try:
@@ -391,14 +391,14 @@ def _type_of(node: exp.Expression, source: exp.Expression, alias: str, data: Bac
                "compare columns of matching types")
 
 
-def _stored(public: PublicSide, keys: list[_JoinKey], tag: str, join, sql: str, data: Backend) -> PublicSide:
+def _stored(public: PublicSide, keys: list[_JoinKey], tag: str, join, data: Backend) -> PublicSide:
     """The public side of a join stored once, before the charge, with each join key already
     in its comparison type (``dp_jk<i>``): the join and every public fact the analysis reads
     about it (multiplicity, column ranges) then come from the same rows."""
     alias = f"dp_{tag}"
     items = [exp.alias_(exp.column(c, table=alias, quoted=True), c, quoted=True) for c in public.columns]
     for key in keys:
-        own = _type_of(key.public, public.sql, alias, data, sql, join)
+        own = _type_of(key.public, public.sql, alias, data, join)
         items.append(exp.alias_(_compared(key.public.copy(), key.comparison, own), key.stored, quoted=True))
     select = exp.Select(expressions=items).from_(exp.alias_(as_source(public.sql), alias))
     try:

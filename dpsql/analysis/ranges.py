@@ -9,9 +9,9 @@ Each handler states its rule. ``None`` stands for "always NULL" (contributes not
 
 >>> import sqlglot
 >>> bounds = {"amount": Interval(Fraction(0), Fraction(500), False), "age": Interval(Fraction(18), Fraction(90), True)}
->>> derive_range(sqlglot.parse_one("amount * 2 - age"), bounds.get, "")
+>>> derive_range(sqlglot.parse_one("amount * 2 - age"), bounds.get)
 Interval(lower=Fraction(-90, 1), upper=Fraction(982, 1), integral=False)
->>> derive_range(sqlglot.parse_one("CASE WHEN age > 30 THEN 1 ELSE 0 END"), bounds.get, "")
+>>> derive_range(sqlglot.parse_one("CASE WHEN age > 30 THEN 1 ELSE 0 END"), bounds.get)
 Interval(lower=Fraction(0, 1), upper=Fraction(1, 1), integral=True)
 """
 
@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.names import sql_name
-from dpsql.sql.parse import DIALECT, describe, node_position
+from dpsql.sql.parse import DIALECT, describe
 from dpsql.sql.types import reads_as_integer, reads_as_number
 
 
@@ -45,20 +45,19 @@ class Interval:
 ColumnBounds = Callable[[str], "Interval | None"]
 
 
-def derive_range(node: exp.Expression, column_bounds: ColumnBounds, sql: str) -> Interval | None:
-    """The interval of ``node``'s row values; refuses expressions with no derivable bound."""
+def derive_range(node: exp.Expression, column_bounds: ColumnBounds) -> Interval | None:
+    """The interval of ``node``'s row values; refuses expressions with no derivable bound (the
+    refusal carries its node: its position is found where the SQL text is known)."""
     handler = _HANDLERS.get(type(node))
     if handler is None:
-        _refuse(node, sql, f"cannot derive bounds for {describe(node)}")
-    return handler(node, column_bounds, sql)
+        _refuse(node, f"cannot derive bounds for {describe(node)}")
+    return handler(node, column_bounds)
 
 
-def _refuse(node: exp.Expression, sql: str, message: str) -> NoReturn:
-    line, col = node_position(node, sql)
+def _refuse(node: exp.Expression, message: str) -> NoReturn:
     raise UnsupportedQuery(
         f"{message} inside SUM/AVG",
-        line=line,
-        col=col,
+        node=node,
         construct=describe(node),
         hint="state bounds with CLAMP(expr, lo, hi), combine bounded columns with + - * / by "
         "constants and CASE, or declare BOUNDS for the column in the policy",
@@ -78,10 +77,9 @@ TEMPORAL_PREFIXES = ("DATE", "TIME", "INTERVAL")
 """Types whose values are not numbers (DATE, TIME, TIMESTAMP*, INTERVAL): no BOUNDS."""
 
 
-def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
+def _column(node: exp.Column, bounds: ColumnBounds) -> Interval:
     found = bounds(node.name)
     if found is None:
-        line, col = node_position(node, sql)
         # As the query wrote the name (bind keeps it), so the hint can be pasted back.
         name = node.this.meta.get("dp_written") if isinstance(node.this, exp.Identifier) else None
         name = name or sql_name(node.name)
@@ -89,20 +87,19 @@ def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
         if type_name == "BOOLEAN":
             raise UnsupportedQuery(
                 f"column {name} is BOOLEAN: it has no numeric bounds (BOUNDS are for numeric columns)",
-                line=line, col=col, construct=node.name,
+                node=node, construct=node.name,
                 hint=f"write SUM({name}::INT) or SUM(CASE WHEN {name} THEN 1 ELSE 0 END) (bounds 0 to 1), "
                      f"or COUNT(*) ... WHERE {name}")
         if type_name is not None and type_name.startswith(TEMPORAL_PREFIXES):
             raise UnsupportedQuery(
                 f"column {name} is {type_name}, not a number: SUM, AVG, MIN, MAX and quantiles need numeric "
                 "values, and BOUNDS are for numeric columns",
-                line=line, col=col, construct=node.name,
+                node=node, construct=node.name,
                 hint=f"aggregate a date part: hour({name}) or month({name}) (bounded by the calendar) or "
                      f"CLAMP(year({name}), lo, hi); or count rows per period: COUNT(*) ... GROUP BY month({name})")
         raise UnsupportedQuery(
             f"column {name} has no BOUNDS in the policy, so its values are unbounded",
-            line=line,
-            col=col,
+            node=node,
             construct=node.name,
             hint=f"declare `{name} BOUNDS lo TO hi` in the policy, write CLAMP({name}, lo, hi), "
                  "or COUNT it instead",
@@ -110,59 +107,59 @@ def _column(node: exp.Column, bounds: ColumnBounds, sql: str) -> Interval:
     return found
 
 
-def _literal(node: exp.Literal, bounds: ColumnBounds, sql: str) -> Interval:
+def _literal(node: exp.Literal, bounds: ColumnBounds) -> Interval:
     if node.is_string:
-        _refuse(node, sql, "a string literal has no numeric bounds")
+        _refuse(node, "a string literal has no numeric bounds")
     value = Fraction(node.this)
     return Interval(value, value, value.denominator == 1 and "." not in node.this and "e" not in node.this.lower())
 
 
-def _null(node, bounds, sql) -> None:
+def _null(node, bounds) -> None:
     return None
 
 
-def _boolean(node: exp.Boolean, bounds, sql) -> Interval:
+def _boolean(node: exp.Boolean, bounds) -> Interval:
     value = Fraction(1 if node.this else 0)
     return Interval(value, value, True)
 
 
-def _inner(node, bounds, sql):
-    return derive_range(node.this, bounds, sql)
+def _inner(node, bounds):
+    return derive_range(node.this, bounds)
 
 
-def _neg(node, bounds, sql):
-    inner = derive_range(node.this, bounds, sql)
+def _neg(node, bounds):
+    inner = derive_range(node.this, bounds)
     return None if inner is None else Interval(-inner.upper, -inner.lower, inner.integral)
 
 
 def _arithmetic(combine):
-    def handler(node, bounds, sql):
-        left = derive_range(node.this, bounds, sql)
-        right = derive_range(node.expression, bounds, sql)
+    def handler(node, bounds):
+        left = derive_range(node.this, bounds)
+        right = derive_range(node.expression, bounds)
         if left is None or right is None:
             return None  # NULL op anything is NULL
-        return combine(node, left, right, sql)
+        return combine(node, left, right)
 
     return handler
 
 
-def _add(node, a, b, sql):
+def _add(node, a, b):
     return Interval(a.lower + b.lower, a.upper + b.upper, a.integral and b.integral)
 
 
-def _sub(node, a, b, sql):
+def _sub(node, a, b):
     return Interval(a.lower - b.upper, a.upper - b.lower, a.integral and b.integral)
 
 
-def _mul(node, a, b, sql):
+def _mul(node, a, b):
     corners = [x * y for x in (a.lower, a.upper) for y in (b.lower, b.upper)]
     return Interval(min(corners), max(corners), a.integral and b.integral)
 
 
-def _div(node, a, b, sql):
+def _div(node, a, b):
     # Only division by a constant: a bounded divisor through zero has no bounded quotient.
     if b.lower != b.upper or b.lower == 0:
-        _refuse(node, sql, "division by a non-constant or zero divisor")
+        _refuse(node, "division by a non-constant or zero divisor")
     corners = [a.lower / b.lower, a.upper / b.lower]
     return Interval(min(corners), max(corners), False)
 
@@ -178,40 +175,40 @@ def _union(parts: list[Interval | None]) -> Interval | None:
     )
 
 
-def _case(node: exp.Case, bounds, sql):
+def _case(node: exp.Case, bounds):
     # Conditions may use any column; only the values a branch can produce matter.
-    branches = [derive_range(branch.args["true"], bounds, sql) for branch in node.args.get("ifs") or []]
+    branches = [derive_range(branch.args["true"], bounds) for branch in node.args.get("ifs") or []]
     default = node.args.get("default")
-    branches.append(derive_range(default, bounds, sql) if default is not None else None)
+    branches.append(derive_range(default, bounds) if default is not None else None)
     return _union(branches)
 
 
-def _if(node: exp.If, bounds, sql):
+def _if(node: exp.If, bounds):
     false = node.args.get("false")
     return _union(
         [
-            derive_range(node.args["true"], bounds, sql),
-            derive_range(false, bounds, sql) if false is not None else None,
+            derive_range(node.args["true"], bounds),
+            derive_range(false, bounds) if false is not None else None,
         ]
     )
 
 
-def _variadic(node, bounds, sql):
+def _variadic(node, bounds):
     # COALESCE, LEAST and GREATEST each return one of their (non-NULL) arguments.
     args = [node.this, *node.expressions]
-    return _union([derive_range(a, bounds, sql) for a in args])
+    return _union([derive_range(a, bounds) for a in args])
 
 
-def _abs(node, bounds, sql):
-    inner = derive_range(node.this, bounds, sql)
+def _abs(node, bounds):
+    inner = derive_range(node.this, bounds)
     if inner is None:
         return None
     low = Fraction(0) if inner.lower <= 0 <= inner.upper else min(abs(inner.lower), abs(inner.upper))
     return Interval(low, max(abs(inner.lower), abs(inner.upper)), inner.integral)
 
 
-def _rounding(node, bounds, sql):
-    inner = derive_range(node.this, bounds, sql)
+def _rounding(node, bounds):
+    inner = derive_range(node.this, bounds)
     if inner is None:
         return None
     decimals = node.args.get("decimals")
@@ -220,17 +217,17 @@ def _rounding(node, bounds, sql):
     return Interval(Fraction(math.floor(inner.lower)), Fraction(math.ceil(inner.upper)), True)
 
 
-def _cast(node: exp.Cast, bounds, sql):
+def _cast(node: exp.Cast, bounds):
     target = node.to.sql(dialect=DIALECT).upper()
     if not reads_as_number(target):
-        _refuse(node, sql, f"a cast to {target} has no numeric bounds")
+        _refuse(node, f"a cast to {target} has no numeric bounds")
     value = node.this
     while isinstance(value, exp.Paren):
         value = value.this
     if isinstance(value, exp.Column) and bounds(value.name) is None and \
             column_type_of(bounds, value.name) == "BOOLEAN":
         return Interval(Fraction(0), Fraction(1), reads_as_integer(target))  # false -> 0, true -> 1
-    inner = derive_range(node.this, bounds, sql)
+    inner = derive_range(node.this, bounds)
     if inner is None or not reads_as_integer(target):
         return inner
     return Interval(Fraction(math.floor(inner.lower)), Fraction(math.ceil(inner.upper)), True)
@@ -258,14 +255,14 @@ def _constant(node: exp.Expression) -> Fraction | None:
     return None
 
 
-def _function(node: exp.Anonymous, bounds, sql):
+def _function(node: exp.Anonymous, bounds):
     """CLAMP(x, lo, hi): the analyst states bounds; x itself needs none (the rewrite clamps)."""
     parts = clamp_arguments(node)
     if parts is None:
-        _refuse(node, sql, f"cannot derive bounds for {describe(node)}; CLAMP needs constant bounds lo <= hi")
+        _refuse(node, f"cannot derive bounds for {describe(node)}; CLAMP needs constant bounds lo <= hi")
     value, low, high = parts
     try:
-        inner = derive_range(value, bounds, sql)
+        inner = derive_range(value, bounds)
     except UnsupportedQuery:
         inner = None
     if inner is not None:  # already narrower bounds: keep the intersection
@@ -338,7 +335,7 @@ DATE_PARTS = {
 """Date parts whose values a calendar bounds (a year has none: CLAMP it)."""
 
 
-def _date_part(node: exp.Expression, bounds, sql):
+def _date_part(node: exp.Expression, bounds):
     if isinstance(node, exp.Extract):
         part = node.this.name.lower()
     else:
@@ -348,7 +345,7 @@ def _date_part(node: exp.Expression, bounds, sql):
         part = parts.get(type(node), node.key)
         part = getattr(exp, "Quarter", None) is type(node) and "quarter" or part
     if part not in DATE_PARTS:
-        _refuse(node, sql, f"the date part {part.upper()} has no calendar bound")
+        _refuse(node, f"the date part {part.upper()} has no calendar bound")
     low, high = DATE_PARTS[part]
     return Interval(Fraction(low), Fraction(high), True)
 

@@ -36,17 +36,17 @@ from dpsql.sql.parse import DIALECT, describe
 from dpsql.sql.types import reads_as_integer
 
 
-def bind_to(body: exp.Select, inner: Relation, sql: str) -> None:
+def bind_to(body: exp.Select, inner: Relation) -> None:
     """Resolve the subquery's own columns against its FROM relation (not nested subqueries)."""
     for column in list(body.find_all(exp.Column)):
         if column.find_ancestor(exp.Subquery) is not None and column.find_ancestor(exp.Subquery) is not body:
             continue
-        resolved = resolve_column(column, inner.scope, inner.columns, sql)  # a STRUCT field too
+        resolved = resolve_column(column, inner.scope, inner.columns)  # a STRUCT field too
         if resolved is None:
             refuse(column, f"unknown column {column.sql(dialect=DIALECT)}",
                    columns_hint(column.name, [c for q, c in inner.scope if q is None]))
         replace_column(column, resolved)
-    bind_brackets(body, inner.columns, sql)
+    bind_brackets(body, inner.columns)
 
 
 def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
@@ -57,7 +57,7 @@ def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
     return select
 
 
-def project_rows(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
+def project_rows(body: exp.Select, inner: Relation, reference: str, data) -> Relation:
     rule = inner.rule
     items: list[exp.Expr] = []
     rules: list[ColumnRule | None] = []
@@ -76,7 +76,7 @@ def project_rows(body: exp.Select, inner: Relation, reference: str, sql: str, da
             continue
         name = (item.alias if isinstance(item, exp.Alias) else node.name if isinstance(node, exp.Column)
                 else node.sql(dialect=DIALECT).replace('"', "")).lower()
-        check_row_level(node, sql, "a subquery's select list")
+        check_row_level(node, "a subquery's select list")
         if isinstance(node, exp.Column):
             items.append(exp.alias_(node.copy(), name, quoted=True))
             kept = rule.column(node.name)
@@ -110,7 +110,7 @@ def _output_name(item: exp.Expression) -> str:
 
 def _derived_rule(node, name, inner: Relation) -> ColumnRule | None:
     try:
-        interval = derive_range(node, lambda c: _interval(inner, c), "")
+        interval = derive_range(node, lambda c: _interval(inner, c))
     except Exception:
         return None  # not summable later; COUNT still works
     if interval is None:
@@ -133,7 +133,7 @@ UNIT_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min:
 ANY_VALUE is computed as MIN (any value, but the same whatever the row order)."""
 
 
-def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, sql: str, data) -> Relation:
+def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, data) -> Relation:
     rule = inner.rule
     group = body.args.get("group")
     grouped = [] if group is None else [resolve_group_item(g, body) for g in group.expressions]
@@ -146,7 +146,7 @@ def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, sql: s
                f"GROUP BY {sql_name(unit_of(rule))} in the subquery (aggregating across units happens "
                "in the outer query, with noise)")
     for g in grouped:
-        check_row_level(g, sql, "GROUP BY")
+        check_row_level(g, "GROUP BY")
     if body.args.get("having") is not None:
         refuse(body.args["having"], "HAVING inside a per-unit subquery is not supported (its aggregates "
                "cannot be made error-free)", "filter on the subquery's columns in the outer query's WHERE")
@@ -179,7 +179,7 @@ def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, sql: s
                        "in COUNT", "drop DISTINCT, or count distinct values")
             argument = argument.expressions[0]  # COUNT(DISTINCT x) per unit is in [0, k] too
         if not isinstance(argument, exp.Star):
-            check_row_level(argument, sql, describe(node))
+            check_row_level(argument, describe(node))
         items.append(exp.alias_(total_aggregate(node), name, quoted=True))
         rules.append(_aggregate_rule(UNIT_AGGREGATES[type(node)], argument, name, inner, k))
     if unit_name is None:
@@ -233,7 +233,7 @@ def _aggregate_rule(kind: str, argument, name: str, inner: Relation, k: int) -> 
     interval = None
     if not isinstance(argument, exp.Star):
         try:
-            interval = derive_range(argument, lambda c: _interval(inner, c), "")
+            interval = derive_range(argument, lambda c: _interval(inner, c))
         except Exception:
             interval = None
     if interval is None:
@@ -255,9 +255,9 @@ def _finish(select: exp.Select, rule: PrivateTable, reference: str, data, inner:
                     stability=inner.stability + (step,))
 
 
-def public_subquery(query: exp.Select, reference: str, sql: str, data) -> PublicSide:
+def public_subquery(query: exp.Select, reference: str, data) -> PublicSide:
     if data is None:
         refuse(query, "public subqueries need the database", "run the query through dpsql.connect")
-    check_public(query, sql, deterministic=True)
+    check_public(query, deterministic=True)
     columns = {name.lower(): typ for name, typ in data.describe(query)}
     return PublicSide(query.copy(), columns, column_scope(reference, columns), f"({reference})")

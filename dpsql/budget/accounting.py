@@ -177,8 +177,7 @@ def query_cost(plan: Plan) -> Spend:
     measures', with no delta) costs epsilon^2/2. A part with delta > 0 and no Gaussian form
     (partition selection) has no rho: the cost's rho is then ``None``.
     """
-    rho: Fraction | None = _ZERO
-    epsilon, delta = _ZERO, _ZERO
+    rho, epsilon, delta = _ZERO, _ZERO, _ZERO
     for measure in plan.measures:
         epsilon, delta = epsilon + measure.epsilon, delta + measure.delta
         if measure.noise == "gaussian":
@@ -186,11 +185,10 @@ def query_cost(plan: Plan) -> Spend:
         elif measure.noise != "none" and measure.delta == 0:
             rho += measure.epsilon ** 2 / 2
         elif measure.noise != "none":
-            rho = None
-            break
-    if rho is not None and plan.delta > delta:
-        rho = None
-    elif rho is not None and plan.epsilon > epsilon:
+            return Spend(plan.epsilon, plan.delta, None)
+    if plan.delta > delta:  # the delta beyond the measures' is partition selection's: no rho
+        return Spend(plan.epsilon, plan.delta, None)
+    if plan.epsilon > epsilon:
         rho += (plan.epsilon - epsilon) ** 2 / 2
     return Spend(plan.epsilon, plan.delta, rho)
 
@@ -199,8 +197,10 @@ def query_cost(plan: Plan) -> Spend:
 class Tally:
     """What an accountant needs of a set of past releases: exact, additive sums.
 
-    >>> Tally().add(Spend(Fraction(1, 10))).add(Spend(Fraction(1, 5), rho=Fraction(1, 50)))
-    Tally(entries=2, epsilon=Fraction(3, 10), delta=Fraction(0, 1), epsilon_squared=Fraction(1, 20), rho=Fraction(1, 40), unconverted=0)
+    >>> tally = Tally().add(Spend(Fraction(1, 10))).add(Spend(Fraction(1, 5), rho=Fraction(1, 50)))
+    >>> tally  # doctest: +NORMALIZE_WHITESPACE
+    Tally(entries=2, epsilon=Fraction(3, 10), delta=Fraction(0, 1), epsilon_squared=Fraction(1, 20),
+          rho=Fraction(1, 40), unconverted=0)
     """
 
     entries: int = 0
@@ -351,7 +351,7 @@ class ZcdpAccountant(_Filter):
         object.__setattr__(self, "total", Spend(self.total.epsilon, self.total.delta, rho))
 
     def filter_admits(self, tally: Tally) -> bool:
-        return tally.unconverted == 0 and tally.rho <= self.total.rho
+        return tally.unconverted == 0 and tally.rho <= _known(self.total.rho)
 
     def check(self, before: Tally, cost: Spend, which: str) -> None:
         if before.add(cost).unconverted:
@@ -363,15 +363,23 @@ class ZcdpAccountant(_Filter):
     def _filter_account(self, tally: Tally) -> tuple[Spend, Spend]:
         rho = tally.rho
         spent = Spend(epsilon_of_rho(rho, self.total.delta), self.total.delta if rho else _ZERO, rho)
-        left = max(self.total.rho - rho, _ZERO) if not tally.unconverted else _ZERO
+        left = max(_known(self.total.rho) - rho, _ZERO) if not tally.unconverted else _ZERO
         next_epsilon = _largest(math.sqrt(2 * float(left)), lambda e: e * e / 2 <= left)
         return spent, Spend(next_epsilon, self.total.delta, left)
 
     def _shortfalls(self, before: Tally, cost: Spend) -> list[str]:
         remaining = self.account(before).remaining
         rho = before.add(cost).rho - before.rho
-        return [_short("rho", rho, remaining.rho) + f" (a pure-epsilon query may still spend "
+        return [_short("rho", rho, _known(remaining.rho)) + f" (a pure-epsilon query may still spend "
                 f"epsilon {show(remaining.epsilon)})"]
+
+
+def _known(rho: Fraction | None) -> Fraction:
+    """A zCDP accountant's rho: its budget's and what remains of it always have one
+    (``ZcdpAccountant.__post_init__`` converts the budget; ``_filter_account`` keeps it)."""
+    if rho is None:
+        raise InternalError("a zCDP budget without its rho")
+    return rho
 
 
 _ACCOUNTANTS = {a.name: a for a in (Accountant, AdvancedAccountant, ZcdpAccountant)}

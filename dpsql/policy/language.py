@@ -24,8 +24,8 @@ A column named like an item keyword (``max``, ``privacy``, ``row``) must be doub
 Numbers are parsed from their decimal text into exact ``Fraction`` values, never via float.
 
 ``parse_policy`` checks what the text alone decides; ``check_policy`` checks the policy
-against the database's catalog (read by the backend, ``dpsql.backends.duckdb.read_catalog``). Both raise ``PolicyError`` naming
-the line and column of the offending item.
+against the database's catalog (read by the backend, ``dpsql.backends.duckdb.read_catalog``).
+Both raise ``PolicyError`` naming the line and column of the offending item.
 """
 
 from __future__ import annotations

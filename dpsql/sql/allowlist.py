@@ -35,7 +35,7 @@ from typing import NoReturn
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQuery
-from dpsql.sql.parse import describe, node_position
+from dpsql.sql.parse import describe
 
 
 def _classes(*names: str) -> tuple[type, ...]:
@@ -101,25 +101,17 @@ SCALAR_TYPES = frozenset(
 """Types a row-level cast may produce: one bounded-size value per row."""
 
 
-def refuse(node: exp.Expr, *parts: str) -> NoReturn:
-    """Raise an ``UnsupportedQuery`` at ``node``: ``refuse(node, message, hint)``. Its line and
-    column are found once, where the SQL text is known (``dpsql.sql.parse.located``).
-
-    The older form ``refuse(node, sql, message, hint)`` locates the error here; callers are
-    moving to the short one."""
-    if len(parts) == 3:
-        sql, message, hint = parts
-        line, col = node_position(node, sql)
-        raise UnsupportedQuery(message, line=line, col=col, construct=describe(node), hint=hint, node=node)
-    message, hint = parts
+def refuse(node: exp.Expr, message: str, hint: str) -> NoReturn:
+    """Raise an ``UnsupportedQuery`` at ``node``. Its line and column are found once, where the
+    SQL text is known (``dpsql.sql.parse.located``)."""
     raise UnsupportedQuery(message, construct=describe(node), hint=hint, node=node)
 
 
-def check_row_level(node: exp.Expr, sql: str | None = None, where: str = "a row-level expression") -> None:
+def check_row_level(node: exp.Expr, where: str = "a row-level expression") -> None:
     """Refuse anything in a row-level expression that is not on the allow-list, or that could
     cost more per row than the cost bounds allow (module docstring). The refusal carries the
-    node; its position is found at the boundary (``dpsql.sql.parse.located``). ``sql`` is
-    accepted and ignored while callers move to ``check_row_level(node, where=...)``.
+    node; its position is found at the boundary (``dpsql.sql.parse.located``), so called
+    directly, as here, it has none (``line`` is ``None``).
 
     >>> import sqlglot
     >>> check_row_level(sqlglot.parse_one("zip LIKE '9%' AND age > 30"), where="WHERE")
@@ -134,9 +126,8 @@ def check_row_level(node: exp.Expr, sql: str | None = None, where: str = "a row-
     _check_cost(node, where)
 
 
-def check_public(node: exp.Expr, sql: str | None = None, *, deterministic: bool = False) -> None:
-    """Refuse anything in a query over public tables that is not on the public allow-list
-    (``sql``: accepted and ignored, as in ``check_row_level``).
+def check_public(node: exp.Expr, *, deterministic: bool = False) -> None:
+    """Refuse anything in a query over public tables that is not on the public allow-list.
 
     ``deterministic``: also refuse window functions, whose rows depend on evaluation order — for
     public subqueries joined to private data, which must mean one thing (DESIGN.md invariant 15).
@@ -152,9 +143,8 @@ def check_public(node: exp.Expr, sql: str | None = None, *, deterministic: bool 
             refuse(sub, f"{describe(sub)} is not allowed here", "query declared tables with SELECT")
 
 
-def check_post(node: exp.Expr, sql: str | None = None, where: str = "post-processing") -> None:
-    """Refuse anything in a post-processing expression that is not on the allow-list
-    (``sql``: accepted and ignored, as in ``check_row_level``)."""
+def check_post(node: exp.Expr, where: str = "post-processing") -> None:
+    """Refuse anything in a post-processing expression that is not on the allow-list."""
     _check_depth(node, where)
     _check(node, where, POST_NODES, POST_FUNCTIONS, "on released values")
 

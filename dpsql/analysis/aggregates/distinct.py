@@ -25,7 +25,7 @@ class DistinctFamily(CountingFamily):
                           context: Call) -> Aggregate | None:
         if not (isinstance(call, exp.Count) and len(values) == 1):
             return None
-        check_row_level(values[0], context.sql, "COUNT(DISTINCT ...)")
+        check_row_level(values[0], "COUNT(DISTINCT ...)")
         return Aggregate(context.name, "count_distinct", filtered(values[0], context.condition), context.label)
 
     def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:

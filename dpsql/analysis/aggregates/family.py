@@ -33,8 +33,6 @@ class Call:
     """The FILTER (WHERE ...) condition, already checked as row-level; None without FILTER."""
     unit: str | None
     """The privacy unit column (lower case), when the relation has one the analyst can name."""
-    sql: str
-    """The query text, for the allow-list checks that still locate their own refusals."""
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,6 @@ def _rule(aggregate: AggregateRelease) -> QuantileRule:
 def _quantile(call: exp.Expression, argument: exp.Expression, q: exp.Expression | None, context: Call) -> Aggregate:
     if not (isinstance(q, exp.Literal) and not q.is_string and 0 <= Fraction(q.this) <= 1):
         refuse(call, "the quantile must be a constant between 0 and 1", "write QUANTILE_CONT(x, 0.9)")
-    check_row_level(argument, context.sql, describe(call))
+    check_row_level(argument, describe(call))
     return Aggregate(context.name, "quantile", filtered(argument, context.condition), context.label,
                      quantile=float(Fraction(q.this)))

@@ -35,14 +35,14 @@ NAMED_BY_FUNCTION = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
 """Calls DuckDB names ``function(argument)`` in lower case, whatever the analyst wrote."""
 
 
-def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str | None = None,
+def split_aggregates(tree: exp.Select, keys: list[GroupKey], unit: str | None = None,
                      names: list[str] | None = None):
     """(aggregates, post query, output names, direct outputs) of a bound private SELECT;
     ``names`` are the output names as written (binding may have renamed columns)."""
     aggregates: list[Aggregate] = []
 
     def register(call: exp.Expression) -> exp.Column:
-        aggregate = classify(call, sql, unit, f"a{len(aggregates)}")
+        aggregate = classify(call, unit, f"a{len(aggregates)}")
         for existing in aggregates:
             if _same(existing, aggregate):
                 return exp.column(existing.name)
@@ -59,7 +59,7 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
         written = _inline_lateral(item.unalias().copy(), earlier)
         if isinstance(item, exp.Alias):
             earlier[item.alias.lower()] = written
-        value = _replace(written.copy(), keys, register, sql, unit)
+        value = _replace(written.copy(), keys, register, unit)
         if isinstance(item.unalias(), AGGREGATE_CALLS) and isinstance(value, exp.Column):
             direct.append((name, value.name))
         outputs.append(name)
@@ -67,17 +67,17 @@ def split_aggregates(tree: exp.Select, keys: list[GroupKey], sql: str, unit: str
     post = exp.Select(expressions=items).from_("dp_core")
     having = tree.args.get("having")
     if having is not None:
-        post = post.where(_replace(having.this.copy(), keys, register, sql, unit))
+        post = post.where(_replace(having.this.copy(), keys, register, unit))
     order = tree.args.get("order")
     if order is not None:
-        post.set("order", _replace(order.copy(), keys, register, sql, unit))
+        post.set("order", _replace(order.copy(), keys, register, unit))
     for part in ("limit", "offset", "distinct"):
         if tree.args.get(part) is not None:
             post.set(part, tree.args[part].copy())
     if not aggregates and not keys:  # GROUP BY with no aggregate releases its keys
         refuse(tree, "a query over a private table must aggregate",
                "select COUNT(*), SUM(col) or AVG(col)")
-    _check_post_query(post, sql)
+    _check_post_query(post)
     return aggregates, post, outputs, direct
 
 
@@ -95,7 +95,7 @@ def _inline_lateral(node: exp.Expression, earlier: dict[str, exp.Expression]) ->
     return node.transform(visit, copy=False) if earlier else node
 
 
-def _replace(node: exp.Expression, keys: list[GroupKey], register, sql: str, unit: str | None = None):
+def _replace(node: exp.Expression, keys: list[GroupKey], register, unit: str | None = None):
     """Aggregates -> a*, key expressions -> g*; anything else private is refused."""
     def visit(sub: exp.Expression):
         if isinstance(sub, AGGREGATE_CALLS):
@@ -130,14 +130,14 @@ def _is_alias_reference(column: exp.Column) -> bool:
     return not is_bound(column)
 
 
-def _check_post_query(post: exp.Select, sql: str) -> None:
+def _check_post_query(post: exp.Select) -> None:
     for item in post.expressions:
-        check_post(item.unalias(), sql, "the select list")
+        check_post(item.unalias(), "the select list")
     if post.args.get("where") is not None:
-        check_post(post.args["where"].this, sql, "HAVING")
+        check_post(post.args["where"].this, "HAVING")
     if post.args.get("order") is not None:
         for ordered in post.args["order"].expressions:
-            check_post(ordered.this, sql, "ORDER BY")
+            check_post(ordered.this, "ORDER BY")
     for part in ("limit", "offset"):
         node = post.args.get(part)
         if node is not None:
@@ -147,16 +147,16 @@ def _check_post_query(post: exp.Select, sql: str) -> None:
                        f"write {part.upper()} 10")
 
 
-def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Aggregate:
+def classify(call: exp.Expression, unit: str | None, name: str) -> Aggregate:
     """What one aggregate call computes, as the family that owns it classifies it; refuses the
     calls no family can make private."""
     label = call.sql(dialect=DIALECT).replace('"', "")
     condition = None
     if isinstance(call, exp.Filter):
         condition = call.expression.this
-        check_row_level(condition, sql, "FILTER (WHERE ...)")
+        check_row_level(condition, "FILTER (WHERE ...)")
         call = call.this
-    context = Call(name, label, condition, unit, sql)
+    context = Call(name, label, condition, unit)
     family = family_for_call(call)
     if isinstance(call, exp.WithinGroup) and family is not None:  # its argument is in its ORDER BY
         return family.classify(call, None, context)
@@ -171,7 +171,7 @@ def classify(call: exp.Expression, sql: str, unit: str | None, name: str) -> Agg
         refuse(call, f"{describe(call)} with DISTINCT is supported only as COUNT(DISTINCT expr)",
                "count distinct values with COUNT(DISTINCT col), or drop DISTINCT")
     if argument is not None:
-        check_row_level(argument, sql, f"{describe(call)}")
+        check_row_level(argument, f"{describe(call)}")
     if family is None:
         refuse(call, f"aggregate {describe(call)} is not supported",
                "use COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, QUANTILE_CONT, MIN or MAX")
