@@ -42,6 +42,7 @@ from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.rewrite import (
+    BoundedStatement,
     domain_sql,
     literal,
     rewrite_statement,
@@ -216,8 +217,7 @@ class Connection:
         self._agreed_policies = frozenset(agreed)
         self._policy_file = policy_file_of(policy)
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
-        self._preparer = Preparer(self.policy, self._catalog, self._engine,
-                                  lambda statement: self._engine.describe(statement.sql, self._salt_for(statement.needs_salt)),
+        self._preparer = Preparer(self.policy, self._catalog, self._engine, self._describe,
                                   self._column_names, self._policy_text)
 
     def _check_listed_keys(self) -> None:
@@ -311,8 +311,8 @@ class Connection:
             histograms: dict[str, Sequence[tuple]] = {}
             for measure in plan.separate:
                 separate = separate_statement(plan, measure)
-                histograms[measure.name] = read_keys(
-                    self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded), keys)
+                fetched = self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded)
+                histograms[measure.name] = read_keys(fetched, keys)
             released = domain
             if outside:  # the outside cell last; there is one only beside a public domain
                 assert domain is not None
@@ -357,6 +357,10 @@ class Connection:
                         **self._described(plan, checked, types, len(rows)), budget=self._snapshot(),
                         outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=limits_of(plan), bounding=bounding)
+
+    def _describe(self, statement: BoundedStatement) -> list[tuple[str, str]]:
+        """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
+        return self._engine.describe(statement.sql, self._salt_for(statement.needs_salt))
 
     def _salt_for(self, needed: bool) -> dict | None:
         """The secret salt as a query parameter, for a statement that orders by a salted hash
