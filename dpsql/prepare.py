@@ -102,6 +102,8 @@ class Preparer:
         self._checked: OrderedDict[str, tuple] = OrderedDict()
         self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
         self._normal: OrderedDict[str, str] = OrderedDict()
+        self._statements: OrderedDict[tuple, tuple[BoundedStatement, tuple[str, ...]]] = OrderedDict()
+        self._key_types: OrderedDict[str, dict] = OrderedDict()
         self._lock = threading.Lock()
 
     def prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
@@ -127,6 +129,8 @@ class Preparer:
             self._checked.clear()
             self._prepared.clear()
             self._normal.clear()
+            self._statements.clear()
+            self._key_types.clear()
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any, analyst: str | None) -> Prepared:
@@ -139,9 +143,9 @@ class Preparer:
             max_keys(self.policy, written)  # a wrong max_keys option is refused before anything runs
         if not plan.query.aggregates and plan.selection is None:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
-        bounded = rewrite_statement(plan)
+        bounded, core_types = self._statement(sql, plan)
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
-        priced = Priced(query_cost(plan), bounded, self.core_types(plan, bounded), normal, repeat)
+        priced = Priced(query_cost(plan), bounded, core_types, normal, repeat)
         return Prepared(tree, checked, written, plan, bias, priced)
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
@@ -184,8 +188,26 @@ class Preparer:
             return plan
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
-        types = dict(self._describe(key_types_statement(plan)))
+        types = self._recall(self._key_types, sql) if isinstance(sql, str) else None
+        if types is None:  # the keys' types follow from the text alone (schema and policy fixed)
+            types = dict(self._describe(key_types_statement(plan)))
+            if isinstance(sql, str):
+                self._keep(self._key_types, sql, types)
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
+
+    def _statement(self, sql: str, plan: Plan) -> tuple[BoundedStatement, tuple[str, ...]]:
+        """The bounded statement of ``plan`` and its core types, kept per (text, measure shapes):
+        the rewrite reads the checked query (fixed by the text) and each measure's grid and
+        bounds, never epsilon, delta or a noise scale, so a new epsilon on the same text
+        reuses it unless it moves a grid (``dpsql.analysis.analyse.choose_grid``)."""
+        key = (sql, _statement_shape(plan)) if isinstance(sql, str) else None
+        found = self._recall(self._statements, key) if key is not None else None
+        if found is None:
+            bounded = rewrite_statement(plan)
+            found = (bounded, self.core_types(plan, bounded))
+            if key is not None:
+                self._keep(self._statements, key, found)
+        return found
 
     def core_types(self, plan: Plan, bounded: BoundedStatement) -> tuple[str, ...]:
         """DuckDB types of the noisy core's columns (keys as the database types them); binding
@@ -238,6 +260,14 @@ class Preparer:
 
 
 _PLAIN = (type(None), bool, int, float, str, Fraction, Decimal, np.generic)
+
+
+def _statement_shape(plan: Plan) -> tuple:
+    """Everything of ``plan`` the rewrite reads besides its checked query: each measure's name,
+    kind, grid, integer bounds and form, and the partition-selection column."""
+    measures = tuple((m.name, m.kind, m.grid, m.lower, m.upper, m.centred, m.squared, m.counts_values_of,
+                      m.offset, m.clamped_columns) for m in plan.measures)
+    return measures, None if plan.selection is None else plan.selection.measure
 
 
 def _cache_key(sql: Any, *arguments: Any) -> tuple | None:

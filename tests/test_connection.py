@@ -352,3 +352,19 @@ def test_noise_is_drawn_afresh_for_a_cached_plan(db):
     sql = "SELECT COUNT(*) FROM visits"
     answers = {db.sql(sql, epsilon=Fraction(1, n)).fetchone()[0] for n in range(2, 12)}
     assert len(answers) > 1
+
+
+@pytest.mark.parametrize("sql, arguments", [q for q in PREPARED_QUERIES if "FROM visits" in q[0] and "OPTIONS" not in q[0]])
+def test_a_bounded_statement_kept_across_epsilons_is_the_one_the_rewrite_gives(db, sql, arguments):
+    """The bounded statement is kept per (text, measure shapes), not per epsilon: for every
+    epsilon it must be exactly what rewriting that epsilon's plan gives, core types included."""
+    from dpsql.backends.rewrite import rewrite_statement
+
+    for epsilon in (0.5, 0.01, 3, 0.5, 1e-3):
+        prepared = db._prepare(sql, epsilon, *(arguments.get(name) for name in ("delta", "noise", "weights",
+                                                                               "report_bias")))
+        if prepared.priced is None:
+            continue
+        fresh = rewrite_statement(prepared.plan)
+        assert prepared.priced.bounded == fresh
+        assert prepared.priced.core_types == db._preparer.core_types(prepared.plan, fresh)
