@@ -58,7 +58,7 @@ from dpsql.bias import (
     stored_bounding,
     with_bounding,
 )
-from dpsql.budget.accounting import Spend, accountant_for, show
+from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
 from dpsql.errors import (
     DPError,
@@ -295,7 +295,6 @@ class Connection:
             return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
         bounded, cost, key = priced.bounded, priced.cost, priced.repeat_key
         bounded_sql = bounded.sql
-        self._check_accountable(cost)
         salt = self._salt_for(bounded.needs_salt)
         outside = reports_outside(plan.query.keys)
         picked = plain_projection(checked.post, core_columns(plan))
@@ -423,7 +422,7 @@ class Connection:
         epsilon = privacy_options(self.policy, epsilon, None, None).epsilon
         plan = plan_suggestion(self.policy, self._catalog, table_key, table, epsilon, columns, group_by)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
-        self._check_accountable(cost)
+        check_accountable(self.policy.accounting, cost)
         self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {plan.table}",
                             options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
                                      "group_by": plan.group_by},
@@ -654,14 +653,6 @@ class Connection:
             return output_cells(plan, checked, release, rows, alpha)
 
         return cells
-
-    def _check_accountable(self, cost: Spend) -> None:
-        """Under ZCDP every release needs a rho; partition selection is (epsilon, delta)-DP only."""
-        if self.policy.accounting == "zcdp" and cost.rho is None:
-            raise UnsupportedQuery(
-                "part of this query (partition selection of private GROUP BY keys) is only "
-                "(epsilon, delta)-DP, which the policy's ACCOUNTING ZCDP cannot add up",
-                hint="group by columns with a KEYS domain, or use ACCOUNTING BASIC or ADVANCED")
 
     def _budget_of(self, accountant, tally, owner: str | None = None) -> Budget:
         account = accountant.account(tally)

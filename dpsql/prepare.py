@@ -35,7 +35,7 @@ from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.keys import typed_keys
 from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement
 from dpsql.bias import BiasPlan, bias_share, plan_bias
-from dpsql.budget.accounting import Spend, query_cost
+from dpsql.budget.accounting import Spend, check_accountable, query_cost
 from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.options import (
     apply_contribution_options,
@@ -145,7 +145,9 @@ class Preparer:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
         bounded, core_types = self._statement(sql, plan)
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
-        priced = Priced(query_cost(plan), bounded, core_types, normal, repeat)
+        cost = query_cost(plan)
+        check_accountable(self.policy.accounting, cost)  # explain refuses it too, as sql() does
+        priced = Priced(cost, bounded, core_types, normal, repeat)
         return Prepared(tree, checked, written, plan, bias, priced)
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:

@@ -368,3 +368,19 @@ def test_a_bounded_statement_kept_across_epsilons_is_the_one_the_rewrite_gives(d
         fresh = rewrite_statement(prepared.plan)
         assert prepared.priced.bounded == fresh
         assert prepared.priced.core_types == db._preparer.core_types(prepared.plan, fresh)
+
+
+def test_zcdp_refuses_partition_selection_in_sql_and_explain_alike():
+    """Partition selection has no rho, so ACCOUNTING ZCDP cannot add it up: sql() and explain()
+    refuse it the same way (one prepare), and nothing is charged."""
+    policy = POLICY.replace("QUERY EPSILON 1;", "QUERY EPSILON 1; ACCOUNTING ZCDP;")
+    with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=policy, rng=SeededSource(5)) as db:
+        sql = "SELECT uid % 3 AS k, COUNT(*) FROM visits GROUP BY k"  # no KEYS domain: selection
+        refusals = []
+        for ask in (db.explain, db.sql):
+            with pytest.raises(dpsql.UnsupportedQuery, match="ACCOUNTING ZCDP cannot add up") as refused:
+                ask(sql, delta=1e-6)
+            refusals.append(str(refused.value))
+        assert refusals[0] == refusals[1]
+        assert db.budget.spent.epsilon == 0
+        db.sql("SELECT store, COUNT(*) FROM visits GROUP BY store")  # a KEYS domain: no selection, answered

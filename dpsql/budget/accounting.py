@@ -66,7 +66,7 @@ from fractions import Fraction
 from numbers import Rational
 from typing import TYPE_CHECKING, ClassVar
 
-from dpsql.errors import BudgetExceeded, DPError, InternalError
+from dpsql.errors import BudgetExceeded, DPError, InternalError, UnsupportedQuery
 from dpsql.mechanisms.calibrate import rho_of
 from dpsql.sql.numbers import finite_decimal
 
@@ -167,6 +167,16 @@ def none_below_zero(amount: Spend) -> Spend:
     """
     rho = None if amount.rho is None else max(amount.rho, _ZERO)
     return Spend(max(amount.epsilon, _ZERO), max(amount.delta, _ZERO), rho)
+
+
+def check_accountable(accounting: str, cost: Spend) -> None:
+    """Refuse a release the policy's accounting cannot add up: under ZCDP every release needs a
+    rho, and partition selection is (epsilon, delta)-DP only (it has none)."""
+    if accounting == "zcdp" and cost.rho is None:
+        raise UnsupportedQuery(
+            "part of this query (partition selection of private GROUP BY keys) is only "
+            "(epsilon, delta)-DP, which the policy's ACCOUNTING ZCDP cannot add up",
+            hint="group by columns with a KEYS domain, or use ACCOUNTING BASIC or ADVANCED")
 
 
 def query_cost(plan: Plan) -> Spend:
