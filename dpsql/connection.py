@@ -44,7 +44,6 @@ from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.rewrite import (
     BoundedStatement,
     domain_sql,
-    literal,
     rewrite_statement,
     separate_statement,
 )
@@ -231,12 +230,10 @@ class Connection:
                 if rule.keys is None or rule.keys.values is None or type_name == "VARCHAR" \
                         or is_numeric_type(type_name):
                     continue
-                rows = ", ".join(f"({literal(str(v))})" for v in rule.keys.values)
-                wrong = self._engine.fetch(f"SELECT v FROM (VALUES {rows}) AS d(v) "
-                                           f"WHERE TRY_CAST(v AS {type_name}) IS NULL")
+                wrong = [v for v in rule.keys.values if self._engine.cast_error(str(v), type_name) is not None]
                 if wrong:
                     position = rule.position
-                    raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0][0]}', "
+                    raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0]}', "
                                       f"which is not a value of {type_name}",
                                       line=position.line if position else None,
                                       col=position.col if position else None,
@@ -442,7 +439,7 @@ class Connection:
                  if t.upper().startswith(("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"))]
         if not zoned:
             return ""
-        zone = self._engine.fetch("SELECT current_setting('TimeZone')")[0][0]
+        zone = self._engine.time_zone()
         return (f"\n\ntime zone: {', '.join(zoned)} (TIMESTAMP WITH TIME ZONE) are read in {zone}: date parts, "
                 "date_trunc and casts to DATE or TIMESTAMP are taken there")
 

@@ -71,6 +71,10 @@ class Backend(Protocol):
         one-line reason. Casts the constant alone: no row is read."""
         ...
 
+    def time_zone(self) -> str:
+        """The zone the engine reads TIMESTAMP WITH TIME ZONE values in (a setting, not data)."""
+        ...
+
     # ---- bounded copies ---------------------------------------------------------------------
 
     def prepare_bounding(self, tables: list, salt: str) -> None:

@@ -259,6 +259,10 @@ class Engine:
             return str(error).split("\n")[0]
         return None
 
+    def time_zone(self) -> str:
+        """DuckDB's TimeZone setting: where date parts of a TIMESTAMPTZ are taken."""
+        return str(self.fetch("SELECT current_setting('TimeZone')")[0][0])
+
     def _bounding_instance(self) -> "_Instance":
         """The shared state of this engine's DuckDB instance (the caller holds ``_lock``)."""
         if self._instance is None:
