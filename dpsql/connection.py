@@ -29,7 +29,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.accuracy import aggregates_of, output_cells
-from dpsql.analysis.aggregates import counts_rows, plain_projection, post_sql
+from dpsql.analysis.aggregates import counts_rows, plain_projection, total_post
 from dpsql.analysis.domains import (
     domain_parts,
     domain_text,
@@ -94,7 +94,7 @@ from dpsql.result import (
     encode_answer,
 )
 from dpsql.sql.names import columns_hint, sql_name, table_key
-from dpsql.sql.parse import located
+from dpsql.sql.parse import DIALECT, located
 from dpsql.sql.types import is_numeric_type
 from dpsql.suggest import plan_suggestion, run_suggestion
 
@@ -334,7 +334,7 @@ class Connection:
             else:
                 indexed = [row + (index,) for index, row in enumerate(core)]
                 columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
-                                                          indexed, post_sql(checked.post))
+                                                          indexed, total_post(checked.post))
                 tracked = columns[-1] == "dp_row"
                 order = [row[-1] for row in rows] if tracked else []
                 rows = [row[:-1] for row in rows] if tracked else rows
@@ -372,7 +372,8 @@ class Connection:
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         if isinstance(checked, PublicQuery):
-            return Explanation(f"public tables only: runs exactly and costs nothing\n\n{checked.sql}")
+            return Explanation("public tables only: runs exactly and costs nothing\n\n"
+                               + checked.tree.sql(dialect=DIALECT))
         assert plan is not None
         priced = prepared.priced
         if priced is None:
@@ -567,7 +568,7 @@ class Connection:
             if picked is not None:
                 return [core[i] for i in picked]
             described = self._engine.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
-                                                    post_sql(checked.post))
+                                                    total_post(checked.post))
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
@@ -634,8 +635,7 @@ class Connection:
         values only: nothing private is read."""
         try:
             select = exp.Select(expressions=[e.copy() for e in checked.post.expressions]).from_("dp_core")
-            _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core],
-                                                select.sql(dialect="duckdb"))
+            _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core], select)
             return tuple(rows[0])
         except Exception:  # a post-processing error on NULL keys: the outputs are left out
             return None
@@ -761,7 +761,7 @@ class Connection:
         itself (narrowed by the WHERE), whatever the data, so nothing private is read or
         charged; post-processing (ORDER BY, LIMIT, expressions of the keys) runs on them."""
         types = [key.type_name or "" for key in plan.query.keys]  # every key is typed once prepared
-        post = checked.post.sql(dialect="duckdb")
+        post = checked.post
         try:
             _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)
         except Exception as error:  # public keys only: DuckDB's message reveals nothing private
@@ -777,14 +777,14 @@ class Connection:
 
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:
-            frame = self._engine.fetch_df(query.sql)
+            frame = self._engine.fetch_df(query.tree)
         except Exception as error:  # public tables only: DuckDB's own message reveals nothing private
             message = str(error).split("\n")[0]
             raise UnsupportedQuery(f"the query over public tables failed: {message}",
                                    hint="check the column and table names") from None
         rows = list(frame.itertuples(index=False, name=None))
         return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
-                        types=lambda: [type_name for _, type_name in self._engine.describe(query.sql)],
+                        types=lambda: [type_name for _, type_name in self._engine.describe(query.tree)],
                         converter=self._engine.convert)
 
 

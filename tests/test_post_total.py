@@ -2,7 +2,7 @@
 charge may fail): an expression of released values that DuckDB cannot compute — an
 overflowing cast, an integer division by a noisy zero — gives NULL in its row, in the select
 list, HAVING and ORDER BY alike, and the accuracy intervals still see the expression as
-written (``dpsql.analysis.aggregates.post_sql`` wraps it in TRY only in the SQL it runs)."""
+written (``dpsql.analysis.aggregates.total_post`` wraps it in TRY only in the query it runs)."""
 
 from __future__ import annotations
 

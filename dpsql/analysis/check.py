@@ -36,7 +36,7 @@ from dpsql.sql.allowlist import (
     check_row_level,
     refuse,
 )
-from dpsql.sql.parse import DIALECT, describe, located
+from dpsql.sql.parse import describe, located
 from dpsql.sql.types import implied_domain
 
 if TYPE_CHECKING:  # the protocol only: analysis asks the engine through it, never imports one
@@ -192,7 +192,7 @@ def _keys_of_distinct(tree: exp.Select) -> None:
 
 def _check_public(tree: exp.Expression) -> PublicQuery:
     check_public(tree)
-    return PublicQuery(tree.sql(dialect=DIALECT))
+    return PublicQuery(tree)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -113,8 +113,8 @@ class PrivateQuery:
 class PublicQuery:
     """A query touching public tables only: it runs exactly and costs nothing."""
 
-    sql: str
-    """The SQL to run, regenerated from the checked AST."""
+    tree: exp.Expression
+    """The checked query, which the backend renders and runs as it is."""
 
 
 @dataclass(frozen=True)

@@ -100,20 +100,23 @@ class Backend(Protocol):
         the statement deadline: past it, ``QueryFailed``, whatever the data (invariant 17)."""
         ...
 
-    def fetch_df(self, sql: str) -> Any:
-        """Run generated SQL over public tables only and return a pandas DataFrame."""
+    def fetch_df(self, statement: exp.Expression | str) -> Any:
+        """Run a checked query over public tables only (a tree, rendered by the backend) and
+        return a pandas DataFrame."""
         ...
 
     # ---- post-processing of released values -------------------------------------------------
 
     def post_process(self, columns: list[str], types: list[str], rows: list[tuple],
-                     sql: str) -> tuple[list[str], list[tuple]]:
-        """Run a post-processing query over released (noisy) rows only, in a place that cannot
+                     statement: exp.Expression | str) -> tuple[list[str], list[tuple]]:
+        """Run a post-processing query (a tree over ``dp_core``, rendered by the backend; its
+        fallible expressions already marked total) over released (noisy) rows only, in a place that cannot
         see the database: (column names, rows). It runs after the charge, so it must never
         fail depending on the data (invariant 19): its expressions are total."""
         ...
 
-    def released_types(self, columns: list[str], types: list[str], sql: str) -> list[tuple[str, str]]:
+    def released_types(self, columns: list[str], types: list[str],
+                       statement: exp.Expression | str) -> list[tuple[str, str]]:
         """(name, type) of a post-processing query's columns; binds it, reads no rows."""
         ...
 

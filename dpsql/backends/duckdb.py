@@ -319,8 +319,9 @@ class Engine:
             finally:
                 cursor.close()
 
-    def fetch_df(self, sql: str) -> pd.DataFrame:
-        """Run generated SQL over public tables and fetch the result as a DataFrame."""
+    def fetch_df(self, statement: exp.Expression | str) -> pd.DataFrame:
+        """Run a checked query over public tables and fetch the result as a DataFrame."""
+        sql = _rendered(statement)
         with self._lock:
             cursor = self._connection.cursor()
             try:
@@ -329,7 +330,8 @@ class Engine:
             finally:
                 cursor.close()
 
-    def post_process(self, columns: list[str], types: list[str], rows: list[tuple], sql: str):
+    def post_process(self, columns: list[str], types: list[str], rows: list[tuple],
+                     statement: exp.Expression | str):
         """Run a post-processing query over released rows, in a separate, empty database.
 
         The released rows are all it can see: the wrapped database is not attached to it, and
@@ -337,6 +339,7 @@ class Engine:
         (opening one costs tens of milliseconds); each call loads the rows into a fresh
         ``dp_core`` table. Returns (column names, rows).
         """
+        sql = _rendered(statement)
         with self._lock:
             if self._post is None:
                 self._post = open_hardened(":memory:", hardened_config("1GB"))
@@ -359,9 +362,11 @@ class Engine:
                                 for value, type_name in zip(row, types)) for row in result]
             return names, result
 
-    def released_types(self, columns: list[str], types: list[str], sql: str) -> list[tuple[str, str]]:
+    def released_types(self, columns: list[str], types: list[str],
+                       statement: exp.Expression | str) -> list[tuple[str, str]]:
         """(name, type) of a post-processing query's columns over an empty ``dp_core`` of
         these columns: binds the query, reads no rows (``DPResult.types``)."""
+        sql = _rendered(statement)
         with self._lock:
             if self._post is None:
                 self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))

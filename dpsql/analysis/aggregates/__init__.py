@@ -40,11 +40,11 @@ from dpsql.analysis.aggregates.split import (
     classify,
     output_name,
     plain_projection,
-    post_sql,
     split_aggregates,
+    total_post,
 )
 
 __all__ = [
     "AggregateFamily", "FAMILIES", "classify", "counts_rows", "family_of", "output_name", "plain_projection",
-    "post_sql", "spellings", "split_aggregates",
+    "total_post", "spellings", "split_aggregates",
 ]

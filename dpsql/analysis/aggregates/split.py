@@ -199,19 +199,20 @@ def _plain(name: str) -> bool:
     return name.isidentifier() and name.lower() == name
 
 
-def post_sql(post: exp.Select) -> str:
-    """The post-processing SQL, carrying the core row number along unless DISTINCT merges rows.
+def total_post(post: exp.Select) -> exp.Select:
+    """The post-processing query as it runs, carrying the core row number along unless DISTINCT
+    merges rows; the backend renders it.
 
     It runs after the charge, so it must not fail (DESIGN.md: nothing after the charge may
     fail): every select-list, HAVING and ORDER BY expression that computes anything runs
     under ``TRY``, so an overflowing cast or a logarithm of a noisy zero gives NULL, not an
     error — a NULL in a row rather than a charged failure. ``post`` itself stays as written
-    (``dpsql.accuracy`` derives intervals from its tree, never from this SQL).
+    (``dpsql.accuracy`` derives intervals from its tree, never from this one).
 
     >>> import sqlglot
     >>> post = sqlglot.parse_one("SELECT g0 AS k, CAST(a0 * 30 AS TINYINT) AS v FROM dp_core "
     ...                          "WHERE LN(a0) > 1 ORDER BY v, a0 / 2", read="duckdb")
-    >>> for part in post_sql(post).split(" FROM "): print(part)
+    >>> for part in total_post(post).sql(dialect="duckdb").split(" FROM "): print(part)
     SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row
     dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)
     """
@@ -228,8 +229,8 @@ def post_sql(post: exp.Select) -> str:
             if _can_fail(ordered.this):
                 ordered.set("this", exp.Try(this=ordered.this))
     if post.args.get("distinct") is not None:
-        return total.sql(dialect=DIALECT)
-    return total.select(exp.column("dp_row"), append=True).sql(dialect=DIALECT)
+        return total
+    return total.select(exp.column("dp_row"), append=True, copy=False)
 
 
 def _can_fail(node: exp.Expression) -> bool:
