@@ -100,7 +100,8 @@ class PrivateQuery:
     """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
     which the analyst cannot name (``dpsql.backends.bounding``); every rule treats it as a unit column."""
     bounded: tuple[str, ...] = ()
-    """The bounded copies (``dpsql.backends.bounding``) the source reads: built before it runs."""
+    """The private tables (catalog keys) the source reads, each through its bounded copy, which the
+    backend names and builds before the source runs (``dpsql.sql.pieces.CopiedTable``)."""
     joins: tuple[str, ...] = ()
     """What each join with public data compares and multiplies (for explain)."""
 
