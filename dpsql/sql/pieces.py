@@ -21,7 +21,7 @@ Whether a statement needs the salt is read from its tree (``needs_salt``), never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from functools import lru_cache
 
@@ -76,7 +76,7 @@ def salted_hash(*values: exp.Expr) -> exp.Expr:
     return SaltedHash(expressions=list(values))
 
 
-def key_text(node: exp.Expr) -> exp.Expr:
+def key_text(node: exp.Expr) -> KeyText:
     return KeyText(this=node)
 
 
@@ -190,7 +190,7 @@ def _number_arg(node: exp.Expr | None) -> int | None:
 
 
 def bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: int | None,
-                 string_length: int | None, columns: Sequence[str]) -> exp.Select:
+                 string_length: int | None, columns: Iterable[str]) -> exp.Select:
     """The rows of private table ``key``'s bounded copy, padding rows dropped (``PAD``): a query
     over its ``columns``. ``unit`` is ``None`` for a row-level table.
 
