@@ -92,8 +92,9 @@ class PrivateQuery:
     """(output name, aggregate name) for outputs that are exactly one aggregate: their
     accuracy is the aggregate's."""
     source: exp.Expression | None = None
-    """The relation's SQL: a table (a private table's bounded copy), or a join, subquery, CTE
-    or UNION ALL. ``None``: the table named ``table`` itself."""
+    """The relation's SQL, as an engine-neutral tree (``dpsql.sql.pieces``, rendered by the
+    backend): a read of a private table's bounded copy, or a join, subquery, CTE or UNION ALL.
+    ``None``: the table named ``table`` itself."""
     rows_per_unit: int | None = None
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
     hidden_unit: bool = False
