@@ -66,12 +66,13 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
-from dpsql.backends import render as engine
-from dpsql.backends.bounding import DATABASE, DROP_CAP, raw_rows_name
-from dpsql.backends.render import needs_salt, render
+from dpsql.backends.bounding import DATABASE, DROP_CAP, piece_copy_name, raw_rows_name
+from dpsql.backends.render import render
 from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
+from dpsql.sql import pieces
+from dpsql.sql.pieces import CopiedTable
 
 DEFAULT_SHARE = Fraction(1, 20)
 """The share of a query's epsilon a bias report takes when asked for with ``report_bias=True``
@@ -206,9 +207,9 @@ def _share_of(value, policy_share, exact_parameter) -> Fraction | None:
     return None if share == 0 else share
 
 
-def source_table(query: PrivateQuery) -> str | None:
-    """The bounded copy ``query`` reads, when it reads one private table directly (no join,
-    no subquery): the bias report's counts are defined over such a query only."""
+def source_table(query: PrivateQuery) -> CopiedTable | None:
+    """The private table ``query`` reads (through its bounded copy), when it reads one directly
+    (no join, no subquery): the bias report's counts are defined over such a query only."""
     source = query.source
     if not isinstance(source, exp.Select) or len(query.bounded) != 1 or query.joins:
         return None
@@ -216,9 +217,9 @@ def source_table(query: PrivateQuery) -> str | None:
         return None
     table = source.args.get("from_") or source.args.get("from")  # sqlglot renamed the key
     table = table.this if table is not None else None
-    if not isinstance(table, exp.Table) or table.name != query.bounded[0] or table.catalog != DATABASE:
+    if not isinstance(table, CopiedTable) or table.table_key != query.bounded[0]:
         return None
-    return table.name
+    return table
 
 
 def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, where=None) -> BiasPlan | None:
@@ -259,10 +260,10 @@ def _outside(column: ClampedColumn) -> exp.Expr:
     def value() -> exp.Expr:
         return exp.column(column.name, quoted=True)
 
-    outside: exp.Expr = exp.Paren(this=exp.or_(exp.LT(this=value(), expression=engine.literal(column.lower)),
-                                              exp.GT(this=value(), expression=engine.literal(column.upper))))
+    outside: exp.Expr = exp.Paren(this=exp.or_(exp.LT(this=value(), expression=pieces.literal(column.lower)),
+                                              exp.GT(this=value(), expression=pieces.literal(column.upper))))
     if column.floating:
-        outside = exp.Paren(this=exp.and_(exp.Not(this=engine.is_nan(value())), outside))
+        outside = exp.Paren(this=exp.and_(exp.Not(this=pieces.is_nan(value())), outside))
     holds = exp.Coalesce(this=outside, expressions=[exp.false()])
     return exp.Case(ifs=[exp.If(this=holds, true=_integer(1))], default=_integer(0))
 
@@ -296,7 +297,7 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     unit = exp.column(query.rule.unit.lower(), quoted=True)
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if query.where is not None:
-        conditions.append(exp.Coalesce(this=engine.total(expand_clamps(query.where)), expressions=[exp.false()]))
+        conditions.append(exp.Coalesce(this=pieces.total(expand_clamps(query.where)), expressions=[exp.false()]))
     conditions += [domain_filter(key.expression.name, key.domain, query.column_type(key.expression.name))
                    for key in query.keys if key.domain]
     k = bias.rows_per_unit
@@ -310,7 +311,7 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(exp.Count(this=exp.Star()), "w")]
     if limited:
         columns = [exp.column(name) for name in ["dp_unit", *keys]]
-        order = exp.Order(expressions=[exp.Ordered(this=engine.salted_hash(*columns), nulls_first=False),
+        order = exp.Order(expressions=[exp.Ordered(this=pieces.salted_hash(*columns), nulls_first=False),
                                        *(exp.Ordered(this=c.copy(), nulls_first=False) for c in columns[1:])])
         rank = exp.Window(this=exp.DenseRank(), partition_by=[exp.column("dp_unit")], order=order)
         layers.append(("dp_ranked", exp.select("*", exp.alias_(rank, "group_rank")).from_("dp_rows")))
@@ -325,7 +326,7 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     if bias.cap is not None:
         raw = exp.Coalesce(this=exp.column("r"), expressions=[exp.column("w")])
         kept_copy = _least(raw.copy(), _integer(bias.copy_rows_per_unit or 0))
-        beyond = exp.Paren(this=exp.Sub(this=engine.exact_integer(raw), expression=kept_copy))
+        beyond = exp.Paren(this=exp.Sub(this=pieces.exact_integer(raw), expression=kept_copy))
         scaled = exp.IntDiv(this=exp.Paren(this=exp.Mul(this=beyond, expression=exp.column("w"))),
                             expression=kept_copy.copy())
         estimated = exp.Paren(this=exp.Add(this=exp.column("w"), expression=scaled))
@@ -336,11 +337,13 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
                for i in range(len(bias.columns))]
     final = exp.select(*select).from_("dp_units")
     if bias.cap is not None:
-        counted = exp.table_(raw_rows_name(query.bounded[0]), db="main", catalog=DATABASE, quoted=True)
+        read = source_table(query)
+        assert read is not None  # plan_bias makes a report only of such a query
+        counted = exp.table_(raw_rows_name(piece_copy_name(read)), db="main", catalog=DATABASE, quoted=True)
         final = final.join(counted, using=["dp_unit"], join_type="LEFT")
     for name, layer in layers:
         final = final.with_(name, as_=layer, copy=False)
-    return BoundedStatement(render(final), needs_salt(final), query.bounded)
+    return BoundedStatement(render(final), pieces.needs_salt(final), query.bounded)
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpsql.backends import render as engine
-from dpsql.backends.render import needs_salt, render
+from dpsql.backends.render import render
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
 from dpsql.policy.model import Policy, PrivateTable
+from dpsql.sql import pieces
 from dpsql.sql.types import is_numeric_type
 
 ROWS_QUANTILE = Fraction(95, 100)
@@ -173,14 +173,14 @@ def values_select(table: str, unit: str | None, column: str, floating: bool, edg
     callers: NaN is skipped for every type (only floats have it)."""
     value = exp.column("dp_value")
     as_double = exp.TryCast(this=_column(column), to=exp.DataType.build("DOUBLE"))
-    counts = [_at_most(value.copy(), exp.Cast(this=engine.literal(c), to=exp.DataType.build("DOUBLE")))
+    counts = [_at_most(value.copy(), exp.Cast(this=pieces.literal(c), to=exp.DataType.build("DOUBLE")))
               for c in edges]
-    present = exp.and_(_not_null(value.copy()), exp.Not(this=engine.is_nan(value.copy())))
+    present = exp.and_(_not_null(value.copy()), exp.Not(this=pieces.is_nan(value.copy())))
     if unit is None:
         values = exp.select(exp.alias_(as_double, "dp_value")).from_(_table(table))
         return exp.select(*counts, exp.Count(this=exp.Star())).from_(values.subquery()).where(present)
     owner, raw = exp.column("dp_owner"), exp.column("dp_raw")
-    order = exp.Order(expressions=[exp.Ordered(this=engine.salted_hash(owner, raw), nulls_first=False),
+    order = exp.Order(expressions=[exp.Ordered(this=pieces.salted_hash(owner, raw), nulls_first=False),
                                    exp.Ordered(this=raw.copy(), nulls_first=False)])
     first = exp.Window(this=exp.RowNumber(), partition_by=[owner.copy()], order=order)
     rows = exp.select(exp.alias_(_column(unit), "dp_owner"), exp.alias_(_column(column), "dp_raw"),
@@ -203,7 +203,7 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
 
 def _statement(tree: exp.Expr) -> BoundedStatement:
     """A statement over the raw table (a suggestion reads no bounded copy)."""
-    return BoundedStatement(render(tree), needs_salt(tree), ())
+    return BoundedStatement(render(tree), pieces.needs_salt(tree), ())
 
 
 BETA = 1e-3

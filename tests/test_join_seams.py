@@ -116,10 +116,11 @@ def test_collated_public_keys_cannot_match_more_rows_than_counted(tmp_path):
 def _rows(db, checked) -> str:
     """The rows layer of a checked query's bounded SQL (unit per joined row)."""
     from dpsql.analysis.analyse import PrivacyOptions, analyse_query
+    from dpsql.backends.render import render
     from dpsql.backends.rewrite import _rows_layer
     plan = analyse_query(checked, db.policy, PrivacyOptions(epsilon=Fraction(1)))
     db._engine.fetch("SELECT 1", bounded=checked.bounded)
-    return _rows_layer(plan)
+    return render(_rows_layer(plan))
 
 
 @pytest.mark.parametrize("subquery, refusal", [

@@ -206,3 +206,29 @@ def test_bounded_copy_padding_rows_span_every_column_type_and_leave_statistics_n
     raw = shop.execute("EXPLAIN SELECT COUNT(*) FROM visits WHERE COALESCE(TRY(user_id = 2000000000), FALSE)"
                        ).fetchall()[0][1]
     assert "EMPTY_RESULT" in raw.upper().replace(" ", "_")  # what the padding prevents
+
+
+def test_analysis_writes_no_engine_sql_and_the_salt_comes_from_the_tree():
+    """A relation's source is built of engine-neutral pieces: a private table is a
+    ``CopiedTable`` the backend names, and a truncation before a join on the unit orders by a
+    ``SaltedHash``, so a statement over it asks for the salt from its tree alone."""
+    from dpsql.analysis.joins import _truncated
+    from dpsql.analysis.relation import Relation
+    from dpsql.analysis.stability import TABLE, Step
+    from dpsql.policy.model import PrivateTable
+    from dpsql.sql.pieces import bounded_read, needs_salt
+
+    source = bounded_read("sales.visits", "uid", 2, None, None, ["uid", "amount"])
+    assert not needs_salt(source)
+    assert render(source) == ('SELECT "uid", "amount" FROM "dp_bounding"."main"."dp_bounded_sales__visits__uid__2" '
+                              "WHERE NOT dp_pad")
+    rule = PrivateTable(name="sales.visits", unit="uid", max_rows_per_unit=2)
+    unheld = Step(TABLE, "sales.visits", 2, None, None, "nothing holds its rows per unit")
+    relation = Relation(source, rule, {"uid": "INTEGER", "amount": "DOUBLE"}, label="sales.visits",
+                        bounded=frozenset({"sales.visits"}), stability=(unheld,))
+    truncated = _truncated(relation).sql
+    assert needs_salt(truncated)
+    assert render(truncated) == (
+        'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "uid" ORDER BY '
+        'HASH($salt, "uid", "amount"), "uid", "amount") AS dp_n FROM (SELECT "uid", "amount" FROM '
+        '"dp_bounding"."main"."dp_bounded_sales__visits__uid__2" WHERE NOT dp_pad) AS dp_t) WHERE dp_n <= 2')

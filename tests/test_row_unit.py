@@ -28,6 +28,7 @@ from dpsql.backends.bounding import (
     create_sql,
     fill_sql,
 )
+from dpsql.backends.render import render
 from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """BUDGET EPSILON 1000000 DELTA 0.5;
@@ -287,11 +288,11 @@ def test_per_unit_aggregates_do_not_depend_on_row_order():
     and DuckDB's order follows physical order and threads. Per-unit SUM and AVG add the
     values in ascending order, and ANY_VALUE is MIN, so every permutation gives one answer."""
     values = [1e16, 1.0, -1e16, 3.0]
-    calls = {name: total_aggregate(sqlglot.parse_one(text, read="duckdb")).sql(dialect="duckdb")
+    calls = {name: render(total_aggregate(sqlglot.parse_one(text, read="duckdb")))
              for name, text in (("sum", "SUM(v)"), ("avg", "AVG(v)"), ("min", "MIN(v)"))}
     any_value = sqlglot.parse_one("ANY_VALUE(v)", read="duckdb")
-    calls["any"] = total_aggregate(any_value.this if not isinstance(any_value, sqlglot.exp.AnyValue)
-                                    else any_value).sql(dialect="duckdb")
+    calls["any"] = render(total_aggregate(any_value.this if not isinstance(any_value, sqlglot.exp.AnyValue)
+                                           else any_value))
     assert calls["any"] == calls["min"]
     connection = duckdb.connect()
     answers, plain = set(), set()
@@ -311,7 +312,7 @@ def test_any_value_in_a_per_unit_subquery_is_min():
     with dpsql.connect(connection, policy=policy) as db:
         explained = db.explain("SELECT SUM(f) FROM (SELECT uid, ANY_VALUE(x) AS f FROM a GROUP BY uid) AS s",
                                epsilon=1)
-    assert "ANY_VALUE" not in explained.upper() and "MIN(TRY(" in explained
+    assert "ANY_VALUE" not in explained.upper() and 'MIN("x")' in explained  # a column needs no TRY
 
 
 def test_count_distinct_of_a_column_of_a_row_level_table_counts_values():

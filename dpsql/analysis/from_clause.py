@@ -27,11 +27,11 @@ from dpsql.analysis.stability import (
     check_fan_out,
 )
 from dpsql.analysis.subqueries import aggregate_per_unit, bind_to, project_rows, public_subquery
-from dpsql.backends.bounding import ROW_UNIT_TYPE, bounded_reference, copy_name
 from dpsql.policy.model import Bounds, ColumnRule, Policy, PrivateTable, PublicTable
 from dpsql.sql.allowlist import check_row_level, refuse
-from dpsql.sql.names import ROW_UNIT
+from dpsql.sql.names import ROW_UNIT, ROW_UNIT_TYPE
 from dpsql.sql.parse import describe
+from dpsql.sql.pieces import bounded_read
 
 if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
     from dpsql.backends.base import Backend
@@ -75,8 +75,10 @@ def _item(node: exp.Expression, policy, catalog, data, ctes):
         # Read through its bounded copy: at most k rows per unit before any analyst expression.
         step = Step(TABLE, bound.name, rule.max_rows_per_unit, rule.max_groups_per_unit, rule.max_rows_per_unit,
                     f"{bound.name}: read through its bounded copy, at most {rule.max_rows_per_unit} rows per unit")
-        return Relation(bounded_reference(bound.name, bound.declaration, columns), rule, columns, scope, bound.name,
-                        bounded=frozenset({copy_name(bound.name, bound.declaration)}), stability=(step,))
+        declared = bound.declaration
+        source = bounded_read(bound.name, declared.unit, declared.max_rows_per_unit, declared.max_list_length,
+                              declared.max_string_length, columns)
+        return Relation(source, rule, columns, scope, bound.name, bounded=frozenset({bound.name}), stability=(step,))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()
         if not reference:  # dpsql.analysis.check names each one as DuckDB does: this is a bug

@@ -34,6 +34,7 @@ from dpsql.errors import DPError
 from dpsql.policy.model import Bounds, ColumnRule, KeyDomain, PrivateTable
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import DIALECT
+from dpsql.sql.pieces import key_text, salted_hash, star, total
 from dpsql.sql.types import reads_as_number
 
 if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
@@ -158,13 +159,13 @@ def _truncated(relation: Relation) -> Relation:
     if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
         return relation  # at most k rows per unit already (a bounded copy)
     values = [exp.column(c, quoted=True) for c in relation.columns]
-    salted = exp.func("hash", exp.Placeholder(this="salt"), *[v.copy() for v in values])
+    salted = salted_hash(*[v.copy() for v in values])
     rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit, quoted=True)],
                       order=exp.Order(expressions=[exp.Ordered(this=salted)] +
                                       [exp.Ordered(this=v.copy()) for v in values]))
-    ranked = exp.Select(expressions=[exp.Star(), exp.alias_(rank, "dp_n")]).from_(
+    ranked = exp.Select(expressions=[star(), exp.alias_(rank, "dp_n")]).from_(
         exp.alias_(as_source(relation.sql), "dp_t"))
-    kept = exp.Select(expressions=[exp.Star(except_=[exp.column("dp_n")])]).from_(exp.Subquery(this=ranked))
+    kept = exp.Select(expressions=[star(exclude=["dp_n"])]).from_(exp.Subquery(this=ranked))
     kept = kept.where(exp.LTE(this=exp.column("dp_n"), expression=exp.Literal.number(k)))
     step = Step(TRUNCATION, relation.label, k, relation.rule.max_groups_per_unit, k,
                 f"{relation.label}: at most k = {k} rows of each unit kept before joining on the unit "
@@ -242,7 +243,7 @@ def _total_condition(condition: exp.Expr, units: tuple[str, str]) -> exp.Expr:
         on_units = isinstance(part, exp.EQ) and all(isinstance(x, exp.Column) for x in (part.this, part.expression)) \
             and {(part.this.table, part.this.name), (part.expression.table, part.expression.name)} == \
             {("dp_l", units[0]), ("dp_r", units[1])}
-        safe.append(part if on_units else exp.func("COALESCE", exp.func("TRY", part), exp.false()))
+        safe.append(part if on_units else exp.func("COALESCE", total(part), exp.false()))
     return exp.and_(*safe)
 
 
@@ -341,8 +342,7 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
     """``node`` as the value the join compares: cast to the comparison type; strings as their
     UTF-8 bytes, so no collation (NOCASE, NOACCENT) can make different strings match."""
     if comparison == "VARCHAR":
-        text = node if own_type.upper() == "VARCHAR" else exp.cast(node, "VARCHAR")
-        return exp.Anonymous(this="encode", expressions=[text])
+        return key_text(node)  # a VARCHAR's cast to VARCHAR keeps its bytes: one form for every type
     if own_type.upper() == comparison:
         return node
     return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))
@@ -426,12 +426,12 @@ def _keyed_condition(condition: exp.Expr, keys: list[_JoinKey]) -> exp.Expr:
     for part in _conjuncts(condition):
         key = next((k for k in keys if part is k.private.parent or part is k.public.parent), None)
         if key is None:
-            parts.append(exp.func("COALESCE", exp.func("TRY", part.copy()), exp.false()))
+            parts.append(exp.func("COALESCE", total(part.copy()), exp.false()))
     for key in keys:
         public_alias = next(key.public.find_all(exp.Column)).table
         value: exp.Expr = _compared(key.private.copy(), key.comparison, key.private_type)
         if not isinstance(key.private, exp.Column):
-            value = exp.func("TRY", value)
+            value = total(value)
         parts.insert(key.index, exp.EQ(this=value, expression=exp.column(key.stored, table=public_alias, quoted=True)))
     return exp.and_(*parts)
 

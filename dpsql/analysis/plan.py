@@ -92,15 +92,17 @@ class PrivateQuery:
     """(output name, aggregate name) for outputs that are exactly one aggregate: their
     accuracy is the aggregate's."""
     source: exp.Expression | None = None
-    """The relation's SQL: a table (a private table's bounded copy), or a join, subquery, CTE
-    or UNION ALL. ``None``: the table named ``table`` itself."""
+    """The relation's SQL, as an engine-neutral tree (``dpsql.sql.pieces``, rendered by the
+    backend): a read of a private table's bounded copy, or a join, subquery, CTE or UNION ALL.
+    ``None``: the table named ``table`` itself."""
     rows_per_unit: int | None = None
     """Rows per unit the source holds at most whatever the query, when it is a bounded copy."""
     hidden_unit: bool = False
     """Each row of a row-level table is its own unit: ``rule.unit`` is the copy's per-row id,
     which the analyst cannot name (``dpsql.backends.bounding``); every rule treats it as a unit column."""
     bounded: tuple[str, ...] = ()
-    """The bounded copies (``dpsql.backends.bounding``) the source reads: built before it runs."""
+    """The private tables (catalog keys) the source reads, each through its bounded copy, which the
+    backend names and builds before the source runs (``dpsql.sql.pieces.CopiedTable``)."""
     joins: tuple[str, ...] = ()
     """What each join with public data compares and multiplies (for explain)."""
 

@@ -77,7 +77,8 @@ class Relation:
     label: str = ""
     """What to call it in messages and EXPLAIN."""
     bounded: frozenset = frozenset()
-    """Names of the bounded copies the relation reads (built before a query runs)."""
+    """The private tables (catalog keys) the relation reads, each through its bounded copy
+    (``dpsql.sql.pieces.CopiedTable``: the backend names and builds it before a query runs)."""
     stability: tuple[Step, ...] = ()
     """Its stability record: one step per construct it is built of, inputs first, itself last
     (``dpsql.analysis.stability``). ``rule``'s rows and groups per unit are the last step's."""

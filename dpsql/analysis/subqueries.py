@@ -33,6 +33,7 @@ from dpsql.policy.model import Bounds, ColumnRule, PrivateTable
 from dpsql.sql.allowlist import check_public, check_row_level, refuse
 from dpsql.sql.names import ROW_UNIT, columns_hint, sql_name
 from dpsql.sql.parse import DIALECT, describe
+from dpsql.sql.pieces import total
 from dpsql.sql.types import reads_as_integer
 
 
@@ -53,7 +54,7 @@ def _wrap_body(body: exp.Select, inner: Relation, items: list) -> exp.Select:
     select = exp.Select(expressions=items).from_(exp.alias_(as_source(inner.sql), "dp_in"))
     where = body.args.get("where")
     if where is not None:
-        select = select.where(exp.func("COALESCE", exp.func("TRY", where.this.copy()), exp.false()))
+        select = select.where(exp.func("COALESCE", total(where.this.copy()), exp.false()))
     return select
 
 
@@ -84,7 +85,7 @@ def project_rows(body: exp.Select, inner: Relation, reference: str, data) -> Rel
             if rule.unit and node.name == unit_of(rule).lower():
                 unit = name
             continue
-        items.append(exp.alias_(exp.func("TRY", node.copy()), name, quoted=True))
+        items.append(exp.alias_(total(node.copy()), name, quoted=True))
         rules.append(_derived_rule(node, name, inner))
     if hidden:  # each row its own unit: its id goes along, under a name no analyst column has
         if any(_output_name(item) == ROW_UNIT for item in body.expressions):
@@ -153,7 +154,7 @@ def aggregate_per_unit(body: exp.Select, inner: Relation, reference: str, data) 
     # Row-level parts that could fail for one unit's rows are made total: keys and aggregate
     # arguments under TRY; SUM and AVG over DOUBLE, which cannot overflow (the outer clamp
     # bounds the result whatever it is).
-    safe_keys = [g if isinstance(g, exp.Column) else exp.func("TRY", g.copy()) for g in grouped]
+    safe_keys = [total(g.copy()) for g in grouped]
     k = rule.max_rows_per_unit
     items, rules, unit_name = [], [], None
     for item in body.expressions:
@@ -216,10 +217,10 @@ def total_aggregate(node: exp.AggFunc) -> exp.Expr:
         return node
     inner = argument.expressions[0] if isinstance(argument, exp.Distinct) else argument
     if isinstance(node, (exp.Sum, exp.Avg)):
-        value = exp.func("TRY", exp.cast(inner.copy(), "DOUBLE"))
+        value = total(exp.cast(inner.copy(), "DOUBLE"))
         order = [exp.Ordered(this=value.copy(), nulls_first=False)]
         return type(node)(this=exp.Order(this=value, expressions=order))
-    safe = exp.func("TRY", inner.copy())
+    safe = total(inner.copy())
     if isinstance(argument, exp.Distinct):
         argument.set("expressions", [safe])
     else:

@@ -96,7 +96,7 @@ class Backend(Protocol):
 
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and return every row, exactly (no lossy conversion of keys:
-        invariant 19). ``bounded`` names the bounded copies it reads, filled first. Runs under
+        invariant 19). ``bounded`` names the private tables it reads, their bounded copies filled first. Runs under
         the statement deadline: past it, ``QueryFailed``, whatever the data (invariant 17)."""
         ...
 

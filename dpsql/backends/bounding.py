@@ -62,7 +62,6 @@ the table, without the analyst's query time limit: its SQL is dpsql's alone), li
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from sqlglot import exp
 
@@ -71,7 +70,8 @@ from dpsql.policy.model import (
     DEFAULT_MAX_STRING_LENGTH,
     PrivateTable,
 )
-from dpsql.sql.names import PAD, ROW_UNIT, quoted, quoted_table
+from dpsql.sql.names import PAD, ROW_UNIT, ROW_UNIT_TYPE, quoted, quoted_table
+from dpsql.sql.pieces import CopiedTable
 from dpsql.sql.types import (
     enum_values,
     holds_lists,
@@ -82,7 +82,6 @@ from dpsql.sql.types import (
 )
 
 PREFIX = "dp_bounded_"
-ROW_UNIT_TYPE = "UHUGEINT"
 DATABASE = "dp_bounding"
 """The in-memory database holding the copies (never in the analyst's catalog)."""
 RAW_ROWS_PREFIX = "dp_raw_rows_"
@@ -185,28 +184,27 @@ def raw_rows_cap(rows_per_unit: int) -> int:
     return rows_per_unit * (1 + DROP_CAP * rows_per_unit)
 
 
-def bounded_reference(source: str, rule: PrivateTable, columns) -> exp.Select:
-    """The rows of ``source``'s bounded copy (``rule`` declares the table), padding dropped:
-    a query over its ``columns`` (with ``ROW_UNIT`` among them for a row-level table)."""
-    return _reference(copy_name(source, rule), tuple(columns)).copy()
+def piece_copy_name(table: CopiedTable) -> str:
+    """The table holding the bounded copy a ``dpsql.sql.pieces.CopiedTable`` node reads.
 
-
-@lru_cache(maxsize=256)
-def _reference(name: str, columns: tuple[str, ...]) -> exp.Select:
-    table = exp.table_(name, db="main", catalog=DATABASE, quoted=True)
-    select = exp.Select(expressions=[exp.column(c, quoted=True) for c in columns])
-    return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
+    >>> from dpsql.sql.pieces import bounded_read
+    >>> piece_copy_name(bounded_read("sales.visits", "User_Id", 10, None, None, ["x"]).args["from_"].this)
+    'dp_bounded_sales__visits__user_id__10'
+    """
+    if table.unit_column is None:  # row-level
+        return row_copy_name(table.table_key, table.list_length, table.string_length)
+    return bounded_name(table.table_key, table.unit_column, table.rows_per_unit, table.list_length,
+                        table.string_length)
 
 
 def with_unit_rows(source: exp.Expr) -> exp.Select | None:
     """``source`` with its rows' ``UNIT_ROWS`` as one more column, when it is exactly a read of one
-    unit-level copy (``bounded_reference``: the rows of each unit are that unit's kept rows); else
+    unit-level copy (``dpsql.sql.pieces.bounded_read``: the rows of each unit are that unit's kept rows); else
     ``None``."""
     if not isinstance(source, exp.Select) or source.args.get("joins") or source.args.get("group"):
         return None
     table = source.args["from_"].this if source.args.get("from_") else None
-    if not isinstance(table, exp.Table) or table.catalog != DATABASE or not table.name.startswith(PREFIX) \
-            or table.name.endswith("__row") or "__row__" in table.name:
+    if not isinstance(table, CopiedTable) or table.unit_column is None:  # row-level copies keep no UNIT_ROWS
         return None
     return source.select(exp.column(UNIT_ROWS), copy=True)
 

@@ -58,6 +58,7 @@ from dpsql.backends.bounding import (
     raw_rows_sql,
 )
 from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
+from dpsql.backends.render import render
 from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.sql.names import Catalog, key_of_parts, quoted
 from dpsql.sql.parse import DIALECT
@@ -198,7 +199,7 @@ class Engine:
         """Fill every bounded copy now (``connect(..., eager_bounding=True)``, and the server):
         then no analyst query's time includes a scan of a raw private table."""
         with self._lock:
-            self._fill_bounded(tuple(self._bounded))
+            self._fill_bounded(tuple(table.source for table in self._bounded.values()))
 
     def materialise(self, statement: exp.Expression | str) -> str:
         """Store the rows of ``statement`` — public data only — once, in the bounding database, and
@@ -269,10 +270,11 @@ class Engine:
             self._instance = _instance_of(self._connection)
         return self._instance
 
-    def _fill_bounded(self, names) -> None:
-        """Fill every bounded copy named in ``names`` that is not yet built with this engine's
-        salt (the caller holds ``_lock``). Which copies a statement reads comes from its
-        checked plan, never its text.
+    def _fill_bounded(self, sources) -> None:
+        """Fill the bounded copy of every private table in ``sources`` (catalog keys) that is
+        not yet built with this engine's salt (the caller holds ``_lock``). Which tables a
+        statement reads comes from its checked plan, never its text; the copies' names are
+        this engine's (``dpsql.backends.bounding``), one per table under its policy.
 
         The copies live on the DuckDB instance, so the instance's lock is held while they are
         built and each is built once for every engine sharing it. An engine whose ledger has
@@ -283,7 +285,8 @@ class Engine:
         its row-count table (``dpsql.backends.bounding.raw_rows_sql``), in one transaction, so neither
         is ever half built nor read out of step with the other.
         """
-        wanted = [name for name in names if name in self._bounded]
+        sources = frozenset(sources)
+        wanted = [name for name, table in self._bounded.items() if table.source in sources]
         if not wanted:
             return
         instance = self._bounding_instance()
@@ -309,7 +312,7 @@ class Engine:
 
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
-        ``bounded``: the bounded copies it reads (``PrivateQuery.bounded``), filled first."""
+        ``bounded``: the private tables it reads (``PrivateQuery.bounded``), their copies filled first."""
         with self._lock:
             self._fill_bounded(bounded)
             cursor = self._connection.cursor()
@@ -465,8 +468,8 @@ def read_catalog(connection: duckdb.DuckDBPyConnection) -> Catalog:
 
 
 def _rendered(statement: exp.Expression | str) -> str:
-    """A statement as DuckDB reads it: trees are rendered here, in DuckDB's dialect."""
-    return statement if isinstance(statement, str) else statement.sql(dialect=DIALECT)
+    """A statement as DuckDB reads it: trees (with their ``dpsql.sql.pieces``) are rendered here."""
+    return statement if isinstance(statement, str) else render(statement, DIALECT)
 
 
 def _stored(name: str) -> str:

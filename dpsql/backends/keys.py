@@ -37,9 +37,9 @@ from typing import Callable, Literal, Sequence
 from sqlglot import exp
 
 from dpsql.analysis.plan import GroupKey
-from dpsql.backends.render import key_text
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import DIALECT, node_position
+from dpsql.sql.pieces import key_text
 from dpsql.sql.types import base_type
 
 KeyForm = Literal["value", "text"]
@@ -87,7 +87,7 @@ def key_form(type_name: str) -> KeyForm | None:
 
 def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
     """What a key is grouped and read back by: the expression itself, or its text as bytes
-    (``dpsql.backends.render.key_text``).
+    (``dpsql.sql.pieces.key_text``).
 
     A FLOAT is widened to DOUBLE first (exactly), so its text reads back as the exact value.
 

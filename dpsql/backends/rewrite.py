@@ -1,9 +1,10 @@
 """Stage 5, rewrite: a plan becomes one statement that makes the analysed bounds true.
 
 The statement is built as a sqlglot tree and rendered once, for the backend's dialect
-(``dpsql.backends.render`` holds the engine-specific pieces: TRY, HUGEINT sums, the salted hash,
-keys' read-back text, ISNAN); what it reads and whether it needs the salt come from the tree
-(``BoundedStatement``), never from its text.
+(``dpsql.sql.pieces`` holds the engine-specific pieces: TRY, HUGEINT sums, the salted hash,
+keys' read-back text, ISNAN, the bounded copies; ``dpsql.backends.render`` writes each engine's
+form); what it reads and whether it needs the salt come from the tree (``BoundedStatement``),
+never from its text.
 
 The statement has four layers; each establishes part of the precondition of
 ``dpsql.analysis.sensitivity`` (a unit's contribution vector lies in k * conv({L e_g, U e_g, 0})):
@@ -53,21 +54,12 @@ from sqlglot import exp
 from dpsql.analysis.domains import domain_parts, on_value, reports_outside
 from dpsql.analysis.plan import ClampedColumn, GroupKey, Measure, Plan
 from dpsql.analysis.ranges import clamp_arguments
-from dpsql.backends import render as engine
 from dpsql.backends.bounding import UNIT_ROWS, with_unit_rows
 from dpsql.backends.keys import key_expression
-from dpsql.backends.render import (
-    DUCKDB,
-    catalog_type,
-    exact_integer,
-    is_nan,
-    needs_salt,
-    render,
-    salted_hash,
-    star,
-    total,
-)
+from dpsql.backends.render import DUCKDB, render
 from dpsql.policy.model import KeyDomain
+from dpsql.sql import pieces
+from dpsql.sql.pieces import catalog_type, exact_integer, is_nan, needs_salt, salted_hash, star, total
 
 
 @dataclass(frozen=True)
@@ -79,7 +71,7 @@ class BoundedStatement:
     needs_salt: bool
     """It orders by a salted hash: the secret salt is bound as its parameter."""
     bounded: tuple[str, ...]
-    """The bounded copies (``dpsql.backends.bounding``) it reads: built before it runs."""
+    """The private tables it reads (``PrivateQuery.bounded``): their bounded copies are built before it runs."""
 
 
 def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
@@ -136,7 +128,7 @@ def _stored(name: str) -> exp.Column:
 
 
 def _number(value: int | Fraction) -> exp.Expr:
-    return engine.literal(value)
+    return pieces.literal(value)
 
 
 def _call(name: str, *arguments: exp.Expr) -> exp.Expr:
@@ -386,12 +378,12 @@ def expand_clamps(node: exp.Expr, copy: bool = True) -> exp.Expr:
 
 
 def literal(value: Fraction | int | str) -> str:
-    """An exact SQL literal for a policy number or key, as text (``dpsql.backends.render.literal``).
+    """An exact SQL literal for a policy number or key, as text (``dpsql.sql.pieces.literal``).
 
     >>> literal(Fraction(1, 4)), literal(Fraction(1, 3)), literal("O'Hara")
     ('0.25', '(1 / 3)', "'O''Hara'")
     """
-    return render(engine.literal(value))
+    return render(pieces.literal(value))
 
 
 def clamp_column(column: ClampedColumn) -> exp.Expr:
@@ -492,8 +484,8 @@ def _domain_source(domain: KeyDomain, column: exp.Expr) -> tuple[exp.Expr, exp.E
     # VALUES gives its column one type: a UHUGEINT key beyond HUGEINT's range with a small one
     # is DuckDB's conversion error, so such keys are listed as exact text (TRY_CAST reads it).
     as_text = any(not -2**127 <= n < 2**127 for n in numbers if n.denominator == 1)
-    rows = [exp.Tuple(expressions=[engine.literal(v) if isinstance(v, str) else
-                                   engine.literal(literal(Fraction(v))) if as_text else engine.literal(Fraction(v))])
+    rows = [exp.Tuple(expressions=[pieces.literal(v) if isinstance(v, str) else
+                                   pieces.literal(literal(Fraction(v))) if as_text else pieces.literal(Fraction(v))])
             for v in domain.values]
     alias = exp.TableAlias(this=exp.to_identifier("d"), columns=[exp.to_identifier("v")])
     return exp.Values(expressions=rows, alias=alias), _column("v")

@@ -1,0 +1,212 @@
+"""The engine-neutral vocabulary of the SQL dpsql generates: tree nodes whose meaning dpsql fixes
+but whose SQL differs by engine.
+
+Analysis (``dpsql.analysis``) and the rewrite (``dpsql.backends.rewrite``) build their trees out of
+plain sqlglot nodes and these; each backend renders them in its engine's form
+(``dpsql.backends.render``), once, at the end. They live in the sql layer so that analysis,
+which builds a relation's source, never imports a backend:
+
+* ``Total``: an expression whose errors become NULL;
+* ``ExactInteger``: a value widened so that summing integers stays exact;
+* ``SaltedHash``: a 64-bit hash of the secret salt and values, the order of every salted choice;
+* ``KeyText``: a key's canonical text as bytes, its lossless read-back form (``dpsql.backends.keys``);
+* ``IsNaN``: true for a floating NaN;
+* ``CopiedTable``: a private table, read through its bounded copy, which the backend names
+  (``dpsql.backends.bounding``);
+* ``star``: ``*`` without some columns or with some replaced (sqlglot renders it per dialect);
+* exact literals (``literal``), written here so every engine reads the same number.
+
+Whether a statement needs the salt is read from its tree (``needs_salt``), never its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from functools import lru_cache
+
+from sqlglot import exp
+
+from dpsql.sql.names import PAD
+
+
+class Total(exp.Expression, exp.Func):
+    """``this``, with any error it raises while evaluated on a row turned into NULL."""
+
+    arg_types = {"this": True}
+
+
+class ExactInteger(exp.Expression, exp.Func):
+    """``this`` (an integer) widened so that sums of it are exact."""
+
+    arg_types = {"this": True}
+
+
+class SaltedHash(exp.Expression, exp.Func):
+    """A hash of the secret salt and ``expressions``: the order of every salted choice."""
+
+    arg_types = {"expressions": True}
+    is_var_len_args = True
+
+
+class KeyText(exp.Expression, exp.Func):
+    """A key's canonical text as bytes (``dpsql.backends.keys``)."""
+
+    arg_types = {"this": True}
+
+
+class IsNaN(exp.Expression, exp.Func):
+    """True when the floating value ``this`` is NaN."""
+
+    arg_types = {"this": True}
+
+
+def total(node: exp.Expr) -> exp.Expr:
+    """``node`` made total; columns, literals and NULL cannot fail and stay as they are."""
+    if isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean)):
+        return node
+    return Total(this=node)
+
+
+def exact_integer(node: exp.Expr) -> exp.Expr:
+    return ExactInteger(this=node)
+
+
+def salted_hash(*values: exp.Expr) -> exp.Expr:
+    return SaltedHash(expressions=list(values))
+
+
+def key_text(node: exp.Expr) -> KeyText:
+    return KeyText(this=node)
+
+
+def is_nan(node: exp.Expr) -> exp.Expr:
+    return IsNaN(this=node)
+
+
+def star(exclude: list[str] | None = None, replace: Sequence[exp.Expr] | None = None) -> exp.Star:
+    """``*`` without the ``exclude`` columns, or with the ``replace`` aliases in their place."""
+    args: dict = {}
+    if exclude:
+        args["except_"] = [exp.column(name) for name in exclude]
+    if replace:
+        args["replace"] = replace
+    return exp.Star(**args)
+
+
+def catalog_type(type_name: str) -> exp.DataType:
+    """A column's type as the engine's catalog names it, written back verbatim: it came from
+    that engine, so no translation can change it (a STRUCT's field names, an ENUM's values)."""
+    return exp.DataType(this=exp.DataType.Type.USERDEFINED, kind=type_name)
+
+
+def literal(value: Fraction | int | str) -> exp.Expr:
+    """An exact SQL literal for a policy number or key: a finite decimal written out, any other
+    fraction as an exact division.
+
+    >>> [literal(v).sql() for v in (Fraction(1, 4), Fraction(1, 3), "O'Hara", -7)]
+    ['0.25', '(1 / 3)', "'O''Hara'", '-7']
+    """
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    text = literal_text(Fraction(value))
+    if "/" in text:
+        fraction = Fraction(value)
+        return exp.Paren(this=exp.Div(this=_number(fraction.numerator), expression=_number(fraction.denominator)))
+    return _number_text(text)
+
+
+def _number(value: int) -> exp.Expr:
+    return _number_text(str(value))
+
+
+def _number_text(text: str) -> exp.Expr:
+    # A negative number is a literal with a sign, not a negation node: both render as -n.
+    return exp.Literal.number(text)
+
+
+def literal_text(value: Fraction) -> str:
+    """The exact text of ``literal`` for a number.
+
+    >>> literal_text(Fraction(-1, 8)), literal_text(Fraction(2, 3)), literal_text(Fraction(5))
+    ('-0.125', '2/3', '5')
+    """
+    if value.denominator == 1:
+        return str(value.numerator)
+    denominator = value.denominator
+    while denominator % 2 == 0:
+        denominator //= 2
+    while denominator % 5 == 0:
+        denominator //= 5
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    digits = 0
+    while (value * 10**digits).denominator != 1:
+        digits += 1
+    scaled = value * 10**digits
+    sign = "-" if scaled < 0 else ""
+    text = str(abs(scaled.numerator)).rjust(digits + 1, "0")
+    return f"{sign}{text[:-digits]}.{text[-digits:]}"
+
+
+def needs_salt(tree: exp.Expr) -> bool:
+    """True when the statement orders by a salted hash: the salt must be bound when it runs."""
+    return tree.find(SaltedHash) is not None
+
+
+class CopiedTable(exp.Expression, exp.Func):
+    """A private table (``this``: its catalog key) read through its bounded copy: the backend
+    renders it as the copy's table. The args say all the copy depends on besides the salt, so
+    the backend names the copy from the node alone: ``unit`` (lower case; absent for a
+    row-level table), ``rows`` (MAX ROWS PER UNIT), ``list_length`` and ``string_length`` (the
+    policy's limits, absent for the defaults)."""
+
+    arg_types = {"this": True, "unit": False, "rows": True, "list_length": False, "string_length": False}
+
+    @property
+    def table_key(self) -> str:
+        return self.this.name
+
+    @property
+    def unit_column(self) -> str | None:
+        unit = self.args.get("unit")
+        return None if unit is None else unit.name
+
+    @property
+    def rows_per_unit(self) -> int:
+        return int(self.args["rows"].name)
+
+    @property
+    def list_length(self) -> int | None:
+        return _number_arg(self.args.get("list_length"))
+
+    @property
+    def string_length(self) -> int | None:
+        return _number_arg(self.args.get("string_length"))
+
+
+def _number_arg(node: exp.Expr | None) -> int | None:
+    return None if node is None else int(node.name)
+
+
+def bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: int | None,
+                 string_length: int | None, columns: Iterable[str]) -> exp.Select:
+    """The rows of private table ``key``'s bounded copy, padding rows dropped (``PAD``): a query
+    over its ``columns``. ``unit`` is ``None`` for a row-level table.
+
+    >>> print(bounded_read("visits", "uid", 2, None, None, ["uid"]).sql())
+    SELECT "uid" FROM COPIED_TABLE('visits', 'uid', 2) WHERE NOT dp_pad
+    """
+    return _bounded_read(key, unit, rows_per_unit, list_length, string_length, tuple(columns)).copy()
+
+
+@lru_cache(maxsize=256)
+def _bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: int | None,
+                  string_length: int | None, columns: tuple[str, ...]) -> exp.Select:
+    table = CopiedTable(
+        this=exp.Literal.string(key), unit=None if unit is None else exp.Literal.string(unit.lower()),
+        rows=exp.Literal.number(rows_per_unit),
+        list_length=None if list_length is None else exp.Literal.number(list_length),
+        string_length=None if string_length is None else exp.Literal.number(string_length))
+    select = exp.Select(expressions=[exp.column(c, quoted=True) for c in columns])
+    return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
