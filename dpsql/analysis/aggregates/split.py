@@ -30,6 +30,7 @@ from dpsql.analysis.bind import is_bound, written_name
 from dpsql.analysis.plan import Aggregate, GroupKey
 from dpsql.sql.allowlist import check_post, check_row_level, refuse
 from dpsql.sql.parse import DIALECT, describe
+from dpsql.sql.pieces import Total, total
 
 NAMED_BY_FUNCTION = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
 """Calls DuckDB names ``function(argument)`` in lower case, whatever the analyst wrote."""
@@ -204,38 +205,40 @@ def total_post(post: exp.Select) -> exp.Select:
     merges rows; the backend renders it.
 
     It runs after the charge, so it must not fail (DESIGN.md: nothing after the charge may
-    fail): every select-list, HAVING and ORDER BY expression that computes anything runs
-    under ``TRY``, so an overflowing cast or a logarithm of a noisy zero gives NULL, not an
-    error — a NULL in a row rather than a charged failure. ``post`` itself stays as written
-    (``dpsql.accuracy`` derives intervals from its tree, never from this one).
+    fail): every select-list, HAVING and ORDER BY expression that computes anything is made
+    total (``dpsql.sql.pieces.total``, DuckDB's ``TRY``), so an overflowing cast or a logarithm
+    of a noisy zero gives NULL, not an error — a NULL in a row rather than a charged failure.
+    ``post`` itself stays as written (``dpsql.accuracy`` derives intervals from its tree, never
+    from this one).
 
     >>> import sqlglot
     >>> post = sqlglot.parse_one("SELECT g0 AS k, CAST(a0 * 30 AS TINYINT) AS v FROM dp_core "
     ...                          "WHERE LN(a0) > 1 ORDER BY v, a0 / 2", read="duckdb")
-    >>> for part in total_post(post).sql(dialect="duckdb").split(" FROM "): print(part)
+    >>> from dpsql.backends.render import render
+    >>> for part in render(total_post(post)).split(" FROM "): print(part)
     SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row
     dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)
     """
-    total = post.copy()
-    for item in total.expressions:
+    runs = post.copy()
+    for item in runs.expressions:
         value = item.unalias()
         if _can_fail(value):
-            value.replace(exp.Try(this=value.copy()))
-    where = total.args.get("where")
+            value.replace(total(value.copy()))
+    where = runs.args.get("where")
     if where is not None and _can_fail(where.this):
-        where.set("this", exp.Try(this=where.this))
-    if total.args.get("order") is not None:
-        for ordered in total.args["order"].expressions:
+        where.set("this", total(where.this))
+    if runs.args.get("order") is not None:
+        for ordered in runs.args["order"].expressions:
             if _can_fail(ordered.this):
-                ordered.set("this", exp.Try(this=ordered.this))
+                ordered.set("this", total(ordered.this))
     if post.args.get("distinct") is not None:
-        return total
-    return total.select(exp.column("dp_row"), append=True, copy=False)
+        return runs
+    return runs.select(exp.column("dp_row"), append=True, copy=False)
 
 
 def _can_fail(node: exp.Expression) -> bool:
     """Anything but a column or a constant may fail at run time (a cast, arithmetic, a function)."""
-    return not isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Try))
+    return not isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Try, Total))
 
 
 def plain_projection(post: exp.Select, core: list[str]) -> list[int] | None:
