@@ -195,7 +195,7 @@ class Preparer:
             types = dict(self._describe(key_types_statement(plan)))
             if isinstance(sql, str):
                 self._keep(self._key_types, sql, types)
-        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types, sql)))
+        return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types)))
 
     def _statement(self, sql: str, plan: Plan) -> tuple[BoundedStatement, tuple[str, ...]]:
         """The bounded statement of ``plan`` and its core types, kept per (text, measure shapes):

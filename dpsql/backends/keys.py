@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from dpsql.analysis.plan import GroupKey
 from dpsql.errors import UnsupportedQuery
-from dpsql.sql.parse import DIALECT, node_position
+from dpsql.sql.parse import DIALECT
 from dpsql.sql.pieces import key_text
 from dpsql.sql.types import base_type
 
@@ -104,12 +104,13 @@ def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
     return key_text(expression)
 
 
-def typed_keys(keys: Sequence[GroupKey], types: dict[str, str], sql: str) -> tuple[GroupKey, ...]:
+def typed_keys(keys: Sequence[GroupKey], types: dict[str, str]) -> tuple[GroupKey, ...]:
     """Each key with its DuckDB type (``types``: core column -> type, from binding the query)
-    and form; a key of a type that cannot be read back exactly is refused, before the charge.
+    and form; a key of a type that cannot be read back exactly is refused, before the charge
+    (at the key's node: ``dpsql.prepare`` locates it).
 
     >>> from sqlglot import exp
-    >>> typed_keys([GroupKey("g0", exp.column("day"), None)], {"g0": "DATE"}, "")[0].form
+    >>> typed_keys([GroupKey("g0", exp.column("day"), None)], {"g0": "DATE"})[0].form
     'text'
     """
     typed = []
@@ -117,10 +118,9 @@ def typed_keys(keys: Sequence[GroupKey], types: dict[str, str], sql: str) -> tup
         type_name = types[key.name]
         form = key_form(type_name)
         if form is None:
-            line, col = node_position(key.expression, sql)
             raise UnsupportedQuery(
                 f"GROUP BY {key.expression.sql(dialect=DIALECT)}: its keys are of type {type_name}, "
-                "which dpsql cannot release as keys", line=line, col=col, hint=refusal_hint(type_name))
+                "which dpsql cannot release as keys", node=key.expression, hint=refusal_hint(type_name))
         typed.append(replace(key, type_name=type_name, form=form))
     return tuple(typed)
 
