@@ -22,6 +22,7 @@ import pytest
 from adversary import neighbours, run
 
 from dpsql.backends.duckdb import Engine
+from dpsql.backends.render import render
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attacks" / "attacks.sql"
 DIRECTIVE = re.compile(r"-- (expect|options|xfail): (.*)")
@@ -80,7 +81,7 @@ class _Reads:
             original = getattr(Engine, method)
 
             def recording(engine, sql, *args, _original=original, **kwargs):
-                self.statements.append(sql)
+                self.statements.append(sql if isinstance(sql, str) else render(sql))  # a checked tree: as it runs
                 return _original(engine, sql, *args, **kwargs)
 
             monkeypatch.setattr(Engine, method, recording)
