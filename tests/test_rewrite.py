@@ -34,15 +34,15 @@ INPUTS = [
 ]
 
 
-def bounded_sql(sql: str) -> str:
+def bounded_sql(sql: str, delta: Fraction = Fraction(0)) -> str:
     query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
-    return rewrite_plan(analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1))))
+    return rewrite_plan(analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1), delta=delta)))
 
 
-def per_unit_layers_sql(sql: str) -> str:
+def per_unit_layers_sql(sql: str, delta: Fraction = Fraction(0)) -> str:
     """The bounded SQL as if the source could hold any number of rows per unit: layer 3 in full."""
     query = check_query(parse_query(sql), sql, SHOP, SHOP_CATALOG)
-    plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1)))
+    plan = analyse_query(query, SHOP, PrivacyOptions(epsilon=Fraction(1), delta=delta))
     return rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)))
 
 
@@ -155,6 +155,22 @@ def test_bounded_copies_change_no_result_of_the_per_unit_bounding(shop, query):
     when the raw table is replaced by the copy: the shortcut totals equal the full layers."""
     sql, full = bounded_sql(query), per_unit_layers_sql(query)
     assert "dp_units" in full or full == sql == "SELECT 1 AS dp_none"
+    assert _totals(shop, sql) == _totals(shop, full)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT zip, COUNT(*), SUM(amount) FROM visits GROUP BY zip",
+    "SELECT zip, AVG(amount), VARIANCE(age) FROM visits WHERE age > 25 GROUP BY zip",
+    "SELECT store, COUNT(DISTINCT user_id), SUM(age) FROM visits GROUP BY store",
+    "SELECT COUNT(DISTINCT user_id), AVG(amount) FROM visits",
+])
+def test_totals_summed_per_unit_first_equal_the_per_unit_layers(shop, query):
+    """Counting distinct units (partition selection, COUNT(DISTINCT unit)) on a bounded copy sums
+    each measure per (unit, group) first, then per group: exactly the totals and unit counts
+    of the full per-unit layers."""
+    delta = Fraction(1, 10**6)
+    sql, full = bounded_sql(query, delta), per_unit_layers_sql(query, delta)
+    assert "COUNT(DISTINCT" not in sql and "GROUP BY dp_unit" in sql and "dp_units" in full
     assert _totals(shop, sql) == _totals(shop, full)
 
 

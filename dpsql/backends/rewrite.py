@@ -648,10 +648,32 @@ def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expr:
 
 
 def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> exp.Select:
+    counts_units = plan.selection is not None or any(m.kind == "units" for m in plan.measures)
+    if counts_units and plan.query.rows_per_unit != 1:
+        return _totals_per_unit_first(plan, keys, source)
     select = [*map(_column, keys)] + [_as(_row_value_sum(m, plan), m.name) for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
         select.append(_as(_units_counted(plan), plan.selection.measure))
     return _select(select or [_as(_number(1), "dp_none")], source, group=[*map(_column, keys)])
+
+
+def _totals_per_unit_first(plan: Plan, keys: list[str], source: str) -> exp.Select:
+    """``_direct_totals`` when it counts distinct units: each measure's row values are first
+    summed per (unit, group), then per group, where one row per (unit, group) makes the
+    distinct-unit count a plain COUNT(*). Every measure is a sum of per-row terms, so summing
+    in two steps gives exactly the one-step totals (exact integers: HUGEINT); COUNT(DISTINCT)
+    over the rows cost about a fifth more at 1M rows (benchmarks/RESULTS.md, issue 14)."""
+    summed = [m for m in plan.measures if m.kind != "units"]
+    unit_keys = [_column(name) for name in ["dp_unit", *keys]]
+    per_unit = _select([*unit_keys, *(_as(_row_value_sum(m, plan), m.name) for m in summed)], source,
+                       group=[_column(name) for name in ["dp_unit", *keys]])
+    select: list[exp.Expr] = [*map(_column, keys)]
+    for measure in plan.measures:
+        total = exp.Count(this=exp.Star()) if measure.kind == "units" else exp.Sum(this=_column(measure.name))
+        select.append(_as(total, measure.name))
+    if plan.selection is not None:  # units per group: what partition selection thresholds
+        select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
+    return _select(select, _subquery(per_unit), group=[*map(_column, keys)])
 
 
 def _units_layer(plan: Plan, keys: list[str]) -> exp.Select:
