@@ -54,6 +54,10 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
 
 def _item(node: exp.Expression, policy, catalog, data, ctes):
     """One FROM item: a table, a CTE reference or a subquery."""
+    pivots = node.args.get("pivots")
+    if pivots:  # reshapes rows, so it would have to be carried into the bounded read: refused
+        refuse(pivots[0], "PIVOT and UNPIVOT are not supported in a query over private data",
+               "aggregate with GROUP BY, or write one aggregate per column: SUM(a), SUM(b)")
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not node.db \
             and node.name.lower() in ctes:
         reference = (node.alias or node.name).lower()
