@@ -105,11 +105,13 @@ class Preparer:
         self._statements: OrderedDict[tuple, tuple[BoundedStatement, tuple[str, ...]]] = OrderedDict()
         self._key_types: OrderedDict[str, dict] = OrderedDict()
         self._lock = threading.Lock()
+        self._generation: int | None = None
 
     def prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
                 weights: dict | None = None, report_bias: Any = None, *, analyst: str | None = None) -> Prepared:
         """The prepared query (from the cache when this text was prepared with these
         arguments); a refusal carries its line and column in ``sql``."""
+        self._forget_if_refreshed()
         key = _cache_key(sql, epsilon, delta, noise, weights, report_bias, analyst)
         if key is not None:
             found = self._recall(self._prepared, key)
@@ -122,6 +124,15 @@ class Preparer:
         if key is not None:
             self._keep(self._prepared, key, prepared)
         return prepared
+
+    def _forget_if_refreshed(self) -> None:
+        """Everything kept was derived from public facts of one generation of the engine's
+        stored public relations (``Backend.public_generation``); another connection on the same
+        database may refresh them, and then a kept join multiplicity could be stale."""
+        generation = self._data.public_generation() if self._data is not None else 0
+        if generation != self._generation:
+            self.clear()
+            self._generation = generation
 
     def clear(self) -> None:
         """Forget everything prepared: public data or the schema may have changed."""
@@ -152,6 +163,7 @@ class Preparer:
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
         """Parse and check, kept per SQL text: (query tree, checked query, written options)."""
+        self._forget_if_refreshed()
         found = self._recall(self._checked, sql) if isinstance(sql, str) else None
         if found is not None:
             return found

@@ -272,3 +272,29 @@ def test_public_tables_joined_first_are_refused_with_advice():
     with dpsql.connect({"v": VISITS, "p": PUBLIC, "f": FLOATS}, policy=POLICY) as db:
         with pytest.raises(dpsql.UnsupportedQuery, match="name the private table first"):
             db.sql("SELECT COUNT(*) FROM p JOIN f ON p.id = f.fid JOIN v ON v.uid = p.id", epsilon=1)
+
+
+def test_a_refresh_by_another_connection_on_the_same_database_re_derives_a_kept_join_plan():
+    """Connections on one DuckDB database share the stored public join sides; one connection's
+    refresh() rebuilds them, so every other connection must re-derive what its kept plans read of
+    them (here a join's multiplicity), not charge an answer calibrated to the old table."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE visits(user_id INT, store VARCHAR, amount DOUBLE)")
+    con.execute("INSERT INTO visits SELECT i % 20, CASE WHEN i % 2 = 0 THEN 'n' ELSE 's' END, 100 FROM range(200) t(i)")
+    con.execute("CREATE TABLE stores(store VARCHAR, region VARCHAR)")
+    con.execute("INSERT INTO stores VALUES ('n', 'east'), ('s', 'west')")
+    policy = ("BUDGET EPSILON 100; QUERY EPSILON 1; PRIVATE TABLE visits (PRIVACY UNIT user_id, "
+              "MAX ROWS PER UNIT 10, amount BOUNDS 0 TO 100); PUBLIC TABLE stores;")
+    sql = "SELECT SUM(amount) FROM visits v JOIN stores s ON v.store = s.store"
+
+    def l1(db) -> Fraction:
+        measure = db._prepare(sql, None, None, None, None, None).plan.measures[0]
+        return measure.sensitivity.l1 * measure.grid
+
+    with dpsql.connect(con, policy=policy) as first, dpsql.connect(con, policy=policy) as second:
+        second.sql(sql)
+        before = l1(second)
+        con.execute("INSERT INTO stores VALUES ('n', 'north')")  # each 'n' visit now joins two stores
+        first.refresh()
+        assert l1(first) == 2 * before
+        assert l1(second) == 2 * before  # kept under the old multiplicity: derived again

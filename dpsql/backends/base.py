@@ -71,6 +71,12 @@ class Backend(Protocol):
         one-line reason. Casts the constant alone: no row is read."""
         ...
 
+    def public_generation(self) -> int:
+        """A number that changes whenever the public facts or stored public relations this
+        engine shares with others may have changed (a refresh by any of them): an analysis
+        prepared under another number must be made again."""
+        ...
+
     def time_zone(self) -> str:
         """The zone the engine reads TIMESTAMP WITH TIME ZONE values in (a setting, not data)."""
         ...

@@ -194,6 +194,14 @@ class Engine:
             with instance.lock:
                 instance.filled.clear()
                 instance.materialised.clear()
+                instance.generation += 1  # every engine on the instance re-reads its public facts
+
+    def public_generation(self) -> int:
+        """Changes whenever any engine on this DuckDB instance refreshes (``refresh_bounding``):
+        the stored public relations and copies every engine shares are rebuilt then, so what an
+        analysis read of them (a join's multiplicity, a column's range) may no longer hold."""
+        with self._lock:
+            return self._bounding_instance().generation
 
     def build_bounding(self) -> None:
         """Fill every bounded copy now (``connect(..., eager_bounding=True)``, and the server):
@@ -561,6 +569,8 @@ class _Instance:
         """Bounded copy name -> the salt it was last filled with."""
         self.materialised: set[str] = set()
         """Public relations stored in ``dp_bounding`` (``Engine.materialise``)."""
+        self.generation = 0
+        """Counts the refreshes of this instance (``Engine.public_generation``)."""
 
 
 _INSTANCES: "weakref.WeakValueDictionary[str, _Instance]" = weakref.WeakValueDictionary()
