@@ -65,6 +65,7 @@ from fractions import Fraction
 import numpy as np
 from sqlglot import exp
 
+from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends.bounding import DATABASE, DROP_CAP, piece_copy_name, raw_rows_name
 from dpsql.backends.render import render
@@ -252,6 +253,11 @@ def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, wh
     if cap is not None:
         measures.append(BiasMeasure("dropped", None, cap, each))
     measures += [BiasMeasure(f"clamped_{i}", c.name, k, each) for i, c in enumerate(columns)]
+    if any(m.scale >= SAMPLER_LIMITS["laplace"] for m in measures):  # refused now, not after the charge
+        raise InvalidParameter(f"the bias report's epsilon {float(share * epsilon):.3g} is too small: its "
+                               "noise would be beyond what the exact samplers draw", line=line, col=col,
+                               hint="ask a larger share of epsilon for it, such as report_bias=0.05, or a "
+                                    "larger epsilon, or drop report_bias")
     return BiasPlan(share, share * epsilon, k, query.rows_per_unit, cap, columns, tuple(measures))
 
 

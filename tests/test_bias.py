@@ -369,3 +369,21 @@ def test_refusal_names_the_option_where_it_was_written():
                    "FROM t JOIN p ON t.g = p.g", epsilon=1)
         assert (refused.value.line, refused.value.col) == (1, 43) and "drop report_bias" in str(refused.value)
         assert db.budget.spent.epsilon == 0
+
+
+@pytest.mark.parametrize("options", [{"report_bias": "1e-11"}, {"report_bias": 1e-11, "epsilon": 0.5}])
+def test_a_bias_share_too_small_to_sample_is_refused_before_the_charge(options):
+    """The report's counts get share * epsilon; a share so small their noise is beyond the exact
+    sampler is refused by explain and sql alike, before anything is charged (it used to be
+    charged and then fail)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"user_id": range(300), "amount": [i % 100 for i in range(300)]})
+    policy = "BUDGET EPSILON 10; PRIVATE TABLE visits (PRIVACY UNIT user_id, MAX ROWS PER UNIT 10, amount BOUNDS 0 TO 100);"
+    with dpsql.connect({"visits": frame}, policy=policy) as db:
+        arguments = {"epsilon": 1, **options}
+        for ask in (db.explain, db.sql):
+            with pytest.raises(dpsql.InvalidParameter, match="bias report's epsilon .* is too small"):
+                ask("SELECT COUNT(*) AS n FROM visits", **arguments)
+        assert db.budget.spent.epsilon == 0
+        db.sql("SELECT COUNT(*) AS n FROM visits", epsilon=1, report_bias=0.05)  # a sampleable share: answered

@@ -264,11 +264,20 @@ def _tokens(sql: str) -> list:
 
 
 def _opening_of(tokens: list, start: int, with_name: bool) -> int:
-    """The '(' (or the name before it) that opens the construct whose first token is at ``start``."""
-    before = [i for i, t in enumerate(tokens) if t.start < start and t.token_type == TokenType.L_PAREN]
-    if not before:
+    """The '(' (or the name before it) that opens the construct whose first token is at ``start``:
+    the innermost one still open there (a closed one, such as COUNT(*)'s before a WHERE holding
+    ``2 ** x``, opens something else); ``start`` itself when none is."""
+    open_parens: list[int] = []
+    for i, token in enumerate(tokens):
+        if token.start >= start:
+            break
+        if token.token_type == TokenType.L_PAREN:
+            open_parens.append(i)
+        elif token.token_type == TokenType.R_PAREN and open_parens:
+            open_parens.pop()
+    if not open_parens:
         return start
-    index = before[-1]
+    index = open_parens[-1]
     while with_name and index > 0 and tokens[index - 1].token_type == TokenType.L_PAREN:
         index -= 1  # f((x)): the call's own parenthesis is the first of the run
     if with_name and index > 0:
