@@ -19,6 +19,7 @@ import functools
 import itertools
 import math
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
@@ -202,6 +203,7 @@ class Connection:
             raise
         self.analyst = analyst
         self._rng = rng
+        self._answer_locks = tuple(threading.Lock() for _ in range(64))
         self._domains: dict[str, list] = {}
         self._accountant = accountant_for(self.policy.accounting, self._total())
         self._analyst_accountant = None if self.policy.analyst_budget_epsilon is None else \
@@ -278,7 +280,7 @@ class Connection:
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
         """
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
-        checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
+        checked, plan = prepared.checked, prepared.plan
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
         assert plan is not None
@@ -287,9 +289,18 @@ class Connection:
         if priced is None:
             assert domain is not None
             return self._run_keys_only(plan, checked, domain)  # public keys only: nothing private is read
-        repeat = self._replay(prepared, priced)
-        if repeat is not None:
-            return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
+        # One answer per repeat key at a time: an identical query sent meanwhile from another
+        # thread waits, then finds this one's stored answer instead of being charged again.
+        with self._answer_locks[hash(priced.repeat_key) % len(self._answer_locks)]:
+            repeat = self._replay(prepared, priced)
+            if repeat is not None:
+                return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
+            return self._answer(prepared, priced, domain)
+
+    def _answer(self, prepared: Prepared, priced: Priced, domain: list[tuple] | None) -> DPResult:
+        """Charge ``prepared``, run its bounded statements, release and post-process (``sql``)."""
+        checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
+        assert plan is not None and isinstance(checked, PrivateQuery)
         bounded, cost, key = priced.bounded, priced.cost, priced.repeat_key
         bounded_sql = bounded.sql
         salt = self._salt_for(bounded.needs_salt)

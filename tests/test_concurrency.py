@@ -206,3 +206,28 @@ def test_a_charge_waits_for_another_writer_instead_of_failing(tmp_path):
         release.join()
         holder.close()
         assert ledger.spent().epsilon == Fraction(1, 10)
+
+
+def test_one_new_query_sent_from_many_threads_at_once_is_charged_once(shop):
+    """Identical queries racing on one connection: one is answered fresh and charged, the others
+    wait for it and get its stored answer back as free repeats (none is charged again)."""
+    answers: list = []
+    lock = threading.Lock()
+    with dpsql.connect(shop, policy=POLICY) as db:
+        start = threading.Barrier(8)
+
+        def ask() -> None:
+            start.wait()
+            result = db.sql("SELECT store, COUNT(*) AS n FROM visits GROUP BY store", epsilon=0.1)
+            with lock:
+                answers.append((result.fetchall(), result.cost.epsilon))
+
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert len(answers) == 8
+        assert sorted(cost for _, cost in answers) == [0] * 7 + [Fraction(1, 10)]
+        assert len({tuple(rows) for rows, _ in answers}) == 1
+        assert db.budget.spent.epsilon == Fraction(1, 10)
