@@ -687,7 +687,7 @@ class Connection:
         accountant = self._accountant
         lines = [f"accounting: {accountant.name.upper()} ({accountant.title}); this query costs "
                  f"epsilon {show(cost.epsilon)}, delta {show(cost.delta)}"
-                 + ("" if cost.rho is None else f", rho {show(cost.rho)}")]
+                 + ("" if cost.rho is None or self.policy.accounting != "zcdp" else f", rho {show(cost.rho)}")]
         if repeat:
             lines.append("repeat: this query was answered before; its stored answer would be "
                          "returned at no cost")

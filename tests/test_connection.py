@@ -384,3 +384,11 @@ def test_zcdp_refuses_partition_selection_in_sql_and_explain_alike():
         assert refusals[0] == refusals[1]
         assert db.budget.spent.epsilon == 0
         db.sql("SELECT store, COUNT(*) FROM visits GROUP BY store")  # a KEYS domain: no selection, answered
+
+
+@pytest.mark.parametrize("accounting, shows_rho", [("BASIC", False), ("ADVANCED", False), ("ZCDP", True)])
+def test_explain_names_rho_only_under_zcdp(accounting, shows_rho):
+    policy = POLICY.replace("QUERY EPSILON 1;", f"QUERY EPSILON 1; ACCOUNTING {accounting};")
+    with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=policy) as db:
+        text = str(db.explain("SELECT COUNT(*) FROM visits", epsilon=0.5))
+        assert ("rho" in text.split("accounting:")[1]) is shows_rho
