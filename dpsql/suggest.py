@@ -141,22 +141,35 @@ def _at_most(value: exp.Expr, bound: exp.Expr) -> exp.Expr:
                       expression=exp.Where(this=exp.LTE(this=value, expression=bound)))
 
 
-def rows_select(table: str, unit: str, group_by: str | None = None) -> exp.Select:
+def _identity(name: str, types: dict[str, str]) -> exp.Expr:
+    """A column of the raw table as dpsql tells its values apart (DESIGN.md invariant 20): a
+    string byte for byte (whatever collation the table declares: 'A' and 'a' are two units, as
+    in the bounded copy), a float or INTERVAL by its exact encoding, anything else as it is."""
+    type_name = types.get(name, "")
+    if type_name.upper() == "VARCHAR":
+        return exp.Collate(this=_column(name), expression=exp.Literal.string("binary"))
+    return pieces.exact(_column(name), type_name) if type_name else _column(name)
+
+
+def rows_select(table: str, unit: str, group_by: str | None = None, types: dict[str, str] | None = None) -> exp.Select:
     """Per candidate k, how many units have at most k rows (with ``group_by``: at most k
-    distinct values of that column, NULL one of them); then the number of units."""
+    distinct values of that column, NULL one of them); then the number of units. Units and
+    values are told apart by their exact identity (``_identity``; ``types``: the table's columns)."""
+    types = types or {}
     counts = [_at_most(exp.column("r"), exp.Literal.number(k)) for k in ROWS_CANDIDATES]
     per_unit: exp.Expr = exp.Count(this=exp.Star())
     if group_by is not None:
         has_null = exp.Case(ifs=[exp.If(this=exp.Is(this=_column(group_by), expression=exp.Null()),
                                         true=exp.Literal.number(1))], default=exp.Literal.number(0))
-        per_unit = exp.Add(this=exp.Count(this=exp.Distinct(expressions=[_column(group_by)])),
+        per_unit = exp.Add(this=exp.Count(this=exp.Distinct(expressions=[_identity(group_by, types)])),
                            expression=exp.Max(this=has_null))
     units = (exp.select(exp.alias_(per_unit, "r")).from_(_table(table))
-             .where(_not_null(_column(unit))).group_by(_column(unit)))
+             .where(_not_null(_column(unit))).group_by(_identity(unit, types)))
     return exp.select(*counts, exp.Count(this=exp.Star())).from_(units.subquery())
 
 
-def values_select(table: str, unit: str | None, column: str, floating: bool, edges) -> exp.Select:
+def values_select(table: str, unit: str | None, column: str, floating: bool, edges,
+                  types: dict[str, str] | None = None) -> exp.Select:
     """Per edge c, how many units' chosen values are ≤ c; then how many units gave one. Each
     unit gives its first non-NULL, non-NaN value in a salted-hash order of its own values
     (``$salt``); each row of a row-level table (``unit`` None) is its own unit.
@@ -183,7 +196,9 @@ def values_select(table: str, unit: str | None, column: str, floating: bool, edg
     order = exp.Order(expressions=[exp.Ordered(this=pieces.salted_hash(owner, raw), nulls_first=False),
                                    exp.Ordered(this=raw.copy(), nulls_first=False)])
     first = exp.Window(this=exp.RowNumber(), partition_by=[owner.copy()], order=order)
-    rows = exp.select(exp.alias_(_column(unit), "dp_owner"), exp.alias_(_column(column), "dp_raw"),
+    types = types or {}
+    rows = exp.select(exp.alias_(_identity(unit, types), "dp_owner"),
+                      exp.alias_(_identity(column, types), "dp_raw"),
                       exp.alias_(as_double, "dp_value")).from_(_table(table))
     chosen = (exp.select(value.copy(), exp.alias_(first, "dp_n")).from_(rows.subquery())
               .where(_not_null(owner.copy()), present))
@@ -378,6 +393,9 @@ class SuggestPlan:
     """How it is spent."""
     sensitivity: int
     """L1 sensitivity of a histogram of one value per unit: 1 (add/remove) or 2 (replace)."""
+    types: tuple[tuple[str, str], ...] = ()
+    """(column, DuckDB type) of every column of the table: units and groups are told apart by
+    their exact identity (``_identity``)."""
 
 
 def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fraction, columns=None,
@@ -417,7 +435,7 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
         group_by = grouped
     return SuggestPlan(declared.name, key, unit, tuple((c, types[c]) for c in chosen), group_by, epsilon,
                        split_epsilon(epsilon, unit is None, len(chosen), group_by is not None),
-                       2 if policy.neighbours == "bounded" else 1)
+                       2 if policy.neighbours == "bounded" else 1, tuple(types.items()))
 
 
 def _errors(plan: SuggestPlan, units: int | None) -> dict:
@@ -465,18 +483,19 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
     split, unit = plan.split, plan.unit
     k = 1
     if unit is not None:
-        *ranks, units = fetch(_statement(rows_select(plan.key, unit)))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit, types=dict(plan.types))))[0]
         k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
     groups = None
     if plan.group_by is not None:
         assert unit is not None, "MAX GROUPS PER UNIT is asked of unit-level tables only"
-        *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by)))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by, dict(plan.types))))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
     bounds, totals = {}, []
     for column, type_name in plan.columns:
         integral = is_integer_type(type_name)
         edges = value_candidates(integral)
-        *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges)))[0]
+        *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges,
+                                                         dict(plan.types))))[0]
         total: list = []
         found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
                              DEFAULT_COVERAGE, source, total)

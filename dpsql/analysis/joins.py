@@ -34,7 +34,7 @@ from dpsql.errors import DPError
 from dpsql.policy.model import Bounds, ColumnRule, KeyDomain, PrivateTable
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import DIALECT
-from dpsql.sql.pieces import key_text, salted_hash, star, total
+from dpsql.sql.pieces import exact, key_text, salted_hash, star, total
 from dpsql.sql.types import reads_as_number
 
 if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
@@ -153,12 +153,14 @@ def join_relations(left, right, join: exp.Join, data: Backend | None,
 
 
 def _truncated(relation: Relation) -> Relation:
-    """The relation with at most k rows per unit, chosen by a salted hash of each row's own
-    values (ties between different rows broken by the values themselves): never by order."""
+    """The relation with at most k rows per unit, chosen by a keyed hash of each row's own values
+    (ties between different rows broken by the values' exact identities): never by order."""
     unit, k = relation.unit, relation.rule.max_rows_per_unit
     if relation.rows_per_unit is not None and relation.rows_per_unit <= k:
         return relation  # at most k rows per unit already (a bounded copy)
-    values = [exp.column(c, quoted=True) for c in relation.columns]
+    # Each column by its exact identity (a float with its sign, an INTERVAL by its parts), so
+    # DuckDB-equal rows an analyst can tell apart never tie in an order their storage decides.
+    values = [exact(exp.column(c, quoted=True), t) for c, t in relation.columns.items()]
     salted = salted_hash(*[v.copy() for v in values])
     rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(unit, quoted=True)],
                       order=exp.Order(expressions=[exp.Ordered(this=salted)] +

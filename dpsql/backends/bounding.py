@@ -73,7 +73,9 @@ from dpsql.policy.model import (
 from dpsql.sql.names import PAD, ROW_UNIT, ROW_UNIT_TYPE, quoted, quoted_table
 from dpsql.sql.pieces import CopiedTable
 from dpsql.sql.types import (
+    base_type,
     enum_values,
+    equality_is_identity,
     holds_lists,
     is_list,
     list_element,
@@ -230,13 +232,19 @@ def attach_sql() -> str:
 def _copied_columns(table: BoundedTable) -> str:
     """The table's columns as the copy holds them: strings with the binary collation, and
     every value whose size is data cut (``shortened``): LISTs and MAPs to MAX LIST LENGTH
-    elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes)."""
+    elements in all, strings to MAX STRING LENGTH characters (BLOBs to as many bytes) — except
+    the privacy unit, which stays whole: it is the unit's identity."""
     length = DEFAULT_MAX_LIST_LENGTH if table.list_length is None else table.list_length
     characters = DEFAULT_MAX_STRING_LENGTH if table.string_length is None else table.string_length
-    return ", ".join(f'{shortened(quoted(c), t, length, characters)} COLLATE "binary" AS "{c}"'
-                     if t.upper() == "VARCHAR"
-                     else f'{shortened(quoted(c), t, length, characters)} AS "{c}"' if is_sized(t) else f'"{c}"'
-                     for c, t in table.columns)
+
+    def copied(column: str, type_name: str) -> str:
+        # The unit is its identity: never cut (two ids sharing a prefix would become one unit).
+        value = quoted(column) if column == table.unit or not is_sized(type_name) else \
+            shortened(quoted(column), type_name, length, characters)
+        collated = f'{value} COLLATE "binary"' if type_name.upper() == "VARCHAR" else value
+        return quoted(column) if collated == quoted(column) else f"{collated} AS {quoted(column)}"
+
+    return ", ".join(copied(c, t) for c, t in table.columns)
 
 
 def _string_kind(type_name: str) -> str | None:
@@ -402,22 +410,28 @@ def _raw_rows_select(table: BoundedTable) -> str:
 
 
 def fill_sql(table: BoundedTable) -> str:
-    """(Re)build the copy: each unit's first ``k`` rows in salted-hash order of the row's
-    values, then the two padding rows.
+    """(Re)build the copy: each unit's first ``k`` rows in the order of a keyed hash of the
+    row's exact identity, then the two padding rows.
 
-    Ties (identical hashes) are broken by the values themselves, so the rows kept never depend
-    on physical order or rowid; rows that tie on every value are identical, so which of them is
-    kept does not matter. ``CREATE OR REPLACE`` swaps the whole copy in one statement. Each
-    row carries its unit's kept row count (``UNIT_ROWS``), from the same partitioning.
+    Units are partitioned by DuckDB's equality on the unit column, which is their exact identity:
+    the policy admits only unit types whose equality is that (``equality_is_identity``), and the
+    copy compares strings byte for byte. Rows are ordered by ``keyed_hash`` of the salt and each
+    column's ``exact_parts``, ties broken by those parts: a function of the rows' canonical
+    encodings alone, so the rows kept never depend on physical order, rowid or which of two
+    DuckDB-equal values ('1 month', '30 days') was stored first; rows that tie on every part
+    read back identically, so which of them is kept does not matter. ``CREATE OR REPLACE``
+    swaps the whole copy in one statement. Each row carries its unit's kept row count
+    (``UNIT_ROWS``), from the same partitioning.
     """
     if table.row_level:
         return _fill_rows_sql(table)
-    columns = ", ".join(f'"{c}"' for c, _ in table.columns)
-    unit = f'"{table.unit}"'
+    parts = _row_parts(table)
+    order = ", ".join([keyed_hash(f"${SALT_PARAMETER}", parts), *parts])
+    unit = quoted(table.unit)
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
         f"SELECT * EXCLUDE (dp_n, dp_all), LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD} FROM (\n"
-        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY hash($salt, {columns}), {columns}) AS dp_n,\n"
+        f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY {order}) AS dp_n,\n"
         f"  COUNT(*) OVER (PARTITION BY {unit}) AS dp_all\n"
         f"  FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})\n  WHERE {unit} IS NOT NULL\n"
         f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
@@ -427,32 +441,28 @@ def fill_sql(table: BoundedTable) -> str:
 def _fill_rows_sql(table: BoundedTable) -> str:
     """A row-level table's copy: every row with its id ``ROW_UNIT``, ids held by one row only.
 
-    Each row gets a text ``dp_text`` that no different row shares (``_serialised``: each column
-    length-prefixed, NULL marked, plus the sign of every float, which DuckDB's equality ignores
-    for -0.0 and -nan). Rows are grouped on their values *and* that text — so values DuckDB
-    calls equal but are not the same ('1 month' and '30 days', 0.0 and -0.0) stay apart and
-    every row keeps its own value — and re-expanded with indexes 1..n, numbered in an order
-    that cannot matter (the rows are identical). The id is the salted MD5 of (table, text,
-    index): 128 bits from a hash whose input an analyst cannot steer into a collision without
-    the secret salt (DuckDB's own hash() is not collision-resistant: INTERVAL '1 month' and
-    '1 microsecond' hash alike). An id held by two rows all the same is dropped with its rows,
-    so the copy holds at most one row per id (a collision costs accuracy, never privacy).
+    Each row's canonical text ``dp_text`` (``canonical_text`` of every column, as the copy holds
+    it) is the same for two rows exactly when nothing an analyst reads back tells them apart.
+    Rows are numbered 1..n among those with the same text (``PARTITION BY dp_text``: exact bytes,
+    never DuckDB's equality of the values, which takes '1 month' for '30 days', 0.0 for -0.0 and,
+    inside lists, nan for -nan; the rows so numbered are identical, so which gets which number
+    cannot matter), and each row keeps its own values. The id is the salted MD5 of (table,
+    text, number): 128 bits from a hash whose input an analyst cannot steer into a collision
+    without the secret salt (DuckDB's own hash() is not collision-resistant: INTERVAL '1 month'
+    and '1 microsecond' hash alike). An id held by two rows all the same is dropped with its
+    rows, so the copy holds at most one row per id (a collision costs accuracy, never privacy).
     """
-    names = [f'"{c}"' for c, _ in table.columns]
-    signs = [f"COALESCE(CAST({sign} AS VARCHAR), 'N')" for sign in _sign_bits(table)]  # || with NULL is NULL
+    names = [quoted(c) for c, _ in table.columns]
     tag = "'" + table.source.replace("'", "''") + "'"
-    text = " || '|' || ".join([_serialised(c, t) for c, t in table.columns] + signs)
     row_id = f"md5_number(${SALT_PARAMETER} || '|' || {tag} || '|' || dp_text || '|' || CAST(dp_i AS VARCHAR))"
     return (
         f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
         f"SELECT * EXCLUDE (dp_n), FALSE AS {PAD} FROM (\n"
         f"  SELECT *, COUNT(*) OVER (PARTITION BY {ROW_UNIT}) AS dp_n FROM (\n"
         f"    SELECT {', '.join(names)}, {row_id} AS {ROW_UNIT} FROM (\n"
-        f"      SELECT *, UNNEST(RANGE(1, dp_copies + 1)) AS dp_i FROM (\n"
-        f"        SELECT {', '.join(names)}, dp_text, COUNT(*) AS dp_copies\n"
-        f"        FROM (SELECT *, {text} AS dp_text FROM (SELECT {_copied_columns(table)} "
-        f"FROM {quoted_table(table.source)}))\n"
-        f"        GROUP BY ALL))))\n"
+        f"      SELECT *, ROW_NUMBER() OVER (PARTITION BY dp_text) AS dp_i FROM (\n"
+        f"        SELECT *, {_row_text(table)} AS dp_text\n"
+        f"        FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})))))\n"
         f"WHERE dp_n = 1\n{_padding(table)}"
     )
 
@@ -460,28 +470,126 @@ def _fill_rows_sql(table: BoundedTable) -> str:
 SALT_PARAMETER = "salt"
 
 
-def _serialised(column: str, type_name: str) -> str:
-    """A column's value as text that no other value of its type shares: DuckDB's text of a
-    scalar (floats by their shortest round-trip digits), JSON for nested values (strings
-    escaped), hex for BLOBs (whose text escapes are ambiguous), length-prefixed, NULL as 'N'.
+# -- identity: the exact bytes of a value, and keyed choices over them (DESIGN.md invariant 20) --
 
-    >>> print(_serialised("x", "BLOB"))
-    CASE WHEN "x" IS NULL THEN 'N' ELSE CAST(length(hex("x")) AS VARCHAR) || ':' || hex("x") END
+def _floating(type_name: str) -> bool:
+    return base_type(type_name).upper() in ("FLOAT", "DOUBLE", "REAL")
+
+
+def union_members(type_name: str) -> dict[str, str] | None:
+    """Tag -> type of a UNION type (``None``: not a UNION).
+
+    >>> union_members("UNION(n INTEGER, s VARCHAR)")
+    {'n': 'INTEGER', 's': 'VARCHAR'}
     """
-    upper = type_name.upper()
-    if upper == "BLOB":
-        text = f'hex("{column}")'
-    elif upper.endswith("]") or upper.startswith(("STRUCT", "MAP", "UNION")):
-        text = f'CAST(to_json("{column}") AS VARCHAR)'
-    else:
-        text = f'CAST("{column}" AS VARCHAR)'
-    return f"CASE WHEN \"{column}\" IS NULL THEN 'N' ELSE CAST(length({text}) AS VARCHAR) || ':' || {text} END"
+    name = type_name.strip()
+    if not name.upper().startswith("UNION(") or not name.endswith(")"):
+        return None
+    return struct_fields("STRUCT(" + name[name.index("(") + 1:])
 
 
-def _sign_bits(table: BoundedTable) -> list[str]:
-    """The sign of each float column: DuckDB's equality and hash() take -0.0 for 0.0 (and
-    -nan for nan), which 1/x tells apart, so rows differing only there are not identical."""
-    return [f'signbit("{c}")' for c, t in table.columns if t.upper() in ("FLOAT", "DOUBLE", "REAL")]
+def _lambda_name(depth: int) -> str:
+    return f"dp_e{depth}"
+
+
+def canonical_text(value: str, type_name: str, depth: int = 0) -> str:
+    """SQL for the exact canonical encoding of ``value`` (of ``type_name``), as VARCHAR: two values
+    get the same text exactly when an analyst can read back nothing that tells them apart.
+
+    Every encoding delimits itself, so a concatenation of them splits only one way: NULL is
+    ``N``; a scalar is ``<bytes>:<text>``, its text's length in bytes first; a LIST or ARRAY is
+    ``[`` its elements' encodings ``]``, a STRUCT ``{`` its fields' in the type's order ``}``, a
+    MAP the list of its (key, value) entries, a UNION ``<`` its tag's and its member's ``>``.
+    A scalar's text is DuckDB's text of it: floats with their sign (``-0.0``, ``-nan``), an
+    INTERVAL by its months, days and microseconds, which its text spells out separately, a
+    string as its own bytes; a BLOB's is its hex digits (BLOB text escapes are ambiguous).
+    DuckDB's own text of a nested value is not used: it writes ``['a, b']`` and ``[a, b]`` nearly
+    alike, and ``to_json`` writes ``nan`` and ``-nan`` alike.
+
+    >>> print(canonical_text('"x"', "BLOB"))
+    CASE WHEN "x" IS NULL THEN 'N' ELSE CAST(strlen(hex("x")) AS VARCHAR) || ':' || hex("x") END
+    >>> print(canonical_text('"l"', "INTEGER[]"))
+    CASE WHEN "l" IS NULL THEN 'N' ELSE '[' || array_to_string(list_transform("l", lambda dp_e0: \
+CASE WHEN dp_e0 IS NULL THEN 'N' ELSE CAST(strlen(CAST(dp_e0 AS VARCHAR)) AS VARCHAR) || ':' || \
+CAST(dp_e0 AS VARCHAR) END), '') || ']' END
+    """
+    if list_element(type_name) is not None:
+        element = _lambda_name(depth)
+        inner = canonical_text(element, list_element(type_name) or "", depth + 1)
+        return _nested(value, "[", f"array_to_string(list_transform({value}, lambda {element}: {inner}), '')", "]")
+    pair = map_types(type_name)
+    if pair is not None:
+        return canonical_text(f"map_entries({value})", f"STRUCT(key {pair[0]}, value {pair[1]})[]", depth)
+    fields = struct_fields(type_name)
+    if fields is not None:
+        inner = " || ".join(canonical_text(f"struct_extract({value}, {_string_literal(f)})", t, depth)
+                            for f, t in fields.items()) or "''"
+        return _nested(value, "{", inner, "}")
+    members = union_members(type_name)
+    if members is not None:
+        cases = " ".join(f"WHEN {_string_literal(tag)} THEN "
+                         f"{canonical_text(_string_literal(tag), 'VARCHAR', depth)} || "
+                         f"{canonical_text(f'union_extract({value}, {_string_literal(tag)})', t, depth)}"
+                         for tag, t in members.items())
+        return _nested(value, "<", f"CASE union_tag({value}) {cases} END", ">")
+    text = f"hex({value})" if type_name.strip().upper() == "BLOB" else f"CAST({value} AS VARCHAR)"
+    return f"CASE WHEN {value} IS NULL THEN 'N' ELSE CAST(strlen({text}) AS VARCHAR) || ':' || {text} END"
+
+
+def _nested(value: str, opening: str, inner: str, closing: str) -> str:
+    return f"CASE WHEN {value} IS NULL THEN 'N' ELSE '{opening}' || {inner} || '{closing}' END"
+
+
+def _string_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def exact_parts(value: str, type_name: str) -> list[str]:
+    """SQL values whose tuple is ``value``'s exact identity, cheapest first: the value itself
+    where DuckDB's equality is already exact; a float with its sign bit (``signbit`` tells -0.0
+    from 0.0 and -nan from nan, which ``=`` and ``hash()`` take as equal); anything else with
+    its canonical text (``canonical_text``).
+
+    >>> exact_parts('"x"', "INTEGER"), exact_parts('"x"', "DOUBLE")
+    (['"x"'], ['"x"', 'signbit("x")'])
+    """
+    if equality_is_identity(type_name):
+        return [value]
+    if _floating(type_name):
+        return [value, f"signbit({value})"]
+    return [canonical_text(value, type_name)]
+
+
+def keyed_hash(salt: str, values: list[str]) -> str:
+    """SQL for a keyed, uniform 64-bit hash of ``salt`` and ``values``: each value's ``hash()``
+    folded in by XOR and the result mixed again (DuckDB's ``hash`` of a UBIGINT is a full 64-bit
+    avalanche), so every input bit reaches every output bit.
+
+    Not DuckDB's ``hash(salt, a, b)``: that combines the values' hashes with one multiply and
+    XOR and no mixing after the last, so ranking small integer keys by it orders them almost
+    alike whatever the salt (12 months: some dropped for 37% of units, some for 6%, where a
+    uniform choice gives 17%). ``hash`` of one value is constant on DuckDB's equality classes,
+    so callers pass ``exact_parts`` to key the hash on exact identities; the order it makes is
+    a function of the values' canonical encodings (ties broken by those parts), never of where
+    the rows are stored.
+
+    >>> keyed_hash("$salt", ['"u"', '"m"'])
+    'hash(xor(hash(xor(hash($salt), hash("u"))), hash("m")))'
+    """
+    folded = f"hash({salt})"
+    for value in values:
+        folded = f"hash(xor({folded}, hash({value})))"
+    return folded
+
+
+def _row_parts(table: BoundedTable) -> list[str]:
+    """The exact identity of a row of ``table`` as the copy holds it: each column's ``exact_parts``."""
+    return [part for c, t in table.columns for part in exact_parts(quoted(c), t)]
+
+
+def _row_text(table: BoundedTable) -> str:
+    """The canonical text of a whole row (``canonical_text`` of each column, concatenated)."""
+    return " || ".join(canonical_text(quoted(c), t) for c, t in table.columns) or "''"
 
 
 def _padding(table: BoundedTable) -> str:

@@ -12,9 +12,12 @@ A Spark backend supplies one more rendering per piece (a function in a table lik
   functions per operation and ANSI mode off, so it needs its own walk of the expression);
 * ``ExactInteger``: a value widened so that summing integers stays exact (``HUGEINT``; Spark:
   ``DECIMAL(38, 0)``);
-* ``SaltedHash``: a 64-bit hash of the secret salt and values, the order of every salted
-  choice (DuckDB's ``hash($salt, ...)``, the salt a query parameter; Spark: ``xxhash64``
-  with the salt bound as a literal or a parameter marker);
+* ``SaltedHash``: a keyed, uniform 64-bit hash of the secret salt and values, the order of
+  every salted choice (DuckDB: ``hash()`` of each value folded in by XOR and mixed by ``hash()``
+  again, the salt a query parameter, ``dpsql.backends.bounding.keyed_hash``; Spark: ``xxhash64``
+  with the salt as its seed, checked for uniformity the same way);
+* ``Canonical``: a value's exact canonical encoding as text (DuckDB:
+  ``dpsql.backends.bounding.canonical_text``; Spark needs its own, checked value by value);
 * ``KeyText``: a key's canonical text as bytes, its lossless read-back form
   (``dpsql.backends.keys``: DuckDB's ``encode(CAST(x AS VARCHAR))``; Spark: ``encode(CAST(x AS
   STRING), 'UTF-8')``, with its own canonical texts to check);
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import sqlglot
 from sqlglot import exp
 
-from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, piece_copy_name
-from dpsql.sql.pieces import CopiedTable, ExactInteger, IsNaN, KeyText, SaltedHash, Total
+from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, canonical_text, piece_copy_name
+from dpsql.sql.pieces import Canonical, CopiedTable, ExactInteger, IsNaN, KeyText, SaltedHash, Total
 
 DUCKDB = "duckdb"
 
@@ -46,7 +50,17 @@ def _duckdb_exact_integer(node: ExactInteger) -> exp.Expr:
 
 
 def _duckdb_salted_hash(node: SaltedHash) -> exp.Expr:
-    return exp.Anonymous(this="HASH", expressions=[exp.Placeholder(this=SALT_PARAMETER), *node.expressions])
+    """``dpsql.backends.bounding.keyed_hash``: each value's hash folded in by XOR, then mixed."""
+    folded: exp.Expr = exp.Anonymous(this="HASH", expressions=[exp.Placeholder(this=SALT_PARAMETER)])
+    for value in node.expressions:
+        mixed = exp.Anonymous(this="XOR", expressions=[folded, exp.Anonymous(this="HASH", expressions=[value])])
+        folded = exp.Anonymous(this="HASH", expressions=[mixed])
+    return folded
+
+
+def _duckdb_canonical(node: Canonical) -> exp.Expr:
+    value = node.this.sql(dialect=DUCKDB)
+    return sqlglot.parse_one(canonical_text(value, node.args["type"].name), dialect=DUCKDB)
 
 
 def _duckdb_key_text(node: KeyText) -> exp.Expr:
@@ -66,6 +80,7 @@ _DUCKDB: dict[type, Callable] = {
     Total: _duckdb_total,
     ExactInteger: _duckdb_exact_integer,
     SaltedHash: _duckdb_salted_hash,
+    Canonical: _duckdb_canonical,
     KeyText: _duckdb_key_text,
     IsNaN: _duckdb_is_nan,
     CopiedTable: _duckdb_bounded_table,
@@ -79,7 +94,7 @@ def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True, pretty: boo
 
     >>> from dpsql.sql.pieces import salted_hash, total
     >>> render(exp.select(total(exp.column("x").div(2)), salted_hash(exp.column("u"))))
-    'SELECT TRY(x / 2), HASH($salt, u)'
+    'SELECT TRY(x / 2), HASH(XOR(HASH($salt), HASH(u)))'
     """
     pieces = _RENDERINGS[dialect]
     tree = tree.copy() if copy else tree  # in place: the caller built ``tree`` for this call alone

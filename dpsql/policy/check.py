@@ -14,7 +14,16 @@ from dpsql.errors import PolicyError
 from dpsql.policy.model import Bounds, ColumnRule, Policy, Position, PrivateTable, PublicTable
 from dpsql.sql.names import PAD, ROW_UNIT, sql_name
 from dpsql.sql.numbers import finite_decimal
-from dpsql.sql.types import base_type, decimal_shape, family, inward, is_numeric_type, step, value_range
+from dpsql.sql.types import (
+    base_type,
+    decimal_shape,
+    equality_is_identity,
+    family,
+    inward,
+    is_numeric_type,
+    step,
+    value_range,
+)
 
 
 def _error(message: str, position: Position | None, hint: str | None = None) -> PolicyError:
@@ -194,6 +203,21 @@ def _check_keys(table: PrivateTable, rule: ColumnRule, declared: Mapping,
 # --- the policy against the database -----------------------------------------------------
 
 
+def _check_unit_type(table: PrivateTable, type_name: str) -> None:
+    """A privacy unit is compared by the engine's equality (partitions, joins, distinct units), so
+    its type's equality must be the identity of the values an analyst reads back (DESIGN.md
+    invariant 20): a DOUBLE unit would make -0.0 and 0.0 one unit, an INTERVAL unit '1 month'
+    and '30 days'."""
+    if equality_is_identity(type_name):
+        return
+    raise _error(f"the PRIVACY UNIT {sql_name(table.unit or '')} of table {sql_name(table.name)} is {type_name}, "
+                 "whose equality takes values an analyst can tell apart for one (-0.0 and 0.0, nan and -nan, "
+                 "'1 month' and '30 days', values inside lists): two people could become one unit",
+                 table.position,
+                 hint="store the unit as an integer, string, UUID, DATE/TIMESTAMP or BLOB column (a view "
+                      "that casts it, e.g. CAST(id AS BIGINT), if every id is a whole number)")
+
+
 def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
     """Check that every table and column the policy names exists, with a fitting type.
 
@@ -220,7 +244,8 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
                              "of the table uses itself", table.position,
                              hint="rename the column, or declare a view that renames it")
         if table.unit is not None:
-            _type_of(table.name, table.unit, columns, table.position, " for its PRIVACY UNIT")
+            unit_type = _type_of(table.name, table.unit, columns, table.position, " for its PRIVACY UNIT")
+            _check_unit_type(table, unit_type)
         for rule in table.columns:
             type_name = _type_of(table.name, rule.name, columns, rule.position)
             if rule.bounds is not None and not is_numeric_type(type_name):

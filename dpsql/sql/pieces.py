@@ -8,7 +8,10 @@ which builds a relation's source, never imports a backend:
 
 * ``Total``: an expression whose errors become NULL;
 * ``ExactInteger``: a value widened so that summing integers stays exact;
-* ``SaltedHash``: a 64-bit hash of the secret salt and values, the order of every salted choice;
+* ``SaltedHash``: a keyed, uniform 64-bit hash of the secret salt and values, the order of every
+  salted choice (values of types whose engine equality is their exact identity, or their
+  ``Canonical`` form; ties broken by the values);
+* ``Canonical``: a value's exact canonical encoding, for identity decided by bytes;
 * ``KeyText``: a key's canonical text as bytes, its lossless read-back form (``dpsql.backends.keys``);
 * ``IsNaN``: true for a floating NaN;
 * ``CopiedTable``: a private table, read through its bounded copy, which the backend names
@@ -28,6 +31,7 @@ from functools import lru_cache
 from sqlglot import exp
 
 from dpsql.sql.names import PAD
+from dpsql.sql.types import equality_is_identity
 
 
 class Total(exp.Expression, exp.Func):
@@ -43,10 +47,22 @@ class ExactInteger(exp.Expression, exp.Func):
 
 
 class SaltedHash(exp.Expression, exp.Func):
-    """A hash of the secret salt and ``expressions``: the order of every salted choice."""
+    """A keyed, uniform hash of the secret salt and ``expressions``: the order of every salted
+    choice. Uniform over the salt for every input, including small integers (DESIGN.md
+    invariant 20); a function of the values as the engine's equality sees them, so a value
+    whose equality is not its identity (a float, an INTERVAL) is passed as its ``Canonical``."""
 
     arg_types = {"expressions": True}
     is_var_len_args = True
+
+
+class Canonical(exp.Expression, exp.Func):
+    """The exact canonical encoding of ``this``, of catalog type ``type`` (a string literal), as
+    text: equal exactly when nothing an analyst reads back tells the values apart
+    (``dpsql.backends.bounding.canonical_text``). For values whose engine equality is not their
+    identity (floats, INTERVAL, nested values), wherever dpsql decides that two are the same."""
+
+    arg_types = {"this": True, "type": True}
 
 
 class KeyText(exp.Expression, exp.Func):
@@ -74,6 +90,14 @@ def exact_integer(node: exp.Expr) -> exp.Expr:
 
 def salted_hash(*values: exp.Expr) -> exp.Expr:
     return SaltedHash(expressions=list(values))
+
+
+def exact(node: exp.Expr, type_name: str) -> exp.Expr:
+    """``node`` itself where its type's equality is its identity (``equality_is_identity``), else
+    its ``Canonical`` encoding: a value to compare, order or hash by exact identity."""
+    if equality_is_identity(type_name):
+        return node
+    return Canonical(this=node, type=exp.Literal.string(type_name))
 
 
 def key_text(node: exp.Expr) -> KeyText:

@@ -273,3 +273,25 @@ def holds_lists(type_name: str) -> bool:
         return any(holds_lists(t) for t in fields.values())
     element = list_element(type_name)
     return element is not None and holds_lists(element)
+
+
+EXACT_EQUALITY = frozenset((
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+    "UHUGEINT", "DECIMAL", "BOOLEAN", "VARCHAR", "BLOB", "UUID", "DATE", "TIME", "TIME_NS", "TIMESTAMP",
+    "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS", "TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ_NS", "ENUM", "BIT",
+    "BIGNUM", "VARINT"))
+"""Base types whose DuckDB equality is the identity of their canonical text: two values are equal
+exactly when the texts an analyst reads back are the same bytes (a VARCHAR as the copy holds it,
+with the binary collation; a TIMESTAMP WITH TIME ZONE is an instant, its text written in the
+session's one time zone; a DECIMAL's scale is its type's). Not here, and why: FLOAT and DOUBLE
+(-0.0 = 0.0 and -nan = nan, told apart by their text and by 1/x), INTERVAL ('1 month' = '30 days'),
+TIME WITH TIME ZONE, JSON, and nested values (they hold floats, intervals, strings)."""
+
+
+def equality_is_identity(type_name: str) -> bool:
+    """True when DuckDB's ``=`` on ``type_name`` is the identity of canonical texts (``EXACT_EQUALITY``).
+
+    >>> [equality_is_identity(t) for t in ("BIGINT", "DECIMAL(9,2)", "DOUBLE", "INTERVAL", "INTEGER[]")]
+    [True, True, False, False, False]
+    """
+    return base_type(type_name).upper() in EXACT_EQUALITY
