@@ -147,7 +147,7 @@ def _identity(name: str, types: dict[str, str]) -> exp.Expr:
     in the bounded copy), a float or INTERVAL by its exact encoding, anything else as it is."""
     type_name = types.get(name, "")
     if type_name.upper() == "VARCHAR":
-        return exp.Collate(this=_column(name), expression=exp.Literal.string("binary"))
+        return exp.Collate(this=_column(name), expression=exp.to_identifier("binary", quoted=True))
     return pieces.exact(_column(name), type_name) if type_name else _column(name)
 
 

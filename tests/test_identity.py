@@ -333,3 +333,34 @@ def test_rows_kept_in_the_copy_and_groups_kept_by_a_query_are_uniform():
         assert len(counts) == 12
         for key, count in counts.items():
             assert abs(count - units * p) <= Z * sd, (rules, key, count)
+
+
+# -- suggest_bounds ------------------------------------------------------------------------------
+
+def test_suggest_tells_units_and_groups_apart_exactly():
+    """``suggest_bounds`` reads the raw table (a unit's raw rows are what MAX ROWS PER UNIT cuts),
+    but with the copy's identity: 'A' and 'a' in a COLLATE NOCASE column are two units, and
+    '1 month' and '30 days' two groups. Brute force over neighbours: adding the unit 'a' beside 'A'
+    moves every cumulative count of the rows histogram by at most 1 (its sensitivity), where
+    merging them moved a unit from one bin to another and changed the number of units by 0."""
+    from dpsql.backends.render import render
+    from dpsql.suggest import ROWS_CANDIDATES, rows_select
+
+    types = {"uid": "VARCHAR", "g": "INTERVAL"}
+
+    def histogram(rows):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE t (uid VARCHAR COLLATE NOCASE, g INTERVAL)")
+        for uid, g in rows:
+            con.execute(f"INSERT INTO t VALUES ('{uid}', INTERVAL '{g}')")
+        counts = con.execute(render(rows_select("t", "uid", None, types))).fetchall()[0]
+        groups = con.execute(render(rows_select("t", "uid", "g", types))).fetchall()[0]
+        return counts, groups
+
+    base = [("A", "1 month")] * 3 + [("B", "1 month"), ("B", "30 days")]
+    added = base + [("a", "30 days")] * 2
+    (rows_a, groups_a), (rows_b, groups_b) = histogram(base), histogram(added)
+    assert rows_a[-1] == 2 and rows_b[-1] == 3  # units: A, B; then A, B, a
+    assert groups_a[list(ROWS_CANDIDATES).index(1)] == 1  # A has one group; B two ('1 month', '30 days')
+    for a, b in zip(rows_a + groups_a, rows_b + groups_b):
+        assert 0 <= b - a <= 1

@@ -244,7 +244,11 @@ def test_analysis_writes_no_engine_sql_and_the_salt_comes_from_the_tree():
                         bounded=frozenset({"sales.visits"}), stability=(unheld,))
     truncated = _truncated(relation).sql
     assert needs_salt(truncated)
+    # the DOUBLE by its exact text (-0.0 and 0.0 apart), the INTEGER unit as it is
+    amount = ("CASE WHEN \"amount\" IS NULL THEN 'N' ELSE CAST(STRLEN(CAST(\"amount\" AS TEXT)) AS TEXT) || ':' || "
+              "CAST(\"amount\" AS TEXT) END")
     assert render(truncated) == (
         'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "uid" ORDER BY '
-        'HASH($salt, "uid", "amount"), "uid", "amount") AS dp_n FROM (SELECT "uid", "amount" FROM '
-        '"dp_bounding"."main"."dp_bounded_sales__visits__uid__2" WHERE NOT dp_pad) AS dp_t) WHERE dp_n <= 2')
+        'HASH(XOR(HASH(XOR(HASH($salt), HASH("uid"))), HASH(' + amount + '))), "uid", ' + amount + ') AS dp_n FROM '
+        '(SELECT "uid", "amount" FROM "dp_bounding"."main"."dp_bounded_sales__visits__uid__2" WHERE NOT dp_pad) '
+        'AS dp_t) WHERE dp_n <= 2')
