@@ -275,25 +275,27 @@ combined hash (37% against 17%) is hundreds of deviations off."""
 SALTS = ("first salt", "second salt")
 
 
-def _kept_shares(con, salt: str, units: int, keys: list[str], kept: int) -> list[int]:
-    """How many units keep each key when each keeps its first ``kept`` keys in keyed-hash order."""
-    parts = ['"u"', '"k"']
-    order = f"{keyed_hash('$salt', parts)}, k"
+def _kept_shares(con, salt: str, units: int, keys: list[tuple[str, ...]], kept: int) -> list[int]:
+    """How many units keep each key (a tuple of 1-3 columns) when each unit keeps its first
+    ``kept`` keys in the order of ``keyed_hash`` of (unit, key columns), as the rewrite ranks groups."""
+    names = [f"k{i}" for i in range(len(keys[0]))]
+    order = ", ".join([keyed_hash("$salt", ['"u"', *names]), *names])
+    values = ", ".join("(" + ", ".join(key) + ")" for key in keys)
     rows = con.execute(
-        f"WITH t AS (SELECT u, k FROM range({units}) a(u), (VALUES {', '.join(f'({k})' for k in keys)}) b(k)) "
-        f"SELECT k, COUNT(*) FILTER (WHERE n <= {kept}) FROM (SELECT k, ROW_NUMBER() OVER (PARTITION BY u ORDER BY "
-        f"{order}) AS n FROM t) GROUP BY k ORDER BY k", {"salt": salt}).fetchall()
+        f"WITH t AS (SELECT * FROM range({units}) a(u), (VALUES {values}) b({', '.join(names)})) "
+        f"SELECT {', '.join(names)}, COUNT(*) FILTER (WHERE n <= {kept}) FROM (SELECT {', '.join(names)}, "
+        f"ROW_NUMBER() OVER (PARTITION BY u ORDER BY {order}) AS n FROM t) GROUP BY ALL", {"salt": salt}).fetchall()
     assert len(rows) == len(keys)
-    return [count for _, count in rows]
+    return [row[-1] for row in rows]
 
 
 @pytest.mark.parametrize("keys", [
-    [str(m) for m in range(1, 13)],
-    ["true", "false"],
-    [f"DATE '2025-{m:02d}-01'" for m in range(1, 13)],
-    [f"'{s}'" for s in ("a", "b", "c", "d", "e")],
-    [f"({a}, {b})" for a in range(3) for b in range(3)],  # two columns, as a row value
-    [f"({a}, {b}, '{c}')" for a in range(2) for b in range(2) for c in "xy"],  # three
+    [(str(m),) for m in range(1, 13)],
+    [("true",), ("false",)],
+    [(f"DATE '2025-{m:02d}-01'",) for m in range(1, 13)],
+    [(f"'{s}'",) for s in ("a", "b", "c", "d", "e")],
+    [(str(a), str(b)) for a in range(3) for b in range(3)],
+    [(str(a), f"DATE '2025-01-0{b + 1}'", f"'{c}'") for a in range(2) for b in range(2) for c in "xy"],
 ], ids=["months", "booleans", "dates", "strings", "two columns", "three columns"])
 def test_each_salted_choice_is_uniform_over_small_keys(keys):
     con = duckdb.connect()

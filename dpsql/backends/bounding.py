@@ -3,19 +3,28 @@
 A private table is read by analyst queries only through its *bounded copy*, a table in an
 in-memory database attached as ``dp_bounding`` (so every cursor of the connection sees it,
 and a read-only database file stays untouched), holding at most ``k`` (the policy's MAX ROWS
-PER UNIT) rows of each unit — the ``k`` rows first in the order of a secret salted hash of the
+PER UNIT) rows of each unit — the ``k`` rows first in the order of a secret keyed hash of the
 row's own values — and no row whose unit is NULL.
+
+Identity is exact (DESIGN.md invariant 20). Everything that decides which rows are the same or
+come first compares what an analyst could read back, never DuckDB's equality or ``hash()``
+(which take -0.0 for 0.0, -nan for nan, INTERVAL '1 month' for '30 days', and inside lists
+``to_json`` writes nan and -nan alike): units are partitioned by their own value, whose type the
+policy admits only when its equality is that identity (``dpsql.sql.types.equality_is_identity``)
+and which the copy never cuts; a row is ordered by ``keyed_hash`` of each column's
+``exact_parts`` (a float with its sign bit, anything inexact by its ``canonical_text``), ties
+broken by those parts; a row-level table numbers rows within their ``canonical_text``.
 
 Row-level tables (PRIVACY UNIT ROW) are unit-level tables whose unit is hidden (DESIGN.md
 invariant 16): their copy adds a column ``dp_row``, the row's own id, and every later stage
 treats it as the unit column — joins multiply its rows by ``m``, partition selection counts
 distinct ids, quantiles and contribution options see ``k·m`` rows per id — while binding
-never lets the analyst name it. The id is a salted 128-bit hash of the row's values and of
-its index among the rows identical to it (``GROUP BY <values>``, then indexes 1..n),
-never a rowid or a position: adding or removing a row changes no other row's id (identical
-rows are interchangeable, so which of them gets which index does not matter). An id that
-more than one row has (a hash collision: about n²/2¹²⁹ for n rows, if the two seeded 64-bit
-halves behave as independent hashes) is dropped with all its rows: the copy holds one row
+never lets the analyst name it. The id is the salted MD5 (128 bits) of the row's canonical
+text and of its index among the rows with that text (numbered 1..n), never a rowid or a
+position: adding or removing a row changes no other row's id (rows with one canonical text are
+interchangeable, so which of them gets which index does not matter). An id that more than one
+row has (an MD5 collision under a secret salt: about n²/2¹²⁹ for n rows) is dropped with all
+its rows: the copy holds one row
 per id by construction, so a collision costs those rows (accuracy). Adding or removing one
 row then adds or removes at most one id of the copy — add-or-remove neighbours map to
 neighbouring copies exactly. Replacing a row (BOUNDED neighbours) is a removal and an
