@@ -193,6 +193,29 @@ def test_row_level_rows_keep_their_nested_float_signs():
     assert counts == [50, 0, 50, 1]  # the old copy: 50, 0, 51, 0
 
 
+def test_a_default_collation_decides_nothing():
+    """A curator's connection with ``default_collation = 'nocase'``: the row-level copy still
+    tells ['A'] from ['a'] (its canonical texts compare byte for byte), and units 'A' and 'a' stay
+    two units."""
+    counts = []
+    for extra in ([], ["(['a'])"]):
+        con = duckdb.connect()
+        con.execute("SET default_collation = 'nocase'")
+        con.execute("CREATE TABLE t (l VARCHAR[])")
+        con.execute("INSERT INTO t SELECT ['A'] FROM range(50)")
+        for row in extra:
+            con.execute(f"INSERT INTO t VALUES {row}")
+        with _connect(con, "PRIVACY UNIT ROW") as db:
+            # NOCASE makes every string comparison blind to case; released keys are bytes
+            counts.append(exact_run(db, "SELECT l[1] AS k, COUNT(*) FROM t GROUP BY k").vectors["m0"])
+    assert counts == [{("A",): 50}, {("A",): 50, ("a",): 1}]
+    con = duckdb.connect()
+    con.execute("SET default_collation = 'nocase'")
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('A', 1), ('a', 2), ('b', 3)) v(uid, x)")
+    with _connect(con, "PRIVACY UNIT uid, MAX ROWS PER UNIT 1") as db:
+        assert exact_run(db, "SELECT COUNT(DISTINCT uid) FROM t").vectors["m0"] == {(): 3}
+
+
 def test_row_level_ids_tell_apart_values_duckdb_equates():
     """Rows '1 month' and '30 days', -0.0 and 0.0: two ids each, every row its own value."""
     con = duckdb.connect()

@@ -566,7 +566,13 @@ def exact_parts(value: str, type_name: str) -> list[str]:
         return [value]
     if _floating(type_name):
         return [value, f"signbit({value})"]
-    return [canonical_text(value, type_name)]
+    return [binary(canonical_text(value, type_name))]
+
+
+def binary(text: str) -> str:
+    """``text`` compared byte for byte: a connection's ``default_collation`` (say NOCASE) would
+    otherwise make DuckDB order and partition two canonical texts 'A…' and 'a…' as one."""
+    return f'({text}) COLLATE "binary"'
 
 
 def keyed_hash(salt: str, values: list[str]) -> str:
@@ -598,7 +604,7 @@ def _row_parts(table: BoundedTable) -> list[str]:
 
 def _row_text(table: BoundedTable) -> str:
     """The canonical text of a whole row (``canonical_text`` of each column, concatenated)."""
-    return " || ".join(canonical_text(quoted(c), t) for c, t in table.columns) or "''"
+    return binary(" || ".join(canonical_text(quoted(c), t) for c, t in table.columns) or "''")
 
 
 def _padding(table: BoundedTable) -> str:

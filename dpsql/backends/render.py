@@ -35,7 +35,7 @@ from collections.abc import Callable
 import sqlglot
 from sqlglot import exp
 
-from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, canonical_text, piece_copy_name
+from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name
 from dpsql.sql.pieces import Canonical, CopiedTable, ExactInteger, IsNaN, KeyText, SaltedHash, Total
 
 DUCKDB = "duckdb"
@@ -60,7 +60,7 @@ def _duckdb_salted_hash(node: SaltedHash) -> exp.Expr:
 
 def _duckdb_canonical(node: Canonical) -> exp.Expr:
     value = node.this.sql(dialect=DUCKDB)
-    return sqlglot.parse_one(canonical_text(value, node.args["type"].name), dialect=DUCKDB)
+    return sqlglot.parse_one(binary(canonical_text(value, node.args["type"].name)), dialect=DUCKDB)
 
 
 def _duckdb_key_text(node: KeyText) -> exp.Expr:
