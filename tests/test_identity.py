@@ -87,7 +87,7 @@ def test_the_admitted_types_are_the_ones_checked():
 
 @pytest.mark.parametrize("type_name, witness", [
     ("DOUBLE", "-0.0 and 0.0"), ("FLOAT", "-0.0 and 0.0"), ("INTERVAL", "'1 month' and '30 days'"),
-    ("INTEGER[]", "inside lists"), ("STRUCT(a DOUBLE)", "inside lists"), ("TIME WITH TIME ZONE", "two people"),
+    ("INTEGER[]", "inside lists"), ("ENUM('a', 'b')[]", "inside lists"), ("STRUCT(a DOUBLE)", "inside lists"), ("TIME WITH TIME ZONE", "two people"),
     ("JSON", "two people"),
 ])
 def test_unit_types_whose_equality_merges_are_refused(type_name, witness):
@@ -98,6 +98,25 @@ def test_unit_types_whose_equality_merges_are_refused(type_name, witness):
     message = str(raised.value)
     assert "PRIVACY UNIT uid" in message and type_name.split("(")[0] in message and "two people" in message
     assert "Hint:" in message and "CAST(id AS BIGINT)" in message
+
+
+def test_a_table_with_a_list_of_enums_is_answered():
+    """Its copy's padding rows once took ``ENUM(...)[]`` for an ENUM: every query failed after
+    the charge (found by the attacker review of issue 21)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 AS uid, ['x', 'y']::ENUM('x', 'y')[] AS c, 5 AS x")
+    for rules in ("PRIVACY UNIT uid, MAX ROWS PER UNIT 2", "PRIVACY UNIT ROW"):
+        with _connect(con, rules) as db:
+            assert len(db.sql("SELECT COUNT(*) FROM t WHERE x > 0").fetchall()) == 1
+
+
+def test_bounds_on_a_list_of_decimals_are_refused_clearly():
+    """``DECIMAL(9,2)[]`` was read as a DECIMAL (its base type), and connecting raised a bare
+    ValueError parsing its scale."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 AS uid, [1.5, 2.5]::DECIMAL(9,2)[] AS c")
+    with pytest.raises(PolicyError, match=r"BOUNDS need a numeric column, but t.c is DECIMAL\(9,2\)\[\]"):
+        _connect(con, "PRIVACY UNIT uid, MAX ROWS PER UNIT 1, c BOUNDS 0 TO 10")
 
 
 # -- the canonical encoding --------------------------------------------------------------------

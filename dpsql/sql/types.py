@@ -36,10 +36,16 @@ _FAMILIES = {
 def base_type(type_name: str) -> str:
     """A DuckDB type name without its parameters.
 
-    >>> base_type("DECIMAL(18,3)"), base_type("ENUM('a', 'b')")
-    ('DECIMAL', 'ENUM')
+    >>> base_type("DECIMAL(18,3)"), base_type("ENUM('a', 'b')"), base_type("DECIMAL(9,2)[]")
+    ('DECIMAL', 'ENUM', 'DECIMAL(9,2)[]')
+
+    A LIST or ARRAY keeps its whole name: it is no scalar type, whatever its elements' (a BOUNDS
+    rule on a ``DECIMAL(9,2)[]`` column took it for a DECIMAL and failed to parse its scale).
     """
-    return type_name.split("(")[0].strip().upper()
+    name = type_name.strip()
+    if name.endswith("]"):
+        return name.upper()
+    return name.split("(")[0].strip().upper()
 
 
 def family(type_name: str) -> str:
@@ -155,10 +161,10 @@ def enum_values(type_name: str) -> tuple[str, ...] | None:
     """The values of an ENUM type, in its own order (``None``: not an ENUM). Parsed from the
     type's name as DuckDB writes it (quotes doubled inside values), never from data.
 
-    >>> enum_values("ENUM('sad', 'o''k', 'a,b')"), enum_values("VARCHAR")
-    (('sad', "o'k", 'a,b'), None)
+    >>> enum_values("ENUM('sad', 'o''k', 'a,b')"), enum_values("VARCHAR"), enum_values("ENUM('x')[]")
+    (('sad', "o'k", 'a,b'), None, None)
     """
-    if base_type(type_name) != "ENUM":
+    if base_type(type_name) != "ENUM" or not type_name.strip().endswith(")"):  # ENUM(...)[] is a list
         return None
     from sqlglot import exp  # local: this module is otherwise free of SQL trees
 
@@ -293,5 +299,9 @@ def equality_is_identity(type_name: str) -> bool:
 
     >>> [equality_is_identity(t) for t in ("BIGINT", "DECIMAL(9,2)", "DOUBLE", "INTERVAL", "INTEGER[]")]
     [True, True, False, False, False]
+    >>> equality_is_identity("ENUM('a')[]"), equality_is_identity("DECIMAL(9,2)[3]")
+    (False, False)
     """
+    if type_name.strip().endswith("]"):  # a LIST or ARRAY, whatever its element's base type
+        return False
     return base_type(type_name).upper() in EXACT_EQUALITY
