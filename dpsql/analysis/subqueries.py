@@ -93,8 +93,9 @@ def project_rows(body: exp.Select, inner: Relation, reference: str, data) -> Rel
         items.append(exp.alias_(exp.column(unit_of(rule), quoted=True), ROW_UNIT, quoted=True))
         unit = ROW_UNIT
     if rule.unit and unit is None:
-        refuse(body, f"the subquery must select the privacy unit column {rule.unit}, so that its rows "
-               "stay attributable to units", f"add {rule.unit} to its select list")
+        refuse(body, f"the subquery must select the privacy unit column {rule.unit} itself (not an expression "
+               "over it, which could make two units one), so that its rows stay attributable to units",
+               f"add {rule.unit} to its select list as it is")
     select = _wrap_body(body, inner, items)
     label = f"({inner.label})"
     step = Step(ROW_SUBQUERY, label, rule.max_rows_per_unit, rule.max_groups_per_unit, inner.rows_per_unit,
