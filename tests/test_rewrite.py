@@ -245,8 +245,8 @@ def test_analysis_writes_no_engine_sql_and_the_salt_comes_from_the_tree():
     truncated = _truncated(relation).sql
     assert needs_salt(truncated)
     # the DOUBLE by its exact text (-0.0 and 0.0 apart), the INTEGER unit as it is
-    amount = ("CASE WHEN \"amount\" IS NULL THEN 'N' ELSE CAST(STRLEN(CAST(\"amount\" AS TEXT)) AS TEXT) || ':' || "
-              "CAST(\"amount\" AS TEXT) END")
+    amount = ("(CASE WHEN \"amount\" IS NULL THEN 'N' ELSE CAST(STRLEN(CAST(\"amount\" AS TEXT)) AS TEXT) || ':' || "
+              "CAST(\"amount\" AS TEXT) END) COLLATE \"binary\"")
     assert render(truncated) == (
         'SELECT * EXCLUDE (dp_n) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "uid" ORDER BY '
         'HASH(XOR(HASH(XOR(HASH($salt), HASH("uid"))), HASH(' + amount + '))), "uid", ' + amount + ') AS dp_n FROM '
