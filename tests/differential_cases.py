@@ -20,7 +20,19 @@ can be marked on its own and turned back on once its bug is fixed:
   TIMESTAMPs, NaN and -0.0 DOUBLEs, HUGEINT, UUID, DECIMAL(38, s), collated VARCHAR, ...), or
   expressions of them;
 * ``key_domains``: GROUP BY a column whose KEYS list (or KEYS FROM column) is typed like it, or not;
-* ``extreme_bounds``: huge and tiny BOUNDS with epsilons down to 1e-8.
+* ``extreme_bounds``: huge and tiny BOUNDS with epsilons down to 1e-8;
+* ``identity`` (issue 21): units of admitted types whose added unit collides with a base unit
+  under DuckDB's equality in some other way (a NOCASE collation, MAX STRING LENGTH 3 cutting
+  'abc1' and 'abc9' alike, BIGINTs equal as DOUBLEs, TIMESTAMP_NS one nanosecond apart), and
+  collision columns (``TWINS``) whose values come in classes DuckDB takes for one value: -0.0
+  and 0.0, nan and -nan at top level and inside lists and structs, '1 month', '30 days' and
+  '720 hours', 'a' and 'A' under NOCASE, nanoseconds; the unit's rows are often twins of base
+  rows. Queries read the canonical text (``CAST(x AS VARCHAR) = '-nan'``, ``LIKE '-%'``), DuckDB's
+  equality, GROUP BY the text, the value, x (public KEYS) or the column (KEYS FROM a public
+  table of twins), COUNT(DISTINCT uid), with MAX GROUPS PER UNIT below MAX ROWS PER UNIT. The
+  databases live in memory or in a file with its writes in the WAL, and the unit's rows are
+  stored after the base rows or before them;
+* ``identity_row``: the same over a PRIVACY UNIT ROW table: the added row is a twin of a base row.
 
 Neighbours: add or remove one unit (``NEIGHBOURS UNBOUNDED``) or replace it (``BOUNDED``); the
 unit draws from adversarial values — NULLs, NaN and infinities, values that fail casts, keys
@@ -31,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from differential import Case, Table
+from differential import STORAGES, Case, Table
 from hypothesis import strategies as st
 
 UNIT_ID = "99"
@@ -193,7 +205,9 @@ def _plain(family: str, row_level: bool) -> st.SearchStrategy:
     def draw_case(draw) -> Case:
         x = draw(st.sampled_from([X_INTEGER, X_DOUBLE]))
         rules = [f"x BOUNDS {draw(st.sampled_from(BOUNDS[x.type]))}", f"g {KEYS_FROM}"]
-        query = lambda row, k: st.sampled_from(_plain_sources(row)).flatmap(lambda s: select(s, row, k))
+        def query(row, k):
+            return st.sampled_from(_plain_sources(row)).flatmap(lambda s: select(s, row, k))
+
         return draw(assemble(family, (G_VARCHAR, x), rules, (KEYS_TABLE,), query, row_level=row_level))
     return draw_case()
 
@@ -269,7 +283,9 @@ def _join_family(family: str, types: dict, row_level: bool | None, casts: bool =
         def sources(row: bool) -> list[Source]:
             return _join_sources(row) + (_cast_sources(row, column.type, id_type) if casts else [])
 
-        query = lambda row, k: st.sampled_from(sources(row)).flatmap(lambda s: select(s, row, k))
+        def query(row, k):
+            return st.sampled_from(sources(row)).flatmap(lambda s: select(s, row, k))
+
         return draw(assemble(family, (G_VARCHAR, x, column), rules, public, query, row_level=row_level))
     return draw_case()
 
@@ -304,14 +320,16 @@ def public_subquery() -> st.SearchStrategy:
         x = Column("x", "INTEGER", ("0", "1", "10"), ("NULL",))
         rules = ["x BOUNDS 0 TO 10", f"g {KEYS_FROM}"]
         public = (KEYS_TABLE, _public_table(id_type, ids))
-        query = lambda row, k: select(source, row, k)
+        def query(row, k):
+            return select(source, row, k)
+
         return draw(assemble("public_subquery", (G_VARCHAR, x, column), rules, public, query, row_level=False))
     return draw_case()
 
 
 KEY_TYPES = {
-    "INTERVAL": ("INTERVAL 1 MONTH", "INTERVAL 2 DAY"), "TIMESTAMP_NS": ("'2020-01-01 00:00:00.000000001'::TIMESTAMP_NS",
-                                                                       "'2020-01-01'::TIMESTAMP_NS"),
+    "INTERVAL": ("INTERVAL 1 MONTH", "INTERVAL 2 DAY"),
+    "TIMESTAMP_NS": ("'2020-01-01 00:00:00.000000001'::TIMESTAMP_NS", "'2020-01-01'::TIMESTAMP_NS"),
     "TIMESTAMP": ("'2020-01-01'::TIMESTAMP", "'2021-06-01 10:00:00'::TIMESTAMP"),
     "DOUBLE": ("0.0", "1.5", "'nan'::DOUBLE"), "HUGEINT": ("1", "170141183460469231731687303715884105727"),
     "UUID": ("'00000000-0000-0000-0000-000000000001'", "'ffffffff-ffff-ffff-ffff-ffffffffffff'"),
@@ -345,7 +363,9 @@ def typed_keys() -> st.SearchStrategy:
         source = Source("t", value="x", key=None, private_key=draw(st.sampled_from(KEY_EXPRESSIONS)))
         aggregates = st.lists(st.sampled_from(["COUNT(*)", "SUM(x)", "AVG(x)", "MEDIAN(x)", "COUNT(DISTINCT x)"]),
                               min_size=1, max_size=2, unique=True)
-        query = lambda row, k: select(source, row, k, aggregates=aggregates).filter(lambda q: q[1] > 0)
+        def query(row, k):
+            return select(source, row, k, aggregates=aggregates).filter(lambda q: q[1] > 0)
+
         return draw(assemble("typed_keys", (key, x), ["x BOUNDS 0 TO 5"], (), query))
     return draw_case()
 
@@ -354,7 +374,8 @@ KEY_DOMAINS = {
     # column type: (values, adversarial values, KEYS lists typed like the column or not)
     "VARCHAR": (("'1'", "'2'", "'1'", "'b'"), ("'01'", "'x'", "NULL", "' 1'", "'a'"),
                 ("KEYS ('a', 'b')", "KEYS (1, 2, 3)", "KEYS ('1', 'b')", "KEYS FROM ids.id")),
-    "INTEGER": (("1", "2"), ("3", "NULL", "-1"), ("KEYS (1, 2)", "KEYS ('1', '2')", "KEYS (1.5, 2)", "KEYS FROM keys.g")),
+    "INTEGER": (("1", "2"), ("3", "NULL", "-1"),
+                ("KEYS (1, 2)", "KEYS ('1', '2')", "KEYS (1.5, 2)", "KEYS FROM keys.g")),
     "DATE": (("'2020-01-01'", "'2020-01-02'"), ("'infinity'", "NULL"),
              ("KEYS ('2020-01-01', '2020-01-02')", "KEYS (20200101, 2)", "KEYS FROM keys.g")),
     "DOUBLE": (("0.5", "1.0"), ("-0.0", "0.0", "'nan'::DOUBLE", "NULL"), ("KEYS (0.5, 1, 0)", "KEYS ('0.5', 'nan')")),
@@ -371,7 +392,9 @@ def key_domains() -> st.SearchStrategy:
         x = Column("x", "INTEGER", ("0", "1", "3"), ("NULL", "9"))
         rules = ["x BOUNDS 0 TO 5", f"g {draw(st.sampled_from(domains))}"]
         source = Source("t", value="x", key="g", private_key=None)
-        query = lambda row, k: select(source, row, k).filter(lambda q: q[1] > 0)
+        def query(row, k):
+            return select(source, row, k).filter(lambda q: q[1] > 0)
+
         return draw(assemble("key_domains", (key, x), rules, (KEYS_TABLE, IDS_TABLE), query))
     return draw_case()
 
@@ -409,14 +432,249 @@ def extreme_bounds() -> st.SearchStrategy:
         source = Source("t", private_key=None)
         epsilons = tuple(f"1e-{n}" for n in range(1, 9))
         aggregates = st.lists(st.sampled_from(EXTREME_AGGREGATES), min_size=1, max_size=3, unique=True)
-        query = lambda row, k: select(source, row, k, epsilons=epsilons, aggregates=aggregates)
+        def query(row, k):
+            return select(source, row, k, epsilons=epsilons, aggregates=aggregates)
+
         return draw(assemble("extreme_bounds", (G_VARCHAR, x), rules, (KEYS_TABLE,), query))
     return draw_case()
+
+
+# ------------------------------------------------------------------------------------------
+# Identity (issue 21): the added unit or row collides with existing ones under DuckDB's equality,
+# a collation, a cut or a conversion, but not in its canonical encoding.
+
+
+@dataclass(frozen=True)
+class Probe:
+    """An expression of a column that the identity families' queries read."""
+
+    sql: str
+    texts: tuple[str, ...]
+    """Canonical texts its values may have (``CAST(sql AS VARCHAR) = text``)."""
+    literals: tuple[str, ...] = ()
+    """Literals of its type to compare it with by DuckDB's equality (none: not a scalar, so
+    neither compared nor grouped by itself)."""
+
+
+@dataclass(frozen=True)
+class Twins:
+    """A column of the identity families: classes of values that DuckDB's equality (or the bounded
+    copy's string cut, or the microseconds of a Python conversion) takes for one value and an
+    analyst can tell apart."""
+
+    name: str
+    type: str
+    classes: tuple[tuple[str, ...], ...]
+    probes: tuple[Probe, ...]
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return tuple(value for members in self.classes for value in members)
+
+    @property
+    def scalar(self) -> bool:
+        return bool(self.probes[0].literals)
+
+
+DOUBLES = ("'0.0'::DOUBLE", "'-0.0'::DOUBLE", "'nan'::DOUBLE", "'-nan'::DOUBLE")
+"""A bare -0.0 is DECIMAL 0 and loses its sign: signed floats are written as casts of text."""
+DOUBLE_TEXTS = ("-nan", "nan", "-0.0", "0.0")
+INTERVALS = ("INTERVAL '1 month'", "INTERVAL '30 days'", "INTERVAL '720 hours'", "INTERVAL '1 day'",
+             "INTERVAL '24 hours'", "INTERVAL '1 microsecond'")
+"""'1 month', '30 days' and '720 hours' are equal; '1 microsecond' has their hash()."""
+INTERVAL_TEXTS = ("1 month", "30 days", "720:00:00", "1 day", "24:00:00", "00:00:00.000001")
+
+
+def _ns(fraction: str) -> str:
+    return f"'2020-01-01 00:00:00{fraction}'::TIMESTAMP_NS"
+
+
+TWINS = {
+    "d": Twins("d", "DOUBLE", ((*DOUBLES[:2], "-0.0"), DOUBLES[2:], ("1.5",), ("NULL",)),
+               (Probe("d", DOUBLE_TEXTS, DOUBLES),)),
+    "l": Twins("l", "DOUBLE[]", (("['0.0'::DOUBLE]", "['-0.0'::DOUBLE]"), ("['nan'::DOUBLE]", "['-nan'::DOUBLE]"),
+                                 ("[1.5, 'nan'::DOUBLE]", "[1.5, '-nan'::DOUBLE]"), ("[NULL]", "NULL")),
+               (Probe("l", ("[-nan]", "[nan]", "[-0.0]", "[0.0]", "[1.5, -nan]")),
+                Probe("l[1]", DOUBLE_TEXTS, DOUBLES), Probe("l[2]", DOUBLE_TEXTS, DOUBLES))),
+    "s": Twins("s", "STRUCT(a DOUBLE, i INTERVAL)",
+               (("{'a': 'nan'::DOUBLE, 'i': INTERVAL '1 month'}", "{'a': '-nan'::DOUBLE, 'i': INTERVAL '30 days'}",
+                 "{'a': '-nan'::DOUBLE, 'i': INTERVAL '1 month'}", "{'a': 'nan'::DOUBLE, 'i': INTERVAL '720 hours'}"),
+                ("{'a': '-0.0'::DOUBLE, 'i': NULL}", "{'a': '0.0'::DOUBLE, 'i': NULL}"), ("NULL",)),
+               (Probe("s", ("{'a': -nan, 'i': 30 days}", "{'a': nan, 'i': 1 month}", "{'a': -0.0, 'i': NULL}")),
+                Probe("s.a", DOUBLE_TEXTS, DOUBLES), Probe("s.i", INTERVAL_TEXTS, INTERVALS))),
+    "i": Twins("i", "INTERVAL", ((*INTERVALS[:3], INTERVALS[5]), INTERVALS[3:5], ("NULL",)),
+               (Probe("i", INTERVAL_TEXTS, INTERVALS),)),
+    "c": Twins("c", "VARCHAR COLLATE NOCASE",
+               (("'a'", "'A'"), ("'b'", "'B'"), ("'abc1'", "'ABC1'", "'abc2'"), ("NULL",)),
+               (Probe("c", ("a", "A", "abc1", "ABC1", "abc"), ("'a'", "'A'", "'abc1'")),)),
+    "ts": Twins("ts", "TIMESTAMP_NS", ((_ns(".000000001"), _ns(".000000002"), _ns("")),
+                                       (_ns(".000001"), _ns(".000001001")), ("NULL",)),
+                (Probe("ts", ("2020-01-01 00:00:00.000000001", "2020-01-01 00:00:00", "2020-01-01 00:00:00.000001"),
+                       (_ns(".000000001"), _ns(""))),)),
+    "v": Twins("v", "VARCHAR", (("'abc1'", "'abc2'", "'abc'"), ("'ab'", "'ab '"), ("NULL",)),
+               (Probe("v", ("abc1", "abc", "ab"), ("'abc1'", "'abc'")),)),
+}
+"""Name -> the identity families' collision columns (each case draws one to three of them)."""
+X_SMALL = Column("x", "INTEGER", ("0", "1", "2", "3", "NULL"), ("9", "-1"))
+
+
+@dataclass(frozen=True)
+class UnitIds:
+    """A privacy unit column of an admitted type: the base units' ids, and the added unit's, which
+    DuckDB's equality under a collation, the string limit or a conversion would take for one of
+    them (it never equals one)."""
+
+    type: str
+    ids: tuple[str, ...]
+    adversarial: tuple[str, ...]
+    string_length: tuple[int | None, ...] = (None, 3)
+    """MAX STRING LENGTH choices."""
+
+
+UNIT_IDS = {
+    "integer": UnitIds("INTEGER", ("1", "2", "3"), ("99",)),
+    # 2^53 + 1 and 2^53 are one DOUBLE
+    "bigint": UnitIds("BIGINT", ("1", "9007199254740993"), ("9007199254740992",)),
+    # one prefix under MAX STRING LENGTH 3
+    "long_ids": UnitIds("VARCHAR", ("'abc1'", "'abc2'", "'ab'"), ("'abc9'", "'abc'", "'abc1 '"), (3,)),
+    "nocase": UnitIds("VARCHAR COLLATE NOCASE", ("'a'", "'B'", "'abc1'"), ("'A'", "'b'", "'ABC1'", "'abc2'")),
+    # one microsecond
+    "timestamp_ns": UnitIds("TIMESTAMP_NS", (_ns(".000000001"), _ns("")), (_ns(".000000002"), _ns(".000000999"))),
+}
+
+
+def _twin(draw, column: Twins, value: str) -> str:
+    """Another value of ``value``'s class when it has one."""
+    members = next(c for c in column.classes if value in c)
+    others = [m for m in members if m != value]
+    return draw(st.sampled_from(others)) if others else value
+
+
+def _identity_row(draw, columns: tuple[Twins, ...], twin_of: tuple[str, ...] | None,
+                  adversarial: bool) -> tuple[str, ...]:
+    """A row of the collision columns and x: fresh, or (two times in three per value, x kept as
+    well) the twin of ``twin_of`` — equal under DuckDB's equality, not identical."""
+    values = []
+    for index, column in enumerate(columns):
+        if twin_of is not None and draw(st.integers(0, 2)):
+            values.append(_twin(draw, column, twin_of[index]))
+        else:
+            values.append(draw(st.sampled_from(column.values)))
+    if twin_of is not None and draw(st.integers(0, 2)):
+        return (*values, twin_of[-1])
+    x_pool = X_SMALL.adversarial if adversarial and X_SMALL.adversarial and not draw(st.integers(0, 2)) \
+        else X_SMALL.values
+    return (*values, draw(st.sampled_from(x_pool)))
+
+
+def _identity_base(draw, columns: tuple[Twins, ...], ids: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """2 to 7 base rows (led by their unit's id when ``ids``); one in three is the twin of an
+    earlier row, in the same unit: two rows the copy must tell apart by their exact identity."""
+    rows: list[tuple[str, ...]] = []
+    for _ in range(draw(st.integers(2, 7))):
+        if rows and not draw(st.integers(0, 2)):
+            earlier = draw(st.sampled_from(rows))
+            twin = _identity_row(draw, columns, earlier[1:] if ids else earlier, False)
+            rows.append((earlier[0], *twin) if ids else twin)
+        else:
+            row = _identity_row(draw, columns, None, False)
+            rows.append((draw(st.sampled_from(ids)), *row) if ids else row)
+    return tuple(rows)
+
+
+@st.composite
+def _identity_query(draw, columns: tuple[Twins, ...], row_level: bool, k: int, x_keys: bool,
+                    domain: bool) -> tuple[str, int]:
+    """SELECT [options] [key,] aggregates FROM t [WHERE ...] [GROUP BY key] over one probe of the
+    first collision column: WHERE its text, its sign, DuckDB's equality; GROUP BY its text, its
+    value, x (public KEYS), the column itself (public KEYS FROM a table of twins)."""
+    column = columns[0]
+    probe = draw(st.sampled_from(column.probes))
+    e, text = probe.sql, f"CAST({probe.sql} AS VARCHAR)"
+    quoted = [_literal(t) for t in probe.texts]
+    conditions = [f"{text} = {draw(st.sampled_from(quoted))}", f"{text} LIKE '-%'", f"{text} LIKE '%-%'",
+                  f"{e} IS NULL", f"{text} <> {draw(st.sampled_from(quoted))}"]
+    if probe.literals:
+        conditions.append(f"{e} = {draw(st.sampled_from(probe.literals))}")
+    condition = draw(st.sampled_from(conditions))
+    keys = [text] + ([e] if probe.literals else []) + ["x"]
+    if domain:
+        keys.append(column.name)
+    key = draw(st.sampled_from([None, *keys]))
+    aggregates = ["COUNT(*)", f"COUNT({e})", "SUM(x)", "AVG(x)", "MEDIAN(x)", f"COUNT(DISTINCT {text})",
+                  f"SUM(x) FILTER (WHERE {condition})", f"COUNT(*) FILTER (WHERE {text} LIKE '-%')"]
+    if probe.literals:
+        aggregates.append(f"COUNT(DISTINCT {e})")
+    if not row_level:
+        aggregates.append("COUNT(DISTINCT uid)")
+    items = draw(st.lists(st.sampled_from(aggregates), min_size=1, max_size=3, unique=True))
+    where = draw(st.sampled_from(["", f" WHERE {condition}"]))
+    options = draw(_options(row_level, k))
+    if key is None:
+        return f"SELECT {options}{', '.join(items)} FROM t{where}", 0
+    return f"SELECT {options}{key}, {', '.join(items)} FROM t{where} GROUP BY {key}", 1
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _domain_table(column: Twins) -> Table:
+    """A public table holding every value of ``column``'s classes: twins DuckDB takes for one."""
+    return Table("dom", ((column.name, column.type),), tuple((v,) for v in column.values if v != "NULL"))
+
+
+@st.composite
+def _identity_case(draw, family: str, row_level: bool) -> Case:
+    names = draw(st.lists(st.sampled_from(sorted(TWINS)), min_size=1, max_size=3, unique=True))
+    columns = tuple(TWINS[name] for name in names)
+    units = None if row_level else UNIT_IDS[draw(st.sampled_from(sorted(UNIT_IDS)))]
+    k = 1 if row_level else draw(st.integers(1, 3))
+    groups = None if row_level else draw(st.sampled_from([None, *range(1, k)]))  # below MAX ROWS PER UNIT
+    neighbours = draw(st.sampled_from(["unbounded", "bounded"]))
+    x_keys, domain = draw(st.booleans()), columns[0].scalar and draw(st.booleans())
+    length = draw(st.sampled_from(units.string_length if units else (None, 3)))
+    rules = ["x BOUNDS 0 TO 3"] + (["x KEYS (0, 1, 2, 3)"] if x_keys else []) \
+        + ([f"{columns[0].name} KEYS FROM dom.{columns[0].name}"] if domain else []) \
+        + ([f"MAX STRING LENGTH {length}"] if length is not None else [])
+    public = (_domain_table(columns[0]),) if domain else ()
+    sql, keys = draw(_identity_query(columns, row_level, k, x_keys, domain))
+
+    rows = _identity_base(draw, columns, units.ids if units else ())
+    base = tuple(row[1:] for row in rows) if units else rows
+    unit_id = draw(st.sampled_from(units.adversarial)) if units else None
+
+    def unit_rows() -> tuple[tuple[str, ...], ...]:
+        """The adversarial unit: each row fresh or the twin of a base row or of its own earlier row."""
+        count = 1 if row_level else draw(st.integers(1, k + 2))
+        drawn: list[tuple[str, ...]] = []
+        for _ in range(count):
+            twin_of = draw(st.sampled_from([None, *base, *drawn]))
+            drawn.append(_identity_row(draw, columns, twin_of, True))
+        if count > 1 and draw(st.booleans()):
+            drawn = [drawn[0]] * count  # all it can contribute, on one key
+        return tuple(drawn) if row_level else tuple((unit_id, *row) for row in drawn)
+
+    unit = unit_rows()
+    replacement = unit_rows() if neighbours == "bounded" else None
+    definition = (() if row_level else (("uid", units.type),)) + tuple((c.name, c.type) for c in columns) \
+        + (("x", X_SMALL.type),)
+    policy = policy_text(neighbours=neighbours, row_level=row_level, k=k, groups=groups, rules=rules, public=public)
+    return Case(family, policy, sql, Table("t", definition, rows), unit, public, replacement, keys,
+                storage=draw(st.sampled_from(STORAGES)), extra_first=draw(st.booleans()))
+
+
+def identity() -> st.SearchStrategy:
+    return _identity_case("identity", row_level=False)
+
+
+def identity_row() -> st.SearchStrategy:
+    return _identity_case("identity_row", row_level=True)
 
 
 FAMILIES = {
     "unit_level": unit_level, "row_level": row_level, "public_join": public_join, "coerced_join": coerced_join,
     "row_level_join": row_level_join, "public_subquery": public_subquery, "typed_keys": typed_keys,
-    "key_domains": key_domains, "extreme_bounds": extreme_bounds,
+    "key_domains": key_domains, "extreme_bounds": extreme_bounds, "identity": identity, "identity_row": identity_row,
 }
 """Family name -> the strategy drawing its cases."""

@@ -8,23 +8,43 @@ merged, and released identically when their domain is public.
 
 Two kinds of pairs: generated ones, by family (``tests/differential_cases.py``), and the known
 mechanisms written out as the smallest pairs that show them (``tests/differential_known.py``).
-Every known mechanism was fixed in issues 11 and 16 (each had failed on the code before);
-``python benchmarks/bench_fuzz.py --family NAME --shrink`` runs a family longer and shrinks
-what it finds. Shrinking is off here to keep within the CI budget;
+Every known mechanism was fixed in issues 11, 16 and 21 (each had failed on the code before,
+but for the controls); ``python benchmarks/bench_fuzz.py --family NAME --shrink`` runs a family
+longer and shrinks what it finds. Shrinking is off here to keep within the CI budget;
 a failure prints its case in full.
+
+Issue 21 adds the identity families (``identity``, ``identity_row``: the added unit or row
+collides with existing ones under DuckDB's equality, in memory and in a file whose writes are
+still in its WAL) and the storage-order metamorphic property: the same rows stored in another
+order answer alike (``differential.order_violations``), checked on every generated pair of the
+identity families and on a few cases of the other families whose cases are cheap.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from unittest import mock
+
+import duckdb
 import pytest
-from differential import Case, Databases, Table, exact_violations, observe, violations
+from differential import Case, Databases, Table, an_order, exact_violations, observe, order_violations, violations
 from differential_cases import FAMILIES
-from differential_known import KNOWN
+from differential_known import KNOWN, KNOWN_ORDER
 from exact import halved
 from hypothesis import HealthCheck, Phase, example, given, settings
 
+from dpsql.backends import bounding
+
 EXAMPLES = 25
 """Generated pairs per family in the suite (0.1 to 0.4 s each); the bench script runs more."""
+ORDER_FAMILIES = ("identity", "identity_row")
+"""Families whose every generated pair is also checked for the storage-order property: neighbour
+B stored one by one as listed and in one other order (``an_order``)."""
+ORDER_ELSEWHERE = {"unit_level": 3, "row_level": 3, "typed_keys": 3, "key_domains": 3, "coerced_join": 3,
+                   "extreme_bounds": 3}
+"""Other families, where cheap: cases checked for the storage-order property (reversed and shuffled)
+on their own. The join families' cases cost several times more and are left to the bench."""
+
 
 def _family_params():
     return [pytest.param(name, id=name) for name in FAMILIES]
@@ -42,7 +62,8 @@ def databases():
 
 
 def assert_holds(case: Case, databases: Databases) -> None:
-    found = violations(case, databases=databases)
+    orders = (an_order(case),) if case.family in ORDER_FAMILIES else ()
+    found = violations(case, databases=databases, orders=orders)
     assert not found, "\n".join([*map(str, found), "", case.reproduction()])
 
 
@@ -65,6 +86,31 @@ def test_generated_neighbours_differ_only_by_what_the_noise_covers(family, datab
 @pytest.mark.parametrize("name", list(_known_params()))
 def test_known_mechanism_is_closed(name, databases):
     assert_holds(KNOWN[name], databases)
+
+
+def assert_order_holds(case: Case, databases: Databases) -> None:
+    """Neighbour B stored as listed, reversed and shuffled answers alike."""
+    found = order_violations(case, databases=databases)
+    assert not found, "\n".join([*map(str, found), "", case.reproduction()])
+
+
+@pytest.mark.parametrize("family", list(ORDER_ELSEWHERE))
+def test_storage_order_changes_no_answer(family, databases):
+    """The storage-order metamorphic property over other families: neighbour B's rows stored as
+    listed, reversed and shuffled (one INSERT each) give the same exact measures and the same
+    noisy answers."""
+    @settings(max_examples=ORDER_ELSEWHERE[family], deadline=None, derandomize=True, database=None,
+              report_multiple_bugs=False, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=FAMILIES[family]())
+    def holds(case):
+        assert_order_holds(case, databases)
+
+    holds()
+
+
+@pytest.mark.parametrize("name", list(KNOWN_ORDER))
+def test_known_storage_order_mechanism_is_closed(name, databases):
+    assert_order_holds(KNOWN_ORDER[name], databases)
 
 
 # ------------------------------------------------------------------------------------------
@@ -113,3 +159,47 @@ def test_a_halved_sensitivity_is_caught():
     assert {v.prop for v in broken} == {"sensitivity", "quantile"}
     assert len([v for v in broken if v.prop == "sensitivity"]) == len(base.sensitivities)
     assert set(halved(base).histogram_bounds.values()) == {1}   # k = 2, halved
+
+
+# ------------------------------------------------------------------------------------------
+# Storage: the WAL database really holds its writes in its WAL, rows are stored in the order
+# asked for, and the storage-order property catches a copy that keeps rows by storage order.
+
+WAL_CASE = replace(KNOWN["identity_row_struct_nan_stored_first"], storage="wal")
+
+
+def test_a_wal_database_keeps_the_case_in_its_wal(databases):
+    """Neither DuckDB nor dpsql checkpoints a ``wal`` database (a checkpoint empties the WAL):
+    after a case ran on it, the WAL holds its writes and has only grown."""
+    connection = databases.load(1, WAL_CASE, WAL_CASE.neighbours[1])
+    before = databases.wal_size(1)
+    threshold = "SELECT current_setting('checkpoint_threshold')"
+    assert before > 0 and connection.execute(threshold).fetchone() != duckdb.connect().execute(threshold).fetchone()
+    assert connection.execute("SELECT COUNT(*) FROM t").fetchone() == (2,)
+    (path,) = connection.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+                                 ).fetchone()
+    assert path.endswith(".duckdb")
+    seen = observe(WAL_CASE, WAL_CASE.neighbours[1], 0, databases, side=1)
+    assert seen.exact is not None and seen.outcome[0] == "answer"
+    assert databases.wal_size(1) > before  # the drop and the new rows were logged, nothing checkpointed
+
+
+def test_rows_are_stored_in_the_order_asked_for(databases):
+    case = Case("identity", "", "", Table("t", (("x", "INTEGER"),), tuple((str(n),) for n in range(6))), (("6",),))
+    for storage in ("memory", "wal"):
+        for order, expected in (("given", list(range(7))), ("reversed", list(range(6, -1, -1)))):
+            connection = databases.load(1, replace(case, storage=storage), case.neighbours[1], order)
+            assert [x for (x,) in connection.execute("SELECT x FROM t").fetchall()] == expected
+        first = replace(case, storage=storage, extra_first=True)
+        connection = databases.load(1, first, first.neighbours[1])
+        assert [x for (x,) in connection.execute("SELECT x FROM t").fetchall()] == [6, *range(6)]
+
+
+def test_a_copy_that_keeps_rows_by_storage_order_is_caught(databases):
+    """Without the exact parts in its order, a unit's rows '-0.0' and '0.0' tie and the copy
+    keeps whichever is stored first, as the code before issue 21 did."""
+    case = KNOWN_ORDER["order_signed_zero_tie_in_a_unit"]
+    assert order_violations(case, databases=databases) == []
+    with mock.patch.object(bounding, "_row_parts", return_value=[]):
+        broken = order_violations(case, databases=databases)
+    assert {v.tag for v in broken} >= {"storage order changes the exact vectors"}
