@@ -4,7 +4,7 @@ A private table is read by analyst queries only through its *bounded copy*, a ta
 in-memory database attached as ``dp_bounding`` (so every cursor of the connection sees it,
 and a read-only database file stays untouched), holding at most ``k`` (the policy's MAX ROWS
 PER UNIT) rows of each unit — the ``k`` rows first in the order of a secret keyed hash of the
-row's own values — and no row whose unit is NULL.
+row's own values — and no row whose unit is NULL or an id longer than ``unit_id_limit``.
 
 Identity is exact (DESIGN.md invariant 20). Everything that decides which rows are the same or
 come first compares what an analyst could read back, never DuckDB's equality or ``hash()``
@@ -409,13 +409,38 @@ def raw_rows_sql(table: BoundedTable) -> str:
     return f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS\n{_raw_rows_select(table)}'
 
 
+def unit_id_limit(table: BoundedTable) -> int:
+    """The longest unit id (characters of a VARCHAR, bytes of a BLOB) a copy keeps: the default
+    MAX STRING LENGTH, or the table's when that is larger.
+
+    A unit is its id, so the copy never cuts it (two ids sharing a prefix would become one unit);
+    but a query's per-row cost grows with the strings it reads, and an id is a string analysts
+    may compare and transform. A unit whose id is longer than this is left out of the copy with
+    all its rows: a function of that unit's own id, so the copy stays a per-unit (stable)
+    transformation, and the loss is accuracy on absurd ids only.
+
+    >>> unit_id_limit(BoundedTable("t", "u", 1, (("u", "VARCHAR"),), string_length=3))
+    1000
+    """
+    return max(DEFAULT_MAX_STRING_LENGTH, table.string_length or 0)
+
+
+def _unit_kept(unit: str, table: BoundedTable) -> str:
+    """SQL true for the rows whose unit the copy keeps: not NULL, and an id within ``unit_id_limit``."""
+    kind = _string_kind(dict(table.columns).get(table.unit, ""))
+    if kind is None:
+        return f"{unit} IS NOT NULL"
+    return f"{unit} IS NOT NULL AND NOT ({_too_long(unit, kind, unit_id_limit(table))})"
+
+
 def _raw_rows_select(table: BoundedTable) -> str:
-    """The unit as the copy holds it (strings byte for byte), so units join the copy's exactly."""
+    """The unit as the copy holds it (strings byte for byte), so units join the copy's exactly;
+    the units the copy leaves out (``_unit_kept``) are left out here too."""
     unit = f'"{table.unit}"'
     copied = f'{unit} COLLATE "binary"' if dict(table.columns).get(table.unit, "").upper() == "VARCHAR" else unit
     return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
             f"FROM (SELECT {copied} AS dp_unit FROM {quoted_table(table.source)})\n"
-            f"WHERE dp_unit IS NOT NULL GROUP BY dp_unit")
+            f"WHERE {_unit_kept('dp_unit', table)} GROUP BY dp_unit")
 
 
 def fill_sql(table: BoundedTable) -> str:
@@ -442,7 +467,8 @@ def fill_sql(table: BoundedTable) -> str:
         f"SELECT * EXCLUDE (dp_n, dp_all), LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD} FROM (\n"
         f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY {order}) AS dp_n,\n"
         f"  COUNT(*) OVER (PARTITION BY {unit}) AS dp_all\n"
-        f"  FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})\n  WHERE {unit} IS NOT NULL\n"
+        f"  FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})\n"
+        f"  WHERE {_unit_kept(unit, table)}\n"
         f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
     )
 
