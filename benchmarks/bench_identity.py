@@ -23,10 +23,11 @@ fresh connections (each with a new ledger, so a new secret salt) it measures:
    simulations; it also shows how far the kept ratio varies across months with no hash at all).
 
 Run the current code, and the code of any other checkout via PYTHONPATH (it takes precedence
-over the repository this script sits in), e.g. the commit before the fix::
+over the repository this script sits in), e.g. the commit before the fix (aadfa1f) checked out
+with ``git worktree add ../before aadfa1f``::
 
     .venv/bin/python benchmarks/bench_identity.py --salts 8
-    PYTHONPATH=/work/before .venv/bin/python benchmarks/bench_identity.py --salts 8
+    PYTHONPATH=../before .venv/bin/python benchmarks/bench_identity.py --salts 8
 
 Prints Markdown (``--json FILE`` also writes the raw numbers). About 20 s with the defaults on
 2 CPUs (8 salts, 20 uniform simulations); results are in benchmarks/RESULTS.md.
