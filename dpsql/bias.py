@@ -68,7 +68,7 @@ from sqlglot import exp
 from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends.bounding import DATABASE, DROP_CAP, piece_copy_name, raw_rows_name
-from dpsql.backends.render import render
+from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
@@ -291,7 +291,14 @@ def bias_sql(bias: BiasPlan, query: PrivateQuery) -> str:
     return bias_statement(bias, query).sql
 
 
-def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
+def raw_rows_table(name: str, dialect: str) -> exp.Table:
+    """Where the engine keeps a row-count table: DuckDB's bounding database, a Spark temporary view."""
+    if dialect == DUCKDB:
+        return exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+    return exp.table_(name, quoted=True)
+
+
+def bias_statement(bias: BiasPlan, query: PrivateQuery, dialect: str = DUCKDB) -> BoundedStatement:
     """The exact counts of the report: one row, a column per measure (``kept``, ...).
 
     ``query`` is the plan's (its keys typed). The rows are the query's: after its WHERE and its
@@ -345,11 +352,11 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery) -> BoundedStatement:
     if bias.cap is not None:
         read = source_table(query)
         assert read is not None  # plan_bias makes a report only of such a query
-        counted = exp.table_(raw_rows_name(piece_copy_name(read)), db="main", catalog=DATABASE, quoted=True)
+        counted = raw_rows_table(raw_rows_name(piece_copy_name(read)), dialect)
         final = final.join(counted, using=["dp_unit"], join_type="LEFT")
     for name, layer in layers:
         final = final.with_(name, as_=layer, copy=False)
-    return BoundedStatement(render(final), pieces.needs_salt(final), query.bounded)
+    return BoundedStatement(render(final, dialect), pieces.needs_salt(final), query.bounded)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from dpsql.analysis.domains import (
     reports_outside,
 )
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
+from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.keys import read_keys, shown_keys
@@ -48,6 +49,7 @@ from dpsql.backends.rewrite import (
     rewrite_statement,
     separate_statement,
 )
+from dpsql.backends.spark_session import is_spark_session
 from dpsql.bias import (
     BiasPlan,
     bias_sql,
@@ -150,6 +152,19 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
         return db.store_policy(replace=replace)
 
 
+def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None) -> Backend:
+    """The backend for ``target``: a SparkSession runs on Spark (``dpsql.backends.spark``),
+    anything else on DuckDB."""
+    if is_spark_session(target):
+        if memory_limit is not None:
+            raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
+                                   hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
+        from dpsql.backends.spark import SparkEngine
+
+        return SparkEngine(target, query_timeout=query_timeout)
+    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
+
+
 def _reported_as_dperror(method):
     """Analyst input meets ``DPError``s only: any other exception escaping ``method`` is a bug
     in dpsql, raised as ``InternalFailure`` naming only its kind (never its message, which
@@ -180,8 +195,13 @@ class Connection:
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out",
                                    hints={"cli": "give --analyst alice, or leave it out"})
-        self._engine = Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
+        self._engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit)
         try:
+            if ledger is None and self._engine.dialect != "duckdb":
+                raise InvalidParameter(
+                    "a Spark-backed connection needs a ledger file: the budget must outlive this process",
+                    hint="pass ledger='/path/to/budget.ledger' (a local SQLite file; ':memory:' for a throwaway one)",
+                    hints={"cli": "give --ledger PATH"})
             if ledger is None and self._engine.path is not None:
                 ledger = Path(f"{self._engine.path}.ledger")
             self._ledger = Ledger.open(ledger)
@@ -314,12 +334,12 @@ class Connection:
         # The charge is committed: from here on, private data is read.
         try:
             keys = plan.query.keys
-            exact = read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
+            exact = self._read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
             histograms: dict[str, Sequence[tuple]] = {}
             for measure in plan.separate:
-                separate = separate_statement(plan, measure)
+                separate = separate_statement(plan, measure, self._engine.dialect)
                 fetched = self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded)
-                histograms[measure.name] = read_keys(fetched, keys)
+                histograms[measure.name] = self._read_keys(fetched, keys)
             released = domain
             if outside:  # the outside cell last; there is one only beside a public domain
                 assert domain is not None
@@ -332,7 +352,7 @@ class Connection:
                                   "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
             bounding = None
             if bias is not None:
-                counting = bias_statement(bias, plan.query)
+                counting = bias_statement(bias, plan.query, self._engine.dialect)
                 counted = self._engine.fetch(counting.sql, self._salt_for(counting.needs_salt), bounded=checked.bounded)
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)
@@ -365,6 +385,12 @@ class Connection:
                         outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=limits_of(plan), bounding=bounding)
 
+    def _read_keys(self, rows: list[tuple], keys) -> list[tuple]:
+        """Fetched rows with their keys as DuckDB reads them back (``dpsql.backends.keys``): an
+        engine that writes its own key texts (Spark) translates them (``Backend.key_text``)."""
+        return read_keys(rows, keys, text=getattr(self._engine, "key_text", None),
+                         value=getattr(self._engine, "key_value", None))
+
     def _describe(self, statement: BoundedStatement) -> list[tuple[str, str]]:
         """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
         return self._engine.describe(statement.sql, self._salt_for(statement.needs_salt))
@@ -394,7 +420,7 @@ class Connection:
         cost = priced.cost
         repeat = self._ledger.find_answer(priced.repeat_key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
-        shown = rewrite_statement(plan, pretty=True).sql  # the SQL priced above, laid out on lines
+        shown = rewrite_statement(plan, self._engine.dialect, pretty=True).sql  # the SQL priced above, on lines
         text = explain_plan(plan, shown, after.remaining, refused=refusal is not None)
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
@@ -440,7 +466,7 @@ class Connection:
         # The charge is committed: from here on, private data is read.
         try:
             return run_suggestion(plan, lambda statement: self._engine.fetch(
-                statement.sql, self._salt_for(statement.needs_salt)), self._rng)
+                statement.sql, self._salt_for(statement.needs_salt)), self._rng, self._engine.dialect)
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None
@@ -733,9 +759,10 @@ class Connection:
         parts = []
         for indices in domain_parts(query.keys):
             keys = [query.keys[i] for i in indices]
-            domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys])
+            domain = domain_sql(keys, [query.column_type(k.expression.name) for k in keys],
+                                dialect=self._engine.dialect)
             if domain not in self._domains:  # public data: read once per connection
-                self._domains[domain] = [tuple(row) for row in read_keys(self._engine.fetch(domain), keys)]
+                self._domains[domain] = [tuple(row) for row in self._read_keys(self._engine.fetch(domain), keys)]
             parts.append((indices, self._domains[domain]))
         self._check_domain_size(query, [(indices, len(values)) for indices, values in parts], written or {})
         if len(parts) == 1 and parts[0][0] == list(range(len(query.keys))):

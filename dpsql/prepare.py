@@ -33,6 +33,7 @@ from dpsql.analysis.analyse import analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.keys import typed_keys
+from dpsql.backends.render import DUCKDB
 from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement
 from dpsql.bias import BiasPlan, bias_share, plan_bias
 from dpsql.budget.accounting import Spend, check_accountable, query_cost
@@ -106,6 +107,8 @@ class Preparer:
         self._key_types: OrderedDict[str, dict] = OrderedDict()
         self._lock = threading.Lock()
         self._generation: int | None = None
+        self._dialect = getattr(data, "dialect", DUCKDB)
+        """The SQL dialect statements are rendered in: the engine's."""
 
     def prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
                 weights: dict | None = None, report_bias: Any = None, *, analyst: str | None = None) -> Prepared:
@@ -169,6 +172,8 @@ class Preparer:
             return found
         parsed = parse(sql)
         checked = check_query(parsed.tree, sql, self.policy, self._catalog, self._data)
+        if self._data is not None:  # what this engine cannot run as DuckDB would is refused here
+            getattr(self._data, "check", _accept_all)(parsed.tree)
         if isinstance(checked, PrivateQuery):
             checked = apply_contribution_options(checked, parsed.options)
         result = (parsed.tree, checked, parsed.options)
@@ -204,7 +209,7 @@ class Preparer:
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
         types = self._recall(self._key_types, sql) if isinstance(sql, str) else None
         if types is None:  # the keys' types follow from the text alone (schema and policy fixed)
-            types = dict(self._describe(key_types_statement(plan)))
+            types = dict(self._describe(key_types_statement(plan, self._dialect)))
             if isinstance(sql, str):
                 self._keep(self._key_types, sql, types)
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types)))
@@ -217,7 +222,7 @@ class Preparer:
         key = (sql, _statement_shape(plan)) if isinstance(sql, str) else None
         found = self._recall(self._statements, key) if key is not None else None
         if found is None:
-            bounded = rewrite_statement(plan)
+            bounded = rewrite_statement(plan, self._dialect)
             found = (bounded, self.core_types(plan, bounded))
             if key is not None:
                 self._keep(self._statements, key, found)
@@ -271,6 +276,10 @@ class Preparer:
             cache[key] = value
             while len(cache) > self._limit:
                 cache.popitem(last=False)
+
+
+def _accept_all(tree: exp.Expression) -> None:
+    """An engine that runs every checked query as DuckDB would refuses nothing more."""
 
 
 _PLAIN = (type(None), bool, int, float, str, Fraction, Decimal, np.generic)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpsql.backends.render import render
+from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
@@ -216,9 +216,9 @@ def values_sql(table: str, unit: str | None, column: str, floating: bool, edges)
     return render(values_select(table, unit, column, floating, edges))
 
 
-def _statement(tree: exp.Expr) -> BoundedStatement:
+def _statement(tree: exp.Expr, dialect: str = DUCKDB) -> BoundedStatement:
     """A statement over the raw table (a suggestion reads no bounded copy)."""
-    return BoundedStatement(render(tree), pieces.needs_salt(tree), ())
+    return BoundedStatement(render(tree, dialect), pieces.needs_salt(tree), ())
 
 
 BETA = 1e-3
@@ -476,26 +476,26 @@ def _errors(plan: SuggestPlan, units: int | None) -> dict:
     return out
 
 
-def run_suggestion(plan: SuggestPlan, fetch, source=None) -> dict:
-    """The suggestion: ``fetch(statement)`` runs dpsql's ``BoundedStatement`` (its salt bound when
-    it needs it) and returns its rows;
+def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB) -> dict:
+    """The suggestion: ``fetch(statement)`` runs dpsql's ``BoundedStatement`` (rendered in
+    ``dialect``, its salt bound when it needs it) and returns its rows;
     ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
     split, unit = plan.split, plan.unit
     k = 1
     if unit is not None:
-        *ranks, units = fetch(_statement(rows_select(plan.key, unit, types=dict(plan.types))))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit, types=dict(plan.types)), dialect))[0]
         k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
     groups = None
     if plan.group_by is not None:
         assert unit is not None, "MAX GROUPS PER UNIT is asked of unit-level tables only"
-        *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by, dict(plan.types))))[0]
+        *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by, dict(plan.types)), dialect))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
     bounds, totals = {}, []
     for column, type_name in plan.columns:
         integral = is_integer_type(type_name)
         edges = value_candidates(integral)
         *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges,
-                                                         dict(plan.types))))[0]
+                                                         dict(plan.types)), dialect))[0]
         total: list = []
         found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
                              DEFAULT_COVERAGE, source, total)

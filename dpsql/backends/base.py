@@ -27,6 +27,9 @@ class Backend(Protocol):
     path: Path | None
     """The database file, when the backend opened one (the default ledger sits beside it)."""
 
+    dialect: str
+    """The sqlglot dialect statements are rendered in for this engine (``dpsql.backends.render``)."""
+
     # ---- schema and public facts: read before the charge, never a private row ----------------
 
     def catalog(self) -> Catalog:

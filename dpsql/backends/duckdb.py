@@ -32,13 +32,10 @@ whatever the data.
 from __future__ import annotations
 
 import hashlib
-import heapq
-import itertools
 import math
 import os
 import secrets
 import threading
-import time
 import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -57,15 +54,13 @@ from dpsql.backends.bounding import (
     fill_sql,
     raw_rows_sql,
 )
+from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
 from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
 from dpsql.backends.render import render
-from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
+from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.sql.names import Catalog, key_of_parts, quoted
 from dpsql.sql.parse import DIALECT
 from dpsql.sql.types import base_type
-
-DEFAULT_QUERY_TIMEOUT = 30.0
-"""Seconds one generated statement may run before it is interrupted."""
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -95,6 +90,9 @@ def default_memory_limit() -> str:
 
 class Engine:
     """A DuckDB connection dpsql runs its generated SQL on."""
+
+    dialect = DIALECT
+    """The SQL it reads: dpsql's statements are rendered for DuckDB."""
 
     def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool, path: Path | None,
                  query_timeout: float | None = DEFAULT_QUERY_TIMEOUT):
@@ -228,7 +226,7 @@ class Engine:
                     return name
                 cursor = self._connection.cursor()
                 try:
-                    with _Deadline(cursor, self._timeout):
+                    with Deadline(cursor, self._timeout):
                         cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
                 finally:
                     cursor.close()
@@ -325,7 +323,7 @@ class Engine:
             self._fill_bounded(bounded)
             cursor = self._connection.cursor()
             try:
-                with _Deadline(cursor, self._timeout):
+                with Deadline(cursor, self._timeout):
                     return cursor.execute(sql, parameters or {}).fetchall()
             finally:
                 cursor.close()
@@ -336,7 +334,7 @@ class Engine:
         with self._lock:
             cursor = self._connection.cursor()
             try:
-                with _Deadline(cursor, self._timeout):
+                with Deadline(cursor, self._timeout):
                     return cursor.execute(sql).df()
             finally:
                 cursor.close()
@@ -363,7 +361,7 @@ class Engine:
                     connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
                 finally:
                     connection.unregister("dp_frame")
-            with _Deadline(connection, self._timeout):
+            with Deadline(connection, self._timeout):
                 described = connection.execute(f"DESCRIBE {sql}").fetchall()
                 names, types = [row[0] for row in described], [row[1] for row in described]
                 result = connection.execute(_fetchable_sql(sql, types)).fetchall()
@@ -403,7 +401,7 @@ class Engine:
         with self._lock:
             cursor = self._connection.cursor()
             try:
-                with _Deadline(cursor, self._timeout):
+                with Deadline(cursor, self._timeout):
                     rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
             except duckdb.Error as error:
                 message = str(error).strip().split("\n")[0]
@@ -651,95 +649,6 @@ def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:
         raise InvalidParameter(f"memory_limit must be a DuckDB size such as '4GB', got {memory_limit!r}",
                                hint="pass memory_limit='4GB', or leave it out")
     return {**HARDENED_CONFIG, "memory_limit": memory_limit, "lock_configuration": True}
-
-
-def check_timeout(seconds: Any) -> float | None:
-    """A query time limit in seconds: a finite number > 0, or ``None`` for none.
-
-    >>> check_timeout(2), check_timeout(None)
-    (2.0, None)
-    """
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-            or not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidParameter(f"query_timeout must be a number of seconds > 0, got {seconds!r}",
-                               hint="pass query_timeout=30, or None for no limit")
-    return float(seconds)
-
-
-class _Deadline:
-    """Interrupts a DuckDB connection (or cursor) still running ``seconds`` after entry.
-
-    On leaving, a statement that was interrupted — or that reached the limit just as it
-    finished — raises ``QueryFailed``: the outcome depends only on how long it ran, never on
-    how it ended.
-    """
-
-    def __init__(self, connection, seconds: float | None):
-        self._connection = connection
-        self._seconds = seconds
-        self._guard = threading.Lock()
-        self.stopped = False
-        self._expired = False
-
-    def __enter__(self) -> "_Deadline":
-        if self._seconds is not None:
-            _WATCHDOG.arm(self._seconds, self)
-        return self
-
-    def expire(self) -> None:
-        with self._guard:
-            if self.stopped:
-                return
-            self._expired = True
-            try:
-                self._connection.interrupt()
-            except Exception:  # the connection closed meanwhile: nothing left to stop
-                pass
-
-    def __exit__(self, exc_type, exc, traceback) -> None:
-        with self._guard:
-            self.stopped = True
-        if self._expired:
-            raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
-                              hint="ask for less, or ask the curator for a longer query_timeout") from None
-
-
-class _Watchdog:
-    """One thread that expires every statement's deadline: starting a thread per statement
-    cost milliseconds, more than a small query takes."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._due: list = []  # heap of (monotonic due time, sequence number, deadline)
-        self._sequence = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def arm(self, seconds: float, deadline: _Deadline) -> None:
-        with self._condition:
-            heapq.heappush(self._due, (time.monotonic() + seconds, next(self._sequence), deadline))
-            if self._thread is None or not self._thread.is_alive():  # first use, or after a fork
-                self._thread = threading.Thread(target=self._run, name="dpsql-deadlines", daemon=True)
-                self._thread.start()
-            self._condition.notify()
-
-    def _run(self) -> None:
-        with self._condition:
-            while True:
-                while self._due and self._due[0][2].stopped:  # finished in time
-                    heapq.heappop(self._due)
-                if not self._due:
-                    self._condition.wait()
-                    continue
-                wait = self._due[0][0] - time.monotonic()
-                if wait > 0:
-                    self._condition.wait(wait)
-                    continue
-                heapq.heappop(self._due)[2].expire()
-
-
-_WATCHDOG = _Watchdog()
 
 
 def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:

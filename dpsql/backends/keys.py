@@ -279,16 +279,28 @@ def _text(value) -> str:
     return value
 
 
-def read_keys(rows: list[tuple], keys: Sequence[GroupKey]) -> list[tuple]:
+def read_keys(rows: list[tuple], keys: Sequence[GroupKey], *, text: Callable | None = None,
+              value: Callable | None = None) -> list[tuple]:
     """Exact rows (keys first) as fetched, with every text-form key's bytes as str: the bytes
     are what DuckDB grouped by, and decoding is one-to-one, so equal strs are one DuckDB group.
+    An engine that writes its own texts passes ``text(raw, type_name)``, which reads its text
+    as DuckDB's text of the same value (one-to-one, never raising), and ``value(v, type_name)``
+    for value-form keys (``dpsql.backends.spark``).
 
     >>> from sqlglot import exp
     >>> key = GroupKey("g0", exp.column("d"), None, "DATE", "text")
     >>> read_keys([(b"2024-01-31", 3), (None, 1)], [key])
     [('2024-01-31', 3), (None, 1)]
     """
-    return _map_keys(rows, keys, lambda key: None if key.form == "value" else _text)
+    if text is None and value is None:
+        return _map_keys(rows, keys, lambda key: None if key.form == "value" else _text)
+
+    def reader(key: GroupKey) -> Callable:
+        if key.form == "value":
+            return (lambda v: v) if value is None else (lambda v, t=key.type_name: value(v, t))
+        return _text if text is None else (lambda v, t=key.type_name: text(v, t))
+
+    return _map_keys(rows, keys, reader)
 
 
 def shown_keys(rows: list[tuple], keys: Sequence[GroupKey]) -> list[tuple]:

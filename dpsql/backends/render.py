@@ -5,8 +5,8 @@ of plain nodes (SELECT, CASE, LEAST, windows, ...), which sqlglot writes in any 
 few pieces of ``dpsql.sql.pieces``, whose meaning dpsql fixes but whose SQL differs by engine.
 ``render`` replaces each of them by its engine's form and writes the tree, once, at the end.
 
-A Spark backend supplies one more rendering per piece (a function in a table like
-``_DUCKDB`` for sqlglot's "spark" dialect):
+The Spark backend (``dpsql.backends.spark``) supplies one more rendering per piece (``_SPARK``,
+for sqlglot's "spark" dialect):
 
 * ``Total``: an expression whose errors become NULL (DuckDB's ``TRY``; Spark has ``try_*``
   functions per operation and ANSI mode off, so it needs its own walk of the expression);
@@ -39,6 +39,7 @@ from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_
 from dpsql.sql.pieces import Canonical, CopiedTable, ExactInteger, IsNaN, KeyText, SaltedHash, Total
 
 DUCKDB = "duckdb"
+SPARK = "spark"
 
 
 def _duckdb_total(node: Total) -> exp.Expr:
@@ -85,7 +86,65 @@ _DUCKDB: dict[type, Callable] = {
     IsNaN: _duckdb_is_nan,
     CopiedTable: _duckdb_bounded_table,
 }
-_RENDERINGS = {DUCKDB: _DUCKDB}
+
+
+# -- Spark (``dpsql.backends.spark``): helpers' SQL text is placed verbatim (``exp.Var``), never
+# re-parsed, so sqlglot's Spark writer cannot re-spell a function whose meaning dpsql fixed.
+
+def _raw(sql: str) -> exp.Expr:
+    return exp.Var(this=f"({sql})")
+
+
+def _spark_sql(node: exp.Expr) -> str:
+    return node.sql(dialect=SPARK)
+
+
+def _spark_total(node: Total) -> exp.Expr:
+    from dpsql.backends.spark_render import total  # the Spark-only walk: imported when Spark renders
+
+    return total(node.this)
+
+
+def _spark_exact_integer(node: ExactInteger) -> exp.Expr:
+    return exp.Cast(this=node.this, to=exp.DataType.build("DECIMAL(38, 0)", dialect=SPARK))
+
+
+def _spark_salted_hash(node: SaltedHash) -> exp.Expr:
+    from dpsql.backends.spark_types import keyed_hash
+
+    return _raw(keyed_hash(":" + SALT_PARAMETER, [_spark_sql(value) for value in node.expressions]))
+
+
+def _spark_canonical(node: Canonical) -> exp.Expr:
+    from dpsql.backends.spark_types import canonical_text
+
+    return _raw(canonical_text(_spark_sql(node.this), node.args["type"].name))
+
+
+def _spark_key_text(node: KeyText) -> exp.Expr:
+    # Spark's own text of the key (UTC: pinned); dpsql.backends.spark_types.duckdb_key_text
+    # reads it back as DuckDB's text of the same value.
+    return _raw(f"encode(CAST({_spark_sql(node.this)} AS STRING), 'UTF-8')")
+
+
+def _spark_is_nan(node: IsNaN) -> exp.Expr:
+    return exp.Anonymous(this="isnan", expressions=[node.this])
+
+
+def _spark_bounded_table(node: CopiedTable) -> exp.Expr:
+    return exp.table_(piece_copy_name(node), quoted=True)
+
+
+_SPARK: dict[type, Callable] = {
+    Total: _spark_total,
+    ExactInteger: _spark_exact_integer,
+    SaltedHash: _spark_salted_hash,
+    Canonical: _spark_canonical,
+    KeyText: _spark_key_text,
+    IsNaN: _spark_is_nan,
+    CopiedTable: _spark_bounded_table,
+}
+_RENDERINGS = {DUCKDB: _DUCKDB, SPARK: _SPARK}
 
 
 def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True, pretty: bool = False) -> str:

@@ -1,0 +1,110 @@
+"""Statement deadlines shared by every backend: one watchdog thread interrupts what overruns.
+
+A statement's outcome past its limit must depend only on how long it ran (DESIGN.md invariant
+17): ``Deadline`` raises ``QueryFailed`` whenever the limit was reached, however the statement
+ended. What "interrupt" means is the engine's: DuckDB's ``connection.interrupt()``, Spark's
+``interruptTag`` (``dpsql.backends.spark``) — anything with an ``interrupt()`` method.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+import time
+from typing import Any
+
+from dpsql.errors import InvalidParameter, QueryFailed
+
+DEFAULT_QUERY_TIMEOUT = 30.0
+"""Seconds one generated statement may run before it is interrupted."""
+
+
+def check_timeout(seconds: Any) -> float | None:
+    """A query time limit in seconds: a finite number > 0, or ``None`` for none.
+
+    >>> check_timeout(2), check_timeout(None)
+    (2.0, None)
+    """
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidParameter(f"query_timeout must be a number of seconds > 0, got {seconds!r}",
+                               hint="pass query_timeout=30, or None for no limit")
+    return float(seconds)
+
+
+class Deadline:
+    """Interrupts a DuckDB connection (or cursor) still running ``seconds`` after entry.
+
+    On leaving, a statement that was interrupted — or that reached the limit just as it
+    finished — raises ``QueryFailed``: the outcome depends only on how long it ran, never on
+    how it ended.
+    """
+
+    def __init__(self, connection, seconds: float | None):
+        self._connection = connection
+        self._seconds = seconds
+        self._guard = threading.Lock()
+        self.stopped = False
+        self._expired = False
+
+    def __enter__(self) -> "Deadline":
+        if self._seconds is not None:
+            _WATCHDOG.arm(self._seconds, self)
+        return self
+
+    def expire(self) -> None:
+        with self._guard:
+            if self.stopped:
+                return
+            self._expired = True
+            try:
+                self._connection.interrupt()
+            except Exception:  # the connection closed meanwhile: nothing left to stop
+                pass
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        with self._guard:
+            self.stopped = True
+        if self._expired:
+            raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
+                              hint="ask for less, or ask the curator for a longer query_timeout") from None
+
+
+class _Watchdog:
+    """One thread that expires every statement's deadline: starting a thread per statement
+    cost milliseconds, more than a small query takes."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._due: list = []  # heap of (monotonic due time, sequence number, deadline)
+        self._sequence = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, deadline: Deadline) -> None:
+        with self._condition:
+            heapq.heappush(self._due, (time.monotonic() + seconds, next(self._sequence), deadline))
+            if self._thread is None or not self._thread.is_alive():  # first use, or after a fork
+                self._thread = threading.Thread(target=self._run, name="dpsql-deadlines", daemon=True)
+                self._thread.start()
+            self._condition.notify()
+
+    def _run(self) -> None:
+        with self._condition:
+            while True:
+                while self._due and self._due[0][2].stopped:  # finished in time
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._condition.wait()
+                    continue
+                wait = self._due[0][0] - time.monotonic()
+                if wait > 0:
+                    self._condition.wait(wait)
+                    continue
+                heapq.heappop(self._due)[2].expire()
+
+
+_WATCHDOG = _Watchdog()
