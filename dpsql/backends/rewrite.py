@@ -533,9 +533,11 @@ def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
     # Keys that are not released keys become NULL: one more group, the outside cell
     # (dpsql.analysis.domains). Each key is computed once, below, and compared in its read-back form.
     inside = exp.and_(*(_membership(query, part) for part in domain_parts(query.keys)), copy=False)
-    kept = [_as(exp.Case(ifs=[exp.If(this=inside.copy(), true=_column(key.name))]), key.name)
-            for key in query.keys]
-    return _select([star(replace=kept)], _subquery(rows, "dp_keyed"))
+    kept = {key.name: _as(exp.Case(ifs=[exp.If(this=inside.copy(), true=_column(key.name))]), key.name)
+            for key in query.keys}
+    # Every column listed, the keys replaced in place: ``* REPLACE`` has no Spark form.
+    names = [item.alias_or_name for item in select]
+    return _select([kept.get(name) or _column(name) for name in names], _subquery(rows, "dp_keyed"))
 
 
 def _membership(query, part: list[int]) -> exp.Expr:
