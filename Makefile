@@ -29,5 +29,10 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_scale.py --all
 
+# dpsql on Spark against dpsql on DuckDB and Tumult Analytics (its own venv, made on first use).
+.PHONY: bench-spark
+bench-spark: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_spark.py
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info
