@@ -80,6 +80,9 @@ CLASSES: dict[str, dict] = {
     "GROUP BY public": {"sql": "SELECT store, COUNT(*) AS n FROM visits GROUP BY store"},
     "GROUP BY private": {"sql": "SELECT zip, COUNT(*) AS n FROM visits GROUP BY zip", "delta": DELTA},
 }
+RUN_ORDER = ["COUNT", "SUM", "GROUP BY public", "GROUP BY private", "AVG"]
+"""Classes run in this order (AVG last: Tumult's was the slowest at 1M rows, so a timeout there
+costs the others nothing); the tables keep CLASSES' order."""
 LABELS = {"GROUP BY public": "GROUP BY public (50 stores)", "GROUP BY private": "GROUP BY private (~5000 zips)"}
 
 
@@ -180,12 +183,14 @@ class PeakSampler:
 
     def __init__(self, roots):
         self.roots, self.peak, self._stop = roots, 0.0, threading.Event()
+        self.loads: list[float] = []  # the machine's 1-minute load average, for the report
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, rss_mb(tree_of(self.roots())))
+            self.loads.append(os.getloadavg()[0])
             self._stop.wait(0.25)
 
     def stop(self) -> float:
@@ -229,7 +234,7 @@ def run_engine(engine: str, args, rows: int, db: Path, parquet: Path, master: st
                extra_roots=lambda: []) -> dict:
     """Run the engine's worker; restart it after a timed-out run for the classes left."""
     result: dict = {"engine": engine, "queries": {}, "master": master}
-    left = list(args.classes)
+    left = [name for name in RUN_ORDER if name in args.classes]
     start = time.perf_counter()
     while left:
         outcome = run_worker(engine, args, rows, db, parquet, master, left, extra_roots, result)
@@ -252,8 +257,30 @@ def run_worker(engine, args, rows, db, parquet, master, queries, extra_roots, re
     sampler = PeakSampler(lambda: [process.pid, *extra_roots()])
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(l) for l in process.stdout] + [lines.put(None)], daemon=True).start()
-    current, last, outcome = queries[0], time.perf_counter(), "done"
     runs: dict[str, list] = {}
+    try:
+        outcome, current = read_events(engine, args, lines, launched, result, runs, queries)
+    finally:  # also when this process is stopped: never leave a worker tree behind
+        stop_tree(process)
+        peak = sampler.stop()
+    result["peak_rss_mb"] = max(result.get("peak_rss_mb", 0.0), peak)
+    result.setdefault("loads", []).extend(sampler.loads[::20])
+    err.seek(0)
+    tail = [l for l in err.read().strip().splitlines() if l.strip()][-3:]
+    err.close()
+    if outcome == "done" and any(name not in result["queries"] for name in queries):
+        message = " / ".join(tail)[-300:] or f"exit code {process.returncode}"
+        if not result["queries"] and "first_query_s" not in result:
+            result["unavailable"] = message
+            return "unavailable"
+        result["queries"].setdefault(current, {"error": f"worker ended: {message}", "runs": runs.get(current, [])})
+    return outcome
+
+
+def read_events(engine, args, lines, launched, result, runs, queries) -> tuple[str, str]:
+    """Fold the worker's JSON events into ``result`` until it ends or a run times out:
+    (outcome, the class it was on)."""
+    current, last, outcome = queries[0], time.perf_counter(), "done"
     while True:
         try:
             line = lines.get(timeout=max(1.0, args.timeout - (time.perf_counter() - last)))
@@ -286,19 +313,7 @@ def run_worker(engine, args, rows, db, parquet, master, queries, extra_roots, re
             result["queries"][event["query"]] = {"error": event["error"], "runs": runs.get(event["query"], [])}
         elif kind == "next":
             current = event["query"]
-    stop_tree(process)
-    peak = sampler.stop()
-    result["peak_rss_mb"] = max(result.get("peak_rss_mb", 0.0), peak)
-    err.seek(0)
-    tail = [l for l in err.read().strip().splitlines() if l.strip()][-3:]
-    err.close()
-    if outcome == "done" and any(name not in result["queries"] for name in queries):
-        message = " / ".join(tail)[-300:] or f"exit code {process.returncode}"
-        if not result["queries"] and "first_query_s" not in result:
-            result["unavailable"] = message
-            return "unavailable"
-        result["queries"].setdefault(current, {"error": f"worker ended: {message}", "runs": runs.get(current, [])})
-    return outcome
+    return outcome, current
 
 
 # -- the workers (dpsql; Tumult's is tumult_peer.py) ------------------------------------------
@@ -447,20 +462,24 @@ def size_section(rows: int, results: dict, exact: dict, args) -> list[str]:
              f"Time per query: median (min–max) of {args.repeats} runs after a first one; first query: from "
              "process start to the first answer (imports, session start, what a fresh connection builds). "
              "Peak memory: summed RSS of the engine's process tree (JVM included). Error: mean relative "
-             "error over the classes' answers against the exact answer (per class in the next table).", "",
-             "| engine | first query | " + " | ".join(LABELS.get(n, n) for n in names) + " | peak memory | error | leg took |",
-             "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|"]
+             "error over the classes' answers against the exact answer (per class in the next table). Load: "
+             "the machine's mean 1-minute load average while the leg ran (2 cores: above 2, other work "
+             "shared the CPUs and every time here is longer than on a quiet machine).", "",
+             "| engine | first query | " + " | ".join(LABELS.get(n, n) for n in names)
+             + " | peak memory | error | leg took | load |",
+             "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|"]
     for engine, result in results.items():
         label = engine + (f" ({result['master']})" if "cluster" in engine else "")
         if "unavailable" in result:
-            lines.append(f"| {label} | not available: {result['unavailable'][:160]} |" + " |" * (len(names) + 3))
+            lines.append(f"| {label} | not available: {result['unavailable'][:160]} |" + " |" * (len(names) + 4))
             continue
         first = f"{fmt(result.get('first_query_s'))} ({result.get('first_query', '—')})"
         relative = [e["rel"] for n in names for e in errors_of(result["queries"].get(n), exact[n])
                     if e.get("rel") is not None]
         cells = [time_cell(result["queries"].get(n), args.repeats) for n in names]
         lines.append(f"| {label} | {first} | " + " | ".join(cells) + f" | {result.get('peak_rss_mb', 0):,.0f} MB | "
-                     f"{(100 * statistics.mean(relative)) if relative else float('nan'):.2g}% | {fmt(result.get('wall_s'))} |")
+                     f"{(100 * statistics.mean(relative)) if relative else float('nan'):.2g}% | {fmt(result.get('wall_s'))} | "
+                     f"{statistics.mean(result.get('loads') or [float('nan')]):.1f} |")
     lines += ["", "Error per class: mean absolute error over every run's answer (grouped: per key of the exact "
               "answer, a key not released counting as 0; then keys released / keys), relative in brackets:", "",
               "| engine | " + " | ".join(LABELS.get(n, n) for n in names) + " |", "|---|" + "---:|" * len(names)]
@@ -515,6 +534,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds run_worker: workers stopped too
     cache, duckdb_cache = Path(args.cache), Path(args.duckdb_cache)
     cache.mkdir(parents=True, exist_ok=True)
     if "tumult" in args.engines:
