@@ -66,10 +66,6 @@ def duckdb_key_text(raw, type_name: str) -> str | None:
     return UNTRANSLATED + text if translated is None else translated
 
 
-def _ascii_digits(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
 _INTEGER = re.compile(r"-?[1-9][0-9]*|0")
 
 
@@ -196,9 +192,10 @@ exactly Spark's text of a value. Strings are absent: their text is their value."
 
 def value_key(value, type_name: str):
     """A value-form key (or any fetched value) as ``collect()`` gives it, as DuckDB's Python
-    client gives the same value: a BINARY's ``bytearray`` as ``bytes``; a DECIMAL at its type's
-    scale (DuckDB's ``Decimal('0.00')`` for a DECIMAL(9,2) zero, whatever exponent Spark's
-    ``BigDecimal`` had). Integers, BOOLEAN, strings, floats and dates come as DuckDB's. Never raises.
+    client gives the same value: a BINARY's ``bytearray`` (older pyspark, Spark Connect) as
+    ``bytes``; a DECIMAL at its type's scale, as DuckDB gives it (``Decimal('0.00')`` for a
+    DECIMAL(9,2) zero, whatever exponent a ``BigDecimal`` had; pyspark 4.3 already keeps the
+    type's scale). Integers, BOOLEAN, strings and floats come as DuckDB's. Never raises.
 
     >>> value_key(bytearray(b"\\x00\\xff"), "BLOB"), value_key(Decimal("0E-2"), "DECIMAL(9,2)")
     (b'\\x00\\xff', Decimal('0.00'))
