@@ -256,7 +256,7 @@ def run_worker(engine, args, rows, db, parquet, master, queries, extra_roots, re
                                cwd=str(ROOT), start_new_session=True)
     sampler = PeakSampler(lambda: [process.pid, *extra_roots()])
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in process.stdout] + [lines.put(None)], daemon=True).start()
+    threading.Thread(target=lambda: [*map(lines.put, process.stdout), lines.put(None)], daemon=True).start()
     runs: dict[str, list] = {}
     try:
         outcome, current = read_events(engine, args, lines, launched, result, runs, queries)
@@ -266,7 +266,7 @@ def run_worker(engine, args, rows, db, parquet, master, queries, extra_roots, re
     result["peak_rss_mb"] = max(result.get("peak_rss_mb", 0.0), peak)
     result.setdefault("loads", []).extend(sampler.loads[::20])
     err.seek(0)
-    tail = [l for l in err.read().strip().splitlines() if l.strip()][-3:]
+    tail = [line for line in err.read().strip().splitlines() if line.strip()][-3:]
     err.close()
     if outcome == "done" and any(name not in result["queries"] for name in queries):
         message = " / ".join(tail)[-300:] or f"exit code {process.returncode}"
@@ -338,7 +338,7 @@ def worker_main(args) -> None:
                 session.read.parquet(str(Path(args.parquet) / f"{table}.parquet")).createOrReplaceTempView(table)
             db = dpsql.connect(session, policy=bench_scale.POLICY_USER, ledger=":memory:", **options)
     except Exception as error:  # the Spark backend may not exist yet: say why, once
-        emit(event="unavailable", error=f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+        emit(event="unavailable", error=f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}")
         return
     emit(event="ready", seconds=time.perf_counter() - start)
     counter = iter(range(10**9))
@@ -387,7 +387,8 @@ class Cluster:
 
     @staticmethod
     def _start(command, env, log: Path) -> subprocess.Popen:
-        return subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
 
     @staticmethod
     def _port_open(port: int) -> bool:
@@ -431,8 +432,8 @@ def time_cell(entry: dict | None, repeats: int) -> str:
     if "error" in entry:
         return f"failed: {entry['error'][:100]}"
     timed = [run["seconds"] for run in entry["runs"][1:]]
-    if not timed:
-        return "—"
+    if not timed:  # --repeats 0 (a slow engine): the one run there is, first query included
+        return f"{fmt(entry['runs'][0]['seconds'])} (one run)" if entry["runs"] else "—"
     cell = {"median": statistics.median(timed), "min": min(timed), "max": max(timed), "n": len(timed)}
     return bench_scale.spread(cell, repeats)
 
@@ -459,7 +460,8 @@ def error_cell(errors: list[dict]) -> str:
 def size_section(rows: int, results: dict, exact: dict, args) -> list[str]:
     names = list(CLASSES)
     lines = [f"### {rows:,} rows", "",
-             f"Time per query: median (min–max) of {args.repeats} runs after a first one; first query: from "
+             (f"Time per query: median (min–max) of {args.repeats} runs after a first one; " if args.repeats else
+              "Time per query: one run per class (--repeats 0), the first query's included; ") + "first query: from "
              "process start to the first answer (imports, session start, what a fresh connection builds). "
              "Peak memory: summed RSS of the engine's process tree (JVM included). Error: mean relative "
              "error over the classes' answers against the exact answer (per class in the next table). Load: "
@@ -478,7 +480,8 @@ def size_section(rows: int, results: dict, exact: dict, args) -> list[str]:
                     if e.get("rel") is not None]
         cells = [time_cell(result["queries"].get(n), args.repeats) for n in names]
         lines.append(f"| {label} | {first} | " + " | ".join(cells) + f" | {result.get('peak_rss_mb', 0):,.0f} MB | "
-                     f"{(100 * statistics.mean(relative)) if relative else float('nan'):.2g}% | {fmt(result.get('wall_s'))} | "
+                     f"{(100 * statistics.mean(relative)) if relative else float('nan'):.2g}% | "
+                     f"{fmt(result.get('wall_s'))} | "
                      f"{statistics.mean(result.get('loads') or [float('nan')]):.1f} |")
     lines += ["", "Error per class: mean absolute error over every run's answer (grouped: per key of the exact "
               "answer, a key not released counting as 0; then keys released / keys), relative in brackets:", "",
@@ -491,8 +494,8 @@ def size_section(rows: int, results: dict, exact: dict, args) -> list[str]:
 
 
 def machine_line() -> str:
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), "")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "")
     memory = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
     return (f"{platform.system()} {platform.machine()} ({cpu}), {os.cpu_count()} cores, {memory:.0f} GiB RAM, "
             f"Python {platform.python_version()}, dpsql at {bench_scale.dpsql_version()}, "
@@ -539,17 +542,20 @@ def main(argv: list[str] | None = None) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     if "tumult" in args.engines:
         ensure_tumult_venv(Path(args.tumult_venv))
-    sections = ["## Spark backend: dpsql on Spark, on DuckDB, and Tumult Analytics", "",
-                f"Machine: {machine_line()}.", "",
-                f"Command: `python benchmarks/bench_spark.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
+    header = ["## Spark backend: dpsql on Spark, on DuckDB, and Tumult Analytics", "",
+              f"Machine: {machine_line()}.", "",
+              f"Command: `python benchmarks/bench_spark.py {' '.join(sys.argv[1:] if argv is None else argv)}`"]
+    print("\n".join(header) + "\n", flush=True)
     everything: dict = {}
+    raw = cache / f"spark-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     for index, rows in enumerate(args.rows):
         db, parquet = ensure_data(rows, duckdb_cache, cache)
         exact = exact_answers(db, cache)
-        results: dict = {}
+        results = everything[rows] = {}
         for engine in args.engines:
             print(f"# {engine} on {rows:,} rows ...", file=sys.stderr, flush=True)
             results[engine] = run_engine(engine, args, rows, db, parquet)
+            raw.write_text(json.dumps(everything, indent=1, default=str))  # what is done survives a stop
         if args.cluster and index == 0:
             print(f"# {CLUSTER_ENGINE} on {rows:,} rows ...", file=sys.stderr, flush=True)
             try:
@@ -562,17 +568,12 @@ def main(argv: list[str] | None = None) -> None:
                                                          extra_roots=cluster.pids)
                 finally:
                     cluster.stop()
-        everything[rows] = results
+        raw.write_text(json.dumps(everything, indent=1, default=str))
         section = size_section(rows, results, exact, args)
-        sections += section
-        print("\n".join(section), file=sys.stderr, flush=True)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (cache / f"spark-{stamp}.json").write_text(json.dumps(everything, indent=1, default=str))
-    text = "\n".join(sections)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as out:
-            out.write(text + "\n")
+        print("\n".join(section), flush=True)
+        if args.out:  # each size as soon as it is done
+            with open(args.out, "a") as out:
+                out.write("\n".join(([*header, ""] if index == 0 else []) + section) + "\n")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,7 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Tumult's noise runs in Python UDFs: this venv's
     try:
         from pyspark.sql import SparkSession
-        from tmlt.analytics import (AddRowsWithID, ApproxDPBudget, KeySet, MaxRowsPerID, QueryBuilder,
-                                    Session)
+        from tmlt.analytics import AddRowsWithID, ApproxDPBudget, KeySet, MaxRowsPerID, QueryBuilder, Session
 
         # The Spark settings bench_spark.py gives dpsql's sessions (spark_config there).
         spark = (SparkSession.builder.master(args.master).appName("tumult-bench")
@@ -75,8 +74,9 @@ def main() -> None:
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
-        visits = spark.read.parquet(str(Path(args.parquet) / "visits.parquet")).select("user_id", "store", "amount", "zip")
-        stores = [row[0] for row in spark.read.parquet(str(Path(args.parquet) / "stores.parquet")).select("store").collect()]
+        parquet = Path(args.parquet)
+        visits = spark.read.parquet(str(parquet / "visits.parquet")).select("user_id", "store", "amount", "zip")
+        stores = [row[0] for row in spark.read.parquet(str(parquet / "stores.parquet")).select("store").collect()]
         session = Session.from_dataframe(privacy_budget=ApproxDPBudget(float("inf"), 1.0), source_id="visits",
                                          dataframe=visits, protected_change=AddRowsWithID(id_column="user_id"))
     except Exception as error:
