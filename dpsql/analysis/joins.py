@@ -344,7 +344,7 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
     """``node`` as the value the join compares: cast to the comparison type; strings as their
     UTF-8 bytes, so no collation (NOCASE, NOACCENT) can make different strings match."""
     if comparison == "VARCHAR":
-        return key_text(node)  # a VARCHAR's cast to VARCHAR keeps its bytes: one form for every type
+        return key_text(node, own_type)  # a VARCHAR's cast to VARCHAR keeps its bytes: one form for every type
     if own_type.upper() == comparison:
         return node
     return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))

@@ -101,7 +101,8 @@ def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
         return expression
     if base_type(type_name) in ("FLOAT", "REAL", "FLOAT4"):
         expression = exp.Cast(this=expression, to=exp.DataType.build("DOUBLE"))
-    return key_text(expression)
+        type_name = "DOUBLE"
+    return key_text(expression, type_name)
 
 
 def typed_keys(keys: Sequence[GroupKey], types: dict[str, str]) -> tuple[GroupKey, ...]:

@@ -122,13 +122,45 @@ def _spark_canonical(node: Canonical) -> exp.Expr:
 
 
 def _spark_key_text(node: KeyText) -> exp.Expr:
-    # Spark's own text of the key (UTC: pinned); dpsql.backends.spark_types.duckdb_key_text
-    # reads it back as DuckDB's text of the same value.
-    return _raw(f"encode(CAST({_spark_sql(node.this)} AS STRING), 'UTF-8')")
+    """Spark's own text of the key (``spark_types.key_text_sql``; UTC is pinned), which
+    ``spark_keys.duckdb_key_text`` reads back as DuckDB's text of the same value."""
+    from dpsql.backends.spark_types import key_text_sql
+
+    type_name = node.args["type"].name if node.args.get("type") else "VARCHAR"
+    return _raw(key_text_sql(_spark_sql(node.this), type_name))
 
 
 def _spark_is_nan(node: IsNaN) -> exp.Expr:
     return exp.Anonymous(this="isnan", expressions=[node.this])
+
+
+def _spark_data_type(node: exp.DataType) -> exp.Expr:
+    """A DuckDB type — a column's catalog type (``pieces.catalog_type``, its name verbatim) or
+    one dpsql casts to — as its exact Spark counterpart (``dpsql.backends.spark_types.spark_type``,
+    which refuses a type that has none, such as HUGEINT), never sqlglot's approximation."""
+    from dpsql.backends.spark_types import spark_type
+
+    if node.this == exp.DataType.Type.INT128:
+        # The type dpsql compares integers of two widths in (``analysis.joins``): DECIMAL(38, 0)
+        # holds every Spark integer exactly (an analyst's own casts are the check's to rule on).
+        return exp.DataType.build("DECIMAL(38, 0)", dialect=SPARK)
+    written = node.args["kind"] if node.this == exp.DataType.Type.USERDEFINED else node.sql(dialect=DUCKDB)
+    return exp.DataType.build(spark_type(written), dialect=SPARK)
+
+
+def _spark_ordered_sum(node: exp.Sum | exp.Avg) -> exp.Expr:
+    """``SUM(v ORDER BY v)`` / ``AVG(...)``, a per-unit float sum whose result must not depend on
+    the order Spark meets the unit's rows in (``dpsql.analysis.subqueries.total_aggregate``): Spark
+    has no ordered aggregate, so the unit's (at most k) values are sorted and folded left to right,
+    as DuckDB adds them. NULLs are left out; no value at all gives NULL, as SUM and AVG do."""
+    if not isinstance(node.this, exp.Order):
+        return node
+    value = _spark_sql(node.this.this)
+    count = f"COUNT({value})"
+    total = (f"aggregate(array_sort(collect_list({value})), CAST(0 AS DOUBLE), "
+             f"(dp_sum, dp_value) -> dp_sum + dp_value)")
+    result = total if isinstance(node, exp.Sum) else f"{total} / {count}"
+    return _raw(f"CASE WHEN {count} = 0 THEN NULL ELSE {result} END")
 
 
 def _spark_bounded_table(node: CopiedTable) -> exp.Expr:
@@ -143,6 +175,9 @@ _SPARK: dict[type, Callable] = {
     KeyText: _spark_key_text,
     IsNaN: _spark_is_nan,
     CopiedTable: _spark_bounded_table,
+    exp.DataType: _spark_data_type,
+    exp.Sum: _spark_ordered_sum,
+    exp.Avg: _spark_ordered_sum,
 }
 _RENDERINGS = {DUCKDB: _DUCKDB, SPARK: _SPARK}
 

@@ -59,7 +59,7 @@ def local_session(master: str = "local[2]", app: str = "dpsql", config: dict[str
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     if not master.startswith("sc://"):
-        session.sparkContext.setLogLevel("ERROR")
+        session.sparkContext.setLogLevel("FATAL")  # a failed statement is dpsql's to report, not a log's
     return session
 
 

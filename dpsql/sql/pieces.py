@@ -66,9 +66,11 @@ class Canonical(exp.Expression, exp.Func):
 
 
 class KeyText(exp.Expression, exp.Func):
-    """A key's canonical text as bytes (``dpsql.backends.keys``)."""
+    """A key's canonical text as bytes (``dpsql.backends.keys``); ``type`` (a string literal, when
+    known) is its catalog type: an engine whose text of a value depends on it (Spark writes
+    floats in hexadecimal, strings as their bytes) needs it."""
 
-    arg_types = {"this": True}
+    arg_types = {"this": True, "type": False}
 
 
 class IsNaN(exp.Expression, exp.Func):
@@ -100,8 +102,8 @@ def exact(node: exp.Expr, type_name: str) -> exp.Expr:
     return Canonical(this=node, type=exp.Literal.string(type_name))
 
 
-def key_text(node: exp.Expr) -> KeyText:
-    return KeyText(this=node)
+def key_text(node: exp.Expr, type_name: str | None = None) -> KeyText:
+    return KeyText(this=node, type=None if type_name is None else exp.Literal.string(type_name))
 
 
 def is_nan(node: exp.Expr) -> exp.Expr:
