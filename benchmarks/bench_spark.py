@@ -31,13 +31,17 @@ bounded to 10: COUNT, SUM(amount) clamped to [0, 500], AVG(amount) likewise, COU
 them by partition selection; Tumult with ``get_groups`` at (0.5, 1e-6) and then the count at 0.5).
 
 **Measured**, per engine and class: the median (min–max) of ``--repeats`` (3) runs after a first
-one; the first query's time from process start (imports, session start, and everything a fresh
-connection builds once: dpsql's bounded copy); the peak RSS summed over the engine's process
+one (``--repeats 0``: that one run, for an engine too slow for more); the first query's time
+from process start (imports, session start, and everything a fresh connection builds once:
+dpsql's bounded copy); the peak RSS summed over the engine's process
 tree sampled from /proc every 0.25 s (the JVM included; with ``--cluster`` the master, the workers
 and their executors too); and the error of every released answer against the exact one: absolute
 (grouped: mean over the exact answer's keys, a key not released counting as 0) and relative. A run
-is stopped after ``--timeout`` seconds (20 min) and reported as a timeout. Output: one Markdown
-section per size on stdout (and appended to ``--out``), the raw numbers as JSON in the cache.
+is stopped after ``--timeout`` seconds (20 min) and reported as a timeout; a query an engine
+refuses shows its error instead of a time; an engine that cannot start at all (no Spark backend,
+no Java) shows "not available: <error>" and the run goes on. Output: one Markdown section per
+size on stdout (and appended to ``--out`` as each size ends), the raw numbers as JSON in the
+cache, rewritten after each engine so that a stopped run keeps what it measured.
 """
 
 from __future__ import annotations
