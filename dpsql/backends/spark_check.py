@@ -1,0 +1,152 @@
+"""Which analyst constructs mean on Spark exactly what they mean on DuckDB: an allow-list.
+
+dpsql's semantics are DuckDB's: a query checked by ``dpsql.analysis.check`` means what DuckDB
+makes of it. On Spark it runs as re-rendered SQL (``dpsql.backends.spark_render``: sqlglot's
+"spark" dialect after the ``agree`` and ``total`` rewrites); a construct is accepted here only
+when that rendering gives the same value, the same NULL and the same error-or-not on every
+input, as measured over a grid of values in ``tests/test_spark_semantics.py``. Anything else is
+refused before anything is charged, naming the construct, where it is and what to write instead.
+
+``RULES`` maps each sqlglot node class to ``None`` (accepted as it is, or made to agree by
+``agree``) or to a rule that refuses some of its uses (``dpsql.backends.spark_numbers``,
+``dpsql.backends.spark_text``); ``FUNCTIONS`` does the same for functions sqlglot leaves
+anonymous. A class in neither is refused. Rules read each node's DuckDB type
+(``dpsql.backends.spark_infer``), so a construct whose agreement depends on a type dpsql cannot
+tell (an unknown column, a subquery's output) is refused too.
+
+>>> import sqlglot
+>>> check_spark(sqlglot.parse_one("SELECT COUNT(*) FROM t WHERE x // 2 > 1", dialect="duckdb"), {"x": "INTEGER"})
+>>> query = sqlglot.parse_one("SELECT COUNT(*) FROM t WHERE upper(s) = 'A'", dialect="duckdb")
+>>> try:
+...     check_spark(query, {"s": "VARCHAR"})
+... except UnsupportedQuery as refused:
+...     print(refused.message[:61])
+UPPER(...) is not supported on Spark: Spark maps some letters
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from sqlglot import exp
+
+from dpsql.backends import spark_numbers as numbers
+from dpsql.backends import spark_text as text
+from dpsql.backends.spark_infer import annotate
+from dpsql.backends.spark_numbers import differs, not_listed
+from dpsql.errors import UnsupportedQuery
+
+__all__ = ["FUNCTIONS", "RULES", "UnsupportedQuery", "check_spark"]
+
+_CASE = differs("Spark maps some letters differently (upper('ß') is 'SS' on Spark, 'ẞ' on DuckDB; lower('İ') "
+                "is 'i̇' on Spark, 'i' on DuckDB; 'İ' ILIKE 'i' is true on DuckDB, false on Spark)",
+                "compare with the spellings you mean: s IN ('Paris', 'PARIS')")
+_INTERVAL = differs(numbers.INTERVALS, "add days as a number (d + 7), or compare date parts")
+_NESTED = differs("lists, maps and structs are not compared with DuckDB on Spark (DuckDB lists count from 1 and "
+                  "read NULL past the end; Spark arrays in [] count from 0 and fail past the end)",
+                  "read scalar columns")
+_MATH = differs("Java's and C's math libraries differ (exp(1.7) is 5.4739473917272 on DuckDB and "
+                "5.473947391727199 on Spark; ln(0) is -inf on DuckDB and NULL on Spark; log(x) is base 10 on "
+                "DuckDB and base e on Spark)", "compute it over the released values in Python")
+_TRUNC = differs("sqlglot writes trunc(x) for Spark as CAST(x AS BIGINT), which fails past BIGINT (trunc(1e300) "
+                 "is 1e300 on DuckDB and an error on Spark); Spark has no even()", "use floor(x) or ceil(x)")
+_NO_TRY = differs("an invalid date (make_date(2020, 2, 30)) makes DuckDB's TRY give NULL, but Spark's make_date "
+                  "has no form that does", "compare year(d), month(d) and day(d) instead")
+_FORMAT = differs("strftime's format codes have no exact Spark counterpart (Spark's date_format writes "
+                  "other texts for some codes and years)", "use year(d), month(d), day(d) and dayname(d)")
+
+RULES: dict[type, Callable[[exp.Expr], None] | None] = {
+    # query structure (public queries run on Spark as written; ORDER BY's NULLs are placed by agree)
+    **dict.fromkeys([exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
+                     exp.Offset, exp.Table, exp.TableAlias, exp.Alias, exp.Star, exp.Join, exp.Subquery, exp.Union,
+                     exp.Distinct, exp.Filter, exp.With, exp.CTE, exp.Identifier, exp.Column, exp.Null,
+                     exp.Boolean, exp.Paren, exp.Not, exp.And, exp.Or, exp.DataType, exp.DataTypeParam, exp.Var,
+                     exp.Pi], None),
+    exp.Literal: numbers.literal,
+    **dict.fromkeys([exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ],
+                    numbers.binary),
+    exp.Is: numbers.is_, exp.Between: numbers.between, exp.In: numbers.in_,
+    **dict.fromkeys([exp.Case, exp.If, exp.Coalesce, exp.Least, exp.Greatest, exp.Nullif], numbers.combining),
+    **dict.fromkeys([exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod], numbers.arithmetic),
+    **dict.fromkeys([exp.Neg, exp.Abs, exp.Sign, exp.Sqrt], numbers.numeric),
+    exp.Round: numbers.rounded, exp.Floor: numbers.floored, exp.Ceil: numbers.floored,
+    exp.Cast: numbers.cast, exp.TryCast: numbers.cast,
+    exp.Like: text.like, exp.ILike: _CASE, exp.Lower: _CASE, exp.Upper: _CASE,
+    exp.Length: text.length, exp.Substring: text.substring, exp.Left: text.left_right,
+    exp.Right: text.left_right, exp.Trim: text.trim, exp.DPipe: text.concatenated, exp.Concat: text.concatenated,
+    **dict.fromkeys([exp.StartsWith, exp.EndsWith, exp.Contains], text.searched),
+    **dict.fromkeys([exp.Year, exp.Month, exp.Day, exp.Quarter, exp.DayOfWeek, exp.DayOfWeekIso, exp.DayOfMonth,
+                     exp.DayOfYear, exp.WeekOfYear, exp.Week, exp.Hour, exp.Minute, exp.Second, exp.Dayname,
+                     exp.Monthname, exp.LastDay], text.temporal),
+    exp.Extract: text.extract, exp.TimestampTrunc: text.truncated, exp.DateTrunc: text.truncated,
+    exp.DateDiff: text.difference,
+    exp.Interval: _INTERVAL, exp.DateAdd: _INTERVAL, exp.DateSub: _INTERVAL, exp.DateFromParts: _NO_TRY,
+    exp.TimeToStr: _FORMAT,
+    **dict.fromkeys([exp.StructExtract, exp.Bracket, exp.ArrayContains, exp.ArraySize, exp.ArrayMin, exp.ArrayMax,
+                     exp.ArrayPosition], _NESTED),
+    **dict.fromkeys([exp.Ln, exp.Log, exp.Exp, exp.Pow, exp.Cbrt], _MATH),
+    **{kind: text.float_test for kind in (getattr(exp, "IsNan", None), getattr(exp, "IsInf", None)) if kind},
+    **{kind: _TRUNC for kind in (getattr(exp, "Trunc", None),) if kind},
+    exp.AggFunc: text.aggregate,
+}
+"""sqlglot node class -> ``None`` (accepted) or the rule that checks it; a class's first listed
+ancestor counts (every aggregate is an ``AggFunc``). Anything else is refused."""
+
+FUNCTIONS: dict[str, Callable[[exp.Expr], None] | None] = {
+    **dict.fromkeys(["isnan", "isinf", "isfinite"], text.float_test),
+    "strlen": lambda node: text.text(node, *node.expressions),
+    **dict.fromkeys(["contains", "prefix", "suffix"], text.searched),
+    **dict.fromkeys(["date_part", "datepart"], text.extract),
+    **dict.fromkeys(["dayname", "monthname", "isodow", "yearweek", "week", "hour", "minute", "second"],
+                    text.temporal),
+    "clamp": lambda node: numbers.compared(node, node.expressions),
+    **dict.fromkeys(["list_extract", "array_extract", "element_at", "map_extract", "map_contains", "list_position",
+                     "list_sum", "list_count", "list_avg", "cardinality"], _NESTED),
+    **dict.fromkeys(["log2", "log10", "cbrt"], _MATH), **dict.fromkeys(["trunc", "even"], _TRUNC),
+}
+"""Functions sqlglot leaves anonymous (``dpsql.sql.allowlist.ROW_LEVEL_FUNCTIONS`` and
+``POST_FUNCTIONS``), by lower-cased name -> rule, as ``RULES``."""
+
+
+def check_spark(tree: exp.Expr, types: Mapping[str, str] | None = None, *, private: bool = False) -> None:
+    """Refuse any construct of the (DuckDB-checked) analyst ``tree`` whose Spark rendering would
+    not agree with DuckDB (module docstring); the refusal carries the node, whose position the
+    caller finds (``dpsql.sql.parse.located``). ``types``: lower-cased ``column`` or
+    ``table.column`` -> DuckDB type (``dpsql.backends.spark_render.column_types``). ``private``:
+    ``tree`` reads a private table, so its aggregates are dpsql's to rewrite and what combines
+    released values (select items over aggregates, HAVING, ORDER BY) runs on DuckDB, not on
+    Spark: only the parts evaluated on rows are checked."""
+    tree = tree.copy()  # annotated with types here; the caller's tree is left as it is
+    annotate(tree, types)
+    for node in spark_nodes(tree, private):
+        if isinstance(node, exp.Anonymous):
+            rule = FUNCTIONS.get(node.name.lower(), not_listed)
+        elif private and isinstance(node, exp.AggFunc):
+            continue
+        else:
+            rule = next((RULES[kind] for kind in type(node).__mro__ if kind in RULES), not_listed)
+        if rule is not None:
+            rule(node)
+
+
+def spark_nodes(tree: exp.Expr, private: bool = False) -> Iterator[exp.Expr]:
+    """The nodes of ``tree`` Spark evaluates: all of them, or for a private query those outside
+    its post-processing (select items combining aggregates, HAVING, ORDER BY, LIMIT), though
+    aggregates' arguments are row-level and evaluated on Spark wherever they appear."""
+    for node in tree.walk():
+        if not private or not _post_processing(node):
+            yield node
+
+
+def _post_processing(node: exp.Expr) -> bool:
+    scope: exp.Expr | None = node
+    while scope is not None:
+        if isinstance(scope, (exp.AggFunc, exp.Filter)) and scope is not node:
+            return False
+        parent = scope.parent
+        if isinstance(parent, exp.Select) and scope.arg_key in ("having", "order", "limit", "offset"):
+            return True
+        if isinstance(parent, exp.Select) and scope.arg_key == "expressions":
+            return scope.find(exp.AggFunc) is not None and not isinstance(node, (exp.AggFunc, exp.Filter))
+        scope = parent
+    return False

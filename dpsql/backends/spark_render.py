@@ -1,0 +1,239 @@
+"""Analyst expressions written for Spark so that they mean what they mean on DuckDB.
+
+dpsql's generated trees are rendered per engine (``dpsql.backends.render``); on Spark, with
+sqlglot's "spark" dialect. sqlglot translates syntax, not meaning: ``7 // 2``, ``x / 0``,
+``ORDER BY x`` (NULLs last on DuckDB, first on Spark), ``dayofweek``, ``CAST(2.7 AS INT)`` (3 on
+DuckDB, 2 on Spark) and a TINYINT sum's overflow all differ. This module closes the gap:
+
+* ``check_spark(tree, types)`` (``dpsql.backends.spark_check``) refuses, before the charge, any
+  construct whose Spark form would not agree;
+* ``agree(tree, types)`` rewrites the rest so it does: every node in DuckDB's type, DuckDB's
+  function spelled in Spark's terms (``dpsql.backends.spark_rewrites``, ``spark_dates``);
+* ``total(node, types)`` is the Spark rendering of dpsql's ``Total`` piece, DuckDB's
+  ``TRY(node)``: NULL exactly on the rows where evaluating ``node`` on DuckDB raises, and never
+  an error. Spark runs with ANSI mode on (``dpsql.backends.spark_session``), so each fallible
+  step takes its ``try_`` form (``try_add``, ``try_subtract``, ``try_multiply``, ``try_mod``,
+  ``TRY_CAST``; ``DIV`` by ``NULLIF(b, 0)``; the minimum integer's negation by ``NULLIF``),
+  which is NULL exactly where DuckDB's step raises. That is not yet TRY: a NULL from a failed
+  step can be absorbed (``COALESCE(x // 0, 5)`` is 5, ``(x // 0) IS NULL`` true, ``p OR
+  TRUE`` true), where DuckDB's TRY makes the whole expression NULL. So ``total`` also builds
+  the condition "some step DuckDB evaluates failed" — eagerly through every operator, AND, OR
+  and IN (DuckDB does not short-circuit them), lazily through CASE, IF and COALESCE (DuckDB
+  evaluates a branch only for the rows that reach it) — and returns NULL where it holds.
+
+``types`` maps lower-cased ``column`` (or ``table.column``) names to DuckDB types
+(``column_types``); a node whose Spark form depends on a type it cannot tell is left as sqlglot
+writes it, and ``check_spark`` refuses such nodes, so the engine must pass the same ``types``
+to all three.
+
+>>> import sqlglot
+>>> tree = sqlglot.parse_one("SELECT x // 2, d ORDER BY d", dialect="duckdb")
+>>> agree(tree, {"x": "INTEGER", "d": "DATE"}).sql(dialect="spark")
+'SELECT CAST(x DIV 2 AS INT), d ORDER BY d NULLS LAST'
+>>> total(sqlglot.parse_one("x + 1", dialect="duckdb"), {"x": "INTEGER"}).sql(dialect="spark")
+'CASE WHEN TRY_ADD(x, 1) IS NULL AND NOT x IS NULL THEN NULL ELSE TRY_ADD(x, 1) END'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from sqlglot import exp
+
+from dpsql.backends import spark_dates as dates
+from dpsql.backends import spark_rewrites as rewrites
+from dpsql.backends import spark_strings as strings
+from dpsql.backends.spark_check import check_spark
+from dpsql.backends.spark_infer import DONE, TYPE_META, annotate, integer_literal, is_decimal, is_integer, typed
+from dpsql.backends.spark_rewrites import Writer, widening
+from dpsql.sql.pieces import Total
+
+__all__ = ["agree", "check_spark", "column_types", "total"]
+
+ERROR = "dp_spark_error"
+"""Meta key under which ``total`` keeps a node's failure condition while it writes the tree."""
+
+_Rule = Callable[[Writer, exp.Expr], exp.Expr]
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is,
+                exp.In, exp.Between)
+_PARTS = (exp.Year, exp.Month, exp.Day, exp.DayOfMonth, exp.Quarter, exp.DayOfYear, exp.WeekOfYear, exp.Hour,
+          exp.Minute, exp.Second, exp.DayOfWeek, exp.DayOfWeekIso, exp.Extract, exp.Week)
+
+RULES: dict[type, _Rule] = {
+    **dict.fromkeys(_COMPARISONS, rewrites.comparison),
+    **dict.fromkeys([exp.Case, exp.If, exp.Coalesce, exp.Least, exp.Greatest, exp.Nullif], rewrites.combination),
+    **dict.fromkeys([exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv], rewrites.arithmetic),
+    exp.Div: rewrites.division, exp.Neg: rewrites.negation, exp.Abs: rewrites.negation, exp.Sign: rewrites.sign,
+    **dict.fromkeys([exp.Round, exp.Floor, exp.Ceil], rewrites.rounding),
+    exp.Cast: rewrites.cast, exp.TryCast: rewrites.cast, exp.Sum: rewrites.aggregate,
+    exp.Like: strings.like, exp.Length: strings.length, exp.Substring: strings.substring,
+    exp.Left: strings.left_right, exp.Right: strings.left_right, exp.Trim: strings.trim,
+    exp.DPipe: strings.concatenation, exp.Concat: strings.concatenation,
+    **dict.fromkeys(_PARTS, dates.date_part),
+    exp.Dayname: dates.day_name, exp.Monthname: dates.day_name, exp.TimestampTrunc: dates.truncation,
+    exp.DateTrunc: dates.truncation, exp.DateDiff: dates.difference, exp.LastDay: dates.last_day,
+    **{kind: rewrites.float_test for kind in (getattr(exp, "IsNan", None), getattr(exp, "IsInf", None)) if kind},
+}
+"""sqlglot node class -> its rewrite (``dpsql.backends.spark_rewrites``, ``spark_dates``)."""
+
+FUNCTIONS: dict[str, _Rule] = {
+    **dict.fromkeys(["prefix", "suffix", "contains"], strings.searched),
+    "strlen": strings.octets,
+    **dict.fromkeys(["isnan", "isinf", "isfinite"], rewrites.float_test),
+    **dict.fromkeys(["date_part", "datepart", "isodow", "yearweek", "week", "hour", "minute", "second"],
+                    dates.date_part),
+    **dict.fromkeys(["dayname", "monthname"], dates.day_name),
+}
+"""Functions sqlglot leaves anonymous, by lower-cased name -> rewrite."""
+
+_LAZY = (exp.Case, exp.If, exp.Coalesce)
+
+
+def column_types(catalog: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The ``types`` mapping of a catalog (table -> {column: DuckDB type}): ``table.column`` for
+    every column, and ``column`` alone where every table that has it gives it one type.
+
+    >>> column_types({"visits": {"amount": "INTEGER", "id": "BIGINT"}, "shops": {"id": "VARCHAR"}})
+    {'visits.amount': 'INTEGER', 'visits.id': 'BIGINT', 'shops.id': 'VARCHAR', 'amount': 'INTEGER'}
+    """
+    qualified: dict[str, str] = {}
+    bare: dict[str, set[str]] = {}
+    for table, columns in catalog.items():
+        for column, type_name in columns.items():
+            qualified[f"{table.split('.')[-1].lower()}.{column.lower()}"] = type_name
+            bare.setdefault(column.lower(), set()).add(type_name)
+    return {**qualified, **{name: next(iter(kinds)) for name, kinds in bare.items() if len(kinds) == 1}}
+
+
+def agree(tree: exp.Expr, types: Mapping[str, str] | None = None) -> exp.Expr:
+    """``tree`` (copied) rewritten so that sqlglot's Spark SQL of it means what DuckDB makes of
+    it (module docstring); ``Total`` pieces in it are written by ``total``. Idempotent: a
+    subtree already written for Spark is left as it is."""
+    tree = tree.copy()
+    annotate(tree, types)
+    return _write(tree, Writer(try_=False), types)
+
+
+def total(node: exp.Expr, types: Mapping[str, str] | None = None) -> exp.Expr:
+    """The Spark form of ``TRY(node)`` (module docstring): ``node`` agreed, with every fallible
+    step in its ``try_`` form, NULL wherever DuckDB's evaluation of ``node`` raises."""
+    tree = node.copy()
+    annotate(tree, types)
+    written = _write(tree, Writer(try_=True), types)
+    failed = written.meta.get(ERROR)
+    if failed is not None:
+        written = exp.Case(ifs=[exp.If(this=failed, true=exp.Null())], default=written)
+    written.meta[DONE] = True
+    written.meta[TYPE_META] = typed(tree)
+    return written
+
+
+def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None) -> exp.Expr:
+    for node in list(_children_first(tree)):
+        if isinstance(node, Total):
+            written = total(node.this, types)
+        elif isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+            written = node  # a negative number: a literal, not a negation that could overflow
+        else:
+            rule = (FUNCTIONS.get(node.name.lower()) if isinstance(node, exp.Anonymous)
+                    else None if isinstance(node, exp.If) and isinstance(node.parent, exp.Case)
+                    else RULES.get(type(node)))
+            failed = _failure(node) if writer.try_ else None
+            operands = _operands(node) if writer.try_ and _fallible(node) else None
+            written = node if rule is None else rule(writer, node)
+            written.meta.setdefault(TYPE_META, typed(node))
+            if operands is not None:
+                failed = _or(failed, _fails(written, operands))
+            if failed is not None:
+                written.meta[ERROR] = failed
+        if isinstance(node, exp.Ordered) and node.args.get("nulls_first") is None:
+            node.set("nulls_first", False)  # DuckDB's default for ASC and DESC alike; Spark's ASC puts NULLs first
+        if written is not node:
+            written.meta[DONE] = True
+            if node is tree:
+                tree = written
+            else:
+                node.replace(written)
+    return tree
+
+
+def _children_first(node: exp.Expr) -> Iterator[exp.Expr]:
+    """Post-order over ``node``, not entering subtrees already written for Spark."""
+    for child in list(node.iter_expressions()):
+        if not child.meta.get(DONE):
+            yield from _children_first(child)
+    yield node
+
+
+# -- DuckDB's TRY: which steps fail, and when DuckDB evaluates them -----------------------------
+
+def _fallible(node: exp.Expr) -> bool:
+    """A step that raises on DuckDB for some non-NULL inputs (and whose ``try_`` form is NULL
+    exactly then): integer and DECIMAL overflow, division by zero, a narrowing cast, a date
+    beyond the TIMESTAMP range."""
+    target = typed(node)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return is_integer(target) or is_decimal(target) or target == "DATE"
+    if isinstance(node, (exp.IntDiv, exp.Mod)):
+        return is_integer(target)
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return is_integer(target)
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+        return not widening(typed(node.this), target or "")
+    if isinstance(node, exp.Round):
+        return is_integer(target) and node.args.get("decimals") is not None
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc, exp.Hour, exp.Minute, exp.Second)):
+        return typed(node.this) == "DATE"
+    return False
+
+
+def _operands(node: exp.Expr) -> list[exp.Expr]:
+    """Copies of a step's values (not its literals, types or units), taken before it is rewritten."""
+    return [child.copy() for child in node.iter_expressions()
+            if not isinstance(child, (exp.Literal, exp.DataType, exp.Var, exp.Identifier))
+            and integer_literal(child) is None]
+
+
+def _fails(written: exp.Expr, operands: list[exp.Expr]) -> exp.Expr:
+    """The step failed: its ``try_`` result is NULL though none of its operands is."""
+    condition: exp.Expr = exp.Is(this=written.copy(), expression=exp.Null())
+    for operand in operands:
+        condition = exp.and_(condition, exp.not_(exp.Is(this=operand, expression=exp.Null())), copy=False)
+    return condition
+
+
+def _failure(node: exp.Expr) -> exp.Expr | None:
+    """``node``'s operands failed, as DuckDB evaluates them: every operand of an operator or
+    function (AND, OR and IN included), a CASE / IF branch only if reached, a COALESCE argument
+    only if those before it were NULL."""
+    errors = lambda child: None if child is None else child.meta.get(ERROR)  # noqa: E731
+    if isinstance(node, exp.Coalesce):
+        arguments = [node.this, *node.expressions]
+        failed = errors(arguments[-1])
+        for argument in reversed(arguments[:-1]):
+            failed = _or(errors(argument), _and(exp.Is(this=argument.copy(), expression=exp.Null()), failed))
+        return failed
+    if isinstance(node, (exp.Case, exp.If)):
+        branches = [(node.this, node.args.get("true"))] if isinstance(node, exp.If) else [
+            (i.this, i.args.get("true")) for i in node.args.get("ifs") or []]
+        subject = node.this if isinstance(node, exp.Case) else None
+        failed = errors(node.args.get("false") if isinstance(node, exp.If) else node.args.get("default"))
+        for condition, value in reversed(branches):
+            test = condition.copy() if subject is None else exp.EQ(this=subject.copy(), expression=condition.copy())
+            taken = exp.Is(this=test, expression=exp.true())
+            failed = _or(errors(condition), _or(_and(taken, errors(value)), _and(exp.not_(taken.copy()), failed)))
+        return _or(errors(subject), failed)
+    failed = None
+    for child in node.iter_expressions():
+        failed = _or(failed, errors(child))
+    return failed
+
+
+def _or(left: exp.Expr | None, right: exp.Expr | None) -> exp.Expr | None:
+    if left is None or right is None:
+        return left if right is None else right
+    return exp.or_(left.copy(), right.copy(), copy=False)
+
+
+def _and(left: exp.Expr, right: exp.Expr | None) -> exp.Expr | None:
+    return None if right is None else exp.and_(left, right.copy(), copy=False)

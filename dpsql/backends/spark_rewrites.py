@@ -1,0 +1,348 @@
+"""Per-node rewrites that make an accepted construct compute on Spark what it computes on DuckDB.
+
+Each rewrite takes a node whose children are already rewritten (children first), with every
+node's DuckDB type recorded (``dpsql.backends.spark_infer.annotate``, read with ``typed``), and
+returns the Spark form. Three habits run through them:
+
+* every numeric step is cast to DuckDB's type (``ti + 1`` is a TINYINT on DuckDB and overflows
+  at 128; Spark computes an INT, so the sum is cast back and overflows where DuckDB's does);
+* where DuckDB's function differs, it is spelled in Spark's terms (day of week from Sunday = 0,
+  ISO day of week, ``//`` as ``DIV``, ``/`` with IEEE division by zero, a cast of a DOUBLE to
+  an integer rounding half to even, LIKE without an escape character, ...);
+* under ``total`` (``try_``), a fallible step takes Spark's ``try_`` form, which is NULL exactly
+  where DuckDB's step raises; ``dpsql.backends.spark_render`` turns that into DuckDB's TRY.
+
+A value used twice is bound once (``let``) unless it is a column or a literal, so the rendered
+SQL grows linearly with the expression. String rewrites are ``dpsql.backends.spark_strings``,
+date rewrites ``dpsql.backends.spark_dates``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlglot import exp
+
+from dpsql.backends import spark_infer as infer
+from dpsql.backends.spark_infer import TYPE_META, decimal_shape, integer_literal, is_decimal, is_integer, typed
+
+INT_MAX = 2**31 - 1
+_MIN = {"TINYINT": -(2**7), "SMALLINT": -(2**15), "INTEGER": -(2**31), "BIGINT": -(2**63)}
+
+
+class Writer:
+    """Builds Spark forms; ``try_``: the fallible steps in their ``try_`` forms (``total``)."""
+
+    def __init__(self, try_: bool) -> None:
+        self.try_ = try_
+        self._names = 0
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def cast(self, node: exp.Expr, type_name: str, fallible: bool = True) -> exp.Expr:
+        """``node`` cast to the DuckDB type ``type_name`` (a TRY_CAST under ``total``)."""
+        to = exp.DataType.build(type_name, dialect="duckdb")
+        made = (exp.TryCast(this=node, to=to, safe=True) if self.try_ and fallible else exp.Cast(this=node, to=to))
+        made.meta[TYPE_META] = type_name
+        return made
+
+    def as_type(self, node: exp.Expr, type_name: str | None) -> exp.Expr:
+        """``node`` as ``type_name``, cast unless it has that type already."""
+        if type_name is None or typed(node) == type_name or type_name == '"NULL"':
+            return node
+        if isinstance(node, exp.Null):
+            return node
+        return self.cast(node, type_name, fallible=not widening(typed(node), type_name))
+
+    def let(self, values: Sequence[exp.Expr], body: Callable[..., exp.Expr]) -> exp.Expr:
+        """``body`` over ``values``, each evaluated once: columns and literals are repeated as
+        they are, anything else bound by a one-element ``transform`` (Spark has no LET)."""
+        if all(_plain(v) for v in values):
+            return body(*[_Fresh(v) for v in values])
+        names = []
+        for _ in values:
+            self._names += 1
+            names.append(f"dp_v{self._names}")
+        result = body(*[_Fresh(exp.column(n), typed(v)) for n, v in zip(names, values)])
+        for name, value in reversed(list(zip(names, values))):
+            lambda_ = exp.Lambda(this=result, expressions=[exp.to_identifier(name)])
+            mapped = exp.Anonymous(this="transform", expressions=[exp.Array(expressions=[value]), lambda_])
+            result = exp.Anonymous(this="element_at", expressions=[mapped, exp.Literal.number(1)])
+        return result
+
+    def fail(self, type_name: str, reason: str) -> exp.Expr:
+        """Where DuckDB raises and Spark would not: NULL under ``total``, else an error."""
+        failed = exp.Null() if self.try_ else self.fn("raise_error", exp.Literal.string(reason))
+        return exp.Cast(this=failed, to=exp.DataType.build(type_name, dialect="duckdb"))
+
+    def fn(self, name: str, *args: exp.Expr) -> exp.Expr:
+        return exp.Anonymous(this=name, expressions=list(args))
+
+    def try_fn(self, name: str, operator: type, left: exp.Expr, right: exp.Expr) -> exp.Expr:
+        return self.fn(f"try_{name}", left, right) if self.try_ else operator(this=left, expression=right)
+
+
+class _Fresh:
+    """A bound value handed to a ``let`` body: each ``use()`` is a fresh copy of it."""
+
+    def __init__(self, node: exp.Expr, type_name: str | None = None) -> None:
+        self.node = node
+        if type_name is not None:
+            node.meta[TYPE_META] = type_name
+
+    def use(self) -> exp.Expr:
+        made = self.node.copy()
+        made.meta[TYPE_META] = typed(self.node)
+        return made
+
+
+def _plain(node: exp.Expr) -> bool:
+    """Cheap to repeat: a column, a literal, or a cast of one."""
+    if isinstance(node, exp.Cast):
+        node = node.this
+    return (isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean))
+            or isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal))
+
+
+def widening(source: str | None, target: str) -> bool:
+    """A cast that cannot fail: to a wider integer, a DECIMAL with room, a DOUBLE, or text."""
+    if source is None:
+        return False
+    if is_integer(source) and is_integer(target):
+        return infer.INTEGERS.index(source) <= infer.INTEGERS.index(target)
+    if (is_integer(source) or is_decimal(source)) and is_decimal(target):
+        (p1, s1), (p2, s2) = decimal_shape(source), decimal_shape(target)  # type: ignore[misc]
+        return s1 <= s2 and p1 - s1 <= p2 - s2
+    return target == "DOUBLE" and infer.is_number(source) or target == "VARCHAR"
+
+
+def _inf(negative: bool = False) -> exp.Expr:
+    return exp.cast(exp.Literal.string("-Infinity" if negative else "Infinity"), "DOUBLE")
+
+
+def _nan(type_name: str) -> exp.Expr:
+    return exp.cast(exp.Literal.string("NaN"), exp.DataType.build(type_name, dialect="duckdb"))
+
+
+# -- comparisons and combinations ---------------------------------------------------------------
+
+def compared(w: Writer, node: exp.Expr, operands: list[exp.Expr]) -> None:
+    """Operands of a comparison in DuckDB's common type: a string literal compared with a date
+    becomes a date literal; FLOATs are compared as FLOATs (Spark would widen to DOUBLE)."""
+    common = infer.combined(operands)
+    temporal = infer.combined([o for o in operands if infer.is_temporal(typed(o))])
+    temporal = temporal if infer.is_temporal(temporal) else None
+    for operand in operands:
+        if temporal and typed(operand) == "VARCHAR" and isinstance(operand, exp.Literal):
+            operand.replace(w.cast(operand.copy(), temporal, fallible=False))
+        elif common == "FLOAT" and typed(operand) != "FLOAT":
+            operand.replace(w.as_type(operand.copy(), "FLOAT"))
+
+
+def comparison(w: Writer, node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.In):
+        operands = [node.this, *node.expressions]
+    elif isinstance(node, exp.Between):
+        operands = [node.this, node.args["low"], node.args["high"]]
+    else:
+        operands = [node.this, node.expression]
+    compared(w, node, [o for o in operands if o is not None])
+    return node
+
+
+def combination(w: Writer, node: exp.Expr) -> exp.Expr:
+    """CASE, IF, COALESCE, LEAST, GREATEST, NULLIF: branches compared and the result in DuckDB's type."""
+    if isinstance(node, exp.Case):
+        values = [i.args["true"] for i in node.args.get("ifs") or []] + [node.args.get("default")]
+        if node.this is not None:
+            compared(w, node, [node.this, *[i.this for i in node.args.get("ifs") or []]])
+    elif isinstance(node, exp.If):
+        values = [node.args.get("true"), node.args.get("false")]
+    elif isinstance(node, exp.Nullif):
+        compared(w, node, [node.this, node.expression])
+        return node
+    else:
+        values = [node.this, *node.expressions]
+    values = [v for v in values if v is not None]
+    compared(w, node, values)
+    target = typed(node)
+    if target == "FLOAT" and isinstance(node, (exp.Least, exp.Greatest)):  # DuckDB's FLOAT LEAST gives 0.0 for -0.0
+        node = exp.Add(this=w.cast(node, "FLOAT", fallible=False), expression=exp.cast(exp.Literal.number(0), "FLOAT"))
+        return with_type(node, "FLOAT")
+    if infer.is_number(target) and any(typed(v) != target for v in values):
+        return w.cast(node, str(target), fallible=False)  # the chosen value has DuckDB's type already
+    return node
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+
+_TRY_NAMES: dict[type, str] = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}
+
+
+def arithmetic(w: Writer, node: exp.Expr) -> exp.Expr:
+    left, right, target = node.this, node.expression, str(typed(node))
+    if "DATE" in (typed(left), typed(right)):
+        if typed(left) == typed(right) == "DATE":  # DuckDB: days between, a BIGINT; Spark: an INTERVAL
+            return w.cast(w.fn("datediff", left, right), "BIGINT", fallible=False)
+        if typed(right) == "DATE":
+            left, right = right, left
+        return w.try_fn(_TRY_NAMES[type(node)], type(node), left, right)
+    if target == "FLOAT":
+        left, right = w.as_type(left, "FLOAT"), w.as_type(right, "FLOAT")
+    if isinstance(node, exp.IntDiv):
+        return _integer_division(w, node, left, right, target)
+    if isinstance(node, exp.Mod):
+        if infer.is_float(target):  # DuckDB: x % 0 is NaN; Spark: an error
+            return w.let([left, right], lambda a, b: exp.Case(
+                ifs=[exp.If(this=exp.EQ(this=b.use(), expression=exp.Literal.number(0)),
+                            true=exp.Mul(this=a.use(), expression=_nan(target)))],
+                default=exp.Mod(this=a.use(), expression=b.use())))
+        result = w.fn("try_mod", left, right) if w.try_ else exp.Mod(this=left, expression=right)
+    else:
+        result = w.try_fn(_TRY_NAMES[type(node)], type(node), left, right)
+    if is_decimal(target) or any(typed(o) != target for o in (node.this, node.expression)):
+        return w.cast(result, target)
+    result.meta[TYPE_META] = target
+    return result
+
+
+def _integer_division(w: Writer, node: exp.Expr, left: exp.Expr, right: exp.Expr, target: str) -> exp.Expr:
+    """``//``: Spark's DIV truncates as DuckDB's does but returns a BIGINT; under ``total``, by
+    zero is NULL and so is BIGINT's -2^63 // -1 (DIV's overflow has no try_ form)."""
+    if not w.try_:
+        result: exp.Expr = exp.IntDiv(this=left, expression=right)
+    elif target == "BIGINT":
+        result = w.let([left, right], lambda a, b: exp.Case(
+            ifs=[exp.If(this=exp.EQ(this=b.use(), expression=exp.Literal.number(-1)),
+                        true=w.fn("try_subtract", exp.Literal.number(0), a.use()))],
+            default=exp.IntDiv(this=a.use(), expression=exp.Nullif(this=b.use(), expression=exp.Literal.number(0)))))
+    else:
+        divisor = integer_literal(right)
+        safe = right if divisor not in (None, 0) else exp.Nullif(this=right, expression=exp.Literal.number(0))
+        result = exp.IntDiv(this=left, expression=safe)
+    result.meta[TYPE_META] = "BIGINT"
+    return w.as_type(result, target)
+
+
+def division(w: Writer, node: exp.Expr) -> exp.Expr:
+    """``/``: DuckDB divides as DOUBLEs (FLOATs) with IEEE results by zero (1/0 is inf, 0/0 NaN,
+    1/-0.0 -inf); Spark raises. Zero divisors take ``a * ±inf``, the sign of the zero read from its text."""
+    target = typed(node) or "DOUBLE"
+    left, right = w.as_type(node.this, "DOUBLE"), w.as_type(node.expression, "DOUBLE")
+
+    def divided(a: _Fresh, b: _Fresh) -> exp.Expr:
+        # the sign of a zero divisor: Spark's atan2 and comparisons cannot see it, its text can ('-0.0')
+        negative = exp.Like(this=exp.cast(b.use(), "STRING"), expression=exp.Literal.string("-%"))
+        signed = exp.If(this=negative, true=_inf(True), false=_inf())
+        return exp.Case(ifs=[exp.If(this=exp.EQ(this=b.use(), expression=exp.Literal.number(0)),
+                                    true=exp.Mul(this=a.use(), expression=signed))],
+                        default=exp.Div(this=a.use(), expression=b.use()))
+
+    result = w.let([left, right], divided)
+    result.meta[TYPE_META] = "DOUBLE"
+    return w.as_type(result, target)
+
+
+def negation(w: Writer, node: exp.Expr) -> exp.Expr:
+    """``-x``, ``abs(x)``: an integer's minimum has no opposite (an error on both engines; NULL under ``total``)."""
+    target = str(typed(node))
+    if w.try_ and is_integer(target):
+        minimum = w.cast(exp.Literal.number(_MIN[target]), target, fallible=False)
+        node.set("this", exp.Nullif(this=node.this, expression=minimum))
+    return node
+
+
+def sign(w: Writer, node: exp.Expr) -> exp.Expr:
+    """DuckDB's sign is a TINYINT, 0 for NaN; Spark's a DOUBLE, NaN for NaN."""
+    signed = w.fn("nanvl", w.fn("sign", w.as_type(node.this, "DOUBLE")), exp.cast(exp.Literal.number(0), "DOUBLE"))
+    return w.cast(signed, "TINYINT", fallible=False)
+
+
+def rounding(w: Writer, node: exp.Expr) -> exp.Expr:
+    """ROUND, FLOOR, CEIL in DuckDB's types: FLOOR of an integer is a DOUBLE; of a DECIMAL a
+    DECIMAL(p, 0); of a DOUBLE a DOUBLE, keeping -0.0 (Spark's is a BIGINT); ROUND(x) of a
+    DOUBLE keeps the sign of a zero result (round(-0.4) is -0.0 on DuckDB, 0.0 on Spark)."""
+    source, target = typed(node.this), typed(node)
+    if is_integer(source) and not isinstance(node, exp.Round):
+        return w.cast(node.this, "DOUBLE", fallible=False)
+    if is_integer(source):  # rounded as a DECIMAL: Spark's ROUND of an integer raises where it overflows
+        node.set("this", w.cast(node.this, "DECIMAL(38,0)", fallible=False))
+    if not infer.is_float(source):
+        node.meta[TYPE_META] = None
+        return w.cast(node, str(target))
+    if isinstance(node, exp.Round):
+        def rounded(x: _Fresh) -> exp.Expr:
+            whole = exp.Round(this=x.use())
+            zero = exp.EQ(this=whole.copy(), expression=exp.Literal.number(0))
+            return exp.Case(ifs=[exp.If(this=zero, true=exp.Mul(this=x.use(), expression=exp.cast(
+                exp.Literal.number(0), "DOUBLE")))], default=whole)
+        return w.as_type(with_type(w.let([node.this], rounded), "DOUBLE"), target)
+
+    def floored(x: _Fresh) -> exp.Expr:
+        small = exp.and_(exp.LT(this=exp.Abs(this=x.use()), expression=exp.Literal.number(2**52)),
+                         exp.NEQ(this=x.use(), expression=exp.Literal.number(0)))
+        if isinstance(node, exp.Floor):
+            value: exp.Expr = exp.cast(exp.Floor(this=x.use()), "DOUBLE")
+        else:
+            value = exp.Neg(this=exp.cast(exp.Floor(this=exp.Neg(this=x.use())), "DOUBLE"))
+        return exp.Case(ifs=[exp.If(this=small, true=value)], default=x.use())
+    return w.as_type(with_type(w.let([node.this], floored), "DOUBLE"), target)
+
+
+def with_type(node: exp.Expr, type_name: str | None) -> exp.Expr:
+    node.meta[TYPE_META] = type_name
+    return node
+
+
+def cast(w: Writer, node: exp.Expr) -> exp.Expr:
+    """A cast to an integer rounds as DuckDB does: a DOUBLE half to even (bround), a DECIMAL half
+    away from zero (round); Spark would truncate both. Under ``total`` every cast is a TRY_CAST."""
+    source, target = typed(node.this), typed(node)
+    value = node.this
+    safe = isinstance(node, exp.TryCast) or w.try_
+    to = node.args["to"]
+
+    def made(value: exp.Expr) -> exp.Expr:
+        return with_type(exp.TryCast(this=value, to=to, safe=True) if safe else exp.Cast(this=value, to=to), target)
+
+    if is_integer(target) and infer.is_float(source):
+        value = w.fn("bround", value)
+        if target == "BIGINT":  # Spark's cast saturates at 2^63 (the DOUBLE next to BIGINT's maximum)
+            return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.and_(
+                exp.GTE(this=v.use(), expression=_power(-1)), exp.LT(this=v.use(), expression=_power(1))),
+                true=made(v.use()))], default=w.fail("BIGINT", "BIGINT out of range") if not isinstance(
+                    node, exp.TryCast) else exp.cast(exp.Null(), "BIGINT")))
+    elif is_integer(target) and is_decimal(source):
+        value = exp.Round(this=value)
+    elif target == "FLOAT" and source == "DOUBLE":  # DuckDB refuses a finite DOUBLE beyond FLOAT; Spark gives inf
+        return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.and_(
+            exp.LT(this=exp.Abs(this=v.use()), expression=_inf()),
+            exp.EQ(this=exp.Abs(this=exp.cast(v.use(), "FLOAT")), expression=_inf())),
+            true=w.fail("FLOAT", "FLOAT out of range") if not isinstance(node, exp.TryCast)
+            else exp.cast(exp.Null(), "FLOAT"))], default=made(v.use())))
+    return made(value)
+
+
+def _power(sign: int) -> exp.Expr:
+    """±2^63 as a DOUBLE."""
+    return exp.cast(exp.Literal.string(f"{'-' if sign < 0 else ''}9223372036854775808"), "DOUBLE")
+
+
+def aggregate(w: Writer, node: exp.Expr) -> exp.Expr:
+    """SUM of integers and DECIMALs, exact as DuckDB's HUGEINT and DECIMAL(38, s) sums are."""
+    source = typed(node.this)
+    if isinstance(node, exp.Sum) and (is_integer(source) or is_decimal(source)):
+        scale = 0 if is_integer(source) else decimal_shape(source)[1]  # type: ignore[index]
+        widened = exp.Sum(this=exp.Cast(this=node.this, to=exp.DataType.build(f"DECIMAL(38,{scale})")))
+        return exp.Cast(this=widened, to=exp.DataType.build(f"DECIMAL(38,{scale})")) if scale == 0 else widened
+    return node
+
+
+def float_test(w: Writer, node: exp.Expr) -> exp.Expr:
+    """isnan, isinf, isfinite by comparing |x| with infinity: NaN is above it on Spark, as on
+    DuckDB, and NULL stays NULL (Spark's isnan(NULL) is false, DuckDB's NULL)."""
+    magnitude = exp.Abs(this=w.as_type(node.expressions[0] if isinstance(node, exp.Anonymous) else node.this,
+                                       "DOUBLE"))
+    name = node.name.lower() if isinstance(node, exp.Anonymous) else type(node).__name__.lower()
+    kind = {"isnan": exp.GT, "isinf": exp.EQ, "isfinite": exp.LT}[name]
+    return with_type(kind(this=magnitude, expression=_inf()), "BOOLEAN")
