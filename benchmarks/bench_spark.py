@@ -244,8 +244,7 @@ def run_engine(engine: str, args, rows: int, db: Path, parquet: Path, master: st
         outcome = run_worker(engine, args, rows, db, parquet, master, left, extra_roots, result)
         if outcome == "unavailable":
             break
-        done = [name for name in left if name in result["queries"]]
-        left = [name for name in left if name not in done]
+        left = [name for name in left if not finished(result, name)]
     result["wall_s"] = time.perf_counter() - start
     result["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     return result
@@ -272,13 +271,18 @@ def run_worker(engine, args, rows, db, parquet, master, queries, extra_roots, re
     err.seek(0)
     tail = [line for line in err.read().strip().splitlines() if line.strip()][-3:]
     err.close()
-    if outcome == "done" and any(name not in result["queries"] for name in queries):
+    if outcome == "done" and not all(finished(result, name) for name in queries):
         message = " / ".join(tail)[-300:] or f"exit code {process.returncode}"
         if not result["queries"] and "first_query_s" not in result:
             result["unavailable"] = message
             return "unavailable"
-        result["queries"].setdefault(current, {"error": f"worker ended: {message}", "runs": runs.get(current, [])})
+        result["queries"][current] = {"error": f"worker ended: {message}", "runs": runs.get(current, [])}
     return outcome
+
+
+def finished(result: dict, name: str) -> bool:
+    """Whether the class has its outcome (done, refused, timed out), not only some runs."""
+    return name in result["queries"] and not result["queries"][name].get("partial")
 
 
 def read_events(engine, args, lines, launched, result, runs, queries) -> tuple[str, str]:
@@ -311,6 +315,8 @@ def read_events(engine, args, lines, launched, result, runs, queries) -> tuple[s
                 result["first_query_s"] = last - launched
                 result["first_query"] = current
             print(f"#   {engine} {current} run {event['run']}: {event['seconds']:.2f} s", file=sys.stderr, flush=True)
+            result["queries"].setdefault(current, {"partial": True, "runs": runs[current]})
+            args.save()  # every answer on disk at once: a run stopped from outside keeps it
         elif kind == "done":
             result["queries"][event["query"]] = {"runs": runs.get(event["query"], [])}
         elif kind == "error":
@@ -553,6 +559,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(header) + "\n", flush=True)
     everything: dict = {}
     raw = cache / f"spark-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    args.save = lambda: raw.write_text(json.dumps(everything, indent=1, default=str))
     for index, rows in enumerate(args.rows):
         db, parquet = ensure_data(rows, duckdb_cache, cache)
         exact = exact_answers(db, cache)
