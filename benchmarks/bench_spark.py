@@ -235,9 +235,11 @@ def worker_command(engine: str, args, rows: int, db: Path, parquet: Path, master
 
 
 def run_engine(engine: str, args, rows: int, db: Path, parquet: Path, master: str = "local[2]",
-               extra_roots=lambda: []) -> dict:
-    """Run the engine's worker; restart it after a timed-out run for the classes left."""
-    result: dict = {"engine": engine, "queries": {}, "master": master}
+               extra_roots=lambda: [], result: dict | None = None) -> dict:
+    """Run the engine's worker into ``result`` (the caller's, so that what is saved while it runs
+    holds it); restart the worker after a timed-out run for the classes left."""
+    result = {} if result is None else result
+    result.update({"engine": engine, "queries": {}, "master": master})
     left = [name for name in RUN_ORDER if name in args.classes]
     start = time.perf_counter()
     while left:
@@ -566,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
         results = everything[rows] = {}
         for engine in args.engines:
             print(f"# {engine} on {rows:,} rows ...", file=sys.stderr, flush=True)
-            results[engine] = run_engine(engine, args, rows, db, parquet)
+            run_engine(engine, args, rows, db, parquet, result=results.setdefault(engine, {}))
             raw.write_text(json.dumps(everything, indent=1, default=str))  # what is done survives a stop
         if args.cluster and index == 0:
             print(f"# {CLUSTER_ENGINE} on {rows:,} rows ...", file=sys.stderr, flush=True)
@@ -576,8 +578,8 @@ def main(argv: list[str] | None = None) -> None:
                 results[CLUSTER_ENGINE] = {"master": "spark://localhost:7077", "unavailable": str(error)}
             else:
                 try:
-                    results[CLUSTER_ENGINE] = run_engine("dpsql-spark", args, rows, db, parquet, cluster.url,
-                                                         extra_roots=cluster.pids)
+                    run_engine("dpsql-spark", args, rows, db, parquet, cluster.url, extra_roots=cluster.pids,
+                               result=results.setdefault(CLUSTER_ENGINE, {}))
                 finally:
                     cluster.stop()
         raw.write_text(json.dumps(everything, indent=1, default=str))
