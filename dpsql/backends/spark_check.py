@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from dpsql.backends import spark_numbers as numbers
 from dpsql.backends import spark_text as text
-from dpsql.backends.spark_infer import annotate
+from dpsql.backends.spark_infer import annotate, scoped_types
 from dpsql.backends.spark_numbers import differs, not_listed
 from dpsql.errors import UnsupportedQuery
 
@@ -58,11 +58,11 @@ _FORMAT = differs("strftime's format codes have no exact Spark counterpart (Spar
 RULES: dict[type, Callable[[exp.Expr], None] | None] = {
     # query structure (public queries run on Spark as written; ORDER BY's NULLs are placed by agree)
     **dict.fromkeys([exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
-                     exp.Offset, exp.Table, exp.TableAlias, exp.Alias, exp.Star, exp.Join, exp.Subquery, exp.Union,
+                     exp.Offset, exp.Table, exp.TableAlias, exp.Alias, exp.Star, exp.Join, exp.Subquery,
                      exp.Distinct, exp.Filter, exp.With, exp.CTE, exp.Identifier, exp.Column, exp.Null,
                      exp.Boolean, exp.Paren, exp.Not, exp.And, exp.Or, exp.DataType, exp.DataTypeParam, exp.Var,
                      exp.Pi], None),
-    exp.Literal: numbers.literal,
+    exp.Literal: numbers.literal, exp.Union: text.union,
     **dict.fromkeys([exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ],
                     numbers.binary),
     exp.Is: numbers.is_, exp.Between: numbers.between, exp.In: numbers.in_,
@@ -117,7 +117,7 @@ def check_spark(tree: exp.Expr, types: Mapping[str, str] | None = None, *, priva
     released values (select items over aggregates, HAVING, ORDER BY) runs on DuckDB, not on
     Spark: only the parts evaluated on rows are checked."""
     tree = tree.copy()  # annotated with types here; the caller's tree is left as it is
-    annotate(tree, types)
+    annotate(tree, scoped_types(tree, types))
     for node in spark_nodes(tree, private):
         if isinstance(node, exp.Anonymous):
             rule = FUNCTIONS.get(node.name.lower(), not_listed)

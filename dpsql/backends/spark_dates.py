@@ -7,6 +7,7 @@ types read with ``typed``. What differs, measured on pyspark 4.3 against DuckDB 
 * DuckDB's day of week counts from Sunday = 0, Spark's ``dayofweek`` from Sunday = 1; the ISO day
   of week (Monday = 1) is Spark's ``weekday`` + 1 (sqlglot writes ``(dayofweek % 7) + 1``,
   which is 2 for a Sunday); ``yearweek`` is the ISO year times 100 plus the ISO week;
+* ``yearweek`` of an ISO year <= 0 subtracts the week (0000-12-31 is -52 on DuckDB);
 * ``EXTRACT(second ...)`` is whole seconds on DuckDB, a DECIMAL with the fraction on Spark;
 * ``dayname`` / ``monthname`` are 'Sunday' / 'January' on DuckDB, 'Sun' / 'Jan' on Spark;
 * ``date_trunc`` of a DATE or TIMESTAMP is a TIMESTAMP on DuckDB, an instant on Spark;
@@ -19,7 +20,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.backends.spark_infer import typed
-from dpsql.backends.spark_rewrites import Writer, with_type
+from dpsql.backends.spark_rewrites import Writer, days_between, need, with_type
 from dpsql.backends.spark_text import part_name
 
 _FUNCTIONS = {
@@ -47,8 +48,10 @@ def date_part(w: Writer, node: exp.Expr) -> exp.Expr:
         part, value = _ANONYMOUS[node.name.lower()], node.expressions[0]
     else:
         part, value = next(p for kind, p in _CLASSES.items() if type(node) is kind), node.this
-    if part in ("hour", "minute", "second") and typed(value) == "DATE":
-        value = w.cast(value, "TIMESTAMP")
+    need(node, value)
+    if part in ("hour", "minute", "second") and typed(value) == "DATE":  # midnight, also past the TIMESTAMP range
+        return w.cast(exp.Mul(this=w.fn("unix_date", value), expression=exp.Literal.number(0)), "BIGINT",
+                      fallible=False)
     return w.cast(part_of(w, str(part), value), "BIGINT", fallible=False)
 
 
@@ -57,23 +60,37 @@ def part_of(w: Writer, part: str, value: exp.Expr) -> exp.Expr:
         return exp.Sub(this=w.fn("dayofweek", value), expression=exp.Literal.number(1))
     if part == "isodow":
         return exp.Add(this=w.fn("weekday", value), expression=exp.Literal.number(1))
-    if part == "yearweek":
-        return w.let([value], lambda v: exp.Add(
-            this=exp.Mul(this=exp.Extract(this=exp.Var(this="YEAROFWEEK"), expression=v.use()),
-                         expression=exp.Literal.number(100)),
-            expression=w.fn("weekofyear", v.use())))
+    if part == "yearweek":  # DuckDB: ISO year * 100 + ISO week, the week subtracted for years <= 0
+        def yearweek(v) -> exp.Expr:
+            year = exp.Extract(this=exp.Var(this="YEAROFWEEK"), expression=v.use())
+            hundreds = exp.Mul(this=year, expression=exp.Literal.number(100))
+            week = w.fn("weekofyear", v.use())
+            return exp.If(this=exp.GT(this=year.copy(), expression=exp.Literal.number(0)),
+                          true=exp.Add(this=hundreds, expression=week),
+                          false=exp.Sub(this=hundreds.copy(), expression=week.copy()))
+        return w.let([value], yearweek)
     return w.fn(_FUNCTIONS[part], value)
 
 
+_DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December"]
+
+
 def day_name(w: Writer, node: exp.Expr) -> exp.Expr:
+    """English names by number (Spark's date_format raises for years past 9999 and before 1)."""
     value = node.expressions[0] if isinstance(node, exp.Anonymous) else node.this
     monthly = isinstance(node, exp.Monthname) or (isinstance(node, exp.Anonymous) and node.name.lower() == "monthname")
-    return with_type(w.fn("date_format", value, exp.Literal.string("MMMM" if monthly else "EEEE")), "VARCHAR")
+    index = w.fn("month" if monthly else "dayofweek", value)
+    names = [exp.If(this=exp.Literal.number(k), true=exp.Literal.string(n))
+             for k, n in enumerate(_MONTHS if monthly else _DAYS, start=1)]
+    return with_type(exp.Case(this=index, ifs=names), "VARCHAR")
 
 
 def truncation(w: Writer, node: exp.Expr) -> exp.Expr:
     """date_trunc in DuckDB's type: a TIMESTAMP for a DATE or TIMESTAMP (Spark: an instant, here
     read in UTC and cast back), an instant for a TIMESTAMP WITH TIME ZONE."""
+    need(node, node.this)
     unit = exp.Literal.string(node.args["unit"].name.upper())
     source = typed(node.this)
     if source == "TIMESTAMP WITH TIME ZONE":
@@ -87,8 +104,7 @@ def difference(w: Writer, node: exp.Expr) -> exp.Expr:
     unit = node.args["unit"].name.upper()
     end, start = node.this, node.expression
     if unit == "DAY":
-        days = w.fn("datediff", w.as_type(end, "DATE"), w.as_type(start, "DATE"))
-        return w.cast(days, "BIGINT", fallible=False)
+        return days_between(w, w.as_type(end, "DATE"), w.as_type(start, "DATE"))
     per_year = {"MONTH": ("month", 12), "QUARTER": ("quarter", 4), "YEAR": (None, 1)}[unit]
 
     def counted(e, s) -> exp.Expr:
@@ -103,4 +119,14 @@ def difference(w: Writer, node: exp.Expr) -> exp.Expr:
 
 
 def last_day(w: Writer, node: exp.Expr) -> exp.Expr:
-    return with_type(w.fn("last_day", node.this), "DATE")
+    """The month's last day by arithmetic (Spark's last_day raises for years past 9999)."""
+    def last(d) -> exp.Expr:
+        year = w.fn("year", d.use())
+        def divides(n: int) -> exp.Expr:
+            return exp.EQ(this=w.fn("pmod", year.copy(), exp.Literal.number(n)), expression=exp.Literal.number(0))
+        leap = exp.or_(exp.and_(divides(4), exp.not_(divides(100))), divides(400))
+        lengths: list[exp.Expr] = [exp.Literal.number(n) for n in (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)]
+        lengths[1] = exp.If(this=leap, true=exp.Literal.number(29), false=exp.Literal.number(28))
+        days = w.fn("element_at", exp.Array(expressions=lengths), w.fn("month", d.use()))
+        return w.fn("date_add", d.use(), exp.Sub(this=days, expression=w.fn("dayofmonth", d.use())))
+    return with_type(w.let([w.as_type(node.this, "DATE")], last), "DATE")

@@ -28,6 +28,8 @@ _DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19}
 """Decimal digits of each integer type, as DuckDB widens it to DECIMAL(d, 0)."""
 TYPE_META = "dp_duckdb_type"
 """Meta key under which ``annotate`` records a node's DuckDB type."""
+EXTRA_ERROR = "dp_spark_extra_error"
+"""Meta key under which a rewrite adds a failure of a step it inserted (``dpsql.backends.spark_render``)."""
 DONE = "dp_spark"
 """Meta key marking a subtree already written for Spark (``dpsql.backends.spark_render``): its
 nodes are Spark's, not DuckDB's, and keep the types recorded when they were written."""
@@ -112,6 +114,41 @@ def column_type(column: exp.Column, types: Mapping[str, str]) -> str | None:
     found = types.get(f"{column.table.lower()}.{name}") if column.table else None
     found = found if found is not None else types.get(name)
     return None if found is None else type_name(found)
+
+
+def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, str]:
+    """``types`` extended to the names a query's own parts give columns: a table alias
+    (``v.amount`` for ``visits AS v``), and the outputs of subqueries and CTEs, typed from their
+    select lists (innermost first). A bare name two sources type differently is left out.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("SELECT n FROM (SELECT v.x + 1 AS n FROM t AS v)", dialect="duckdb")
+    >>> scoped_types(tree, {"t.x": "BIGINT", "x": "BIGINT"})["n"]
+    'BIGINT'
+    """
+    found = dict(types or {})
+    for table in tree.find_all(exp.Table):
+        name, alias = table.name.lower(), table.alias_or_name.lower()
+        for key, known in list(found.items()):
+            if key.startswith(f"{name}.") and alias != name:
+                found[f"{alias}.{key[len(name) + 1:]}"] = known
+    clashes: set[str] = set()
+    for scope in reversed(list(tree.find_all(exp.Subquery, exp.CTE))):
+        select, alias = scope.this, scope.alias.lower()
+        if not isinstance(select, exp.Select):
+            continue
+        annotate(select, found)
+        for item in select.expressions:
+            name, output = item.alias_or_name.lower(), typed(item)
+            if not name or isinstance(item, exp.Star) or output is None:
+                continue
+            type_name: str = output
+            if alias:
+                found[f"{alias}.{name}"] = type_name
+            if found.get(name, type_name) != type_name:
+                clashes.add(name)
+            found[name] = type_name
+    return {key: value for key, value in found.items() if key not in clashes}
 
 
 def annotate(tree: exp.Expr, types: Mapping[str, str] | None) -> None:

@@ -83,6 +83,10 @@ def compared(node: exp.Expr, operands: list[exp.Expr]) -> None:
 
 def _check_others(node: exp.Expr, names: list[str]) -> None:
     kinds = {_family(n) for n in names if n != '"NULL"'}
+    binary = isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between))
+    if not binary and "DATE" in names and {"TIMESTAMP", "TIMESTAMP WITH TIME ZONE"} & set(names):
+        refuse(node, "it mixes DATEs with TIMESTAMPs, and a DATE past the TIMESTAMP range makes DuckDB's TRY give "
+               "NULL where Spark's implicit cast raises", "cast the DATE: CAST(d AS TIMESTAMP)")
     if len(kinds) > 1:
         refuse(node, f"it compares or combines values of types {', '.join(sorted(set(names)))}, which Spark "
                "converts differently ('1e3' is 1000 on DuckDB and an error on Spark)",
@@ -90,8 +94,9 @@ def _check_others(node: exp.Expr, names: list[str]) -> None:
     shapes = [decimal_shape(n) for n in names if is_decimal(n) or is_integer(n)]
     if any(is_decimal(n) for n in names) and shapes:
         if max(p - s for p, s in shapes) + max(s for _, s in shapes) > 38:  # type: ignore[misc]
-            refuse(node, "the values' common DECIMAL type needs more than 38 digits, which Spark rounds",
-                   "cast the values to DOUBLE or to a smaller DECIMAL")
+            refuse(node, "the values' common DECIMAL type needs more than 38 digits: DuckDB casts both values to "
+                   "DECIMAL(38, s) and fails where one does not fit (its TRY gives NULL), Spark compares them exactly",
+                   "cast the values to DOUBLE or to one DECIMAL type")
     if kinds & {"list", "other"}:
         refuse(node, f"values of type {names[0]} are not compared on Spark", "compare numbers, strings or dates")
 
@@ -210,6 +215,10 @@ def numeric(node: exp.Expr) -> None:
     (name,) = known(node, node.this)
     if not is_number(name):
         refuse(node, f"it is not defined for {name} on both engines", "apply it to numbers")
+    if isinstance(node, (exp.Neg, exp.Abs)) and is_decimal(name) and decimal_shape(name)[0] > 34:  # type: ignore[index]
+        refuse(node, "Spark negates a DECIMAL of more than 34 digits by first rounding it to 34, and then fails "
+               "(-x of the DECIMAL(38,10) 9999999999999999999999999999.9999999999 is an error on Spark)",
+               "cast it to DECIMAL(34, s) or DOUBLE first")
 
 
 def rounded(node: exp.Expr) -> None:

@@ -31,7 +31,7 @@ to all three.
 >>> agree(tree, {"x": "INTEGER", "d": "DATE"}).sql(dialect="spark")
 'SELECT CAST(x DIV 2 AS INT), d ORDER BY d NULLS LAST'
 >>> total(sqlglot.parse_one("x + 1", dialect="duckdb"), {"x": "INTEGER"}).sql(dialect="spark")
-'CASE WHEN TRY_ADD(x, 1) IS NULL AND NOT x IS NULL THEN NULL ELSE TRY_ADD(x, 1) END'
+'CASE WHEN (TRY_ADD(x, 1)) IS NULL AND NOT (x) IS NULL THEN NULL ELSE TRY_ADD(x, 1) END'
 """
 
 from __future__ import annotations
@@ -44,8 +44,17 @@ from dpsql.backends import spark_dates as dates
 from dpsql.backends import spark_rewrites as rewrites
 from dpsql.backends import spark_strings as strings
 from dpsql.backends.spark_check import check_spark
-from dpsql.backends.spark_infer import DONE, TYPE_META, annotate, integer_literal, is_decimal, is_integer, typed
-from dpsql.backends.spark_rewrites import Writer, widening
+from dpsql.backends.spark_infer import (
+    DONE,
+    EXTRA_ERROR,
+    TYPE_META,
+    annotate,
+    integer_literal,
+    is_decimal,
+    is_integer,
+    typed,
+)
+from dpsql.backends.spark_rewrites import Writer, fails, is_null, widening
 from dpsql.sql.pieces import Total
 
 __all__ = ["agree", "check_spark", "column_types", "total"]
@@ -143,7 +152,8 @@ def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None) -> e
             written = node if rule is None else rule(writer, node)
             written.meta.setdefault(TYPE_META, typed(node))
             if operands is not None:
-                failed = _or(failed, _fails(written, operands))
+                failed = _or(failed, fails(written, operands))
+            failed = _or(failed, node.meta.pop(EXTRA_ERROR, None))
             if failed is not None:
                 written.meta[ERROR] = failed
         if isinstance(node, exp.Ordered) and node.args.get("nulls_first") is None:
@@ -182,7 +192,7 @@ def _fallible(node: exp.Expr) -> bool:
         return not widening(typed(node.this), target or "")
     if isinstance(node, exp.Round):
         return is_integer(target) and node.args.get("decimals") is not None
-    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc, exp.Hour, exp.Minute, exp.Second)):
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         return typed(node.this) == "DATE"
     return False
 
@@ -194,14 +204,6 @@ def _operands(node: exp.Expr) -> list[exp.Expr]:
             and integer_literal(child) is None]
 
 
-def _fails(written: exp.Expr, operands: list[exp.Expr]) -> exp.Expr:
-    """The step failed: its ``try_`` result is NULL though none of its operands is."""
-    condition: exp.Expr = exp.Is(this=written.copy(), expression=exp.Null())
-    for operand in operands:
-        condition = exp.and_(condition, exp.not_(exp.Is(this=operand, expression=exp.Null())), copy=False)
-    return condition
-
-
 def _failure(node: exp.Expr) -> exp.Expr | None:
     """``node``'s operands failed, as DuckDB evaluates them: every operand of an operator or
     function (AND, OR and IN included), a CASE / IF branch only if reached, a COALESCE argument
@@ -211,7 +213,7 @@ def _failure(node: exp.Expr) -> exp.Expr | None:
         arguments = [node.this, *node.expressions]
         failed = errors(arguments[-1])
         for argument in reversed(arguments[:-1]):
-            failed = _or(errors(argument), _and(exp.Is(this=argument.copy(), expression=exp.Null()), failed))
+            failed = _or(errors(argument), _and(is_null(argument), failed))
         return failed
     if isinstance(node, (exp.Case, exp.If)):
         branches = [(node.this, node.args.get("true"))] if isinstance(node, exp.If) else [
@@ -220,7 +222,7 @@ def _failure(node: exp.Expr) -> exp.Expr | None:
         failed = errors(node.args.get("false") if isinstance(node, exp.If) else node.args.get("default"))
         for condition, value in reversed(branches):
             test = condition.copy() if subject is None else exp.EQ(this=subject.copy(), expression=condition.copy())
-            taken = exp.Is(this=test, expression=exp.true())
+            taken = exp.Is(this=exp.Paren(this=test), expression=exp.true())
             failed = _or(errors(condition), _or(_and(taken, errors(value)), _and(exp.not_(taken.copy()), failed)))
         return _or(errors(subject), failed)
     failed = None

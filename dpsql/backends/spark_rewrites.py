@@ -24,9 +24,20 @@ from collections.abc import Callable, Sequence
 from sqlglot import exp
 
 from dpsql.backends import spark_infer as infer
-from dpsql.backends.spark_infer import TYPE_META, decimal_shape, integer_literal, is_decimal, is_integer, typed
+from dpsql.backends.spark_infer import (
+    EXTRA_ERROR,
+    TYPE_META,
+    decimal_shape,
+    integer_literal,
+    is_decimal,
+    is_integer,
+    typed,
+)
+from dpsql.errors import UnsupportedQuery
 
 INT_MAX = 2**31 - 1
+TIMESTAMP_DAYS = 106751991
+"""Days from 1970-01-01 to the last (and, negated, the first) date whose midnight a TIMESTAMP holds."""
 _MIN = {"TINYINT": -(2**7), "SMALLINT": -(2**15), "INTEGER": -(2**31), "BIGINT": -(2**63)}
 
 
@@ -40,8 +51,19 @@ class Writer:
     # -- helpers ----------------------------------------------------------------------------
 
     def cast(self, node: exp.Expr, type_name: str, fallible: bool = True) -> exp.Expr:
-        """``node`` cast to the DuckDB type ``type_name`` (a TRY_CAST under ``total``)."""
+        """``node`` cast to the DuckDB type ``type_name`` (a TRY_CAST under ``total``). A DATE
+        becomes a TIMESTAMP only within the TIMESTAMP range (days ±106751991 from 1970, the same
+        on both engines): past it Spark's cast raises an error no TRY_CAST catches ("long
+        overflow"), where DuckDB's TRY gives NULL."""
         to = exp.DataType.build(type_name, dialect="duckdb")
+        if typed(node) == "DATE" and type_name.startswith("TIMESTAMP"):
+            def within(d: _Fresh) -> exp.Expr:
+                days = self.fn("unix_date", d.use())
+                outside = exp.Not(this=exp.Paren(this=exp.Between(this=days, low=_number(-TIMESTAMP_DAYS),
+                                                   high=exp.Literal.number(TIMESTAMP_DAYS))))
+                failed = self.fail(type_name, "DATE out of the TIMESTAMP range")
+                return exp.Case(ifs=[exp.If(this=outside, true=failed)], default=exp.Cast(this=d.use(), to=to))
+            return with_type(self.let([node], within), type_name)
         made = (exp.TryCast(this=node, to=to, safe=True) if self.try_ and fallible else exp.Cast(this=node, to=to))
         made.meta[TYPE_META] = type_name
         return made
@@ -96,6 +118,33 @@ class _Fresh:
         return made
 
 
+def fails(written: exp.Expr, operands: list[exp.Expr]) -> exp.Expr:
+    """The step failed: its ``try_`` result is NULL though none of its operands is."""
+    condition: exp.Expr = is_null(written)
+    for operand in operands:
+        condition = exp.and_(condition, exp.not_(is_null(operand)), copy=False)
+    return condition
+
+
+def is_null(node: exp.Expr) -> exp.Expr:
+    """``node IS NULL``, parenthesised (``a BETWEEN b AND c IS NULL`` would not parse)."""
+    return exp.Is(this=exp.Paren(this=node.copy()), expression=exp.Null())
+
+
+def need(node: exp.Expr, *operands: exp.Expr) -> None:
+    """Refuse to write ``node`` for Spark when its form depends on a type nobody told (the
+    caller's ``types`` lack a column): a static refusal, never a guess."""
+    for part in (*operands, node):
+        if typed(part) is None:
+            raise UnsupportedQuery(f"dpsql cannot tell the type of {part.sql(dialect='duckdb')}, so it cannot write "
+                                   f"{node.sql(dialect='duckdb')} for Spark", node=node,
+                                   hint="cast the value to the type you mean, such as CAST(x AS BIGINT)")
+
+
+def _number(value: int) -> exp.Expr:
+    return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
+
+
 def _plain(node: exp.Expr) -> bool:
     """Cheap to repeat: a column, a literal, or a cast of one."""
     if isinstance(node, exp.Cast):
@@ -128,7 +177,9 @@ def _nan(type_name: str) -> exp.Expr:
 
 def compared(w: Writer, node: exp.Expr, operands: list[exp.Expr]) -> None:
     """Operands of a comparison in DuckDB's common type: a string literal compared with a date
-    becomes a date literal; FLOATs are compared as FLOATs (Spark would widen to DOUBLE)."""
+    becomes a date literal; FLOATs are compared as FLOATs (Spark would widen to DOUBLE); a DATE
+    met by a TIMESTAMP is cast explicitly (a TRY_CAST under ``total``: Spark's implicit cast
+    raises for a date past the TIMESTAMP range, where DuckDB's TRY gives NULL)."""
     common = infer.combined(operands)
     temporal = infer.combined([o for o in operands if infer.is_temporal(typed(o))])
     temporal = temporal if infer.is_temporal(temporal) else None
@@ -137,6 +188,13 @@ def compared(w: Writer, node: exp.Expr, operands: list[exp.Expr]) -> None:
             operand.replace(w.cast(operand.copy(), temporal, fallible=False))
         elif common == "FLOAT" and typed(operand) != "FLOAT":
             operand.replace(w.as_type(operand.copy(), "FLOAT"))
+        elif temporal and temporal != "DATE" and typed(operand) == "DATE":
+            cast = w.cast(operand.copy(), temporal)
+            if w.try_:  # the cast fails whatever the other operands are (DuckDB casts it eagerly)
+                failed = fails(cast, [operand])
+                known = node.meta.get(EXTRA_ERROR)
+                node.meta[EXTRA_ERROR] = failed if known is None else exp.or_(known, failed)
+            operand.replace(cast)
 
 
 def comparison(w: Writer, node: exp.Expr) -> exp.Expr:
@@ -180,13 +238,14 @@ _TRY_NAMES: dict[type, str] = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "mu
 
 
 def arithmetic(w: Writer, node: exp.Expr) -> exp.Expr:
+    need(node, node.this, node.expression)
     left, right, target = node.this, node.expression, str(typed(node))
     if "DATE" in (typed(left), typed(right)):
         if typed(left) == typed(right) == "DATE":  # DuckDB: days between, a BIGINT; Spark: an INTERVAL
-            return w.cast(w.fn("datediff", left, right), "BIGINT", fallible=False)
+            return days_between(w, left, right)
         if typed(right) == "DATE":
             left, right = right, left
-        return w.try_fn(_TRY_NAMES[type(node)], type(node), left, right)
+        return _days_added(w, left, right, -1 if isinstance(node, exp.Sub) else 1)
     if target == "FLOAT":
         left, right = w.as_type(left, "FLOAT"), w.as_type(right, "FLOAT")
     if isinstance(node, exp.IntDiv):
@@ -204,6 +263,28 @@ def arithmetic(w: Writer, node: exp.Expr) -> exp.Expr:
         return w.cast(result, target)
     result.meta[TYPE_META] = target
     return result
+
+
+DATE_DAYS = 2**31 - 2
+"""Days from 1970-01-01 to DuckDB's last DATE (and, negated, its first): ±(2^31 - 1) are its infinities."""
+
+
+def days_between(w: Writer, end: exp.Expr, start: exp.Expr) -> exp.Expr:
+    """DuckDB's DATE - DATE: a BIGINT number of days (Spark's datediff is an INT, which wraps)."""
+    days = exp.Sub(this=w.cast(w.fn("unix_date", end), "BIGINT", fallible=False), expression=w.fn("unix_date", start))
+    return with_type(days, "BIGINT")
+
+
+def _days_added(w: Writer, date: exp.Expr, days: exp.Expr, sign: int) -> exp.Expr:
+    """DATE ± n within DuckDB's DATE range, where Spark's date_add wraps around past 2^31 days."""
+    def added(d: _Fresh, n: _Fresh) -> exp.Expr:
+        total = (exp.Add if sign > 0 else exp.Sub)(this=w.cast(w.fn("unix_date", d.use()), "BIGINT", fallible=False),
+                                                   expression=n.use())
+        within = exp.Between(this=total, low=_number(-DATE_DAYS), high=exp.Literal.number(DATE_DAYS))
+        outside = exp.Not(this=exp.Paren(this=within))
+        inside = w.fn("date_from_unix_date", w.cast(total.copy(), "INTEGER", fallible=False))
+        return exp.Case(ifs=[exp.If(this=outside, true=w.fail("DATE", "DATE out of range"))], default=inside)
+    return with_type(w.let([date, days], added), "DATE")
 
 
 def _integer_division(w: Writer, node: exp.Expr, left: exp.Expr, right: exp.Expr, target: str) -> exp.Expr:
@@ -227,6 +308,7 @@ def _integer_division(w: Writer, node: exp.Expr, left: exp.Expr, right: exp.Expr
 def division(w: Writer, node: exp.Expr) -> exp.Expr:
     """``/``: DuckDB divides as DOUBLEs (FLOATs) with IEEE results by zero (1/0 is inf, 0/0 NaN,
     1/-0.0 -inf); Spark raises. Zero divisors take ``a * ±inf``, the sign of the zero read from its text."""
+    need(node)
     target = typed(node) or "DOUBLE"
     left, right = w.as_type(node.this, "DOUBLE"), w.as_type(node.expression, "DOUBLE")
 
@@ -245,6 +327,7 @@ def division(w: Writer, node: exp.Expr) -> exp.Expr:
 
 def negation(w: Writer, node: exp.Expr) -> exp.Expr:
     """``-x``, ``abs(x)``: an integer's minimum has no opposite (an error on both engines; NULL under ``total``)."""
+    need(node)
     target = str(typed(node))
     if w.try_ and is_integer(target):
         minimum = w.cast(exp.Literal.number(_MIN[target]), target, fallible=False)
@@ -262,11 +345,17 @@ def rounding(w: Writer, node: exp.Expr) -> exp.Expr:
     """ROUND, FLOOR, CEIL in DuckDB's types: FLOOR of an integer is a DOUBLE; of a DECIMAL a
     DECIMAL(p, 0); of a DOUBLE a DOUBLE, keeping -0.0 (Spark's is a BIGINT); ROUND(x) of a
     DOUBLE keeps the sign of a zero result (round(-0.4) is -0.0 on DuckDB, 0.0 on Spark)."""
+    need(node, node.this)
     source, target = typed(node.this), typed(node)
     if is_integer(source) and not isinstance(node, exp.Round):
         return w.cast(node.this, "DOUBLE", fallible=False)
     if is_integer(source):  # rounded as a DECIMAL: Spark's ROUND of an integer raises where it overflows
         node.set("this", w.cast(node.this, "DECIMAL(38,0)", fallible=False))
+    digits = node.args.get("decimals")
+    if is_decimal(source) and isinstance(node, exp.Round) and (digits is None or (integer_literal(digits) or 0) >= 0):
+        # a cast rounds half away from zero as DuckDB's ROUND does, into DuckDB's type (Spark's ROUND
+        # keeps more integer digits than its type has room for: ROUND(DECIMAL(38,10), 3) raised)
+        return w.cast(node.this, str(target), fallible=False)
     if not infer.is_float(source):
         node.meta[TYPE_META] = None
         return w.cast(node, str(target))
@@ -298,6 +387,8 @@ def cast(w: Writer, node: exp.Expr) -> exp.Expr:
     """A cast to an integer rounds as DuckDB does: a DOUBLE half to even (bround), a DECIMAL half
     away from zero (round); Spark would truncate both. Under ``total`` every cast is a TRY_CAST."""
     source, target = typed(node.this), typed(node)
+    if is_integer(target) or target == "FLOAT":
+        need(node, node.this)
     value = node.this
     safe = isinstance(node, exp.TryCast) or w.try_
     to = node.args["to"]
@@ -308,12 +399,14 @@ def cast(w: Writer, node: exp.Expr) -> exp.Expr:
     if is_integer(target) and infer.is_float(source):
         value = w.fn("bround", value)
         if target == "BIGINT":  # Spark's cast saturates at 2^63 (the DOUBLE next to BIGINT's maximum)
-            return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.and_(
-                exp.GTE(this=v.use(), expression=_power(-1)), exp.LT(this=v.use(), expression=_power(1))),
-                true=made(v.use()))], default=w.fail("BIGINT", "BIGINT out of range") if not isinstance(
-                    node, exp.TryCast) else exp.cast(exp.Null(), "BIGINT")))
+            return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Paren(this=exp.and_(
+                exp.GTE(this=v.use(), expression=_power(-1)), exp.LT(this=v.use(), expression=_power(1))))),
+                true=w.fail("BIGINT", "BIGINT out of range") if not isinstance(node, exp.TryCast)
+                else exp.cast(exp.Null(), "BIGINT"))], default=made(v.use())))
     elif is_integer(target) and is_decimal(source):
         value = exp.Round(this=value)
+    elif source == "DATE" and str(target).startswith("TIMESTAMP") and not isinstance(node, exp.TryCast):
+        return w.cast(value, str(target))
     elif target == "FLOAT" and source == "DOUBLE":  # DuckDB refuses a finite DOUBLE beyond FLOAT; Spark gives inf
         return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.and_(
             exp.LT(this=exp.Abs(this=v.use()), expression=_inf()),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.backends.spark_infer import integer_literal, typed
-from dpsql.backends.spark_rewrites import INT_MAX, Writer, with_type
+from dpsql.backends.spark_rewrites import INT_MAX, Writer, _number, with_type
 
 UNICODE_SPACES = " \u00a0\u1680" + "".join(chr(c) for c in range(0x2000, 0x200B)) + "\u202f\u205f\u3000"
 """What DuckDB's TRIM removes by default: the Unicode space separators (Zs). Spark's removes U+0020 only."""
@@ -27,7 +27,7 @@ def like(w: Writer, node: exp.Expr) -> exp.Expr:
     ``%`` took seconds per kilobyte of text, a timing channel DuckDB does not have). Matching
     each ``%``-separated piece at its earliest place is exact for LIKE and linear."""
     matched: exp.Expr = exp.RegexpLike(this=node.this, expression=exp.Literal.string(like_regex(node.expression.name)))
-    return with_type(exp.Not(this=matched) if node.args.get("negate") else matched, "BOOLEAN")
+    return with_type(exp.Not(this=exp.Paren(this=matched)) if node.args.get("negate") else matched, "BOOLEAN")
 
 
 def like_regex(pattern: str) -> str:
@@ -80,10 +80,6 @@ def left_right(w: Writer, node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.Left):
         return exp.Substring(this=node.this, start=_number(-INT_MAX), length=_number(INT_MAX + count))
     return exp.Substring(this=node.this, start=_number(1 - count))
-
-
-def _number(value: int) -> exp.Expr:
-    return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
 
 
 def trim(w: Writer, node: exp.Expr) -> exp.Expr:

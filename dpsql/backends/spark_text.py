@@ -157,3 +157,16 @@ def aggregate(node: exp.Expr) -> None:
             return
     refuse(node, "DuckDB and Spark add floating-point numbers in different orders and widths, so the last "
            "digits differ", "use COUNT, MIN, MAX, or SUM over integers or DECIMALs (CAST(x AS DECIMAL(18, 4)))")
+
+
+def union(node: exp.Expr) -> None:
+    """UNION: each column of one type in every branch (DuckDB and Spark combine a mixed column
+    differently: a DOUBLE unioned with a VARCHAR is the text '1e+20' on DuckDB, an error on Spark)."""
+    branches = [b for b in (node.this, node.expression) if isinstance(b, exp.Select)]
+    if len(branches) != 2 or len(branches[0].expressions) != len(branches[1].expressions):
+        refuse(node, "dpsql compares only the columns of two plain SELECTs in a UNION", "union two SELECTs")
+    for left, right in zip(branches[0].expressions, branches[1].expressions):
+        names = known(node, left, right)
+        if names[0] != names[1] and '"NULL"' not in names:
+            refuse(node, f"a column is a {names[0]} in one branch and a {names[1]} in the other, which DuckDB and "
+                   "Spark convert differently", "cast both branches' columns to one type")
