@@ -49,6 +49,7 @@ from dpsql.backends.rewrite import (
     rewrite_statement,
     separate_statement,
 )
+from dpsql.backends.spark_config import is_spark_config, load_spark_config, open_session
 from dpsql.backends.spark_session import is_spark_session
 from dpsql.bias import (
     BiasPlan,
@@ -153,15 +154,18 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
 
 
 def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None) -> Backend:
-    """The backend for ``target``: a SparkSession runs on Spark (``dpsql.backends.spark``),
-    anything else on DuckDB."""
-    if is_spark_session(target):
+    """The backend for ``target``: a SparkSession, or a Spark config file (``*.toml``,
+    ``dpsql.backends.spark_config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
+    if is_spark_session(target) or is_spark_config(target):
         if memory_limit is not None:
             raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
                                    hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
         from dpsql.backends.spark import SparkEngine
 
-        return SparkEngine(target, query_timeout=query_timeout)
+        if is_spark_session(target):
+            return SparkEngine(target, query_timeout=query_timeout)
+        config = load_spark_config(target)
+        return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
     return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
 
 
@@ -197,7 +201,7 @@ class Connection:
                                    hints={"cli": "give --analyst alice, or leave it out"})
         self._engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit)
         try:
-            if ledger is None and self._engine.dialect != "duckdb":
+            if ledger is None and self._engine.path is None and self._engine.dialect != "duckdb":
                 raise InvalidParameter(
                     "a Spark-backed connection needs a ledger file: the budget must outlive this process",
                     hint="pass ledger='/path/to/budget.ledger' (a local SQLite file; ':memory:' for a throwaway one)",
@@ -454,6 +458,10 @@ class Connection:
         bin_threshold bounds epsilon_split max_groups_per_unit max_rows_per_unit max_rows_per_unit_rank_error warnings
         0.5
         """
+        if self._engine.dialect != DIALECT:  # its statements read raw tables through DuckDB-only pieces
+            raise UnsupportedQuery("suggest_bounds runs on DuckDB only: this connection is on Spark",
+                                   hint="run it on a DuckDB sample of the table (dpsql.connect(frames, ...)), "
+                                        "then write the bounds into the policy")
         epsilon = privacy_options(self.policy, epsilon, None, None).epsilon
         plan = plan_suggestion(self.policy, self._catalog, table_key, table, epsilon, columns, group_by)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)

@@ -173,7 +173,7 @@ class Preparer:
         parsed = parse(sql)
         checked = check_query(parsed.tree, sql, self.policy, self._catalog, self._data)
         if self._data is not None:  # what this engine cannot run as DuckDB would is refused here
-            getattr(self._data, "check", _accept_all)(parsed.tree)
+            getattr(self._data, "check", _accept_all)(parsed.tree, isinstance(checked, PrivateQuery))
         if isinstance(checked, PrivateQuery):
             checked = apply_contribution_options(checked, parsed.options)
         result = (parsed.tree, checked, parsed.options)
@@ -278,7 +278,7 @@ class Preparer:
                 cache.popitem(last=False)
 
 
-def _accept_all(tree: exp.Expression) -> None:
+def _accept_all(tree: exp.Expression, private: bool) -> None:
     """An engine that runs every checked query as DuckDB would refuses nothing more."""
 
 

@@ -158,14 +158,20 @@ def shop_database(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def census_database():
+def census_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the census corpus's tables: ``pums`` and the public code tables."""
     con = duckdb.connect()
     load_pums(con)
     con.execute("CREATE TABLE educ_levels (educ INTEGER, label VARCHAR, level VARCHAR, years INTEGER)")
     con.executemany("INSERT INTO educ_levels VALUES (?, ?, ?, ?)", EDUC_LEVELS)
     con.execute("CREATE TABLE races (race INTEGER, name VARCHAR)")
     con.executemany("INSERT INTO races VALUES (?, ?)", RACES)
+    return con
+
+
+@pytest.fixture(scope="module")
+def census_database():
+    con = census_connection()
     yield con
     con.close()
 

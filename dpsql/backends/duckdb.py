@@ -32,7 +32,6 @@ whatever the data.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import secrets
 import threading
@@ -45,6 +44,7 @@ import duckdb
 import pandas as pd
 from sqlglot import exp
 
+from dpsql.backends import facts
 from dpsql.backends.bounding import (
     DATABASE,
     BoundedTable,
@@ -239,24 +239,13 @@ class Engine:
 
     def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
         """The most stored public rows sharing one value of ``keys`` (NULL keys never match)."""
-        listed = ", ".join(quoted(k) for k in keys)
-        present = " AND ".join(f"{quoted(k)} IS NOT NULL" for k in keys)
-        rows = self.fetch(f"SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM {_stored(stored)} AS p "
-                          f"WHERE {present} GROUP BY {listed})")
-        return max(int(rows[0][0] or 0), 1)
+        return facts.multiplicity(self.fetch(facts.multiplicity_sql(_stored(stored), keys, quoted)))
 
     def column_ranges(self, stored: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """Exact min and max of the stored public rows' ``columns`` (finite ones only)."""
         if not columns:
             return {}
-        items = ", ".join(f"MIN({quoted(c)}), MAX({quoted(c)})" for c in columns)
-        row = self.fetch(f"SELECT {items} FROM {_stored(stored)}")[0]
-        ranges = {}
-        for index, column in enumerate(columns):
-            low, high = row[2 * index], row[2 * index + 1]
-            if low is not None and _finite(low) and _finite(high):
-                ranges[column] = (low, high)
-        return ranges
+        return facts.ranges(self.fetch(facts.ranges_sql(_stored(stored), columns, quoted))[0], columns)
 
     def cast_error(self, value: str, type_name: str) -> str | None:
         """DuckDB's first line when the constant does not cast to ``type_name``, else ``None``."""
@@ -482,9 +471,6 @@ def _stored(name: str) -> str:
     """A stored public relation (``Engine.materialise``) as a table reference."""
     return f"{DATABASE}.main.{quoted(name)}"
 
-
-def _finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
 
 
 def convert_released(columns: list[str], types: list[str], texts: Sequence[tuple], form: str,

@@ -42,6 +42,20 @@ DUCKDB = "duckdb"
 SPARK = "spark"
 
 
+class SparkSQL(str):
+    """The "spark" dialect with the column types its rendering reads: Spark's form of an
+    expression depends on its operands' DuckDB types (``dpsql.backends.spark_render``), which the
+    Spark engine knows from its catalog. A ``str`` equal to ``SPARK``, so it stands wherever a
+    dialect name does; ``SparkEngine.dialect`` is one."""
+
+    types: dict[str, str]
+
+    def __new__(cls, types: dict[str, str] | None = None) -> "SparkSQL":
+        made = super().__new__(cls, SPARK)
+        made.types = dict(types or {})
+        return made
+
+
 def _duckdb_total(node: Total) -> exp.Expr:
     return exp.Anonymous(this="TRY", expressions=[node.this])
 
@@ -99,10 +113,10 @@ def _spark_sql(node: exp.Expr) -> str:
     return node.sql(dialect=SPARK)
 
 
-def _spark_total(node: Total) -> exp.Expr:
+def _spark_total(node: Total, types: dict[str, str]) -> exp.Expr:
     from dpsql.backends.spark_render import total  # the Spark-only walk: imported when Spark renders
 
-    return total(node.this)
+    return total(node.this, types)
 
 
 def _spark_exact_integer(node: ExactInteger) -> exp.Expr:
@@ -180,6 +194,8 @@ _SPARK: dict[type, Callable] = {
     exp.Avg: _spark_ordered_sum,
 }
 _RENDERINGS = {DUCKDB: _DUCKDB, SPARK: _SPARK}
+_TYPED = {_spark_total}
+"""Renderings that read the dialect's column types (``SparkSQL``)."""
 
 
 def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True, pretty: bool = False) -> str:
@@ -192,10 +208,15 @@ def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True, pretty: boo
     """
     pieces = _RENDERINGS[dialect]
     tree = tree.copy() if copy else tree  # in place: the caller built ``tree`` for this call alone
+    types = getattr(dialect, "types", {})
+    if dialect == SPARK:
+        from dpsql.backends.spark_render import agree
+
+        tree = agree(tree, types)  # DuckDB's meaning in Spark's terms, before the pieces are written
     for node in reversed(list(tree.dfs())):  # children first: a piece may hold another
         rendering = pieces.get(type(node))
         if rendering is not None:
-            replacement = rendering(node)
+            replacement = rendering(node, types) if rendering in _TYPED else rendering(node)
             if node is tree:
                 tree = replacement
             else:

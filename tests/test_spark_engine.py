@@ -1,0 +1,174 @@
+"""The Spark backend's own guarantees: bounded copies, deadlines, the wall, pinned settings, key
+read-back, and ``dpsql serve`` over a Spark config answering psql (issue 22).
+
+What both engines share (the corpus, the sensitivity oracles) is tested through ``tests/engines.py``;
+this module tests what Spark does its own way: its copies are cut by another keyed hash
+(``xxhash64``) and cached, its statements stop through job tags, its settings are the session's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from engines import Engine, forget_copies
+from spark import session
+
+import dpsql
+from dpsql.backends.bounding import BoundedTable
+from dpsql.backends.spark_bounding import fill_select
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.server import start_in_thread
+from dpsql.server.users import add_user
+
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+
+PSQL = shutil.which("psql")
+POLICY = """BUDGET EPSILON 100; QUERY EPSILON 1;
+PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, MAX GROUPS PER UNIT 2,
+  x BOUNDS 0 TO 10, g KEYS ('a', 'b', 'c'));"""
+
+
+def _frame(rows: int = 600, units: int = 60, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"uid": rng.integers(0, units, rows), "g": rng.choice(["a", "b", "c"], rows),
+                         "x": np.round(rng.normal(5, 2, rows), 3)})
+
+
+@pytest.fixture
+def spark_engine():
+    opened = Engine("spark")
+    yield opened
+    opened.close()
+
+
+def _copy_rows(spark, table: BoundedTable, salt: str) -> list[tuple]:
+    return sorted(tuple(row) for row in spark.sql(fill_select(table), args={"salt": salt}).collect())
+
+
+def test_the_copy_keeps_at_most_k_rows_of_each_unit_chosen_by_the_salt_not_by_storage(spark_engine):
+    frame = _frame()
+    spark = spark_engine.load({"t": frame})
+    table = BoundedTable("t", "uid", 3, (("uid", "BIGINT"), ("g", "VARCHAR"), ("x", "DOUBLE")))
+    kept = _copy_rows(spark, table, "00" * 16)
+    per_unit = pd.DataFrame(kept, columns=["uid", "g", "x", "dp_unit_rows", "dp_pad"]).groupby("uid").size()
+    raw = frame.groupby("uid").size()
+    assert (per_unit == raw.clip(upper=3)).all(), "each unit keeps min(rows, k) of its rows"
+    # The same rows stored in another order and other partitions: the same copy.
+    spark.table("t").repartition(7).orderBy("x").createOrReplaceTempView("t")
+    assert _copy_rows(spark, table, "00" * 16) == kept
+    # Another salt chooses other rows of the units that have more than k.
+    assert _copy_rows(spark, table, "11" * 16) != kept
+
+
+def test_rows_without_a_unit_and_overlong_ids_are_left_out(spark_engine):
+    frame = pd.DataFrame({"uid": ["a", None, "x" * 1001, "b"], "x": [1.0, 2.0, 3.0, 4.0]})
+    spark = spark_engine.load({"t": frame})
+    table = BoundedTable("t", "uid", 2, (("uid", "VARCHAR"), ("x", "DOUBLE")))
+    assert [row[0] for row in _copy_rows(spark, table, "ab" * 16)] == ["a", "b"]
+
+
+def test_row_level_copies_give_each_row_its_own_id(spark_engine):
+    frame = pd.DataFrame({"x": [1.0, 1.0, 2.0, -0.0, 0.0]})
+    spark = spark_engine.load({"t": frame})
+    table = BoundedTable("t", "dp_row", 1, (("x", "DOUBLE"),), row_level=True)
+    rows = _copy_rows(spark, table, "cd" * 16)
+    assert len(rows) == 5 and len({row[1] for row in rows}) == 5, "two equal rows still get two ids"
+    assert _copy_rows(spark, table, "cd" * 16) == rows
+
+
+def test_answers_match_duckdb_when_no_unit_is_cut(spark_engine):
+    """Units with at most k rows: both copies hold every row, so the same seed gives the same answer."""
+    frame = _frame(rows=150, units=60)
+    frame = frame.groupby("uid").head(3).reset_index(drop=True)
+    queries = ["SELECT COUNT(*) AS n FROM t", "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY g ORDER BY g",
+               "SELECT AVG(x) AS a FROM t WHERE x > 2", "SELECT COUNT(DISTINCT uid) AS u FROM t"]
+    duck = dpsql.connect({"t": frame}, policy=POLICY, ledger=":memory:", rng=SeededSource(3))
+    spark_db = spark_engine.connect({"t": frame}, policy=POLICY, rng=SeededSource(3))
+    for sql in queries:
+        assert spark_db.sql(sql).fetchall() == pytest.approx(duck.sql(sql).fetchall()), sql
+    duck.close()
+
+
+def test_keys_of_every_shared_type_read_back_as_on_duckdb(spark_engine):
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE t AS SELECT * FROM (VALUES
+        (1, 1.5::DOUBLE, -0.0::DOUBLE, DATE '2024-02-29', TIMESTAMP '2024-01-01 10:00:00.25',
+         TIMESTAMPTZ '2024-03-31 02:30:00+00', 'Zürich', 12.50::DECIMAL(9,2), true, 7::SMALLINT),
+        (2, 1e22::DOUBLE, 0.0::DOUBLE, DATE '0999-12-31', TIMESTAMP '9999-12-31 23:59:59.999999',
+         TIMESTAMPTZ '1970-01-01 00:00:00+00', 'a''b"c', -0.01::DECIMAL(9,2), false, -7::SMALLINT))
+        AS v(uid, d, z, day, ts, tz, s, m, b, i)""")
+    columns = ["d", "z", "day", "ts", "tz", "s", "m", "b", "i"]
+    policy = ("BUDGET EPSILON 100;\nPRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "
+              "MAX GROUPS PER UNIT 100000);")
+    duck = dpsql.connect(con, policy=policy, ledger=":memory:", rng=SeededSource(5))
+    spark_db = spark_engine.connect(con, policy=policy, rng=SeededSource(5))
+    for column in columns:
+        sql = (f"SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (delta = 1e-6, threshold = 0) {column}, "
+               f"COUNT(*) AS n FROM t GROUP BY {column} ORDER BY {column}")
+        assert spark_db.sql(sql).fetchall() == duck.sql(sql).fetchall(), column
+    duck.close()
+
+
+def test_a_changed_setting_is_refused_before_anything_runs(spark_engine):
+    spark = spark_engine.load({"t": _frame(rows=10)})
+    db = dpsql.connect(spark, policy=POLICY, ledger=":memory:")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        with pytest.raises(dpsql.DPError, match="spark.sql.ansi.enabled"):
+            db.sql("SELECT COUNT(*) FROM t")
+        assert db.budget.spent.epsilon == 0
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", "true")
+        db.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM parquet.`/etc`",
+    "SELECT COUNT(*) FROM t WHERE reflect('java.lang.System', 'exit', 0) IS NULL",
+    "SELECT COUNT(*) FROM t WHERE java_method('java.lang.Math', 'abs', x) > 0",
+    "SET spark.sql.ansi.enabled = false",
+    "SELECT COUNT(*) FROM dp_bounded_t__uid__3",
+    "SELECT COUNT(*) FROM global_temp.t",
+    "SELECT COUNT(*) FROM t WHERE current_catalog() = 'spark_catalog'",
+])
+def test_the_wall_analyst_text_never_reaches_spark(spark_engine, sql):
+    db = spark_engine.connect({"t": _frame(rows=10)}, policy=POLICY)
+    with pytest.raises(dpsql.DPError):
+        db.sql(sql)
+    assert db.budget.spent.epsilon == 0
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_dpsql_serve_over_a_spark_config_answers_psql(tmp_path):
+    """The curator's command line: Parquet files named in a config, a policy, a users file."""
+    forget_copies(session())
+    con = duckdb.connect()
+    con.register("frame", _frame(rows=300, units=50))
+    con.execute(f"COPY (SELECT * FROM frame) TO '{tmp_path / 't.parquet'}' (FORMAT PARQUET)")
+    config = tmp_path / "shop.spark.toml"
+    config.write_text('[spark]\nmaster = "local[2]"\n\n[tables]\nt = "t.parquet"\n')
+    (tmp_path / "p.policy").write_text(POLICY)
+    add_user(tmp_path / "users", "ada", "ada-secret")
+    server = start_in_thread(config, users=tmp_path / "users", policy=tmp_path / "p.policy", port=0)
+    try:
+        environment = {**os.environ, "PGPASSWORD": "ada-secret", "PGCONNECT_TIMEOUT": "20"}
+        done = subprocess.run([PSQL, "-h", "127.0.0.1", "-p", str(server.port), "-U", "ada", "-d", "shop", "-X",
+                               "-c", "SELECT g, COUNT(*) AS n FROM t GROUP BY g ORDER BY g",
+                               "-c", "SELECT nope FROM t"],
+                              env=environment, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "NOTICE:  dpsql: cost epsilon" in done.stderr
+        assert [line.split("|")[0].strip() for line in done.stdout.splitlines()[2:5]] == ["a", "b", "c"]
+        assert "ERROR:  unknown column nope" in done.stderr
+    finally:
+        server.stop()
+        server.thread.join(30)
+    assert Path(f"{config}.ledger").exists(), "the ledger is a local file beside the config"
+    forget_copies(session())
