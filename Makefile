@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-spark bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff check dpsql
 	$(BIN)/mypy dpsql
 	$(BIN)/python -m pytest
+
+# The Spark backend's tests (local[2]; Java 17): the engine, its types, its semantics against
+# DuckDB's, and the corpus on both engines. DPSQL_SPARK_FULL=1 runs the whole corpus.
+test-spark: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m spark -p no:cacheprovider
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_scale.py --all
