@@ -21,10 +21,15 @@ demo: $(VENV)/.installed
 	$(BIN)/dpsql demo
 
 # Lint and type checks first: a failure there is cheaper to read than a failing test.
+# pytest runs on PYTEST_WORKERS processes (CI has two cores); --dist loadgroup keeps any spark
+# tests on one of them, so one Spark session serves them all. PYTEST_ARGS adds options:
+# `make test PYTEST_ARGS='-m "not slow and not spark"'` also leaves out the slowest tests.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check dpsql
 	$(BIN)/mypy dpsql
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The Spark backend's tests (local[2]; Java 17): the engine, its types, its semantics against
 # DuckDB's, and the corpus on both engines. DPSQL_SPARK_FULL=1 runs the whole corpus.

@@ -243,8 +243,8 @@ def misses(counts: list[int], rule, trials: int, shrink: float = 1.0) -> int:
 COVERAGE = [(0.1, Fraction(1), 20), (0.9, Fraction(1), 20), (0.9, Fraction(1), 50), (0.1, Fraction(1, 2), 100)]
 
 
-@pytest.mark.parametrize(("q", "epsilon", "n"), COVERAGE + [(0.5, Fraction(1), 200), (0, Fraction(1), 50),
-                                                            (1, Fraction(2), 900)])
+@pytest.mark.parametrize(("q", "epsilon", "n"), COVERAGE + [pytest.param(*case, marks=pytest.mark.slow) for case in [
+    (0.5, Fraction(1), 200), (0, Fraction(1), 50), (1, Fraction(2), 900)]])
 def test_quantile_interval_covers_the_true_quantile(q, epsilon, n):
     # Each release misses with probability <= 0.05 (module docstring of dpsql.mechanisms.quantile: the
     # anchored endpoint utilities put every missing edge at least R below the best).

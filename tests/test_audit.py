@@ -242,6 +242,7 @@ def edges(call: dict, n: int, seed: int, rule=None) -> np.ndarray:
     return _exponential_mechanism_draws(_log_weights(counts, rule), n, SeededSource(seed)).astype(float)
 
 
+@pytest.mark.slow  # fast: test_sensitivity_oracle.py::test_quantile_histograms_take_at_most_k_values_per_unit
 def test_audit_quantile(monkeypatch, tmp_path):
     sql = "SELECT MEDIAN(amount) FROM visits"
     frame = quantile_base()
@@ -305,6 +306,7 @@ def moved_keys(call_d: dict, call_d2: dict) -> list[int]:
     return [i for i, (a, b) in enumerate(zip(unit_counts(call_d), unit_counts(call_d2))) if a != b]
 
 
+@pytest.mark.slow  # fast: test_selection.py and the brute-force oracles of distinct-unit counts
 def test_audit_partition_selection(monkeypatch, tmp_path):
     sql = "SELECT zip, COUNT(*) FROM visits GROUP BY zip"
     probe = capture(monkeypatch, tmp_path, base(), sql, delta=SELECTION_DELTA)

@@ -209,6 +209,7 @@ def test_no_unit_moves_a_count_beyond_its_sensitivity(sql, k, neighbours):
 
 # -- noise: scale, and the interval's coverage -----------------------------------------------
 
+@pytest.mark.slow  # 12,000 draws; fast: the share and sensitivity tests above and below
 def test_noise_has_the_scale_of_sensitivity_over_epsilon_share():
     _, counts = exact_counts(frame({1: (1, 2, 3, 4, 5), 3: (20, -1)}))
     with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY) as db:

@@ -55,6 +55,7 @@ def _released_keys(tables: dict, seed: int, runs: int) -> list[set]:
                 for run in range(1, runs + 1)]
 
 
+@pytest.mark.slow  # 400 queries; fast: test_known_mechanism_is_closed[row_level_join_selection_counts_rows]
 def test_a_key_only_one_row_has_is_not_released_through_a_join():
     """The attack of issue 11: 200 seeded runs on each of two neighbouring databases (with and
     without the one row holding the lonely key), m = 5. At epsilon 10 the old rule released

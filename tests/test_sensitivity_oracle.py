@@ -179,7 +179,8 @@ def _frozen(result: dict) -> tuple:
     return tuple(sorted(result.items(), key=repr))
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c != "boolean"])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "double" else c  # the slowest
+                                  for c in CASES if c != "boolean"])
 @pytest.mark.parametrize("query", list(QUERIES))
 def test_analysed_sensitivity_is_exact_by_brute_force(case, query):
     if CASES[case][5] and query in ROW_LEVEL_REFUSED:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
 import shutil
 import signal
 import socket
@@ -49,8 +51,20 @@ def shop(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(shop):
+    """The module's server, with the default 10 s for startup and authentication: a client slowed
+    by a loaded machine (a JVM starting under a parallel test run) is not turned away."""
     server = start_in_thread(shop / "shop.duckdb", users=shop / "users", policy=shop / "shop.policy", port=0,
-                             startup_timeout=1.0, max_connections=12)
+                             max_connections=12)
+    yield server
+    server.stop()
+    server.thread.join(10)
+
+
+@pytest.fixture
+def impatient_server(shop, tmp_path):
+    """A server of its own that allows a client only 1 s for startup and authentication."""
+    server = start_in_thread(shop / "shop.duckdb", users=shop / "users", policy=shop / "shop.policy", port=0,
+                             ledger=tmp_path / "ledger", startup_timeout=1.0, max_connections=12)
     yield server
     server.stop()
     server.thread.join(10)
@@ -227,7 +241,7 @@ def raw_exchange(server, payload: bytes, wait: float = 3.0) -> bytes:
     os.urandom(64),
     struct.pack("!ii", 8, 0x00020000),  # protocol 2
     struct.pack("!i", 3),  # a length shorter than itself
-])
+], ids=["http", "random", "protocol-2", "short-length"])  # fixed ids: xdist workers must collect the same names
 def test_garbage_and_non_postgres_clients_are_turned_away(server, payload):
     answer = raw_exchange(server, payload)
     assert answer == b"" or answer.startswith(b"E")
@@ -235,7 +249,8 @@ def test_garbage_and_non_postgres_clients_are_turned_away(server, payload):
         assert connection.execute("SELECT 1").fetchone() == (1,)
 
 
-def test_half_open_connections_time_out_and_the_limit_holds(server):
+def test_half_open_connections_time_out_and_the_limit_holds(impatient_server):
+    server = impatient_server
     started = time.monotonic()
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(12)]
     try:
@@ -277,25 +292,31 @@ def test_tls_when_a_certificate_is_given(shop, tmp_path):
 
 
 def test_dpsql_serve_stops_on_sigterm_and_keeps_every_charge(shop, tmp_path):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     database = tmp_path / "shop.duckdb"
     shutil.copy(shop / "shop.duckdb", database)
+    # --port 0 and the port read from the log: a port probed free here could be taken by another
+    # test process before the child binds it.
     process = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", str(database), "--policy",
-                                str(shop / "shop.policy"), "--users", str(shop / "users"), "--port", str(port)],
+                                str(shop / "shop.policy"), "--users", str(shop / "users"), "--port", "0"],
                                stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    served: queue.Queue[int] = queue.Queue()
+
+    def read_log():
+        for line in process.stderr:
+            lines.append(line)
+            if found := re.search(r" serving .* on 127\.0\.0\.1:(\d+)", line):
+                served.put(int(found.group(1)))
+
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                connection = psycopg.connect(host="127.0.0.1", port=port, dbname="shop", user="alice",
-                                             password=PASSWORDS["alice"], connect_timeout=2, autocommit=True)
-                break
-            except psycopg.OperationalError:
-                assert time.monotonic() < deadline and process.poll() is None
-                time.sleep(0.2)
-        with connection:
+        try:
+            port = served.get(timeout=30)
+        except queue.Empty:
+            pytest.fail(f"dpsql serve did not start within 30 s: {''.join(lines)}")
+        with psycopg.connect(host="127.0.0.1", port=port, dbname="shop", user="alice", password=PASSWORDS["alice"],
+                             connect_timeout=5, autocommit=True) as connection:
             for amount in (100, 200, 300):
                 connection.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount < {amount}")
         process.send_signal(signal.SIGTERM)
@@ -303,7 +324,8 @@ def test_dpsql_serve_stops_on_sigterm_and_keeps_every_charge(shop, tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
-    log = process.stderr.read()
+    reader.join(10)
+    log = "".join(lines)
     assert log.count("outcome=answered cost=epsilon 0.1") == 3 and "stopped" in log
     with dpsql.connect(str(database), policy=POLICY) as db:
         assert float(db.budget.spent.epsilon) == pytest.approx(0.3)
