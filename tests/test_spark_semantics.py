@@ -128,6 +128,15 @@ def test_private_query_post_processing_runs_on_duckdb(grid):
         _refusal(row_level, types, private=True)
 
 
+def test_total_is_refused_when_too_long():
+    """``total`` repeats each fallible step's operands in its failure condition; a private query
+    whose row-level expression would need too much of that is refused before the charge."""
+    long_sum = " + ".join(["a"] * 120)
+    message = _refusal(f"SELECT SUM({long_sum}) FROM t", {"a": "INTEGER"}, private=True).message
+    assert "too long to make total on Spark" in message
+    check_spark(parse_query(f"SELECT SUM({long_sum}) FROM t"), {"a": "DOUBLE"}, private=True)  # DOUBLEs cannot fail
+
+
 def test_order_by_puts_nulls_last(grid):
     for direction in ("", " DESC"):
         sql = f"SELECT a FROM g_date WHERE b IS NULL ORDER BY a{direction}"

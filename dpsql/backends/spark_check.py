@@ -117,7 +117,8 @@ def check_spark(tree: exp.Expr, types: Mapping[str, str] | None = None, *, priva
     released values (select items over aggregates, HAVING, ORDER BY) runs on DuckDB, not on
     Spark: only the parts evaluated on rows are checked."""
     tree = tree.copy()  # annotated with types here; the caller's tree is left as it is
-    annotate(tree, scoped_types(tree, types))
+    types = scoped_types(tree, types)
+    annotate(tree, types)
     for node in spark_nodes(tree, private):
         if isinstance(node, exp.Anonymous):
             rule = FUNCTIONS.get(node.name.lower(), not_listed)
@@ -127,6 +128,29 @@ def check_spark(tree: exp.Expr, types: Mapping[str, str] | None = None, *, priva
             rule = next((RULES[kind] for kind in type(node).__mro__ if kind in RULES), not_listed)
         if rule is not None:
             rule(node)
+    if private:
+        from dpsql.backends.spark_render import total  # renders what the checks accepted: no cycle at import
+
+        for root in row_level_roots(tree):
+            total(root, types)  # refuses what cannot be written for Spark (too long, a type it cannot tell)
+
+
+def row_level_roots(tree: exp.Expr) -> Iterator[exp.Expr]:
+    """The expressions a private query evaluates on rows, each of which dpsql wraps in ``Total``:
+    WHERE and FILTER conditions, join conditions, GROUP BY keys and aggregates' arguments."""
+    for node in tree.walk():
+        if isinstance(node, exp.Where):
+            yield node.this
+        elif isinstance(node, exp.Group):
+            yield from node.expressions
+        elif isinstance(node, exp.Join) and node.args.get("on") is not None:
+            yield node.args["on"]
+        elif isinstance(node, exp.AggFunc):
+            for argument in [node.this, *node.expressions]:
+                if isinstance(argument, exp.Distinct):
+                    yield from argument.expressions
+                elif isinstance(argument, exp.Expr) and not isinstance(argument, exp.Star):
+                    yield argument
 
 
 def spark_nodes(tree: exp.Expr, private: bool = False) -> Iterator[exp.Expr]:

@@ -31,7 +31,7 @@ to all three.
 >>> agree(tree, {"x": "INTEGER", "d": "DATE"}).sql(dialect="spark")
 'SELECT CAST(x DIV 2 AS INT), d ORDER BY d NULLS LAST'
 >>> total(sqlglot.parse_one("x + 1", dialect="duckdb"), {"x": "INTEGER"}).sql(dialect="spark")
-'CASE WHEN (TRY_ADD(x, 1)) IS NULL AND NOT (x) IS NULL THEN NULL ELSE TRY_ADD(x, 1) END'
+'CASE WHEN ((TRY_ADD(x, 1)) IS NULL AND NOT (x) IS NULL) THEN NULL ELSE TRY_ADD(x, 1) END'
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ from dpsql.backends.spark_infer import (
     typed,
 )
 from dpsql.backends.spark_rewrites import Writer, fails, is_null, widening
+from dpsql.errors import UnsupportedQuery
+from dpsql.sql.parse import describe
 from dpsql.sql.pieces import Total
 
 __all__ = ["agree", "check_spark", "column_types", "total"]
 
-ERROR = "dp_spark_error"
-"""Meta key under which ``total`` keeps a node's failure condition while it writes the tree."""
 
 _Rule = Callable[[Writer, exp.Expr], exp.Expr]
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is,
@@ -95,7 +95,10 @@ FUNCTIONS: dict[str, _Rule] = {
 }
 """Functions sqlglot leaves anonymous, by lower-cased name -> rewrite."""
 
-_LAZY = (exp.Case, exp.If, exp.Coalesce)
+MAX_FAILURE_NODES = 20_000
+"""Most nodes ``total`` spends on the conditions that rebuild DuckDB's TRY (each fallible step
+repeats its operands there); an expression needing more is refused (``check_spark`` renders
+every row-level expression, so the refusal comes before anything is charged)."""
 
 
 def column_types(catalog: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
@@ -128,8 +131,9 @@ def total(node: exp.Expr, types: Mapping[str, str] | None = None) -> exp.Expr:
     step in its ``try_`` form, NULL wherever DuckDB's evaluation of ``node`` raises."""
     tree = node.copy()
     annotate(tree, types)
-    written = _write(tree, Writer(try_=True), types)
-    failed = written.meta.get(ERROR)
+    errors: dict[int, list[exp.Expr]] = {}
+    written = _write(tree, Writer(try_=True), types, errors)
+    failed = _any(errors.get(id(written), []))
     if failed is not None:
         written = exp.Case(ifs=[exp.If(this=failed, true=exp.Null())], default=written)
     written.meta[DONE] = True
@@ -137,7 +141,13 @@ def total(node: exp.Expr, types: Mapping[str, str] | None = None) -> exp.Expr:
     return written
 
 
-def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None) -> exp.Expr:
+def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None,
+           errors: dict[int, list[exp.Expr]] | None = None) -> exp.Expr:
+    """``tree`` written for Spark, children first; under ``total``, ``errors`` maps each written
+    node (by ``id``) to its failure conditions (kept out of the nodes' meta, which every copy of
+    a node would copy again). Their size is capped (``MAX_FAILURE_NODES``)."""
+    errors = {} if errors is None else errors
+    size = 0
     for node in list(_children_first(tree)):
         if isinstance(node, Total):
             written = total(node.this, types)
@@ -147,15 +157,20 @@ def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None) -> e
             rule = (FUNCTIONS.get(node.name.lower()) if isinstance(node, exp.Anonymous)
                     else None if isinstance(node, exp.If) and isinstance(node.parent, exp.Case)
                     else RULES.get(type(node)))
-            failed = _failure(node) if writer.try_ else None
+            failed = _failure(node, errors) if writer.try_ else []
             operands = _operands(node) if writer.try_ and _fallible(node) else None
             written = node if rule is None else rule(writer, node)
             written.meta.setdefault(TYPE_META, typed(node))
-            if operands is not None:
-                failed = _or(failed, fails(written, operands))
-            failed = _or(failed, node.meta.pop(EXTRA_ERROR, None))
-            if failed is not None:
-                written.meta[ERROR] = failed
+            added = [fails(written, operands)] if operands is not None else []
+            extra = node.meta.pop(EXTRA_ERROR, None)
+            added += [] if extra is None else [extra]
+            size += sum(len(list(term.walk())) for term in added)
+            if size > MAX_FAILURE_NODES:
+                raise UnsupportedQuery(f"{describe(tree)} is too long to make total on Spark: DuckDB's TRY is rebuilt "
+                                       "there from every fallible step, and this expression has too many",
+                                       node=tree, hint="split it, or use fewer integer operations in one expression")
+            if failed or added:
+                errors[id(written)] = failed + added
         if isinstance(node, exp.Ordered) and node.args.get("nulls_first") is None:
             node.set("nulls_first", False)  # DuckDB's default for ASC and DESC alike; Spark's ASC puts NULLs first
         if written is not node:
@@ -204,38 +219,42 @@ def _operands(node: exp.Expr) -> list[exp.Expr]:
             and integer_literal(child) is None]
 
 
-def _failure(node: exp.Expr) -> exp.Expr | None:
-    """``node``'s operands failed, as DuckDB evaluates them: every operand of an operator or
-    function (AND, OR and IN included), a CASE / IF branch only if reached, a COALESCE argument
-    only if those before it were NULL."""
-    errors = lambda child: None if child is None else child.meta.get(ERROR)  # noqa: E731
+def _failure(node: exp.Expr, known: dict[int, list[exp.Expr]]) -> list[exp.Expr]:
+    """``node``'s operands failed, as DuckDB evaluates them, as a list of alternatives: every
+    operand of an operator or function (AND, OR and IN included), a CASE / IF branch only if
+    reached, a COALESCE argument only if those before it were NULL."""
+    errors = lambda child: [] if child is None else known.pop(id(child), [])  # noqa: E731
+    if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+        return []  # a WHEN branch: its CASE reads its condition's and value's failures
     if isinstance(node, exp.Coalesce):
         arguments = [node.this, *node.expressions]
-        failed = errors(arguments[-1])
+        failed = _any(errors(arguments[-1]))
         for argument in reversed(arguments[:-1]):
-            failed = _or(errors(argument), _and(is_null(argument), failed))
-        return failed
+            failed = _any([*errors(argument), *_guarded(is_null(argument), failed)])
+        return [] if failed is None else [failed]
     if isinstance(node, (exp.Case, exp.If)):
         branches = [(node.this, node.args.get("true"))] if isinstance(node, exp.If) else [
             (i.this, i.args.get("true")) for i in node.args.get("ifs") or []]
         subject = node.this if isinstance(node, exp.Case) else None
-        failed = errors(node.args.get("false") if isinstance(node, exp.If) else node.args.get("default"))
+        failed = _any(errors(node.args.get("false") if isinstance(node, exp.If) else node.args.get("default")))
         for condition, value in reversed(branches):
             test = condition.copy() if subject is None else exp.EQ(this=subject.copy(), expression=condition.copy())
             taken = exp.Is(this=exp.Paren(this=test), expression=exp.true())
-            failed = _or(errors(condition), _or(_and(taken, errors(value)), _and(exp.not_(taken.copy()), failed)))
-        return _or(errors(subject), failed)
-    failed = None
-    for child in node.iter_expressions():
-        failed = _or(failed, errors(child))
-    return failed
+            failed = _any([*errors(condition), *_guarded(taken, _any(errors(value))),
+                           *_guarded(exp.not_(taken.copy()), failed)])
+        return [*errors(subject), *([] if failed is None else [failed])]
+    return [term for child in node.iter_expressions() for term in errors(child)]
 
 
-def _or(left: exp.Expr | None, right: exp.Expr | None) -> exp.Expr | None:
-    if left is None or right is None:
-        return left if right is None else right
-    return exp.or_(left.copy(), right.copy(), copy=False)
+def _any(terms: list[exp.Expr]) -> exp.Expr | None:
+    """The alternatives as one flat OR (each parenthesised), or None when there are none."""
+    if not terms:
+        return None
+    combined: exp.Expr = exp.Paren(this=terms[0])
+    for term in terms[1:]:
+        combined = exp.Or(this=combined, expression=exp.Paren(this=term))
+    return combined
 
 
-def _and(left: exp.Expr, right: exp.Expr | None) -> exp.Expr | None:
-    return None if right is None else exp.and_(left, right.copy(), copy=False)
+def _guarded(guard: exp.Expr, failed: exp.Expr | None) -> list[exp.Expr]:
+    return [] if failed is None else [exp.And(this=exp.Paren(this=guard), expression=exp.Paren(this=failed))]
