@@ -37,6 +37,7 @@ ACCEPTED = {
         "a // b", "a % b", "a + 1", "a * 2", "a - 3000000000", "a * 1.5", "a + 0.25", "round(a, -1)", "round(a, 2)",
         "CAST(a AS SMALLINT)", "CAST(a AS DECIMAL(5,1))", "CAST(a AS VARCHAR)", "CAST(a AS BOOLEAN)",
         "CAST(a AS BIGINT) * b", "concat('x', a)", "'x' || a", "isnan(a)", "isfinite(a)", "a IN (1.5, 2)",
+        "CAST(round(a * 100) AS BIGINT)", "floor(a) * 2", "round(a, -1) + 1", "coalesce(a, 1.5) * 2",
         # DuckDB's TRY: an error anywhere makes the whole expression NULL, even under COALESCE, IS NULL, OR
         "coalesce(a // b, 5)", "(a // b) IS NULL", "b = 0 OR a // b > 0", "a // b > 0 AND b = 1",
         "CASE WHEN a // b > 0 THEN 1 ELSE 2 END", "IF(b = 0, 7, a // b)", "least(a // b, 3)",
@@ -48,6 +49,9 @@ ACCEPTED = {
         "a + b", "a + 1", "a * 2", "a - 1", "a + 1000", "-a", "abs(a)", "a // 2", "a % 2", "a // b", "a % b",
         "a * b", "coalesce(a, 1)", "coalesce(a, 1000)", "CASE WHEN b > 0 THEN a ELSE 1 END", "least(a, 1)",
         "round(a, -1)", "CAST(b AS TINYINT)", "CAST(a AS SMALLINT) * b", "a + 1.5", "a = 1", "b IN (1, 2)",
+        # rewrites inside other expressions: each keeps DuckDB's type where it sits
+        "coalesce(a, 1) + 127", "least(a, 1) * 2", "CASE WHEN b > 0 THEN a ELSE 1 END + 100", "-(a // 2) * 2",
+        "abs(a) + 1", "round(a, -1) + 1", "sign(a) * 100", "(a % 3) * 60",
     ],
     "g_big": [
         "a + b", "a - b", "a * b", "a / b", "a // b", "a % b", "-a", "abs(a)", "a + 1", "a // -1",
@@ -58,6 +62,7 @@ ACCEPTED = {
         "a % b", "a % 2", "CAST(a AS BIGINT)", "CAST(a AS FLOAT)", "CAST(a AS SMALLINT)", "isnan(a)", "isinf(a)",
         "isfinite(a)", "a = 0.1", "a > 1e300", "CAST(a AS BOOLEAN)", "sqrt(a)", "a + 1", "a * 0.5", "a / 0",
         "round(a, 0)", "CASE WHEN isnan(a) THEN 0 ELSE a END", "a IN (0, b)", "TRY_CAST(a AS INTEGER)",
+        "CAST(round(a * 100) AS BIGINT)", "floor(a) + ceil(b)", "round(a) - a", "CAST(a AS INTEGER) + 1",
     ],
     "g_flt": [
         "a + b", "a - b", "a * b", "a / b", "a % b", "a + 1.5", "a * 2", "a + 1", "a = 0.1", "a < b", "a = b",
@@ -70,6 +75,7 @@ ACCEPTED = {
         "CAST(a AS DECIMAL(5,1))", "CAST(a AS DECIMAL(12,4))", "CAST(a AS VARCHAR)", "a = b", "a < b", "least(a, b)",
         "coalesce(a, b)", "a + 1", "a * 2", "a + 1.5", "a * 1.5", "concat(a, 'x')", "a IN (1.5, b)",
         "CASE WHEN a > 0 THEN a ELSE b END", "a BETWEEN b AND 100", "nullif(a, b)", "a = 2.55",
+        "CAST(round(a * 100) AS BIGINT)", "round(a, 1) * 3", "floor(a) + 1", "coalesce(a, b) + 1",
     ],
     "g_mix": [
         "a + b", "a * b", "a = b", "a / b", "coalesce(a, b)", "CASE WHEN b > 0 THEN a ELSE b END", "a + c",

@@ -149,6 +149,8 @@ def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None,
     errors = {} if errors is None else errors
     size = 0
     for node in list(_children_first(tree)):
+        # where the node sits: a rewrite may wrap the node itself, which moves it under the wrapper
+        parent, key, index = node.parent, node.arg_key, node.index
         if isinstance(node, Total):
             written = total(node.this, types)
         elif isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
@@ -177,8 +179,8 @@ def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None,
             written.meta[DONE] = True
             if node is tree:
                 tree = written
-            else:
-                node.replace(written)
+            elif parent is not None and key is not None:
+                parent.set(key, written, index)
     return tree
 
 
