@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
+from dpsql.backends import spark_casts as casts
 from dpsql.backends import spark_dates as dates
 from dpsql.backends import spark_rewrites as rewrites
 from dpsql.backends import spark_strings as strings
@@ -74,7 +75,7 @@ RULES: dict[type, _Rule] = {
     **dict.fromkeys([exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv], rewrites.arithmetic),
     exp.Div: rewrites.division, exp.Neg: rewrites.negation, exp.Abs: rewrites.negation, exp.Sign: rewrites.sign,
     **dict.fromkeys([exp.Round, exp.Floor, exp.Ceil], rewrites.rounding),
-    exp.Cast: rewrites.cast, exp.TryCast: rewrites.cast, exp.Sum: rewrites.aggregate,
+    exp.Cast: casts.cast, exp.TryCast: casts.cast, exp.Sum: rewrites.aggregate,
     exp.Like: strings.like, exp.Length: strings.length, exp.Substring: strings.substring,
     exp.Left: strings.left_right, exp.Right: strings.left_right, exp.Trim: strings.trim,
     exp.DPipe: strings.concatenation, exp.Concat: strings.concatenation,

@@ -165,7 +165,7 @@ def widening(source: str | None, target: str) -> bool:
     return target == "DOUBLE" and infer.is_number(source) or target == "VARCHAR"
 
 
-def _inf(negative: bool = False) -> exp.Expr:
+def infinity(negative: bool = False) -> exp.Expr:
     return exp.cast(exp.Literal.string("-Infinity" if negative else "Infinity"), "DOUBLE")
 
 
@@ -315,7 +315,7 @@ def division(w: Writer, node: exp.Expr) -> exp.Expr:
     def divided(a: _Fresh, b: _Fresh) -> exp.Expr:
         # the sign of a zero divisor: Spark's atan2 and comparisons cannot see it, its text can ('-0.0')
         negative = exp.Like(this=exp.cast(b.use(), "STRING"), expression=exp.Literal.string("-%"))
-        signed = exp.If(this=negative, true=_inf(True), false=_inf())
+        signed = exp.If(this=negative, true=infinity(True), false=infinity())
         return exp.Case(ifs=[exp.If(this=exp.EQ(this=b.use(), expression=exp.Literal.number(0)),
                                     true=exp.Mul(this=a.use(), expression=signed))],
                         default=exp.Div(this=a.use(), expression=b.use()))
@@ -383,44 +383,6 @@ def with_type(node: exp.Expr, type_name: str | None) -> exp.Expr:
     return node
 
 
-def cast(w: Writer, node: exp.Expr) -> exp.Expr:
-    """A cast to an integer rounds as DuckDB does: a DOUBLE half to even (bround), a DECIMAL half
-    away from zero (round); Spark would truncate both. Under ``total`` every cast is a TRY_CAST."""
-    source, target = typed(node.this), typed(node)
-    if is_integer(target) or target == "FLOAT":
-        need(node, node.this)
-    value = node.this
-    safe = isinstance(node, exp.TryCast) or w.try_
-    to = node.args["to"]
-
-    def made(value: exp.Expr) -> exp.Expr:
-        return with_type(exp.TryCast(this=value, to=to, safe=True) if safe else exp.Cast(this=value, to=to), target)
-
-    if is_integer(target) and infer.is_float(source):
-        value = w.fn("bround", value)
-        if target == "BIGINT":  # Spark's cast saturates at 2^63 (the DOUBLE next to BIGINT's maximum)
-            return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Paren(this=exp.and_(
-                exp.GTE(this=v.use(), expression=_power(-1)), exp.LT(this=v.use(), expression=_power(1))))),
-                true=w.fail("BIGINT", "BIGINT out of range") if not isinstance(node, exp.TryCast)
-                else exp.cast(exp.Null(), "BIGINT"))], default=made(v.use())))
-    elif is_integer(target) and is_decimal(source):
-        value = exp.Round(this=value)
-    elif source == "DATE" and str(target).startswith("TIMESTAMP") and not isinstance(node, exp.TryCast):
-        return w.cast(value, str(target))
-    elif target == "FLOAT" and source == "DOUBLE":  # DuckDB refuses a finite DOUBLE beyond FLOAT; Spark gives inf
-        return w.let([value], lambda v: exp.Case(ifs=[exp.If(this=exp.and_(
-            exp.LT(this=exp.Abs(this=v.use()), expression=_inf()),
-            exp.EQ(this=exp.Abs(this=exp.cast(v.use(), "FLOAT")), expression=_inf())),
-            true=w.fail("FLOAT", "FLOAT out of range") if not isinstance(node, exp.TryCast)
-            else exp.cast(exp.Null(), "FLOAT"))], default=made(v.use())))
-    return made(value)
-
-
-def _power(sign: int) -> exp.Expr:
-    """±2^63 as a DOUBLE."""
-    return exp.cast(exp.Literal.string(f"{'-' if sign < 0 else ''}9223372036854775808"), "DOUBLE")
-
-
 def aggregate(w: Writer, node: exp.Expr) -> exp.Expr:
     """SUM of integers and DECIMALs, exact as DuckDB's HUGEINT and DECIMAL(38, s) sums are."""
     source = typed(node.this)
@@ -438,4 +400,4 @@ def float_test(w: Writer, node: exp.Expr) -> exp.Expr:
                                        "DOUBLE"))
     name = node.name.lower() if isinstance(node, exp.Anonymous) else type(node).__name__.lower()
     kind = {"isnan": exp.GT, "isinf": exp.EQ, "isfinite": exp.LT}[name]
-    return with_type(kind(this=magnitude, expression=_inf()), "BOOLEAN")
+    return with_type(kind(this=magnitude, expression=infinity()), "BOOLEAN")
