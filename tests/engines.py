@@ -59,7 +59,8 @@ class Engine:
                     con.unregister("dp_frame")
             tables = [row[0] for row in con.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
-                "UNION SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal").fetchall()]
+                "AND database_name = current_database() UNION SELECT view_name FROM duckdb_views() "
+                "WHERE schema_name = 'main' AND database_name = current_database() AND NOT internal").fetchall()]
             for table in tables:
                 # Through a Parquet file, as real Spark tables arrive: read in the JVM (a frame
                 # made from Python rows would start Python workers for every job), each column

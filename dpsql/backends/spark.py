@@ -108,7 +108,16 @@ class SparkEngine:
         ``private``: it reads a private table, so its aggregates are dpsql's own rewrite (exact
         integer sums; per-unit float sums a sorted fold, ``render._spark_ordered_sum``) and what
         combines released values runs in DuckDB: only what Spark evaluates on rows is checked."""
+        self._check_settings()
         check_spark(tree, getattr(self.dialect, "types", {}), private=private)
+
+    def _check_settings(self) -> None:
+        """Refuse when the session's pinned settings changed (checked before the charge, in
+        ``check``, and again before every statement)."""
+        wrong = check_pinned(self._spark)
+        if wrong is not None:
+            raise DPError(f"the Spark session's settings changed: {wrong}",
+                          hint="leave the session dpsql wraps to dpsql (give it spark.newSession())")
 
     def describe(self, statement: exp.Expression | str, parameters: Any = None) -> list[tuple[str, str]]:
         """(name, DuckDB type) of each column: Spark analyses the statement (schema only, no job)."""
@@ -248,21 +257,14 @@ class SparkEngine:
 
     def _run(self, action):
         """``action`` under this engine's deadline, its jobs tagged so the watchdog can stop them."""
-        wrong = check_pinned(self._spark)
-        if wrong is not None:
-            raise DPError(f"the Spark session's settings changed: {wrong}",
-                          hint="leave the session dpsql wraps to dpsql (give it spark.newSession())")
-        tag = f"dpsql-{uuid.uuid4().hex}"
-        self._spark.addTag(tag)
-        _interrupt_tasks_on_cancel(self._spark)
-        try:
-            with Deadline(_Interrupter(self._spark, tag), self._timeout):
+        self._check_settings()
+        tags = _JobTags(self._spark)
+        with tags:
+            with Deadline(tags, self._timeout):
                 try:
                     return action()
                 except Exception as error:
                     raise QueryFailed(f"the query failed on Spark: {type(error).__name__}") from None
-        finally:
-            self._spark.removeTag(tag)
 
     def key_text(self, raw: Any, type_name: str) -> str | None:
         """A text-form key as fetched (Spark's text, UTF-8) as DuckDB's text of the same value."""
@@ -290,24 +292,45 @@ class SparkEngine:
         self._post.close()
 
 
-def _interrupt_tasks_on_cancel(session: Any) -> None:
-    """Cancelling a job stops its running tasks too (a thread-local job property on classic
-    Spark; a Spark Connect server interrupts its tasks itself): without it a cancelled job's
-    tasks run to their end, and the statement with them."""
-    try:
-        session.sparkContext.setLocalProperty("spark.job.interruptOnCancel", "true")
-    except Exception:  # Spark Connect has no SparkContext here
-        pass
+class _JobTags:
+    """The jobs of one statement, under a fresh tag, and what ``Deadline`` interrupts: every job
+    of that tag, its running tasks included.
 
+    On classic Spark the tag and ``interruptOnCancel`` are thread-local properties of the
+    SparkContext (pyspark pins each Python thread to a JVM thread), and ``cancelJobsWithTag``
+    from the watchdog's thread stops them: the session-level ``interruptTag`` of classic Spark
+    4 found no operation to stop in a local session (measured: it returned [] and the job ran
+    on). A Spark Connect session has no SparkContext here; its server runs each operation
+    under the session's tags, and ``interruptTag`` stops them.
+    """
 
-class _Interrupter:
-    """What ``Deadline`` interrupts: the jobs of one tag."""
+    def __init__(self, session: Any):
+        self._session = session
+        self._tag = f"dpsql-{uuid.uuid4().hex}"
+        try:
+            self._context = session.sparkContext
+        except Exception:  # Spark Connect
+            self._context = None
 
-    def __init__(self, session: Any, tag: str):
-        self._session, self._tag = session, tag
+    def __enter__(self) -> "_JobTags":
+        if self._context is not None:
+            self._context.addJobTag(self._tag)
+            self._context.setInterruptOnCancel(True)
+        else:
+            self._session.addTag(self._tag)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._context is not None:
+            self._context.removeJobTag(self._tag)
+        else:
+            self._session.removeTag(self._tag)
 
     def interrupt(self) -> None:
-        self._session.interruptTag(self._tag)
+        if self._context is not None:
+            self._context.cancelJobsWithTag(self._tag)
+        else:
+            self._session.interruptTag(self._tag)
 
 
 class _Shared:

@@ -39,11 +39,25 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
                        if k in options}
     connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)
     try:
-        settings = Settings(Path(database).stem, Path(users), host, port, tls_cert, tls_key, **options)
+        settings = Settings(database_name(database), Path(users), host, port, tls_cert, tls_key, **options)
         return Server(connection, settings)
     except BaseException:
         connection.close()
         raise
+
+
+def database_name(database: str | Path) -> str:
+    """The name clients give as their database: the file's name without its suffix, and a
+    Spark config's without ``.spark.toml``.
+
+    >>> database_name("data/shop.duckdb"), database_name("shop.spark.toml"), database_name("shop.toml")
+    ('shop', 'shop', 'shop')
+    """
+    name = Path(database).name
+    for suffix in (".spark.toml", ".toml"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return Path(name).stem
 
 
 def serve(database: str | Path, **arguments: Any) -> None:
