@@ -29,7 +29,7 @@ from dpsql.mechanisms.noise import SeededSource
 from dpsql.server import start_in_thread
 from dpsql.server.users import add_user
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.spark_ci, pytest.mark.xdist_group("spark")]
 
 PSQL = shutil.which("psql")
 POLICY = """BUDGET EPSILON 100; QUERY EPSILON 1;

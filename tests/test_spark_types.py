@@ -97,6 +97,7 @@ def test_struct_field_names_are_quoted_as_duckdb_quotes_them():
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_spark_type_round_trips(spark):
     """``spark_type`` of each DuckDB name is a Spark type that maps back to that name."""
     names = [name for _, name in SUPPORTED if name != '"NULL"'] + ["DECIMAL", "DECIMAL(38,0)", "INTEGER[]"]
@@ -160,6 +161,7 @@ def _wide(spark, columns: list[tuple[str, list]]):
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_canonical_text_and_keyed_hash_tell_values_apart_exactly(spark):
     """Two values get one canonical text, and one keyed hash of their ``exact_parts``, exactly
     when an analyst cannot tell them apart; the texts are ``UTF8_BINARY`` strings."""
@@ -185,6 +187,7 @@ def test_canonical_text_and_keyed_hash_tell_values_apart_exactly(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_spark_facts_the_identity_rests_on(spark):
     """Why floats carry their sign, strings are cast and hashes carry NULL flags."""
     row = spark.sql(
@@ -208,6 +211,7 @@ def test_spark_facts_the_identity_rests_on(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_keyed_hash_ranks_small_keys_uniformly(spark):
     """For 2,000 salts x 10 units, the month (of 12) ranked first by the keyed hash of (unit,
     month), and the 3 ranked first, are each month equally often, within 6 standard deviations."""
@@ -226,6 +230,7 @@ def test_keyed_hash_ranks_small_keys_uniformly(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_keyed_order_is_independent_of_partitioning(spark):
     """The order the copies keep rows in (hash, then the parts) is a function of the values only."""
     rows = [(u % 10, float(v) if v % 5 else -0.0, None if v % 7 == 0 else f"s{v}") for u, v in
@@ -316,6 +321,7 @@ _SPARK_VALUE = {"DATE": "date_from_unix_date(CAST({} AS INT))", "TIMESTAMP WITH 
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_key_texts_read_back_as_duckdb_texts(spark):
     """For every value of the grid, ``duckdb_key_text`` of Spark's key text is DuckDB's
     ``CAST(v AS VARCHAR)`` of the same value, the one documented difference aside (a NaN
@@ -348,6 +354,7 @@ def test_key_texts_read_back_as_duckdb_texts(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.spark_ci
 def test_value_keys_are_what_duckdb_fetches(spark):
     """A value-form key collected from Spark, normalised by ``value_key``, is DuckDB's fetched
     value: equal, and written alike (a DECIMAL's scale is its type's)."""
