@@ -538,6 +538,13 @@ class Connection:
                 hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
         return self._ledger.store_policy(self.policy_text(), replacing=stored)
 
+    @property
+    def policy_replaced(self) -> bool:
+        """True once the policy stored with the ledger is none this connection was opened under
+        (``dpsql init --replace`` ran since): its charges are refused, and a new connection is
+        ruled by the stored policy and budget (the server opens one, ``dpsql.server.answers``)."""
+        return self._ledger.stored_policy() not in self._agreed_policies
+
     def policy_changes(self) -> list[PolicyChange]:
         """Every change of the stored policy (time, old and new text), oldest first."""
         return self._ledger.policy_changes()

@@ -25,7 +25,8 @@ __all__ = ["Server", "Settings", "open_server", "serve", "start_in_thread"]
 def open_server(database: str | Path, *, users: str | Path, policy: Any = None, host: str = "127.0.0.1",
                 port: int = 5433, tls_cert: str | None = None, tls_key: str | None = None,
                 **options: Any) -> Server:
-    """Open ``database`` once (bounded copies built now) and make a server for it.
+    """Open ``database`` once (bounded copies built now) and make a server for it. When the
+    curator replaces the stored policy, the next query opens it again under the stored one.
 
     ``options``: ``Settings`` fields (``max_connections``, ``startup_timeout``, ``workers``)
     and ``dpsql.connect`` options (``query_timeout``, ``memory_limit``, ``ledger``, ``rng``).
@@ -38,9 +39,13 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
     connect_options = {k: options.pop(k) for k in ("query_timeout", "memory_limit", "ledger", "rng")
                        if k in options}
     connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)
+
+    def reopen():  # after `dpsql init --replace`: the stored policy and budget rule (invariant 18)
+        return dpsql.connect(str(database), None, eager_bounding=True, **connect_options)
+
     try:
         settings = Settings(database_name(database), Path(users), host, port, tls_cert, tls_key, **options)
-        return Server(connection, settings)
+        return Server(connection, settings, reopen)
     except BaseException:
         connection.close()
         raise

@@ -11,6 +11,7 @@ anyway (one DuckDB connection answers one statement at a time).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -27,8 +28,19 @@ from dpsql.errors import (
 from dpsql.server.catalog import Catalog, catalog_query
 from dpsql.server.statements import Statement, budget_reply, ledger_reply
 
+log = logging.getLogger("dpsql.server")
+
+
+class PolicyNotInForce(DPError):
+    """The curator replaced the stored policy and the server could not open the database
+    under it: nothing is answered until it can (the reason is in the server's log)."""
+
+    code = "policy_not_in_force"
+
+
 SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
     (BudgetExceeded, "53400"),  # configuration_limit_exceeded: the budget is the limit
+    (PolicyNotInForce, "55000"),  # object_not_in_prerequisite_state: the curator's to fix
     (InvalidParameter, "22023"),  # invalid_parameter_value
     (QueryFailed, "58000"),  # system_error: failed after the charge, no detail by design
     (InternalFailure, "XX000"),  # internal_error: a bug in dpsql, nothing released
@@ -93,26 +105,96 @@ class TurnLock:
 
 class SharedDatabase:
     """One ``Connection`` serving every session; calls run one at a time, in the order they
-    came, as their analyst."""
+    came, as their analyst.
 
-    def __init__(self, connection):
+    The policy stored with the database rules it (DESIGN.md invariant 18): once the curator
+    replaces it (``dpsql init --replace``), the next call opens a new connection with
+    ``reopen`` (the stored policy and budget) and closes the old one, whose charges the ledger
+    would refuse. ``generation`` counts those reloads, so a session can tell its analyst."""
+
+    def __init__(self, connection, reopen: Callable[[], Any] | None = None):
         self._connection = connection
+        self._reopen = reopen
         self._lock = TurnLock()
-        self.catalog = Catalog({t: connection.columns(t) for t in connection.tables()})
+        self.catalog = Catalog(schema_of(connection))
+        self._retired: list[Catalog] = []
+        """Catalogs of earlier policies, closed with the server: a look-up may still be reading one."""
+        self.generation = 0
+        self._failure: str | None = None
+        """Why the last reload failed, so the log says it once."""
 
-    def run(self, analyst: str, action: Callable[[Any], Any]) -> Any:
+    def run(self, analyst: str | None, action: Callable[[Any], Any]) -> Any:
         """``action(connection)`` with the connection acting for ``analyst``."""
         with self._lock:
+            self._follow_stored_policy()
             self._connection.analyst = analyst
             try:
                 return action(self._connection)
+            except PolicyError:
+                if _replaced(self._connection):  # replaced while this call ran: the ledger refused the charge
+                    raise DPError("the curator changed this database's policy while your query was being "
+                                  "answered; nothing was charged",
+                                  hint="send the query again: it is answered under the new policy") from None
+                raise
             finally:
                 self._connection.analyst = None
 
+    def catalog_answer(self, sql: str, parameters: tuple) -> tuple[list[str], list[tuple]]:
+        """A catalog look-up, from the schema of the policy in force. It waits for the queries
+        before it only when the stored policy was replaced (then the first call reloads)."""
+        if _replaced(self._connection):
+            with self._lock:
+                self._follow_stored_policy()
+        return self.catalog.answer(sql, parameters)
+
+    def _follow_stored_policy(self) -> None:
+        """Reopen under the stored policy if it was replaced (the caller holds the lock)."""
+        if not _replaced(self._connection):
+            return
+        if self._reopen is None:
+            raise PolicyNotInForce("the curator changed this database's policy; this server cannot follow "
+                                   "the change, and answers nothing until it restarts",
+                                   hint="ask the curator to restart the server")
+        try:
+            fresh = self._reopen()
+        except Exception as error:  # the curator's to fix; the analyst learns only that it failed
+            reason = str(error)
+            if reason != self._failure:
+                log.error("the stored policy was replaced, and the database does not open under it: %s; "
+                          "nothing is answered until it does", reason)
+            self._failure = reason
+            raise PolicyNotInForce("the curator changed this database's policy, and the server cannot put "
+                                   "the new one in force yet; nothing was charged",
+                                   hint="ask the curator to check the server's log; queries are answered "
+                                        "again as soon as the new policy loads") from None
+        old, self._connection = self._connection, fresh
+        self._retired.append(self.catalog)
+        self.catalog = Catalog(schema_of(fresh))
+        self.generation += 1
+        self._failure = None
+        old.close()
+        log.info("the stored policy was replaced: now answering under it (budget %s)", fresh.budget)
+
     def close(self) -> None:
         with self._lock:
-            self.catalog.close()
+            for catalog in (*self._retired, self.catalog):
+                catalog.close()
             self._connection.close()
+
+
+def schema_of(connection) -> dict[str, dict[str, str]]:
+    """Table -> column -> type of the tables the policy declares: what the catalog shows."""
+    return {table: connection.columns(table) for table in connection.tables()}
+
+
+def _replaced(connection) -> bool:
+    """Whether ``connection``'s policy is no longer the stored one. A connection that a reload
+    in another thread has just closed counts as replaced: the caller then waits for the lock,
+    and finds the new connection current."""
+    try:
+        return connection.policy_replaced
+    except Exception:
+        return True
 
 
 def answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcome:
@@ -150,7 +232,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         lines = tuple((line,) for line in text.splitlines())
         return Outcome(("QUERY PLAN",), lines, f"EXPLAIN {len(lines)}")
     if catalog_query(statement.sql):
-        columns, rows = shared.catalog.answer(statement.sql, statement.parameters)
+        columns, rows = shared.catalog_answer(statement.sql, statement.parameters)
         return Outcome(tuple(columns), tuple(rows), f"SELECT {len(rows)}")
     if statement.parameters:
         return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",

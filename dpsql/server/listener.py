@@ -52,14 +52,15 @@ class Settings:
 class Server:
     """A running dpsql server over one shared connection."""
 
-    def __init__(self, connection, settings: Settings):
+    def __init__(self, connection, settings: Settings, reopen=None):
         self.settings = settings
         self.database = settings.database
         self.users_path = settings.users_path
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
-        self.shared = SharedDatabase(connection)
+        self.shared = SharedDatabase(connection, reopen)
+        """The one connection, reopened by ``reopen`` when the curator replaces the stored policy."""
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="dpsql-answer")
         self._pids = itertools.count(1000)
         self._sessions: dict = {}

@@ -28,6 +28,11 @@ FREE = '{"epsilon": "0", "delta": "0", "exact": true}'
 """Its value for answers that cost nothing and read no private data (catalog, SHOW)."""
 
 
+POLICY_CHANGED = ("the curator has changed this database's policy: this answer and your budget follow "
+                  "the new one (SHOW policy shows it, SHOW budget what remains)")
+"""Told once to each session answered under a policy it has not been answered under before."""
+
+
 class Refused(Exception):
     """Ends the connection after an ErrorResponse (bad startup, failed authentication)."""
 
@@ -55,6 +60,8 @@ class Session:
     cancelled: bool = False
     statements: dict = field(default_factory=dict)
     portals: dict = field(default_factory=dict)
+    generation: int = 0
+    """The server's policy generation this session's analyst was last answered under."""
 
 
 async def read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
@@ -129,7 +136,7 @@ async def start(reader, writer, server) -> Session | None:
     database = startup.parameters.get("database") or user
     if database != server.database:
         raise Refused("3D000", f'database "{database}" does not exist; this server serves "{server.database}"')
-    session = Session(user, server.next_pid())
+    session = Session(user, server.next_pid(), generation=server.shared.generation)
     status = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
               "DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on", "IntervalStyle": "postgres",
               "standard_conforming_strings": "on", "is_superuser": "off", "session_authorization": user,
@@ -251,6 +258,9 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
         session.status = transaction
     log.info("analyst=%s outcome=%s cost=%s sql=%s", m.printable(session.analyst), outcome.sqlstate or "answered",
              outcome.cost, m.printable(" ".join((statement.sql or statement.kind).split()), 500))
+    if outcome.sqlstate is None and outcome.tag and session.generation != server.shared.generation:
+        session.generation = server.shared.generation
+        outcome = replace(outcome, notes=(POLICY_CHANGED, *outcome.notes))
     if session.cancelled and outcome.sqlstate is None:
         return Outcome(sqlstate="57014", message="canceling statement due to user request; "
                        "a query that was charged stays charged")
