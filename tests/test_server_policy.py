@@ -126,3 +126,29 @@ def test_a_replace_while_a_query_is_charged_is_refused_without_the_ledger_path(s
     answered = psql(server, QUERY, "SHOW ledger")
     assert "ERROR" not in answered.stderr, answered.stderr
     assert answered.stdout.count("SELECT COUNT(*)") == 1  # the refused query was not charged
+
+
+def test_a_ledger_failure_reaches_the_analyst_without_the_ledger_path(shop):
+    """A ledger that cannot be written fails the charge with the curator's text, which names
+    the file; the analyst reads the same sentence with the server's files left out."""
+    import sqlite3
+
+    import dpsql
+    from dpsql.budget.ledger import _CHARGING, _ledger_error
+    from dpsql.server.answers import SharedDatabase, answer
+    from dpsql.server.statements import Statement
+
+    database, policy = shop
+    shared = SharedDatabase(dpsql.connect(database, policy))
+    ledger = Path(f"{database}.ledger").resolve()
+    try:
+        def failing(analyst, action):
+            raise _ledger_error(str(ledger), _CHARGING, sqlite3.OperationalError("disk I/O error"))
+
+        shared.run = failing
+        outcome = answer(Statement("query", sql=QUERY), "alice", shared)
+    finally:
+        shared.close()
+    assert outcome.message == "could not charge the ledger at (a file of the server): disk I/O error; " \
+                              "nothing was charged"
+    assert str(ledger.parent) not in outcome.message + (outcome.hint or "")

@@ -38,6 +38,8 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
         raise DPError(f"no users file at {users}", hint=f"add an analyst with `dpsql user add {users} NAME`")
     connect_options = {k: options.pop(k) for k in ("query_timeout", "memory_limit", "ledger", "rng")
                        if k in options}
+    if isinstance(connect_options.get("ledger"), (str, Path)) and str(connect_options["ledger"]) != ":memory:":
+        connect_options["ledger"] = Path(connect_options["ledger"]).resolve()  # as refusals are redacted
     connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)
 
     def reopen():  # after `dpsql init --replace`: the stored policy and budget rule (invariant 18)

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from dpsql.errors import (
@@ -119,6 +119,8 @@ class SharedDatabase:
         self.catalog = Catalog(schema_of(connection))
         self._retired: list[Catalog] = []
         """Catalogs of earlier policies, closed with the server: a look-up may still be reading one."""
+        self.private_paths = private_paths(connection)
+        """The server's files and their folders, never named to an analyst (``redacted``)."""
         self.generation = 0
         self._failure: str | None = None
         """Why the last reload failed, so the log says it once."""
@@ -170,6 +172,7 @@ class SharedDatabase:
         old, self._connection = self._connection, fresh
         self._retired.append(self.catalog)
         self.catalog = Catalog(schema_of(fresh))
+        self.private_paths = private_paths(fresh)
         self.generation += 1
         self._failure = None
         old.close()
@@ -187,6 +190,35 @@ def schema_of(connection) -> dict[str, dict[str, str]]:
     return {table: connection.columns(table) for table in connection.tables()}
 
 
+def private_paths(connection) -> tuple[str, ...]:
+    """The curator's files this connection uses (database, ledger, policy) and their folders,
+    longest first."""
+    files = connection.curator_files()
+    names = {str(f) for f in files} | {str(f.parent) for f in files if len(f.parent.parts) > 1}
+    return tuple(sorted(names, key=len, reverse=True))
+
+
+def redacted(outcome: Outcome, paths: tuple[str, ...]) -> Outcome:
+    """A refusal that names none of ``paths``: errors written for the curator (a ledger that
+    cannot be written, a policy replaced) name files, and an analyst may learn nothing of the
+    server's disk (issue 23). The curator reads the full text in the server's log.
+
+    >>> redacted(Outcome(sqlstate="0A000", message="could not charge the ledger at /srv/a.ledger: locked",
+    ...                  hint="check /srv"), ("/srv/a.ledger", "/srv")).message
+    'could not charge the ledger at (a file of the server): locked'
+    """
+    def clean(text: str | None) -> str | None:
+        for path in paths:
+            text = None if text is None else text.replace(path, "(a file of the server)")
+        return text
+
+    message, hint = clean(outcome.message) or "", clean(outcome.hint)
+    if message == outcome.message and hint == outcome.hint:
+        return outcome
+    log.info("refused with: %s (hint: %s)", outcome.message, outcome.hint)
+    return replace(outcome, message=message, hint=hint)
+
+
 def _replaced(connection) -> bool:
     """Whether ``connection``'s policy is no longer the stored one. A connection that a reload
     in another thread has just closed counts as replaced: the caller then waits for the lock,
@@ -202,7 +234,7 @@ def answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcom
     try:
         return _answer(statement, analyst, shared)
     except DPError as error:
-        return refusal(error, statement)
+        return redacted(refusal(error, statement), shared.private_paths)
     except Exception:  # a bug or a catalog query DuckDB could not run: no detail, session goes on
         return Outcome(sqlstate="XX000", message="internal error while answering; nothing was released",
                        hint="report the query to the curator")
