@@ -21,11 +21,18 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
+from dpsql.sql.pieces import ExactInteger, IsNaN, Total
+
 INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT")
 """DuckDB's signed integer types Spark also has, narrowest first."""
 _RANGES = {"TINYINT": 2**7, "SMALLINT": 2**15, "INTEGER": 2**31, "BIGINT": 2**63}
 _DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19}
 """Decimal digits of each integer type, as DuckDB widens it to DECIMAL(d, 0)."""
+_EXACT = (*INTEGERS, "HUGEINT")
+"""The integer types dpsql's own exact sums combine in, narrowest first: HUGEINT is DuckDB's sum
+of integers (``pieces.ExactInteger``), written for Spark as DECIMAL(38, 0). No analyst
+expression of type HUGEINT is accepted on Spark (``spark_numbers``); dpsql's generated measures
+(``2 * SUM(v) - (L + U) * COUNT(v)``) are typed through it."""
 TYPE_META = "dp_duckdb_type"
 """Meta key under which ``annotate`` records a node's DuckDB type."""
 EXTRA_ERROR = "dp_spark_extra_error"
@@ -133,7 +140,7 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
             if key.startswith(f"{name}.") and alias != name:
                 found[f"{alias}.{key[len(name) + 1:]}"] = known
     clashes: set[str] = set()
-    for scope in reversed(list(tree.find_all(exp.Subquery, exp.CTE))):
+    for scope in _scopes_read_first(tree):
         select, alias = scope.this, scope.alias.lower()
         if not isinstance(select, exp.Select):
             continue
@@ -149,6 +156,15 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
                 clashes.add(name)
             found[name] = type_name
     return {key: value for key, value in found.items() if key not in clashes}
+
+
+def _scopes_read_first(node: exp.Expr):
+    """The subqueries and CTEs of ``node``, each after the ones it reads: nested ones before
+    their outer query, and a WITH's CTEs in order (a CTE reads only those before it)."""
+    for child in node.iter_expressions():
+        yield from _scopes_read_first(child)
+    if isinstance(node, (exp.Subquery, exp.CTE)):
+        yield node
 
 
 def annotate(tree: exp.Expr, types: Mapping[str, str] | None) -> None:
@@ -197,7 +213,7 @@ def combined(operands: list[exp.Expr]) -> str | None:
     if any(t is None for _, t in typed_operands):
         return None
     names: list[str] = [t for _, t in typed_operands if t is not None]
-    if all(is_integer(t) for t in names):
+    if all(t in _EXACT for t in names):
         fixed = [t for o, t in typed_operands if integer_literal(o) is None and t is not None]
         if not fixed:
             return _widest(names)
@@ -221,13 +237,15 @@ def combined(operands: list[exp.Expr]) -> str | None:
 
 
 def _widest(names: list[str]) -> str:
-    return max(names, key=INTEGERS.index)
+    return max(names, key=_EXACT.index)
 
 
 def arithmetic(node: exp.Expr) -> str | None:
     """DuckDB's type of ``+``, ``-``, ``*``, ``%`` or ``//`` of two numbers (None: not numbers)."""
     left, right = node.this, node.expression
     common = combined([left, right])
+    if common == "HUGEINT":
+        return common  # DuckDB keeps exact integer arithmetic in HUGEINT (dpsql's own measures)
     if not is_number(common) or common == '"NULL"':
         return None
     if not is_decimal(common):
@@ -266,6 +284,12 @@ _ANONYMOUS = {
 
 
 def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
+    if isinstance(node, Total):
+        return typed(node.this)  # DuckDB's TRY keeps its argument's type
+    if isinstance(node, ExactInteger):
+        return "HUGEINT"
+    if isinstance(node, IsNaN):
+        return "BOOLEAN"
     if isinstance(node, exp.Column):
         return column_type(node, types)
     if isinstance(node, exp.Literal):
@@ -321,6 +345,8 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
         return source if source == "TIMESTAMP WITH TIME ZONE" else "TIMESTAMP" if is_temporal(source) else None
     if isinstance(node, exp.LastDay):
         return "DATE"
+    if isinstance(node, exp.Anonymous) and node.name.lower() in ("least", "greatest"):
+        return combined(node.expressions)  # dpsql's own clamps are written as plain calls
     if isinstance(node, exp.Anonymous):
         return _ANONYMOUS.get(node.name.lower())
     if type(node).__name__ in ("IsNan", "IsInf"):
@@ -334,7 +360,7 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
     if isinstance(node, exp.Sum):
         source = typed(node.this)
         shape = decimal_shape(source)
-        if is_integer(source):
+        if is_integer(source) or source == "HUGEINT":
             return "HUGEINT"
         return f"DECIMAL(38,{shape[1]})" if shape and is_decimal(source) else None
     return None

@@ -53,6 +53,7 @@ from dpsql.backends.spark_infer import (
     integer_literal,
     is_decimal,
     is_integer,
+    scoped_types,
     typed,
 )
 from dpsql.backends.spark_rewrites import Writer, fails, is_null, widening
@@ -93,6 +94,7 @@ FUNCTIONS: dict[str, _Rule] = {
     **dict.fromkeys(["date_part", "datepart", "isodow", "yearweek", "week", "hour", "minute", "second"],
                     dates.date_part),
     **dict.fromkeys(["dayname", "monthname"], dates.day_name),
+    **dict.fromkeys(["least", "greatest"], rewrites.combination),  # dpsql's clamps (``backends.rewrite``)
 }
 """Functions sqlglot leaves anonymous, by lower-cased name -> rewrite."""
 
@@ -123,8 +125,9 @@ def agree(tree: exp.Expr, types: Mapping[str, str] | None = None) -> exp.Expr:
     it (module docstring); ``Total`` pieces in it are written by ``total``. Idempotent: a
     subtree already written for Spark is left as it is."""
     tree = tree.copy()
-    annotate(tree, types)
-    return _write(tree, Writer(try_=False), types)
+    scoped = scoped_types(tree, types)  # dpsql's statements read their CTEs' and subqueries' columns
+    annotate(tree, scoped)
+    return _write(tree, Writer(try_=False), scoped)
 
 
 def total(node: exp.Expr, types: Mapping[str, str] | None = None) -> exp.Expr:
