@@ -5,7 +5,8 @@ with SCRAM-SHA-256 against the curator's users file (``dpsql.server.users``) and
 their own budget and the total. One ``Connection`` serves every session.
 
 Modules: ``messages`` (protocol bytes), ``scram`` (authentication), ``statements`` (what a
-client sent), ``catalog`` (schema-only look-ups), ``values`` (types and text format),
+client sent), ``catalog`` (schema-only look-ups), ``pg_compat`` (PostgreSQL's catalog tables and
+functions that clients read, over DuckDB's), ``values`` (types and text format),
 ``answers`` (running a statement for an analyst), ``session`` (one connection),
 ``listener`` (the server).
 """

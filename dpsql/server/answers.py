@@ -112,11 +112,12 @@ class SharedDatabase:
     ``reopen`` (the stored policy and budget) and closes the old one, whose charges the ledger
     would refuse. ``generation`` counts those reloads, so a session can tell its analyst."""
 
-    def __init__(self, connection, reopen: Callable[[], Any] | None = None):
+    def __init__(self, connection, reopen: Callable[[], Any] | None = None, database: str = "memory"):
         self._connection = connection
         self._reopen = reopen
         self._lock = TurnLock()
-        self.catalog = Catalog(schema_of(connection))
+        self._database = database
+        self.catalog = Catalog(schema_of(connection), database)
         self._retired: list[Catalog] = []
         """Catalogs of earlier policies, closed with the server: a look-up may still be reading one."""
         self.private_paths = private_paths(connection)
@@ -171,7 +172,7 @@ class SharedDatabase:
                                         "again as soon as the new policy loads") from None
         old, self._connection = self._connection, fresh
         self._retired.append(self.catalog)
-        self.catalog = Catalog(schema_of(fresh))
+        self.catalog = Catalog(schema_of(fresh), self._database)
         self.private_paths = private_paths(fresh)
         self.generation += 1
         self._failure = None

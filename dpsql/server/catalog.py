@@ -28,20 +28,28 @@ from sqlglot.errors import SqlglotError
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import Engine
 from dpsql.errors import UnsupportedQuery
+from dpsql.server.pg_compat import FUNCTIONS, SHADOWS, shadowed
+from dpsql.server.statements import SETTINGS
 from dpsql.sql.names import quoted, quoted_table
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
-COMPAT_MACROS = {"pg_get_userbyid": "(role) AS 'curator'",
-                 "pg_encoding_to_char": "(encoding) AS 'UTF8'",
-                 "obj_description": "(id, kind := NULL) AS NULL::VARCHAR",
-                 "to_regtype": "(name) AS NULL::BIGINT"}
-"""PostgreSQL functions psql's backslash commands call that DuckDB lacks: fixed answers.
-DuckDB will not add functions to its own pg_catalog, so calls are unqualified first."""
-_REG_CASTS = re.compile(r"::\s*(pg_catalog\s*\.\s*)?(regtype|regclass|regproc|regnamespace)\b", re.IGNORECASE)
-"""PostgreSQL's OID alias types, unknown to DuckDB: read as the OID's text."""
+_CAST_TO = r"(::\s*|\bAS\s+(?=(?:pg_catalog\s*\.\s*)?\w+\s*\)))(?:pg_catalog\s*\.\s*)?"
+"""``::type`` or ``CAST(... AS type)`` (an ``AS`` followed by ``)``, not a column alias)."""
+_REG_CASTS = re.compile(_CAST_TO + r"(regtype|regclass|regproc|regnamespace|name)\b", re.IGNORECASE)
+"""PostgreSQL's OID alias types and ``name``, unknown to DuckDB: read as text."""
+_OID_CASTS = re.compile(_CAST_TO + r"oid\b", re.IGNORECASE)
+"""PostgreSQL's ``oid`` type: DuckDB's catalog keeps OIDs as BIGINT."""
+_SETTING = re.compile(r"(\bpg_catalog\s*\.\s*|(?<![\w.\"]))current_setting\b", re.IGNORECASE)
+"""``current_setting`` as ``reads_a_fixed_setting`` admits it (a form it does not match fails to
+bind, as ``pg_catalog.fixed_setting``)."""
+_QUALIFIED_TYPE = re.compile(r"::\s*pg_catalog\s*\.\s*", re.IGNORECASE)
+"""A cast to a type named with its schema (``::pg_catalog.text``): DuckDB knows the bare name."""
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"\s*COLLATE\s+pg_catalog\s*\.\s*\"?default\"?", re.IGNORECASE)
-_QUALIFIED = re.compile(r"\bpg_catalog\s*\.\s*(" + "|".join(COMPAT_MACROS) + r")\s*\(", re.IGNORECASE)
+_QUALIFIED = re.compile(r"\b(?:pg_catalog|information_schema)\s*\.\s*(\w+)\s*\(", re.IGNORECASE)
+"""A function called with its schema (pg_catalog, or information_schema for pgjdbc's ``_pg_expandarray``):
+DuckDB finds the bare name in ``main`` (``pg_compat.FUNCTIONS``,
+``array_to_string``) and then in its own pg_catalog."""
 CATALOG_TIMEOUT = 5.0
 """Seconds a catalog query may run: a look-up, never a computation."""
 
@@ -69,10 +77,53 @@ def reads_catalog_only(tree: exp.Expression) -> bool:
             continue
         return False
     for function in tree.find_all(exp.Func):
+        if isinstance(function, exp.GenerateSeries):  # however written: sqlglot names it apart
+            if not over_array_indexes(function):
+                return False
+            continue
         name = function.name if isinstance(function, exp.Anonymous) else function.sql_name()
+        if name.lower() == "current_setting" and reads_a_fixed_setting(function):
+            continue
         if name.lower() in DENIED_FUNCTIONS:
             return False
     return True
+
+
+def reads_a_fixed_setting(call: exp.Func) -> bool:
+    """Whether ``call`` is ``current_setting(...)`` or ``pg_catalog.current_setting(...)``,
+    unquoted: ``compatible`` points those at ``fixed_setting`` (SQLAlchemy reads
+    ``default_table_access_method``); DuckDB's own, written any other way, shows the catalog
+    database's settings and stays refused.
+
+    >>> from sqlglot import parse_one
+    >>> [reads_catalog_only(parse_one(f"SELECT {call}('x')", read="postgres"))
+    ...  for call in ("current_setting", "pg_catalog.current_setting", '"current_setting"', "main.current_setting")]
+    [True, True, False, False]
+    """
+    if not isinstance(call, exp.Anonymous) or not isinstance(call.this, str):
+        return False
+    parent = call.parent
+    if isinstance(parent, exp.Dot) and parent.expression is call:
+        schema = parent.this
+        return isinstance(schema, exp.Identifier) and not schema.quoted and schema.name.lower() == "pg_catalog"
+    return True
+
+
+def over_array_indexes(series: exp.GenerateSeries) -> bool:
+    """Whether ``series`` runs over an array's indexes, ``generate_series(0, array_upper(a, 1))``
+    (psql's ``\\d`` lists a publication's columns so): as long as a catalog array, never a
+    length an analyst writes.
+
+    >>> from sqlglot import parse_one
+    >>> [reads_catalog_only(parse_one(f"SELECT * FROM pg_catalog.generate_series({bounds}) s", read="postgres"))
+    ...  for bounds in ("0, pg_catalog.array_upper(i.indkey, 1)", "1, 100000000", "-100000000, array_upper(a, 1)")]
+    [True, False, False]
+    """
+    start, end = series.args.get("start"), series.args.get("end")
+    if isinstance(end, exp.Dot):  # pg_catalog.array_upper(...)
+        end = end.expression
+    return (isinstance(start, exp.Literal) and start.name in ("0", "1") and series.args.get("step") is None
+            and isinstance(end, exp.Anonymous) and end.name.lower() == "array_upper")
 
 
 def catalog_query(sql: str) -> bool:
@@ -86,12 +137,18 @@ def catalog_query(sql: str) -> bool:
 
 
 class Catalog:
-    """The schema-only database."""
+    """The schema-only database, of the tables of ``database`` (the name clients connect to)."""
 
-    def __init__(self, tables: dict[str, dict[str, str]]):
+    def __init__(self, tables: dict[str, dict[str, str]], database: str = "memory"):
         self._engine: Backend = Engine.open(":memory:", query_timeout=CATALOG_TIMEOUT, memory_limit="256MB")
-        for name, definition in COMPAT_MACROS.items():
+        for name, definition in FUNCTIONS.items():
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
+        settings = " ".join(f"WHEN {text_literal(name)} THEN {text_literal(value)}"
+                            for name, value in {**SETTINGS, "default_table_access_method": "heap"}.items())
+        self._engine.fetch(f"CREATE MACRO fixed_setting(name) AS CASE lower(name) {settings} END, "
+                           f"(name, missing_ok) AS CASE lower(name) {settings} END")
+        for name, body in SHADOWS.items():
+            self._engine.fetch(f"CREATE MACRO {name}() AS TABLE {body.format(database=text_literal(database))}")
         for table, columns in tables.items():
             parts = table.split(".")
             if len(parts) == 2 and parts[0].lower() != "main":
@@ -118,13 +175,28 @@ class Catalog:
 def compatible(sql: str) -> str:
     """A catalog query in the SQL DuckDB reads: psql writes ``OPERATOR(pg_catalog.~)`` and
     ``COLLATE pg_catalog.default``, drivers cast to OID alias types, and some functions
-    DuckDB lacks are called qualified (``COMPAT_MACROS``).
+    DuckDB lacks are called qualified (``pg_compat.FUNCTIONS``).
 
     >>> compatible("SELECT 1 WHERE 'a' OPERATOR(pg_catalog.~) '^a$' COLLATE pg_catalog.default")
     "SELECT 1 WHERE 'a' ~ '^a$'"
+    >>> compatible("SELECT CAST(CAST(a AS REGCLASS) AS OID), b::pg_catalog.regtype::pg_catalog.text, c AS name")
+    'SELECT CAST(CAST(a AS VARCHAR) AS BIGINT), b::VARCHAR::text, c AS name'
     """
+    sql = _SETTING.sub("fixed_setting", shadowed(sql))
     sql = _OPERATOR.sub(lambda match: match.group(1), sql)
     sql = _COLLATE.sub("", sql)
-    return _REG_CASTS.sub("::VARCHAR", _QUALIFIED.sub(lambda match: match.group(1) + "(", sql))
+    sql = _OID_CASTS.sub(lambda match: match.group(1) + "BIGINT", sql)
+    sql = _QUALIFIED.sub(lambda match: match.group(1) + "(", sql)
+    sql = _REG_CASTS.sub(lambda match: match.group(1) + "VARCHAR", sql)
+    return _QUALIFIED_TYPE.sub("::", sql)
 
 
+
+
+def text_literal(text: str) -> str:
+    """``text`` as a SQL string literal.
+
+    >>> text_literal("o'hare")
+    "'o''hare'"
+    """
+    return "'" + text.replace("'", "''") + "'"

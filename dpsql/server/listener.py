@@ -59,7 +59,7 @@ class Server:
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
-        self.shared = SharedDatabase(connection, reopen)
+        self.shared = SharedDatabase(connection, reopen, settings.database)
         """The one connection, reopened by ``reopen`` when the curator replaces the stored policy."""
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="dpsql-answer")
         self._pids = itertools.count(1000)

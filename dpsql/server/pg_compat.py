@@ -1,0 +1,157 @@
+"""PostgreSQL's catalog as psql, SQLAlchemy and JDBC read it, over DuckDB's.
+
+DuckDB's ``pg_catalog`` views lack columns and tables that clients' catalog queries name
+(psql's ``\\d`` reads ``pg_class.relforcerowsecurity``, ``\\l`` reads ``pg_database.datcollate``,
+``\\d`` asks ``pg_policy``, ``pg_trigger``, ``pg_publication``...). The schema-only database
+gets a table macro for each (``SHADOWS``): DuckDB's view with the missing columns, at the
+value a database with no row security, partitions, triggers or publications has, or an empty
+table with PostgreSQL's columns. ``shadowed`` points a query's references to those catalog
+tables at the macros. Everything here reads the schema-only database, so it holds names and
+types only: sizes are of empty tables.
+
+>>> shadowed("SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_namespace ON true")
+'SELECT c.relname FROM pg_class() c JOIN pg_namespace() AS pg_namespace ON true'
+>>> shadowed("SELECT pg_catalog.pg_class.relname FROM pg_catalog.pg_class")
+'SELECT pg_class.relname FROM pg_class() AS pg_class'
+>>> shadowed("WITH pg_class AS (SELECT 1 AS relname) SELECT relname FROM pg_class")
+'WITH pg_class AS (SELECT 1 AS relname) SELECT relname FROM pg_class'
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+
+def _empty(columns: str) -> str:
+    """An empty table with ``columns`` (``name TYPE, ...``): a catalog DuckDB has no rows for.
+    Type ``NULL`` is for a column clients compare with PostgreSQL's array literals (``'{0}'``),
+    which DuckDB cannot read as a list."""
+    listed = ", ".join(f"NULL{'' if kind == 'NULL' else '::' + kind} AS {name}" for name, kind in
+                       (column.split() for column in columns.split(",")))
+    return f"SELECT {listed} WHERE false"
+
+
+SHADOWS = {
+    # relam: no access method (DuckDB's pg_am lists its index type, ART, which psql took for the
+    # tables'); relreplident 'd', PostgreSQL's default, which psql does not print; reltuples -1,
+    # PostgreSQL's "never counted" (the empty copy's 0 would read as "no rows").
+    "pg_class": "SELECT * REPLACE ('d' AS relreplident, relacl::VARCHAR AS relacl, NULL::INTEGER AS relam,"
+                " -1::FLOAT AS reltuples, 0::INTEGER AS relpages,"
+                " reloptions::VARCHAR[] AS reloptions, relpartbound::VARCHAR AS relpartbound),"
+                " false AS relforcerowsecurity FROM pg_catalog.pg_class",
+    "pg_namespace": "SELECT * REPLACE (nspacl::VARCHAR AS nspacl) FROM pg_catalog.pg_namespace",
+    # One database, the one served (``database``): DuckDB's lists its own (memory, system, temp).
+    "pg_database": "SELECT 1::BIGINT AS oid, {database} AS datname, true AS datallowconn, false AS datistemplate, "
+                   "6::INTEGER AS encoding, 'C' AS datcollate, 'C' AS datctype, NULL::VARCHAR AS "
+                   "daticulocale, NULL::VARCHAR AS daticurules, 'c' AS datlocprovider, NULL::VARCHAR AS datacl, "
+                   "10::BIGINT AS datdba, -1::INTEGER AS datconnlimit, 0::BIGINT AS dattablespace",
+    "pg_attribute": "SELECT * REPLACE (attlen::INTEGER AS attlen, 'p' AS attstorage, attalign::VARCHAR AS attalign,"
+                    " -1::INTEGER AS attstattarget,"
+                    " ''::VARCHAR AS attcompression, attacl::VARCHAR AS attacl, attoptions::VARCHAR[] AS attoptions,"
+                    " attfdwoptions::VARCHAR[] AS attfdwoptions, attmissingval::VARCHAR AS attmissingval)"
+                    " FROM pg_catalog.pg_attribute",
+    "pg_collation": "SELECT *, 11::BIGINT AS collnamespace, 10::BIGINT AS collowner, 'c' AS collprovider, "
+                    "true AS collisdeterministic, -1::INTEGER AS collencoding, collname AS collcollate, "
+                    "collname AS collctype FROM pg_catalog.pg_collation",
+    "pg_index": "SELECT *, false AS indnullsnotdistinct FROM pg_catalog.pg_index",
+    "pg_opclass": _empty("oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, opcowner BIGINT, "
+                         "opcfamily BIGINT, opcintype BIGINT, opcdefault BOOLEAN, opckeytype BIGINT"),
+    "pg_policy": _empty("oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, polpermissive BOOLEAN, "
+                        "polroles NULL, polqual VARCHAR, polwithcheck VARCHAR"),
+    "pg_roles": "SELECT 10::BIGINT AS oid, 'curator' AS rolname, false AS rolsuper, true AS rolinherit, "
+                "false AS rolcreaterole, false AS rolcreatedb, true AS rolcanlogin, false AS rolreplication, "
+                "false AS rolbypassrls, -1::INTEGER AS rolconnlimit, NULL::TIMESTAMP AS rolvaliduntil",
+    "pg_trigger": _empty("oid BIGINT, tgrelid BIGINT, tgparentid BIGINT, tgname VARCHAR, tgfoid BIGINT, "
+                         "tgtype INTEGER, tgenabled VARCHAR, tgisinternal BOOLEAN, tgconstrrelid BIGINT, "
+                         "tgconstrindid BIGINT, tgconstraint BIGINT, tgdeferrable BOOLEAN, tginitdeferred BOOLEAN, "
+                         "tgnargs INTEGER, tgattr INTEGER[], tgargs VARCHAR, tgqual VARCHAR, "
+                         "tgoldtable VARCHAR, tgnewtable VARCHAR"),
+    "pg_inherits": _empty("inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, inhdetachpending BOOLEAN"),
+    "pg_partitioned_table": _empty("partrelid BIGINT, partstrat VARCHAR, partnatts INTEGER, partdefid BIGINT"),
+    "pg_publication": _empty("oid BIGINT, pubname VARCHAR, pubowner BIGINT, puballtables BOOLEAN, "
+                             "pubinsert BOOLEAN, pubupdate BOOLEAN, pubdelete BOOLEAN, pubtruncate BOOLEAN, "
+                             "pubviaroot BOOLEAN"),
+    "pg_publication_rel": _empty("oid BIGINT, prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, prattrs INTEGER[]"),
+    "pg_publication_namespace": _empty("oid BIGINT, pnpubid BIGINT, pnnspid BIGINT"),
+    "pg_statistic_ext": _empty("oid BIGINT, stxrelid BIGINT, stxname VARCHAR, stxnamespace BIGINT, "
+                               "stxowner BIGINT, stxstattarget INTEGER, stxkeys INTEGER[], stxkind VARCHAR[], "
+                               "stxexprs VARCHAR"),
+    "pg_foreign_table": _empty("ftrelid BIGINT, ftserver BIGINT, ftoptions VARCHAR[]"),
+    "pg_rewrite": _empty("oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, ev_enabled VARCHAR, "
+                         "is_instead BOOLEAN, ev_qual VARCHAR, ev_action VARCHAR"),
+}
+"""Catalog tables clients read, as table macros of the schema-only database (name -> body, with
+``{database}`` the served database's name as a SQL string)."""
+
+
+FUNCTIONS = {
+    "pg_get_userbyid": "(role) AS 'curator'",
+    "format_type": "(type_oid, typemod) AS CASE pg_catalog.format_type(type_oid, typemod) " + " ".join(
+        f"WHEN '{duck}' THEN '{postgres}'" for duck, postgres in (
+            ("int2", "smallint"), ("int4", "integer"), ("int8", "bigint"), ("float4", "real"),
+            ("float8", "double precision"), ("varchar", "character varying"), ("bool", "boolean"),
+            ("timestamp", "timestamp without time zone"), ("timestamptz", "timestamp with time zone"),
+            ("time", "time without time zone"), ("timetz", "time with time zone")))
+        + " ELSE pg_catalog.format_type(type_oid, typemod) END",
+    "pg_encoding_to_char": "(encoding) AS 'UTF8'",
+    "obj_description": "(id, kind := NULL) AS NULL::VARCHAR",
+    "to_regtype": "(name) AS NULL::BIGINT",
+    "pg_get_expr": "(expr, relation) AS expr, (expr, relation, pretty) AS expr",
+    "pg_relation_is_publishable": "(relation) AS false",
+    "pg_get_serial_sequence": "(relation, column_name) AS NULL::VARCHAR",
+    # pgjdbc's getPrimaryKeys and getIndexInfo: an index's key columns, one row each, with their place.
+    "_pg_expandarray": "(items) AS unnest(list_transform(items, lambda item, place: {'x': item, 'n': place}))",
+    # SQLAlchemy builds identity and collation details with it, only for columns that have them.
+    "json_build_object": ", ".join("(" + ", ".join(f"a{i}" for i in range(n)) + ") AS NULL::VARCHAR"
+                                   for n in range(2, 17, 2)),
+    "array_upper": "(items, dimension) AS len(items)",
+    **{size: "(relation) AS NULL::BIGINT" for size in (
+        "pg_table_size", "pg_relation_size", "pg_total_relation_size", "pg_indexes_size",
+        "pg_database_size")},
+    **{definition: "(a) AS NULL::VARCHAR, (a, b) AS NULL::VARCHAR, (a, b, c) AS NULL::VARCHAR"
+       for definition in ("pg_get_statisticsobjdef_columns", "pg_get_statisticsobjdef", "pg_get_indexdef",
+                          "pg_get_triggerdef", "pg_get_ruledef", "pg_get_partkeydef",
+                          "pg_get_partition_constraintdef", "pg_tablespace_location")}}
+"""PostgreSQL functions psql's backslash commands call that DuckDB lacks: fixed answers. Sizes are
+unknown (NULL): a private table's size would count its rows, and the schema-only database's
+empty tables would say 0, which reads as "empty". DuckDB will not add functions to its own
+pg_catalog, so they are made in ``main`` and calls are unqualified first
+(``dpsql.server.catalog.compatible``)."""
+
+
+def shadowed(sql: str) -> str:
+    """``sql`` with each reference to a catalog table of ``SHADOWS`` (``pg_catalog.pg_class``,
+    or unqualified and not a CTE) read from its macro, and columns named with their schema
+    (``pg_catalog.pg_type.oid``) by their table; any reference whose place in the text cannot
+    be told exactly is left as written."""
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except SqlglotError:
+        return sql
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    spans = []
+    for table in tree.find_all(exp.Table):
+        name, schema = table.name.lower(), table.db.lower()
+        if name not in SHADOWS or table.catalog or schema not in ("", "pg_catalog") \
+                or (not schema and name in ctes) or not isinstance(table.this, exp.Identifier):
+            continue
+        first = table.args["db"] if schema else table.this
+        start, end = first.meta.get("start"), table.this.meta.get("end")
+        if start is None or end is None:
+            continue
+        written = "".join(sql[start:end + 1].split()).replace('"', "").lower()
+        if written != (f"pg_catalog.{name}" if schema else name):
+            continue
+        spans.append((start, end + 1, f"{name}()" + ("" if table.alias else f" AS {name}")))
+    for column in tree.find_all(exp.Column):  # pg_catalog.pg_class.relname (SQLAlchemy): pg_class.relname,
+        name = column.table.lower()           # which DuckDB binds (it binds no schema.table.column there)
+        if column.db.lower() == "pg_catalog" and not column.catalog:
+            start, end = column.args["db"].meta.get("start"), column.args["table"].meta.get("end")
+            if start is not None and end is not None \
+                    and "".join(sql[start:end + 1].split()).replace('"', "").lower() == f"pg_catalog.{name}":
+                spans.append((start, end + 1, name))
+    for start, end, text in sorted(spans, reverse=True):
+        sql = sql[:start] + text + sql[end:]
+    return sql

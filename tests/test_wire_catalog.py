@@ -1,0 +1,185 @@
+"""psql's catalog commands, SQLAlchemy's reflection and pgjdbc's DatabaseMetaData against
+``dpsql serve`` (issue 23, item 7): each answers from the schema-only catalog — names and
+types, never a row count, a size or a value of a private table.
+
+Every command and call here failed before with a DuckDB binder error (``relforcerowsecurity``,
+``datcollate``, ``pg_table_size``, ``json_build_object``, ``_pg_expandarray``...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dpsql.demo import SHOP_POLICY
+from dpsql.server import start_in_thread
+from dpsql.server.users import add_user
+
+PSQL = shutil.which("psql")
+PASSWORD = "alice-secret"
+COLUMNS = {"user_id": "integer", "day": "date", "store": "character varying", "amount": "double precision",
+           "age": "integer", "zip": "character varying"}
+"""visits' columns as PostgreSQL names their types."""
+
+
+@pytest.fixture(scope="module")
+def server(built, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("catalog")
+    (directory / "shop.policy").write_text(SHOP_POLICY)
+    add_user(directory / "users", "alice", PASSWORD)
+    server = start_in_thread(built, users=directory / "users", policy=directory / "shop.policy", port=0,
+                             ledger=directory / "ledger")
+    yield server
+    server.stop()
+    server.thread.join(10)
+
+
+def psql(server, command: str) -> str:
+    """psql's output for one command, after checking it ran without an error."""
+    environment = {**os.environ, "PGPASSWORD": PASSWORD, "PGCONNECT_TIMEOUT": "5"}
+    done = subprocess.run([PSQL, "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice", "-d", "shop", "-X",
+                           "-v", "ON_ERROR_STOP=1", "-c", command], env=environment, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0 and "ERROR" not in done.stderr, (command, done.stderr)
+    return done.stdout
+
+
+def cells(output: str) -> list[list[str]]:
+    """The rows of psql's aligned table, each a list of trimmed cells."""
+    return [[cell.strip() for cell in line.split("|")] for line in output.splitlines() if "|" in line]
+
+
+needs_psql = pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+
+
+@needs_psql
+def test_psql_describes_a_table_with_postgres_type_names(server):
+    output = psql(server, r"\d visits")
+    assert 'Table "main.visits"' in output
+    rows = cells(output)
+    assert rows[0] == ["Column", "Type", "Collation", "Nullable", "Default"]
+    assert {row[0]: row[1] for row in rows[1:]} == COLUMNS
+
+
+@needs_psql
+def test_psql_describes_a_table_in_detail_without_statistics(server):
+    rows = cells(psql(server, r"\d+ users"))
+    assert rows[0][:6] == ["Column", "Type", "Collation", "Nullable", "Default", "Storage"]
+    assert [row[0] for row in rows[1:]] == ["user_id", "country", "plan", "signup"]
+    assert all(row[7] == "" for row in rows[1:])  # no statistics target
+
+
+@needs_psql
+def test_psql_lists_the_declared_tables_with_no_size(server):
+    rows = cells(psql(server, r"\dt+"))
+    assert rows[0][:3] == ["Schema", "Name", "Type"] and rows[0][6] == "Size"
+    assert [row[1] for row in rows[1:]] == ["stores", "users", "visits"]  # not `secrets`, not bounded copies
+    assert all(row[6] == "" for row in rows[1:])  # a size would count a private table's rows
+
+
+@needs_psql
+def test_psql_lists_the_served_database_and_its_schema(server):
+    databases = cells(psql(server, r"\l"))
+    assert [row[0] for row in databases[1:]] == ["shop"]
+    schemas = cells(psql(server, r"\dn"))
+    assert [row[0] for row in schemas[1:]] == ["main"]
+    assert [row[1] for row in cells(psql(server, r"\d"))[1:]] == ["stores", "users", "visits"]
+
+
+@needs_psql
+def test_catalog_statistics_count_nothing(server):
+    """What a client reads as a table's size or row count is empty or unknown, not the data's."""
+    output = psql(server, "SELECT c.relname, c.reltuples, c.relpages, pg_catalog.pg_table_size(c.oid) AS size, "
+                          "pg_catalog.pg_total_relation_size(c.oid) AS total FROM pg_catalog.pg_class c "
+                          "WHERE c.relname IN ('visits', 'users') ORDER BY 1")
+    assert cells(output)[1:] == [["users", "-1.0", "0", "", ""], ["visits", "-1.0", "0", "", ""]]  # -1: never counted
+
+
+def test_sqlalchemy_reflects_tables_and_columns(server):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:{server.port}/shop")
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        assert inspector.get_table_names() == ["stores", "users", "visits"]
+        columns = inspector.get_columns("visits")
+        assert [c["name"] for c in columns] == list(COLUMNS)
+        assert [type(c["type"]).__name__ for c in columns] == ["INTEGER", "DATE", "VARCHAR", "DOUBLE_PRECISION",
+                                                               "INTEGER", "VARCHAR"]
+        assert all(c["nullable"] and c["default"] is None for c in columns)
+        assert inspector.get_pk_constraint("visits")["constrained_columns"] == []
+        assert inspector.get_foreign_keys("visits") == inspector.get_indexes("visits") == []
+        table = sqlalchemy.Table("stores", sqlalchemy.MetaData(), autoload_with=engine)
+        assert list(table.c.keys()) == ["store", "city", "size"]
+        metadata = sqlalchemy.MetaData()
+        metadata.reflect(engine)
+        assert sorted(metadata.tables) == ["stores", "users", "visits"]
+    finally:
+        engine.dispose()
+
+
+JDBC_JARS = sorted(Path.home().glob(".m2/repository/org/postgresql/postgresql/*/postgresql-*.jar")) \
+    + sorted(Path("/usr/share/java").glob("postgresql*.jar"))
+METADATA_PROGRAM = """
+import java.sql.*;
+public class Metadata {
+  public static void main(String[] a) throws Exception {
+    try (Connection c = DriverManager.getConnection(a[0], a[1], a[2])) {
+      DatabaseMetaData m = c.getMetaData();
+      try (ResultSet r = m.getColumns(null, null, "visits", "%")) {
+        while (r.next()) System.out.println("column " + r.getString("COLUMN_NAME") + " " + r.getInt("DATA_TYPE"));
+      }
+      try (ResultSet r = m.getPrimaryKeys(null, null, "visits")) { while (r.next()) System.out.println("key"); }
+      try (ResultSet r = m.getIndexInfo(null, null, "visits", false, false)) {
+        while (r.next()) System.out.println("index");
+      }
+      try (ResultSet r = m.getSchemas()) { while (r.next()) System.out.println("schema " + r.getString(1)); }
+      try (ResultSet r = m.getCatalogs()) { while (r.next()) System.out.println("catalog " + r.getString(1)); }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None or not JDBC_JARS, reason="needs java and a pgjdbc jar")
+def test_pgjdbc_metadata_columns_keys_schemas_catalogs(server, tmp_path):
+    (tmp_path / "Metadata.java").write_text(METADATA_PROGRAM)
+    done = subprocess.run(["java", "-cp", str(JDBC_JARS[0]), str(tmp_path / "Metadata.java"),
+                           f"jdbc:postgresql://127.0.0.1:{server.port}/shop", "alice", PASSWORD],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # java.sql.Types: INTEGER 4, DATE 91, VARCHAR 12, DOUBLE 8
+    assert done.stdout.split("\n") == ["column user_id 4", "column day 91", "column store 12", "column amount 8",
+                                       "column age 4", "column zip 12", "schema main", "catalog shop", ""]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT current_setting('temp_directory')",  # answered from the fixed settings: NULL
+    "SELECT pg_catalog.current_setting('memory_limit')",
+])
+def test_settings_a_catalog_look_up_reads_are_the_fixed_ones(server, sql):
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password=PASSWORD,
+                         connect_timeout=5, autocommit=True) as connection:
+        assert connection.execute(sql).fetchall() == [(None,)]
+        assert connection.execute("SELECT current_setting('default_table_access_method')").fetchall() == [("heap",)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT \"current_setting\"('temp_directory')",  # DuckDB's own: the catalog database's paths
+    "SELECT main.current_setting('temp_directory')",
+    "SELECT * FROM pg_catalog.generate_series(1, 100000000)",
+    "SELECT pg_catalog.generate_series(1, 100000000)",
+])
+def test_catalog_look_ups_cannot_read_duckdbs_settings_or_count_far(server, sql):
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password=PASSWORD,
+                         connect_timeout=5, autocommit=True) as connection:
+        with pytest.raises(psycopg.Error) as refused:
+            connection.execute(sql)
+    assert refused.value.sqlstate in ("0A000", "42P01", "42601"), refused.value
+    assert not re.search(r"/tmp|\.tmp|memory_limit =", str(refused.value))
