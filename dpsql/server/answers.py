@@ -25,7 +25,9 @@ from dpsql.errors import (
     PolicyError,
     QueryFailed,
 )
+from dpsql.server import intervals
 from dpsql.server.catalog import Catalog, catalog_query
+from dpsql.server.intervals import asks_for_intervals, exact_text
 from dpsql.server.statements import Statement, budget_reply, ledger_reply
 
 log = logging.getLogger("dpsql.server")
@@ -63,6 +65,8 @@ class Outcome:
     tag: str = ""
     notice: str | None = None
     """The query's cost and the analyst's remaining budget."""
+    intervals: str | None = None
+    """Each noisy column's 95% interval, as a NoticeResponse (``dpsql.server.intervals``)."""
     notes: tuple = ()
     """The answer's notes (``DPResult.notes``: why it is thin), each sent as a NoticeResponse."""
     detail: str | None = None
@@ -271,6 +275,9 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",
                        hint="write the values into the SQL text of a query on the policy's tables")
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
+    found = intervals.cells(result)
+    shown = intervals.with_intervals(result, found) if asks_for_intervals(statement.sql) \
+        else (tuple(result.columns), tuple(result))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
@@ -279,24 +286,25 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         notice += f"; limits: {result.limits}"
     if result.bounding is not None:
         notice += f"; bias: {result.bounding}"
-    return Outcome(tuple(result.columns), tuple(result), f"SELECT {len(result)}",
-                   notice=notice, detail=cost_detail(result), cost=str(result.cost),
-                   notes=tuple(result.notes))
+    return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice, intervals=intervals.notice(result, found),
+                   detail=cost_detail(result, found), cost=str(result.cost), notes=tuple(result.notes))
 
 
-def cost_detail(result) -> str:
-    """For programs (``dpsql shell postgresql://...``): the exact cost and
-    each noisy column's 95% half-width in its own units (the largest over its rows; null
-    where none can be derived, which the shell shows as "derived, no ±"), the contribution
-    limits and any bias report (as text), as JSON."""
+def cost_detail(result, found: dict | None = None) -> str:
+    """For programs (``dpsql shell postgresql://...``): the exact cost (exact decimals, or a
+    fraction where there is none), each noisy column's 95% half-width in its own units (the
+    largest over its rows; null where none can be derived, which the shell shows as "derived,
+    no ±"), every row's 95% interval (``intervals95``: [low, high] or null, per column), the
+    contribution limits and any bias report (as text), as JSON."""
     cost = result.cost
     limits, bounding = getattr(result, "limits", None), getattr(result, "bounding", None)
-    return json.dumps({"epsilon": str(cost.epsilon), "delta": str(cost.delta),
-                       "rho": None if cost.rho is None else str(cost.rho),
+    return json.dumps({"epsilon": exact_text(cost.epsilon), "delta": exact_text(cost.delta),
+                       "rho": None if cost.rho is None else exact_text(cost.rho),
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
                        "repeat": result.repeat,
                        "halfwidth95": {} if result.exact else {   # null: "derived, no ±"
                            name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()},
+                       "intervals95": intervals.detail(found or {}),
                        "notes": list(result.notes),
                        "limits": None if limits is None else str(limits),
                        "bounding": None if bounding is None else str(bounding)})

@@ -279,7 +279,7 @@ def outcome_bytes(outcome: Outcome, *, describe: bool) -> bytes:
         return m.error_response(outcome.sqlstate, outcome.message, position=outcome.position, hint=outcome.hint)
     if not outcome.tag:
         return m.EMPTY_QUERY
-    parts = [m.notice(outcome.notice)] if outcome.notice else []
+    parts = [m.notice(text) for text in (outcome.notice, outcome.intervals) if text]
     parts.extend(m.notice(f"dpsql: {note}") for note in outcome.notes)
     if outcome.columns:  # for programs; libpq keeps it (PQparameterStatus), psql shows nothing
         parts.append(m.parameter_status(COST_PARAMETER, outcome.detail or FREE))

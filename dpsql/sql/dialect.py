@@ -139,6 +139,10 @@ def _share(value: object) -> str | None:
     return "must be true, false or a share of epsilon from 0 to below 1"
 
 
+def _flag(value: object) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
 OPTIONS = {
     "epsilon": _number,
     "delta": _number,
@@ -148,6 +152,7 @@ OPTIONS = {
     "privacy_unit_column": _name,
     "noise": _noise,
     "report_bias": _share,
+    "intervals": _flag,  # presentation only: the server adds <column>_low/_high (db.sql: res.intervals())
 }
 """The options dpsql understands, each with the check of its kind of value.
 

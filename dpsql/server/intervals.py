@@ -1,0 +1,191 @@
+"""Each answer's 95% intervals, as a wire client sees them (issue 23, item 1).
+
+psql shows notices and rows, nothing else: so every answer's notice lists each noisy column's
+interval — one ``± half-width`` when every row has the same symmetric one, else ``[low, high]``
+row by row, the first ``LISTED_ROWS`` of them — and ``OPTIONS (intervals = true)`` returns them as
+data, ``<column>_low`` and ``<column>_high`` after each noisy column, for psql, pandas and BI
+tools alike. Programs read every row's interval from the ``dpsql_cost`` ParameterStatus.
+
+Intervals are post-processing of the released answer (``DPResult.intervals``): they read
+nothing private and cost nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from sqlglot.errors import SqlglotError
+
+from dpsql.errors import DPError
+from dpsql.sql.parse import parse
+
+log = logging.getLogger("dpsql.server")
+ALPHA = 0.05
+"""The level of the intervals sent: 95%."""
+LISTED_ROWS = 10
+"""Rows whose interval a notice lists, per column; ``intervals = true`` returns every row's."""
+
+
+def asks_for_intervals(sql: str) -> bool:
+    """Whether ``sql`` carries ``OPTIONS (intervals = true)`` (read after dpsql answered it, so
+    the SQL parses and its options are valid).
+
+    >>> asks_for_intervals("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = true) COUNT(*) FROM t")
+    True
+    >>> asks_for_intervals("SELECT COUNT(*) FROM t")
+    False
+    """
+    try:
+        option = parse(sql).options.get("intervals")
+    except (SqlglotError, DPError):
+        return False
+    return option is not None and option.value is True
+
+
+def cells(result) -> dict[str, list[tuple[float, float, float]]]:
+    """Per noisy column, per row: (low, high, half-width) of its 95% interval; NaN where the
+    column has no ± ("derived, no ±"). Empty if they cannot be had: the answer was charged, and
+    goes out without them rather than not at all (DESIGN.md invariant 19)."""
+    if result.exact or not result.columns:
+        return {}
+    try:
+        return _cells(result)
+    except Exception:
+        log.exception("the intervals of an answer could not be derived; it is sent without them")
+        return {}
+
+
+def _cells(result) -> dict[str, list[tuple[float, float, float]]]:
+    frame = result.intervals(ALPHA)
+    halves = result.accuracy_df(ALPHA)
+    found = {}
+    for position, name in enumerate(result.columns):
+        if f"{name}_low" in frame and name not in found:
+            found[name] = list(zip(frame[f"{name}_low"].tolist(), frame[f"{name}_high"].tolist(),
+                                   halves.iloc[:, position].tolist()))
+    return found
+
+
+def with_intervals(result, found: dict) -> tuple[tuple, tuple]:
+    """(columns, rows) of ``result`` with ``<column>_low`` and ``<column>_high`` after each
+    noisy column (NULL where it has no ±)."""
+    columns: list[str] = []
+    for name in result.columns:
+        columns += [name, f"{name}_low", f"{name}_high"] if name in found else [name]
+    released = list(result)
+    whole = {name for position, name in enumerate(result.columns)  # counts: whole-number ends
+             if name in found and all(isinstance(row[position], int) for row in released)}
+    rows = []
+    for index, row in enumerate(released):
+        values: list[Any] = []
+        for name, value in zip(result.columns, row):
+            values.append(value)
+            if name in found:
+                low, high, _ = found[name][index]
+                values += [_end(low, math.floor, name in whole), _end(high, math.ceil, name in whole)]
+        rows.append(tuple(values))
+    return tuple(columns), tuple(rows)
+
+
+def notice(result, found: dict) -> str | None:
+    """One line per noisy column, or ``None`` for an answer with no noisy cell.
+
+    >>> class Answer:
+    ...     columns, rows = ["store", "n", "m"], [("a", 10, 3.0), ("b", 20, 4.5)]
+    ...     def __iter__(self): return iter(self.rows)
+    ...     def __len__(self): return len(self.rows)
+    >>> print(notice(Answer(), {"n": [(-11.5, 31.5, 21.5), (-1.5, 41.5, 21.5)],
+    ...                         "m": [(1.04, 3.3, 1.13), (4.1, 4.8, math.nan)]}))
+    dpsql: 95% intervals (post-processing, free): n ± 22 in every row;
+      m by row: [1.0, 3.3], [4.10, 4.80] (asymmetric or varying: use these, not a ±)
+    """
+    if not found:
+        return None
+    rows = list(result)
+    lines = []
+    for name, column in found.items():
+        if not column:
+            continue
+        halves = {half for _, _, half in column}
+        position = result.columns.index(name)
+        symmetric = all(_is_symmetric(row[position], low, high, half)
+                        for row, (low, high, half) in zip(rows, column))
+        if len(halves) == 1 and symmetric and not math.isnan(column[0][2]):
+            every = " in every row" if len(column) > 1 else ""
+            lines.append(f"{name} ± {_shown(column[0][2], column[0][2], math.ceil)}{every}")
+        elif len(column) == 1:
+            lines.append(f"{name} {_interval(*column[0][:2])}")
+        else:
+            listed = ", ".join(_interval(low, high) for low, high, _ in column[:LISTED_ROWS])
+            more = len(column) - LISTED_ROWS
+            tail = f", … {more:,} more rows: OPTIONS (intervals = true) returns each as columns" if more > 0 else ""
+            lines.append(f"{name} by row: {listed}{tail} (asymmetric or varying: use these, not a ±)")
+    return "dpsql: 95% intervals (post-processing, free): " + ";\n  ".join(lines) if lines else None
+
+
+def detail(found: dict) -> dict:
+    """Every row's interval, for ``dpsql_cost``: {column: [[low, high] or null, ...]}."""
+    return {name: [None if math.isnan(low) or math.isnan(high) else [low, high] for low, high, _ in column]
+            for name, column in found.items()}
+
+
+def exact_text(value: Fraction) -> str:
+    """A privacy amount as an exact decimal when it has one, else as a fraction.
+
+    >>> exact_text(Fraction(3, 5)), exact_text(Fraction(1, 10**7)), exact_text(Fraction(1, 3)), exact_text(Fraction(2))
+    ('0.6', '0.0000001', '1/3', '2')
+    """
+    denominator, twos, fives = value.denominator, 0, 0
+    while denominator % 2 == 0:
+        denominator, twos = denominator // 2, twos + 1
+    while denominator % 5 == 0:
+        denominator, fives = denominator // 5, fives + 1
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    places = max(twos, fives)
+    scaled = value * 10**places  # a whole number now
+    whole, digits = divmod(abs(scaled.numerator), 10**places)
+    sign = "-" if value < 0 else ""
+    return f"{sign}{whole}" + (f".{digits:0{places}d}" if places else "")
+
+
+def _interval(low: float, high: float) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "derived, no ±"
+    width = (high - low) / 2
+    return f"[{_shown(low, width, math.floor)}, {_shown(high, width, math.ceil)}]"
+
+
+def _shown(value: float, width: float, rounding) -> str:
+    """``value`` to two significant digits of ``width``, rounded outward (``rounding``)."""
+    if not math.isfinite(value):
+        return str(value)
+    decimals = 0 if not width > 0 else min(6, max(0, 1 - math.floor(math.log10(width))))
+    scale = 10**decimals
+    return f"{rounding(round(value * scale, 6)) / scale:,.{decimals}f}"  # 4.1 * 100 is 409.99999...
+
+
+def _is_symmetric(value: Any, low: float, high: float, half: float) -> bool:
+    if not isinstance(value, (int, float, Decimal)) or isinstance(value, bool) or math.isnan(half):
+        return False
+    value = float(value)
+    return math.isclose(high - value, half, rel_tol=1e-9, abs_tol=1e-9 * max(1.0, abs(value))) \
+        and math.isclose(value - low, half, rel_tol=1e-9, abs_tol=1e-9 * max(1.0, abs(value)))
+
+
+def _end(value: float, rounding, whole: bool) -> float | int | None:
+    """An interval's end as sent: NULL for none; for a whole-number column, the whole number
+    outward of it (ends rounded outward by a last bit, 557.9999999999999, read as 558).
+
+    >>> _end(557.9999999999999, math.floor, True), _end(1756.0000000000002, math.ceil, True)
+    (558, 1756)
+    >>> _end(2.5, math.ceil, False), _end(math.nan, math.ceil, False)
+    (2.5, None)
+    """
+    if value is None or math.isnan(value):
+        return None
+    return int(rounding(round(value, 6))) if whole and math.isfinite(value) else value

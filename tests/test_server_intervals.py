@@ -1,0 +1,135 @@
+"""Intervals on the wire (issue 23, item 1): psql shows every answer's 95% intervals in a
+notice, per row where rows differ; ``OPTIONS (intervals = true)`` returns them as columns that
+psql and pandas read as data; ``dpsql_cost`` carries each row's interval and exact decimals.
+All of it is post-processing of the released answer: asking for intervals costs nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import warnings
+
+import pytest
+
+from dpsql.demo import SHOP_POLICY
+from dpsql.server import start_in_thread
+from dpsql.server.intervals import LISTED_ROWS
+from dpsql.server.users import add_user
+
+psycopg = pytest.importorskip("psycopg")
+
+PSQL = shutil.which("psql")
+PASSWORD = "alice-secret"
+POLICY = SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 50")
+GROUPED = "SELECT store, COUNT(*) AS n, MEDIAN(age) AS med FROM visits GROUP BY store ORDER BY store"
+WITH_INTERVALS = GROUPED.replace("SELECT", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = true)", 1)
+
+
+@pytest.fixture(scope="module")
+def server(built, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("intervals")
+    (directory / "shop.policy").write_text(POLICY)
+    add_user(directory / "users", "alice", PASSWORD)
+    server = start_in_thread(built, users=directory / "users", policy=directory / "shop.policy", port=0,
+                             ledger=directory / "ledger")
+    yield server
+    server.stop()
+    server.thread.join(10)
+
+
+def connect(server):
+    return psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password=PASSWORD,
+                           connect_timeout=5, autocommit=True)
+
+
+def psql(server, *commands: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PGPASSWORD": PASSWORD, "PGCONNECT_TIMEOUT": "5"}
+    arguments = [PSQL, "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice", "-d", "shop", "-X", "-A",
+                 "-v", "ON_ERROR_STOP=0"]
+    for command in commands:
+        arguments += ["-c", command]
+    return subprocess.run(arguments, env=environment, capture_output=True, text=True, timeout=60)
+
+
+def interval_notice(stderr: str) -> str:
+    """The intervals notice psql printed (it spans lines)."""
+    match = re.search(r"NOTICE:  dpsql: 95% intervals \(post-processing, free\): (.*?)(?=\nNOTICE|\n[^ ]|\Z)",
+                      stderr, flags=re.S)
+    assert match, stderr
+    return match.group(1)
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_psql_shows_each_noisy_columns_interval_per_row_where_rows_differ(server):
+    done = psql(server, GROUPED + " LIMIT 6")
+    assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
+    stores = len(done.stdout.strip().splitlines()) - 2  # header and "(N rows)"
+    assert 2 <= stores <= LISTED_ROWS
+    shown = interval_notice(done.stderr)
+    assert re.search(r"^n ± [\d,]+ in every row;", shown)  # a COUNT's interval is the same in every row
+    listed = re.search(r"med by row: (.*) \(asymmetric or varying", shown).group(1)
+    ends = re.findall(r"\[(-?[\d.,]+), (-?[\d.,]+)\]", listed)
+    assert len(ends) == stores  # one [low, high] per row, in the order the rows are shown
+    assert all(18 <= float(low) <= float(high) <= 90 for low, high in ends)  # within age's bounds
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_psql_reads_intervals_as_columns_for_free_after_the_answer(server):
+    done = psql(server, GROUPED + " LIMIT 4", WITH_INTERVALS + " LIMIT 4")
+    assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
+    assert done.stderr.count("cost free: a repeat of an earlier query") == 1  # the option changes no release
+    plain, with_columns = done.stdout.split("(4 rows)")[:2]
+    header, *rows = with_columns.strip().splitlines()
+    assert header == "store|n|n_low|n_high|med|med_low|med_high"
+    assert [row.split("|")[0:2] + [row.split("|")[4]] for row in rows] == \
+        [row.split("|") for row in plain.strip().splitlines()[1:]]  # the same answer, with its intervals
+    for row in rows:
+        store, n, n_low, n_high, med, med_low, med_high = row.split("|")
+        assert int(n_low) <= int(n) <= int(n_high) and int(n_high) - int(n) == int(n) - int(n_low)
+        assert float(med_low) <= float(med_high)
+
+
+def test_pandas_reads_intervals_as_data_and_dpsql_cost_holds_every_rows_interval(server):
+    import pandas as pd
+
+    with connect(server) as connection:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pandas prefers SQLAlchemy; a DBAPI connection works
+            frame = pd.read_sql(WITH_INTERVALS.replace("ORDER BY store", "ORDER BY n DESC"), connection)
+        detail = json.loads(connection.info.parameter_status("dpsql_cost"))
+    assert list(frame.columns) == ["store", "n", "n_low", "n_high", "med", "med_low", "med_high"]
+    assert str(frame["n_low"].dtype) == "int64" and str(frame["med_low"].dtype) == "float64"
+    assert (frame["n_low"] <= frame["n"]).all() and (frame["n"] <= frame["n_high"]).all()
+    assert detail["epsilon"] == "0.1" and detail["delta"] == "0"  # exact decimals, not 1/10
+    sent = detail["intervals95"]
+    assert set(sent) == {"n", "med"} and len(sent["med"]) == len(frame)
+    assert [low for low, _ in sent["med"]] == frame["med_low"].tolist()
+    assert [high for _, high in sent["med"]] == frame["med_high"].tolist()
+
+
+def test_a_long_answer_lists_the_first_rows_and_says_how_to_get_the_rest(server):
+    with connect(server) as connection:
+        seen: list[str] = []
+        connection.add_notice_handler(lambda diagnostic: seen.append(diagnostic.message_primary))
+        rows = connection.execute(GROUPED).fetchall()
+    assert len(rows) > LISTED_ROWS
+    shown = next(text for text in seen if text.startswith("dpsql: 95% intervals"))
+    assert len(re.findall(r"\[-?[\d.,]+, -?[\d.,]+\]", shown)) == LISTED_ROWS
+    assert f"… {len(rows) - LISTED_ROWS:,} more rows: OPTIONS (intervals = true) returns each as columns" in shown
+
+
+def test_public_answers_have_no_intervals_and_a_wrong_option_is_refused(server):
+    with connect(server) as connection:
+        seen: list[str] = []
+        connection.add_notice_handler(lambda diagnostic: seen.append(diagnostic.message_primary))
+        cursor = connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = true) city, "
+                                    "COUNT(*) AS n FROM stores GROUP BY city ORDER BY city")
+        assert [column.name for column in cursor.description] == ["city", "n"]  # exact: nothing to add
+        assert not any("95% intervals" in text for text in seen)
+        with pytest.raises(psycopg.Error) as refused:
+            connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = 1) COUNT(*) FROM visits")
+    assert "the option 'intervals' must be true or false" in str(refused.value)
