@@ -133,3 +133,17 @@ def test_public_answers_have_no_intervals_and_a_wrong_option_is_refused(server):
         with pytest.raises(psycopg.Error) as refused:
             connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = 1) COUNT(*) FROM visits")
     assert "the option 'intervals' must be true or false" in str(refused.value)
+
+
+def test_the_remote_shell_gets_each_rows_own_interval(server):
+    """``dpsql shell postgresql://...`` drew every row with its column's largest ± (issue 23)."""
+    from dpsql.shell.remote import connect_remote
+
+    with connect_remote(f"postgresql://alice:{PASSWORD}@127.0.0.1:{server.port}/shop") as db:
+        result = db.sql(GROUPED.replace("ORDER BY store", "ORDER BY n DESC") + " LIMIT 5")
+        as_columns = db.sql(WITH_INTERVALS.replace("ORDER BY store", "ORDER BY n DESC") + " LIMIT 5")
+    shown = result.intervals()
+    assert shown["med_low"].tolist() == [row[5] for row in as_columns.fetchall()]
+    assert shown["med_high"].tolist() == [row[6] for row in as_columns.fetchall()]
+    halves = result.accuracy_df()
+    assert (halves["n"] == halves["n"].iloc[0]).all() and halves["store"].isna().all()

@@ -294,7 +294,8 @@ def cost_detail(result, found: dict | None = None) -> str:
     """For programs (``dpsql shell postgresql://...``): the exact cost (exact decimals, or a
     fraction where there is none), each noisy column's 95% half-width in its own units (the
     largest over its rows; null where none can be derived, which the shell shows as "derived,
-    no ±"), every row's 95% interval (``intervals95``: [low, high] or null, per column), the
+    no ±"), every row's 95% interval (``intervals95``: [low, high] or null, per column) and
+    half-width (``halfwidths95``), the
     contribution limits and any bias report (as text), as JSON."""
     cost = result.cost
     limits, bounding = getattr(result, "limits", None), getattr(result, "bounding", None)
@@ -305,6 +306,7 @@ def cost_detail(result, found: dict | None = None) -> str:
                        "halfwidth95": {} if result.exact else {   # null: "derived, no ±"
                            name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()},
                        "intervals95": intervals.detail(found or {}),
+                       "halfwidths95": intervals.half_widths(found or {}),
                        "notes": list(result.notes),
                        "limits": None if limits is None else str(limits),
                        "bounding": None if bounding is None else str(bounding)})

@@ -133,6 +133,12 @@ def detail(found: dict) -> dict:
             for name, column in found.items()}
 
 
+def half_widths(found: dict) -> dict:
+    """Every row's half-width, for ``dpsql_cost``: {column: [half-width or null, ...]}
+    (``DPResult.accuracy_df``; a quantile's is its conservative 95% figure)."""
+    return {name: [None if math.isnan(half) else half for _, _, half in column] for name, column in found.items()}
+
+
 def exact_text(value: Fraction) -> str:
     """A privacy amount as an exact decimal when it has one, else as a fraction.
 

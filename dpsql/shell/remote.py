@@ -5,7 +5,7 @@
 over psycopg, so every dot command that reads works the same remotely; the analyst is the
 user the server authenticated. Epsilon and delta set with ``.epsilon``/``.delta`` travel in
 the SQL (``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (...)``); the exact cost and each noisy
-column's 95% half-width come back in the ``dpsql_cost`` parameter the server sends.
+cell's 95% interval and half-width come back in the ``dpsql_cost`` parameter the server sends.
 
 >>> with_options("SELECT COUNT(*) FROM visits", 0.5, None)
 ('SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) COUNT(*) FROM visits', Shift(at=6, added=50, prefix=0))
@@ -132,8 +132,17 @@ class RemoteConnection:
             return {name: [math.nan if value is None else value] * len(rows)
                     for name, value in half.items()} if alpha == 0.05 else {}
 
-        return DPResult(columns, rows, cost, widths=widths, exact=exact, notes=detail.get("notes") or (),
-                        limits=detail.get("limits"), bounding=detail.get("bounding"))
+        def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+            # Each row's own 95% interval and half-width, as the server derived them.
+            ends, halves = detail["intervals95"], detail.get("halfwidths95") or {}
+            return {name: [(math.nan, math.nan, math.nan) if pair is None else
+                           (pair[0], pair[1], math.nan if (halves.get(name) or [None] * len(rows))[i] is None
+                            else halves[name][i]) for i, pair in enumerate(column)]
+                    for name, column in ends.items()} if alpha == 0.05 else {}
+
+        per_row = "intervals95" in detail and all(len(c) == len(rows) for c in detail["intervals95"].values())
+        return DPResult(columns, rows, cost, widths=widths, intervals=intervals if per_row else None, exact=exact,
+                        notes=detail.get("notes") or (), limits=detail.get("limits"), bounding=detail.get("bounding"))
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, **_: Any) -> str:
         text, shift = with_options(sql, epsilon, delta)
