@@ -249,10 +249,19 @@ def observe(case: Case, extra_rows: tuple, seed: int, databases: Databases | Non
         databases.close()
 
 
-def _observe_on(connection: duckdb.DuckDBPyConnection, case: Case, seed: int) -> Side:
+def observe_on_spark(case: Case, extra_rows: tuple, seed: int, databases: Databases, side: int, spark) -> Side:
+    """``observe`` on Spark: the neighbour's tables, built in DuckDB by ``databases`` (which must not
+    be one dpsql opened: dpsql walls in what it opens), become views of the shared Spark session
+    through ``spark`` (a ``tests/engines.Engine("spark")``, which also drops every bounded copy
+    an earlier case left), and dpsql runs there under the same fixed salt and seed."""
+    session = spark.load(databases.load(side, case, extra_rows))
+    return _observe_on(session, case, seed, ledger=":memory:")
+
+
+def _observe_on(connection, case: Case, seed: int, **options) -> Side:
     try:
         with fixed_salt():
-            db = dpsql.connect(connection, policy=case.policy, rng=SeededSource(seed))
+            db = dpsql.connect(connection, policy=case.policy, rng=SeededSource(seed), **options)
     except dpsql.DPError as error:  # a policy the schema refutes: the same on both sides
         return Side(outcome=(type(error).__name__, str(error)), exact_error="not connected")
     with db:

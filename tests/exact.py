@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from unittest import mock
 
+from sqlglot import exp
+
 from dpsql.analysis.plan import Plan, PrivateQuery
 from dpsql.analysis.sensitivity import Sensitivity, distinct_units_sensitivity
 from dpsql.backends.keys import read_keys
+from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
 from dpsql.options import merge_options
+from dpsql.sql.pieces import key_text
 
 NULL_TEXT = "<NULL>"
 """The text identity of a NULL key (DuckDB's CAST gives NULL, which has no text)."""
@@ -75,7 +79,8 @@ def exact_run(db, sql: str) -> ExactRun | None:
     epsilon, delta, noise = merge_options(written, None, None, None)
     plan = db._plan(checked, sql, epsilon, delta, noise)
     width = len(plan.query.keys)
-    rows, merged = _fetch_with_texts(db, plan, rewrite_statement(plan), width)
+    dialect = db._engine.dialect
+    rows, merged = _fetch_with_texts(db, plan, rewrite_statement(plan, dialect), width)
     representatives = _representatives(rows, width)
     released = _released_keys(db, plan, representatives)
     vectors, sensitivities = {}, {}
@@ -89,7 +94,7 @@ def exact_run(db, sql: str) -> ExactRun | None:
                                                         neighbours=plan.neighbours, grouped=width > 0)
     histograms, bounds = {}, {}
     for measure in plan.separate:
-        separate, more = _fetch_with_texts(db, plan, separate_statement(plan, measure), width)
+        separate, more = _fetch_with_texts(db, plan, separate_statement(plan, measure, dialect), width)
         merged += more
         if measure.kind == "distinct":
             vectors[measure.name] = _vector(separate, _representatives(separate, width), released, width, 0)
@@ -104,16 +109,42 @@ def exact_run(db, sql: str) -> ExactRun | None:
 
 def _fetch_with_texts(db, plan: Plan, bounded: BoundedStatement, width: int) -> tuple[list[tuple], list[str]]:
     """Rows of ``bounded`` as the connection reads them back (``read_keys``), each followed
-    by its key's DuckDB text; and the key texts that the read-back merged with another row's key."""
+    by its key's DuckDB text; and the key texts that the read-back merged with another row's key.
+    On another engine (Spark) the text is the engine's key text read back as DuckDB's text of the
+    same value (``key_text``): a text-form key is read back as that text already."""
+    if db._engine.dialect != DUCKDB:
+        return _fetch_with_engine_texts(db, plan, bounded, width)
     texts = ", ".join(f"CAST(dp_exact.g{i} AS VARCHAR) AS dp_text{i}" for i in range(width))
     sql = bounded.sql if not width else f"SELECT *, {texts} FROM (\n{bounded.sql}\n) AS dp_exact"
     rows = read_keys(db._engine.fetch(sql, db._salt_for(bounded.needs_salt), bounded=plan.query.bounded),
                      plan.query.keys)
+    return rows, _merged(rows, width)
+
+
+def _fetch_with_engine_texts(db, plan: Plan, bounded: BoundedStatement, width: int) -> tuple[list[tuple], list[str]]:
+    keys, engine = plan.query.keys, db._engine
+    valued = [i for i, key in enumerate(keys) if key.form == "value"]
+    texts = [key_text(exp.column(f"g{i}", "dp_exact"), keys[i].type_name).as_(f"dp_text{i}") for i in valued]
+    sql = bounded.sql
+    if texts:
+        listed = render(exp.select(*texts), engine.dialect).removeprefix("SELECT ")
+        sql = f"SELECT *, {listed} FROM (\n{bounded.sql}\n) AS dp_exact"
+    fetched = read_keys(engine.fetch(sql, db._salt_for(bounded.needs_salt), bounded=plan.query.bounded), keys,
+                        text=engine.key_text, value=engine.key_value)
+    rows = []
+    for row in fetched:
+        extra = iter(row[len(row) - len(texts):] if texts else ())
+        values = row[:len(row) - len(texts)] if texts else row
+        shown = [engine.key_text(next(extra), keys[i].type_name) if i in valued else row[i] for i in range(width)]
+        rows.append(tuple(values) + tuple(shown))
+    return rows, _merged(rows, width)
+
+
+def _merged(rows: list[tuple], width: int) -> list[str]:
     by_value: dict[tuple, list[tuple]] = {}
     for row in rows:
         by_value.setdefault(tuple(row[:width]), []).append(_text_key(row, width))
-    merged = [" = ".join(map(repr, group)) for group in by_value.values() if len(set(group)) > 1]
-    return rows, merged
+    return [" = ".join(map(repr, group)) for group in by_value.values() if len(set(group)) > 1]
 
 
 def _text_key(row: tuple, width: int) -> tuple:
