@@ -152,3 +152,16 @@ def test_a_ledger_failure_reaches_the_analyst_without_the_ledger_path(shop):
     assert outcome.message == "could not charge the ledger at (a file of the server): disk I/O error; " \
                               "nothing was charged"
     assert str(ledger.parent) not in outcome.message + (outcome.hint or "")
+
+
+def test_the_catalog_follows_a_replaced_policy_before_any_query(served):
+    """psql's ``\\d+`` is a catalog look-up: it reloads too, and shows the new policy's rules."""
+    server, database = served
+    wider = database.parent / "wider.policy"
+    wider.write_text(SHOP_POLICY.replace("amount BOUNDS 0 TO 500", "amount BOUNDS 0 TO 1000"))
+    assert "amount BOUNDS 0 TO 500" in SHOP_POLICY
+    before = psql(server, "\\d+ visits")
+    assert curator("init", database, "--policy", wider, "--replace").returncode == 0
+    after = psql(server, "\\d+ visits")
+    assert before.returncode == after.returncode == 0 and "ERROR" not in after.stderr, after.stderr
+    assert "|clamped to [0, 500]" in before.stdout and "|clamped to [0, 1000]" in after.stdout

@@ -1,6 +1,6 @@
 """psql's catalog commands, SQLAlchemy's reflection and pgjdbc's DatabaseMetaData against
-``dpsql serve`` (issue 23, item 7): each answers from the schema-only catalog — names and
-types, never a row count, a size or a value of a private table.
+``dpsql serve`` (issue 23, item 7): each answers from the schema-only catalog — names, types
+and the policy's rules as comments, never a row count, a size or a value of a private table.
 
 Every command and call here failed before with a DuckDB binder error (``relforcerowsecurity``,
 ``datcollate``, ``pg_table_size``, ``json_build_object``, ``_pg_expandarray``...).
@@ -25,6 +25,9 @@ PASSWORD = "alice-secret"
 COLUMNS = {"user_id": "integer", "day": "date", "store": "character varying", "amount": "double precision",
            "age": "integer", "zip": "character varying"}
 """visits' columns as PostgreSQL names their types."""
+DESCRIPTIONS = {"user_id": "privacy unit", "day": "", "store": "keys from stores.store",
+                "amount": "clamped to [0, 500]", "age": "clamped to [18, 90]", "zip": ""}
+"""visits' columns' comments: the policy's rules for each."""
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +70,14 @@ def test_psql_describes_a_table_with_postgres_type_names(server):
 
 
 @needs_psql
-def test_psql_describes_a_table_in_detail_without_statistics(server):
-    rows = cells(psql(server, r"\d+ users"))
-    assert rows[0][:6] == ["Column", "Type", "Collation", "Nullable", "Default", "Storage"]
-    assert [row[0] for row in rows[1:]] == ["user_id", "country", "plan", "signup"]
+def test_psql_describes_a_table_in_detail_with_the_policys_rules(server):
+    rows = cells(psql(server, r"\d+ visits"))
+    assert rows[0] == ["Column", "Type", "Collation", "Nullable", "Default", "Storage", "Compression",
+                       "Stats target", "Description"]
+    assert {row[0]: row[8] for row in rows[1:]} == DESCRIPTIONS
     assert all(row[7] == "" for row in rows[1:])  # no statistics target
+    users = cells(psql(server, r"\d+ users"))
+    assert users[2][0] == "country" and users[2][8] == "keys 'US', 'CA', 'MX', 'GB', 'DE', 'FR'"
 
 
 @needs_psql
@@ -80,6 +86,9 @@ def test_psql_lists_the_declared_tables_with_no_size(server):
     assert rows[0][:3] == ["Schema", "Name", "Type"] and rows[0][6] == "Size"
     assert [row[1] for row in rows[1:]] == ["stores", "users", "visits"]  # not `secrets`, not bounded copies
     assert all(row[6] == "" for row in rows[1:])  # a size would count a private table's rows
+    assert [row[7] for row in rows[1:]] == ["public: answered exactly, at no cost",
+                                            "private: privacy unit user_id, at most 1 row per unit",
+                                            "private: privacy unit user_id, at most 10 rows and 5 groups per unit"]
 
 
 @needs_psql
@@ -111,6 +120,7 @@ def test_sqlalchemy_reflects_tables_and_columns(server):
         assert [type(c["type"]).__name__ for c in columns] == ["INTEGER", "DATE", "VARCHAR", "DOUBLE_PRECISION",
                                                                "INTEGER", "VARCHAR"]
         assert all(c["nullable"] and c["default"] is None for c in columns)
+        assert {c["name"]: c["comment"] or "" for c in columns} == DESCRIPTIONS
         assert inspector.get_pk_constraint("visits")["constrained_columns"] == []
         assert inspector.get_foreign_keys("visits") == inspector.get_indexes("visits") == []
         table = sqlalchemy.Table("stores", sqlalchemy.MetaData(), autoload_with=engine)
@@ -131,7 +141,8 @@ public class Metadata {
     try (Connection c = DriverManager.getConnection(a[0], a[1], a[2])) {
       DatabaseMetaData m = c.getMetaData();
       try (ResultSet r = m.getColumns(null, null, "visits", "%")) {
-        while (r.next()) System.out.println("column " + r.getString("COLUMN_NAME") + " " + r.getInt("DATA_TYPE"));
+        while (r.next()) System.out.println("column " + r.getString("COLUMN_NAME") + " " + r.getInt("DATA_TYPE")
+                                            + " " + r.getString("REMARKS"));
       }
       try (ResultSet r = m.getPrimaryKeys(null, null, "visits")) { while (r.next()) System.out.println("key"); }
       try (ResultSet r = m.getIndexInfo(null, null, "visits", false, false)) {
@@ -153,8 +164,10 @@ def test_pgjdbc_metadata_columns_keys_schemas_catalogs(server, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     # java.sql.Types: INTEGER 4, DATE 91, VARCHAR 12, DOUBLE 8
-    assert done.stdout.split("\n") == ["column user_id 4", "column day 91", "column store 12", "column amount 8",
-                                       "column age 4", "column zip 12", "schema main", "catalog shop", ""]
+    assert done.stdout.split("\n") == [
+        "column user_id 4 privacy unit", "column day 91 null", "column store 12 keys from stores.store",
+        "column amount 8 clamped to [0, 500]", "column age 4 clamped to [18, 90]", "column zip 12 null",
+        "schema main", "catalog shop", ""]
 
 
 @pytest.mark.parametrize("sql", [

@@ -6,7 +6,8 @@ their own budget and the total. One ``Connection`` serves every session.
 
 Modules: ``messages`` (protocol bytes), ``scram`` (authentication), ``statements`` (what a
 client sent), ``catalog`` (schema-only look-ups), ``pg_compat`` (PostgreSQL's catalog tables and
-functions that clients read, over DuckDB's), ``intervals`` (each answer's 95% intervals as a
+functions that clients read, over DuckDB's), ``described`` (the policy's rules as the catalog's
+comments), ``intervals`` (each answer's 95% intervals as a
 notice, as columns, and in ``dpsql_cost``), ``values`` (types and text format),
 ``answers`` (running a statement for an analyst), ``session`` (one connection),
 ``listener`` (the server).

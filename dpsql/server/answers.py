@@ -27,6 +27,7 @@ from dpsql.errors import (
 )
 from dpsql.server import intervals
 from dpsql.server.catalog import Catalog, catalog_query
+from dpsql.server.described import described
 from dpsql.server.intervals import asks_for_intervals, exact_text
 from dpsql.server.statements import Statement, budget_reply, ledger_reply
 
@@ -121,7 +122,7 @@ class SharedDatabase:
         self._reopen = reopen
         self._lock = TurnLock()
         self._database = database
-        self.catalog = Catalog(schema_of(connection), database)
+        self.catalog = Catalog(schema_of(connection), database, described(connection.policy))
         self._retired: list[Catalog] = []
         """Catalogs of earlier policies, closed with the server: a look-up may still be reading one."""
         self.private_paths = private_paths(connection)
@@ -176,7 +177,7 @@ class SharedDatabase:
                                         "again as soon as the new policy loads") from None
         old, self._connection = self._connection, fresh
         self._retired.append(self.catalog)
-        self.catalog = Catalog(schema_of(fresh), self._database)
+        self.catalog = Catalog(schema_of(fresh), self._database, described(fresh.policy))
         self.private_paths = private_paths(fresh)
         self.generation += 1
         self._failure = None

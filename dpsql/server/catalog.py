@@ -28,7 +28,7 @@ from sqlglot.errors import SqlglotError
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import Engine
 from dpsql.errors import UnsupportedQuery
-from dpsql.server.pg_compat import FUNCTIONS, SHADOWS, shadowed
+from dpsql.server.pg_compat import DESCRIBING, FUNCTIONS, SHADOWS, shadowed
 from dpsql.server.statements import SETTINGS
 from dpsql.sql.names import quoted, quoted_table
 
@@ -139,7 +139,9 @@ def catalog_query(sql: str) -> bool:
 class Catalog:
     """The schema-only database, of the tables of ``database`` (the name clients connect to)."""
 
-    def __init__(self, tables: dict[str, dict[str, str]], database: str = "memory"):
+    def __init__(self, tables: dict[str, dict[str, str]], database: str = "memory",
+                 comments: dict[str, tuple[str, dict[str, str]]] | None = None):
+        """``comments``: table -> (its comment, column -> comment) (``dpsql.server.described``)."""
         self._engine: Backend = Engine.open(":memory:", query_timeout=CATALOG_TIMEOUT, memory_limit="256MB")
         for name, definition in FUNCTIONS.items():
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
@@ -147,14 +149,45 @@ class Catalog:
                             for name, value in {**SETTINGS, "default_table_access_method": "heap"}.items())
         self._engine.fetch(f"CREATE MACRO fixed_setting(name) AS CASE lower(name) {settings} END, "
                            f"(name, missing_ok) AS CASE lower(name) {settings} END")
-        for name, body in SHADOWS.items():
-            self._engine.fetch(f"CREATE MACRO {name}() AS TABLE {body.format(database=text_literal(database))}")
         for table, columns in tables.items():
             parts = table.split(".")
             if len(parts) == 2 and parts[0].lower() != "main":
                 self._engine.fetch(f"CREATE SCHEMA IF NOT EXISTS {quoted(parts[0])}")
             listed = ", ".join(f"{quoted(name)} {kind}" for name, kind in columns.items())
             self._engine.fetch(f"CREATE TABLE {quoted_table(table)} ({listed})")
+        values = {"database": text_literal(database), "descriptions": self._descriptions(comments or {})}
+        for name, body in SHADOWS.items():
+            self._engine.fetch(f"CREATE MACRO {name}() AS TABLE {body.format(**values)}")
+        for name, definition in DESCRIBING.items():  # they read pg_description(), made just now
+            self._engine.fetch(f"CREATE MACRO {name}{definition}")
+
+    def _descriptions(self, comments: dict[str, tuple[str, dict[str, str]]]) -> str:
+        """``pg_description``'s rows for ``comments``, as a VALUES list (NULL-typed when none):
+        objoid (the table's OID), objsubid (0, or the column's number), description."""
+        rows = []
+        for table, (text, columns) in comments.items():
+            parts = table.split(".")
+            schema, name = (parts[0], parts[1]) if len(parts) == 2 else ("main", parts[0])
+            found = self._engine.fetch(
+                "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE lower(c.relname) = lower($1) AND lower(n.nspname) = lower($2) AND c.relkind = 'r'",
+                [name, schema])
+            if len(found) != 1:
+                continue
+            oid = int(found[0][0])
+            rows.append((oid, 0, text))
+            numbers = dict(self._engine.fetch("SELECT lower(attname), attnum FROM pg_catalog.pg_attribute "
+                                              "WHERE attrelid = $1 AND attnum > 0", [oid]))
+            rows += [(oid, int(numbers[column.lower()]), comment) for column, comment in columns.items()
+                     if column.lower() in numbers]
+        if not rows:
+            return "SELECT NULL::BIGINT AS objoid, NULL::VARCHAR AS classoid, NULL::INTEGER AS objsubid, " \
+                   "NULL::VARCHAR AS description WHERE false"
+        # classoid NULL: PostgreSQL's is pg_class's OID, which DuckDB's catalog does not have
+        # (pgjdbc compares it with pg_class.oid, SQLAlchemy with a regclass cast).
+        listed = ", ".join(f"({oid}::BIGINT, NULL::VARCHAR, {number}::INTEGER, {text_literal(text)})"
+                           for oid, number, text in rows)
+        return f"SELECT * FROM (VALUES {listed}) AS d(objoid, classoid, objsubid, description)"
 
     def answer(self, sql: str, parameters: tuple = ()) -> tuple[list[str], list[tuple]]:
         """(column names, rows) of a catalog query, with ``$1``... bound to ``parameters``

@@ -58,6 +58,9 @@ SHADOWS = {
     "pg_index": "SELECT *, false AS indnullsnotdistinct FROM pg_catalog.pg_index",
     "pg_opclass": _empty("oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, opcowner BIGINT, "
                          "opcfamily BIGINT, opcintype BIGINT, opcdefault BOOLEAN, opckeytype BIGINT"),
+    # The policy's rules as comments (``dpsql.server.described``); DuckDB's own lists every
+    # column with no comment, which clients joining on it read as a second column.
+    "pg_description": "{descriptions}",
     "pg_policy": _empty("oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, polpermissive BOOLEAN, "
                         "polroles NULL, polqual VARCHAR, polwithcheck VARCHAR"),
     "pg_roles": "SELECT 10::BIGINT AS oid, 'curator' AS rolname, false AS rolsuper, true AS rolinherit, "
@@ -96,7 +99,6 @@ FUNCTIONS = {
             ("time", "time without time zone"), ("timetz", "time with time zone")))
         + " ELSE pg_catalog.format_type(type_oid, typemod) END",
     "pg_encoding_to_char": "(encoding) AS 'UTF8'",
-    "obj_description": "(id, kind := NULL) AS NULL::VARCHAR",
     "to_regtype": "(name) AS NULL::BIGINT",
     "pg_get_expr": "(expr, relation) AS expr, (expr, relation, pretty) AS expr",
     "pg_relation_is_publishable": "(relation) AS false",
@@ -119,6 +121,15 @@ unknown (NULL): a private table's size would count its rows, and the schema-only
 empty tables would say 0, which reads as "empty". DuckDB will not add functions to its own
 pg_catalog, so they are made in ``main`` and calls are unqualified first
 (``dpsql.server.catalog.compatible``)."""
+
+
+DESCRIBING = {
+    "obj_description": ", ".join(f"({arguments}) AS (SELECT min(description) FROM pg_description() d "
+                                 "WHERE d.objoid = id AND d.objsubid = 0)" for arguments in ("id", "id, kind")),
+    "col_description": "(relation, number) AS (SELECT min(description) FROM pg_description() d "
+                       "WHERE d.objoid = relation AND d.objsubid = number)",
+}
+"""PostgreSQL's comment look-ups, over ``pg_description()``: made after it."""
 
 
 def shadowed(sql: str) -> str:
