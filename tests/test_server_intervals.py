@@ -147,3 +147,33 @@ def test_the_remote_shell_gets_each_rows_own_interval(server):
     assert shown["med_high"].tolist() == [row[6] for row in as_columns.fetchall()]
     halves = result.accuracy_df()
     assert (halves["n"] == halves["n"].iloc[0]).all() and halves["store"].isna().all()
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_a_session_setting_adds_intervals_to_every_answer_for_tools_that_write_the_sql(server):
+    query = "SELECT plan, COUNT(*) AS n FROM users GROUP BY plan ORDER BY plan"
+    done = psql(server, "SHOW dpsql.intervals", "SET dpsql.intervals = on", "SHOW dpsql.intervals", query,
+                "SET dpsql.intervals TO maybe", "RESET dpsql.intervals", query)
+    assert done.returncode == 0, done.stderr
+    blocks = done.stdout.split("\n")
+    assert blocks[:2] == ["dpsql.intervals", "off"] and "SET" in blocks and blocks[blocks.index("SET") + 2] == "on"
+    with_columns = blocks.index("plan|n|n_low|n_high")
+    assert blocks.count("plan|n") == 1 and blocks.index("plan|n") > with_columns  # RESET: off again
+    assert 'ERROR:  invalid value for parameter "dpsql.intervals": "maybe"' in done.stderr
+    assert "HINT:  write SET dpsql.intervals = on (or off)" in done.stderr
+
+
+def test_sqlalchemy_and_pandas_ask_for_intervals_at_connection(server):
+    """A BI tool writes its own SQL: libpq's options (pgjdbc's ``options``) carry the setting."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    import pandas as pd
+
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:{server.port}/shop",
+                                      connect_args={"options": "-c dpsql.intervals=on"})
+    try:
+        with engine.connect() as connection:
+            frame = pd.read_sql(sqlalchemy.text("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan"), connection)
+    finally:
+        engine.dispose()
+    assert list(frame.columns) == ["plan", "n", "n_low", "n_high"]
+    assert (frame["n_low"] <= frame["n"]).all() and (frame["n"] <= frame["n_high"]).all()

@@ -277,7 +277,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
                        hint="write the values into the SQL text of a query on the policy's tables")
     result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
     found = intervals.cells(result)
-    shown = intervals.with_intervals(result, found) if asks_for_intervals(statement.sql) \
+    shown = intervals.with_intervals(result, found) if statement.intervals or asks_for_intervals(statement.sql) \
         else (tuple(result.columns), tuple(result))
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"

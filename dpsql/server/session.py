@@ -62,6 +62,8 @@ class Session:
     portals: dict = field(default_factory=dict)
     generation: int = 0
     """The server's policy generation this session's analyst was last answered under."""
+    intervals: bool = False
+    """``SET dpsql.intervals = on``: every answer carries its intervals as columns."""
 
 
 async def read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
@@ -136,7 +138,8 @@ async def start(reader, writer, server) -> Session | None:
     database = startup.parameters.get("database") or user
     if database != server.database:
         raise Refused("3D000", f'database "{database}" does not exist; this server serves "{server.database}"')
-    session = Session(user, server.next_pid(), generation=server.shared.generation)
+    session = Session(user, server.next_pid(), generation=server.shared.generation,
+                      intervals=asked_for_intervals(startup.parameters))
     status = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
               "DateStyle": "ISO, MDY", "TimeZone": "UTC", "integer_datetimes": "on", "IntervalStyle": "postgres",
               "standard_conforming_strings": "on", "is_superuser": "off", "session_authorization": user,
@@ -246,6 +249,10 @@ def _error(writer, sqlstate: str, text: str, hint: str | None = None) -> bool:
 async def run(server, session: Session, statement: Statement) -> Outcome:
     """Answer in a worker thread; a cancel during it withholds the answer (not the charge)."""
     session.cancelled = False
+    if statement.kind == "setting":
+        return setting_outcome(session, statement)
+    if statement.kind == "query" and session.intervals:
+        statement = replace(statement, intervals=True)
     querying = statement.kind in ("query", "explain", "budget", "ledger")
     if querying and session.analyst not in load_users(server.users_path):
         # `dpsql user remove` takes effect at once: an open session of a removed user spent
@@ -265,6 +272,31 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
         return Outcome(sqlstate="57014", message="canceling statement due to user request; "
                        "a query that was charged stays charged")
     return outcome
+
+
+def asked_for_intervals(parameters: dict) -> bool:
+    """``dpsql.intervals`` given at connection: as a startup parameter, or in libpq's ``options``
+    (``PGOPTIONS="-c dpsql.intervals=on"``, pgjdbc's ``options``), so a tool that writes its own
+    SQL and sends no SET gets intervals as columns too.
+
+    >>> asked_for_intervals({"options": "-c dpsql.intervals=on"}), asked_for_intervals({"options": "-c x=1"})
+    (True, False)
+    """
+    given = parameters.get("dpsql.intervals")
+    for name, value in re.findall(r"(?:-c\s*|--)([\w.]+)=(\S+)", parameters.get("options", "")):
+        if name.lower() == "dpsql.intervals":
+            given = value
+    return given is not None and given.lower() in ("on", "true", "yes", "1")
+
+
+def setting_outcome(session: Session, statement: Statement) -> Outcome:
+    """``SET``, ``RESET`` or ``SHOW`` of one of the session's own settings (``dpsql.intervals``)."""
+    assert statement.setting is not None  # classify gives every 'setting' statement its setting
+    name, value = statement.setting
+    if value is None:
+        return Outcome((name,), (("on" if session.intervals else "off",),), "SHOW")
+    session.intervals = value
+    return Outcome(tag="SET")
 
 
 def description(outcome: Outcome) -> bytes:

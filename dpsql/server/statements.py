@@ -68,7 +68,8 @@ class Statement:
     """One decided statement."""
 
     kind: str
-    """'empty', 'reply', 'budget', 'policy', 'ledger', 'explain', 'query' or 'refused'."""
+    """'empty', 'reply', 'budget', 'policy', 'ledger', 'explain', 'query', 'setting' (one of
+    the session's own, ``SESSION_SETTINGS``) or 'refused'."""
     sql: str = ""
     """The query for dpsql or the catalog (for 'explain': the query explained)."""
     reply: Reply | None = None
@@ -81,6 +82,10 @@ class Statement:
     """Where ``sql`` starts in the string the client sent (0-based), for error positions."""
     parameters: tuple = ()
     """Values bound to ``$1``, ``$2``... (extended protocol), as text: catalog queries only."""
+    setting: tuple | None = None
+    """For 'setting': (name, value): ``SET`` gives the value, ``SHOW`` None, ``RESET`` False."""
+    intervals: bool = False
+    """For a query: answer with ``<column>_low``/``_high`` (the session's ``dpsql.intervals``)."""
 
 
 MAX_QUERY_CHARACTERS = 32 << 10
@@ -111,6 +116,8 @@ def classify(sql: str) -> Statement:
                          hint="send one SELECT per query, without a second statement after ';'")
     text = sql[rest[0].start:rest[-1].end + 1]
     word = rest[0].text.upper()
+    if word in ("SET", "RESET") and (own := session_setting(rest)) is not None:
+        return own
     if word in TAGS:
         tag, transaction = TAGS[word]
         return Statement("reply", sql=text, reply=Reply(tag=tag, transaction=transaction))
@@ -131,11 +138,50 @@ def classify(sql: str) -> Statement:
                           "OPTIONS (epsilon = 0.1) ...), SHOW budget for what remains")
 
 
+SESSION_SETTINGS = ("dpsql.intervals",)
+"""Settings a session may change: ``dpsql.intervals`` (off by default) adds each noisy column's
+95% interval as ``<column>_low``/``_high`` to every answer, as ``OPTIONS (intervals = true)``
+does for one query (for BI tools, which write the SQL themselves)."""
+_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+
+
+def session_setting(tokens: list) -> Statement | None:
+    """``SET [SESSION] dpsql.intervals {= | TO} on|off`` or ``RESET dpsql.intervals``; ``None``
+    for any other SET or RESET (chatter, answered with a fixed reply).
+
+    >>> from sqlglot.dialects.dialect import Dialect
+    >>> def decided(sql): return session_setting(Dialect.get_or_raise("postgres").tokenize(sql))
+    >>> decided("SET dpsql.intervals = on").setting, decided("RESET dpsql.intervals").setting
+    (('dpsql.intervals', True), ('dpsql.intervals', False))
+    >>> decided("SET dpsql.intervals TO 'maybe'").message
+    'invalid value for parameter "dpsql.intervals": "maybe"'
+    >>> decided("SET search_path = main") is None
+    True
+    """
+    words = [t.text for t in tokens[1:]]
+    if words and words[0].upper() in ("SESSION", "LOCAL"):
+        words = words[1:]
+    split = next((i for i, w in enumerate(words) if w == "=" or w.upper() == "TO"), len(words))
+    name = "".join(words[:split]).lower().strip('"')
+    if name not in SESSION_SETTINGS:
+        return None
+    if tokens[0].text.upper() == "RESET":
+        return Statement("setting", setting=(name, False)) if split == len(words) else None
+    value = "".join(words[split + 1:]).lower().strip("'\"")
+    if value not in _TRUE + _FALSE:
+        return Statement("refused", sqlstate="22023", position=tokens[0].start + 1,
+                         message=f'invalid value for parameter "{name}": "{value}"',
+                         hint=f"write SET {name} = on (or off)")
+    return Statement("setting", setting=(name, value in _TRUE))
+
+
 def show(text: str, position: int) -> Statement:
-    """SHOW budget (the analyst's budget as a result set), or a fixed setting."""
+    """SHOW budget (the analyst's budget as a result set), a session setting, or a fixed one."""
     name = " ".join(text.split()[1:]).lower().strip('"')
     if name in ("budget", "policy", "ledger"):
         return Statement(name, sql=text)
+    if name in SESSION_SETTINGS:
+        return Statement("setting", setting=(name, None))
     if name == "all":
         return Statement("reply", reply=Reply(("name", "setting"), tuple(sorted(SETTINGS.items())),
                                               f"SHOW {len(SETTINGS)}"))
@@ -145,7 +191,8 @@ def show(text: str, position: int) -> Statement:
     return Statement("refused", sqlstate="42704", position=position,
                      message=f"unrecognized configuration parameter \"{name}\"",
                      hint="SHOW budget shows what remains of your privacy budget, SHOW policy the "
-                          "rules, SHOW ledger your past queries")
+                          "rules, SHOW ledger your past queries, SHOW dpsql.intervals whether answers "
+                          "carry their intervals as columns")
 
 
 _VERSION = re.compile(r"select\s+(pg_catalog\s*\.\s*)?version\s*\(\s*\)(\s+as\s+(\w+))?", re.IGNORECASE)
