@@ -177,3 +177,20 @@ def test_sqlalchemy_and_pandas_ask_for_intervals_at_connection(server):
         engine.dispose()
     assert list(frame.columns) == ["plan", "n", "n_low", "n_high"]
     assert (frame["n_low"] <= frame["n"]).all() and (frame["n"] <= frame["n_high"]).all()
+
+
+def test_under_basic_accounting_no_rho_is_shown(server):
+    """rho is what zCDP spends; under BASIC it read as a second, unexplained cost (issue 23)."""
+    import pandas as pd
+
+    from dpsql.server.statements import ledger_reply
+
+    with connect(server) as connection:
+        connection.execute("SELECT COUNT(*) AS n FROM users WHERE plan = 'pro'").fetchall()
+        detail = json.loads(connection.info.parameter_status("dpsql_cost"))
+        cursor = connection.execute("SHOW ledger")
+        assert [c.name for c in cursor.description] == ["id", "time", "analyst", "sql", "epsilon", "delta"]
+    assert detail["accounting"] == "basic" and detail["rho"] is None
+    frame = pd.DataFrame([(1, "t", "alice", "SELECT 1", 0.1, 0.0, 0.005)],
+                         columns=["id", "time", "analyst", "sql", "epsilon", "delta", "rho"])
+    assert ledger_reply(frame, "zcdp").columns[-1] == "rho"

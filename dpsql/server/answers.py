@@ -263,7 +263,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     if kind == "policy":
         return Outcome(("policy",), ((shared.run(analyst, lambda db: db.policy_text()),),), "SHOW 1")
     if kind == "ledger":
-        reply = ledger_reply(shared.run(analyst, lambda db: db.ledger()))
+        reply = ledger_reply(*shared.run(analyst, lambda db: (db.ledger(), db.policy.accounting)))
         return Outcome(reply.columns, reply.rows, reply.tag)
     if kind == "explain":
         text = shared.run(analyst, lambda db: db.explain(statement.sql))
@@ -301,7 +301,8 @@ def cost_detail(result, found: dict | None = None) -> str:
     cost = result.cost
     limits, bounding = getattr(result, "limits", None), getattr(result, "bounding", None)
     return json.dumps({"epsilon": exact_text(cost.epsilon), "delta": exact_text(cost.delta),
-                       "rho": None if cost.rho is None else exact_text(cost.rho),
+                       "rho": None if cost.rho is None or getattr(cost, "accounting", "basic") == "basic"
+                       else exact_text(cost.rho),  # under BASIC, rho is not what is spent
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
                        "repeat": result.repeat,
                        "halfwidth95": {} if result.exact else {   # null: "derived, no ±"

@@ -210,11 +210,13 @@ LEDGER_COLUMNS = ("id", "time", "analyst", "sql", "epsilon", "delta", "rho")
 """What ``SHOW ledger`` shows of the analyst's own entries (not the stored answers)."""
 
 
-def ledger_reply(frame) -> Reply:
-    """The analyst's ledger entries (``Connection.ledger()``) as rows."""
+def ledger_reply(frame, accounting: str = "basic") -> Reply:
+    """The analyst's ledger entries (``Connection.ledger()``) as rows; rho only where the
+    policy accounts in it (under BASIC it is not what is spent, and only misleads)."""
+    columns = LEDGER_COLUMNS if accounting != "basic" else LEDGER_COLUMNS[:-1]
     rows = tuple(tuple(None if value != value else value for value in row)  # NaN rho: NULL
-                 for row in frame[list(LEDGER_COLUMNS)].itertuples(index=False, name=None))
-    return Reply(LEDGER_COLUMNS, rows, f"SHOW {len(rows)}")
+                 for row in frame[list(columns)].itertuples(index=False, name=None))
+    return Reply(columns, rows, f"SHOW {len(rows)}")
 
 
 def budget_reply(budget) -> Reply:
