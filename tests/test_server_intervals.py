@@ -194,3 +194,18 @@ def test_under_basic_accounting_no_rho_is_shown(server):
     frame = pd.DataFrame([(1, "t", "alice", "SELECT 1", 0.1, 0.0, 0.005)],
                          columns=["id", "time", "analyst", "sql", "epsilon", "delta", "rho"])
     assert ledger_reply(frame, "zcdp").columns[-1] == "rho"
+
+
+def test_the_readmes_pandas_line_reads_without_a_warning(server):
+    """README, "Serving analysts": pandas.read_sql over a SQLAlchemy engine (issue 23 papercut)."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    import pandas
+
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:{server.port}/shop")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            frame = pandas.read_sql("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan", engine)
+    finally:
+        engine.dispose()
+    assert list(frame.columns) == ["plan", "n"] and len(frame) == 3
