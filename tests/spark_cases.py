@@ -111,18 +111,21 @@ ACCEPTED = {
         "date_diff('quarter', a, b)", "date_diff('year', a, b)", "datediff('day', b, a)", "a = '2020-02-29'",
         "a BETWEEN '2020-01-01' AND b", "least(a, b)", "greatest(a, b)", "coalesce(a, b)", "CAST(a AS TIMESTAMP)",
         "hour(a)", "a IN ('2024-01-07', b)", "CASE WHEN a < b THEN a END", "nullif(a, b)",
+        "CAST(a AS VARCHAR)", "CAST(a AS VARCHAR) LIKE '2020-%'", "a < DATE '2020-03-01'",
+        "a BETWEEN DATE '2020-01-01' AND b", "TRY_CAST('2020-02-29' AS DATE) = a",
     ],
     "g_day": [  # dates past 9999 and before year 1 (a + b with b down to -32768 days)
         "a + b", "a - b", "b + a", "a + 1", "a - 366", "year(a + b)", "(a + b) - a", "month(a + b)", "day(a - b)",
         "dayofweek(a + b)", "isodow(a + b)", "weekofyear(a + b)", "yearweek(a + b)", "dayofyear(a + b)",
         "quarter(a + b)", "dayname(a + b)", "monthname(a - b)", "date_trunc('month', a + b)", "last_day(a + b)",
         "date_diff('month', a, a + b)", "date_diff('year', a - b, a)", "a + b < a", "hour(a + b)",
+        "CAST(a + b AS VARCHAR)", "CAST(a - b AS VARCHAR)",
     ],
     "g_far": [  # dates past the TIMESTAMP range (a + b, b up to 2^31 - 1 days)
         "year(a + b)", "CAST(a + b AS TIMESTAMP)", "hour(a + b)", "date_trunc('month', a + b)", "(a + b) < c",
         "a + b BETWEEN a AND c", "dayname(a + b)", "last_day(a + b)", "weekofyear(a + b)", "dayofweek(a + b)",
         "yearweek(a + b)", "date_diff('day', a + b, a)", "date_diff('month', a, a + b)", "month(a + b)",
-        "coalesce((a + b) < c, true)", "CAST(c AS DATE) - (a + b)", "(a + b) - a",
+        "coalesce((a + b) < c, true)", "CAST(c AS DATE) - (a + b)", "(a + b) - a", "CAST(a + b AS VARCHAR)",
     ],
     "g_ts": [
         "a = b", "a < b", "year(a)", "month(a)", "hour(a)", "minute(a)", "second(a)", "extract(second from a)",
@@ -130,6 +133,7 @@ ACCEPTED = {
         "date_trunc('second', a)", "date_trunc('month', a)", "date_trunc('week', a)", "date_diff('day', a, b)",
         "date_diff('month', a, b)", "CAST(a AS DATE)", "a < '2020-01-01 12:00'", "a = '2020-01-01'", "last_day(a)",
         "dayname(a)", "least(a, b)", "CAST(a AS DATE) = b", "a > CAST(b AS DATE)",
+        "a < TIMESTAMP '2020-01-01 12:00:00'", "a = TIMESTAMP '2020-01-01 00:00'",
     ],
     "g_tz": [
         "year(a)", "hour(a)", "minute(a)", "date_trunc('day', a)", "date_trunc('hour', a)", "CAST(a AS DATE)",

@@ -17,7 +17,7 @@ checked against it node by node in ``tests/test_spark_semantics.py``; ``None`` m
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from sqlglot import exp
 
@@ -106,7 +106,7 @@ def integer_literal(node: exp.Expr) -> int | None:
     while isinstance(node, (exp.Neg, exp.Paren)):
         sign = -sign if isinstance(node, exp.Neg) else sign
         node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string and re.fullmatch(r"\d+", node.this):
+    if isinstance(node, exp.Literal) and not node.is_string and re.fullmatch(r"-?\d+", node.this):
         return sign * int(node.this)
     return None
 
@@ -125,8 +125,9 @@ def column_type(column: exp.Column, types: Mapping[str, str]) -> str | None:
 
 def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, str]:
     """``types`` extended to the names a query's own parts give columns: a table alias
-    (``v.amount`` for ``visits AS v``), and the outputs of subqueries and CTEs, typed from their
-    select lists (innermost first). A bare name two sources type differently is left out.
+    (``v.amount`` for ``visits AS v``), and the outputs of subqueries, CTEs and VALUES lists,
+    typed from their select lists or rows (each after the scopes it reads). A bare name two
+    sources type differently is left out.
 
     >>> import sqlglot
     >>> tree = sqlglot.parse_one("SELECT n FROM (SELECT v.x + 1 AS n FROM t AS v)", dialect="duckdb")
@@ -141,15 +142,7 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
                 found[f"{alias}.{key[len(name) + 1:]}"] = known
     clashes: set[str] = set()
     for scope in _scopes_read_first(tree):
-        select, alias = scope.this, scope.alias.lower()
-        if not isinstance(select, exp.Select):
-            continue
-        annotate(select, found)
-        for item in select.expressions:
-            name, output = item.alias_or_name.lower(), typed(item)
-            if not name or isinstance(item, exp.Star) or output is None:
-                continue
-            type_name: str = output
+        for alias, name, type_name in _outputs(scope, found):
             if alias:
                 found[f"{alias}.{name}"] = type_name
             if found.get(name, type_name) != type_name:
@@ -158,12 +151,36 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
     return {key: value for key, value in found.items() if key not in clashes}
 
 
-def _scopes_read_first(node: exp.Expr):
+def _outputs(scope: exp.Expr, types: Mapping[str, str]) -> Iterator[tuple[str, str, str]]:
+    """(alias, column, DuckDB type) of each typed output column of a subquery, CTE or VALUES list."""
+    if isinstance(scope, exp.Values):
+        alias = scope.args.get("alias")
+        columns = [c.name.lower() for c in alias.columns] if alias is not None else []
+        rows = [row.expressions for row in scope.expressions if isinstance(row, exp.Tuple)]
+        for row in rows:
+            for value in row:
+                annotate(value, types)
+        for index, name in enumerate(columns):
+            output = combined([row[index] for row in rows if index < len(row)])  # VALUES: the rows' common type
+            if output is not None and output != '"NULL"' and all(index < len(row) for row in rows):
+                yield scope.alias.lower(), name, output
+        return
+    select = scope.this
+    if not isinstance(select, exp.Select):
+        return
+    annotate(select, types)
+    for item in select.expressions:
+        name, output = item.alias_or_name.lower(), typed(item)
+        if name and not isinstance(item, exp.Star) and output is not None:
+            yield scope.alias.lower(), name, output
+
+
+def _scopes_read_first(node: exp.Expr) -> Iterator[exp.Expr]:
     """The subqueries and CTEs of ``node``, each after the ones it reads: nested ones before
     their outer query, and a WITH's CTEs in order (a CTE reads only those before it)."""
     for child in node.iter_expressions():
         yield from _scopes_read_first(child)
-    if isinstance(node, (exp.Subquery, exp.CTE)):
+    if isinstance(node, (exp.Subquery, exp.CTE, exp.Values)):
         yield node
 
 
@@ -191,7 +208,7 @@ def typed(node: exp.Expr | None) -> str | None:
 def _literal_type(node: exp.Literal) -> str | None:
     if node.is_string:
         return "VARCHAR"
-    text = node.this
+    text = node.this.removeprefix("-")  # dpsql writes -7 as one literal; DuckDB types it as it types 7
     if re.fullmatch(r"\d+", text):
         value = int(text)
         return next((name for name in ("INTEGER", "BIGINT") if fits(value, name)), "HUGEINT")
@@ -358,10 +375,13 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
     if isinstance(node, (exp.Min, exp.Max)):
         return typed(node.this)
     if isinstance(node, exp.Sum):
-        source = typed(node.this)
+        # SUM(v ORDER BY v): dpsql's per-unit float sum, in a fixed order (``render._spark_ordered_sum``)
+        source = typed(node.this.this if isinstance(node.this, exp.Order) else node.this)
         shape = decimal_shape(source)
         if is_integer(source) or source == "HUGEINT":
             return "HUGEINT"
+        if is_float(source):
+            return "DOUBLE"
         return f"DECIMAL(38,{shape[1]})" if shape and is_decimal(source) else None
     return None
 

@@ -111,6 +111,20 @@ def _family(name: str) -> str:
     return "list" if name.endswith("]") else "other"
 
 
+def iso_literal(node: exp.Expr, target: str) -> bool:
+    """A string literal holding a valid ISO date (for a DATE) or timestamp (for a TIMESTAMP),
+    which DuckDB and Spark read alike (Spark reads more spellings, DuckDB refuses them)."""
+    if not isinstance(node, exp.Literal) or not node.is_string or target not in ("DATE", "TIMESTAMP"):
+        return False
+    if not (_DATE_TEXT if target == "DATE" else _TIMESTAMP_TEXT).fullmatch(node.this):
+        return False
+    try:
+        datetime.datetime.fromisoformat(node.this)
+    except ValueError:
+        return False
+    return True
+
+
 def _valid_date(text: str) -> bool:
     try:
         datetime.date.fromisoformat(text)
@@ -265,14 +279,16 @@ def cast(node: exp.Expr) -> None:
                "cast to BIGINT, DECIMAL, DOUBLE, VARCHAR, DATE or TIMESTAMP")
     if source in (target, '"NULL"'):
         return
+    if source == "VARCHAR" and iso_literal(node.this, str(target)):
+        return  # DATE '2024-01-31': both engines read an ISO date or timestamp alike
     if source == "VARCHAR":
         refuse(node, _FROM_TEXT, "compare the text itself, or cast typed columns instead of text")
     if target == "VARCHAR":
         reason = (_TO_TEXT["float"] if infer.is_float(source) else _TO_TEXT["zone"]
-                  if source == "TIMESTAMP WITH TIME ZONE" else _TO_TEXT["date"] if infer.is_temporal(source) else None)
+                  if source == "TIMESTAMP WITH TIME ZONE" else _TO_TEXT["date"] if source == "TIMESTAMP" else None)
         if reason is not None:
             refuse(node, reason, "cast a number to DECIMAL first, or compare dates as dates")
-        if is_number(source) or source == "BOOLEAN":
+        if is_number(source) or source in ("BOOLEAN", "DATE"):  # a DATE in DuckDB's text (``spark_casts``)
             return
     elif is_decimal(target) and infer.is_float(source):
         refuse(node, "Spark rounds the decimal text of a DOUBLE, DuckDB its binary value (1.005 cast to "

@@ -189,7 +189,11 @@ def _write(tree: exp.Expr, writer: Writer, types: Mapping[str, str] | None,
 
 
 def _children_first(node: exp.Expr) -> Iterator[exp.Expr]:
-    """Post-order over ``node``, not entering subtrees already written for Spark."""
+    """Post-order over ``node``, not entering subtrees already written for Spark, nor a ``Total``
+    piece's (``total`` writes them, from DuckDB's tree: agreeing them first would hide their steps)."""
+    if isinstance(node, Total):
+        yield node
+        return
     for child in list(node.iter_expressions()):
         if not child.meta.get(DONE):
             yield from _children_first(child)

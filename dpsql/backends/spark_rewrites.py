@@ -226,7 +226,8 @@ def combination(w: Writer, node: exp.Expr) -> exp.Expr:
     values = [v for v in values if v is not None]
     compared(w, node, values)
     target = typed(node)
-    if target == "FLOAT" and (isinstance(node, (exp.Least, exp.Greatest)) or isinstance(node, exp.Anonymous)):  # DuckDB's FLOAT LEAST gives 0.0 for -0.0
+    if target == "FLOAT" and isinstance(node, (exp.Least, exp.Greatest, exp.Anonymous)):
+        # DuckDB's FLOAT LEAST gives 0.0 for -0.0
         node = exp.Add(this=w.cast(node, "FLOAT", fallible=False), expression=exp.cast(exp.Literal.number(0), "FLOAT"))
         return with_type(node, "FLOAT")
     if infer.is_number(target) and any(typed(v) != target for v in values):
