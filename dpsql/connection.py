@@ -47,14 +47,12 @@ from dpsql.backends.rewrite import (
     BoundedStatement,
     domain_sql,
     rewrite_statement,
-    separate_statement,
 )
 from dpsql.backends.spark_config import is_spark_config, load_spark_config, open_session
 from dpsql.backends.spark_session import is_spark_session
 from dpsql.bias import (
     BiasPlan,
     bias_sql,
-    bias_statement,
     explain_bias,
     limits_of,
     release_bias,
@@ -340,8 +338,7 @@ class Connection:
             keys = plan.query.keys
             exact = self._read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
             histograms: dict[str, Sequence[tuple]] = {}
-            for measure in plan.separate:
-                separate = separate_statement(plan, measure, self._engine.dialect)
+            for measure, separate in zip(plan.separate, priced.separate):  # rendered before the charge
                 fetched = self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded)
                 histograms[measure.name] = self._read_keys(fetched, keys)
             released = domain
@@ -355,8 +352,8 @@ class Connection:
                 stored_outside = {"values": list(core_rows(plan, cell)[0][len(keys):]),
                                   "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
             bounding = None
-            if bias is not None:
-                counting = bias_statement(bias, plan.query, self._engine.dialect)
+            counting = priced.bias_counting
+            if bias is not None and counting is not None:
                 counted = self._engine.fetch(counting.sql, self._salt_for(counting.needs_salt), bounded=checked.bounded)
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
             core = core_rows(plan, release)

@@ -34,8 +34,8 @@ from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.keys import typed_keys
 from dpsql.backends.render import DUCKDB
-from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement
-from dpsql.bias import BiasPlan, bias_share, plan_bias
+from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement, separate_statement
+from dpsql.bias import BiasPlan, bias_share, bias_statement, plan_bias
 from dpsql.budget.accounting import Spend, check_accountable, query_cost
 from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.options import (
@@ -67,6 +67,11 @@ class Priced:
     """The normalised SQL recorded in the ledger."""
     repeat_key: str
     """The key an identical query's stored answer is found under (``dpsql.sql.normalise``)."""
+    separate: tuple[BoundedStatement, ...] = ()
+    """The statements of the plan's separate measures, in order (rendered here, before the
+    charge: an engine that cannot write one refuses the query instead of failing after it)."""
+    bias_counting: BoundedStatement | None = None
+    """The statement counting what the bounds dropped and clamped (``dpsql.bias``), if reported."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,9 @@ class Preparer:
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
         cost = query_cost(plan)
         check_accountable(self.policy.accounting, cost)  # explain refuses it too, as sql() does
-        priced = Priced(cost, bounded, core_types, normal, repeat)
+        separate = tuple(separate_statement(plan, measure, self._dialect) for measure in plan.separate)
+        counting = bias_statement(bias, plan.query, self._dialect) if bias is not None else None
+        priced = Priced(cost, bounded, core_types, normal, repeat, separate, counting)
         return Prepared(tree, checked, written, plan, bias, priced)
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
