@@ -200,7 +200,9 @@ def private_paths(connection) -> tuple[str, ...]:
     """The curator's files this connection uses (database, ledger, policy) and their folders,
     longest first."""
     files = connection.curator_files()
-    names = {str(f) for f in files} | {str(f.parent) for f in files if len(f.parent.parts) > 1}
+    # Folders two levels down or more: "/srv/dpsql" says where, "/srv" nothing, and replacing a
+    # short one would garble a message that happens to hold its letters.
+    names = {str(f) for f in files} | {str(f.parent) for f in files if len(f.parent.parts) > 2}
     return tuple(sorted(names, key=len, reverse=True))
 
 
