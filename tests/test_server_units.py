@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from dpsql.errors import BudgetExceeded, UnsupportedQuery
+from dpsql.errors import BudgetExceeded, QueryFailed, UnsupportedQuery
 from dpsql.server import messages as m
 from dpsql.server.answers import refusal
 from dpsql.server.catalog import catalog_query
@@ -132,6 +132,15 @@ def test_refusals_carry_sqlstate_position_and_hint():
     outcome = refusal(UnsupportedQuery("unknown column nope", line=1, col=8, hint="use a column"), statement)
     assert (outcome.sqlstate, outcome.position, outcome.hint) == ("42703", 10, "use a column")
     assert refusal(BudgetExceeded("no budget left"), statement).sqlstate == "53400"
+
+
+def test_a_query_stopped_by_the_time_limit_names_no_server_setting():
+    """The deadline's hint is the curator's ("a longer query_timeout"); the analyst reads another."""
+    stopped = QueryFailed("the query was stopped after its time limit of 30 s",
+                          hint="ask for less, or ask the curator for a longer query_timeout")
+    outcome = refusal(stopped, classify("SELECT COUNT(*) FROM visits"))
+    assert outcome.sqlstate == "58000" and "query_timeout" not in outcome.message + outcome.hint
+    assert outcome.hint.startswith("ask for less")
 
 
 def test_column_types_and_text_values():

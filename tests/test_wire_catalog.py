@@ -101,6 +101,24 @@ def test_psql_lists_the_served_database_and_its_schema(server):
 
 
 @needs_psql
+def test_psql_lists_roles_and_extensions(server):
+    assert [row[0] for row in cells(psql(server, r"\du"))[1:]] == ["curator"]  # never the analysts' names
+    assert cells(psql(server, r"\dx"))[1:] == []
+
+
+def test_a_catalog_look_up_beyond_the_emulated_catalog_says_what_to_ask_instead(server):
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password=PASSWORD,
+                         connect_timeout=5, autocommit=True) as connection:
+        for sql in ("SELECT * FROM pg_catalog.pg_cast", "SELECT 'x'::int FROM pg_catalog.pg_class"):
+            with pytest.raises(psycopg.Error) as refused:
+                connection.execute(sql)
+            assert refused.value.diag.message_primary.startswith("this catalog look-up")
+            assert "information_schema.columns" in refused.value.diag.message_hint
+            assert "compares and combines" not in refused.value.diag.message_hint  # the old, unrelated hint
+
+
+@needs_psql
 def test_catalog_statistics_count_nothing(server):
     """What a client reads as a table's size or row count is empty or unknown, not the data's."""
     output = psql(server, "SELECT c.relname, c.reltuples, c.relpages, pg_catalog.pg_table_size(c.oid) AS size, "

@@ -321,7 +321,10 @@ def refusal(error: DPError, statement: Statement) -> Outcome:
     sqlstate = next(code for kind, code in SQLSTATES if isinstance(error, kind))
     if sqlstate == "0A000":
         sqlstate = next((code for start, code in MESSAGE_SQLSTATES if error.message.startswith(start)), sqlstate)
-    return Outcome(sqlstate=sqlstate, message=error.message, hint=error.hint_for("sql"),
+    hint = error.hint_for("sql")
+    if isinstance(error, QueryFailed):  # its hint is the curator's (a longer query_timeout): no setting named
+        hint = "ask for less (a narrower filter, fewer groups); what was charged stays charged"
+    return Outcome(sqlstate=sqlstate, message=error.message, hint=hint,
                    position=position_in(statement, error.line, error.col))
 
 

@@ -27,7 +27,7 @@ from sqlglot.errors import SqlglotError
 
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import Engine
-from dpsql.errors import UnsupportedQuery
+from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.server.pg_compat import DESCRIBING, FUNCTIONS, SHADOWS, shadowed
 from dpsql.server.statements import SETTINGS
 from dpsql.sql.names import quoted, quoted_table
@@ -194,8 +194,21 @@ class Catalog:
         (text, as clients send them); ``UnsupportedQuery`` if it does not bind."""
         sql = compatible(sql)
         bound = list(parameters) if parameters else None
-        names = [name for name, _ in self._engine.describe(sql, bound)]
-        rows = self._engine.fetch(sql, bound)
+        try:
+            names = [name for name, _ in self._engine.describe(sql, bound)]
+        except UnsupportedQuery as error:  # DuckDB's words about the schema-only database, and a fix
+            raise UnsupportedQuery(
+                "this catalog look-up reads a part of PostgreSQL's catalog this server does not have "
+                f"({error.message.removeprefix('the query does not bind: ')})",
+                hint="list tables and columns with information_schema.tables and information_schema.columns "
+                     "(psql: \\dt, \\d TABLE), and the rules with SHOW policy") from None
+        try:
+            rows = self._engine.fetch(sql, bound)
+        except Exception as error:  # a cast or a limit, on names and types only: say what it was
+            first = error.message if isinstance(error, DPError) else str(error).strip().split("\n")[0]
+            raise UnsupportedQuery(f"this catalog look-up failed: {first}",
+                                   hint="list tables and columns with information_schema.tables and "
+                                        "information_schema.columns, and the rules with SHOW policy") from None
         if sum(len(str(value)) for row in rows for value in row) > MAX_ANSWER_CHARACTERS:
             raise UnsupportedQuery("this catalog look-up's answer is larger than a catalog listing can be",
                                    hint="select the names you need, with a WHERE or LIMIT")

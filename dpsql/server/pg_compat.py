@@ -82,6 +82,10 @@ SHADOWS = {
                                "stxowner BIGINT, stxstattarget INTEGER, stxkeys INTEGER[], stxkind VARCHAR[], "
                                "stxexprs VARCHAR"),
     "pg_foreign_table": _empty("ftrelid BIGINT, ftserver BIGINT, ftoptions VARCHAR[]"),
+    "pg_auth_members": _empty("oid BIGINT, roleid BIGINT, member BIGINT, grantor BIGINT, admin_option BOOLEAN, "
+                              "inherit_option BOOLEAN, set_option BOOLEAN"),
+    "pg_extension": _empty("oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
+                           "extrelocatable BOOLEAN, extversion VARCHAR"),
     "pg_rewrite": _empty("oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, ev_enabled VARCHAR, "
                          "is_instead BOOLEAN, ev_qual VARCHAR, ev_action VARCHAR"),
 }
