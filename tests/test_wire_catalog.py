@@ -139,6 +139,7 @@ def test_sqlalchemy_reflects_tables_and_columns(server):
                                                                "INTEGER", "VARCHAR"]
         assert all(c["nullable"] and c["default"] is None for c in columns)
         assert {c["name"]: c["comment"] or "" for c in columns} == DESCRIPTIONS
+        assert inspector.get_table_comment("stores") == {"text": "public: answered exactly, at no cost"}
         assert inspector.get_pk_constraint("visits")["constrained_columns"] == []
         assert inspector.get_foreign_keys("visits") == inspector.get_indexes("visits") == []
         table = sqlalchemy.Table("stores", sqlalchemy.MetaData(), autoload_with=engine)
@@ -168,6 +169,9 @@ public class Metadata {
       }
       try (ResultSet r = m.getSchemas()) { while (r.next()) System.out.println("schema " + r.getString(1)); }
       try (ResultSet r = m.getCatalogs()) { while (r.next()) System.out.println("catalog " + r.getString(1)); }
+      try (ResultSet r = m.getTables(null, null, "stores", new String[]{"TABLE"})) {
+        while (r.next()) System.out.println("table " + r.getString("TABLE_NAME") + " " + r.getString("REMARKS"));
+      }
     }
   }
 }
@@ -185,7 +189,7 @@ def test_pgjdbc_metadata_columns_keys_schemas_catalogs(server, tmp_path):
     assert done.stdout.split("\n") == [
         "column user_id 4 privacy unit", "column day 91 null", "column store 12 keys from stores.store",
         "column amount 8 clamped to [0, 500]", "column age 4 clamped to [18, 90]", "column zip 12 null",
-        "schema main", "catalog shop", ""]
+        "schema main", "catalog shop", "table stores public: answered exactly, at no cost", ""]
 
 
 @pytest.mark.parametrize("sql", [

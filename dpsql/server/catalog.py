@@ -33,6 +33,12 @@ from dpsql.server.statements import SETTINGS
 from dpsql.sql.names import quoted, quoted_table
 
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
+PG_CLASS_OID = 1259
+"""PostgreSQL's OID of ``pg_class``: the ``classoid`` of a table's or column's comment."""
+_PG_CLASS = re.compile(r"'(?:pg_catalog\.)?pg_class'\s*::\s*(?:pg_catalog\s*\.\s*)?regclass\b"
+                       r"|CAST\s*\(\s*'(?:pg_catalog\.)?pg_class'\s+AS\s+(?:pg_catalog\s*\.\s*)?regclass\s*\)",
+                       re.IGNORECASE)
+"""``'pg_class'::regclass``, as pgjdbc picks the comments of tables: pg_class's OID, as text."""
 _CAST_TO = r"(::\s*|\bAS\s+(?=(?:pg_catalog\s*\.\s*)?\w+\s*\)))(?:pg_catalog\s*\.\s*)?"
 """``::type`` or ``CAST(... AS type)`` (an ``AS`` followed by ``)``, not a column alias)."""
 _REG_CASTS = re.compile(_CAST_TO + r"(regtype|regclass|regproc|regnamespace|name)\b", re.IGNORECASE)
@@ -183,17 +189,17 @@ class Catalog:
         if not rows:
             return "SELECT NULL::BIGINT AS objoid, NULL::VARCHAR AS classoid, NULL::INTEGER AS objsubid, " \
                    "NULL::VARCHAR AS description WHERE false"
-        # classoid NULL: PostgreSQL's is pg_class's OID, which DuckDB's catalog does not have
-        # (pgjdbc compares it with pg_class.oid, SQLAlchemy with a regclass cast).
-        listed = ", ".join(f"({oid}::BIGINT, NULL::VARCHAR, {number}::INTEGER, {text_literal(text)})"
+        # classoid: pg_class's OID in PostgreSQL, as text here: pgjdbc compares it with
+        # pg_class.oid (a BIGINT) and with 'pg_class'::regclass (``_PG_CLASS`` reads that as '1259').
+        listed = ", ".join(f"({oid}::BIGINT, '{PG_CLASS_OID}', {number}::INTEGER, {text_literal(text)})"
                            for oid, number, text in rows)
         return f"SELECT * FROM (VALUES {listed}) AS d(objoid, classoid, objsubid, description)"
 
     def answer(self, sql: str, parameters: tuple = ()) -> tuple[list[str], list[tuple]]:
         """(column names, rows) of a catalog query, with ``$1``... bound to ``parameters``
         (text, as clients send them); ``UnsupportedQuery`` if it does not bind."""
+        bound = regclass_parameters(sql, list(parameters)) if parameters else None
         sql = compatible(sql)
-        bound = list(parameters) if parameters else None
         try:
             names = [name for name, _ in self._engine.describe(sql, bound)]
         except UnsupportedQuery as error:  # DuckDB's words about the schema-only database, and a fix
@@ -218,6 +224,24 @@ class Catalog:
         self._engine.close()
 
 
+_REGCLASS_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.\s*)?regclass\s*\)"
+                                 r"|\$(\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?regclass\b", re.IGNORECASE)
+
+
+def regclass_parameters(sql: str, parameters: list) -> list:
+    """``parameters`` with a ``pg_class`` bound to a regclass cast as its OID's text, as
+    ``_PG_CLASS`` reads it written in the SQL (SQLAlchemy binds it: its table comments).
+
+    >>> regclass_parameters("SELECT 1 WHERE classoid = CAST($2 AS REGCLASS)", ["x", "pg_catalog.pg_class"])
+    ['x', '1259']
+    """
+    for match in _REGCLASS_PARAMETER.finditer(sql):
+        index = int(match.group(1) or match.group(2)) - 1
+        if 0 <= index < len(parameters) and str(parameters[index]).lower() in ("pg_class", "pg_catalog.pg_class"):
+            parameters[index] = str(PG_CLASS_OID)
+    return parameters
+
+
 def compatible(sql: str) -> str:
     """A catalog query in the SQL DuckDB reads: psql writes ``OPERATOR(pg_catalog.~)`` and
     ``COLLATE pg_catalog.default``, drivers cast to OID alias types, and some functions
@@ -227,10 +251,13 @@ def compatible(sql: str) -> str:
     "SELECT 1 WHERE 'a' ~ '^a$'"
     >>> compatible("SELECT CAST(CAST(a AS REGCLASS) AS OID), b::pg_catalog.regtype::pg_catalog.text, c AS name")
     'SELECT CAST(CAST(a AS VARCHAR) AS BIGINT), b::VARCHAR::text, c AS name'
+    >>> compatible("SELECT 1 WHERE d.classoid = 'pg_class'::regclass")
+    "SELECT 1 WHERE d.classoid = '1259'"
     """
     sql = _SETTING.sub("fixed_setting", shadowed(sql))
     sql = _OPERATOR.sub(lambda match: match.group(1), sql)
     sql = _COLLATE.sub("", sql)
+    sql = _PG_CLASS.sub(f"'{PG_CLASS_OID}'", sql)
     sql = _OID_CASTS.sub(lambda match: match.group(1) + "BIGINT", sql)
     sql = _QUALIFIED.sub(lambda match: match.group(1) + "(", sql)
     sql = _REG_CASTS.sub(lambda match: match.group(1) + "VARCHAR", sql)
