@@ -103,9 +103,43 @@ def outcome(sql: str, target: bool, seed: int = 1, policy: str = POLICY, data: d
         return run(db, sql, **options)
 
 
-def neighbours(seed: int = 1, budget: str = "100000") -> dict[bool, "dpsql.Connection"]:
+def neighbours(seed: int = 1, budget: str = "100000", engine: str = "duckdb") -> dict[bool, "dpsql.Connection"]:
     """Two long-lived connections, {True: with the target, False: without}, sharing a policy
-    whose budget is large enough for a whole test module (each run reports its own charge)."""
+    whose budget is large enough for a whole test module (each run reports its own charge).
+
+    On ``engine`` "spark" each neighbour's tables are temporary views of a session of its own
+    (``newSession()`` of the shared test session: the same names, different rows)."""
     policy = POLICY.replace("BUDGET EPSILON 10", f"BUDGET EPSILON {budget}")
+    if engine == "spark":
+        return {target: dpsql.connect(spark_session_with(frames(target)), policy=policy, rng=SeededSource(seed),
+                                      ledger=":memory:")
+                for target in (True, False)}
     return {target: dpsql.connect(frames(target), policy=policy, rng=SeededSource(seed))
             for target in (True, False)}
+
+
+def spark_session_with(data: dict[str, pd.DataFrame]):
+    """A new session of the shared local Spark (``tests/spark.py``) whose temporary views are
+    ``data``'s tables, as ``tests/engines.Engine.load`` makes them (through Parquet, each column of
+    the Spark type of its DuckDB type)."""
+    import tempfile
+
+    import duckdb
+    from spark import session
+
+    from dpsql.backends.spark_types import spark_type
+
+    spark = session().newSession()
+    directory = tempfile.mkdtemp(prefix="dpsql-adversary-")
+    with duckdb.connect() as con:
+        for name, frame in data.items():
+            con.register("dp_frame", frame)
+            columns = con.execute("DESCRIBE SELECT * FROM dp_frame").fetchall()
+            path = f"{directory}/{name}.parquet"
+            con.execute(f"COPY (SELECT * FROM dp_frame) TO '{path}' (FORMAT PARQUET)")
+            con.unregister("dp_frame")
+            listed = ", ".join(f"CAST(`{c[0]}` AS {spark_type(c[1])}) AS `{c[0]}`" for c in columns)
+            spark.read.parquet(path).createOrReplaceTempView("dp_test_raw")
+            spark.sql(f"SELECT {listed} FROM dp_test_raw").createOrReplaceTempView(name)
+            spark.catalog.dropTempView("dp_test_raw")
+    return spark

@@ -23,6 +23,7 @@ from adversary import neighbours, run
 
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.render import render
+from dpsql.backends.spark import SparkEngine
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attacks" / "attacks.sql"
 DIRECTIVE = re.compile(r"-- (expect|options|xfail): (.*)")
@@ -58,10 +59,45 @@ def load_attacks(path: Path = FIXTURE) -> list:
 ATTACKS = load_attacks()
 
 
+SPARK_CI = {
+    "a table the policy does not declare",
+    "read the bounded copy by its bare name",
+    "integer division by zero only for the target's rows",
+    "division by zero inside a per-unit MAX",
+    "a failing cast inside FILTER",
+    "NaN and infinity in a summed column",
+    "more rows than MAX ROWS PER UNIT",
+    "the target's unique store key is not in the public domain",
+}
+"""Attacks in the CI subset on Spark (``spark_ci``): the static walls Spark adds (its copies are
+temporary views), the data-dependent failures after the charge, and what bounding must hide."""
+SPARK_TEXT_CASTS = "is not supported on Spark: DuckDB and Spark parse text differently"
+SPARK_REFUSES = {
+    **{name: SPARK_TEXT_CASTS for name in (
+        "a failing cast only for the target's rows", "a failing date parse only for the target's rows",
+        "a failing cast in a group key", "a failing cast inside FILTER", "a failing cast in a quantile's argument",
+        "a failing cast in COUNT(DISTINCT ...)", "a failing cast in a subquery's select list",
+        "a failing cast in a join condition", "a failing cast in a UNION ALL branch",
+        "a failing cast inside a per-unit aggregate", "a failing cast in a per-unit GROUP BY key")},
+    "HUGEINT overflow in a per-unit SUM (TRY cannot wrap an aggregate)":
+        "does not bind on Spark: [DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION]",
+}
+"""Attacks DuckDB answers and Spark refuses statically (before the charge, alike on both
+neighbours): a cast of text, which Spark parses otherwise (``dpsql.backends.spark_check``), and a
+39-digit literal, past Spark's DECIMAL(38). The refusal is the attack's outcome on Spark
+(/work/logs/spark_findings.md)."""
+
+
 def _params():
     for name, sql, expect, options, xfail in ATTACKS:
         marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
-        yield pytest.param(sql, expect, options, id=name, marks=marks)
+        yield pytest.param(sql, expect, options, "duckdb", id=name, marks=marks)
+        if not xfail:
+            spark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+            spark += [pytest.mark.spark_ci] if name in SPARK_CI else []
+            if name in SPARK_REFUSES:
+                expect = f"refuse UnsupportedQuery | {SPARK_REFUSES[name]}"
+            yield pytest.param(sql, expect, options, "spark", id=f"{name}-spark", marks=spark)
 
 
 def test_the_fixture_holds_at_least_forty_hostile_queries_with_known_outcomes():
@@ -77,30 +113,45 @@ class _Reads:
 
     def __init__(self, monkeypatch):
         self.statements: list[str] = []
-        for method in ("fetch", "fetch_df"):
-            original = getattr(Engine, method)
+        for backend in (Engine, SparkEngine):
+            for method in ("fetch", "fetch_df"):
+                original = getattr(backend, method)
 
-            def recording(engine, sql, *args, _original=original, **kwargs):
-                self.statements.append(sql if isinstance(sql, str) else render(sql))  # a checked tree: as it runs
-                return _original(engine, sql, *args, **kwargs)
+                def recording(engine, sql, *args, _original=original, **kwargs):
+                    # a checked tree: as it runs
+                    self.statements.append(sql if isinstance(sql, str) else render(sql, engine.dialect))
+                    return _original(engine, sql, *args, **kwargs)
 
-            monkeypatch.setattr(Engine, method, recording)
+                monkeypatch.setattr(backend, method, recording)
+        original_fill = SparkEngine._fill
+
+        def filling(engine, sources, _original=original_fill):
+            # Spark caches a bounded copy when a statement first reads it: that reads private rows
+            self.statements.extend(f"fill the copy of {source}" for source in sources)
+            return _original(engine, sources)
+
+        monkeypatch.setattr(SparkEngine, "_fill", filling)
 
     def private(self) -> list[str]:
         return [s for s in self.statements if re.search(r'\bvisits\b', s, re.IGNORECASE)]
 
 
 @pytest.fixture(scope="module")
-def databases():
-    """The two neighbours, shared by every attack: an analyst's session, not a fresh start."""
-    connections = neighbours()
+def opened():
+    """Per engine, the two neighbours, shared by every attack: an analyst's session, not a fresh
+    start (opened when an attack on that engine first runs)."""
+    connections: dict[str, dict] = {}
     yield connections
-    for connection in connections.values():
-        connection.close()
+    for pair in connections.values():
+        for connection in pair.values():
+            connection.close()
 
 
-@pytest.mark.parametrize("sql, expect, options", list(_params()))
-def test_attack(sql, expect, options, databases, monkeypatch):
+@pytest.mark.parametrize("sql, expect, options, engine", list(_params()))
+def test_attack(sql, expect, options, engine, opened, monkeypatch):
+    if engine not in opened:
+        opened[engine] = neighbours(engine=engine)
+    databases = opened[engine]
     reads = _Reads(monkeypatch)
     kind, _, fragment = expect.partition("|")
     kind, fragment = kind.split(), fragment.strip()
