@@ -156,8 +156,9 @@ class SharedDatabase:
         return self.catalog.answer(sql, parameters)
 
     def _follow_stored_policy(self) -> None:
-        """Reopen under the stored policy if it was replaced (the caller holds the lock)."""
-        if not _replaced(self._connection):
+        """Reopen under the stored policy if it was replaced (the caller holds the lock). The
+        check is strict here: a ledger that cannot be read is its own error, not a replacement."""
+        if not self._connection.policy_replaced:
             return
         if self._reopen is None:
             raise PolicyNotInForce("the curator changed this database's policy; this server cannot follow "
@@ -228,9 +229,9 @@ def redacted(outcome: Outcome, paths: tuple[str, ...]) -> Outcome:
 
 
 def _replaced(connection) -> bool:
-    """Whether ``connection``'s policy is no longer the stored one. A connection that a reload
-    in another thread has just closed counts as replaced: the caller then waits for the lock,
-    and finds the new connection current."""
+    """Whether ``connection``'s policy may no longer be the stored one, to decide whether to
+    wait for the lock: a connection that a reload in another thread has just closed counts as
+    replaced, and under the lock the new one is found current."""
     try:
         return connection.policy_replaced
     except Exception:
