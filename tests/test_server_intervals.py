@@ -209,3 +209,16 @@ def test_the_readmes_pandas_line_reads_without_a_warning(server):
     finally:
         engine.dispose()
     assert list(frame.columns) == ["plan", "n"] and len(frame) == 3
+
+
+def test_a_column_with_no_interval_says_so_and_its_ends_are_null(server):
+    with connect(server) as connection:
+        seen: list[str] = []
+        connection.add_notice_handler(lambda diagnostic: seen.append(diagnostic.message_primary))
+        cursor = connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = true) "
+                                    "CASE WHEN COUNT(*) > 10 THEN 1 ELSE 0 END AS big FROM visits")
+        row = cursor.fetchone()
+        detail = json.loads(connection.info.parameter_status("dpsql_cost"))
+    assert [c.name for c in cursor.description] == ["big", "big_low", "big_high"] and row[1:] == (None, None)
+    assert seen[-1] == "dpsql: 95% intervals (post-processing, free): big: derived, no ±"
+    assert detail["intervals95"] == {"big": [None]} and detail["halfwidths95"] == {"big": [None]}

@@ -26,6 +26,8 @@ from dpsql.sql.parse import parse
 log = logging.getLogger("dpsql.server")
 ALPHA = 0.05
 """The level of the intervals sent: 95%."""
+NO_INTERVAL = "derived, no ±"
+"""A cell whose interval cannot be derived soundly (CASE, a divisor that may be 0...)."""
 LISTED_ROWS = 10
 """Rows whose interval a notice lists, per column; ``intervals = true`` returns every row's."""
 
@@ -118,7 +120,8 @@ def notice(result, found: dict) -> str | None:
             every = " in every row" if len(column) > 1 else ""
             lines.append(f"{name} ± {_shown(column[0][2], column[0][2], math.ceil)}{every}")
         elif len(column) == 1:
-            lines.append(f"{name} {_interval(*column[0][:2])}")
+            shown = _interval(*column[0][:2])
+            lines.append(f"{name}{':' if shown == NO_INTERVAL else ''} {shown}")
         else:
             listed = ", ".join(_interval(low, high) for low, high, _ in column[:LISTED_ROWS])
             more = len(column) - LISTED_ROWS
@@ -161,7 +164,7 @@ def exact_text(value: Fraction) -> str:
 
 def _interval(low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
-        return "derived, no ±"
+        return NO_INTERVAL
     width = (high - low) / 2
     return f"[{_shown(low, width, math.floor)}, {_shown(high, width, math.ceil)}]"
 
