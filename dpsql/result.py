@@ -234,6 +234,12 @@ class DPResult:
                 parts[f"{column}_high"] = [high for _, high, _ in column_cells]
         return pd.DataFrame(parts, columns=list(parts))
 
+    def cells(self, alpha: float = 0.05) -> dict[str, list[tuple[float, float, float]]]:
+        """Per noisy column, per row: (low, high, half-width) of its (1 - alpha) interval, NaN
+        where there is none: what ``intervals`` and ``accuracy_df`` show, without a DataFrame
+        (the server sends them with every answer)."""
+        return self._cells(alpha)
+
     def _cells(self, alpha: float) -> dict[str, list[tuple[float, float, float]]]:
         """Per noisy column, per row: (low, high, half-width)."""
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:

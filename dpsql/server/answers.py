@@ -308,8 +308,9 @@ def cost_detail(result, found: dict | None = None) -> str:
                        else exact_text(cost.rho),  # under BASIC, rho is not what is spent
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
                        "repeat": result.repeat,
-                       "halfwidth95": {} if result.exact else {   # null: "derived, no ±"
-                           name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()},
+                       "halfwidth95": {} if result.exact else (   # null: "derived, no ±"
+                           intervals.largest_half_widths(found) if found is not None else
+                           {name: None if math.isnan(half) else half for name, half in result.accuracy(0.05).items()}),
                        "intervals95": intervals.detail(found or {}),
                        "halfwidths95": intervals.half_widths(found or {}),
                        "notes": list(result.notes),

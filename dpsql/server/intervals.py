@@ -41,6 +41,8 @@ def asks_for_intervals(sql: str) -> bool:
     >>> asks_for_intervals("SELECT COUNT(*) FROM t")
     False
     """
+    if "intervals" not in sql.lower():  # no parse for the queries that do not say it
+        return False
     try:
         option = parse(sql).options.get("intervals")
     except (SqlglotError, DPError):
@@ -62,14 +64,9 @@ def cells(result) -> dict[str, list[tuple[float, float, float]]]:
 
 
 def _cells(result) -> dict[str, list[tuple[float, float, float]]]:
-    frame = result.intervals(ALPHA)
-    halves = result.accuracy_df(ALPHA)
-    found = {}
-    for position, name in enumerate(result.columns):
-        if f"{name}_low" in frame and name not in found:
-            found[name] = list(zip(frame[f"{name}_low"].tolist(), frame[f"{name}_high"].tolist(),
-                                   halves.iloc[:, position].tolist()))
-    return found
+    found = result.cells(ALPHA)
+    return {name: [(float(low), float(high), float(half)) for low, high, half in found[name]]
+            for name in dict.fromkeys(result.columns) if name in found}  # in the answer's column order
 
 
 def with_intervals(result, found: dict) -> tuple[tuple, tuple]:
@@ -134,6 +131,17 @@ def detail(found: dict) -> dict:
     """Every row's interval, for ``dpsql_cost``: {column: [[low, high] or null, ...]}."""
     return {name: [None if math.isnan(low) or math.isnan(high) else [low, high] for low, high, _ in column]
             for name, column in found.items()}
+
+
+def largest_half_widths(found: dict) -> dict:
+    """Each column's largest half-width, null if a row has none or there is no row: what
+    ``DPResult.accuracy`` gives, from the cells already derived (``dpsql_cost``'s ``halfwidth95``).
+
+    >>> largest_half_widths({"n": [(0, 2, 1.0), (1, 5, 2.0)], "m": [(0, 1, math.nan)], "k": []})
+    {'n': 2.0, 'm': None, 'k': None}
+    """
+    return {name: None if not column or any(math.isnan(half) for _, _, half in column)
+            else max(half for _, _, half in column) for name, column in found.items()}
 
 
 def half_widths(found: dict) -> dict:
