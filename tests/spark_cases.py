@@ -99,7 +99,8 @@ ACCEPTED = {
         "a LIKE '%x%a%b'", "a LIKE '__'", "a LIKE '%\\E%'", "a NOT LIKE '%a%'", "a LIKE '%_%_'",
         "starts_with(a, 'he')", "ends_with(a, 'lo')", "contains(a, 'l')", "prefix(a, 'a')", "suffix(a, 'b')",
         "a = 'hello'", "a < 'b'", "a > 'é'", "a IN ('a', 'A')", "coalesce(a, 'z')", "least(a, 'b')", "nullif(a, '')",
-        "CASE WHEN a = 'a' THEN 'x' WHEN b THEN a END", "a IS NULL",
+        "CASE WHEN a = 'a' THEN 'x' WHEN b THEN a END", "a IS NULL", "lower(a) LIKE '%x%'", "lower(a) LIKE 'a%b'",
+        "lower(a) NOT LIKE '%k'", "lower(a) LIKE 'hello'", "lower(a) LIKE '%\\%'",
     ],
     "g_date": [
         "a = b", "a < b", "a - b", "year(a)", "month(a)", "day(a)", "dayofmonth(a)", "quarter(a)", "dayofweek(a)",

@@ -51,7 +51,7 @@ GRIDS = {
                       Decimal("0.0001"), Decimal("-0.5000")],
     "DECIMAL(4,1)": [None, Decimal("0.0"), Decimal("2.5"), Decimal("-0.5"), Decimal("999.9")],
     "VARCHAR": [None, "", "a", "A", "hello", " hello ", "\u00a0x\u3000", "\t x\n", "ß", "İ", "e\u0301", "👍🏽x",
-                "a%b", "a\\b", "a_b", "line\nbreak", "it's", "xxab", "ab"],
+                "a%b", "a\\b", "a_b", "line\nbreak", "it's", "xxab", "ab", "ΟΔΟΣ", "\ua7dcK", "İX"],
     "DATE": [None, datetime.date(1, 1, 1), datetime.date(1970, 1, 1), datetime.date(2020, 1, 31),
              datetime.date(2020, 2, 29), datetime.date(2021, 1, 3), datetime.date(2024, 1, 7),
              datetime.date(2024, 12, 30), datetime.date(1999, 12, 31), datetime.date(9999, 12, 31)],
