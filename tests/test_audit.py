@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from audit import ReleaseCapture, loss_lower_bound, thresholds
+from engines import Engine
 
-import dpsql
 from dpsql.mechanisms.noise import SeededSource, _exponential_mechanism_draws
 from dpsql.mechanisms.quantile import _log_weights
 from dpsql.mechanisms.selection import SelectionRule, select_partitions
@@ -70,11 +70,14 @@ _RUN = iter(range(1, 10**9))
 
 
 def capture(monkeypatch, tmp_path, frame: pd.DataFrame, sql: str, policy: str = BOUNDED, delta: float = 0.0,
-            epsilon: float = EPSILON):
-    """The release step's inputs for ``sql`` on ``frame``. One ledger (one salt) for all; each
-    query gets a no-op condition of its own so it is not answered as a free repeat."""
+            epsilon: float = EPSILON, engine: Engine | None = None):
+    """The release step's inputs for ``sql`` on ``frame``, on ``engine`` (``tests/engines.py``;
+    DuckDB by default). One ledger (one salt) per engine; each query gets a no-op condition of its
+    own so it is not answered as a free repeat."""
     recorder = ReleaseCapture(monkeypatch)
-    with dpsql.connect({"visits": frame, "stores": STORES}, policy=policy, ledger=tmp_path / "audit.ledger") as db:
+    engine = engine or Engine("duckdb")
+    with engine.connect({"visits": frame, "stores": STORES}, policy=policy,
+                        ledger=tmp_path / f"{engine.name}-audit.ledger") as db:
         n = next(_RUN)
         unique = f"{sql} AND {n} = {n}" if " JOIN " in sql else sql.replace(" FROM visits", f" FROM visits WHERE {n} = {n}")
         db.sql(unique, epsilon=epsilon, delta=delta)
@@ -147,28 +150,64 @@ def tmp_module(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_module):
-    """Exact release inputs of every class on D, D' (bounded) and D' (not bounded)."""
-    monkeypatch = pytest.MonkeyPatch()
-    try:
-        frame = base()
-        out = {}
-        for name, (sql, key, aggregate) in CLASSES.items():
-            out[name] = (capture(monkeypatch, tmp_module, frame, sql),
-                         capture(monkeypatch, tmp_module, worst_unit(frame), sql),
-                         capture(monkeypatch, tmp_module, worst_unit(frame), sql, policy=UNBOUNDED))
-        yield out
-    finally:
-        monkeypatch.undo()
+    """(engine, class) -> exact release inputs of the class on D, D' (bounded) and D' (not
+    bounded), computed by that engine when first asked."""
+    opened: dict[str, Engine] = {}
+    captured: dict[tuple[str, str], tuple] = {}
+
+    def inputs_of(engine: str, name: str) -> tuple:
+        if (engine, name) not in captured:
+            on = opened.setdefault(engine, Engine(engine))
+            sql = CLASSES[name][0]
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                captured[(engine, name)] = (
+                    capture(monkeypatch, tmp_module, base(), sql, engine=on),
+                    capture(monkeypatch, tmp_module, worst_unit(base()), sql, engine=on),
+                    capture(monkeypatch, tmp_module, worst_unit(base()), sql, policy=UNBOUNDED, engine=on))
+        return captured[(engine, name)]
+
+    yield inputs_of
+    for engine in opened.values():
+        engine.close()
+
+
+SPARK_CI = {"public join"}
+"""Classes audited on Spark in the CI subset (a join multiplies a unit's rows: the hardest bound)."""
+
+
+def _engine_params(names, ci=frozenset()):
+    for name in names:
+        yield pytest.param(name, "duckdb", id=name)
+        marks = [pytest.mark.spark, pytest.mark.xdist_group("spark")] + ([pytest.mark.spark_ci] if name in ci else [])
+        yield pytest.param(name, "spark", id=f"{name}-spark", marks=marks)
+
+
+def same_inputs(spark_call: dict, duck_call: dict, exact: bool = True) -> None:
+    """Spark plans the release as DuckDB does and, with ``exact``, computes the same exact inputs:
+    ungrouped, no unit here has rows a salted hash chooses between (D's units have at most 3 rows,
+    D''s worst unit 40 identical ones), so the audit of Spark's release is the audit of the same
+    numbers. Grouped, a unit with visits to three stores keeps MAX GROUPS PER UNIT 2 of them, chosen
+    by each engine's own keyed hash: the inputs differ, and the audit of Spark's is its own."""
+    if exact:
+        assert spark_call["exact"] == duck_call["exact"], (spark_call["exact"], duck_call["exact"])
+        assert spark_call["histograms"] == duck_call["histograms"]
+    assert spark_call["domain"] == duck_call["domain"]
+    spark_plan, duck_plan = spark_call["plan"], duck_call["plan"]
+    assert [(m.sensitivity, m.scale) for m in spark_plan.measures] == [(m.sensitivity, m.scale)
+                                                                      for m in duck_plan.measures]
 
 
 AUDIT_RESULTS: dict[str, tuple[float, float, float]] = {}
 """Class -> (bound, bound with halved scale, bound without contribution bounding), for the report."""
 
 
-@pytest.mark.parametrize("name", list(CLASSES))
-def test_audit_noisy_aggregates(name, inputs):
-    call_d, call_d2, call_unbounded = inputs[name]
+@pytest.mark.parametrize("name, engine", list(_engine_params(CLASSES, SPARK_CI)))
+def test_audit_noisy_aggregates(name, engine, inputs):
+    call_d, call_d2, call_unbounded = inputs(engine, name)
     _, key, aggregate = CLASSES[name]
+    if engine == "spark":
+        for spark_call, duck_call in zip((call_d, call_d2, call_unbounded), inputs("duckdb", name)):
+            same_inputs(spark_call, duck_call, exact=not key)
     plan = call_d["plan"]
     claimed = float(plan.epsilon)
     assert claimed == EPSILON
@@ -196,14 +235,23 @@ PUBLIC TABLE stores;
 """
 
 
-def test_audit_row_level_join(monkeypatch, tmp_path):
+@pytest.mark.parametrize("engine", [pytest.param("duckdb", id="duckdb"), pytest.param(
+    "spark", id="spark", marks=[pytest.mark.spark, pytest.mark.xdist_group("spark")])])
+def test_audit_row_level_join(monkeypatch, tmp_path, engine):
     """A row-level table joined to a public table: each row is its own unit and becomes up to
     m = 2 rows, so one added row moves the SUM by 2·100. Before invariant 16 the noise was
     calibrated for one row (half the scale), which the 'halved scale' variant reproduces."""
     frame = base()
     sql = "SELECT SUM(amount) FROM visits JOIN stores ON visits.store = stores.store"
-    call_d = capture(monkeypatch, tmp_path, frame, sql, policy=ROW_LEVEL)
-    call_d2 = capture(monkeypatch, tmp_path, worst_unit(frame, rows=1), sql, policy=ROW_LEVEL)
+    on = Engine(engine)
+    try:
+        call_d = capture(monkeypatch, tmp_path, frame, sql, policy=ROW_LEVEL, engine=on)
+        call_d2 = capture(monkeypatch, tmp_path, worst_unit(frame, rows=1), sql, policy=ROW_LEVEL, engine=on)
+    finally:
+        on.close()
+    if engine == "spark":
+        same_inputs(call_d, capture(monkeypatch, tmp_path, frame, sql, policy=ROW_LEVEL))
+        same_inputs(call_d2, capture(monkeypatch, tmp_path, worst_unit(frame, rows=1), sql, policy=ROW_LEVEL))
     plan = call_d["plan"]
     claimed = float(plan.epsilon)
     correct = _audit(_draw(call_d, (), 0, SAMPLES, 1, plan), _draw(call_d2, (), 0, SAMPLES, 2, plan),

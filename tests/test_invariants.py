@@ -22,16 +22,47 @@ import pandas as pd
 import pytest
 import sqlglot
 from adversary import POLICY, TARGET, frames, neighbours, run
+from engines import Engine as EngineUnderTest
 
 import dpsql
 import dpsql.connection
 import dpsql.mechanisms.noise
 from dpsql.backends.duckdb import Engine
+from dpsql.backends.spark import SparkEngine
 from dpsql.mechanisms.noise import SeededSource
 
 GENERIC_FAILURE = "the query failed while running; its cost was charged and no answer was released"
-READS_VISITS = re.compile(r'"visits"|"dp_bounded_visits__')
-"""Generated SQL reading private visits rows: the table, or its bounded copy."""
+READS_VISITS = re.compile(r'["`]visits["`]|["`]dp_bounded_visits__')
+"""Generated SQL reading private visits rows: the table, or its bounded copy (DuckDB quotes names
+with double quotes, Spark with backticks)."""
+SPARK = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+SPARK_CI = [*SPARK, pytest.mark.spark_ci]
+
+
+def _on_engines(values: list, ci: set[int] = frozenset(), ids: list[str] | None = None) -> list:
+    """``values`` (tuples of arguments) on DuckDB, then on Spark ("-spark"): the ``ci`` indices in
+    the CI subset, the others only under ``make test-spark``."""
+    params = []
+    for index, value in enumerate(values):
+        value = value if isinstance(value, tuple) else (value,)
+        name = ids[index] if ids else str(index)
+        params.append(pytest.param(*value, "duckdb", id=name))
+        params.append(pytest.param(*value, "spark", id=f"{name}-spark", marks=SPARK_CI if index in ci else SPARK))
+    return params
+
+
+@pytest.fixture
+def opened():
+    """Engines a test opened through ``tests/engines.py``, closed after it."""
+    engines: list[EngineUnderTest] = []
+
+    def open_engine(name: str) -> EngineUnderTest:
+        engines.append(EngineUnderTest(name))
+        return engines[-1]
+
+    yield open_engine
+    for engine in engines:
+        engine.close()
 
 
 class Watch:
@@ -41,14 +72,24 @@ class Watch:
         self.statements: list[tuple[str, str]] = []
         self.exact: list = []
         self.plans: list = []
-        for method in ("fetch", "fetch_df", "describe"):
-            original = getattr(Engine, method)
+        for backend in (Engine, SparkEngine):
+            for method in ("fetch", "fetch_df", "describe"):
+                original = getattr(backend, method)
 
-            def recording(engine, sql, *args, _original=original, _method=method, **kwargs):
-                self.statements.append((_method, sql))
-                return _original(engine, sql, *args, **kwargs)
+                def recording(engine, sql, *args, _original=original, _method=method, **kwargs):
+                    self.statements.append((_method, sql))
+                    return _original(engine, sql, *args, **kwargs)
 
-            monkeypatch.setattr(Engine, method, recording)
+                monkeypatch.setattr(backend, method, recording)
+        original_fill = SparkEngine._fill
+
+        def filling(engine, sources, _original=original_fill):
+            # Spark caches a private table's bounded copy when a statement first reads it
+            self.statements.extend(("fill", f'fill the copy of "{source}"') for source in sources)
+            return _original(engine, sources)
+
+        monkeypatch.setattr(SparkEngine, "_fill", filling)
+        # A Spark connection post-processes in its own private DuckDB: Engine.post_process, recorded below.
         original_post = Engine.post_process
 
         def post(engine, columns, types, rows, sql):
@@ -97,9 +138,11 @@ STATIC_REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("sql, options, error", STATIC_REFUSALS)
-def test_invariant_01_static_refusals_read_no_private_data_and_charge_nothing(sql, options, error, monkeypatch):
-    with dpsql.connect(frames(True), policy=POLICY, rng=SeededSource(0)) as db:
+@pytest.mark.parametrize("sql, options, error, engine", _on_engines(STATIC_REFUSALS, ci={4, 7},
+                                                                    ids=[f"{sql[:32]}-{error.__name__}" for sql, _, error in STATIC_REFUSALS]))
+def test_invariant_01_static_refusals_read_no_private_data_and_charge_nothing(sql, options, error, engine, opened,
+                                                                                monkeypatch):
+    with opened(engine).connect(frames(True), policy=POLICY, rng=SeededSource(0)) as db:
         watch = Watch(monkeypatch)
         with pytest.raises(error):
             db.sql(sql, **options)
@@ -116,11 +159,16 @@ def test_invariant_01_a_type_error_is_refused_before_the_charge(pair):
 # 2. The ledger is charged before any private data is read, in one transaction; a crash after
 #    that loses no charge; run-time errors after the charge do not refund.
 
-def test_invariant_02_charge_comes_first_and_survives_failures_and_crashes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("engine", [pytest.param("duckdb", id="duckdb"), pytest.param("spark", id="spark",
+                                                                                       marks=SPARK_CI)])
+def test_invariant_02_charge_comes_first_and_survives_failures_and_crashes(tmp_path, monkeypatch, engine, opened):
+    """On Spark too: the private read is a Spark statement (or the copy's fill, which runs inside it)."""
+    backend = SparkEngine if engine == "spark" else Engine
+    on = opened(engine)
     ledger = tmp_path / "shop.ledger"
-    db = dpsql.connect(frames(True), policy=POLICY, ledger=ledger, rng=SeededSource(0))
+    db = on.connect(frames(True), policy=POLICY, ledger=ledger, rng=SeededSource(0))
     seen = []
-    original = Engine.fetch
+    original = backend.fetch
 
     def fetch(engine, sql, *args, **kwargs):
         if READS_VISITS.search(sql):
@@ -128,7 +176,7 @@ def test_invariant_02_charge_comes_first_and_survives_failures_and_crashes(tmp_p
             raise duckdb.ConversionException(f"Could not convert string 'secret-{TARGET}' to INT32")
         return original(engine, sql, *args, **kwargs)
 
-    monkeypatch.setattr(Engine, "fetch", fetch)
+    monkeypatch.setattr(backend, "fetch", fetch)
     with pytest.raises(dpsql.QueryFailed) as failed:
         db.sql("SELECT COUNT(*) FROM visits", epsilon=0.5)
     assert seen == [Fraction(1, 2)], "private data was read before the charge was committed"
@@ -140,11 +188,11 @@ def test_invariant_02_charge_comes_first_and_survives_failures_and_crashes(tmp_p
             raise SystemExit("the process dies while reading private data")
         return original(engine, sql, *args, **kwargs)
 
-    monkeypatch.setattr(Engine, "fetch", crash)
+    monkeypatch.setattr(backend, "fetch", crash)
     with pytest.raises(SystemExit):
         db.sql("SELECT SUM(amount) FROM visits", epsilon=0.25)
-    monkeypatch.setattr(Engine, "fetch", original)
-    with dpsql.connect(frames(True), policy=POLICY, ledger=ledger) as after_restart:
+    monkeypatch.setattr(backend, "fetch", original)
+    with on.connect(frames(True), policy=POLICY, ledger=ledger) as after_restart:
         assert after_restart.budget.spent.epsilon == Fraction(3, 4), "a crash lost a charge"
 
 
@@ -382,10 +430,13 @@ def test_invariant_08_budget_cannot_be_overspent(tmp_path):
 # ------------------------------------------------------------------------------------------
 # 9. An identical query may return its earlier answer for free, never a fresh draw for free.
 
-def test_invariant_09_free_repeats_are_stored_answers_never_fresh_draws(tmp_path, monkeypatch):
+@pytest.mark.parametrize("engine", [pytest.param("duckdb", id="duckdb"), pytest.param("spark", id="spark",
+                                                                                       marks=SPARK_CI)])
+def test_invariant_09_free_repeats_are_stored_answers_never_fresh_draws(tmp_path, monkeypatch, engine, opened):
+    on = opened(engine)
     ledger = tmp_path / "repeat.ledger"
     sql = "SELECT store, COUNT(*) AS n, AVG(amount) AS a FROM visits GROUP BY store"
-    with dpsql.connect(frames(True), policy=POLICY, ledger=ledger) as db:
+    with on.connect(frames(True), policy=POLICY, ledger=ledger) as db:
         first = db.sql(sql, epsilon=1)
         spent = db.budget.spent.epsilon
 
@@ -400,7 +451,7 @@ def test_invariant_09_free_repeats_are_stored_answers_never_fresh_draws(tmp_path
         assert db.budget.spent.epsilon == spent
         different = db.sql(sql, epsilon=0.5)             # other options: a new, charged release
         assert not different.repeat and db.budget.spent.epsilon == spent + Fraction(1, 2)
-    with dpsql.connect(frames(True), policy=POLICY, ledger=ledger) as reconnected:
+    with on.connect(frames(True), policy=POLICY, ledger=ledger) as reconnected:
         later = reconnected.sql(sql, epsilon=1)
         assert later.fetchall() == first.fetchall() and later.repeat
 
@@ -523,31 +574,32 @@ READ_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("sql", READ_SHAPES)
-def test_invariant_12_analyst_expressions_only_ever_read_the_bounded_copy(sql, monkeypatch):
+@pytest.mark.parametrize("sql, engine", _on_engines(READ_SHAPES, ci={4, 5}))
+def test_invariant_12_analyst_expressions_only_ever_read_the_bounded_copy(sql, engine, opened, monkeypatch):
     """Every SQL a private query runs reads private rows only through the table's bounded copy
     (dpsql.backends.bounding): analyst expressions never see more than MAX ROWS PER UNIT rows of a
     unit, so they cannot cost more for one heavy user; and never reads the padding rows."""
     seen = []
-    original = Engine.fetch
+    backend = SparkEngine if engine == "spark" else Engine
+    original = backend.fetch
 
     def fetch(engine, sql_text, *args, **kwargs):
         seen.append(sql_text)
         return original(engine, sql_text, *args, **kwargs)
 
-    with dpsql.connect(frames(True), policy=POLICY) as db:
-        monkeypatch.setattr(Engine, "fetch", fetch)  # what queries run, not what connecting reads
+    with opened(engine).connect(frames(True), policy=POLICY) as db:
+        monkeypatch.setattr(backend, "fetch", fetch)  # what queries run, not what connecting reads
         assert run(db, sql, epsilon=0.5, delta=1e-5 if "zip" in sql else 0).kind == "answer"
     private = [text for text in seen if "dp_bounded_visits" in text]
     assert private, seen
     for text in seen:
-        tree = sqlglot.parse_one(text, read="duckdb")
+        tree = sqlglot.parse_one(text, read=engine)
         ctes = {cte.alias_or_name for cte in tree.find_all(sqlglot.exp.CTE)}
         tables = {table.name for table in tree.find_all(sqlglot.exp.Table)} - ctes
         stored_public = {t for t in tables if t.startswith("dp_public_")}  # public rows stored before the charge
         assert tables - stored_public <= {"stores", "dp_bounded_visits__user_id__5"}, (tables, text)
     for text in private:
-        copies = len(re.findall(r'"dp_bounded_visits__\w+"', text))
+        copies = len(re.findall(r'["`]dp_bounded_visits__\w+["`]', text))
         assert text.count("WHERE NOT dp_pad") == copies, text
 
 
