@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from dpsql.backends import spark_numbers as numbers
 from dpsql.backends import spark_text as text
-from dpsql.backends.spark_infer import annotate, scoped_types
+from dpsql.backends.spark_infer import annotate, scoped_types, typed
 from dpsql.backends.spark_numbers import differs, not_listed
 from dpsql.errors import UnsupportedQuery
 
@@ -60,9 +60,9 @@ def _lowered(node: exp.Expr) -> None:
 
 
 _INTERVAL = differs(numbers.INTERVALS, "add days as a number (d + 7), or compare date parts")
-_NESTED = differs("lists, maps and structs are not compared with DuckDB on Spark (DuckDB lists count from 1 and "
+_NESTED = differs("dpsql does not read inside lists, maps and structs on Spark (DuckDB lists count from 1 and "
                   "read NULL past the end; Spark arrays in [] count from 0 and fail past the end)",
-                  "read scalar columns")
+                  "read scalar columns (a list, map or struct itself may be counted or tested with IS NULL)")
 _MATH = differs("Java's and C's math libraries differ (exp(1.7) is 5.4739473917272 on DuckDB and "
                 "5.473947391727199 on Spark; ln(0) is -inf on DuckDB and NULL on Spark; log(x) is base 10 on "
                 "DuckDB and base e on Spark)", "compute it over the released values in Python")
@@ -145,12 +145,42 @@ def check_spark(tree: exp.Expr, types: Mapping[str, str] | None = None, *, priva
         else:
             rule = next((RULES[kind] for kind in type(node).__mro__ if kind in RULES), not_listed)
         if rule is not None:
-            rule(node)
+            try:
+                rule(node)
+            except UnsupportedQuery:
+                _refuse_nested_read(node, types)  # the reason that matters, where it is
+                raise
     if private:
         from dpsql.backends.spark_render import total  # renders what the checks accepted: no cycle at import
 
         for root in row_level_roots(tree):
             total(root, types)  # refuses what cannot be written for Spark (too long, a type it cannot tell)
+
+
+def _refuse_nested_read(node: exp.Expr, types: Mapping[str, str]) -> None:
+    """Refuse ``node`` as reading inside a list, map or struct if it does: a refused expression
+    over one (``s.a > 1``, ``len(l)``) would otherwise be refused for a type dpsql cannot tell."""
+    for part in node.walk():
+        if _struct_field(part, types):
+            field = part.sql(dialect="duckdb")
+            raise UnsupportedQuery(f"the struct field {field} is not read on Spark: dpsql does not read inside lists, "
+                                   "maps and structs there", construct=field, node=part,
+                                   hint="read scalar columns (a struct itself may be tested with IS NULL)")
+        if isinstance(part, (exp.Bracket, exp.StructExtract)):
+            _NESTED(part)
+        if isinstance(part, exp.Column) and _nested(typed(part)) and part is not node:
+            _NESTED(part.parent or part)
+
+
+def _struct_field(node: exp.Expr, types: Mapping[str, str]) -> bool:
+    """``s.a`` for a STRUCT column ``s`` (sqlglot reads it as column ``a`` of a table ``s``)."""
+    return (isinstance(node, exp.Column) and bool(node.table) and typed(node) is None
+            and _nested(types.get(node.table.lower())))
+
+
+def _nested(type_name: str | None) -> bool:
+    name = (type_name or "").upper()
+    return name.endswith("]") or name.startswith(("STRUCT", "MAP", "UNION"))
 
 
 def row_level_roots(tree: exp.Expr) -> Iterator[exp.Expr]:
