@@ -102,10 +102,11 @@ class SparkLeg:
         return analyse_query(apply_contribution_options(query, parsed.options), policy, options)
 
     def load(self, rows: list[tuple]) -> None:
-        values = ", ".join(f"({_spark_value(u)}, {_spark_value(g)}, {_spark_value(x)})" for u, g, x in rows)
-        self.spark.sql(f"SELECT CAST(uid AS INT) AS uid, CAST(g AS STRING) AS g, "
-                       f"CAST(x AS {spark_type(self.type_name)}) AS x FROM VALUES {values} AS v(uid, g, x)"
-                       ).createOrReplaceTempView("t")
+        """``t`` holding ``rows``, each value cast to its column's type (as DuckDB's INSERT casts)."""
+        x_type = spark_type(self.type_name)
+        values = ", ".join(f"(CAST({_spark_value(u)} AS INT), CAST({_spark_value(g)} AS STRING), "
+                           f"CAST({_spark_value(x)} AS {x_type}))" for u, g, x in rows)
+        self.spark.sql(f"SELECT * FROM VALUES {values} AS v(uid, g, x)").createOrReplaceTempView("t")
 
     def fetch(self, statement: Callable[[], BoundedStatement], rows: list[tuple], plan_keys) -> list[tuple]:
         """The rows of ``statement()`` (called after the new rows are in: a refresh drops the stored
@@ -143,9 +144,15 @@ def _duck_value(x) -> str:
 
 
 def vector(rows: list[tuple], shape: Shape) -> dict[tuple, tuple[int, ...]]:
+    """{key: exact values}; a NaN key as the string "NaN" (NaN is not equal to itself)."""
     result = {key: (0,) * shape.width for key in shape.domain}
-    result.update({tuple(row[:shape.keys]): tuple(int(v or 0) for v in row[shape.keys:]) for row in rows})
+    result.update({tuple(_comparable(v) for v in row[:shape.keys]): tuple(int(v or 0) for v in row[shape.keys:])
+                   for row in rows})
     return result
+
+
+def _comparable(value):
+    return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
 
 def delta(a: dict, b: dict, index: int) -> dict[tuple, int]:

@@ -10,6 +10,9 @@ DP release. Concretely, for each hostile query:
   only the target has (its store key, its zip code);
 * a run-time failure after the charge is ``QueryFailed`` with its fixed message, and the
   charge stays.
+
+Every attack runs on DuckDB and on Spark (``-spark``; each neighbour a Spark session of its own);
+``SPARK_REFUSES`` lists the attacks Spark refuses statically where DuckDB answers.
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@ computed without contribution bounding (a policy with MAX ROWS PER UNIT 1000000)
 with the original plan. Soundness: each bound is wrong with probability below 1e-8 (see
 ``audit``), so a correct implementation fails this module with probability below 1e-6.
 ``benchmarks/bench_audit.py`` runs the same audit end to end through ``db.sql``.
+
+The classes and the row-level join are also audited with their inputs computed on Spark
+(``-spark``), which must equal DuckDB's where no salted choice is made. The quantile and partition
+selection audits stay on DuckDB: both are ``slow`` here already, the quantile's histogram and the
+selection's unit counts are checked on Spark by the oracles' Spark leg (``count_units_grouped``),
+and a selection's groups are a salted choice whose inputs would differ by engine.
 """
 
 from __future__ import annotations

@@ -3,6 +3,13 @@
 Each test is built to fail if its invariant were broken: it watches what dpsql does (which
 SQL reaches DuckDB, when the ledger is charged, which exact aggregates are computed) rather
 than trusting what dpsql says it does.
+
+The engine-facing ones also run on Spark (``-spark``): static refusals (01), the charge before the
+first private read and a generic failure after it (02), free repeats (09) and reads of the bounded
+copy only (12); errors that fire for one user (03) run on Spark as attacks (``test_attacks.py``).
+The others test DuckDB itself (its hardening, 07; its time and memory limits, 03),
+the ledger (08), the analysis and the allow-list (06, 11, 12, 14, 16) or the rewrite's arithmetic
+(04, 05, 13), which the Spark oracles and the corpus cover on Spark.
 """
 
 from __future__ import annotations

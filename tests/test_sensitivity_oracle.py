@@ -10,6 +10,10 @@ and must equal it, so the rule is not looser than it needs to be.
 
 Under unbounded neighbours the change is result(D + u) - result(D); under bounded ones it is
 result(D + u) - result(D + u') for every pair (u, u'), the replaced unit's slot being the same.
+
+On Spark (issue 22) the same plans, rendered for Spark, run on the base and the neighbours
+attaining DuckDB's worst case plus a few others (``test_spark_moves_each_measure_as_duckdb_does``,
+``tests/engine_oracle.py``); every brute-force test above stays on DuckDB.
 """
 
 from __future__ import annotations
