@@ -140,12 +140,17 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
         for key, known in list(found.items()):
             if key.startswith(f"{name}.") and alias != name:
                 found[f"{alias}.{key[len(name) + 1:]}"] = known
+    # a table's column a query's own part also names: the bare name is unsure unless they agree
+    tables: dict[str, set[str]] = {}
+    for key, known in found.items():
+        if "." in key:
+            tables.setdefault(key.rsplit(".", 1)[1], set()).add(known)
     clashes: set[str] = set()
     for scope in _scopes_read_first(tree):
         for alias, name, type_name in _outputs(scope, found):
             if alias:
                 found[f"{alias}.{name}"] = type_name
-            if found.get(name, type_name) != type_name:
+            if found.get(name, type_name) != type_name or tables.get(name, {type_name}) != {type_name}:
                 clashes.add(name)
             found[name] = type_name
     return {key: value for key, value in found.items() if key not in clashes}
