@@ -52,9 +52,9 @@ def _lowered(node: exp.Expr) -> None:
     on pyspark 4.3 / DuckDB 2.0): each gives 'i' or non-ASCII text on both, which such a pattern's
     literal pieces never match, and without '_' no length is counted. Any other use is refused."""
     like = node.parent
-    pattern = like.expression if isinstance(like, exp.Like) and like.this is node else None
-    if (isinstance(pattern, exp.Literal) and pattern.is_string and set(pattern.this) <= _LOWER_LIKE
-            and not isinstance(like.parent, exp.Escape)):
+    if (isinstance(like, exp.Like) and like.this is node and not isinstance(like.parent, exp.Escape)
+            and isinstance(like.expression, exp.Literal) and like.expression.is_string
+            and set(like.expression.this) <= _LOWER_LIKE):
         return text.text(node, node.this)
     _CASE(node)
 
