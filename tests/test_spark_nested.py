@@ -17,7 +17,7 @@ from engines import Engine
 import dpsql
 from dpsql.mechanisms.noise import SeededSource
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.spark_ci, pytest.mark.xdist_group("spark")]
 
 POLICY = """BUDGET EPSILON 100; QUERY EPSILON 1;
 PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 100, MAX GROUPS PER UNIT 100,
