@@ -70,7 +70,6 @@ SPARK_CI = {
     "a failing cast inside FILTER",
     "NaN and infinity in a summed column",
     "more rows than MAX ROWS PER UNIT",
-    "the target's unique store key is not in the public domain",
 }
 """Attacks in the CI subset on Spark (``spark_ci``): the static walls Spark adds (its copies are
 temporary views), the data-dependent failures after the charge, and what bounding must hide."""

@@ -70,7 +70,7 @@ def _family_params():
 
 SPARK_KNOWN = {
     # name: in the CI subset (``spark_ci``)
-    "control_join_same_type": True,
+    "control_join_same_type": False,
     "row_level_join_selection_counts_rows": False,
     "join_varchar_integer_cast_fails": False,
     "join_strings_equal_one_integer": False,

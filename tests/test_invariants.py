@@ -145,7 +145,7 @@ STATIC_REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("sql, options, error, engine", _on_engines(STATIC_REFUSALS, ci={4, 7},
+@pytest.mark.parametrize("sql, options, error, engine", _on_engines(STATIC_REFUSALS, ci={7},
                                                                     ids=[f"{sql[:32]}-{error.__name__}" for sql, _, error in STATIC_REFUSALS]))
 def test_invariant_01_static_refusals_read_no_private_data_and_charge_nothing(sql, options, error, engine, opened,
                                                                                 monkeypatch):
@@ -581,7 +581,7 @@ READ_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("sql, engine", _on_engines(READ_SHAPES, ci={4, 5}))
+@pytest.mark.parametrize("sql, engine", _on_engines(READ_SHAPES, ci={5}))
 def test_invariant_12_analyst_expressions_only_ever_read_the_bounded_copy(sql, engine, opened, monkeypatch):
     """Every SQL a private query runs reads private rows only through the table's bounded copy
     (dpsql.backends.bounding): analyst expressions never see more than MAX ROWS PER UNIT rows of a

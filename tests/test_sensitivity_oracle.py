@@ -453,7 +453,6 @@ def _spark_cases():
 
 
 SPARK_CI = {
-    ("integer", "aggregate", "count_units_grouped"),   # partition selection's unit counts, MAX GROUPS
     ("one_group", "aggregate", "sum_grouped"),         # a salted choice of groups, sums at the bounds
     ("row_level", "row_join", "selection"),            # hidden units joined k·m times, selection
 }
