@@ -21,6 +21,7 @@ from typing import Any
 from sqlglot.errors import SqlglotError
 
 from dpsql.errors import DPError
+from dpsql.sql.numbers import finite_decimal
 from dpsql.sql.parse import parse
 
 log = logging.getLogger("dpsql.server")
@@ -156,18 +157,8 @@ def exact_text(value: Fraction) -> str:
     >>> exact_text(Fraction(3, 5)), exact_text(Fraction(1, 10**7)), exact_text(Fraction(1, 3)), exact_text(Fraction(2))
     ('0.6', '0.0000001', '1/3', '2')
     """
-    denominator, twos, fives = value.denominator, 0, 0
-    while denominator % 2 == 0:
-        denominator, twos = denominator // 2, twos + 1
-    while denominator % 5 == 0:
-        denominator, fives = denominator // 5, fives + 1
-    if denominator != 1:
-        return f"{value.numerator}/{value.denominator}"
-    places = max(twos, fives)
-    scaled = value * 10**places  # a whole number now
-    whole, digits = divmod(abs(scaled.numerator), 10**places)
-    sign = "-" if value < 0 else ""
-    return f"{sign}{whole}" + (f".{digits:0{places}d}" if places else "")
+    decimal = finite_decimal(value)
+    return f"{value.numerator}/{value.denominator}" if decimal is None else format(decimal, "f")
 
 
 def _interval(low: float, high: float) -> str:
