@@ -209,6 +209,13 @@ def test_settings_a_catalog_look_up_reads_are_the_fixed_ones(server, sql):
     "SELECT main.current_setting('temp_directory')",
     "SELECT * FROM pg_catalog.generate_series(1, 100000000)",
     "SELECT pg_catalog.generate_series(1, 100000000)",
+    # DuckDB's table functions, however qualified (an attacker's review: query() ran any SELECT,
+    # read_text read the server's .tmp folder, duckdb_settings showed its paths)
+    "SELECT * FROM pg_catalog.query('SELECT version() AS v')",
+    "SELECT name, value FROM pg_catalog.duckdb_settings()",
+    "SELECT t.* FROM pg_catalog.pg_namespace c, LATERAL read_text('notes/*') t",
+    "SELECT * FROM pg_catalog.pg_class c JOIN LATERAL pg_catalog.query_table('pg_class') q ON true",
+    "SELECT * FROM information_schema.read_blob('notes/*')",
 ])
 def test_catalog_look_ups_cannot_read_duckdbs_settings_or_count_far(server, sql):
     psycopg = pytest.importorskip("psycopg")

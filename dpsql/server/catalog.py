@@ -75,6 +75,9 @@ def reads_catalog_only(tree: exp.Expression) -> bool:
     """True when every table ``tree`` reads is a catalog view or one of its own CTEs, and it
     calls none of ``DENIED_FUNCTIONS`` (anything else goes to dpsql, which refuses it)."""
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for source in tree.find_all(exp.Table, exp.Lateral):
+        if not table_function_allowed(source):
+            return False
     for table in tree.find_all(exp.Table):
         schema, name = table.db.lower(), table.name.lower()
         if table.catalog or name in DENIED_TABLES:
@@ -93,6 +96,36 @@ def reads_catalog_only(tree: exp.Expression) -> bool:
         if name.lower() in DENIED_FUNCTIONS:
             return False
     return True
+
+
+TABLE_FUNCTIONS = frozenset({"unnest", "_pg_expandarray"})
+"""Functions a catalog look-up may read rows from, besides ``generate_series`` over an array's
+indexes: they expand an array the query already holds. Any other (``query``, ``read_text``,
+``glob``, ``duckdb_settings``...) would run DuckDB's own table functions, which read files and
+settings, however qualified (an attacker's review: ``pg_catalog.query('...')`` ran any SELECT)."""
+
+
+def table_function_allowed(source: exp.Table | exp.Lateral) -> bool:
+    """Whether ``source`` reads a named table or subquery, or one of ``TABLE_FUNCTIONS``.
+
+    >>> from sqlglot import parse_one
+    >>> [reads_catalog_only(parse_one(sql, read="postgres")) for sql in (
+    ...     "SELECT * FROM pg_catalog.query('SELECT 1')", "SELECT * FROM pg_catalog.duckdb_settings()",
+    ...     "SELECT t.* FROM pg_catalog.pg_namespace c, LATERAL read_text('x') t",
+    ...     "SELECT * FROM pg_catalog.pg_class c JOIN LATERAL pg_catalog.read_blob('x') b ON true",
+    ...     "SELECT * FROM information_schema._pg_expandarray(ARRAY[1]) e")]
+    [False, False, False, False, True]
+    """
+    function = source.this
+    if isinstance(function, exp.Dot):  # pg_catalog.f(...) after LATERAL
+        function = function.expression
+    if function is None or isinstance(function, (exp.Identifier, exp.Subquery, exp.Select, exp.Unnest)):
+        return True
+    if isinstance(function, exp.Explode):  # UNNEST(array) read as a table: an array the query holds
+        return True
+    if isinstance(function, exp.GenerateSeries):  # its bounds are checked with every other call
+        return True
+    return isinstance(function, exp.Anonymous) and function.name.lower() in TABLE_FUNCTIONS
 
 
 def reads_a_fixed_setting(call: exp.Func) -> bool:
