@@ -105,7 +105,7 @@ indexes: they expand an array the query already holds. Any other (``query``, ``r
 settings, however qualified (an attacker's review: ``pg_catalog.query('...')`` ran any SELECT)."""
 
 
-def table_function_allowed(source: exp.Table | exp.Lateral) -> bool:
+def table_function_allowed(source: exp.Expression) -> bool:
     """Whether ``source`` reads a named table or subquery, or one of ``TABLE_FUNCTIONS``.
 
     >>> from sqlglot import parse_one
