@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -207,6 +208,11 @@ def private_paths(connection) -> tuple[str, ...]:
     return tuple(sorted(names, key=len, reverse=True))
 
 
+SERVER_FILE = "(a file of the server)"
+ABSOLUTE_PATH = re.compile(r"(?<![\w)\]])/[\w.~+-]+(?:/[\w.~+-]*)*")
+"""A path from the root where a word could start (not ``x/2`` or ``(a)/b``, divisions)."""
+
+
 def redacted(outcome: Outcome, paths: tuple[str, ...]) -> Outcome:
     """A refusal that names none of ``paths``: errors written for the curator (a ledger that
     cannot be written, a policy replaced) name files, and an analyst may learn nothing of the
@@ -215,10 +221,19 @@ def redacted(outcome: Outcome, paths: tuple[str, ...]) -> Outcome:
     >>> redacted(Outcome(sqlstate="0A000", message="could not charge the ledger at /srv/a.ledger: locked",
     ...                  hint="check /srv"), ("/srv/a.ledger", "/srv")).message
     'could not charge the ledger at (a file of the server): locked'
+    >>> [redacted(Outcome(sqlstate="42P01", message=f'unknown table "{name}"'), ("/srv/a.ledger",)).message
+    ...  for name in ("/srv/a.ledger", "/srv/b.ledger", "x/2")]
+    ['unknown table "(a file of the server)"', 'unknown table "(a file of the server)"', 'unknown table "x/2"']
     """
     def clean(text: str | None) -> str | None:
+        if text is None:
+            return None
+        # Every absolute path first, whoever wrote it: replacing only the server's own would
+        # tell an analyst which of the paths their SQL names are the server's (a free oracle,
+        # found by an attacker's review).
+        text = ABSOLUTE_PATH.sub(SERVER_FILE, text)
         for path in paths:
-            text = None if text is None else text.replace(path, "(a file of the server)")
+            text = text.replace(path, SERVER_FILE)
         return text
 
     message, hint = clean(outcome.message) or "", clean(outcome.hint)
