@@ -166,10 +166,14 @@ def over_array_indexes(series: exp.GenerateSeries) -> bool:
 
 
 def catalog_query(sql: str) -> bool:
-    """True when ``sql`` should be answered by the schema-only database."""
+    """True when ``sql`` should be answered by the schema-only database.
+
+    >>> catalog_query("SELECT " + "(" * 3000 + "1" + ")" * 3000)  # dpsql's parser refuses it
+    False
+    """
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
-    except SqlglotError:
+    except (SqlglotError, RecursionError):  # deep nesting was an internal error (an attacker's review)
         return False  # dpsql's own parser refuses it, with a position
     # Only a query: `WITH t AS (...) INSERT ...` starts like one but must not reach this database.
     return isinstance(tree, exp.Expression) and isinstance(tree, exp.Query) and reads_catalog_only(tree)
