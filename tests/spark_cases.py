@@ -114,6 +114,8 @@ ACCEPTED = {
         "hour(a)", "a IN ('2024-01-07', b)", "CASE WHEN a < b THEN a END", "nullif(a, b)",
         "CAST(a AS VARCHAR)", "CAST(a AS VARCHAR) LIKE '2020-%'", "a < DATE '2020-03-01'",
         "a BETWEEN DATE '2020-01-01' AND b", "TRY_CAST('2020-02-29' AS DATE) = a",
+        "a BETWEEN '2020-01-01' AND '2020-02-29'", "a IN ('2024-01-07', '2020-02-29')",
+        "'2020-02-29' NOT BETWEEN a AND b",
     ],
     "g_day": [  # dates past 9999 and before year 1 (a + b with b down to -32768 days)
         "a + b", "a - b", "b + a", "a + 1", "a - 366", "year(a + b)", "(a + b) - a", "month(a + b)", "day(a - b)",

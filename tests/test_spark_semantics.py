@@ -157,6 +157,26 @@ def test_public_aggregates_agree(grid):
     assert str(on_spark[5]) == str(on_duckdb[5])
 
 
+def test_scalar_subqueries_take_their_item_type(grid):
+    """A public scalar subquery compared has its one select item's type (TINYINT's a - 1 fails at
+    -128 on both engines; FLOATs compare as FLOATs). Elsewhere, or a DATE, it stays refused: Spark's
+    rewrites may bind it in a lambda, where Spark refuses subqueries."""
+    for table, sql in [("g_tiny", "SELECT COUNT(*) FROM g_tiny WHERE a - 1 < (SELECT min(a) FROM g_tiny)"),
+                       ("g_tiny", "SELECT COUNT(*) FROM g_tiny WHERE (SELECT max(b) FROM g_tiny) > a"),
+                       ("g_int", "SELECT COUNT(*) FROM g_int WHERE a - 1 >= (SELECT max(b) FROM g_int)"),
+                       ("g_flt", "SELECT COUNT(*) FROM g_flt WHERE a < (SELECT max(b) FROM g_flt)"),
+                       ("g_dec", "SELECT COUNT(*) FROM g_dec WHERE a BETWEEN (SELECT min(b) FROM g_dec) AND 1")]:
+        check_spark(parse_query(sql), grid.types[table])
+        on_duckdb = grid.duck_value(sql)
+        on_spark = grid.spark_value(agree(parse_query(sql), grid.types[table]).sql(dialect="spark"))
+        assert on_spark == on_duckdb, (sql, on_duckdb, on_spark)
+    assert grid.duck_value("SELECT COUNT(*) FROM g_tiny WHERE a - 1 < (SELECT min(a) FROM g_tiny)") == ERROR
+    for table, sql in [("g_int", "SELECT COUNT(*) FROM g_int WHERE a > (SELECT AVG(b) FROM g_int)"),
+                       ("g_int", "SELECT COUNT(*) FROM g_int WHERE a >= (SELECT max(b) FROM g_int) - 1"),
+                       ("g_date", "SELECT COUNT(*) FROM g_date WHERE a > (SELECT min(b) FROM g_date)")]:
+        assert "cannot tell the type" in _refusal(sql, grid.types[table]).message, sql
+
+
 def test_like_costs_linear_time_on_spark(grid):
     """Spark's own LIKE backtracks: '%a%a%b' took ~150 ms per 1,000-character row here, and each
     further '%' multiplies that by the length, so one unit's long value could be timed. The

@@ -196,7 +196,10 @@ def annotate(tree: exp.Expr, types: Mapping[str, str] | None) -> None:
         return
     for child in tree.iter_expressions():
         annotate(child, types)
-    tree.meta[TYPE_META] = _infer(tree, types or {})
+    from dpsql.backends.spark_numbers import read_dates, subquery_type  # read these types: no cycle at import
+
+    read_dates(tree)  # DuckDB reads '2025-12-01' compared with a DATE as a DATE
+    tree.meta[TYPE_META] = subquery_type(tree) if isinstance(tree, exp.Subquery) else _infer(tree, types or {})
 
 
 def duckdb_type(node: exp.Expr, types: Mapping[str, str] | None = None) -> str | None:

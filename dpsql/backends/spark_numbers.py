@@ -125,6 +125,38 @@ def iso_literal(node: exp.Expr, target: str) -> bool:
     return True
 
 
+_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In)
+
+
+def read_dates(node: exp.Expr) -> None:
+    """A comparison of DATEs with string literals (``day BETWEEN '2025-12-01' AND '2025-12-31'``):
+    DuckDB reads each literal as a DATE (an invalid one is an error), Spark compares as text. When
+    every operand is a DATE or a valid ISO date literal, each literal becomes CAST('...' AS DATE),
+    which both engines read alike; anything else is left to be refused as a DATE against a VARCHAR."""
+    if not isinstance(node, _COMPARED) or node.args.get("query") is not None:
+        return
+    operands = [o for o in (node.this, node.args.get("expression"), node.args.get("low"), node.args.get("high"),
+                            *node.expressions) if o is not None]
+    literals = [o for o in operands if iso_literal(o, "DATE")]
+    if not literals or not all(typed(o) == "DATE" or iso_literal(o, "DATE") for o in operands):
+        return
+    for literal in literals:
+        cast = exp.Cast(to=exp.DataType.build("DATE"))
+        literal.replace(cast)
+        cast.set("this", literal)
+        cast.meta[infer.TYPE_META] = "DATE"
+
+
+def subquery_type(node: exp.Subquery) -> str | None:
+    """A scalar subquery compared (``size > (SELECT MAX(size) FROM stores)``) has its one select
+    item's type, as on DuckDB. Elsewhere, and as a DATE (which a TIMESTAMP met casts), it is left
+    unknown: Spark's rewrites may bind it in a lambda, and Spark refuses subqueries in one."""
+    items = node.this.expressions if isinstance(node.this, exp.Select) else []
+    found = typed(items[0]) if len(items) == 1 and not isinstance(items[0], exp.Star) else None
+    compared = isinstance(node.parent, _COMPARED) and not isinstance(node.parent, exp.In)
+    return found if compared and found != "DATE" else None
+
+
 def _valid_date(text: str) -> bool:
     try:
         datetime.date.fromisoformat(text)
