@@ -134,6 +134,20 @@ def test_a_changed_setting_is_refused_before_anything_runs(spark_engine):
 
 
 
+def test_a_statement_spark_cannot_analyse_is_refused_without_spark_s_text(spark_engine):
+    """Spark's analysis errors quote the analysed plan: with a salted hash in the failing
+    expression, the salt would be in the refusal. Only the error's class is shown."""
+    spark = spark_engine.load({"t": _frame(rows=10)})
+    db = dpsql.connect(spark, policy=POLICY, ledger=":memory:")
+    try:
+        with pytest.raises(dpsql.UnsupportedQuery) as refused:
+            db._engine.describe("SELECT xxhash64(:salt, map(1, 2)) AS h", {"salt": "SECRETSALT123"})
+        assert "DATATYPE_MISMATCH" in str(refused.value)
+        assert "SECRETSALT123" not in str(refused.value) and "xxhash64" not in str(refused.value)
+    finally:
+        db.close()
+
+
 SLOW_STATEMENT = "SELECT COUNT(*) FROM range(0, 4000000000) WHERE sha2(CAST(id AS STRING), 256) = ''"
 """About ten minutes of hashing on two cores: nothing but the deadline ends it in a test."""
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import hashlib
+import re
 import threading
 import uuid
 import weakref
@@ -128,7 +129,9 @@ class SparkEngine:
         try:
             fields = self._spark.sql(sql, args=parameters or None).schema.fields
         except Exception as error:  # analysis reads the schema and the text only
-            raise UnsupportedQuery(f"the query does not bind on Spark: {_first_line(error)}",
+            # Spark's class of error only: its text quotes the analysed plan, which holds the
+            # salt wherever a salted hash is part of the failing expression.
+            raise UnsupportedQuery(f"the query does not bind on Spark ({_condition(error)})",
                                    hint="check the types of the values the query compares and combines") from None
         described = []
         for field in fields:
@@ -370,6 +373,25 @@ def _rendered(statement: exp.Expression | str, dialect: str) -> str:
 
 def _first_line(error: BaseException) -> str:
     return str(error).strip().split("\n")[0]
+
+
+def _condition(error: BaseException) -> str:
+    """Spark's error class (``DATATYPE_MISMATCH.HASH_MAP_TYPE``), never its message.
+
+    >>> _condition(ValueError("[DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION] Decimal precision 39 ..."))
+    'DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION'
+    >>> _condition(ValueError("no class here: 'secret'"))
+    'an analysis error'
+    """
+    for method in ("getCondition", "getErrorClass"):
+        try:
+            condition = getattr(error, method)()
+        except Exception:
+            continue
+        if isinstance(condition, str) and re.fullmatch(r"[A-Z0-9_.]+", condition):
+            return condition
+    found = re.match(r"\[([A-Z0-9_.]+)\]", _first_line(error))
+    return found.group(1) if found else "an analysis error"
 
 
 
