@@ -127,7 +127,7 @@ class SparkLeg:
 
 def duckdb_fetch(oracle, statement: BoundedStatement, rows: list[tuple], plan_keys) -> list[tuple]:
     """``statement`` (rendered for DuckDB) on the oracle's DuckDB with ``rows`` in ``t``."""
-    values = ", ".join(f"({_duck_value(u)}, '{g}', {_duck_value(x)})" for u, g, x in rows)
+    values = ", ".join(f"({sql_value(u)}, '{g}', {sql_value(x)})" for u, g, x in rows)
     oracle.connection.execute(f"DELETE FROM t; INSERT INTO t VALUES {values}")
     oracle.engine.refresh_bounding()
     fetched = oracle.engine.fetch(statement.sql, {"salt": DUCKDB_SALT} if statement.needs_salt else None,
@@ -135,7 +135,8 @@ def duckdb_fetch(oracle, statement: BoundedStatement, rows: list[tuple], plan_ke
     return read_keys(fetched, plan_keys)
 
 
-def _duck_value(x) -> str:
+def sql_value(x) -> str:
+    """``x`` as a DuckDB SQL literal (the oracles' rows: NULL, non-finite doubles, fractions)."""
     if x is None:
         return "NULL"
     if isinstance(x, float) and not math.isfinite(x):

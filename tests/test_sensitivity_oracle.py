@@ -24,6 +24,7 @@ from fractions import Fraction
 
 import duckdb
 import pytest
+from engine_oracle import sql_value
 
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
@@ -154,7 +155,7 @@ class Oracle:
 
     def run_rows(self, extra_rows: list[tuple]) -> dict[tuple, tuple[int, ...]]:
         rows = list(BASE_ROWS) + list(extra_rows)
-        values = ", ".join(f"({_sql_value(u)}, '{g}', {_sql_value(x)})" for u, g, x in rows)
+        values = ", ".join(f"({sql_value(u)}, '{g}', {sql_value(x)})" for u, g, x in rows)
         self.connection.execute(f"DELETE FROM t; INSERT INTO t VALUES {values}")
         self.engine.refresh_bounding()
         exact = self.engine.fetch(self.sql, {"salt": "fixed-test-salt"} if "$salt" in self.sql else None,
@@ -163,14 +164,6 @@ class Oracle:
         result = {key: (0,) * self.width for key in self.domain}
         result.update({tuple(r[:keys]): tuple(int(v or 0) for v in r[keys:]) for r in exact})
         return result
-
-
-def _sql_value(x) -> str:
-    if x is None:
-        return "NULL"
-    if isinstance(x, float) and not math.isfinite(x):
-        return f"'{x}'::DOUBLE"
-    return repr(float(x)) if isinstance(x, Fraction) else repr(x)
 
 
 def _distance(a: dict, b: dict, index: int) -> tuple[int, int]:

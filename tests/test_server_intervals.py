@@ -14,11 +14,10 @@ import subprocess
 import warnings
 
 import pytest
+from served import serve_shop
 
 from dpsql.demo import SHOP_POLICY
-from dpsql.server import start_in_thread
 from dpsql.server.intervals import LISTED_ROWS
-from dpsql.server.users import add_user
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -31,11 +30,7 @@ WITH_INTERVALS = GROUPED.replace("SELECT", "SELECT WITH DIFFERENTIAL_PRIVACY OPT
 
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("intervals")
-    (directory / "shop.policy").write_text(POLICY)
-    add_user(directory / "users", "alice", PASSWORD)
-    server = start_in_thread(built, users=directory / "users", policy=directory / "shop.policy", port=0,
-                             ledger=directory / "ledger")
+    server = serve_shop(built, tmp_path_factory.mktemp("intervals"), POLICY, "alice", PASSWORD)
     yield server
     server.stop()
     server.thread.join(10)

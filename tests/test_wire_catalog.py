@@ -15,10 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from served import serve_shop
 
 from dpsql.demo import SHOP_POLICY
-from dpsql.server import start_in_thread
-from dpsql.server.users import add_user
 
 PSQL = shutil.which("psql")
 PASSWORD = "alice-secret"
@@ -32,11 +31,7 @@ DESCRIPTIONS = {"user_id": "privacy unit", "day": "", "store": "keys from stores
 
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("catalog")
-    (directory / "shop.policy").write_text(SHOP_POLICY)
-    add_user(directory / "users", "alice", PASSWORD)
-    server = start_in_thread(built, users=directory / "users", policy=directory / "shop.policy", port=0,
-                             ledger=directory / "ledger")
+    server = serve_shop(built, tmp_path_factory.mktemp("catalog"), SHOP_POLICY, "alice", PASSWORD)
     yield server
     server.stop()
     server.thread.join(10)
