@@ -100,7 +100,8 @@ ACCEPTED = {
         "starts_with(a, 'he')", "ends_with(a, 'lo')", "contains(a, 'l')", "prefix(a, 'a')", "suffix(a, 'b')",
         "a = 'hello'", "a < 'b'", "a > 'é'", "a IN ('a', 'A')", "coalesce(a, 'z')", "least(a, 'b')", "nullif(a, '')",
         "CASE WHEN a = 'a' THEN 'x' WHEN b THEN a END", "a IS NULL", "lower(a) LIKE '%x%'", "lower(a) LIKE 'a%b'",
-        "lower(a) NOT LIKE '%k'", "lower(a) LIKE 'hello'", "lower(a) LIKE '%\\%'",
+        "lower(a) NOT LIKE '%k'", "lower(a) LIKE 'hello'", "lower(a) LIKE '%\\%'", "a ILIKE '%%'", "a ILIKE '% %'",
+        "a NOT ILIKE '%''%'", "a ILIKE '%\\%'", "a ILIKE ''",
     ],
     "g_date": [
         "a = b", "a < b", "a - b", "year(a)", "month(a)", "day(a)", "dayofmonth(a)", "quarter(a)", "dayofweek(a)",
@@ -115,7 +116,8 @@ ACCEPTED = {
         "CAST(a AS VARCHAR)", "CAST(a AS VARCHAR) LIKE '2020-%'", "a < DATE '2020-03-01'",
         "a BETWEEN DATE '2020-01-01' AND b", "TRY_CAST('2020-02-29' AS DATE) = a",
         "a BETWEEN '2020-01-01' AND '2020-02-29'", "a IN ('2024-01-07', '2020-02-29')",
-        "'2020-02-29' NOT BETWEEN a AND b",
+        "'2020-02-29' NOT BETWEEN a AND b", "a - INTERVAL 30 DAY", "a + INTERVAL '1' DAY", "INTERVAL 2 DAYS + a",
+        "b >= a - INTERVAL 30 DAY", "year(a + INTERVAL 400 DAY)",
     ],
     "g_day": [  # dates past 9999 and before year 1 (a + b with b down to -32768 days)
         "a + b", "a - b", "b + a", "a + 1", "a - 366", "year(a + b)", "(a + b) - a", "month(a + b)", "day(a - b)",
@@ -129,6 +131,8 @@ ACCEPTED = {
         "a + b BETWEEN a AND c", "dayname(a + b)", "last_day(a + b)", "weekofyear(a + b)", "dayofweek(a + b)",
         "yearweek(a + b)", "date_diff('day', a + b, a)", "date_diff('month', a, a + b)", "month(a + b)",
         "coalesce((a + b) < c, true)", "CAST(c AS DATE) - (a + b)", "(a + b) - a", "CAST(a + b AS VARCHAR)",
+        "(a + b) - INTERVAL 30 DAY", "(a + b) + INTERVAL 9999999 DAY", "(a + 106751995) - INTERVAL 30 DAY",
+        "a - INTERVAL 30 DAY < c",
     ],
     "g_ts": [
         "a = b", "a < b", "year(a)", "month(a)", "hour(a)", "minute(a)", "second(a)", "extract(second from a)",

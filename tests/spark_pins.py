@@ -96,6 +96,8 @@ REWRITTEN = [
     # (DuckDB SQL, DuckDB, what Spark gives for sqlglot's plain translation of it, or for the Spark SQL
     # given fourth): agree's and total's forms give DuckDB's (the grid tests check them)
     ("SELECT typeof(7 // 2)", "INTEGER", "bigint"),
+    ("SELECT AVG(x) FROM (SELECT UNNEST([9007199254740992, 1, 1, 1]::BIGINT[]) AS x)", 2251799813685249.0,
+     2251799813685248.0, "SELECT AVG(x) FROM (SELECT explode(array(9007199254740992L, 1L, 1L, 1L)) AS x)"),
     ("SELECT 1 / 0", float("inf"), ERROR),
     ("SELECT 1.0::DOUBLE / '-0.0'::DOUBLE", float("-inf"), ERROR),
     ("SELECT 1.0::DOUBLE % 0", float("nan"), ERROR),

@@ -288,9 +288,10 @@ def _histogram(plan: Plan, measure: Measure) -> exp.Select:
                                        _as(exp.Count(this=exp.Star()), "n_bucket")], "dp_values",
                                       [_not_null(_column(value))], [*(c.copy() for c in unit_keys), _column(value)])),
                ("dp_spread", _joined_to_grant(
-                   _select([*(_column(k, "k") for k in keys), _column("bucket"), _as(spread, "n")],
+                   _select([*(_column(k, "k") for k in keys), _column("bucket"), _as(spread, "n_spread")],
                            _as_k("dp_buckets")), keys).where(*conditions, copy=False))]
-    final = _select([*grouped, _as(exp.Sum(this=_column("n")), "n")], "dp_spread",
+    # n_spread, not n: dp_units has an n of another type, and Spark's typing reads columns by name
+    final = _select([*grouped, _as(exp.Sum(this=_column("n_spread")), "n")], "dp_spread",
                     group=[c.copy() for c in grouped])
     return _with(final, layers)
 

@@ -32,8 +32,9 @@ from sqlglot import exp
 
 from dpsql.backends import spark_numbers as numbers
 from dpsql.backends import spark_text as text
-from dpsql.backends.spark_infer import annotate, scoped_types, typed
+from dpsql.backends.spark_infer import annotate, typed
 from dpsql.backends.spark_numbers import differs, not_listed
+from dpsql.backends.spark_scopes import scoped_types
 from dpsql.errors import UnsupportedQuery
 
 __all__ = ["FUNCTIONS", "RULES", "UnsupportedQuery", "check_spark"]
@@ -56,6 +57,21 @@ def _lowered(node: exp.Expr) -> None:
             and isinstance(like.expression, exp.Literal) and like.expression.is_string
             and set(like.expression.this) <= _LOWER_LIKE):
         return text.text(node, node.this)
+    _CASE(node)
+
+
+_CASELESS_LIKE = frozenset(c for c in map(chr, range(32, 127)) if not c.isalpha()) - {"_"}
+"""Characters of an ILIKE pattern that matches as LIKE does (``_caseless``)."""
+
+
+def _caseless(node: exp.Expr) -> None:
+    """ILIKE with a pattern of ASCII digits, punctuation and '%': no letter's case can matter
+    (no character lowers to one of them), so it is LIKE, written as LIKE on Spark. A pattern
+    with a letter or '_' is refused: the engines lower letters differently."""
+    pattern = node.expression
+    if (isinstance(pattern, exp.Literal) and pattern.is_string and set(pattern.this) <= _CASELESS_LIKE
+            and not isinstance(node.parent, exp.Escape)):
+        return text.like(node)
     _CASE(node)
 
 
@@ -89,7 +105,7 @@ RULES: dict[type, Callable[[exp.Expr], None] | None] = {
     **dict.fromkeys([exp.Neg, exp.Abs, exp.Sign, exp.Sqrt], numbers.numeric),
     exp.Round: numbers.rounded, exp.Floor: numbers.floored, exp.Ceil: numbers.floored,
     exp.Cast: numbers.cast, exp.TryCast: numbers.cast,
-    exp.Like: text.like, exp.ILike: _CASE, exp.Lower: _lowered, exp.Upper: _CASE,
+    exp.Like: text.like, exp.ILike: _caseless, exp.Lower: _lowered, exp.Upper: _CASE,
     exp.Length: text.length, exp.Substring: text.substring, exp.Left: text.left_right,
     exp.Right: text.left_right, exp.Trim: text.trim, exp.DPipe: text.concatenated, exp.Concat: text.concatenated,
     **dict.fromkeys([exp.StartsWith, exp.EndsWith, exp.Contains], text.searched),
@@ -98,7 +114,7 @@ RULES: dict[type, Callable[[exp.Expr], None] | None] = {
                      exp.Monthname, exp.LastDay], text.temporal),
     exp.Extract: text.extract, exp.TimestampTrunc: text.truncated, exp.DateTrunc: text.truncated,
     exp.DateDiff: text.difference,
-    exp.Interval: _INTERVAL, exp.DateAdd: _INTERVAL, exp.DateSub: _INTERVAL, exp.DateFromParts: _NO_TRY,
+    exp.Interval: numbers.interval, exp.DateAdd: _INTERVAL, exp.DateSub: _INTERVAL, exp.DateFromParts: _NO_TRY,
     exp.TimeToStr: _FORMAT,
     **dict.fromkeys([exp.StructExtract, exp.Bracket, exp.ArrayContains, exp.ArraySize, exp.ArrayMin, exp.ArrayMax,
                      exp.ArrayPosition], _NESTED),

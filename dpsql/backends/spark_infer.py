@@ -17,7 +17,7 @@ checked against it node by node in ``tests/test_spark_semantics.py``; ``None`` m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from sqlglot import exp
 
@@ -111,6 +111,20 @@ def integer_literal(node: exp.Expr) -> int | None:
     return None
 
 
+def day_interval(node: exp.Expr | None) -> int | None:
+    """The days of ``INTERVAL n DAY`` (n a whole number of at most 7 digits), else None.
+
+    >>> import sqlglot
+    >>> day_interval(sqlglot.parse_one("INTERVAL 30 DAY", dialect="duckdb")), day_interval(
+    ...     sqlglot.parse_one("INTERVAL 1 MONTH", dialect="duckdb"))
+    (30, None)
+    """
+    if not isinstance(node, exp.Interval) or node.unit is None or node.unit.name.upper() not in ("DAY", "DAYS"):
+        return None
+    text = node.this.name if isinstance(node.this, exp.Literal) else ""
+    return int(text) if re.fullmatch(r"-?\d{1,7}", text) else None
+
+
 def fits(value: int, name: str) -> bool:
     return name in _RANGES and -_RANGES[name] <= value < _RANGES[name]
 
@@ -121,72 +135,6 @@ def column_type(column: exp.Column, types: Mapping[str, str]) -> str | None:
     found = types.get(f"{column.table.lower()}.{name}") if column.table else None
     found = found if found is not None else types.get(name)
     return None if found is None else type_name(found)
-
-
-def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, str]:
-    """``types`` extended to the names a query's own parts give columns: a table alias
-    (``v.amount`` for ``visits AS v``), and the outputs of subqueries, CTEs and VALUES lists,
-    typed from their select lists or rows (each after the scopes it reads). A bare name two
-    sources type differently is left out.
-
-    >>> import sqlglot
-    >>> tree = sqlglot.parse_one("SELECT n FROM (SELECT v.x + 1 AS n FROM t AS v)", dialect="duckdb")
-    >>> scoped_types(tree, {"t.x": "BIGINT", "x": "BIGINT"})["n"]
-    'BIGINT'
-    """
-    found = dict(types or {})
-    for table in tree.find_all(exp.Table):
-        name, alias = table.name.lower(), table.alias_or_name.lower()
-        for key, known in list(found.items()):
-            if key.startswith(f"{name}.") and alias != name:
-                found[f"{alias}.{key[len(name) + 1:]}"] = known
-    # a table's column a query's own part also names: the bare name is unsure unless they agree
-    tables: dict[str, set[str]] = {}
-    for key, known in found.items():
-        if "." in key:
-            tables.setdefault(key.rsplit(".", 1)[1], set()).add(known)
-    clashes: set[str] = set()
-    for scope in _scopes_read_first(tree):
-        for alias, name, type_name in _outputs(scope, found):
-            if alias:
-                found[f"{alias}.{name}"] = type_name
-            if found.get(name, type_name) != type_name or tables.get(name, {type_name}) != {type_name}:
-                clashes.add(name)
-            found[name] = type_name
-    return {key: value for key, value in found.items() if key not in clashes}
-
-
-def _outputs(scope: exp.Expr, types: Mapping[str, str]) -> Iterator[tuple[str, str, str]]:
-    """(alias, column, DuckDB type) of each typed output column of a subquery, CTE or VALUES list."""
-    if isinstance(scope, exp.Values):
-        alias = scope.args.get("alias")
-        columns = [c.name.lower() for c in alias.columns] if alias is not None else []
-        rows = [row.expressions for row in scope.expressions if isinstance(row, exp.Tuple)]
-        for row in rows:
-            for value in row:
-                annotate(value, types)
-        for index, name in enumerate(columns):
-            output = combined([row[index] for row in rows if index < len(row)])  # VALUES: the rows' common type
-            if output is not None and output != '"NULL"' and all(index < len(row) for row in rows):
-                yield scope.alias.lower(), name, output
-        return
-    select = scope.this
-    if not isinstance(select, exp.Select):
-        return
-    annotate(select, types)
-    for item in select.expressions:
-        name, output = item.alias_or_name.lower(), typed(item)
-        if name and not isinstance(item, exp.Star) and output is not None:
-            yield scope.alias.lower(), name, output
-
-
-def _scopes_read_first(node: exp.Expr) -> Iterator[exp.Expr]:
-    """The subqueries and CTEs of ``node``, each after the ones it reads: nested ones before
-    their outer query, and a WITH's CTEs in order (a CTE reads only those before it)."""
-    for child in node.iter_expressions():
-        yield from _scopes_read_first(child)
-    if isinstance(node, (exp.Subquery, exp.CTE, exp.Values)):
-        yield node
 
 
 def annotate(tree: exp.Expr, types: Mapping[str, str] | None) -> None:
@@ -337,6 +285,8 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
             return "DATE"
         if isinstance(node, exp.Sub) and left == right == "DATE":
             return "BIGINT"
+        if (left, right) == ("DATE", "INTERVAL") or isinstance(node, exp.Add) and (left, right) == ("INTERVAL", "DATE"):
+            return "TIMESTAMP"  # DuckDB: a DATE plus an INTERVAL is a TIMESTAMP (Spark: only whole days)
         return arithmetic(node)
     if isinstance(node, (exp.Mul, exp.Mod, exp.IntDiv)):
         return arithmetic(node)
@@ -378,10 +328,14 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
         return "BOOLEAN"
     if isinstance(node, exp.Sqrt):
         return "DOUBLE"
-    if isinstance(node, exp.Count):
+    if isinstance(node, (exp.Count, exp.RowNumber)):
         return "BIGINT"
+    if isinstance(node, exp.Window):
+        return typed(node.this)  # a window aggregate has its aggregate's type
     if isinstance(node, (exp.Min, exp.Max)):
         return typed(node.this)
+    if isinstance(node, exp.Avg) and is_integer(typed(node.this)):
+        return "DOUBLE"
     if isinstance(node, exp.Sum):
         # SUM(v ORDER BY v): dpsql's per-unit float sum, in a fixed order (``render._spark_ordered_sum``)
         source = typed(node.this.this if isinstance(node.this, exp.Order) else node.this)

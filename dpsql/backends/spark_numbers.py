@@ -218,8 +218,20 @@ INTERVALS = ("DuckDB and Spark add intervals differently (DATE '2024-01-31' + IN
              "2024-02-29 00:00 on DuckDB and the DATE 2024-02-29 on Spark)")
 
 
+def interval(node: exp.Expr) -> None:
+    """An INTERVAL only as whole days added to or subtracted from a DATE (written as DuckDB
+    means it by ``spark_rewrites.arithmetic``); every other interval adds differently."""
+    parent = node.parent
+    if not (infer.day_interval(node) is not None and isinstance(parent, (exp.Add, exp.Sub))
+            and typed(parent) == "TIMESTAMP"):
+        refuse(node, INTERVALS, "add whole days to a date (d - INTERVAL 30 DAY, or d - 30 for a DATE), "
+               "or compare date parts")
+
+
 def arithmetic(node: exp.Expr) -> None:
     left, right = known(node, node.this, node.expression)
+    if typed(node) == "TIMESTAMP" and "DATE" in (left, right):
+        return  # a DATE plus or minus whole days of an INTERVAL (``spark_infer.day_interval``)
     if "INTERVAL" in (left, right):
         refuse(node, INTERVALS, "add days as a number (d + 7), or compare date parts")
     if "DATE" in (left, right):

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
+from dpsql.backends import spark_aggregates as aggregates
 from dpsql.backends import spark_casts as casts
 from dpsql.backends import spark_dates as dates
 from dpsql.backends import spark_rewrites as rewrites
@@ -53,10 +54,10 @@ from dpsql.backends.spark_infer import (
     integer_literal,
     is_decimal,
     is_integer,
-    scoped_types,
     typed,
 )
 from dpsql.backends.spark_rewrites import Writer, fails, is_null, widening
+from dpsql.backends.spark_scopes import scoped_types
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import describe
 from dpsql.sql.pieces import Total
@@ -76,8 +77,9 @@ RULES: dict[type, _Rule] = {
     **dict.fromkeys([exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv], rewrites.arithmetic),
     exp.Div: rewrites.division, exp.Neg: rewrites.negation, exp.Abs: rewrites.negation, exp.Sign: rewrites.sign,
     **dict.fromkeys([exp.Round, exp.Floor, exp.Ceil], rewrites.rounding),
-    exp.Cast: casts.cast, exp.TryCast: casts.cast, exp.Sum: rewrites.aggregate,
-    exp.Like: strings.like, exp.Length: strings.length, exp.Substring: strings.substring,
+    exp.Cast: casts.cast, exp.TryCast: casts.cast, exp.Sum: aggregates.aggregate,
+    exp.Avg: aggregates.average, exp.Filter: aggregates.filtered,
+    exp.Like: strings.like, exp.ILike: strings.like, exp.Length: strings.length, exp.Substring: strings.substring,
     exp.Left: strings.left_right, exp.Right: strings.left_right, exp.Trim: strings.trim,
     exp.DPipe: strings.concatenation, exp.Concat: strings.concatenation,
     **dict.fromkeys(_PARTS, dates.date_part),

@@ -243,6 +243,8 @@ _TRY_NAMES: dict[type, str] = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "mu
 def arithmetic(w: Writer, node: exp.Expr) -> exp.Expr:
     need(node, node.this, node.expression)
     left, right, target = node.this, node.expression, str(typed(node))
+    if target == "TIMESTAMP" and "INTERVAL" in (typed(left), typed(right)):
+        return _interval_added(w, node)
     if "DATE" in (typed(left), typed(right)):
         if typed(left) == typed(right) == "DATE":  # DuckDB: days between, a BIGINT; Spark: an INTERVAL
             return days_between(w, left, right)
@@ -288,6 +290,21 @@ def _days_added(w: Writer, date: exp.Expr, days: exp.Expr, sign: int) -> exp.Exp
         inside = w.fn("date_from_unix_date", w.cast(total.copy(), "INTEGER", fallible=False))
         return exp.Case(ifs=[exp.If(this=outside, true=w.fail("DATE", "DATE out of range"))], default=inside)
     return with_type(w.let([date, days], added), "DATE")
+
+
+def _interval_added(w: Writer, node: exp.Expr) -> exp.Expr:
+    """DuckDB's DATE ± INTERVAL n DAY: the DATE as a TIMESTAMP (failing past the TIMESTAMP
+    range, as DuckDB's does before it adds), then n days on, as a TIMESTAMP again."""
+    date, interval = (node.this, node.expression) if typed(node.expression) == "INTERVAL" else (node.expression,
+                                                                                              node.this)
+    days = _number(infer.day_interval(interval) or 0)
+    sign = -1 if isinstance(node, exp.Sub) else 1
+
+    def shifted(d: _Fresh) -> exp.Expr:
+        start = w.cast(d.use(), "TIMESTAMP")  # fails where DuckDB's conversion of the DATE fails
+        moved = w.cast(_days_added(w, d.use(), days, sign), "TIMESTAMP")
+        return exp.Case(ifs=[exp.If(this=is_null(start), true=exp.Null())], default=moved)
+    return with_type(w.let([date], shifted), "TIMESTAMP")
 
 
 def _integer_division(w: Writer, node: exp.Expr, left: exp.Expr, right: exp.Expr, target: str) -> exp.Expr:
@@ -383,16 +400,6 @@ def rounding(w: Writer, node: exp.Expr) -> exp.Expr:
 
 def with_type(node: exp.Expr, type_name: str | None) -> exp.Expr:
     node.meta[TYPE_META] = type_name
-    return node
-
-
-def aggregate(w: Writer, node: exp.Expr) -> exp.Expr:
-    """SUM of integers and DECIMALs, exact as DuckDB's HUGEINT and DECIMAL(38, s) sums are."""
-    source = typed(node.this)
-    if isinstance(node, exp.Sum) and (is_integer(source) or is_decimal(source)):
-        scale = 0 if is_integer(source) else decimal_shape(source)[1]  # type: ignore[index]
-        widened = exp.Sum(this=exp.Cast(this=node.this, to=exp.DataType.build(f"DECIMAL(38,{scale})")))
-        return exp.Cast(this=widened, to=exp.DataType.build(f"DECIMAL(38,{scale})")) if scale == 0 else widened
     return node
 
 

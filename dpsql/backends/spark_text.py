@@ -148,12 +148,13 @@ def searched(node: exp.Expr) -> None:
 def aggregate(node: exp.Expr) -> None:
     """An aggregate over public tables: COUNT, MIN and MAX run as written, SUM of integers and
     DECIMALs summed exactly (``agree`` widens them to DECIMAL(38, s), as DuckDB's HUGEINT and
-    DECIMAL(38, s) sums are); other aggregates sum floats in an engine-specific order."""
+    DECIMAL(38, s) sums are), AVG of integers as that exact sum over the count (Spark's own AVG
+    sums in DOUBLE); other aggregates sum floats in an engine-specific order."""
     if isinstance(node, (exp.Count, exp.Min, exp.Max)):
         return
-    if isinstance(node, exp.Sum):
+    if isinstance(node, (exp.Sum, exp.Avg)):
         (name,) = known(node, node.this)
-        if is_integer(name) or is_decimal(name):
+        if is_integer(name) or is_decimal(name) and isinstance(node, exp.Sum):
             return
     refuse(node, "DuckDB and Spark add floating-point numbers in different orders and widths, so the last "
            "digits differ", "use COUNT, MIN, MAX, or SUM over integers or DECIMALs (CAST(x AS DECIMAL(18, 4)))")
