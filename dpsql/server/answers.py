@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+import sqlite3
 import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -333,8 +334,44 @@ def cost_detail(result, found: dict | None = None) -> str:
                        "bounding": None if bounding is None else str(bounding)})
 
 
+LEDGER_ACTIONS = ("charge the ledger", "record an answer in the ledger", "read the ledger", "create the ledger")
+"""What the ledger's errors say it could not do (``dpsql.budget.ledger``), for ``ledger_locked``."""
+
+
+def ledger_locked(error: DPError) -> Outcome | None:
+    """The refusal for a ledger that another process holds locked past dpsql's wait: SQLSTATE
+    55P03 (lock_not_available), in words that are true for the analyst. The ledger's own error
+    says "feature not supported" by its class and SQLite's "database is locked", which an analyst
+    reads as the data being locked, and names the file (an attacker's review).
+
+    >>> import sqlite3
+    >>> try:
+    ...     try:
+    ...         raise sqlite3.OperationalError("database is locked")
+    ...     except sqlite3.Error as cause:
+    ...         raise DPError("could not charge the ledger at /srv/x.ledger: database is locked; "
+    ...                       "nothing was charged", hint="try again") from cause
+    ... except DPError as error:
+    ...     outcome = ledger_locked(error)
+    >>> outcome.sqlstate, outcome.message
+    ('55P03', 'the privacy ledger is locked by another process, so the server could not charge it; nothing was charged')
+    """
+    cause = error.__cause__
+    if not (isinstance(cause, sqlite3.OperationalError) and ("locked" in str(cause) or "busy" in str(cause))):
+        return None
+    log.warning("%s", error)  # the curator's: which file, and SQLite's words
+    action = next((a for a in LEDGER_ACTIONS if error.message.startswith(f"could not {a} ")), "use the ledger")
+    action = action.replace(" the ledger", " it") if action.endswith(" the ledger") else action.replace(
+        " in the ledger", " in it")
+    outcome = "; nothing was charged" if error.message.endswith("; nothing was charged") else ""
+    return Outcome(sqlstate="55P03", message=f"the privacy ledger is locked by another process, so the server "
+                   f"could not {action}{outcome}", hint="send the query again in a moment")
+
+
 def refusal(error: DPError, statement: Statement) -> Outcome:
     """A DPError as an ErrorResponse: its SQLSTATE, message, position and hint."""
+    if (locked := ledger_locked(error)) is not None:
+        return locked
     sqlstate = next(code for kind, code in SQLSTATES if isinstance(error, kind))
     if sqlstate == "0A000":
         sqlstate = next((code for start, code in MESSAGE_SQLSTATES if error.message.startswith(start)), sqlstate)

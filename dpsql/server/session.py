@@ -25,7 +25,11 @@ log = logging.getLogger("dpsql.server")
 COST_PARAMETER = "dpsql_cost"
 """The ParameterStatus that carries the last answer's exact cost and accuracy as JSON."""
 FREE = '{"epsilon": "0", "delta": "0", "exact": true}'
-"""Its value for answers that cost nothing and read no private data (catalog, SHOW)."""
+"""Its value for answers that cost nothing and read no private data (catalog, SHOW, SET)."""
+UNANSWERED = '{"answered": false}'
+"""Its value after an error: no answer, so no cost or accuracy to read. It is sent with every
+statement's outcome, so a program never reads the last answer's figures as an error's (an
+attacker's review: after a refusal the stale value still described the answer before it)."""
 
 
 POLICY_CHANGED = ("the curator has changed this database's policy: this answer and your budget follow "
@@ -242,7 +246,7 @@ def placeholders(sql: str) -> int:
 
 
 def _error(writer, sqlstate: str, text: str, hint: str | None = None) -> bool:
-    writer.write(m.error_response(sqlstate, text, hint=hint))
+    writer.write(m.parameter_status(COST_PARAMETER, UNANSWERED) + m.error_response(sqlstate, text, hint=hint))
     return False
 
 
@@ -308,13 +312,15 @@ def description(outcome: Outcome) -> bytes:
 def outcome_bytes(outcome: Outcome, *, describe: bool) -> bytes:
     """The messages for an outcome (RowDescription first in the simple protocol)."""
     if outcome.sqlstate is not None:
-        return m.error_response(outcome.sqlstate, outcome.message, position=outcome.position, hint=outcome.hint)
+        return m.parameter_status(COST_PARAMETER, UNANSWERED) + m.error_response(
+            outcome.sqlstate, outcome.message, position=outcome.position, hint=outcome.hint)
+    # For programs, on every statement; libpq keeps it (PQparameterStatus), psql shows nothing.
+    cost = m.parameter_status(COST_PARAMETER, outcome.detail or FREE)
     if not outcome.tag:
-        return m.EMPTY_QUERY
+        return cost + m.EMPTY_QUERY
     parts = [m.notice(text) for text in (outcome.notice, outcome.intervals) if text]
     parts.extend(m.notice(f"dpsql: {note}") for note in outcome.notes)
-    if outcome.columns:  # for programs; libpq keeps it (PQparameterStatus), psql shows nothing
-        parts.append(m.parameter_status(COST_PARAMETER, outcome.detail or FREE))
+    parts.append(cost)
     if describe and outcome.columns:
         parts.append(description(outcome))
     parts.extend(m.data_row([text_value(v) for v in row]) for row in outcome.rows)

@@ -211,11 +211,22 @@ LEDGER_COLUMNS = ("id", "time", "analyst", "sql", "epsilon", "delta", "rho")
 
 
 def ledger_reply(frame, accounting: str = "basic") -> Reply:
-    """The analyst's ledger entries (``Connection.ledger()``) as rows; rho only where the
-    policy accounts in it (under BASIC it is not what is spent, and only misleads)."""
+    """The analyst's ledger entries (``Connection.ledger()``, oldest first) as rows, numbered
+    1, 2, ... among their own: the ledger's ids count every analyst's queries, so gaps between
+    them told an analyst how many queries the others asked, and when (an attacker's review).
+    rho only where the policy accounts in it (under BASIC it is not what is spent, and only
+    misleads).
+
+    >>> import pandas
+    >>> frame = pandas.DataFrame({"id": [4, 9], "time": ["t1", "t2"], "analyst": ["ada", "ada"],
+    ...                           "sql": ["q1", "q2"], "epsilon": [0.1, 0.2], "delta": [0.0, 0.0],
+    ...                           "rho": [float("nan")] * 2})
+    >>> [row[0] for row in ledger_reply(frame).rows], ledger_reply(frame).columns[-1]
+    ([1, 2], 'delta')
+    """
     columns = LEDGER_COLUMNS if accounting != "basic" else LEDGER_COLUMNS[:-1]
-    rows = tuple(tuple(None if value != value else value for value in row)  # NaN rho: NULL
-                 for row in frame[list(columns)].itertuples(index=False, name=None))
+    rows = tuple((number, *(None if value != value else value for value in row[1:]))  # NaN rho: NULL
+                 for number, row in enumerate(frame[list(columns)].itertuples(index=False, name=None), 1))
     return Reply(columns, rows, f"SHOW {len(rows)}")
 
 
