@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from served import serve_shop
 
 import dpsql
 from dpsql.backends.spark_config import load_spark_config
@@ -36,7 +37,6 @@ from dpsql.cli import build_parser
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.shell.commands import REGISTRY
-from served import serve_shop
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -265,7 +265,8 @@ COMMAND_LINES = [(block, line) for block in ALL_BLOCKS if block.info in ("sh", "
                  for line in command_lines(block)]
 
 
-@pytest.mark.parametrize("block,line", COMMAND_LINES, ids=[f"{b.where}:{l.split()[1]}" for b, l in COMMAND_LINES])
+@pytest.mark.parametrize("block,line", COMMAND_LINES,
+                         ids=[f"{b.where}:{command.split()[1]}" for b, command in COMMAND_LINES])
 def test_command_lines_name_real_options(block, line):
     """``dpsql X --opt`` in the docs: X is a subcommand and --opt one of its options."""
     known = subcommand_options(build_parser())
