@@ -47,6 +47,7 @@ from dpsql.backends.rewrite import (
     BoundedStatement,
     domain_sql,
     rewrite_statement,
+    separate_statement,
 )
 from dpsql.backends.spark_config import is_spark_config, load_spark_config, open_session
 from dpsql.backends.spark_session import is_spark_session
@@ -422,7 +423,8 @@ class Connection:
         repeat = self._ledger.find_answer(priced.repeat_key) is not None
         after, refusal = self._after(Spend.ZERO if repeat else cost)
         shown = rewrite_statement(plan, self._engine.dialect, pretty=True).sql  # the SQL priced above, on lines
-        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None)
+        separate = [separate_statement(plan, m, self._engine.dialect, pretty=True).sql for m in plan.separate]
+        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None, separate=separate)
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
         if bias is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from decimal import Context, Decimal
 from fractions import Fraction
 
@@ -38,19 +39,33 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
-def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool = False) -> str:
-    """A readable account of a plan: measures, sensitivities, noise, cost and the SQL.
+BOUNDED_SQL = "bounded SQL ($salt is a secret per-database salt):"
+"""The header of the section holding the core's bounded statement."""
+SEPARATE_SQL = "bounded SQL of {name}, run on its own ({what}):"
+"""The header of a separate measure's statement (a quantile's histogram, distinct values)."""
+POST_SQL = "post-processing over the noisy core (free):"
+SQL_HEADERS = (BOUNDED_SQL, "bounded SQL of ", POST_SQL, "bias SQL:")
+"""Sections that hold SQL: ``summary`` leaves them out."""
+
+
+def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool = False,
+                 separate: Sequence[str] = ()) -> str:
+    """A readable account of a plan: measures, sensitivities, noise, cost and the SQL that runs.
 
     ``remaining_after``: what the accountant says remains once this query is paid (a ``Spend``).
     ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
+    ``separate``: the statements of ``plan.separate``'s measures, in order. The core statement
+    is left out when it reads nothing (no keys, no summed measure: ``SELECT 1``), as for an
+    ungrouped quantile, whose histogram statement is what runs.
     """
     rule = plan.query.rule
     if plan.query.hidden_unit or rule.unit is None:  # a row-level table: no unit column to name
         unit = "each row is its own unit (PRIVACY UNIT ROW)"
     else:
         unit = sql_name(rule.unit)
-    unit += (f", at most {plural(rule.max_rows_per_unit, 'row')} and "
-             f"{plural(rule.groups_per_unit, 'group')} per unit")
+    # Groups per unit bound nothing without GROUP BY: "10 groups per unit" misled (issue 23).
+    groups = f" and {plural(rule.groups_per_unit, 'group')}" if plan.query.keys else ""
+    unit += f", at most {plural(rule.max_rows_per_unit, 'row')}{groups} per unit"
     cost = f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
     if refused:
         cost += "more than remains: it would be refused (see below)"
@@ -103,9 +118,28 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
                      f"epsilon {_num(aggregate.epsilon)}")
     lines += ["", "measures:"]
     lines += [f"  {_measure_text(m)}" for m in plan.measures]
-    lines += ["", "bounded SQL ($salt is a secret per-database salt):", bounded_sql]
-    lines += ["", "post-processing over the noisy core (free):", plan.query.post.sql(dialect="duckdb")]
+    if plan.query.keys or plan.summed or plan.selection is not None:
+        lines += ["", BOUNDED_SQL, bounded_sql]
+    for measure, sql in zip(plan.separate, separate):
+        what = "the quantile's histogram" if measure.kind == "histogram" else "distinct values"
+        lines += ["", SEPARATE_SQL.format(name=measure.name, what=what), sql]
+    lines += ["", POST_SQL, plan.query.post.sql(dialect="duckdb")]
     return "\n".join(lines)
+
+
+def summary(text: str) -> str:
+    r"""``text`` (what ``explain()`` returns) without its SQL: the measures, sensitivities, noise,
+    cost, limits and accounting, short enough to read in psql. The SQL sections are those whose
+    header is in ``SQL_HEADERS``; pretty-printed SQL holds no blank line (outside a string
+    literal), which ends a section. An ``Explanation``'s ``refused`` is kept.
+
+    >>> print(summary("cost: epsilon 1\n\n" + BOUNDED_SQL + "\nSELECT\n  1\n\nlimits: none"))
+    cost: epsilon 1
+    <BLANKLINE>
+    limits: none
+    """
+    kept = [part for part in text.split("\n\n") if not part.startswith(SQL_HEADERS)]
+    return Explanation("\n\n".join(kept), refused=getattr(text, "refused", None))
 
 
 def _neighbour_text(neighbours: str) -> str:

@@ -120,3 +120,21 @@ def test_a_locked_ledger_answers_lock_not_available_naming_no_file(built, tmp_pa
     finally:
         server.stop()
         server.thread.join(10)
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+def test_explain_in_psql_is_a_summary_and_verbose_adds_the_sql_that_runs(server):
+    query = "SELECT store, COUNT(*) AS n, AVG(amount) AS a FROM visits GROUP BY store"
+    done = psql(server, f"EXPLAIN {query}", f"EXPLAIN VERBOSE {query}",
+                "EXPLAIN (VERBOSE) SELECT MEDIAN(age) FROM visits",
+                "EXPLAIN (VERBOSE false) SELECT MEDIAN(age) FROM visits")
+    assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
+    plans = done.stdout.split("QUERY PLAN\n")[1:]
+    short, verbose, median, median_short = (plan.splitlines() for plan in plans)
+    assert len(short) < 30 < len(verbose)
+    assert any("L1 sensitivity" in line for line in short) and any(line.startswith("limits:") for line in short)
+    assert not any("SELECT" in line for line in short) and "EXPLAIN VERBOSE adds the SQL that runs" in short[-2]
+    assert "bounded SQL ($salt is a secret per-database salt):" in verbose and "GROUP BY" in "\n".join(verbose)
+    assert "bounded SQL of m0, run on its own (the quantile's histogram):" in median
+    assert "dp_none" not in "\n".join(median) and not any("SELECT" in line for line in median_short)
+    assert str(server.settings.users_path.parent) not in done.stdout + done.stderr

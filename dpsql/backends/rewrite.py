@@ -88,10 +88,10 @@ def rewrite_statement(plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -
     return statement(_bounded(replace(plan, measures=plan.summed)), plan, dialect, pretty)
 
 
-def separate_statement(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> BoundedStatement:
+def separate_statement(plan: Plan, measure: Measure, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
     """The bounded statement of a measure computed on its own (a quantile histogram, distinct values)."""
     tree = _histogram(plan, measure) if measure.kind == "histogram" else _distinct(plan, measure)
-    return statement(tree, plan, dialect)
+    return statement(tree, plan, dialect, pretty)
 
 
 def rewrite_plan(plan: Plan, dialect: str = DUCKDB) -> str:

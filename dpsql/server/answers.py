@@ -27,6 +27,7 @@ from dpsql.errors import (
     PolicyError,
     QueryFailed,
 )
+from dpsql.explain import summary
 from dpsql.server import intervals
 from dpsql.server.catalog import Catalog, catalog_query
 from dpsql.server.described import described
@@ -286,6 +287,9 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         return Outcome(reply.columns, reply.rows, reply.tag)
     if kind == "explain":
         text = shared.run(analyst, lambda db: db.explain(statement.sql))
+        if not statement.verbose:  # psql shows every line: the SQL made it 130 lines long (issue 23)
+            shorter = summary(text)
+            text = shorter + "\n\nEXPLAIN VERBOSE adds the SQL that runs" if shorter != text else text
         lines = tuple((line,) for line in text.splitlines())
         return Outcome(("QUERY PLAN",), lines, f"EXPLAIN {len(lines)}")
     if catalog_query(statement.sql):

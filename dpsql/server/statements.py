@@ -86,6 +86,8 @@ class Statement:
     """For 'setting': (name, value): ``SET`` gives the value, ``SHOW`` None, ``RESET`` False."""
     intervals: bool = False
     """For a query: answer with ``<column>_low``/``_high`` (the session's ``dpsql.intervals``)."""
+    verbose: bool = False
+    """For 'explain': ``EXPLAIN VERBOSE``, with the SQL that runs (else a summary without it)."""
 
 
 MAX_QUERY_CHARACTERS = 32 << 10
@@ -125,8 +127,9 @@ def classify(sql: str) -> Statement:
         return show(text, rest[0].start + 1)
     if word == "EXPLAIN":
         after = text[len(rest[0].text):]
-        offset = rest[0].start + len(rest[0].text) + len(after) - len(after.lstrip())
-        return Statement("explain", sql=after.strip(), offset=offset)
+        verbose, start = explain_options(after)
+        offset = rest[0].start + len(rest[0].text) + start
+        return Statement("explain", sql=after[start:].strip(), offset=offset, verbose=verbose)
     if word in QUERY_STARTS:
         version = version_reply(text)
         return Statement("reply", reply=version) if version else Statement("query", sql=text,
@@ -136,6 +139,24 @@ def classify(sql: str) -> Statement:
                      message=f"{word} statements are not accepted: this server answers a single SELECT query",
                      hint="ask with SELECT ... (epsilon and delta in SELECT WITH DIFFERENTIAL_PRIVACY "
                           "OPTIONS (epsilon = 0.1) ...), SHOW budget for what remains")
+
+
+_EXPLAIN_VERBOSE = re.compile(r"\s*(?:VERBOSE\b|\(\s*VERBOSE(?:\s+(\w+))?\s*\))\s*", re.IGNORECASE)
+
+
+def explain_options(after: str) -> tuple[bool, int]:
+    """Whether an EXPLAIN asks for VERBOSE (``EXPLAIN VERBOSE q``, ``EXPLAIN (VERBOSE) q``,
+    ``EXPLAIN (VERBOSE true) q``), and where in ``after`` (the text after EXPLAIN) the query starts.
+
+    >>> explain_options(" SELECT 1"), explain_options(" VERBOSE SELECT 1"), explain_options(" (verbose on) SELECT 1")
+    ((False, 1), (True, 9), (True, 14))
+    >>> explain_options(" (VERBOSE false) SELECT 1"), explain_options(" (ANALYZE) SELECT 1")
+    ((False, 17), (False, 1))
+    """
+    match = _EXPLAIN_VERBOSE.match(after)
+    if match is None or (match.group(1) is not None and match.group(1).lower() not in _TRUE + _FALSE):
+        return False, len(after) - len(after.lstrip())
+    return match.group(1) is None or match.group(1).lower() in _TRUE, match.end()
 
 
 SESSION_SETTINGS = ("dpsql.intervals",)

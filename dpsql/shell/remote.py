@@ -146,8 +146,8 @@ class RemoteConnection:
 
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, **_: Any) -> str:
         text, shift = with_options(sql, epsilon, delta)
-        shift = Shift(shift.at, shift.added, prefix=len("EXPLAIN "))
-        return "\n".join(row[0] for row in self._execute("EXPLAIN " + text, sql, shift).fetchall())
+        shift = Shift(shift.at, shift.added, prefix=len("EXPLAIN VERBOSE "))  # with its SQL, as db.explain
+        return "\n".join(row[0] for row in self._execute("EXPLAIN VERBOSE " + text, sql, shift).fetchall())
 
     @property
     def budget(self) -> Budget:
