@@ -48,6 +48,24 @@ exit codes:
   1  any other error (bad arguments, policy errors, I/O, ...)
   2  the query was refused (nothing was charged); a shell script: a statement was refused
   3  the query would exceed the privacy budget (nothing was charged; explain: it would)"""
+"""Every command's codes, for ``dpsql --help``; each command's ``--help`` lists its own (``Command.exits``)."""
+
+ERRORS_ONLY = ((EXIT_OK, "success"), (EXIT_ERROR, "an error (bad arguments, policy errors, I/O, ...)"))
+"""The exit codes of a command that answers no query."""
+QUERY_EXITS = ((EXIT_OK, "answered"), (EXIT_ERROR, "any other error (bad arguments, policy errors, I/O, ...)"),
+               (EXIT_REFUSED, "the query was refused (nothing was charged)"),
+               (EXIT_OVER_BUDGET, "the query would exceed the privacy budget (nothing was charged)"))
+
+
+def exit_codes_help(exits: Sequence[tuple[int, str]]) -> str:
+    """The "exit codes:" block of a command's ``--help``.
+
+    >>> print(exit_codes_help(ERRORS_ONLY))
+    exit codes:
+      0  success
+      1  an error (bad arguments, policy errors, I/O, ...)
+    """
+    return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in exits)
 
 
 def exit_code(error: BaseException) -> int:
@@ -78,6 +96,8 @@ class Command:
     """Declares the command's arguments on its parser."""
     run: Callable[[argparse.Namespace], int]
     """Runs the command and returns its exit code; errors it raises are mapped by ``exit_code``."""
+    exits: Sequence[tuple[int, str]] = ERRORS_ONLY
+    """The exit codes it can end with and what each means there, for its ``--help``."""
 
 
 # -- shared arguments and helpers ----------------------------------------------------------------
@@ -414,6 +434,10 @@ COMMANDS: tuple[Command, ...] = (
                 "The history is kept in $DPSQL_HISTORY (default ~/.dpsql_history; empty: none).",
         add_arguments=_shell_arguments,
         run=_shell,
+        exits=((EXIT_OK, "the session ended (a script: every statement was answered)"),
+               (EXIT_ERROR, "an error (bad arguments, policy errors, I/O, ...; a script: its first failure)"),
+               (EXIT_REFUSED, "a script's statement was refused (the first failure's code)"),
+               (EXIT_OVER_BUDGET, "a script's statement would exceed the privacy budget (the first failure's code)")),
     ),
     Command(
         name="query",
@@ -423,6 +447,7 @@ COMMANDS: tuple[Command, ...] = (
                 "  dpsql query shop.duckdb \"SELECT AVG(amount) AS a FROM visits\" --format json",
         add_arguments=_query_arguments,
         run=_query,
+        exits=QUERY_EXITS,
     ),
     Command(
         name="explain",
@@ -430,6 +455,8 @@ COMMANDS: tuple[Command, ...] = (
         example="  dpsql explain shop.duckdb \"SELECT AVG(amount) FROM visits\" --epsilon 0.2",
         add_arguments=_explain_arguments,
         run=_explain,
+        exits=((EXIT_OK, "explained; the budget can pay for the query"), QUERY_EXITS[1], QUERY_EXITS[2],
+               (EXIT_OVER_BUDGET, "the query would exceed the privacy budget (the plan is shown all the same)")),
     ),
     Command(
         name="suggest",
@@ -438,6 +465,9 @@ COMMANDS: tuple[Command, ...] = (
                 "  dpsql suggest flights.duckdb flights --unit tailnum --epsilon 1 --columns dep_delay,distance",
         add_arguments=_suggest_arguments,
         run=_suggest,
+        exits=((EXIT_OK, "suggested (charged)"), QUERY_EXITS[1],
+               (EXIT_REFUSED, "the request was refused (nothing was charged)"),
+               (EXIT_OVER_BUDGET, "it would exceed the privacy budget (nothing was charged)")),
     ),
     Command(
         name="budget",
@@ -472,6 +502,8 @@ COMMANDS: tuple[Command, ...] = (
                 "  dpsql user list users.txt\n  dpsql user remove users.txt bob",
         add_arguments=_user_arguments,
         run=_user,
+        exits=((EXIT_OK, "success"), (EXIT_ERROR, "an error (bad arguments, a users file that cannot be read or "
+                                                  "written, passwords that differ, ...)")),
     ),
     Command(
         name="demo",
@@ -500,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
             command.name,
             help=command.help,
             description=command.help[:1].upper() + command.help[1:] + ".",
-            epilog=f"example:\n{command.example}\n\n{_EXIT_CODES_HELP}",
+            epilog=f"example:\n{command.example}\n\n{exit_codes_help(command.exits)}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         command.add_arguments(sub)
