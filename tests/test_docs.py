@@ -340,12 +340,15 @@ def test_dot_command_table_is_complete():
 
 
 def slug(heading: str) -> str:
-    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
-
-    >>> slug("Choosing bounds with DP"), slug("Serving analysts: `dpsql serve`")
-    ('choosing-bounds-with-dp', 'serving-analysts-dpsql-serve')
-    """
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_slug_is_githubs():
+    assert slug("Choosing bounds with DP") == "choosing-bounds-with-dp"
+    assert slug("Serving analysts: `dpsql serve`") == "serving-analysts-dpsql-serve"
+    assert slug("How costs add up: `ACCOUNTING`") == "how-costs-add-up-accounting"
+    assert slug("The ± is noise only") == "the--is-noise-only"
 
 
 def anchors(path: Path) -> set[str]:
