@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
+import shutil
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -268,6 +270,68 @@ def run_demo(
             "± is the 95% half-width of the noise; the policy keeps at most 10 visits per user,"
             " so counts and sums are of those visits only."
         )
+    report.heading("Next")
+    for line in next_commands(database, None if kept else policy):
+        report.text(line)  # the console neither wraps nor reads markup: lines copy as printed
+
+
+NEXT_QUERY = "SELECT store, COUNT(*) AS visits FROM visits GROUP BY store"
+"""The query the demo's last lines suggest running with ``dpsql query``."""
+
+
+def next_commands(database: Path, policy: Path | None, *, which: Callable[[str], str | None] = shutil.which,
+                  executable: str = sys.executable, cwd: str | os.PathLike | None = None) -> list[str]:
+    """What to run after the demo, written so that it runs from ``cwd`` as printed: ``dpsql``
+    when the PATH finds this installation's, else the path of its script (``.venv/bin/dpsql``
+    after ``make demo``, which does not put it on the PATH), with how to activate the venv.
+
+    >>> lines = next_commands(Path("demo-data/shop.duckdb"), Path("demo-data/shop.policy"),
+    ...                       which=lambda name: "/w/.venv/bin/dpsql", executable="/w/.venv/bin/python", cwd="/w")
+    >>> print(lines[0].split("  #")[0])
+    dpsql shell demo-data/shop.duckdb --policy demo-data/shop.policy
+    >>> print(next_commands(Path("demo-data/shop.duckdb"), None, which=lambda name: None,
+    ...                     executable="/w/.venv/bin/python", cwd="/w")[0].split("  #")[0])
+    .venv/bin/dpsql shell demo-data/shop.duckdb
+    """
+    here = Path(os.getcwd() if cwd is None else cwd)
+    folder = Path(executable).parent  # not resolved: a venv's python is a link to the base one
+    script = folder / "dpsql"
+    found = which("dpsql")
+    on_path = found is not None and _same_file(Path(found), script)
+    if on_path:
+        program = "dpsql"
+    elif script.is_file() or cwd is not None:
+        program = shlex.quote(_shown_path(script, here))
+    else:  # no script beside this interpreter (run from a source tree): the module runs anywhere
+        program = f"{shlex.quote(_shown_path(Path(executable), here))} -m dpsql"
+    options = [database.as_posix()] + ([] if policy is None else ["--policy", policy.as_posix()])
+    given = " ".join(shlex.quote(part) for part in options)
+    lines = [f"{program} shell {given}",
+             f"{program} query {given} {shlex.quote(NEXT_QUERY)} --epsilon 0.2",
+             f"{program} budget {shlex.quote(database.as_posix())}" + (
+                 "" if policy is None else f" --policy {shlex.quote(policy.as_posix())}")]
+    notes = ["  # explore: completion, answers with ±, .help lists the commands",
+             "  # one answer, its cost on standard error", "  # what is spent and what remains"]
+    lines = [line + note for line, note in zip(lines, notes)]
+    if not on_path and (folder / "activate").is_file():
+        lines.append(f"(or `source {shlex.quote(_shown_path(folder / 'activate', here))}` first, "
+                     "then write dpsql alone)")
+    return lines
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except OSError:
+        return False
+
+
+def _shown_path(path: Path, here: Path) -> str:
+    """``path`` relative to ``here`` when it is inside it (``.venv/bin/dpsql``), else absolute."""
+    try:
+        return path.absolute().relative_to(here.absolute()).as_posix()
+    except ValueError:
+        return path.absolute().as_posix()
 
 
 def _stored_policy(database: Path, ledger: Path) -> str | None:
