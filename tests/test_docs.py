@@ -289,13 +289,13 @@ def test_command_lines_are_checked():
 
 
 def console_runs() -> list[tuple[Block, str, str | None]]:
-    """Each ``$ dpsql ...`` of a console session with the first line printed after it, when
-    that line is a header (no digit: noise never changes it), else None."""
+    """Each ``$ dpsql ...`` of a console session (continuation lines joined) with the first
+    line printed after it, when that line is a header (no digit: noise never changes it), else None."""
     found = []
     for block in ALL_BLOCKS:
         if block.info != "console":
             continue
-        lines = block.text.split("\n")
+        lines = re.sub(r"\\\n\s*", " ", block.text).split("\n")
         for index, line in enumerate(lines):
             if line.startswith("$ dpsql "):
                 after = lines[index + 1] if index + 1 < len(lines) else ""
@@ -308,13 +308,18 @@ CONSOLE_RUNS = console_runs()
 
 @pytest.mark.parametrize("block,line,header", CONSOLE_RUNS, ids=[b.where for b, _, _ in CONSOLE_RUNS])
 def test_console_commands_run(block, line, header, demo_database, tmp_path, monkeypatch, capsys):
-    """A ``$ dpsql`` command shown with its output runs on the demo data (the demo's policy
-    stored, as after ``make demo`` and ``dpsql init``), exits 0 and prints the header shown."""
+    """A ``$ dpsql`` command shown with its output runs on the demo data as ``make demo`` leaves
+    it, after the ``dpsql init`` lines shown before it in the same file, exits 0 and prints the
+    header shown."""
     from dpsql.cli import main
 
     lay_out(tmp_path, demo_database)
     monkeypatch.chdir(tmp_path)
-    dpsql.init_policy("demo-data/shop.duckdb", GENEROUS_POLICY)
+    for earlier, command in COMMAND_LINES:
+        words = shlex.split(command, comments=True)
+        if (earlier.path == block.path and earlier.line < block.line and words[1] == "init"
+                and Path(words[2]).exists()):  # an example, not the synopsis `dpsql init DB --policy P`
+            assert main(words[1:]) == 0, f"{earlier.where}: `{command}` failed"
     capsys.readouterr()
     code = main(shlex.split(line)[1:])
     printed = capsys.readouterr()
