@@ -11,9 +11,12 @@ Every fenced block in README.md and docs/*.md says what it is by its info string
   ```` ```sql refused ````: refused with an ``UnsupportedQuery`` before anything is charged;
   ```` ```sql policy ````: a policy, checked against the demo database at connect.
 - ```` ```toml ````: parsed.
-- ```` ```sh ```` and ```` ```console ````: command lines and terminal sessions, not run; every
-  ``dpsql`` command line in them (``$ dpsql`` in a console) names a real subcommand and only
-  options that subcommand has.
+- ```` ```sh ```` and ```` ```console ````: command lines and terminal sessions. Every ``dpsql``
+  command line in them (``$ dpsql`` in a console) names a real subcommand and only options that
+  subcommand has. In a console, a ``$ dpsql`` command with its output runs (exit 0, the header
+  line shown), and a ``dpsql>`` session runs as a script through the ``dpsql shell`` command
+  shown before it (the refusals shown are refused, the columns shown are printed); each after
+  the ``dpsql init`` lines shown before it in the same file. Other commands are not run.
 - ```` ```text ````: output and diagrams.
 
 A fence with any other info string, or none, fails the test, as does an example that raises.
@@ -377,3 +380,69 @@ def test_links_resolve(path, target):
     assert destination.exists(), f"{path.relative_to(ROOT)}: the link {target} names no file"
     if anchor:
         assert anchor in anchors(destination), f"{path.relative_to(ROOT)}: {target}: no such heading"
+
+
+def shell_script(block: Block) -> str:
+    """The inputs typed in a ``dpsql>`` session, as a script: continuation lines (``...>``)
+    joined, annotations (two spaces and ``--`` to the end of the line) dropped, and a word
+    before ``<Tab>`` completed as the shell does, to the one demo table (after FROM or JOIN) or
+    column it begins."""
+    def complete(match: re.Match) -> str:
+        keyword, word = match.group(1), match.group(2)
+        names = DEMO_SCHEMA if keyword else {c for columns in DEMO_SCHEMA.values() for c in columns}
+        found = sorted(name for name in names if name.startswith(word))
+        assert len(found) == 1, f"{block.where}: {word}<Tab> completes to {found}"
+        return (keyword or "") + found[0]
+
+    inputs: list[str] = []
+    for line in block.text.split("\n"):
+        stripped = line.strip()
+        for prompt, starts in (("dpsql> ", True), ("...> ", False)):
+            if stripped.startswith(prompt):
+                typed = re.sub(r"\s{2,}--.*$", "", stripped[len(prompt):])
+                typed = re.sub(r"(?i)(\b(?:FROM|JOIN)\s+)?(\w+)<Tab>", complete, typed)
+                if starts:
+                    inputs.append(typed)
+                else:
+                    inputs[-1] += "\n" + typed
+    return "\n".join(inputs) + "\n"
+
+
+DEMO_SCHEMA = {"visits": ("user_id", "day", "store", "amount", "age", "zip"),
+               "users": ("user_id", "country", "plan", "signup"), "stores": ("store", "city", "size")}
+SESSIONS = [block for block in ALL_BLOCKS if block.info == "console" and "\ndpsql> " in "\n" + block.text]
+
+
+@pytest.mark.parametrize("block", SESSIONS, ids=lambda block: block.where)
+def test_shell_sessions_run(block, demo_database, tmp_path, monkeypatch, capsys):
+    """A ``dpsql>`` session runs as a script through the ``dpsql shell`` command shown before it
+    (after the ``dpsql init`` lines shown before it): the refusals shown are refused, everything
+    else answers, and every column name of a table shown is in the output."""
+    import io
+
+    from dpsql.cli import main
+
+    lay_out(tmp_path, demo_database)
+    monkeypatch.chdir(tmp_path)
+    shell = None
+    for earlier, command in COMMAND_LINES:
+        words = shlex.split(command, comments=True)
+        if earlier.path != block.path or earlier.line > block.line or len(words) < 3 or not Path(words[2]).exists():
+            continue
+        if words[1] == "init":
+            assert main(words[1:]) == 0, f"{earlier.where}: `{command}` failed"
+        elif words[1] == "shell":
+            shell = words[1:]
+    assert shell is not None, f"{block.where}: no `dpsql shell` on a real database is shown before this session"
+    monkeypatch.setattr("sys.stdin", io.StringIO(shell_script(block)))
+    capsys.readouterr()
+    refusals = sum(line.startswith("refused:") for line in block.text.split("\n"))
+    code = main(shell)
+    printed = capsys.readouterr().out
+    assert "internal error" not in printed, f"{block.where}: {printed}"
+    assert printed.count("\nrefused:") + printed.startswith("refused:") == refusals, f"{block.where}: {printed}"
+    assert code == (2 if refusals else 0), f"{block.where}: exit {code}: {printed}"
+    for line in block.text.split("\n"):
+        if line.startswith("│") and not re.search(r"\d", line):
+            for name in re.findall(r"\w+", line):
+                assert name in printed, f"{block.where}: no column {name} in {printed[:500]}"
