@@ -96,6 +96,26 @@ def test_psql_lists_the_served_database_and_its_schema(server):
 
 
 @needs_psql
+def test_the_catalog_names_the_served_database_and_main_everywhere(server):
+    """current_database() said "memory" (DuckDB's name of the schema-only database) and
+    information_schema named it too; the schema is ``main``, as DuckDB users expect, in every listing."""
+    output = psql(server, "SELECT current_database(), pg_catalog.current_database() AS qualified, "
+                          "current_catalog() AS cat, current_schema() AS schema, "
+                          "array_to_string(current_schemas(false), ',') AS path")
+    assert cells(output)[0][0] == "current_database"  # PostgreSQL's name for the column, not the macro's
+    assert cells(output)[1] == ["shop", "shop", "shop", "main", "main"]
+    tables = cells(psql(server, "SELECT DISTINCT table_catalog, table_schema FROM information_schema.tables"))
+    assert tables[1:] == [["shop", "main"]]
+    columns = cells(psql(server, "SELECT DISTINCT c.table_catalog, c.table_schema FROM information_schema.columns c"))
+    assert columns[1:] == [["shop", "main"]]
+    schemata = cells(psql(server, "SELECT catalog_name, schema_name FROM information_schema.schemata ORDER BY 2"))
+    assert schemata[1:] == [["shop", "information_schema"], ["shop", "main"], ["shop", "pg_catalog"]]
+    assert [row[0] for row in cells(psql(server, r"\dn"))[1:]] == ["main"]
+    assert {row[0] for row in cells(psql(server, r"\dt"))[1:]} == {"main"}
+    assert "memory" not in psql(server, "SELECT * FROM information_schema.tables") + psql(server, r"\l")
+
+
+@needs_psql
 def test_psql_lists_roles_and_extensions(server):
     assert [row[0] for row in cells(psql(server, r"\du"))[1:]] == ["curator"]  # never the analysts' names
     assert cells(psql(server, r"\dx"))[1:] == []

@@ -28,7 +28,17 @@ from sqlglot.errors import SqlglotError
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import Engine
 from dpsql.errors import DPError, UnsupportedQuery
-from dpsql.server.pg_compat import DESCRIBING, FUNCTIONS, SHADOWS, shadowed
+from dpsql.server.pg_compat import (
+    DESCRIBING,
+    FUNCTIONS,
+    INFORMATION_VIEWS,
+    SERVED,
+    SHADOWS,
+    information_view,
+    served_calls,
+    served_column,
+    shadowed,
+)
 from dpsql.server.statements import SETTINGS
 from dpsql.sql.names import quoted, quoted_table
 
@@ -201,6 +211,12 @@ class Catalog:
         values = {"database": text_literal(database), "descriptions": self._descriptions(comments or {})}
         for name, body in SHADOWS.items():
             self._engine.fetch(f"CREATE MACRO {name}() AS TABLE {body.format(**values)}")
+        for macro, definition in SERVED.values():
+            self._engine.fetch(f"CREATE MACRO {macro}{definition.format(**values)}")
+        for view in INFORMATION_VIEWS:  # its columns as this DuckDB has them
+            columns = [column for column, _ in self._engine.describe(f"SELECT * FROM information_schema.{view}")]
+            self._engine.fetch(f"CREATE MACRO information_schema_{view}() AS TABLE "
+                               f"{information_view(view, columns, values['database'])}")
         for name, definition in DESCRIBING.items():  # they read pg_description(), made just now
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
 
@@ -238,7 +254,7 @@ class Catalog:
         bound = regclass_parameters(sql, list(parameters)) if parameters else None
         sql = compatible(sql)
         try:
-            names = [name for name, _ in self._engine.describe(sql, bound)]
+            names = [served_column(name) for name, _ in self._engine.describe(sql, bound)]
         except UnsupportedQuery as error:  # DuckDB's words about the schema-only database, and a fix
             raise UnsupportedQuery(
                 "this catalog look-up reads a part of PostgreSQL's catalog this server does not have "
@@ -291,7 +307,7 @@ def compatible(sql: str) -> str:
     >>> compatible("SELECT 1 WHERE d.classoid = 'pg_class'::regclass")
     "SELECT 1 WHERE d.classoid = '1259'"
     """
-    sql = _SETTING.sub("fixed_setting", shadowed(sql))
+    sql = _SETTING.sub("fixed_setting", shadowed(served_calls(sql)))
     sql = _OPERATOR.sub(lambda match: match.group(1), sql)
     sql = _COLLATE.sub("", sql)
     sql = _PG_CLASS.sub(f"'{PG_CLASS_OID}'", sql)

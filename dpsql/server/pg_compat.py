@@ -15,13 +15,17 @@ types only: sizes are of empty tables.
 'SELECT pg_class.relname FROM pg_class() AS pg_class'
 >>> shadowed("WITH pg_class AS (SELECT 1 AS relname) SELECT relname FROM pg_class")
 'WITH pg_class AS (SELECT 1 AS relname) SELECT relname FROM pg_class'
+>>> shadowed("SELECT table_catalog FROM information_schema.tables t, information_schema.routines")
+'SELECT table_catalog FROM information_schema_tables() t, information_schema.routines'
 """
 
 from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
 
 
 def _empty(columns: str) -> str:
@@ -127,6 +131,92 @@ pg_catalog, so they are made in ``main`` and calls are unqualified first
 (``dpsql.server.catalog.compatible``)."""
 
 
+SERVED = {
+    "current_database": ("served_database", "() AS {database}"),
+    "current_catalog": ("served_catalog", "() AS {database}"),
+    "current_schemas": ("served_schemas", "(implicit) AS CASE WHEN implicit THEN ['pg_catalog', 'main'] "
+                                          "ELSE ['main'] END"),
+}
+"""PostgreSQL's function -> (the macro answering it, its definition): the served database's name
+where DuckDB answers "memory" (its name of the in-memory schema-only database), and the schema
+search path once each (DuckDB's listed ``main`` three times); ``{database}`` is the name as a SQL
+string. Calls are renamed (``served_calls``), not shadowed: DuckDB's own catalog views call
+``current_database()``, and a macro of that name emptied them."""
+
+
+def served_calls(sql: str) -> str:
+    """``sql`` with each call of a function of ``SERVED`` (unqualified or ``pg_catalog.``, not
+    quoted, not in a string) calling its macro instead; ``current_catalog`` is also PostgreSQL's
+    keyword, without parentheses.
+
+    >>> served_calls("SELECT pg_catalog.current_database(), current_catalog, 'current_catalog', x.current_schemas(1)")
+    "SELECT served_database(), served_catalog(), 'current_catalog', x.current_schemas(1)"
+    """
+    try:
+        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return sql
+    spans = []
+    for i, token in enumerate(tokens):
+        name = token.text.lower()
+        if name not in SERVED or token.token_type not in (TokenType.VAR, TokenType.CURRENT_CATALOG):
+            continue
+        start = token.start
+        if i > 0 and tokens[i - 1].token_type == TokenType.DOT:
+            if i < 2 or tokens[i - 2].text.lower() != "pg_catalog" or tokens[i - 2].token_type != TokenType.VAR:
+                continue
+            start = tokens[i - 2].start
+        called = i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.L_PAREN
+        if not called and name != "current_catalog":
+            continue
+        spans.append((start, token.end + 1, SERVED[name][0] + ("" if called else "()")))
+    for start, end, text in reversed(spans):
+        sql = sql[:start] + text + sql[end:]
+    return sql
+
+
+def served_column(name: str) -> str:
+    """A result column's name as PostgreSQL gives it to a call of ``SERVED`` (DuckDB names it
+    by the macro's call).
+
+    >>> served_column("served_database()"), served_column("served_schemas(false)"), served_column("n")
+    ('current_database', 'current_schemas', 'n')
+    """
+    for function, (macro, _) in SERVED.items():
+        if name.startswith(f"{macro}(") and name.endswith(")"):
+            return function
+    return name
+
+
+INFORMATION_VIEWS = ("tables", "columns", "schemata", "views", "table_constraints", "key_column_usage",
+                     "referential_constraints", "check_constraints", "constraint_column_usage",
+                     "constraint_table_usage", "character_sets")
+"""``information_schema`` views with catalog columns (``table_catalog``...), read through macros
+``information_schema_<view>()`` (``information_view``) that name the served database there."""
+DUCKDB_CATALOGS = ("memory", "system")
+"""DuckDB's names of the schema-only database and of its built-in one (``information_schema`` and
+``pg_catalog``): both are the served database to a client."""
+
+
+def information_view(view: str, columns: list[str], database: str) -> str:
+    """The body of the macro standing for ``information_schema.<view>``, whose ``columns`` are
+    given: each catalog column names ``database`` (a SQL string) where DuckDB names its own, and
+    ``schemata`` lists the schemas a client of the served database sees (not DuckDB's temp
+    database's or its built-in ``main``).
+
+    >>> print(information_view("views", ["table_catalog", "table_name"], "'shop'").replace(" ELSE", "\\n ELSE"))
+    SELECT * REPLACE (CASE WHEN table_catalog IN ('memory', 'system') THEN 'shop'
+     ELSE table_catalog END AS table_catalog) FROM information_schema.views
+    """
+    named = ", ".join(f"CASE WHEN {column} IN {DUCKDB_CATALOGS} THEN {database} ELSE {column} END AS {column}"
+                      for column in columns if column == "catalog_name" or column.endswith("_catalog"))
+    body = f"SELECT * REPLACE ({named}) FROM information_schema.{view}" if named \
+        else f"SELECT * FROM information_schema.{view}"
+    if view == "schemata":
+        body += " WHERE catalog_name = 'memory' OR (catalog_name = 'system' AND schema_name <> 'main')"
+    return body
+
+
 DESCRIBING = {
     "obj_description": ", ".join(f"({arguments}) AS (SELECT min(description) FROM pg_description() d "
                                  "WHERE d.objoid = id AND d.objsubid = 0)" for arguments in ("id", "id, kind")),
@@ -149,6 +239,13 @@ def shadowed(sql: str) -> str:
     spans = []
     for table in tree.find_all(exp.Table):
         name, schema = table.name.lower(), table.db.lower()
+        if schema == "information_schema" and name in INFORMATION_VIEWS and not table.catalog \
+                and isinstance(table.this, exp.Identifier):
+            start, end = table.args["db"].meta.get("start"), table.this.meta.get("end")
+            if start is not None and end is not None \
+                    and "".join(sql[start:end + 1].split()).replace('"', "").lower() == f"{schema}.{name}":
+                spans.append((start, end + 1, f"information_schema_{name}()" + ("" if table.alias else f" AS {name}")))
+            continue
         if name not in SHADOWS or table.catalog or schema not in ("", "pg_catalog") \
                 or (not schema and name in ctes) or not isinstance(table.this, exp.Identifier):
             continue
