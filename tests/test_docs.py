@@ -16,7 +16,9 @@ Every fenced block in README.md and docs/*.md says what it is by its info string
   subcommand has. In a console, a ``$ dpsql`` command with its output runs (exit 0, the header
   line shown), and a ``dpsql>`` session runs as a script through the ``dpsql shell`` command
   shown before it (the refusals shown are refused, the columns shown are printed); each after
-  the ``dpsql init`` lines shown before it in the same file. Other commands are not run.
+  the ``dpsql init`` lines shown before it in the same file. A ``shop=>`` psql session runs
+  against ``dpsql serve`` on the demo data (its ERRORs and NOTICEs checked). Other commands
+  are not run.
 - ```` ```text ````: output and diagrams.
 
 A fence with any other info string, or none, fails the test, as does an example that raises.
@@ -446,3 +448,53 @@ def test_shell_sessions_run(block, demo_database, tmp_path, monkeypatch, capsys)
         if line.startswith("│") and not re.search(r"\d", line):
             for name in re.findall(r"\w+", line):
                 assert name in printed, f"{block.where}: no column {name} in {printed[:500]}"
+
+
+PSQL_SESSIONS = [block for block in ALL_BLOCKS if block.info == "console" and "\nshop=> " in "\n" + block.text]
+
+
+def psql_steps(block: Block) -> list[tuple[str, list[str], list[str]]]:
+    """(statement, NOTICE texts, ERROR texts) of each ``shop=>`` input of a psql session."""
+    steps: list[tuple[str, list[str], list[str]]] = []
+    for line in block.text.split("\n"):
+        if line.startswith("shop=> "):
+            steps.append((line[len("shop=> "):].rstrip(";"), [], []))
+        elif line.startswith(("NOTICE:  ", "ERROR:  ")) and steps:
+            kind, _, text = line.partition(":  ")
+            steps[-1][1 if kind == "NOTICE" else 2].append(text)
+    return steps
+
+
+@pytest.mark.parametrize("block", PSQL_SESSIONS, ids=lambda block: block.where)
+def test_psql_sessions_run(block, demo_database, tmp_path):
+    """A psql session shown in the docs runs against ``dpsql serve`` on the demo data (analyst
+    alice): a statement shown with an ERROR fails with that message, every other one answers,
+    and a NOTICE shown arrives (up to its first ';': the rest depends on the budget left)."""
+    import psycopg
+
+    served = tmp_path / "served"
+    served.mkdir()
+    server = serve_shop(lay_out(served, demo_database), served, GENEROUS_POLICY, "alice", "PASSWORD")
+    try:
+        with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice",
+                             password="PASSWORD", autocommit=True, connect_timeout=5) as connection:
+            notices: list[str] = []
+            connection.add_notice_handler(lambda diagnostic: notices.append(diagnostic.message_primary or ""))
+            for statement, shown_notices, shown_errors in psql_steps(block):
+                notices.clear()
+                if shown_errors:
+                    with pytest.raises(psycopg.Error) as refused:
+                        connection.execute(statement)
+                    assert refused.value.diag.message_primary == shown_errors[0], (
+                        f"{block.where}: {statement}: {refused.value.diag.message_primary}")
+                    continue
+                try:
+                    connection.execute(statement).fetchall()
+                except psycopg.Error as error:
+                    raise AssertionError(f"{block.where}: {statement}: {error}") from error
+                for shown in shown_notices:
+                    start = shown.split(";")[0]
+                    assert any(notice.startswith(start) for notice in notices), f"{block.where}: {notices}"
+    finally:
+        server.stop()
+        server.thread.join(10)
