@@ -214,9 +214,9 @@ class Catalog:
         for macro, definition in SERVED.values():
             self._engine.fetch(f"CREATE MACRO {macro}{definition.format(**values)}")
         for view in INFORMATION_VIEWS:  # its columns as this DuckDB has them
-            columns = [column for column, _ in self._engine.describe(f"SELECT * FROM information_schema.{view}")]
+            named = [column for column, _ in self._engine.describe(f"SELECT * FROM information_schema.{view}")]
             self._engine.fetch(f"CREATE MACRO information_schema_{view}() AS TABLE "
-                               f"{information_view(view, columns, values['database'])}")
+                               f"{information_view(view, named, values['database'])}")
         for name, definition in DESCRIBING.items():  # they read pg_description(), made just now
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
 
