@@ -36,7 +36,7 @@ from dpsql.release import Release, half_widths, intervals
 
 Interval = tuple[float, float]
 
-__all__ = ["derive", "aggregates_of", "output_cells"]
+__all__ = ["aggregates_of", "cut_half_width", "derive", "output_cells"]
 
 
 class _NoInterval(Exception):
@@ -242,8 +242,8 @@ def output_cells(plan: Plan, checked: PrivateQuery, release: Release | None, row
             continue
         if isinstance(node, exp.Column):  # the aggregate itself: its own interval and half-width
             own = intervals(plan, release, alpha)[node.name]
-            cells[name] = [(low, high, half) for (low, high), half
-                           in zip(own, half_widths(plan, release, alpha)[node.name])]
+            cells[name] = [(low, high, cut_half_width(half, row[position], low, high)) for (low, high), half, row
+                           in zip(own, half_widths(plan, release, alpha)[node.name], rows)]
             continue
         share = len(used)
         if share not in cache:
@@ -260,6 +260,15 @@ def output_cells(plan: Plan, checked: PrivateQuery, release: Release | None, row
             column.append((low, high, max(value - low, high - value)))
         cells[name] = column
     return cells
+
+
+def cut_half_width(half: float, released, low: float, high: float) -> float:
+    """The half-width of an interval cut to what the policy allows: no wider than the farther
+    end from the released value (an AVG of C' <= 0 is its bounds' midpoint, ± half their spread)."""
+    value = _number(released)
+    if value is None or not (math.isfinite(low) and math.isfinite(high)):
+        return half
+    return min(half, max(value - low, high - value))
 
 
 def _number(value) -> float | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.accuracy import aggregates_of, output_cells
+from dpsql.accuracy import aggregates_of, cut_half_width, output_cells
 from dpsql.analysis.aggregates import counts_rows, plain_projection, total_post
 from dpsql.analysis.domains import (
     domain_parts,
@@ -82,6 +82,7 @@ from dpsql.release import (
     core_rows,
     from_stored,
     half_widths,
+    intervals,
     release_measures,
     split_last,
     stored_measures,
@@ -669,15 +670,25 @@ class Connection:
                      if counts_rows(a) and names.get(a.name, a.label) in values),
                     None)
 
-        def widths(alpha: float) -> dict[str, float]:
+        def cells(alpha: float) -> dict[str, tuple[float, float, float]]:
+            """Per value, (low, high, half-width) of its interval (cut to what the policy allows)."""
             shown_row = shown if shown is not None else (None,) * len(checked.outputs)
-            cells = output_cells(plan, checked, release, [shown_row], alpha)
-            own = half_widths(plan, release, alpha)
-            found = {name: float(cells[name][0][2]) for name in sources if name in cells}
-            found.update({label: float(own[name][0]) for label, name in labels.items() if name in own})
+            derived = output_cells(plan, checked, release, [shown_row], alpha)
+            own, spans = half_widths(plan, release, alpha), intervals(plan, release, alpha)
+            found = {}
+            for name in sources:
+                if name in derived:
+                    low, high, half = map(float, derived[name][0])
+                    found[name] = (low, high, cut_half_width(half, values[name], low, high))
+            for label, name in labels.items():
+                if name in own:
+                    low, high = map(float, spans[name][0])
+                    found[label] = (low, high, cut_half_width(float(own[name][0]), values[label], low, high))
             return found
 
-        return OutsideDomain(tuple(key_text(key) for key in keys), values, widths, rows)
+        return OutsideDomain(tuple(key_text(key) for key in keys), values,
+                             lambda alpha: {name: cell[2] for name, cell in cells(alpha).items()}, rows,
+                             spans=lambda alpha: {name: cell[:2] for name, cell in cells(alpha).items()})
 
     def _outside_outputs(self, plan: Plan, checked: PrivateQuery, core: tuple,
                          core_types: list[str]) -> tuple | None:

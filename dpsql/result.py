@@ -374,7 +374,8 @@ class DPResult:
             for cell, r in zip(cells, right)) + "</tr>" for cells in cell_texts(answer))
         lines = [f"{self._count_line(len(answer.rows))}; {_html(self._kind())}"]
         if not self.exact and answer.half_widths:
-            lines.append("± is the half-width of each value's 95% noise interval")
+            lines.append("± is the half-width of each value's 95% noise interval; [low, high] a 95% interval "
+                         "cut to what the policy allows (a count is at least 0, an AVG within its bounds)")
         if self.budget is not None:
             lines.append(f"budget: {_html(self.budget)}".replace("\n", "; "))
         if self.outside_domain is not None:
@@ -592,7 +593,7 @@ class OutsideDomain:
     """
 
     def __init__(self, keys: tuple[str, ...], values: dict, widths: Callable[[float], dict[str, float]],
-                 rows: str | None = None):
+                 rows: str | None = None, spans: Callable[[float], dict[str, tuple[float, float]]] | None = None):
         self.keys = tuple(keys)
         """The GROUP BY keys, as written."""
         self.values = dict(values)
@@ -600,6 +601,7 @@ class OutsideDomain:
         self.rows = rows
         """The output that counts rows (a COUNT(*)), if the query has one."""
         self._widths = widths
+        self._spans = spans
 
     def accuracy(self, alpha: float = 0.05) -> dict[str, float]:
         """Per value, the half-width of its (1 - alpha) noise interval."""
@@ -607,9 +609,15 @@ class OutsideDomain:
             raise InvalidParameter(f"alpha must be between 0 and 1, got {alpha!r}")
         return self._widths(float(alpha))
 
+    def intervals(self, alpha: float = 0.05) -> dict[str, tuple[float, float]]:
+        """Per value, its (1 - alpha) interval (low, high), cut to what the policy makes possible
+        (a count's at 0): value ± half-width where nothing was cut. Empty when not known."""
+        self.accuracy(alpha)  # the same check of alpha
+        return self._spans(float(alpha)) if self._spans is not None else {}
+
     def __str__(self) -> str:
-        widths = self.accuracy()
-        shown = {name: _about(value, widths.get(name)) for name, value in self.values.items()}
+        widths, spans = self.accuracy(), self.intervals()
+        shown = {name: _about(value, widths.get(name), spans.get(name)) for name, value in self.values.items()}
         keys = self.keys[0] if len(self.keys) == 1 else "(" + ", ".join(self.keys) + ")"
         where = f"with {keys} outside {'its KEYS domain' if len(self.keys) == 1 else 'their KEYS domains'}"
         others = ", ".join(f"{name} ≈ {text}" for name, text in shown.items() if name != self.rows)
@@ -621,13 +629,23 @@ class OutsideDomain:
         return f"OutsideDomain({self})"
 
 
-def _about(value, width: float | None) -> str:
-    """A noisy value with its ± to the precision the noise allows."""
+def _about(value, width: float | None, span: tuple[float, float] | None = None) -> str:
+    """A noisy value with its ± to the precision the noise allows, or with its interval
+    ``[low, high]`` where that was cut to what the policy allows (not value ± one width).
+
+    >>> _about(3, 30.2, (0.0, 33.2)), _about(12.5, 0.4, (12.1, 12.9))
+    ('3 [0, 34]', '12.50 ± 0.40')
+    """
     if value is None:
         return "NULL"
     if width is None or not math.isfinite(width) or width <= 0:
         return f"{value:,}" if isinstance(value, int) else str(value)
     decimals = min(6, max(0, 1 - math.floor(math.log10(width))))
+    if span is not None and all(map(math.isfinite, span)) and \
+            abs((float(value) - span[0]) - (span[1] - float(value))) > 1e-9 * width:
+        if isinstance(value, int):
+            return f"{value:,} [{math.floor(span[0] + 1e-6):,}, {math.ceil(span[1] - 1e-6):,}]"
+        return f"{float(value):,.{decimals}f} [{span[0]:,.{decimals}f}, {span[1]:,.{decimals}f}]"
     if isinstance(value, int):
         return f"{value:,} ± {width:,.{0 if width >= 1 else decimals}f}"
     return f"{float(value):,.{decimals}f} ± {width:,.{decimals}f}"

@@ -93,8 +93,9 @@ def _reference_values(plan, released, aggregate) -> list:
     function = aggregate.function
     if function in ("count", "count_units", "count_distinct"):
         return [max(n, 0) for n in series[0]]
-    if function == "sum":
-        return [_reference_on_grid(n, first.grid) for n in series[0]]
+    if function == "sum":  # kept on the side of 0 the bounds allow
+        signed = [max(n, 0) if first.lower >= 0 else min(n, 0) if first.upper <= 0 else n for n in series[0]]
+        return [_reference_on_grid(n, first.grid) for n in signed]
     if function == "avg":
         return [_reference_average(s, c, first, aggregate) for s, c in zip(*series)]
     return [_reference_variance(s, q, c, first, aggregate) for s, q, c in zip(*series)]

@@ -402,7 +402,8 @@ def test_mode_switches_the_output_format(state):
     assert handle_input(state, GROUPED).startswith("plan,users,users_halfwidth95\nfree,")
     handle_input(state, ".mode json")
     text = handle_input(state, GROUPED)
-    answer, footer = text[:text.rindex("]") + 1], text[text.rindex("]") + 1:]  # the footer follows the JSON
+    end = text.index("\n]") + 2
+    answer, footer = text[:end], text[end:]  # the footer follows the JSON
     records = json.loads(answer)
     assert "limits: at most" in footer
     assert "rows with plan outside its KEYS domain" in footer  # plan has a KEYS domain

@@ -26,7 +26,7 @@ def cost_line(answer: Answer, budget: Any) -> str:
     mine = analyst_budget(budget)
     if mine is not None:
         text += f" · yours {remaining_text(mine)}"
-    return text + ("" if answer.exact or not answer.half_widths else " · ± is the 95% noise interval")
+    return text + ("" if answer.exact or not answer.half_widths else " · ± and [low, high] are 95% intervals")
 
 
 def remaining_text(budget: Any) -> str:

@@ -96,7 +96,8 @@ def help_text() -> str:
     lines += [
         "",
         "SQL: end a statement with ; to run it (Enter before that starts a new line; Esc Enter runs",
-        "the input as it is). Noisy values read value ± the half-width of their 95% noise interval.",
+        "the input as it is). Noisy values read value ± the half-width of their 95% noise interval,",
+        "or value [low, high] where the interval is cut to what the policy allows (a count is at least 0).",
         "Keys: Tab completes, Ctrl-C cancels the input or a running query, Ctrl-D leaves.",
     ]
     return "\n".join(lines) + "\n"

@@ -243,7 +243,9 @@ def is_missing(value: Any) -> bool:
 
 
 def cell_texts(answer: Answer) -> list[list[str]]:
-    """Each row's cells as text, noisy ones as ``value ± half-width`` with the ± aligned."""
+    """Each row's cells as text, noisy ones as ``value ± half-width`` with the ± aligned, or as
+    ``value [low, high]`` in a column where some row's interval is not value ± one half-width
+    (a quantile's, or one cut at a bound the policy sets: a count's at 0)."""
     columns = []
     for index, name in enumerate(answer.columns):
         widths = answer.half_widths.get(name)
@@ -252,6 +254,10 @@ def cell_texts(answer: Answer) -> list[list[str]]:
             continue
         parts = [noisy_parts(row[index], w) for row, w in zip(answer.rows, widths)]
         value_width = max((len(v) for v, _ in parts), default=0)
+        spans = answer.intervals.get(name)
+        if spans is not None and any(_asymmetric(row[index], span) for row, span in zip(answer.rows, spans)):
+            columns.append(_interval_texts([row[index] for row in answer.rows], spans, widths))
+            continue
         error_width = max((len(e) for _, e in parts if e != NO_INTERVAL), default=0)
         columns.append([f"{v:>{value_width}} ({e})" if e == NO_INTERVAL else
                         f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v
@@ -261,6 +267,33 @@ def cell_texts(answer: Answer) -> list[list[str]]:
 
 def is_numeric_column(answer: Answer, name: str) -> bool:
     """True when every non-NULL value of a column is a number."""
+def _asymmetric(value: Any, span: tuple[float, float]) -> bool:
+    """True when ``span`` is not ``value`` ± one half-width (beyond the outward rounding)."""
+    number = _plain_value(value)
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not all(map(math.isfinite, span)):
+        return False
+    below, above = float(number) - span[0], span[1] - float(number)
+    return abs(below - above) > 1e-9 * max(abs(below), abs(above), 1e-300)
+
+
+def _interval_texts(values: list[Any], spans: list[tuple[float, float]], widths: list[float]) -> list[str]:
+    """``value [low, high]`` per cell, each number to the digits its half-width warrants (the
+    value's own ``noisy_parts``); a cell without a finite interval as ``noisy_parts`` shows it."""
+    texts = []
+    for value, span, width in zip(values, spans, widths):
+        shown, error = noisy_parts(value, width)
+        if error in ("", NO_INTERVAL) or not all(map(math.isfinite, span)):
+            texts.append(f"{shown} ({error})" if error == NO_INTERVAL else shown)
+            continue
+        if _is_integer(value):  # a count's ends as whole numbers (its outward rounding is below 1e-6)
+            low, high = f"{math.floor(span[0] + 1e-6):,}", f"{math.ceil(span[1] - 1e-6):,}"
+        else:
+            low, high = (noisy_parts(end, width)[0] for end in span)
+        texts.append(f"{shown} [{low}, {high}]")
+    width_of = max((len(t.split(" [")[0]) for t in texts), default=0)
+    return [f"{t.split(' [')[0]:>{width_of}} [{t.split(' [', 1)[1]}" if " [" in t else t for t in texts]
+
+
     index = answer.columns.index(name)
     values = [row[index] for row in answer.rows if not is_missing(row[index])]
     return bool(values) and all(_is_number(v) for v in values)

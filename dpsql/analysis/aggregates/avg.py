@@ -58,6 +58,9 @@ class AvgFamily(AggregateFamily):
         return [float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
                 for c in counts]
 
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        return float(_bound(aggregate.lower)), float(_bound(aggregate.upper))
+
     def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
         return (f"centred sum / count ({', '.join(aggregate.measures)}), clamped to "
                 f"[{number(_bound(aggregate.lower))}, {number(_bound(aggregate.upper))}]")

@@ -7,6 +7,7 @@ noisy integer floored at 0, which is no farther from the truth than the noisy on
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -33,6 +34,9 @@ class CountingFamily(AggregateFamily):
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
         return np.maximum(integers(release.noisy[measures[0].name]), 0).tolist()
+
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        return 0.0, math.inf
 
     def result_type(self, aggregate: AggregateRelease, first: Measure) -> str:
         return "BIGINT"

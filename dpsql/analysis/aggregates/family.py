@@ -113,10 +113,18 @@ class AggregateFamily:
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
         """Per released row, its (1 - alpha) interval: value ± half-width, rounded outward so the
-        interval holds the exact one."""
+        interval holds the exact one, and cut to what the policy makes possible (``possible``:
+        the bounded truth lies there, so the cut interval holds it as often; post-processing)."""
         values = self.values(aggregate, measures, release)
-        return [(math.nextafter(v - h, -math.inf), math.nextafter(v + h, math.inf))
+        floor, ceiling = self.possible(aggregate, measures)
+        return [(max(math.nextafter(v - h, -math.inf), floor), min(math.nextafter(v + h, math.inf), ceiling))
                 for v, h in zip(values, self.half_widths(aggregate, measures, release, alpha))]
+
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        """The values the bounded truth can take whatever the data, from the policy's bounds alone
+        (a count is at least 0, an AVG within its bounds): released values and their intervals
+        stay within it. The default: any value."""
+        return -math.inf, math.inf
 
     def draw(self, aggregate: AggregateRelease, keys: list[tuple], rows: Sequence[tuple], width: int,
              source: Any) -> tuple[tuple[int, int, int], ...]:

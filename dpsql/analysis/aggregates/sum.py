@@ -7,8 +7,10 @@ on the grid, whatever the data.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import integers, on_grid
@@ -36,7 +38,18 @@ class SumFamily(AggregateFamily):
         return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
-        return on_grid(integers(release.noisy[measures[0].name]), measures[0].grid).tolist()
+        """The noisy integer times the grid, kept on the side of 0 the bounds allow (a sum of
+        values >= 0 is >= 0): no farther from the truth, which lies there."""
+        noisy = integers(release.noisy[measures[0].name])
+        if measures[0].lower >= 0:
+            noisy = np.maximum(noisy, 0)
+        elif measures[0].upper <= 0:
+            noisy = np.minimum(noisy, 0)
+        return on_grid(noisy, measures[0].grid).tolist()
+
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        lower, upper = measures[0].lower, measures[0].upper
+        return (0.0 if lower >= 0 else -math.inf), (0.0 if upper <= 0 else math.inf)
 
     def result_type(self, aggregate: AggregateRelease, first: Measure) -> str:
         # A noisy integer sum of k values of up to 2**62 grid units per unit can pass int64.

@@ -78,6 +78,14 @@ class VarianceFamily(AggregateFamily):
             cells.append(math.sqrt(variance) if aggregate.function == "stddev" else float(variance))
         return cells
 
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        """At most (hi - lo)^2 / 4 (values half at each bound), STDDEV its root; the sample form
+        may exceed that by C/(C - 1), so its ceiling is left open."""
+        largest = _full(aggregate) ** 2 / 4
+        if aggregate.sample:
+            return 0.0, math.inf
+        return 0.0, math.sqrt(largest) if aggregate.function == "stddev" else float(largest)
+
     def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
         form = "sample" if aggregate.sample else "population"
         measures = ", ".join(aggregate.measures)
