@@ -20,7 +20,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from operator import itemgetter
@@ -71,6 +71,7 @@ from dpsql.errors import (
     UnsupportedQuery,
 )
 from dpsql.explain import Explanation, explain_plan
+from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
 from dpsql.options import max_keys, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
@@ -382,9 +383,9 @@ class Connection:
         self._ledger.record_answer(entry, with_bounding(encode_answer(list(checked.outputs), rows, noisy,
                                                                       outside=stored_outside), bounding))
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
-        return DPResult(list(checked.outputs), rows, charged,
-                        intervals=self._intervals(plan, checked, noisy, rows),
-                        **self._described(plan, checked, types, len(rows)), budget=self._snapshot(),
+        cells = self._intervals(plan, checked, noisy, rows)
+        return DPResult(list(checked.outputs), rows, charged, intervals=cells,
+                        **self._described(plan, checked, types, rows, cells), budget=self._snapshot(),
                         outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=limits_of(plan), bounding=bounding)
 
@@ -604,16 +605,18 @@ class Connection:
         bounding = None if bias is None else stored_bounding(text)
         if bias is not None and bounding is None:
             return None
-        return DPResult(columns, rows, QueryCost.free(repeat=True),
-                        intervals=self._intervals(plan, checked, noisy, rows),
-                        **self._described(plan, checked, list(priced.core_types), len(rows)),
+        cells = self._intervals(plan, checked, noisy, rows)
+        return DPResult(columns, rows, QueryCost.free(repeat=True), intervals=cells,
+                        **self._described(plan, checked, list(priced.core_types), rows, cells),
                         budget=self._snapshot(),
                         outside_domain=self._outside(plan, checked, decode_outside(text), list(priced.core_types)),
                         limits=limits_of(plan), bounding=bounding)
 
-    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str], count: int) -> dict:
+    def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str], rows: list[tuple],
+                   cells: Callable[[float], dict[str, list[tuple[float, float, float]]]]) -> dict:
         """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.notes``: from
-        the plan and the released row count only)."""
+        the plan and the released row count; ``dpsql.noise_rows``: from the released rows and
+        their intervals ``cells``)."""
         def types() -> list[str]:
             core = core_types
             picked = plain_projection(checked.post, core_columns(plan))
@@ -624,8 +627,12 @@ class Connection:
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
-        return {"types": types, "notes": () if limited else thin_answer_notes(plan, count, checked.post),
-                "converter": self._engine.convert}
+        notes = [] if limited else thin_answer_notes(plan, len(rows), checked.post)
+        try:
+            notes += noise_rows_notes(plan, checked, rows, cells)
+        except Exception:  # advisory, after the charge: the answer is released without it
+            pass
+        return {"types": types, "notes": tuple(notes), "converter": self._engine.convert}
 
     def _snapshot(self) -> Budget | None:
         """The budget now, for the answer to show (``None`` if the ledger cannot say)."""
