@@ -289,7 +289,7 @@ def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _suggest(args: argparse.Namespace) -> int:
     from dpsql.shell.budget import remaining_text
-    from dpsql.suggest import suggestion_text
+    from dpsql.suggest_text import suggestion_text
 
     if args.unit is not None:
         if args.policy is not None or args.epsilon is None:

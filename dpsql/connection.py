@@ -448,15 +448,19 @@ class Connection:
         a column whose distinct values per unit bound MAX GROUPS PER UNIT the same way (its DP
         95th percentile); without it ``max_groups_per_unit`` is None. Also the errors the split
         gives (``max_rows_per_unit_rank_error``, ``bin_threshold``) and ``warnings`` when they
-        are too large to trust the answer.
+        are too large to trust the answer. ``bounds`` holds only bounds suggest vouches for (at
+        most 5% of units' values outside, at 95%; ``dpsql.suggest_coverage``), the raw estimates
+        are in ``estimated_bounds``; ``units`` is a DP count of units (± ``units_halfwidth``) and
+        ``selection`` partition selection's threshold under the suggested limits.
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
         >>> policy = "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
         >>> with connect({"t": frame}, policy=policy) as db:
-        ...     print(*sorted(db.suggest_bounds("t", epsilon=0.5)))
+        ...     print(*sorted(db.suggest_bounds("t", epsilon=0.5)))  # doctest: +NORMALIZE_WHITESPACE
         ...     float(db.budget.remaining.epsilon)
-        bin_threshold bounds epsilon_split max_groups_per_unit max_rows_per_unit max_rows_per_unit_rank_error warnings
+        bin_threshold bounds coverage epsilon_split estimated_bounds max_groups_per_unit max_rows_per_unit
+        max_rows_per_unit_rank_error notes selection units units_halfwidth warnings
         0.5
         """
         if self._engine.dialect != DIALECT:  # its statements read raw tables through DuckDB-only pieces

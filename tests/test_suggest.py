@@ -21,10 +21,10 @@ from dpsql.suggest import (
     noisy_bounds,
     rows_sql,
     split_epsilon,
-    suggestion_text,
     value_candidates,
     values_sql,
 )
+from dpsql.suggest_text import suggestion_text
 
 
 def known(units: int = 3000, seed: int = 0) -> pd.DataFrame:
@@ -49,12 +49,16 @@ def test_suggestions_on_a_known_distribution_are_within_tolerance(seed):
     assert suggestion["max_rows_per_unit"] in (30, 40)
     assert suggestion["max_groups_per_unit"] is None
     # bounds: outer edges of the log bins holding the 1st and 99th percentiles: (60, 80] and (100, 150]
-    lo, hi = suggestion["bounds"]["x"]
+    lo, hi = suggestion["estimated_bounds"]["x"]
     assert 50 <= lo <= 80 and 120 <= hi <= 200
-    lo, hi = suggestion["bounds"]["n"]  # uniform 0..999: its lowest bins hold too few units to stand out
+    lo, hi = suggestion["estimated_bounds"]["n"]  # uniform 0..999: its lowest bins hold too few units to stand out
     assert isinstance(lo, int) and 0 <= lo <= 100 and 800 <= hi <= 1000
     assert set(suggestion["bounds"]) == {"x", "n"}  # numeric columns but the unit
-    assert suggestion["epsilon_split"] == {"total": 1.0, "max_rows_per_unit": 0.5, "each_column": 0.25}
+    for column, pair in suggestion["bounds"].items():  # vouched for: the estimate or wider
+        estimate = suggestion["estimated_bounds"][column]
+        assert pair is None or (pair[0] <= estimate[0] and estimate[1] <= pair[1])
+    assert abs(suggestion["units"] - 3000) <= suggestion["units_halfwidth"] + 60  # ± 30 at 95%; 60 more: < 1e-6
+    assert suggestion["epsilon_split"] == {"total": 1.0, "units": 0.1, "max_rows_per_unit": 0.45, "each_column": 0.225}
 
 
 def test_charged_like_a_query():
@@ -76,9 +80,13 @@ def test_charged_like_a_query():
 
 
 def test_epsilon_split():
-    assert split_epsilon(Fraction(1), False, 0) == (split_epsilon(Fraction(1), False, 0).__class__(Fraction(1), Fraction(0)))
-    assert split_epsilon(Fraction(1), True, 4).each_column == Fraction(1, 4)
-    assert split_epsilon(Fraction(1), False, 4).each_column == Fraction(1, 8)
+    assert split_epsilon(Fraction(1), False, 0) == (split_epsilon(Fraction(1), False, 0).__class__(
+        Fraction(9, 10), Fraction(0), Fraction(0), Fraction(1, 10)))
+    assert split_epsilon(Fraction(1), True, 4).each_column == Fraction(9, 40)
+    assert split_epsilon(Fraction(1), False, 4).each_column == Fraction(9, 80)
+    for row_level, columns, grouped in product((True, False), (1, 3), (True, False)):
+        split = split_epsilon(Fraction(2), row_level, columns, grouped and not row_level)
+        assert split.units + split.rows + split.groups + columns * split.each_column == 2  # all of it, no more
 
 
 # -- brute-force sensitivity of what the mechanisms read -------------------------------------
@@ -136,7 +144,8 @@ def test_cli_prints_a_policy_fragment_with_its_trade_offs(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "PRIVATE TABLE t (\n    PRIVACY UNIT uid,\n    MAX ROWS PER UNIT " in out
-    assert "    x BOUNDS " in out and "COUNT and SUM noise grows ∝ k" in out
+    assert "noise of COUNT, SUM, AVG, VARIANCE and quantiles grows ∝ k" in out
+    assert ("    x BOUNDS " in out) != ("WARNING x: no bounds suggest can vouch for" in out)
     assert "cost ε 2 · remaining ε 0 of 2" in err
     code = cli.main(["suggest", str(database), "t", "--unit", "uid", "--epsilon", "2"])
     out, err = capsys.readouterr()
@@ -155,7 +164,7 @@ def test_max_groups_per_unit_from_a_grouping_column():
     with dpsql.connect({"t": data}, policy=POLICY.replace(" PUBLIC TABLE p;", ""), rng=SeededSource(4)) as db:
         suggestion = db.suggest_bounds("t", epsilon=3, columns=["x"], group_by="day")
         assert suggestion["max_groups_per_unit"] in (10, 15) and suggestion["group_by"] == "day"
-        assert suggestion["epsilon_split"]["max_groups_per_unit"] == 1.0
+        assert suggestion["epsilon_split"]["max_groups_per_unit"] == 0.9  # (3 - 0.3) / 3
         with pytest.raises(UnsupportedQuery, match="cannot suggest MAX GROUPS PER UNIT"):
             db.suggest_bounds("t", epsilon=1, group_by="uid")
     text = suggestion_text("t", "uid", suggestion, 3)
@@ -190,11 +199,14 @@ def test_small_epsilon_warns_with_the_rank_and_bin_errors(capsys):
     with dpsql.connect({"t": known(), "p": pd.DataFrame({"a": [1]})}, policy=POLICY, rng=SeededSource(3)) as db:
         small = db.suggest_bounds("t", epsilon=Fraction(1, 20))
         large = db.suggest_bounds("t", epsilon=5)
-    # ε/2 = 0.025 for k: rank error 2·ln(53/0.05)/0.025 ≈ 557 units > 5% of 3000
-    assert small["max_rows_per_unit_rank_error"] == pytest.approx(557.3, abs=0.1)
-    assert any(w.startswith("MAX ROWS PER UNIT: epsilon 0.025 ranks units only to within ±557") for w in small["warnings"])
-    assert any(w.startswith("BOUNDS: epsilon 0.0125 per column cuts every value bin held by fewer than about 990 units")
+    # 0.9·ε/2 = 0.0225 for k: rank error 2·ln(53/0.05)/0.0225 ≈ 619 units > 5% of 3000
+    assert small["max_rows_per_unit_rank_error"] == pytest.approx(619.2, abs=0.1)
+    assert any(w.startswith("MAX ROWS PER UNIT: epsilon 0.0225 ranks units only to within ±619")
                for w in small["warnings"])
+    assert all(pair is None for pair in small["bounds"].values())  # nothing vouched for at 0.01125 a column
+    assert sum(w.startswith(("x: no bounds suggest can vouch for", "n: no bounds suggest can vouch for"))
+               for w in small["warnings"]) == sum(p is not None for p in small["estimated_bounds"].values())
     assert large["warnings"] == [] and large["max_rows_per_unit_rank_error"] < 10
+    assert all(pair is not None for pair in large["bounds"].values())
     text = suggestion_text("t", "uid", small, 0.05)
-    assert "-- WARNING MAX ROWS PER UNIT" in text and "(epsilon 0.0125)" in text
+    assert "-- WARNING MAX ROWS PER UNIT" in text and " BOUNDS " not in text.split(");")[0]
