@@ -61,7 +61,7 @@ def sum_noise_margin(scale: Fraction | float, terms: int, alpha: float) -> int:
     log_one_minus_p = np.log(-np.expm1(-1 / b))
     log_mgf = 2 * log_one_minus_p - np.log(-np.expm1(s - 1 / b)) - np.log(-np.expm1(-s - 1 / b))
     margins = (terms * log_mgf - math.log(alpha)) / s
-    return max(0, math.ceil(float(np.min(margins)) - 1e-9))
+    return max(0, math.ceil(float(np.min(margins))))  # S is an integer: P(S ≥ x) = P(S ≥ ceil(x))
 
 
 _FRACTIONS = np.concatenate([np.geomspace(1e-6, 0.5, 4000), np.linspace(0.5, 1 - 1e-9, 4000)])
