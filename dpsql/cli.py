@@ -330,6 +330,18 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replace", action="store_true",
                         help="replace a different stored policy; what was spent, the salt and the "
                              "ledger's history are kept, and the change is recorded in the ledger")
+    parser.add_argument("--estimate-epsilon", metavar="X",
+                        help="epsilon per private table for a DP estimate of the share of its rows MAX ROWS PER "
+                             "UNIT drops, charged once and shown in every answer's limits line (default: the "
+                             "policy's QUERY EPSILON; 0: none; a table with an estimate for its limit is skipped)")
+
+
+def _is_zero(text: str | None) -> bool:
+    """``--estimate-epsilon 0``: no estimate (anything else is checked as an epsilon)."""
+    try:
+        return text is not None and float(text) == 0
+    except ValueError:
+        return False
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -342,7 +354,15 @@ def _init(args: argparse.Namespace) -> int:
         change = dpsql.init_policy(args.database, args.policy, replace=args.replace)
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None
+    estimated = []
     with dpsql.connect(args.database) as db:
+        if not _is_zero(args.estimate_epsilon):
+            try:
+                found = db.estimate_limits(args.estimate_epsilon, only_missing=True)
+                estimated = [f"{name}: limits drop {drop} (ε {float(drop.epsilon):g} of the budget, once)"
+                             for name, drop in found.items()]
+            except DPError as error:
+                estimated = [f"the share of rows the limits drop was not estimated: {error}"]
         budget = db.budget
     where = f"{args.database}.ledger"
     if change is None:
@@ -354,6 +374,8 @@ def _init(args: argparse.Namespace) -> int:
         done = (f"The policy stored with {where} is replaced (recorded in the ledger at {change.time});\n"
                 "what was spent, the salt and the ledger's history are kept.")
     print(f"{done} Budget: {remaining_text(budget)} remaining.")
+    for line in estimated:
+        print(line)
     return EXIT_OK
 
 

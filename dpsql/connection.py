@@ -53,6 +53,7 @@ from dpsql.backends.spark_config import is_spark_config, load_spark_config, open
 from dpsql.backends.spark_session import is_spark_session
 from dpsql.bias import (
     BiasPlan,
+    Limits,
     bias_sql,
     explain_bias,
     limits_of,
@@ -62,6 +63,7 @@ from dpsql.bias import (
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
+from dpsql.dropped import RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
 from dpsql.errors import (
     DPError,
     InternalFailure,
@@ -76,7 +78,7 @@ from dpsql.notes import thin_answer_notes
 from dpsql.options import max_keys, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
-from dpsql.policy.model import Policy
+from dpsql.policy.model import Policy, PrivateTable
 from dpsql.prepare import Prepared, Preparer, Priced
 from dpsql.release import (
     core_columns,
@@ -134,7 +136,7 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
 
 
 def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
-                memory_limit: str | None = None) -> PolicyChange | None:
+                memory_limit: str | None = None, estimate_epsilon: Any = None) -> PolicyChange | None:
     """The curator's ``dpsql init``: check ``policy`` against ``target`` and store it with the
     ledger, so that it rules every later connection; return the recorded change, or ``None``
     when that very policy was stored already.
@@ -142,6 +144,10 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     A different stored policy is replaced only with ``replace=True``: what was spent, the
     salt and the ledger's entries stay, and the ledger records the change (time, old and new
     text; ``Connection.policy_changes()``).
+
+    ``estimate_epsilon``: also record, for each private table with none yet for its limit, a
+    DP estimate of the share of its rows MAX ROWS PER UNIT drops, at this epsilon per table,
+    charged to the budget (``Connection.estimate_limits``; ``dpsql init`` does so by default).
 
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 2], "x": [1.0, 3.0]})
@@ -151,7 +157,11 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     """
     # Opened as replacing whatever is stored, so a refusal below is init's own, naming --replace.
     with Connection(target, policy, ledger=ledger, memory_limit=memory_limit, _replacing=True) as db:
-        return db.store_policy(replace=replace)
+        change = db.store_policy(replace=replace)
+    if estimate_epsilon is not None:
+        with Connection(target, None, ledger=ledger, memory_limit=memory_limit) as db:  # the stored policy rules
+            db.estimate_limits(estimate_epsilon, only_missing=True)
+    return change
 
 
 def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None) -> Backend:
@@ -387,7 +397,7 @@ class Connection:
         return DPResult(list(checked.outputs), rows, charged, intervals=cells,
                         **self._described(plan, checked, types, rows, cells), budget=self._snapshot(),
                         outside_domain=self._outside(plan, checked, stored_outside, types),
-                        limits=limits_of(plan), bounding=bounding)
+                        limits=self._limits(plan), bounding=bounding)
 
     def _read_keys(self, rows: list[tuple], keys) -> list[tuple]:
         """Fetched rows with their keys as DuckDB reads them back (``dpsql.backends.keys``): an
@@ -428,7 +438,7 @@ class Connection:
         separate = [separate_statement(plan, m, self._engine.dialect, pretty=True).sql for m in plan.separate]
         text = explain_plan(plan, shown, after.remaining, refused=refusal is not None, separate=separate)
         text += self._time_zone_note(plan)
-        text += f"\n\nlimits: {limits_of(plan)} (contribution bounding lowers answers; this bias is not in the ±)"
+        text += f"\n\nlimits: {self._limits(plan)}"
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
@@ -483,6 +493,71 @@ class Connection:
         except Exception:  # whatever failed, the caller learns nothing from how
             raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
                               "was released") from None
+
+    def estimate_limits(self, epsilon: Any = None, tables: Any = None, *,
+                        only_missing: bool = False) -> dict[str, RecordedDrop]:
+        """The curator's DP estimate of the share of each private table's rows its MAX ROWS PER
+        UNIT drops (``dpsql.dropped``), recorded in the ledger: every later answer reading the
+        table shows it in its limits line, at no further cost. ``epsilon`` per table (default:
+        the policy's QUERY EPSILON), charged before anything is read, like a query (budget
+        refusal included); ``tables``: names (default: every unit-level private table);
+        ``only_missing``: skip a table that has an estimate for its limit already.
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": [1, 1, 1, 2], "x": [1.0, 2.0, 3.0, 4.0]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2);"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     print(*db.estimate_limits(1), float(db.budget.spent.epsilon))
+        t 1.0
+        """
+        epsilon = privacy_options(self.policy, epsilon, None, None).epsilon
+        names = [t.name for t in self.policy.private_tables] if tables is None else \
+            [tables] if isinstance(tables, str) else list(tables)
+        plans = []
+        for name in names:
+            rule = self.policy.table(name)
+            if not isinstance(rule, PrivateTable):
+                private = ", ".join(t.name for t in self.policy.private_tables) or "none"
+                raise UnsupportedQuery(f"{name} is not a private table of the policy",
+                                       hint=f"name one of the private tables: {private}")
+            plan = plan_dropped(rule, table_key(rule.name), epsilon)
+            if plan is None or (only_missing and self._recorded(plan.key, plan.unit, plan.rows_per_unit)):
+                continue  # a row-level table drops no row
+            plans.append(plan)
+        cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
+        check_accountable(self.policy.accounting, cost)
+        recorded = {}
+        for plan in plans:
+            entry = self._ledger.charge(cost, self._accountant, sql=f"ESTIMATE LIMITS {plan.table}",
+                                        options={"epsilon": epsilon, "rows_per_unit": plan.rows_per_unit},
+                                        analyst=self.analyst, key=record_key(plan.key, plan.unit, plan.rows_per_unit),
+                                        analyst_total=self._analyst_accountant, policies=self._agreed_policies)
+            # The charge is committed: from here on, private data is read.
+            try:
+                counting = dropped_statement(plan, self._engine.dialect)
+                exact = self._engine.fetch(counting.sql, bounded=counting.bounded)[0]
+                drop = release_dropped(plan, (int(exact[0]), int(exact[1])), self._rng)
+            except Exception:  # whatever failed, the caller learns nothing from how
+                raise QueryFailed("the estimate failed while running; its cost was charged and nothing "
+                                  "was released") from None
+            self._ledger.record_answer(entry, drop.to_json())
+            recorded[plan.table] = drop
+        return recorded
+
+    def _recorded(self, key: str, unit: str, rows_per_unit: int) -> RecordedDrop | None:
+        """The latest recorded estimate of a table's rows beyond ``rows_per_unit`` (``None``: none)."""
+        return RecordedDrop.from_json(self._ledger.find_answer(record_key(key, unit, rows_per_unit)))
+
+    def _limits(self, plan: Plan) -> Limits:
+        """The answer's limits line: the plan's limits, with the recorded share of rows each
+        private table it reads drops (``estimate_limits``; a released value: free)."""
+        recorded = []
+        for key in plan.query.bounded:
+            rule = next((t for t in self.policy.private_tables if table_key(t.name) == key), None)
+            if rule is not None and not rule.row_level and rule.unit is not None:
+                found = self._recorded(key, rule.unit, rule.max_rows_per_unit)
+                recorded += [found] if found is not None else []
+        return limits_of(plan, tuple(recorded))
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""
@@ -614,7 +689,7 @@ class Connection:
                         **self._described(plan, checked, list(priced.core_types), rows, cells),
                         budget=self._snapshot(),
                         outside_domain=self._outside(plan, checked, decode_outside(text), list(priced.core_types)),
-                        limits=limits_of(plan), bounding=bounding)
+                        limits=self._limits(plan), bounding=bounding)
 
     def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str], rows: list[tuple],
                    cells: Callable[[float], dict[str, list[tuple[float, float, float]]]]) -> dict:

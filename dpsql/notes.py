@@ -1,4 +1,5 @@
-"""Notes on an answer: why partition selection left it thin, and what would lower the bar.
+"""Notes on an answer: why partition selection left it thin, and what would lower the bar; and
+which way the contribution limits can move each aggregate (the limits line's last part).
 
 A private GROUP BY key is released only when its noisy count of distinct units reaches the
 selection threshold (``dpsql.mechanisms.selection``). With the policy's defaults that threshold can be
@@ -14,6 +15,11 @@ epsilon and delta asked for: all public) and of the number of rows released (pos
 of the DP release), and of the query's post-processing clauses (public). Nothing depends on
 how many candidate keys there were or were dropped, nor on how many partition selection
 dropped rather than HAVING: the note is the same whatever the data, given the released answer.
+
+The limits line (``dpsql.bias.Limits``) says, per aggregate, which way the limits can move it
+(``limit_effects``): a count only down, a sum of values ≥ 0 down by the rows dropped, an average
+or a quantile either way. That is a fact of the plan alone (the aggregate, its bounds, whether
+rows can be dropped): it costs nothing and reads no data.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from sqlglot import exp
 
 from dpsql.mechanisms.selection import selection_rule
 
-__all__ = ["FEW_ROWS", "thin_answer_notes"]
+__all__ = ["FEW_ROWS", "effects_text", "limit_effects", "thin_answer_notes"]
 
 FEW_ROWS = 5
 """An answer through partition selection with fewer rows than this carries a note."""
@@ -111,3 +117,83 @@ def _steps_after_selection(post: exp.Select | None) -> list[str]:
 
 def _number(value: Fraction) -> str:
     return f"{float(value):.6g}"
+
+
+# -- which way the limits move each aggregate (the limits line, ``dpsql.bias.Limits``) ---------
+
+EFFECTS = {
+    "lower": "they can only lower {}",
+    "raise": "they can only raise {}",
+    "either": "they can move {} either way",
+    "lower_clamped": "dropped rows lower {}, clamping can move {} either way",
+    "raise_clamped": "dropped rows raise {}, clamping can move {} either way",
+}
+"""How the limits can move an aggregate, and how the limits line says it."""
+
+_COUNTS = ("count", "count_units", "count_distinct")
+
+
+def limit_effects(plan, drops: bool) -> tuple[tuple[str, str], ...]:
+    """(aggregate as written, effect) for each aggregate of ``plan`` the limits can move, the
+    effect a key of ``EFFECTS``; ``drops``: whether the limits can drop rows (not when each
+    row is its own unit, read alone). Public facts of the plan only.
+
+    Dropping rows can only lower a count, and a sum whose values are all ≥ 0 (raise one whose
+    values are all ≤ 0); clamping a value into its bounds moves it down from above the upper
+    bound and up from below the lower one, so a clamped sum can move either way, and a count
+    not at all (clamping keeps NULL: COUNT(x) counts the same rows). An average, a variance or
+    a quantile of what is left can move either way.
+
+    >>> from types import SimpleNamespace as S
+    >>> counted, summed = S(clamped_columns=(), lower=0, upper=1), S(clamped_columns=("x",), lower=0, upper=9)
+    >>> plan = S(query=S(aggregates=(S(name="a0", label="COUNT(*)"), S(name="a1", label="SUM(x)"),
+    ...                              S(name="a2", label="AVG(x)"))),
+    ...          aggregates=(S(name="a0", function="count", measures=("m0",)),
+    ...                      S(name="a1", function="sum", measures=("m1",)),
+    ...                      S(name="a2", function="avg", measures=("m1", "m0"))),
+    ...          measure={"m0": counted, "m1": summed}.get)
+    >>> limit_effects(plan, True)
+    (('COUNT(*)', 'lower'), ('SUM(x)', 'lower_clamped'), ('AVG(x)', 'either'))
+    >>> limit_effects(plan, False)
+    (('SUM(x)', 'either'), ('AVG(x)', 'either'))
+    """
+    labels = {aggregate.name: aggregate.label for aggregate in plan.query.aggregates}
+    effects = []
+    for release in plan.aggregates:
+        measures = [plan.measure(name) for name in release.measures]
+        clamped = any(measure.clamped_columns for measure in measures)
+        if release.function in _COUNTS:
+            effect = "lower" if drops or clamped else None
+        elif release.function == "sum" and measures[0].lower >= 0:
+            effect = ("lower_clamped" if drops else "either") if clamped else ("lower" if drops else None)
+        elif release.function == "sum" and measures[0].upper <= 0:
+            effect = ("raise_clamped" if drops else "either") if clamped else ("raise" if drops else None)
+        else:
+            effect = "either" if drops or clamped else None
+        if effect is not None:
+            effects.append((labels.get(release.name, release.name), effect))
+    return tuple(effects)
+
+
+def effects_text(effects: tuple[tuple[str, str], ...]) -> str:
+    """The limits line's last part: which way the limits can move each aggregate ('' for none).
+
+    >>> print(effects_text((("COUNT(*)", "lower"), ("SUM(x)", "lower_clamped"), ("AVG(x)", "either"),
+    ...                     ("MEDIAN(x)", "either"))))  # doctest: +NORMALIZE_WHITESPACE
+    not in the ±: they can only lower COUNT(*); dropped rows lower SUM(x), clamping can move it either way;
+    they can move AVG(x) and MEDIAN(x) either way
+    """
+    grouped: dict[str, list[str]] = {}
+    for label, effect in effects:
+        if label not in grouped.setdefault(effect, []):
+            grouped[effect].append(label)
+    if not grouped:
+        return ""
+    parts = []
+    for effect, labels in grouped.items():
+        named = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + f" and {labels[-1]}"
+        if effect.endswith("_clamped"):
+            parts.append(EFFECTS[effect].format(named, "it" if len(labels) == 1 else "them"))
+        else:
+            parts.append(EFFECTS[effect].format(named))
+    return "not in the ±: " + "; ".join(parts)

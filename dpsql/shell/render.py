@@ -122,17 +122,19 @@ def _text_or_none(value: Any) -> str | None:
 
 
 def bias_lines(answer: Answer) -> str:
-    """The footer lines naming an answer's contribution limits and its bias report ('' for
-    none): the bias they cause is not in the ±.
+    """The footer lines naming an answer's contribution limits (with the share of rows they
+    drop, where recorded, and which way they move each aggregate: ``dpsql.bias.Limits``) and
+    its bias report ('' for none).
 
     >>> bounding = "≈ 3% ± 1% of rows beyond per-unit limits (at least)"
-    >>> print(bias_lines(Answer(["n"], [(1,)], limits="at most 5 rows per uid", bounding=bounding)), end="")
-    limits: at most 5 rows per uid (answers are lowered by these; not in the ±)
+    >>> limits = "at most 5 rows per uid; not in the ±: they can only lower COUNT(*)"
+    >>> print(bias_lines(Answer(["n"], [(1,)], limits=limits, bounding=bounding)), end="")
+    limits: at most 5 rows per uid; not in the ±: they can only lower COUNT(*)
     bias: ≈ 3% ± 1% of rows beyond per-unit limits (at least)
     """
     text = ""
     if answer.limits:
-        text += f"limits: {answer.limits} (answers are lowered by these; not in the ±)\n"
+        text += f"limits: {answer.limits}\n"
     if answer.bounding:
         text += f"bias: {answer.bounding}\n"
     return text

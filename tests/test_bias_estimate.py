@@ -1,0 +1,210 @@
+"""The recorded share of rows each table's limits drop (``dpsql.dropped``), shown in every
+answer's limits line, and the share intervals both it and the bias report use (``dpsql.shares``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from itertools import product
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql import cli
+from dpsql.backends.bounding import raw_rows_cap
+from dpsql.dropped import dropped_statement, noisy_counts, plan_dropped
+from dpsql.mechanisms.noise import SeededSource, discrete_laplace, discrete_laplace_halfwidth
+from dpsql.shares import estimate_share, share_interval
+
+POLICY = ("BUDGET EPSILON 100; QUERY EPSILON 0.5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, "
+          "x BOUNDS 0 TO 10);")
+
+
+def frame(rows: dict[int, int]) -> pd.DataFrame:
+    """``rows[u]`` rows of unit u, x = 1."""
+    pairs = [(u, 1.0) for u, n in rows.items() for _ in range(n)]
+    return pd.DataFrame(pairs or [(0, 0.0)][:0], columns=["uid", "x"]).astype({"uid": "int64", "x": "float64"})
+
+
+def exact(data: pd.DataFrame, policy: str = POLICY) -> tuple[tuple[int, int], dict]:
+    """The exact (kept, dropped) of table t's estimate, and its noise scales."""
+    with dpsql.connect({"t": data}, policy=policy) as db:
+        plan = plan_dropped(db.policy.table("t"), "t", Fraction(1))
+        assert plan is not None
+        statement = dropped_statement(plan)
+        row = db._engine.fetch(statement.sql, bounded=statement.bounded)[0]
+    return (int(row[0]), int(row[1])), plan.scales
+
+
+# -- sensitivity, by brute force --------------------------------------------------------------
+
+@pytest.mark.parametrize("neighbours", ["UNBOUNDED", "BOUNDED"])
+def test_no_unit_moves_a_count_beyond_its_sensitivity(neighbours):
+    """One unit's rows from none (add or remove) to far beyond the stored cap R = K(1 + 4K),
+    against every other such profile (replace), others fixed: each count moves by at most K =
+    its sensitivity (the scale's numerator), and by exactly K for some pair (tight)."""
+    policy = POLICY.replace("QUERY EPSILON 0.5;", f"QUERY EPSILON 0.5; NEIGHBOURS {neighbours};")
+    background = {10: 1, 11: 3, 12: 7}
+    profiles = [0, 1, 2, 3, 4, 5, raw_rows_cap(2), raw_rows_cap(2) + 1, 200]
+    results = [exact(frame({**background, **({1: n} if n else {})}), policy)[0] for n in profiles]
+    largest = [max(abs(a[i] - b[i]) for a, b in product(results, results)) for i in range(2)]
+    assert largest == [2, 2]
+    # the estimate's own scales have K over each count's epsilon (1/3 and 2/3 of 1)
+    assert exact(frame(background), policy)[1] == {"kept": Fraction(6), "dropped": Fraction(3)}
+
+
+def test_counts_by_hand():
+    # K = 2, C = 2: units of 1, 3, 7 and 200 rows keep 1, 2, 2, 2 and drop 0, 1, 2 (of 5), 2 (of 198)
+    assert exact(frame({1: 1, 2: 3, 3: 7, 4: 200}))[0] == (7, 5)
+
+
+# -- noise: the scale, and the share's interval -----------------------------------------------
+
+def test_noise_has_the_scale_of_sensitivity_over_epsilon_part():
+    """E|Z| of 4,000 draws of each count against the discrete Laplace of its scale (6 and 3 at
+    epsilon 1: kept gets 1/3, dropped 2/3): the mean of 4,000 |Z| has relative sd ~1.6%, so 15%
+    is > 9 sd (a false failure < 1e-18), and a factor-2 scale error moves it by 50% or more."""
+    with dpsql.connect({"t": frame({1: 3})}, policy=POLICY) as db:
+        plan = plan_dropped(db.policy.table("t"), "t", Fraction(1))
+    assert plan is not None
+    source, draws = SeededSource(7), 4000
+    deviations = {"kept": 0.0, "dropped": 0.0}
+    for _ in range(draws):
+        for name, value in noisy_counts(plan, (10**6, 10**6), source).items():
+            deviations[name] += abs(value - 10**6) / draws
+    for name, scale in {"kept": 6.0, "dropped": 3.0}.items():
+        p = math.exp(-1 / scale)
+        assert 0.85 < deviations[name] / (2 * p / (1 - p * p)) < 1.15, name
+
+
+@pytest.mark.parametrize("added, part, kept, part_scale, kept_scale, runs, least", [
+    (True, 17_000, 83_000, 1_500.0, 3_000.0, 2000, 0.92),   # flights-like: a dropped share of 17%
+    (True, 300, 2_000, 40.0, 80.0, 500, 0.88),
+    (False, 900, 10_000, 200.0, 400.0, 500, 0.88),          # a clamped share of 9%
+])
+def test_the_share_interval_covers_the_true_share(added, part, kept, part_scale, kept_scale, runs, least):
+    """Noisy pairs: the 95% interval holds the true share in at least ``least`` of ``runs``
+    (Chernoff: a false failure < 1e-7 for both sizes), and with the noise scales halved (a
+    factor-2 error) in fewer than 85% of 300; it is narrower than the interval it replaced
+    (each count's 97.5% interval, the share's extremes over both)."""
+    source = SeededSource(3)
+    truth = part / (part + kept) if added else part / kept
+    noisy_part = part + discrete_laplace(Fraction(part_scale), runs, source)
+    noisy_kept = kept + discrete_laplace(Fraction(kept_scale), runs, source)
+    covered = narrow = half_scales = 0
+    for run, (x, y) in enumerate(zip(noisy_part.tolist(), noisy_kept.tolist())):
+        share = estimate_share(x, part_scale, y, kept_scale, added=added)
+        covered += abs(share.value - truth) <= share.halfwidth
+        narrow += share.halfwidth < _corner_halfwidth(x, part_scale, y, kept_scale, added)
+        if run < 300:
+            low, high = share_interval(x, part_scale / 2, y, kept_scale / 2, added=added)
+            half_scales += low <= truth <= high
+    assert covered / runs >= least
+    assert half_scales / 300 < 0.85
+    assert narrow / runs > 0.95
+
+
+def _corner_halfwidth(part: int, part_scale: float, kept: int, kept_scale: float, added: bool) -> float:
+    """The interval the bias report used before: each count within its 97.5% half-width, the
+    share's largest deviation over the corners."""
+    pw = discrete_laplace_halfwidth(Fraction(part_scale), 0.025)
+    kw = discrete_laplace_halfwidth(Fraction(kept_scale), 0.025)
+
+    def ratio(p: float, k: float) -> float:
+        p, k = max(p, 0.0), max(k, 0.0)
+        whole = k + p if added else k
+        return 1.0 if whole <= 0 else min(p / whole, 1.0)
+
+    value = ratio(part, kept)
+    return max(value - ratio(part - pw, kept + kw), ratio(part + pw, kept - kw) - value)
+
+
+def test_the_interval_is_all_of_zero_to_one_when_nothing_is_consistent():
+    assert share_interval(-10**6, 1.0, 10**6, 1.0, added=True) == (0.0, 1.0)  # T(s) = -10**6 for every s
+    assert estimate_share(0, 5.0, 0, 5.0, added=False).value == 0.0
+
+
+# -- recorded by init, shown on every answer --------------------------------------------------
+
+@pytest.fixture()
+def files(tmp_path):
+    """A database with table t (units of 1..6 rows: K = 2 drops 9 of 21 rows per six units) and its policy file."""
+    rows = {u: 1 + u % 6 for u in range(600)}
+    database = tmp_path / "t.duckdb"
+    connection = duckdb.connect(str(database))
+    connection.register("frame", frame(rows))
+    connection.execute("CREATE TABLE t AS SELECT * FROM frame")
+    connection.close()
+    policy = tmp_path / "t.policy"
+    policy.write_text(POLICY.replace("QUERY EPSILON 0.5", "QUERY EPSILON 5"), encoding="utf-8")
+    clipped = sum(min(max(n - 2, 0), 2) for n in rows.values())
+    return str(database), str(policy), clipped / (clipped + sum(min(n, 2) for n in rows.values()))
+
+
+def test_init_records_the_estimate_once_and_every_answer_shows_it(files, capsys):
+    database, policy, truth = files
+    assert cli.main(["init", database, "--policy", policy]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    found = re.search(r"t: limits drop ≈ (\d+)% ± ([\d.]+)% of t's rows beyond 2 per uid \(at least\) "
+                      r"\(ε 5 of the budget, once\)", out)
+    assert found, out
+    assert abs(int(found[1]) / 100 - truth) <= float(found[2]) / 100 + 0.005  # shown to the percent
+    with dpsql.connect(database) as db:
+        assert db.budget.spent.epsilon == 5 and db.ledger()["sql"].tolist() == ["ESTIMATE LIMITS t"]
+        answer = db.sql("SELECT COUNT(*) AS n, AVG(x) AS a FROM t", epsilon=1)
+        line = str(answer.limits)
+        assert re.search(r"^at most 2 rows per uid; x clamped to \[0, 10\]; limits drop ≈ \d+% ± [\d.]+% of t's rows "
+                         r"\(at least\); not in the ±: they can only lower COUNT\(\*\); they can move AVG\(x\) "
+                         r"either way$", line), line
+        drop = answer.limits.dropped[0]
+        assert abs(drop.share.value - truth) <= drop.share.halfwidth
+        assert "limits: " + line in repr(answer)
+        repeat = db.sql("SELECT COUNT(*) AS n, AVG(x) AS a FROM t", epsilon=1)
+        assert repeat.repeat and str(repeat.limits) == line
+        assert f"limits: {line}" in db.explain("SELECT COUNT(*) AS n, AVG(x) AS a FROM t", epsilon=1)
+        lower = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n FROM t",
+                       epsilon=1)
+        assert "2 rows per uid drop ≈" in str(lower.limits) and "this query's row limit can drop more" in str(lower.limits)
+    assert cli.main(["init", database, "--policy", policy]) == cli.EXIT_OK  # already estimated: nothing charged
+    with dpsql.connect(database) as db:
+        assert db.budget.spent.epsilon == 7
+
+
+def test_init_without_an_estimate_and_after_a_new_limit(files, tmp_path, capsys):
+    database, policy, _ = files
+    assert cli.main(["init", database, "--policy", policy, "--estimate-epsilon", "0"]) == cli.EXIT_OK
+    assert "limits drop" not in capsys.readouterr().out
+    with dpsql.connect(database) as db:
+        assert db.budget.spent.epsilon == 0
+        assert "limits drop" not in str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
+    wider = tmp_path / "wider.policy"
+    wider.write_text(POLICY.replace("MAX ROWS PER UNIT 2", "MAX ROWS PER UNIT 4"), encoding="utf-8")
+    assert cli.main(["init", database, "--policy", str(wider), "--replace", "--estimate-epsilon", "2"]) == cli.EXIT_OK
+    assert "limits drop ≈ " in capsys.readouterr().out
+    with dpsql.connect(database) as db:
+        assert db.budget.spent.epsilon == 3
+        assert "of t's rows (at least)" in str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
+
+
+def test_an_estimate_over_budget_is_refused_and_init_still_stores_the_policy(files, tmp_path, capsys):
+    database, _, _ = files
+    small = tmp_path / "small.policy"
+    small.write_text(POLICY.replace("BUDGET EPSILON 100", "BUDGET EPSILON 1"), encoding="utf-8")
+    assert cli.main(["init", database, "--policy", str(small), "--estimate-epsilon", "2"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "later commands on this database need no --policy" in out
+    assert "the share of rows the limits drop was not estimated: " in out
+    with dpsql.connect(database) as db:
+        assert db.budget.spent.epsilon == 0
+    with dpsql.connect(database) as db, pytest.raises(dpsql.DPError, match="not a private table"):
+        db.estimate_limits(0.1, ["nope"])
+
+
+def test_row_level_tables_have_nothing_to_estimate():
+    data = pd.DataFrame({"x": np.arange(5.0)})
+    with dpsql.connect({"r": data}, policy="BUDGET EPSILON 9; PRIVATE TABLE r (PRIVACY UNIT ROW, x BOUNDS 0 TO 9);") as db:
+        assert db.estimate_limits(1) == {} and db.budget.spent.epsilon == 0
