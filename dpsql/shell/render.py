@@ -254,12 +254,12 @@ def cell_texts(answer: Answer) -> list[list[str]]:
         if widths is None:
             columns.append([plain_cell(row[index]) for row in answer.rows])
             continue
-        parts = [noisy_parts(row[index], w) for row, w in zip(answer.rows, widths)]
-        value_width = max((len(v) for v, _ in parts), default=0)
         spans = answer.intervals.get(name)
         if spans is not None and any(_asymmetric(row[index], span) for row, span in zip(answer.rows, spans)):
             columns.append(_interval_texts([row[index] for row in answer.rows], spans, widths))
             continue
+        parts = [noisy_parts(row[index], w) for row, w in zip(answer.rows, widths)]
+        value_width = max((len(v) for v, _ in parts), default=0)
         error_width = max((len(e) for _, e in parts if e != NO_INTERVAL), default=0)
         columns.append([f"{v:>{value_width}} ({e})" if e == NO_INTERVAL else
                         f"{v:>{value_width}} ± {e:<{error_width}}".rstrip() if e else v
@@ -267,8 +267,6 @@ def cell_texts(answer: Answer) -> list[list[str]]:
     return [list(row) for row in zip(*columns)] if columns else []
 
 
-def is_numeric_column(answer: Answer, name: str) -> bool:
-    """True when every non-NULL value of a column is a number."""
 def _asymmetric(value: Any, span: tuple[float, float]) -> bool:
     """True when ``span`` is not ``value`` ± one half-width (beyond the outward rounding)."""
     number = _plain_value(value)
@@ -296,6 +294,8 @@ def _interval_texts(values: list[Any], spans: list[tuple[float, float]], widths:
     return [f"{t.split(' [')[0]:>{width_of}} [{t.split(' [', 1)[1]}" if " [" in t else t for t in texts]
 
 
+def is_numeric_column(answer: Answer, name: str) -> bool:
+    """True when every non-NULL value of a column is a number."""
     index = answer.columns.index(name)
     values = [row[index] for row in answer.rows if not is_missing(row[index])]
     return bool(values) and all(_is_number(v) for v in values)
