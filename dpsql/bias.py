@@ -117,10 +117,10 @@ class Limits:
     >>> from dpsql.dropped import RecordedDrop
     >>> drop = RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1))
     >>> print(Limits("tailnum", 250, None, (), (drop,), (("COUNT(*)", "lower"),)))  # doctest: +NORMALIZE_WHITESPACE
-    at most 250 rows per tailnum; limits drop ≈ 4% ± 0.3% of flights' rows (at least); not in the ±: they can
+    at most 250 rows per tailnum; limits drop ≈ 4.4% ± 0.3% of flights' rows (at least); not in the ±: they can
     only lower COUNT(*)
     >>> print(Limits("tailnum", 100, 10, (), (drop,)))  # doctest: +NORMALIZE_WHITESPACE
-    at most 100 rows and 10 groups per tailnum; 250 rows per tailnum drop ≈ 4% ± 0.3% of flights' rows (at
+    at most 100 rows and 10 groups per tailnum; 250 rows per tailnum drop ≈ 4.4% ± 0.3% of flights' rows (at
     least), and this query's row limit and group limit can drop more
     >>> str(Limits(None, 1, None, ()))
     'each row is its own unit'

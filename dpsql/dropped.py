@@ -5,7 +5,7 @@ Contribution bounding lowers counts and sums, and the ± says nothing of it. The
 free-to-the-analyst way: the curator's ``dpsql init`` (or ``Connection.estimate_limits``)
 spends a small epsilon once per private table on the share of its rows beyond MAX ROWS PER
 UNIT K, records it in the ledger, and every later answer reading the table shows it in its
-limits line ("limits drop ≈ 4% ± 0.3% of flights' rows (at least)"): post-processing of a
+limits line ("limits drop ≈ 4.4% ± 0.3% of flights' rows (at least)"): post-processing of a
 charged release, so it costs nothing more and reveals nothing more.
 
 What is measured, per unit u of the table: its raw row count r_u, read from the table's
@@ -92,7 +92,7 @@ class RecordedDrop:
     """A recorded estimate: the share of a table's rows beyond its MAX ROWS PER UNIT.
 
     >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1)))
-    ≈ 4% ± 0.3% of flights' rows beyond 250 per tailnum (at least)
+    ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least)
     """
 
     table: str

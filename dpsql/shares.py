@@ -40,10 +40,11 @@ GRID = 4000
 
 @dataclass(frozen=True)
 class Share:
-    """A released share with its 95% half-width.
+    """A released share with its 95% half-width; the share is shown to a tenth of a percent
+    when its ± is below one percent.
 
-    >>> str(Share(0.171, 0.021))
-    '≈ 17% ± 2%'
+    >>> str(Share(0.171, 0.021)), str(Share(0.0441, 0.0034))
+    ('≈ 17% ± 2%', '≈ 4.4% ± 0.3%')
     """
 
     value: float
@@ -52,7 +53,9 @@ class Share:
     """Half-width of its 95% interval (its largest distance from ``value``)."""
 
     def __str__(self) -> str:
-        return f"≈ {percent(self.value)} ± {percent(self.halfwidth)}"
+        fine = 100 * self.halfwidth < 0.95 and 100 * self.value >= 0.95
+        value = f"{100 * self.value:.1f}%" if fine else percent(self.value)
+        return f"≈ {value} ± {percent(self.halfwidth)}"
 
 
 def percent(value: float) -> str:
