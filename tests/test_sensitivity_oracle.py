@@ -13,7 +13,9 @@ result(D + u) - result(D + u') for every pair (u, u'), the replaced unit's slot 
 
 On Spark (issue 22) the same plans, rendered for Spark, run on the base and the neighbours
 attaining DuckDB's worst case plus a few others (``test_spark_moves_each_measure_as_duckdb_does``,
-``tests/engine_oracle.py``); every brute-force test above stays on DuckDB.
+``tests/engine_oracle.py``); so do the statements of the measures computed on their own, quantile
+histograms and COUNT(DISTINCT) (``test_spark_moves_separate_measures_as_duckdb_does``). Every
+brute-force test above stays on DuckDB.
 """
 
 from __future__ import annotations
@@ -249,8 +251,12 @@ def test_rows_without_a_unit_are_dropped_not_pooled():
     assert with_person == without == oracle.run_rows([])
 
 
+QUANTILE_QUERIES = {"median": "SELECT MEDIAN(x) FROM t",
+                    "quantile_grouped": "SELECT g, QUANTILE_CONT(x, 0.9) FROM t GROUP BY g"}
+
+
 @pytest.mark.parametrize("case", ["integer", "one_group", "row_level"])
-@pytest.mark.parametrize("sql", ["SELECT MEDIAN(x) FROM t", "SELECT g, QUANTILE_CONT(x, 0.9) FROM t GROUP BY g"])
+@pytest.mark.parametrize("sql", list(QUANTILE_QUERIES.values()))
 def test_quantile_histograms_take_at_most_k_values_per_unit(case, sql):
     """The precondition of dpsql.mechanisms.quantile: over all groups and buckets, one unit adds at most k
     values to the histograms its exponential mechanisms read (checked by brute force, and reached)."""
@@ -310,8 +316,12 @@ def test_relation_rules_by_brute_force(case, query):
                 assert worst_l1 == analysed.l1, f"{label}: L1 bound {analysed.l1} is loose (worst {worst_l1})"
 
 
+DISTINCT_QUERIES = {"count_distinct": "SELECT COUNT(DISTINCT x) FROM t",
+                    "count_distinct_grouped": "SELECT g, COUNT(DISTINCT x) FROM t GROUP BY g"}
+
+
 @pytest.mark.parametrize("case", ["integer", "one_group", "row_level"])
-@pytest.mark.parametrize("sql", ["SELECT COUNT(DISTINCT x) FROM t", "SELECT g, COUNT(DISTINCT x) FROM t GROUP BY g"])
+@pytest.mark.parametrize("sql", list(DISTINCT_QUERIES.values()))
 def test_count_distinct_values_by_brute_force(case, sql):
     """COUNT(DISTINCT x): a unit keeps at most k distinct values over all groups, so the counts
     follow the COUNT rule — never exceeded, and reached."""
@@ -401,8 +411,13 @@ def test_row_level_join_counts_k_times_m_rows_per_unit():
     assert plan.measures[0].sensitivity.l1 == 2
 
 
-@pytest.mark.parametrize("sql", ["SELECT MEDIAN(x) FROM t JOIN dup ON t.g = dup.g",
-                                 "SELECT dup.w, QUANTILE_CONT(x, 0.9) FROM t JOIN dup ON t.g = dup.g GROUP BY dup.w"])
+ROW_JOIN_QUANTILE_QUERIES = {
+    "median_joined": "SELECT MEDIAN(x) FROM t JOIN dup ON t.g = dup.g",
+    "quantile_joined_grouped": "SELECT dup.w, QUANTILE_CONT(x, 0.9) FROM t JOIN dup ON t.g = dup.g GROUP BY dup.w",
+}
+
+
+@pytest.mark.parametrize("sql", list(ROW_JOIN_QUANTILE_QUERIES.values()))
 def test_row_level_join_quantile_histograms_take_k_times_m_values(sql):
     """One row joined to m = 2 public rows puts 2 values into the quantile histograms, and the
     exponential mechanism is calibrated for 2 (it was calibrated for 1)."""
@@ -500,7 +515,7 @@ def test_spark_moves_each_measure_as_duckdb_does(case, kind, query):
     """On the neighbours attaining DuckDB's worst case (and a few others), the plan rendered for
     Spark moves every measure by exactly what DuckDB's moves it by where no salted choice is
     made, and never by more than the analysis allows: Spark's sensitivity is the proved one."""
-    from engine_oracle import Shape, SparkLeg, check_spark_leg, duckdb_fetch, vector
+    from engine_oracle import Shape
 
     from dpsql.backends.rewrite import rewrite_statement
 
@@ -508,8 +523,26 @@ def test_spark_moves_each_measure_as_duckdb_does(case, kind, query):
            "row_join": ROW_JOIN_QUERIES}[kind][query]
     oracle = Oracle(case, sql)
     plan = oracle.plans["unbounded"]
-    _, _, _, k, groups, row_level = CASES[case]
     shape = Shape(len(plan.query.keys), oracle.width, tuple(oracle.domain))
+    _check_on_spark(case, query, oracle, sql, rewrite_statement, shape, _columns(case, kind, query, oracle))
+
+
+def _check_on_spark(case: str, label: str, oracle: "Oracle", sql: str, statement_of, shape, columns, *,
+                    base: list[tuple] = BASE_ROWS, needs_choice=None, base_needs_choice: bool | None = None,
+                    busiest_choice: bool = False) -> None:
+    """The Spark leg of one query (``tests/engine_oracle.py``): ``statement_of(plan, dialect)`` is
+    the bounded statement compared (the main one, or a measure's own), read as ``shape``, each of
+    ``columns`` bounded by its analysed sensitivity, on ``base`` and ``base`` plus each chosen unit.
+    ``needs_choice(unit)``: whether a salted hash chooses among the unit's rows (by default: more
+    than k rows, or more than one distinct row under MAX GROUPS PER UNIT); ``base_needs_choice``:
+    whether it chooses among ``base``'s (by default: unless each row is a unit); ``busiest_choice``:
+    also run the choosing unit that moves the measure most (``engine_oracle.choose``)."""
+    from engine_oracle import SparkLeg, check_spark_leg, duckdb_fetch, vector
+
+    from dpsql.backends.render import DUCKDB
+
+    plan = oracle.plans["unbounded"]
+    _, _, _, k, groups, row_level = CASES[case]
     leg = SparkLeg(CASES[case][0], _policy(case, "unbounded"))
     try:
         options = PrivacyOptions(epsilon=Fraction(1), delta=Fraction(1, 10**6))
@@ -517,25 +550,120 @@ def test_spark_moves_each_measure_as_duckdb_does(case, kind, query):
         assert [m.sensitivity for m in spark_plan.measures] == [m.sensitivity for m in plan.measures]
         assert spark_plan.selection == plan.selection
 
-        stored = "dp_public_" in rewrite_statement(spark_plan, leg.engine.dialect).sql
+        stored = "dp_public_" in statement_of(spark_plan, leg.engine.dialect).sql
 
         def spark_statement():  # a refresh drops stored public relations: checking again stores them
             again = leg.plan(sql, _policy(case, "unbounded"), options) if stored else spark_plan
-            return rewrite_statement(again, leg.engine.dialect)
+            return statement_of(again, leg.engine.dialect)
 
-        duck_statement = rewrite_statement(plan)
+        duck_statement = statement_of(plan, DUCKDB)
 
         def rows(unit):
-            return list(BASE_ROWS) + [(TESTED_UNIT + (i if row_level else 0), g, x) for i, (g, x) in enumerate(unit)]
+            return list(base) + [(TESTED_UNIT + (i if row_level else 0), g, x) for i, (g, x) in enumerate(unit)]
 
-        def needs_choice(unit):
+        def more_than_k_or_cut(unit):
             return len(unit) > k or (groups is not None and len(set(unit)) > 1)
 
         reproduced = check_spark_leg(
-            f"{case}/{query}", _units(case),
+            f"{case}/{label}", _units(case),
             lambda unit: vector(duckdb_fetch(oracle, duck_statement, rows(unit), plan.query.keys), shape),
             lambda unit: vector(leg.fetch(spark_statement, rows(unit), plan.query.keys), shape),
-            _columns(case, kind, query, oracle), needs_choice, base_needs_choice=not row_level)
+            columns, needs_choice or more_than_k_or_cut,
+            base_needs_choice=not row_level if base_needs_choice is None else base_needs_choice,
+            busiest_choice=busiest_choice)
     finally:
         leg.close()
     assert reproduced > 0, "no worst case was reproduced on Spark"
+
+
+# The measures with a statement of their own (``separate_statement``): quantile histograms, whose
+# bucket counts feed the exponential mechanism, and COUNT(DISTINCT x).
+
+def _separate_cases():
+    """(family, case, query name) the separate-measure Spark leg runs: every DuckDB oracle above."""
+    for case in ("integer", "one_group", "row_level"):
+        for query in QUANTILE_QUERIES:
+            yield "histogram", case, query
+    for query in ROW_JOIN_QUANTILE_QUERIES:
+        yield "histogram", "row_level", query
+    for case in ("integer", "one_group", "row_level"):
+        for query in DISTINCT_QUERIES:
+            yield "distinct", case, query
+
+
+UNCHOSEN_BASE_ROWS = [(1, "a", 1), (2, "a", 3), (2, "a", 0), (3, "b", 3)]
+"""A base whose rows need no salted choice in any case (each row its own unit row-level, else at most
+k = 2 rows per unit, all in one group), so both engines keep all of it: COUNT(DISTINCT)'s base."""
+
+
+SPARK_SEPARATE_CI = {("histogram", "one_group", "quantile_grouped")}
+"""The one separate-measure case CI runs: the only histogram the bounded copies do not bound by
+construction (MAX GROUPS PER UNIT 1 < k), so Spark keeps a unit's first group in salted order and
+spreads its granted rows over its buckets in salted order."""
+
+
+def _separate_params():
+    for key in _separate_cases():
+        marks = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+        if key in SPARK_SEPARATE_CI:
+            marks.append(pytest.mark.spark_ci)
+        yield pytest.param(*key, id="-".join(key), marks=marks)
+
+
+def _separate_column(family: str, oracle: "Oracle"):
+    """The one measure a separate statement computes, with the bound it must respect.
+
+    A histogram's bucket counts (over all groups and buckets) move by at most k' = the rule's
+    rows per unit when a unit is added or removed (the precondition of
+    ``dpsql.mechanisms.quantile``), 2k' when one is replaced; squared L2 by at most k'^2 (k' values
+    in one bucket) and 2k'^2 (two units' k' values in two buckets). The DuckDB brute force above
+    shows the unbounded L1 reached; COUNT(DISTINCT) follows the COUNT rule, its measure's own
+    sensitivity, likewise reached."""
+    from engine_oracle import Column
+
+    from dpsql.analysis.sensitivity import Sensitivity
+
+    plans = oracle.plans
+    reached = frozenset({("unbounded", 0)})
+    if family == "distinct":
+        return Column("distinct", {relation: plans[relation].measures[0].sensitivity for relation in plans}, reached)
+    rows = {relation: plans[relation].aggregates[0].rule.rows_per_unit for relation in plans}
+    assert rows["unbounded"] == rows["bounded"]
+    k = Fraction(rows["unbounded"])
+    return Column("histogram", {"unbounded": Sensitivity(k, k * k), "bounded": Sensitivity(2 * k, 2 * k * k)}, reached)
+
+
+@pytest.mark.parametrize("family, case, query", list(_separate_params()))
+def test_spark_moves_separate_measures_as_duckdb_does(family, case, query):
+    """The quantile histograms and COUNT(DISTINCT) statements rendered for Spark: every chosen
+    neighbour's bucket counts (distinct counts) move by exactly DuckDB's change where no salted
+    choice is made, by at most k' values per unit over all groups and buckets (the count rule)
+    whichever rows the salted hash keeps, and reach DuckDB's worst case."""
+    from engine_oracle import Shape
+
+    from dpsql.backends.rewrite import separate_statement
+
+    sql = {**QUANTILE_QUERIES, **ROW_JOIN_QUANTILE_QUERIES, **DISTINCT_QUERIES}[query]
+    oracle = Oracle(case, sql)
+    plan = oracle.plans["unbounded"]
+    assert [m.kind for m in plan.separate] == [family]
+    width = len(plan.query.keys)
+    # a histogram row is (keys, bucket, n): the bucket is a key of the vector, and absent is 0
+    shape = Shape(width + 1, 1) if family == "histogram" else Shape(width, 1, tuple(oracle.domain))
+
+    def statement_of(of_plan, dialect):
+        (measure,) = of_plan.separate
+        return separate_statement(of_plan, measure, dialect)
+
+    _, _, _, k, groups, _ = CASES[case]
+
+    def needs_choice(unit):  # at most k rows in one group (the key is g) are all kept, whatever the salt
+        return len(unit) > k or (groups is not None and width > 0 and len({g for g, _ in unit}) > 1)
+
+    if family == "histogram":  # bucket counts add up over units: the base's choices cancel
+        _check_on_spark(case, query, oracle, sql, statement_of, shape, [_separate_column(family, oracle)],
+                        needs_choice=needs_choice, busiest_choice=True)
+    else:  # a distinct count does not: whether a unit's value is new depends on the base's kept values
+        _check_on_spark(case, query, oracle, sql, statement_of, shape, [_separate_column(family, oracle)],
+                        base=UNCHOSEN_BASE_ROWS, needs_choice=needs_choice, base_needs_choice=False,
+                        busiest_choice=True)
