@@ -348,6 +348,15 @@ def _init(args: argparse.Namespace) -> int:
     import dpsql
     from dpsql.shell.budget import remaining_text
 
+    if args.estimate_epsilon is not None and not _is_zero(args.estimate_epsilon):
+        try:
+            valid = 0 < float(args.estimate_epsilon) < float("inf")
+        except ValueError:
+            valid = False
+        if not valid:  # refused before the policy is stored
+            print(f"dpsql: --estimate-epsilon must be a number above 0 (or 0 for no estimate), "
+                  f"got {args.estimate_epsilon}", file=sys.stderr)
+            return EXIT_ERROR
     try:  # checks the policy against the database, then stores it
         if not _ledger_exists(args.database):  # a refusal must leave no ledger file behind
             dpsql.init_policy(args.database, args.policy, ledger=":memory:")

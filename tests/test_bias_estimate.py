@@ -4,7 +4,10 @@ answer's limits line, and the share intervals both it and the bias report use (`
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
+import subprocess
 from fractions import Fraction
 from itertools import product
 
@@ -208,3 +211,39 @@ def test_row_level_tables_have_nothing_to_estimate():
     data = pd.DataFrame({"x": np.arange(5.0)})
     with dpsql.connect({"r": data}, policy="BUDGET EPSILON 9; PRIVATE TABLE r (PRIVACY UNIT ROW, x BOUNDS 0 TO 9);") as db:
         assert db.estimate_limits(1) == {} and db.budget.spent.epsilon == 0
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+def test_psql_sees_the_recorded_share_in_every_answers_notice(built, tmp_path):
+    """Through the server, an analyst's psql gets the share ``dpsql init`` recorded in each
+    answer's NOTICE, with the per-aggregate words."""
+    from dpsql.demo import SHOP_POLICY
+    from dpsql.server import start_in_thread
+    from dpsql.server.users import add_user
+
+    database = tmp_path / "shop.duckdb"
+    database.write_bytes(built.read_bytes())
+    (tmp_path / "shop.policy").write_text(SHOP_POLICY)
+    assert cli.main(["init", str(database), "--policy", str(tmp_path / "shop.policy"), "--estimate-epsilon", "1"]) == 0
+    add_user(tmp_path / "users", "alice", "alice-secret")
+    server = start_in_thread(database, users=tmp_path / "users", port=0)
+    try:
+        environment = {**os.environ, "PGPASSWORD": "alice-secret", "PGCONNECT_TIMEOUT": "5"}
+        done = subprocess.run([shutil.which("psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice",
+                               "-d", "shop", "-X", "-A", "-t", "-c", "SELECT COUNT(*) AS n, AVG(amount) AS a FROM visits"],
+                              env=environment, capture_output=True, text=True, timeout=120)
+    finally:
+        server.stop()
+        server.thread.join(10)
+    assert done.returncode == 0, done.stderr
+    notice = next(line for line in done.stderr.splitlines() if line.startswith("NOTICE:  dpsql: cost"))
+    assert re.search(r"limits drop ≈ [\d.]+% ± [\d.]+% of visits' rows \(at least\); not in the ±: they can only lower "
+                     r"COUNT\(\*\); they can move AVG\(amount\) either way", notice), notice
+
+
+def test_a_bad_estimate_epsilon_is_refused_before_the_policy_is_stored(files, capsys):
+    database, policy, _ = files
+    for bad in ("abc", "-1", "nan", "inf"):
+        assert cli.main(["init", database, "--policy", policy, "--estimate-epsilon", bad]) == cli.EXIT_ERROR
+        assert "--estimate-epsilon must be a number above 0" in capsys.readouterr().err
+    assert cli.main(["budget", database]) == cli.EXIT_ERROR  # no policy was stored
