@@ -21,7 +21,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from operator import itemgetter
 from pathlib import Path
@@ -63,15 +63,15 @@ from dpsql.bias import (
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
-from dpsql.dropped import RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
+from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
 from dpsql.errors import (
     DPError,
     InternalFailure,
     InvalidParameter,
     PolicyError,
-    QueryFailed,
     UnsupportedQuery,
 )
+from dpsql.executor import Executor
 from dpsql.explain import Explanation, explain_plan
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
@@ -200,6 +200,17 @@ def _reported_as_dperror(method):
     return reported
 
 
+@dataclass(frozen=True)
+class _Answered:
+    """What a charged query released (``Connection._answer``): the rows shown, the noisy
+    measures of those rows (for accuracy and repeats), the outside cell's and the bias report."""
+
+    rows: list[tuple]
+    noisy: dict[str, list[int]]
+    outside: dict | None
+    bounding: Any
+
+
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
@@ -220,6 +231,7 @@ class Connection:
             if ledger is None and self._engine.path is not None:
                 ledger = Path(f"{self._engine.path}.ledger")
             self._ledger = Ledger.open(ledger)
+            self._executor = Executor(self._ledger, self._engine)
             try:
                 self.policy: Policy = self._load_policy(policy, _replacing)
                 self._catalog = self._engine.catalog()
@@ -333,71 +345,78 @@ class Connection:
             return self._answer(prepared, priced, domain)
 
     def _answer(self, prepared: Prepared, priced: Priced, domain: list[tuple] | None) -> DPResult:
-        """Charge ``prepared``, run its bounded statements, release and post-process (``sql``)."""
+        """Charge ``prepared``, run its bounded statements, release and post-process (``sql``),
+        through the executor (``dpsql.executor``): its statements were rendered before."""
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         assert plan is not None and isinstance(checked, PrivateQuery)
-        bounded, cost, key = priced.bounded, priced.cost, priced.repeat_key
-        bounded_sql = bounded.sql
-        salt = self._salt_for(bounded.needs_salt)
-        outside = reports_outside(plan.query.keys)
-        picked = plain_projection(checked.post, core_columns(plan))
+        cost, keys = priced.cost, plan.query.keys
+        counting = priced.bias_counting if bias is not None else None
+        statements = [priced.bounded, *priced.separate, *([counting] if counting is not None else [])]
         types = list(priced.core_types)
-        entry = self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=self._options(plan),
-                                    analyst=self.analyst, key=key,
-                                    analyst_total=self._analyst_accountant,
-                                    policies=self._agreed_policies)
-        # The charge is committed: from here on, private data is read.
-        try:
-            keys = plan.query.keys
-            exact = self._read_keys(self._engine.fetch(bounded_sql, salt, bounded=checked.bounded), keys)
-            histograms: dict[str, Sequence[tuple]] = {}
-            for measure, separate in zip(plan.separate, priced.separate):  # rendered before the charge
-                fetched = self._engine.fetch(separate.sql, self._salt_for(separate.needs_salt), bounded=checked.bounded)
-                histograms[measure.name] = self._read_keys(fetched, keys)
-            released = domain
-            if outside:  # the outside cell last; there is one only beside a public domain
-                assert domain is not None
-                released = domain + [(None,) * len(keys)]
-            release = release_measures(plan, released, exact, self._rng, histograms)
-            stored_outside = None
-            if outside:  # the outside cell's released values and noisy measures, kept for repeats
-                release, cell = split_last(release)
-                stored_outside = {"values": list(core_rows(plan, cell)[0][len(keys):]),
-                                  "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
+
+        def charge() -> int:
+            return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=self._options(plan),
+                                       analyst=self.analyst, key=priced.repeat_key,
+                                       analyst_total=self._analyst_accountant, policies=self._agreed_policies)
+
+        def release(fetched: list[list[tuple]]) -> _Answered:
+            exact = self._read_keys(fetched[0], keys)
+            histograms: dict[str, Sequence[tuple]] = {
+                measure.name: self._read_keys(rows, keys) for measure, rows in zip(plan.separate, fetched[1:])}
             bounding = None
-            counting = priced.bias_counting
-            if bias is not None and counting is not None:
-                counted = self._engine.fetch(counting.sql, self._salt_for(counting.needs_salt), bounded=checked.bounded)
-                bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], counted[0])), self._rng)
-            core = core_rows(plan, release)
-            if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
-                core = shown_keys(core, plan.query.keys)
-                pick = itemgetter(*picked)
-                rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
-                order: Sequence[int] = range(len(rows))
-                tracked = True
-            else:
-                indexed = [row + (index,) for index, row in enumerate(core)]
-                columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
-                                                          indexed, total_post(checked.post))
-                tracked = columns[-1] == "dp_row"
-                order = [row[-1] for row in rows] if tracked else []
-                rows = [row[:-1] for row in rows] if tracked else rows
-        except Exception:  # whatever failed, the analyst learns nothing from how
-            raise QueryFailed("the query failed while running; its cost was charged and no "
-                              "answer was released") from None
-        # The noisy measures of the rows shown, in their order: all accuracy() needs, for this
-        # answer and for every repeat of it.
-        noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
-                 for name, values in stored_measures(release).items()} if tracked else {}
-        self._ledger.record_answer(entry, with_bounding(encode_answer(list(checked.outputs), rows, noisy,
-                                                                      outside=stored_outside), bounding))
+            if counting is not None:
+                assert bias is not None
+                bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], fetched[-1][0])), self._rng)
+            return self._released(plan, checked, domain, exact, histograms, types, bounding)
+
+        def record(answered: _Answered) -> str:
+            return with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
+                                               outside=answered.outside), answered.bounding)
+
+        answered = self._executor.execute(charge, statements, release, record)
+        rows, noisy, stored_outside, bounding = answered.rows, answered.noisy, answered.outside, answered.bounding
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         cells = self._intervals(plan, checked, noisy, rows)
         return DPResult(list(checked.outputs), rows, charged, intervals=cells,
                         **self._described(plan, checked, types, rows, cells), budget=self._snapshot(),
                         outside_domain=self._outside(plan, checked, stored_outside, types),
                         limits=self._limits(plan), bounding=bounding)
+
+    def _released(self, plan: Plan, checked: PrivateQuery, domain: list[tuple] | None, exact: list[tuple],
+                  histograms: dict[str, Sequence[tuple]], types: list[str], bounding: Any) -> _Answered:
+        """The noisy release of ``exact`` (and the quantiles' ``histograms``), post-processed into
+        the rows shown, with the noisy measures of those rows in their order: all accuracy()
+        needs, for this answer and every repeat of it."""
+        keys = plan.query.keys
+        outside = reports_outside(keys)
+        released = domain
+        if outside:  # the outside cell last; there is one only beside a public domain
+            assert domain is not None
+            released = domain + [(None,) * len(keys)]
+        release = release_measures(plan, released, exact, self._rng, histograms)
+        stored_outside = None
+        if outside:  # the outside cell's released values and noisy measures, kept for repeats
+            release, cell = split_last(release)
+            stored_outside = {"values": list(core_rows(plan, cell)[0][len(keys):]),
+                              "noisy": {name: int(values[0]) for name, values in stored_measures(cell).items()}}
+        core = core_rows(plan, release)
+        picked = plain_projection(checked.post, core_columns(plan))
+        if picked is not None:  # a plain projection: the core's rows in order, no SQL needed
+            core = shown_keys(core, keys)
+            pick = itemgetter(*picked)
+            rows = [pick(row) for row in core] if len(picked) > 1 else [(row[picked[0]],) for row in core]
+            order: Sequence[int] = range(len(rows))
+            tracked = True
+        else:
+            indexed = [row + (index,) for index, row in enumerate(core)]
+            columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
+                                                      indexed, total_post(checked.post))
+            tracked = columns[-1] == "dp_row"
+            order = [row[-1] for row in rows] if tracked else []
+            rows = [row[:-1] for row in rows] if tracked else rows
+        noisy = {name: list(values) if isinstance(order, range) else [values[i] for i in order]
+                 for name, values in stored_measures(release).items()} if tracked else {}
+        return _Answered(rows, noisy, stored_outside, bounding)
 
     def _read_keys(self, rows: list[tuple], keys) -> list[tuple]:
         """Fetched rows with their keys as DuckDB reads them back (``dpsql.backends.keys``): an
@@ -412,7 +431,7 @@ class Connection:
     def _salt_for(self, needed: bool) -> dict | None:
         """The secret salt as a query parameter, for a statement that orders by a salted hash
         (``BoundedStatement.needs_salt``)."""
-        return {"salt": self._ledger.salt().hex()} if needed else None
+        return self._executor.salt_for(needed)
 
     @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
@@ -481,18 +500,17 @@ class Connection:
         plan = plan_suggestion(self.policy, self._catalog, table_key, table, epsilon, columns, group_by)
         cost = Spend(epsilon, Fraction(0), epsilon ** 2 / 2)
         check_accountable(self.policy.accounting, cost)
-        self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {plan.table}",
-                            options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
-                                     "group_by": plan.group_by},
-                            analyst=self.analyst, analyst_total=self._analyst_accountant,
-                            policies=self._agreed_policies)
-        # The charge is committed: from here on, private data is read.
-        try:
-            return run_suggestion(plan, lambda statement: self._engine.fetch(
-                statement.sql, self._salt_for(statement.needs_salt)), self._rng, self._engine.dialect)
-        except Exception:  # whatever failed, the caller learns nothing from how
-            raise QueryFailed("the suggestion failed while running; its cost was charged and nothing "
-                              "was released") from None
+
+        def charge() -> int:
+            return self._ledger.charge(cost, self._accountant, sql=f"SUGGEST BOUNDS {plan.table}",
+                                       options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
+                                                "group_by": plan.group_by},
+                                       analyst=self.analyst, analyst_total=self._analyst_accountant,
+                                       policies=self._agreed_policies)
+
+        return self._executor.execute_adaptive(
+            charge, lambda fetch: run_suggestion(plan, fetch, self._rng, self._engine.dialect),
+            failure="the suggestion failed while running; its cost was charged and nothing was released")
 
     def estimate_limits(self, epsilon: Any = None, tables: Any = None, *,
                         only_missing: bool = False) -> dict[str, RecordedDrop]:
@@ -528,20 +546,22 @@ class Connection:
         check_accountable(self.policy.accounting, cost)
         recorded = {}
         for plan in plans:
-            entry = self._ledger.charge(cost, self._accountant, sql=f"ESTIMATE LIMITS {plan.table}",
-                                        options={"epsilon": epsilon, "rows_per_unit": plan.rows_per_unit},
-                                        analyst=self.analyst, key=record_key(plan.key, plan.unit, plan.rows_per_unit),
-                                        analyst_total=self._analyst_accountant, policies=self._agreed_policies)
-            # The charge is committed: from here on, private data is read.
-            try:
-                counting = dropped_statement(plan, self._engine.dialect)
-                exact = self._engine.fetch(counting.sql, bounded=counting.bounded)[0]
-                drop = release_dropped(plan, (int(exact[0]), int(exact[1])), self._rng)
-            except Exception:  # whatever failed, the caller learns nothing from how
-                raise QueryFailed("the estimate failed while running; its cost was charged and nothing "
-                                  "was released") from None
-            self._ledger.record_answer(entry, drop.to_json())
-            recorded[plan.table] = drop
+            counting = dropped_statement(plan, self._engine.dialect)  # rendered before the charge
+
+            def charge(plan: DroppedPlan = plan) -> int:
+                key = record_key(plan.key, plan.unit, plan.rows_per_unit)
+                return self._ledger.charge(cost, self._accountant, sql=f"ESTIMATE LIMITS {plan.table}",
+                                           options={"epsilon": epsilon, "rows_per_unit": plan.rows_per_unit},
+                                           analyst=self.analyst, key=key, analyst_total=self._analyst_accountant,
+                                           policies=self._agreed_policies)
+
+            def release(fetched: list[list[tuple]], plan: DroppedPlan = plan) -> RecordedDrop:
+                kept, dropped = fetched[0][0]
+                return release_dropped(plan, (int(kept), int(dropped)), self._rng)
+
+            recorded[plan.table] = self._executor.execute(
+                charge, [counting], release, RecordedDrop.to_json,
+                failure="the estimate failed while running; its cost was charged and nothing was released")
         return recorded
 
     def _recorded(self, key: str, unit: str, rows_per_unit: int) -> RecordedDrop | None:

@@ -1,0 +1,75 @@
+"""Charge, run, release: the one path from priced statements to a recorded release.
+
+Every mechanism that reads private data goes through ``execute``: ``db.sql`` (a query's bounded
+statement, its quantiles' histogram statements and its bias report's count), the curator's
+estimate of what the limits drop (``Connection.estimate_limits``), and the mechanisms to come
+(sparse vector, PMW, ...). Each plans first and renders its statements before the charge, so
+nothing that can be refused statically fails after it. Then, in this order:
+
+1. ``charge()`` records the cost in the ledger (or refuses: nothing was read);
+2. each statement runs on the engine, its bounded copies filled first, the salt bound where it
+   orders by a salted hash;
+3. ``release(rows)`` draws the noise and post-processes, from the exact rows of every statement;
+4. ``record(released)`` is kept as the ledger entry's answer (what free repeats give back).
+
+A failure in 2 or 3 is a ``QueryFailed`` saying only that the charged query failed: the
+analyst learns nothing from how (an engine's message could quote private values, or the salt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from dpsql.backends.base import Backend
+from dpsql.backends.rewrite import BoundedStatement
+from dpsql.budget.ledger import Ledger
+from dpsql.errors import QueryFailed
+
+Released = TypeVar("Released")
+
+Fetch = Callable[[BoundedStatement], list[tuple]]
+"""Runs one statement after the charge: its bounded copies filled, its salt bound."""
+
+QUERY_FAILED = "the query failed while running; its cost was charged and no answer was released"
+"""What the analyst reads when a charged query fails (the same whatever failed)."""
+
+
+class Executor:
+    """Runs charged statements on one engine against one ledger (module docstring)."""
+
+    def __init__(self, ledger: Ledger, engine: Backend) -> None:
+        self._ledger = ledger
+        self._engine = engine
+
+    def execute(self, charge: Callable[[], int], statements: Sequence[BoundedStatement],
+                release: Callable[[list[list[tuple]]], Released], record: Callable[[Released], str],
+                failure: str = QUERY_FAILED) -> Released:
+        """``release`` of the rows of ``statements``, run after ``charge()`` (which returns the
+        ledger entry, or raises before anything is read) and recorded as that entry's answer by
+        ``record``. ``failure``: the message of the ``QueryFailed`` raised if running or
+        releasing fails after the charge."""
+        return self.execute_adaptive(charge, lambda fetch: release([fetch(s) for s in statements]), record, failure)
+
+    def execute_adaptive(self, charge: Callable[[], int], run: Callable[[Fetch], Released],
+                         record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED) -> Released:
+        """As ``execute``, for a mechanism whose later statements depend on its earlier noisy
+        results (suggest's histograms; a sparse vector's queries): ``run(fetch)`` runs each
+        statement through ``fetch`` and releases. ``record`` None: nothing is kept for repeats."""
+        entry = charge()
+        # The charge is committed: from here on, private data is read.
+        try:
+            released = run(self._fetch)
+        except Exception:  # whatever failed, the analyst learns nothing from how
+            raise QueryFailed(failure) from None
+        if record is not None:
+            self._ledger.record_answer(entry, record(released))
+        return released
+
+    def _fetch(self, statement: BoundedStatement) -> list[tuple]:
+        return self._engine.fetch(statement.sql, self.salt_for(statement.needs_salt), bounded=statement.bounded)
+
+    def salt_for(self, needed: bool) -> dict[str, Any] | None:
+        """The secret salt as a query parameter, for a statement that orders by a salted hash
+        (``BoundedStatement.needs_salt``)."""
+        return {"salt": self._ledger.salt().hex()} if needed else None
