@@ -154,7 +154,8 @@ class Limits:
         return "; ".join(parts + ([effects] if effects else []))
 
     def _dropped_text(self, drop: RecordedDrop) -> str:
-        shown = f"{drop.share} of {possessive(drop.table)} rows (at least)"
+        when = f"; estimated {drop.estimated}, from the rows then" if drop.estimated else ""
+        shown = f"{drop.share} of {possessive(drop.table)} rows (at least{when})"
         more = (["row limit"] if self.rows_per_unit < drop.rows_per_unit else []) + \
             (["group limit"] if self.groups_per_unit is not None else [])
         if not more:

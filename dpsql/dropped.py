@@ -32,6 +32,7 @@ estimate for the new K until the curator records one. It describes the data when
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass
 from fractions import Fraction
@@ -105,13 +106,17 @@ class RecordedDrop:
     """The share of the table's rows (with a unit) beyond K rows of their unit."""
     epsilon: Fraction
     """What it cost (charged once)."""
+    estimated: str | None = None
+    """The UTC date it was made (ISO): it describes the table's rows as they were then, and is
+    not made again when they change (the curator re-runs ``estimate_limits`` for that)."""
 
     def __str__(self) -> str:
         return f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
 
     def to_json(self) -> str:
         return json.dumps({"table": self.table, "unit": self.unit, "rows_per_unit": self.rows_per_unit,
-                           "share": [self.share.value, self.share.halfwidth], "epsilon": str(self.epsilon)},
+                           "share": [self.share.value, self.share.halfwidth], "epsilon": str(self.epsilon),
+                           "estimated": self.estimated},
                           separators=(",", ":"))
 
     @classmethod
@@ -120,7 +125,8 @@ class RecordedDrop:
         try:
             record = json.loads(text)  # type: ignore[arg-type]  # None: TypeError
             return cls(str(record["table"]), str(record["unit"]), int(record["rows_per_unit"]),
-                       Share(float(record["share"][0]), float(record["share"][1])), Fraction(record["epsilon"]))
+                       Share(float(record["share"][0]), float(record["share"][1])), Fraction(record["epsilon"]),
+                       None if record.get("estimated") is None else str(record["estimated"]))
         except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
             return None
 
@@ -183,4 +189,5 @@ def release_dropped(plan: DroppedPlan, exact: tuple[int, int], source=None) -> R
     scales = plan.scales
     share = estimate_share(noisy["dropped"], float(scales["dropped"]), noisy["kept"], float(scales["kept"]),
                            added=True, alpha=ALPHA)
-    return RecordedDrop(plan.table, plan.unit, plan.rows_per_unit, share, plan.epsilon)
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    return RecordedDrop(plan.table, plan.unit, plan.rows_per_unit, share, plan.epsilon, today)

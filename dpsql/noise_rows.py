@@ -17,15 +17,13 @@ from dpsql.analysis.plan import Plan, PrivateQuery
 
 COUNTED = ("count", "count_distinct", "count_units", "sum")
 """Aggregates whose value is 0 for a key without rows: the ones that tell such keys apart."""
-MANY = 0.25
-"""The share of an answer's rows within their ± of 0 from which an unordered answer is noted."""
 
 Cells = Callable[[float], dict[str, list[tuple[float, float, float]]]]
 
 
 def noise_rows_notes(plan: Plan, checked: PrivateQuery, rows: Sequence[tuple], cells: Cells) -> list[str]:
     """The notes on an answer's rows within their ± of 0 (module docstring): [] when its keys
-    are not a public domain, it has no count or sum, or few such rows.
+    are not a public domain, it has no count or sum, or no such row.
 
     >>> import sqlglot
     >>> from types import SimpleNamespace as S
@@ -54,9 +52,11 @@ def noise_rows_notes(plan: Plan, checked: PrivateQuery, rows: Sequence[tuple], c
         return [f"ORDER BY ... LIMIT chose among noisy values, and {near:,} of the {len(rows):,} rows shown are "
                 f"within their ± of 0 {holds}: noise may have picked them. Rank keys known to have rows "
                 "(filter the domain with WHERE), or group by private keys, which pass partition selection."]
-    if near >= 2 and near >= MANY * len(rows):
-        return [f"{near:,} of {len(rows):,} rows are within their ± of 0 {holds}: a public KEYS domain "
-                "releases every key, rows or not, so these may be noise alone."]
+    if near:
+        rows_are = "rows is" if near == 1 else "rows are"
+        their = "its" if near == 1 else "their"
+        return [f"{near:,} of {len(rows):,} {rows_are} within {their} ± of 0 {holds}: a public KEYS domain "
+                f"releases every key, rows or not, so {'it' if near == 1 else 'these'} may be noise alone."]
     return []
 
 

@@ -41,10 +41,11 @@ GRID = 4000
 @dataclass(frozen=True)
 class Share:
     """A released share with its 95% half-width; the share is shown to a tenth of a percent
-    when its ± is below one percent.
+    when its ± is below one percent, and as ``[low, high]`` where value ± half-width would reach
+    past 0% or 100% (a share is neither below nor above: the interval is cut there).
 
-    >>> str(Share(0.171, 0.021)), str(Share(0.0441, 0.0034))
-    ('≈ 17% ± 2%', '≈ 4.4% ± 0.3%')
+    >>> str(Share(0.171, 0.021)), str(Share(0.0441, 0.0034)), str(Share(0.12, 0.2)), str(Share(1.0, 0.74))
+    ('≈ 17% ± 2%', '≈ 4.4% ± 0.3%', '≈ 12% [0%, 32%]', '≈ 100% [26%, 100%]')
     """
 
     value: float
@@ -55,6 +56,9 @@ class Share:
     def __str__(self) -> str:
         fine = 100 * self.halfwidth < 0.95 and 100 * self.value >= 0.95
         value = f"{100 * self.value:.1f}%" if fine else percent(self.value)
+        low, high = self.value - self.halfwidth, self.value + self.halfwidth
+        if low < 0 or high > 1:
+            return f"≈ {value} [{percent(max(low, 0.0))}, {percent(min(high, 1.0))}]"
         return f"≈ {value} ± {percent(self.halfwidth)}"
 
 

@@ -161,7 +161,8 @@ def test_init_records_the_estimate_once_and_every_answer_shows_it(files, capsys)
         answer = db.sql("SELECT COUNT(*) AS n, AVG(x) AS a FROM t", epsilon=1)
         line = str(answer.limits)
         assert re.search(r"^at most 2 rows per uid; x clamped to \[0, 10\]; limits drop ≈ [\d.]+% ± [\d.]+% of t's rows "
-                         r"\(at least\); not in the ±: they can only lower COUNT\(\*\); they can move AVG\(x\) "
+                         r"\(at least; estimated \d{4}-\d{2}-\d{2}, from the rows then\); not in the ±: they can only "
+                         r"lower COUNT\(\*\); they can move AVG\(x\) "
                          r"either way$", line), line
         drop = answer.limits.dropped[0]
         assert abs(drop.share.value - truth) <= drop.share.halfwidth
@@ -190,7 +191,7 @@ def test_init_without_an_estimate_and_after_a_new_limit(files, tmp_path, capsys)
     assert "limits drop ≈ " in capsys.readouterr().out
     with dpsql.connect(database) as db:
         assert db.budget.spent.epsilon == 3
-        assert "of t's rows (at least)" in str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
+        assert "of t's rows (at least; estimated " in str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
 
 
 def test_an_estimate_over_budget_is_refused_and_init_still_stores_the_policy(files, tmp_path, capsys):
@@ -237,7 +238,8 @@ def test_psql_sees_the_recorded_share_in_every_answers_notice(built, tmp_path):
         server.thread.join(10)
     assert done.returncode == 0, done.stderr
     notice = next(line for line in done.stderr.splitlines() if line.startswith("NOTICE:  dpsql: cost"))
-    assert re.search(r"limits drop ≈ [\d.]+% ± [\d.]+% of visits' rows \(at least\); not in the ±: they can only lower "
+    assert re.search(r"limits drop ≈ [\d.]+% ± [\d.]+% of visits' rows \(at least; estimated \d{4}-\d{2}-\d{2}, "
+                     r"from the rows then\); not in the ±: they can only lower "
                      r"COUNT\(\*\); they can move AVG\(amount\) either way", notice), notice
 
 

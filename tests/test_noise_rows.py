@@ -62,3 +62,12 @@ def test_a_repeat_carries_the_same_note(db):
     sql = "SELECT g, COUNT(*) AS n FROM t GROUP BY g"
     first, again = db.sql(sql, epsilon=1), db.sql(sql, epsilon=1)
     assert again.cost.repeat and again.notes == first.notes
+
+
+def test_one_key_without_rows_is_noted_too():
+    frame = pd.DataFrame({"uid": range(4000), "g": ["k0"] * 2000 + ["k1"] * 2000, "x": 1.0})
+    policy = POLICY.replace(f"g KEYS ({KEYS})", "g KEYS ('k0', 'k1', 'ghost')")
+    with dpsql.connect({"t": frame}, policy=policy, ledger=":memory:") as connection:
+        connection._rng = SeededSource(5)
+        notes = connection.sql("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=1).notes
+    assert any(n.startswith("1 of 3 rows is within its ± of 0") and "so it may be noise alone" in n for n in notes)
