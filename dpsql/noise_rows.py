@@ -53,10 +53,11 @@ def noise_rows_notes(plan: Plan, checked: PrivateQuery, rows: Sequence[tuple], c
                 f"within their ± of 0 {holds}: noise may have picked them. Rank keys known to have rows "
                 "(filter the domain with WHERE), or group by private keys, which pass partition selection."]
     if near:
-        rows_are = "rows is" if near == 1 else "rows are"
-        their = "its" if near == 1 else "their"
-        return [f"{near:,} of {len(rows):,} {rows_are} within {their} ± of 0 {holds}: a public KEYS domain "
-                f"releases every key, rows or not, so {'it' if near == 1 else 'these'} may be noise alone."]
+        if near == 1:
+            return [f"One row of {len(rows):,} is within its ± of 0 {holds}: a public KEYS domain releases "
+                    "every key, rows or not, so it may be noise alone."]
+        return [f"{near:,} of {len(rows):,} rows are within their ± of 0 {holds}: a public KEYS domain "
+                "releases every key, rows or not, so these may be noise alone."]
     return []
 
 

@@ -70,4 +70,4 @@ def test_one_key_without_rows_is_noted_too():
     with dpsql.connect({"t": frame}, policy=policy, ledger=":memory:") as connection:
         connection._rng = SeededSource(5)
         notes = connection.sql("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=1).notes
-    assert any(n.startswith("1 of 3 rows is within its ± of 0") and "so it may be noise alone" in n for n in notes)
+    assert any(n.startswith("One row of 3 is within its ± of 0") and "so it may be noise alone" in n for n in notes)
