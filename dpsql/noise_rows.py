@@ -49,9 +49,12 @@ def noise_rows_notes(plan: Plan, checked: PrivateQuery, rows: Sequence[tuple], c
     holds = f"({which}'s 95% interval holds 0)" if len(counted) == 1 else f"(the 95% intervals of {which} hold 0)"
     ordered = checked.post.args.get("order") is not None and checked.post.args.get("limit") is not None
     if ordered and near:
-        return [f"ORDER BY ... LIMIT chose among noisy values, and {near:,} of the {len(rows):,} rows shown are "
-                f"within their ± of 0 {holds}: noise may have picked them. Rank keys known to have rows "
-                "(filter the domain with WHERE), or group by private keys, which pass partition selection."]
+        shown = (f"{near:,} of the {len(rows):,} rows shown are within their ± of 0" if near > 1 else
+                 f"one of the {len(rows):,} rows shown is within its ± of 0" if len(rows) > 1 else
+                 "the row shown is within its ± of 0")
+        return [f"ORDER BY ... LIMIT chose among noisy values, and {shown} {holds}: noise may have picked "
+                f"{'them' if near > 1 else 'it'}. Rank keys known to have rows (filter the domain with WHERE), "
+                "or group by private keys, which pass partition selection."]
     if near:
         if near == 1:
             return [f"One row of {len(rows):,} is within its ± of 0 {holds}: a public KEYS domain releases "

@@ -71,3 +71,11 @@ def test_one_key_without_rows_is_noted_too():
         connection._rng = SeededSource(5)
         notes = connection.sql("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=1).notes
     assert any(n.startswith("One row of 3 is within its ± of 0") and "so it may be noise alone" in n for n in notes)
+
+
+def test_a_limit_of_one_row_is_said_in_the_singular(db):
+    result = db.sql("SELECT g, COUNT(*) AS n FROM t WHERE g NOT IN ('k0', 'k1') GROUP BY g ORDER BY n LIMIT 1",
+                    epsilon=1)
+    note = next(n for n in result.notes if n.startswith("ORDER BY ... LIMIT"))
+    assert "the row shown is within its ± of 0" in note and "noise may have picked it." in note
+    assert "1 rows" not in note

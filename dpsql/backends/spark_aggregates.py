@@ -44,6 +44,6 @@ def filtered(w: Writer, node: exp.Expr) -> exp.Expr:
     if isinstance(node.this, exp.AggFunc):
         return node
     written = node.this
-    for inner in [a for a in written.find_all(exp.AggFunc)]:
+    for inner in list(written.find_all(exp.AggFunc)):
         inner.replace(exp.Filter(this=inner.copy(), expression=node.expression.copy()))
     return written
