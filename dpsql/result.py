@@ -640,12 +640,12 @@ def _about(value, width: float | None, span: tuple[float, float] | None = None) 
         return "NULL"
     if width is None or not math.isfinite(width) or width <= 0:
         return f"{value:,}" if isinstance(value, int) else str(value)
+    from dpsql.shell.render import asymmetric, interval_ends, noisy_parts  # pure text functions, no shell
+
+    if span is not None and asymmetric(value, span):
+        low, high = interval_ends(value, width, span)
+        return f"{noisy_parts(value, width)[0]} [{low}, {high}]"
     decimals = min(6, max(0, 1 - math.floor(math.log10(width))))
-    if span is not None and all(map(math.isfinite, span)) and \
-            abs((float(value) - span[0]) - (span[1] - float(value))) > 1e-9 * width:
-        if isinstance(value, int):
-            return f"{value:,} [{math.floor(span[0] + 1e-6):,}, {math.ceil(span[1] - 1e-6):,}]"
-        return f"{float(value):,.{decimals}f} [{span[0]:,.{decimals}f}, {span[1]:,.{decimals}f}]"
     if isinstance(value, int):
         return f"{value:,} ± {width:,.{0 if width >= 1 else decimals}f}"
     return f"{float(value):,.{decimals}f} ± {width:,.{decimals}f}"

@@ -255,7 +255,7 @@ def cell_texts(answer: Answer) -> list[list[str]]:
             columns.append([plain_cell(row[index]) for row in answer.rows])
             continue
         spans = answer.intervals.get(name)
-        if spans is not None and any(_asymmetric(row[index], span) for row, span in zip(answer.rows, spans)):
+        if spans is not None and any(asymmetric(row[index], span) for row, span in zip(answer.rows, spans)):
             columns.append(_interval_texts([row[index] for row in answer.rows], spans, widths))
             continue
         parts = [noisy_parts(row[index], w) for row, w in zip(answer.rows, widths)]
@@ -267,13 +267,26 @@ def cell_texts(answer: Answer) -> list[list[str]]:
     return [list(row) for row in zip(*columns)] if columns else []
 
 
-def _asymmetric(value: Any, span: tuple[float, float]) -> bool:
+def asymmetric(value: Any, span: tuple[float, float]) -> bool:
     """True when ``span`` is not ``value`` ± one half-width (beyond the outward rounding)."""
     number = _plain_value(value)
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not all(map(math.isfinite, span)):
         return False
     below, above = float(number) - span[0], span[1] - float(number)
     return abs(below - above) > 1e-9 * max(abs(below), abs(above), 1e-300)
+
+
+def interval_ends(value: Any, width: float, span: tuple[float, float]) -> tuple[str, str]:
+    """The ends of ``value``'s interval ``span`` as text, to the digits its half-width warrants
+    (``noisy_parts``); a count's as whole numbers (its outward rounding is below 1e-6).
+
+    >>> interval_ends(3, 30.2, (0.0, 33.2)), interval_ends(12.5, 0.4, (12.1, 12.95))
+    (('0', '34'), ('12.10', '12.95'))
+    """
+    if _is_integer(value):
+        return f"{math.floor(span[0] + 1e-6):,}", f"{math.ceil(span[1] - 1e-6):,}"
+    low, high = (noisy_parts(end, width)[0] for end in span)
+    return low, high
 
 
 def _interval_texts(values: list[Any], spans: list[tuple[float, float]], widths: list[float]) -> list[str]:
@@ -285,10 +298,7 @@ def _interval_texts(values: list[Any], spans: list[tuple[float, float]], widths:
         if error in ("", NO_INTERVAL) or not all(map(math.isfinite, span)):
             texts.append(f"{shown} ({error})" if error == NO_INTERVAL else shown)
             continue
-        if _is_integer(value):  # a count's ends as whole numbers (its outward rounding is below 1e-6)
-            low, high = f"{math.floor(span[0] + 1e-6):,}", f"{math.ceil(span[1] - 1e-6):,}"
-        else:
-            low, high = (noisy_parts(end, width)[0] for end in span)
+        low, high = interval_ends(value, width, span)
         texts.append(f"{shown} [{low}, {high}]")
     width_of = max((len(t.split(" [")[0]) for t in texts), default=0)
     return [f"{t.split(' [')[0]:>{width_of}} [{t.split(' [', 1)[1]}" if " [" in t else t for t in texts]
