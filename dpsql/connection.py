@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.above_threshold import plan_stream, run_stream
 from dpsql.accuracy import aggregates_of, cut_half_width, output_cells
 from dpsql.analysis.aggregates import counts_rows, plain_projection, total_post
 from dpsql.analysis.domains import (
@@ -63,6 +64,7 @@ from dpsql.bias import (
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
+from dpsql.calls import Call, mechanism, recognise
 from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
 from dpsql.errors import (
     DPError,
@@ -325,7 +327,13 @@ class Connection:
         epsilon such as 0.05, spends that share on ``res.bounding``, a noisy estimate of what
         the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
+
+        ``SELECT * FROM above_threshold('SELECT ...', ..., threshold = 100)`` (and the other
+        mechanisms of ``dpsql.calls``) calls that mechanism, as its method would.
         """
+        call = self._call(sql, epsilon, delta, noise, weights, report_bias)
+        if call is not None:
+            return mechanism(call.name).answer(self, call.queries, call.options)
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         checked, plan = prepared.checked, prepared.plan
         if isinstance(checked, PublicQuery):
@@ -439,6 +447,12 @@ class Connection:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
         limits and any bias report; reads no data. The text's ``refused`` is the
         ``BudgetExceeded`` running it would meet, else ``None``."""
+        call = self._call(sql, epsilon, delta, noise, weights, report_bias)
+        if call is not None:
+            explain = mechanism(call.name).explain
+            if explain is None:
+                raise UnsupportedQuery(f"{call.name}() has no explanation", hint=f"see help for {call.name}")
+            return Explanation(explain(self, call.queries, call.options))
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         if isinstance(checked, PublicQuery):
@@ -462,6 +476,28 @@ class Connection:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
                            refused=refusal)
+
+    @_reported_as_dperror
+    def above_threshold(self, queries: Sequence[str], threshold: Any, epsilon: Any = None, max_above: int = 1, *,
+                        values: bool = False, value_epsilon: Any = None) -> DPResult:
+        """Which of ``queries`` (each one COUNT or SUM, no GROUP BY) exceed ``threshold``, by the
+        sparse vector technique (``dpsql.above_threshold``): ``epsilon`` (default: the policy's
+        QUERY EPSILON) is charged once for the whole stream, which stops after ``max_above``
+        queries were reported above. Rows: (n, query, above), ``above`` NULL for the queries not
+        run after the stream stopped. ``values=True`` also releases the value of each query
+        above, for ``value_epsilon`` more (default: ``epsilon``).
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(100), "x": [i % 7 for i in range(100)]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     res = db.above_threshold(["SELECT COUNT(*) FROM t WHERE x = 9",
+        ...                               "SELECT COUNT(*) FROM t"], threshold=50, epsilon=1)
+        ...     res.columns, len(res), float(db.budget.spent.epsilon)
+        (['n', 'query', 'above'], 2, 1.0)
+        """
+        stream = plan_stream(self, queries, threshold, epsilon, max_above, values, value_epsilon)
+        return run_stream(self, stream)
 
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:
@@ -859,6 +895,29 @@ class Connection:
     def _options(self, plan: Plan) -> dict:
         return {"epsilon": plan.epsilon, "delta": plan.delta,
                 "noise": sorted({m.noise for m in plan.measures}), "neighbours": plan.neighbours}
+
+    def _call(self, sql: str, epsilon: Any, delta: Any, *others: Any) -> Call | None:
+        """The mechanism ``sql`` calls (``dpsql.calls``), or None for a query. An epsilon or delta
+        given beside the call (the shell's ``.epsilon``, ``--epsilon``) is the default of the
+        call's own option of that name; any other argument does not apply to a call."""
+        try:
+            call = recognise(sql)
+        except DPError as error:
+            raise located(error, sql) from None
+        if call is None:
+            return None
+        taken = mechanism(call.name).options
+        for name, value in (("epsilon", epsilon), ("delta", delta)):
+            if value is None or name in call.options:
+                continue
+            if name not in taken:
+                raise InvalidParameter(f"{call.name}() takes no {name}",
+                                       hint=f"leave {name} out; its options are {', '.join(taken)}")
+            call.options[name] = value
+        if any(other not in (None, False) for other in others):
+            raise InvalidParameter(f"{call.name}() takes its options inside its call",
+                                   hint=f"write SELECT * FROM {call.name}(..., option = value)")
+        return call
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any) -> Prepared:
