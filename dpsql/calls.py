@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,10 +71,14 @@ def mechanism(name: str) -> Mechanism:
     return _MECHANISMS[name.lower()]
 
 
+BUILT_IN = ("dpsql.above_threshold",)
+"""The modules of the built-in mechanisms: each calls ``register`` when imported (add yours here)."""
+
+
 def _load() -> None:
     """Register the built-in mechanisms (imported late: they import the connection's pieces)."""
-    if not _MECHANISMS:
-        import dpsql.above_threshold  # noqa: F401  (registers itself)
+    for module in BUILT_IN:
+        importlib.import_module(module)
 
 
 def recognise(sql: Any) -> Call | None:
