@@ -35,7 +35,7 @@ from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 from dpsql.mechanisms.sparse_vector import AboveThreshold, threshold_share
 from dpsql.options import privacy_options
 from dpsql.result import DPResult, QueryCost
-from dpsql.sql.parse import located
+from dpsql.sql.parse import located, parse
 
 MAX_QUERIES = 10_000
 """The most queries one stream may hold (each is planned before the charge)."""
@@ -138,12 +138,12 @@ def _plan_query(connection: Any, text: Any, position: int) -> StreamQuery:
         raise InvalidParameter(f"query {position} of the stream is not SQL text: {text!r}",
                                hint="give each query as a string")
     try:
-        prepared = connection._prepare(text, 1, 0, "laplace", None, False)
-        checked, plan = prepared.checked, prepared.plan
-        written = sorted(set(prepared.written) & {"epsilon", "delta", "noise"})
+        written = sorted(set(parse(text).options) & {"epsilon", "delta", "noise"})
         if written:
             raise UnsupportedQuery(f"it sets its own {written[0]}",
                                    hint="the stream's epsilon is given once, for all its queries")
+        prepared = connection._prepare(text, 1, 0, "laplace", None, False)  # a nominal epsilon: the plan's
+        checked, plan = prepared.checked, prepared.plan                      # sensitivities are what is used
         if isinstance(checked, PublicQuery) or plan is None or prepared.priced is None:
             raise UnsupportedQuery("it reads no private data",
                                    hint="ask it with db.sql: it is answered exactly, for free")
