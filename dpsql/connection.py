@@ -908,8 +908,8 @@ class Connection:
             return None
         taken = mechanism(call.name).options
         for name, value in (("epsilon", epsilon), ("delta", delta)):
-            if value is None or name in call.options:
-                continue
+            if value is None or name in call.options or (name == "delta" and value == 0):
+                continue  # (a delta of 0 asks for nothing a pure mechanism does not give)
             if name not in taken:
                 raise InvalidParameter(f"{call.name}() takes no {name}",
                                        hint=f"leave {name} out; its options are {', '.join(taken)}")
