@@ -75,6 +75,12 @@ BUILT_IN = ("dpsql.above_threshold",)
 """The modules of the built-in mechanisms: each calls ``register`` when imported (add yours here)."""
 
 
+def mechanism_names() -> list[str]:
+    """The names a ``SELECT * FROM name(...)`` can call, sorted."""
+    _load()
+    return sorted(_MECHANISMS)
+
+
 def _load() -> None:
     """Register the built-in mechanisms (imported late: they import the connection's pieces)."""
     for module in BUILT_IN:

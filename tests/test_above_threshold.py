@@ -196,3 +196,9 @@ def test_psql_calls_it_through_the_server_charged_to_the_analyst(built, tmp_path
     assert "1|SELECT COUNT(*) FROM visits WHERE age > 20|t" in lines, done.stdout + done.stderr
     assert "2|SELECT COUNT(*) FROM visits WHERE age > 30|" in lines  # not run: the stream stopped
     assert any("|alice|ABOVE THRESHOLD 0 (at most 1 above) OF 1. SELECT COUNT(*)" in line for line in lines)
+
+
+def test_the_shell_completes_mechanisms_after_from():
+    from dpsql.shell.complete import complete
+    offered = [(s.text, s.detail) for s in complete("SELECT * FROM abo", {"visits": ["age"]})]
+    assert offered == [("above_threshold(", "mechanism: many queries")]
