@@ -56,9 +56,9 @@ def randomized_response(values: Iterable[Any], *, epsilon: Any, domain: Sequence
     included) is refused: randomized response protects values it can replace, and a value
     nothing can replace it with would be reported as is.
 
-    >>> randomized_response(["x"], epsilon=1, domain=["a", "b"])
+    >>> randomized_response(["x"], epsilon=1, domain=["a", "b"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    dpsql.errors.InvalidParameter: value 1 ('x') is not in the domain ['a', 'b']. Hint: list every value the column can hold in domain=, or map the others to one of them first.
+    dpsql.errors.InvalidParameter: value 1 ('x') is not in the domain ['a', 'b']. Hint: list every value...
     """
     epsilon = checked_epsilon(epsilon)
     domain = checked_domain(domain)
