@@ -47,8 +47,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 from statistics import NormalDist
+from typing import Any
 
 from sqlglot import exp
 
