@@ -356,10 +356,10 @@ class Connection:
         the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
         """
-        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
-        local = route_local(prepared.tree, prepared.checked, self.policy, prepared.written)
+        local, written = self._route_local(sql)
         if local is not None:  # a count over a randomized-response column (dpsql.local_query)
-            return self._answer_local(local, epsilon, delta, noise, prepared.written)
+            return self._answer_local(local, epsilon, delta, noise, written)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         result = self._sql_prepared(prepared)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
@@ -480,15 +480,15 @@ class Connection:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
         limits and any bias report; reads no data. The text's ``refused`` is the
         ``BudgetExceeded`` running it would meet, else ``None``."""
-        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
-        local = route_local(prepared.tree, prepared.checked, self.policy, prepared.written)
+        local, written = self._route_local(sql)
         if local is not None:  # a count over a randomized-response column (dpsql.local_query)
             if local.free:
-                self._local_options(epsilon, delta, noise, prepared.written)
+                self._local_options(epsilon, delta, noise, written)
                 return Explanation(explain_local(local))
-            epsilon, delta, noise = merge_options(prepared.written, epsilon, delta, noise)
+            epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
             counting = self._explain_prepared(self._prepare(local.counting_sql, epsilon, delta, noise, None, False))
             return Explanation(explain_local(local) + "\n\n" + counting, refused=getattr(counting, "refused", None))
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         text = self._explain_prepared(prepared)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
@@ -981,6 +981,12 @@ class Connection:
                                    hint=hint + "raise max_keys")
         raise UnsupportedQuery(f"{message} (the policy's MAX RELEASED KEYS)", node=query.keys[0].expression,
                                hint=hint + "ask the curator to raise MAX RELEASED KEYS in the policy")
+
+    def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
+        """The de-biased count ``sql`` is, if it is one (``dpsql.local_query``), and its written
+        options: from the checked query alone, before any epsilon is needed (a free one needs none)."""
+        tree, checked, written = self._check(sql)
+        return route_local(tree, checked, self.policy, written), written
 
     def _local_options(self, epsilon: Any, delta: Any, noise: str | None, written: dict) -> None:
         """A free randomized-response count spends nothing, but the privacy parameters given
