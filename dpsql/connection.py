@@ -86,6 +86,9 @@ from dpsql.local_query import (
     reports_sql,
     route_local,
 )
+from dpsql.local_query import (
+    core_columns as local_core_columns,
+)
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
 from dpsql.options import max_keys, merge_options, plain_number, privacy_options
@@ -1019,10 +1022,21 @@ class Connection:
             variance, cost = noise_variance(measure), counted.cost
         debiased = debias(query, counts, variance)
         key_type = self._catalog[table_key(query.table.name)].get(query.rule.name.lower(), "")
-        types = [key_type if kind == "key" else "DOUBLE" for _, kind in query.outputs]
-        return DPResult([name for name, _ in query.outputs], debiased.rows, cost,
-                        intervals=interval_cells(query, debiased), types=types,
-                        notes=local_notes(query, not query.free), budget=self._snapshot(),
+        columns = local_core_columns(query)
+        types = [key_type if name == "g0" else "DOUBLE" for name in columns]
+        indexed = [row + (index,) for index, row in enumerate(debiased.rows)]
+        names, rows = self._engine.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,
+                                                total_post(query.post))  # released values only: free
+        tracked = names[-1] == "dp_row"
+        variances = [debiased.variances[row[-1]] for row in rows] if tracked else [math.nan] * len(rows)
+        rows = [row[:-1] for row in rows] if tracked else rows
+
+        def released_types() -> list[str]:
+            described = self._engine.released_types(columns + ["dp_row"], types + ["BIGINT"], total_post(query.post))
+            return [type_name for _, type_name in described[:len(query.outputs)]]
+
+        return DPResult(list(query.outputs), rows, cost, intervals=interval_cells(query, rows, variances),
+                        types=released_types, notes=local_notes(query, not query.free), budget=self._snapshot(),
                         converter=self._engine.convert)
 
     def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:

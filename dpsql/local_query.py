@@ -72,8 +72,15 @@ class LocalCount:
     """GROUP BY the RR column: one row per chosen domain value; else one row for the set."""
     chosen: tuple
     """The domain values the WHERE keeps, in DOMAIN order (all of them without one)."""
-    outputs: tuple[tuple[str, str], ...]
-    """(output name, "key" or "count"), in select-list order."""
+    counts: tuple[str, ...]
+    """The core names (a0, ...) of the query's COUNTs, each the same de-biased count."""
+    post: exp.Select
+    """The query's post-processing over its core (``PrivateQuery.post``): run on the de-biased
+    counts (HAVING, ORDER BY, LIMIT, arithmetic: free, as over any released value)."""
+    outputs: tuple[str, ...]
+    """Released column names, in select-list order."""
+    direct: tuple[tuple[str, str], ...]
+    """(output name, core name) of outputs that are one COUNT: their ± is the estimator's."""
     free: bool
     """True: from the exact counts of reports, nothing charged (module docstring)."""
     why: str
@@ -134,8 +141,7 @@ def route_local(tree: exp.Expression, checked: PrivateQuery | PublicQuery, polic
     if table is None or checked.table != checked.bounded[0] or not isinstance(tree, exp.Select):
         return None
     local = _local_columns(table)
-    if not local or any(tree.args.get(part) for part in ("with", "joins", "having", "qualify", "order",
-                                                          "limit", "offset", "distinct")):
+    if not local or any(tree.args.get(part) for part in ("with", "joins", "qualify")):
         return None
     if set(written) - {"epsilon", "delta", "noise"}:
         return None  # contribution options change the counting query: answered as written
@@ -149,8 +155,8 @@ def route_local(tree: exp.Expression, checked: PrivateQuery | PublicQuery, polic
     if chosen is None:
         return None
     grouped = _grouped(checked, rule)
-    outputs = _outputs(checked, rule, grouped)
-    if grouped is None or outputs is None:
+    counts = _counts(checked, rule)
+    if grouped is None or counts is None:
         return None
     free = policy.neighbours == "bounded" and table.row_level and not residual
     why = _why(policy, table, bool(residual))
@@ -160,7 +166,8 @@ def route_local(tree: exp.Expression, checked: PrivateQuery | PublicQuery, polic
     if residual:
         counting = counting.where(exp.and_(*[c.copy() for c in residual]))
     counting = counting.group_by(column.copy())
-    return LocalCount(table, rule, grouped, chosen, outputs, free, why, counting.sql(dialect=DIALECT))
+    return LocalCount(table, rule, grouped, chosen, counts, checked.post, checked.outputs, checked.direct, free,
+                      why, counting.sql(dialect=DIALECT))
 
 
 def _conjuncts(node: Any):
@@ -245,31 +252,17 @@ def _grouped(checked: PrivateQuery, rule: ColumnRule) -> bool | None:
     return None
 
 
-def _outputs(checked: PrivateQuery, rule: ColumnRule, grouped: bool | None) -> tuple | None:
-    """(name, "key" | "count") per output, when every aggregate counts rows (COUNT(*) or COUNT
-    of the RR column, whose every value is a report) and the select list only shows them."""
-    counts = set()
+def _counts(checked: PrivateQuery, rule: ColumnRule) -> tuple[str, ...] | None:
+    """The core names of the query's aggregates when every one counts rows: COUNT(*) or COUNT
+    of the RR column (every value of which is a report); ``None`` otherwise."""
+    counts = []
     for aggregate in checked.aggregates:
         argument = aggregate.argument
         if aggregate.function != "count" or not (
                 argument is None or isinstance(argument, exp.Column) and argument.name.lower() == rule.name.lower()):
             return None
-        counts.add(aggregate.name)
-    post = checked.post
-    if any(post.args.get(part) for part in ("where", "order", "limit", "offset", "distinct", "group")):
-        return None
-    outputs = []
-    for name, item in zip(checked.outputs, post.expressions):
-        node = item.unalias()
-        if not isinstance(node, exp.Column):
-            return None
-        if node.name in counts:
-            outputs.append((name, "count"))
-        elif grouped and node.name == "g0":
-            outputs.append((name, "key"))
-        else:
-            return None
-    return tuple(outputs) if counts else None
+        counts.append(aggregate.name)
+    return tuple(counts) or None
 
 
 def _why(policy: Policy, table: PrivateTable, residual: bool) -> str:
@@ -290,16 +283,17 @@ def _why(policy: Policy, table: PrivateTable, residual: bool) -> str:
 
 @dataclass(frozen=True)
 class Debiased:
-    """The de-biased rows, and per count output the variance of each row's estimate."""
+    """The de-biased core rows (the key, if grouped, then each COUNT's estimate), and the
+    variance of each row's estimate."""
 
     rows: list[tuple]
     variances: list[float]
 
 
 def debias(query: LocalCount, counts: dict, noise_variance: float) -> Debiased:
-    """The rows ``query`` asks for, from the counts of reports per domain value (``counts``:
-    value -> count, exact or noisy; missing values count 0), with each row's variance:
-    randomized response's (plugged in) plus, for noisy counts, the noise's."""
+    """The core rows ``query`` asks for, from the counts of reports per domain value
+    (``counts``: value -> count, exact or noisy; missing values count 0), with each row's
+    variance: randomized response's (plugged in) plus, for noisy counts, the noise's."""
     assert query.rule.local is not None
     domain = query.rule.local.domain
     values = [float(counts.get(v, 0) or 0) for v in domain]
@@ -317,23 +311,32 @@ def debias(query: LocalCount, counts: dict, noise_variance: float) -> Debiased:
             if noise_variance:
                 variance += noise_variance_after_debiasing(noise_variance, epsilon=query.epsilon, k=query.k,
                                                            size=size)
-        row = tuple(chosen[0] if kind == "key" else estimate for _, kind in query.outputs)
-        rows.append(row)
+        rows.append(((chosen[0],) if query.grouped else ()) + (estimate,) * len(query.counts))
         variances.append(variance)
     return Debiased(rows, variances)
 
 
-def interval_cells(query: LocalCount, debiased: Debiased):
-    """accuracy() of the de-biased counts: per count output and row, (low, high, half-width) of
-    the normal-approximation (1 − alpha) interval, estimate ± z·standard error."""
+def core_columns(query: LocalCount) -> list[str]:
+    """The de-biased core's columns: g0 (the RR column) if grouped, then the COUNTs."""
+    return (["g0"] if query.grouped else []) + list(query.counts)
+
+
+def interval_cells(query: LocalCount, shown: list[tuple], variances: list[float]):
+    """accuracy() of the de-biased counts shown: per output that is one COUNT and per row,
+    (low, high, half-width) of the normal-approximation (1 − alpha) interval, estimate ±
+    z·standard error (``variances``: of each shown row); NaN for other computed outputs (derived,
+    no ±), none for the key."""
     def cells(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
         z = NormalDist().inv_cdf(1 - alpha / 2)
+        direct = {output for output, _ in query.direct}
         found = {}
-        for position, (name, kind) in enumerate(query.outputs):
-            if kind != "count":
-                continue
-            found[name] = [(row[position] - z * math.sqrt(v), row[position] + z * math.sqrt(v), z * math.sqrt(v))
-                           for row, v in zip(debiased.rows, debiased.variances)]
+        for position, (output, item) in enumerate(zip(query.outputs, query.post.expressions)):
+            node = item.unalias()
+            if isinstance(node, exp.Column) and node.name == "g0":
+                continue  # the key: public, no ±
+            found[output] = [(row[position] - z * math.sqrt(v), row[position] + z * math.sqrt(v), z * math.sqrt(v))
+                             if output in direct else (math.nan, math.nan, math.nan)
+                             for row, v in zip(shown, variances)]
         return found
     return cells
 

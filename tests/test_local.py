@@ -193,6 +193,18 @@ def test_free_path_costs_nothing_repeats_identically_and_is_recorded_nowhere(col
         assert db.budget.spent.epsilon == 0
 
 
+def test_having_order_by_limit_and_arithmetic_post_process_the_de_biased_counts(collected):
+    with dpsql.connect({"survey": collected}, policy=ROW) as db:
+        plain = dict(db.sql(GROUPED).fetchall())
+        halves = dict(zip(DOMAIN, db.sql(GROUPED).accuracy_df()["n"]))
+        top = db.sql("SELECT ans, COUNT(*) AS n, COUNT(*) * 2 AS twice FROM survey GROUP BY ans "
+                     "HAVING COUNT(*) > 10 ORDER BY n DESC LIMIT 2")
+        best = sorted(plain.items(), key=lambda item: -item[1])[:2]
+        assert [(a, pytest.approx(n), pytest.approx(2 * n)) for a, n in best] == top.fetchall()
+        assert top.accuracy_df()["n"].tolist() == pytest.approx([halves[a] for a, _ in best])
+        assert math.isnan(top.accuracy()["twice"]) and top.cost.epsilon == 0 and db.budget.spent.epsilon == 0
+
+
 @pytest.mark.parametrize("policy, query, why", [
     (POLICY.format(neighbours="UNBOUNDED", unit="ROW"), GROUPED, "neighbours are UNBOUNDED"),
     (POLICY.format(neighbours="BOUNDED", unit="rid, MAX ROWS PER UNIT 1"), GROUPED, "has a unit column"),
@@ -245,7 +257,8 @@ def test_policy_round_trip_and_diff():
     assert "ans LOCAL RR EPSILON 1 DOMAIN ('yes', 'no', 'maybe')" in policy_to_text(policy)
     changed = parse_policy(ROW.replace("EPSILON 1 DOMAIN", "EPSILON 2 DOMAIN"))
     assert "LOCAL RR EPSILON 2" in policy_difference(policy, changed)
-    numbers = parse_policy("BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT ROW, x local rr epsilon .5 domain (1, 2.5));")
+    numbers = parse_policy("BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT ROW, "
+                           "x local rr epsilon .5 domain (1, 2.5));")
     assert numbers.table("t").column("x").local.domain == (1, Fraction(5, 2))
     assert parse_policy(policy_to_text(numbers)) == numbers
 
