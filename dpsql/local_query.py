@@ -57,6 +57,7 @@ from dpsql.local import debiased_count, debiased_variance, noise_variance_after_
 from dpsql.mechanisms.noise import discrete_gaussian_variance, discrete_laplace_variance
 from dpsql.policy.model import ColumnRule, Policy, PrivateTable
 from dpsql.sql.names import sql_name, table_key
+from dpsql.sql.numbers import finite_decimal
 from dpsql.sql.parse import DIALECT
 
 
@@ -311,9 +312,17 @@ def debias(query: LocalCount, counts: dict, noise_variance: float) -> Debiased:
             if noise_variance:
                 variance += noise_variance_after_debiasing(noise_variance, epsilon=query.epsilon, k=query.k,
                                                            size=size)
-        rows.append(((chosen[0],) if query.grouped else ()) + (estimate,) * len(query.counts))
+        rows.append(((_key(chosen[0]),) if query.grouped else ()) + (estimate,) * len(query.counts))
         variances.append(variance)
     return Debiased(rows, variances)
+
+
+def _key(value):
+    """A DOMAIN value as the engine reads it back: a non-integer number as its exact Decimal
+    (the policy check made it a value of the DECIMAL column)."""
+    if isinstance(value, Fraction) and value.denominator != 1:
+        return finite_decimal(value)
+    return value
 
 
 def core_columns(query: LocalCount) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from decimal import Decimal
 from fractions import Fraction
 
 import duckdb
@@ -281,6 +282,16 @@ def test_policy_refusals(item, message):
 def test_connect_refuses_a_domain_of_the_wrong_type_and_data_that_is_not_reports():
     with pytest.raises(PolicyError, match=r"LOCAL RR DOMAIN of survey.ans \(VARCHAR\) lists the number 1"):
         dpsql.connect({"survey": survey(["a"])}, policy=ROW.replace("('yes', 'no', 'maybe')", "(1, 2)"))
+    with pytest.raises(PolicyError, match="LOCAL RR needs a text, integer or DECIMAL column, but survey.ans is DOUBLE"):
+        dpsql.connect({"survey": survey([0.5])}, policy=ROW.replace("('yes', 'no', 'maybe')", "(0.5, 1.5)"))
+    numeric = duckdb.connect()   # DECIMAL reports: the DOMAIN names them exactly
+    numeric.execute("CREATE TABLE survey AS SELECT CAST(x AS DECIMAL(5, 2)) AS ans, 40 AS age "
+                    "FROM (VALUES (1.5), (2.25), (1.5)) t(x)")
+    with dpsql.connect(numeric, policy=ROW.replace("('yes', 'no', 'maybe')", "(1.5, 2.25)")) as db:
+        p, q = keep_probability(1, 2), other_probability(1, 2)
+        assert db.sql("SELECT ans, COUNT(*) AS n FROM survey GROUP BY ans").fetchall() == [
+            (Decimal("1.50"), pytest.approx((2 - 3 * q) / (p - q))),
+            (Decimal("2.25"), pytest.approx((1 - 3 * q) / (p - q)))]
     for bad in (["yes", None], ["yes", "perhaps"]):
         with pytest.raises(PolicyError, match="holds NULL or values outside its DOMAIN"):
             dpsql.connect({"survey": survey(bad)}, policy=ROW)

@@ -299,6 +299,11 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
             elif keys is not None and keys.values is not None:
                 for value in keys.values:
                     _check_key_value(table.name, rule, type_name, value)
+            if rule.local is not None and family(type_name) not in ("string", "integer", "decimal"):
+                raise _error(f"LOCAL RR needs a text, integer or DECIMAL column, but {sql_name(table.name)}."
+                             f"{sql_name(rule.name)} is {type_name}", rule.position,
+                             hint="store the reports as text or integers (a view that casts them), whose "
+                                  "values the DOMAIN names exactly")
             for value in rule.local.domain if rule.local is not None else ():
                 _check_key_value(table.name, rule, type_name, value, "LOCAL RR DOMAIN")
 
