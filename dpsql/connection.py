@@ -77,6 +77,7 @@ from dpsql.local_query import (
     LocalCount,
     check_reports,
     debias,
+    debiased_columns,
     explain_local,
     interval_cells,
     local_notes,
@@ -85,9 +86,6 @@ from dpsql.local_query import (
     reports_note,
     reports_sql,
     route_local,
-)
-from dpsql.local_query import (
-    core_columns as local_core_columns,
 )
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
@@ -1022,7 +1020,7 @@ class Connection:
             variance, cost = noise_variance(measure), counted.cost
         debiased = debias(query, counts, variance)
         key_type = self._catalog[table_key(query.table.name)].get(query.rule.name.lower(), "")
-        columns = local_core_columns(query)
+        columns = debiased_columns(query)
         types = [key_type if name == "g0" else "DOUBLE" for name in columns]
         indexed = [row + (index,) for index, row in enumerate(debiased.rows)]
         names, rows = self._engine.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,

@@ -325,7 +325,7 @@ def _key(value):
     return value
 
 
-def core_columns(query: LocalCount) -> list[str]:
+def debiased_columns(query: LocalCount) -> list[str]:
     """The de-biased core's columns: g0 (the RR column) if grouped, then the COUNTs."""
     return (["g0"] if query.grouped else []) + list(query.counts)
 
