@@ -91,3 +91,16 @@ def test_spark_central_path_goes_through_the_ordinary_counting_query():
         local = db.sql(GROUPED).fetchall()
     assert free.cost.epsilon == 0 and [r[0] for r in free.fetchall()] == [r[0] for r in local]
     assert [r[1] for r in free.fetchall()] == pytest.approx([r[1] for r in local])
+
+
+def test_the_catalog_descriptions_say_how_the_column_was_collected():
+    """psql's \\d (the server's catalog comments) and the shell's .schema describe the column."""
+    from dpsql.policy.language import parse_policy
+    from dpsql.server.described import described
+    from dpsql.shell.commands import _column_rule
+
+    policy = parse_policy(POLICY)
+    _, columns = described(policy)["survey"]
+    assert columns["ans"] == "randomized response at epsilon 1 over 'yes', 'no', 'maybe'"
+    shown = _column_rule(policy.table("survey"), "ans", "VARCHAR")
+    assert "randomized response at epsilon 1 over 'yes', 'no', 'maybe'" in shown and "MAX STRING LENGTH" in shown
