@@ -144,8 +144,8 @@ def route_local(tree: exp.Expression, checked: PrivateQuery | PublicQuery, polic
     local = _local_columns(table)
     if not local or any(tree.args.get(part) for part in ("with", "joins", "qualify")):
         return None
-    if set(written) - {"epsilon", "delta", "noise"}:
-        return None  # contribution options change the counting query: answered as written
+    if set(written) - {"epsilon", "delta", "noise", "intervals"}:
+        return None  # contribution options (and the rest) change the counting query: answered as written
     conjuncts = list(_conjuncts(tree.args["where"].this)) if tree.args.get("where") else []
     read = [name for name in local if any(c.name.lower() == name for c in tree.find_all(exp.Column))]
     if len(read) != 1:

@@ -61,6 +61,9 @@ def test_served_count_is_de_biased_over_the_wire(survey_db, tmp_path):
                              password="alice-secret", connect_timeout=5, autocommit=True) as con:
             rows = con.execute(GROUPED).fetchall()
             central = con.execute("SELECT COUNT(*) AS n FROM survey WHERE age > 40 AND ans = 'yes'").fetchall()
+            shown = con.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = true) ans, COUNT(*) AS n "
+                                "FROM survey GROUP BY ans")
+            names, widened = [d.name for d in shown.description], shown.fetchall()
         with dpsql.connect(str(database), ledger=tmp_path / "local.ledger", policy=policy) as db:
             expected = db.sql(GROUPED).fetchall()
             spent = db.budget.spent.epsilon
@@ -70,6 +73,8 @@ def test_served_count_is_de_biased_over_the_wire(survey_db, tmp_path):
     assert [r[0] for r in rows] == ["yes", "no", "maybe"] and spent == 0
     assert [float(r[1]) for r in rows] == pytest.approx([n for _, n in expected])
     assert len(central) == 1
+    assert names == ["ans", "n", "n_low", "n_high"] and [float(r[1]) for r in widened] == pytest.approx(
+        [n for _, n in expected]) and all(float(r[2]) < float(r[1]) < float(r[3]) for r in widened)
 
 
 @pytest.mark.spark
