@@ -78,7 +78,7 @@ def test_served_count_is_de_biased_over_the_wire(survey_db, tmp_path):
 
 
 @pytest.mark.spark
-def test_spark_central_path_goes_through_the_ordinary_counting_query():
+def test_spark_answers_the_central_and_the_free_path():
     from spark import session
 
     spark = session()
