@@ -279,6 +279,17 @@ def test_policy_refusals(item, message):
     assert refused.value.line == 1 and refused.value.col is not None
 
 
+def test_a_policy_built_in_python_has_it_too():
+    rule = dpsql.ColumnRule("ans", local=dpsql.LocalRR(Fraction(1), DOMAIN))
+    table = dpsql.PrivateTable("survey", columns=(rule,))
+    policy = dpsql.Policy(Fraction(1), neighbours="bounded", private_tables=(table,))
+    assert parse_policy(policy_to_text(policy)) == policy
+    third = dpsql.Policy(Fraction(1), private_tables=(dpsql.PrivateTable("survey", columns=(
+        dpsql.ColumnRule("ans", local=dpsql.LocalRR(Fraction(1, 3), DOMAIN)),)),))
+    with pytest.raises(PolicyError, match="must be a decimal number, not 1/3"):
+        dpsql.connect({"survey": survey(["yes"])}, policy=third)
+
+
 def test_connect_refuses_a_domain_of_the_wrong_type_and_data_that_is_not_reports():
     with pytest.raises(PolicyError, match=r"LOCAL RR DOMAIN of survey.ans \(VARCHAR\) lists the number 1"):
         dpsql.connect({"survey": survey(["a"])}, policy=ROW.replace("('yes', 'no', 'maybe')", "(1, 2)"))

@@ -183,6 +183,9 @@ def _check_local(table: PrivateTable, rule: ColumnRule, where: Mapping) -> None:
     name = f"{sql_name(table.name)}.{sql_name(rule.name)}"
     _check_number(local.epsilon, f"the LOCAL RR EPSILON of {name}", where.get((t, c, "local_epsilon"), position),
                   "epsilon")
+    if isinstance(local.epsilon, Fraction) and finite_decimal(local.epsilon) is None:
+        raise _error(f"the LOCAL RR EPSILON of {name} must be a decimal number, not {local.epsilon}",
+                     position, hint="write the epsilon the reports were drawn at, such as Fraction('0.5')")
     domain = tuple(local.domain)
     if len(domain) < 2:
         raise _error(f"the LOCAL RR DOMAIN of {name} lists {len(domain)} value{'s' if len(domain) != 1 else ''}: "
