@@ -3,10 +3,11 @@
 A column declared ``LOCAL RR`` holds k-ary randomized-response reports (``dpsql.local``): each
 row's value was drawn at collection, at the declared epsilon, from the true value. A COUNT(*)
 (or COUNT of that column) whose GROUP BY and WHERE read that column alone — ``GROUP BY rr``,
-``WHERE rr = 'a'``, ``WHERE rr IN (...)``, ANDed — over one private table, with a plain select
-list, is answered by the unbiased estimator ĉ_S = (c_S − n·|S|·q) / (p − q) of the true count,
-from the counts c_v of reports per domain value; ``accuracy()`` is its normal-approximation
-interval from the estimator's standard error. ``route_local`` decides, from the query's text,
+``WHERE rr = 'a'``, ``WHERE rr IN (...)``, ANDed, and ANDed with conditions on other columns —
+over one private table is answered by the unbiased estimator ĉ_S = (c_S − n·|S|·q) / (p − q) of
+the true count, from the counts c_v of reports per domain value; ``accuracy()`` is its
+normal-approximation interval from the estimator's standard error. The query's HAVING, ORDER
+BY, LIMIT and select-list arithmetic then run on the estimates (post-processing). ``route_local`` decides, from the query's text,
 the schema and the policy alone (nothing private), which of two paths such a query takes:
 
 **Free** (post-processing of the reports, nothing charged): only when the policy's neighbours
