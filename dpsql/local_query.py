@@ -7,8 +7,9 @@ row's value was drawn at collection, at the declared epsilon, from the true valu
 over one private table is answered by the unbiased estimator ĉ_S = (c_S − n·|S|·q) / (p − q) of
 the true count, from the counts c_v of reports per domain value; ``accuracy()`` is its
 normal-approximation interval from the estimator's standard error. The query's HAVING, ORDER
-BY, LIMIT and select-list arithmetic then run on the estimates (post-processing). ``route_local`` decides, from the query's text,
-the schema and the policy alone (nothing private), which of two paths such a query takes:
+BY, LIMIT and select-list arithmetic then run on the estimates (post-processing).
+``route_local`` decides, from the query's text, the schema and the policy alone (nothing
+private), which of two paths such a query takes:
 
 **Free** (post-processing of the reports, nothing charged): only when the policy's neighbours
 are BOUNDED and the table is ``PRIVACY UNIT ROW``, and the WHERE reads the RR column alone.
