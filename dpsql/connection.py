@@ -72,7 +72,8 @@ from dpsql.errors import (
     UnsupportedQuery,
 )
 from dpsql.executor import Executor
-from dpsql.explain import Explanation, explain_plan
+from dpsql.explain import Explanation, explain_plan, explain_sampling
+from dpsql.mechanisms.noise import secret_key
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
 from dpsql.options import max_keys, plain_number, privacy_options
@@ -102,6 +103,7 @@ from dpsql.result import (
 )
 from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.parse import DIALECT, located
+from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER
 from dpsql.sql.types import is_numeric_type
 from dpsql.suggest import plan_suggestion, run_suggestion
 
@@ -373,7 +375,9 @@ class Connection:
             return with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
                                                outside=answered.outside), answered.bounding)
 
-        answered = self._executor.execute(charge, statements, release, record)
+        # A sampled query's key: drawn after the charge from the secure source, bound only to its own statements.
+        sample_key = (lambda: secret_key(self._rng)) if priced.sampling is not None else None
+        answered = self._executor.execute(charge, statements, release, record, sample_key=sample_key)
         rows, noisy, stored_outside, bounding = answered.rows, answered.noisy, answered.outside, answered.bounding
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         cells = self._intervals(plan, checked, noisy, rows)
@@ -426,7 +430,10 @@ class Connection:
 
     def _describe(self, statement: BoundedStatement) -> list[tuple[str, str]]:
         """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
-        return self._engine.describe(statement.sql, self._salt_for(statement.needs_salt))
+        parameters = self._salt_for(statement.needs_salt)
+        if statement.needs_sample_key:  # binding reads no rows: any key types the statement alike
+            parameters = {**(parameters or {}), SAMPLE_KEY_PARAMETER: "0" * 64}
+        return self._engine.describe(statement.sql, parameters)
 
     def _salt_for(self, needed: bool) -> dict | None:
         """The secret salt as a query parameter, for a statement that orders by a salted hash
@@ -455,9 +462,14 @@ class Connection:
         after, refusal = self._after(Spend.ZERO if repeat else cost)
         shown = rewrite_statement(plan, self._engine.dialect, pretty=True).sql  # the SQL priced above, on lines
         separate = [separate_statement(plan, m, self._engine.dialect, pretty=True).sql for m in plan.separate]
-        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None, separate=separate)
+        sampling = priced.sampling
+        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None, separate=separate,
+                            amplified=None if sampling is None else (cost, sampling.percent))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self._limits(plan)}"
+        if sampling is not None:
+            assert priced.base_cost is not None
+            text += "\n\n" + explain_sampling(sampling, plan, priced.base_cost, cost, self.policy.accounting)
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),

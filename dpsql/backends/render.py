@@ -24,6 +24,9 @@ for sqlglot's "spark" dialect):
 * ``IsNaN``: true for a floating NaN (DuckDB's ``ISNAN``; Spark's ``isnan``);
 * ``CopiedTable``: a private table's bounded copy (``dpsql.backends.bounding`` names it; DuckDB
   keeps the copies in the attached in-memory database ``dp_bounding``);
+* ``InSample``: a unit in the query's Poisson sample (DuckDB: ``left(sha256($dp_sample_key ||
+  text), 16) < threshold``; Spark: ``sha2(concat(:dp_sample_key, text), 256)`` the same way, both
+  lower-case hex);
 * ``* EXCLUDE`` / ``* REPLACE``: sqlglot's ``Star(except_=..., replace=...)``, which it renders
   as ``* EXCEPT`` for Spark; ``* REPLACE`` has no Spark form and must become an explicit list;
 """
@@ -36,7 +39,17 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name
-from dpsql.sql.pieces import Canonical, CopiedTable, ExactInteger, IsNaN, KeyText, SaltedHash, Total
+from dpsql.sql.pieces import (
+    SAMPLE_KEY_PARAMETER,
+    Canonical,
+    CopiedTable,
+    ExactInteger,
+    InSample,
+    IsNaN,
+    KeyText,
+    SaltedHash,
+    Total,
+)
 
 DUCKDB = "duckdb"
 SPARK = "spark"
@@ -87,6 +100,18 @@ def _duckdb_is_nan(node: IsNaN) -> exp.Expr:
     return exp.Anonymous(this="ISNAN", expressions=[node.this])
 
 
+def _in_sample(node: InSample, digest: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+    """The first 16 hex digits of ``digest`` (a lower-case hex SHA-256) of the key and the unit's
+    text, below the threshold: fixed-width hex compares as the number it writes."""
+    head = exp.Anonymous(this="LEFT", expressions=[digest(node.this), exp.Literal.number(16)])
+    return exp.Paren(this=exp.LT(this=head, expression=node.args["threshold"]))
+
+
+def _duckdb_in_sample(node: InSample) -> exp.Expr:
+    return _in_sample(node, lambda text: exp.Anonymous(this="SHA256", expressions=[
+        exp.DPipe(this=exp.Placeholder(this=SAMPLE_KEY_PARAMETER), expression=exp.Paren(this=text))]))
+
+
 def _duckdb_bounded_table(node: CopiedTable) -> exp.Expr:
     return exp.table_(piece_copy_name(node), db="main", catalog=DATABASE, quoted=True)
 
@@ -98,6 +123,7 @@ _DUCKDB: dict[type, Callable] = {
     Canonical: _duckdb_canonical,
     KeyText: _duckdb_key_text,
     IsNaN: _duckdb_is_nan,
+    InSample: _duckdb_in_sample,
     CopiedTable: _duckdb_bounded_table,
 }
 
@@ -177,6 +203,10 @@ def _spark_ordered_sum(node: exp.Sum | exp.Avg) -> exp.Expr:
     return _raw(f"CASE WHEN {count} = 0 THEN NULL ELSE {result} END")
 
 
+def _spark_in_sample(node: InSample) -> exp.Expr:
+    return _in_sample(node, lambda text: _raw(f"sha2(concat(:{SAMPLE_KEY_PARAMETER}, {_spark_sql(text)}), 256)"))
+
+
 def _spark_bounded_table(node: CopiedTable) -> exp.Expr:
     return exp.table_(piece_copy_name(node), quoted=True)
 
@@ -188,6 +218,7 @@ _SPARK: dict[type, Callable] = {
     Canonical: _spark_canonical,
     KeyText: _spark_key_text,
     IsNaN: _spark_is_nan,
+    InSample: _spark_in_sample,
     CopiedTable: _spark_bounded_table,
     exp.DataType: _spark_data_type,
     exp.Sum: _spark_ordered_sum,

@@ -16,10 +16,14 @@ which builds a relation's source, never imports a backend:
 * ``IsNaN``: true for a floating NaN;
 * ``CopiedTable``: a private table, read through its bounded copy, which the backend names
   (``dpsql.backends.bounding``);
+* ``InSample``: true for the units of a Poisson sample (``TABLESAMPLE POISSON``): a keyed
+  cryptographic hash of the unit's canonical text under a fresh secret key per query, below a
+  threshold (``dpsql.analysis.sampling``);
 * ``star``: ``*`` without some columns or with some replaced (sqlglot renders it per dialect);
 * exact literals (``literal``), written here so every engine reads the same number.
 
-Whether a statement needs the salt is read from its tree (``needs_salt``), never its text.
+Whether a statement needs the salt, or a sample key, is read from its tree (``needs_salt``,
+``needs_sample_key``), never its text.
 """
 
 from __future__ import annotations
@@ -180,6 +184,39 @@ def needs_salt(tree: exp.Expr) -> bool:
     return tree.find(SaltedHash) is not None
 
 
+class InSample(exp.Expression, exp.Func):
+    """True when the unit ``this`` (its ``Canonical`` text) is in the query's Poisson sample: the
+    first 64 bits of SHA-256 of the query's secret sample key followed by that text, read as an
+    integer, are below ``threshold`` (a string literal: 16 lower-case hex digits, floor(p·2^64));
+    ``rate`` (a string literal, the exact fraction p) is what the charge is amplified by.
+    The key is a query parameter drawn afresh for each charged query from the secure source
+    (``dpsql.mechanisms.noise.secret_key``); it never appears in the SQL."""
+
+    arg_types = {"this": True, "threshold": True, "rate": True}
+
+
+SAMPLE_KEY_PARAMETER = "dp_sample_key"
+"""The query parameter holding a sampled query's secret key (``InSample``)."""
+
+
+def needs_sample_key(tree: exp.Expr) -> bool:
+    """True when the statement reads a Poisson sample: its key must be bound when it runs."""
+    return tree.find(InSample) is not None
+
+
+def sample_threshold(rate: Fraction) -> str:
+    """``InSample``'s threshold for a sampling ``rate`` in (0, 1): floor(rate·2^64) as 16 hex
+    digits, so a unit is kept with probability at most ``rate`` (a fixed-width lower-case hex
+    text compares as its number does).
+
+    >>> sample_threshold(Fraction(1, 2)), sample_threshold(Fraction(1, 3))
+    ('8000000000000000', '5555555555555555')
+    """
+    if not 0 < rate < 1:
+        raise ValueError(f"a sampling rate in (0, 1) has a threshold, got {rate}")
+    return format(int(rate * 2**64), "016x")
+
+
 class CopiedTable(exp.Expression, exp.Func):
     """A private table (``this``: its catalog key) read through its bounded copy: the backend
     renders it as the copy's table. The args say all the copy depends on besides the salt, so
@@ -216,14 +253,24 @@ def _number_arg(node: exp.Expr | None) -> int | None:
 
 
 def bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: int | None,
-                 string_length: int | None, columns: Iterable[str]) -> exp.Select:
+                 string_length: int | None, columns: Iterable[str], *,
+                 sample: tuple[Fraction, str, str] | None = None) -> exp.Select:
     """The rows of private table ``key``'s bounded copy, padding rows dropped (``PAD``): a query
-    over its ``columns``. ``unit`` is ``None`` for a row-level table.
+    over its ``columns``. ``unit`` is ``None`` for a row-level table. ``sample``: (rate, unit
+    column, its type): only the rows of the units in a Poisson sample at that rate (``InSample``;
+    all of a unit's rows or none, after the copy's row limit).
 
     >>> print(bounded_read("visits", "uid", 2, None, None, ["uid"]).sql())
     SELECT "uid" FROM COPIED_TABLE('visits', 'uid', 2) WHERE NOT dp_pad
     """
-    return _bounded_read(key, unit, rows_per_unit, list_length, string_length, tuple(columns)).copy()
+    read = _bounded_read(key, unit, rows_per_unit, list_length, string_length, tuple(columns)).copy()
+    if sample is None or sample[0] == 1:  # a sample of every unit is the table itself
+        return read
+    rate, column, type_name = sample
+    value = Canonical(this=exp.column(column, quoted=True), type=exp.Literal.string(type_name))
+    sampled = InSample(this=value, threshold=exp.Literal.string(sample_threshold(rate)),
+                       rate=exp.Literal.string(str(rate)))
+    return read.where(sampled, copy=False)
 
 
 @lru_cache(maxsize=256)
