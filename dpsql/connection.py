@@ -103,7 +103,7 @@ from dpsql.result import (
 )
 from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.parse import DIALECT, located
-from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER
+from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER, UNBOUND_SAMPLE_KEY
 from dpsql.sql.types import is_numeric_type
 from dpsql.suggest import plan_suggestion, run_suggestion
 
@@ -432,7 +432,7 @@ class Connection:
         """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
         parameters = self._salt_for(statement.needs_salt)
         if statement.needs_sample_key:  # binding reads no rows: any key types the statement alike
-            parameters = {**(parameters or {}), SAMPLE_KEY_PARAMETER: "0" * 64}
+            parameters = {**(parameters or {}), SAMPLE_KEY_PARAMETER: UNBOUND_SAMPLE_KEY}
         return self._engine.describe(statement.sql, parameters)
 
     def _salt_for(self, needed: bool) -> dict | None:

@@ -197,11 +197,21 @@ class InSample(exp.Expression, exp.Func):
 
 SAMPLE_KEY_PARAMETER = "dp_sample_key"
 """The query parameter holding a sampled query's secret key (``InSample``)."""
+UNBOUND_SAMPLE_KEY = "0" * 64
+"""The key bound when a sampled statement is only typed (DESCRIBE reads no rows), never run."""
 
 
 def needs_sample_key(tree: exp.Expr) -> bool:
     """True when the statement reads a Poisson sample: its key must be bound when it runs."""
     return tree.find(InSample) is not None
+
+
+def binding_parameters(statement: exp.Expr | str, parameters: dict | None) -> dict | None:
+    """``parameters`` to bind ``statement`` (DESCRIBE: no row is read) with: a tree reading a
+    Poisson sample gets a placeholder key, which types the statement as any key would."""
+    if isinstance(statement, exp.Expr) and needs_sample_key(statement):
+        return {**(parameters or {}), SAMPLE_KEY_PARAMETER: UNBOUND_SAMPLE_KEY}
+    return parameters
 
 
 def sample_threshold(rate: Fraction) -> str:
