@@ -101,6 +101,7 @@ from dpsql.result import (
     decode_outside,
     encode_answer,
 )
+from dpsql.scaling import scaled_result
 from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.parse import DIALECT, located
 from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER, UNBOUND_SAMPLE_KEY
@@ -342,9 +343,10 @@ class Connection:
         # thread waits, then finds this one's stored answer instead of being charged again.
         with self._answer_locks[hash(priced.repeat_key) % len(self._answer_locks)]:
             repeat = self._replay(prepared, priced)
-            if repeat is not None:
-                return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
-            return self._answer(prepared, priced, domain)
+            if repeat is not None:  # an earlier release, returned as it was: nothing drawn, nothing charged
+                return repeat if priced.scaling is None else scaled_result(repeat, priced.scaling)
+            answered = self._answer(prepared, priced, domain)
+            return answered if priced.scaling is None else scaled_result(answered, priced.scaling)
 
     def _answer(self, prepared: Prepared, priced: Priced, domain: list[tuple] | None) -> DPResult:
         """Charge ``prepared``, run its bounded statements, release and post-process (``sql``),

@@ -48,6 +48,7 @@ from dpsql.options import (
     privacy_options,
 )
 from dpsql.policy.model import Policy
+from dpsql.scaling import Scaling, plan_scaling
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, parse
 
@@ -79,6 +80,8 @@ class Priced:
     ``cost`` is the amplified cost of ``base_cost`` (``dpsql.budget.amplification``)."""
     base_cost: Spend | None = None
     """With ``sampling``: what the mechanism costs on the sample, before amplification."""
+    scaling: Scaling | None = None
+    """The ``scale_sample`` option's scaling of the answer's totals to the table (``dpsql.scaling``)."""
 
 
 @dataclass(frozen=True)
@@ -183,8 +186,9 @@ class Preparer:
             cost = amplified_cost(base_cost, sampling.rate)
         separate = tuple(separate_statement(plan, measure, self._dialect) for measure in plan.separate)
         counting = bias_statement(bias, plan.query, self._dialect) if bias is not None else None
+        scaling = plan_scaling(plan, checked, sampling, written)
         priced = Priced(cost, bounded, core_types, normal, repeat, separate, counting, sampling,
-                        base_cost if sampling is not None else None)
+                        base_cost if sampling is not None else None, scaling)
         return Prepared(tree, checked, written, plan, bias, priced)
 
     def _sampling(self, tree: exp.Expression, checked: PrivateQuery, sql: str) -> Sampling | None:
