@@ -132,7 +132,8 @@ def scaled_result(result: DPResult, scaling: Scaling) -> DPResult:
     names = ", ".join(positions)
     notes = list(result.notes)
     if positions:
-        notes.append(f"scale_sample: {names} estimate the whole table (the sample's values divided by "
+        estimate = "is an estimate" if len(positions) == 1 else "are estimates"
+        notes.append(f"scale_sample: {names} {estimate} for the whole table (the sample's values divided by "
                      f"{scaling.rate if scaling.rate.denominator <= 1000 else rate}); their ± adds the sampling "
                      "error, an approximate bound (normal approximation)")
     return DPResult(result.columns, rows, result.cost, intervals=intervals, types=types, notes=notes,

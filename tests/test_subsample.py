@@ -331,9 +331,9 @@ def test_zcdp_charges_eps_prime_squared_over_two_for_laplace():
     ("SELECT COUNT(*) FROM t JOIN s TABLESAMPLE POISSON (10 PERCENT) ON t.g = s.g", "public table s",
      "whole"),
     ("SELECT COUNT(*) FROM t AS a TABLESAMPLE POISSON (10 PERCENT) JOIN t AS b ON a.uid = b.uid",
-     "reads private tables more than once", "only private table"),
+     "reads private data outside the sample", "only private table"),
     ("SELECT COUNT(*) FROM (SELECT uid FROM t TABLESAMPLE POISSON (10 PERCENT) UNION ALL SELECT uid FROM t) AS v",
-     "reads private tables more than once", "only private table"),
+     "reads private data outside the sample", "only private table"),
     ("SELECT COUNT(*) FROM t USING SAMPLE 10%", "SAMPLE is not supported", "TABLESAMPLE POISSON"),
 ])
 def test_refusals_name_the_construct_where_and_what_to_write(sql, message, hint):
@@ -380,7 +380,7 @@ def test_scale_sample_divides_totals_by_p_and_widens_their_intervals():
             assert sampled[f"{name}_low"][row] == pytest.approx(low / 0.2 - error)
             assert sampled[f"{name}_high"][row] == pytest.approx(high / 0.2 + error)
         assert sampled["m_low"][row] == noise["m_low"][row]
-    assert any("scale_sample: n, s estimate the whole table" in note for note in scaled.notes)
+    assert any("scale_sample: n, s are estimates for the whole table" in note for note in scaled.notes)
 
 
 def test_scaled_intervals_cover_the_table_total():

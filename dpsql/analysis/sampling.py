@@ -93,8 +93,8 @@ def sampling_of(source: exp.Expression | None) -> Sampling | None:
     if len(copies) != 1 or len(samples) != 1:
         raise UnsupportedQuery(
             f"TABLESAMPLE POISSON of {table} amplifies privacy only when the query reads no other private data, "
-            "but this query reads private tables more than once: a unit's rows outside the sample could move "
-            "the answer", hint="sample the only private table the query reads (joins with public tables are fine)")
+            "but this query also reads private data outside the sample (another private table, or the same one "
+            "again): a unit's rows there could move the answer", hint="sample the only private table the query reads (joins with public tables are fine)")
     return Sampling(Fraction(samples[0].args["rate"].name), copies[0].table_key)
 
 
