@@ -8,7 +8,8 @@ nothing that can be refused statically fails after it. Then, in this order:
 
 1. ``charge()`` records the cost in the ledger (or refuses: nothing was read);
 2. each statement runs on the engine, its bounded copies filled first, the salt bound where it
-   orders by a salted hash;
+   orders by a salted hash, and the query's sample key (drawn once, after the charge) where it
+   reads a Poisson sample (``TABLESAMPLE POISSON``, ``dpsql.analysis.sampling``);
 3. ``release(rows)`` draws the noise and post-processes, from the exact rows of every statement;
 4. ``record(released)`` is kept as the ledger entry's answer (what free repeats give back).
 

@@ -23,7 +23,14 @@ import pytest
 
 import dpsql
 from dpsql.analysis.sampling import check_covers_removal
-from dpsql.backends.bounding import attach_sql, bounded_tables, create_sql, fill_sql
+from dpsql.backends.bounding import (
+    attach_sql,
+    bounded_tables,
+    create_raw_rows_sql,
+    create_sql,
+    fill_sql,
+    raw_rows_sql,
+)
 from dpsql.backends.render import render
 from dpsql.budget.accounting import Spend, query_cost
 from dpsql.budget.amplification import amplified_cost, amplified_epsilon
@@ -207,6 +214,8 @@ def copied():
                                 table_key):
         connection.execute(create_sql(table))
         connection.execute(fill_sql(table), {"salt": "ab"})
+        connection.execute(create_raw_rows_sql(table))
+        connection.execute(raw_rows_sql(table))  # one row per unit: the sample's hash is computed there
     kept = dict(connection.execute('SELECT uid, COUNT(*) FROM dp_bounding.main."dp_bounded_t__uid__3" '
                                    "WHERE NOT dp_pad GROUP BY uid").fetchall())
     return connection, kept
@@ -243,7 +252,8 @@ def test_units_telling_apart_only_by_bytes_get_independent_coins():
     only if they were hashed as one value (probability 2^-400 for independent coins at 50%)."""
     connection = duckdb.connect()
     pairs = [("a", "A"), ("\u00e9", "e\u0301")]
-    read = bounded_read("t", "uid", 3, None, None, ["uid"], sample=(Fraction(1, 2), "uid", "VARCHAR"))
+    # The hash of one unit (a row-level copy's form: no row-count table to read it from).
+    read = bounded_read("t", None, 1, None, None, ["uid"], sample=(Fraction(1, 2), "uid", "VARCHAR"))
     condition = render(read).split("WHERE NOT dp_pad AND ", 1)[1]
     for left, right in pairs:
         agree = 0
@@ -418,3 +428,17 @@ def test_scale_sample_refusals(sql, message):
             db.sql(sql, epsilon=1)
         assert db.budget.spent.epsilon == 0
     assert refused.value.line == 1 and refused.value.col == 43  # at the option
+
+
+def test_the_per_unit_hash_keeps_the_units_whose_own_hash_is_below_the_threshold(copied):
+    """Over a unit-level copy the hash is computed once per unit on its row-count table and matched
+    by the unit's equality: the same units as the hash of each row's own unit, for the same key."""
+    connection, _ = copied
+    key = secret_key(SeededSource(11))
+    per_unit = set(sampled_units(connection, Fraction(3, 10), key))
+    direct = render(bounded_read("t", None, 1, None, None, ["uid"], sample=(Fraction(3, 10), "uid", "BIGINT")))
+    condition = direct.split("WHERE NOT dp_pad AND ", 1)[1]
+    per_row = {row[0] for row in connection.execute(
+        f'SELECT DISTINCT uid FROM dp_bounding.main."dp_bounded_t__uid__3" WHERE NOT dp_pad AND {condition}',
+        {"dp_sample_key": key}).fetchall()}
+    assert per_unit == per_row and 5000 < len(per_unit) < 7000

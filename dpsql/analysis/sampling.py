@@ -88,13 +88,14 @@ def sampling_of(source: exp.Expression | None) -> Sampling | None:
     samples = list(source.find_all(InSample))
     if not samples:
         return None
-    copies = list(source.find_all(CopiedTable))
+    copies = [c for c in source.find_all(CopiedTable) if c.find_ancestor(InSample) is None]  # its own: per unit
     table = _sampled_table(samples[0], copies)
     if len(copies) != 1 or len(samples) != 1:
         raise UnsupportedQuery(
             f"TABLESAMPLE POISSON of {table} amplifies privacy only when the query reads no other private data, "
             "but this query also reads private data outside the sample (another private table, or the same one "
-            "again): a unit's rows there could move the answer", hint="sample the only private table the query reads (joins with public tables are fine)")
+            "again): a unit's rows there could move the answer",
+            hint="sample the only private table the query reads (joins with public tables are fine)")
     return Sampling(Fraction(samples[0].args["rate"].name), copies[0].table_key)
 
 

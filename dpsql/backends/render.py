@@ -38,7 +38,7 @@ from collections.abc import Callable
 import sqlglot
 from sqlglot import exp
 
-from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name
+from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name, raw_rows_name
 from dpsql.sql.pieces import (
     SAMPLE_KEY_PARAMETER,
     Canonical,
@@ -100,16 +100,31 @@ def _duckdb_is_nan(node: IsNaN) -> exp.Expr:
     return exp.Anonymous(this="ISNAN", expressions=[node.this])
 
 
-def _in_sample(node: InSample, digest: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+def _in_sample(node: InSample, digest: Callable[[exp.Expr], exp.Expr], canonical: Callable[[Canonical], exp.Expr],
+               units: Callable[[str], exp.Expr]) -> exp.Expr:
     """The first 16 hex digits of ``digest`` (a lower-case hex SHA-256) of the key and the unit's
-    text, below the threshold: fixed-width hex compares as the number it writes."""
-    head = exp.Anonymous(this="LEFT", expressions=[digest(node.this), exp.Literal.number(16)])
-    return exp.Paren(this=exp.LT(this=head, expression=node.args["threshold"]))
+    canonical text, below the threshold (fixed-width hex compares as the number it writes). Over a
+    unit-level copy, computed once per unit on its row-count table (``units`` of its name) and
+    matched by the unit's own equality, which is its identity (the copy admits no other units)."""
+
+    def kept(value: exp.Expr) -> exp.Expr:
+        text = canonical(Canonical(this=value, type=node.args["type"].copy()))
+        head = exp.Anonymous(this="LEFT", expressions=[digest(text), exp.Literal.number(16)])
+        return exp.LT(this=head, expression=node.args["threshold"].copy())
+
+    copied = node.args.get("units")
+    if copied is None:
+        return exp.Paren(this=kept(node.this))
+    # Children are rendered first: the copy is its engine's table by now, named as the copy.
+    name = copied.name if isinstance(copied, exp.Table) else piece_copy_name(copied)
+    sampled = exp.Select(expressions=[exp.column("dp_unit")]).from_(units(raw_rows_name(name)))
+    return exp.In(this=node.this, query=sampled.where(kept(exp.column("dp_unit"))).subquery())
 
 
 def _duckdb_in_sample(node: InSample) -> exp.Expr:
     return _in_sample(node, lambda text: exp.Anonymous(this="SHA256", expressions=[
-        exp.DPipe(this=exp.Placeholder(this=SAMPLE_KEY_PARAMETER), expression=exp.Paren(this=text))]))
+        exp.DPipe(this=exp.Placeholder(this=SAMPLE_KEY_PARAMETER), expression=exp.Paren(this=text))]),
+        _duckdb_canonical, lambda name: exp.table_(name, db="main", catalog=DATABASE, quoted=True))
 
 
 def _duckdb_bounded_table(node: CopiedTable) -> exp.Expr:
@@ -204,7 +219,8 @@ def _spark_ordered_sum(node: exp.Sum | exp.Avg) -> exp.Expr:
 
 
 def _spark_in_sample(node: InSample) -> exp.Expr:
-    return _in_sample(node, lambda text: _raw(f"sha2(concat(:{SAMPLE_KEY_PARAMETER}, {_spark_sql(text)}), 256)"))
+    return _in_sample(node, lambda text: _raw(f"sha2(concat(:{SAMPLE_KEY_PARAMETER}, {_spark_sql(text)}), 256)"),
+                      _spark_canonical, lambda name: exp.table_(name, quoted=True))
 
 
 def _spark_bounded_table(node: CopiedTable) -> exp.Expr:

@@ -185,14 +185,18 @@ def needs_salt(tree: exp.Expr) -> bool:
 
 
 class InSample(exp.Expression, exp.Func):
-    """True when the unit ``this`` (its ``Canonical`` text) is in the query's Poisson sample: the
-    first 64 bits of SHA-256 of the query's secret sample key followed by that text, read as an
-    integer, are below ``threshold`` (a string literal: 16 lower-case hex digits, floor(p·2^64));
-    ``rate`` (a string literal, the exact fraction p) is what the charge is amplified by.
-    The key is a query parameter drawn afresh for each charged query from the secure source
-    (``dpsql.mechanisms.noise.secret_key``); it never appears in the SQL."""
+    """True when the unit ``this`` (a column of catalog type ``type``, a string literal) is in the
+    query's Poisson sample: the first 64 bits of SHA-256 of the query's secret sample key followed
+    by the unit's ``Canonical`` text, read as an integer, are below ``threshold`` (a string
+    literal: 16 lower-case hex digits, floor(p·2^64)); ``rate`` (a string literal, the exact
+    fraction p) is what the charge is amplified by. The key is a query parameter drawn afresh for
+    each charged query from the secure source (``dpsql.mechanisms.noise.secret_key``); it never
+    appears in the SQL. ``units``: the ``CopiedTable`` of a unit-level copy, whose row-count table
+    (one row per unit, ``dpsql.backends.bounding.raw_rows_sql``) the hash is computed over, once per
+    unit instead of once per row (an engine's SHA-256 costs microseconds); absent for a row-level
+    copy, whose rows are its units."""
 
-    arg_types = {"this": True, "threshold": True, "rate": True}
+    arg_types = {"this": True, "type": True, "threshold": True, "rate": True, "units": False}
 
 
 SAMPLE_KEY_PARAMETER = "dp_sample_key"
@@ -277,9 +281,10 @@ def bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: in
     if sample is None or sample[0] == 1:  # a sample of every unit is the table itself
         return read
     rate, column, type_name = sample
-    value = Canonical(this=exp.column(column, quoted=True), type=exp.Literal.string(type_name))
-    sampled = InSample(this=value, threshold=exp.Literal.string(sample_threshold(rate)),
-                       rate=exp.Literal.string(str(rate)))
+    copied = read.args["from_"].this
+    sampled = InSample(this=exp.column(column, quoted=True), type=exp.Literal.string(type_name),
+                       threshold=exp.Literal.string(sample_threshold(rate)), rate=exp.Literal.string(str(rate)),
+                       units=copied.copy() if unit is not None else None)
     return read.where(sampled, copy=False)
 
 
