@@ -442,3 +442,27 @@ def test_the_per_unit_hash_keeps_the_units_whose_own_hash_is_below_the_threshold
         f'SELECT DISTINCT uid FROM dp_bounding.main."dp_bounded_t__uid__3" WHERE NOT dp_pad AND {condition}',
         {"dp_sample_key": key}).fetchall()}
     assert per_unit == per_row and 5000 < len(per_unit) < 7000
+
+
+@pytest.mark.spark
+@pytest.mark.xdist_group("spark")
+def test_spark_draws_the_same_sample_through_the_same_plan_and_renderer():
+    """The same plan rendered for Spark (``sha2`` over Spark's canonical text, on its row-count view)
+    keeps the same units as DuckDB under the same key: with one seeded source (the key is its first
+    draw, the noise the next) both engines release the same answer, about 30% of the table's."""
+    from engines import Engine
+
+    units = big(400)
+    answers = []
+    for name in ("duckdb", "spark"):
+        engine = Engine(name)
+        try:
+            tables = {"t": frame(units), "s": pd.DataFrame({"g": ["a", "b"], "label": ["A", "B"]})}
+            db = engine.connect(tables, policy=POLICY.format(neighbours="UNBOUNDED"), rng=SeededSource(5))
+            result = db.sql("SELECT g, COUNT(*) AS n FROM t TABLESAMPLE POISSON (30 PERCENT) GROUP BY g", epsilon=1)
+            answers.append(sorted(result.fetchall()))
+        finally:
+            engine.close()
+    assert answers[0] == answers[1]
+    total = sum(len(rows) for rows in units.values())
+    assert 0.15 * total < sum(n for _, n in answers[0]) < 0.45 * total
