@@ -32,6 +32,7 @@ from test_audit import (  # noqa: E402
     BOUNDED,
     EDGE_KEYS,
     QUANTILE_EPSILON,
+    STORES,
     base,
     quantile_base,
     selection_base,
@@ -66,7 +67,7 @@ CLAIMED = {"Poisson sample (25%)": float(amplified_epsilon(Fraction(2), Fraction
 def selection_plan():
     """The partition selection of the audited query: static, so read off its plan."""
     sql = CLASSES["partition selection"][0]
-    with dpsql.connect({"visits": base()}, policy=BOUNDED) as probe:
+    with dpsql.connect({"visits": base(), "stores": STORES}, policy=BOUNDED) as probe:
         _, checked, _ = probe._check(sql)
         return probe._plan(checked, sql, CLASSES["partition selection"][1], SELECTION_DELTA, None).selection
 
@@ -85,7 +86,7 @@ def neighbours(name: str):
 def releases(frame, name: str, count: int) -> np.ndarray:
     sql, epsilon, delta, read = CLASSES[name]
     values = []
-    with dpsql.connect({"visits": frame}, policy=BOUNDED) as db:   # secure noise, in-memory ledger
+    with dpsql.connect({"visits": frame, "stores": STORES}, policy=BOUNDED) as db:   # secure noise, in-memory ledger
         for i in range(count):
             unique = f"{sql} WHERE {i} = {i}" if "TABLESAMPLE" in sql else \
                 sql.replace(" FROM visits", f" FROM visits WHERE {i} = {i}")

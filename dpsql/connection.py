@@ -54,6 +54,7 @@ from dpsql.backends.spark_session import is_spark_session
 from dpsql.bias import (
     BiasPlan,
     Limits,
+    bias_share,
     bias_sql,
     explain_bias,
     limits_of,
@@ -76,7 +77,7 @@ from dpsql.explain import Explanation, explain_plan, explain_sampling
 from dpsql.mechanisms.noise import secret_key
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
-from dpsql.options import max_keys, plain_number, privacy_options
+from dpsql.options import exact_parameter, max_keys, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import Policy, PrivateTable
@@ -471,11 +472,17 @@ class Connection:
         text += f"\n\nlimits: {self._limits(plan)}"
         if sampling is not None:
             assert priced.base_cost is not None
-            text += "\n\n" + explain_sampling(sampling, plan, priced.base_cost, cost, self.policy.accounting)
+            text += "\n\n" + explain_sampling(sampling, plan, priced.base_cost, cost, self.policy.accounting,
+                                              bias_left_out=self._default_bias_left_out(report_bias, prepared.written))
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
                            refused=refusal)
+
+    def _default_bias_left_out(self, report_bias: Any, written: dict) -> bool:
+        """True when the policy's default bias report would apply but a sample leaves it out."""
+        share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share, exact_parameter)
+        return share is not None and not explicit
 
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:

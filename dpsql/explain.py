@@ -223,7 +223,7 @@ def _decimal(value: Fraction) -> Decimal:
     return Context(prec=12, Emax=10**9, Emin=-10**9).divide(Decimal(value.numerator), Decimal(value.denominator))
 
 
-def explain_sampling(sampling, plan: Plan, base, charged, accounting: str) -> str:
+def explain_sampling(sampling, plan: Plan, base, charged, accounting: str, bias_left_out: bool = False) -> str:
     """The sampling paragraph of a query on a Poisson sample (``dpsql.analysis.sampling``): the
     rate, how units are drawn, the base cost and the amplified charge, and what the answer is about."""
     rows = plural(plan.query.rule.max_rows_per_unit, "row")
@@ -238,6 +238,9 @@ def explain_sampling(sampling, plan: Plan, base, charged, accounting: str) -> st
     if accounting == "zcdp" and base.delta > 0:
         lines.append("  ACCOUNTING ZCDP: Gaussian noise keeps its rho on a sample (a subsampled Gaussian is no "
                      "more than rho-zCDP, and not less for every order); only Laplace queries cost less")
+    if bias_left_out:
+        lines.append("  the policy's REPORT BIAS SHARE is left out: a bias report reads each unit's rows outside "
+                     "the sample (the aggregates get the whole epsilon)")
     lines.append("  the answer is about the sample (each count and sum covers about "
                  f"{sampling.percent}% of the units), not scaled to the whole table")
     return "\n".join(lines)

@@ -466,3 +466,15 @@ def test_spark_draws_the_same_sample_through_the_same_plan_and_renderer():
     assert answers[0] == answers[1]
     total = sum(len(rows) for rows in units.values())
     assert 0.15 * total < sum(n for _, n in answers[0]) < 0.45 * total
+
+
+def test_the_policys_default_bias_report_is_left_out_of_a_sample_and_explain_says_so():
+    policy = POLICY.format(neighbours="UNBOUNDED").replace("NEIGHBOURS UNBOUNDED;",
+                                                           "NEIGHBOURS UNBOUNDED; REPORT BIAS SHARE 0.1;")
+    tables = {"t": frame({1: ["a"], 2: ["b"]}), "s": pd.DataFrame({"g": ["a", "b"], "label": ["A", "B"]})}
+    with dpsql.connect(tables, policy=policy) as db:
+        sql = "SELECT COUNT(*) AS n FROM t TABLESAMPLE POISSON (10 PERCENT)"
+        assert "REPORT BIAS SHARE is left out" in db.explain(sql, epsilon=1)
+        result = db.sql(sql, epsilon=1)
+        assert result.bounding is None and result.cost.epsilon == amplified_epsilon(Fraction(1), Fraction(1, 10))
+        assert "REPORT BIAS SHARE" not in db.explain(sql.replace(" TABLESAMPLE POISSON (10 PERCENT)", ""), epsilon=1)
