@@ -473,7 +473,9 @@ class Connection:
         if sampling is not None:
             assert priced.base_cost is not None
             text += "\n\n" + explain_sampling(sampling, plan, priced.base_cost, cost, self.policy.accounting,
-                                              bias_left_out=self._default_bias_left_out(report_bias, prepared.written))
+                                              bias_left_out=self._default_bias_left_out(report_bias, prepared.written),
+                                              scaled=None if priced.scaling is None else
+                                              [c.name for c in priced.scaling.columns])
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),

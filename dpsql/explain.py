@@ -223,9 +223,11 @@ def _decimal(value: Fraction) -> Decimal:
     return Context(prec=12, Emax=10**9, Emin=-10**9).divide(Decimal(value.numerator), Decimal(value.denominator))
 
 
-def explain_sampling(sampling, plan: Plan, base, charged, accounting: str, bias_left_out: bool = False) -> str:
+def explain_sampling(sampling, plan: Plan, base, charged, accounting: str, bias_left_out: bool = False,
+                     scaled: Sequence[str] | None = None) -> str:
     """The sampling paragraph of a query on a Poisson sample (``dpsql.analysis.sampling``): the
-    rate, how units are drawn, the base cost and the amplified charge, and what the answer is about."""
+    rate, how units are drawn, the base cost and the amplified charge, and what the answer is about
+    (``scaled``: the columns the ``scale_sample`` option scales to the table, ``dpsql.scaling``)."""
     rows = plural(plan.query.rule.max_rows_per_unit, "row")
     lines = [
         f"sampling: TABLESAMPLE POISSON ({sampling.percent} PERCENT) of {sampling.table}: each unit is kept "
@@ -241,7 +243,11 @@ def explain_sampling(sampling, plan: Plan, base, charged, accounting: str, bias_
     if bias_left_out:
         lines.append("  the policy's REPORT BIAS SHARE is left out: a bias report reads each unit's rows outside "
                      "the sample (the aggregates get the whole epsilon)")
-    lines.append("  the answer is about the sample (each count and sum covers about "
-                 f"{sampling.percent}% of the units), not scaled to the whole table")
+    if scaled is None:
+        lines.append("  the answer is about the sample (each count and sum covers about "
+                     f"{sampling.percent}% of the units), not scaled to the whole table")
+    else:
+        lines.append(f"  scale_sample: {', '.join(scaled) or 'no column'} divided by p for the whole table, the ± "
+                     "widened by the sampling error (approximate: a normal approximation); other columns as released")
     return "\n".join(lines)
 

@@ -207,13 +207,17 @@ def test_each_analyst_is_charged_to_their_own_budget_until_it_runs_out(server):
 
 def test_a_sampled_query_is_charged_its_amplified_cost_to_the_analyst(server):
     """TABLESAMPLE POISSON from psql's wire protocol: epsilon 1 on a 10% sample costs
-    ln(1 + 0.1(e - 1)), within erin's 0.5; a row sample with the database's random() is refused."""
+    ln(1 + 0.1(e - 1)), within erin's 0.5; scale_sample scales that release for free; a row sample
+    with the database's random() is refused."""
     from dpsql.budget.amplification import amplified_epsilon
 
     with connect(server, "erin") as erin:
         rows = erin.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) COUNT(*) AS n "
                             "FROM visits TABLESAMPLE POISSON (10 PERCENT)").fetchall()
         assert len(rows) == 1
+        scaled = erin.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, scale_sample = true) COUNT(*) "
+                              "AS n FROM visits TABLESAMPLE POISSON (10 PERCENT)").fetchall()
+        assert scaled[0][0] == pytest.approx(rows[0][0] * 10)  # the same release (a free repeat), scaled by 1/p
         with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
             erin.execute("SELECT COUNT(*) AS n FROM visits TABLESAMPLE BERNOULLI (10 PERCENT)")
         assert "random()" in refused.value.diag.message_primary

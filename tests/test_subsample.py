@@ -380,6 +380,8 @@ def test_scale_sample_divides_totals_by_p_and_widens_their_intervals():
         scaled = db.sql(SCALED, epsilon=1)
         plain = db.sql(SCALED.replace("scale_sample = true", "scale_sample = false"), epsilon=1)
     assert plain.cost.repeat  # the same release: scaling is post-processing
+    with connect(big()) as db:
+        assert "scale_sample: n, s divided by p for the whole table" in db.explain(SCALED, epsilon=1)
     assert scaled.types == ["VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE"]
     noise, sampled = plain.intervals(0.05), scaled.intervals(0.05)
     for row, (key, n, s, m) in enumerate(plain.fetchall()):
