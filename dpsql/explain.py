@@ -250,4 +250,3 @@ def explain_sampling(sampling, plan: Plan, base, charged, accounting: str, bias_
         lines.append(f"  scale_sample: {', '.join(scaled) or 'no column'} divided by p for the whole table, the ± "
                      "widened by the sampling error (approximate: a normal approximation); other columns as released")
     return "\n".join(lines)
-

@@ -395,6 +395,7 @@ def test_scale_sample_divides_totals_by_p_and_widens_their_intervals():
     assert any("scale_sample: n, s are estimates for the whole table" in note for note in scaled.notes)
 
 
+@pytest.mark.slow  # 200 queries; test_scale_sample_divides_totals_by_p_and_widens_their_intervals checks the formula
 def test_scaled_intervals_cover_the_table_total():
     """Over 100 fresh samples, the 95% interval of the scaled COUNT holds the table's count in at
     least 80 of them: an approximate interval, conservative here (c bounds every unit's rows), so

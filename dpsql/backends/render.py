@@ -24,9 +24,11 @@ for sqlglot's "spark" dialect):
 * ``IsNaN``: true for a floating NaN (DuckDB's ``ISNAN``; Spark's ``isnan``);
 * ``CopiedTable``: a private table's bounded copy (``dpsql.backends.bounding`` names it; DuckDB
   keeps the copies in the attached in-memory database ``dp_bounding``);
-* ``InSample``: a unit in the query's Poisson sample (DuckDB: ``left(sha256($dp_sample_key ||
-  text), 16) < threshold``; Spark: ``sha2(concat(:dp_sample_key, text), 256)`` the same way, both
-  lower-case hex);
+* ``InSample``: a unit in the query's Poisson sample: ``unit IN (SELECT dp_unit FROM <the copy's
+  row-count table> WHERE left(hash, 16) < threshold)``, the hash computed once per unit (DuckDB:
+  ``sha256($dp_sample_key || text)``; Spark: ``sha2(concat(:dp_sample_key, text), 256)``, both
+  lower-case hex, of the unit's canonical text); a row-level copy's rows are its units, hashed as
+  they are;
 * ``* EXCLUDE`` / ``* REPLACE``: sqlglot's ``Star(except_=..., replace=...)``, which it renders
   as ``* EXCEPT`` for Spark; ``* REPLACE`` has no Spark form and must become an explicit list;
 """
