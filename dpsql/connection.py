@@ -359,8 +359,12 @@ class Connection:
         statements = [priced.bounded, *priced.separate, *([counting] if counting is not None else [])]
         types = list(priced.core_types)
 
+        options = self._options(plan)  # the mechanism's own (on the sample, if any), and the sampling rate
+        if priced.sampling is not None:
+            options["sample_rate"] = priced.sampling.rate
+
         def charge() -> int:
-            return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=self._options(plan),
+            return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=options,
                                        analyst=self.analyst, key=priced.repeat_key,
                                        analyst_total=self._analyst_accountant, policies=self._agreed_policies)
 

@@ -280,6 +280,8 @@ def test_the_charge_is_the_amplified_cost_and_repeats_are_the_same_sample():
         other = db.sql(sql.replace("25", "50"), epsilon=1)  # another rate is another query, charged
         assert other.cost.epsilon == amplified_epsilon(Fraction(1), Fraction(1, 2))
         assert db.budget.spent.epsilon == expected.epsilon + other.cost.epsilon
+        recorded = db.ledger()
+        assert "sample_rate" in str(recorded["options"].iloc[0]) and "1/4" in str(recorded["options"].iloc[0])
 
 
 def test_the_key_is_fresh_per_query_and_never_shown(monkeypatch, tmp_path):
