@@ -4,7 +4,8 @@
 the whole pipeline instead — parse, check, plan, charge, rewrite, DuckDB, the secure noise
 source, post-processing — ``--releases`` times on each of two neighbouring databases (the
 same D and D' as the test: one unit with 40 rows far beyond the bounds, a key nobody else has),
-for COUNT, SUM, AVG, a grouped cell, a quantile (MEDIAN) and partition selection. Each release
+for COUNT, SUM, AVG, a grouped cell, a quantile (MEDIAN), partition selection and a COUNT on a
+25% Poisson sample of the units (``TABLESAMPLE POISSON``: claimed, the amplified epsilon). Each release
 is a distinct query (a no-op condition of its own), so none is a free repeat.
 
 The first ``--pilot`` releases of each side choose the threshold event; the rest give a
@@ -19,6 +20,7 @@ import datetime
 import platform
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +40,7 @@ from test_audit import (  # noqa: E402
 )
 
 import dpsql  # noqa: E402
+from dpsql.budget.amplification import amplified_epsilon  # noqa: E402
 
 SELECTION_DELTA = 1e-4
 """Delta of each partition-selection release: thousands of them must fit the policy's delta of 0.5.
@@ -59,13 +62,18 @@ CLASSES = {
     # large enough for 2,000 releases a side to bound.
     "sparse vector": ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = {threshold})", 4, 0,
                       lambda rows: float(rows[0][2])),
+    # A fresh secret sample of the units per release; claimed: the amplified epsilon it is charged.
+    "Poisson sample (25%)": ("SELECT COUNT(*) FROM visits TABLESAMPLE POISSON (25 PERCENT)", 2, 0,
+                             lambda rows: rows[0][0]),
 }
+CLAIMED = {"Poisson sample (25%)": float(amplified_epsilon(Fraction(2), Fraction(1, 4)))}
+"""What a class is charged when that is not the epsilon it asks for."""
 
 
 def selection_plan():
     """The partition selection of the audited query: static, so read off its plan."""
     sql = CLASSES["partition selection"][0]
-    with dpsql.connect({"visits": base()}, policy=BOUNDED) as probe:
+    with dpsql.connect({"visits": base(), "stores": STORES}, policy=BOUNDED) as probe:
         _, checked, _ = probe._check(sql)
         return probe._plan(checked, sql, CLASSES["partition selection"][1], SELECTION_DELTA, None).selection
 
@@ -87,8 +95,9 @@ def releases(frame, name: str, count: int) -> np.ndarray:
     values = []
     with dpsql.connect({"visits": frame, "stores": STORES}, policy=BOUNDED) as db:  # secure noise, in-memory ledger
         for i in range(count):
-            rows = db.sql(sql.replace(" FROM visits", f" FROM visits WHERE {i} = {i}"), epsilon=epsilon,
-                          delta=delta).fetchall()
+            unique = f"{sql} WHERE {i} = {i}" if "TABLESAMPLE" in sql else \
+                sql.replace(" FROM visits", f" FROM visits WHERE {i} = {i}")
+            rows = db.sql(unique, epsilon=epsilon, delta=delta).fetchall()
             values.append(read(rows))
     return np.array(values, dtype=float)
 
@@ -107,7 +116,7 @@ def audit(name: str, count: int, pilot: int) -> tuple[float, float, int, float]:
         claimed = float(selection_plan().epsilon)   # the selection's share of the query's epsilon
     else:
         events = thresholds(np.concatenate([first[:pilot], second[:pilot]]))
-        claimed = float(CLASSES[name][1])
+        claimed = CLAIMED.get(name, float(CLASSES[name][1]))
     bound = loss_lower_bound(first[pilot:], second[pilot:], events)
     return claimed, bound, count, seconds
 

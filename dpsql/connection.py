@@ -55,6 +55,7 @@ from dpsql.backends.spark_session import is_spark_session
 from dpsql.bias import (
     BiasPlan,
     Limits,
+    bias_share,
     bias_sql,
     explain_bias,
     limits_of,
@@ -74,7 +75,7 @@ from dpsql.errors import (
     UnsupportedQuery,
 )
 from dpsql.executor import Executor
-from dpsql.explain import Explanation, explain_plan
+from dpsql.explain import Explanation, explain_plan, explain_sampling
 from dpsql.local_query import (
     LocalCount,
     check_reports,
@@ -89,9 +90,10 @@ from dpsql.local_query import (
     reports_sql,
     route_local,
 )
+from dpsql.mechanisms.noise import secret_key
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
-from dpsql.options import max_keys, merge_options, plain_number, privacy_options
+from dpsql.options import exact_parameter, max_keys, merge_options, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import Policy, PrivateTable
@@ -116,8 +118,10 @@ from dpsql.result import (
     decode_outside,
     encode_answer,
 )
+from dpsql.scaling import scaled_result
 from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.parse import DIALECT, located
+from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER, UNBOUND_SAMPLE_KEY
 from dpsql.sql.types import is_numeric_type
 from dpsql.suggest import plan_suggestion, run_suggestion
 
@@ -390,9 +394,10 @@ class Connection:
         # thread waits, then finds this one's stored answer instead of being charged again.
         with self._answer_locks[hash(priced.repeat_key) % len(self._answer_locks)]:
             repeat = self._replay(prepared, priced)
-            if repeat is not None:
-                return repeat  # an earlier release, returned as it was: nothing drawn, nothing charged
-            return self._answer(prepared, priced, domain)
+            if repeat is not None:  # an earlier release, returned as it was: nothing drawn, nothing charged
+                return repeat if priced.scaling is None else scaled_result(repeat, priced.scaling)
+            answered = self._answer(prepared, priced, domain)
+            return answered if priced.scaling is None else scaled_result(answered, priced.scaling)
 
     def _answer(self, prepared: Prepared, priced: Priced, domain: list[tuple] | None) -> DPResult:
         """Charge ``prepared``, run its bounded statements, release and post-process (``sql``),
@@ -404,8 +409,12 @@ class Connection:
         statements = [priced.bounded, *priced.separate, *([counting] if counting is not None else [])]
         types = list(priced.core_types)
 
+        options = self._options(plan)  # the mechanism's own (on the sample, if any), and the sampling rate
+        if priced.sampling is not None:
+            options["sample_rate"] = priced.sampling.rate
+
         def charge() -> int:
-            return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=self._options(plan),
+            return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=options,
                                        analyst=self.analyst, key=priced.repeat_key,
                                        analyst_total=self._analyst_accountant, policies=self._agreed_policies)
 
@@ -423,7 +432,9 @@ class Connection:
             return with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
                                                outside=answered.outside), answered.bounding)
 
-        answered = self._executor.execute(charge, statements, release, record)
+        # A sampled query's key: drawn after the charge from the secure source, bound only to its own statements.
+        sample_key = (lambda: secret_key(self._rng)) if priced.sampling is not None else None
+        answered = self._executor.execute(charge, statements, release, record, sample_key=sample_key)
         rows, noisy, stored_outside, bounding = answered.rows, answered.noisy, answered.outside, answered.bounding
         charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.policy.accounting)
         cells = self._intervals(plan, checked, noisy, rows)
@@ -476,7 +487,10 @@ class Connection:
 
     def _describe(self, statement: BoundedStatement) -> list[tuple[str, str]]:
         """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
-        return self._engine.describe(statement.sql, self._salt_for(statement.needs_salt))
+        parameters = self._salt_for(statement.needs_salt)
+        if statement.needs_sample_key:  # binding reads no rows: any key types the statement alike
+            parameters = {**(parameters or {}), SAMPLE_KEY_PARAMETER: UNBOUND_SAMPLE_KEY}
+        return self._engine.describe(statement.sql, parameters)
 
     def _salt_for(self, needed: bool) -> dict | None:
         """The secret salt as a query parameter, for a statement that orders by a salted hash
@@ -504,14 +518,15 @@ class Connection:
             counting = self._explain_prepared(self._prepare(local.counting_sql, epsilon, delta, noise, None, False))
             return Explanation(explain_local(local) + "\n\n" + counting, refused=getattr(counting, "refused", None))
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
-        text = self._explain_prepared(prepared)
+        text = self._explain_prepared(prepared, report_bias)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
             return Explanation(f"{text}\n\nnote: {reports_note(reads)}", refused=getattr(text, "refused", None))
         return text
 
-    def _explain_prepared(self, prepared: Prepared) -> str:
-        """``explain`` of a prepared query, as written (no randomized-response routing)."""
+    def _explain_prepared(self, prepared: Prepared, report_bias: Any = None) -> str:
+        """``explain`` of a prepared query, as written (no randomized-response routing);
+        ``report_bias`` as given to ``explain`` (a sample leaves only the policy's default out)."""
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         if isinstance(checked, PublicQuery):
             return Explanation("public tables only: runs exactly and costs nothing\n\n"
@@ -527,9 +542,17 @@ class Connection:
         after, refusal = self._after(Spend.ZERO if repeat else cost)
         shown = rewrite_statement(plan, self._engine.dialect, pretty=True).sql  # the SQL priced above, on lines
         separate = [separate_statement(plan, m, self._engine.dialect, pretty=True).sql for m in plan.separate]
-        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None, separate=separate)
+        sampling = priced.sampling
+        text = explain_plan(plan, shown, after.remaining, refused=refusal is not None, separate=separate,
+                            amplified=None if sampling is None else (cost, sampling.percent))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self._limits(plan)}"
+        if sampling is not None:
+            assert priced.base_cost is not None
+            text += "\n\n" + explain_sampling(sampling, plan, priced.base_cost, cost, self.policy.accounting,
+                                              bias_left_out=self._default_bias_left_out(report_bias, prepared.written),
+                                              scaled=None if priced.scaling is None else
+                                              [c.name for c in priced.scaling.columns])
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
@@ -556,6 +579,11 @@ class Connection:
         """
         stream = plan_stream(self, queries, threshold, epsilon, max_above, values, value_epsilon)
         return run_stream(self, stream)
+
+    def _default_bias_left_out(self, report_bias: Any, written: dict) -> bool:
+        """True when the policy's default bias report would apply but a sample leaves it out."""
+        share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share, exact_parameter)
+        return share is not None and not explicit
 
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:

@@ -8,7 +8,8 @@ nothing that can be refused statically fails after it. Then, in this order:
 
 1. ``charge()`` records the cost in the ledger (or refuses: nothing was read);
 2. each statement runs on the engine, its bounded copies filled first, the salt bound where it
-   orders by a salted hash;
+   orders by a salted hash, and the query's sample key (drawn once, after the charge) where it
+   reads a Poisson sample (``TABLESAMPLE POISSON``, ``dpsql.analysis.sampling``);
 3. ``release(rows)`` draws the noise and post-processes, from the exact rows of every statement;
 4. ``record(released)`` is kept as the ledger entry's answer (what free repeats give back).
 
@@ -24,7 +25,8 @@ from typing import Any, TypeVar
 from dpsql.backends.base import Backend
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.ledger import Ledger
-from dpsql.errors import QueryFailed
+from dpsql.errors import InternalError, QueryFailed
+from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER
 
 Released = TypeVar("Released")
 
@@ -44,12 +46,21 @@ class Executor:
 
     def execute(self, charge: Callable[[], int], statements: Sequence[BoundedStatement],
                 release: Callable[[list[list[tuple]]], Released], record: Callable[[Released], str],
-                failure: str = QUERY_FAILED) -> Released:
+                failure: str = QUERY_FAILED, *, sample_key: Callable[[], str] | None = None) -> Released:
         """``release`` of the rows of ``statements``, run after ``charge()`` (which returns the
         ledger entry, or raises before anything is read) and recorded as that entry's answer by
         ``record``. ``failure``: the message of the ``QueryFailed`` raised if running or
-        releasing fails after the charge."""
-        return self.execute_adaptive(charge, lambda fetch: release([fetch(s) for s in statements]), record, failure)
+        releasing fails after the charge. ``sample_key``: draws the secret key of the Poisson
+        sample the statements read (``BoundedStatement.needs_sample_key``), once, after the
+        charge: every statement of the query reads the same sample, no other query does."""
+        if any(s.needs_sample_key for s in statements) and sample_key is None:
+            raise InternalError("a sampled statement was handed to the executor without a way to draw its key")
+
+        def run(fetch: Fetch) -> Released:
+            key = sample_key() if sample_key is not None else None
+            return release([self._fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
+
+        return self.execute_adaptive(charge, run, record, failure)
 
     def execute_adaptive(self, charge: Callable[[], int], run: Callable[[Fetch], Released],
                          record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED) -> Released:
@@ -76,8 +87,13 @@ class Executor:
         except Exception:
             raise QueryFailed(failure) from None
 
-    def _fetch(self, statement: BoundedStatement) -> list[tuple]:
-        return self._engine.fetch(statement.sql, self.salt_for(statement.needs_salt), bounded=statement.bounded)
+    def _fetch(self, statement: BoundedStatement, sample_key: str | None = None) -> list[tuple]:
+        parameters = self.salt_for(statement.needs_salt)
+        if statement.needs_sample_key:
+            if sample_key is None:
+                raise InternalError("a sampled statement ran without its key")
+            parameters = {**(parameters or {}), SAMPLE_KEY_PARAMETER: sample_key}
+        return self._engine.fetch(statement.sql, parameters, bounded=statement.bounded)
 
     def salt_for(self, needed: bool) -> dict[str, Any] | None:
         """The secret salt as a query parameter, for a statement that orders by a salted hash

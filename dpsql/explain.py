@@ -49,14 +49,16 @@ SQL_HEADERS = (BOUNDED_SQL, "bounded SQL of ", POST_SQL, "bias SQL:")
 
 
 def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool = False,
-                 separate: Sequence[str] = ()) -> str:
+                 separate: Sequence[str] = (), amplified=None) -> str:
     """A readable account of a plan: measures, sensitivities, noise, cost and the SQL that runs.
 
     ``remaining_after``: what the accountant says remains once this query is paid (a ``Spend``).
     ``refused``: the budget cannot pay for it, so no remainder is shown (it would be negative).
     ``separate``: the statements of ``plan.separate``'s measures, in order. The core statement
     is left out when it reads nothing (no keys, no summed measure: ``SELECT 1``), as for an
-    ungrouped quantile, whose histogram statement is what runs.
+    ungrouped quantile, whose histogram statement is what runs. ``amplified``: (the charge, the
+    sample's percentage) of a query run on a Poisson sample (``dpsql.analysis.sampling``): the
+    plan's cost is then its cost on the sample.
     """
     rule = plan.query.rule
     if plan.query.hidden_unit or rule.unit is None:  # a row-level table: no unit column to name
@@ -67,6 +69,11 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
     groups = f" and {plural(rule.groups_per_unit, 'group')}" if plan.query.keys else ""
     unit += f", at most {plural(rule.max_rows_per_unit, 'row')}{groups} per unit"
     cost = f"cost: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; "
+    if amplified is not None:
+        charged, percent = amplified
+        cost = (f"cost on the sample: epsilon {_num(plan.epsilon)}, delta {_num(plan.delta)}; charged, amplified by "
+                f"TABLESAMPLE POISSON ({percent} PERCENT): epsilon {_num(charged.epsilon)}, "
+                f"delta {_num(charged.delta)}; ")
     if refused:
         cost += "more than remains: it would be refused (see below)"
     else:
@@ -214,3 +221,32 @@ def _six_digits(value: Decimal) -> str:
 def _decimal(value: Fraction) -> Decimal:
     """``value`` as a 12-digit Decimal, which (unlike a float) cannot overflow."""
     return Context(prec=12, Emax=10**9, Emin=-10**9).divide(Decimal(value.numerator), Decimal(value.denominator))
+
+
+def explain_sampling(sampling, plan: Plan, base, charged, accounting: str, bias_left_out: bool = False,
+                     scaled: Sequence[str] | None = None) -> str:
+    """The sampling paragraph of a query on a Poisson sample (``dpsql.analysis.sampling``): the
+    rate, how units are drawn, the base cost and the amplified charge, and what the answer is about
+    (``scaled``: the columns the ``scale_sample`` option scales to the table, ``dpsql.scaling``)."""
+    rows = plural(plan.query.rule.max_rows_per_unit, "row")
+    lines = [
+        f"sampling: TABLESAMPLE POISSON ({sampling.percent} PERCENT) of {sampling.table}: each unit is kept "
+        f"with all its (at most {rows}), independently with probability {_num(sampling.rate)}, by a keyed SHA-256 "
+        "of the unit under a secret key drawn for this query ($dp_sample_key)",
+        f"  on the sample the mechanism above costs epsilon {_num(base.epsilon)}, delta {_num(base.delta)}",
+        f"  charged: epsilon {_num(charged.epsilon)} = ln(1 + p(e^epsilon - 1)), delta {_num(charged.delta)} = p·delta "
+        "(amplification by Poisson subsampling: Li, Qardaji, Su 2012; Balle, Barthe, Gaboardi 2018)",
+    ]
+    if accounting == "zcdp" and base.delta > 0:
+        lines.append("  ACCOUNTING ZCDP: Gaussian noise keeps its rho on a sample (a subsampled Gaussian is no "
+                     "more than rho-zCDP, and not less for every order); only Laplace queries cost less")
+    if bias_left_out:
+        lines.append("  the policy's REPORT BIAS SHARE is left out: a bias report reads each unit's rows outside "
+                     "the sample (the aggregates get the whole epsilon)")
+    if scaled is None:
+        lines.append("  the answer is about the sample (each count and sum covers about "
+                     f"{sampling.percent}% of the units), not scaled to the whole table")
+    else:
+        lines.append(f"  scale_sample: {', '.join(scaled) or 'no column'} divided by p for the whole table, the ± "
+                     "widened by the sampling error (approximate: a normal approximation); other columns as released")
+    return "\n".join(lines)

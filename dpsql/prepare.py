@@ -32,11 +32,13 @@ from dpsql.analysis.aggregates import family_of
 from dpsql.analysis.analyse import analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
+from dpsql.analysis.sampling import Sampling, check_covers_removal, sampling_of, unbounded_policy
 from dpsql.backends.keys import typed_keys
 from dpsql.backends.render import DUCKDB
 from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement, separate_statement
 from dpsql.bias import BiasPlan, bias_share, bias_statement, plan_bias
 from dpsql.budget.accounting import Spend, check_accountable, query_cost
+from dpsql.budget.amplification import amplified_cost
 from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.options import (
     apply_contribution_options,
@@ -46,6 +48,7 @@ from dpsql.options import (
     privacy_options,
 )
 from dpsql.policy.model import Policy
+from dpsql.scaling import Scaling, plan_scaling
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, parse
 
@@ -72,6 +75,13 @@ class Priced:
     charge: an engine that cannot write one refuses the query instead of failing after it)."""
     bias_counting: BoundedStatement | None = None
     """The statement counting what the bounds dropped and clamped (``dpsql.bias``), if reported."""
+    sampling: Sampling | None = None
+    """The Poisson sample of units the query runs on (``TABLESAMPLE POISSON``), if any: then
+    ``cost`` is the amplified cost of ``base_cost`` (``dpsql.budget.amplification``)."""
+    base_cost: Spend | None = None
+    """With ``sampling``: what the mechanism costs on the sample, before amplification."""
+    scaling: Scaling | None = None
+    """The ``scale_sample`` option's scaling of the answer's totals to the table (``dpsql.scaling``)."""
 
 
 @dataclass(frozen=True)
@@ -158,18 +168,50 @@ class Preparer:
             return Prepared(tree, checked, written)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
         plan, bias = self.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
+        sampling = self._sampling(tree, checked, sql)
+        if sampling is not None and bias is not None:
+            plan, bias = self._without_bias(tree, checked, sql, epsilon, delta, noise, weights, report_bias, written)
         if plan.query.keys and plan.selection is None:
             max_keys(self.policy, written)  # a wrong max_keys option is refused before anything runs
         if not plan.query.aggregates and plan.selection is None:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
         bounded, core_types = self._statement(sql, plan)
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
-        cost = query_cost(plan)
+        cost = base_cost = query_cost(plan)
         check_accountable(self.policy.accounting, cost)  # explain refuses it too, as sql() does
+        if sampling is not None:
+            if plan.neighbours == "bounded":  # the amplification theorem needs removals covered too
+                options = privacy_options(self.policy, epsilon, delta, noise, weights)
+                check_covers_removal(plan, analyse_query(plan.query, unbounded_policy(self.policy), options))
+            cost = amplified_cost(base_cost, sampling.rate)
         separate = tuple(separate_statement(plan, measure, self._dialect) for measure in plan.separate)
         counting = bias_statement(bias, plan.query, self._dialect) if bias is not None else None
-        priced = Priced(cost, bounded, core_types, normal, repeat, separate, counting)
+        scaling = plan_scaling(plan, checked, sampling, written)
+        priced = Priced(cost, bounded, core_types, normal, repeat, separate, counting, sampling,
+                        base_cost if sampling is not None else None, scaling)
         return Prepared(tree, checked, written, plan, bias, priced)
+
+    def _sampling(self, tree: exp.Expression, checked: PrivateQuery, sql: str) -> Sampling | None:
+        """The query's Poisson sample (``dpsql.analysis.sampling``); a refusal is placed at the
+        first TABLESAMPLE of the text."""
+        try:
+            return sampling_of(checked.source)
+        except UnsupportedQuery as error:
+            at = tree.find(exp.TableSample)
+            raise located(UnsupportedQuery(error.message, hint=error.hint, node=at), sql) from None
+
+    def _without_bias(self, tree: exp.Expression, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any,
+                      noise: str | None, weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, None]:
+        """A sampled query has no bias report: the report reads each unit's raw row count, outside
+        the sample. One asked for is refused; the policy's default share is left out (the
+        aggregates get the whole epsilon; ``explain`` says so)."""
+        _, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share, exact_parameter)
+        if explicit:
+            raise located(UnsupportedQuery(
+                "a bias report reads each unit's rows outside the Poisson sample, so a query with TABLESAMPLE "
+                "POISSON cannot carry one", hint="leave report_bias out, or query the whole table",
+                node=tree.find(exp.TableSample)), sql)
+        return self.plan(checked, sql, epsilon, delta, noise, weights), None
 
     def check(self, sql: str) -> tuple[exp.Expression, PrivateQuery | PublicQuery, dict]:
         """Parse and check, kept per SQL text: (query tree, checked query, written options)."""

@@ -397,3 +397,51 @@ def test_audit_partition_selection(monkeypatch, tmp_path):
     assert correct <= claimed
     assert noisy > claimed, f"the audit misses a selection scale off by two ({noisy:.3f})"
     assert unbounded > claimed, f"the audit misses a missing MAX GROUPS PER UNIT ({unbounded:.3f})"
+
+
+@pytest.mark.slow
+def test_audit_poisson_sample():
+    """TABLESAMPLE POISSON (``dpsql.analysis.sampling``): COUNT on a 25% sample at epsilon 2 is
+    charged ln(1 + 0.25(e^2 - 1)) ≈ 0.954. Each of 20,000 releases per side draws its own key
+    (``secret_key``) and keeps the units the real rendered ``InSample`` condition keeps in the
+    bounded copy (one DuckDB statement over all keys), then adds the plan's discrete Laplace noise.
+    The audit's lower bound must stay below the amplified epsilon; with the sample left out (every
+    unit kept, the same charge) it must exceed it."""
+    from fractions import Fraction
+
+    import dpsql
+    from dpsql.backends.bounding import piece_copy_name
+    from dpsql.backends.render import render
+    from dpsql.mechanisms.noise import discrete_laplace, secret_key
+    from dpsql.sql.pieces import bounded_read
+
+    sql = "SELECT COUNT(*) FROM visits TABLESAMPLE POISSON (25 PERCENT)"
+    read = bounded_read("visits", "user_id", 5, None, None, ["user_id"], sample=(Fraction(1, 4), "user_id", "BIGINT"))
+    copy = piece_copy_name(read.args["from_"].this)
+    # The real rendered condition (a unit in the sample: its hash, once per unit, on the row-count
+    # table), with each release's key a column instead of the query parameter.
+    condition = render(read).split("WHERE NOT dp_pad AND ", 1)[1].replace("$dp_sample_key", "dp_keys.k")
+    keys_source = SeededSource(77)
+    counts, whole = [], []
+    for frame in (base(), worst_unit(base())):
+        with dpsql.connect({"visits": frame, "stores": STORES}, policy=BOUNDED, eager_bounding=True) as db:
+            prepared = db._prepare(sql, EPSILON * 2, None, None, None, None)
+            keys = [secret_key(keys_source) for _ in range(SAMPLES)]
+            kept = dict(db._engine.fetch(
+                f'SELECT dp_keys.k, COUNT(*) FROM (SELECT unnest($keys) AS k) AS dp_keys, dp_bounding.main."{copy}" '
+                f"WHERE NOT dp_pad AND {condition} GROUP BY dp_keys.k", {"keys": keys}))
+            counts.append(np.array([kept.get(k, 0) for k in keys]))
+            whole.append(db._engine.fetch(f'SELECT COUNT(*) FROM dp_bounding.main."{copy}" WHERE NOT dp_pad')[0][0])
+    (measure,) = prepared.plan.measures
+    claimed = float(prepared.priced.cost.epsilon)
+    assert 0.95 < claimed < 0.96 and whole[1] - whole[0] == 5  # D' adds one unit with MAX ROWS PER UNIT rows
+
+    def releases(exact: np.ndarray, seed: int) -> np.ndarray:
+        return exact + discrete_laplace(measure.scale, len(exact), SeededSource(seed))
+
+    first, second = releases(counts[0], 1), releases(counts[1], 2)
+    reference = np.concatenate([releases(counts[0][:400], 3), releases(counts[1][:400], 4)])
+    assert loss_lower_bound(first, second, thresholds(reference)) <= claimed
+    unsampled = [np.full(SAMPLES, total) for total in whole]
+    near = np.concatenate([releases(unsampled[0][:400], 7), releases(unsampled[1][:400], 8)])
+    assert loss_lower_bound(releases(unsampled[0], 5), releases(unsampled[1], 6), thresholds(near)) > claimed

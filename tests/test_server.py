@@ -34,7 +34,7 @@ psycopg = pytest.importorskip("psycopg")
 PSQL = shutil.which("psql")
 POLICY = SHOP_POLICY.replace("QUERY EPSILON 0.1;", "QUERY EPSILON 0.1;\nBUDGET PER ANALYST EPSILON 0.5;") \
     .replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 10")
-PASSWORDS = {name: f"{name}-secret" for name in ("alice", "bob", "carol", "dana")} | {
+PASSWORDS = {name: f"{name}-secret" for name in ("alice", "bob", "carol", "dana", "erin")} | {
     f"analyst{i}": f"password-{i}" for i in range(6)}
 
 
@@ -203,6 +203,27 @@ def test_each_analyst_is_charged_to_their_own_budget_until_it_runs_out(server):
     ledger = server.shared.run(None, lambda db: db.ledger())
     assert (ledger["analyst"] == "bob").sum() == 5
     assert set(ledger["analyst"]) <= set(PASSWORDS)  # every charge names the authenticated analyst
+
+
+def test_a_sampled_query_is_charged_its_amplified_cost_to_the_analyst(server):
+    """TABLESAMPLE POISSON from psql's wire protocol: epsilon 1 on a 10% sample costs
+    ln(1 + 0.1(e - 1)), within erin's 0.5; scale_sample scales that release for free; a row sample
+    with the database's random() is refused."""
+    from dpsql.budget.amplification import amplified_epsilon
+
+    with connect(server, "erin") as erin:
+        rows = erin.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) COUNT(*) AS n "
+                            "FROM visits TABLESAMPLE POISSON (10 PERCENT)").fetchall()
+        assert len(rows) == 1
+        scaled = erin.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, scale_sample = true) COUNT(*) "
+                              "AS n FROM visits TABLESAMPLE POISSON (10 PERCENT)").fetchall()
+        assert scaled[0][0] == pytest.approx(rows[0][0] * 10)  # the same release (a free repeat), scaled by 1/p
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            erin.execute("SELECT COUNT(*) AS n FROM visits TABLESAMPLE BERNOULLI (10 PERCENT)")
+        assert "random()" in refused.value.diag.message_primary
+    ledger = server.shared.run(None, lambda db: db.ledger())
+    mine = ledger[ledger["analyst"] == "erin"]
+    assert len(mine) == 1 and Fraction(str(mine["epsilon"].iloc[0])) == amplified_epsilon(Fraction(1), Fraction(1, 10))
 
 
 def test_concurrent_sessions_lose_no_charge(server):

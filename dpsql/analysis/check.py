@@ -302,7 +302,8 @@ _PART_HINTS = {
     "qualify": "QUALIFY filters on window functions, which are not supported",
     "windows": "window functions are not supported",
     "laterals": "LATERAL joins are not supported",
-    "sample": "sampling is not supported",
+    "sample": "USING SAMPLE draws rows with the database's random(); for a sample of units write FROM t TABLESAMPLE "
+              "POISSON (10 PERCENT)",
 }
 
 

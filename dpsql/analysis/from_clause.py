@@ -20,6 +20,7 @@ from dpsql.analysis.bind import (
 )
 from dpsql.analysis.joins import join_relations, same_unit_type
 from dpsql.analysis.relation import PublicSide, Relation, as_source, unit_of, visible_columns
+from dpsql.analysis.sampling import poisson_rate
 from dpsql.analysis.stability import (
     TABLE,
     UNION_ALL,
@@ -64,9 +65,11 @@ def _item(node: exp.Expression, policy, catalog, data, ctes):
         return _subquery(ctes[node.name.lower()], reference, policy, catalog, data, ctes)
     if isinstance(node, exp.Table):
         bound = bind_table(node, policy, catalog)
-        if node.args.get("sample") is not None and isinstance(bound.declaration, PrivateTable):
-            refuse(node.args["sample"], "TABLESAMPLE of a private table is not supported",
-                   "query the whole table; dpsql bounds each unit's contribution itself")
+        sample = node.args.get("sample")
+        if sample is not None and isinstance(bound.declaration, PublicTable):
+            refuse(sample, f"TABLESAMPLE of public table {bound.declaration.name}: sampling buys privacy only "
+                   "for a private table's units", "read the public table whole")
+        rate = None if sample is None else poisson_rate(sample, bound.declaration.name)
         columns = dict(bound.columns)
         table_sql = exp.to_table(".".join(f'"{p}"' for p in bound.name.split(".")))
         scope = column_scope(bound.reference, columns, bound.name.split(".")[-1])
@@ -80,8 +83,10 @@ def _item(node: exp.Expression, policy, catalog, data, ctes):
         step = Step(TABLE, bound.name, rule.max_rows_per_unit, rule.max_groups_per_unit, rule.max_rows_per_unit,
                     f"{bound.name}: read through its bounded copy, at most {rule.max_rows_per_unit} rows per unit")
         declared = bound.declaration
+        unit = unit_of(rule).lower()
+        sampled = None if rate is None else (rate, unit, columns[unit])
         source = bounded_read(bound.name, declared.unit, declared.max_rows_per_unit, declared.max_list_length,
-                              declared.max_string_length, columns)
+                              declared.max_string_length, columns, sample=sampled)
         return Relation(source, rule, columns, scope, bound.name, bounded=frozenset({bound.name}), stability=(step,))
     if isinstance(node, exp.Subquery):
         reference = (node.alias or "").lower()

@@ -60,6 +60,7 @@ from dpsql.backends.render import render
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.sql.names import Catalog, key_of_parts, quoted
 from dpsql.sql.parse import DIALECT
+from dpsql.sql.pieces import binding_parameters
 from dpsql.sql.types import base_type
 
 HARDENED_CONFIG = {
@@ -387,6 +388,7 @@ class Engine:
         known = self._described.get(sql)
         if known is not None:
             return known
+        parameters = binding_parameters(statement, parameters)
         with self._lock:
             cursor = self._connection.cursor()
             try:

@@ -24,6 +24,11 @@ for sqlglot's "spark" dialect):
 * ``IsNaN``: true for a floating NaN (DuckDB's ``ISNAN``; Spark's ``isnan``);
 * ``CopiedTable``: a private table's bounded copy (``dpsql.backends.bounding`` names it; DuckDB
   keeps the copies in the attached in-memory database ``dp_bounding``);
+* ``InSample``: a unit in the query's Poisson sample: ``unit IN (SELECT dp_unit FROM <the copy's
+  row-count table> WHERE left(hash, 16) < threshold)``, the hash computed once per unit (DuckDB:
+  ``sha256($dp_sample_key || text)``; Spark: ``sha2(concat(:dp_sample_key, text), 256)``, both
+  lower-case hex, of the unit's canonical text); a row-level copy's rows are its units, hashed as
+  they are;
 * ``* EXCLUDE`` / ``* REPLACE``: sqlglot's ``Star(except_=..., replace=...)``, which it renders
   as ``* EXCEPT`` for Spark; ``* REPLACE`` has no Spark form and must become an explicit list;
 """
@@ -35,8 +40,18 @@ from collections.abc import Callable
 import sqlglot
 from sqlglot import exp
 
-from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name
-from dpsql.sql.pieces import Canonical, CopiedTable, ExactInteger, IsNaN, KeyText, SaltedHash, Total
+from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name, raw_rows_name
+from dpsql.sql.pieces import (
+    SAMPLE_KEY_PARAMETER,
+    Canonical,
+    CopiedTable,
+    ExactInteger,
+    InSample,
+    IsNaN,
+    KeyText,
+    SaltedHash,
+    Total,
+)
 
 DUCKDB = "duckdb"
 SPARK = "spark"
@@ -87,6 +102,33 @@ def _duckdb_is_nan(node: IsNaN) -> exp.Expr:
     return exp.Anonymous(this="ISNAN", expressions=[node.this])
 
 
+def _in_sample(node: InSample, digest: Callable[[exp.Expr], exp.Expr], canonical: Callable[[Canonical], exp.Expr],
+               units: Callable[[str], exp.Expr]) -> exp.Expr:
+    """The first 16 hex digits of ``digest`` (a lower-case hex SHA-256) of the key and the unit's
+    canonical text, below the threshold (fixed-width hex compares as the number it writes). Over a
+    unit-level copy, computed once per unit on its row-count table (``units`` of its name) and
+    matched by the unit's own equality, which is its identity (the copy admits no other units)."""
+
+    def kept(value: exp.Expr) -> exp.Expr:
+        text = canonical(Canonical(this=value, type=node.args["type"].copy()))
+        head = exp.Anonymous(this="LEFT", expressions=[digest(text), exp.Literal.number(16)])
+        return exp.LT(this=head, expression=node.args["threshold"].copy())
+
+    copied = node.args.get("units")
+    if copied is None:
+        return exp.Paren(this=kept(node.this))
+    # Children are rendered first: the copy is its engine's table by now, named as the copy.
+    name = copied.name if isinstance(copied, exp.Table) else piece_copy_name(copied)
+    sampled = exp.Select(expressions=[exp.column("dp_unit")]).from_(units(raw_rows_name(name)))
+    return exp.In(this=node.this, query=sampled.where(kept(exp.column("dp_unit"))).subquery())
+
+
+def _duckdb_in_sample(node: InSample) -> exp.Expr:
+    return _in_sample(node, lambda text: exp.Anonymous(this="SHA256", expressions=[
+        exp.DPipe(this=exp.Placeholder(this=SAMPLE_KEY_PARAMETER), expression=exp.Paren(this=text))]),
+        _duckdb_canonical, lambda name: exp.table_(name, db="main", catalog=DATABASE, quoted=True))
+
+
 def _duckdb_bounded_table(node: CopiedTable) -> exp.Expr:
     return exp.table_(piece_copy_name(node), db="main", catalog=DATABASE, quoted=True)
 
@@ -98,6 +140,7 @@ _DUCKDB: dict[type, Callable] = {
     Canonical: _duckdb_canonical,
     KeyText: _duckdb_key_text,
     IsNaN: _duckdb_is_nan,
+    InSample: _duckdb_in_sample,
     CopiedTable: _duckdb_bounded_table,
 }
 
@@ -177,6 +220,11 @@ def _spark_ordered_sum(node: exp.Sum | exp.Avg) -> exp.Expr:
     return _raw(f"CASE WHEN {count} = 0 THEN NULL ELSE {result} END")
 
 
+def _spark_in_sample(node: InSample) -> exp.Expr:
+    return _in_sample(node, lambda text: _raw(f"sha2(concat(:{SAMPLE_KEY_PARAMETER}, {_spark_sql(text)}), 256)"),
+                      _spark_canonical, lambda name: exp.table_(name, quoted=True))
+
+
 def _spark_bounded_table(node: CopiedTable) -> exp.Expr:
     return exp.table_(piece_copy_name(node), quoted=True)
 
@@ -188,6 +236,7 @@ _SPARK: dict[type, Callable] = {
     Canonical: _spark_canonical,
     KeyText: _spark_key_text,
     IsNaN: _spark_is_nan,
+    InSample: _spark_in_sample,
     CopiedTable: _spark_bounded_table,
     exp.DataType: _spark_data_type,
     exp.Sum: _spark_ordered_sum,

@@ -59,7 +59,7 @@ from dpsql.backends.keys import key_expression
 from dpsql.backends.render import DUCKDB, render
 from dpsql.policy.model import KeyDomain
 from dpsql.sql import pieces
-from dpsql.sql.pieces import catalog_type, exact_integer, is_nan, needs_salt, salted_hash, star, total
+from dpsql.sql.pieces import catalog_type, exact_integer, is_nan, needs_salt, needs_sample_key, salted_hash, star, total
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,16 @@ class BoundedStatement:
     """It orders by a salted hash: the secret salt is bound as its parameter."""
     bounded: tuple[str, ...]
     """The private tables it reads (``PrivateQuery.bounded``): their bounded copies are built before it runs."""
+    needs_sample_key: bool = False
+    """It reads a Poisson sample (``TABLESAMPLE POISSON``): the query's secret sample key is
+    bound as its parameter (``dpsql.sql.pieces.InSample``)."""
 
 
 def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
     """``tree`` (a statement over ``plan``'s source, built for it alone: rendered in place)
     rendered, with the salt it needs and the copies it reads."""
-    salted = needs_salt(tree)  # before rendering: the salted hash is still one node then
-    return BoundedStatement(render(tree, dialect, copy=False, pretty=pretty), salted, plan.query.bounded)
+    salted, sampled = needs_salt(tree), needs_sample_key(tree)  # before rendering: still one node each then
+    return BoundedStatement(render(tree, dialect, copy=False, pretty=pretty), salted, plan.query.bounded, sampled)
 
 
 def rewrite_statement(plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:

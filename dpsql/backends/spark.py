@@ -51,6 +51,7 @@ from dpsql.backends.spark_session import check_pinned, pin
 from dpsql.backends.spark_types import duckdb_type, spark_type
 from dpsql.errors import DPError, QueryFailed, UnsupportedQuery
 from dpsql.sql.names import Catalog
+from dpsql.sql.pieces import binding_parameters
 
 OWN_PREFIXES = ("dp_bounded_", "dp_raw_rows_", "dp_public_")
 """Temporary views dpsql creates in the session: never part of the analyst's catalog."""
@@ -126,6 +127,7 @@ class SparkEngine:
         known = self._described.get(sql)
         if known is not None:
             return known
+        parameters = binding_parameters(statement, parameters)
         try:
             fields = self._spark.sql(sql, args=parameters or None).schema.fields
         except Exception as error:  # analysis reads the schema and the text only

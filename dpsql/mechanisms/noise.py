@@ -107,6 +107,18 @@ class SeededSource:
         return self._rng.integers(0, upper, size=size, dtype=np.int64)
 
 
+def secret_key(source=None) -> str:
+    """A fresh 256-bit secret as 64 lower-case hex digits, from ``source`` (the secure source by
+    default): a sampled query's key (``dpsql.sql.pieces.InSample``).
+
+    >>> key = secret_key()
+    >>> len(key), key == secret_key(), set(key) <= set("0123456789abcdef")
+    (64, False, True)
+    """
+    words = (source or SecureSource()).integers(1 << 32, 8)
+    return "".join(format(int(word), "08x") for word in words)
+
+
 # ---------------------------------------------------------------- exact Bernoulli trials
 
 def _bernoulli_ratio(num: np.ndarray, den: int, k: int, source) -> np.ndarray:

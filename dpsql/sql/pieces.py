@@ -16,10 +16,14 @@ which builds a relation's source, never imports a backend:
 * ``IsNaN``: true for a floating NaN;
 * ``CopiedTable``: a private table, read through its bounded copy, which the backend names
   (``dpsql.backends.bounding``);
+* ``InSample``: true for the units of a Poisson sample (``TABLESAMPLE POISSON``): a keyed
+  cryptographic hash of the unit's canonical text under a fresh secret key per query, below a
+  threshold (``dpsql.analysis.sampling``);
 * ``star``: ``*`` without some columns or with some replaced (sqlglot renders it per dialect);
 * exact literals (``literal``), written here so every engine reads the same number.
 
-Whether a statement needs the salt is read from its tree (``needs_salt``), never its text.
+Whether a statement needs the salt, or a sample key, is read from its tree (``needs_salt``,
+``needs_sample_key``), never its text.
 """
 
 from __future__ import annotations
@@ -180,6 +184,53 @@ def needs_salt(tree: exp.Expr) -> bool:
     return tree.find(SaltedHash) is not None
 
 
+class InSample(exp.Expression, exp.Func):
+    """True when the unit ``this`` (a column of catalog type ``type``, a string literal) is in the
+    query's Poisson sample: the first 64 bits of SHA-256 of the query's secret sample key followed
+    by the unit's ``Canonical`` text, read as an integer, are below ``threshold`` (a string
+    literal: 16 lower-case hex digits, floor(p·2^64)); ``rate`` (a string literal, the exact
+    fraction p) is what the charge is amplified by. The key is a query parameter drawn afresh for
+    each charged query from the secure source (``dpsql.mechanisms.noise.secret_key``); it never
+    appears in the SQL. ``units``: the ``CopiedTable`` of a unit-level copy, whose row-count table
+    (one row per unit, ``dpsql.backends.bounding.raw_rows_sql``) the hash is computed over, once per
+    unit instead of once per row (an engine's SHA-256 costs microseconds); absent for a row-level
+    copy, whose rows are its units."""
+
+    arg_types = {"this": True, "type": True, "threshold": True, "rate": True, "units": False}
+
+
+SAMPLE_KEY_PARAMETER = "dp_sample_key"
+"""The query parameter holding a sampled query's secret key (``InSample``)."""
+UNBOUND_SAMPLE_KEY = "0" * 64
+"""The key bound when a sampled statement is only typed (DESCRIBE reads no rows), never run."""
+
+
+def needs_sample_key(tree: exp.Expr) -> bool:
+    """True when the statement reads a Poisson sample: its key must be bound when it runs."""
+    return tree.find(InSample) is not None
+
+
+def binding_parameters(statement: exp.Expr | str, parameters: dict | None) -> dict | None:
+    """``parameters`` to bind ``statement`` (DESCRIBE: no row is read) with: a tree reading a
+    Poisson sample gets a placeholder key, which types the statement as any key would."""
+    if isinstance(statement, exp.Expr) and needs_sample_key(statement):
+        return {**(parameters or {}), SAMPLE_KEY_PARAMETER: UNBOUND_SAMPLE_KEY}
+    return parameters
+
+
+def sample_threshold(rate: Fraction) -> str:
+    """``InSample``'s threshold for a sampling ``rate`` in (0, 1): floor(rate·2^64) as 16 hex
+    digits, so a unit is kept with probability at most ``rate`` (a fixed-width lower-case hex
+    text compares as its number does).
+
+    >>> sample_threshold(Fraction(1, 2)), sample_threshold(Fraction(1, 3))
+    ('8000000000000000', '5555555555555555')
+    """
+    if not 0 < rate < 1:
+        raise ValueError(f"a sampling rate in (0, 1) has a threshold, got {rate}")
+    return format(int(rate * 2**64), "016x")
+
+
 class CopiedTable(exp.Expression, exp.Func):
     """A private table (``this``: its catalog key) read through its bounded copy: the backend
     renders it as the copy's table. The args say all the copy depends on besides the salt, so
@@ -216,14 +267,25 @@ def _number_arg(node: exp.Expr | None) -> int | None:
 
 
 def bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: int | None,
-                 string_length: int | None, columns: Iterable[str]) -> exp.Select:
+                 string_length: int | None, columns: Iterable[str], *,
+                 sample: tuple[Fraction, str, str] | None = None) -> exp.Select:
     """The rows of private table ``key``'s bounded copy, padding rows dropped (``PAD``): a query
-    over its ``columns``. ``unit`` is ``None`` for a row-level table.
+    over its ``columns``. ``unit`` is ``None`` for a row-level table. ``sample``: (rate, unit
+    column, its type): only the rows of the units in a Poisson sample at that rate (``InSample``;
+    all of a unit's rows or none, after the copy's row limit).
 
     >>> print(bounded_read("visits", "uid", 2, None, None, ["uid"]).sql())
     SELECT "uid" FROM COPIED_TABLE('visits', 'uid', 2) WHERE NOT dp_pad
     """
-    return _bounded_read(key, unit, rows_per_unit, list_length, string_length, tuple(columns)).copy()
+    read = _bounded_read(key, unit, rows_per_unit, list_length, string_length, tuple(columns)).copy()
+    if sample is None or sample[0] == 1:  # a sample of every unit is the table itself
+        return read
+    rate, column, type_name = sample
+    copied = read.args["from_"].this
+    sampled = InSample(this=exp.column(column, quoted=True), type=exp.Literal.string(type_name),
+                       threshold=exp.Literal.string(sample_threshold(rate)), rate=exp.Literal.string(str(rate)),
+                       units=copied.copy() if unit is not None else None)
+    return read.where(sampled, copy=False)
 
 
 @lru_cache(maxsize=256)

@@ -1,0 +1,145 @@
+"""``OPTIONS (scale_sample = true)``: COUNT and SUM estimates for the whole table from a Poisson
+sample (``TABLESAMPLE POISSON``, ``dpsql.analysis.sampling``), with the sampling error in the ±.
+
+Without it, an answer on a sample is about the sample. With it, each released COUNT, COUNT(DISTINCT
+unit) and SUM column is divided by p (Horvitz-Thompson: unbiased for the table's bounded total,
+since each unit is kept with probability p, up to p's rounding to 2^-64), and its interval is
+
+    [low/p - s, high/p + s],   s = z_(1-alpha/2) · sqrt((1 - p)/p · c · max(high/p, 0)),
+
+where [low, high] is the noise's interval on the sample and s the sampling error's normal
+approximation: the estimator's variance is (1 - p)/p · sum_u y_u^2 over the units' contributions
+y_u, at most (1 - p)/p · c · Y with c the most one unit adds to the cell (its rows, k, for a
+COUNT; 1 for a count of units; k times the upper bound for a SUM of values bounded below by 0)
+and Y the cell's total, for which the noisy interval's upper end, scaled, stands in. All of it is
+computed from released values and public bounds: post-processing, free. It is approximate (a
+normal approximation of a sum of independent bounded terms, with an estimated Y), and says so.
+
+Refused where it cannot be stated: without a sample, when the query post-processes the
+aggregates (HAVING, ORDER BY, LIMIT, arithmetic: scale the answer instead), and for a SUM whose
+values can be negative (its variance bound needs sum_u |y_u|, which no released value bounds).
+AVG, VARIANCE and quantiles are ratios or orders, estimated by the sample as they are: left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from statistics import NormalDist
+from typing import Any
+
+from dpsql.analysis.aggregates import plain_projection
+from dpsql.analysis.plan import Plan, PrivateQuery
+from dpsql.analysis.sampling import Sampling
+from dpsql.errors import UnsupportedQuery
+from dpsql.release import core_columns
+from dpsql.result import DPResult
+
+SCALED = ("count", "count_units", "sum")
+"""The aggregates whose released value is a total: scaled by 1/p."""
+
+
+@dataclass(frozen=True)
+class ScaledColumn:
+    """One released column scaled by 1/p."""
+
+    name: str
+    """The output column."""
+    largest: Fraction
+    """c: the most one unit adds to one cell of it (a public bound)."""
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How a sampled answer's totals are scaled to the table (module docstring)."""
+
+    rate: Fraction
+    """p, the sampling rate."""
+    columns: tuple[ScaledColumn, ...]
+    """The columns scaled."""
+
+
+def plan_scaling(plan: Plan, checked: PrivateQuery, sampling: Sampling | None, written: dict) -> Scaling | None:
+    """The scaling the ``scale_sample`` option asks for (``None``: none), or a refusal at the option."""
+    option = written.get("scale_sample")
+    if option is None or option.value is not True:
+        return None
+    where = {"line": option.line, "col": option.col}
+    if sampling is None:
+        raise UnsupportedQuery("scale_sample scales estimates from a Poisson sample, but this query reads no "
+                               "TABLESAMPLE POISSON", **where,
+                               hint="write FROM t TABLESAMPLE POISSON (10 PERCENT), or leave scale_sample out")
+    if plain_projection(checked.post, core_columns(plan)) is None:
+        raise UnsupportedQuery("scale_sample scales released COUNT and SUM columns as they are, but this query "
+                               "post-processes them (HAVING, ORDER BY, LIMIT, DISTINCT or arithmetic)", **where,
+                               hint="select the aggregates as they are and compute on the scaled answer, or "
+                                    "leave scale_sample out")
+    aggregates = {a.name: a for a in plan.aggregates}
+    labels = {a.name: a.label for a in plan.query.aggregates}
+    rows = Fraction(plan.query.rule.max_rows_per_unit)
+    columns = []
+    for output, name in checked.direct:
+        aggregate = aggregates.get(name)
+        if aggregate is None or aggregate.function not in SCALED:
+            continue
+        if aggregate.function == "count":
+            largest = rows
+        elif aggregate.function == "count_units":
+            largest = Fraction(1)
+        else:
+            measure = plan.measure(aggregate.measures[0])
+            if measure.centred or measure.lower < 0:
+                raise UnsupportedQuery(
+                    f"scale_sample cannot bound the sampling error of {labels.get(name, output)}: its values can "
+                    "be negative", **where,
+                    hint="sum a column bounded below by 0 (CLAMP or the policy's BOUNDS), or leave scale_sample out")
+            largest = rows * measure.upper * measure.grid
+        columns.append(ScaledColumn(output, largest))
+    return Scaling(sampling.rate, tuple(columns))
+
+
+def scaled_result(result: DPResult, scaling: Scaling) -> DPResult:
+    """``result`` with its scaled columns divided by p and their intervals widened by the
+    sampling error (module docstring); the outside-domain cell is left out (it is not scaled)."""
+    rate = float(scaling.rate)
+    positions = {c.name: (result.columns.index(c.name), c) for c in scaling.columns if c.name in result.columns}
+    rows = []
+    for row in result.fetchall():
+        values = list(row)
+        for index, _ in positions.values():
+            values[index] = None if values[index] is None else float(values[index]) / rate
+        rows.append(tuple(values))
+    original = result._intervals
+
+    def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+        cells = dict(original(alpha)) if original is not None else {}
+        z = NormalDist().inv_cdf(1 - alpha / 2)
+        for name, (_, column) in positions.items():
+            if name not in cells:
+                continue
+            widened = []
+            for low, high, half in cells[name]:
+                total = max(high / rate, 0.0) if math.isfinite(high) else math.inf
+                error = z * math.sqrt((1 - rate) / rate * float(column.largest) * total)
+                widened.append((low / rate - error, high / rate + error, half / rate + error))
+            cells[name] = widened
+        return cells
+
+    def types() -> list[str]:
+        return ["DOUBLE" if name in positions else type_name for name, type_name in zip(result.columns, result.types)]
+
+    names = ", ".join(positions)
+    notes = list(result.notes)
+    if positions:
+        estimate = "is an estimate" if len(positions) == 1 else "are estimates"
+        notes.append(f"scale_sample: {names} {estimate} for the whole table (the sample's values divided by "
+                     f"{scaling.rate if scaling.rate.denominator <= 1000 else rate}); their ± adds the sampling "
+                     "error, an approximate bound (normal approximation)")
+    return DPResult(result.columns, rows, result.cost, intervals=intervals, types=types, notes=notes,
+                    budget=result.budget, converter=_converter(result), limits=result.limits,
+                    bounding=result.bounding)
+
+
+def _converter(result: DPResult) -> Any:
+    return result._converter
