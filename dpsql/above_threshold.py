@@ -148,6 +148,10 @@ def _plan_query(connection: Any, text: Any, position: int) -> StreamQuery:
             raise UnsupportedQuery("it reads no private data",
                                    hint="ask it with db.sql: it is answered exactly, for free")
         measure = _single_measure(plan, checked)
+        if prepared.priced.bounded.needs_sample_key:
+            raise UnsupportedQuery("it samples its table (TABLESAMPLE POISSON)",
+                                   hint="leave the sample out of a stream's queries: the stream's charge is "
+                                        "not amplified by a sample")
     except DPError as error:  # said of this query, at its position in this query's text
         error = located(error, text) if error.line is None else error
         error.message = f"query {position} of the stream: {error.message}"

@@ -1094,7 +1094,8 @@ class Connection:
             assert prepared.plan is not None and prepared.priced is not None
             keys = prepared.plan.query.keys
             rows = self._executor.execute_free(
-                [prepared.priced.bounded], lambda fetched: self._read_keys(fetched[0], keys))
+                [prepared.priced.bounded], lambda fetched: self._read_keys(fetched[0], keys),
+                failure="the query failed while running; nothing was charged and no answer was released")
             counts, variance = {row[0]: int(row[1]) for row in rows if row[0] is not None}, 0.0
             cost: Spend = QueryCost.free()
         else:

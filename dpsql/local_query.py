@@ -161,8 +161,9 @@ def route_local(tree: exp.Expression, checked: PrivateQuery | PublicQuery, polic
     counts = _counts(checked, rule)
     if grouped is None or counts is None:
         return None
-    free = policy.neighbours == "bounded" and table.row_level and not residual
-    why = _why(policy, table, bool(residual))
+    sampled = any(True for _ in tree.find_all(exp.TableSample))  # a secret sample: drawn for a charge only
+    free = policy.neighbours == "bounded" and table.row_level and not residual and not sampled
+    why = _why(policy, table, bool(residual), sampled)
     column = exp.column(rule.name, quoted=True)
     counting = exp.select(column, exp.alias_(exp.Count(this=exp.Star()), "reports")).from_(
         tree.args["from_"].this.copy())
@@ -268,7 +269,10 @@ def _counts(checked: PrivateQuery, rule: ColumnRule) -> tuple[str, ...] | None:
     return tuple(counts) or None
 
 
-def _why(policy: Policy, table: PrivateTable, residual: bool) -> str:
+def _why(policy: Policy, table: PrivateTable, residual: bool, sampled: bool = False) -> str:
+    if sampled:
+        return ("the table is sampled (TABLESAMPLE POISSON): the counts of the sample's reports are charged, "
+                "at the amplified cost")
     if residual:
         return "the WHERE reads other columns, whose counts are private: the counts per report are charged"
     if policy.neighbours != "bounded":

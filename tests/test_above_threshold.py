@@ -202,3 +202,12 @@ def test_the_shell_completes_mechanisms_after_from():
     from dpsql.shell.complete import complete
     offered = [(s.text, s.detail) for s in complete("SELECT * FROM abo", {"visits": ["age"]})]
     assert offered == [("above_threshold(", "mechanism: many queries")]
+
+
+def test_a_sampled_query_is_refused_in_a_stream_before_the_charge(db):
+    """A stream's charge is not amplified, and its fetches carry no sample key: refused, not a
+    charged failure."""
+    with pytest.raises(UnsupportedQuery, match="query 2 of the stream: it samples its table"):
+        db.above_threshold(["SELECT COUNT(*) FROM visits", "SELECT COUNT(*) FROM visits TABLESAMPLE POISSON (10 PERCENT)"],
+                           threshold=1, epsilon=1)
+    assert db.budget.spent.epsilon == 0

@@ -380,3 +380,12 @@ def test_pums_married_collected_with_randomized_response():
     bound = math.sqrt(n * math.log(2 / 1e-7) / 2) / gap
     assert abs(estimate - true) <= bound < true / 2                  # a factor-2 error could not pass
     assert half == pytest.approx(1.959963984540054 * math.sqrt(debiased_variance(estimate, n, epsilon=2, k=2)))
+
+
+def test_a_sampled_count_over_reports_is_charged_at_the_amplified_cost(collected):
+    """A sample is secret and drawn for a charged query only: never the free path."""
+    with dpsql.connect({"survey": collected}, policy=ROW, rng=SeededSource(5)) as db:
+        result = db.sql("SELECT ans, COUNT(*) AS n FROM survey TABLESAMPLE POISSON (50 PERCENT) GROUP BY ans",
+                        epsilon=1)
+        assert 0 < result.cost.epsilon < 1 and db.budget.spent.epsilon == result.cost.epsilon
+        assert "the table is sampled" in result.notes[0] and "(charged)" in result.notes[0]
