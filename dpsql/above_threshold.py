@@ -21,16 +21,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from sqlglot import exp
+
+from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable
 from dpsql.calls import Mechanism, register
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
+from dpsql.explain import Explanation
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 from dpsql.mechanisms.sparse_vector import AboveThreshold, threshold_share
 from dpsql.options import privacy_options
@@ -60,6 +64,10 @@ class StreamQuery:
     """The value of one grid unit."""
     sensitivity: Fraction
     """The most one unit can change the answer, in grid units (at least one)."""
+    repeat_key: str
+    """Its answer's key under ``db.sql`` (``dpsql.prepare``): its options, the policy, the analyst."""
+    value_scale: Fraction | None = None
+    """With values: the discrete Laplace scale of its value, as ``db.sql`` at value_epsilon/c draws it."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +90,10 @@ class StreamPlan:
         return Spend(self.epsilon + self.value_epsilon, Fraction(0),
                      self.epsilon ** 2 / 2 + self.max_above * each ** 2 / 2)
 
-    def value_scale(self, query: StreamQuery) -> Fraction:
-        """The discrete Laplace scale of a value released for ``query``, in grid units."""
-        assert self.value_epsilon is not None
-        return query.sensitivity * self.max_above / self.value_epsilon
-
     def key(self) -> str:
-        """What an identical stream is found by in the ledger."""
-        text = json.dumps(["above_threshold", [q.normal for q in self.queries], str(self.threshold),
+        """What an identical stream is found by in the ledger: each query's own repeat key (its
+        options, the policy and the analyst, as ``db.sql``'s) and the stream's parameters."""
+        text = json.dumps(["above_threshold", [q.repeat_key for q in self.queries], str(self.threshold),
                            str(self.epsilon), self.max_above, None if self.value_epsilon is None
                            else str(self.value_epsilon)])
         return "above_threshold:" + hashlib.sha256(text.encode()).hexdigest()
@@ -126,45 +130,86 @@ def plan_stream(connection: Any, queries: Any, threshold: Any, epsilon: Any, max
     elif value_epsilon is not None:
         raise InvalidParameter("value_epsilon is given but values is not",
                                hint="add values = true, or leave value_epsilon out")
-    planned = tuple(_plan_query(connection, text, i) for i, text in enumerate(queries, 1))
+    _check_noise_fits(epsilon, max_above)
+    for position, text in enumerate(queries, 1):  # every query's shape first: cheap, before any is planned
+        _about(position, text, _check_shape, text)
+    each = Fraction(1) if value_eps is None else value_eps / max_above  # what a value is released at
+    planned = tuple(_about(i, text, _plan_query, connection, text, each) for i, text in enumerate(queries, 1))
     stream = StreamPlan(planned, threshold, epsilon, max_above, value_eps)
     check_accountable(policy.accounting, stream.cost)
     return stream
 
 
-def _plan_query(connection: Any, text: Any, position: int) -> StreamQuery:
-    """One query of the stream: an ungrouped COUNT or SUM of private data, exactly as selected."""
+def _check_noise_fits(epsilon: Fraction, max_above: int) -> None:
+    """Both noises' scales within the exact sampler's reach (else the draw fails after the charge)."""
+    probe = AboveThreshold.scales(epsilon, max_above)
+    if max(probe) >= SAMPLER_LIMITS["laplace"]:
+        raise InvalidParameter(f"epsilon {float(epsilon):g} is too small for a stream stopping after {max_above} "
+                               "above: its noise would be beyond what the exact samplers draw",
+                               hint="use a larger epsilon, or a smaller max_above")
+
+
+def _about(position: int, text: Any, step: Callable[..., Any], *arguments: Any) -> Any:
+    """``step(*arguments)``, a refusal said of query ``position``, at its place in that query's text."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidParameter(f"query {position} of the stream is not SQL text: {text!r}",
                                hint="give each query as a string")
     try:
-        written = sorted(set(parse(text).options) & {"epsilon", "delta", "noise"})
-        if written:
-            raise UnsupportedQuery(f"it sets its own {written[0]}",
-                                   hint="the stream's epsilon is given once, for all its queries")
-        prepared = connection._prepare(text, 1, 0, "laplace", None, False)  # a nominal epsilon: the plan's
-        checked, plan = prepared.checked, prepared.plan                      # sensitivities are what is used
-        if isinstance(checked, PublicQuery) or plan is None or prepared.priced is None:
-            raise UnsupportedQuery("it reads no private data",
-                                   hint="ask it with db.sql: it is answered exactly, for free")
-        measure = _single_measure(plan, checked)
-        if prepared.priced.bounded.needs_sample_key:
-            raise UnsupportedQuery("it samples its table (TABLESAMPLE POISSON)",
-                                   hint="leave the sample out of a stream's queries: the stream's charge is "
-                                        "not amplified by a sample")
-    except DPError as error:  # said of this query, at its position in this query's text
+        return step(*arguments)
+    except DPError as error:
         error = located(error, text) if error.line is None else error
         error.message = f"query {position} of the stream: {error.message}"
         error.args = (str(error._render()),)
         raise error
-    return StreamQuery(text, prepared.priced.normal_sql, prepared.priced.bounded, measure.grid,
-                       max(Fraction(measure.sensitivity.l1), Fraction(1)))
+
+
+def _check_shape(text: str) -> None:
+    """What the text alone says of a stream query: one COUNT or SUM selected as it is, no GROUP BY,
+    no post-processing, no options of its own that the stream sets."""
+    parsed = parse(text)
+    written = sorted(set(parsed.options) & {"epsilon", "delta", "noise", "report_bias"})
+    if written:
+        raise UnsupportedQuery(f"it sets its own {written[0]}",
+                               hint="the stream's epsilon is given once, for all its queries, and it "
+                                    "reports no bias")
+    tree = parsed.tree
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQuery("it is not a single SELECT", node=tree, hint=_SHAPE)
+    if tree.args.get("group"):
+        raise UnsupportedQuery("it has a GROUP BY", node=tree.args["group"],
+                               hint=f"{_SHAPE}: ask one query per group, with the group in its WHERE")
+    for clause in ("having", "order", "limit", "offset", "distinct", "qualify"):
+        if tree.args.get(clause):
+            raise UnsupportedQuery(f"it post-processes its answer ({clause.upper()})", node=tree.args[clause],
+                                   hint=f"{_SHAPE}: the stream compares the COUNT or SUM itself")
+    selected = [e.unalias() for e in tree.expressions]
+    if len(selected) != 1 or not isinstance(selected[0], (exp.Count, exp.Sum)):
+        raise UnsupportedQuery("it is not a single COUNT or SUM", node=tree, hint=_SHAPE)
+
+
+def _plan_query(connection: Any, text: str, each: Fraction) -> StreamQuery:
+    """One query of the stream: an ungrouped COUNT or SUM of private data, exactly as selected,
+    planned as ``db.sql`` plans it at ``each`` (a value's epsilon: its grid and noise are db.sql's)."""
+    prepared = connection._prepare(text, each, 0, "laplace", None, False)
+    checked, plan, priced = prepared.checked, prepared.plan, prepared.priced
+    if isinstance(checked, PublicQuery) or plan is None or priced is None:
+        raise UnsupportedQuery("it reads no private data", hint="ask it with db.sql: it is answered exactly, for free")
+    measure = _single_measure(plan, checked)
+    if priced.bounded.needs_sample_key:
+        raise UnsupportedQuery("it samples its table (TABLESAMPLE POISSON)",
+                               hint="leave the sample out of a stream's queries: the stream's charge is "
+                                    "not amplified by a sample")
+    return StreamQuery(text, priced.normal_sql, priced.bounded, measure.grid,
+                       max(Fraction(measure.sensitivity.l1), Fraction(1)), priced.repeat_key,
+                       measure.scale if measure.noise == "laplace" else None)
+
+
+_SHAPE = "each query of a stream is one COUNT or SUM over private rows, selected as it is, with no GROUP BY"
 
 
 def _single_measure(plan: Plan, checked: PrivateQuery):
     """The one noisy measure of a stream query, or a refusal saying what a stream query is."""
-    shape = ("each query of a stream is one COUNT or SUM over private rows, selected as it is, "
-             "with no GROUP BY")
+    shape = _SHAPE
     if plan.query.keys or plan.selection is not None:
         raise UnsupportedQuery("it has a GROUP BY", node=plan.query.keys[0].expression
                                if plan.query.keys else None,
@@ -214,7 +259,8 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
             above = svt.test(exact * query.grid, sensitivity=query.sensitivity * query.grid)
             noisy = None
             if above and stream.value_epsilon is not None:
-                noisy = exact + int(discrete_laplace(stream.value_scale(query), 1, connection._rng)[0])
+                scale = query.value_scale  # None: nothing one unit does can move it, as in db.sql
+                noisy = exact + (0 if scale is None else int(discrete_laplace(scale, 1, connection._rng)[0]))
             released.append((above, noisy))
         return released
 
@@ -251,7 +297,8 @@ def _result(connection: Any, stream: StreamPlan, released: list[tuple[bool | Non
                 if row[3] is None:
                     cells.append((math.nan, math.nan, math.nan))
                     continue
-                half = float(discrete_laplace_halfwidth(stream.value_scale(query), alpha) * query.grid)
+                scale = query.value_scale
+                half = 0.0 if scale is None else float(discrete_laplace_halfwidth(scale, alpha) * query.grid)
                 cells.append((row[3] - half, row[3] + half, half))
             return {"value": cells}
     return DPResult(columns, rows, cost, intervals=intervals, types=types, budget=connection._snapshot(),
@@ -267,7 +314,7 @@ def _notes(stream: StreamPlan, released: list[tuple[bool | None, int | None]]) -
     return (f"the stream stopped after {above} above the threshold: {rest} not run (above is NULL)",)
 
 
-def explain_stream(connection: Any, stream: StreamPlan) -> str:
+def explain_stream(connection: Any, stream: StreamPlan) -> Explanation:
     """What the stream would run and cost; reads no data."""
     share = threshold_share(stream.max_above)
     first = stream.epsilon * share
@@ -286,9 +333,10 @@ def explain_stream(connection: Any, stream: StreamPlan) -> str:
                      f"{_number(query.sensitivity * query.grid)}")
     cost = stream.cost
     lines.append(f"cost: epsilon {_number(cost.epsilon)}, delta 0, charged once for the whole stream")
-    if connection._ledger.find_answer(stream.key()) is not None:
-        lines.append("asked before: the stored release is returned, free")
-    return "\n".join(lines)
+    repeat = connection._ledger.find_answer(stream.key()) is not None
+    _, refusal = connection._after(Spend.ZERO if repeat else cost)
+    lines.append(connection._accounting_text(cost, repeat, refusal))
+    return Explanation("\n".join(lines), refused=refusal)
 
 
 def _queries(count: int) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQuery
-from dpsql.sql.parse import parse_query
+from dpsql.sql.parse import parse
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,22 @@ def recognise(sql: Any) -> Call | None:
     found = _CALLED.search(sql)
     if found is None or found.group(1).lower() not in _MECHANISMS:
         return None
-    tree = parse_query(sql)
+    parsed = parse(sql)
+    tree = parsed.tree
     table = tree.args.get("from_") or tree.args.get("from")
     function = table.this.this if isinstance(table, exp.From) and isinstance(table.this, exp.Table) else None
     if not isinstance(function, exp.Anonymous) or str(function.this).lower() not in _MECHANISMS:
         return None
     name = str(function.this).lower()
     _check_alone(tree, name)
+    if parsed.options:
+        written = next(iter(parsed.options))
+        raise _refused(f"{name}() takes its options inside its call, found OPTIONS ({written} = ...)", tree,
+                       f"write SELECT * FROM {name}(..., {written} = ...)")
+    alias = function.parent.args.get("alias") if function.parent is not None else None
+    if alias is not None:
+        raise _refused(f"{name}()'s answer cannot be renamed here", alias,
+                       f"write SELECT * FROM {name}(...), and rename its columns afterwards")
     queries: list[str] = []
     options: dict[str, Any] = {}
     for argument in function.expressions:
@@ -126,7 +135,8 @@ _CALLED = re.compile(r"\bfrom\s+([a-z_][a-z0-9_]*)\s*\(", re.IGNORECASE)
 
 def _check_alone(tree: exp.Expression, name: str) -> None:
     """The call must be the whole statement: ``SELECT * FROM name(...)``."""
-    if not isinstance(tree, exp.Select) or len(tree.expressions) != 1 or not isinstance(tree.expressions[0], exp.Star):
+    star = tree.expressions[0] if isinstance(tree, exp.Select) and len(tree.expressions) == 1 else None
+    if not isinstance(star, exp.Star) or any(star.args.values()):  # no EXCLUDE, REPLACE, RENAME
         raise _refused(f"{name}() must be selected from alone", tree,
                        f"write SELECT * FROM {name}(...), and post-process its answer afterwards")
     for clause in ("where", "group", "having", "order", "limit", "offset", "joins", "with", "qualify", "distinct"):
@@ -163,7 +173,11 @@ def _value(node: exp.Expression, name: str, option: str) -> Any:
     negative = isinstance(node, exp.Neg)
     inner = node.this if negative else node
     if isinstance(inner, exp.Literal) and not inner.is_string:
-        number = Fraction(inner.this)
+        try:
+            number = Fraction(inner.this)
+        except ValueError:
+            raise _refused(f"{name}()'s option {option} is not a number: {inner.this}", node,
+                           f"write {option} = 1.5 or {option} = 1e-6") from None
         number = -number if negative else number
         return int(number) if number.denominator == 1 and "." not in inner.this and "e" not in inner.this.lower() \
             else number

@@ -508,7 +508,8 @@ class Connection:
             explain = mechanism(call.name).explain
             if explain is None:
                 raise UnsupportedQuery(f"{call.name}() has no explanation", hint=f"see help for {call.name}")
-            return Explanation(explain(self, call.queries, call.options))
+            text = explain(self, call.queries, call.options)
+            return text if isinstance(text, Explanation) else Explanation(text)
         local, written = self._route_local(sql)
         if local is not None:  # a count over a randomized-response column (dpsql.local_query)
             if local.free:
@@ -994,12 +995,14 @@ class Connection:
             return None
         taken = mechanism(call.name).options
         for name, value in (("epsilon", epsilon), ("delta", delta)):
-            if value is None or name in call.options or (name == "delta" and value == 0):
-                continue  # (a delta of 0 asks for nothing a pure mechanism does not give)
-            if name not in taken:
-                raise InvalidParameter(f"{call.name}() takes no {name}",
-                                       hint=f"leave {name} out; its options are {', '.join(taken)}")
-            call.options[name] = value
+            if value is None or name not in taken:
+                continue  # a delta beside a pure mechanism's call: it spends none, within any delta
+            if name not in call.options:
+                call.options[name] = value
+            elif exact_parameter(value, name) != exact_parameter(call.options[name], name):
+                raise InvalidParameter(f"{name} is given twice: {float(call.options[name]):g} in the call and "
+                                       f"{float(value):g} as an argument",
+                                       hint=f"give {name} once, in the call or as an argument")
         if any(other not in (None, False) for other in others):
             raise InvalidParameter(f"{call.name}() takes its options inside its call",
                                    hint=f"write SELECT * FROM {call.name}(..., option = value)")

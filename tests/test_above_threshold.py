@@ -100,7 +100,7 @@ def test_each_querys_sensitivity_is_the_most_one_unit_changes_it_by_brute_force(
 @pytest.mark.parametrize("queries, options, message", [
     (["SELECT store, COUNT(*) FROM visits GROUP BY store"], {}, "query 1 of the stream: it has a GROUP BY"),
     (["SELECT COUNT(*) FROM visits", "SELECT AVG(age) FROM visits"], {}, "query 2 of the stream: it is not a single"),
-    (["SELECT COUNT(*) + 1 FROM visits"], {}, "computes with its COUNT or SUM"),
+    (["SELECT COUNT(*) + 1 FROM visits"], {}, "query 1 of the stream: it is not a single COUNT or SUM"),
     (["SELECT COUNT(*) FROM stores"], {}, "reads no private data"),
     (["SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 9) COUNT(*) FROM visits"], {}, "sets its own epsilon"),
     (["SELECT COUNT(*) FROM visitz"], {}, "query 1 of the stream: unknown table visitz"),
@@ -211,3 +211,68 @@ def test_a_sampled_query_is_refused_in_a_stream_before_the_charge(db):
         db.above_threshold(["SELECT COUNT(*) FROM visits", "SELECT COUNT(*) FROM visits TABLESAMPLE POISSON (10 PERCENT)"],
                            threshold=1, epsilon=1)
     assert db.budget.spent.epsilon == 0
+
+
+def test_a_stored_stream_is_each_analysts_own_and_follows_each_querys_options(built, tmp_path):
+    """The stream's key is its queries' own repeat keys (options, policy, analyst): another
+    analyst, or a query with other contribution options, is a new release, charged."""
+    ledger = tmp_path / "shop.ledger"
+    stream = ["SELECT COUNT(*) FROM visits WHERE age > 40"]
+    with dpsql.connect(str(built), policy=POLICY, ledger=ledger, analyst="alice") as alice:
+        first = alice.above_threshold(stream, threshold=0, epsilon=1, values=True)
+        assert not first.cost.repeat and alice.above_threshold(stream, threshold=0, epsilon=1, values=True).cost.repeat
+        limited = alice.above_threshold(
+            ["SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) FROM visits WHERE age > 40"],
+            threshold=0, epsilon=1, values=True)
+        assert not limited.cost.repeat
+        assert limited.accuracy_df()["value"].iloc[0] * 5 < first.accuracy_df()["value"].iloc[0]
+    with dpsql.connect(str(built), policy=POLICY, ledger=ledger, analyst="bob") as bob:
+        assert "asked before" not in bob.explain(
+            "SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits WHERE age > 40', threshold = 0, "
+            "epsilon = 1, values = true)")
+        assert not bob.above_threshold(stream, threshold=0, epsilon=1, values=True).cost.repeat
+        assert bob.ledger()["epsilon"].tolist() == [2.0]  # bob's own entry, charged to bob
+
+
+@pytest.mark.parametrize("sql, arguments, message", [
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.01) * FROM above_threshold('SELECT COUNT(*) FROM "
+     "visits', threshold = 1)", {}, "takes its options inside its call"),
+    ("SELECT * EXCLUDE (n) FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = 1)", {},
+     "must be selected from alone"),
+    ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = 1) AS a(x, y, z)", {},
+     "cannot be renamed here"),
+    ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = 1e)", {}, "is not a number: 1e"),
+    ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = 1, epsilon = 0.3)",
+     {"epsilon": 0.05}, "epsilon is given twice: 0.3 in the call and 0.05 as an argument"),
+    ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits HAVING COUNT(*) > 5', threshold = 1)", {},
+     "it post-processes its answer \\(HAVING\\)"),
+    ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits LIMIT 0', threshold = 1)", {},
+     "it post-processes its answer \\(LIMIT\\)"),
+    ("SELECT * FROM above_threshold('SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (report_bias = 0.1) COUNT(*) "
+     "FROM visits', threshold = 1)", {}, "sets its own report_bias"),
+    ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = 1, epsilon = 0.000000001)", {},
+     "too small for a stream"),
+])
+def test_what_the_attack_review_sent_is_refused_before_the_charge(db, sql, arguments, message):
+    with pytest.raises((UnsupportedQuery, InvalidParameter), match=message):
+        db.sql(sql, **arguments)
+    assert db.budget.spent.epsilon == 0
+
+
+def test_a_delta_beside_a_pure_streams_call_is_no_refusal(db):
+    """The shell's .delta or --delta: a pure mechanism spends none of it."""
+    answer = db.sql("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = 1)",
+                    epsilon=0.5, delta=1e-6)
+    assert answer.cost.epsilon == Fraction(1, 2) and answer.cost.delta == 0
+
+
+def test_a_shape_refusal_comes_before_any_query_is_planned(db, monkeypatch):
+    """A long stream whose last query is malformed is refused without planning the others (the
+    server answers one statement at a time: planning hundreds would stall it for nothing)."""
+    planned = []
+    real = db._prepare
+    monkeypatch.setattr(db, "_prepare", lambda *a, **k: planned.append(a[0]) or real(*a, **k))
+    with pytest.raises(UnsupportedQuery, match="query 300 of the stream: it has a GROUP BY"):
+        db.above_threshold(["SELECT COUNT(*) FROM visits"] * 299 + ["SELECT COUNT(*) FROM visits GROUP BY store"],
+                           threshold=1, epsilon=1)
+    assert planned == []

@@ -91,6 +91,12 @@ class AboveThreshold:
         """The discrete Laplace scale of each query's noise, in lattice steps."""
         self._rho = Fraction(int(discrete_laplace(self.threshold_scale, 1, source)[0]), resolution)
 
+    @staticmethod
+    def scales(epsilon: Fraction, max_above: int, resolution: int = RESOLUTION) -> tuple[Fraction, Fraction]:
+        """The (threshold, query) noise scales, in lattice steps, a run with these would draw."""
+        first = Fraction(epsilon) * threshold_share(max_above)
+        return resolution / first, Fraction(2 * max_above * resolution) / (Fraction(epsilon) - first)
+
     @property
     def done(self) -> bool:
         """True once ``max_above`` queries were reported above: the stream is over."""
