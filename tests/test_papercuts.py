@@ -417,3 +417,20 @@ def test_policy_errors_keep_quoted_names_quoted(tmp_path):
         dpsql.connect(str(path), policy=head + '"Store Name" BOUNDS 0 TO 1);', ledger=":memory:")
     assert '"Customer Orders"."Store Name" is VARCHAR' in str(refused.value)
     assert '`"Store Name" KEYS' in refused.value.hint
+
+
+def test_a_column_list_in_a_table_alias_is_refused_not_ignored():
+    """DuckDB renames a table's columns by position (``p AS q(m, k)``); the rewrite would not
+    carry the renames, so the same SQL would mean another join than DuckDB's: refused."""
+    visits = pd.DataFrame({"uid": range(10), "x": [1.0] * 10})
+    p = pd.DataFrame({"k": range(10), "m": [7] * 10})
+    policy = "BUDGET EPSILON 10; PRIVATE TABLE visits (PRIVACY UNIT uid, MAX ROWS PER UNIT 1); PUBLIC TABLE p;"
+    with dpsql.connect({"visits": visits, "p": p}, policy=policy) as db:
+        for sql in ("SELECT COUNT(*) FROM visits v JOIN p AS q(m, k) ON v.uid = q.k",
+                    "SELECT COUNT(*) FROM visits AS v(x, uid) WHERE uid = 5",
+                    "SELECT COUNT(*) FROM visits v JOIN (SELECT * FROM p) AS q(m, k) ON v.uid = q.k"):
+            with pytest.raises(dpsql.UnsupportedQuery, match="a column list in the alias") as refused:
+                db.sql(sql, epsilon=1)
+            assert refused.value.col is not None and "rename in a subquery" in refused.value.hint
+        assert db.budget.spent.epsilon == 0
+        assert db.sql("SELECT * FROM p AS q(m, k) WHERE m = 0").fetchall() == [(0, 7)]  # public: DuckDB's own

@@ -55,6 +55,11 @@ def build_relation(from_: exp.From, joins: list, policy: Policy, catalog: Catalo
 
 def _item(node: exp.Expression, policy, catalog, data, ctes):
     """One FROM item: a table, a CTE reference or a subquery."""
+    alias = node.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.columns:  # DuckDB renames by position: not carried
+        refuse(alias, f"a column list in the alias {alias.name}({', '.join(c.name for c in alias.columns)}) is not "
+               "supported in a query over private data", "rename in a subquery instead: "
+               "(SELECT k AS m, ... FROM p) AS q")
     pivots = node.args.get("pivots")
     if pivots:  # reshapes rows, so it would have to be carried into the bounded read: refused
         refuse(pivots[0], "PIVOT and UNPIVOT are not supported in a query over private data",
