@@ -5,13 +5,14 @@ Without it, an answer on a sample is about the sample. With it, each released CO
 unit) and SUM column is divided by p (Horvitz-Thompson: unbiased for the table's bounded total,
 since each unit is kept with probability p, up to p's rounding to 2^-64), and its interval is
 
-    [low/p - s, high/p + s],   s = z_(1-alpha/2) · sqrt((1 - p)/p · c · max(high/p, 0)),
+    every Y with  low/p - Y <= z sqrt(v Y)  and  Y - high/p <= z sqrt(v Y),   v = (1 - p)/p · c,
 
-where [low, high] is the noise's interval on the sample and s the sampling error's normal
-approximation: the estimator's variance is (1 - p)/p · sum_u y_u^2 over the units' contributions
-y_u, at most (1 - p)/p · c · Y with c the most one unit adds to the cell (its rows, k, for a
-COUNT; 1 for a count of units; k times the upper bound for a SUM of values bounded below by 0)
-and Y the cell's total, for which the noisy interval's upper end, scaled, stands in. All of it is
+where [low, high] is the noise's interval on the sample, z the normal quantile: the estimator's
+variance is (1 - p)/p · sum_u y_u^2 over the units' contributions y_u, at most v · Y with c the
+most one unit adds to the cell (its rows, k, for a COUNT; 1 for a count of units; k times the
+upper bound for a SUM of values bounded below by 0) and Y the cell's total. Solving for Y (a
+score interval, like Wilson's) keeps the interval wide when the sample came out small: one built
+on the estimate's own size covered a true count of 5 at 10% only 4 times in 10. All of it is
 computed from released values and public bounds: post-processing, free. It is approximate (a
 normal approximation of a sum of independent bounded terms, with an estimated Y), and says so.
 
@@ -118,11 +119,13 @@ def scaled_result(result: DPResult, scaling: Scaling) -> DPResult:
         for name, (_, column) in positions.items():
             if name not in cells:
                 continue
+            spread = (1 - rate) / rate * float(column.largest)  # Var(X/p) <= spread * Y
             widened = []
-            for low, high, half in cells[name]:
-                total = max(high / rate, 0.0) if math.isfinite(high) else math.inf
-                error = z * math.sqrt((1 - rate) / rate * float(column.largest) * total)
-                widened.append((low / rate - error, high / rate + error, half / rate + error))
+            for (low, high, _), row in zip(cells[name], rows):
+                value = row[positions[name][0]]
+                lower, upper = _score_interval(low / rate, high / rate, z, spread)
+                centre = value if isinstance(value, float) else (lower + upper) / 2
+                widened.append((lower, upper, max(upper - centre, centre - lower)))
             cells[name] = widened
         return cells
 
@@ -136,9 +139,28 @@ def scaled_result(result: DPResult, scaling: Scaling) -> DPResult:
         notes.append(f"scale_sample: {names} {estimate} for the whole table (the sample's values divided by "
                      f"{scaling.rate if scaling.rate.denominator <= 1000 else rate}); their ± adds the sampling "
                      "error, an approximate bound (normal approximation)")
+    if result.outside_domain is not None:
+        notes.append("the cell of keys outside their domain is about the sample: it is not scaled")
     return DPResult(result.columns, rows, result.cost, intervals=intervals, types=types, notes=notes,
                     budget=result.budget, converter=_converter(result), limits=result.limits,
-                    bounding=result.bounding)
+                    bounding=result.bounding, outside_domain=result.outside_domain)
+
+
+def _score_interval(low: float, high: float, z: float, spread: float) -> tuple[float, float]:
+    """The totals Y whose sampling error could put the estimate inside [low, high]: the largest
+    Y with Y - high <= z sqrt(spread Y), the smallest with low - Y <= z sqrt(spread Y) (a score
+    interval, Wilson-type: it does not shrink when the sample came out small, as one built on
+    the estimate itself would).
+
+    >>> [round(x, 2) for x in _score_interval(0.0, 0.0, 1.96, 9.0)]  # an empty sample, p = 0.1
+    [0.0, 34.57]
+    """
+    if not math.isfinite(high):
+        return (-math.inf if not math.isfinite(low) else 0.0), math.inf
+    root = z * math.sqrt(spread)
+    upper = ((root + math.sqrt(root * root + 4 * max(high, 0.0))) / 2) ** 2
+    lower = ((-root + math.sqrt(root * root + 4 * low)) / 2) ** 2 if low > 0 else min(low, 0.0)
+    return lower, upper
 
 
 def _converter(result: DPResult) -> Any:

@@ -376,8 +376,8 @@ def big(units: int = 3000) -> dict[int, list[str]]:
 
 
 def test_scale_sample_divides_totals_by_p_and_widens_their_intervals():
-    """The stored release, scaled: values / p; each interval [low/p - s, high/p + s] with s the
-    sampling error's bound z·sqrt((1 - p)/p · c · high/p), c = 2 rows for COUNT, 2·5 for SUM(x)."""
+    """The stored release, scaled: values / p; each interval the totals Y within z·sqrt(v·Y) of
+    [low/p, high/p], v = (1 - p)/p · c, c = 2 rows for COUNT, 2·5 for SUM(x) (dpsql.scaling)."""
     with connect(big(), rng=SeededSource(3)) as db:
         scaled = db.sql(SCALED, epsilon=1)
         plain = db.sql(SCALED.replace("scale_sample = true", "scale_sample = false"), epsilon=1)
@@ -390,9 +390,12 @@ def test_scale_sample_divides_totals_by_p_and_widens_their_intervals():
         assert scaled.fetchall()[row] == (key, n / 0.2, s / 0.2, m)  # AVG is a ratio: left as it is
         for name, largest in (("n", 2), ("s", 2 * 5)):
             low, high = noise[f"{name}_low"][row], noise[f"{name}_high"][row]
-            error = 1.959963984540054 * math.sqrt(0.8 / 0.2 * largest * max(high / 0.2, 0))
-            assert sampled[f"{name}_low"][row] == pytest.approx(low / 0.2 - error)
-            assert sampled[f"{name}_high"][row] == pytest.approx(high / 0.2 + error)
+            root = 1.959963984540054 * math.sqrt(0.8 / 0.2 * largest)  # z sqrt(v): the score interval's
+            upper = ((root + math.sqrt(root ** 2 + 4 * max(high / 0.2, 0))) / 2) ** 2
+            lower = ((-root + math.sqrt(root ** 2 + 4 * low / 0.2)) / 2) ** 2 if low > 0 else min(low / 0.2, 0)
+            assert sampled[f"{name}_low"][row] == pytest.approx(lower)
+            assert sampled[f"{name}_high"][row] == pytest.approx(upper)
+            assert lower <= low / 0.2 and upper >= high / 0.2
         assert sampled["m_low"][row] == noise["m_low"][row]
     assert any("scale_sample: n, s are estimates for the whole table" in note for note in scaled.notes)
 
@@ -483,3 +486,48 @@ def test_the_policys_default_bias_report_is_left_out_of_a_sample_and_explain_say
         result = db.sql(sql, epsilon=1)
         assert result.bounding is None and result.cost.epsilon == amplified_epsilon(Fraction(1), Fraction(1, 10))
         assert "REPORT BIAS SHARE" not in db.explain(sql.replace(" TABLESAMPLE POISSON (10 PERCENT)", ""), epsilon=1)
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.1, 0.5])
+def test_the_sampling_interval_covers_small_totals_too(rate):
+    """Exact coverage over the binomial sample of Y units (one row each, no noise) of the scaled
+    interval: at least 0.9 for every Y tried. An interval sized by the estimate itself (the first
+    version) covered Y = 5 at 10% in 41% of samples: an empty sample gave [0, 0]."""
+    from scipy import stats
+
+    from dpsql.scaling import _score_interval
+    z = 1.959963984540054
+    for total in (1, 5, 20, 50, 200, 1000):
+        covered = sum(stats.binom.pmf(x, total, rate) for x in range(total + 1)
+                      if _score_interval(x / rate, x / rate, z, (1 - rate) / rate)[0] <= total
+                      <= _score_interval(x / rate, x / rate, z, (1 - rate) / rate)[1])
+        assert covered >= 0.899, (total, covered)  # (Y = 1 at 10%: exactly 0.9, an empty sample)
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT COUNT(*) FROM (SELECT * FROM t) AS q TABLESAMPLE POISSON (10 PERCENT)", "not to a subquery or a CTE"),
+    ("WITH c AS (SELECT * FROM t) SELECT COUNT(*) FROM c TABLESAMPLE POISSON (10 PERCENT)",
+     "not to a subquery or a CTE"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM t) AS q TABLESAMPLE BERNOULLI (10 PERCENT)", "not to a subquery or a CTE"),
+    ("SELECT COUNT(*) FROM t TABLESAMPLE POISSON (1e-60 PERCENT)", "the sample would always be empty"),
+    ("SELECT COUNT(*) FROM t TABLESAMPLE POISSON (0.0000000000000000000000000000000000000000000001 PERCENT)",
+     "has 48 characters"),
+])
+def test_a_sample_the_charge_would_not_match_is_refused_not_ignored(sql, message):
+    """A TABLESAMPLE on a subquery or CTE was dropped and the full epsilon charged (helper-25)."""
+    with dpsql.connect({"t": pd.DataFrame({"uid": range(50)})},
+                       policy="BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);") as db:
+        with pytest.raises(dpsql.UnsupportedQuery, match=message):
+            db.sql(sql, epsilon=1)
+        assert db.budget.spent.epsilon == 0
+        assert db.sql("SELECT COUNT(*) FROM t TABLESAMPLE 10 PERCENT (POISSON)", epsilon=1).cost.epsilon < 1
+
+
+def test_scale_sample_keeps_the_outside_domain_cell_and_says_it_is_the_samples():
+    frame = pd.DataFrame({"uid": range(300), "g": ["a", "b", "c"] * 100})
+    policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, g KEYS ('a', 'b'));"
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(2)) as db:
+        scaled = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) g, COUNT(*) AS n "
+                        "FROM t TABLESAMPLE POISSON (50 PERCENT) GROUP BY g", epsilon=1)
+    assert scaled.outside_domain is not None
+    assert any("outside their domain is about the sample" in note for note in scaled.notes)

@@ -60,6 +60,10 @@ def _item(node: exp.Expression, policy, catalog, data, ctes):
         refuse(alias, f"a column list in the alias {alias.name}({', '.join(c.name for c in alias.columns)}) is not "
                "supported in a query over private data", "rename in a subquery instead: "
                "(SELECT k AS m, ... FROM p) AS q")
+    sample = node.args.get("sample")
+    if sample is not None and (not isinstance(node, exp.Table) or (node.name.lower() in ctes and not node.db)):
+        refuse(sample, "TABLESAMPLE applies to a private table itself, not to a subquery or a CTE",
+               "write TABLESAMPLE POISSON (10 PERCENT) after the private table inside the subquery or CTE")
     pivots = node.args.get("pivots")
     if pivots:  # reshapes rows, so it would have to be carried into the bounded read: refused
         refuse(pivots[0], "PIVOT and UNPIVOT are not supported in a query over private data",

@@ -61,7 +61,7 @@ def poisson_rate(sample: exp.TableSample, table: str) -> Fraction:
         refuse(sample, f"TABLESAMPLE {method} of private table {table} samples rows with the database's own "
                "random(), which is neither a secure source nor a sample of units, so it buys no privacy",
                METHODS_HINT)
-    if sample.args.get("seed") is not None:
+    if sample.args.get("seed") not in (None, False):  # (False: DuckDB's "10 PERCENT (POISSON)" has none)
         refuse(sample.args["seed"], f"a REPEATABLE seed would make the sample of {table} predictable: dpsql draws "
                "a secret key for each query", "leave REPEATABLE out")
     percent = sample.args.get("percent")
@@ -70,6 +70,9 @@ def poisson_rate(sample: exp.TableSample, table: str) -> Fraction:
                "write TABLESAMPLE POISSON (10 PERCENT)")
     if not isinstance(percent, exp.Literal) or percent.is_string:
         refuse(percent, f"the sampling percentage of {table} must be a number", "write e.g. POISSON (10 PERCENT)")
+    if len(percent.this) > 40:
+        refuse(percent, f"the sampling percentage of {table} has {len(percent.this)} characters",
+               "write it with at most 40, e.g. POISSON (0.5 PERCENT)")
     try:
         value = Fraction(percent.this)
     except (ValueError, ZeroDivisionError):
@@ -77,6 +80,9 @@ def poisson_rate(sample: exp.TableSample, table: str) -> Fraction:
     if not 0 < value <= 100:
         refuse(percent, f"the sampling percentage of {table} is {percent.this}, outside (0, 100]",
                "sample between just above 0 and 100 PERCENT of the units")
+    if value / 100 < Fraction(1, 2**64):  # floor(p * 2^64) = 0: no unit could ever be kept
+        refuse(percent, f"the sampling percentage of {table} is {percent.this}: below 2^-64 of the units, the "
+               "sample would always be empty", "sample at least 1e-15 PERCENT of the units")
     return value / 100
 
 
