@@ -463,6 +463,32 @@ class Connection:
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
                            refused=refusal)
 
+    @_reported_as_dperror
+    def workload(self, queries: Sequence[str], epsilon: Any = None, delta: Any = None, *,
+                 rounds: int | None = None) -> DPResult:
+        """Answer a list of counting queries over one private table together, by MWEM
+        (``dpsql.workload``, ``dpsql.mechanisms.mwem``): cheaper per query than one release each
+        once there are many. Charged once, like a query; the same workload again is free.
+
+        Returns one row per scalar answer: ``query`` (its number, from 1), ``cell`` (a GROUP BY
+        cell as text, NULL when ungrouped), ``answer`` and ``measured``; ``accuracy()`` bounds
+        every answer (a measured one by its noise, the others by MWEM's a-posteriori bound, all
+        at once). ``delta`` > 0: discrete Gaussian measurements, accounted in zCDP. ``rounds``:
+        MWEM's T (default: ``dpsql.mechanisms.mwem.default_rounds``).
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(8), "a": [1, 1, 2, 2, 2, 3, 3, 3]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, a KEYS (1, 2, 3));"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     result = db.workload(["SELECT COUNT(*) FROM t WHERE a >= 2",
+        ...                           "SELECT a, COUNT(*) FROM t GROUP BY a"], epsilon=1)
+        ...     len(result.fetchall()), float(db.budget.spent.epsilon)
+        (4, 1.0)
+        """
+        from dpsql.workload_run import answer_workload
+
+        return answer_workload(self, queries, epsilon, delta, rounds)
+
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:
         """DP suggestions of a private table's contribution bounds, charged like a query.
