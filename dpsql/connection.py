@@ -478,7 +478,7 @@ class Connection:
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": range(8), "a": [1, 1, 2, 2, 2, 3, 3, 3]})
-        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, a KEYS (1, 2, 3));"
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, a KEYS (1, 2, 3));"
         >>> with connect({"t": frame}, policy=policy) as db:
         ...     result = db.workload(["SELECT COUNT(*) FROM t WHERE a >= 2",
         ...                           "SELECT a, COUNT(*) FROM t GROUP BY a"], epsilon=1)
