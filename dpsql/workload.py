@@ -295,11 +295,16 @@ def coefficient_vectors(queries: list[WorkloadQuery], columns: list[str], types:
         else:
             con.execute("CREATE TABLE cells AS SELECT 0 AS cell")
         bases, groups, counts = [], [], []
-        for query in queries:
+        for number, query in enumerate(queries, start=1):
             base = np.zeros(cells, dtype=np.int64)
             for term in query.terms:
                 condition = _and(query.where, term.filter)
-                base += term.coefficient * _truth(con, condition, cells)
+                try:
+                    base += term.coefficient * _truth(con, condition, cells)
+                except DPError as error:
+                    error.message = f"query {number} of the workload: {error.message}"
+                    error.args = (error._render(),)
+                    raise
             group = np.zeros(cells, dtype=np.int64)
             count = 1
             for key in query.keys:
@@ -332,21 +337,23 @@ def _truth(con, condition: exp.Expr | None, cells: int) -> np.ndarray:
         rows = con.execute(select.sql(dialect=DIALECT)).fetchall()
     except duckdb.Error as error:  # public cells only: the message holds no private data
         raise UnsupportedQuery(f"a predicate cannot be evaluated on the KEYS domains: {str(error).splitlines()[0]}",
-                               node=condition, hint="compare each column with values of its own type") from None
+                               hint="compare each column with values of its own type") from None
     return np.array([1 if row[0] else 0 for row in rows], dtype=np.int64)
 
 
-def cell_labels(query: WorkloadQuery, columns: list[str], domains: list[list]) -> list[str | None]:
+def cell_labels(query: WorkloadQuery, columns: list[str], domains: list[list],
+                types: list[str]) -> list[str | None]:
     """Each scalar query's group as text ("a=1, b='x'"), None for an ungrouped query."""
     if not query.keys:
         return [None]
-    values = [domains[columns.index(k)] for k in query.keys]
-    return [", ".join(f"{k}={_shown(v)}" for k, v in zip(query.keys, combination))
-            for combination in itertools.product(*values)]
+    positions = [columns.index(k) for k in query.keys]
+    return [", ".join(f"{k}={_shown(v, types[p])}" for k, v, p in zip(query.keys, combination, positions))
+            for combination in itertools.product(*(domains[p] for p in positions))]
 
 
-def _shown(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else str(value)
+def _shown(value: Any, type_name: str) -> str:
+    text = str(value)
+    return "'" + text.replace("'", "''") + "'" if type_name.upper() in ("VARCHAR", "TEXT", "STRING") else text
 
 
 def as_fraction(value: Any) -> Fraction:

@@ -195,7 +195,8 @@ def _result(db, planned: WorkloadPlan, release: MwemRelease, cost: QueryCost) ->
     rows, kinds = [], []
     s = 0
     for number, query in enumerate(planned.queries, start=1):
-        for label in cell_labels(query, list(planned.columns), [list(d) for d in planned.domains]):
+        for label in cell_labels(query, list(planned.columns), [list(d) for d in planned.domains],
+                                 [key.type_name or "" for key in planned.histogram.query.keys]):
             rows.append((number, label, float(release.values[s]), bool(release.measurements[s])))
             kinds.append(s)
             s += 1

@@ -371,6 +371,22 @@ def measured_half_width(plan: MwemPlan, sensitivity: Fraction, count: int, alpha
     return float(half_width(plan, plan.measure_scale(sensitivity), alpha / count))
 
 
+def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rounded: np.ndarray,
+                          truth: np.ndarray) -> np.ndarray:
+    """The exponential mechanism's log weights ε₀·u_s/2, u_s = |a_s - x_s|/Δ_s, from the synthetic
+    answers ``rounded`` (a_s in units of 1/SCORE_GRID, public) and the exact answers ``truth``;
+    -inf for a query no unit can move (Δ_s = 0: its answer is 0, it needs no measuring).
+
+    >>> p = plan_mwem(Fraction(1), Fraction(0), 1, 1, None)
+    >>> selection_log_weights(p, [Fraction(1), Fraction(0)], np.array([3 * SCORE_GRID, 0]), np.array([1, 0])).tolist()
+    [0.45, -inf]
+    """
+    distance = np.abs(np.asarray(rounded, dtype=np.int64) - np.asarray(truth, dtype=np.int64) * SCORE_GRID)
+    factors = np.array([float(plan.select_epsilon / (2 * SCORE_GRID * d)) if d > 0 else 0.0 for d in sensitivities])
+    live = np.array([d > 0 for d in sensitivities])
+    return np.where(live, distance.astype(np.float64) * factors, -np.inf)
+
+
 def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fraction], exact: np.ndarray,
              source=None) -> MwemRelease:
     """MWEM on the exact histogram ``exact`` (int64 over the cells): runs after the charge."""
@@ -380,8 +396,6 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
     truth = workload.answers(exact)  # private: used only by the two mechanisms below
     total = max(1, int(exact.sum()) + _draw(plan, plan.total_scale(), source))
     synthetic = np.full(workload.cells, total / workload.cells)
-    factors = [float(plan.select_epsilon / (2 * SCORE_GRID * d)) if d > 0 else 0.0 for d in sensitivities]
-    live = np.array([d > 0 for d in sensitivities])
     measured: list[tuple[np.ndarray, float]] = []
     taken: dict[int, list[int]] = {}
     rounds, answers_before = [], []
@@ -389,9 +403,7 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
         estimate = workload.answers(synthetic)
         answers_before.append(estimate)
         rounded = np.round(estimate * SCORE_GRID).astype(np.int64)       # public
-        distance = np.abs(rounded - truth * SCORE_GRID).astype(np.float64)  # exact integers < 2**53
-        weights = np.where(live, distance * np.array(factors), -np.inf)
-        chosen = noise.exponential_mechanism(weights, source)
+        chosen = noise.exponential_mechanism(selection_log_weights(plan, sensitivities, rounded, truth), source)
         value = int(truth[chosen]) + _draw(plan, plan.measure_scale(sensitivities[chosen]), source)
         rounds.append(Round(chosen, value, abs(float(rounded[chosen]) / SCORE_GRID - value)))
         taken.setdefault(chosen, []).append(value)
