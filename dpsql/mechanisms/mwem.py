@@ -313,19 +313,31 @@ def multiplicative_weights(synthetic: np.ndarray, measured: Sequence[tuple[np.nd
     (True, 10.0)
     """
     histogram = np.array(synthetic, dtype=np.float64)
+    # Only the cells a query has a coefficient in change (exp(0) = 1 elsewhere), so each update
+    # touches those cells and keeps the mass up to date; dividing by the mass normalises lazily.
+    sparse = []
+    for coefficients, value in measured:
+        coefficients = np.asarray(coefficients)
+        scale = float(np.max(np.abs(coefficients))) if coefficients.size else 0.0
+        if scale > 0:
+            cells = np.flatnonzero(coefficients)
+            sparse.append((cells, coefficients[cells].astype(np.float64), float(value), scale))
     for _ in range(passes):
-        for coefficients, value in measured:
-            scale = float(np.max(np.abs(coefficients)))
-            if scale == 0:
-                continue
-            normalised = coefficients / scale
-            error = (value - float(coefficients @ histogram)) / scale
-            histogram *= np.exp(np.clip(normalised * error / (2 * total), -100.0, 100.0))
-            mass = histogram.sum()
-            if mass > 0 and math.isfinite(mass):
-                histogram *= total / mass
-            else:  # every cell underflowed: start again from uniform (public data only)
+        mass = float(histogram.sum())
+        for cells, weights, value, scale in sparse:
+            if not (mass > 0 and math.isfinite(mass)):  # every cell underflowed: start again from uniform
                 histogram = np.full_like(histogram, total / histogram.size)
+                mass = float(total)
+            before = histogram[cells]
+            error = (value - total / mass * float(weights @ before)) / scale
+            after = before * np.exp(np.clip(weights / scale * error / (2 * total), -100.0, 100.0))
+            histogram[cells] = after
+            mass += float(after.sum() - before.sum())
+        mass = float(histogram.sum())
+        if mass > 0 and math.isfinite(mass):
+            histogram *= total / mass
+        else:
+            histogram = np.full_like(histogram, total / histogram.size)
     return histogram
 
 
@@ -371,8 +383,13 @@ def measured_half_width(plan: MwemPlan, sensitivity: Fraction, count: int, alpha
     return float(half_width(plan, plan.measure_scale(sensitivity), alpha / count))
 
 
+def selection_factors(plan: MwemPlan, sensitivities: Sequence[Fraction]) -> np.ndarray:
+    """Per query, ε₀/(2·SCORE_GRID·Δ_s) rounded once to a float (0 where Δ_s = 0)."""
+    return np.array([float(plan.select_epsilon / (2 * SCORE_GRID * d)) if d > 0 else 0.0 for d in sensitivities])
+
+
 def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rounded: np.ndarray,
-                          truth: np.ndarray) -> np.ndarray:
+                          truth: np.ndarray, factors: np.ndarray | None = None) -> np.ndarray:
     """The exponential mechanism's log weights ε₀·u_s/2, u_s = |a_s - x_s|/Δ_s, from the synthetic
     answers ``rounded`` (a_s in units of 1/SCORE_GRID, public) and the exact answers ``truth``;
     -inf for a query no unit can move (Δ_s = 0: its answer is 0, it needs no measuring).
@@ -382,7 +399,7 @@ def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rou
     [0.45, -inf]
     """
     distance = np.abs(np.asarray(rounded, dtype=np.int64) - np.asarray(truth, dtype=np.int64) * SCORE_GRID)
-    factors = np.array([float(plan.select_epsilon / (2 * SCORE_GRID * d)) if d > 0 else 0.0 for d in sensitivities])
+    factors = selection_factors(plan, sensitivities) if factors is None else factors
     live = np.array([d > 0 for d in sensitivities])
     return np.where(live, distance.astype(np.float64) * factors, -np.inf)
 
@@ -396,6 +413,7 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
     truth = workload.answers(exact)  # private: used only by the two mechanisms below
     total = max(1, int(exact.sum()) + _draw(plan, plan.total_scale(), source))
     synthetic = np.full(workload.cells, total / workload.cells)
+    factors = selection_factors(plan, sensitivities)
     measured: list[tuple[np.ndarray, float]] = []
     taken: dict[int, list[int]] = {}
     rounds, answers_before = [], []
@@ -403,7 +421,8 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
         estimate = workload.answers(synthetic)
         answers_before.append(estimate)
         rounded = np.round(estimate * SCORE_GRID).astype(np.int64)       # public
-        chosen = noise.exponential_mechanism(selection_log_weights(plan, sensitivities, rounded, truth), source)
+        weights = selection_log_weights(plan, sensitivities, rounded, truth, factors)
+        chosen = noise.exponential_mechanism(weights, source)
         value = int(truth[chosen]) + _draw(plan, plan.measure_scale(sensitivities[chosen]), source)
         rounds.append(Round(chosen, value, abs(float(rounded[chosen]) / SCORE_GRID - value)))
         taken.setdefault(chosen, []).append(value)
