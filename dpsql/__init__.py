@@ -21,6 +21,7 @@ from dpsql.policy.model import (
                      Bounds,
                      ColumnRule,
                      KeyDomain,
+                     LocalRR,
                      Policy,
                      PrivateTable,
                      PublicTable,
@@ -35,5 +36,6 @@ __all__ = [
     "DPError", "UnsupportedQuery", "PolicyError", "BudgetExceeded", "InvalidParameter", "QueryFailed",
     "MissingDependency",
     "Policy", "PrivateTable", "PublicTable", "ColumnRule", "Bounds", "KeyDomain",
+    "LocalRR",
     "parse_policy", "load_policy",
 ]

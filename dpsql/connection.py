@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.above_threshold import plan_stream, run_stream
 from dpsql.accuracy import aggregates_of, cut_half_width, output_cells
 from dpsql.analysis.aggregates import counts_rows, plain_projection, total_post
 from dpsql.analysis.domains import (
@@ -63,6 +64,7 @@ from dpsql.bias import (
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
+from dpsql.calls import Call, mechanism, recognise
 from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
 from dpsql.errors import (
     DPError,
@@ -73,9 +75,23 @@ from dpsql.errors import (
 )
 from dpsql.executor import Executor
 from dpsql.explain import Explanation, explain_plan
+from dpsql.local_query import (
+    LocalCount,
+    check_reports,
+    debias,
+    debiased_columns,
+    explain_local,
+    interval_cells,
+    local_notes,
+    noise_variance,
+    reads_local,
+    reports_note,
+    reports_sql,
+    route_local,
+)
 from dpsql.noise_rows import noise_rows_notes
 from dpsql.notes import thin_answer_notes
-from dpsql.options import max_keys, plain_number, privacy_options
+from dpsql.options import max_keys, merge_options, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import Policy, PrivateTable
@@ -267,6 +283,22 @@ class Connection:
         self._column_names = frozenset(c for columns in self._catalog.values() for c in columns)
         self._preparer = Preparer(self.policy, self._catalog, self._engine, self._describe,
                                   self._column_names, self._policy_text)
+        try:
+            check_reports(self.policy, self._reports_outside)
+        except BaseException:
+            self.close()
+            raise
+
+    def _reports_outside(self, table: PrivateTable, rule: Any) -> int:
+        """Rows of the bounded copy of ``table`` whose LOCAL RR column ``rule`` holds NULL or a
+        value outside its DOMAIN (``dpsql.local_query.check_reports``): the curator's connect
+        reads it, no analyst's query; nothing is released."""
+        prepared = self._prepare(reports_sql(table, rule), 1, 0, "laplace", None, False)
+        assert prepared.plan is not None and prepared.priced is not None
+        bounded = prepared.priced.bounded
+        rows = self._read_keys(self._engine.fetch(bounded.sql, self._salt_for(bounded.needs_salt),
+                                                  bounded=bounded.bounded), prepared.plan.query.keys)
+        return sum(int(count) for key, count in rows if key is None)
 
     def _check_listed_keys(self) -> None:
         """Listed KEYS of a column that is neither text nor a number (a DATE, a UUID, an ENUM)
@@ -276,10 +308,11 @@ class Connection:
             columns = self._catalog[table_key(table.name)]
             for rule in table.columns:
                 type_name = columns.get(rule.name.lower(), "")
-                if rule.keys is None or rule.keys.values is None or type_name == "VARCHAR" \
+                domain = rule.key_domain  # KEYS, or a LOCAL RR DOMAIN
+                if domain is None or domain.values is None or type_name == "VARCHAR" \
                         or is_numeric_type(type_name):
                     continue
-                wrong = [v for v in rule.keys.values if self._engine.cast_error(str(v), type_name) is not None]
+                wrong = [v for v in domain.values if self._engine.cast_error(str(v), type_name) is not None]
                 if wrong:
                     position = rule.position
                     raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0]}', "
@@ -325,8 +358,25 @@ class Connection:
         epsilon such as 0.05, spends that share on ``res.bounding``, a noisy estimate of what
         the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
+
+        ``SELECT * FROM above_threshold('SELECT ...', ..., threshold = 100)`` (and the other
+        mechanisms of ``dpsql.calls``) calls that mechanism, as its method would.
         """
+        call = self._call(sql, epsilon, delta, noise, weights, report_bias)
+        if call is not None:
+            return mechanism(call.name).answer(self, call.queries, call.options)
+        local, written = self._route_local(sql)
+        if local is not None:  # a count over a randomized-response column (dpsql.local_query)
+            return self._answer_local(local, epsilon, delta, noise, written)
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        result = self._sql_prepared(prepared)
+        reads = reads_local(prepared.tree, prepared.checked, self.policy)
+        if reads:
+            result.notes.append(reports_note(reads))
+        return result
+
+    def _sql_prepared(self, prepared: Prepared) -> DPResult:
+        """``sql`` of a prepared query, as written (no randomized-response routing)."""
         checked, plan = prepared.checked, prepared.plan
         if isinstance(checked, PublicQuery):
             return self._run_public(checked)
@@ -439,7 +489,29 @@ class Connection:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
         limits and any bias report; reads no data. The text's ``refused`` is the
         ``BudgetExceeded`` running it would meet, else ``None``."""
+        call = self._call(sql, epsilon, delta, noise, weights, report_bias)
+        if call is not None:
+            explain = mechanism(call.name).explain
+            if explain is None:
+                raise UnsupportedQuery(f"{call.name}() has no explanation", hint=f"see help for {call.name}")
+            return Explanation(explain(self, call.queries, call.options))
+        local, written = self._route_local(sql)
+        if local is not None:  # a count over a randomized-response column (dpsql.local_query)
+            if local.free:
+                self._local_options(epsilon, delta, noise, written)
+                return Explanation(explain_local(local))
+            epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+            counting = self._explain_prepared(self._prepare(local.counting_sql, epsilon, delta, noise, None, False))
+            return Explanation(explain_local(local) + "\n\n" + counting, refused=getattr(counting, "refused", None))
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        text = self._explain_prepared(prepared)
+        reads = reads_local(prepared.tree, prepared.checked, self.policy)
+        if reads:
+            return Explanation(f"{text}\n\nnote: {reports_note(reads)}", refused=getattr(text, "refused", None))
+        return text
+
+    def _explain_prepared(self, prepared: Prepared) -> str:
+        """``explain`` of a prepared query, as written (no randomized-response routing)."""
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         if isinstance(checked, PublicQuery):
             return Explanation("public tables only: runs exactly and costs nothing\n\n"
@@ -462,6 +534,28 @@ class Connection:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + self._accounting_text(cost, repeat, refusal),
                            refused=refusal)
+
+    @_reported_as_dperror
+    def above_threshold(self, queries: Sequence[str], threshold: Any, epsilon: Any = None, max_above: int = 1, *,
+                        values: bool = False, value_epsilon: Any = None) -> DPResult:
+        """Which of ``queries`` (each one COUNT or SUM, no GROUP BY) exceed ``threshold``, by the
+        sparse vector technique (``dpsql.above_threshold``): ``epsilon`` (default: the policy's
+        QUERY EPSILON) is charged once for the whole stream, which stops after ``max_above``
+        queries were reported above. Rows: (n, query, above), ``above`` NULL for the queries not
+        run after the stream stopped. ``values=True`` also releases the value of each query
+        above, for ``value_epsilon`` more (default: ``epsilon``).
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(100), "x": [i % 7 for i in range(100)]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     res = db.above_threshold(["SELECT COUNT(*) FROM t WHERE x = 9",
+        ...                               "SELECT COUNT(*) FROM t"], threshold=50, epsilon=1)
+        ...     res.columns, len(res), float(db.budget.spent.epsilon)
+        (['n', 'query', 'above'], 2, 1.0)
+        """
+        stream = plan_stream(self, queries, threshold, epsilon, max_above, values, value_epsilon)
+        return run_stream(self, stream)
 
     @_reported_as_dperror
     def workload(self, queries: Sequence[str], epsilon: Any = None, delta: Any = None, *,
@@ -886,6 +980,29 @@ class Connection:
         return {"epsilon": plan.epsilon, "delta": plan.delta,
                 "noise": sorted({m.noise for m in plan.measures}), "neighbours": plan.neighbours}
 
+    def _call(self, sql: str, epsilon: Any, delta: Any, *others: Any) -> Call | None:
+        """The mechanism ``sql`` calls (``dpsql.calls``), or None for a query. An epsilon or delta
+        given beside the call (the shell's ``.epsilon``, ``--epsilon``) is the default of the
+        call's own option of that name; any other argument does not apply to a call."""
+        try:
+            call = recognise(sql)
+        except DPError as error:
+            raise located(error, sql) from None
+        if call is None:
+            return None
+        taken = mechanism(call.name).options
+        for name, value in (("epsilon", epsilon), ("delta", delta)):
+            if value is None or name in call.options or (name == "delta" and value == 0):
+                continue  # (a delta of 0 asks for nothing a pure mechanism does not give)
+            if name not in taken:
+                raise InvalidParameter(f"{call.name}() takes no {name}",
+                                       hint=f"leave {name} out; its options are {', '.join(taken)}")
+            call.options[name] = value
+        if any(other not in (None, False) for other in others):
+            raise InvalidParameter(f"{call.name}() takes its options inside its call",
+                                   hint=f"write SELECT * FROM {call.name}(..., option = value)")
+        return call
+
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any) -> Prepared:
         """The static half of the query (``dpsql.prepare``), shared by ``sql`` and ``explain``."""
@@ -950,6 +1067,60 @@ class Connection:
                                    hint=hint + "raise max_keys")
         raise UnsupportedQuery(f"{message} (the policy's MAX RELEASED KEYS)", node=query.keys[0].expression,
                                hint=hint + "ask the curator to raise MAX RELEASED KEYS in the policy")
+
+    def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
+        """The de-biased count ``sql`` is, if it is one (``dpsql.local_query``), and its written
+        options: from the checked query alone, before any epsilon is needed (a free one needs none)."""
+        tree, checked, written = self._check(sql)
+        return route_local(tree, checked, self.policy, written), written
+
+    def _local_options(self, epsilon: Any, delta: Any, noise: str | None, written: dict) -> None:
+        """A free randomized-response count spends nothing, but the privacy parameters given
+        with it are still validated (DESIGN.md invariant 14)."""
+        epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+        if epsilon is not None or delta is not None or noise is not None:
+            privacy_options(self.policy, 1 if epsilon is None else epsilon, delta, noise)
+
+    def _answer_local(self, query: LocalCount, epsilon: Any, delta: Any, noise: str | None,
+                      written: dict) -> DPResult:
+        """A COUNT over a LOCAL RR column, de-biased (``dpsql.local_query``): from the exact
+        counts of reports (free), or from the noisy counts of its counting query, charged and
+        recorded as that query (central)."""
+        if query.free:
+            self._local_options(epsilon, delta, noise, written)
+            prepared = self._prepare(query.counting_sql, 1, 0, "laplace", None, False)  # planned, never noised
+            assert prepared.plan is not None and prepared.priced is not None
+            keys = prepared.plan.query.keys
+            rows = self._executor.execute_free(
+                [prepared.priced.bounded], lambda fetched: self._read_keys(fetched[0], keys))
+            counts, variance = {row[0]: int(row[1]) for row in rows if row[0] is not None}, 0.0
+            cost: Spend = QueryCost.free()
+        else:
+            epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+            prepared = self._prepare(query.counting_sql, epsilon, delta, noise, None, False)
+            assert prepared.plan is not None
+            counted = self._sql_prepared(prepared)
+            counts = {row[0]: row[1] for row in counted.fetchall()}
+            measure = next(m for m in prepared.plan.measures if m.kind == "count")
+            variance, cost = noise_variance(measure), counted.cost
+        debiased = debias(query, counts, variance)
+        key_type = self._catalog[table_key(query.table.name)].get(query.rule.name.lower(), "")
+        columns = debiased_columns(query)
+        types = [key_type if name == "g0" else "DOUBLE" for name in columns]
+        indexed = [row + (index,) for index, row in enumerate(debiased.rows)]
+        names, rows = self._engine.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,
+                                                total_post(query.post))  # released values only: free
+        tracked = names[-1] == "dp_row"
+        variances = [debiased.variances[row[-1]] for row in rows] if tracked else [math.nan] * len(rows)
+        rows = [row[:-1] for row in rows] if tracked else rows
+
+        def released_types() -> list[str]:
+            described = self._engine.released_types(columns + ["dp_row"], types + ["BIGINT"], total_post(query.post))
+            return [type_name for _, type_name in described[:len(query.outputs)]]
+
+        return DPResult(list(query.outputs), rows, cost, intervals=interval_cells(query, rows, variances),
+                        types=released_types, notes=local_notes(query, not query.free), budget=self._snapshot(),
+                        converter=self._engine.convert)
 
     def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:
         """GROUP BY public keys with no aggregate: the released keys are the public domain

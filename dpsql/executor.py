@@ -66,6 +66,16 @@ class Executor:
             self._ledger.record_answer(entry, record(released))
         return released
 
+    def execute_free(self, statements: Sequence[BoundedStatement], release: Callable[[list[list[tuple]]], Released],
+                     failure: str = QUERY_FAILED) -> Released:
+        """``release`` of the rows of ``statements`` with no charge and no record: for an answer
+        that is post-processing of data private already (``dpsql.local_query``'s free counts of
+        randomized-response reports, which repeat identically). A failure is a bare ``QueryFailed``."""
+        try:
+            return release([self._fetch(s) for s in statements])
+        except Exception:
+            raise QueryFailed(failure) from None
+
     def _fetch(self, statement: BoundedStatement) -> list[tuple]:
         return self._engine.fetch(statement.sql, self.salt_for(statement.needs_salt), bounded=statement.bounded)
 

@@ -214,3 +214,18 @@ def test_dpsql_serve_over_a_spark_config_answers_psql(tmp_path):
         server.thread.join(30)
     assert Path(f"{config}.ledger").exists(), "the ledger is a local file beside the config"
     forget_copies(session())
+
+
+def test_the_sparse_vector_runs_on_spark_as_on_duckdb(spark_engine):
+    """The stream's statements are planned and rendered for the engine, then run through the one
+    executor: the same exact answers (no salted choice: every unit has at most k rows), so the
+    same seeded release on both engines, each charged once."""
+    frame = _frame(rows=150, units=60).drop_duplicates("uid")
+    queries = ["SELECT COUNT(*) FROM t WHERE g = 'a'", "SELECT SUM(x) FROM t WHERE g <> 'a'", "SELECT COUNT(*) FROM t"]
+    answers = []
+    for db in (dpsql.connect({"t": frame}, policy=POLICY, ledger=":memory:", rng=SeededSource(9)),
+               spark_engine.connect({"t": frame}, policy=POLICY, rng=SeededSource(9))):
+        answers.append(db.sql(f"SELECT * FROM above_threshold({', '.join(f'$${q}$$' for q in queries)}, "
+                              "threshold = 40, epsilon = 2, max_above = 2, values = true)").fetchall())
+        assert db.budget.spent.epsilon == 4
+    assert answers[0] == answers[1]

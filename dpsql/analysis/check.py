@@ -336,7 +336,7 @@ def _group_keys(tree: exp.Select, rule: PrivateTable, columns: dict) -> list[Gro
         domain = None
         if isinstance(expression, exp.Column):
             declared = rule.column(expression.name)
-            domain = declared.keys if declared is not None else None
+            domain = declared.key_domain if declared is not None else None
             if domain is None:
                 domain = type_domain(columns.get(expression.name, ""))
         keys.append(GroupKey(name=f"g{len(keys)}", expression=expression.copy(), domain=domain))

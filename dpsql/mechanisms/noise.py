@@ -41,7 +41,7 @@ __all__ = [
     "SecureSource", "SeededSource", "discrete_laplace", "discrete_gaussian",
     "discrete_laplace_halfwidth", "discrete_gaussian_halfwidth", "discrete_laplace_variance",
     "discrete_gaussian_variance", "round_up_fraction", "discrete_laplace_sampled_scale",
-    "exponential_mechanism",
+    "exponential_mechanism", "k_ary_response", "bernoulli_exp",
 ]
 
 MAX_UPPER = 2**62            # largest bound a source's integers() accepts
@@ -340,6 +340,64 @@ def discrete_gaussian(sigma_sq: Fraction, size: int, source=None) -> np.ndarray:
     z_gauss = max(math.sqrt(2 * math.pi) * sigma, 1.0)
     acceptance = min(1.0, z_gauss * math.exp(-sigma * sigma / (2 * t * t)) / z_laplace)
     return _fill(lambda n: _gaussian_candidates(t, m, d, n, source), acceptance, size)
+
+
+# ---------------------------------------------------------------- randomized response
+
+def bernoulli_exp(gamma: Fraction | int, size: int, source=None) -> np.ndarray:
+    """``size`` exact Bernoulli(exp(-gamma)) trials for a rational ``gamma`` >= 0: the trials
+    for its whole part and for its fractional part all pass (CKS20 Algorithm 1).
+
+    >>> bool(bernoulli_exp(0, 3, SeededSource(0)).all())
+    True
+    """
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Rational) or gamma < 0:
+        raise InternalError(f"gamma must be a Fraction or int >= 0, got {gamma!r}")
+    gamma, size = Fraction(gamma), _check_size(size)
+    if gamma.denominator > MAX_UPPER:
+        raise InternalError(f"gamma {gamma} has a denominator above 2**62")
+    source = SecureSource() if source is None else source
+    whole = gamma.numerator // gamma.denominator
+    passed = _bernoulli_exp_integer(np.full(size, whole, dtype=np.int64), source)
+    part = gamma - whole
+    if part:
+        passed &= _bernoulli_exp_fraction(np.full(size, part.numerator, dtype=np.int64), part.denominator, source)
+    return passed
+
+
+def k_ary_response(true: np.ndarray, epsilon: Fraction | int, k: int, source=None) -> np.ndarray:
+    """k-ary randomized response of category indices ``true`` (each in [0, k), k >= 2): each
+    is kept with probability e^epsilon / (e^epsilon + k - 1), else replaced by one of the
+    other k - 1 indices uniformly; exactly, from the source's integers.
+
+    A Bernoulli race: each round proposes "keep" with probability 1/k, always accepted, and
+    otherwise "change", accepted with probability exp(-epsilon) (``bernoulli_exp``); a
+    rejected round starts again. So P(keep) : P(change) = 1/k : ((k-1)/k)·exp(-epsilon), that
+    is P(keep) = 1 / (1 + (k-1)·exp(-epsilon)) = e^epsilon / (e^epsilon + k - 1), with no
+    float anywhere. A round ends with probability at least 1/k.
+
+    >>> k_ary_response(np.array([0, 1, 2, 0]), Fraction(50), 3, SeededSource(1)).tolist()
+    [0, 1, 2, 0]
+    """
+    epsilon = _check_parameter(epsilon, "epsilon")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 2 <= k <= MAX_UPPER:
+        raise InternalError(f"k must be an integer >= 2, got {k!r}")
+    true = np.asarray(true, dtype=np.int64)
+    if true.ndim != 1 or (true.size and (true.min() < 0 or true.max() >= k)):
+        raise InternalError("true categories must be a vector of indices in [0, k)")
+    source = SecureSource() if source is None else source
+    out = true.copy()
+    pending = np.arange(true.size)
+    while pending.size:
+        keep = source.integers(int(k), pending.size) == 0
+        change = np.zeros(pending.size, dtype=bool)
+        proposed = np.flatnonzero(~keep)
+        change[proposed] = bernoulli_exp(epsilon, proposed.size, source)
+        changed = pending[change]
+        other = source.integers(int(k) - 1, changed.size)   # one of the k - 1 other indices
+        out[changed] = np.where(other >= true[changed], other + 1, other)
+        pending = pending[~(keep | change)]
+    return out
 
 
 # ---------------------------------------------------------------- exponential mechanism

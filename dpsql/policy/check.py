@@ -159,13 +159,52 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
                          rule.position, hint="merge its rules into one")
         seen.add(c)
         if table.unit is not None and c == table.unit.lower():
+            what = "LOCAL RR" if rule.local is not None else "BOUNDS or KEYS"
             raise _error(f"the privacy unit column {sql_name(rule.name)} of table {sql_name(table.name)} cannot have "
-                         "BOUNDS or KEYS", rule.position,
-                         hint="remove the rule: the unit is never released or summed")
+                         f"{what}", rule.position,
+                         hint="remove the rule: the unit is never released or summed" + (
+                             "; randomized response protects a value, never who reported it"
+                             if rule.local is not None else ""))
+        if rule.local is not None:
+            _check_local(table, rule, where)
         if rule.bounds is not None:
             _check_bounds(table, rule, where.get((t, c, "bounds"), rule.position))
         if rule.keys is not None:
             _check_keys(table, rule, declared, where.get((t, c, "keys"), rule.position))
+
+
+def _check_local(table: PrivateTable, rule: ColumnRule, where: Mapping) -> None:
+    """``LOCAL RR EPSILON e DOMAIN (...)``: e > 0, two or more distinct values, and no KEYS (the
+    DOMAIN is the column's key domain)."""
+    local = rule.local
+    assert local is not None
+    t, c = table.name.lower(), rule.name.lower()
+    position = where.get((t, c, "local"), rule.position)
+    name = f"{sql_name(table.name)}.{sql_name(rule.name)}"
+    _check_number(local.epsilon, f"the LOCAL RR EPSILON of {name}", where.get((t, c, "local_epsilon"), position),
+                  "epsilon")
+    if isinstance(local.epsilon, Fraction) and finite_decimal(local.epsilon) is None:
+        raise _error(f"the LOCAL RR EPSILON of {name} must be a decimal number, not {local.epsilon}",
+                     position, hint="write the epsilon the reports were drawn at, such as Fraction('0.5')")
+    domain = tuple(local.domain)
+    if len(domain) < 2:
+        raise _error(f"the LOCAL RR DOMAIN of {name} lists {len(domain)} value{'s' if len(domain) != 1 else ''}: "
+                     "randomized response needs two or more", position,
+                     hint="list every value a report can take, such as DOMAIN ('yes', 'no')")
+    seen: set = set()
+    for value in domain:
+        if isinstance(value, bool) or not isinstance(value, (str, int, Fraction)):
+            raise _error(f"the LOCAL RR DOMAIN of {name} lists {value!r}, neither text nor a number", position,
+                         hint="list quoted text or numbers")
+        shown = f"'{value}'" if isinstance(value, str) else _number_text(value)
+        identity = (isinstance(value, str), value)
+        if identity in seen:
+            raise _error(f"the LOCAL RR DOMAIN of {name} lists {shown} twice", position,
+                         hint="list each value once: k, the number of values, sets the report probabilities")
+        seen.add(identity)
+    if rule.keys is not None:
+        raise _error(f"column {name} has both KEYS and LOCAL RR", where.get((t, c, "keys"), position),
+                     hint="remove the KEYS: the LOCAL RR DOMAIN is the column's key domain")
 
 
 def _check_bounds(table: PrivateTable, rule: ColumnRule, position: Position | None) -> None:
@@ -263,6 +302,13 @@ def check_policy(policy: Policy, catalog: dict[str, dict[str, str]]) -> None:
             elif keys is not None and keys.values is not None:
                 for value in keys.values:
                     _check_key_value(table.name, rule, type_name, value)
+            if rule.local is not None and family(type_name) not in ("string", "integer", "decimal"):
+                raise _error(f"LOCAL RR needs a text, integer or DECIMAL column, but {sql_name(table.name)}."
+                             f"{sql_name(rule.name)} is {type_name}", rule.position,
+                             hint="store the reports as text or integers (a view that casts them), whose "
+                                  "values the DOMAIN names exactly")
+            for value in rule.local.domain if rule.local is not None else ():
+                _check_key_value(table.name, rule, type_name, value, "LOCAL RR DOMAIN")
 
 
 def _check_bounds_fit(table: str, rule: ColumnRule, bounds: Bounds, type_name: str) -> None:
@@ -288,17 +334,17 @@ def _check_bounds_fit(table: str, rule: ColumnRule, bounds: Bounds, type_name: s
                      rule.position, hint="widen the bounds to include a value the column can hold")
 
 
-def _check_key_value(table: str, rule: ColumnRule, type_name: str, value) -> None:
+def _check_key_value(table: str, rule: ColumnRule, type_name: str, value, what: str = "KEYS") -> None:
     """A listed key of the column's own kind: a number for a numeric column (exactly one of its
     values: an integer for an integer type, within the type's range and scale), text for
     anything else. A key of another kind would be compared by an implicit coercion that can
     fail on one unit's value (``'x' = 1``), or name no value at all."""
     numeric = is_numeric_type(type_name)
-    where = f"KEYS of {sql_name(table)}.{sql_name(rule.name)} ({type_name})"
+    where = f"{what} of {sql_name(table)}.{sql_name(rule.name)} ({type_name})"
     if isinstance(value, str) == numeric:
         kind, want = ("the text", "numbers") if isinstance(value, str) else ("the number", "quoted text")
         shown = f"'{value}'" if isinstance(value, str) else _number_text(value)
-        raise _error(f"the {where} list {kind} {shown}", rule.position,
+        raise _error(f"the {where} list{'s' if what != 'KEYS' else ''} {kind} {shown}", rule.position,
                      hint=f"list keys of the column's type: {want}" + (
                          ", such as KEYS (1, 2, 3)" if numeric else ", such as KEYS ('a', 'b')"))
     limits, spacing = value_range(type_name), step(type_name)
@@ -306,7 +352,8 @@ def _check_key_value(table: str, rule: ColumnRule, type_name: str, value) -> Non
         return
     value = Fraction(value)
     if not limits[0] <= value <= limits[1] or (spacing is not None and (value / spacing).denominator != 1):
-        raise _error(f"the {where} list {_number_text(value)}, which is not a value of {type_name}",
+        raise _error(f"the {where} list{'s' if what != 'KEYS' else ''} {_number_text(value)}, which is not a "
+                     f"value of {type_name}",
                      rule.position, hint="list only values the column can hold")
 
 

@@ -15,7 +15,8 @@ A policy is a list of statements, each ending in ``;``. Keywords are case-insens
         MAX GROUPS PER UNIT 5,
         amount BOUNDS 0 TO 500,           -- clamping bounds, needed to SUM or AVG
         store KEYS FROM stores.store,     -- a public key domain, from a PUBLIC TABLE ...
-        channel KEYS ('web', 'shop')      -- ... or listed
+        channel KEYS ('web', 'shop'),     -- ... or listed
+        answer LOCAL RR EPSILON 1 DOMAIN ('yes', 'no')  -- collected with randomized response
     );
     PUBLIC TABLE stores;
 
@@ -58,6 +59,7 @@ from dpsql.policy.model import (
     Bounds,
     ColumnRule,
     KeyDomain,
+    LocalRR,
     Policy,
     Position,
     PrivateTable,
@@ -300,11 +302,14 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
     """One rule per column: its BOUNDS and KEYS items merge, each kind at most once."""
     rules: dict[str, ColumnRule] = {}
     for item in items:
-        if item.kind not in ("bounds", "keys_from", "keys_list"):
+        if item.kind not in ("bounds", "keys_from", "keys_list", "local_rr"):
             continue
         column, *parts = item.args
-        value: Bounds | KeyDomain
-        if item.kind == "bounds":
+        value: Bounds | KeyDomain | LocalRR
+        if item.kind == "local_rr":
+            field, value = "local", LocalRR(parts[0].value, tuple(map(_key_value, parts[1:])))
+            where[(table.lower(), column.value.lower(), "local_epsilon")] = parts[0].position
+        elif item.kind == "bounds":
             field, value = "bounds", Bounds(parts[0].value, parts[1].value)
         elif item.kind == "keys_list":
             field, value = "keys", KeyDomain(values=tuple(map(_key_value, parts)))
@@ -315,7 +320,8 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
         rule = rules.get(key[1]) or ColumnRule(column.value, position=item.position)
         if getattr(rule, field) is not None:
             first = where[key]
-            raise _error(f"column {column.value} of table {table} is given {field.upper()} twice",
+            raise _error(f"column {column.value} of table {table} is given "
+                         f"{'LOCAL RR' if field == 'local' else field.upper()} twice",
                          item.position,
                          hint=f"keep only the one at line {first.line}, column {first.col}")
         change: dict[str, Any] = {field: value}
@@ -428,6 +434,9 @@ def _table_items(table: PrivateTable) -> list[str]:
             items.append(f"{name} KEYS FROM {_table_name_text(keys.table)}.{_name_text(keys.column)}")
         elif keys is not None and keys.values is not None:
             items.append(f"{name} KEYS ({', '.join(map(_literal_text, keys.values))})")
+        if rule.local is not None:
+            items.append(f"{name} LOCAL RR EPSILON {_number_text(rule.local.epsilon)} "
+                         f"DOMAIN ({', '.join(map(_literal_text, rule.local.domain))})")
     return items
 
 

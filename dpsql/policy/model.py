@@ -65,6 +65,17 @@ class KeyDomain:
 
 
 @dataclass(frozen=True)
+class LocalRR:
+    """``col LOCAL RR EPSILON e DOMAIN (...)``: the column holds k-ary randomized-response
+    reports (``dpsql.local``), each drawn at ``epsilon`` from a value of ``domain``."""
+
+    epsilon: Fraction
+    """The epsilon each report was drawn at (its local guarantee, paid at collection)."""
+    domain: tuple
+    """The k >= 2 values a report may take, in the order written."""
+
+
+@dataclass(frozen=True)
 class ColumnRule:
     """What the policy says of one column of a private table."""
 
@@ -76,6 +87,15 @@ class ColumnRule:
     """Public key domain; lets the column be a GROUP BY key without partition selection."""
     position: Position | None = field(default=None, compare=False)
     """Where the rule was written, for error messages."""
+    local: LocalRR | None = None
+    """``LOCAL RR``: the column was collected with randomized response (``dpsql.local_query``)."""
+
+    @property
+    def key_domain(self) -> KeyDomain | None:
+        """The column's public key domain: its KEYS, or the DOMAIN of its LOCAL RR."""
+        if self.keys is None and self.local is not None:
+            return KeyDomain(values=self.local.domain)
+        return self.keys
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,9 @@ def _columns_text(table: PrivateTable) -> dict[str, str]:
             listed = ", ".join(_key_text(value) for value in keys.values[:LISTED_KEYS])
             more = len(keys.values) - LISTED_KEYS
             parts.append(f"keys {listed}" + (f" and {more:,} more" if more > 0 else ""))
+        if rule.local is not None:
+            listed = ", ".join(_key_text(value) for value in rule.local.domain[:LISTED_KEYS])
+            parts.append(f"randomized response at epsilon {exact_text(rule.local.epsilon)} over {listed}")
     return {name: "; ".join(parts) for name, parts in texts.items() if parts}
 
 

@@ -303,9 +303,9 @@ def _column_rule(declaration, column: str, type_name: str = "") -> str:
         return f"lists: first {declaration.list_length} elements (MAX LIST LENGTH)"
     if type_name.upper() in ("VARCHAR", "BLOB", "JSON"):  # the bounded copy cuts longer strings
         cut = f"first {declaration.string_length} characters (MAX STRING LENGTH)"
-        return "; ".join([_column_rule(declaration, column), cut] if rule is not None and rule.keys is not None
+        return "; ".join([_column_rule(declaration, column), cut] if rule is not None and rule.key_domain is not None
                          else [cut])
-    if rule is None or rule.keys is None and rule.bounds is None:
+    if rule is None or rule.key_domain is None and rule.bounds is None:
         # An ENUM's values and BOOLEAN's are schema: GROUP BY releases them all, no KEYS line needed.
         return f"keys: every value of its type ({len(implied)})" if implied is not None else ""
     parts = []
@@ -316,6 +316,9 @@ def _column_rule(declaration, column: str, type_name: str = "") -> str:
             parts.append("keys " + ", ".join(repr(v) for v in rule.keys.values))
         else:
             parts.append(f"keys from {rule.keys.table}.{rule.keys.column}")
+    if rule.local is not None:
+        parts.append(f"randomized response at epsilon {number(rule.local.epsilon)} over "
+                     + ", ".join(repr(v) for v in rule.local.domain))
     return "; ".join(parts)
 
 

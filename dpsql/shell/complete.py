@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from dpsql.analysis.aggregates.registry import spellings
+from dpsql.calls import mechanism_names
 
 KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP BY", "ORDER BY", "HAVING", "LIMIT", "OFFSET", "JOIN",
@@ -151,7 +152,11 @@ def _complete_sql(before: str, after: str, catalog: Mapping[str, Iterable[str]])
 
     context = _context(previous)
     if context == "table":
-        return _matching([Suggestion(t, "table", start) for t in catalog], word)
+        # A mechanism is called as the whole statement: offered after SELECT * FROM only.
+        calls = [t.text.upper() for t in previous] == ["SELECT", "*", "FROM"]
+        return _matching([Suggestion(t, "table", start) for t in catalog]
+                         + [Suggestion(name + "(", "function", start, "mechanism: many queries")
+                            for name in (mechanism_names() if calls else ())], word)
     if context == "none":
         return []
     keywords = _keywords(start, word)
