@@ -23,6 +23,7 @@ from sqlglot import exp
 from dpsql.analysis.plan import Plan
 from dpsql.backends.rewrite import domain_sql
 from dpsql.budget.accounting import Spend, rho_budget
+from dpsql.calls import Mechanism, register
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.mwem import (
     MwemPlan,
@@ -245,3 +246,47 @@ def _decode(text: str) -> MwemRelease | None:
                            int(data["chosen"]))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+OPTIONS = ("epsilon", "delta", "rounds")
+"""The options of ``SELECT * FROM workload('SELECT ...', ..., epsilon = 1, delta = ..., rounds = T)``."""
+
+
+def explain_workload(db, queries: Any, epsilon: Any = None, delta: Any = None, rounds: Any = None) -> str:
+    """What a workload would run and cost: the histogram statement, the domain, the split of the
+    budget and the cost; reads no private data (the KEYS domains are public)."""
+    planned = plan_workload(db, queries, epsilon, delta, rounds)
+    mwem = planned.mwem
+    sizes = " × ".join(f"{c} ({len(d)})" for c, d in zip(planned.columns, planned.domains)) or "no column"
+    live = [d for d in planned.sensitivities if d > 0]
+    lines = [f"MWEM workload: {len(planned.queries)} queries, {planned.workload.size:,} answers, over "
+             f"{planned.workload.cells:,} cells ({sizes}, plus one for values outside them)",
+             f"exact histogram (one statement, charged once):\n{planned.statement.sql}",
+             f"one unit adds at most {mwem.reach} rows to it; the queries' sensitivities range from "
+             f"{_shown(min(live))} to {_shown(max(live))}",
+             f"{mwem.rounds} rounds; "
+             + (f"n̂ at epsilon {_shown(mwem.total_epsilon)}, each round's selection at epsilon "
+                f"{_shown(mwem.select_epsilon)} and measurement at epsilon {_shown(mwem.measure_epsilon)} "
+                "(discrete Laplace); basic composition" if mwem.noise == "laplace" else
+                f"zCDP: n̂ at rho {_shown(mwem.total_rho)}, each round's selection at epsilon "
+                f"{_shown(mwem.select_epsilon)} (rho ε²/8, bounded range) and measurement at rho "
+                f"{_shown(mwem.measure_rho)} (discrete Gaussian)"),
+             f"cost: epsilon {_shown(mwem.epsilon)}, delta {_shown(mwem.delta)}, rho {_shown(mwem.rho)}"]
+    if db._ledger.find_answer(planned.key) is not None:
+        lines.append("asked before: the stored release is returned, free")
+    return "\n".join(lines)
+
+
+def _shown(value: Fraction) -> str:
+    return format(float(value), ".6g")
+
+
+def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -> DPResult:
+    return connection.workload(queries, **options)
+
+
+def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
+    return explain_workload(connection, queries, **options)
+
+
+register("workload", Mechanism(_answer_call, _explain_call, OPTIONS))

@@ -6,7 +6,11 @@ the ledger and free repeats."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import shutil
+import subprocess
 from fractions import Fraction
 
 import duckdb
@@ -383,3 +387,69 @@ def test_default_rounds_rule():
     assert mwem.default_rounds(100, Fraction(1)) == round(4 * math.log(101)) + 8
     assert mwem.default_rounds(10**6, Fraction(100)) == 40
     assert mwem.default_rounds(100, Fraction(1, 100)) == 8
+
+
+# -- the SQL form, on every surface --------------------------------------------------------------
+
+SHOP_WORKLOAD = ("SELECT * FROM workload('SELECT plan, COUNT(*) FROM users GROUP BY plan', "
+                 "'SELECT COUNT(*) FROM users WHERE country = ''US''', epsilon = 2, rounds = 3)")
+
+
+def shop_policy():
+    from dpsql.demo import SHOP_POLICY
+    return SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 50")
+
+
+def test_the_sql_form_is_the_method(built):
+    with dpsql.connect(str(built), policy=shop_policy(), ledger=":memory:", rng=SeededSource(12)) as db:
+        answer = db.sql(SHOP_WORKLOAD)
+        assert answer.columns == ["query", "cell", "answer", "measured"] and answer.cost.epsilon == 2
+        assert [r[:2] for r in answer.fetchall()] == [(1, "plan='free'"), (1, "plan='plus'"), (1, "plan='pro'"),
+                                                      (2, None)]
+        method = db.workload(["SELECT plan, COUNT(*) FROM users GROUP BY plan",
+                              "SELECT COUNT(*) FROM users WHERE country = 'US'"], epsilon=2, rounds=3)
+        assert method.repeat and method.fetchall() == answer.fetchall()   # the same workload: free
+        text = db.explain(SHOP_WORKLOAD)
+        assert "MWEM workload: 2 queries, 4 answers, over 19 cells (plan (3) × country (6)" in text
+        assert "asked before" in text
+        with pytest.raises(dpsql.UnsupportedQuery, match="has no option"):
+            db.sql(SHOP_WORKLOAD.replace("rounds", "round"))
+        assert db.budget.spent.epsilon == 2
+
+
+def test_the_shell_and_the_cli_answer_the_sql_form(built, tmp_path, capsys):
+    from cli_run import run as run_cli
+
+    from dpsql.shell.session import handle_input
+    from dpsql.shell.state import new_state
+
+    with dpsql.connect(str(built), policy=shop_policy(), ledger=":memory:", rng=SeededSource(13)) as db:
+        shown = handle_input(new_state(db, width=100, color=False), SHOP_WORKLOAD + ";")
+    assert "│ measured │" in shown and "plan='pro'" in shown and "cost ε 2, δ 0" in shown
+    database = tmp_path / "shop.duckdb"
+    database.write_bytes(built.read_bytes())
+    (tmp_path / "shop.policy").write_text(shop_policy())
+    code, out, err = run_cli(capsys, "query", str(database), SHOP_WORKLOAD, "--policy", str(tmp_path / "shop.policy"),
+                             "--format", "json")
+    assert code == 0, err
+    assert [(r["query"], r["cell"]) for r in json.loads(out)] == [(1, "plan='free'"), (1, "plan='plus'"),
+                                                                   (1, "plan='pro'"), (2, None)]
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+def test_psql_calls_it_through_the_server_charged_to_the_analyst(built, tmp_path):
+    from served import serve_shop
+
+    server = serve_shop(built, tmp_path, shop_policy(), "alice", "alice-secret")
+    try:
+        environment = {**os.environ, "PGPASSWORD": "alice-secret", "PGCONNECT_TIMEOUT": "5"}
+        done = subprocess.run([shutil.which("psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice",
+                               "-d", "shop", "-X", "-A", "-t", "-c", SHOP_WORKLOAD, "-c", "SHOW ledger"],
+                              env=environment, capture_output=True, text=True, timeout=120)
+    finally:
+        server.stop()
+        server.thread.join(10)
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("1|plan='pro'|") for line in lines), done.stdout + done.stderr
+    assert any(line.startswith("2||") for line in lines)
+    assert any("|alice|WORKLOAD MWEM" in line for line in lines), done.stdout
