@@ -583,6 +583,28 @@ class Connection:
 
         return answer_workload(self, queries, epsilon, delta, rounds)
 
+    @_reported_as_dperror
+    def pmw(self, table: str, columns: Sequence[str], epsilon: Any = None, *, max_updates: int = 10,
+            threshold: Any = None, delta: Any = None):
+        """An online private multiplicative weights session (``dpsql.pmw``) over ``columns`` (with KEYS)
+        of one private table: ``session.answer(sql)`` answers counting queries one at a time, from
+        a synthetic histogram measured and updated only when the sparse vector finds its error above
+        ``threshold`` rows. ``epsilon`` is charged once, now, for the whole session, which refuses
+        further queries after ``max_updates`` measurements.
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(8), "a": [1, 1, 2, 2, 2, 3, 3, 3]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, a KEYS (1, 2, 3));"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     session = db.pmw("t", ["a"], epsilon=1, max_updates=2, threshold=3)
+        ...     answer = session.answer("SELECT COUNT(*) FROM t WHERE a = 2")
+        ...     answer.columns, float(db.budget.spent.epsilon)
+        (['answer', 'measured'], 1.0)
+        """
+        from dpsql.pmw import open_pmw
+
+        return open_pmw(self, table, columns, epsilon, delta, max_updates, threshold)
+
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:
         """DP suggestions of a private table's contribution bounds, charged like a query.

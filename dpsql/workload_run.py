@@ -76,6 +76,10 @@ class WorkloadPlan:
     """The ledger's text: every query's normalised SQL."""
     key: str
     """The repeat key."""
+    types: tuple[str, ...] = ()
+    """Each column's DuckDB type."""
+    literals: tuple[tuple, ...] = ()
+    """Each column's domain values as SQL literals (for coefficient vectors of later queries)."""
 
 
 def histogram_reach(plan: Plan) -> int:
@@ -136,7 +140,8 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
                                       "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]},
                      policy_text=db._policy_text, analyst=db.analyst)
     return WorkloadPlan(tuple(checked), plan, priced.bounded, tuple(columns), tuple(tuple(d) for d in domains),
-                        workload, tuple(sensitivities), mwem, cost, normal, key)
+                        workload, tuple(sensitivities), mwem, cost, normal, key, tuple(types),
+                        tuple(tuple(v) for v in literals))
 
 
 def exact_histogram(planned: WorkloadPlan, rows: list[tuple]) -> np.ndarray:
