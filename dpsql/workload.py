@@ -254,7 +254,7 @@ def read_columns(queries: list[WorkloadQuery]) -> list[str]:
 def check_size(columns: list[str], sizes: list[int], queries: list[WorkloadQuery]) -> int:
     """The number of cells (product of the domains, plus the outside cell); refuses, before
     anything is charged, a domain beyond MAX_CELLS or MAX_BYTES, saying how large it is."""
-    cells = math.prod(sizes) + 1
+    cells = math.prod(sizes) + 1 if columns else 1
     memory = 8 * cells * (2 * len(queries) + 8)
     if cells > MAX_CELLS or memory > MAX_BYTES:
         product = " × ".join(f"{c} ({n})" for c, n in zip(columns, sizes))
@@ -272,7 +272,7 @@ def coefficient_vectors(queries: list[WorkloadQuery], columns: list[str], types:
     cell the outside one, every column NULL). Public data only; a predicate DuckDB cannot
     evaluate on the cells (a type mismatch) is refused, nothing having been charged."""
     sizes = [len(d) for d in domains]
-    cells = math.prod(sizes) + 1
+    cells = math.prod(sizes) + 1 if columns else 1   # no column read: one cell holds every row
     con = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:
         parts = []

@@ -453,3 +453,12 @@ def test_psql_calls_it_through_the_server_charged_to_the_analyst(built, tmp_path
     assert any(line.startswith("1|plan='pro'|") for line in lines), done.stdout + done.stderr
     assert any(line.startswith("2||") for line in lines)
     assert any("|alice|WORKLOAD MWEM" in line for line in lines), done.stdout
+
+
+def test_a_workload_reading_no_column_has_one_cell():
+    con, db = connect(rng=SeededSource(14))
+    with db:
+        planned = plan_workload(db, ["SELECT COUNT(*) FROM t", "SELECT 3 * COUNT(*) - COUNT(*) FROM t"], 1, None, 2)
+        assert planned.workload.cells == 1 and list(planned.sensitivities) == [2, 4]
+        answer = db.workload(["SELECT COUNT(*) FROM t", "SELECT 3 * COUNT(*) - COUNT(*) FROM t"], epsilon=1)
+    assert len(answer.fetchall()) == 2
