@@ -384,9 +384,10 @@ def test_other_refusals():
 
 def test_default_rounds_rule():
     assert mwem.default_rounds(1, Fraction(1)) == 1
-    assert mwem.default_rounds(100, Fraction(1)) == round(4 * math.log(101)) + 8
-    assert mwem.default_rounds(10**6, Fraction(100)) == 40
-    assert mwem.default_rounds(100, Fraction(1, 100)) == 8
+    assert mwem.default_rounds(100, Fraction(1)) == 8
+    assert mwem.default_rounds(100, Fraction(27)) == 24
+    assert mwem.default_rounds(10**6, Fraction(1000)) == 32
+    assert mwem.default_rounds(100, Fraction(1, 100)) == 4
 
 
 # -- the SQL form, on every surface --------------------------------------------------------------
