@@ -135,13 +135,16 @@ def mwem_answers(db, queries, epsilon: float) -> tuple[np.ndarray, float, int]:
     return np.array([r[2] for r in rows]), result.accuracy()["answer"], sum(1 for r in rows if r[3])
 
 
-def peer(python: str, con, table: str, unit: str, rows: int, queries, domains, epsilon: float, runs: int):
-    """SmartNoise SQL, one query at a time at epsilon/m, in the peer venv (``workload_peer.py``)."""
+def peer(python: str, con, table: str, unit: str, rows: int, queries, domains, epsilon: float, runs: int,
+         synth: bool = False):
+    """SmartNoise SQL, one query at a time at epsilon/m, or smartnoise-synth's MWEM at epsilon
+    (``synth``), in the peer venv (``workload_peer.py``)."""
     with tempfile.TemporaryDirectory() as folder:
         data = Path(folder) / "data.parquet"
         con.execute(f"COPY {table} TO '{data}' (FORMAT PARQUET)")
         spec = {"data": str(data), "table": table, "unit": unit, "rows": rows, "epsilon": epsilon / len(queries),
-                "queries": [[sql, list(keys)] for sql, keys in queries], "domains": domains, "runs": runs}
+                "queries": [[sql, list(keys)] for sql, keys in queries], "domains": domains, "runs": runs,
+                "synth": synth, "total_epsilon": epsilon}
         spec_path = Path(folder) / "spec.json"
         spec_path.write_text(json.dumps(spec))
         out = subprocess.run([python, str(ROOT / "benchmarks" / "workload_peer.py"), str(spec_path)],
@@ -174,6 +177,12 @@ def run(name, data, args) -> None:
         workloads.append((f"{count} range queries", ranges(table, domains, (columns[1], columns[2]), count, count)))
     for label, queries in workloads:
         exact = truth(con, queries, domains)
+        if args.synth_only:   # smartnoise-synth's MWEM synthesizer only (row-level DP: workload_peer.py)
+            runs, error = peer(args.peer_python, con, table, unit, rows, queries, domains, args.epsilon, args.runs,
+                               synth=True)
+            shown = f"{np.mean([rmse(v, exact) for v in runs]):,.1f}" if runs is not None else f"failed: {error}"
+            print(f"| {name} | {label} | {len(queries)} | {len(exact)} | {shown} |", flush=True)
+            continue
         results: dict[str, list[float]] = {"MWEM": [], "independent": [], "smartnoise": [], "MWEM bounded": [],
                                            "independent bounded": []}
         bound, measured, seconds = 0.0, 0, {"MWEM": 0.0, "independent": 0.0}
@@ -221,15 +230,21 @@ def main() -> None:
     parser.add_argument("--shop", type=Path, default=SHOP)
     parser.add_argument("--only", nargs="*", default=["pums", "shop"])
     parser.add_argument("--peer-python", default=os.environ.get("WORKLOAD_PEER_PYTHON"))
+    parser.add_argument("--synth-only", action="store_true",
+                        help="only smartnoise-synth's MWEM synthesizer (in the --peer-python venv)")
     args = parser.parse_args()
     print(f"`python benchmarks/bench_workload.py --runs {args.runs} --epsilon {args.epsilon}` "
           f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.system()} "
           f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"dpsql {commit()}; RMSE averaged over the runs)\n")
-    print("| data | workload | SQL queries | scalar answers | MWEM RMSE (vs bounded data) | independent RMSE "
-          "(vs bounded data) | SmartNoise SQL RMSE | measured by MWEM | MWEM's 95% bound (all at once) "
-          "| MWEM seconds | independent seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    if args.synth_only:
+        print("| data | workload | SQL queries | scalar answers | smartnoise-synth MWEM RMSE (row-level DP) |")
+        print("|---|---|---|---|---|")
+    else:
+        print("| data | workload | SQL queries | scalar answers | MWEM RMSE (vs bounded data) | independent RMSE "
+              "(vs bounded data) | SmartNoise SQL RMSE | measured by MWEM | MWEM's 95% bound (all at once) "
+              "| MWEM seconds | independent seconds |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
     if "pums" in args.only:
         run("PUMS (1,948 rows)", pums_data(), args)
     if "shop" in args.only and args.shop.exists():
