@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import duckdb
@@ -38,6 +37,7 @@ from sqlglot import exp
 from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.mechanisms.mwem import Workload
 from dpsql.policy.model import Policy, PrivateTable
+from dpsql.sql.names import table_key
 from dpsql.sql.normalise import normalised_sql
 from dpsql.sql.parse import DIALECT, located, parse
 
@@ -134,7 +134,7 @@ def _check_one(text: str, policy: Policy, catalog: dict,
         raise UnsupportedQuery(f"the workload reads {table.name}, and this query reads {rule.name}",
                                node=source.this, hint="answer each table's queries in a workload of their own")
     alias = source.this.alias_or_name.lower()
-    columns = catalog[_catalog_key(catalog, rule.name)]
+    columns = catalog[table_key(rule.name)]
     keyed = {c.name.lower() for c in rule.columns if c.keys is not None}
     keys = []
     for key in (tree.args.get("group") or exp.Group()).expressions:
@@ -158,11 +158,6 @@ def _check_one(text: str, policy: Policy, catalog: dict,
     label = values[0].alias if isinstance(values[0], exp.Alias) else values[0].sql(dialect=DIALECT)
     normal = normalised_sql(tree, columns)
     return WorkloadQuery(text, normal, predicate, terms, tuple(keys), label), rule
-
-
-def _catalog_key(catalog: dict, name: str) -> str:
-    from dpsql.sql.names import table_key
-    return table_key(name)
 
 
 def _column(node: exp.Column, alias: str, columns: dict, keyed: set[str]) -> str:
@@ -354,7 +349,3 @@ def cell_labels(query: WorkloadQuery, columns: list[str], domains: list[list],
 def _shown(value: Any, type_name: str) -> str:
     text = str(value)
     return "'" + text.replace("'", "''") + "'" if type_name.upper() in ("VARCHAR", "TEXT", "STRING") else text
-
-
-def as_fraction(value: Any) -> Fraction:
-    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)

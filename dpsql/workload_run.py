@@ -21,7 +21,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.plan import Plan
-from dpsql.backends.rewrite import domain_sql
+from dpsql.backends.rewrite import BoundedStatement, domain_sql
 from dpsql.budget.accounting import Spend, rho_budget
 from dpsql.calls import Mechanism, register
 from dpsql.errors import InvalidParameter, UnsupportedQuery
@@ -63,7 +63,7 @@ class WorkloadPlan:
     queries: tuple[WorkloadQuery, ...]
     histogram: Plan
     """The prepared histogram query's plan (its bounded statement is ``statement``)."""
-    statement: Any
+    statement: BoundedStatement
     """The rendered histogram statement (``BoundedStatement``)."""
     columns: tuple[str, ...]
     domains: tuple[tuple, ...]

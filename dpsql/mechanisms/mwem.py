@@ -73,6 +73,7 @@ T = clamp(round(8·ε^(1/3)), 4, 32), at most the number of queries; ``rounds=``
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -116,7 +117,7 @@ class Workload:
         return int(sum(self.group_counts))
 
     def offsets(self) -> list[int]:
-        return [0, *itertools_accumulate(self.group_counts)]
+        return [0, *itertools.accumulate(self.group_counts)]
 
     def answers(self, histogram: np.ndarray) -> np.ndarray:
         """Every scalar query's answer on ``histogram`` (exact int64 for an integer one).
@@ -158,14 +159,6 @@ class Workload:
             high.append(top)
             low.append(bottom)
         return np.concatenate(high), np.concatenate(low)
-
-
-def itertools_accumulate(values: Sequence[int]) -> list[int]:
-    total, out = 0, []
-    for value in values:
-        total += value
-        out.append(total)
-    return out
 
 
 def query_sensitivities(workload: Workload, reach: int, neighbours: str) -> list[Fraction]:
