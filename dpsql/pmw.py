@@ -36,11 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.budget.accounting import Spend
 from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.mwem import MAX_PASSES, SCORE_GRID, multiplicative_weights, query_sensitivities
-from dpsql.mechanisms.sparse_vector import AboveThreshold
+from dpsql.mechanisms.sparse_vector import RESOLUTION, AboveThreshold
 from dpsql.options import privacy_options
 from dpsql.result import DPResult, QueryCost
 from dpsql.workload import check_workload, coefficient_vectors, read_columns
@@ -144,6 +145,10 @@ class OnlinePMW:
                                  "no more", hint="open a new session (db.pmw), which is charged again")
         if sensitivity == 0:  # no cell has a coefficient: 0 whatever the data, nothing to test
             return self._result(0.0, False, lambda alpha: 0.0)
+        if self.plan.measure_scale(sensitivity) >= SAMPLER_LIMITS["laplace"]:
+            raise InvalidParameter("this query's coefficients are too large for the session's epsilon: its "
+                                   "measurement's noise would be beyond what the exact samplers draw",
+                                   hint="ask with smaller coefficients, or open a session with a larger epsilon")
         try:
             return self._answer(workload, sensitivity)
         except DPError:
@@ -198,6 +203,12 @@ def open_pmw(db, table: str, columns: Any, epsilon: Any, delta: Any, max_updates
     listed = ", ".join(f'"{c}"' for c in columns)
     domain_query = f'SELECT {listed}, COUNT(*) FROM "{table}" GROUP BY {listed}'
     planned = plan_workload(db, [domain_query], options.epsilon, None, 1)
+    reach = planned.mwem.reach
+    scales = [reach / plan.total_epsilon, 2 * plan.max_updates * RESOLUTION / plan.sparse_epsilon]
+    if max(scales) >= SAMPLER_LIMITS["laplace"]:
+        raise InvalidParameter(f"epsilon {float(plan.epsilon):g} is too small for a session of {plan.max_updates} "
+                               "updates: its noise would be beyond what the exact samplers draw",
+                               hint="use a larger epsilon or fewer max_updates")
     session = OnlinePMW(db, planned, plan, planned.histogram.query.rule.name, list(planned.columns))
     cost = plan.cost
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import Plan
 from dpsql.backends.rewrite import BoundedStatement, domain_sql
 from dpsql.budget.accounting import Spend, rho_budget
@@ -122,16 +123,17 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
     workload = coefficient_vectors(checked, columns, types, domains, literals)
     reach = histogram_reach(plan)
     sensitivities = query_sensitivities(workload, reach, plan.neighbours)
-    live = sum(1 for d in sensitivities if d > 0)
-    if live == 0:
+    live = sorted({d for d in sensitivities if d > 0})
+    if not live:
         raise UnsupportedQuery("every query of the workload is 0 whatever the data (no cell of the KEYS "
                                "domains satisfies its predicates)", hint="check the predicates' values")
     if rounds is None:
-        rounds = default_rounds(live, options.epsilon)
+        rounds = default_rounds(sum(1 for d in sensitivities if d > 0), options.epsilon)
     elif isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise InvalidParameter(f"rounds must be a positive whole number, got {rounds!r}",
                                hint="pass rounds=10, or leave it out for the default rule")
     mwem = plan_mwem(options.epsilon, options.delta, rounds, reach, rho_budget)
+    check_scales(mwem, [mwem.total_scale(), *(mwem.measure_scale(d) for d in live)], rounds)
     cost = Spend(mwem.epsilon, mwem.delta, mwem.rho)
     normal = "WORKLOAD MWEM\n" + ";\n".join(q.normal for q in checked)
     rule = plan.query.rule
@@ -142,6 +144,16 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
     return WorkloadPlan(tuple(checked), plan, priced.bounded, tuple(columns), tuple(tuple(d) for d in domains),
                         workload, tuple(sensitivities), mwem, cost, normal, key, tuple(types),
                         tuple(tuple(v) for v in literals))
+
+
+def check_scales(mwem: MwemPlan, scales: list[Fraction], rounds: int) -> None:
+    """Refuse, before the charge, a workload whose noise the exact samplers cannot draw (an epsilon
+    too small for its rounds and sensitivities): after the charge it could only fail."""
+    limit = SAMPLER_LIMITS[mwem.noise]
+    if max(scales) >= limit:
+        raise InvalidParameter(f"epsilon {float(mwem.epsilon):g} is too small for {rounds} rounds of this workload: "
+                               "its noise would be beyond what the exact samplers draw",
+                               hint="use a larger epsilon, fewer rounds, or queries with smaller coefficients")
 
 
 def exact_histogram(planned: WorkloadPlan, rows: list[tuple]) -> np.ndarray:

@@ -107,6 +107,7 @@ def test_the_update_is_given_released_measurements_only(monkeypatch):
     ({"max_updates": 0}, "max_updates"),
     ({"threshold": 0}, "threshold"),
     ({"table": "nope"}, "not a private table"),
+    ({"epsilon": Fraction(1, 10**9), "max_updates": 1000}, "too small for a session"),
 ])
 def test_refused_sessions_charge_nothing(arguments, message):
     with connect() as db:
@@ -120,11 +121,12 @@ def test_refused_sessions_charge_nothing(arguments, message):
     ("SELECT COUNT(*) FROM t WHERE b = 'x'", "the query reads b"),
     ("SELECT a, COUNT(*) FROM t GROUP BY a", "one count at a time"),
     ("SELECT SUM(v) FROM t", "counts rows only"),
+    ("SELECT 100000000000 * COUNT(*) FROM t WHERE a = 1", "coefficients are too large"),
 ])
 def test_refused_queries_charge_nothing_more(query, message):
     with connect(rng=SeededSource(4)) as db:
         session = db.pmw("t", ["a"], epsilon=1, max_updates=2, threshold=5)
-        with pytest.raises(dpsql.UnsupportedQuery, match=message):
+        with pytest.raises((dpsql.UnsupportedQuery, dpsql.InvalidParameter), match=message):
             session.answer(query)
         assert db.budget.spent.epsilon == 1 and session.updates_left == 2
 

@@ -377,6 +377,8 @@ def test_other_refusals():
             db.workload(["SELECT COUNT(*) FROM t"], epsilon=1, rounds=0)
         with pytest.raises(dpsql.InvalidParameter, match="epsilon"):
             db.workload(["SELECT COUNT(*) FROM t"], epsilon=-1)
+        with pytest.raises(dpsql.InvalidParameter, match="too small for 32 rounds"):
+            db.workload(["SELECT 1000000 * COUNT(*) FROM t"], epsilon=Fraction(1, 10**5), rounds=32)
         with pytest.raises(dpsql.UnsupportedQuery, match="0 whatever the data"):
             db.workload(["SELECT COUNT(*) FROM t WHERE a = 7"], epsilon=1)
         assert db.budget.spent.epsilon == 0
