@@ -59,6 +59,10 @@ CLASSES = {
     # large enough for 2,000 releases a side to bound.
     "sparse vector": ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits', threshold = {threshold})", 4, 0,
                       lambda rows: float(rows[0][2])),
+    # A one-query workload in one round: the answer is its measurement (epsilon 4: n̂ 0.4, the
+    # forced selection 1.8, the measurement 1.8), through the SQL form of db.workload.
+    "MWEM workload (one round)": ("SELECT * FROM workload('SELECT COUNT(*) FILTER (WHERE store = ''north'') "
+                                  "FROM visits', rounds = 1)", 4, 0, lambda rows: rows[0][2]),
 }
 
 
