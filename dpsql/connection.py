@@ -586,6 +586,54 @@ class Connection:
         share, explicit = bias_share(report_bias, written.get("report_bias"), self.policy.bias_share, exact_parameter)
         return share is not None and not explicit
 
+    @_reported_as_dperror
+    def workload(self, queries: Sequence[str], epsilon: Any = None, delta: Any = None, *,
+                 rounds: int | None = None) -> DPResult:
+        """Answer a list of counting queries over one private table together, by MWEM
+        (``dpsql.workload``, ``dpsql.mechanisms.mwem``): cheaper per query than one release each
+        once there are many. Charged once, like a query; the same workload again is free.
+
+        Returns one row per scalar answer: ``query`` (its number, from 1), ``cell`` (a GROUP BY
+        cell as text, NULL when ungrouped), ``answer`` and ``measured``; ``accuracy()`` bounds
+        every answer (a measured one by its noise, the others by MWEM's a-posteriori bound, all
+        at once). ``delta`` > 0: discrete Gaussian measurements, accounted in zCDP. ``rounds``:
+        MWEM's T (default: ``dpsql.mechanisms.mwem.default_rounds``).
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(8), "a": [1, 1, 2, 2, 2, 3, 3, 3]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, a KEYS (1, 2, 3));"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     result = db.workload(["SELECT COUNT(*) FROM t WHERE a >= 2",
+        ...                           "SELECT a, COUNT(*) FROM t GROUP BY a"], epsilon=1)
+        ...     len(result.fetchall()), float(db.budget.spent.epsilon)
+        (4, 1.0)
+        """
+        from dpsql.workload_run import answer_workload
+
+        return answer_workload(self, queries, epsilon, delta, rounds)
+
+    @_reported_as_dperror
+    def pmw(self, table: str, columns: Sequence[str], epsilon: Any = None, *, max_updates: int = 10,
+            threshold: Any = None, delta: Any = None):
+        """An online private multiplicative weights session (``dpsql.pmw``) over ``columns`` (with KEYS)
+        of one private table: ``session.answer(sql)`` answers counting queries one at a time, from
+        a synthetic histogram measured and updated only when the sparse vector finds its error above
+        ``threshold`` rows. ``epsilon`` is charged once, now, for the whole session, which refuses
+        further queries after ``max_updates`` measurements.
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(8), "a": [1, 1, 2, 2, 2, 3, 3, 3]})
+        >>> policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, a KEYS (1, 2, 3));"
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     session = db.pmw("t", ["a"], epsilon=1, max_updates=2, threshold=3)
+        ...     answer = session.answer("SELECT COUNT(*) FROM t WHERE a = 2")
+        ...     answer.columns, float(db.budget.spent.epsilon)
+        (['answer', 'measured'], 1.0)
+        """
+        from dpsql.pmw import open_pmw
+
+        return open_pmw(self, table, columns, epsilon, delta, max_updates, threshold)
+
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:
         """DP suggestions of a private table's contribution bounds, charged like a query.

@@ -445,3 +445,89 @@ def test_audit_poisson_sample():
     unsampled = [np.full(SAMPLES, total) for total in whole]
     near = np.concatenate([releases(unsampled[0][:400], 7), releases(unsampled[1][:400], 8)])
     assert loss_lower_bound(releases(unsampled[0], 5), releases(unsampled[1], 6), thresholds(near)) > claimed
+
+
+# -- MWEM workloads (issue 24 item 2) ------------------------------------------------------------
+
+MWEM_POLICY = """BUDGET EPSILON 100000;
+PRIVATE TABLE visits (PRIVACY UNIT user_id, MAX ROWS PER UNIT {rows}, store KEYS ('north', 'south', 'east', 'west'));
+"""
+MWEM_QUERIES = ["SELECT COUNT(*) FROM visits WHERE store = 'north'",
+                "SELECT COUNT(*) FROM visits WHERE store = 'south'",
+                "SELECT store, COUNT(*) FROM visits GROUP BY store"]
+MWEM_SAMPLES = 12_000
+
+
+def mwem_histogram(frame: pd.DataFrame, rows: int):
+    """(planned workload, exact histogram) through the real histogram statement on ``frame``."""
+    import dpsql
+    from dpsql.workload_run import exact_histogram, plan_workload
+
+    with dpsql.connect({"visits": frame}, policy=MWEM_POLICY.format(rows=rows), ledger=":memory:") as db:
+        planned = plan_workload(db, MWEM_QUERIES, 5, None, 1)
+        fetched = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        return planned, exact_histogram(planned, fetched)
+
+
+def mwem_samples(monkeypatch, planned, plan, histogram, seed: int) -> np.ndarray:
+    """MWEM_SAMPLES runs of one-round MWEM on ``histogram``: (n̂, selected query, its measurement) each.
+    Noise is served from pools the real sampler draws in large batches (identically distributed
+    to one draw per call, which costs ~15 ms); the selection is drawn per run."""
+    import dpsql.mechanisms.mwem as mwem
+    from dpsql.mechanisms.noise import discrete_laplace
+
+    source, pools = SeededSource(seed), {}
+
+    def pooled(plan, scale, source):
+        pool = pools.get(scale)
+        if pool is None or not pool[1]:
+            pool = pools[scale] = [discrete_laplace(scale, 4 * MWEM_SAMPLES, source), 4 * MWEM_SAMPLES]
+        pool[1] -= 1
+        return int(pool[0][pool[1]])
+
+    monkeypatch.setattr(mwem, "_draw", pooled)
+    out = []
+    for _ in range(MWEM_SAMPLES):
+        release = mwem.run_mwem(plan, planned.workload, planned.sensitivities, histogram, source)
+        out.append((release.total, release.rounds[0].selected, release.rounds[0].measured))
+    return np.array(out, dtype=float)
+
+
+def mwem_losses(first: np.ndarray, second: np.ndarray, query: int) -> tuple[float, float, float]:
+    """Lower bounds on the loss of each part: n̂ (thresholds), the selection ({s = j}), and the
+    measurement given that query ``query`` was selected (thresholds on y)."""
+    reference = np.concatenate([first[:400], second[:400]])
+    total = loss_lower_bound(first[400:, 0], second[400:, 0], thresholds(reference[:, 0]))
+    selection = loss_lower_bound(first[400:, 1], second[400:, 1],
+                                 [lambda x, j=j: x == j for j in range(int(first[:, 1].max()) + 1)])
+    a, b = first[400:], second[400:]
+    a, b = a[a[:, 1] == query, 2], b[b[:, 1] == query, 2]
+    chosen = reference[reference[:, 1] == query, 2]
+    measured = loss_lower_bound(a, b, thresholds(chosen))
+    return total, selection, measured
+
+
+@pytest.mark.slow  # fast: test_workload.py's brute-force sensitivities and selection ratios over every unit
+def test_audit_mwem(monkeypatch):
+    """One-round MWEM at ε = 5 (n̂ 0.5, selection 2.25, measurement 2.25) on D and D' (one unit of 40
+    'north' visits): each part's loss stays within its share; with contribution bounding missing,
+    or every noise scale halved, the audit exceeds a share."""
+    from dataclasses import replace as change
+
+    frame = base()
+    planned, x = mwem_histogram(frame, 5)
+    _, x2 = mwem_histogram(worst_unit(frame), 5)
+    _, unbounded = mwem_histogram(worst_unit(frame), 1_000_000)
+    plan = planned.mwem
+    shares = (float(plan.total_epsilon), float(plan.select_epsilon), float(plan.measure_epsilon))
+    north = 0
+    first = mwem_samples(monkeypatch, planned, plan, x, 1)
+    losses = mwem_losses(first, mwem_samples(monkeypatch, planned, plan, x2, 2), north)
+    assert all(loss <= share for loss, share in zip(losses, shares)), (losses, shares)
+    assert losses[2] > shares[2] / 3   # the audit has power: it sees a good part of the measurement's loss
+    broken = mwem_losses(first, mwem_samples(monkeypatch, planned, plan, unbounded, 3), north)
+    assert broken[0] > shares[0] and broken[2] > shares[2]
+    halved = change(plan, total_epsilon=2 * plan.total_epsilon, measure_epsilon=2 * plan.measure_epsilon)
+    broken = mwem_losses(mwem_samples(monkeypatch, planned, halved, x, 4),
+                         mwem_samples(monkeypatch, planned, halved, x2, 5), north)
+    assert broken[0] > shares[0] or broken[2] > shares[2]

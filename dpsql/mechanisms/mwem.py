@@ -1,0 +1,437 @@
+"""MWEM (Hardt, Ligett, McSherry 2012): a workload of counting queries answered from a DP
+synthetic histogram. Pure algorithm: no SQL, no ledger (``dpsql.workload`` plans, the
+executor charges and fetches the exact histogram).
+
+The data is a histogram ``x`` over D public cells (``dpsql.workload``: the product of the KEYS
+domains of the columns the workload reads, plus one cell for rows outside them). Each scalar
+query s is a public integer coefficient vector w_s over the cells; its answer is w_s·x.
+
+Sensitivity. The exact histogram comes from a statement the existing pipeline prepared, whose
+plan bounds one unit's contribution: one unit adds to the histogram a vector c >= 0 with
+sum(c) <= R (``reach``: MAX ROWS PER UNIT for a one-table count, read off the plan's
+sensitivity, ``dpsql.workload.histogram_reach``). Hence, with w⁺ = max(0, max w_s) and
+w⁻ = min(0, min w_s) over the cells:
+
+* unbounded neighbours (x' = x ± c): |w_s·c| <= R·max|w_s|, so Δ_s = R·max(w⁺, -w⁻);
+* bounded neighbours (x' = x - c + c'): w_s·c and w_s·c' both lie in R·[w⁻, w⁺], so
+  Δ_s = R·(w⁺ - w⁻).
+
+Both are reached (R rows in the cell of the extreme coefficient), so neither can be lowered;
+``tests/test_workload.py`` checks them by enumerating every unit on tiny tables.
+
+The mechanism, given the split of the budget (``MwemPlan``):
+
+1. n̂ = (sum of x) + noise, the total being the all-ones query (Δ = R either way);
+   the synthetic histogram A_0 is uniform with mass n̂ (at least 1).
+2. For t = 1..T: pick a query with the exponential mechanism (McSherry & Talwar 2007) on the
+   score u_s = |a_s - w_s·x| / Δ_s, a_s = w_s·A_{t-1} rounded to a multiple of 2**-20 (public:
+   a function of earlier releases). A_{t-1} is fixed, so u_s moves by at most 1 between
+   neighbours: drawing s with probability ∝ exp(ε₀·u_s/2) is ε₀-DP. Measure it: y_t = w_s·x +
+   discrete Laplace of scale Δ_s/ε₁ (ε₁-DP), or discrete Gaussian of variance Δ_s²/(2ρ₁)
+   (ρ₁-zCDP, Canonne, Kamath, Steinke 2020). Then multiplicative weights: for each measurement
+   so far, a few passes of A(x) ← A(x)·exp(ŵ(x)·(y - ŵ·A)/(2n̂)), ŵ = w/max|w|, renormalised to
+   n̂ (``multiplicative_weights``: reads only released values, post-processing).
+3. Released: every selection, measurement and n̂ (the analysis covers all of them). A measured
+   query's answer is the mean of its measurements; any other's is its answer on A_{T-1}, the last
+   synthetic histogram a selection scored (so that the bound below applies to it).
+
+Privacy. Pure: n̂ at ε_n, each round ε₀ + ε₁; by basic composition (adaptive choices included)
+ε = ε_n + T(ε₀ + ε₁). With delta: everything in zCDP: the exponential mechanism at ε₀ is
+ε₀-bounded-range, hence ε₀²/8-zCDP (Cesar & Rogers 2021, "Bounding, Concentrating, and
+Truncating: Unifying Privacy Loss Composition for Data Analytics", Lemma 3.2 / Thm 3.3), a
+Gaussian ρ₁, n̂ ρ_n; zCDP adds up (Bun & Steinke 2016) and ρ-zCDP gives (ε, δ)-DP for
+ρ <= ``rho_budget(ε, δ)`` (CKS20 Prop 12). The charge carries that rho either way (a pure
+ε-DP part costs ε²/2). Floats: each log weight is computed as one rounded product of an exact
+integer and a correctly rounded factor (relative error below 2**-52, so ε₀ becomes at most
+ε₀(1 + 2**-51)); the Gumbel-max sampler adds 2**-38 and a delta below m·e**ε₀·2**-999
+(``noise.exponential_mechanism``): negligible, and stated, like the quantiles'.
+
+Error bound (what ``accuracy()`` reports for unmeasured queries). The exponential mechanism's
+utility theorem (Dwork & Roth Thm 3.11): with probability >= 1 - e**-s, the selected query's
+score is within (2/ε₀)(ln m + s) of the largest, m the number of candidates. So in round t,
+with r_t = |a_{s_t} - y_t| and h_t the measurement noise's half-width, every query j has
+
+    |w_j·A_{t-1} - w_j·x| <= Δ_j·B_t + 2**-21,   B_t = (r_t + h_t)/Δ_{s_t} + (2/ε₀)·ln(2Tm/α),
+
+with h_t taken at α/(2T): by a union bound over the T selections and T measurements, all T
+statements hold at once with probability >= 1 - α; the released iterate is A_{T-1} (the
+union bound also covers any other round's). It is an a-posteriori bound from released values:
+unlike HLM12's Theorem 2.2 (2n·sqrt(ln D / T) + O(T ln m / ε), for queries of sensitivity 1) it
+needs neither the private n nor the domain size, and it shrinks as the synthetic data improves
+(r_t); like every worst-case bound over all m queries at once, it is wide (the benchmark's
+RMSE, ``benchmarks/bench_workload.py``, shows the typical error). A measured query's mean of
+k measurements is within the half-width of one measurement's noise at α/k (a union bound over
+its k noises).
+
+Choosing T (``default_rounds``): each round costs the same, so more rounds buy more measured
+queries but noisier ones. HLM12's bound is smallest near T ∝ (nε)^(2/3), but n is private and
+the constants decide at practical sizes: on the benchmark's data (docs/workload.md) fewer rounds
+than the theory suggests did best (T = 8 at ε = 1 was best, or within 1.7x of the best T tried,
+for marginals and range queries on PUMS and the 1M-row shop). dpsql takes
+T = clamp(round(8·ε^(1/3)), 4, 32), at most the number of queries; ``rounds=`` overrides it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+
+from dpsql.errors import InternalError
+from dpsql.mechanisms import noise
+
+SCORE_GRID = 2 ** 20
+"""Synthetic answers are rounded to multiples of 1/SCORE_GRID before scoring (exact in floats)."""
+TOTAL_SHARE = Fraction(1, 10)
+"""The share of the budget (epsilon, or rho under delta) spent on the noisy total n̂."""
+MAX_PASSES = 10
+"""Multiplicative-weights passes over the measurements after each round (HLM12 §3.3)."""
+PASS_WORK = 20_000_000
+"""Cell updates allowed per round: fewer passes over a large domain (public sizes only)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Scalar counting queries over D public cells, kept as a few base vectors: query s is base
+    b's coefficients on the cells whose group code is g (one scalar query per GROUP BY cell)."""
+
+    bases: np.ndarray
+    """(b, D) int64: each base query's integer coefficient per cell."""
+    groups: np.ndarray
+    """(b, D) int64: each cell's group index under each base query, -1 for none."""
+    group_counts: tuple[int, ...]
+    """How many groups (scalar queries) each base query has (1 when it has no GROUP BY)."""
+
+    @property
+    def cells(self) -> int:
+        return int(self.bases.shape[1])
+
+    @property
+    def size(self) -> int:
+        """The number of scalar queries m."""
+        return int(sum(self.group_counts))
+
+    def offsets(self) -> list[int]:
+        return [0, *itertools.accumulate(self.group_counts)]
+
+    def answers(self, histogram: np.ndarray) -> np.ndarray:
+        """Every scalar query's answer on ``histogram`` (exact int64 for an integer one).
+
+        >>> w = Workload(np.array([[1, 1, 0], [1, -2, 0]]), np.array([[0, 1, -1], [0, 0, 0]]), (2, 1))
+        >>> w.answers(np.array([5, 7, 9])).tolist()
+        [5, 7, -9]
+        """
+        exact = np.issubdtype(histogram.dtype, np.integer)
+        parts = []
+        for base, group, count in zip(self.bases, self.groups, self.group_counts):
+            inside = group >= 0
+            out = np.zeros(count, dtype=np.int64 if exact else np.float64)
+            np.add.at(out, group[inside], (base * histogram)[inside])
+            parts.append(out)
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def vector(self, s: int) -> np.ndarray:
+        """Scalar query s's coefficients over the cells."""
+        base, group = self.locate(s)
+        return np.where(self.groups[base] == group, self.bases[base], 0)
+
+    def locate(self, s: int) -> tuple[int, int]:
+        """(base, group) of scalar query s."""
+        offsets = self.offsets()
+        base = int(np.searchsorted(offsets, s, side="right")) - 1
+        return base, s - offsets[base]
+
+    def extremes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per scalar query, (largest, smallest) coefficient over all cells (0 included: a
+        cell outside the query's group has coefficient 0 there, if there is one)."""
+        high, low = [], []
+        for base, group, count in zip(self.bases, self.groups, self.group_counts):
+            top = np.zeros(count, dtype=np.int64)
+            bottom = np.zeros(count, dtype=np.int64)
+            inside = group >= 0
+            np.maximum.at(top, group[inside], base[inside])
+            np.minimum.at(bottom, group[inside], base[inside])
+            high.append(top)
+            low.append(bottom)
+        return np.concatenate(high), np.concatenate(low)
+
+
+def query_sensitivities(workload: Workload, reach: int, neighbours: str) -> list[Fraction]:
+    """Δ_s of each scalar query (module docstring): how far one unit moves w_s·x.
+
+    >>> w = Workload(np.array([[1, -2, 0]]), np.array([[0, 0, 0]]), (1,))
+    >>> query_sensitivities(w, 3, "unbounded"), query_sensitivities(w, 3, "bounded")
+    ([Fraction(6, 1)], [Fraction(9, 1)])
+    """
+    high, low = workload.extremes()
+    if neighbours == "unbounded":
+        return [Fraction(reach * max(int(h), -int(lo))) for h, lo in zip(high, low)]
+    if neighbours == "bounded":
+        return [Fraction(reach * (int(h) - int(lo))) for h, lo in zip(high, low)]
+    raise InternalError(f"unknown neighbour relation {neighbours!r}")
+
+
+@dataclass(frozen=True)
+class MwemPlan:
+    """How MWEM spends its budget, decided before anything is read."""
+
+    rounds: int
+    """T, the number of select-measure-update rounds."""
+    noise: Literal["laplace", "gaussian"]
+    """The measurements' (and n̂'s) noise: discrete Laplace (pure ε) or discrete Gaussian (zCDP)."""
+    total_epsilon: Fraction
+    """n̂'s epsilon (Laplace), else 0."""
+    total_rho: Fraction
+    """n̂'s rho (Gaussian), else 0."""
+    select_epsilon: Fraction
+    """ε₀ of each round's exponential mechanism."""
+    measure_epsilon: Fraction
+    """ε₁ of each round's Laplace measurement, else 0."""
+    measure_rho: Fraction
+    """ρ₁ of each round's Gaussian measurement, else 0."""
+    reach: int
+    """R: the largest total one unit adds to the histogram."""
+    epsilon: Fraction
+    """What is charged: epsilon."""
+    delta: Fraction
+    """What is charged: delta."""
+    rho: Fraction
+    """What is charged: rho (the zCDP cost of all the parts)."""
+
+    def measure_scale(self, sensitivity: Fraction) -> Fraction:
+        """The Laplace scale, or the Gaussian sigma², of a measurement of a query of sensitivity Δ."""
+        if self.noise == "laplace":
+            return sensitivity / self.measure_epsilon
+        return sensitivity ** 2 / (2 * self.measure_rho)
+
+    def total_scale(self) -> Fraction:
+        if self.noise == "laplace":
+            return self.reach / self.total_epsilon
+        return Fraction(self.reach) ** 2 / (2 * self.total_rho)
+
+
+def default_rounds(queries: int, epsilon: Fraction) -> int:
+    """T when none is given (module docstring): round(8·ε^(1/3)) within [4, 32], and no more than
+    the number of queries.
+
+    >>> default_rounds(3, Fraction(1)), default_rounds(500, Fraction(1)), default_rounds(500, Fraction(8))
+    (3, 8, 16)
+    """
+    rounds = min(32, max(4, round(8 * float(epsilon) ** (1 / 3))))
+    return max(1, min(queries, rounds))
+
+
+def plan_mwem(epsilon: Fraction, delta: Fraction, rounds: int, reach: int, rho_budget: Callable) -> MwemPlan:
+    """The split (module docstring): TOTAL_SHARE of the budget on n̂, the rest in T equal rounds,
+    half selection, half measurement; in rho when ``delta`` > 0 (``rho_budget(ε, δ)``).
+
+    >>> p = plan_mwem(Fraction(1), Fraction(0), 9, 2, None)
+    >>> p.total_epsilon + p.rounds * (p.select_epsilon + p.measure_epsilon) == p.epsilon == 1
+    True
+    """
+    if rounds < 1 or reach < 1:
+        raise InternalError(f"MWEM needs rounds >= 1 and reach >= 1, got {rounds}, {reach}")
+    if delta == 0:
+        total = epsilon * TOTAL_SHARE
+        each = (epsilon - total) / rounds / 2
+        rho = total ** 2 / 2 + rounds * (each ** 2 / 8 + each ** 2 / 2)
+        return MwemPlan(rounds, "laplace", total, Fraction(0), each, each, Fraction(0), reach,
+                        epsilon, Fraction(0), rho)
+    budget = rho_budget(epsilon, delta)
+    total = budget * TOTAL_SHARE
+    each = (budget - total) / rounds / 2
+    select = _sqrt_down(8 * each)   # ε₀²/8 <= each
+    rho = total + rounds * (select ** 2 / 8 + each)
+    if rho > budget:
+        raise InternalError("MWEM's parts cost more than its rho budget")
+    return MwemPlan(rounds, "gaussian", Fraction(0), total, select, Fraction(0), each, reach,
+                    epsilon, delta, rho)
+
+
+def _sqrt_down(value: Fraction) -> Fraction:
+    """A Fraction whose square is at most ``value``."""
+    root = Fraction(math.sqrt(value)).limit_denominator(2 ** 40)
+    while root * root > value:
+        root -= Fraction(1, 2 ** 40)
+    return root
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One released measurement: the query it measured and its noisy value."""
+
+    query: int
+    value: int
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round released, and the public pieces of its error bound."""
+
+    selected: int
+    """The query the exponential mechanism chose."""
+    measured: int
+    """Its noisy measurement y_t."""
+    residual: float
+    """r_t = |a_s - y_t|: the rounded synthetic answer's distance to the measurement."""
+
+
+@dataclass(frozen=True)
+class MwemRelease:
+    """What MWEM released; all of it is public."""
+
+    total: int
+    """n̂, the noisy total."""
+    values: tuple[float, ...]
+    """Per scalar query, the released answer."""
+    measurements: tuple[tuple[int, ...], ...]
+    """Per scalar query, its noisy measurements (empty: answered from the synthetic data)."""
+    rounds: tuple[Round, ...]
+    """Per round, the selection, the measurement and its residual."""
+    chosen: int
+    """The round (index into ``rounds``) whose scored histogram answers unmeasured queries: T - 1."""
+
+
+def multiplicative_weights(synthetic: np.ndarray, measured: Sequence[tuple[np.ndarray, float]], total: float,
+                           passes: int) -> np.ndarray:
+    """``passes`` sweeps of the multiplicative-weights update over the released measurements
+    (coefficient vector, noisy value), keeping the mass ``total``: post-processing, it is given
+    only public values (the synthetic histogram, the queries, their noisy answers, n̂).
+
+    >>> a = multiplicative_weights(np.array([5.0, 5.0]), [(np.array([1, 0]), 8.0)], 10.0, 50)
+    >>> bool(7.5 < a[0] < 8.5), round(float(a.sum()), 6)
+    (True, 10.0)
+    """
+    histogram = np.array(synthetic, dtype=np.float64)
+    # Only the cells a query has a coefficient in change (exp(0) = 1 elsewhere), so each update
+    # touches those cells and keeps the mass up to date; dividing by the mass normalises lazily.
+    sparse = []
+    for coefficients, value in measured:
+        coefficients = np.asarray(coefficients)
+        scale = float(np.max(np.abs(coefficients))) if coefficients.size else 0.0
+        if scale > 0:
+            cells = np.flatnonzero(coefficients)
+            sparse.append((cells, coefficients[cells].astype(np.float64), float(value), scale))
+    for _ in range(passes):
+        mass = float(histogram.sum())
+        for cells, weights, value, scale in sparse:
+            if not (mass > 0 and math.isfinite(mass)):  # every cell underflowed: start again from uniform
+                histogram = np.full_like(histogram, total / histogram.size)
+                mass = float(total)
+            before = histogram[cells]
+            error = (value - total / mass * float(weights @ before)) / scale
+            after = before * np.exp(np.clip(weights / scale * error / (2 * total), -100.0, 100.0))
+            histogram[cells] = after
+            mass += float(after.sum() - before.sum())
+        mass = float(histogram.sum())
+        if mass > 0 and math.isfinite(mass):
+            histogram *= total / mass
+        else:
+            histogram = np.full_like(histogram, total / histogram.size)
+    return histogram
+
+
+def passes_for(cells: int, measured: int) -> int:
+    """Multiplicative-weights passes in a round: MAX_PASSES, fewer on a large domain (sizes only)."""
+    return max(1, min(MAX_PASSES, PASS_WORK // max(1, cells * measured)))
+
+
+def _draw(plan: MwemPlan, scale: Fraction, source) -> int:
+    if plan.noise == "laplace":
+        return int(noise.discrete_laplace(scale, 1, source)[0])
+    return int(noise.discrete_gaussian(scale, 1, source)[0])
+
+
+def half_width(plan: MwemPlan, scale: Fraction, alpha: float) -> int:
+    """The (1 - alpha) half-width of one measurement's noise (Laplace scale or Gaussian sigma²)."""
+    if plan.noise == "laplace":
+        return noise.discrete_laplace_halfwidth(scale, alpha)
+    return noise.discrete_gaussian_halfwidth(scale, alpha)
+
+
+def round_bound(plan: MwemPlan, sensitivities: Sequence[Fraction], candidates: int, done: Round,
+                alpha: float) -> float:
+    """B_t (module docstring), in units of each query's sensitivity; holds for every round at
+    once with probability >= 1 - alpha."""
+    rounds = plan.rounds
+    selected = sensitivities[done.selected]
+    h = half_width(plan, plan.measure_scale(selected), alpha / (2 * rounds))
+    gap = 2 / float(plan.select_epsilon) * math.log(2 * rounds * candidates / alpha)
+    return (done.residual + h) / float(selected) + gap
+
+
+def synthetic_half_width(plan: MwemPlan, sensitivities: Sequence[Fraction], release: MwemRelease, s: int,
+                         alpha: float) -> float:
+    """The (1 - alpha) bound on an unmeasured query's error (module docstring)."""
+    candidates = sum(1 for d in sensitivities if d > 0)
+    bound = round_bound(plan, sensitivities, candidates, release.rounds[release.chosen], alpha)
+    return float(sensitivities[s]) * bound + 1 / (2 * SCORE_GRID)
+
+
+def measured_half_width(plan: MwemPlan, sensitivity: Fraction, count: int, alpha: float) -> float:
+    """The (1 - alpha) half-width of the mean of ``count`` measurements (a union bound)."""
+    return float(half_width(plan, plan.measure_scale(sensitivity), alpha / count))
+
+
+def selection_factors(plan: MwemPlan, sensitivities: Sequence[Fraction]) -> np.ndarray:
+    """Per query, ε₀/(2·SCORE_GRID·Δ_s) rounded once to a float (0 where Δ_s = 0)."""
+    return np.array([float(plan.select_epsilon / (2 * SCORE_GRID * d)) if d > 0 else 0.0 for d in sensitivities])
+
+
+def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rounded: np.ndarray,
+                          truth: np.ndarray, factors: np.ndarray | None = None) -> np.ndarray:
+    """The exponential mechanism's log weights ε₀·u_s/2, u_s = |a_s - x_s|/Δ_s, from the synthetic
+    answers ``rounded`` (a_s in units of 1/SCORE_GRID, public) and the exact answers ``truth``;
+    -inf for a query no unit can move (Δ_s = 0: its answer is 0, it needs no measuring).
+
+    >>> p = plan_mwem(Fraction(1), Fraction(0), 1, 1, None)
+    >>> selection_log_weights(p, [Fraction(1), Fraction(0)], np.array([3 * SCORE_GRID, 0]), np.array([1, 0])).tolist()
+    [0.45, -inf]
+    """
+    distance = np.abs(np.asarray(rounded, dtype=np.int64) - np.asarray(truth, dtype=np.int64) * SCORE_GRID)
+    factors = selection_factors(plan, sensitivities) if factors is None else factors
+    live = np.array([d > 0 for d in sensitivities])
+    return np.where(live, distance.astype(np.float64) * factors, -np.inf)
+
+
+def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fraction], exact: np.ndarray,
+             source=None) -> MwemRelease:
+    """MWEM on the exact histogram ``exact`` (int64 over the cells): runs after the charge."""
+    exact = np.asarray(exact, dtype=np.int64)
+    if exact.shape != (workload.cells,) or len(sensitivities) != workload.size:
+        raise InternalError("the histogram, the workload and the sensitivities disagree in size")
+    truth = workload.answers(exact)  # private: used only by the two mechanisms below
+    total = max(1, int(exact.sum()) + _draw(plan, plan.total_scale(), source))
+    synthetic = np.full(workload.cells, total / workload.cells)
+    factors = selection_factors(plan, sensitivities)
+    measured: list[tuple[np.ndarray, float]] = []
+    taken: dict[int, list[int]] = {}
+    rounds, answers_before = [], []
+    for _ in range(plan.rounds):
+        estimate = workload.answers(synthetic)
+        answers_before.append(estimate)
+        rounded = np.round(estimate * SCORE_GRID).astype(np.int64)       # public
+        weights = selection_log_weights(plan, sensitivities, rounded, truth, factors)
+        chosen = noise.exponential_mechanism(weights, source)
+        value = int(truth[chosen]) + _draw(plan, plan.measure_scale(sensitivities[chosen]), source)
+        rounds.append(Round(chosen, value, abs(float(rounded[chosen]) / SCORE_GRID - value)))
+        taken.setdefault(chosen, []).append(value)
+        measured.append((workload.vector(chosen), float(value)))
+        synthetic = multiplicative_weights(synthetic, measured, float(total),
+                                           passes_for(workload.cells, len(measured)))
+    best = plan.rounds - 1  # A_{T-1}: the last histogram a selection scored (fixed in advance)
+    values = []
+    for s in range(workload.size):
+        if s in taken:
+            values.append(sum(taken[s]) / len(taken[s]))
+        elif sensitivities[s] == 0:
+            values.append(0.0)  # no cell has a coefficient: 0 whatever the data
+        else:
+            values.append(float(answers_before[best][s]))
+    measurements = tuple(tuple(taken.get(s, ())) for s in range(workload.size))
+    return MwemRelease(total, tuple(values), measurements, tuple(rounds), best)

@@ -1,0 +1,143 @@
+"""Online PMW (``db.pmw``, ``dpsql.pmw``): charged once up front for the sparse vector, the
+measurements and n̂; the sparse vector is given each query's hand-derived sensitivity; queries below
+the threshold come from the synthetic data; after max_updates measurements every query is refused."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+import dpsql.pmw as pmw_module
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.mechanisms.sparse_vector import AboveThreshold
+
+POLICY = """BUDGET EPSILON 100;
+PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, a KEYS (1, 2), b KEYS ('x', 'y'), v BOUNDS 0 TO 9);
+"""
+
+
+def connect(**kwargs):
+    rows = [(uid, 1 + uid % 2, "xy"[uid % 3 % 2], 1) for uid in range(200)] + [(7, 2, "x", 1)]
+    con = duckdb.connect()
+    con.register("frame", pd.DataFrame(rows, columns=["uid", "a", "b", "v"]))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    return dpsql.connect(con, policy=POLICY, ledger=":memory:", **kwargs)
+
+
+class Recorder:
+    """Records the discrete Laplace scales and the sparse vector's tests of the session."""
+
+    def __init__(self, monkeypatch):
+        self.scales, self.tests = [], []
+        laplace, test = pmw_module.noise.discrete_laplace, AboveThreshold.test
+
+        def record_laplace(scale, size, source=None):
+            self.scales.append(scale)
+            return laplace(scale, size, source)
+
+        def record_test(svt, value, threshold=None, sensitivity=None):
+            self.tests.append((svt.epsilon, value, threshold, sensitivity))
+            return test(svt, value, threshold, sensitivity)
+
+        monkeypatch.setattr(pmw_module.noise, "discrete_laplace", record_laplace)
+        monkeypatch.setattr(AboveThreshold, "test", record_test)
+
+
+def test_charged_once_and_the_parts_add_up_to_the_charge(monkeypatch):
+    recorder = Recorder(monkeypatch)
+    with connect(rng=SeededSource(1)) as db:
+        session = db.pmw("t", ["a", "b"], epsilon=Fraction(3, 2), max_updates=3, threshold=Fraction(1, 100))
+        assert db.budget.spent.epsilon == Fraction(3, 2)
+        answers = [session.answer(f"SELECT COUNT(*) FROM t WHERE a = {a}") for a in (1, 2)]
+        answers.append(session.answer("SELECT COUNT(*) FILTER (WHERE b = 'x') - COUNT(*) FROM t"))
+        assert db.budget.spent.epsilon == Fraction(3, 2) and all(a.cost.epsilon == 0 for a in answers)
+        with pytest.raises(dpsql.BudgetExceeded, match="made its 3 updates"):
+            session.answer("SELECT COUNT(*) FROM t WHERE b = 'y'")
+        assert db.budget.spent.epsilon == Fraction(3, 2) and len(db.ledger()) == 1
+    # a threshold of 0.01 rows: the uniform start is off by far more, so all three are measured
+    assert [a.fetchall()[0][1] for a in answers] == [True, True, True] and session.updates_left == 0
+    plan = session.plan
+    reach = 2                                                     # two rows per unit, unbounded: by hand
+    total = reach / recorder.scales[0]                            # n̂
+    sparse = recorder.tests[0][0]                                 # the sparse vector's epsilon
+    measured = sum(delta / scale for (_, _, _, delta), scale in zip(recorder.tests, recorder.scales[-3:]))
+    assert [t[3] for t in recorder.tests] == [2, 2, 2]            # Δ = 2 for each (the combination: max|w| = 1)
+    assert total + sparse + measured == plan.epsilon == Fraction(3, 2)   # three measurements of ε_m/3 each
+    assert plan.cost.rho == (total ** 2 + sparse ** 2 + 3 * (plan.measure_epsilon / 3) ** 2) / 2
+
+
+def test_below_the_threshold_the_synthetic_data_answers(monkeypatch):
+    recorder = Recorder(monkeypatch)
+    with connect(rng=SeededSource(2)) as db:
+        session = db.pmw("t", ["a", "b"], epsilon=1, max_updates=2, threshold=10**6)
+        answer = session.answer("SELECT COUNT(*) FROM t WHERE a = 1")
+    value, measured = answer.fetchall()[0]
+    assert not measured and len(recorder.scales) == 1             # n̂ only: nothing measured
+    n_hat = session._state["total"]
+    assert value == pytest.approx(n_hat * 2 / 5)                  # uniform over 2 x 2 cells + outside: a = 1 is 2 of 5
+    truth, synthetic = recorder.tests[0][1], abs(Fraction(100) - Fraction(value))
+    assert truth == synthetic                                     # the test is given |x - a|, x the exact count
+    assert answer.accuracy()["answer"] > 10**6                    # threshold plus the noises' half-widths
+
+
+def test_the_update_is_given_released_measurements_only(monkeypatch):
+    calls = []
+    update = pmw_module.multiplicative_weights
+
+    def record(synthetic, measured, total, passes):
+        calls.append(([v for _, v in measured], total))
+        return update(synthetic, measured, total, passes)
+
+    monkeypatch.setattr(pmw_module, "multiplicative_weights", record)
+    with connect(rng=SeededSource(3)) as db:
+        session = db.pmw("t", ["a"], epsilon=2, max_updates=2, threshold=Fraction(1, 100))
+        first = session.answer("SELECT COUNT(*) FROM t WHERE a = 1").fetchall()[0][0]
+        second = session.answer("SELECT COUNT(*) FROM t WHERE a = 2").fetchall()[0][0]
+    assert calls == [([first], session._state["total"]), ([first, second], session._state["total"])]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"columns": ["v"]}, "column v has no KEYS domain"),
+    ({"delta": 1e-6}, "pure epsilon-DP"),
+    ({"max_updates": 0}, "max_updates"),
+    ({"threshold": 0}, "threshold"),
+    ({"table": "nope"}, "not a private table"),
+    ({"epsilon": Fraction(1, 10**9), "max_updates": 1000}, "too small for a session"),
+])
+def test_refused_sessions_charge_nothing(arguments, message):
+    with connect() as db:
+        options = {"table": "t", "columns": ["a"], "epsilon": 1, "max_updates": 2, "threshold": 5, **arguments}
+        with pytest.raises(dpsql.DPError, match=message):
+            db.pmw(options.pop("table"), options.pop("columns"), **options)
+        assert db.budget.spent.epsilon == 0
+
+
+@pytest.mark.parametrize("query, message", [
+    ("SELECT COUNT(*) FROM t WHERE b = 'x'", "the query reads b"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY a", "one count at a time"),
+    ("SELECT SUM(v) FROM t", "counts rows only"),
+    ("SELECT 100000000000 * COUNT(*) FROM t WHERE a = 1", "coefficients are too large"),
+])
+def test_refused_queries_charge_nothing_more(query, message):
+    with connect(rng=SeededSource(4)) as db:
+        session = db.pmw("t", ["a"], epsilon=1, max_updates=2, threshold=5)
+        with pytest.raises((dpsql.UnsupportedQuery, dpsql.InvalidParameter), match=message):
+            session.answer(query)
+        assert db.budget.spent.epsilon == 1 and session.updates_left == 2
+
+
+def test_measured_answers_carry_their_noise_interval():
+    with connect(rng=SeededSource(5)) as db:
+        session = db.pmw("t", ["a"], epsilon=4, max_updates=1, threshold=Fraction(1, 100))
+        answer = session.answer("SELECT COUNT(*) FROM t WHERE a = 1")
+    value, measured = answer.fetchall()[0]
+    assert measured
+    scale = session.plan.measure_scale(Fraction(2))
+    from dpsql.mechanisms.noise import discrete_laplace_halfwidth
+    assert answer.accuracy()["answer"] == discrete_laplace_halfwidth(scale, 0.05)
+    assert np.isfinite(value)
