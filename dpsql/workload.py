@@ -122,6 +122,10 @@ def _check_one(text: str, policy: Policy, catalog: dict,
             raise UnsupportedQuery(f"a workload query may not use {part.upper()}", node=node,
                                    hint=f"write {_FORMS}")
     source = tree.args.get("from_") or tree.args.get("from")
+    sample = source.this.args.get("sample") if source is not None else None
+    if sample is not None or source is not None and source.this.args.get("pivots"):
+        raise UnsupportedQuery("a workload query reads its table whole: no TABLESAMPLE or PIVOT",
+                               node=sample or source, hint="leave the sample out: MWEM's charge is not amplified")
     if source is None or not isinstance(source.this, exp.Table) or source.this.args.get("db"):
         raise UnsupportedQuery("a workload query reads one private table by name", node=source or tree,
                                hint="write FROM t, t a private table of the policy")

@@ -338,6 +338,7 @@ def test_answers_and_intervals():
     ("SELECT COUNT(*) FROM nope", "not a private table"),
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) COUNT(*) FROM t", "OPTIONS"),
     ("SELECT COUNT(*) FROM t WHERE a = 'x'", "cannot be evaluated on the KEYS domains"),
+    ("SELECT COUNT(*) FROM t TABLESAMPLE POISSON (10 PERCENT)", "no TABLESAMPLE"),  # was dropped, charged in full
 ])
 def test_refusals_charge_nothing(query, message):
     con, db = connect()
