@@ -25,7 +25,7 @@ After c updates the sparse vector refuses every further query (``BudgetExceeded`
 session is charged again. Answers are not kept for free repeats (the session is one release).
 
 The exact histogram is held by the session object, in the curator's Python process (this is a
-Python API; the server and shell do not offer it).
+connection; ``dpsql.pmw_call`` gives it a SQL form for the shell and the server).
 """
 
 from __future__ import annotations

@@ -141,3 +141,65 @@ def test_measured_answers_carry_their_noise_interval():
     from dpsql.mechanisms.noise import discrete_laplace_halfwidth
     assert answer.accuracy()["answer"] == discrete_laplace_halfwidth(scale, 0.05)
     assert np.isfinite(value)
+
+
+PMW_CALL = ("SELECT * FROM pmw({queries}, table = 't', columns = 'a, b', epsilon = 20, max_updates = 2, "
+            "threshold = 0.01)")
+
+
+def _call(*queries: str) -> str:
+    return PMW_CALL.format(queries=", ".join(f"$${q}$$" for q in queries))
+
+
+def test_the_sql_form_opens_a_session_once_and_continues_it_for_free():
+    """The shell's, CLI's and psql's PMW: the first call is charged for the whole session, a
+    later call with the same options continues it at no cost, and after max_updates measurements
+    the rest are NULL with a note. At epsilon 20 the sparse vector's noises are below one
+    sensitivity (2 rows) in scale; the uniform start is off by 10 and more sensitivities on a = 1
+    and on b = 'x' (2/3 of the rows), so both are measured but with probability below e^-15."""
+    with connect(rng=SeededSource(2)) as db:
+        explained = db.explain(_call("SELECT COUNT(*) FROM t WHERE a = 1"))
+        assert "no session is open: this call opens one, charged epsilon 20 once" in explained
+        first = db.sql(_call("SELECT COUNT(*) FROM t WHERE a = 1"))
+        assert first.cost.epsilon == 20 and db.budget.spent.epsilon == 20
+        assert first.columns == ["n", "query", "answer", "measured"] and first.fetchall()[0][3] is True
+        assert "a session is open" in db.explain(_call("SELECT COUNT(*) FROM t WHERE b = 'x'"))
+        more = db.sql(_call("SELECT COUNT(*) FROM t WHERE b = 'x'", "SELECT COUNT(*) FROM t WHERE b = 'y'"))
+        assert more.cost.epsilon == 0 and db.budget.spent.epsilon == 20
+        rows = more.fetchall()
+        assert rows[0][3] is True and rows[1][2] is None and rows[1][3] is None
+        assert any("has made all its updates (2): from query 2 on" in note for note in more.notes)
+        other = db.sql(_call("SELECT COUNT(*) FROM t WHERE a = 1").replace("epsilon = 20", "epsilon = 21"))
+        assert other.cost.epsilon == 21 and db.budget.spent.epsilon == 41  # other options: a new session
+
+
+def test_the_sql_form_needs_the_sessions_table_and_columns():
+    with connect() as db:
+        with pytest.raises(dpsql.InvalidParameter, match="needs the session's table and its KEYS columns"):
+            db.sql("SELECT * FROM pmw('SELECT COUNT(*) FROM t', epsilon = 1, threshold = 5)")
+        assert db.budget.spent.epsilon == 0
+
+
+def test_psql_continues_an_analysts_session_across_connections(built, tmp_path):
+    """Through dpsql serve: the session lives with the analyst's connection in the server, so a
+    second client connection continues it, charged nothing more."""
+    psycopg = pytest.importorskip("psycopg")
+    from served import serve_shop
+
+    from dpsql.demo import SHOP_POLICY
+    server = serve_shop(built, tmp_path, SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 50"), "alice",
+                        "alice-secret")
+    sql = ("SELECT * FROM pmw('SELECT COUNT(*) FROM users WHERE plan = ''free''', table = 'users', "
+           "columns = 'plan', epsilon = 2, max_updates = 3, threshold = 5)")
+    try:
+        spent = []
+        for _ in range(2):
+            with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice",
+                                 password="alice-secret", autocommit=True) as connection:
+                assert len(connection.execute(sql).fetchall()) == 1
+                spent.append(connection.execute("SHOW budget").fetchall())
+    finally:
+        server.stop()
+        server.thread.join(10)
+    assert spent[0] == spent[1]  # the second connection's queries cost nothing
+    assert spent[0][0][2] == pytest.approx(2.0)  # (scope, total, spent, remaining, ...): the session's 2
