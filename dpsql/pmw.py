@@ -75,12 +75,17 @@ class PmwPlan:
         return self.max_updates * sensitivity / self.measure_epsilon
 
 
+MAX_UPDATES = 10_000
+"""The most measurements a session may make: each keeps its query's vector over the cells."""
+
+
 def plan_pmw(epsilon: Fraction, max_updates: Any, threshold: Any) -> PmwPlan:
     """The split; refuses parameters it cannot use."""
-    if isinstance(max_updates, bool) or not isinstance(max_updates, int) or max_updates < 1:
-        raise InvalidParameter(f"max_updates must be a positive whole number, got {max_updates!r}",
+    if isinstance(max_updates, bool) or not isinstance(max_updates, int) or not 1 <= max_updates <= MAX_UPDATES:
+        raise InvalidParameter(f"max_updates must be a whole number from 1 to {MAX_UPDATES}, got {max_updates!r}",
                                hint="pass max_updates=10: the most measurements the session may make")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, Fraction)) or not threshold > 0:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, Fraction)) or not threshold > 0 \
+            or threshold == float("inf"):
         raise InvalidParameter(f"threshold must be a positive number of rows, got {threshold!r}",
                                hint="pass threshold=50: an error above it triggers a measurement")
     total = epsilon * TOTAL_SHARE

@@ -18,10 +18,11 @@ from fractions import Fraction
 from typing import Any
 
 from dpsql.calls import Mechanism, register
-from dpsql.errors import BudgetExceeded, InvalidParameter
+from dpsql.errors import BudgetExceeded, DPError, InvalidParameter
 from dpsql.options import privacy_options
 from dpsql.pmw import plan_pmw
 from dpsql.result import DPResult, QueryCost
+from dpsql.workload import check_workload
 
 OPTIONS = ("table", "columns", "epsilon", "max_updates", "threshold")
 """The call's options: the session's, as ``db.pmw`` takes them (``columns`` comma-separated)."""
@@ -44,6 +45,13 @@ def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPR
     table, columns, settings = _session_options(connection, options)
     key = (connection.analyst, table.lower(), tuple(c.lower() for c in columns),
            *(str(Fraction(v)) if isinstance(v, (int, Fraction)) else repr(v) for v in settings.values()))
+    for position, text in enumerate(queries, 1):  # every query checked before a session is charged
+        try:
+            check_workload([text], connection.policy, connection._catalog)
+        except DPError as error:
+            error.message = error.message.replace("query 1 of the workload", f"query {position} of the call")
+            error.args = (str(error._render()),)
+            raise
     with _LOCK:
         sessions = connection.__dict__.setdefault("_pmw_sessions", {})
         session = sessions.get(key)

@@ -45,6 +45,10 @@ MAX_CELLS = 2 ** 22
 """The largest joint domain a workload may span (cells, outside cell included)."""
 MAX_BYTES = 512 * 2 ** 20
 """The largest memory the coefficient vectors and histograms of a workload may take."""
+MAX_COEFFICIENTS = 2 ** 16
+"""The most the absolute values of one query's coefficients may add up to: a cell's coefficient,
+times a count below 2^63, split into 21-bit limbs over at most 2^22 cells, stays within int64
+(``dpsql.mechanisms.mwem.Workload.answers``), and scores stay far from float's limits."""
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _LOGIC = (exp.And, exp.Or, exp.Not, exp.Paren)
@@ -157,6 +161,10 @@ def _check_one(text: str, policy: Policy, catalog: dict,
         raise UnsupportedQuery("a workload query selects its GROUP BY columns and one count, nothing else",
                                node=tree, hint="select exactly the GROUP BY columns, and the count")
     terms = tuple(_terms(values[0].unalias(), 1, alias, columns, keyed))
+    if sum(abs(term.coefficient) for term in terms) > MAX_COEFFICIENTS:
+        raise UnsupportedQuery(f"a workload query's coefficients add up (in absolute value) to more than "
+                               f"{MAX_COEFFICIENTS}", node=values[0],
+                               hint="scale the query down: its answers are multiplied back afterwards for free")
     where = tree.args.get("where")
     predicate = _predicate(where.this, alias, columns, keyed) if where is not None else None
     label = values[0].alias if isinstance(values[0], exp.Alias) else values[0].sql(dialect=DIALECT)

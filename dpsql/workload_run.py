@@ -43,6 +43,7 @@ from dpsql.result import DPResult, QueryCost
 from dpsql.sql.normalise import repeat_key
 from dpsql.sql.parse import DIALECT
 from dpsql.workload import (
+    MAX_BYTES,
     WorkloadQuery,
     cell_labels,
     check_size,
@@ -129,9 +130,14 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
                                "domains satisfies its predicates)", hint="check the predicates' values")
     if rounds is None:
         rounds = default_rounds(sum(1 for d in sensitivities if d > 0), options.epsilon)
-    elif isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise InvalidParameter(f"rounds must be a positive whole number, got {rounds!r}",
+    elif isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise InvalidParameter(f"rounds must be a whole number from 1 to {MAX_ROUNDS}, got {rounds!r}",
                                hint="pass rounds=10, or leave it out for the default rule")
+    cells = math.prod(len(d) for d in domains) + 1 if domains else 1
+    if 8 * cells * rounds > MAX_BYTES:  # each round keeps its measured query's vector over the cells
+        raise UnsupportedQuery(f"{rounds} rounds over {cells:,} cells would keep about "
+                               f"{8 * cells * rounds / 2 ** 20:,.0f} MB of measured vectors; the limit is "
+                               f"{MAX_BYTES // 2 ** 20} MB", hint="ask for fewer rounds, or read fewer columns")
     mwem = plan_mwem(options.epsilon, options.delta, rounds, reach, rho_budget)
     check_scales(mwem, [mwem.total_scale(), *(mwem.measure_scale(d) for d in live)], rounds)
     cost = Spend(mwem.epsilon, mwem.delta, mwem.rho)
@@ -144,6 +150,10 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
     return WorkloadPlan(tuple(checked), plan, priced.bounded, tuple(columns), tuple(tuple(d) for d in domains),
                         workload, tuple(sensitivities), mwem, cost, normal, key, tuple(types),
                         tuple(tuple(v) for v in literals))
+
+
+MAX_ROUNDS = 1000
+"""The most rounds a workload may ask for: the work after the charge grows with their square."""
 
 
 def check_scales(mwem: MwemPlan, scales: list[Fraction], rounds: int) -> None:

@@ -379,7 +379,7 @@ def test_other_refusals():
         with pytest.raises(dpsql.InvalidParameter, match="epsilon"):
             db.workload(["SELECT COUNT(*) FROM t"], epsilon=-1)
         with pytest.raises(dpsql.InvalidParameter, match="too small for 32 rounds"):
-            db.workload(["SELECT 1000000 * COUNT(*) FROM t"], epsilon=Fraction(1, 10**5), rounds=32)
+            db.workload(["SELECT 65536 * COUNT(*) FROM t"], epsilon=Fraction(1, 10**5), rounds=32)
         with pytest.raises(dpsql.UnsupportedQuery, match="0 whatever the data"):
             db.workload(["SELECT COUNT(*) FROM t WHERE a = 7"], epsilon=1)
         assert db.budget.spent.epsilon == 0
@@ -466,3 +466,46 @@ def test_a_workload_reading_no_column_has_one_cell():
         assert planned.workload.cells == 1 and list(planned.sensitivities) == [2, 4]
         answer = db.workload(["SELECT COUNT(*) FROM t", "SELECT 3 * COUNT(*) - COUNT(*) FROM t"], epsilon=1)
     assert len(answer.fetchall()) == 2
+
+
+# -- the attack review's integer overflow (helper-26) --------------------------------------------
+
+
+def test_a_coefficient_sum_beyond_the_limit_is_refused_before_the_charge():
+    con, db = connect()
+    with db:
+        k = workload_module.MAX_COEFFICIENTS
+        with pytest.raises(dpsql.UnsupportedQuery, match=f"add up \\(in absolute value\\) to more than {k}"):
+            db.workload([f"SELECT {k} * COUNT(*) FILTER (WHERE a = 1) - COUNT(*) FILTER (WHERE a = 2) FROM t"],
+                        epsilon=1)
+        assert db.budget.spent.epsilon == 0
+        db.workload([f"SELECT {k // 2} * COUNT(*) FILTER (WHERE a = 1) - {k // 2} * COUNT(*) FROM t"], epsilon=1)
+
+
+def test_exact_answers_do_not_wrap_around_whatever_the_counts():
+    """Counts near 2^62 times the largest coefficients: the answers equal Python's integers (the
+    int64 products wrapped around at 2^63 before, and flipped the selection score's sign)."""
+    k = workload_module.MAX_COEFFICIENTS
+    bases = np.array([[k, -k, 0, 1], [1, 1, 1, 1]], dtype=np.int64)
+    work = mwem.Workload(bases, np.array([[0, 0, 0, 0], [0, 0, 0, 0]]), (1,))
+    histogram = np.array([2 ** 62 - 1, 3, 2 ** 61, 2 ** 62 + 5], dtype=np.int64)
+    assert work.answers(histogram).tolist() == [k * (2 ** 62 - 1) - 3 * k + 0 + 2 ** 62 + 5]
+
+
+def test_neighbouring_selection_scores_differ_by_one_sensitivity_even_past_int64():
+    """|a - x|/Δ must be 1-Lipschitz in x for the exponential mechanism's guarantee: checked at
+    distances of 2^43 and more (where int64 arithmetic wrapped) and beyond the score's cap."""
+    plan = mwem.plan_mwem(Fraction(1), Fraction(0), 1, 1, None)
+    step = plan.select_epsilon / 2  # the log weight's change for one sensitivity
+    for distance in (2 ** 43, 2 ** 63 // mwem.SCORE_GRID, 2 ** 70, mwem.SCORE_CAP - 1, mwem.SCORE_CAP + 3):
+        here, there = (mwem.selection_log_weights(plan, [Fraction(1)], [0], [x]) for x in (distance, distance + 1))
+        assert 0 <= there[0] - here[0] <= float(step) * (1 + 1e-9)
+        assert here[0] > 0
+
+
+def test_rounds_and_their_memory_are_bounded_before_the_charge():
+    con, db = connect()
+    with db:
+        with pytest.raises(dpsql.InvalidParameter, match="rounds must be a whole number from 1 to 1000"):
+            db.workload(["SELECT COUNT(*) FROM t WHERE a = 1"], epsilon=1, rounds=10 ** 11)
+        assert db.budget.spent.epsilon == 0

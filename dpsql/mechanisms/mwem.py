@@ -85,6 +85,12 @@ import numpy as np
 from dpsql.errors import InternalError
 from dpsql.mechanisms import noise
 
+LIMB_BITS = 21
+"""Exact answers add counts in limbs of this many bits: |coefficient| <= 2^16 times a limb over at
+most 2^22 cells stays below 2^59 (``dpsql.workload.MAX_COEFFICIENTS``)."""
+SCORE_CAP = 2 ** 30
+"""A selection score beyond this many sensitivities is clipped to it (still 1-Lipschitz): every
+score is then a float exact to 2^-23 of a sensitivity, and such a query is chosen all the same."""
 SCORE_GRID = 2 ** 20
 """Synthetic answers are rounded to multiples of 1/SCORE_GRID before scoring (exact in floats)."""
 TOTAL_SHARE = Fraction(1, 10)
@@ -130,8 +136,16 @@ class Workload:
         parts = []
         for base, group, count in zip(self.bases, self.groups, self.group_counts):
             inside = group >= 0
-            out = np.zeros(count, dtype=np.int64 if exact else np.float64)
-            np.add.at(out, group[inside], (base * histogram)[inside])
+            if not exact:
+                out = np.zeros(count, dtype=np.float64)
+                np.add.at(out, group[inside], (base * histogram)[inside])
+            else:  # exact whatever the counts: 21-bit limbs summed in int64, joined as Python ints
+                out = np.zeros(count, dtype=object)
+                for shift in range(0, 63, LIMB_BITS):
+                    limb = (histogram.astype(np.int64) >> shift) & ((1 << LIMB_BITS) - 1)
+                    part = np.zeros(count, dtype=np.int64)
+                    np.add.at(part, group[inside], (base * limb)[inside])
+                    out = out + part.astype(object) * (1 << shift)
             parts.append(out)
         return np.concatenate(parts) if parts else np.zeros(0)
 
@@ -383,7 +397,7 @@ def selection_factors(plan: MwemPlan, sensitivities: Sequence[Fraction]) -> np.n
     return np.array([float(plan.select_epsilon / (2 * SCORE_GRID * d)) if d > 0 else 0.0 for d in sensitivities])
 
 
-def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rounded: np.ndarray,
+def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rounded: Sequence[int] | np.ndarray,
                           truth: np.ndarray, factors: np.ndarray | None = None) -> np.ndarray:
     """The exponential mechanism's log weights ε₀·u_s/2, u_s = |a_s - x_s|/Δ_s, from the synthetic
     answers ``rounded`` (a_s in units of 1/SCORE_GRID, public) and the exact answers ``truth``;
@@ -393,10 +407,13 @@ def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rou
     >>> selection_log_weights(p, [Fraction(1), Fraction(0)], np.array([3 * SCORE_GRID, 0]), np.array([1, 0])).tolist()
     [0.45, -inf]
     """
-    distance = np.abs(np.asarray(rounded, dtype=np.int64) - np.asarray(truth, dtype=np.int64) * SCORE_GRID)
     factors = selection_factors(plan, sensitivities) if factors is None else factors
-    live = np.array([d > 0 for d in sensitivities])
-    return np.where(live, distance.astype(np.float64) * factors, -np.inf)
+    weights = np.full(len(sensitivities), -np.inf)
+    for s, sensitivity in enumerate(sensitivities):
+        if sensitivity > 0:  # exact integers (no int64 wrap-around), clipped at SCORE_CAP sensitivities
+            distance = abs(int(rounded[s]) - int(truth[s]) * SCORE_GRID)
+            weights[s] = float(min(Fraction(distance), SCORE_CAP * SCORE_GRID * sensitivity)) * factors[s]
+    return weights
 
 
 def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fraction], exact: np.ndarray,
@@ -415,7 +432,7 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
     for _ in range(plan.rounds):
         estimate = workload.answers(synthetic)
         answers_before.append(estimate)
-        rounded = np.round(estimate * SCORE_GRID).astype(np.int64)       # public
+        rounded = [int(v) for v in np.round(estimate * SCORE_GRID)]       # public, exact Python ints
         weights = selection_log_weights(plan, sensitivities, rounded, truth, factors)
         chosen = noise.exponential_mechanism(weights, source)
         value = int(truth[chosen]) + _draw(plan, plan.measure_scale(sensitivities[chosen]), source)

@@ -55,7 +55,8 @@ def threshold_share(max_above: int) -> Fraction:
     >>> threshold_share(1)
     Fraction(349, 903)
     """
-    return Fraction(1 / (1 + (2 * max_above) ** (2 / 3))).limit_denominator(1000)
+    share = Fraction(1 / (1 + (2 * max_above) ** (2 / 3))).limit_denominator(1000)
+    return share if share > 0 else Fraction(1, 1000)  # (beyond c = 44,700 it would round to 0)
 
 
 class AboveThreshold:
