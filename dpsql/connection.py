@@ -277,6 +277,7 @@ class Connection:
             accountant_for(self.policy.accounting, Spend(self.policy.analyst_budget_epsilon,
                                                          self.policy.analyst_budget_delta))
         self._policy_text = policy_to_text(self.policy)
+        self._has_local = any(rule.local is not None for table in self.policy.private_tables for rule in table.columns)
         # The stored texts this connection's accountants agree with: a charge is refused once
         # the stored policy is none of them (replaced since), so the stored budget rules.
         agreed = {None, self._policy_text}
@@ -1124,6 +1125,8 @@ class Connection:
     def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
         """The de-biased count ``sql`` is, if it is one (``dpsql.local_query``), and its written
         options: from the checked query alone, before any epsilon is needed (a free one needs none)."""
+        if not self._has_local:  # no LOCAL RR column in the policy: nothing to route
+            return None, {}
         tree, checked, written = self._check(sql)
         return route_local(tree, checked, self.policy, written), written
 
