@@ -69,8 +69,8 @@ def plan_scaling(plan: Plan, checked: PrivateQuery, sampling: Sampling | None, w
     where = {"line": option.line, "col": option.col}
     if sampling is None:
         raise UnsupportedQuery("scale_sample scales estimates from a Poisson sample, but this query reads no "
-                               "TABLESAMPLE POISSON", **where,
-                               hint="write FROM t TABLESAMPLE POISSON (10 PERCENT), or leave scale_sample out")
+                               "TABLESAMPLE POISSON below 100 PERCENT (which is the whole table: nothing to scale)",
+                               **where, hint="write FROM t TABLESAMPLE POISSON (10 PERCENT), or leave scale_sample out")
     if plain_projection(checked.post, core_columns(plan)) is None:
         raise UnsupportedQuery("scale_sample scales released COUNT and SUM columns as they are, but this query "
                                "post-processes them (HAVING, ORDER BY, LIMIT, DISTINCT or arithmetic)", **where,

@@ -278,6 +278,9 @@ def coefficient_vectors(queries: list[WorkloadQuery], columns: list[str], types:
     in-memory table of the cells (cell i: the domains' product in row-major order; the last
     cell the outside one, every column NULL). Public data only; a predicate DuckDB cannot
     evaluate on the cells (a type mismatch) is refused, nothing having been charged."""
+    if any(c.lower() == "dp_cell" for c in columns):
+        raise UnsupportedQuery("a workload cannot read a column named dp_cell: that name is dpsql's own, for "
+                               "the cells' index", hint="rename the column")
     sizes = [len(d) for d in domains]
     cells = math.prod(sizes) + 1 if columns else 1   # no column read: one cell holds every row
     con = duckdb.connect(":memory:", config={"enable_external_access": False})
@@ -297,10 +300,10 @@ def coefficient_vectors(queries: list[WorkloadQuery], columns: list[str], types:
         if columns:
             nulls = ", ".join(f'CAST(NULL AS {t}) AS {exp.to_identifier(c, quoted=True).sql(dialect=DIALECT)}'
                               for c, t in zip(columns, types))
-            con.execute(f"CREATE TABLE cells AS SELECT {index} AS cell, {named} FROM {joined} "
-                        f"UNION ALL SELECT {cells - 1} AS cell, {nulls}")
+            con.execute(f"CREATE TABLE cells AS SELECT {index} AS dp_cell, {named} FROM {joined} "
+                        f"UNION ALL SELECT {cells - 1} AS dp_cell, {nulls}")
         else:
-            con.execute("CREATE TABLE cells AS SELECT 0 AS cell")
+            con.execute("CREATE TABLE cells AS SELECT 0 AS dp_cell")
         bases, groups, counts = [], [], []
         for number, query in enumerate(queries, start=1):
             base = np.zeros(cells, dtype=np.int64)
@@ -339,7 +342,7 @@ def _truth(con, condition: exp.Expr | None, cells: int) -> np.ndarray:
     if condition is None:
         return np.ones(cells, dtype=np.int64)
     select = exp.select(exp.func("COALESCE", exp.paren(condition.copy()), exp.false())).from_("cells") \
-        .order_by("cell")
+        .order_by("dp_cell")  # (a policy column named cell stays the policy's)
     try:
         rows = con.execute(select.sql(dialect=DIALECT)).fetchall()
     except duckdb.Error as error:  # public cells only: the message holds no private data

@@ -509,3 +509,13 @@ def test_rounds_and_their_memory_are_bounded_before_the_charge():
         with pytest.raises(dpsql.InvalidParameter, match="rounds must be a whole number from 1 to 1000"):
             db.workload(["SELECT COUNT(*) FROM t WHERE a = 1"], epsilon=1, rounds=10 ** 11)
         assert db.budget.spent.epsilon == 0
+
+
+def test_a_keys_column_named_cell_is_the_policys_own_column():
+    """The public table of cells indexed its rows by a column named cell, which shadowed a policy
+    column of that name (helper-26): cell = 10 was refused as 'always 0'."""
+    frame = pd.DataFrame({"uid": range(30), "cell": [10, 20, 30] * 10})
+    policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, cell KEYS (10, 20, 30));"
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(1)) as db:
+        planned = plan_workload(db, ["SELECT COUNT(*) FROM t WHERE cell = 10"], Fraction(1), None, 1)
+        assert planned.workload.vector(0).tolist() == [1, 0, 0, 0]
