@@ -105,28 +105,25 @@ def sql_value(value) -> str:
     return f"'{value}'" if isinstance(value, str) else str(value)
 
 
-def truth(con, queries, domains) -> np.ndarray:
+def _answers(queries, domains, rows_of) -> np.ndarray:
+    """Every scalar answer, a GROUP BY query's over every cell of its domains (0 where no row)."""
     values = []
     for sql, keys in queries:
-        rows = con.sql(sql).fetchall()
+        rows = rows_of(sql)
         if not keys:
             values.append(float(rows[0][-1]))
             continue
         found = {tuple(r[:-1]): r[-1] for r in rows}
         values += [float(found.get(cell, 0)) for cell in itertools.product(*(domains[k] for k in keys))]
     return np.array(values)
+
+
+def truth(con, queries, domains) -> np.ndarray:
+    return _answers(queries, domains, lambda sql: con.sql(sql).fetchall())
 
 
 def independent(db, queries, domains, epsilon: float) -> np.ndarray:
-    values = []
-    for sql, keys in queries:
-        rows = db.sql(sql, epsilon=epsilon / len(queries)).fetchall()
-        if not keys:
-            values.append(float(rows[0][-1]))
-            continue
-        found = {tuple(r[:-1]): r[-1] for r in rows}
-        values += [float(found.get(cell, 0)) for cell in itertools.product(*(domains[k] for k in keys))]
-    return np.array(values)
+    return _answers(queries, domains, lambda sql: db.sql(sql, epsilon=epsilon / len(queries)).fetchall())
 
 
 def mwem_answers(db, queries, epsilon: float) -> tuple[np.ndarray, float, int]:

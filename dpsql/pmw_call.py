@@ -30,7 +30,7 @@ OPTIONS = ("table", "columns", "epsilon", "max_updates", "threshold")
 _LOCK = threading.Lock()
 
 
-def _session_options(connection: Any, options: dict[str, Any]) -> tuple[str, list[str], dict[str, Any]]:
+def _session_options(options: dict[str, Any]) -> tuple[str, list[str], dict[str, Any]]:
     table, columns = options.get("table"), options.get("columns")
     if not isinstance(table, str) or not isinstance(columns, str) or not columns.strip():
         raise InvalidParameter("pmw() needs the session's table and its KEYS columns",
@@ -41,10 +41,15 @@ def _session_options(connection: Any, options: dict[str, Any]) -> tuple[str, lis
                           "threshold": options.get("threshold")}
 
 
+def _session_key(connection: Any, table: str, columns: list[str], settings: dict[str, Any]) -> tuple:
+    """Which open session a call continues: the analyst's, with the same table, columns and settings."""
+    return (connection.analyst, table.lower(), tuple(c.lower() for c in columns),
+            *(str(Fraction(v)) if isinstance(v, (int, Fraction)) else repr(v) for v in settings.values()))
+
+
 def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPResult:
-    table, columns, settings = _session_options(connection, options)
-    key = (connection.analyst, table.lower(), tuple(c.lower() for c in columns),
-           *(str(Fraction(v)) if isinstance(v, (int, Fraction)) else repr(v) for v in settings.values()))
+    table, columns, settings = _session_options(options)
+    key = _session_key(connection, table, columns, settings)
     for position, text in enumerate(queries, 1):  # every query checked before a session is charged
         try:
             check_workload([text], connection.policy, connection._catalog)
@@ -95,12 +100,10 @@ def _updates(count: int) -> str:
 
 
 def _explain(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
-    table, columns, settings = _session_options(connection, options)
+    table, columns, settings = _session_options(options)
     epsilon = privacy_options(connection.policy, settings["epsilon"], Fraction(0), "laplace").epsilon
     plan = plan_pmw(epsilon, settings["max_updates"], settings["threshold"])
-    key = (connection.analyst, table.lower(), tuple(c.lower() for c in columns),
-           *(str(Fraction(v)) if isinstance(v, (int, Fraction)) else repr(v) for v in settings.values()))
-    open_now = key in connection.__dict__.get("_pmw_sessions", {})
+    open_now = _session_key(connection, table, columns, settings) in connection.__dict__.get("_pmw_sessions", {})
     return "\n".join([
         f"online private multiplicative weights (Hardt & Rothblum 2010) over {table} ({', '.join(columns)}): "
         f"{len(queries)} queries answered in order, from a synthetic histogram measured when the sparse vector "

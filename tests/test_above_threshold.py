@@ -4,15 +4,13 @@ COUNT/SUM queries, charged once, on every surface (Python, SQL form, shell, CLI,
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from fractions import Fraction
 
 import pandas as pd
 import pytest
 from cli_run import run
-from served import serve_shop
+from served import psql_lines, serve_shop
 
 import dpsql
 from dpsql.above_threshold import plan_stream
@@ -185,15 +183,11 @@ def test_psql_calls_it_through_the_server_charged_to_the_analyst(built, tmp_path
     try:
         sql = ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits WHERE age > 20', "
                "'SELECT COUNT(*) FROM visits WHERE age > 30', threshold = 0, epsilon = 20)")
-        environment = {**os.environ, "PGPASSWORD": "alice-secret", "PGCONNECT_TIMEOUT": "5"}
-        done = subprocess.run([shutil.which("psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice",
-                               "-d", "shop", "-X", "-A", "-t", "-c", sql, "-c", "SHOW ledger"],
-                              env=environment, capture_output=True, text=True, timeout=120)
+        lines, shown = psql_lines(server, "alice", "alice-secret", sql, "SHOW ledger")
     finally:
         server.stop()
         server.thread.join(10)
-    lines = done.stdout.splitlines()
-    assert "1|SELECT COUNT(*) FROM visits WHERE age > 20|t" in lines, done.stdout + done.stderr
+    assert "1|SELECT COUNT(*) FROM visits WHERE age > 20|t" in lines, shown
     assert "2|SELECT COUNT(*) FROM visits WHERE age > 30|" in lines  # not run: the stream stopped
     assert any("|alice|ABOVE THRESHOLD 0 (at most 1 above) OF 1. SELECT COUNT(*)" in line for line in lines)
 
@@ -208,8 +202,8 @@ def test_a_sampled_query_is_refused_in_a_stream_before_the_charge(db):
     """A stream's charge is not amplified, and its fetches carry no sample key: refused, not a
     charged failure."""
     with pytest.raises(UnsupportedQuery, match="query 2 of the stream: it samples its table"):
-        db.above_threshold(["SELECT COUNT(*) FROM visits", "SELECT COUNT(*) FROM visits TABLESAMPLE POISSON (10 PERCENT)"],
-                           threshold=1, epsilon=1)
+        db.above_threshold(["SELECT COUNT(*) FROM visits",
+                            "SELECT COUNT(*) FROM visits TABLESAMPLE POISSON (10 PERCENT)"], threshold=1, epsilon=1)
     assert db.budget.spent.epsilon == 0
 
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import shutil
-import subprocess
 from fractions import Fraction
 
 import duckdb
@@ -442,21 +440,17 @@ def test_the_shell_and_the_cli_answer_the_sql_form(built, tmp_path, capsys):
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
 def test_psql_calls_it_through_the_server_charged_to_the_analyst(built, tmp_path):
-    from served import serve_shop
+    from served import psql_lines, serve_shop
 
     server = serve_shop(built, tmp_path, shop_policy(), "alice", "alice-secret")
     try:
-        environment = {**os.environ, "PGPASSWORD": "alice-secret", "PGCONNECT_TIMEOUT": "5"}
-        done = subprocess.run([shutil.which("psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice",
-                               "-d", "shop", "-X", "-A", "-t", "-c", SHOP_WORKLOAD, "-c", "SHOW ledger"],
-                              env=environment, capture_output=True, text=True, timeout=120)
+        lines, shown = psql_lines(server, "alice", "alice-secret", SHOP_WORKLOAD, "SHOW ledger")
     finally:
         server.stop()
         server.thread.join(10)
-    lines = done.stdout.splitlines()
-    assert any(line.startswith("1|plan='pro'|") for line in lines), done.stdout + done.stderr
+    assert any(line.startswith("1|plan='pro'|") for line in lines), shown
     assert any(line.startswith("2||") for line in lines)
-    assert any("|alice|WORKLOAD MWEM" in line for line in lines), done.stdout
+    assert any("|alice|WORKLOAD MWEM" in line for line in lines), shown
 
 
 def test_a_workload_reading_no_column_has_one_cell():
