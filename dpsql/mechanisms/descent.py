@@ -84,7 +84,7 @@ def grid_steps(noise_multiplier: float) -> int:
     grid (truncation moves a unit's vector by under sqrt(d)/D of the clip) the sampler still takes.
 
     >>> grid_steps(1.0), grid_steps(100.0)
-    (16777216, 262144)
+    (16777216, 524288)
     """
     steps = 2 ** 24
     while steps > 1 and (noise_multiplier * steps) ** 2 >= LARGEST_SIGMA_SQUARED:
