@@ -635,6 +635,29 @@ class Connection:
 
         return open_pmw(self, table, columns, epsilon, delta, max_updates, threshold)
 
+    def fit(self, sql: str, target: str, model: str = "linear", epsilon: Any = None, delta: Any = None, *,
+            steps: int = 30, clip: Any = 1.0, learning_rate: Any = None):
+        """A ``model`` ('linear' or 'logistic') of ``target`` on the other columns of the rows ``sql``
+        selects, trained by noisy gradient descent with each unit's gradient clipped to ``clip``
+        (``dpsql.fit``): charged once, (epsilon, delta) with delta > 0 (default: the policy's
+        QUERY EPSILON and QUERY DELTA). ``TABLESAMPLE POISSON (p PERCENT)`` in ``sql`` makes each
+        step read a fresh sample of units (DP-SGD). Returns a ``FittedModel``: ``coefficients``,
+        ``intercept``, ``predict(frame)``, ``cost`` and ``result`` (the release as a table).
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"uid": range(400), "x": [i % 10 for i in range(400)]})
+        >>> frame["y"] = 2 * frame["x"] + 1
+        >>> policy = ("BUDGET EPSILON 5 DELTA 1e-5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "
+        ...           "x BOUNDS 0 TO 10, y BOUNDS 0 TO 25);")
+        >>> with connect({"t": frame}, policy=policy) as db:
+        ...     model = db.fit("SELECT x, y FROM t", target="y", epsilon=2, delta=1e-6)
+        ...     sorted(model.coefficients), float(db.budget.spent.epsilon)
+        (['x'], 2.0)
+        """
+        from dpsql.fit import plan_fit, run_fit
+
+        return run_fit(self, plan_fit(self, sql, target, model, epsilon, delta, steps, clip, learning_rate))
+
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:
         """DP suggestions of a private table's contribution bounds, charged like a query.

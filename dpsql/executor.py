@@ -30,8 +30,10 @@ from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER
 
 Released = TypeVar("Released")
 
-Fetch = Callable[[BoundedStatement], list[tuple]]
-"""Runs one statement after the charge: its bounded copies filled, its salt bound."""
+Fetch = Callable[..., list[tuple]]
+"""``fetch(statement, sample_key=None)`` runs one statement after the charge: its bounded copies
+filled, its salt bound, and the given secret key bound where it reads a Poisson sample (a
+mechanism that samples afresh for each of its statements draws one key per statement)."""
 
 QUERY_FAILED = "the query failed while running; its cost was charged and no answer was released"
 """What the analyst reads when a charged query fails (the same whatever failed)."""

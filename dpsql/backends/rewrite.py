@@ -110,6 +110,19 @@ def rewrite_histogram(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> st
     return statement(_histogram(plan, measure), plan, dialect).sql
 
 
+def rows_statement(plan: Plan, final: exp.Select, layers: Sequence[tuple[str, exp.Expr]],
+                   dialect: str = DUCKDB) -> BoundedStatement:
+    """``final`` over the bounded rows of an ungrouped ``plan``: the CTEs ``dp_rows`` and
+    ``dp_values`` (each row of the relation with its unit ``dp_unit`` and each measure's clamped
+    value ``v_<measure>`` on its grid, NULL where the row has none), then ``layers``. For a
+    mechanism that aggregates the bounded rows itself and bounds each unit's part by
+    construction (``dpsql.fit_sql``: per-unit clipped gradients)."""
+    if plan.query.keys:
+        raise ValueError("rows_statement reads the rows of an ungrouped plan")
+    tree = _with(final, [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, [])), *layers])
+    return statement(tree, plan, dialect)
+
+
 def key_types_statement(plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
     """A statement whose columns ``g0..`` are the query's keys as written (no measures): binding
     it gives each key's type, which decides how the key is read back (``dpsql.backends.keys``)."""

@@ -1,0 +1,452 @@
+"""``db.fit``: a linear or logistic model trained by noisy gradient descent, charged once.
+
+The analyst names the training rows with an ordinary query, ``SELECT f1, f2, ..., y FROM t
+[WHERE ...]`` (columns or row-level expressions, each bounded by the policy's BOUNDS or by a
+CLAMP in the query), and the target among its columns. The rows are planned as ``db.sql``
+plans ``SELECT SUM(f1), ..., SUM(y) FROM t [WHERE ...]``: the same checks, the same bounded
+copy (at most MAX ROWS PER UNIT rows per unit), every column clamped into its bounds. Each
+gradient step is then one statement over those rows, run by the engine (``dpsql.fit_sql``): per
+unit, the gradient of its rows summed, clipped to L2 norm ``clip``, summed exactly over units;
+the noise and the update are ``dpsql.mechanisms.descent``'s. The guarantee is per unit: a
+unit's rows are summed before the clip, however many rows it has.
+
+Cost: full-batch descent (the default) spends rho = rho_budget(epsilon, delta), a twentieth on
+the row count and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
+that rho. With ``TABLESAMPLE POISSON (p PERCENT)`` on the table, each step reads a fresh
+Poisson sample of units (its own secret key) and, under BASIC or ADVANCED accounting, the
+steps cost the subsampled Gaussian's (epsilon, delta) (``dpsql.budget.subsampled``); under
+ZCDP accounting a sample saves no budget (``dpsql.budget.amplification``: no amplification for
+Gaussian plans there), so the fit is calibrated as full batch and the sample only saves time.
+
+The ledger records the fit (its rows' query and every option) and the fitted weights; the same
+fit again is a free repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.analysis.plan import Plan, PublicQuery
+from dpsql.backends.rewrite import BoundedStatement
+from dpsql.budget.accounting import Spend, check_accountable, rho_budget
+from dpsql.calls import Mechanism, register
+from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
+from dpsql.explain import Explanation
+from dpsql.fit_sql import FitColumns, count_statement, gradient_statement
+from dpsql.mechanisms.descent import (
+    COUNT_SHARE,
+    Bounds,
+    Model,
+    Noise,
+    check_model,
+    check_positive,
+    check_steps,
+    default_learning_rate,
+    descend,
+    grid_steps,
+    unscaled,
+)
+from dpsql.mechanisms.noise import discrete_gaussian, secret_key
+from dpsql.options import privacy_options
+from dpsql.result import DPResult, QueryCost
+from dpsql.sql.parse import DIALECT, located, node_position, parse
+
+OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
+"""The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
+DEFAULT_STEPS = 30
+DEFAULT_CLIP = 1.0
+_SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """A fit, planned before the charge."""
+
+    text: str
+    model: Model
+    features: tuple[str, ...]
+    target: str
+    plan: Plan
+    """The rows' plan: the bounded rows each step reads (with its Poisson sample, if any)."""
+    columns: FitColumns
+    count: BoundedStatement
+    """The row count's statement (over the whole table, never a sample)."""
+    steps: int
+    clip: float
+    learning_rate: float
+    noise: Noise
+    rate: Fraction | None
+    """The Poisson sampling rate of units per step (DP-SGD), or None: full batch."""
+    amplified: bool
+    """The charge counts the sample (BASIC or ADVANCED accounting)."""
+    cost: Spend
+    epsilon: Fraction
+    delta: Fraction
+    cap: int
+    """K: one unit's rows counted at most (MAX ROWS PER UNIT)."""
+    sensitivity_factor: int
+    """1 under add/remove neighbours, 2 under replace-one (both vectors lie in the clip ball)."""
+    normal: str
+    repeat_key: str
+    dialect: str
+
+    def key(self) -> str:
+        text = json.dumps(["fit", self.repeat_key, self.model, self.target, list(self.features), str(self.epsilon),
+                           str(self.delta), self.steps, repr(self.clip), repr(self.learning_rate)])
+        return "fit:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def bounds(self) -> tuple[list[Bounds], Bounds | None]:
+        every = self.columns.bounds()
+        return every[:-1], (every[-1] if self.model == "linear" else None)
+
+    def statement(self, weights: Sequence[float]) -> BoundedStatement:
+        return gradient_statement(self.plan, self.columns, self.model, weights, self.clip, self.noise.norm_steps,
+                                  self.dialect)
+
+
+class FittedModel:
+    """A model fitted by ``db.fit``: coefficients in the columns' own units, what it cost."""
+
+    def __init__(self, fit: FitPlan, weights: Sequence[float], result: DPResult):
+        self.model = fit.model
+        self.features = fit.features
+        self.target = fit.target
+        self._bounds = fit.bounds()[0]
+        self.intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
+        self.coefficients = dict(zip(fit.features, coefficients))
+        self.cost = result.cost
+        self.result = result
+        """The release as a table: (term, coefficient)."""
+
+    def predict(self, frame: Any) -> np.ndarray:
+        """Predictions for the rows of a pandas DataFrame with the feature columns (clamped into
+        the bounds the model was trained in): values (linear) or probabilities (logistic)."""
+        columns = {str(c).lower(): c for c in frame.columns}
+        missing = [f for f in self.features if f not in columns]
+        if missing:
+            raise InvalidParameter(f"predict needs the feature columns {missing}",
+                                   hint=f"pass a DataFrame with columns {list(self.features)}")
+        values = self.intercept + sum(
+            np.clip(np.asarray(frame[columns[f]], dtype=float), b.lower, b.upper) * self.coefficients[f]
+            for f, b in zip(self.features, self._bounds))
+        values = np.asarray(values, dtype=float)
+        return values if self.model == "linear" else 1.0 / (1.0 + np.exp(-values))
+
+    def __repr__(self) -> str:
+        return repr(self.result)
+
+    def _repr_html_(self) -> str:
+        return self.result._repr_html_() if hasattr(self.result, "_repr_html_") else repr(self)
+
+
+def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None, delta: Any = None,
+             steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP, learning_rate: Any = None) -> FitPlan:
+    """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
+    model = check_model(model)
+    steps = check_steps(steps)
+    clip = check_positive(clip, "clip", "1.0")
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidParameter("fit needs its target column's name", hint="pass target='y', a column of the query")
+    options = privacy_options(connection.policy, epsilon, delta, "gaussian")
+    tree, items = _rows_query(sql)
+    names = [item.alias_or_name.lower() for item in items]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise UnsupportedQuery(f"the training query names the column {duplicated[0]} twice", line=1, col=1,
+                               hint="give each column its own name with AS")
+    wanted = target.strip().lower()
+    if wanted not in names:
+        raise InvalidParameter(f"the target {target!r} is not a column of the training query (its columns: "
+                               f"{', '.join(names)})", hint="name one of its columns, or add the target to it")
+    if len(names) < 2:
+        raise UnsupportedQuery("the training query has no feature besides the target", line=1, col=1, hint=_SHAPE)
+    order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
+    features = tuple(names[i] for i in order[:-1])
+    learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
+                     else check_positive(learning_rate, "learning_rate", "0.1"))
+    prepared = _prepare_rows(connection, sql, tree, items, order, model)
+    plan, priced = prepared.plan, prepared.priced
+    assert plan is not None and priced is not None
+    columns = _columns(plan)
+    rate = None if priced.sampling is None else priced.sampling.rate
+    policy = connection.policy
+    if rate is not None and policy.neighbours != "unbounded":
+        raise UnsupportedQuery("a fit on a Poisson sample (TABLESAMPLE POISSON) needs NEIGHBOURS UNBOUNDED: under "
+                               "replace-one neighbours a unit and its replacement are sampled apart",
+                               line=1, col=1, hint="leave the sample out (full-batch descent)")
+    count_plan = plan if rate is None else _prepare_rows(connection, sql, _unsampled(tree), items, order,
+                                                         model).plan
+    assert count_plan is not None
+    cap = max(1, int(plan.query.rule.max_rows_per_unit or 1))
+    factor = 1 if policy.neighbours == "unbounded" else 2
+    amplified = rate is not None and policy.accounting != "zcdp"
+    noise, cost = _calibrate(options.epsilon, options.delta, steps, cap, factor, rate if amplified else None)
+    check_accountable(policy.accounting, cost)
+    fit = FitPlan(sql, model, features, wanted, plan, columns,
+                  count_statement(count_plan, _columns(count_plan), cap, connection._engine.dialect),
+                  steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, cap,
+                  factor, priced.normal_sql, priced.repeat_key, connection._engine.dialect)
+    fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
+    return fit
+
+
+def _rows_query(sql: str) -> tuple[exp.Select, list[exp.Expression]]:
+    """The training query's tree and its select items, checked to be rows (no aggregation)."""
+    parsed = parse(sql)
+    if parsed.options:
+        raise UnsupportedQuery("the training query may not carry OPTIONS", line=1, col=1,
+                               hint="give epsilon, delta and the fit's options as fit's own arguments")
+    tree = parsed.tree
+    if not isinstance(tree, exp.Select):
+        raise located(UnsupportedQuery(f"fit trains on the rows of one SELECT, found {tree.key.upper()}",
+                                       node=tree, hint=_SHAPE), sql)
+    for clause in ("group", "having", "order", "limit", "offset", "distinct", "qualify", "windows"):
+        if tree.args.get(clause):
+            raise located(UnsupportedQuery(f"the training query has {clause.upper()}: fit trains on rows as they are",
+                                           node=tree.args[clause], hint=_SHAPE), sql)
+    for item in tree.expressions:
+        if isinstance(item, exp.Star) or isinstance(item.unalias(), exp.Star):
+            raise located(UnsupportedQuery("the training query selects *", node=item,
+                                           hint=f"name the columns: {_SHAPE}"), sql)
+        if item.find(exp.AggFunc) is not None or item.find(exp.Window) is not None:
+            raise located(UnsupportedQuery("the training query aggregates", node=item, hint=_SHAPE), sql)
+    return tree, list(tree.expressions)
+
+
+def _target_value(expression: exp.Expr) -> exp.Expr:
+    """A logistic target as 1 (its value is 1, or TRUE), 0 (any other value) or NULL."""
+    value = exp.Paren(this=expression.copy())
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=value, expression=exp.Literal.number(1)),
+                                true=exp.Literal.number(1)),
+                         exp.If(this=exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+                                true=exp.Literal.number(0))])
+
+
+def _prepare_rows(connection: Any, sql: str, tree: exp.Select, items: list[exp.Expression], order: list[int],
+                  model: Model):
+    """``db.sql``'s preparation of SUM(column) for each column, features first, target last: its
+    plan's bounded rows are the fit's; a refusal is placed at the analyst's column."""
+    sums = tree.copy()
+    selected = []
+    for position, index in enumerate(order):
+        value = items[index].unalias().copy()
+        if model == "logistic" and position == len(order) - 1:
+            value = _target_value(value)
+        selected.append(exp.alias_(exp.Sum(this=value), f"c{position}"))
+    sums.set("expressions", selected)
+    text = sums.sql(dialect=DIALECT)
+    try:
+        prepared = connection._prepare(text, 1, 0, "laplace", None, False)
+    except DPError as error:
+        raise _placed(error, text, sql, items, order) from None
+    if isinstance(prepared.checked, PublicQuery) or prepared.plan is None or prepared.priced is None:
+        raise UnsupportedQuery("the training query reads no private data", line=1, col=1,
+                               hint="fit a public table with any library: nothing needs protecting")
+    return prepared
+
+
+def _placed(error: DPError, text: str, sql: str, items: list[exp.Expression], order: list[int]) -> DPError:
+    """A refusal of the SUM query, said of the analyst's own query: at the column it concerns."""
+    node = getattr(error, "node", None)
+    total = node.find_ancestor(exp.Sum) if isinstance(node, exp.Expression) else None
+    if total is None and isinstance(node, exp.Sum):
+        total = node
+    error.line = error.col = None
+    if total is not None and isinstance(total.parent, exp.Alias):
+        index = order[int(total.parent.alias[1:])]
+        error.locate(*node_position(items[index], sql))
+    else:
+        position = _same_node(node, sql)
+        if position is not None:
+            error.locate(*position)
+    error.message = f"in the training query: {error.message}"
+    error.args = (error._render(),)
+    return error
+
+
+def _same_node(node: Any, sql: str) -> tuple[int | None, int | None] | None:
+    """Where a node of the SUM query (its FROM or WHERE, copied from the analyst's) is in ``sql``."""
+    if not isinstance(node, exp.Expression):
+        return None
+    for candidate in parse(sql).tree.walk():
+        if type(candidate) is type(node) and candidate == node:
+            return node_position(candidate, sql)
+    return None
+
+
+def _unsampled(tree: exp.Select) -> exp.Select:
+    """The training query without its TABLESAMPLE: the row count reads every unit."""
+    copy = tree.copy()
+    for sample in list(copy.find_all(exp.TableSample)):
+        sample.pop()
+    return copy
+
+
+def _columns(plan: Plan) -> FitColumns:
+    """Each SUM's measure: the column's value, grid and bounds in the bounded rows."""
+    if plan.query.keys or any(a.function != "sum" or len(a.measures) != 1 for a in plan.aggregates):
+        raise UnsupportedQuery("the training query's columns cannot be read as rows", line=1, col=1, hint=_SHAPE)
+    measures = [plan.measure(a.measures[0]) for a in plan.aggregates]
+    if any(m.kind != "sum" or m.centred or m.argument is None for m in measures):
+        raise UnsupportedQuery("the training query's columns cannot be read as rows", line=1, col=1, hint=_SHAPE)
+    return FitColumns(tuple(f"v_{m.name}" for m in measures), tuple(float(m.grid) for m in measures),
+                      tuple(m.lower for m in measures), tuple(m.upper for m in measures))
+
+
+def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, cap: int, factor: int,
+               rate: Fraction | None) -> tuple[Noise, Spend]:
+    """The noise of each step and of the count, and the charge (module docstring)."""
+    if rate is None:
+        rho = rho_budget(epsilon, delta)
+        count_rho, step_rho = rho * COUNT_SHARE, rho * (1 - COUNT_SHARE) / steps
+        multiplier_squared = Fraction(factor * factor) / (2 * step_rho)  # (sigma / D)^2
+        norm_steps = grid_steps(math.sqrt(multiplier_squared))
+        noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps,
+                      Fraction(cap * cap) / (2 * count_rho))
+        return noise, Spend(epsilon, delta, rho)
+    from dpsql.budget.subsampled import noise_multiplier_for
+
+    count_epsilon, count_delta = epsilon * COUNT_SHARE, delta * COUNT_SHARE
+    count_rho = rho_budget(count_epsilon, count_delta)
+    multiplier = Fraction(noise_multiplier_for(epsilon - count_epsilon, delta - count_delta, rate, steps))
+    norm_steps = grid_steps(float(multiplier))
+    noise = Noise(norm_steps, (multiplier * norm_steps) ** 2, Fraction(cap * cap) / (2 * count_rho))
+    return noise, Spend(epsilon, delta, count_rho + steps / (2 * multiplier * multiplier))
+
+
+def run_fit(connection: Any, fit: FitPlan) -> FittedModel:
+    """Charge ``fit``, run its steps through the executor and release (or replay a stored fit)."""
+    key = fit.key()
+    with connection._answer_locks[hash(key) % len(connection._answer_locks)]:
+        stored = connection._ledger.find_answer(key)
+        if stored is not None:
+            released = json.loads(stored)
+            return _model(connection, fit, released, QueryCost.free(repeat=True))
+        return _charged_fit(connection, fit, key)
+
+
+def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
+    cost = fit.cost
+
+    def charge() -> int:
+        return connection._ledger.charge(
+            cost, connection._accountant, sql=_ledger_text(fit),
+            options={"mechanism": "fit", "model": fit.model, "target": fit.target, "epsilon": fit.epsilon,
+                     "delta": fit.delta, "steps": fit.steps, "clip": fit.clip, "learning_rate": fit.learning_rate,
+                     "sample_rate": None if fit.rate is None else str(fit.rate),
+                     "neighbours": connection.policy.neighbours},
+            analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
+            policies=connection._agreed_policies)
+
+    def run(fetch) -> dict:
+        source = connection._rng
+        exact = fetch(fit.count)[0][0]
+        rows = int(exact or 0) + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
+        # DP-SGD divides by the expected batch, rate times the rows (sum and noise alike).
+        batch = float(rows) * (1.0 if fit.rate is None else float(fit.rate))
+        weights = np.zeros(len(fit.features) + 1)
+        for _ in range(fit.steps):
+            statement = fit.statement(weights.tolist())
+            sums = fetch(statement, secret_key(source)) if statement.needs_sample_key else fetch(statement)
+            exact_sums = [int(v or 0) for v in sums[0]]
+            noise = discrete_gaussian(fit.noise.sigma_squared, len(exact_sums), source)
+            weights = descend(weights, [s + int(n) for s, n in zip(exact_sums, noise)], fit.noise, fit.clip, batch,
+                              fit.learning_rate)
+        return {"weights": [float(w) for w in weights], "rows": rows}
+
+    released = connection._executor.execute_adaptive(
+        charge, run, lambda r: json.dumps(r),
+        failure="the fit failed while running; its cost was charged and no model was released")
+    charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
+    return _model(connection, fit, released, charged)
+
+
+def _ledger_text(fit: FitPlan) -> str:
+    sampled = "" if fit.rate is None else f", a Poisson sample of {float(fit.rate) * 100:g}% of units per step"
+    return (f"FIT {fit.model.upper()} {fit.target} ON {', '.join(fit.features)} ({fit.steps} steps, clip "
+            f"{fit.clip:g}{sampled}) OF {fit.normal}")
+
+
+def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost) -> FittedModel:
+    weights = released["weights"]
+    intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
+    rows = [("intercept", intercept)] + list(zip(fit.features, coefficients))
+
+    def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+        # The last iterate of noisy descent has no closed-form interval: derived, no ±.
+        return {"coefficient": [(math.nan, math.nan, math.nan)] * len(rows)}
+
+    notes = (f"{fit.model} regression of {fit.target} by {fit.steps} steps of noisy gradient descent "
+             f"on about {max(released['rows'], 0):,} rows (a noisy count); coefficients in the columns' own "
+             "units, no interval (the last iterate of noisy descent has none in closed form)",)
+    result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
+                      budget=connection._snapshot(), notes=notes)
+    return FittedModel(fit, weights, result)
+
+
+def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
+    """What the fit would read, run and cost; reads no data."""
+    every = fit.columns.bounds()
+    bounds = ", ".join(f"{name} in [{b.lower:g}, {b.upper:g}]" for name, b in zip((*fit.features, fit.target), every))
+    multiplier = math.sqrt(float(fit.noise.sigma_squared)) / fit.noise.norm_steps
+    lines = [
+        f"fit: {fit.model} regression of {fit.target} on {', '.join(fit.features)}, by {fit.steps} steps of "
+        f"noisy gradient descent{'' if fit.rate is None else ' on Poisson samples of units (DP-SGD)'}",
+        f"rows: {fit.normal}",
+        f"columns clamped into their bounds and scaled onto [-1, 1]: {bounds}",
+        f"each step: per unit, the gradient of its rows summed, clipped to L2 norm {fit.clip:g} (scaled units), "
+        f"summed exactly over units; discrete Gaussian noise of sigma {multiplier:.4g} x clip on each of its "
+        f"{len(fit.features) + 1} coordinates (one unit moves the sum by at most "
+        f"{'the clip' if fit.sensitivity_factor == 1 else 'twice the clip, replace-one neighbours'})",
+        f"learning rate {fit.learning_rate:g}, on the average row loss (the sum over a noisy count of rows, "
+        f"each unit's capped at {fit.cap}, released once with {float(COUNT_SHARE):g} of the budget)",
+    ]
+    if fit.rate is not None:
+        lines.append(f"sample: each step keeps each unit with probability {float(fit.rate):g}, by a keyed hash "
+                     "with a fresh secret key per step; " +
+                     ("the charge is the subsampled Gaussian's (dpsql.budget.subsampled)" if fit.amplified else
+                      "under ZCDP accounting a sample saves no budget: calibrated as full batch"))
+    cost = fit.cost
+    lines.append(f"cost: epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
+                 f"{'' if cost.rho is None else f', rho {float(cost.rho):.6g}'}, charged once for the whole fit")
+    lines.append("first step's statement (weights 0; later steps differ in their weights only):")
+    lines.append(fit.statement([0.0] * (len(fit.features) + 1)).sql)
+    repeat = connection._ledger.find_answer(fit.key()) is not None
+    _, refusal = connection._after(Spend.ZERO if repeat else cost)
+    lines.append(connection._accounting_text(cost, repeat, refusal))
+    return Explanation("\n".join(lines), refused=refusal)
+
+
+def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -> DPResult:
+    return connection.fit(*_one_query(queries), **_with_target(options)).result
+
+
+def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
+    return explain_fit(connection, plan_fit(connection, *_one_query(queries), **_with_target(options)))
+
+
+def _one_query(queries: list[str]) -> list[str]:
+    if len(queries) != 1:
+        raise InvalidParameter(f"fit() takes one training query, got {len(queries)}",
+                               hint="write SELECT * FROM fit('SELECT x1, x2, y FROM t', target = 'y')")
+    return queries
+
+
+def _with_target(options: dict[str, Any]) -> dict[str, Any]:
+    if "target" not in options:
+        raise InvalidParameter("fit() needs a target",
+                               hint="write SELECT * FROM fit('SELECT x1, x2, y FROM t', target = 'y')")
+    return options
+
+
+register("fit", Mechanism(_answer_call, _explain_call, OPTIONS))

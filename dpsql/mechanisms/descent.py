@@ -1,0 +1,154 @@
+"""Noisy gradient descent on per-unit clipped gradients: calibration and the update (no SQL).
+
+A model is fitted in *scaled* space: each feature and (for linear regression) the target is
+mapped affinely from its bounds [L, U] onto [-1, 1], so every row's gradient is bounded by the
+current weights alone and one learning rate fits every column. Each step, the engine computes
+(``dpsql.fit_sql``), for every unit, the sum over its rows of the row gradients, scales that
+vector to L2 norm at most C (the *clip*), writes it on an integer grid of C/D by truncating
+each coordinate toward zero (which never lengthens a vector: its norm stays at most D grid
+steps), and sums the units' vectors exactly. One unit therefore moves the summed vector by at
+most D in L2 when it is added or removed, and by at most 2D when it is replaced by another
+(both vectors lie in the ball of radius D). Independent discrete Gaussian noise N_Z(0, s^2) on
+each coordinate makes one step (sD)^2 / (2 s^2)-zCDP (Canonne, Kamath, Steinke 2020, Thm 14,
+with s = 1 or 2 the relation's factor); T steps compose to the sum (Bun & Steinke 2016, Lemma
+2.3), whatever the weights each step used, since they are post-processing of earlier releases.
+
+The learning rate divides the noisy sum by a noisy count of the rows (each unit's rows capped
+at K, the policy's MAX ROWS PER UNIT: one unit moves it by at most K), released once with a
+twentieth of the budget, so the update is a step on the average row loss.
+
+DP-SGD (Abadi et al. 2016): with a Poisson sample of units per step (``rate``), the sum and its
+noise are divided by rate times the noisy count; the cost is the subsampled Gaussian's
+(``dpsql.budget.subsampled``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal, Sequence
+
+import numpy as np
+
+from dpsql.errors import InvalidParameter
+
+Model = Literal["linear", "logistic"]
+MODELS: tuple[str, ...] = ("linear", "logistic")
+
+COUNT_SHARE = Fraction(1, 20)
+"""The share of the budget (of rho, or of epsilon and delta with sampling) spent on the row count."""
+MAX_STEPS = 10_000
+"""The most steps one fit may take (each runs one statement)."""
+RADIUS = 1e4
+"""Weights are kept in [-RADIUS, RADIUS] (scaled space): public post-processing that keeps
+every literal of the next step's statement finite."""
+MARGIN = 1 - 2.0 ** -20
+"""The engine clips to C * MARGIN, so float rounding in its norm cannot take a vector past C."""
+LARGEST_SIGMA_SQUARED = 2 ** 52
+"""The grid is chosen so that the noise's sigma^2, in grid steps, stays below this (the exact
+discrete Gaussian sampler takes up to about 2^54)."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A column's bounds in its own units, and its map onto [-1, 1]."""
+
+    lower: float
+    upper: float
+
+    @property
+    def slope(self) -> float:
+        """a in x' = a x + c (0 for a column whose bounds are one value: it carries nothing)."""
+        return 0.0 if self.upper == self.lower else 2.0 / (self.upper - self.lower)
+
+    @property
+    def offset(self) -> float:
+        return 0.0 if self.upper == self.lower else -(self.upper + self.lower) / (self.upper - self.lower)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The noise of a fit: per-step gradient noise and the count's, in grid steps."""
+
+    norm_steps: int
+    """D: one unit's clipped gradient has L2 norm at most D grid steps (a grid step is clip / D)."""
+    sigma_squared: Fraction
+    """sigma^2 of the discrete Gaussian on each gradient coordinate, per step."""
+    count_sigma_squared: Fraction
+    """sigma^2 of the discrete Gaussian on the row count."""
+
+
+def grid_steps(noise_multiplier: float) -> int:
+    """D, the largest power of two up to 2^24 with (z D)^2 below ``LARGEST_SIGMA_SQUARED``: a fine
+    grid (truncation moves a unit's vector by under sqrt(d)/D of the clip) the sampler still takes.
+
+    >>> grid_steps(1.0), grid_steps(100.0)
+    (16777216, 524288)
+    """
+    steps = 2 ** 24
+    while steps > 1 and (noise_multiplier * steps) ** 2 >= LARGEST_SIGMA_SQUARED:
+        steps //= 2
+    return steps
+
+
+def check_model(model: object) -> Model:
+    if model not in MODELS:
+        raise InvalidParameter(f"model must be 'linear' or 'logistic', got {model!r}",
+                               hint="pass model='linear' (least squares) or model='logistic'")
+    return model  # type: ignore[return-value]
+
+
+def check_steps(steps: object) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise InvalidParameter(f"steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}",
+                               hint="steps=50: more steps fit further, each with more noise")
+    return steps
+
+
+def check_positive(value: object, name: str, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)) or \
+            not math.isfinite(float(value)) or float(value) <= 0:
+        raise InvalidParameter(f"{name} must be a finite number above 0, got {value!r}",
+                               hint=f"pass {name}={example}")
+    return float(value)
+
+
+def default_learning_rate(model: Model, features: int) -> float:
+    """A step that cannot overshoot on the average scaled loss's curvature: its Hessian has
+    eigenvalues at most d + 1 (squared loss; a quarter of that for the logistic), since every
+    scaled row (x', 1) has squared norm at most d + 1; 2 / (d + 1) (or 8 / (d + 1)) is the
+    stable limit there, capped at 1 (4): real features seldom all sit at their bounds at once.
+
+    >>> default_learning_rate("linear", 3), default_learning_rate("logistic", 15)
+    (0.5, 0.5)
+    """
+    scale = 1.0 if model == "linear" else 4.0
+    return scale * min(1.0, 2.0 / (features + 1))
+
+
+def descend(weights: np.ndarray, noisy_sum: Sequence[int], noise: Noise, clip: float, rows: float,
+            learning_rate: float) -> np.ndarray:
+    """One update from the noisy integer gradient sum (intercept first, then the features):
+    w - rate * grid * sum / rows, kept within [-RADIUS, RADIUS]."""
+    gradient = np.asarray([float(v) for v in noisy_sum]) * (clip / noise.norm_steps) / max(rows, 1.0)
+    return np.clip(weights - learning_rate * gradient, -RADIUS, RADIUS)
+
+
+def unscaled(weights: np.ndarray, model: Model, features: Sequence[Bounds],
+             target: Bounds | None) -> tuple[float, list[float]]:
+    """(intercept, coefficients) in the columns' own units from scaled weights (intercept first).
+    Linear: y' = b + sum w_j (a_j x_j + c_j) with y' = a_y y + c_y; logistic: the logit is y'.
+
+    >>> unscaled(np.array([0.0, 1.0]), "linear", [Bounds(0, 10)], Bounds(0, 10))
+    (0.0, [1.0])
+    """
+    intercept = float(weights[0]) + sum(float(w) * f.offset for w, f in zip(weights[1:], features))
+    coefficients = [float(w) * f.slope for w, f in zip(weights[1:], features)]
+    if model == "linear":
+        assert target is not None
+        if target.slope == 0:  # a target of one value: the model is that value
+            return target.lower, [0.0] * len(coefficients)
+        intercept = (intercept - target.offset) / target.slope
+        coefficients = [c / target.slope for c in coefficients]
+    return intercept, coefficients
