@@ -236,6 +236,18 @@ def _prepare_rows(connection: Any, sql: str, tree: exp.Select, items: list[exp.E
                   model: Model):
     """``db.sql``'s preparation of SUM(column) for each column, features first, target last: its
     plan's bounded rows are the fit's; a refusal is placed at the analyst's column."""
+    try:
+        prepared = connection._prepare(_sums(tree, items, order, model), 1, 0, "laplace", None, False)
+    except DPError as error:
+        raise _placed(connection, error, sql, tree, items, order, model) from None
+    if isinstance(prepared.checked, PublicQuery) or prepared.plan is None or prepared.priced is None:
+        raise UnsupportedQuery("the training query reads no private data", line=1, col=1,
+                               hint="fit a public table with any library: nothing needs protecting")
+    return prepared
+
+
+def _sums(tree: exp.Select, items: list[exp.Expression], order: list[int], model: Model) -> str:
+    """SELECT SUM(column) AS c<i>, ... of the training query (its FROM and WHERE as written)."""
     sums = tree.copy()
     selected = []
     for position, index in enumerate(order):
@@ -244,31 +256,26 @@ def _prepare_rows(connection: Any, sql: str, tree: exp.Select, items: list[exp.E
             value = _target_value(value)
         selected.append(exp.alias_(exp.Sum(this=value), f"c{position}"))
     sums.set("expressions", selected)
-    text = sums.sql(dialect=DIALECT)
-    try:
-        prepared = connection._prepare(text, 1, 0, "laplace", None, False)
-    except DPError as error:
-        raise _placed(error, text, sql, items, order) from None
-    if isinstance(prepared.checked, PublicQuery) or prepared.plan is None or prepared.priced is None:
-        raise UnsupportedQuery("the training query reads no private data", line=1, col=1,
-                               hint="fit a public table with any library: nothing needs protecting")
-    return prepared
+    return sums.sql(dialect=DIALECT)
 
 
-def _placed(error: DPError, text: str, sql: str, items: list[exp.Expression], order: list[int]) -> DPError:
-    """A refusal of the SUM query, said of the analyst's own query: at the column it concerns."""
-    node = getattr(error, "node", None)
-    total = node.find_ancestor(exp.Sum) if isinstance(node, exp.Expression) else None
-    if total is None and isinstance(node, exp.Sum):
-        total = node
+def _placed(connection: Any, error: DPError, sql: str, tree: exp.Select, items: list[exp.Expression],
+            order: list[int], model: Model) -> DPError:
+    """A refusal of the SUM query, said of the analyst's own query: at the first column whose SUM
+    alone is refused (found by preparing each alone: the refusal path only), else where its node
+    is in the analyst's text."""
     error.line = error.col = None
-    if total is not None and isinstance(total.parent, exp.Alias):
-        index = order[int(total.parent.alias[1:])]
-        error.locate(*node_position(items[index], sql))
+    for position, index in enumerate(order):
+        try:
+            connection._prepare(_sums(tree, items, [index], model if position == len(order) - 1 else "linear"),
+                                1, 0, "laplace", None, False)
+        except DPError:
+            error.locate(*node_position(items[index], sql))
+            break
     else:
-        position = _same_node(node, sql)
-        if position is not None:
-            error.locate(*position)
+        place = _same_node(getattr(error, "node", None), sql)
+        if place is not None:
+            error.locate(*place)
     error.message = f"in the training query: {error.message}"
     error.args = (error._render(),)
     return error

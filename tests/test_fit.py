@@ -1,0 +1,281 @@
+"""db.fit and SELECT * FROM fit(...): models by noisy gradient descent over the bounded copy.
+
+The privacy of a fit rests on three facts, each tested here on a tiny table by brute force:
+one unit's clipped, truncated gradient has L2 norm at most D grid steps whatever its rows (huge,
+NaN, infinite, many); the summed vector moves by at most D (add/remove) or 2D (replace) between
+neighbouring tables; and the noise drawn is the noise the charge accounts for.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from cli_run import run
+from served import psql_lines, serve_shop
+
+import dpsql
+import dpsql.fit
+from dpsql.budget.accounting import epsilon_of_rho
+from dpsql.demo import SHOP_POLICY
+from dpsql.errors import InvalidParameter, UnsupportedQuery
+from dpsql.fit import plan_fit
+from dpsql.fit_sql import count_statement, unit_vectors_statement
+from dpsql.mechanisms.noise import SeededSource
+from dpsql.shell.session import handle_input
+from dpsql.shell.state import new_state
+
+TINY = ("BUDGET EPSILON 1000 DELTA 1e-3; NEIGHBOURS {neighbours}; PRIVATE TABLE t (PRIVACY UNIT uid, "
+        "MAX ROWS PER UNIT 3, x BOUNDS -1 TO 2, z BOUNDS 0 TO 10, y BOUNDS 0 TO 5);")
+
+BASE = [(1, 0.5, 1.0, 1.0), (2, -1.0, 0.0, 0.0), (2, 2.0, 10.0, 5.0), (3, 1.0, 5.0, 2.5),
+        (3, 1.5, 2.0, 4.0), (3, 0.0, 0.0, 0.5), (4, 2.0, 10.0, 0.0)]
+"""(uid, x, z, y): four ordinary units, one to three rows each."""
+
+ADVERSARIES = {
+    10: [(10, "1e300", "1e300", "-1e300")],                   # huge values: clamped to the bounds
+    11: [(11, "'NaN'", "'NaN'", "'NaN'")],                     # NaN: read as NULL, the row dropped
+    12: [(12, "'inf'", "'-inf'", "'inf'")],                    # infinities: the bounds
+    13: [(13, "2.0", "10.0", "0.0")] * 40,                     # many rows at a corner: three kept
+    14: [(14, "-1.0", "0.0", "5.0"), (14, "2.0", "10.0", "0.0"), (14, "'NaN'", "1.0", "1.0")],
+    15: [(15, "2.0", "10.0", "1.5")],  # every coordinate within the clip, the norm beyond it (clip 0.5)
+}
+"""Units an adversary would add: each must move the sum by at most the clip."""
+
+
+def tiny(neighbours: str = "UNBOUNDED", units: dict | None = None, rng: int = 3) -> dpsql.Connection:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (uid INTEGER, x DOUBLE, z DOUBLE, y DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", BASE)
+    for rows in (units or {}).values():
+        for uid, x, z, y in rows:
+            con.execute(f"INSERT INTO t VALUES ({uid}, {x}, {z}, {y})")
+    return dpsql.connect(con, policy=TINY.format(neighbours=neighbours), rng=SeededSource(rng))
+
+
+def unit_vectors(db, fit, weights) -> dict[int, np.ndarray]:
+    """Each unit's clipped integer gradient, by the fit's own SQL (unit ids from a second column)."""
+    statement = unit_vectors_statement(fit.plan, fit.columns, fit.model, weights, fit.clip, fit.noise.norm_steps)
+    text = statement.sql.replace("SELECT t0", "SELECT dp_unit, t0", 1).replace(
+        "dp_fit_clipped AS (SELECT ", "dp_fit_clipped AS (SELECT dp_unit, ", 1)
+    rows = db._engine.fetch(text, db._executor.salt_for(statement.needs_salt), bounded=statement.bounded)
+    return {int(r[0]): np.array([int(v) for v in r[1:]], dtype=object) for r in rows}
+
+
+def summed(db, fit, weights) -> np.ndarray:
+    statement = fit.statement(weights)
+    row = db._engine.fetch(statement.sql, db._executor.salt_for(statement.needs_salt), bounded=statement.bounded)[0]
+    return np.array([int(v or 0) for v in row], dtype=object)
+
+
+def squared_norm(vector) -> int:
+    return sum(int(v) * int(v) for v in vector)
+
+
+WEIGHTS = [[0.0, 0.0, 0.0], [3.0, -40.0, 25.0], [-1e4, 1e4, 1e4]]
+
+
+@pytest.mark.parametrize("model", ["linear", "logistic"])
+def test_one_units_gradient_is_within_the_clip_whatever_its_rows(model):
+    """Exact integers: sum of t_i^2 <= D^2 for every unit, adversaries included, at weights from 0
+    to the projection's edge; and the clip binds (some unit reaches at least half of D)."""
+    db = tiny(units=ADVERSARIES)
+    target = "y" if model == "linear" else "y > 2"
+    fit = plan_fit(db, f"SELECT x, z, {target} AS y FROM t", target="y", model=model, epsilon=1, delta=1e-6,
+                   clip=0.5)
+    bound = fit.noise.norm_steps
+    reached = 0
+    for weights in WEIGHTS:
+        vectors = unit_vectors(db, fit, weights)
+        assert set(vectors) == {1, 2, 3, 4, 10, 12, 13, 14, 15}  # unit 11 has no complete row
+        for unit, vector in vectors.items():
+            assert squared_norm(vector) <= bound * bound, (unit, weights)
+            reached = max(reached, squared_norm(vector))
+        # The step's statement sums exactly these vectors: a unit's part depends on its rows alone.
+        assert list(summed(db, fit, weights)) == list(sum(vectors.values()))
+    assert reached >= (bound // 2) ** 2
+
+
+@pytest.mark.parametrize("neighbours, factor", [("UNBOUNDED", 1), ("BOUNDED", 2)])
+def test_neighbouring_tables_move_the_summed_gradient_by_at_most_the_clip(neighbours, factor):
+    """Brute force over every neighbour of the base table within the candidate units: removing or
+    adding one (add/remove), or replacing one by another (replace-one), moves the exact sum by at
+    most factor * D in L2; the largest move found is more than half of that (the bound is tight)."""
+    db = tiny(neighbours, units=ADVERSARIES)
+    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, clip=0.5)
+    assert fit.sensitivity_factor == factor
+    bound = factor * fit.noise.norm_steps
+    worst = 0
+    for weights in WEIGHTS:
+        vectors = unit_vectors(db, fit, weights)
+        base = [u for u in vectors if u < 10]
+        if neighbours == "UNBOUNDED":
+            moves = [vectors[u] for u in vectors]  # removing a base unit, or adding any other
+        else:
+            moves = [vectors[a] - vectors[b] for a, b in itertools.product(vectors, base) if a != b]
+        for move in moves:
+            assert squared_norm(move) <= bound * bound
+            worst = max(worst, squared_norm(move))
+    assert worst >= (bound // 2) ** 2
+
+
+def test_the_row_count_moves_by_at_most_the_rows_one_unit_keeps():
+    """Each unit's complete rows, capped at MAX ROWS PER UNIT = 3: the unit of 40 rows moves it by 3."""
+    with_unit, without = tiny(units={13: ADVERSARIES[13]}), tiny()
+    counts = []
+    for db in (with_unit, without):
+        fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
+        statement = count_statement(fit.plan, fit.columns, fit.cap)
+        counts.append(int(db._engine.fetch(statement.sql, None, bounded=statement.bounded)[0][0]))
+    assert fit.cap == 3 and counts == [7 + 3, 7]
+
+
+@pytest.mark.parametrize("neighbours, factor", [("UNBOUNDED", 1), ("BOUNDED", 2)])
+def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neighbours, factor):
+    """Every discrete Gaussian the fit draws, recorded: the count's sigma^2 and the steps', each
+    of the fit's size; their zCDP costs K^2/(2 s_c^2) + T (factor D)^2/(2 s^2) add up to the charged
+    rho, which converts to the (epsilon, delta) asked for. A sigma off by any factor fails."""
+    drawn = []
+    original = dpsql.fit.discrete_gaussian
+
+    def recording(sigma_squared, size, source=None):
+        drawn.append((Fraction(sigma_squared), size))
+        return original(sigma_squared, size, source)
+
+    monkeypatch.setattr(dpsql.fit, "discrete_gaussian", recording)
+    db = tiny(neighbours)
+    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
+    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
+    (count_sigma, one), *steps = drawn
+    assert one == 1 and len(steps) == 7 and all(size == 3 for _, size in steps)
+    assert len({sigma for sigma, _ in steps}) == 1
+    rho = Fraction(3 * 3) / (2 * count_sigma) + sum(
+        Fraction((factor * fit.noise.norm_steps) ** 2) / (2 * sigma) for sigma, _ in steps)
+    assert rho == model.cost.rho
+    assert epsilon_of_rho(rho, Fraction(1, 10**6)) <= 2 < epsilon_of_rho(rho * Fraction(101, 100), Fraction(1, 10**6))
+    assert model.cost.epsilon == 2 and model.cost.delta == Fraction(1, 10**6)
+
+
+def test_a_fit_recovers_a_clean_linear_relation_and_predicts_in_the_columns_units():
+    """y = 2x + 1 on 2,000 units at epsilon 5: the noise per step is about 30 rows' worth of
+    gradient (sigma/clip = 30 for 2,000 rows), so the fitted slope is within 0.15 of 2."""
+    frame = pd.DataFrame({"uid": range(2000), "x": [(i % 100) / 10 for i in range(2000)]})
+    frame["y"] = 2 * frame["x"] + 1
+    policy = ("BUDGET EPSILON 10 DELTA 1e-5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "
+              "x BOUNDS 0 TO 10, y BOUNDS 0 TO 25);")
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(5)) as db:
+        model = db.fit("SELECT x, y FROM t", target="y", epsilon=5, delta=1e-6, steps=60, learning_rate=1.0)
+        assert abs(model.coefficients["x"] - 2) < 0.15 and abs(model.intercept - 1) < 1.0
+        predicted = model.predict(pd.DataFrame({"x": [0.0, 5.0, 50.0]}))
+        assert abs(predicted[1] - 11) < 1.0  # x = 50 is clamped to the bound the model was trained in, 10:
+        assert predicted[2] == pytest.approx(predicted[1] + 5 * model.coefficients["x"])
+        assert model.result.columns == ["term", "coefficient"]
+        assert [row[0] for row in model.result.fetchall()] == ["intercept", "x"]
+        assert float(db.budget.spent.epsilon) == 5
+
+
+def test_a_logistic_fit_separates_the_classes():
+    frame = pd.DataFrame({"uid": range(2000), "x": [(i % 100) / 10 for i in range(2000)]})
+    policy = "BUDGET EPSILON 10 DELTA 1e-5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, x BOUNDS 0 TO 10);"
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(6)) as db:
+        model = db.fit("SELECT x, x > 5 AS high FROM t", target="high", model="logistic", epsilon=5, delta=1e-6)
+        assert model.coefficients["x"] > 0.5
+        low, high = model.predict(pd.DataFrame({"x": [1.0, 9.0]}))
+        assert low < 0.3 and high > 0.7
+
+
+def test_the_same_fit_again_is_a_free_repeat_with_the_same_model():
+    db = tiny()
+    first = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3)
+    again = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3)
+    assert again.cost.repeat and again.coefficients == first.coefficients
+    ledger = db.ledger()
+    assert len(ledger) == 1 and ledger["sql"].iloc[0].startswith("FIT LINEAR y ON x, z (3 steps, clip 1) OF ")
+    other = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=4)
+    assert not other.cost.repeat and len(db.ledger()) == 2
+
+
+@pytest.mark.parametrize("arguments, error, message", [
+    (dict(sql="SELECT x, y FROM t", target="y", delta=0), InvalidParameter, "Gaussian noise needs delta > 0"),
+    (dict(sql="SELECT x, uid, y FROM t", target="y"), UnsupportedQuery, "column uid"),
+    (dict(sql="SELECT * FROM t", target="y"), UnsupportedQuery, "selects *"),
+    (dict(sql="SELECT x, SUM(y) AS y FROM t GROUP BY x", target="y"), UnsupportedQuery, "GROUP"),
+    (dict(sql="SELECT x, y FROM t", target="w"), InvalidParameter, "not a column"),
+    (dict(sql="SELECT y FROM t", target="y"), UnsupportedQuery, "no feature"),
+    (dict(sql="SELECT x, y FROM t", target="y", model="tree"), InvalidParameter, "model must be"),
+    (dict(sql="SELECT x, y FROM t", target="y", steps=0), InvalidParameter, "steps must be"),
+    (dict(sql="SELECT x, y FROM t", target="y", clip=-1), InvalidParameter, "clip must be"),
+    (dict(sql="SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) x, y FROM t", target="y"),
+     UnsupportedQuery, "OPTIONS"),
+])
+def test_refusals_name_the_construct_and_charge_nothing(arguments, error, message):
+    db = tiny()
+    with pytest.raises(error) as refused:
+        db.fit(**{"epsilon": 1, "delta": 1e-6, **arguments})
+    assert message in str(refused.value) and refused.value.hint
+    assert db.budget.spent.epsilon == 0
+
+
+def test_an_unbounded_column_is_refused_at_the_analysts_column():
+    db = tiny()
+    with pytest.raises(UnsupportedQuery) as refused:
+        db.fit("SELECT x,\n  uid * 2 AS w, y FROM t", target="y", epsilon=1, delta=1e-6)
+    assert refused.value.line == 2 and "in the training query" in str(refused.value)
+
+
+SHOP = SHOP_POLICY.replace("BUDGET EPSILON 3.0 DELTA 1e-6", "BUDGET EPSILON 50 DELTA 1e-3")
+VISITS = "SELECT age, amount FROM visits"
+
+
+def test_the_sql_form_answers_and_explains_as_the_method(built):
+    with dpsql.connect(str(built), policy=SHOP, ledger=":memory:", rng=SeededSource(2)) as db:
+        call = f"SELECT * FROM fit('{VISITS}', target = 'amount', epsilon = 1, delta = 1e-6, steps = 5)"
+        text = db.explain(call)
+        assert "fit: linear regression of amount on age, by 5 steps" in str(text)
+        assert "cost: epsilon 1, delta 1e-06" in str(text) and db.budget.spent.epsilon == 0
+        answer = db.sql(call)
+        assert answer.columns == ["term", "coefficient"] and len(answer.fetchall()) == 2
+        assert db.budget.spent.epsilon == 1
+        with pytest.raises(InvalidParameter, match="needs a target"):
+            db.sql(f"SELECT * FROM fit('{VISITS}', epsilon = 1, delta = 1e-6)")
+
+
+def test_the_shell_and_the_cli_answer_the_sql_form(built, tmp_path, capsys):
+    call = f"SELECT * FROM fit('{VISITS}', target = 'amount', epsilon = 1, delta = 1e-6, steps = 3)"
+    with dpsql.connect(str(built), policy=SHOP, ledger=":memory:", rng=SeededSource(2)) as db:
+        shown = handle_input(new_state(db, width=100, color=False), call + ";")
+    assert "│ intercept │" in shown and "derived, no ±" in shown and "cost ε 1, δ 1e-06" in shown
+    database = tmp_path / "shop.duckdb"
+    database.write_bytes(built.read_bytes())
+    (tmp_path / "shop.policy").write_text(SHOP)
+    code, out, err = run(capsys, "query", str(database), call, "--policy", str(tmp_path / "shop.policy"),
+                         "--format", "csv")
+    assert code == 0, err
+    assert out.splitlines()[0] == "term,coefficient,coefficient_halfwidth95" and out.splitlines()[2].startswith("age,")
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+def test_psql_fits_through_the_server_charged_to_the_analyst(built, tmp_path):
+    server = serve_shop(built, tmp_path, SHOP, "alice", "alice-secret")
+    try:
+        call = f"SELECT * FROM fit('{VISITS}', target = 'amount', epsilon = 1, delta = 1e-6, steps = 3)"
+        lines, shown = psql_lines(server, "alice", "alice-secret", call, "SHOW ledger")
+    finally:
+        server.stop()
+        server.thread.join(10)
+    assert any(line.startswith("intercept|") for line in lines), shown
+    assert any(line.startswith("age|") for line in lines)
+    assert any("|alice|FIT LINEAR amount ON age (3 steps, clip 1) OF " in line for line in lines), shown
+
+
+def test_the_coefficients_are_finite_whatever_the_noise():
+    """At the smallest budget the projection keeps every weight finite (public post-processing)."""
+    db = tiny()
+    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=0.01, delta=1e-6, steps=50, learning_rate=100)
+    assert all(math.isfinite(v) for v in [model.intercept, *model.coefficients.values()])
