@@ -111,6 +111,8 @@ BOUNDS = {
                 "late": (0, 1)},
 }
 UNIT = {"pums": "pid", "flights": "tailnum"}
+KEYED = {"pums": {"educ", "sex", "married"}, "flights": {"hour"}}
+"""Columns the policy gives KEYS, not BOUNDS: a feature among them is CLAMPed in the fit's SQL."""
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -251,11 +253,17 @@ def has_fit() -> bool:
 
 
 def fit_sql(task: Task, table: str) -> str:
-    """The SELECT db.fit learns from: the task's features and target, clamped where the policy has
-    keys rather than bounds."""
-    columns = {"educ": "LEAST(GREATEST(educ, 1), 16) AS educ", "hour": "LEAST(GREATEST(hour, 0), 23) AS hour",
-               "late": "CASE WHEN arr_delay > 15 THEN 1 ELSE 0 END AS late"}
-    select = ", ".join(columns.get(c, c) for c in (*task.features, task.target))
+    """The SELECT db.fit learns from: the task's features and target, CLAMPed where the policy has
+    keys rather than bounds (a logistic target needs none: fit reads it as 1 or 0)."""
+    def column(name: str) -> str:
+        if name == "late":
+            return "CASE WHEN arr_delay > 15 THEN 1 ELSE 0 END AS late"
+        if name in KEYED[task.dataset] and name != task.target:
+            lo, hi = BOUNDS[task.dataset][name]
+            return f"CLAMP({name}, {lo}, {hi}) AS {name}"
+        return name
+
+    select = ", ".join(column(c) for c in (*task.features, task.target))
     where = " WHERE dep_delay IS NOT NULL AND arr_delay IS NOT NULL" if task.dataset == "flights" else ""
     return f"SELECT {select} FROM {table}{where}"
 
@@ -423,7 +431,7 @@ def timing(path: Path, repeats: int, methods: set[str]) -> list[str]:
     con = duckdb.connect(str(path), read_only=True)
     frame = con.sql("SELECT dep_delay, arr_delay, distance, hour, CAST(arr_delay > 15 AS INTEGER) AS late "
                     "FROM flights").df()
-    units = con.sql("SELECT COUNT(DISTINCT tailnum) FROM flights").fetchone()[0]
+    units = con.execute("SELECT COUNT(DISTINCT tailnum) FROM flights").fetchall()[0][0]
     con.close()
     load_seconds = time.perf_counter() - start
     lines += [f"{len(frame):,} rows, {units:,} aircraft ({path.name}); load into numpy for the baselines: "
