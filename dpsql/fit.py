@@ -43,6 +43,7 @@ from dpsql.explain import Explanation
 from dpsql.fit_sql import FitColumns, count_statement, gradient_statement
 from dpsql.mechanisms.descent import (
     COUNT_SHARE,
+    MAX_FEATURES,
     Bounds,
     Model,
     Noise,
@@ -170,6 +171,9 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
                                f"{', '.join(names)})", hint="name one of its columns, or add the target to it")
     if len(names) < 2:
         raise UnsupportedQuery("the training query has no feature besides the target", line=1, col=1, hint=_SHAPE)
+    if len(names) - 1 > MAX_FEATURES:
+        raise UnsupportedQuery(f"the training query has {len(names) - 1} features, more than the {MAX_FEATURES} a fit "
+                               "takes", line=1, col=1, hint="fit on fewer columns")
     order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
     features = tuple(names[i] for i in order[:-1])
     learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None

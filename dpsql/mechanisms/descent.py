@@ -38,8 +38,11 @@ MODELS: tuple[str, ...] = ("linear", "logistic")
 
 COUNT_SHARE = Fraction(1, 20)
 """The share of the budget (of rho, or of epsilon and delta with sampling) spent on the row count."""
-MAX_STEPS = 10_000
-"""The most steps one fit may take (each runs one statement)."""
+MAX_STEPS = 1_000
+"""The most steps one fit may take: each runs one statement over the whole copy, and a server
+answers one statement at a time."""
+MAX_FEATURES = 100
+"""The most features one fit may have (each adds a coordinate to every step's statement)."""
 RADIUS = 1e4
 """Weights are kept in [-RADIUS, RADIUS] (scaled space): public post-processing that keeps
 every literal of the next step's statement finite."""
