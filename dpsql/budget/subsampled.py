@@ -140,7 +140,7 @@ def dp_sgd_epsilon(q, z, steps: int, delta) -> Fraction:
     q_float, z_exact, steps, delta = _rate(q), _exact(z, "noise multiplier z"), _steps(steps), _delta(delta)
     if z_exact <= 0:
         raise InvalidParameter(f"the noise multiplier z must be > 0, got {z}", hint="give z > 0")
-    bound = _epsilon_bound(q_float, float(z_exact), steps, float(_log_inverse_up(delta)))
+    bound = _epsilon_bound(q_float, _float_down(z_exact), steps, float(_log_inverse_up(delta)))
     epsilon = max(_round_up(bound), Fraction(0)) if math.isfinite(bound) else _NO_BOUND
     if q_float == 1:  # exactly (steps / 2z^2)-zCDP: its conversion over every real order
         epsilon = min(epsilon, epsilon_of_rho(Fraction(steps) / (2 * z_exact ** 2), delta))
@@ -244,20 +244,27 @@ def _epsilon_bound(q: float, z: float, steps: int, log_inverse_delta: float) -> 
 def _conversion(orders: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Per order: log((a-1)/a) - log(a)/(a-1) (<= 0), and 1/(a-1), the factor of log(1/delta)."""
     alphas = np.asarray(orders, dtype=float)
-    return np.log1p(-1 / alphas) - np.log(alphas) / (alphas - 1), 1 / (alphas - 1)
+    shrink, spread = _frozen(np.log1p(-1 / alphas) - np.log(alphas) / (alphas - 1), 1 / (alphas - 1))
+    return shrink, spread
 
 
 @functools.lru_cache(maxsize=8)
 def _table(orders: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """For each order alpha and each l = 2..alpha (flattened): where each order's run starts, the
-    positions of l = 2, l, alpha - l, and log C(alpha, l) (from log-gamma: an absolute error below
-    1e-10 at order 1024)."""
+    """For each order alpha and each l = 2..alpha (flattened): where each order's run (its l = 2)
+    starts, l, alpha - l, and log C(alpha, l) (from log-gamma: an absolute error below 1e-10 at
+    order 1024). Read-only: the cache hands the same arrays to every caller."""
     alpha = np.concatenate([np.full(a - 1, a) for a in orders])
     ell = np.concatenate([np.arange(2, a + 1) for a in orders])
     log_factorial = np.array([math.lgamma(n + 1) for n in range(max(orders) + 1)])  # ~1 ulp each
     log_binomial = log_factorial[alpha] - log_factorial[ell] - log_factorial[alpha - ell]
     starts = np.concatenate([[0], np.cumsum([a - 1 for a in orders])[:-1]]).astype(np.intp)
-    return starts, ell.astype(float), (alpha - ell).astype(float), log_binomial
+    return _frozen(starts, ell.astype(float), (alpha - ell).astype(float), log_binomial)
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for array in arrays:
+        array.flags.writeable = False
+    return arrays
 
 
 @functools.lru_cache(maxsize=32)
@@ -270,7 +277,8 @@ def _sampling_part(orders: tuple[int, ...], q: float) -> tuple[np.ndarray, np.nd
         context.prec = 60
         kept, rate = 1 - Decimal(q), Decimal(q)
         excess = [float(kept ** (1 - a) - 1 - (a - 1) * rate) for a in orders]
-    return log_binomial + ell * math.log(q) + rest * math.log1p(-q), np.asarray(excess)
+    sampling, excess_array = _frozen(log_binomial + ell * math.log(q) + rest * math.log1p(-q), np.asarray(excess))
+    return sampling, excess_array
 
 
 def _rdp_curve(orders: tuple[int, ...], q: float, z: float) -> np.ndarray:
@@ -327,7 +335,20 @@ def _positive(value, name: str) -> float:
     exact = _exact(value, name)
     if exact <= 0:
         raise InvalidParameter(f"the {name} must be > 0, got {value}", hint=f"give a {name} > 0")
-    return float(exact)
+    return _float_down(exact)
+
+
+def _float_down(value: Fraction) -> float:
+    """The largest float at most ``value`` (> 0): a noise multiplier never grows on its way to
+    floats, so its cost never shrinks."""
+    result = float(value)
+    return math.nextafter(result, 0.0) if Fraction(result) > value else result
+
+
+def _float_up(value: Fraction) -> float:
+    """The smallest float at least ``value`` (> 0): a sampling rate never shrinks (nor reaches 0)."""
+    result = float(value)
+    return math.nextafter(result, 2.0) if Fraction(result) < value else result
 
 
 def _rate(q) -> float:
@@ -335,7 +356,7 @@ def _rate(q) -> float:
     if not 0 < exact <= 1:
         raise InvalidParameter(f"the sampling rate q must be in (0, 1], got {q}",
                                hint="give the probability with which each unit is kept in a step; 1 is the full batch")
-    return float(exact)
+    return _float_up(exact)
 
 
 def _steps(steps) -> int:
