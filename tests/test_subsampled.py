@@ -56,10 +56,10 @@ def _lattice(shift: tuple[int, ...], z: Decimal, alpha: int, q: Decimal) -> tupl
     s2 = z * z * sum(v * v for v in shift)
     width = int((s2 * 2 * Decimal(80)).sqrt()) + 2  # exp(-width^2 / 2 s^2) < e^-80 per coordinate
     boxes = [range(min(0, alpha * v) - width, max(0, alpha * v) + width + 1) for v in shift]
-    inside_1d = [sum(_gauss(x, 0, s2) for x in range(-width, width + 1))]
-    norm = inside_1d[0] ** len(shift)  # the lattice normaliser Z^d, from below (the box of the centred one)
+    inside_1d = sum(_gauss(x, 0, s2) for x in range(-width, width + 1))
+    norm = inside_1d ** len(shift)  # the lattice normaliser Z^d, from below
     one_tail = 2 * _tail(s2, width + 1)  # mass of exp(-x^2/2s^2) outside [-width, width], both sides
-    full_1d = inside_1d[0] + one_tail
+    full_1d = inside_1d + one_tail
     outside = len(shift) * one_tail * full_1d ** (len(shift) - 1)  # a union over the coordinates
     forward = backward = Decimal(0)
     for point in itertools.product(*boxes):
@@ -77,7 +77,8 @@ def _lattice(shift: tuple[int, ...], z: Decimal, alpha: int, q: Decimal) -> tupl
 # (shift v, z, q, alpha): one and two dimensions, |v| = 1, 2, sqrt 2, sqrt 5
 _CASES = [((1,), "0.8", "0.1", 2), ((1,), "0.8", "0.1", 8), ((1,), "1", "0.01", 4), ((1,), "1", "0.5", 6),
           ((1,), "2", "0.1", 16), ((1,), "4", "0.1", 12), ((1,), "4", "0.01", 32), ((2,), "1", "0.1", 5),
-          ((2,), "0.8", "0.3", 3), ((1,), "1.5", "0.9", 7), ((1, 1), "1", "0.1", 4), ((2, 1), "0.8", "0.2", 3)]
+          ((2,), "0.8", "0.3", 3), ((1,), "1.5", "0.9", 7), ((1,), "4", "0.3", 16), ((1,), "8", "0.2", 32),
+          ((1, 1), "1", "0.1", 4), ((2, 1), "0.8", "0.2", 3)]
 
 
 @pytest.fixture(scope="module")
@@ -88,29 +89,31 @@ def exact_divergences():
 
 
 def test_rdp_bound_holds_in_both_directions_on_the_lattice(exact_divergences):
-    """rdp_epsilon is at least both exact divergences of the sampled discrete Gaussian (d = 1, 2),
-    and within a factor 1.6 of the larger: where the "with the unit" direction binds, at most 1 +
-    1e-8 (at integer orders with an integer shift it is exact for the discrete Gaussian)."""
-    ratios = []
+    """rdp_epsilon is at least both exact divergences of the sampled discrete Gaussian (d = 1, 2).
+    Where the "with the unit" bound binds it is exact (1 + the 1e-9 margin: at integer orders with
+    an integer shift the binomial formula is the discrete Gaussian's divergence); where the other
+    direction's bound binds it is within 1.6x; where only Zhu-Wang's is small enough (large q alpha,
+    large z) within 4.5x: the price of not knowing, for discrete noise, that the second direction
+    is the smaller (as MTZ19 prove for the continuous Gaussian)."""
+    ratios = {}
     for (shift, z, q, alpha), (forward, backward) in exact_divergences.items():
         bound = Decimal(rdp_epsilon(alpha, Fraction(q), Fraction(z)))
         assert bound >= forward and bound >= backward, (shift, z, q, alpha, bound, forward, backward)
-        ratios.append(bound / max(forward, backward))
-    assert max(ratios) <= Decimal("1.6") and min(ratios) <= 1 + Decimal("1e-8")
+        parts = _parts(alpha, float(Fraction(q)), float(Fraction(z)))
+        ratios.setdefault(min(parts, key=parts.get), []).append(bound / max(forward, backward))
+    assert min(ratios["directions"]) <= 1 + Decimal("1e-8") and max(ratios["directions"]) <= Decimal("1.6")
+    assert max(ratios["zhu_wang"]) <= Decimal("4.5") and max(ratios["unsampled"]) <= Decimal("1.6")
 
 
 def test_every_bound_binds_somewhere(exact_divergences):
     """The three bounds rdp_epsilon takes the minimum of each decide at least one case above, so
-    the lattice test checks each (module docstring: unsampled, Zhu-Wang, max of the two directions)."""
+    the lattice test checks each (module docstring: unsampled, Zhu-Wang, max of the two directions);
+    Zhu-Wang at an order >= 3, where its factor 3 is in play (at 2 it equals the first direction's)."""
     binding = set()
     for shift, z, q, alpha in exact_divergences:
-        qf, zf = float(Fraction(q)), float(Fraction(z))
-        if qf == 1:
-            binding.add("unsampled")
-            continue
-        parts = _parts(alpha, qf, zf)
-        binding.add(min(parts, key=parts.get))
-    assert binding == {"unsampled", "zhu_wang", "directions"}
+        parts = _parts(alpha, float(Fraction(q)), float(Fraction(z)))
+        binding.add((min(parts, key=parts.get), alpha >= 3))
+    assert {"unsampled", "directions"} <= {name for name, _ in binding} and ("zhu_wang", True) in binding
 
 
 def _parts(alpha: int, q: float, z: float) -> dict[str, float]:
