@@ -29,7 +29,7 @@ import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from sqlglot import exp
@@ -360,26 +360,35 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
             policies=connection._agreed_policies)
 
     def run(fetch) -> dict:
-        source = connection._rng
-        exact = fetch(fit.count)[0][0]
-        rows = int(exact or 0) + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
-        # DP-SGD divides by the expected batch, rate times the rows (sum and noise alike).
-        batch = float(rows) * (1.0 if fit.rate is None else float(fit.rate))
-        weights = np.zeros(len(fit.features) + 1)
-        for _ in range(fit.steps):
-            statement = fit.statement(weights.tolist())
-            sums = fetch(statement, secret_key(source)) if statement.needs_sample_key else fetch(statement)
-            exact_sums = [int(v or 0) for v in sums[0]]
-            noise = discrete_gaussian(fit.noise.sigma_squared, len(exact_sums), source)
-            weights = descend(weights, [s + int(n) for s, n in zip(exact_sums, noise)], fit.noise, fit.clip, batch,
-                              fit.learning_rate)
-        return {"weights": [float(w) for w in weights], "rows": rows}
+        def gradient(weights: list[float]) -> list[int]:
+            statement = fit.statement(weights)
+            rows = fetch(statement, secret_key(connection._rng)) if statement.needs_sample_key else fetch(statement)
+            return [int(v or 0) for v in rows[0]]
+
+        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, connection._rng)
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
         failure="the fit failed while running; its cost was charged and no model was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _model(connection, fit, released, charged)
+
+
+def descend_noisily(fit: FitPlan, exact_rows: int, gradient: Callable[[list[float]], list[int]],
+                    source: Any = None) -> dict:
+    """The release of a fit from its exact row count and ``gradient(weights)``, the exact integer
+    sum of the units' clipped gradients at those weights (one statement per step): the noisy
+    count, then ``fit.steps`` noisy steps. Only noisy values decide the next weights."""
+    rows = exact_rows + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
+    # DP-SGD divides by the expected batch, rate times the rows (sum and noise alike).
+    batch = float(rows) * (1.0 if fit.rate is None else float(fit.rate))
+    weights = np.zeros(len(fit.features) + 1)
+    for _ in range(fit.steps):
+        exact = gradient(weights.tolist())
+        noise = discrete_gaussian(fit.noise.sigma_squared, len(exact), source)
+        weights = descend(weights, [s + int(n) for s, n in zip(exact, noise)], fit.noise, fit.clip, batch,
+                          fit.learning_rate)
+    return {"weights": [float(w) for w in weights], "rows": rows}
 
 
 def _ledger_text(fit: FitPlan) -> str:
