@@ -4,7 +4,8 @@ Each reads the bounded rows of the fit's plan (``dpsql.backends.rewrite.rows_sta
 relation's rows with their unit, every column clamped into its bounds on its integer grid) and
 adds, in the engine:
 
-1. ``dp_fit_rows``: the rows with every column present, each scaled onto [-1, 1] as DOUBLE;
+1. ``dp_fit_rows``: the rows with every column present, each scaled onto [-1, 1] as DOUBLE
+   (a logistic target stays the class, 1 or 0);
 2. ``dp_fit_units``: per unit, the sum over its rows of the row gradient (intercept first);
 3. ``dp_fit_clipped``: that vector scaled to L2 norm at most clip * ``MARGIN``, in grid steps
    (clip / D each), truncated toward zero coordinate by coordinate. Truncation toward zero
@@ -64,8 +65,10 @@ def _scaled(column: str, lower: int, upper: int) -> str:
     return f"(CAST({column} AS DOUBLE) * {_number(slope)} + {_number(offset)})"
 
 
-def _rows_layer(columns: FitColumns) -> str:
+def _rows_layer(columns: FitColumns, model: Model = "linear") -> str:
     scaled = [_scaled(v, lo, hi) for v, lo, hi in zip(columns.values, columns.lower, columns.upper)]
+    if model == "logistic":  # the class, 1 or 0 (fit._target_value), as itself: the log loss needs y in {0, 1}
+        scaled[-1] = f"(CAST({columns.values[-1]} AS DOUBLE) * {_number(columns.grids[-1])})"
     names = [f"x{j}" for j in range(1, len(columns.values))] + ["y"]
     present = " AND ".join(f"{v} IS NOT NULL" for v in columns.values)
     select = ", ".join(f"{s} AS {n}" for s, n in zip(scaled, names))
@@ -119,7 +122,7 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
         f"ELSE CAST(0 AS BIGINT) END AS t{i}" for i in range(len(terms)))
     clipped = (f"SELECT {truncated} FROM (SELECT *, {factor} AS dp_factor FROM "
                f"(SELECT *, {norm} AS dp_norm FROM dp_fit_units) AS dp_normed) AS dp_factored")
-    return [("dp_fit_rows", _select(_rows_layer(columns))), ("dp_fit_units", _select(units)),
+    return [("dp_fit_rows", _select(_rows_layer(columns, model))), ("dp_fit_units", _select(units)),
             ("dp_fit_clipped", _select(clipped))]
 
 
