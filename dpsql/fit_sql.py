@@ -90,7 +90,7 @@ def gradient_statement(plan: Plan, columns: FitColumns, model: Model, weights: S
     of each unit's clipped gradient in grid steps of clip / ``norm_steps``."""
     final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(columns.values)))
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps), dialect)
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
 
 
 def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
@@ -98,17 +98,27 @@ def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weight
     """Each unit's clipped integer vector (``t0`` ..), before the sum: for tests of the bound."""
     final = ", ".join(f"t{i}" for i in range(len(columns.values)))
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps), dialect)
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
+
+
+def _one_row_each(plan: Plan) -> bool:
+    """True when every unit has at most one row whatever the data (a bounded copy of one row per
+    unit, or a row-level table read directly): its gradient is its row's, no GROUP BY needed."""
+    return plan.query.rows_per_unit == 1
 
 
 def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float], clip: float,
-                     norm_steps: int) -> list[tuple[str, exp.Expr]]:
+                     norm_steps: int, one_row_each: bool = False) -> list[tuple[str, exp.Expr]]:
     features = len(columns.values) - 1
     residual = _residual(model, weights, features)
     terms = ["r"] + [f"r * x{j}" for j in range(1, features + 1)]
-    per_unit = ", ".join(f"SUM({t}) AS g{i}" for i, t in enumerate(terms))
-    units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
-             "GROUP BY dp_unit")
+    if one_row_each:
+        per_row = ", ".join(f"{t} AS g{i}" for i, t in enumerate(terms))
+        units = f"SELECT dp_unit, {per_row} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals"
+    else:
+        per_unit = ", ".join(f"SUM({t}) AS g{i}" for i, t in enumerate(terms))
+        units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
+                 "GROUP BY dp_unit")
     norm = "SQRT(" + " + ".join(f"g{i} * g{i}" for i in range(len(terms))) + ")"
     reach, to_steps = _number(clip * MARGIN), _number(norm_steps / clip)
     # In grid steps: a vector of norm clip * MARGIN becomes norm_steps * MARGIN steps long.
@@ -128,6 +138,9 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
 
 def count_statement(plan: Plan, columns: FitColumns, cap: int, dialect: str = DUCKDB) -> BoundedStatement:
     """The rows with every column present, each unit's capped at ``cap``: one row, ``n``."""
+    if _one_row_each(plan):
+        return rows_statement(plan, _select("SELECT COUNT(*) AS n FROM dp_fit_rows"),
+                              [("dp_fit_rows", _select(_rows_layer(columns)))], dialect)
     per_unit = "SELECT dp_unit, COUNT(*) AS dp_rows_of_unit FROM dp_fit_rows GROUP BY dp_unit"
     final = f"SELECT SUM(LEAST(dp_rows_of_unit, {int(cap)})) AS n FROM dp_fit_counts"
     return rows_statement(plan, _select(final), [("dp_fit_rows", _select(_rows_layer(columns))),
