@@ -5,6 +5,7 @@ their intervals, refusals, and the surfaces (db.sql, shell, CLI, server)."""
 from __future__ import annotations
 
 import functools
+import shutil
 import itertools
 import math
 from dataclasses import replace
@@ -410,3 +411,23 @@ def test_the_covariance_interval_is_the_documented_union_bound():
                                                0.05)[0]
     assert low == pytest.approx(float(max(cov - error, -sx * sy) * unit), rel=1e-12)
     assert high == pytest.approx(float(min(cov + error, sx * sy) * unit), rel=1e-12)
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+def test_psql_gets_corr_per_public_key_through_the_server_charged_to_the_analyst(built, tmp_path):
+    from served import psql_lines, serve_shop
+
+    from dpsql.demo import SHOP_POLICY
+
+    server = serve_shop(built, tmp_path, SHOP_POLICY, "alice", "alice-secret")
+    try:
+        lines, shown = psql_lines(server, "alice", "alice-secret",
+                                  "SELECT store, REGR_SLOPE(amount, age) AS slope, CORR(amount, age) FILTER "
+                                  "(WHERE age > 30) AS r FROM visits GROUP BY store ORDER BY store", "SHOW budget")
+    finally:
+        server.stop()
+        server.thread.join(10)
+    rows = [line.split("|") for line in lines if line.count("|") == 2]
+    # one row per public store key; an undefined CORR (a noisy variance not positive) reads as NULL
+    assert len(rows) == 12 and all(r[2] == "" or -1 <= float(r[2]) <= 1 for r in rows), shown
+    assert "total|3.0|0.1|2.9|1e-06|0.0|1e-06" in lines, shown  # charged once, the query's 0.1
