@@ -38,6 +38,8 @@ from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, 
 
 LINE = ("x", "y", "xy", "xx")
 STATISTICS: dict[str, tuple[str, ...]] = {"regr_slope": LINE, "regr_intercept": LINE, "regr_r2": (*LINE, "yy")}
+UNKNOWN = (math.nan, math.nan)
+"""The interval of a slope or intercept that no finite interval bounds: reported as "derived, no ±"."""
 FORMS: dict[type[exp.Expression], AggregateFunction] = {
     exp.RegrSlope: "regr_slope", exp.RegrIntercept: "regr_intercept", exp.RegrR2: "regr_r2"}
 
@@ -66,16 +68,17 @@ class RegressionFamily(AggregateFamily):
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
         """The worst case of each formula over the error boxes (module ``moments``), all holding
-        with probability 1 - alpha: the slope at the corners of cov / var_x (unbounded when var_x
-        may be 0); the intercept mean_y - slope mean_x at the corners of slope times mean_x;
-        R^2 the square of CORR's interval, within [0, 1]."""
+        with probability 1 - alpha: the slope at the corners of cov / var_x; the intercept
+        mean_y - slope mean_x at the corners of slope times mean_x; R^2 the square of CORR's
+        interval, within [0, 1]. Where var_x's box reaches 0 (or the noisy count is not positive)
+        the slope and the intercept have no finite interval: (NaN, NaN), "derived, no ±"."""
         statistics = STATISTICS[aggregate.function]
         scale = scale_of(measures)
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
         for row in moments(aggregate, measures, release, statistics):
             if row is None:
-                cells.append((floor, ceiling))
+                cells.append((floor, ceiling) if aggregate.function == "regr_r2" else UNKNOWN)
                 continue
             error = errors(measures, statistics, row.n, alpha)
             if aggregate.function == "regr_r2":
@@ -85,7 +88,7 @@ class RegressionFamily(AggregateFamily):
                 continue
             slope = _slope_range(row, error, scale)
             if slope is None:
-                cells.append((-math.inf, math.inf))
+                cells.append(UNKNOWN)
             elif aggregate.function == "regr_slope":
                 cells.append(outward(float(slope[0]), float(slope[1])))
             else:
