@@ -368,9 +368,14 @@ def test_the_cli_answers_corr(shop, capsys):
 
     database, policy = shop
     code, out, err = run(capsys, "query", database, "--policy", policy, "--epsilon", "0.5",
-                         "SELECT CORR(amount, age) AS r FROM visits")
+                         "SELECT CORR(amount, age) AS r, REGR_INTERCEPT(amount, age) AS b FROM visits")
     assert code == 0, err
-    assert "r" in out
+    header, row = (line for line in out.splitlines() if line.startswith("│"))
+    assert [part.strip() for part in header.split("│")[1:3]] == ["r", "b"]
+    r, b = row.split("│")[1:3]
+    assert "[" in r or "±" in r or "NULL" in r  # its interval cut to [-1, 1], or NULL: a noisy variance <= 0
+    assert "derived, no ±" in b or "±" in b or "NULL" in b  # the intercept: a finite ± or none
+    assert "cost ε 0.5" in err  # the footer, on stderr
 
 
 def test_each_statistic_is_released_with_its_plan_s_noise_scale():
