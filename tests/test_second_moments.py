@@ -440,3 +440,22 @@ def test_psql_gets_corr_per_public_key_through_the_server_charged_to_the_analyst
     # one row per public store key; an undefined CORR (a noisy variance not positive) reads as NULL
     assert len(rows) == 12 and all(r[2] == "" or -1 <= float(r[2]) <= 1 for r in rows), shown
     assert "total|3.0|0.1|2.9|1e-06|0.0|1e-06" in lines, shown  # charged once, the query's 0.1
+
+
+def test_products_are_summed_in_bigint_only_where_it_cannot_overflow():
+    """Row values are computed in BIGINT when every centred factor and the product stay below 2**62
+    (always, on the 12-bit grids the planner picks), and in HUGEINT otherwise: never an overflow
+    after the charge."""
+    from dpsql.backends.render import render
+    from dpsql.backends.rewrite import _needs_hugeint, _product_value
+
+    plan = _plan("CORR")
+    cross = next(m for m in plan.measures if all(f.power == 1 for f in m.factors))
+    assert not _needs_hugeint(cross)
+    y, x = cross.factors
+    wide = replace(cross, factors=(replace(y, lower=-2**40, upper=2**40), replace(x, lower=-2**40, upper=2**40)),
+                   lower=-2**82, upper=2**82)
+    assert _needs_hugeint(wide)
+    columns = {(m, i): f"r{i}" for m in (cross.name,) for i in range(2)}
+    assert "INT128" not in render(_product_value(cross, columns))
+    assert render(_product_value(wide, columns)).count("AS INT128)") == 2  # each centred factor widened
