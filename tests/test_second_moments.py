@@ -459,3 +459,14 @@ def test_products_are_summed_in_bigint_only_where_it_cannot_overflow():
     columns = {(m, i): f"r{i}" for m in (cross.name,) for i in range(2)}
     assert "INT128" not in render(_product_value(cross, columns))
     assert render(_product_value(wide, columns)).count("AS INT128)") == 2  # each centred factor widened
+
+
+def test_spark_checks_both_arguments_as_row_level_expressions():
+    """The Spark backend checks the row-level expressions it would evaluate before the charge: both
+    arguments of a two-argument aggregate (no Spark session needed for this part)."""
+    import sqlglot
+
+    from dpsql.backends.spark_check import row_level_roots
+
+    tree = sqlglot.parse_one("SELECT CORR(y, x + 1), SUM(z), QUANTILE_CONT(w, 0.5) FROM t", read="duckdb")
+    assert [root.sql() for root in row_level_roots(tree)] == ["y", "x + 1", "z", "w"]

@@ -42,7 +42,7 @@ def family_of(aggregate: Union[Aggregate, AggregateRelease]) -> AggregateFamily:
         raise InternalError(f"no aggregate family computes {aggregate.function!r}") from None
 
 
-def family_for_call(call: exp.Expression) -> AggregateFamily | None:
+def family_for_call(call: exp.Expr) -> AggregateFamily | None:
     """The family that classifies a sqlglot aggregate call, or None when none does. A subclass
     is a spelling of its parent (sqlglot's ApproxQuantile is a Quantile)."""
     return next((_BY_NODE[cls] for cls in type(call).__mro__ if cls in _BY_NODE), None)
