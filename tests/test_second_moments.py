@@ -470,3 +470,10 @@ def test_spark_checks_both_arguments_as_row_level_expressions():
 
     tree = sqlglot.parse_one("SELECT CORR(y, x + 1), SUM(z), QUANTILE_CONT(w, 0.5) FROM t", read="duckdb")
     assert [root.sql() for root in row_level_roots(tree)] == ["y", "x + 1", "z", "w"]
+
+
+def test_the_limits_name_both_clamped_columns(db):
+    """The limits every answer states (and the bias report reads) list each argument's clamp."""
+    result = db.sql("SELECT CORR(amount, age) FROM visits", epsilon=0.1)
+    clamped = {name for name, _, _ in result.limits.clamped}
+    assert clamped == {"amount", "age"}

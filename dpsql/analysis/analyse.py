@@ -339,6 +339,12 @@ def _factors(shape: Shape, grids: tuple[Fraction, ...]) -> tuple[tuple[Factor, .
     return tuple(factors), low, high, grid
 
 
+def _clamped_by(factors: tuple[Factor, ...]) -> tuple[ClampedColumn, ...]:
+    """A product measure's clamped columns: its factors' (each clamps its own), listed once, for
+    the limits and bias reports that read ``Measure.clamped_columns``."""
+    return tuple(dict.fromkeys(column for factor in factors for column in factor.clamped_columns))
+
+
 LARGEST_DOUBLE = Fraction(sys.float_info.max)
 """Row values are computed in DOUBLE: a range reaching past it would overflow to infinity."""
 
@@ -459,7 +465,7 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
         name=shape.name,
         kind=shape.kind,
         argument=shape.argument,
-        clamped_columns=shape.clamped,
+        clamped_columns=_clamped_by(factors) if factors else shape.clamped,
         grid=grid,
         lower=lower,
         upper=upper,

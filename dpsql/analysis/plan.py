@@ -168,7 +168,8 @@ class Measure:
     argument: exp.Expression | None
     """Row-level expression (bound, unclamped); ``None`` counts rows."""
     clamped_columns: tuple[ClampedColumn, ...]
-    """Columns of ``argument`` clamped before it is evaluated."""
+    """Columns of ``argument`` clamped before it is evaluated (of a product measure: of its
+    factors, each of which clamps its own)."""
     grid: Fraction
     """Value of one integer unit: released values are multiples of it."""
     lower: int
