@@ -468,12 +468,12 @@ def _product_value(measure: Measure, columns: dict[tuple[str, int], str]) -> exp
     (HUGEINT), clamped into the product's interval [lower, upper] as every summed value is."""
     raws = [_column(columns[measure.name, i]) for i in range(len(measure.factors))]
     missing = exp.or_(*(_is_null(raw) for raw in raws), copy=False)
+    centre = _centred if _needs_hugeint(measure) else _centred_bigint
     terms: list[exp.Expr] = []
     for factor, raw in zip(measure.factors, raws):
         clamped = _clamp(raw.copy(), _number(factor.lower), _number(factor.upper))
-        terms += [_centred(factor, clamped) if i == 0 else _centred(factor, clamped.copy())
-                  for i in range(factor.power)]
-    product: exp.Expr = exact_integer(_number(1)) if not terms else terms[0]
+        terms += [centre(factor, clamped) if i == 0 else centre(factor, clamped.copy()) for i in range(factor.power)]
+    product: exp.Expr = _number(1) if not terms else terms[0]
     for term in terms[1:]:
         product = exp.Mul(this=product, expression=term)
     return _null_or_clamped(missing, product, _number(measure.lower), _number(measure.upper))
@@ -617,6 +617,24 @@ def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.S
 
 def _value_column(measure: Measure) -> exp.Column:
     return _column(f"v_{measure.counts_values_of or measure.name}")
+
+
+def _needs_hugeint(measure: Measure) -> bool:
+    """Whether a product measure's row value needs HUGEINT arithmetic: BIGINT is exact (and cannot
+    overflow) when every factor's doubled bound and centring offset, and every partial product of
+    centred factors (each |2v - (L + U)| <= U - L), stay below 2**62 in magnitude."""
+    partial = 1
+    for factor in measure.factors:
+        partial *= max(factor.upper - factor.lower, 1) ** factor.power
+        if 2 * max(abs(factor.lower), abs(factor.upper)) + abs(factor.lower + factor.upper) >= 2**62:
+            return True
+    return max(abs(measure.lower), abs(measure.upper), partial) >= 2**62
+
+
+def _centred_bigint(factor: Measure | Factor, value: exp.Expr) -> exp.Expr:
+    """2v - (L + U) of a BIGINT v in [L, U], in BIGINT (where ``_needs_hugeint`` shows it exact)."""
+    doubled = exp.Mul(this=_number(2), expression=value)
+    return _paren(exp.Sub(this=doubled, expression=_paren(_number(factor.lower + factor.upper))))
 
 
 def _centred(measure: Measure | Factor, value: exp.Expr) -> exp.Expr:
