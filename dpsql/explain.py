@@ -175,7 +175,7 @@ def _product_text(measure: Measure) -> str:
         what = ("sum of squared centred " if used[0][1] > 1 else "centred sum of ") + used[0][0]
     else:
         what = "count"
-    return f"{what} (rows where {every} are all non-NULL)" if len(measure.factors) > 1 else what
+    return f"{what} (rows where {every} are non-NULL)" if len(measure.factors) > 1 else what
 
 
 def _measure_text(measure: Measure) -> str:

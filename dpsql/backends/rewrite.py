@@ -465,7 +465,8 @@ def _factor_columns(plan: Plan) -> dict[tuple[str, int], str]:
 def _product_value(measure: Measure, columns: dict[tuple[str, int], str]) -> exp.Expr:
     """A product measure's row value: NULL when any factor is NULL (pairs), else the product of
     the factors' centred values 2v - (L + U) (v clamped into [L, U]) to their powers, exact
-    (HUGEINT), clamped into the product's interval [lower, upper] as every summed value is."""
+    (in BIGINT where no partial product can reach 2**62, ``_needs_hugeint``, else in HUGEINT),
+    clamped into the product's interval [lower, upper] as every summed value is."""
     raws = [_column(columns[measure.name, i]) for i in range(len(measure.factors))]
     missing = exp.or_(*(_is_null(raw) for raw in raws), copy=False)
     centre = _centred if _needs_hugeint(measure) else _centred_bigint

@@ -221,6 +221,7 @@ def row_level_roots(tree: exp.Expr) -> Iterator[exp.Expr]:
 
 
 def _takes_two(node: exp.AggFunc) -> bool:
+    """Whether ``node`` is a two-argument aggregate of dpsql's (its family's ``arity`` is 2)."""
     family = family_for_call(node)
     return family is not None and family.arity == 2 and isinstance(node.args.get("expression"), exp.Expr)
 
