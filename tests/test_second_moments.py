@@ -477,3 +477,16 @@ def test_the_limits_name_both_clamped_columns(db):
     result = db.sql("SELECT CORR(amount, age) FROM visits", epsilon=0.1)
     clamped = {name for name, _, _ in result.limits.clamped}
     assert clamped == {"amount", "age"}
+
+
+def test_private_keys_pass_partition_selection_as_for_avg(db):
+    """GROUP BY a column with no KEYS domain: keys are released by partition selection (delta > 0),
+    which takes its share of epsilon beside CORR's six statistics; without delta it is refused."""
+    sql = "SELECT zip, CORR(amount, age) AS r FROM visits GROUP BY zip"
+    with pytest.raises(dpsql.UnsupportedQuery, match="no public KEYS domain"):
+        db.explain(sql)
+    text = db.explain(sql, epsilon=0.7, delta=1e-7)
+    # 0.7 in two shares: 0.35 for partition selection, 0.35 for CORR, 0.35 / 6 for each statistic
+    assert "reaches" in text and "; epsilon 0.35, delta 1e-07" in text and text.count("epsilon 0.0583333,") == 6
+    result = db.sql(sql, epsilon=0.7, delta=1e-7)
+    assert all(math.isnan(r) or -1 <= r <= 1 for _, r in result.fetchall())
