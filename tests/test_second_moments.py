@@ -490,3 +490,17 @@ def test_private_keys_pass_partition_selection_as_for_avg(db):
     assert "reaches" in text and "; epsilon 0.35, delta 1e-07" in text and text.count("epsilon 0.0583333,") == 6
     result = db.sql(sql, epsilon=0.7, delta=1e-7)
     assert all(math.isnan(r) or -1 <= r <= 1 for _, r in result.fetchall())
+
+
+def test_the_statement_renders_for_spark_without_a_session():
+    """The Spark backend renders the same trees: both statement forms of a grouped CORR render, the
+    products in BIGINT as on DuckDB (no partial product can reach 2**62 on these grids)."""
+    from dpsql.backends.render import SparkSQL
+    from dpsql.backends.spark_render import column_types
+
+    oracle = Oracle("SELECT g, CORR(y, x) FROM t GROUP BY g")
+    plan = oracle.plans["unbounded"]
+    dialect = SparkSQL(column_types(oracle.engine.catalog()))
+    for form in (plan, replace(plan, query=replace(plan.query, rows_per_unit=None))):
+        sql = rewrite_plan(form, dialect=dialect)
+        assert "AS v_m2" in sql and "AS r_m0_1" in sql and "DECIMAL" not in sql
