@@ -503,4 +503,6 @@ def test_the_statement_renders_for_spark_without_a_session():
     dialect = SparkSQL(column_types(oracle.engine.catalog()))
     for form in (plan, replace(plan, query=replace(plan.query, rows_per_unit=None))):
         sql = rewrite_plan(form, dialect=dialect)
-        assert "AS v_m2" in sql and "AS r_m0_1" in sql and "DECIMAL" not in sql
+        product = sql[:sql.index(" AS v_m2")]
+        product = product[product.rindex("CASE WHEN r_m0_0 IS NULL OR r_m0_1 IS NULL"):]
+        assert "DECIMAL" not in product and "AS r_m0_1" in sql  # the cross product in BIGINT; sums are exact
