@@ -40,8 +40,7 @@ ORACLE_POLICY = """BUDGET EPSILON 100;
 NEIGHBOURS {neighbours};
 PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, y BOUNDS -2 TO 3, x BOUNDS 0 TO 2,
                  g KEYS FROM keys.g);
-PUBLIC TABLE keys;
-PUBLIC TABLE dup;"""
+PUBLIC TABLE keys;"""
 BASE_ROWS = [(1, "a", 1, 2), (1, "b", -2, 0), (2, "a", 3, 1), (2, "a", None, 1), (3, "b", 0, None)]
 CANDIDATES = [("a", 3, 2), ("a", 3, 0), ("a", -2, 2), ("a", None, 2), ("a", 100, -5), ("b", 3, 2)]
 """Rows a tested unit may hold: corners of the bounds (both signs of the cross product), a NULL
@@ -55,41 +54,50 @@ def _units() -> list[tuple]:
 
 
 class Oracle:
-    """One query's bounded SQL run exactly on the base rows plus one tested unit's rows."""
+    """Queries' bounded SQL run exactly on the base rows plus one tested unit's rows (each dataset
+    loaded once for all of them)."""
 
-    def __init__(self, sql: str, layered: bool = False):
-        """``layered``: the statement's per-unit layers (``dp_units``, ``dp_granted``) bound the
-        contributions, as for a source not bounded by construction, rather than the bounded copy."""
+    def __init__(self, *queries: tuple[str, bool]):
+        """Each query with ``layered``: its statement's per-unit layers (``dp_units``, ``dp_granted``)
+        bound the contributions, as for a source not bounded by construction, rather than the
+        bounded copy."""
         self.connection = duckdb.connect()
         self.connection.execute("CREATE TABLE t (uid INTEGER, g VARCHAR, y INTEGER, x INTEGER)")
         self.connection.execute("CREATE TABLE keys AS SELECT * FROM (VALUES ('a'), ('b')) AS k(g)")
-        self.connection.execute("CREATE TABLE dup AS SELECT * FROM (VALUES ('a', 1), ('a', 2), ('b', 3)) AS d(g, w)")
         self.engine = Engine(self.connection, owned=True, path=None)
         catalog = self.engine.catalog()
-        self.plans: dict[str, Plan] = {}
         tables = parse_policy(ORACLE_POLICY.format(neighbours="UNBOUNDED")).private_tables
         self.engine.prepare_bounding(bounded_tables(list(tables), catalog, table_key), "salt")
-        for neighbours in ("unbounded", "bounded"):
-            policy = parse_policy(ORACLE_POLICY.format(neighbours=neighbours.upper()))
-            query = check_query(parse(sql).tree, sql, policy, catalog, self.engine)
-            self.plans[neighbours] = analyse_query(query, policy, PrivacyOptions(epsilon=Fraction(1)))
-        plan = self.plans["unbounded"]
-        self.sql = rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)) if layered else plan)
-        assert ("dp_granted" in self.sql) == layered
-        self.domain = [("a",), ("b",)] if plan.query.keys else [()]
+        self.plans: list[dict[str, Plan]] = []
+        self.statements: list[str] = []
+        for sql, layered in queries:
+            plans = {}
+            for neighbours in ("unbounded", "bounded"):
+                policy = parse_policy(ORACLE_POLICY.format(neighbours=neighbours.upper()))
+                query = check_query(parse(sql).tree, sql, policy, catalog, self.engine)
+                plans[neighbours] = analyse_query(query, policy, PrivacyOptions(epsilon=Fraction(1)))
+            plan = plans["unbounded"]
+            statement = rewrite_plan(replace(plan, query=replace(plan.query, rows_per_unit=None)) if layered else plan)
+            assert ("dp_granted" in statement) == layered
+            self.plans.append(plans)
+            self.statements.append(statement)
 
-    def run(self, unit_rows: tuple) -> dict[tuple, tuple[int, ...]]:
+    def run(self, unit_rows: tuple) -> tuple[dict[tuple, tuple[int, ...]], ...]:
+        """Per query, {key: exact measures} on the base rows plus the tested unit's."""
         rows = BASE_ROWS + [(TESTED_UNIT, g, y, x) for g, y, x in unit_rows]
         values = ", ".join(f"({u}, '{g}', {sql_value(y)}, {sql_value(x)})" for u, g, y, x in rows)
         self.connection.execute(f"DELETE FROM t; INSERT INTO t VALUES {values}")
         self.engine.refresh_bounding()
-        plan = self.plans["unbounded"]
-        exact = self.engine.fetch(self.sql, {"salt": "salt"} if "$salt" in self.sql else None,
-                                  bounded=plan.query.bounded)
-        width = len(plan.query.keys)
-        result = {key: (0,) * len(plan.measures) for key in self.domain}
-        result.update({tuple(r[:width]): tuple(int(v or 0) for v in r[width:]) for r in exact})
-        return result
+        results = []
+        for plans, statement in zip(self.plans, self.statements):
+            plan = plans["unbounded"]
+            exact = self.engine.fetch(statement, {"salt": "salt"} if "$salt" in statement else None,
+                                      bounded=plan.query.bounded)
+            width = len(plan.query.keys)
+            result = {key: (0,) * len(plan.measures) for key in ([("a",), ("b",)] if width else [()])}
+            result.update({tuple(r[:width]): tuple(int(v or 0) for v in r[width:]) for r in exact})
+            results.append(result)
+        return tuple(results)
 
 
 def _distance(a: dict, b: dict, index: int) -> tuple[int, int]:
@@ -97,39 +105,42 @@ def _distance(a: dict, b: dict, index: int) -> tuple[int, int]:
     return sum(abs(d) for d in diffs), sum(d * d for d in diffs)
 
 
-def _worst(oracle: Oracle) -> dict[str, list[tuple[int, int]]]:
+def _worst(results: list[dict], empty: dict, count: int) -> dict[str, list[tuple[int, int]]]:
     """Per neighbour relation, per measure, the largest (L1, squared L2) change one unit makes."""
-    results = list({repr(sorted(r.items())): r for r in map(oracle.run, _units())}.values())
-    empty = oracle.run(())
-    count = len(oracle.plans["unbounded"].measures)
+    results = list({repr(sorted(r.items())): r for r in results}.values())
     pairs = {"unbounded": [(r, empty) for r in results], "bounded": list(itertools.combinations(results, 2))}
     return {relation: [(max(_distance(a, b, i)[0] for a, b in chosen), max(_distance(a, b, i)[1] for a, b in chosen))
                        for i in range(count)] for relation, chosen in pairs.items()}
 
 
-@pytest.mark.parametrize("sql, layered", [("SELECT REGR_R2(y, x) FROM t", False),
-                                          ("SELECT g, CORR(y, x) FROM t GROUP BY g", True)])
-def test_each_statistic_s_sensitivity_is_the_largest_change_one_unit_makes(sql, layered):
+QUERIES = (("SELECT REGR_R2(y, x) FROM t", False), ("SELECT g, CORR(y, x) FROM t GROUP BY g", True))
+"""Every statistic ungrouped through the bounded copy, and grouped through the per-unit layers."""
+
+
+def test_each_statistic_s_sensitivity_is_the_largest_change_one_unit_makes():
     """Every statistic (centred sums, sums of squares, the cross-product sum over [-s_y s_x, s_y s_x]
     = [-10, 10] here, the count of pairs), ungrouped through the bounded copy and grouped through
     the per-unit layers: adding, removing or replacing one unit of up to k + 1 rows (corners, NULL
     in one argument, values outside the bounds) moves each measure's integer vector by at most —
     and at worst exactly — the analysed L1 and L2."""
-    oracle = Oracle(sql, layered)
-    worst = _worst(oracle)
-    for relation, plan in oracle.plans.items():
-        assert sum(m.epsilon for m in plan.measures) == plan.epsilon == 1  # split equally: 1/m each
-        for measure, (l1, l2_squared) in zip(plan.measures, worst[relation]):
-            label = f"{sql} {measure.name} {relation}"
-            assert (l1, l2_squared) == (measure.sensitivity.l1, measure.sensitivity.l2_squared), label
-            # the noise is calibrated to the brute-forced change: Laplace scale >= L1 / epsilon
-            assert measure.epsilon == Fraction(1, len(plan.measures)) and measure.scale * measure.epsilon >= l1
+    oracle = Oracle(*QUERIES)
+    runs = [oracle.run(unit) for unit in _units()]
+    empty = oracle.run(())
+    for index, ((sql, _), plans) in enumerate(zip(QUERIES, oracle.plans)):
+        worst = _worst([run[index] for run in runs], empty[index], len(plans["unbounded"].measures))
+        for relation, plan in plans.items():
+            assert sum(m.epsilon for m in plan.measures) == plan.epsilon == 1  # split equally: 1/m each
+            for measure, (l1, l2_squared) in zip(plan.measures, worst[relation]):
+                label = f"{sql} {measure.name} {relation}"
+                assert (l1, l2_squared) == (measure.sensitivity.l1, measure.sensitivity.l2_squared), label
+                # the noise is calibrated to the brute-forced change: Laplace scale >= L1 / epsilon
+                assert measure.epsilon == Fraction(1, len(plan.measures)) and measure.scale * measure.epsilon >= l1
 
 
 def test_the_cross_product_interval_is_the_corner_products_of_the_centred_arguments():
     """y in [-2, 3] and x in [0, 2] on the grid 1 centre to [-5, 5] and [-2, 2]: the cross-product
     sum's row values lie in [-10, 10], squares in [0, 25] and [0, 4], sums in [-5, 5] and [-2, 2]."""
-    plan = Oracle("SELECT REGR_R2(y, x) FROM t").plans["unbounded"]
+    plan = Oracle(("SELECT REGR_R2(y, x) FROM t", False)).plans[0]["unbounded"]
     bounds = {tuple(f.power for f in m.factors): (m.lower, m.upper) for m in plan.measures if m.factors}
     assert bounds == {(0, 1): (-2, 2), (1, 0): (-5, 5), (1, 1): (-10, 10), (0, 2): (0, 4), (2, 0): (0, 25)}
 
@@ -498,8 +509,8 @@ def test_the_statement_renders_for_spark_without_a_session():
     from dpsql.backends.render import SparkSQL
     from dpsql.backends.spark_render import column_types
 
-    oracle = Oracle("SELECT g, CORR(y, x) FROM t GROUP BY g")
-    plan = oracle.plans["unbounded"]
+    oracle = Oracle(("SELECT g, CORR(y, x) FROM t GROUP BY g", False))
+    plan = oracle.plans[0]["unbounded"]
     dialect = SparkSQL(column_types(oracle.engine.catalog()))
     for form in (plan, replace(plan, query=replace(plan.query, rows_per_unit=None))):
         sql = rewrite_plan(form, dialect=dialect)
