@@ -101,7 +101,8 @@ class AggregateFamily:
     nodes: ClassVar[tuple[type[exp.Expression], ...]] = ()
     """The sqlglot call classes ``classify`` accepts (each owned by one family)."""
     measure_count: ClassVar[int] = 1
-    """How many measures ``shapes`` names (analyse hands it that many fresh names)."""
+    """How many measures ``shapes`` names at most (analyse hands it that many fresh names; a family
+    whose functions read fewer, as REGR_SLOPE beside REGR_R2, uses the first ones)."""
     ranged: ClassVar[bool] = True
     """Its argument is a bounded value: analyse derives its range before ``shapes``."""
     draws: ClassVar[bool] = False
