@@ -517,3 +517,25 @@ def test_the_statement_renders_for_spark_without_a_session():
         product = sql[:sql.index(" AS v_m2")]
         product = product[product.rindex("CASE WHEN r_m0_0 IS NULL OR r_m0_1 IS NULL"):]
         assert "DECIMAL" not in product and "AS r_m0_1" in sql  # the cross product in BIGINT; sums are exact
+
+
+@pytest.mark.parametrize("expression", ["COVAR_POP(y * 1e200, x * 1e200)", "COVAR_SAMP(y * 2e153, x * 2e153)",
+                                        "REGR_SLOPE(y * 1e290, x * 1e-290)", "REGR_SLOPE(y * 1e303, x * 1e-6)",
+                                        "REGR_INTERCEPT(y * 1e303, x * 1e-6)"])
+def test_values_and_intervals_beyond_float_range_are_infinite_never_a_failure_after_the_charge(expression):
+    """Scaling noisy statistics back to the columns' units can leave the range of a double: the
+    value and the interval's ends become infinite (as DuckDB's DOUBLE arithmetic does), rather
+    than a charged QueryFailed or an error while printing (found by helper-31)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"uid": range(60), "x": [i % 3 for i in range(60)], "y": [(i * 7) % 6 - 2 for i in range(60)]})
+    policy = ("BUDGET EPSILON 1000; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, y BOUNDS -2 TO 3, "
+              "x BOUNDS 0 TO 2);")
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(3)) as db:
+        for run in range(2):
+            result = db.sql(f"SELECT {expression} AS s FROM t WHERE {run} = {run}", epsilon=20)
+            (value,), = result.fetchall()
+            low, high = result.intervals()[["s_low", "s_high"]].iloc[0]
+            assert value is None or isinstance(value, float)
+            assert (math.isnan(low) and math.isnan(high)) or low <= high
+            assert "s" in str(result)

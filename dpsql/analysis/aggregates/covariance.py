@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
 from dpsql.analysis.aggregates.moments import (
+    as_float,
     box,
     classify_pair,
     errors,
@@ -61,7 +62,7 @@ class CovarianceFamily(AggregateFamily):
                 continue
             assert row.cov is not None
             value = row.cov * unit * (Fraction(row.n, row.n - 1) if aggregate.sample else 1)
-            values.append(min(max(float(value), floor), ceiling))
+            values.append(min(max(as_float(value), floor), ceiling))
         return values
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
@@ -88,7 +89,7 @@ class CovarianceFamily(AggregateFamily):
                            Fraction(most, most - 1) if most > 2 else Fraction(2))
                 corners = [c * f for c in (low, high) for f in factors]
                 low, high = min(corners), max(corners)
-            cells.append(outward(float(low * unit), float(high * unit), floor, ceiling))
+            cells.append(outward(as_float(low * unit), as_float(high * unit), floor, ceiling))
         return cells
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
@@ -101,7 +102,7 @@ class CovarianceFamily(AggregateFamily):
         """|population covariance| <= h_x h_y (half-spreads of the bounds, on the grid); the
         sample form at most twice that."""
         scale = scale_of(measures)
-        largest = float(scale.spread_x * scale.spread_y * scale.grid_x * scale.grid_y / 4)
+        largest = as_float(scale.spread_x * scale.spread_y * scale.grid_x * scale.grid_y / 4)
         largest *= 2 if aggregate.sample else 1
         return -largest, largest
 

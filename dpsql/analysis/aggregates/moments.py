@@ -240,6 +240,20 @@ def correlation(row: Moments) -> float:
     return min(max(float(row.cov) / math.sqrt(float(row.var_x) * float(row.var_y)), -1.0), 1.0)
 
 
+def as_float(value: Fraction) -> float:
+    """``value`` as a float, infinite where it is beyond the largest double (as DuckDB's DOUBLE
+    arithmetic overflows): scaling back to the columns' units may leave float range, which must
+    never fail after the charge.
+
+    >>> as_float(Fraction(10) ** 400), as_float(-Fraction(10) ** 400), as_float(Fraction(1, 4))
+    (inf, -inf, 0.25)
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def outward(low: float, high: float, floor: float = -math.inf, ceiling: float = math.inf) -> tuple[float, float]:
     """[low, high] rounded outward by one float step, then cut to [floor, ceiling]."""
     return max(math.nextafter(low, -math.inf), floor), min(math.nextafter(high, math.inf), ceiling)

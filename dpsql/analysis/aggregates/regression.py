@@ -21,6 +21,7 @@ from dpsql.analysis.aggregates.moments import (
     Errors,
     Moments,
     Scale,
+    as_float,
     box,
     classify_pair,
     correlation,
@@ -90,13 +91,13 @@ class RegressionFamily(AggregateFamily):
             if slope is None:
                 cells.append(UNKNOWN)
             elif aggregate.function == "regr_slope":
-                cells.append(outward(float(slope[0]), float(slope[1])))
+                cells.append(outward(as_float(slope[0]), as_float(slope[1])))
             else:
                 sx, sy = scale.spread_x, scale.spread_y
                 mean_y = [scale.mean_y(c) for c in box(row.mean_y, error.mean_y, Fraction(-sy), Fraction(sy))]
                 mean_x = [scale.mean_x(c) for c in box(row.mean_x, error.mean_x, Fraction(-sx), Fraction(sx))]
                 products = [b * m for b in slope for m in mean_x]
-                cells.append(outward(float(mean_y[0] - max(products)), float(mean_y[1] - min(products))))
+                cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
         return cells
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
@@ -129,8 +130,8 @@ def _value(function: str, row: Moments | None, scale: Scale) -> float:
         return math.nan
     slope = scale.grid_y / scale.grid_x * row.cov / row.var_x
     if function == "regr_slope":
-        return float(slope)
-    return float(scale.mean_y(row.mean_y) - slope * scale.mean_x(row.mean_x))
+        return as_float(slope)
+    return as_float(scale.mean_y(row.mean_y) - slope * scale.mean_x(row.mean_x))
 
 
 def _slope_range(row: Moments, error: Errors, scale: Scale) -> tuple[Fraction, Fraction] | None:
