@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
@@ -46,7 +47,7 @@ from dpsql.mechanisms.descent import (
     Model,
     Noise,
     check_model,
-    check_positive,
+    check_scaled,
     check_steps,
     default_learning_rate,
     descend,
@@ -60,6 +61,8 @@ from dpsql.sql.parse import DIALECT, located, node_position, parse
 
 OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
 """The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
+FIT_TIME_LIMIT = 10
+"""A fit may run this many times the engine's per-statement time limit, in all (300 s by default)."""
 DEFAULT_STEPS = 30
 DEFAULT_CLIP = 1.0
 _SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
@@ -151,7 +154,7 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
     """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
     model = check_model(model)
     steps = check_steps(steps)
-    clip = check_positive(clip, "clip", "1.0")
+    clip = check_scaled(clip, "clip", "1.0")
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
     if not isinstance(target, str) or not target.strip():
@@ -175,11 +178,14 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
     order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
     features = tuple(names[i] for i in order[:-1])
     learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
-                     else check_positive(learning_rate, "learning_rate", "0.1"))
+                     else check_scaled(learning_rate, "learning_rate", "0.1"))
     prepared = _prepare_rows(connection, sql, tree, items, order, model)
     plan, priced = prepared.plan, prepared.priced
     assert plan is not None and priced is not None
     columns = _columns(plan)
+    if len(columns.values) != len(features) + 1:  # identical SUMs share one measure
+        raise UnsupportedQuery("the training query selects the same expression twice", line=1, col=1,
+                               hint="keep one column per expression: a copy adds nothing to a model")
     rate = None if priced.sampling is None else priced.sampling.rate
     policy = connection.policy
     if rate is not None and policy.neighbours != "unbounded":
@@ -357,8 +363,15 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
             policies=connection._agreed_policies)
 
+    limit = connection._engine._timeout
+    started = time.monotonic()
+
     def run(fetch) -> dict:
         def gradient(weights: list[float]) -> list[int]:
+            # A fit is many statements, each under the engine's time limit: the whole fit stops
+            # (charged, withheld) past FIT_TIME_LIMIT of them, so no fit holds a server for hours.
+            if limit is not None and time.monotonic() - started > FIT_TIME_LIMIT * limit:
+                raise TimeoutError("the fit ran past its time limit")
             statement = fit.statement(weights)
             rows = fetch(statement, secret_key(connection._rng)) if statement.needs_sample_key else fetch(statement)
             return [int(v or 0) for v in rows[0]]
@@ -367,7 +380,8 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
-        failure="the fit failed while running; its cost was charged and no model was released")
+        failure="the fit failed while running (or ran past its time limit); its cost was charged and no model "
+                "was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _model(connection, fit, released, charged)
 

@@ -24,7 +24,7 @@ import dpsql
 import dpsql.fit
 from dpsql.budget.accounting import epsilon_of_rho
 from dpsql.demo import SHOP_POLICY
-from dpsql.errors import InvalidParameter, UnsupportedQuery
+from dpsql.errors import InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.fit import plan_fit
 from dpsql.fit_sql import count_statement, unit_vectors_statement
 from dpsql.mechanisms.noise import SeededSource
@@ -59,9 +59,10 @@ def tiny(neighbours: str = "UNBOUNDED", units: dict | None = None, rng: int = 3,
     return dpsql.connect(con, policy=TINY.format(neighbours=neighbours, rows=rows), rng=SeededSource(rng))
 
 
-def unit_vectors(db, fit, weights) -> dict[int, np.ndarray]:
+def unit_vectors(db, fit, weights, clip: float | None = None) -> dict[int, np.ndarray]:
     """Each unit's clipped integer gradient, by the fit's own SQL (unit ids from a second column)."""
-    statement = unit_vectors_statement(fit.plan, fit.columns, fit.model, weights, fit.clip, fit.noise.norm_steps)
+    statement = unit_vectors_statement(fit.plan, fit.columns, fit.model, weights, clip or fit.clip,
+                                       fit.noise.norm_steps)
     text = statement.sql.replace("SELECT t0", "SELECT dp_unit, t0", 1).replace(
         "dp_fit_clipped AS (SELECT ", "dp_fit_clipped AS (SELECT dp_unit, ", 1)
     rows = db._engine.fetch(text, db._executor.salt_for(statement.needs_salt), bounded=statement.bounded)
@@ -103,6 +104,28 @@ def test_one_units_gradient_is_within_the_clip_whatever_its_rows(model, rows):
         # The step's statement sums exactly these vectors: a unit's part depends on its rows alone.
         assert list(summed(db, fit, weights)) == list(sum(vectors.values()))
     assert reached >= (bound // 2) ** 2
+
+
+@pytest.mark.parametrize("clip", [1e-170, 1e-300, 1e-6])
+def test_a_tiny_clip_cannot_underflow_the_norm(clip):
+    """The statement norms each unit's vector in grid steps: a raw norm of a unit whose gradient is
+    (c, c, c) with c = 0.9 clip underflowed to 0 at clip 1e-170 and let every coordinate through
+    at 0.9 D, a vector of 1.56 D (found by helper-30). Weights are public, so an analyst could
+    steer a unit's gradient there; the statement is called directly, below the clip's range."""
+    db = tiny(units={16: [(16, "2.0", "10.0", "2.5")]})  # x' = z' = 1, y' = 0: the residual is w0
+    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
+    vectors = unit_vectors(db, fit, [0.9 * clip, 0.0, 0.0], clip=clip)
+    bound = fit.noise.norm_steps
+    assert squared_norm(vectors[16]) <= bound * bound
+    assert squared_norm(vectors[16]) >= (bound * 9 // 10) ** 2  # clipped to D, not zeroed
+
+
+def test_a_fit_past_its_time_limit_is_charged_and_withheld(monkeypatch):
+    monkeypatch.setattr(dpsql.fit, "FIT_TIME_LIMIT", 0)
+    db = tiny()
+    with pytest.raises(QueryFailed, match="time limit"):
+        db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3)
+    assert db.budget.spent.epsilon == 1
 
 
 @pytest.mark.parametrize("neighbours, factor", [("UNBOUNDED", 1), ("BOUNDED", 2)])
@@ -217,6 +240,10 @@ def test_the_same_fit_again_is_a_free_repeat_with_the_same_model():
     (dict(sql="SELECT " + ", ".join(f"x AS a{i}" for i in range(101)) + ", y FROM t", target="y"),
      UnsupportedQuery, "101 features, more than the 100"),
     (dict(sql="SELECT x, y FROM t", target="y", clip=-1), InvalidParameter, "clip must be"),
+    (dict(sql="SELECT x, y FROM t", target="y", clip=1e-170), InvalidParameter, "from 1e-06 to 1e+06"),
+    (dict(sql="SELECT x, y FROM t", target="y", learning_rate=1e7), InvalidParameter, "from 1e-06 to 1e+06"),
+    (dict(sql="SELECT x AS a, x AS b, y FROM t", target="y"), UnsupportedQuery, "same expression twice"),
+    (dict(sql="SELECT x AS a, x AS b FROM t", target="b"), UnsupportedQuery, "same expression twice"),
     (dict(sql="SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) x, y FROM t", target="y"),
      UnsupportedQuery, "OPTIONS"),
 ])

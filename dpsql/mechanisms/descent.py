@@ -109,10 +109,19 @@ def check_steps(steps: object) -> int:
     return steps
 
 
-def check_positive(value: object, name: str, example: str) -> float:
+SANE = (1e-6, 1e6)
+"""The clip and the learning rate, in scaled units, lie in this range: beyond it a fit is not
+meaningful, and the statement's constants (D / clip) stay ordinary doubles."""
+
+
+def check_scaled(value: object, name: str, example: str) -> float:
+    """A clip or learning rate: a number in ``SANE`` (scaled units), refused before the charge."""
+    low, high = SANE
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)) or \
-            not math.isfinite(float(value)) or float(value) <= 0:
-        raise InvalidParameter(f"{name} must be a finite number above 0, got {value!r}",
+            not math.isfinite(float(value)) or not low <= float(value) <= high:
+        shown = f"{float(value):g}" if isinstance(value, (int, float, Fraction)) and not isinstance(value, bool) \
+            else repr(value)
+        raise InvalidParameter(f"{name} must be a number from {low:g} to {high:g} (scaled units), got {shown}",
                                hint=f"pass {name}={example}")
     return float(value)
 
