@@ -4,8 +4,9 @@
 the whole pipeline instead — parse, check, plan, charge, rewrite, DuckDB, the secure noise
 source, post-processing — ``--releases`` times on each of two neighbouring databases (the
 same D and D' as the test: one unit with 40 rows far beyond the bounds, a key nobody else has),
-for COUNT, SUM, AVG, a grouped cell, a quantile (MEDIAN), partition selection and a COUNT on a
-25% Poisson sample of the units (``TABLESAMPLE POISSON``: claimed, the amplified epsilon). Each release
+for COUNT, SUM, AVG, a grouped cell, a quantile (MEDIAN), partition selection, a COUNT on a
+25% Poisson sample of the units (``TABLESAMPLE POISSON``: claimed, the amplified epsilon), the
+mechanisms for many queries and a one-step model fit (``db.fit``: a coefficient). Each release
 is a distinct query (a no-op condition of its own), so none is a free repeat.
 
 The first ``--pilot`` releases of each side choose the threshold event; the rest give a
@@ -69,6 +70,11 @@ CLASSES = {
     # forced selection 1.8, the measurement 1.8), through the SQL form of db.workload.
     "MWEM workload (one round)": ("SELECT * FROM workload('SELECT COUNT(*) FILTER (WHERE store = ''north'') "
                                   "FROM visits', rounds = 1)", 4, 0, lambda rows: rows[0][2]),
+    # A one-step linear fit (issue 25) of amount on "visits north": its coefficient after one
+    # noisy gradient step (clip 1, the count and the step at epsilon 4, delta 1e-5 in all).
+    "fit (linear, one step)": ("SELECT * FROM fit('SELECT CASE WHEN store = ''north'' THEN 1 ELSE 0 END AS north, "
+                               "amount FROM visits', target = 'amount', steps = 1, learning_rate = 1)", 4, 1e-5,
+                               lambda rows: rows[1][1]),
 }
 CLAIMED = {"Poisson sample (25%)": float(amplified_epsilon(Fraction(2), Fraction(1, 4)))}
 """What a class is charged when that is not the epsilon it asks for."""

@@ -71,7 +71,7 @@ def mechanism(name: str) -> Mechanism:
     return _MECHANISMS[name.lower()]
 
 
-BUILT_IN = ("dpsql.above_threshold", "dpsql.workload_run", "dpsql.pmw_call", "dpsql.fit")
+BUILT_IN = ("dpsql.above_threshold", "dpsql.workload_run", "dpsql.pmw_call", "dpsql.fit_call")
 """The modules of the built-in mechanisms: each calls ``register`` when imported (add yours here)."""
 
 

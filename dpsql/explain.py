@@ -164,10 +164,24 @@ def unit_value(measure: Measure) -> Fraction:
     return measure.grid / 2 if measure.centred else measure.grid
 
 
+def _product_text(measure: Measure) -> str:
+    """What a product measure sums, named by its factors' powers: a centred sum, a sum of squared
+    centred values or a cross-product sum, over the rows where every factor is non-NULL."""
+    used = [(f.argument.sql(dialect="duckdb"), f.power) for f in measure.factors if f.power]
+    every = " and ".join(f.argument.sql(dialect="duckdb") for f in measure.factors)
+    if len(used) > 1:
+        what = "cross-product sum of centred " + " × ".join(name + ("²" if p > 1 else "") for name, p in used)
+    elif used:
+        what = ("sum of squared centred " if used[0][1] > 1 else "centred sum of ") + used[0][0]
+    else:
+        what = "count"
+    return f"{what} (rows where {every} are non-NULL)" if len(measure.factors) > 1 else what
+
+
 def _measure_text(measure: Measure) -> str:
     """A measure in the column's units; the integer grid it is computed on is a separate fact."""
     what = {"count": "count", "units": "distinct units", "distinct": "distinct values",
-            "histogram": "bucket counts"}.get(measure.kind) or (
+            "histogram": "bucket counts"}.get(measure.kind) or (_product_text(measure) if measure.factors else
         "sum of squared centred values" if measure.squared else "centred sum" if measure.centred else "sum")
     step = unit_value(measure)
     squared = " (squared units)" if measure.squared else ""

@@ -27,9 +27,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from sqlglot import exp
@@ -37,17 +38,16 @@ from sqlglot import exp
 from dpsql.analysis.plan import Plan, PublicQuery
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable, rho_budget
-from dpsql.calls import Mechanism, register
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
-from dpsql.explain import Explanation
 from dpsql.fit_sql import FitColumns, count_statement, gradient_statement
 from dpsql.mechanisms.descent import (
     COUNT_SHARE,
+    MAX_FEATURES,
     Bounds,
     Model,
     Noise,
     check_model,
-    check_positive,
+    check_scaled,
     check_steps,
     default_learning_rate,
     descend,
@@ -61,6 +61,8 @@ from dpsql.sql.parse import DIALECT, located, node_position, parse
 
 OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
 """The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
+FIT_TIME_LIMIT = 10
+"""A fit may run this many times the engine's per-statement time limit, in all (300 s by default)."""
 DEFAULT_STEPS = 30
 DEFAULT_CLIP = 1.0
 _SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
@@ -152,7 +154,7 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
     """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
     model = check_model(model)
     steps = check_steps(steps)
-    clip = check_positive(clip, "clip", "1.0")
+    clip = check_scaled(clip, "clip", "1.0")
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
     if not isinstance(target, str) or not target.strip():
@@ -170,14 +172,20 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
                                f"{', '.join(names)})", hint="name one of its columns, or add the target to it")
     if len(names) < 2:
         raise UnsupportedQuery("the training query has no feature besides the target", line=1, col=1, hint=_SHAPE)
+    if len(names) - 1 > MAX_FEATURES:
+        raise UnsupportedQuery(f"the training query has {len(names) - 1} features, more than the {MAX_FEATURES} a fit "
+                               "takes", line=1, col=1, hint="fit on fewer columns")
     order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
     features = tuple(names[i] for i in order[:-1])
     learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
-                     else check_positive(learning_rate, "learning_rate", "0.1"))
+                     else check_scaled(learning_rate, "learning_rate", "0.1"))
     prepared = _prepare_rows(connection, sql, tree, items, order, model)
     plan, priced = prepared.plan, prepared.priced
     assert plan is not None and priced is not None
     columns = _columns(plan)
+    if len(columns.values) != len(features) + 1:  # identical SUMs share one measure
+        raise UnsupportedQuery("the training query selects the same expression twice", line=1, col=1,
+                               hint="keep one column per expression: a copy adds nothing to a model")
     rate = None if priced.sampling is None else priced.sampling.rate
     policy = connection.policy
     if rate is not None and policy.neighbours != "unbounded":
@@ -355,27 +363,44 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
             policies=connection._agreed_policies)
 
+    limit = connection._engine._timeout
+    started = time.monotonic()
+
     def run(fetch) -> dict:
-        source = connection._rng
-        exact = fetch(fit.count)[0][0]
-        rows = int(exact or 0) + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
-        # DP-SGD divides by the expected batch, rate times the rows (sum and noise alike).
-        batch = float(rows) * (1.0 if fit.rate is None else float(fit.rate))
-        weights = np.zeros(len(fit.features) + 1)
-        for _ in range(fit.steps):
-            statement = fit.statement(weights.tolist())
-            sums = fetch(statement, secret_key(source)) if statement.needs_sample_key else fetch(statement)
-            exact_sums = [int(v or 0) for v in sums[0]]
-            noise = discrete_gaussian(fit.noise.sigma_squared, len(exact_sums), source)
-            weights = descend(weights, [s + int(n) for s, n in zip(exact_sums, noise)], fit.noise, fit.clip, batch,
-                              fit.learning_rate)
-        return {"weights": [float(w) for w in weights], "rows": rows}
+        def gradient(weights: list[float]) -> list[int]:
+            # A fit is many statements, each under the engine's time limit: the whole fit stops
+            # (charged, withheld) past FIT_TIME_LIMIT of them, so no fit holds a server for hours.
+            if limit is not None and time.monotonic() - started > FIT_TIME_LIMIT * limit:
+                raise TimeoutError("the fit ran past its time limit")
+            statement = fit.statement(weights)
+            rows = fetch(statement, secret_key(connection._rng)) if statement.needs_sample_key else fetch(statement)
+            return [int(v or 0) for v in rows[0]]
+
+        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, connection._rng)
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
-        failure="the fit failed while running; its cost was charged and no model was released")
+        failure="the fit failed while running (or ran past its time limit); its cost was charged and no model "
+                "was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _model(connection, fit, released, charged)
+
+
+def descend_noisily(fit: FitPlan, exact_rows: int, gradient: Callable[[list[float]], list[int]],
+                    source: Any = None) -> dict:
+    """The release of a fit from its exact row count and ``gradient(weights)``, the exact integer
+    sum of the units' clipped gradients at those weights (one statement per step): the noisy
+    count, then ``fit.steps`` noisy steps. Only noisy values decide the next weights."""
+    rows = exact_rows + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
+    # DP-SGD divides by the expected batch, rate times the rows (sum and noise alike).
+    batch = float(rows) * (1.0 if fit.rate is None else float(fit.rate))
+    weights = np.zeros(len(fit.features) + 1)
+    for _ in range(fit.steps):
+        exact = gradient(weights.tolist())
+        noise = discrete_gaussian(fit.noise.sigma_squared, len(exact), source)
+        weights = descend(weights, [s + int(n) for s, n in zip(exact, noise)], fit.noise, fit.clip, batch,
+                          fit.learning_rate)
+    return {"weights": [float(w) for w in weights], "rows": rows}
 
 
 def _ledger_text(fit: FitPlan) -> str:
@@ -399,61 +424,3 @@ def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost) -> Fi
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
                       budget=connection._snapshot(), notes=notes)
     return FittedModel(fit, weights, result)
-
-
-def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
-    """What the fit would read, run and cost; reads no data."""
-    every = fit.columns.bounds()
-    bounds = ", ".join(f"{name} in [{b.lower:g}, {b.upper:g}]" for name, b in zip((*fit.features, fit.target), every))
-    multiplier = math.sqrt(float(fit.noise.sigma_squared)) / fit.noise.norm_steps
-    lines = [
-        f"fit: {fit.model} regression of {fit.target} on {', '.join(fit.features)}, by {fit.steps} steps of "
-        f"noisy gradient descent{'' if fit.rate is None else ' on Poisson samples of units (DP-SGD)'}",
-        f"rows: {fit.normal}",
-        f"columns clamped into their bounds and scaled onto [-1, 1]: {bounds}",
-        f"each step: per unit, the gradient of its rows summed, clipped to L2 norm {fit.clip:g} (scaled units), "
-        f"summed exactly over units; discrete Gaussian noise of sigma {multiplier:.4g} x clip on each of its "
-        f"{len(fit.features) + 1} coordinates (one unit moves the sum by at most "
-        f"{'the clip' if fit.sensitivity_factor == 1 else 'twice the clip, replace-one neighbours'})",
-        f"learning rate {fit.learning_rate:g}, on the average row loss (the sum over a noisy count of rows, "
-        f"each unit's capped at {fit.cap}, released once with {float(COUNT_SHARE):g} of the budget)",
-    ]
-    if fit.rate is not None:
-        lines.append(f"sample: each step keeps each unit with probability {float(fit.rate):g}, by a keyed hash "
-                     "with a fresh secret key per step; " +
-                     ("the charge is the subsampled Gaussian's (dpsql.budget.subsampled)" if fit.amplified else
-                      "under ZCDP accounting a sample saves no budget: calibrated as full batch"))
-    cost = fit.cost
-    lines.append(f"cost: epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
-                 f"{'' if cost.rho is None else f', rho {float(cost.rho):.6g}'}, charged once for the whole fit")
-    lines.append("first step's statement (weights 0; later steps differ in their weights only):")
-    lines.append(fit.statement([0.0] * (len(fit.features) + 1)).sql)
-    repeat = connection._ledger.find_answer(fit.key()) is not None
-    _, refusal = connection._after(Spend.ZERO if repeat else cost)
-    lines.append(connection._accounting_text(cost, repeat, refusal))
-    return Explanation("\n".join(lines), refused=refusal)
-
-
-def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -> DPResult:
-    return connection.fit(*_one_query(queries), **_with_target(options)).result
-
-
-def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
-    return explain_fit(connection, plan_fit(connection, *_one_query(queries), **_with_target(options)))
-
-
-def _one_query(queries: list[str]) -> list[str]:
-    if len(queries) != 1:
-        raise InvalidParameter(f"fit() takes one training query, got {len(queries)}",
-                               hint="write SELECT * FROM fit('SELECT x1, x2, y FROM t', target = 'y')")
-    return queries
-
-
-def _with_target(options: dict[str, Any]) -> dict[str, Any]:
-    if "target" not in options:
-        raise InvalidParameter("fit() needs a target",
-                               hint="write SELECT * FROM fit('SELECT x1, x2, y FROM t', target = 'y')")
-    return options
-
-
-register("fit", Mechanism(_answer_call, _explain_call, OPTIONS))

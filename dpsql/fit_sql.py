@@ -7,8 +7,8 @@ adds, in the engine:
 1. ``dp_fit_rows``: the rows with every column present, each scaled onto [-1, 1] as DOUBLE
    (a logistic target stays the class, 1 or 0);
 2. ``dp_fit_units``: per unit, the sum over its rows of the row gradient (intercept first);
-3. ``dp_fit_clipped``: that vector scaled to L2 norm at most clip * ``MARGIN``, in grid steps
-   (clip / D each), truncated toward zero coordinate by coordinate. Truncation toward zero
+3. ``dp_fit_clipped``: that vector in grid steps (clip / D each), scaled to L2 norm at most
+   D * ``MARGIN`` steps, truncated toward zero coordinate by coordinate. Truncation toward zero
    never lengthens a vector, so its norm is at most D steps. A vector whose norm is not a finite
    number (it cannot be one: every input is bounded) counts as zero, and so does a coordinate
    outside [-D, D]: a unit's part is at most D steps whatever the engine's arithmetic does;
@@ -90,7 +90,7 @@ def gradient_statement(plan: Plan, columns: FitColumns, model: Model, weights: S
     of each unit's clipped gradient in grid steps of clip / ``norm_steps``."""
     final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(columns.values)))
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps), dialect)
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
 
 
 def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
@@ -98,36 +98,54 @@ def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weight
     """Each unit's clipped integer vector (``t0`` ..), before the sum: for tests of the bound."""
     final = ", ".join(f"t{i}" for i in range(len(columns.values)))
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps), dialect)
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
+
+
+def _one_row_each(plan: Plan) -> bool:
+    """True when every unit has at most one row whatever the data (a bounded copy of one row per
+    unit, or a row-level table read directly): its gradient is its row's, no GROUP BY needed."""
+    return plan.query.rows_per_unit == 1
 
 
 def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float], clip: float,
-                     norm_steps: int) -> list[tuple[str, exp.Expr]]:
+                     norm_steps: int, one_row_each: bool = False) -> list[tuple[str, exp.Expr]]:
     features = len(columns.values) - 1
     residual = _residual(model, weights, features)
     terms = ["r"] + [f"r * x{j}" for j in range(1, features + 1)]
-    per_unit = ", ".join(f"SUM({t}) AS g{i}" for i, t in enumerate(terms))
-    units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
-             "GROUP BY dp_unit")
-    norm = "SQRT(" + " + ".join(f"g{i} * g{i}" for i in range(len(terms))) + ")"
-    reach, to_steps = _number(clip * MARGIN), _number(norm_steps / clip)
-    # In grid steps: a vector of norm clip * MARGIN becomes norm_steps * MARGIN steps long.
-    factor = (f"CASE WHEN dp_norm <= {reach} THEN {to_steps} "
-              f"WHEN dp_norm <= {_number(1e300)} THEN {reach} / dp_norm * {to_steps} ELSE {_number(0.0)} END")
+    if one_row_each:
+        per_row = ", ".join(f"{t} AS g{i}" for i, t in enumerate(terms))
+        units = f"SELECT dp_unit, {per_row} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals"
+    else:
+        per_unit = ", ".join(f"SUM({t}) AS g{i}" for i, t in enumerate(terms))
+        units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
+                 "GROUP BY dp_unit")
+    # Measured in grid steps first (clip / D each), then normed: a norm of the raw sums would
+    # underflow to 0 for a tiny clip (squares below the smallest double) and let every
+    # coordinate through at almost D (found by helper-30). In steps, a square underflows only
+    # for a coordinate far below one step, which truncates to 0 anyway.
+    in_steps = ", ".join(f"g{i} * {_number(norm_steps / clip)} AS h{i}" for i in range(len(terms)))
+    norm = "SQRT(" + " + ".join(f"h{i} * h{i}" for i in range(len(terms))) + ")"
+    reach = _number(norm_steps * MARGIN)
+    factor = (f"CASE WHEN dp_norm <= {reach} THEN {_number(1.0)} "
+              f"WHEN dp_norm <= {_number(1e300)} THEN {reach} / dp_norm ELSE {_number(0.0)} END")
     limit = _number(float(norm_steps))
     truncated = ", ".join(
-        f"CASE WHEN g{i} * dp_factor >= 0 AND g{i} * dp_factor <= {limit} "
-        f"THEN CAST(FLOOR(g{i} * dp_factor) AS BIGINT) "
-        f"WHEN g{i} * dp_factor < 0 AND g{i} * dp_factor >= -{limit} THEN CAST(CEIL(g{i} * dp_factor) AS BIGINT) "
+        f"CASE WHEN h{i} * dp_factor >= 0 AND h{i} * dp_factor <= {limit} "
+        f"THEN CAST(FLOOR(h{i} * dp_factor) AS BIGINT) "
+        f"WHEN h{i} * dp_factor < 0 AND h{i} * dp_factor >= -{limit} THEN CAST(CEIL(h{i} * dp_factor) AS BIGINT) "
         f"ELSE CAST(0 AS BIGINT) END AS t{i}" for i in range(len(terms)))
     clipped = (f"SELECT {truncated} FROM (SELECT *, {factor} AS dp_factor FROM "
-               f"(SELECT *, {norm} AS dp_norm FROM dp_fit_units) AS dp_normed) AS dp_factored")
+               f"(SELECT *, {norm} AS dp_norm FROM (SELECT dp_unit, {in_steps} FROM dp_fit_units) AS dp_steps) "
+               "AS dp_normed) AS dp_factored")
     return [("dp_fit_rows", _select(_rows_layer(columns, model))), ("dp_fit_units", _select(units)),
             ("dp_fit_clipped", _select(clipped))]
 
 
 def count_statement(plan: Plan, columns: FitColumns, cap: int, dialect: str = DUCKDB) -> BoundedStatement:
     """The rows with every column present, each unit's capped at ``cap``: one row, ``n``."""
+    if _one_row_each(plan):
+        return rows_statement(plan, _select("SELECT COUNT(*) AS n FROM dp_fit_rows"),
+                              [("dp_fit_rows", _select(_rows_layer(columns)))], dialect)
     per_unit = "SELECT dp_unit, COUNT(*) AS dp_rows_of_unit FROM dp_fit_rows GROUP BY dp_unit"
     final = f"SELECT SUM(LEAST(dp_rows_of_unit, {int(cap)})) AS n FROM dp_fit_counts"
     return rows_statement(plan, _select(final), [("dp_fit_rows", _select(_rows_layer(columns))),

@@ -338,7 +338,7 @@ def _statement_shape(plan: Plan) -> tuple:
     """Everything of ``plan`` the rewrite reads besides its checked query: each measure's name,
     kind, grid, integer bounds and form, and the partition-selection column."""
     measures = tuple((m.name, m.kind, m.grid, m.lower, m.upper, m.centred, m.squared, m.counts_values_of,
-                      m.offset, m.clamped_columns) for m in plan.measures)
+                      m.offset, m.clamped_columns, m.factors) for m in plan.measures)
     return measures, None if plan.selection is None else plan.selection.measure
 
 

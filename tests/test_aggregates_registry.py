@@ -30,7 +30,9 @@ WRITTEN = {
     "QUANTILE_CONT": "QUANTILE_CONT(amount, 0.9)", "QUANTILE": "QUANTILE(amount, 0.9)",
     "APPROX_QUANTILE": "APPROX_QUANTILE(amount, 0.9)",
     "PERCENTILE_CONT": "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount)", "MIN": "MIN(amount)",
-    "MAX": "MAX(amount)",
+    "MAX": "MAX(amount)", "COVAR_POP": "COVAR_POP(amount, age)", "COVAR_SAMP": "COVAR_SAMP(amount, age)",
+    "CORR": "CORR(amount, age)", "REGR_SLOPE": "REGR_SLOPE(amount, age)",
+    "REGR_INTERCEPT": "REGR_INTERCEPT(amount, age)", "REGR_R2": "REGR_R2(amount, age)",
 }
 """A call of each spelling, as an analyst writes it."""
 

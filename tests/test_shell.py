@@ -86,8 +86,8 @@ def test_completes_table_names_after_from_join_and_comma():
 def test_completes_columns_of_the_tables_in_the_query():
     # The FROM clause may come after the cursor.
     assert texts("SELECT am", " FROM visits") == ["amount"]
-    assert texts("SELECT plan, COUNT(*) FROM users WHERE C") == ["country", "COUNT(", "CAST(", "CEIL(",
-                                                                  "COALESCE(", "CASE"]
+    assert texts("SELECT plan, COUNT(*) FROM users WHERE C") == ["country", "COUNT(", "COVAR_POP(", "COVAR_SAMP(",
+                                                                  "CORR(", "CAST(", "CEIL(", "COALESCE(", "CASE"]
     grouped = texts("SELECT COUNT(*) FROM visits GROUP BY ")
     assert grouped[:6] == CATALOG["visits"] and "city" not in grouped
     assert texts("SELECT COUNT(*) FROM users GROUP BY pl") == ["plan"]

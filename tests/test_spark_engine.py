@@ -229,3 +229,19 @@ def test_the_sparse_vector_runs_on_spark_as_on_duckdb(spark_engine):
                               "threshold = 40, epsilon = 2, max_above = 2, values = true)").fetchall())
         assert db.budget.spent.epsilon == 4
     assert answers[0] == answers[1]
+
+
+def test_a_fit_runs_on_spark_as_on_duckdb(spark_engine):
+    """Each step's statement is rendered for the engine from the same trees: with one row per unit
+    (no float sum inside a unit) every step's exact integer sums agree, so the seeded fit is the
+    same model on both engines, charged once on each."""
+    frame = _frame(rows=150, units=60).drop_duplicates("uid")
+    frame["w"] = np.where(frame["g"] == "a", 1.0, 0.0)
+    policy = POLICY.replace("BUDGET EPSILON 100;", "BUDGET EPSILON 100 DELTA 1e-3;")
+    models = []
+    for db in (dpsql.connect({"t": frame}, policy=policy, ledger=":memory:", rng=SeededSource(4)),
+               spark_engine.connect({"t": frame}, policy=policy, rng=SeededSource(4))):
+        models.append(db.sql("SELECT * FROM fit('SELECT CLAMP(w, 0, 1) AS a, x FROM t', target = 'x', epsilon = 2, "
+                             "delta = 1e-6, steps = 2)").fetchall())
+        assert db.budget.spent.epsilon == 2
+    assert models[0] == models[1]

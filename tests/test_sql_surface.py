@@ -260,3 +260,19 @@ def test_boolean_and_temporal_columns_get_advice_that_works():
             db.explain("SELECT MIN(ordered) FROM t")
         assert "not a number" in str(caught.value) and "hour(ordered)" in caught.value.hint
         assert "unbounded" not in str(caught.value) and "BOUNDS lo" not in caught.value.hint
+
+
+@pytest.mark.parametrize("function, largest", [("VAR_SAMP", 100 ** 2 / 2), ("VAR_POP", 100 ** 2 / 4),
+                                               ("STDDEV_SAMP", 100 / math.sqrt(2)), ("STDDEV_POP", 100 / 2)])
+def test_a_variance_with_a_noisy_count_below_two_has_the_whole_range_as_its_interval(db, function, largest):
+    """Released as 0 when the noisy count is at most 1; the truth can then be anything the bounds
+    allow: (hi - lo)^2 / 4, and twice that for the sample form (two values, one at each bound)."""
+    from dpsql.analysis.aggregates.registry import family_of
+    from dpsql.analysis.plan import Release
+
+    plan = db._prepare(f"SELECT {function}(amount) FROM visits", 1, 0, "laplace", None, False).plan
+    (aggregate,) = plan.aggregates
+    measures = [plan.measure(name) for name in aggregate.measures]
+    release = Release(((),), {m.name: (1,) for m in measures})
+    assert float(aggregate.upper - aggregate.lower) == 100  # visits' amount BOUNDS 0 TO 100 here
+    assert family_of(aggregate).half_widths(aggregate, measures, release, 0.05) == [pytest.approx(largest)]

@@ -26,12 +26,13 @@ from typing import Literal
 
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.family import Shape
+from dpsql.analysis.aggregates.family import Ranged, Shape
 from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.plan import (
     Aggregate,
     AggregateRelease,
     ClampedColumn,
+    Factor,
     Measure,
     Plan,
     PrivateQuery,
@@ -184,11 +185,21 @@ def _shapes_of(aggregate: Aggregate, query: PrivateQuery, start: int) -> tuple[l
     if not family.ranged:
         return family.shapes(aggregate, names, None, ())
     assert aggregate.argument is not None  # every ranged family refuses F(*)
-    interval = derive_range(aggregate.argument, _ColumnBounds(query))
+    if family.arity == 2:
+        assert aggregate.other is not None  # a two-argument family's classify names both
+        return family.pair_shapes(aggregate, names, _ranged(aggregate, aggregate.argument, query),
+                                  _ranged(aggregate, aggregate.other, query))
+    first = _ranged(aggregate, aggregate.argument, query)
+    return family.shapes(aggregate, names, first.interval, first.clamped)
+
+
+def _ranged(aggregate: Aggregate, argument: exp.Expression, query: PrivateQuery) -> Ranged:
+    """An argument of a ranged family with its range and clamps; refuses one that is always NULL."""
+    interval = derive_range(argument, _ColumnBounds(query))
     if interval is None:
         raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
-                               node=aggregate.argument, hint="aggregate a column or an expression over columns")
-    return family.shapes(aggregate, names, interval, _clamped_columns(aggregate.argument, query))
+                               node=argument, hint="aggregate a column or an expression over columns")
+    return Ranged(argument, interval, _clamped_columns(argument, query))
 
 
 class _ColumnBounds:
@@ -272,6 +283,8 @@ SAMPLER_LIMITS = {"laplace": Fraction(2) ** 38, "gaussian": Fraction(2) ** 52, "
 def _finish_aggregate(shapes: list[Shape], query: PrivateQuery, policy: Policy, epsilon: Fraction,
                       delta: Fraction, gaussian: bool) -> list[Measure]:
     """Calibrate an aggregate's measures on one shared grid, coarsened until all fit the samplers."""
+    if any(s.factors for s in shapes):
+        return _finish_products(shapes, query, policy, epsilon, delta, gaussian)
     valued = next((s for s in shapes if s.interval is not None), None)
     if valued is None or valued.interval is None:
         measures = [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian) for s in shapes]
@@ -288,6 +301,48 @@ def _finish_aggregate(shapes: list[Shape], query: PrivateQuery, policy: Policy, 
         if grid > 4 * widest:  # the grid is coarser than the values: only a larger epsilon helps
             _too_small(epsilon)
         grid *= 2
+
+
+def _finish_products(shapes: list[Shape], query: PrivateQuery, policy: Policy, epsilon: Fraction,
+                     delta: Fraction, gaussian: bool) -> list[Measure]:
+    """``_finish_aggregate`` for an aggregate of product measures: each argument on a grid of its
+    own (``choose_grid`` of its range), all of them coarsened together until every measure fits
+    the samplers. A shape without factors (the count of pairs) is a count on the grid of 1."""
+    arguments = next(s for s in shapes if s.factors).factors
+    grids = [choose_grid(f.argument.interval, query.rule.max_rows_per_unit, epsilon, shapes[0].fine_bits)
+             for f in arguments]
+    widest = [max(abs(f.argument.interval.lower), abs(f.argument.interval.upper), Fraction(1)) for f in arguments]
+    while True:
+        measures = [_calibrated(s, query, policy, Fraction(1), epsilon, delta, gaussian, tuple(grids)) for s in shapes]
+        if all(m.scale < SAMPLER_LIMITS[m.noise] for m in measures):
+            return measures
+        if all(grid > 4 * wide for grid, wide in zip(grids, widest)):
+            _too_small(epsilon)  # every grid is coarser than its values: only a larger epsilon helps
+        grids = [2 * grid for grid in grids]
+
+
+def _factors(shape: Shape, grids: tuple[Fraction, ...]) -> tuple[tuple[Factor, ...], int, int, Fraction]:
+    """A product shape's factors on their grids, and the product's interval (the least and the
+    greatest of its corner products: each factor's centred value 2v - (L + U) lies in [-s, s],
+    s = U - L, so its power p lies in [1, 1], [-s, s] or [0, s^2]) and grid (the product of the
+    factors' half-grids to their powers: one step of 2v - (L + U) is worth grid / 2)."""
+    factors, low, high, grid = [], 1, 1, Fraction(1)
+    for factor, step in zip(shape.factors, grids):
+        interval = factor.argument.interval
+        lower, upper = math.floor(interval.lower / step), math.ceil(interval.upper / step)
+        spread = upper - lower
+        factors.append(Factor(factor.argument.argument, factor.argument.clamped, step, lower, upper, factor.power))
+        ends = {0: (1, 1), 1: (-spread, spread), 2: (0, spread * spread)}[factor.power]
+        corners = [a * b for a in (low, high) for b in ends]
+        low, high = min(corners), max(corners)
+        grid *= (step / 2) ** factor.power
+    return tuple(factors), low, high, grid
+
+
+def _clamped_by(factors: tuple[Factor, ...]) -> tuple[ClampedColumn, ...]:
+    """A product measure's clamped columns: its factors' (each clamps its own), listed once, for
+    the limits and bias reports that read ``Measure.clamped_columns``."""
+    return tuple(dict.fromkeys(column for factor in factors for column in factor.clamped_columns))
 
 
 LARGEST_DOUBLE = Fraction(sys.float_info.max)
@@ -321,7 +376,7 @@ def _check_double_range(aggregate: Aggregate, shapes: list) -> None:
                  "after aggregating), or CLAMP it to smaller bounds")
 
 
-def _check_grid_exponent(aggregate: Aggregate, measure: Measure) -> None:
+def _check_grid_exponent(aggregate: Aggregate, measure: Measure | Factor) -> None:
     """The rewrite scales values by 1/grid written as an exact DOUBLE power of two: refuse a
     grid beyond that (values so large that the noise needs a coarser grid, ``SUM(x * 1e308)``
     at a small epsilon; or so small that no DOUBLE holds their rounding step, ``SUM(x * 1e-320)``)."""
@@ -331,7 +386,8 @@ def _check_grid_exponent(aggregate: Aggregate, measure: Measure) -> None:
     exponent = floor_log2(grid)
     if exponent in GRID_EXPONENTS:
         return
-    large = "its values are too large: their buckets would need" if measure.kind == "histogram" else \
+    histogram = isinstance(measure, Measure) and measure.kind == "histogram"
+    large = "its values are too large: their buckets would need" if histogram else \
         "its values are too large for this epsilon: the noise would need"
     why = large if exponent > 0 else "its values are too small: rounding them would need"
     raise UnsupportedQuery(
@@ -339,7 +395,7 @@ def _check_grid_exponent(aggregate: Aggregate, measure: Measure) -> None:
         node=aggregate.argument, construct=aggregate.label,
         hint="scale the expression into a moderate range (multiply or divide by a constant after "
              "aggregating), CLAMP it to smaller bounds"
-             + (", or use a larger epsilon" if exponent > 0 and measure.kind != "histogram" else ""))
+             + (", or use a larger epsilon" if exponent > 0 and not histogram else ""))
 
 
 def _check_grid_fits(aggregate: Aggregate, measures: list[Measure]) -> None:
@@ -347,12 +403,16 @@ def _check_grid_fits(aggregate: Aggregate, measures: list[Measure]) -> None:
     rounds them in DOUBLE and casts to BIGINT without TRY for bare columns, which is total only
     for |value / grid| < 2**62 (``dpsql.backends.rewrite._cannot_fail``). Refused here, before the charge."""
     for measure in measures:
-        _check_grid_exponent(aggregate, measure)
-        if max(abs(measure.lower), abs(measure.upper)) >= 2**62:
-            raise UnsupportedQuery(
-                f"{aggregate.label}: its bounds span {max(abs(measure.lower), abs(measure.upper))} steps of its "
-                f"grid {measure.grid}, more than 2**62 that 64-bit integers hold", node=aggregate.argument,
-                hint="narrow the column's BOUNDS in the policy, or CLAMP the expression to a smaller range")
+        # A product's factors are scaled and cast one by one; its own grid only labels its steps.
+        parts: tuple[Measure | Factor, ...] = (measure, *measure.factors)
+        for part in parts:
+            if part is not measure or not measure.factors:
+                _check_grid_exponent(aggregate, part)
+            if max(abs(part.lower), abs(part.upper)) >= 2**62:
+                raise UnsupportedQuery(
+                    f"{aggregate.label}: its bounds span {max(abs(part.lower), abs(part.upper))} steps of its "
+                    f"grid {part.grid}, more than 2**62 that 64-bit integers hold", node=aggregate.argument,
+                    hint="narrow the column's BOUNDS in the policy, or CLAMP the expression to a smaller range")
 
 
 def _too_small(epsilon: Fraction) -> None:
@@ -366,8 +426,11 @@ def _rows_per_unit(shape: Shape, query: PrivateQuery) -> int:
 
 
 def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fraction, epsilon: Fraction,
-                delta: Fraction, gaussian: bool) -> Measure:
-    if shape.interval is None:
+                delta: Fraction, gaussian: bool, grids: tuple[Fraction, ...] = ()) -> Measure:
+    factors: tuple[Factor, ...] = ()
+    if shape.factors:  # a product measure: a plain sum of row values in the product's interval
+        factors, lower, upper, grid = _factors(shape, grids)
+    elif shape.interval is None:
         lower, upper = 0, 1
     else:
         lower = math.floor(shape.interval.lower / grid)
@@ -375,6 +438,8 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
     spread = upper - lower
     if shape.kind in ("count", "units", "distinct"):
         value_lower, value_upper = 0, 1
+    elif factors:
+        value_lower, value_upper = lower, upper
     elif shape.squared:
         value_lower, value_upper = 0, spread * spread
     elif shape.centred:
@@ -400,7 +465,7 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
         name=shape.name,
         kind=shape.kind,
         argument=shape.argument,
-        clamped_columns=shape.clamped,
+        clamped_columns=_clamped_by(factors) if factors else shape.clamped,
         grid=grid,
         lower=lower,
         upper=upper,
@@ -412,4 +477,5 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
         scale=scale,
         counts_values_of=shape.counts_values_of,
         squared=shape.squared,
+        factors=factors,
     )

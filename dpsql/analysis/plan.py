@@ -43,7 +43,8 @@ class GroupKey:
 MeasureKind = Literal["count", "sum", "units", "histogram", "distinct"]
 """What a measure sums (``Measure.kind``): the rewrite renders measures by kind alone."""
 
-AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile"]
+AggregateFunction = Literal["count", "sum", "avg", "count_units", "count_distinct", "variance", "stddev", "quantile",
+                            "covar", "corr", "regr_slope", "regr_intercept", "regr_r2"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class Aggregate:
     """VAR_SAMP / STDDEV_SAMP (n - 1 denominator) rather than the population form."""
     quantile: float | None = None
     """For quantiles: q in [0, 1] (MIN is 0, MAX is 1, MEDIAN is 0.5)."""
+    other: exp.Expression | None = None
+    """A two-argument aggregate's second argument (CORR(y, x): x; ``argument`` is y), FILTER folded
+    in as for ``argument``."""
     weight: Fraction = Fraction(1)
     """Relative share of the query's epsilon."""
 
@@ -134,6 +138,25 @@ class ClampedColumn:
 
 
 @dataclass(frozen=True)
+class Factor:
+    """One argument of a product measure (``Measure.factors``), computed on its own grid."""
+
+    argument: exp.Expression
+    """Row-level expression (bound, unclamped)."""
+    clamped_columns: tuple[ClampedColumn, ...]
+    """Columns of ``argument`` clamped before it is evaluated."""
+    grid: Fraction
+    """Value of one integer unit of the argument."""
+    lower: int
+    """Smallest value of the argument, in grid units (its value is clamped into [lower, upper])."""
+    upper: int
+    """Largest value of the argument, in grid units."""
+    power: int
+    """The centred value 2v - (lower + upper) enters the row value to this power (0, 1 or 2);
+    at 0 only its NULL-ness does: the row counts only where every factor is non-NULL (pairs)."""
+
+
+@dataclass(frozen=True)
 class Measure:
     """One noisy quantity: a bounded sum of integer row values, per group."""
 
@@ -145,7 +168,8 @@ class Measure:
     argument: exp.Expression | None
     """Row-level expression (bound, unclamped); ``None`` counts rows."""
     clamped_columns: tuple[ClampedColumn, ...]
-    """Columns of ``argument`` clamped before it is evaluated."""
+    """Columns of ``argument`` clamped before it is evaluated (of a product measure: of its
+    factors, each of which clamps its own)."""
     grid: Fraction
     """Value of one integer unit: released values are multiples of it."""
     lower: int
@@ -170,6 +194,11 @@ class Measure:
     """For VARIANCE: the centred values are squared before summing."""
     offset: Fraction = Fraction(0)
     """For histograms: the value of bucket 0's lower edge (bucket i covers offset + i * grid)."""
+    factors: tuple[Factor, ...] = ()
+    """For a product measure (the second-moment aggregates): each row value is the product of the
+    factors' centred values raised to their powers, NULL when any factor is NULL; ``lower`` and
+    ``upper`` are that product's interval (the least and greatest of its corner products) and
+    ``grid`` one step of it in the columns' units (the product of the factors' half-grids)."""
 
 
 @dataclass(frozen=True)

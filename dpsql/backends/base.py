@@ -30,6 +30,9 @@ class Backend(Protocol):
     dialect: str
     """The sqlglot dialect statements are rendered in for this engine (``dpsql.backends.render``)."""
 
+    _timeout: float | None
+    """Seconds one statement may run (``dpsql.backends.deadline``); ``None``: no limit."""
+
     # ---- schema and public facts: read before the charge, never a private row ----------------
 
     def catalog(self) -> Catalog:

@@ -52,7 +52,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.analysis.domains import domain_parts, on_value, reports_outside
-from dpsql.analysis.plan import ClampedColumn, GroupKey, Measure, Plan
+from dpsql.analysis.plan import ClampedColumn, Factor, GroupKey, Measure, Plan
 from dpsql.analysis.ranges import clamp_arguments
 from dpsql.backends.bounding import UNIT_ROWS, with_unit_rows
 from dpsql.backends.keys import key_expression
@@ -447,13 +447,50 @@ def _raw_value(measure: Measure) -> exp.Expr:
         return total(_cast(bucket, "BIGINT"))
     if measure.kind in ("count", "distinct") and not measure.clamped_columns and measure.counts_values_of is None:
         return total(expand_clamps(measure.argument))  # COUNT: only NULL-ness matters; DISTINCT: the value itself
-    evaluated = _paren(expand_clamps(clamp_inputs(measure.argument, measure.clamped_columns), copy=False))
-    if measure.grid == 1:
+    return _on_grid(measure)
+
+
+def _on_grid(value: Measure | Factor) -> exp.Expr:
+    """A measure's (or a product's factor's) argument, its bounded columns clamped, scaled to its
+    grid and rounded to a BIGINT; TRY unless it cannot fail (``_cannot_fail``)."""
+    assert value.argument is not None
+    evaluated = _paren(expand_clamps(clamp_inputs(value.argument, value.clamped_columns), copy=False))
+    if value.grid == 1:
         scaled = _cast(evaluated, "BIGINT")
     else:
-        product = exp.Mul(this=_cast(evaluated, "DOUBLE"), expression=power_of_two(1 / measure.grid))
+        product = exp.Mul(this=_cast(evaluated, "DOUBLE"), expression=power_of_two(1 / value.grid))
         scaled = _cast(exp.Round(this=product), "BIGINT")
-    return scaled if _cannot_fail(measure) else total(scaled)
+    return scaled if _cannot_fail(value) else total(scaled)
+
+
+def _factor_columns(plan: Plan) -> dict[tuple[str, int], str]:
+    """(product measure, factor index) -> the ``dp_rows`` column holding that factor's raw value
+    on its grid: one column per distinct (argument, grid, bounds), so the second-moment measures of
+    one aggregate evaluate each argument once per row."""
+    columns: dict[tuple[str, int], str] = {}
+    seen: dict[Factor, str] = {}
+    for measure in plan.measures:
+        for i, factor in enumerate(measure.factors):
+            columns[measure.name, i] = seen.setdefault(replace(factor, power=0), f"r_{measure.name}_{i}")
+    return columns
+
+
+def _product_value(measure: Measure, columns: dict[tuple[str, int], str]) -> exp.Expr:
+    """A product measure's row value: NULL when any factor is NULL (pairs), else the product of
+    the factors' centred values 2v - (L + U) (v clamped into [L, U]) to their powers, exact
+    (in BIGINT where no partial product can reach 2**62, ``_needs_hugeint``, else in HUGEINT),
+    clamped into the product's interval [lower, upper] as every summed value is."""
+    raws = [_column(columns[measure.name, i]) for i in range(len(measure.factors))]
+    missing = exp.or_(*(_is_null(raw) for raw in raws), copy=False)
+    centre = _centred if _needs_hugeint(measure) else _centred_bigint
+    terms: list[exp.Expr] = []
+    for factor, raw in zip(measure.factors, raws):
+        clamped = _clamp(raw.copy(), _number(factor.lower), _number(factor.upper))
+        terms += [centre(factor, clamped) if i == 0 else centre(factor, clamped.copy()) for i in range(factor.power)]
+    product: exp.Expr = _number(1) if not terms else terms[0]
+    for term in terms[1:]:
+        product = exp.Mul(this=product, expression=term)
+    return _null_or_clamped(missing, product, _number(measure.lower), _number(measure.upper))
 
 
 def power_of_two(value: Fraction) -> exp.Expr:
@@ -470,7 +507,7 @@ def power_of_two(value: Fraction) -> exp.Expr:
     return _cast(exp.Literal.string(repr(float(value))), "DOUBLE")
 
 
-def _cannot_fail(measure: Measure) -> bool:
+def _cannot_fail(measure: Measure | Factor) -> bool:
     """True for a bare bounded column: clamped (into literals within its bounds), it is NULL or
     finite within [lo, hi]; scaled by the exact power of two 1/grid and rounded, it lies within
     [L, U] grid units, up to the double's relative rounding of 2**-53 and one unit of ROUND —
@@ -524,8 +561,12 @@ def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
         select.append(_column(UNIT_ROWS))
     select += [_as(_key(key), key.name) for key in query.keys]
     outside = reports_outside(query.keys)
+    factor_columns = _factor_columns(plan)
     for measure in plan.measures:
-        if measure.counts_values_of is None and measure.argument is not None:
+        if measure.factors:
+            select += [_as(_on_grid(factor), column) for i, factor in enumerate(measure.factors)
+                       if (column := factor_columns[measure.name, i]) == f"r_{measure.name}_{i}"]
+        elif measure.counts_values_of is None and measure.argument is not None:
             select.append(_as(_raw_value(measure), f"r_{measure.name}"))
     # Rows with no unit belong to nobody we can bound: merging them into one pseudo-unit
     # would let one person move it by the full spread of a mixed-sign sum.
@@ -572,8 +613,12 @@ def _key(key: GroupKey) -> exp.Expr:
 def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Select:
     select: list[exp.Expr] = [_column(name) for name in ["dp_unit", *keys]]
     select += [_column(UNIT_ROWS)] if unit_rows else []
+    factor_columns = _factor_columns(plan)
     for measure in plan.measures:
         if measure.counts_values_of is not None or measure.argument is None:
+            continue
+        if measure.factors:
+            select.append(_as(_product_value(measure, factor_columns), f"v_{measure.name}"))
             continue
         raw = _column(f"r_{measure.name}")
         if measure.kind in ("count", "distinct") and not measure.clamped_columns:
@@ -588,7 +633,25 @@ def _value_column(measure: Measure) -> exp.Column:
     return _column(f"v_{measure.counts_values_of or measure.name}")
 
 
-def _centred(measure: Measure, value: exp.Expr) -> exp.Expr:
+def _needs_hugeint(measure: Measure) -> bool:
+    """Whether a product measure's row value needs HUGEINT arithmetic: BIGINT is exact (and cannot
+    overflow) when every factor's doubled bound and centring offset, and every partial product of
+    centred factors (each |2v - (L + U)| <= U - L), stay below 2**62 in magnitude."""
+    partial = 1
+    for factor in measure.factors:
+        partial *= max(factor.upper - factor.lower, 1) ** factor.power
+        if 2 * max(abs(factor.lower), abs(factor.upper)) + abs(factor.lower + factor.upper) >= 2**62:
+            return True
+    return max(abs(measure.lower), abs(measure.upper), partial) >= 2**62
+
+
+def _centred_bigint(factor: Measure | Factor, value: exp.Expr) -> exp.Expr:
+    """2v - (L + U) of a BIGINT v in [L, U], in BIGINT (where ``_needs_hugeint`` shows it exact)."""
+    doubled = exp.Mul(this=_number(2), expression=value)
+    return _paren(exp.Sub(this=doubled, expression=_paren(_number(factor.lower + factor.upper))))
+
+
+def _centred(measure: Measure | Factor, value: exp.Expr) -> exp.Expr:
     """2v - (L + U), exact: the doubled value is widened first."""
     doubled = exp.Mul(this=_number(2), expression=exact_integer(value))
     return _paren(exp.Sub(this=doubled, expression=_paren(_number(measure.lower + measure.upper))))

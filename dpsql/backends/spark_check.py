@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
+from dpsql.analysis.aggregates.registry import family_for_call
 from dpsql.backends import spark_numbers as numbers
 from dpsql.backends import spark_text as text
 from dpsql.backends.spark_infer import annotate, typed
@@ -210,11 +211,19 @@ def row_level_roots(tree: exp.Expr) -> Iterator[exp.Expr]:
         elif isinstance(node, exp.Join) and node.args.get("on") is not None:
             yield node.args["on"]
         elif isinstance(node, exp.AggFunc):
-            for argument in [node.this, *node.expressions]:
+            # a two-argument aggregate (CORR(y, x)) holds its second row-level argument as ``expression``
+            second = [node.args["expression"]] if _takes_two(node) else []
+            for argument in [node.this, *node.expressions, *second]:
                 if isinstance(argument, exp.Distinct):
                     yield from argument.expressions
                 elif isinstance(argument, exp.Expr) and not isinstance(argument, exp.Star):
                     yield argument
+
+
+def _takes_two(node: exp.AggFunc) -> bool:
+    """Whether ``node`` is a two-argument aggregate of dpsql's (its family's ``arity`` is 2)."""
+    family = family_for_call(node)
+    return family is not None and family.arity == 2 and isinstance(node.args.get("expression"), exp.Expr)
 
 
 def spark_nodes(tree: exp.Expr, private: bool = False) -> Iterator[exp.Expr]:

@@ -38,8 +38,11 @@ MODELS: tuple[str, ...] = ("linear", "logistic")
 
 COUNT_SHARE = Fraction(1, 20)
 """The share of the budget (of rho, or of epsilon and delta with sampling) spent on the row count."""
-MAX_STEPS = 10_000
-"""The most steps one fit may take (each runs one statement)."""
+MAX_STEPS = 1_000
+"""The most steps one fit may take: each runs one statement over the whole copy, and a server
+answers one statement at a time."""
+MAX_FEATURES = 100
+"""The most features one fit may have (each adds a coordinate to every step's statement)."""
 RADIUS = 1e4
 """Weights are kept in [-RADIUS, RADIUS] (scaled space): public post-processing that keeps
 every literal of the next step's statement finite."""
@@ -106,10 +109,19 @@ def check_steps(steps: object) -> int:
     return steps
 
 
-def check_positive(value: object, name: str, example: str) -> float:
+SANE = (1e-6, 1e6)
+"""The clip and the learning rate, in scaled units, lie in this range: beyond it a fit is not
+meaningful, and the statement's constants (D / clip) stay ordinary doubles."""
+
+
+def check_scaled(value: object, name: str, example: str) -> float:
+    """A clip or learning rate: a number in ``SANE`` (scaled units), refused before the charge."""
+    low, high = SANE
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)) or \
-            not math.isfinite(float(value)) or float(value) <= 0:
-        raise InvalidParameter(f"{name} must be a finite number above 0, got {value!r}",
+            not math.isfinite(float(value)) or not low <= float(value) <= high:
+        shown = f"{float(value):g}" if isinstance(value, (int, float, Fraction)) and not isinstance(value, bool) \
+            else repr(value)
+        raise InvalidParameter(f"{name} must be a number from {low:g} to {high:g} (scaled units), got {shown}",
                                hint=f"pass {name}={example}")
     return float(value)
 

@@ -14,7 +14,9 @@ that owns its sqlglot node. Each family then carries its aggregates through ever
 * the shell (``dpsql.shell.complete``): its SQL spellings.
 
 The rewrite (``dpsql.backends.rewrite``) sees measure kinds (count, sum, units, histogram,
-distinct), never aggregate functions.
+distinct), never aggregate functions; a sum may be a *product measure* (``Measure.factors``: each
+row value a product of clamped, centred arguments, each on its own grid), as the two-argument
+second moments (CORR, COVAR_*, REGR_*: ``AggregateFamily.arity`` 2, ``pair_shapes``) ask.
 
 Adding an aggregate
 -------------------

@@ -36,6 +36,28 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Ranged:
+    """An argument of a ranged family with what analyse derived of it."""
+
+    argument: exp.Expression
+    """The row-level argument (bound, unclamped)."""
+    interval: Interval
+    """The range of its values."""
+    clamped: tuple[ClampedColumn, ...]
+    """Columns of it clamped into their bounds before it is evaluated."""
+
+
+@dataclass(frozen=True)
+class FactorShape:
+    """One factor of a product measure before its grid is known (``dpsql.analysis.plan.Factor``)."""
+
+    argument: Ranged
+    """The argument, with its range and clamps."""
+    power: int
+    """0 (only pairs it: the row counts where it is non-NULL), 1 (its centred value) or 2 (squared)."""
+
+
+@dataclass(frozen=True)
 class Shape:
     """A measure before its budget share is known."""
 
@@ -57,6 +79,9 @@ class Shape:
     """For a count paired with a sum: the sum measure whose non-NULL row values it counts."""
     fine_bits: int = 40
     """Grid resolution below the largest bound (``dpsql.analysis.analyse.choose_grid``)."""
+    factors: tuple[FactorShape, ...] = ()
+    """For a product measure: its factors, each on the grid of its own argument (all of one
+    aggregate's product measures list the same arguments in the same order); ``interval`` is then None."""
 
 
 NumberText = Callable[[Fraction], str]
@@ -76,11 +101,15 @@ class AggregateFamily:
     nodes: ClassVar[tuple[type[exp.Expression], ...]] = ()
     """The sqlglot call classes ``classify`` accepts (each owned by one family)."""
     measure_count: ClassVar[int] = 1
-    """How many measures ``shapes`` names (analyse hands it that many fresh names)."""
+    """How many measures ``shapes`` names at most (analyse hands it that many fresh names; a family
+    whose functions read fewer, as REGR_SLOPE beside REGR_R2, uses the first ones)."""
     ranged: ClassVar[bool] = True
     """Its argument is a bounded value: analyse derives its range before ``shapes``."""
     draws: ClassVar[bool] = False
     """Its value is chosen by the exponential mechanism (``draw``), not noised measures."""
+    arity: ClassVar[int] = 1
+    """How many arguments its calls take: 2 for CORR(y, x) and the other second-moment
+    aggregates (``Aggregate.other`` holds the second), whose measures come from ``pair_shapes``."""
 
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         """The aggregate ``call`` computes (``argument`` is None for ``*``); refuses what this
@@ -97,6 +126,11 @@ class AggregateFamily:
         """The measures the aggregate needs (named from ``names``) and how it is released from
         them. ``interval`` and ``clamped`` are the argument's range and clamps (None and () when
         the family is not ``ranged``)."""
+        raise NotImplementedError
+
+    def pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                    second: Ranged) -> tuple[list[Shape], AggregateRelease]:
+        """For a two-argument (``arity`` 2) ranged family: ``shapes`` given both arguments."""
         raise NotImplementedError
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:

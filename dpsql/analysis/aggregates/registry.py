@@ -11,10 +11,13 @@ from typing import Union
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.avg import AvgFamily
+from dpsql.analysis.aggregates.correlation import CorrelationFamily
 from dpsql.analysis.aggregates.count import CountFamily
+from dpsql.analysis.aggregates.covariance import CovarianceFamily
 from dpsql.analysis.aggregates.distinct import DistinctFamily
 from dpsql.analysis.aggregates.family import AggregateFamily
 from dpsql.analysis.aggregates.quantile import QuantileFamily
+from dpsql.analysis.aggregates.regression import RegressionFamily
 from dpsql.analysis.aggregates.sum import SumFamily
 from dpsql.analysis.aggregates.units import UnitsFamily
 from dpsql.analysis.aggregates.variance import VarianceFamily
@@ -23,6 +26,7 @@ from dpsql.errors import InternalError
 
 FAMILIES: tuple[AggregateFamily, ...] = (
     CountFamily(), UnitsFamily(), DistinctFamily(), SumFamily(), AvgFamily(), VarianceFamily(), QuantileFamily(),
+    CovarianceFamily(), CorrelationFamily(), RegressionFamily(),
 )
 """The aggregate families dpsql answers with noise; adding one is adding it here."""
 
@@ -38,7 +42,7 @@ def family_of(aggregate: Union[Aggregate, AggregateRelease]) -> AggregateFamily:
         raise InternalError(f"no aggregate family computes {aggregate.function!r}") from None
 
 
-def family_for_call(call: exp.Expression) -> AggregateFamily | None:
+def family_for_call(call: exp.Expr) -> AggregateFamily | None:
     """The family that classifies a sqlglot aggregate call, or None when none does. A subclass
     is a spelling of its parent (sqlglot's ApproxQuantile is a Quantile)."""
     return next((_BY_NODE[cls] for cls in type(call).__mro__ if cls in _BY_NODE), None)

@@ -180,7 +180,8 @@ def classify(call: exp.Expression, unit: str | None, name: str) -> Aggregate:
 
 
 def _same(a: Aggregate, b: Aggregate) -> bool:
-    return (a.function, a.argument, a.sample, a.quantile) == (b.function, b.argument, b.sample, b.quantile)
+    return (a.function, a.argument, a.other, a.sample, a.quantile) == (b.function, b.argument, b.other, b.sample,
+                                                                        b.quantile)
 
 
 def output_name(node: exp.Expression) -> str:

@@ -69,8 +69,10 @@ class VarianceFamily(AggregateFamily):
         h_sum, h_squares, h_count = (noise_half_width(m, alpha / 3) for m in measures)
         cells = []
         for c in counts:
-            if c <= 1:
-                cells.append(float(full**2 / 4) if aggregate.function == "variance" else float(full / 2))
+            if c <= 1:  # the released value is 0; the truth is at most (hi - lo)^2 / 4, or twice that
+                # for the sample form (two values, one at each bound: n / (n - 1) = 2)
+                largest = full**2 / (2 if aggregate.sample else 4)
+                cells.append(float(largest) if aggregate.function == "variance" else math.sqrt(largest))
                 continue
             mean_error = Fraction(h_sum + spread * h_count, c)
             centred = Fraction(h_squares + spread * spread * h_count, c) + 2 * spread * mean_error

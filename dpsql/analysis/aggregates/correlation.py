@@ -1,0 +1,72 @@
+"""CORR(y, x): Pearson's correlation of the pairs, from noisy Sx, Sy, Sxy, Sxx, Syy and n.
+
+cov / sqrt(var_x var_y) in centred units (``dpsql.analysis.aggregates.moments``; the grids cancel),
+clamped into [-1, 1]; NaN where the noisy count of pairs or a noisy variance is not positive (as
+DuckDB's CORR is NaN for a constant argument).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from sqlglot import exp
+
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.moments import (
+    classify_pair,
+    correlation,
+    correlation_range,
+    errors,
+    explain_text,
+    moments,
+    pair_shapes,
+    scale_of,
+    spread_of,
+)
+from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
+
+STATISTICS = ("x", "y", "xy", "xx", "yy")
+
+
+class CorrelationFamily(AggregateFamily):
+    """CORR."""
+
+    functions = ("corr",)
+    spellings = ("CORR",)
+    nodes = (exp.Corr,)
+    measure_count = len(STATISTICS) + 1
+    arity = 2
+
+    def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
+        return classify_pair(call, context, "corr")
+
+    def pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                    second: Ranged) -> tuple[list[Shape], AggregateRelease]:
+        return pair_shapes(aggregate, names, first, second, STATISTICS)
+
+    def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
+        return [math.nan if row is None else correlation(row)
+                for row in moments(aggregate, measures, release, STATISTICS)]
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The worst case of cov / sqrt(var_x var_y) over the error boxes of cov, var_x and var_y
+        (``moments.correlation_range``), all holding with probability 1 - alpha; [-1, 1] where
+        the noisy count is not positive."""
+        scale = scale_of(measures)
+        return [(-1.0, 1.0) if row is None else
+                correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
+                for row in moments(aggregate, measures, release, STATISTICS)]
+
+    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                    alpha: float) -> list[float]:
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        return -1.0, 1.0
+
+    def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
+        return explain_text("correlation cov / sqrt(var_x var_y), clamped to [-1, 1],", aggregate, STATISTICS)

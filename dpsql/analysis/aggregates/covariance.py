@@ -1,0 +1,111 @@
+"""COVAR_POP(y, x) and COVAR_SAMP(y, x): covariance of the pairs, from noisy Sx, Sy, Sxy and n.
+
+In centred units cov = Sxy'/n' - (Sx'/n')(Sy'/n') (``dpsql.analysis.aggregates.moments``), worth
+grid_x grid_y / 4 per unit; the sample form multiplies by n'/(n' - 1). Released values are
+clamped into what the bounds allow: |population covariance| <= h_x h_y (the half-spreads of the
+two arguments' bounds), and the sample form at most twice that (n/(n - 1) <= 2 for n >= 2). NaN
+where the noisy count of pairs is at most 0 (1 for the sample form), as DuckDB has no value there.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Sequence
+
+from sqlglot import exp
+
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.moments import (
+    as_float,
+    box,
+    classify_pair,
+    errors,
+    explain_text,
+    moments,
+    outward,
+    pair_shapes,
+    scale_of,
+    spread_of,
+)
+from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
+
+STATISTICS = ("x", "y", "xy")
+FORMS: dict[type[exp.Expression], bool] = {exp.CovarPop: False, exp.CovarSamp: True}
+"""sqlglot call -> sample form."""
+
+
+class CovarianceFamily(AggregateFamily):
+    """COVAR_POP and COVAR_SAMP."""
+
+    functions = ("covar",)
+    spellings = ("COVAR_POP", "COVAR_SAMP")
+    nodes = tuple(FORMS)
+    measure_count = len(STATISTICS) + 1
+    arity = 2
+
+    def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
+        return classify_pair(call, context, "covar", sample=FORMS[type(call)])
+
+    def pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                    second: Ranged) -> tuple[list[Shape], AggregateRelease]:
+        return pair_shapes(aggregate, names, first, second, STATISTICS)
+
+    def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
+        scale = scale_of(measures)
+        unit = scale.grid_x * scale.grid_y / 4
+        floor, ceiling = self.possible(aggregate, measures)
+        values = []
+        for row in moments(aggregate, measures, release, STATISTICS):
+            if row is None or aggregate.sample and row.n <= 1:
+                values.append(math.nan)
+                continue
+            assert row.cov is not None
+            value = row.cov * unit * (Fraction(row.n, row.n - 1) if aggregate.sample else 1)
+            values.append(min(max(as_float(value), floor), ceiling))
+        return values
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """cov within its error box (module ``moments``), in the columns' units; the sample form's
+        factor C/(C - 1) of the true count C in [n' - h_n, n' + h_n] and C >= 2, so within
+        [max(1, (n' + h_n)/(n' + h_n - 1)), min(2, (n' - h_n)/(n' - h_n - 1))] (2 when n' - h_n <= 2),
+        and the product at its worst corner. (-inf, inf) cut to the possible range where the
+        noisy count is not positive (no bound is known)."""
+        scale = scale_of(measures)
+        sx, sy = scale.spread_x, scale.spread_y
+        unit = scale.grid_x * scale.grid_y / 4
+        floor, ceiling = self.possible(aggregate, measures)
+        cells = []
+        for row in moments(aggregate, measures, release, STATISTICS):
+            if row is None or aggregate.sample and row.n <= 1:
+                cells.append((floor, ceiling))
+                continue
+            error = errors(measures, STATISTICS, row.n, alpha)
+            low, high = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
+            if aggregate.sample:
+                most = row.n - error.count
+                factors = (max(Fraction(1), Fraction(row.n + error.count, row.n + error.count - 1)),
+                           Fraction(most, most - 1) if most > 2 else Fraction(2))
+                corners = [c * f for c in (low, high) for f in factors]
+                low, high = min(corners), max(corners)
+            cells.append(outward(as_float(low * unit), as_float(high * unit), floor, ceiling))
+        return cells
+
+    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                    alpha: float) -> list[float]:
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        """|population covariance| <= h_x h_y (half-spreads of the bounds, on the grid); the
+        sample form at most twice that."""
+        scale = scale_of(measures)
+        largest = as_float(scale.spread_x * scale.spread_y * scale.grid_x * scale.grid_y / 4)
+        largest *= 2 if aggregate.sample else 1
+        return -largest, largest
+
+    def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
+        form = "sample" if aggregate.sample else "population"
+        return explain_text(f"{form} covariance", aggregate, STATISTICS)

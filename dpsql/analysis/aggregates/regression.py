@@ -1,0 +1,145 @@
+"""REGR_SLOPE(y, x), REGR_INTERCEPT(y, x) and REGR_R2(y, x): least-squares line of y on x over the pairs.
+
+From noisy Sx, Sy, Sxy, Sxx and n (and Syy for REGR_R2), in centred units
+(``dpsql.analysis.aggregates.moments``): slope = (grid_y / grid_x) cov / var_x, intercept = mean_y
+- slope mean_x (in the columns' units), R^2 = cov^2 / (var_x var_y) in [0, 1], 1 when var_y is 0
+and var_x is not (as DuckDB). The slope and intercept have no bound the policy gives (a tiny
+var_x makes the slope as large as it likes), so they are not clamped; NaN where the noisy count
+of pairs or the noisy var_x is not positive (DuckDB: NaN or NULL there).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Sequence
+
+from sqlglot import exp
+
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.moments import (
+    Errors,
+    Moments,
+    Scale,
+    as_float,
+    box,
+    classify_pair,
+    correlation,
+    correlation_range,
+    errors,
+    explain_text,
+    moments,
+    outward,
+    pair_shapes,
+    quotient_range,
+    scale_of,
+    spread_of,
+)
+from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Measure, Release
+
+LINE = ("x", "y", "xy", "xx")
+STATISTICS: dict[str, tuple[str, ...]] = {"regr_slope": LINE, "regr_intercept": LINE, "regr_r2": (*LINE, "yy")}
+UNKNOWN = (math.nan, math.nan)
+"""The interval of a slope or intercept that no finite interval bounds: reported as "derived, no ±"."""
+FORMS: dict[type[exp.Expression], AggregateFunction] = {
+    exp.RegrSlope: "regr_slope", exp.RegrIntercept: "regr_intercept", exp.RegrR2: "regr_r2"}
+
+
+class RegressionFamily(AggregateFamily):
+    """REGR_SLOPE, REGR_INTERCEPT and REGR_R2."""
+
+    functions = ("regr_slope", "regr_intercept", "regr_r2")
+    spellings = ("REGR_SLOPE", "REGR_INTERCEPT", "REGR_R2")
+    nodes = tuple(FORMS)
+    measure_count = len(STATISTICS["regr_r2"]) + 1  # the most any of them reads
+    arity = 2
+
+    def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
+        return classify_pair(call, context, FORMS[type(call)])
+
+    def pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                    second: Ranged) -> tuple[list[Shape], AggregateRelease]:
+        return pair_shapes(aggregate, names, first, second, STATISTICS[aggregate.function])
+
+    def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
+        statistics = STATISTICS[aggregate.function]
+        scale = scale_of(measures)
+        return [_value(aggregate.function, row, scale) for row in moments(aggregate, measures, release, statistics)]
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The worst case of each formula over the error boxes (module ``moments``), all holding
+        with probability 1 - alpha: the slope at the corners of cov / var_x; the intercept
+        mean_y - slope mean_x at the corners of slope times mean_x; R^2 the square of CORR's
+        interval, within [0, 1]. Where var_x's box reaches 0 (or the noisy count is not positive)
+        the slope and the intercept have no finite interval: (NaN, NaN), "derived, no ±"."""
+        statistics = STATISTICS[aggregate.function]
+        scale = scale_of(measures)
+        floor, ceiling = self.possible(aggregate, measures)
+        cells = []
+        for row in moments(aggregate, measures, release, statistics):
+            if row is None:
+                cells.append((floor, ceiling) if aggregate.function == "regr_r2" else UNKNOWN)
+                continue
+            error = errors(measures, statistics, row.n, alpha)
+            if aggregate.function == "regr_r2":
+                low, high = correlation_range(row, error, scale)
+                squares = (low * low, high * high)
+                cells.append(outward(0.0 if low <= 0 <= high else min(squares), max(squares), 0.0, 1.0))
+                continue
+            slope = _slope_range(row, error, scale)
+            if slope is None:
+                cells.append(UNKNOWN)
+            elif aggregate.function == "regr_slope":
+                cells.append(outward(as_float(slope[0]), as_float(slope[1])))
+            else:
+                sx, sy = scale.spread_x, scale.spread_y
+                mean_y = [scale.mean_y(c) for c in box(row.mean_y, error.mean_y, Fraction(-sy), Fraction(sy))]
+                mean_x = [scale.mean_x(c) for c in box(row.mean_x, error.mean_x, Fraction(-sx), Fraction(sx))]
+                products = [b * m for b in slope for m in mean_x]
+                cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
+        return cells
+
+    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                    alpha: float) -> list[float]:
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
+        """R^2 lies in [0, 1]; the slope and the intercept have no bound."""
+        return (0.0, 1.0) if aggregate.function == "regr_r2" else (-math.inf, math.inf)
+
+    def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
+        what = {"regr_slope": "slope cov / var_x",
+                "regr_intercept": "intercept mean_y - slope * mean_x",
+                "regr_r2": "R^2 = cov^2 / (var_x var_y), clamped to [0, 1],"}[aggregate.function]
+        return explain_text(what, aggregate, STATISTICS[aggregate.function])
+
+
+def _value(function: str, row: Moments | None, scale: Scale) -> float:
+    if row is None:
+        return math.nan
+    assert row.var_x is not None and row.cov is not None
+    if function == "regr_r2":
+        if row.var_x <= 0:
+            return math.nan
+        assert row.var_y is not None
+        return 1.0 if row.var_y <= 0 else correlation(row) ** 2
+    if row.var_x <= 0:
+        return math.nan
+    slope = scale.grid_y / scale.grid_x * row.cov / row.var_x
+    if function == "regr_slope":
+        return as_float(slope)
+    return as_float(scale.mean_y(row.mean_y) - slope * scale.mean_x(row.mean_x))
+
+
+def _slope_range(row: Moments, error: Errors, scale: Scale) -> tuple[Fraction, Fraction] | None:
+    sx, sy = scale.spread_x, scale.spread_y
+    cov = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
+    var_x = box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
+    ends = quotient_range(cov, var_x)
+    if ends is None:
+        return None
+    ratio = scale.grid_y / scale.grid_x
+    return ends[0] * ratio, ends[1] * ratio
