@@ -24,7 +24,8 @@ def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
         f"fit: {fit.model} regression of {fit.target} on {', '.join(fit.features)}, by {fit.steps} steps of "
         f"noisy gradient descent{'' if fit.rate is None else ' on Poisson samples of units (DP-SGD)'}",
         f"rows: {fit.normal}",
-        f"columns clamped into their bounds and scaled onto [-1, 1]: {bounds}",
+        f"columns clamped into their bounds and scaled onto [-1, 1]"
+        f"{' (the target read as its class, 1 or 0)' if fit.model == 'logistic' else ''}: {bounds}",
         f"each step: per unit, the gradient of its rows summed, clipped to L2 norm {fit.clip:g} (scaled units), "
         f"summed exactly over units; discrete Gaussian noise of sigma {multiplier:.4g} x clip on each of its "
         f"{len(fit.features) + 1} coordinates (one unit moves the sum by at most "
