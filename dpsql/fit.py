@@ -6,12 +6,13 @@ CLAMP in the query), and the target among its columns. The rows are planned as `
 plans ``SELECT SUM(f1), ..., SUM(y) FROM t [WHERE ...]``: the same checks, the same bounded
 copy (at most MAX ROWS PER UNIT rows per unit), every column clamped into its bounds. Each
 gradient step is then one statement over those rows, run by the engine (``dpsql.fit_sql``): per
-unit, the gradient of its rows summed, clipped to L2 norm ``clip``, summed exactly over units;
+unit, the average gradient of its rows, clipped to L2 norm ``clip``, summed exactly over units;
 the noise and the update are ``dpsql.mechanisms.descent``'s. The guarantee is per unit: a
-unit's rows are summed before the clip, however many rows it has.
+unit's rows are averaged before the clip, however many rows it has, and each unit weighs the
+same in the fitted loss (the average over units of each unit's average row loss).
 
 Cost: full-batch descent (the default) spends rho = rho_budget(epsilon, delta), a twentieth on
-the row count and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
+the count of units and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
 that rho. With ``TABLESAMPLE POISSON (p PERCENT)`` on the table, each step reads a fresh
 Poisson sample of units (its own secret key) and, under BASIC or ADVANCED accounting, the
 steps cost the subsampled Gaussian's (epsilon, delta) (``dpsql.budget.subsampled``); under
@@ -80,7 +81,7 @@ class FitPlan:
     """The rows' plan: the bounded rows each step reads (with its Poisson sample, if any)."""
     columns: FitColumns
     count: BoundedStatement
-    """The row count's statement (over the whole table, never a sample)."""
+    """The count of units' statement (over the whole table, never a sample)."""
     steps: int
     clip: float
     learning_rate: float
@@ -92,8 +93,6 @@ class FitPlan:
     cost: Spend
     epsilon: Fraction
     delta: Fraction
-    cap: int
-    """K: one unit's rows counted at most (MAX ROWS PER UNIT)."""
     sensitivity_factor: int
     """1 under add/remove neighbours, 2 under replace-one (both vectors lie in the clip ball)."""
     normal: str
@@ -195,15 +194,14 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
     count_plan = plan if rate is None else _prepare_rows(connection, sql, _unsampled(tree), items, order,
                                                          model).plan
     assert count_plan is not None
-    cap = max(1, int(plan.query.rule.max_rows_per_unit or 1))
     factor = 1 if policy.neighbours == "unbounded" else 2
     amplified = rate is not None and policy.accounting != "zcdp"
-    noise, cost = _calibrate(options.epsilon, options.delta, steps, cap, factor, rate if amplified else None)
+    noise, cost = _calibrate(options.epsilon, options.delta, steps, factor, rate if amplified else None)
     check_accountable(policy.accounting, cost)
     fit = FitPlan(sql, model, features, wanted, plan, columns,
-                  count_statement(count_plan, _columns(count_plan), cap, connection._engine.dialect),
-                  steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, cap,
-                  factor, priced.normal_sql, priced.repeat_key, connection._engine.dialect)
+                  count_statement(count_plan, _columns(count_plan), connection._engine.dialect),
+                  steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, factor,
+                  priced.normal_sql, priced.repeat_key, connection._engine.dialect)
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     return fit
 
@@ -318,7 +316,7 @@ def _columns(plan: Plan) -> FitColumns:
                       tuple(m.lower for m in measures), tuple(m.upper for m in measures))
 
 
-def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, cap: int, factor: int,
+def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, factor: int,
                rate: Fraction | None) -> tuple[Noise, Spend]:
     """The noise of each step and of the count, and the charge (module docstring)."""
     if rate is None:
@@ -327,7 +325,7 @@ def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, cap: int, factor:
         multiplier_squared = Fraction(factor * factor) / (2 * step_rho)  # (sigma / D)^2
         norm_steps = grid_steps(math.sqrt(multiplier_squared))
         noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps,
-                      Fraction(cap * cap) / (2 * count_rho))
+                      1 / (2 * count_rho))
         return noise, Spend(epsilon, delta, rho)
     from dpsql.budget.subsampled import noise_multiplier_for
 
@@ -335,7 +333,7 @@ def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, cap: int, factor:
     count_rho = rho_budget(count_epsilon, count_delta)
     multiplier = Fraction(noise_multiplier_for(epsilon - count_epsilon, delta - count_delta, rate, steps))
     norm_steps = grid_steps(float(multiplier))
-    noise = Noise(norm_steps, (multiplier * norm_steps) ** 2, Fraction(cap * cap) / (2 * count_rho))
+    noise = Noise(norm_steps, (multiplier * norm_steps) ** 2, 1 / (2 * count_rho))
     return noise, Spend(epsilon, delta, count_rho + steps / (2 * multiplier * multiplier))
 
 
@@ -386,21 +384,21 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
     return _model(connection, fit, released, charged)
 
 
-def descend_noisily(fit: FitPlan, exact_rows: int, gradient: Callable[[list[float]], list[int]],
+def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float]], list[int]],
                     source: Any = None) -> dict:
-    """The release of a fit from its exact row count and ``gradient(weights)``, the exact integer
+    """The release of a fit from its exact count of units and ``gradient(weights)``, the exact integer
     sum of the units' clipped gradients at those weights (one statement per step): the noisy
     count, then ``fit.steps`` noisy steps. Only noisy values decide the next weights."""
-    rows = exact_rows + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
-    # DP-SGD divides by the expected batch, rate times the rows (sum and noise alike).
-    batch = float(rows) * (1.0 if fit.rate is None else float(fit.rate))
+    units = exact_units + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
+    # DP-SGD divides by the expected batch, rate times the units (sum and noise alike).
+    batch = float(units) * (1.0 if fit.rate is None else float(fit.rate))
     weights = np.zeros(len(fit.features) + 1)
     for _ in range(fit.steps):
         exact = gradient(weights.tolist())
         noise = discrete_gaussian(fit.noise.sigma_squared, len(exact), source)
         weights = descend(weights, [s + int(n) for s, n in zip(exact, noise)], fit.noise, fit.clip, batch,
                           fit.learning_rate)
-    return {"weights": [float(w) for w in weights], "rows": rows}
+    return {"weights": [float(w) for w in weights], "units": units}
 
 
 def _ledger_text(fit: FitPlan) -> str:
@@ -419,7 +417,7 @@ def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost) -> Fi
         return {"coefficient": [(math.nan, math.nan, math.nan)] * len(rows)}
 
     notes = (f"{fit.model} regression of {fit.target} by {fit.steps} steps of noisy gradient descent "
-             f"on about {max(released['rows'], 0):,} rows (a noisy count); coefficients in the columns' own "
+             f"over about {max(released['units'], 0):,} units (a noisy count); coefficients in the columns' own "
              "units, no interval (the last iterate of noisy descent has none in closed form)",)
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
                       budget=connection._snapshot(), notes=notes)

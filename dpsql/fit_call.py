@@ -26,12 +26,12 @@ def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
         f"rows: {fit.normal}",
         f"columns clamped into their bounds and scaled onto [-1, 1]"
         f"{' (the target read as its class, 1 or 0)' if fit.model == 'logistic' else ''}: {bounds}",
-        f"each step: per unit, the gradient of its rows summed, clipped to L2 norm {fit.clip:g} (scaled units), "
+        f"each step: per unit, the average gradient of its rows, clipped to L2 norm {fit.clip:g} (scaled units), "
         f"summed exactly over units; discrete Gaussian noise of sigma {multiplier:.4g} x clip on each of its "
         f"{len(fit.features) + 1} coordinates (one unit moves the sum by at most "
         f"{'the clip' if fit.sensitivity_factor == 1 else 'twice the clip, replace-one neighbours'})",
-        f"learning rate {fit.learning_rate:g}, on the average row loss (the sum over a noisy count of rows, "
-        f"each unit's capped at {fit.cap}, released once with {float(COUNT_SHARE):g} of the budget)",
+        f"learning rate {fit.learning_rate:g}, on the average over units of each unit's average row loss (the sum "
+        f"over a noisy count of units, released once with {float(COUNT_SHARE):g} of the budget)",
     ]
     if fit.rate is not None:
         lines.append(f"sample: each step keeps each unit with probability {float(fit.rate):g}, by a keyed hash "

@@ -6,7 +6,8 @@ adds, in the engine:
 
 1. ``dp_fit_rows``: the rows with every column present, each scaled onto [-1, 1] as DOUBLE
    (a logistic target stays the class, 1 or 0);
-2. ``dp_fit_units``: per unit, the sum over its rows of the row gradient (intercept first);
+2. ``dp_fit_units``: per unit, the average over its rows of the row gradient (intercept first):
+   each unit weighs the same whatever its rows, and one clip fits units of one row or many;
 3. ``dp_fit_clipped``: that vector in grid steps (clip / D each), scaled to L2 norm at most
    D * ``MARGIN`` steps, truncated toward zero coordinate by coordinate. Truncation toward zero
    never lengthens a vector, so its norm is at most D steps. A vector whose norm is not a finite
@@ -14,7 +15,7 @@ adds, in the engine:
    outside [-D, D]: a unit's part is at most D steps whatever the engine's arithmetic does;
 4. the sum over units, exact (BIGINT values summed as HUGEINT).
 
-The count sums each unit's rows with every column present, capped at K.
+The count counts the units with a complete row (one unit moves it by at most 1).
 Weights are literals in scientific notation (DOUBLE in DuckDB and Spark alike); they are public,
 the previous steps' noisy releases.
 """
@@ -116,7 +117,7 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
         per_row = ", ".join(f"{t} AS g{i}" for i, t in enumerate(terms))
         units = f"SELECT dp_unit, {per_row} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals"
     else:
-        per_unit = ", ".join(f"SUM({t}) AS g{i}" for i, t in enumerate(terms))
+        per_unit = ", ".join(f"AVG({t}) AS g{i}" for i, t in enumerate(terms))
         units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
                  "GROUP BY dp_unit")
     # Measured in grid steps first (clip / D each), then normed: a norm of the raw sums would
@@ -141,15 +142,14 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
             ("dp_fit_clipped", _select(clipped))]
 
 
-def count_statement(plan: Plan, columns: FitColumns, cap: int, dialect: str = DUCKDB) -> BoundedStatement:
-    """The rows with every column present, each unit's capped at ``cap``: one row, ``n``."""
+def count_statement(plan: Plan, columns: FitColumns, dialect: str = DUCKDB) -> BoundedStatement:
+    """The units with a row where every column is present: one row, ``n``."""
     if _one_row_each(plan):
         return rows_statement(plan, _select("SELECT COUNT(*) AS n FROM dp_fit_rows"),
                               [("dp_fit_rows", _select(_rows_layer(columns)))], dialect)
-    per_unit = "SELECT dp_unit, COUNT(*) AS dp_rows_of_unit FROM dp_fit_rows GROUP BY dp_unit"
-    final = f"SELECT SUM(LEAST(dp_rows_of_unit, {int(cap)})) AS n FROM dp_fit_counts"
-    return rows_statement(plan, _select(final), [("dp_fit_rows", _select(_rows_layer(columns))),
-                                                 ("dp_fit_counts", _select(per_unit))], dialect)
+    return rows_statement(plan, _select("SELECT COUNT(*) AS n FROM dp_fit_units"),
+                          [("dp_fit_rows", _select(_rows_layer(columns))),
+                           ("dp_fit_units", _select("SELECT dp_unit FROM dp_fit_rows GROUP BY dp_unit"))], dialect)
 
 
 def _select(text: str) -> exp.Select:

@@ -106,6 +106,19 @@ def test_one_units_gradient_is_within_the_clip_whatever_its_rows(model, rows):
     assert reached >= (bound // 2) ** 2
 
 
+def test_a_unit_contributes_the_average_gradient_of_its_rows():
+    """Unit 3's three rows, at weights 0 (residual -y'): its vector is the mean of the rows' scaled
+    gradients (-y', -y' x', -y' z'), to within one grid step (clip 10 never binds here)."""
+    db = tiny()
+    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, clip=10)
+    rows = np.array([(x, z, y) for uid, x, z, y in BASE if uid == 3])
+    scaled = np.column_stack([(2 * rows[:, 0] - 1) / 3, (2 * rows[:, 1] - 10) / 10, (2 * rows[:, 2] - 5) / 5])
+    residual = -scaled[:, 2]
+    expected = np.array([residual.mean(), (residual * scaled[:, 0]).mean(), (residual * scaled[:, 1]).mean()])
+    got = unit_vectors(db, fit, [0.0, 0.0, 0.0])[3].astype(float) * (10 / fit.noise.norm_steps)
+    assert np.abs(got - expected).max() <= 10 / fit.noise.norm_steps
+
+
 @pytest.mark.parametrize("clip", [1e-170, 1e-300, 1e-6])
 def test_a_tiny_clip_cannot_underflow_the_norm(clip):
     """The statement norms each unit's vector in grid steps: a raw norm of a unit whose gradient is
@@ -151,21 +164,22 @@ def test_neighbouring_tables_move_the_summed_gradient_by_at_most_the_clip(neighb
     assert worst >= (bound // 2) ** 2
 
 
-def test_the_row_count_moves_by_at_most_the_rows_one_unit_keeps():
-    """Each unit's complete rows, capped at MAX ROWS PER UNIT = 3: the unit of 40 rows moves it by 3."""
-    with_unit, without = tiny(units={13: ADVERSARIES[13]}), tiny()
+def test_the_count_of_units_moves_by_at_most_one():
+    """The units with a complete row: the unit of 40 rows counts once, the unit whose only row is
+    NaN not at all (under replacement the count moves by at most 1 too: one unit in, one out)."""
+    with_units, without = tiny(units={13: ADVERSARIES[13], 11: ADVERSARIES[11]}), tiny()
     counts = []
-    for db in (with_unit, without):
+    for db in (with_units, without):
         fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
-        statement = count_statement(fit.plan, fit.columns, fit.cap)
+        statement = count_statement(fit.plan, fit.columns)
         counts.append(int(db._engine.fetch(statement.sql, None, bounded=statement.bounded)[0][0]))
-    assert fit.cap == 3 and counts == [7 + 3, 7]
+    assert counts == [4 + 1, 4]
 
 
 @pytest.mark.parametrize("neighbours, factor", [("UNBOUNDED", 1), ("BOUNDED", 2)])
 def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neighbours, factor):
     """Every discrete Gaussian the fit draws, recorded: the count's sigma^2 and the steps', each
-    of the fit's size; their zCDP costs K^2/(2 s_c^2) + T (factor D)^2/(2 s^2) add up to the charged
+    of the fit's size; their zCDP costs 1/(2 s_c^2) + T (factor D)^2/(2 s^2) add up to the charged
     rho, which converts to the (epsilon, delta) asked for. A sigma off by any factor fails."""
     drawn = []
     original = dpsql.fit.discrete_gaussian
@@ -181,7 +195,7 @@ def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neigh
     (count_sigma, one), *steps = drawn
     assert one == 1 and len(steps) == 7 and all(size == 3 for _, size in steps)
     assert len({sigma for sigma, _ in steps}) == 1
-    rho = Fraction(3 * 3) / (2 * count_sigma) + sum(
+    rho = Fraction(1) / (2 * count_sigma) + sum(
         Fraction((factor * fit.noise.norm_steps) ** 2) / (2 * sigma) for sigma, _ in steps)
     assert rho == model.cost.rho
     assert epsilon_of_rho(rho, Fraction(1, 10**6)) <= 2 < epsilon_of_rho(rho * Fraction(101, 100), Fraction(1, 10**6))
@@ -396,9 +410,9 @@ def audit_releases(fit, frame, policy: str, count: int, seed: int, monkeypatch) 
         releases = [descend_noisily(planned, rows, lambda w: exact) for _ in range(count)]
     finally:
         monkeypatch.setattr(dpsql.fit, "discrete_gaussian", real)
-    # The coefficient times the released count: the step's noisy sum (post-processing of the
-    # release), which the count's noise does not blur.
-    return np.array([r["weights"][1] * r["rows"] for r in releases])
+    # The coefficient times the released count of units: the step's noisy sum (post-processing
+    # of the release), which the count's noise does not blur.
+    return np.array([r["weights"][1] * r["units"] for r in releases])
 
 
 @pytest.mark.parametrize("broken", [False, True])

@@ -3,7 +3,7 @@
 A model is fitted in *scaled* space: each feature and (for linear regression) the target is
 mapped affinely from its bounds [L, U] onto [-1, 1], so every row's gradient is bounded by the
 current weights alone and one learning rate fits every column. Each step, the engine computes
-(``dpsql.fit_sql``), for every unit, the sum over its rows of the row gradients, scales that
+(``dpsql.fit_sql``), for every unit, the average over its rows of the row gradients, scales that
 vector to L2 norm at most C (the *clip*), writes it on an integer grid of C/D by truncating
 each coordinate toward zero (which never lengthens a vector: its norm stays at most D grid
 steps), and sums the units' vectors exactly. One unit therefore moves the summed vector by at
@@ -13,9 +13,10 @@ each coordinate makes one step (sD)^2 / (2 s^2)-zCDP (Canonne, Kamath, Steinke 2
 with s = 1 or 2 the relation's factor); T steps compose to the sum (Bun & Steinke 2016, Lemma
 2.3), whatever the weights each step used, since they are post-processing of earlier releases.
 
-The learning rate divides the noisy sum by a noisy count of the rows (each unit's rows capped
-at K, the policy's MAX ROWS PER UNIT: one unit moves it by at most K), released once with a
-twentieth of the budget, so the update is a step on the average row loss.
+The update divides the noisy sum by a noisy count of the units (one unit moves it by at most
+1, under either relation), released once with a twentieth of the budget: a step on the average
+over units of each unit's average row loss, so every unit weighs the same whatever its rows,
+and a clip of about one row's gradient suits units of one row or of hundreds.
 
 DP-SGD (Abadi et al. 2016): with a Poisson sample of units per step (``rate``), the sum and its
 noise are divided by rate times the noisy count; the cost is the subsampled Gaussian's
@@ -37,7 +38,7 @@ Model = Literal["linear", "logistic"]
 MODELS: tuple[str, ...] = ("linear", "logistic")
 
 COUNT_SHARE = Fraction(1, 20)
-"""The share of the budget (of rho, or of epsilon and delta with sampling) spent on the row count."""
+"""The share of the budget (of rho, or of epsilon and delta with sampling) spent on the count of units."""
 MAX_STEPS = 1_000
 """The most steps one fit may take: each runs one statement over the whole copy, and a server
 answers one statement at a time."""
@@ -79,7 +80,7 @@ class Noise:
     sigma_squared: Fraction
     """sigma^2 of the discrete Gaussian on each gradient coordinate, per step."""
     count_sigma_squared: Fraction
-    """sigma^2 of the discrete Gaussian on the row count."""
+    """sigma^2 of the discrete Gaussian on the count of units."""
 
 
 def grid_steps(noise_multiplier: float) -> int:
@@ -139,11 +140,11 @@ def default_learning_rate(model: Model, features: int) -> float:
     return scale * min(1.0, 2.0 / (features + 1))
 
 
-def descend(weights: np.ndarray, noisy_sum: Sequence[int], noise: Noise, clip: float, rows: float,
+def descend(weights: np.ndarray, noisy_sum: Sequence[int], noise: Noise, clip: float, units: float,
             learning_rate: float) -> np.ndarray:
     """One update from the noisy integer gradient sum (intercept first, then the features):
-    w - rate * grid * sum / rows, kept within [-RADIUS, RADIUS]."""
-    gradient = np.asarray([float(v) for v in noisy_sum]) * (clip / noise.norm_steps) / max(rows, 1.0)
+    w - rate * grid * sum / units, kept within [-RADIUS, RADIUS]."""
+    gradient = np.asarray([float(v) for v in noisy_sum]) * (clip / noise.norm_steps) / max(units, 1.0)
     return np.clip(weights - learning_rate * gradient, -RADIUS, RADIUS)
 
 
