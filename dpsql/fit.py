@@ -116,7 +116,7 @@ class FitPlan:
 class FittedModel:
     """A model fitted by ``db.fit``: coefficients in the columns' own units, what it cost."""
 
-    def __init__(self, fit: FitPlan, weights: Sequence[float], result: DPResult):
+    def __init__(self, fit: FitPlan, weights: Sequence[float], result: DPResult, entry: int | None = None):
         self.model = fit.model
         self.features = fit.features
         self.target = fit.target
@@ -126,6 +126,9 @@ class FittedModel:
         self.cost = result.cost
         self.result = result
         """The release as a table: (term, coefficient)."""
+        self.entry = entry
+        """The id of the ledger entry that charged this fit (``db.ledger()``'s ``id``); None for a
+        free repeat, which charged nothing."""
 
     def predict(self, frame: Any) -> np.ndarray:
         """Predictions for the rows of a pandas DataFrame with the feature columns (clamped into
@@ -351,15 +354,18 @@ def run_fit(connection: Any, fit: FitPlan) -> FittedModel:
 def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
     cost = fit.cost
 
+    entries: list[int] = []
+
     def charge() -> int:
-        return connection._ledger.charge(
+        entries.append(connection._ledger.charge(
             cost, connection._accountant, sql=_ledger_text(fit),
             options={"mechanism": "fit", "model": fit.model, "target": fit.target, "epsilon": fit.epsilon,
                      "delta": fit.delta, "steps": fit.steps, "clip": fit.clip, "learning_rate": fit.learning_rate,
                      "sample_rate": None if fit.rate is None else str(fit.rate),
                      "neighbours": connection.policy.neighbours},
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies)
+            policies=connection._agreed_policies))
+        return entries[-1]
 
     limit = connection._engine._timeout
     started = time.monotonic()
@@ -381,7 +387,7 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
         failure="the fit failed while running (or ran past its time limit); its cost was charged and no model "
                 "was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
-    return _model(connection, fit, released, charged)
+    return _model(connection, fit, released, charged, entries[-1])
 
 
 def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float]], list[int]],
@@ -407,7 +413,7 @@ def _ledger_text(fit: FitPlan) -> str:
             f"{fit.clip:g}{sampled}) OF {fit.normal}")
 
 
-def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost) -> FittedModel:
+def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost, entry: int | None = None) -> FittedModel:
     weights = released["weights"]
     intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
     rows = [("intercept", intercept)] + list(zip(fit.features, coefficients))
@@ -421,4 +427,4 @@ def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost) -> Fi
              "units, no interval (the last iterate of noisy descent has none in closed form)",)
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
                       budget=connection._snapshot(), notes=notes)
-    return FittedModel(fit, weights, result)
+    return FittedModel(fit, weights, result, entry)

@@ -236,6 +236,7 @@ def test_the_same_fit_again_is_a_free_repeat_with_the_same_model():
     again = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3)
     assert again.cost.repeat and again.coefficients == first.coefficients
     ledger = db.ledger()
+    assert first.entry == int(ledger["id"].iloc[0]) and again.entry is None
     assert len(ledger) == 1 and ledger["sql"].iloc[0].startswith("FIT LINEAR y ON x, z (3 steps, clip 1) OF ")
     other = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=4)
     assert not other.cost.repeat and len(db.ledger()) == 2
