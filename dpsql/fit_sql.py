@@ -117,7 +117,7 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
         per_row = ", ".join(f"{t} AS g{i}" for i, t in enumerate(terms))
         units = f"SELECT dp_unit, {per_row} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals"
     else:
-        per_unit = ", ".join(f"AVG({t}) AS g{i}" for i, t in enumerate(terms))
+        per_unit = ", ".join(f"CAST(AVG({t}) AS DOUBLE) AS g{i}" for i, t in enumerate(terms))
         units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
                  "GROUP BY dp_unit")
     # Measured in grid steps first (clip / D each), then normed: a norm of the raw sums would
@@ -136,9 +136,9 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
         f"WHEN h{i} * dp_factor < 0 AND h{i} * dp_factor >= -{limit} THEN CAST(CEIL(h{i} * dp_factor) AS BIGINT) "
         f"ELSE CAST(0 AS BIGINT) END AS t{i}" for i in range(len(terms)))
     clipped = (f"SELECT {truncated} FROM (SELECT *, {factor} AS dp_factor FROM "
-               f"(SELECT *, {norm} AS dp_norm FROM (SELECT dp_unit, {in_steps} FROM dp_fit_units) AS dp_steps) "
-               "AS dp_normed) AS dp_factored")
+               f"(SELECT *, {norm} AS dp_norm FROM dp_fit_steps) AS dp_normed) AS dp_factored")
     return [("dp_fit_rows", _select(_rows_layer(columns, model))), ("dp_fit_units", _select(units)),
+            ("dp_fit_steps", _select(f"SELECT dp_unit, {in_steps} FROM dp_fit_units")),
             ("dp_fit_clipped", _select(clipped))]
 
 
