@@ -353,7 +353,6 @@ def run_fit(connection: Any, fit: FitPlan) -> FittedModel:
 
 def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
     cost = fit.cost
-
     entries: list[int] = []
 
     def charge() -> int:

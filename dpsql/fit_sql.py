@@ -90,14 +90,19 @@ def gradient_statement(plan: Plan, columns: FitColumns, model: Model, weights: S
     """The statement of one step: one row, ``s0`` (intercept) .. ``sd``, the exact sum over units
     of each unit's clipped gradient in grid steps of clip / ``norm_steps``."""
     final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(columns.values)))
-    return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
+    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect)
 
 
 def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
                            clip: float, norm_steps: int, dialect: str = DUCKDB) -> BoundedStatement:
     """Each unit's clipped integer vector (``t0`` ..), before the sum: for tests of the bound."""
     final = ", ".join(f"t{i}" for i in range(len(columns.values)))
+    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect)
+
+
+def _over_clipped(final: str, plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
+                  clip: float, norm_steps: int, dialect: str) -> BoundedStatement:
+    """``SELECT final FROM dp_fit_clipped`` over the step's layers."""
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
                           _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
 

@@ -12,8 +12,9 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
 from dpsql.analysis.aggregates.moments import (
+    PairFamily,
     classify_pair,
     correlation,
     correlation_range,
@@ -22,14 +23,13 @@ from dpsql.analysis.aggregates.moments import (
     moments,
     pair_shapes,
     scale_of,
-    spread_of,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
 
 STATISTICS = ("x", "y", "xy", "xx", "yy")
 
 
-class CorrelationFamily(AggregateFamily):
+class CorrelationFamily(PairFamily):
     """CORR."""
 
     functions = ("corr",)
@@ -58,12 +58,6 @@ class CorrelationFamily(AggregateFamily):
         return [(-1.0, 1.0) if row is None else
                 correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
                 for row in moments(aggregate, measures, release, STATISTICS)]
-
-    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                    alpha: float) -> list[float]:
-        """The larger distance from the value to an end of its interval (``intervals``)."""
-        return [spread_of(low, high, value) for value, (low, high)
-                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         return -1.0, 1.0

@@ -15,8 +15,9 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
 from dpsql.analysis.aggregates.moments import (
+    PairFamily,
     as_float,
     box,
     classify_pair,
@@ -26,7 +27,6 @@ from dpsql.analysis.aggregates.moments import (
     outward,
     pair_shapes,
     scale_of,
-    spread_of,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
 
@@ -35,7 +35,7 @@ FORMS: dict[type[exp.Expression], bool] = {exp.CovarPop: False, exp.CovarSamp: T
 """sqlglot call -> sample form."""
 
 
-class CovarianceFamily(AggregateFamily):
+class CovarianceFamily(PairFamily):
     """COVAR_POP and COVAR_SAMP."""
 
     functions = ("covar",)
@@ -91,12 +91,6 @@ class CovarianceFamily(AggregateFamily):
                 low, high = min(corners), max(corners)
             cells.append(outward(as_float(low * unit), as_float(high * unit), floor, ceiling))
         return cells
-
-    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                    alpha: float) -> list[float]:
-        """The larger distance from the value to an end of its interval (``intervals``)."""
-        return [spread_of(low, high, value) for value, (low, high)
-                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """|population covariance| <= h_x h_y (half-spreads of the bounds, on the grid); the

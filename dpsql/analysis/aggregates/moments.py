@@ -40,7 +40,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import noise_half_width
-from dpsql.analysis.aggregates.family import Call, FactorShape, Ranged, Shape, filtered
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, FactorShape, Ranged, Shape, filtered
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Factor, Measure, Release
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import describe
@@ -257,6 +257,17 @@ def as_float(value: Fraction) -> float:
 def outward(low: float, high: float, floor: float = -math.inf, ceiling: float = math.inf) -> tuple[float, float]:
     """[low, high] rounded outward by one float step, then cut to [floor, ceiling]."""
     return max(math.nextafter(low, -math.inf), floor), min(math.nextafter(high, math.inf), ceiling)
+
+
+class PairFamily(AggregateFamily):
+    """A second-moment family: its ``intervals`` come first (not centred on the value), and the
+    half-width it reports is read off them."""
+
+    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                    alpha: float) -> list[float]:
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
 
 
 def spread_of(low: float, high: float, value: float) -> float:

@@ -16,10 +16,11 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
 from dpsql.analysis.aggregates.moments import (
     Errors,
     Moments,
+    PairFamily,
     Scale,
     as_float,
     box,
@@ -33,7 +34,6 @@ from dpsql.analysis.aggregates.moments import (
     pair_shapes,
     quotient_range,
     scale_of,
-    spread_of,
 )
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Measure, Release
 
@@ -45,7 +45,7 @@ FORMS: dict[type[exp.Expression], AggregateFunction] = {
     exp.RegrSlope: "regr_slope", exp.RegrIntercept: "regr_intercept", exp.RegrR2: "regr_r2"}
 
 
-class RegressionFamily(AggregateFamily):
+class RegressionFamily(PairFamily):
     """REGR_SLOPE, REGR_INTERCEPT and REGR_R2."""
 
     functions = ("regr_slope", "regr_intercept", "regr_r2")
@@ -99,12 +99,6 @@ class RegressionFamily(AggregateFamily):
                 products = [b * m for b in slope for m in mean_x]
                 cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
         return cells
-
-    def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                    alpha: float) -> list[float]:
-        """The larger distance from the value to an end of its interval (``intervals``)."""
-        return [spread_of(low, high, value) for value, (low, high)
-                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """R^2 lies in [0, 1]; the slope and the intercept have no bound."""
