@@ -314,7 +314,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     if statement.parameters:
         return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",
                        hint="write the values into the SQL text of a query on the policy's tables")
-    result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
+    result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db))
     found = intervals.cells(result)
     shown = intervals.with_intervals(result, found) if statement.intervals or asks_for_intervals(statement.sql) \
         else (tuple(result.columns), tuple(result))
@@ -328,6 +328,12 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         notice += f"; bias: {result.bounding}"
     return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice, intervals=intervals.notice(result, found),
                    detail=cost_detail(result, found), cost=str(result.cost), notes=tuple(result.notes))
+
+
+def _with_budget(result, db) -> tuple:
+    """The answer and the budget just after it: the one it carries (read when it was charged, in
+    the same call) or, when it carries none, read now (the ledger is read once, not twice)."""
+    return result, result.budget if getattr(result, "budget", None) is not None else db.budget
 
 
 def cost_detail(result, found: dict | None = None) -> str:
