@@ -139,17 +139,21 @@ def run_clients(port: int, clients: int, queries: int, server_pid: int) -> dict:
 
 def in_process(database: Path, policy_text: str, queries: int, clients: int, directory: Path) -> list[float]:
     """A sample of the served queries through ``db.sql`` in this process (a fresh ledger, so
-    none is a free repeat), one at a time."""
+    none is a free repeat), one at a time; ``in_process.thread_cpu`` keeps the CPU seconds of
+    the calling thread per query: Python's work (which holds the GIL) and DuckDB's share run on
+    that thread, an upper bound on the GIL time that threads in one process cannot overlap."""
     import dpsql
 
-    latencies = []
+    latencies, thread_cpu = [], []
     with dpsql.connect(str(database), policy_text, ledger=directory / "inprocess.ledger",
                        eager_bounding=True) as db:
         for number in range(queries):
             sql = query(number % clients, number, queries)  # a sample of the served queries
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             db.sql(sql)
             latencies.append(time.perf_counter() - start)
+            thread_cpu.append(time.thread_time() - cpu)
+    in_process.thread_cpu = thread_cpu  # type: ignore[attr-defined]
     return latencies
 
 
@@ -248,6 +252,9 @@ def report(args, run, latencies, refused, errors, problems, baseline, sent, code
         f"Connecting (SCRAM-SHA-256, 4096 iterations) took {ms(statistics.median(connects))} median per "
         f"client; {run['wall']:.1f} s for the queries; the server ran {serving:.1f} s in all (start with "
         f"bounded copies built, queries, SIGTERM) and exited with code {code}.",
+        f"In-process, a query held the calling thread's CPU for {ms(statistics.median(in_process.thread_cpu))} "
+        f"median (Python's work, which holds the GIL, and DuckDB's share on that thread): threads of one "
+        f"process answer at most ~{1 / statistics.median(in_process.thread_cpu):.0f} such queries/s.",
         f"Ledger check after the server stopped: {'no overspend, no lost charge' if not problems else '; '.join(problems)} "
         f"({len(latencies)} answers, {len(latencies)} charges, {logged} `outcome=answered` log lines); "
         f"errors other than budget refusals: {len(errors)}{' — ' + errors[0] if errors else ''}.",
