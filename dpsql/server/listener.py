@@ -25,7 +25,7 @@ from dpsql.server import messages as m
 from dpsql.server.answers import SharedDatabase
 from dpsql.server.pool import FairPool, default_workers
 from dpsql.server.session import Refused, serve_queries, start
-from dpsql.server.users import decoy_key
+from dpsql.server.users import UserNames, decoy_key
 
 log = logging.getLogger("dpsql.server")
 
@@ -57,6 +57,8 @@ class Server:
         self.settings = settings
         self.database = settings.database
         self.users_path = settings.users_path
+        self.user_names = UserNames(settings.users_path)
+        """The users file's names, re-read when it changes: asked before every query."""
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
