@@ -3,10 +3,10 @@
 Sessions hand their statements to the pool, tagged with the analyst who sent them. Each
 analyst has a queue; a free worker takes the first statement of the analyst whose turn it is,
 and that analyst goes to the back of the turn. So an analyst with many sessions (or a tool
-that opens many connections) waits its turn like everyone else: with ``n`` analysts waiting,
-no statement waits behind more than ``n - 1`` others of other analysts' plus its own earlier
-ones. A session sends one statement at a time (the protocol waits for each answer), so within
-an analyst's queue statements keep the order they came in.
+that opens many connections) waits its turn like everyone else: ahead of a statement start at
+most its analyst's earlier statements and, for each of those and for itself, one statement of
+every other analyst waiting. A session sends one statement at a time (the protocol waits for
+each answer), so within an analyst's queue statements keep the order they came in.
 
 Threads are enough because DuckDB runs a statement without Python's GIL: while one worker
 plans in Python, others' statements run in the database (``dpsql.server.answers``).
