@@ -15,6 +15,7 @@ stored noisy answer at no cost, even after a restart; nothing is drawn for it.
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import math
@@ -801,6 +802,24 @@ class Connection:
         """Past releases as a DataFrame (time, analyst, normalised SQL, options, cost, answer):
         all of them for the curator, only the analyst's own for a connection with an analyst."""
         return self._ledger.entries(self.analyst)
+
+    def acting_for(self, analyst: str | None) -> "Connection":
+        """This connection as one analyst's (``None``: the curator's): the same database, ledger,
+        policy and caches, its queries charged to ``analyst`` and its budget and ledger theirs.
+        The server gives every call its own view, so a query running in one thread is charged to
+        its own analyst whatever another thread's call is acting for (``dpsql.server.answers``).
+        Closing a view closes the connection it views.
+
+        >>> db = connect({"t": __import__("pandas").DataFrame({"x": [1]})}, "BUDGET EPSILON 1; PUBLIC TABLE t;")
+        >>> db.acting_for("alice").analyst, db.analyst
+        ('alice', None)
+        """
+        if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
+            raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
+                                   hint="pass analyst='alice', or None for the curator")
+        view = copy.copy(self)
+        view.analyst = analyst
+        return view
 
     def tables(self) -> list[str]:
         """The tables the policy lets an analyst query."""
