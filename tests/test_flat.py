@@ -162,12 +162,13 @@ def test_a_join_that_multiplies_rows_takes_fewer_units_past_the_window(db):
     statement = rewrite_sql(db, sql)
     assert "dp_unit_rows <= 1" in statement and "dp_unit_rows <= 2" not in statement
     right = measures(db, sql)
-    with mock.patch.object(rewrite, "_with_unit_rows", lambda plan: careless(plan)):
+    with mock.patch.object(rewrite, "_with_unit_rows", careless):
         assert "dp_unit_rows <= 2" in rewrite_sql(db, sql)
         assert measures(db, sql) != right
 
 
 def careless(plan):
+    """``_with_unit_rows`` ignoring the join's multiplicity: light at MAX GROUPS PER UNIT kept rows."""
     found = ORIGINAL_WITH_UNIT_ROWS(plan)
     return None if found is None else (found[0], plan.query.rule.groups_per_unit)
 
@@ -176,7 +177,10 @@ ORIGINAL_WITH_UNIT_ROWS = rewrite._with_unit_rows
 
 
 def rewrite_sql(db, sql: str) -> str:
-    return exact_run(db, sql).plan and rewrite.rewrite_plan(exact_run(db, sql).plan)
+    """The bounded statement of ``sql`` (the plan ``exact_run`` releases from)."""
+    run = exact_run(db, sql)
+    assert run is not None
+    return rewrite.rewrite_plan(run.plan)
 
 
 @pytest.mark.parametrize("sql", [

@@ -16,7 +16,9 @@ The statement has four layers; each establishes part of the precondition of
 2. ``dp_values``: clamp each raw value into its integer bounds [L, U], keeping NULL as NULL
    (DuckDB's LEAST/GREATEST skip NULLs, so a bare clamp would turn NULL into a bound).
    Bounded columns are clamped before the expression is evaluated too (NaN becomes NULL,
-   +-inf become the bounds), so the analyst's arithmetic sees policy-bounded inputs.
+   +-inf become the bounds), so the analyst's arithmetic sees policy-bounded inputs. Where it
+   is exactly the same value and type (DOUBLE columns, BIGINT grid values) a clamp is written
+   with comparisons alone (``_compared_clamp``), at about half the per-row cost.
 3. ``dp_units``: one row per (unit, group) with its row
    count ``n`` and per-measure sums and non-NULL counts. Then each (unit, group) is granted
    ``b = clamp(k - rows granted to the unit's earlier groups, 0, n)`` rows, the groups of a
@@ -35,8 +37,10 @@ gives that unit k·m rows, groups and histogram values, and partition selection 
 When the source is a private table's bounded copy (``dpsql.backends.bounding``: at most k rows per
 unit whatever the data), layer 3 would grant every row, so it is replaced by what it would
 still do: nothing (ungrouped, or MAX GROUPS PER UNIT not below k), or keeping each unit's
-first MAX GROUPS PER UNIT groups in salted-hash order (``dp_limited``); tests compare both
-forms on data, and the brute-force oracles run through the copies.
+first MAX GROUPS PER UNIT groups in salted-hash order (``dp_limited``), which units with few
+kept rows in the copy skip (also through a join with public tables, by its multiplicity:
+``_with_unit_rows``); tests compare both forms on data (``tests/test_flat.py``), and the
+brute-force oracles run through the copies.
 The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
 
 With partition selection the final layer also counts the distinct units of each group (``u``):
