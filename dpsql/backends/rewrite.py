@@ -65,11 +65,11 @@ from dpsql.policy.model import KeyDomain
 from dpsql.sql import pieces
 from dpsql.sql.pieces import (
     CopiedTable,
+    InSample,
+    SaltedHash,
     catalog_type,
     exact_integer,
     is_nan,
-    needs_salt,
-    needs_sample_key,
     salted_hash,
     star,
     total,
@@ -94,7 +94,11 @@ class BoundedStatement:
 def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
     """``tree`` (a statement over ``plan``'s source, built for it alone: rendered in place)
     rendered, with the salt it needs and the copies it reads."""
-    salted, sampled = needs_salt(tree), needs_sample_key(tree)  # before rendering: still one node each then
+    # Before rendering, while each is still one node; one walk for both (a walk of a grouped
+    # statement's tree costs about 0.3 ms).
+    found = [node for node in tree.walk() if isinstance(node, (SaltedHash, InSample))]
+    salted = any(isinstance(node, SaltedHash) for node in found)
+    sampled = any(isinstance(node, InSample) for node in found)
     return BoundedStatement(render(tree, dialect, copy=False, pretty=pretty), salted, plan.query.bounded, sampled)
 
 
