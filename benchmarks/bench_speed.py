@@ -416,8 +416,8 @@ def measure_serve(rows: int, root: Path, args) -> dict:
         if value is not None and option in known:
             command += [option, str(value)]
     env = dict(os.environ, PYTHONPATH=str(root))
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=3600)
+    try:  # cwd too: its server runs `python -m dpsql.cli`, which imports from the working directory first
+        done = subprocess.run(command, capture_output=True, text=True, cwd=str(root), env=env, timeout=3600)
     except subprocess.TimeoutExpired:
         return {"error": "timed out after 3600 s", "command": command}
     if done.returncode != 0:
