@@ -681,6 +681,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default=None, help="where the generated DuckDB files live")
     parser.add_argument("--out", default=None, help="also write the Markdown report to this file")
     parser.add_argument("--all", action="store_true", help="then bench_scale.py --all (peers, noise, utility)")
+    parser.add_argument("--scale-args", default="", help="with --all: more options for bench_scale.py, one string")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -725,7 +726,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.all:
         log("bench_scale.py --all")
         scale = subprocess.run([sys.executable, str(HERE / "bench_scale.py"), "--all", "--cache", str(cache),
-                                *(["--with-100m"] if args.with_100m else [])],
+                                *(["--with-100m"] if args.with_100m else []), *shlex.split(args.scale_args)],
                                capture_output=True, text=True, cwd=str(ROOT))
         text += "\n\n" + (scale.stdout.strip() or f"bench_scale.py --all failed: {scale.stderr.strip()[-300:]}")
     print(text)
