@@ -36,8 +36,12 @@ test: $(VENV)/.installed-test
 test-spark: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m spark -p no:cacheprovider
 
+# Issue 26's speed figures against raw DuckDB (benchmarks/bench_speed.py), then bench_scale.py --all
+# (peers, noise, utility). BENCH_ARGS adds options: `make bench BENCH_ARGS='--quick'` (~3 minutes),
+# `--with-100m`, `--before /path/to/older/checkout` (a before column from the same run).
+BENCH_ARGS ?=
 bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/bench_scale.py --all
+	$(BIN)/python benchmarks/bench_speed.py --all $(BENCH_ARGS)
 
 # dpsql on Spark against dpsql on DuckDB and Tumult Analytics (its own venv, made on first use).
 .PHONY: bench-spark
