@@ -172,3 +172,23 @@ def test_a_second_process_holding_the_copies_leaves_this_one_in_memory(database)
 def test_a_failed_open_is_a_dperror(tmp_path):
     with pytest.raises(DPError):
         dpsql.connect(str(tmp_path / "missing.duckdb"), policy=POLICY, persist_copies=True)
+
+
+def test_connections_in_one_process_share_the_stored_copies(database, builds):
+    """As the server's reopen after `dpsql init --replace` does: the copies are the instance's."""
+    with dpsql.connect(str(database), policy=POLICY, persist_copies=True, eager_bounding=True) as first:
+        with dpsql.connect(str(database), policy=POLICY, persist_copies=True, eager_bounding=True) as second:
+            assert second._engine.copies == first._engine.copies
+            second.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+    assert builds == [COPY]
+
+
+def test_the_server_passes_the_option_on(database, tmp_path, monkeypatch):
+    from dpsql.server import commands
+
+    seen = {}
+    monkeypatch.setattr("dpsql.server.serve", lambda *args, **options: seen.update(options))
+    parser = __import__("argparse").ArgumentParser()
+    commands.serve_arguments(parser)
+    commands.serve(parser.parse_args([str(database), "--users", str(tmp_path / "users"), "--persist-copies"]))
+    assert seen["persist_copies"] is True
