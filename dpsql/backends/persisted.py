@@ -23,6 +23,12 @@ copy has a row in ``MANIFEST`` recording, when it was built:
   2^-64 per changed row for each sum. A file's size and modification time are not used: an edit in
   place within one clock tick keeps both.
 
+One difference from a copy in memory: DuckDB's checkpoint writes every NaN as the positive one,
+so a ``-nan`` the raw table holds only in its WAL (a database not checkpointed since) is read
+back from the stored copy as ``nan``. The rows kept were chosen on the exact values before that,
+and the change is a function of each value alone, so the stored copy is still a per-unit
+transformation of the data (stable: privacy holds); only such a NaN's sign is lost.
+
 The fingerprint is computed on every connection that reads a stored copy (one scan with a
 hash per value: a fraction of a build). While dpsql has the database open read-only, DuckDB's
 file lock keeps other processes from writing it, so the fingerprint taken before a build
