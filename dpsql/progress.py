@@ -75,6 +75,6 @@ def elapsed_progress(label: str, stream: TextIO | None = None, delay: float = DE
     finally:
         finished.set()
         painter.join()
-        if shown.is_set():
+        if shown.is_set() or time.monotonic() - start >= delay:  # however the painter was scheduled
             stream.write(f"\r{label}: done in {time.monotonic() - start:.1f} s\n")
             stream.flush()

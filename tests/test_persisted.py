@@ -192,3 +192,27 @@ def test_the_server_passes_the_option_on(database, tmp_path, monkeypatch):
     commands.serve_arguments(parser)
     commands.serve(parser.parse_args([str(database), "--users", str(tmp_path / "users"), "--persist-copies"]))
     assert seen["persist_copies"] is True
+
+
+def test_a_build_shows_its_time_only_where_asked(database, capsys):
+    """Progress is the curator's: on standard error, for copy builds, never on a pipe by default."""
+    import contextlib
+
+    from dpsql.progress import elapsed_progress
+
+    with dpsql.connect(str(database), policy=POLICY) as quiet:  # pytest's stderr is no terminal
+        quiet.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+    assert capsys.readouterr().err == ""
+    labels: list[str] = []
+
+    @contextlib.contextmanager
+    def recorded(label):
+        labels.append(label)
+        yield
+
+    with dpsql.connect(str(database), policy=POLICY, progress=True) as db:
+        assert db._engine.progress is elapsed_progress
+        db._engine.progress = recorded
+        db.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.2)
+        db.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.3)  # a query alone shows nothing
+    assert labels == ["bounding t"]
