@@ -2,6 +2,7 @@
 
     python benchmarks/bench_serve.py                     # 32 clients x 100 queries, 1M rows
     python benchmarks/bench_serve.py --clients 4 --queries 10 --rows 1000   # a quick run
+    python benchmarks/bench_serve.py --rows 1000 --workers 2              # the server's worker threads
 
 The server runs as ``dpsql serve`` in its own process on a free loopback port; each client is
 a thread with its own connection, as its own analyst, sending distinct queries (no free
@@ -9,7 +10,9 @@ repeats) of three shapes: COUNT, SUM and a GROUP BY over 50 public keys, each wi
 that changes per query. Each analyst's budget holds 95 of their queries, so the last ones are
 refused (53400): the run checks that no analyst and not the total was overspent, and that
 every answered query's charge is in the ledger (nothing lost when the server stops on SIGTERM).
-The same queries are then timed in-process (``db.sql``, one thread) for comparison.
+The same queries are then timed in-process (``db.sql``, one thread) for comparison, and the
+server process's CPU time (user + system, from /proc) is read over the clients' run: CPU ms per
+query times queries per second against the cores says what bounds the throughput.
 Output: a Markdown section for benchmarks/RESULTS.md.
 """
 
@@ -66,10 +69,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(database: Path, policy_file: Path, users: Path, port: int, log: Path) -> subprocess.Popen:
+def start_server(database: Path, policy_file: Path, users: Path, port: int, log: Path,
+                 workers: int | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "dpsql.cli", "serve", str(database), "--policy", str(policy_file),
                "--users", str(users), "--port", str(port), "--max-connections", "128"]
+    if workers is not None:  # (a server before issue 26 has no --workers: leave it out to measure one)
+        command += ["--workers", str(workers)]
     return subprocess.Popen(command, stderr=log.open("w"), stdout=subprocess.DEVNULL)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (Linux /proc; NaN elsewhere)."""
+    import os
+
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def connect(port: int, name: str, password: str, deadline: float):
@@ -85,8 +102,8 @@ def connect(port: int, name: str, password: str, deadline: float):
             time.sleep(0.2)
 
 
-def run_clients(port: int, clients: int, queries: int) -> dict:
-    """Every client's latencies, refusals and errors."""
+def run_clients(port: int, clients: int, queries: int, server_pid: int) -> dict:
+    """Every client's latencies, refusals and errors, and the server's CPU seconds meanwhile."""
     import psycopg
 
     results = [dict(latencies=[], refused=0, errors=[], connect=0.0) for _ in range(clients)]
@@ -114,25 +131,29 @@ def run_clients(port: int, clients: int, queries: int) -> dict:
     for thread in threads:
         thread.start()
     barrier.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds(server_pid)
     for thread in threads:
         thread.join()
-    return dict(results=results, wall=time.perf_counter() - start)
+    return dict(results=results, wall=time.perf_counter() - start, cpu=cpu_seconds(server_pid) - cpu)
 
 
 def in_process(database: Path, policy_text: str, queries: int, clients: int, directory: Path) -> list[float]:
     """A sample of the served queries through ``db.sql`` in this process (a fresh ledger, so
-    none is a free repeat), one at a time."""
+    none is a free repeat), one at a time; ``in_process.thread_cpu`` keeps the CPU seconds of
+    the calling thread per query: Python's work (which holds the GIL) and DuckDB's share run on
+    that thread, an upper bound on the GIL time that threads in one process cannot overlap."""
     import dpsql
 
-    latencies = []
+    latencies, thread_cpu = [], []
     with dpsql.connect(str(database), policy_text, ledger=directory / "inprocess.ledger",
                        eager_bounding=True) as db:
         for number in range(queries):
             sql = query(number % clients, number, queries)  # a sample of the served queries
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             db.sql(sql)
             latencies.append(time.perf_counter() - start)
+            thread_cpu.append(time.thread_time() - cpu)
+    in_process.thread_cpu = thread_cpu  # type: ignore[attr-defined]
     return latencies
 
 
@@ -167,6 +188,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--cache", default=None)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="the server's worker threads (default: the server's own default)")
     args = parser.parse_args()
 
     from dpsql.server.users import make_verifier, save_users
@@ -183,10 +206,10 @@ def main() -> None:
         port = free_port()
         log = directory / "server.log"
         started = time.perf_counter()
-        server = start_server(database, directory / "shop.policy", directory / "users", port, log)
+        server = start_server(database, directory / "shop.policy", directory / "users", port, log, args.workers)
         try:
             connect(port, "analyst0", "password-0", time.monotonic() + 300).close()  # the server is up
-            run = run_clients(port, args.clients, args.queries)
+            run = run_clients(port, args.clients, args.queries, server.pid)
         finally:
             server.send_signal(signal.SIGTERM)
             code = server.wait(60)
@@ -208,7 +231,8 @@ def main() -> None:
 def report(args, run, latencies, refused, errors, problems, baseline, sent, code, serving, connects, logged) -> str:
     ms = lambda seconds: f"{seconds * 1000:.1f} ms"  # noqa: E731
     lines = [
-        f"### {args.clients} clients x {args.queries} queries, {args.rows:,} rows",
+        f"### {args.clients} clients x {args.queries} queries, {args.rows:,} rows, "
+        f"{'default' if args.workers is None else args.workers} workers",
         "",
         f"{machine_line()}. The server (`dpsql serve`, its own process) and the clients (psycopg, one "
         f"thread each, in the benchmark's process) shared the machine.",
@@ -223,11 +247,14 @@ def report(args, run, latencies, refused, errors, problems, baseline, sent, code
         f"{ms(percentile(baseline, .5))} | {ms(percentile(baseline, .99))} | {ms(statistics.mean(baseline))} |",
         "",
         f"Served, the queries took {run['wall'] / sent * 1000:.1f} ms each on average of the server's "
-        f"time (wall time / queries): the latency above is mostly waiting in line, since one shared "
-        f"connection answers one query at a time. "
+        f"time (wall time / queries), and {run['cpu'] / sent * 1000:.1f} ms of the server process's CPU "
+        f"(user + system; {run['cpu'] / run['wall']:.2f} cores busy on average). "
         f"Connecting (SCRAM-SHA-256, 4096 iterations) took {ms(statistics.median(connects))} median per "
         f"client; {run['wall']:.1f} s for the queries; the server ran {serving:.1f} s in all (start with "
         f"bounded copies built, queries, SIGTERM) and exited with code {code}.",
+        f"In-process, a query held the calling thread's CPU for {ms(statistics.median(in_process.thread_cpu))} "
+        f"median (Python's work, which holds the GIL, and DuckDB's share on that thread): threads of one "
+        f"process answer at most ~{1 / statistics.median(in_process.thread_cpu):.0f} such queries/s.",
         f"Ledger check after the server stopped: {'no overspend, no lost charge' if not problems else '; '.join(problems)} "
         f"({len(latencies)} answers, {len(latencies)} charges, {logged} `outcome=answered` log lines); "
         f"errors other than budget refusals: {len(errors)}{' — ' + errors[0] if errors else ''}.",

@@ -257,6 +257,8 @@ class Preparer:
         # Each key's DuckDB type, by binding the keys' SQL (schema only, no rows): it decides how
         # the key is read back exactly, and refuses, before the charge, keys that cannot be.
         types = self._recall(self._key_types, sql) if isinstance(sql, str) else None
+        if types is None and self._dialect == DUCKDB:
+            types = stored_key_types(plan.query)
         if types is None:  # the keys' types follow from the text alone (schema and policy fixed)
             types = dict(self._describe(key_types_statement(plan, self._dialect)))
             if isinstance(sql, str):
@@ -325,6 +327,30 @@ class Preparer:
             cache[key] = value
             while len(cache) > self._limit:
                 cache.popitem(last=False)
+
+
+def stored_key_types(query: PrivateQuery) -> dict[str, str] | None:
+    """Each key's type when every key is a column of the query's relation as stored: the
+    relation's own column type, which is what binding ``SELECT column AS g0`` over it gives
+    (tests/test_prepare_speed.py checks that for a column of every DuckDB type, read from a
+    table, a join and a subquery). ``None`` when a key is an expression: that one is bound.
+    Saves a render and a bind (about 2 ms at 1,000 rows) on most grouped queries.
+
+    >>> from dpsql.analysis.plan import GroupKey
+    >>> from types import SimpleNamespace
+    >>> q = SimpleNamespace(keys=(GroupKey("g0", exp.column("day", quoted=True), None),),
+    ...                     column_types=(("day", "DATE"),))
+    >>> stored_key_types(q)
+    {'g0': 'DATE'}
+    """
+    stored = dict(query.column_types)
+    types = {}
+    for key in query.keys:
+        column = key.expression
+        if not isinstance(column, exp.Column) or column.table or column.name.lower() not in stored:
+            return None
+        types[key.name] = stored[column.name.lower()]
+    return types
 
 
 def _accept_all(tree: exp.Expression, private: bool) -> None:

@@ -235,7 +235,8 @@ def _clamped_columns(argument: exp.Expression, query: PrivateQuery) -> tuple[Cla
         # the declared bounds, and a clamp literal of the column's scale cannot overflow it.
         lower, upper = inward(rule.bounds.lower, rule.bounds.upper, type_name)
         clamped.append(ClampedColumn(name, lower, upper,
-                                     floating=type_name in ("FLOAT", "REAL", "DOUBLE", "FLOAT4", "FLOAT8")))
+                                     floating=type_name in ("FLOAT", "REAL", "DOUBLE", "FLOAT4", "FLOAT8"),
+                                     double=type_name in ("DOUBLE", "FLOAT8")))
     return tuple(clamped)
 
 

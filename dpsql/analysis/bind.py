@@ -105,8 +105,11 @@ def written_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Table):
         return ".".join(part.sql(dialect=DIALECT) for part in node.parts)
     if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier):
-        if node.this.meta.get(WRITTEN):
-            return node.this.meta[WRITTEN]
+        written = node.this.meta.get(WRITTEN)
+        if isinstance(written, exp.Expr):  # kept as written, rendered only when a message needs it
+            return written.sql(dialect=DIALECT)
+        if written:
+            return written
         return node.this.sql(dialect=DIALECT)
     return sql_name(getattr(node, "name", "") or node.sql(dialect=DIALECT))
 
@@ -227,9 +230,8 @@ def _bound_identifier_column(target: str, column: exp.Column, part: int) -> exp.
     identifier = exp.to_identifier(target, quoted=True)
     identifier.meta.update(column.this.meta)  # keep the position for later refusals
     identifier.meta[BOUND] = True
-    written = column.parts[part]
-    identifier.meta.setdefault(WRITTEN, written.sql(dialect=DIALECT) if part != len(column.parts) - 1
-                               else written_name(column))  # as the analyst wrote the column
+    if WRITTEN not in identifier.meta:  # as the analyst wrote the column: a detached copy of its part
+        identifier.meta[WRITTEN] = column.parts[part].copy()
     return exp.Column(this=identifier)
 
 

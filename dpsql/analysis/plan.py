@@ -135,6 +135,9 @@ class ClampedColumn:
     """Policy upper bound."""
     floating: bool
     """True for FLOAT/DOUBLE columns, whose NaN must become NULL."""
+    double: bool = False
+    """True for a DOUBLE column: its clamp may be written with comparisons (``dpsql.backends.rewrite``;
+    DuckDB's LEAST and GREATEST turn a FLOAT's -0.0 into 0.0, which comparisons would keep)."""
 
 
 @dataclass(frozen=True)

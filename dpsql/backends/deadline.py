@@ -69,6 +69,7 @@ class Deadline:
     def __exit__(self, exc_type, exc, traceback) -> None:
         with self._guard:
             self.stopped = True
+            self._connection = None  # the watchdog may hold this deadline until it was due: not the cursor
         if self._expired:
             raise QueryFailed(f"the query was stopped after its time limit of {self._seconds:g} s",
                               hint="ask for less, or ask the curator for a longer query_timeout") from None
@@ -86,11 +87,16 @@ class _Watchdog:
 
     def arm(self, seconds: float, deadline: Deadline) -> None:
         with self._condition:
-            heapq.heappush(self._due, (time.monotonic() + seconds, next(self._sequence), deadline))
+            entry = (time.monotonic() + seconds, next(self._sequence), deadline)
+            heapq.heappush(self._due, entry)
             if self._thread is None or not self._thread.is_alive():  # first use, or after a fork
                 self._thread = threading.Thread(target=self._run, name="dpsql-deadlines", daemon=True)
                 self._thread.start()
-            self._condition.notify()
+            # Wake the thread only when this deadline is now the first due: otherwise it already
+            # sleeps until an earlier one. Waking it for every statement cost a thread switch
+            # (about 0.1 ms of a 1 ms query); deadlines that end in time are dropped when it wakes.
+            if self._due[0] is entry:
+                self._condition.notify()
 
     def _run(self) -> None:
         with self._condition:

@@ -4,8 +4,11 @@ It opens what the curator hands to ``dpsql.connect`` — a database file (read-o
 user's file is never modified), an open DuckDB connection, or pandas DataFrames (copied into a
 private in-memory database) — and runs SQL that dpsql generated. Analyst text never reaches it.
 
-One lock serialises use of the connection: a DuckDB connection refuses concurrent calls from
-two threads, and results are always fetched completely before the lock is released.
+Threads run statements side by side, each on a cursor of its own: a DuckDB cursor is a
+connection of its own to the same database instance (it sees the bounded copies), runs without
+Python's GIL, and its deadline interrupts it alone. A lock covers what the connection itself
+does (making a cursor, filling the bounded copies: a statement reading a copy waits for its
+fill, never reads one half filled); another covers the post-processing database.
 
 Many engines on one database, in one process. DuckDB keeps one database *instance* per file
 per process: every ``duckdb.connect`` of the same file (with the same configuration) is a new
@@ -103,6 +106,8 @@ class Engine:
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()
+        self._post_lock = threading.Lock()
+        """Serialises use of ``_post`` (one connection, one ``dp_core`` at a time)."""
         self._post: duckdb.DuckDBPyConnection | None = None
         self._closed = False
         self._timeout = check_timeout(query_timeout)
@@ -381,22 +386,22 @@ class Engine:
         with self._lock:
             self._fill_bounded(bounded)
             cursor = self._connection.cursor()
-            try:
-                with Deadline(cursor, self._timeout):
-                    return cursor.execute(sql, parameters or {}).fetchall()
-            finally:
-                cursor.close()
+        try:  # outside the lock: other threads' statements run meanwhile, each on its cursor
+            with Deadline(cursor, self._timeout):
+                return cursor.execute(sql, parameters or {}).fetchall()
+        finally:
+            cursor.close()
 
     def fetch_df(self, statement: exp.Expression | str) -> pd.DataFrame:
         """Run a checked query over public tables and fetch the result as a DataFrame."""
         sql = _rendered(statement)
         with self._lock:
             cursor = self._connection.cursor()
-            try:
-                with Deadline(cursor, self._timeout):
-                    return cursor.execute(sql).df()
-            finally:
-                cursor.close()
+        try:
+            with Deadline(cursor, self._timeout):
+                return cursor.execute(sql).df()
+        finally:
+            cursor.close()
 
     def post_process(self, columns: list[str], types: list[str], rows: list[tuple],
                      statement: exp.Expression | str):
@@ -408,7 +413,7 @@ class Engine:
         ``dp_core`` table. Returns (column names, rows).
         """
         sql = _rendered(statement)
-        with self._lock:
+        with self._post_lock:
             if self._post is None:
                 self._post = open_hardened(":memory:", hardened_config("1GB"))
             connection = self._post
@@ -435,7 +440,7 @@ class Engine:
         """(name, type) of a post-processing query's columns over an empty ``dp_core`` of
         these columns: binds the query, reads no rows (``DPResult.types``)."""
         sql = _rendered(statement)
-        with self._lock:
+        with self._post_lock:
             if self._post is None:
                 self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
             connection = self._post
@@ -460,15 +465,15 @@ class Engine:
         parameters = binding_parameters(statement, parameters)
         with self._lock:
             cursor = self._connection.cursor()
-            try:
-                with Deadline(cursor, self._timeout):
-                    rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
-            except duckdb.Error as error:
-                message = str(error).strip().split("\n")[0]
-                raise UnsupportedQuery(f"the query does not bind: {message}",
-                                       hint="check the types of the values the query compares and combines") from None
-            finally:
-                cursor.close()
+        try:
+            with Deadline(cursor, self._timeout):
+                rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
+        except duckdb.Error as error:
+            message = str(error).strip().split("\n")[0]
+            raise UnsupportedQuery(f"the query does not bind: {message}",
+                                   hint="check the types of the values the query compares and combines") from None
+        finally:
+            cursor.close()
         described = [(row[0], row[1]) for row in rows]
         with self._lock:  # threads share this cache: change it one at a time
             if len(self._described) >= 512:  # a bound, not an LRU: an old entry is merely re-bound
@@ -479,7 +484,7 @@ class Engine:
     def convert(self, columns: list[str], types: list[str], texts: Sequence[tuple], form: str) -> Any:
         """``convert_released`` in this engine's post-processing database (opening a database
         costs tens of milliseconds; a conversion of a small answer, about one)."""
-        with self._lock:
+        with self._post_lock:
             if self._closed:
                 connection = None
             else:
@@ -491,9 +496,10 @@ class Engine:
     def close(self) -> None:
         """Close the connection if dpsql opened it."""
         self._closed = True
-        if self._post is not None:
-            self._post.close()
-            self._post = None
+        with self._post_lock:
+            if self._post is not None:
+                self._post.close()
+                self._post = None
         if self._owned:
             self._connection.close()
 

@@ -229,6 +229,12 @@ def _spark_bounded_table(node: CopiedTable) -> exp.Expr:
     return exp.table_(piece_copy_name(node), quoted=True)
 
 
+def _spark_cte(node: exp.CTE) -> exp.Expr:
+    """A CTE without DuckDB's [NOT] MATERIALIZED, which Spark does not parse (it plans CTEs itself)."""
+    node.set("materialized", None)
+    return node
+
+
 _SPARK: dict[type, Callable] = {
     Total: _spark_total,
     ExactInteger: _spark_exact_integer,
@@ -238,6 +244,7 @@ _SPARK: dict[type, Callable] = {
     IsNaN: _spark_is_nan,
     InSample: _spark_in_sample,
     CopiedTable: _spark_bounded_table,
+    exp.CTE: _spark_cte,
     exp.DataType: _spark_data_type,
     exp.Sum: _spark_ordered_sum,
     exp.Avg: _spark_ordered_sum,

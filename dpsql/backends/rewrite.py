@@ -16,7 +16,9 @@ The statement has four layers; each establishes part of the precondition of
 2. ``dp_values``: clamp each raw value into its integer bounds [L, U], keeping NULL as NULL
    (DuckDB's LEAST/GREATEST skip NULLs, so a bare clamp would turn NULL into a bound).
    Bounded columns are clamped before the expression is evaluated too (NaN becomes NULL,
-   +-inf become the bounds), so the analyst's arithmetic sees policy-bounded inputs.
+   +-inf become the bounds), so the analyst's arithmetic sees policy-bounded inputs. Where it
+   is exactly the same value and type (DOUBLE columns, BIGINT grid values) a clamp is written
+   with comparisons alone (``_compared_clamp``), at about half the per-row cost.
 3. ``dp_units``: one row per (unit, group) with its row
    count ``n`` and per-measure sums and non-NULL counts. Then each (unit, group) is granted
    ``b = clamp(k - rows granted to the unit's earlier groups, 0, n)`` rows, the groups of a
@@ -35,8 +37,10 @@ gives that unit k·m rows, groups and histogram values, and partition selection 
 When the source is a private table's bounded copy (``dpsql.backends.bounding``: at most k rows per
 unit whatever the data), layer 3 would grant every row, so it is replaced by what it would
 still do: nothing (ungrouped, or MAX GROUPS PER UNIT not below k), or keeping each unit's
-first MAX GROUPS PER UNIT groups in salted-hash order (``dp_limited``); tests compare both
-forms on data, and the brute-force oracles run through the copies.
+first MAX GROUPS PER UNIT groups in salted-hash order (``dp_limited``), which units with few
+kept rows in the copy skip (also through a join with public tables, by its multiplicity:
+``_with_unit_rows``); tests compare both forms on data (``tests/test_flat.py``), and the
+brute-force oracles run through the copies.
 The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
 
 With partition selection the final layer also counts the distinct units of each group (``u``):
@@ -59,7 +63,17 @@ from dpsql.backends.keys import key_expression
 from dpsql.backends.render import DUCKDB, render
 from dpsql.policy.model import KeyDomain
 from dpsql.sql import pieces
-from dpsql.sql.pieces import catalog_type, exact_integer, is_nan, needs_salt, needs_sample_key, salted_hash, star, total
+from dpsql.sql.pieces import (
+    CopiedTable,
+    InSample,
+    SaltedHash,
+    catalog_type,
+    exact_integer,
+    is_nan,
+    salted_hash,
+    star,
+    total,
+)
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,11 @@ class BoundedStatement:
 def statement(tree: exp.Expr, plan: Plan, dialect: str = DUCKDB, pretty: bool = False) -> BoundedStatement:
     """``tree`` (a statement over ``plan``'s source, built for it alone: rendered in place)
     rendered, with the salt it needs and the copies it reads."""
-    salted, sampled = needs_salt(tree), needs_sample_key(tree)  # before rendering: still one node each then
+    # Before rendering, while each is still one node; one walk for both (a walk of a grouped
+    # statement's tree costs about 0.3 ms).
+    found = [node for node in tree.walk() if isinstance(node, (SaltedHash, InSample))]
+    salted = any(isinstance(node, SaltedHash) for node in found)
+    sampled = any(isinstance(node, InSample) for node in found)
     return BoundedStatement(render(tree, dialect, copy=False, pretty=pretty), salted, plan.query.bounded, sampled)
 
 
@@ -169,6 +187,33 @@ def _null_or_clamped(missing: exp.Expr, value: exp.Expr, low, high) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=_clamp(value, low, high))
 
 
+def _compared_clamp(value: exp.Expr, low: exp.Expr, high: exp.Expr, floating: bool) -> exp.Expr:
+    """``value`` clamped into [low, high] by comparisons alone, NULL kept NULL (and NaN made NULL
+    when ``floating``): exactly ``_null_or_clamped`` with its NULL (and NaN) test, at about half
+    its per-row cost (LEAST and GREATEST are generic functions; benchmarks/RESULTS.md, issue 26).
+
+    A NULL fails every comparison, so it falls through to NULL. NaN sorts above every number in
+    DuckDB and Spark, so it passes neither ``< low`` nor ``<= high`` and fails ``NOT ISNAN``:
+    NULL; +inf passes that test (``high``), -inf is below ``low``. A value equal to a bound is
+    kept as it is, as GREATEST and LEAST keep their first argument on a tie (-0.0 stays -0.0).
+    Only for types where it is exactly that, value, sign of zero and type: DOUBLE columns
+    (LEAST and GREATEST make a FLOAT's -0.0 0.0) and BIGINT grid values (an unsigned column would
+    become HUGEINT); the rest keeps LEAST and GREATEST.
+
+    >>> zero, five = exp.Literal.number(0), exp.Literal.number(5)
+    >>> render(_compared_clamp(exp.column("x"), zero, five, floating=True))
+    'CASE WHEN x < 0 THEN 0 WHEN x <= 5 THEN x WHEN NOT ISNAN(x) THEN 5 END'
+    >>> render(_compared_clamp(exp.column("r"), zero, five, floating=False))
+    'CASE WHEN r < 0 THEN 0 WHEN r > 5 THEN 5 ELSE r END'
+    """
+    below = exp.If(this=exp.LT(this=value.copy(), expression=low), true=low.copy())
+    if not floating:  # no NaN: above ``high`` is ``high``, the rest (NULL too) is the value
+        above = exp.If(this=exp.GT(this=value.copy(), expression=high), true=high.copy())
+        return exp.Case(ifs=[below, above], default=value)
+    kept = exp.If(this=exp.LTE(this=value.copy(), expression=high.copy()), true=value.copy())
+    return exp.Case(ifs=[below, kept, exp.If(this=exp.Not(this=is_nan(value)), true=high)])
+
+
 def _is_null(node: exp.Expr) -> exp.Expr:
     return exp.Is(this=node, expression=exp.Null())
 
@@ -203,6 +248,17 @@ def _with(final: exp.Select, ctes: Sequence[tuple[str, exp.Expr]]) -> exp.Select
     for name, query in ctes:
         final = final.with_(name, as_=query, copy=False)
     return final
+
+
+def _inlined(statement: exp.Select) -> exp.Select:
+    """``statement`` with its CTEs NOT MATERIALIZED: DuckDB otherwise stores a CTE read twice (the
+    light and heavy units of ``dp_limited``) before either reads it; inlined, each reader's
+    filter on ``UNIT_ROWS`` reaches the copy's scan, so every row is still computed once, by the
+    one branch that keeps it. 10-20% off the grouped statements at 1M rows (benchmarks/RESULTS.md,
+    issue 26). Spark has no such clause (``dpsql.backends.render`` drops it there)."""
+    for cte in statement.args["with_"].expressions:
+        cte.set("materialized", False)
+    return statement
 
 
 def _select(columns: Sequence[exp.Expr], source: exp.Expr | str, where: Sequence[exp.Expr] | None = None,
@@ -359,11 +415,11 @@ def _bounded(plan: Plan) -> exp.Select:
         return exp.Select(expressions=[_as(_number(1), "dp_none")])  # every measure has SQL of its own
     if _rows_bounded_by_construction(plan):
         if not _groups_bounded_by_construction(plan, keys):
-            unit_rows = _with_unit_rows(plan)
+            unit_rows, light_rows = _with_unit_rows(plan) or (None, 0)
             layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(plan, unit_rows)),
                       ("dp_values", _values_layer(plan, keys, unit_rows is not None)),
-                      ("dp_limited", _group_limit_layer(plan, keys, unit_rows is not None))]
-            return _with(_direct_totals(plan, keys, source="dp_limited"), layers)
+                      ("dp_limited", _group_limit_layer(plan, keys, light_rows))]
+            return _inlined(_with(_direct_totals(plan, keys, source="dp_limited"), layers))
         return _with(_direct_totals(plan, keys), [("dp_rows", _rows_layer(plan)),
                                                   ("dp_values", _values_layer(plan, keys))])
     layers = [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, keys))]
@@ -406,9 +462,13 @@ def literal(value: Fraction | int | str) -> str:
 def clamp_column(column: ClampedColumn) -> exp.Expr:
     """A column clamped into its policy bounds, NULL and NaN kept NULL.
 
-    >>> render(clamp_column(ClampedColumn("amount", Fraction(0), Fraction(500), True)))
+    >>> render(clamp_column(ClampedColumn("amount", Fraction(0), Fraction(500), True, double=True)))
+    'CASE WHEN "amount" < 0 THEN 0 WHEN "amount" <= 500 THEN "amount" WHEN NOT ISNAN("amount") THEN 500 END'
+    >>> render(clamp_column(ClampedColumn("amount", Fraction(0), Fraction(500), True)))  # a FLOAT: -0.0 becomes 0.0
     'CASE WHEN "amount" IS NULL OR ISNAN("amount") THEN NULL ELSE LEAST(GREATEST("amount", 0), 500) END'
     """
+    if column.double:
+        return _compared_clamp(_stored(column.name), _number(column.lower), _number(column.upper), floating=True)
     missing = _is_null(_stored(column.name))
     if column.floating:
         missing = exp.or_(missing, is_nan(_stored(column.name)), copy=False)
@@ -545,10 +605,55 @@ def _domain_source(domain: KeyDomain, column: exp.Expr) -> tuple[exp.Expr, exp.E
     return exp.Values(expressions=rows, alias=alias), _column("v")
 
 
-def _with_unit_rows(plan: Plan) -> exp.Select | None:
-    """The source with each row's unit's kept row count (``UNIT_ROWS``), when it reads one
-    bounded copy directly: then a unit's rows here are some of its kept rows."""
-    return None if plan.query.source is None else with_unit_rows(plan.query.source)
+def _with_unit_rows(plan: Plan) -> tuple[exp.Select, int] | None:
+    """The source with each row's unit's kept row count in its copy (``UNIT_ROWS``), and the most
+    kept rows a unit may have to be sure of touching at most MAX GROUPS PER UNIT groups here; or
+    ``None`` (the groups window then ranks every unit).
+
+    A read of one bounded copy: a unit's rows here are some of its kept rows, so at most
+    ``UNIT_ROWS`` groups; light at MAX GROUPS PER UNIT kept rows. A join of such a read with a
+    public relation (``_join_with_unit_rows``): each kept row became at most m rows (the join's
+    multiplicity, stored before the charge; ``dpsql.analysis.joins``), so a unit with r kept rows
+    has at most r * m rows here; light at floor(MAX GROUPS PER UNIT / m) kept rows."""
+    source = plan.query.source
+    if source is None or plan.query.rows_per_unit is None:
+        return None
+    read = with_unit_rows(source)
+    copied, carried = (source, read) if read is not None else _join_with_unit_rows(source)
+    if copied is None or carried is None:
+        return None
+    copy_rows = _copied_table(copied).rows_per_unit
+    if plan.query.rows_per_unit % copy_rows:  # not k * m: no multiplicity to read off
+        return None
+    light = plan.query.rule.groups_per_unit // (plan.query.rows_per_unit // copy_rows)
+    return (carried, light) if light > 0 else None
+
+
+def _copied_table(read: exp.Expr) -> CopiedTable:
+    table = read.args["from_"].this
+    assert isinstance(table, CopiedTable)
+    return table
+
+
+def _join_with_unit_rows(source: exp.Expr) -> tuple[exp.Select | None, exp.Select | None]:
+    """(the copy read, the join carrying its ``UNIT_ROWS``) for a join of exactly one read of a
+    unit-level copy (``with_unit_rows``) with relations that read no copy (public ones); else
+    (None, None). Only the join's row multiplicity decides how many rows a kept row became."""
+    if not isinstance(source, exp.Select) or len(source.args.get("joins") or []) != 1 or source.args.get("group"):
+        return None, None
+    sides = [source.args["from_"].this, source.args["joins"][0].this]
+    reads = [side for side in sides if side.find(CopiedTable) is not None]
+    if len(reads) != 1 or not isinstance(reads[0], exp.Subquery) or not reads[0].alias:
+        return None, None
+    copied = reads[0].this
+    carried_read = with_unit_rows(copied)
+    if carried_read is None:
+        return None, None
+    joined = source.copy()
+    side = next(s for s in [joined.args["from_"].this, joined.args["joins"][0].this] if s.find(CopiedTable))
+    side.set("this", carried_read)
+    joined.append("expressions", _column(UNIT_ROWS, reads[0].alias))
+    return copied, joined
 
 
 def _rows_layer(plan: Plan, unit_rows: exp.Select | None = None) -> exp.Select:
@@ -624,7 +729,8 @@ def _values_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.S
         if measure.kind in ("count", "distinct") and not measure.clamped_columns:
             select.append(_as(raw, f"v_{measure.name}"))
         else:
-            clamped = _null_or_clamped(_is_null(raw.copy()), raw, _number(measure.lower), _number(measure.upper))
+            # A BIGINT on the grid (``_raw_value``), so the comparisons' CASE keeps its type.
+            clamped = _compared_clamp(raw, _number(measure.lower), _number(measure.upper), floating=False)
             select.append(_as(clamped, f"v_{measure.name}"))
     return _select(select, "dp_rows")
 
@@ -682,22 +788,23 @@ def _bounded_by_construction(plan: Plan, keys: list[str]) -> bool:
     return _rows_bounded_by_construction(plan) and _groups_bounded_by_construction(plan, keys)
 
 
-def _group_limit_layer(plan: Plan, keys: list[str], unit_rows: bool = False) -> exp.Expr:
+def _group_limit_layer(plan: Plan, keys: list[str], light_rows: int = 0) -> exp.Expr:
     """``dp_limited``: the rows of each unit's first MAX GROUPS PER UNIT groups, in the order
     of a salted hash of its own (unit, key) values — the groups layer 3 would keep, each with
     all its rows (the unit's rows are at most k already). A window over rows, not over
     per-(unit, group) aggregates: one sort instead of an aggregation and two sorts.
 
-    With ``unit_rows`` (each row's unit's kept rows in the copy, ``UNIT_ROWS``), a unit with at
-    most MAX GROUPS PER UNIT rows skips the window: its rows here are some of those, so it has
-    at most that many groups and the window would keep them all. Every unit gets exactly what
-    the window gives it (tests compare both), decided by its own rows alone."""
+    With ``light_rows`` (``_with_unit_rows``: the rows carry their unit's kept rows in the copy,
+    ``UNIT_ROWS``), a unit with at most ``light_rows`` kept rows skips the window: its rows here
+    come from those (each into at most m joined rows), so it has at most MAX GROUPS PER UNIT
+    groups and the window would keep them all. Every unit gets exactly what the window gives it
+    (tests compare both), decided by its own rows alone."""
     order = _salted_order(*(_column(name) for name in ["dp_unit", *keys]))
     rank = _window(exp.DenseRank(), [_column("dp_unit")], order)
-    if not unit_rows:
+    if not light_rows:
         ranked = _subquery(_select([star(), _as(rank, "group_rank")], "dp_values"))
         return _select([star()], ranked, [_within_groups(plan)])
-    few = exp.LTE(this=_column(UNIT_ROWS), expression=_number(plan.query.rule.groups_per_unit))
+    few = exp.LTE(this=_column(UNIT_ROWS), expression=_number(light_rows))
     light = _select([star(exclude=[UNIT_ROWS])], "dp_values", [few])
     ranked_rows = _select([star(), _as(rank, "group_rank")], "dp_values", [exp.Not(this=_paren(few.copy()))])
     heavy = _select([star(exclude=[UNIT_ROWS, "group_rank"])], _subquery(ranked_rows), [_within_groups(plan)])

@@ -2,10 +2,12 @@
 fixed reply, as an ``Outcome`` (rows or an error, with a SQLSTATE) the protocol sends.
 
 All sessions share one ``Connection`` (one engine, one ledger, bounded copies built once).
-``SharedDatabase.run`` sets the connection's analyst for the length of one call under a lock,
-so each query is charged to the analyst the session authenticated, and ``budget`` and
-``ledger()`` read that analyst's own. The lock also serialises queries, which the engine does
-anyway (one DuckDB connection answers one statement at a time).
+``SharedDatabase.run`` hands each call its own view of it acting for the analyst the session
+authenticated (``Connection.acting_for``), so each query is charged to that analyst, and
+``budget`` and ``ledger()`` read their own, whatever other calls run meanwhile. Calls run side
+by side: each statement on its own DuckDB cursor (``dpsql.backends.duckdb``); what must be
+atomic (the budget check with the charge, a free repeat with the answer it repeats) is the
+ledger's one transaction and the connection's per-query lock (``dpsql.connection``).
 """
 
 from __future__ import annotations
@@ -85,45 +87,33 @@ class Outcome:
     """For the log line: what was charged."""
 
 
-class TurnLock:
-    """A lock granted in the order it was asked for: with many sessions waiting on the one
-    connection, none waits longer than those that came before it (a plain Lock lets a thread
-    that has just released it take it again, and made the slowest waits several times longer).
+class _Serving:
+    """A connection and how many calls are running on it: a connection the server has moved
+    off (a replaced policy) is closed when its last call ends, never under one."""
 
-    >>> lock = TurnLock()
-    >>> with lock:
-    ...     pass
-    """
-
-    def __init__(self):
-        self._condition = threading.Condition()
-        self._next = 0
-        self._serving = 0
-
-    def __enter__(self) -> None:
-        with self._condition:
-            ticket, self._next = self._next, self._next + 1
-            self._condition.wait_for(lambda: self._serving == ticket)
-
-    def __exit__(self, *exc_info) -> None:
-        with self._condition:
-            self._serving += 1
-            self._condition.notify_all()
+    def __init__(self, connection):
+        self.connection = connection
+        self.calls = 0
+        self.retired = False
 
 
 class SharedDatabase:
-    """One ``Connection`` serving every session; calls run one at a time, in the order they
-    came, as their analyst.
+    """One ``Connection`` serving every session; calls run side by side, each as its analyst.
 
     The policy stored with the database rules it (DESIGN.md invariant 18): once the curator
     replaces it (``dpsql init --replace``), the next call opens a new connection with
-    ``reopen`` (the stored policy and budget) and closes the old one, whose charges the ledger
-    would refuse. ``generation`` counts those reloads, so a session can tell its analyst."""
+    ``reopen`` (the stored policy and budget) and calls from then on run on it; calls already
+    running finish on the old one, which is closed once they have (its charges the ledger
+    refuses: ``run`` says so). ``generation`` counts those reloads, so a session can tell its
+    analyst."""
 
     def __init__(self, connection, reopen: Callable[[], Any] | None = None, database: str = "memory"):
-        self._connection = connection
+        self._serving = _Serving(connection)
         self._reopen = reopen
-        self._lock = TurnLock()
+        self._reload = threading.Lock()
+        """Held while the stored policy is checked and, if replaced, the database reopened."""
+        self._calls = threading.Lock()
+        """Guards ``_serving`` and the call counts."""
         self._database = database
         self.catalog = Catalog(schema_of(connection), database, described(connection.policy))
         self._retired: list[Catalog] = []
@@ -134,32 +124,53 @@ class SharedDatabase:
         self._failure: str | None = None
         """Why the last reload failed, so the log says it once."""
 
+    @property
+    def _connection(self):
+        """The connection calls start on now."""
+        return self._serving.connection
+
     def run(self, analyst: str | None, action: Callable[[Any], Any]) -> Any:
-        """``action(connection)`` with the connection acting for ``analyst``."""
-        with self._lock:
-            self._follow_stored_policy()
-            self._connection.analyst = analyst
-            try:
-                return action(self._connection)
-            except PolicyError:
-                if _replaced(self._connection):  # replaced while this call ran: the ledger refused the charge
-                    raise DPError("the curator changed this database's policy while your query was being "
-                                  "answered; nothing was charged",
-                                  hint="send the query again: it is answered under the new policy") from None
-                raise
-            finally:
-                self._connection.analyst = None
+        """``action(connection)`` with a view of the connection acting for ``analyst``."""
+        serving = self._enter()
+        try:
+            return action(serving.connection.acting_for(analyst))
+        except PolicyError:
+            if _replaced(serving.connection):  # replaced while this call ran: the ledger refused the charge
+                raise DPError("the curator changed this database's policy while your query was being "
+                              "answered; nothing was charged",
+                              hint="send the query again: it is answered under the new policy") from None
+            raise
+        finally:
+            self._leave(serving)
 
     def catalog_answer(self, sql: str, parameters: tuple) -> tuple[list[str], list[tuple]]:
-        """A catalog look-up, from the schema of the policy in force. It waits for the queries
-        before it only when the stored policy was replaced (then the first call reloads)."""
+        """A catalog look-up, from the schema of the policy in force. It waits only when the
+        stored policy was replaced (then the first call reloads)."""
         if _replaced(self._connection):
-            with self._lock:
+            with self._reload:
                 self._follow_stored_policy()
         return self.catalog.answer(sql, parameters)
 
+    def _enter(self) -> _Serving:
+        """The connection in force, counted as running one more call: first reopened under the
+        stored policy if it was replaced."""
+        if _replaced(self._connection):  # one read of the ledger; only a reload makes calls wait
+            with self._reload:
+                self._follow_stored_policy()
+        with self._calls:
+            serving = self._serving
+            serving.calls += 1
+            return serving
+
+    def _leave(self, serving: _Serving) -> None:
+        with self._calls:
+            serving.calls -= 1
+            done = serving.retired and serving.calls == 0
+        if done:
+            serving.connection.close()
+
     def _follow_stored_policy(self) -> None:
-        """Reopen under the stored policy if it was replaced (the caller holds the lock). The
+        """Reopen under the stored policy if it was replaced (the caller holds ``_reload``). The
         check is strict here: a ledger that cannot be read is its own error, not a replacement."""
         if not self._connection.policy_replaced:
             return
@@ -179,17 +190,22 @@ class SharedDatabase:
                                    "the new one in force yet; nothing was charged",
                                    hint="ask the curator to check the server's log; queries are answered "
                                         "again as soon as the new policy loads") from None
-        old, self._connection = self._connection, fresh
         self._retired.append(self.catalog)
         self.catalog = Catalog(schema_of(fresh), self._database, described(fresh.policy))
         self.private_paths = private_paths(fresh)
+        with self._calls:
+            old, self._serving = self._serving, _Serving(fresh)
+            old.retired = True
+            idle = old.calls == 0
         self.generation += 1
         self._failure = None
-        old.close()
+        if idle:  # otherwise its last call closes it (``_leave``)
+            old.connection.close()
         log.info("the stored policy was replaced: now answering under it (budget %s)", fresh.budget)
 
     def close(self) -> None:
-        with self._lock:
+        """Close the catalogs and the connection (the server's workers have finished)."""
+        with self._reload:
             for catalog in (*self._retired, self.catalog):
                 catalog.close()
             self._connection.close()
@@ -298,7 +314,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     if statement.parameters:
         return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",
                        hint="write the values into the SQL text of a query on the policy's tables")
-    result, budget = shared.run(analyst, lambda db: (db.sql(statement.sql), db.budget))
+    result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db))
     found = intervals.cells(result)
     shown = intervals.with_intervals(result, found) if statement.intervals or asks_for_intervals(statement.sql) \
         else (tuple(result.columns), tuple(result))
@@ -312,6 +328,12 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
         notice += f"; bias: {result.bounding}"
     return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice, intervals=intervals.notice(result, found),
                    detail=cost_detail(result, found), cost=str(result.cost), notes=tuple(result.notes))
+
+
+def _with_budget(result, db) -> tuple:
+    """The answer and the budget just after it: the one it carries (read when it was charged, in
+    the same call) or, when it carries none, read now (the ledger is read once, not twice)."""
+    return result, result.budget if getattr(result, "budget", None) is not None else db.budget
 
 
 def cost_detail(result, found: dict | None = None) -> str:

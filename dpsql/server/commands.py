@@ -27,6 +27,8 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", metavar="C", help="certificate (PEM) for TLS; with --tls-key")
     parser.add_argument("--tls-key", metavar="K", help="private key (PEM) for TLS")
     parser.add_argument("--max-connections", type=int, default=64, help="concurrent connections (default: 64)")
+    parser.add_argument("--workers", type=_positive, default=None,
+                        help="threads answering queries side by side (default: two per core)")
     parser.add_argument("--query-timeout", type=float, default=30.0,
                         help="seconds a query may run; a query stopped by it stays charged (default: 30)")
     parser.add_argument("--persist-copies", action="store_true",
@@ -44,8 +46,17 @@ def serve(args: argparse.Namespace) -> int:
               "safe but not the queries and answers", file=sys.stderr)
     run_server(args.database, users=args.users, policy=args.policy, host=args.host, port=args.port,
                tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.max_connections,
-               query_timeout=args.query_timeout, persist_copies=args.persist_copies)
+               query_timeout=args.query_timeout, persist_copies=args.persist_copies,
+               **({} if args.workers is None else {"workers": args.workers}))
     return 0
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1, for ``--workers``."""
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def user_arguments(parser: argparse.ArgumentParser) -> None:

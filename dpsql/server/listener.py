@@ -1,5 +1,6 @@
 """The server: accepts connections on a loopback or other address, one asyncio task per
-connection, answers in a small pool of worker threads, and stops cleanly.
+connection, answers in a bounded pool of worker threads that serves analysts in turn
+(``dpsql.server.pool``), queries of different sessions side by side, and stops cleanly.
 
 Limits keep one client from starving the rest: a connection limit, a time limit on startup
 and authentication (half-open and slow clients), a size limit on every message. Stopping
@@ -17,14 +18,14 @@ import secrets
 import signal
 import ssl
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpsql.server import messages as m
 from dpsql.server.answers import SharedDatabase
+from dpsql.server.pool import FairPool, default_workers
 from dpsql.server.session import Refused, serve_queries, start
-from dpsql.server.users import decoy_key
+from dpsql.server.users import UserNames, decoy_key
 
 log = logging.getLogger("dpsql.server")
 
@@ -44,9 +45,9 @@ class Settings:
     max_connections: int = 64
     startup_timeout: float = 10.0
     """Seconds a client has from connecting to being authenticated."""
-    workers: int = 4
-    """Threads answering; answers run one at a time on the shared connection, catalog
-    look-ups and fixed replies beside them."""
+    workers: int = field(default_factory=default_workers)
+    """Threads answering, side by side (two per core by default); each analyst's statements
+    wait their turn (``dpsql.server.pool``)."""
 
 
 class Server:
@@ -56,12 +57,14 @@ class Server:
         self.settings = settings
         self.database = settings.database
         self.users_path = settings.users_path
+        self.user_names = UserNames(settings.users_path)
+        """The users file's names, re-read when it changes: asked before every query."""
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
         self.shared = SharedDatabase(connection, reopen, settings.database)
         """The one connection, reopened by ``reopen`` when the curator replaces the stored policy."""
-        self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="dpsql-answer")
+        self._pool = FairPool(settings.workers)
         self._pids = itertools.count(1000)
         self._sessions: dict = {}
         """Backend pid -> session, for cancel requests."""
@@ -84,9 +87,8 @@ class Server:
             found.cancelled = True
 
     async def answer(self, statement, analyst, function):
-        """``function(statement, analyst, shared)`` in a worker thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, function, statement, analyst, self.shared)
+        """``function(statement, analyst, shared)`` in a worker thread, in ``analyst``'s turn."""
+        return await asyncio.wrap_future(self._pool.submit(analyst, function, statement, analyst, self.shared))
 
     async def serve(self) -> None:
         """Listen until ``stop()`` or a signal, then shut down."""

@@ -258,7 +258,7 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
     if statement.kind == "query" and session.intervals:
         statement = replace(statement, intervals=True)
     querying = statement.kind in ("query", "explain", "budget", "ledger")
-    if querying and session.analyst not in load_users(server.users_path):
+    if querying and session.analyst not in server.user_names():
         # `dpsql user remove` takes effect at once: an open session of a removed user spent
         # their budget after the curator had removed them (an attacker's review).
         return Outcome(sqlstate="28000",

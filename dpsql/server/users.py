@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import tempfile
+import threading
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,44 @@ def load_users(path: str | os.PathLike) -> dict[str, Verifier]:
                           hint="manage the file with `dpsql user add` and `dpsql user remove`")
         users[check_name(parts[0])] = parse_verifier(parts[1])
     return users
+
+
+class UserNames:
+    """The names in a users file, read again whenever the file changes (another inode, size or
+    modification time: ``save_users`` replaces the file whole, an editor rewrites it). The server
+    asks before every query whether the session's user is still there (``dpsql user remove``
+    applies at once); parsing every verifier for that cost time in proportion to the users.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "users"
+    >>> names = UserNames(path)
+    >>> save_users(path, {"ada": make_verifier("secret-1", iterations=1)})
+    >>> sorted(names())
+    ['ada']
+    >>> save_users(path, {})
+    >>> sorted(names())
+    []
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self._path = Path(path)
+        self._lock = threading.Lock()
+        self._seen: tuple[tuple, frozenset[str]] | None = None
+
+    def __call__(self) -> frozenset[str]:
+        try:
+            stat = self._path.stat()
+        except FileNotFoundError:
+            return frozenset()
+        signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            if self._seen is not None and self._seen[0] == signature:
+                return self._seen[1]
+            # A change after the stat above is read now and kept under the older signature,
+            # which the next call finds stale: it reads the file again.
+            names = frozenset(load_users(self._path))
+            self._seen = (signature, names)
+            return names
 
 
 def save_users(path: str | os.PathLike, users: dict[str, Verifier]) -> None:

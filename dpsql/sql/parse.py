@@ -23,6 +23,7 @@ from typing import cast
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
@@ -66,6 +67,9 @@ class _QuietWhileParsing(logging.Filter):
         return not getattr(self.local, "parsing", False)
 
 
+_READER = Dialect.get_or_raise(DPDuckDB)
+"""dpsql's DuckDB dialect, as ``sqlglot.parse(sql, read=DPDuckDB)`` looks it up."""
+
 _QUIET = _QuietWhileParsing()
 logging.getLogger("sqlglot").addFilter(_QUIET)
 
@@ -83,8 +87,9 @@ def _parse_tree(sql: str) -> exp.Expression:
     if not isinstance(sql, str):
         raise UnsupportedQuery(f"expected SQL text, got {type(sql).__name__}")
     try:
-        with _quiet_sqlglot():
-            parsed = sqlglot.parse(sql, read=DPDuckDB)
+        with _quiet_sqlglot():  # tokenized once: the written names and statement starts read the same tokens
+            tokens = _READER.tokenize(sql)
+            parsed = _READER.parser().parse(tokens, sql)
         # Empty and comment-only statements (`SELECT 1; -- note`, `;;`) are nothing to run.
         statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]
     except ParseError as err:
@@ -103,8 +108,8 @@ def _parse_tree(sql: str) -> exp.Expression:
                                hint="write it with fewer nested parentheses or subqueries") from None
     if not statements:
         raise UnsupportedQuery("the SQL text holds no statement", hint="write a SELECT query")
-    starts = statement_starts(sql)
     if len(statements) > 1:
+        starts = _statement_starts(tokens)
         line, col = position_of(sql, starts[1] if len(starts) > 1 else None)
         raise UnsupportedQuery(
             f"only one statement can be run at a time, found {len(statements)}",
@@ -114,6 +119,7 @@ def _parse_tree(sql: str) -> exp.Expression:
         )
     tree = statements[0]
     if not isinstance(tree, exp.Query):
+        starts = _statement_starts(tokens)
         line, col = position_of(sql, starts[0] if starts else None)
         name, hints = _instead_of(tree)
         raise UnsupportedQuery(
@@ -127,14 +133,13 @@ def _parse_tree(sql: str) -> exp.Expression:
         node.comments = None
         if isinstance(node, exp.Count) and node.this is None:
             node.set("this", exp.Star())  # DuckDB's count() is COUNT(*)
-    _note_written_names(tree, sql)
+    _note_written_names(tree, tokens)
     return as_tree(tree)
 
 
-def _note_written_names(tree: exp.Expr, sql: str) -> None:
+def _note_written_names(tree: exp.Expr, tokens: list) -> None:
     """Record on each function node the name it was written with, when sqlglot parsed it as
     another (``random`` as RAND, ``list`` as ARRAY_AGG): refusals name what the analyst wrote."""
-    tokens = _tokens(sql)
     following = {t.start: tokens[i + 1] for i, t in enumerate(tokens[:-1])}
     for node in tree.walk():
         if not isinstance(node, exp.Func) or isinstance(node, exp.Anonymous):
@@ -246,8 +251,12 @@ CLAUSES: dict[type[exp.Expr], str] = {
 
 def statement_starts(sql: str) -> list[int]:
     """Character offsets where each statement of ``sql`` begins."""
+    return _statement_starts(_tokens(sql))
+
+
+def _statement_starts(tokens: list) -> list[int]:
     starts, expecting = [], True
-    for token in _tokens(sql):
+    for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
             expecting = True
         elif expecting:

@@ -1,0 +1,103 @@
+"""The server's workers: a bounded pool of threads that serves analysts in turn.
+
+Sessions hand their statements to the pool, tagged with the analyst who sent them. Each
+analyst has a queue; a free worker takes the first statement of the analyst whose turn it is,
+and that analyst goes to the back of the turn. So an analyst with many sessions (or a tool
+that opens many connections) waits its turn like everyone else: ahead of a statement start at
+most its analyst's earlier statements and, for each of those and for itself, one statement of
+every other analyst waiting. A session sends one statement at a time (the protocol waits for
+each answer), so within an analyst's queue statements keep the order they came in.
+
+Threads are enough because DuckDB runs a statement without Python's GIL: while one worker
+plans in Python, others' statements run in the database (``dpsql.server.answers``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from typing import Any
+
+
+def default_workers() -> int:
+    """Two threads per core: one can plan in Python while another's statement runs in DuckDB.
+
+    >>> default_workers() >= 2
+    True
+    """
+    return 2 * (os.cpu_count() or 1)
+
+
+class FairPool:
+    """``workers`` threads running submitted calls, one owner's queue after another's.
+
+    >>> pool = FairPool(1)
+    >>> pool.submit("alice", lambda x: x + 1, 41).result()
+    42
+    >>> pool.shutdown()
+    """
+
+    def __init__(self, workers: int, name: str = "dpsql-answer"):
+        if workers < 1:
+            raise ValueError(f"a pool needs at least one worker, got {workers}")
+        self._condition = threading.Condition()
+        self._queues: OrderedDict[Hashable, deque] = OrderedDict()
+        """Owner -> its waiting calls; the first owner is the next to be served."""
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, owner: Hashable, function: Callable[..., Any], *arguments: Any) -> Future:
+        """``function(*arguments)`` on a worker, in ``owner``'s turn; its future."""
+        future: Future = Future()
+        with self._condition:
+            if self._closed:
+                raise RuntimeError("the pool is shut down")
+            self._queues.setdefault(owner, deque()).append((future, function, arguments))
+            self._condition.notify()
+        return future
+
+    def waiting(self) -> int:
+        """Calls submitted and not yet started."""
+        with self._condition:
+            return sum(len(queue) for queue in self._queues.values())
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Take no more calls; the workers finish every call already submitted, then end."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+    def _next(self) -> tuple[Future, Callable[..., Any], tuple]:
+        """The first call of the owner whose turn it is; that owner goes to the back (the
+        caller holds the condition)."""
+        owner, queue = next(iter(self._queues.items()))
+        call = queue.popleft()
+        del self._queues[owner]
+        if queue:
+            self._queues[owner] = queue
+        return call
+
+    def _work(self) -> None:
+        while True:
+            with self._condition:
+                self._condition.wait_for(lambda: self._queues or self._closed)
+                if not self._queues:
+                    return  # shut down, and nothing left to run
+                future, function, arguments = self._next()
+            if not future.set_running_or_notify_cancel():
+                continue  # its caller went away before it started
+            try:
+                result = function(*arguments)
+            except BaseException as error:  # handed to the caller, as concurrent.futures does
+                future.set_exception(error)
+            else:
+                future.set_result(result)

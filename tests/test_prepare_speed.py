@@ -1,0 +1,81 @@
+"""What the prepare path skips for speed is what it would have computed (issue 26).
+
+A grouped query's key types come from its relation's stored column types when every key is a
+column (``dpsql.prepare.stored_key_types``) instead of binding the keys' SQL: for a column of
+every DuckDB type, read from a table, either side of a join and a subquery, the two agree. A
+public key domain's SQL is kept by what it is made of (``Connection._domain_text``): the kept
+text is the one rendered afresh.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from sqlglot import exp
+from test_types import TYPES
+
+import dpsql
+from dpsql.analysis.analyse import analyse_query
+from dpsql.backends.rewrite import domain_sql, key_types_statement
+from dpsql.options import privacy_options
+from dpsql.prepare import stored_key_types
+
+POLICY = ("BUDGET EPSILON 100000 DELTA 0.5; PRIVATE TABLE every (PRIVACY UNIT uid, MAX ROWS PER UNIT 1); "
+          "PUBLIC TABLE pub;")
+SHAPES = ('SELECT "{c}", COUNT(*) FROM every GROUP BY "{c}"',
+          'SELECT p."{c}", COUNT(*) FROM every e JOIN pub p ON e.integer = p.integer GROUP BY p."{c}"',
+          'SELECT e."{c}", e.integer, COUNT(*) FROM every e JOIN pub p ON e.integer = p.integer GROUP BY 1, 2',
+          'SELECT "{c}", COUNT(*) FROM (SELECT * FROM every WHERE integer > 1) GROUP BY "{c}"')
+
+
+@pytest.fixture(scope="module")
+def db():
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('a', 'b', 'c')")
+    columns = ", ".join(f'{value} AS "{name.lower()}"' for name, value in TYPES.items())
+    con.execute(f"CREATE TABLE every AS SELECT i AS uid, {columns} FROM range(30) r(i)")
+    con.execute("CREATE TABLE pub AS SELECT * EXCLUDE (uid) FROM every LIMIT 3")
+    with dpsql.connect(con, policy=POLICY) as connection:
+        yield connection
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_stored_key_types_are_what_binding_the_keys_gives(db, name):
+    preparer = db._preparer
+    compared = 0
+    for shape in SHAPES:
+        _, checked, _ = preparer.check(shape.format(c=name.lower()))
+        plan = analyse_query(checked, preparer.policy, privacy_options(preparer.policy, 1, 1e-5, None, None))
+        stored = stored_key_types(plan.query)
+        assert stored is not None, shape
+        bound = dict(db._describe(key_types_statement(plan)))
+        assert stored == {key: bound[key] for key in stored}, shape
+        compared += 1
+    assert compared == len(SHAPES)
+
+
+def test_a_key_that_is_an_expression_is_bound(db):
+    _, checked, _ = db._preparer.check("SELECT integer + 1, COUNT(*) FROM every GROUP BY integer + 1")
+    assert not isinstance(checked.keys[0].expression, exp.Column)
+    assert stored_key_types(checked) is None
+
+
+def test_a_kept_domain_text_is_the_one_rendered_afresh():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid, i % 3 AS n, 'v' || (i % 2) AS s FROM range(60) r(i)")
+    policy = ("BUDGET EPSILON 1000; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "
+              "n KEYS (0, 1, 2), s KEYS ('v0', 'v1', 'v2'));")
+    with dpsql.connect(con, policy=policy) as db:
+        for sql, released in (("SELECT n, COUNT(*) FROM t WHERE uid > {k} GROUP BY n", lambda k: 3),
+                              ("SELECT s, n, COUNT(*) FROM t WHERE uid > {k} GROUP BY s, n", lambda k: 9),
+                              ("SELECT n, COUNT(*) FROM t WHERE n < {k} GROUP BY n", lambda k: k)):  # narrowed
+            for k in (1, 2):
+                _, checked, _ = db._preparer.check(sql.format(k=k))
+                query = db._preparer.plan(checked, sql, 1, None, None).query
+                assert {key.form for key in query.keys} == ({"value", "text"} if "s," in sql else {"value"})
+                for key in query.keys:
+                    types = [query.column_type(key.expression.name)]
+                    assert db._domain_text([key], types) == domain_sql([key], types)
+                types = [query.column_type(key.expression.name) for key in query.keys]
+                assert db._domain_text(list(query.keys), types) == domain_sql(list(query.keys), types)
+                assert len(db.sql(sql.format(k=k), epsilon=1).fetchall()) == released(k)
