@@ -138,6 +138,12 @@ def _analyst_argument(parser: argparse.ArgumentParser) -> None:
                              "curator's, so it is not checked (analysts are authenticated by `dpsql serve`)")
 
 
+def _persist_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--persist-copies", action="store_true",
+                        help="keep the bounded copies beside the ledger (DB.ledger.copies, owner-only) so later "
+                             "calls reuse them; rebuilt when the data, policy or salt changed")
+
+
 def _connect(args: argparse.Namespace, *, check: Callable[[Any], None] | None = None,
              keep_fresh: bool = False):
     """Open the database under the given (or stored) policy; policy errors show their line.
@@ -151,16 +157,17 @@ def _connect(args: argparse.Namespace, *, check: Callable[[Any], None] | None = 
     import dpsql
 
     analyst = getattr(args, "analyst", None)
+    persist = bool(getattr(args, "persist_copies", False))  # with the ledger file only: never the trial's
     try:
         if _ledger_exists(args.database):
-            return dpsql.connect(args.database, policy=args.policy, analyst=analyst)
+            return dpsql.connect(args.database, policy=args.policy, analyst=analyst, persist_copies=persist)
         trial = dpsql.connect(args.database, policy=args.policy, analyst=analyst, ledger=":memory:")
         if keep_fresh:
             return trial
         with trial:
             if check is not None:
                 check(trial)
-        return dpsql.connect(args.database, policy=args.policy, analyst=analyst)
+        return dpsql.connect(args.database, policy=args.policy, analyst=analyst, persist_copies=persist)
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None
 
@@ -215,6 +222,7 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     _bias_argument(parser)
     _max_rows_argument(parser)
     _analyst_argument(parser)
+    _persist_argument(parser)
 
 
 def _bias_argument(parser: argparse.ArgumentParser) -> None:
@@ -285,6 +293,7 @@ def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
                         help="before any policy exists: the table's privacy unit column; the suggestion is then "
                              "charged to a budget of exactly --epsilon in the database's ledger")
     _analyst_argument(parser)
+    _persist_argument(parser)
 
 
 def _suggest(args: argparse.Namespace) -> int:
@@ -394,6 +403,7 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
                              "postgresql://user@host:port/db URL")
     _policy_argument(parser)
     _analyst_argument(parser)
+    _persist_argument(parser)
     _max_rows_argument(parser)
     parser.add_argument("--bail", action="store_true",
                         help="a script stops at its first refused or failed statement (as DuckDB's -bail); "

@@ -45,6 +45,7 @@ from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.keys import read_keys, shown_keys
+from dpsql.backends.persisted import copies_directory
 from dpsql.backends.rewrite import (
     BoundedStatement,
     domain_sql,
@@ -99,6 +100,7 @@ from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
 from dpsql.policy.model import KeyDomain, Policy, PrivateTable
 from dpsql.prepare import Prepared, Preparer, Priced
+from dpsql.progress import elapsed_progress, show_progress
 from dpsql.release import (
     core_columns,
     core_rows,
@@ -129,7 +131,8 @@ from dpsql.suggest import plan_suggestion, run_suggestion
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
             analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
-            memory_limit: str | None = None, eager_bounding: bool = False) -> "Connection":
+            memory_limit: str | None = None, eager_bounding: bool = False, persist_copies: bool = False,
+            progress: bool | None = None) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
 
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
@@ -143,6 +146,12 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     memory limit for databases dpsql opens (default half the machine's memory).
     ``eager_bounding``: build every private table's bounded copy now, so that no query's time
     includes a scan of a raw private table (otherwise each is built by the first query reading it).
+    ``persist_copies``: keep the bounded copies in a directory beside the ledger
+    (``<ledger>.copies``, owner-only), so later connections (CLI calls, server restarts) reuse
+    them instead of rebuilding; a copy is rebuilt when its table's data, the policy or the salt
+    changed (``dpsql.backends.persisted``). A database file with a ledger file only.
+    ``progress``: show how long a copy build has run, on standard error, once it passes a
+    second (``None``: when standard error is a terminal or a notebook's).
 
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 1, 2], "x": [1.0, 2.0, 3.0]})
@@ -153,7 +162,8 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     0.5
     """
     return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng,
-                      query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding)
+                      query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding,
+                      persist_copies=persist_copies, progress=progress)
 
 
 def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
@@ -185,10 +195,14 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     return change
 
 
-def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None) -> Backend:
+def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None,
+                copies: Path | None = None) -> Backend:
     """The backend for ``target``: a SparkSession, or a Spark config file (``*.toml``,
     ``dpsql.backends.spark_config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
     if is_spark_session(target) or is_spark_config(target):
+        if copies is not None:
+            raise InvalidParameter("persist_copies is DuckDB's: a Spark session keeps its copies in its own storage",
+                                   hint="leave persist_copies off")
         if memory_limit is not None:
             raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
                                    hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
@@ -198,7 +212,18 @@ def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str |
             return SparkEngine(target, query_timeout=query_timeout)
         config = load_spark_config(target)
         return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
-    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit)
+    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+
+
+def copies_directory_for(target: Any, ledger: Any) -> Path:
+    """Where ``persist_copies`` keeps the copies: beside the ledger file (``<ledger>.copies``), the
+    default ledger of a database file being ``<database>.ledger``."""
+    if ledger is None and isinstance(target, (str, os.PathLike)) and str(target) != ":memory:":
+        return copies_directory(f"{Path(target).resolve()}.ledger")
+    if isinstance(ledger, (str, os.PathLike)) and str(ledger) not in ("", ":memory:"):
+        return copies_directory(Path(ledger).resolve())
+    raise InvalidParameter("persist_copies needs a ledger file: the copies are kept beside it",
+                           hint="open a DuckDB file (its ledger sits beside it), or pass ledger='/path/to/x.ledger'")
 
 
 def _reported_as_dperror(method):
@@ -237,12 +262,16 @@ class Connection:
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
-                 eager_bounding: bool = False, _replacing: bool = False):
+                 eager_bounding: bool = False, persist_copies: bool = False, progress: bool | None = None,
+                 _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out",
                                    hints={"cli": "give --analyst alice, or leave it out"})
-        self._engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit)
+        copies = copies_directory_for(target, ledger) if persist_copies else None
+        self._engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+        if show_progress(progress) and isinstance(self._engine, Engine):
+            self._engine.progress = elapsed_progress
         try:
             if ledger is None and self._engine.path is None and self._engine.dialect != "duckdb":
                 raise InvalidParameter(

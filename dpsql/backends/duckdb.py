@@ -34,12 +34,14 @@ whatever the data.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
 import threading
+import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,7 @@ import duckdb
 import pandas as pd
 from sqlglot import exp
 
-from dpsql.backends import facts
+from dpsql.backends import facts, persisted
 from dpsql.backends.bounding import (
     DATABASE,
     BoundedTable,
@@ -55,6 +57,7 @@ from dpsql.backends.bounding import (
     create_raw_rows_sql,
     create_sql,
     fill_sql,
+    raw_rows_name,
     raw_rows_sql,
 )
 from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
@@ -116,16 +119,27 @@ class Engine:
         """Types of SQL already bound (the schema is fixed while the connection is open)."""
         self.path = path
         """The database file, when one was opened; the default ledger sits beside it."""
+        self.copies: Path | None = None
+        """The directory holding the persisted bounded copies (``dpsql.backends.persisted``), when
+        they are kept on disk; ``None``: in memory."""
+        self.progress: Callable[[str], contextlib.AbstractContextManager] = _no_progress
+        """Called with a label around each copy build: a context manager that may show the
+        build's progress to the curator (``dpsql.progress``)."""
 
     @classmethod
     def open(cls, target: Any, *, query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
-             memory_limit: str | None = None) -> "Engine":
+             memory_limit: str | None = None, copies: Path | None = None) -> "Engine":
         """Open a path, adopt a connection, or load a dict of DataFrames.
 
         ``query_timeout``: seconds each statement may run (``None``: no limit). ``memory_limit``:
         a DuckDB size such as ``"4GB"`` for databases dpsql opens (default: half the memory).
+        ``copies``: a directory to keep the bounded copies in (``dpsql.backends.persisted``), for a
+        database file only.
         """
         timeout = check_timeout(query_timeout)
+        if copies is not None and not (isinstance(target, (str, os.PathLike)) and str(target) != ":memory:"):
+            raise InvalidParameter("persisted copies need a database file: other targets are rebuilt by every process",
+                                   hint="pass the path of a DuckDB file, or leave persist_copies off")
         if isinstance(target, duckdb.DuckDBPyConnection):
             return cls(target, owned=False, path=None, query_timeout=timeout)
         config = hardened_config(memory_limit)
@@ -139,7 +153,8 @@ class Engine:
             if not path.exists():
                 raise DPError(f"no database file at {path}", hint="pass the path of an existing DuckDB file")
             try:
-                connection = open_hardened(str(path), config, read_only=True)
+                file = None if copies is None else persisted.prepare_directory(copies)
+                connection = open_hardened(str(path), config, read_only=True, copies=file)
             except duckdb.Error as err:
                 if "different configuration" in str(err):  # DuckDB: one instance per file per process
                     raise DPError(
@@ -148,7 +163,10 @@ class Engine:
                         hint="close that connection first, or pass it: dpsql.connect(that_connection, "
                              "policy=...) wraps an open DuckDB connection") from None
                 raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
-            return cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
+            engine = cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
+            if copies is not None and _attached_file(connection) is not None:
+                engine.copies = copies
+            return engine
         raise DPError(
             f"cannot connect to a {type(target).__name__}",
             hint="pass a DuckDB file path, a duckdb connection, or a dict of table name to pandas DataFrame",
@@ -182,11 +200,27 @@ class Engine:
             self._salt = salt
             self._instance = _instance_of(self._connection)
             with self._instance.lock:
+                if self.copies is not None:
+                    self._drop_stale_copies(tables)
                 for table in tables:
                     self._connection.execute(create_sql(table))
                     if not table.row_level:
                         self._connection.execute(create_raw_rows_sql(table))
                     self._bounded[table.name] = table
+
+    def _drop_stale_copies(self, tables: list[BoundedTable]) -> None:
+        """Drop each stored copy built by another recipe (``persisted.recipe``: another policy,
+        schema or dpsql), so that it is created afresh with today's columns before anything
+        binds against it (the caller holds both locks)."""
+        self._connection.execute(persisted.manifest_sql(DATABASE))
+        stored = dict(self._connection.execute(
+            f"SELECT copy, recipe FROM {DATABASE}.main.{persisted.MANIFEST}").fetchall())
+        for table in tables:
+            if stored.get(table.name) != persisted.recipe(table):
+                self._connection.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{table.name}"')
+                self._connection.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{raw_rows_name(table.name)}"')
+                self._connection.execute(f"DELETE FROM {DATABASE}.main.{persisted.MANIFEST} WHERE copy = ?",
+                                         [table.name])
 
     def refresh_bounding(self) -> None:
         """Forget the bounded copies' contents, the stored public relations and the types of
@@ -296,20 +330,55 @@ class Engine:
                 if instance.filled.get(name) == self._salt:
                     continue
                 table = self._bounded[name]
-                cursor = self._connection.cursor()
-                try:
-                    cursor.begin()  # the copy and its row-count table are swapped in together
-                    try:
-                        cursor.execute(fill_sql(table), {"salt": self._salt})
-                        if not table.row_level:
-                            cursor.execute(raw_rows_sql(table))
-                        cursor.commit()
-                    except BaseException:
-                        cursor.rollback()
-                        raise
-                finally:
-                    cursor.close()
+                made = self._stored_recipe(table)
+                if made is not None and self._manifest_row(name) == made:
+                    instance.filled[name] = self._salt  # the stored copy is the one this build would make
+                    continue
+                with self.progress(f"bounding {table.source}"):
+                    self._build_copy(table, made)
                 instance.filled[name] = self._salt
+
+    def _build_copy(self, table: BoundedTable, made: tuple[str, str, str] | None) -> None:
+        """Build one copy and its row-count table in one transaction (with its manifest row
+        ``made`` when copies are persisted: they are stored together or not at all)."""
+        cursor = self._connection.cursor()
+        try:
+            cursor.begin()  # the copy and its row-count table are swapped in together
+            try:
+                cursor.execute(fill_sql(table), {"salt": self._salt})
+                if not table.row_level:
+                    cursor.execute(raw_rows_sql(table))
+                if made is not None:
+                    cursor.execute(f"INSERT OR REPLACE INTO {DATABASE}.main.{persisted.MANIFEST} VALUES (?, ?, ?, ?)",
+                                   [table.name, *made])
+                cursor.commit()
+            except BaseException:
+                cursor.rollback()
+                raise
+            if made is not None and self.copies is not None:
+                cursor.execute(f"CHECKPOINT {DATABASE}")  # the file alone holds the copy: no WAL to replay
+                persisted.protect(self.copies)
+        finally:
+            cursor.close()
+
+    def _stored_recipe(self, table: BoundedTable) -> tuple[str, str, str] | None:
+        """What a stored copy of ``table`` must have been built from to be read now (recipe, salt
+        digest, fingerprint of the data now: ``dpsql.backends.persisted``); ``None`` when the
+        copies are not persisted. Reads the raw table once (the fingerprint)."""
+        if self.copies is None or self._salt is None:
+            return None
+        cursor = self._connection.cursor()
+        try:
+            row = cursor.execute(persisted.fingerprint_sql(table), persisted.fingerprint_keys(self._salt)).fetchall()[0]
+        finally:
+            cursor.close()
+        return persisted.recipe(table), persisted.salt_digest(self._salt), persisted.fingerprint_text(row)
+
+    def _manifest_row(self, name: str) -> tuple[str, str, str] | None:
+        rows = self._connection.execute(
+            f"SELECT recipe, salt, fingerprint FROM {DATABASE}.main.{persisted.MANIFEST} WHERE copy = ?",
+            [name]).fetchall()
+        return tuple(rows[0]) if rows else None
 
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
@@ -599,17 +668,28 @@ WITH TIME ZONE values are taken in it (the Gregorian calendar), whatever the mac
 and the locked configuration keeps any statement from changing it."""
 
 
-def open_hardened(database: str, config: dict[str, Any], **options: Any) -> duckdb.DuckDBPyConnection:
+def open_hardened(database: str, config: dict[str, Any], *, copies: Path | None = None,
+                  **options: Any) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with ``config``, its time zone fixed to ``TIME_ZONE`` for every
     cursor (a global setting, made before the configuration is locked: DuckDB's ICU extension
-    takes TimeZone only once it is loaded, after the connection opens)."""
-    unlocked = {name: value for name, value in config.items() if name != "lock_configuration"}
+    takes TimeZone only once it is loaded, after the connection opens).
+
+    ``copies``: a DuckDB file attached as the bounding database (``dpsql.backends.persisted``).
+    It is attached before external access is turned off and the configuration locked, so no
+    directory is ever allowed: the attached file stays readable and writable, and nothing else.
+    """
+    deferred = ("lock_configuration", "enable_external_access") if copies is not None else ("lock_configuration",)
+    unlocked = {name: value for name, value in config.items() if name not in deferred}
     connection = duckdb.connect(database, config=unlocked, **options)
     try:
+        if copies is not None:
+            _attach_copies(connection, copies)
         # Another connection to the same instance (same file, same process) may have fixed and
         # locked these already, or be doing so now: each SET may fail once locked, the outcome
         # is what must hold.
         statements = [f"SET GLOBAL TimeZone = '{TIME_ZONE}'", "SET GLOBAL Calendar = 'gregorian'"]
+        if copies is not None and config.get("enable_external_access") is False:
+            statements.append("SET GLOBAL enable_external_access = false")
         if config.get("lock_configuration"):
             statements.append("SET lock_configuration = true")
         for statement in statements:
@@ -617,9 +697,13 @@ def open_hardened(database: str, config: dict[str, Any], **options: Any) -> duck
                 connection.execute(statement).fetchall()  # fetched: an unfinished result blocks the connection
             except duckdb.Error:
                 pass
-        zone, calendar, locked = connection.execute(
+        zone, calendar, locked, external = connection.execute(
             "SELECT current_setting('TimeZone'), current_setting('Calendar'), "
-            "current_setting('lock_configuration')").fetchall()[0]
+            "current_setting('lock_configuration'), current_setting('enable_external_access')").fetchall()[0]
+        if external and config.get("enable_external_access") is False:
+            raise DPError("cannot turn off external access on the database: another connection in this process "
+                          "opened it with other settings",
+                          hint="open the file through dpsql.connect only, or pass your own connection")
         if (zone, calendar) != (TIME_ZONE, "gregorian") or (config.get("lock_configuration") and not locked):
             raise DPError(f"cannot fix the database's time zone to {TIME_ZONE} (it is {zone}, {calendar}): "
                           "another connection in this process opened it with other settings",
@@ -628,6 +712,39 @@ def open_hardened(database: str, config: dict[str, Any], **options: Any) -> duck
         connection.close()
         raise
     return connection
+
+
+def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
+    """Attach ``file`` as the bounding database (unless this instance has it already), with a new
+    instance token (``_instance_of``): what this process records of its copies starts empty.
+
+    Another process using the same copies holds DuckDB's lock on the file: this one then keeps
+    its copies in memory, as without persistence, and says so."""
+    with _INSTANCES_LOCK:
+        attached = connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                                      [DATABASE]).fetchall()[0][0]
+        if attached:
+            return
+        literal = "'" + str(file).replace("'", "''") + "'"
+        try:
+            connection.execute(f"ATTACH {literal} AS {DATABASE} (READ_WRITE)")
+        except duckdb.IOException as error:
+            reason = str(error).splitlines()[0]
+            warnings.warn(f"the persisted copies at {file} are in use by another process ({reason}); "
+                          "this connection builds its own in memory", stacklevel=4)
+            connection.execute(attach_sql())
+        connection.execute(f"CREATE OR REPLACE TABLE {_INSTANCE_TABLE} AS SELECT '{secrets.token_hex(16)}' AS token")
+
+
+def _attached_file(connection: duckdb.DuckDBPyConnection) -> str | None:
+    """The file of the bounding database, or ``None`` when it is in memory (or not attached)."""
+    rows = connection.execute("SELECT path FROM duckdb_databases() WHERE database_name = ?", [DATABASE]).fetchall()
+    return rows[0][0] if rows and rows[0][0] else None
+
+
+@contextlib.contextmanager
+def _no_progress(label: str):
+    yield
 
 
 def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+"""Bounded copies kept on disk beside the ledger, so a new process does not rebuild them.
+
+Opt-in (``dpsql.connect(path, persist_copies=True)``, ``dpsql query --persist-copies``): the
+bounding database (``dpsql.backends.bounding.DATABASE``) is then a DuckDB file in a directory
+``<ledger>.copies`` beside the ledger instead of in memory. The copies hold private rows, so
+they are protected like the database: the directory is the curator's alone (mode 0700, and
+refused when another user owns it, since a planted file could feed dpsql forged rows), and
+its files are made owner-only (0600) after every build.
+
+A stored copy is read only when it is exactly the copy this connection would build now. Each
+copy has a row in ``MANIFEST`` recording, when it was built:
+
+- the *recipe*: a digest of the SQL that builds it (``fill_sql``, ``raw_rows_sql``), which names
+  the table, its columns and their types, the unit, MAX ROWS PER UNIT, the list and string
+  limits and dpsql's own construction, so a new policy or a new dpsql rebuilds;
+- the *salt*: a digest of the ledger's secret salt, so a copy made under another ledger is
+  never read (the salt itself is never stored);
+- the *fingerprint* of the data the copy is made from (``fingerprint_sql``): its row count and
+  two sums of 64-bit keyed hashes of every row's exact identity (``bounding.exact_parts``,
+  keyed by the salt), 128 bits of an order-independent multiset hash of exactly the relation
+  the fill reads. Any change to a value an analyst could read back (-0.0 for 0.0, one byte of a
+  string, a row added, removed or duplicated) changes it, except with probability about
+  2^-64 per changed row for each sum. A file's size and modification time are not used: an edit in
+  place within one clock tick keeps both.
+
+One difference from a copy in memory: DuckDB's checkpoint writes every NaN as the positive one,
+so a ``-nan`` the raw table holds only in its WAL (a database not checkpointed since) is read
+back from the stored copy as ``nan``. The rows kept were chosen on the exact values before that,
+and the change is a function of each value alone, so the stored copy is still a per-unit
+transformation of the data (stable: privacy holds); only such a NaN's sign is lost.
+
+The fingerprint is computed on every connection that reads a stored copy (one scan with a
+hash per value: a fraction of a build). While dpsql has the database open read-only, DuckDB's
+file lock keeps other processes from writing it, so the fingerprint taken before a build
+describes the rows that build reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from dpsql.backends.bounding import (
+    BoundedTable,
+    _copied_columns,
+    _row_parts,
+    fill_sql,
+    keyed_hash,
+    raw_rows_sql,
+)
+from dpsql.errors import InvalidParameter
+from dpsql.sql.names import quoted_table
+
+FILE = "copies.duckdb"
+"""The bounding database's file inside the copies directory."""
+MANIFEST = "dp_persisted"
+"""The table (in the bounding database) recording how each stored copy was built."""
+FINGERPRINT_KEYS = ("fingerprint:1", "fingerprint:2")
+"""Appended to the salt to key the fingerprint's two hashes (neither is the copy's order)."""
+
+
+def copies_directory(ledger: str | os.PathLike) -> Path:
+    """Where the persisted copies of the database whose ledger is ``ledger`` live.
+
+    >>> copies_directory("/data/shop.duckdb.ledger").as_posix()
+    '/data/shop.duckdb.ledger.copies'
+    """
+    return Path(f"{os.fspath(ledger)}.copies")
+
+
+def prepare_directory(directory: Path) -> Path:
+    """Create ``directory`` owner-only, or make an existing one so; return the database file.
+
+    Refused when another user owns the directory or a file in it: copies written there might be
+    read by others, and copies found there might be forged."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    owner = os.getuid()
+    for path in (directory, *directory.iterdir()):
+        status = path.lstat()
+        if status.st_uid != owner or stat.S_ISLNK(status.st_mode):
+            raise InvalidParameter(
+                f"{path} is not a file of this user's own (owner uid {status.st_uid}, or a link): dpsql will "
+                "not keep private copies there",
+                hint="remove it, or leave persist_copies off",
+                hints={"cli": "remove it, or leave --persist-copies out"})
+    protect(directory)
+    return directory / FILE
+
+
+def protect(directory: Path) -> None:
+    """The directory owner-only (0700) and every file in it 0600."""
+    os.chmod(directory, 0o700)
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o600)
+
+
+def manifest_sql(database: str) -> str:
+    """The manifest table, if it is not there yet."""
+    return (f"CREATE TABLE IF NOT EXISTS {database}.main.{MANIFEST} "
+            "(copy VARCHAR PRIMARY KEY, recipe VARCHAR, salt VARCHAR, fingerprint VARCHAR)")
+
+
+def recipe(table: BoundedTable) -> str:
+    """A digest of everything besides the salt and the data that decides the copy's rows."""
+    statements = [fill_sql(table)] + ([] if table.row_level else [raw_rows_sql(table)])
+    return hashlib.sha256("\n;\n".join(statements).encode()).hexdigest()
+
+
+def salt_digest(salt: str) -> str:
+    """What the manifest stores of the salt: a digest (the salt is the ledger's secret)."""
+    return hashlib.sha256(f"dpsql persisted copies\n{salt}".encode()).hexdigest()
+
+
+def fingerprint_sql(table: BoundedTable) -> str:
+    """One row: the count of the rows the fill reads and two sums of keyed hashes of their
+    exact identities (parameters ``$fingerprint1``, ``$fingerprint2``: ``fingerprint_keys``).
+
+    It reads the relation ``fill_sql`` reads (``_copied_columns``: strings byte for byte, values
+    cut as the copy holds them), so it changes exactly when the copy's input may change.
+    """
+    parts = _row_parts(table)
+    sums = ", ".join(f"CAST(SUM({keyed_hash(f'$fingerprint{i}', parts)}) AS VARCHAR)" for i in (1, 2))
+    return f"SELECT CAST(COUNT(*) AS VARCHAR), {sums} FROM (SELECT {_copied_columns(table)} FROM " \
+           f"{quoted_table(table.source)})"
+
+
+def fingerprint_keys(salt: str) -> dict[str, str]:
+    """The fingerprint's parameters: the salt with ``FINGERPRINT_KEYS``."""
+    return {f"fingerprint{i}": f"{salt}|{key}" for i, key in enumerate(FINGERPRINT_KEYS, start=1)}
+
+
+def fingerprint_text(row: tuple) -> str:
+    """The fingerprint row as the manifest stores it.
+
+    >>> fingerprint_text(("3", "12", None))
+    '3:12:N'
+    """
+    return ":".join("N" if value is None else str(value) for value in row)
