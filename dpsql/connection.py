@@ -303,6 +303,9 @@ class Connection:
         self._answer_locks = tuple(threading.Lock() for _ in range(64))
         self._domains: dict[str, list] = {}
         self._domain_texts: dict[tuple, str] = {}
+        self._pmw_sessions: dict = {}
+        """The open PMW sessions of ``SELECT * FROM pmw(...)`` (``dpsql.pmw_call``), one per analyst and
+        options: shared by every view of this connection (``acting_for``), as the server's calls are."""
         self._accountant = accountant_for(self.policy.accounting, self._total())
         self._analyst_accountant = None if self.policy.analyst_budget_epsilon is None else \
             accountant_for(self.policy.accounting, Spend(self.policy.analyst_budget_epsilon,

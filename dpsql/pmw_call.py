@@ -58,7 +58,7 @@ def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPR
             error.args = (str(error._render()),)
             raise
     with _LOCK:
-        sessions = connection.__dict__.setdefault("_pmw_sessions", {})
+        sessions = connection._pmw_sessions
         session = sessions.get(key)
         opened = session is None
         if opened:
@@ -103,7 +103,7 @@ def _explain(connection: Any, queries: list[str], options: dict[str, Any]) -> st
     table, columns, settings = _session_options(options)
     epsilon = privacy_options(connection.policy, settings["epsilon"], Fraction(0), "laplace").epsilon
     plan = plan_pmw(epsilon, settings["max_updates"], settings["threshold"])
-    open_now = _session_key(connection, table, columns, settings) in connection.__dict__.get("_pmw_sessions", {})
+    open_now = _session_key(connection, table, columns, settings) in connection._pmw_sessions
     return "\n".join([
         f"online private multiplicative weights (Hardt & Rothblum 2010) over {table} ({', '.join(columns)}): "
         f"{len(queries)} queries answered in order, from a synthetic histogram measured when the sparse vector "
