@@ -266,8 +266,7 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
-        failure="the stream failed while running; its cost was charged and nothing was released",
-        bounded=[table for query in stream.queries for table in query.statement.bounded])
+        failure="the stream failed while running; its cost was charged and nothing was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _result(connection, stream, released, charged)
 

@@ -6,10 +6,8 @@ estimate of what the limits drop (``Connection.estimate_limits``), and the mecha
 (sparse vector, PMW, ...). Each plans first and renders its statements before the charge, so
 nothing that can be refused statically fails after it. Then, in this order:
 
-0. the bounded copies the statements read are built, if they are not yet (the first query on
-   a table): a build that fails charges nothing;
 1. ``charge()`` records the cost in the ledger (or refuses: nothing was read);
-2. each statement runs on the engine, the salt bound where it
+2. each statement runs on the engine, its bounded copies filled first, the salt bound where it
    orders by a salted hash, and the query's sample key (drawn once, after the charge) where it
    reads a Poisson sample (``TABLESAMPLE POISSON``, ``dpsql.analysis.sampling``);
 3. ``release(rows)`` draws the noise and post-processes, from the exact rows of every statement;
@@ -21,13 +19,13 @@ analyst learns nothing from how (an engine's message could quote private values,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from dpsql.backends.base import Backend
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.ledger import Ledger
-from dpsql.errors import DPError, InternalError, QueryFailed
+from dpsql.errors import InternalError, QueryFailed
 from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER
 
 Released = TypeVar("Released")
@@ -38,8 +36,6 @@ filled, its salt bound, and the given secret key bound where it reads a Poisson 
 mechanism that samples afresh for each of its statements draws one key per statement)."""
 
 QUERY_FAILED = "the query failed while running; its cost was charged and no answer was released"
-COPY_FAILED = "the bounded copy of a private table the query reads could not be built; nothing was charged"
-"""What the analyst reads when building a copy fails before the charge (the same whatever failed)."""
 """What the analyst reads when a charged query fails (the same whatever failed)."""
 
 
@@ -66,18 +62,13 @@ class Executor:
             key = sample_key() if sample_key is not None else None
             return release([self._fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
 
-        return self.execute_adaptive(charge, run, record, failure,
-                                     bounded=[table for s in statements for table in s.bounded])
+        return self.execute_adaptive(charge, run, record, failure)
 
     def execute_adaptive(self, charge: Callable[[], int], run: Callable[[Fetch], Released],
-                         record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED,
-                         *, bounded: Iterable[str] = ()) -> Released:
+                         record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED) -> Released:
         """As ``execute``, for a mechanism whose later statements depend on its earlier noisy
         results (suggest's histograms; a sparse vector's queries): ``run(fetch)`` runs each
-        statement through ``fetch`` and releases. ``record`` None: nothing is kept for repeats.
-        ``bounded``: the private tables its statements read, their copies built before the charge
-        (one not named here is built when a statement first reads it, after the charge)."""
-        self._build_copies(bounded)
+        statement through ``fetch`` and releases. ``record`` None: nothing is kept for repeats."""
         entry = charge()
         # The charge is committed: from here on, private data is read.
         try:
@@ -97,21 +88,6 @@ class Executor:
             return release([self._fetch(s) for s in statements])
         except Exception:
             raise QueryFailed(failure) from None
-
-    def _build_copies(self, tables: Iterable[str]) -> None:
-        """Build the bounded copies of ``tables`` before the charge. Building reads every row of the
-        table with dpsql's own SQL; its failure (memory, an interrupted process) says only that the
-        copy could not be built, in words that quote nothing of the engine's message."""
-        wanted = tuple(dict.fromkeys(tables))
-        if not wanted:
-            return
-        try:
-            self._engine.fill_bounded(wanted)
-        except DPError:
-            raise
-        except Exception:
-            raise QueryFailed(COPY_FAILED, hint="ask the curator: the database may need a larger memory_limit") \
-                from None
 
     def _fetch(self, statement: BoundedStatement, sample_key: str | None = None) -> list[tuple]:
         parameters = self.salt_for(statement.needs_salt)

@@ -384,7 +384,7 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
         failure="the fit failed while running (or ran past its time limit); its cost was charged and no model "
-                "was released", bounded=fit.count.bounded)
+                "was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _model(connection, fit, released, charged, entries[-1])
 

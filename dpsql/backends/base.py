@@ -104,11 +104,6 @@ class Backend(Protocol):
         query that reads each rebuilds it."""
         ...
 
-    def fill_bounded(self, tables: Iterable[str]) -> None:
-        """Build the copies of the private tables ``tables`` (catalog keys) not built yet: the
-        executor calls it before the charge, so a build that fails (memory) charges nothing."""
-        ...
-
     # ---- running generated SQL --------------------------------------------------------------
 
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:

@@ -380,11 +380,6 @@ class Engine:
             [name]).fetchall()
         return tuple(rows[0]) if rows else None
 
-    def fill_bounded(self, tables: Iterable[str]) -> None:
-        """Build the copies of ``tables`` not built yet (``Backend.fill_bounded``)."""
-        with self._lock:
-            self._fill_bounded(tables)
-
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
         ``bounded``: the private tables it reads (``PrivateQuery.bounded``), their copies filled first."""

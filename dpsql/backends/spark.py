@@ -250,9 +250,6 @@ class SparkEngine:
 
     # ---- running generated SQL ------------------------------------------------------------
 
-    def fill_bounded(self, tables: Iterable[str]) -> None:
-        self._fill(tables)
-
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated Spark SQL and return every row as Python values (``value_key``)."""
         self._fill(bounded)
