@@ -188,7 +188,11 @@ def _spark_key_text(node: KeyText) -> exp.Expr:
 
 
 def _spark_is_nan(node: IsNaN) -> exp.Expr:
-    return exp.Anonymous(this="isnan", expressions=[node.this])
+    """DuckDB's ``isnan``, NULL for NULL: Spark's says false for NULL, so a clamp that sends
+    everything that is not NaN to its upper bound (``rewrite._compared_clamp``) sent NULL there."""
+    value = node.this
+    null = exp.Is(this=value.copy(), expression=exp.Null())
+    return exp.Case(ifs=[exp.If(this=null, true=exp.Null())], default=exp.Anonymous(this="isnan", expressions=[value]))
 
 
 def _spark_data_type(node: exp.DataType) -> exp.Expr:
