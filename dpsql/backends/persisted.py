@@ -16,12 +16,13 @@ copy has a row in ``MANIFEST`` recording, when it was built:
 - the *salt*: a digest of the ledger's secret salt, so a copy made under another ledger is
   never read (the salt itself is never stored);
 - the *fingerprint* of the data the copy is made from (``fingerprint_sql``): its row count and
-  two sums of 64-bit keyed hashes of every row's exact identity (``bounding.exact_parts``,
-  keyed by the salt), 128 bits of an order-independent multiset hash of exactly the relation
-  the fill reads. Any change to a value an analyst could read back (-0.0 for 0.0, one byte of a
-  string, a row added, removed or duplicated) changes it, except with probability about
-  2^-64 per changed row for each sum. A file's size and modification time are not used: an edit in
-  place within one clock tick keeps both.
+  the sums of the two 64-bit halves of the MD5 of a secret key (from the salt) and each row's
+  canonical text (``bounding._row_text``), an order-independent multiset hash of exactly the
+  relation the fill reads. Any change to a value an analyst could read back (-0.0 for 0.0, one
+  byte of a string, a NULL, a row added, removed or duplicated) changes it, except with the
+  chance of guessing a keyed MD5 (DuckDB's ``hash()`` was used first: its collisions can be
+  chosen, so an edit could keep a stale copy in use). A file's size and modification time are
+  not used: an edit in place within one clock tick keeps both.
 
 One difference from a copy in memory: DuckDB's checkpoint writes every NaN as the positive one,
 so a ``-nan`` the raw table holds only in its WAL (a database not checkpointed since) is read
@@ -45,9 +46,8 @@ from pathlib import Path
 from dpsql.backends.bounding import (
     BoundedTable,
     _copied_columns,
-    _row_parts,
+    _row_text,
     fill_sql,
-    keyed_hash,
     raw_rows_sql,
 )
 from dpsql.errors import InvalidParameter
@@ -57,8 +57,8 @@ FILE = "copies.duckdb"
 """The bounding database's file inside the copies directory."""
 MANIFEST = "dp_persisted"
 """The table (in the bounding database) recording how each stored copy was built."""
-FINGERPRINT_KEYS = ("fingerprint:1", "fingerprint:2")
-"""Appended to the salt to key the fingerprint's two hashes (neither is the copy's order)."""
+FINGERPRINT_KEY = "fingerprint"
+"""Appended to the salt to key the fingerprint's hash (so it is not the copy's order)."""
 
 
 def copies_directory(ledger: str | os.PathLike) -> Path:
@@ -115,21 +115,27 @@ def salt_digest(salt: str) -> str:
 
 
 def fingerprint_sql(table: BoundedTable) -> str:
-    """One row: the count of the rows the fill reads and two sums of keyed hashes of their
-    exact identities (parameters ``$fingerprint1``, ``$fingerprint2``: ``fingerprint_keys``).
+    """One row: the count of the rows the fill reads and the two 64-bit halves, each summed over
+    the rows, of the MD5 of the secret key (parameter ``$fingerprint``: ``fingerprint_keys``) and
+    each row's canonical text (``bounding._row_text``: self-delimiting, so two rows have one text
+    exactly when nothing read back tells them apart).
 
-    It reads the relation ``fill_sql`` reads (``_copied_columns``: strings byte for byte, values
-    cut as the copy holds them), so it changes exactly when the copy's input may change.
+    A cryptographic hash keyed by a secret, not DuckDB's ``hash()``: values whose ``hash()`` is
+    equal (a HUGEINT's two halves are XORed, a string's 8-byte blocks can be solved for, NULL
+    hashes to a constant with twins) would give equal fingerprints whatever the key, and a
+    stale copy would be read after such an edit (an attacker's review). It reads the relation
+    ``fill_sql`` reads (``_copied_columns``: strings byte for byte, values cut as the copy holds
+    them), so it changes exactly when the copy's input may change.
     """
-    parts = _row_parts(table)
-    sums = ", ".join(f"CAST(SUM({keyed_hash(f'$fingerprint{i}', parts)}) AS VARCHAR)" for i in (1, 2))
+    keyed = f"${FINGERPRINT_KEY} || '|' || {_row_text(table)}"
+    sums = ", ".join(f"CAST(SUM(md5_number_{half}({keyed})) AS VARCHAR)" for half in ("lower", "upper"))
     return f"SELECT CAST(COUNT(*) AS VARCHAR), {sums} FROM (SELECT {_copied_columns(table)} FROM " \
            f"{quoted_table(table.source)})"
 
 
 def fingerprint_keys(salt: str) -> dict[str, str]:
-    """The fingerprint's parameters: the salt with ``FINGERPRINT_KEYS``."""
-    return {f"fingerprint{i}": f"{salt}|{key}" for i, key in enumerate(FINGERPRINT_KEYS, start=1)}
+    """The fingerprint's parameter: the salt with ``FINGERPRINT_KEY``."""
+    return {FINGERPRINT_KEY: f"{salt}|{FINGERPRINT_KEY}"}
 
 
 def fingerprint_text(row: tuple) -> str:
