@@ -339,10 +339,12 @@ def stored_key_types(query: PrivateQuery) -> dict[str, str] | None:
     >>> from dpsql.analysis.plan import GroupKey
     >>> from types import SimpleNamespace
     >>> q = SimpleNamespace(keys=(GroupKey("g0", exp.column("day", quoted=True), None),),
-    ...                     column_types=(("day", "DATE"),))
+    ...                     column_types=(("day", "DATE"),), source=None)
     >>> stored_key_types(q)
     {'g0': 'DATE'}
     """
+    if query.source is not None and query.source.find(exp.SetOperation) is not None:
+        return None  # a UNION's column has its branches' common type, not its first branch's (an attacker's review)
     stored = dict(query.column_types)
     types = {}
     for key in query.keys:

@@ -60,6 +60,26 @@ def test_a_key_that_is_an_expression_is_bound(db):
     assert stored_key_types(checked) is None
 
 
+@pytest.mark.parametrize("other", ["DOUBLE", "VARCHAR", "BIGINT"])
+def test_a_union_keys_types_are_bound_not_read_off_its_first_branch(other):
+    """A UNION ALL column has its branches' common type (INTEGER with DOUBLE is DOUBLE): the key
+    1.5 must come back as 1.5, not as the first branch's INTEGER 2 (an attacker's review)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid, CAST(i % 3 AS INTEGER) AS k FROM range(300) r(i)")
+    con.execute(f"CREATE TABLE s AS SELECT 1000 + i AS uid, CAST(CASE WHEN {other!r} = 'VARCHAR' THEN 'x' || (i % 2) "
+                f"ELSE CAST(i % 3 * 1.5 AS VARCHAR) END AS {other}) AS kd FROM range(300) r(i)")
+    policy = ("BUDGET EPSILON 1e12 DELTA 0.5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1); "
+              "PRIVATE TABLE s (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);")
+    sql = "SELECT k, COUNT(*) AS n FROM (SELECT uid, k FROM t UNION ALL SELECT uid, kd FROM s) u GROUP BY k"
+    truth = sorted(con.execute("SELECT k FROM (SELECT uid, k FROM t UNION ALL SELECT uid, kd FROM s) GROUP BY k"
+                               ).fetchall(), key=repr)
+    with dpsql.connect(con, policy=policy) as db:
+        _, checked, _ = db._preparer.check(sql)
+        assert stored_key_types(checked) is None
+        released = sorted(((row[0],) for row in db.sql(sql, epsilon=1e6, delta=1e-6).fetchall()), key=repr)
+    assert released == truth and {type(k[0]) for k in released} == {type(k[0]) for k in truth}
+
+
 def test_a_kept_domain_text_is_the_one_rendered_afresh():
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT i AS uid, i % 3 AS n, 'v' || (i % 2) AS s FROM range(60) r(i)")
