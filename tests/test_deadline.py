@@ -53,3 +53,15 @@ def test_a_deadline_that_ended_in_time_holds_no_cursor():
         del cursor
         gc.collect()
         assert held() is None
+
+
+def test_a_statement_that_ran_past_its_limit_fails_even_when_the_watchdog_was_late(monkeypatch):
+    """The outcome depends on how long the statement ran, not on when the watchdog thread ran."""
+    from dpsql.backends import deadline
+
+    monkeypatch.setattr(deadline._WATCHDOG, "arm", lambda seconds, which: None)  # a watchdog that never wakes
+    with pytest.raises(QueryFailed):
+        with Deadline(Interruptible(), 0.05):
+            time.sleep(0.1)
+    with Deadline(Interruptible(), 5):  # in time: no failure
+        pass
