@@ -96,6 +96,23 @@ def test_a_statement_runs_while_another_threads_statement_is_still_running(held)
     assert outcome == {"result": [(7,)]}
 
 
+def test_a_public_relation_being_stored_does_not_hold_up_other_statements(held):
+    """A join's public side is stored before the charge (``Engine.materialise``), outside the
+    engine's lock: a costly one held every session's statements for its whole time limit."""
+    connection, release = held
+    engine = Engine(connection, owned=False, path=None)
+    thread, outcome = in_thread(engine.materialise, "SELECT dp_wait(7) AS x")
+    try:
+        assert engine.fetch("SELECT 42") == [(42,)]
+        assert thread.is_alive() and not outcome
+    finally:
+        release.set()
+        thread.join(WAIT)
+    name = outcome["result"]
+    assert engine.materialise("SELECT dp_wait(7) AS x") == name  # stored once
+    assert engine.fetch(f'SELECT x FROM dp_bounding.main."{name}"') == [(7,)]
+
+
 def test_a_deadline_interrupts_its_own_statement_and_no_other(held):
     """Each statement runs on its own cursor, and ``interrupt()`` on a cursor stops that
     cursor's statement only: a query stopped by its time limit leaves another running."""

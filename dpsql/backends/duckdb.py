@@ -264,13 +264,22 @@ class Engine:
             with instance.lock:
                 if name in instance.materialised:
                     return name
-                cursor = self._connection.cursor()
-                try:
-                    with Deadline(cursor, self._timeout):
-                        cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
-                finally:
-                    cursor.close()
-                instance.materialised.add(name)
+                computing = instance.computing.setdefault(name, threading.Lock())
+            cursor = self._connection.cursor()
+        # Computed outside the engine's lock: other sessions' statements run meanwhile (a costly
+        # public subquery held every query of the server for its whole time limit: an attacker's
+        # review); the same SQL from two sessions is computed once, the second waiting for it.
+        try:
+            with computing:
+                with instance.lock:
+                    if name in instance.materialised:
+                        return name
+                with Deadline(cursor, self._timeout):
+                    cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
+                with instance.lock:
+                    instance.materialised.add(name)
+        finally:
+            cursor.close()
         return name
 
     def stored_reference(self, name: str) -> exp.Table:
@@ -630,6 +639,8 @@ class _Instance:
         """Bounded copy name -> the salt it was last filled with."""
         self.materialised: set[str] = set()
         """Public relations stored in ``dp_bounding`` (``Engine.materialise``)."""
+        self.computing: dict[str, threading.Lock] = {}
+        """A lock per public relation being stored, so one computes it and the others wait."""
         self.generation = 0
         """Counts the refreshes of this instance (``Engine.public_generation``)."""
 
