@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -43,6 +44,8 @@ from dpsql.sql.parse import located, parse
 
 MAX_QUERIES = 10_000
 """The most queries one stream may hold (each is planned before the charge)."""
+STREAM_TIME_LIMIT = 10
+"""A stream may run this many times the engine's per-statement time limit, in all, as a fit may."""
 
 OPTIONS = ("threshold", "epsilon", "max_above", "values", "value_epsilon")
 """The options of ``SELECT * FROM above_threshold(...)``, as keyword arguments of the method."""
@@ -247,10 +250,18 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
             policies=connection._agreed_policies)
 
+    limit = getattr(connection._engine, "_timeout", None)
+    started = time.monotonic()
+
     def run(fetch) -> list[tuple[bool | None, int | None]]:
         svt = AboveThreshold(stream.threshold, 1, stream.epsilon, stream.max_above, connection._rng)
         released: list[tuple[bool | None, int | None]] = []
         for query in stream.queries:
+            # Up to 10,000 statements, each under the engine's time limit: the whole stream stops
+            # (charged, withheld) past STREAM_TIME_LIMIT of them, so no stream holds a server's
+            # worker for hours (a served attacker's review; a fit has the same limit).
+            if limit is not None and time.monotonic() - started > STREAM_TIME_LIMIT * limit:
+                raise TimeoutError("the stream ran past its time limit")
             if svt.done:
                 released.append((None, None))  # the stream stopped: this query is not run
                 continue
@@ -266,7 +277,8 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
-        failure="the stream failed while running; its cost was charged and nothing was released")
+        failure="the stream failed while running (or ran past its time limit); its cost was charged and nothing "
+                "was released")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _result(connection, stream, released, charged)
 

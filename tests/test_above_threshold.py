@@ -13,6 +13,7 @@ from cli_run import run
 from served import psql_lines, serve_shop
 
 import dpsql
+import dpsql.above_threshold
 from dpsql.above_threshold import plan_stream
 from dpsql.demo import SHOP_POLICY
 from dpsql.errors import InvalidParameter, QueryFailed, UnsupportedQuery
@@ -128,6 +129,16 @@ def test_a_failure_after_the_charge_releases_nothing(db, monkeypatch):
     with pytest.raises(QueryFailed) as failed:
         db.above_threshold(AGES, threshold=10**6, epsilon=1)
     assert "12345" not in str(failed.value) and db.budget.spent.epsilon == 1
+
+
+def test_a_stream_past_its_time_limit_is_charged_and_withheld(db, monkeypatch):
+    """Like a fit, a stream of many statements stops past STREAM_TIME_LIMIT statement limits in
+    all, so no stream holds a server's worker for hours."""
+    monkeypatch.setattr(dpsql.above_threshold, "STREAM_TIME_LIMIT", 0)
+    before = db.budget.spent.epsilon
+    with pytest.raises(QueryFailed, match="time limit"):
+        db.above_threshold(AGES, threshold=10**6, epsilon=1)
+    assert db.budget.spent.epsilon == before + 1
 
 
 def test_the_sql_form_answers_and_explains_as_the_method(db):
