@@ -340,3 +340,25 @@ def test_a_call_cancelled_before_it_starts_never_runs():
         gate.set()
         pool.shutdown()
     assert ran == []
+
+
+def test_a_statement_queued_when_its_user_is_removed_is_refused_when_a_worker_takes_it():
+    """The removed-user check runs again when a worker takes the statement: one that waited
+    behind others was answered and charged after the curator had removed its user."""
+    import asyncio
+
+    from dpsql.server.session import Session, run
+    from dpsql.server.statements import Statement
+
+    class QueueingServer:
+        names = {"erin"}
+
+        def user_names(self):
+            return self.names
+
+        async def answer(self, statement, analyst, function):
+            self.names = set()  # the curator removes erin while the statement waits its turn
+            return function(statement, analyst, None)
+
+    outcome = asyncio.run(run(QueueingServer(), Session("erin", 1), Statement("query", "SELECT COUNT(*) FROM visits")))
+    assert outcome.sqlstate == "28000" and "removed" in outcome.message

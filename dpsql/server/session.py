@@ -258,13 +258,25 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
     if statement.kind == "query" and session.intervals:
         statement = replace(statement, intervals=True)
     querying = statement.kind in ("query", "explain", "budget", "ledger")
-    if querying and session.analyst not in server.user_names():
+
+    def removed() -> Outcome | None:
         # `dpsql user remove` takes effect at once: an open session of a removed user spent
         # their budget after the curator had removed them (an attacker's review).
-        return Outcome(sqlstate="28000",
-                       message=f"user {session.analyst} was removed; this session can no longer query",
-                       hint="ask the curator for an account")
-    outcome = await server.answer(statement, session.analyst, answer)
+        if querying and session.analyst not in server.user_names():
+            return Outcome(sqlstate="28000",
+                           message=f"user {session.analyst} was removed; this session can no longer query",
+                           hint="ask the curator for an account")
+        return None
+
+    def answer_if_still_a_user(*arguments) -> Outcome:
+        # Checked again when a worker takes the statement: one queued behind others was answered
+        # and charged after its user's removal (a served attacker's review).
+        return removed() or answer(*arguments)
+
+    refused = removed()
+    if refused is not None:
+        return refused
+    outcome = await server.answer(statement, session.analyst, answer_if_still_a_user)
     if transaction := outcome.transaction:
         session.status = transaction
     log.info("analyst=%s outcome=%s cost=%s sql=%s", m.printable(session.analyst), outcome.sqlstate or "answered",
