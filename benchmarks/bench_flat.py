@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402
 from bench_scale import DELTA, POLICY_USER, QUERIES  # noqa: E402
+from bench_scale import timed as timed_runs  # noqa: E402
 
 CLASSES = ["COUNT", "SUM", "AVG", "GROUP BY public keys (50)", "GROUP BY private keys (~5000)",
            "JOIN public table (7 cities)"]
@@ -162,13 +163,7 @@ def measure(rows: int, cache: Path, repeats: int, old: dict | None, classes: lis
             db.sql(re.sub(r" AS (n|s|a)\b", lambda m: f" AS {m.group(1)}_{i}", sql, count=1),
                    epsilon=1 + i * 1e-9, delta=delta)
 
-        end_to_end()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            end_to_end()
-            times.append(time.perf_counter() - start)
-        timed["end to end"] = statistics.median(times) * 1e3
+        timed["end to end"] = timed_runs(end_to_end, repeats)["median"] * 1e3
         report["classes"][name] = {"ms": timed, "checks": checks}
         print(f"{rows:>10,} {name:32s} " + "  ".join(f"{k} {v:8.2f}" for k, v in timed.items()), file=sys.stderr)
     db.close()

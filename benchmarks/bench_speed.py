@@ -61,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_scale import POLICY_USER, cache_dir, ensure_data, no_time_limit, peak_rss_mb, stats  # noqa: E402
+from bench_scale import POLICY_USER, cache_dir, ensure_data, no_time_limit, peak_rss_mb, stats, timed  # noqa: E402
 from bench_speed_queries import CAPPED, CLASSES, HAND_BOUNDS, Q_FLOORS, constants  # noqa: E402
 from bench_speed_report import report  # noqa: E402
 
@@ -75,29 +75,18 @@ def worker_raw(db_path: Path, repeats: int, names: list[str]) -> dict:
     con.execute("ATTACH ':memory:' AS scratch (READ_WRITE)")  # as dpsql attaches its copies' database
     k = constants()
     plain = "CREATE OR REPLACE TABLE scratch.plain AS SELECT * FROM visits"
-    out: dict = {"copy": fresh_runs(lambda: con.execute(plain), 3)}
-    out["capped_copy"] = fresh_runs(lambda: con.execute(CAPPED), 1)
+    out: dict = {"copy": timed(lambda: con.execute(plain), 3)}
+    out["capped_copy"] = timed(lambda: con.execute(CAPPED), 1)
     con.execute("DROP TABLE scratch.plain")
     for name in names:
         sql = CLASSES[name]["sql"]
-        entry = {"raw": fresh_runs(lambda: con.execute(sql.format(k=next(k))).fetchall(), repeats)}
+        entry = {"raw": timed(lambda: con.execute(sql.format(k=next(k))).fetchall(), repeats)}
         if name in HAND_BOUNDS:
-            entry["hand"] = fresh_runs(lambda: con.execute(HAND_BOUNDS[name].format(k=next(k))).fetchall(), repeats)
-            entry["q_floor"] = fresh_runs(lambda: con.execute(Q_FLOORS[name].format(k=next(k))).fetchall(), repeats)
+            entry["hand"] = timed(lambda: con.execute(HAND_BOUNDS[name].format(k=next(k))).fetchall(), repeats)
+            entry["q_floor"] = timed(lambda: con.execute(Q_FLOORS[name].format(k=next(k))).fetchall(), repeats)
         out[name] = entry
     con.close()
     return out
-
-
-def fresh_runs(action, repeats: int) -> dict:
-    """One warm-up, then ``repeats`` timed runs (each makes its own new text)."""
-    action()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return stats(times)
 
 
 def open_dpsql(db_path: Path, **options):
@@ -124,7 +113,7 @@ def worker_dpsql(db_path: Path, repeats: int, names: list[str]) -> dict:
 
         try:
             released = [answer()]  # also builds the bounded copy, outside the timed runs
-            entry = {"total": fresh_runs(lambda: released.append(answer()), repeats), "rows": released[-1]}
+            entry = {"total": timed(lambda: released.append(answer()), repeats), "rows": released[-1]}
         except Exception as error:
             out[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
             continue
@@ -159,7 +148,7 @@ def split_times(db, spec: dict, repeats: int, k) -> dict:
             cursor.execute(statement.sql, db._salt_for(statement.needs_salt) or {}).fetchall()
         return time.perf_counter() - start
 
-    prepare = fresh_runs(prepared, repeats)
+    prepare = timed(prepared, repeats)
     run_bounded()
     bounded = stats([run_bounded() for _ in range(repeats)])
     cursor.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 from sqlglot import exp
-from test_types import TYPES
+from test_types import TYPES, every_type  # noqa: F401 (a fixture)
 
 import dpsql
 from dpsql.analysis.analyse import analyse_query
@@ -29,13 +29,10 @@ SHAPES = ('SELECT "{c}", COUNT(*) FROM every GROUP BY "{c}"',
 
 
 @pytest.fixture(scope="module")
-def db():
-    con = duckdb.connect()
-    con.execute("CREATE TYPE mood AS ENUM ('a', 'b', 'c')")
-    columns = ", ".join(f'{value} AS "{name.lower()}"' for name, value in TYPES.items())
-    con.execute(f"CREATE TABLE every AS SELECT i AS uid, {columns} FROM range(30) r(i)")
-    con.execute("CREATE TABLE pub AS SELECT * EXCLUDE (uid) FROM every LIMIT 3")
-    with dpsql.connect(con, policy=POLICY) as connection:
+def db(every_type):  # noqa: F811 (the fixture imported from test_types)
+    """test_types' table of a column of every type, with a public table of three of its rows."""
+    every_type.execute("CREATE OR REPLACE TABLE pub AS SELECT * EXCLUDE (uid) FROM every LIMIT 3")
+    with dpsql.connect(every_type, policy=POLICY) as connection:
         yield connection
 
 
