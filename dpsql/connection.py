@@ -43,6 +43,7 @@ from dpsql.analysis.domains import (
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
+from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.persisted import copies_directory
@@ -132,7 +133,7 @@ from dpsql.suggest import plan_suggestion, run_suggestion
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
             analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
             memory_limit: str | None = None, eager_bounding: bool = False, persist_copies: bool = False,
-            progress: bool | None = None) -> "Connection":
+            progress: bool | None = None, request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
 
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
@@ -142,7 +143,10 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     policy's ``BUDGET PER ANALYST`` as well as the total, and ``db.ledger()`` shows them only
     their own entries (``None``, the curator, sees all). ``rng``: a noise source for tests;
     production uses the cryptographically secure default. ``query_timeout``: seconds a query
-    may run before it fails (charged, like any run-time failure); ``memory_limit``: DuckDB's
+    may run before it fails (charged, like any run-time failure); ``request_timeout``: the most
+    seconds one request of many statements (a stream, a fit) may take, counted before its charge
+    as its statements times ``query_timeout`` (one longer is refused, nothing charged; it is
+    never stopped by the time it actually took, which one person's rows could tip); ``memory_limit``: DuckDB's
     memory limit for databases dpsql opens (default half the machine's memory).
     ``eager_bounding``: build every private table's bounded copy now, so that no query's time
     includes a scan of a raw private table (otherwise each is built by the first query reading it).
@@ -163,7 +167,7 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     """
     return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng,
                       query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding,
-                      persist_copies=persist_copies, progress=progress)
+                      persist_copies=persist_copies, progress=progress, request_timeout=request_timeout)
 
 
 def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
@@ -263,7 +267,7 @@ class Connection:
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
                  eager_bounding: bool = False, persist_copies: bool = False, progress: bool | None = None,
-                 _replacing: bool = False):
+                 request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT, _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out",
@@ -281,7 +285,8 @@ class Connection:
             if ledger is None and self._engine.path is not None:
                 ledger = Path(f"{self._engine.path}.ledger")
             self._ledger = Ledger.open(ledger)
-            self._executor = Executor(self._ledger, self._engine)
+            self._executor = Executor(self._ledger, self._engine,
+                                      check_timeout(request_timeout, "request_timeout"))
             try:
                 self.policy: Policy = self._load_policy(policy, _replacing)
                 self._catalog = self._engine.catalog()
@@ -739,7 +744,8 @@ class Connection:
 
         return self._executor.execute_adaptive(
             charge, lambda fetch: run_suggestion(plan, fetch, self._rng, self._engine.dialect),
-            failure="the suggestion failed while running; its cost was charged and nothing was released")
+            failure="the suggestion failed while running; its cost was charged and nothing was released",
+            statements=plan.statements, what="this suggestion")
 
     def estimate_limits(self, epsilon: Any = None, tables: Any = None, *,
                         only_missing: bool = False) -> dict[str, RecordedDrop]:

@@ -79,6 +79,13 @@ class UnsupportedQuery(DPError):
     code = "unsupported_query"
 
 
+class RequestTooLong(UnsupportedQuery):
+    """A request of many statements (a stream, a fit) whose public time bound — its statements
+    times the per-statement limit — passes the curator's limit per request; nothing charged."""
+
+    code = "request_too_long"
+
+
 class PolicyError(DPError):
     """The policy text or object is malformed, or does not match the database."""
 

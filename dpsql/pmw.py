@@ -224,5 +224,5 @@ def open_pmw(db, table: str, columns: Any, epsilon: Any, delta: Any, max_updates
                                  analyst=db.analyst, analyst_total=db._analyst_accountant,
                                  policies=db._agreed_policies)
 
-    db._executor.execute_adaptive(charge, session._start, failure=FAILED)
+    db._executor.execute_adaptive(charge, session._start, failure=FAILED, statements=1)
     return session

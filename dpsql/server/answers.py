@@ -28,6 +28,7 @@ from dpsql.errors import (
     InvalidParameter,
     PolicyError,
     QueryFailed,
+    RequestTooLong,
 )
 from dpsql.explain import summary
 from dpsql.server import intervals
@@ -50,6 +51,7 @@ SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
     (BudgetExceeded, "53400"),  # configuration_limit_exceeded: the budget is the limit
     (PolicyNotInForce, "55000"),  # object_not_in_prerequisite_state: the curator's to fix
     (InvalidParameter, "22023"),  # invalid_parameter_value
+    (RequestTooLong, "54000"),  # program_limit_exceeded: too many statements for one request
     (QueryFailed, "58000"),  # system_error: failed after the charge, no detail by design
     (InternalFailure, "XX000"),  # internal_error: a bug in dpsql, nothing released
     (PolicyError, "42501"),  # insufficient_privilege
