@@ -104,6 +104,13 @@ class InvalidParameter(DPError):
     code = "invalid_parameter"
 
 
+class InsecureFile(DPError):
+    """A file holding the curator's secrets (the ledger, the users file, the persisted copies)
+    that another user owns or could read or change: refused before anything is read from it."""
+
+    code = "insecure_file"
+
+
 class QueryFailed(DPError):
     """The query failed at run time after its charge; the message carries no data."""
 

@@ -354,11 +354,13 @@ def test_unusable_paths_are_clear_errors(tmp_path):
         Ledger.open(tmp_path / "missing" / "ledger.db")
     not_sqlite = tmp_path / "notes.txt"
     not_sqlite.write_text("hello, this is not a database" * 100)
+    not_sqlite.chmod(0o600)  # the curator's alone, as a ledger must be (tests/test_secret_files.py)
     with pytest.raises(DPError, match="cannot open the ledger"):
         Ledger.open(not_sqlite)
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as connection:
         connection.execute("CREATE TABLE t (x)")
+    other.chmod(0o600)
     with pytest.raises(DPError, match="not a dpsql ledger"):
         Ledger.open(other)
     ledger = Ledger.open(None)

@@ -72,6 +72,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from dpsql.budget.accounting import Accountant, Spend, Tally, accountant_for
+from dpsql.budget.private_files import create_owner_only, refuse_exposed
 from dpsql.errors import DPError, InternalError, PolicyError
 
 if TYPE_CHECKING:
@@ -476,6 +477,8 @@ class _transaction:
 
 def _connect(path: str | None) -> sqlite3.Connection:
     """Open the file in WAL mode with fsync on every commit, creating the schema if new."""
+    if path is not None:
+        _claim(path)
     try:
         connection = sqlite3.connect(
             ":memory:" if path is None else path,
@@ -495,6 +498,22 @@ def _connect(path: str | None) -> sqlite3.Connection:
             raise _open_error(path, error) from error
         raise
     return connection
+
+
+def _claim(path: str) -> None:
+    """Make sure the ledger and SQLite's files beside it are the curator's alone before SQLite
+    reads a byte (``dpsql.budget.private_files``): a new ledger is created 0600 here, and SQLite
+    gives the side files it makes later the same mode; an existing one is refused when anyone
+    else could read or change it."""
+    try:
+        if not create_owner_only(path) and not refuse_exposed(path, "the ledger"):
+            raise DPError(f"the ledger at {path} is a link to nothing", hint="remove the link, or pass "
+                          "ledger=... the path of the ledger itself")
+    except OSError as error:  # no such directory, no permission: SQLite would fail the same way
+        raise DPError(f"cannot open the ledger at {path}: {error.strerror or error}",
+                      hint="pass ledger=... a writable path") from None
+    for side in LEDGER_SIDE_FILES:
+        refuse_exposed(f"{path}{side}", "the ledger's SQLite file")
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:

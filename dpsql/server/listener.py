@@ -59,6 +59,7 @@ class Server:
         self.users_path = settings.users_path
         self.user_names = UserNames(settings.users_path)
         """The users file's names, re-read when it changes: asked before every query."""
+        self.user_names()  # a users file others could read or change is refused now, not at a login
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
