@@ -248,7 +248,7 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
                      "max_above": stream.max_above, "value_epsilon": stream.value_epsilon,
                      "neighbours": connection.policy.neighbours},
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies)
+            policies=connection._agreed_policies, cancel=connection._cancel)
 
     limit = getattr(connection._engine, "_timeout", None)
     started = time.monotonic()
