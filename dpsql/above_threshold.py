@@ -245,7 +245,7 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
                      "max_above": stream.max_above, "value_epsilon": stream.value_epsilon,
                      "neighbours": connection.policy.neighbours},
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies)
+            policies=connection._agreed_policies, cancel=connection._cancel)
 
     def run(fetch) -> list[tuple[bool | None, int | None]]:
         svt = AboveThreshold(stream.threshold, 1, stream.epsilon, stream.max_above, connection._rng)

@@ -67,7 +67,7 @@ from dpsql.bias import (
     with_bounding,
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
-from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
+from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
 from dpsql.calls import Call, mechanism, recognise
 from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
 from dpsql.errors import (
@@ -264,6 +264,9 @@ class _Answered:
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
+    _cancel: Cancellation | None = None
+    """The cancel of the one call this view serves (``acting_for``), passed to every charge."""
+
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
                  eager_bounding: bool = False, persist_copies: bool = False, progress: bool | None = None,
@@ -456,7 +459,8 @@ class Connection:
         def charge() -> int:
             return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=options,
                                        analyst=self.analyst, key=priced.repeat_key,
-                                       analyst_total=self._analyst_accountant, policies=self._agreed_policies)
+                                       analyst_total=self._analyst_accountant, policies=self._agreed_policies,
+                                       cancel=self._cancel)
 
         def release(fetched: list[list[tuple]]) -> _Answered:
             exact = self._read_keys(fetched[0], keys)
@@ -740,7 +744,7 @@ class Connection:
                                        options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
                                                 "group_by": plan.group_by},
                                        analyst=self.analyst, analyst_total=self._analyst_accountant,
-                                       policies=self._agreed_policies)
+                                       policies=self._agreed_policies, cancel=self._cancel)
 
         return self._executor.execute_adaptive(
             charge, lambda fetch: run_suggestion(plan, fetch, self._rng, self._engine.dialect),
@@ -788,7 +792,7 @@ class Connection:
                 return self._ledger.charge(cost, self._accountant, sql=f"ESTIMATE LIMITS {plan.table}",
                                            options={"epsilon": epsilon, "rows_per_unit": plan.rows_per_unit},
                                            analyst=self.analyst, key=key, analyst_total=self._analyst_accountant,
-                                           policies=self._agreed_policies)
+                                           policies=self._agreed_policies, cancel=self._cancel)
 
             def release(fetched: list[list[tuple]], plan: DroppedPlan = plan) -> RecordedDrop:
                 kept, dropped = fetched[0][0]
@@ -841,12 +845,14 @@ class Connection:
         all of them for the curator, only the analyst's own for a connection with an analyst."""
         return self._ledger.entries(self.analyst)
 
-    def acting_for(self, analyst: str | None) -> "Connection":
+    def acting_for(self, analyst: str | None, cancel: Cancellation | None = None) -> "Connection":
         """This connection as one analyst's (``None``: the curator's): the same database, ledger,
         policy and caches, its queries charged to ``analyst`` and its budget and ledger theirs.
         The server gives every call its own view, so a query running in one thread is charged to
         its own analyst whatever another thread's call is acting for (``dpsql.server.answers``).
-        Closing a view closes the connection it views.
+        ``cancel``: the call's cancel (a PostgreSQL cancel request), which stops any charge of the
+        call that has not committed yet (``Ledger.charge``). Closing a view closes the connection
+        it views.
 
         >>> db = connect({"t": __import__("pandas").DataFrame({"x": [1]})}, "BUDGET EPSILON 1; PUBLIC TABLE t;")
         >>> db.acting_for("alice").analyst, db.analyst
@@ -856,7 +862,7 @@ class Connection:
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or None for the curator")
         view = copy.copy(self)
-        view.analyst = analyst
+        view.analyst, view._cancel = analyst, cancel
         return view
 
     def tables(self) -> list[str]:

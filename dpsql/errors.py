@@ -117,6 +117,13 @@ class QueryFailed(DPError):
     code = "query_failed"
 
 
+class Cancelled(DPError):
+    """The statement was cancelled (a PostgreSQL cancel request) before its charge committed:
+    nothing was charged, nothing read (``dpsql.budget.ledger.Cancellation``)."""
+
+    code = "cancelled"
+
+
 class MissingDependency(DPError, ImportError):
     """An optional package a method needs is not installed (``DPResult.pl()`` needs polars)."""
 

@@ -376,7 +376,7 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
                      "sample_rate": None if fit.rate is None else str(fit.rate),
                      "neighbours": connection.policy.neighbours},
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies))
+            policies=connection._agreed_policies, cancel=connection._cancel))
         return entries[-1]
 
     def run(fetch) -> dict:

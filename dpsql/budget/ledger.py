@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING
 
 from dpsql.budget.accounting import Accountant, Spend, Tally, accountant_for
 from dpsql.budget.private_files import create_owner_only, refuse_exposed
-from dpsql.errors import DPError, InternalError, PolicyError
+from dpsql.errors import Cancelled, DPError, InternalError, PolicyError
 
 if TYPE_CHECKING:
     import pandas
@@ -158,6 +158,43 @@ class PolicyChange:
     """The policy text stored since."""
 
 
+class Cancellation:
+    """One call's cancel, handed down to the charges it makes (the server makes one per
+    statement: ``Connection.acting_for``). A cancel requested before a charge commits stops it:
+    ``charge`` checks first and again just before ``COMMIT``, rolling back, so a cancel sent while
+    the call waited for the ledger's lock is honoured once it has the lock. A cancel requested
+    after that finds ``charged`` set: the charge stays, and the caller withholds the answer.
+
+    >>> cancel = Cancellation()
+    >>> cancel.request()
+    >>> cancel.check()
+    Traceback (most recent call last):
+    dpsql.errors.Cancelled: canceling statement due to user request; nothing was charged
+    """
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+        self.charged = False
+        """Set once a charge made under this cancellation has committed."""
+
+    def request(self) -> None:
+        """Cancel (from any thread)."""
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` if a cancel was requested, saying truly what was charged."""
+        if not self._requested.is_set():
+            return
+        if self.charged:  # a call of several charges, cancelled between them
+            raise Cancelled("canceling statement due to user request; what it had charged before stays "
+                            "charged, and nothing was released")
+        raise Cancelled("canceling statement due to user request; nothing was charged")
+
+
 class Ledger:
     """A privacy budget ledger in one SQLite file, or privately in memory.
 
@@ -198,6 +235,7 @@ class Ledger:
         key: str | None = None,
         analyst_total: Accountant | Spend | None = None,
         policies: frozenset | None = None,
+        cancel: Cancellation | None = None,
     ) -> int:
         """Record ``cost`` and return the entry id, or raise ``BudgetExceeded`` if it does not
         fit: after every committed entry, in ``total``'s accountant (a bare ``Spend`` means
@@ -205,7 +243,9 @@ class Ledger:
         ``policies``: the stored policy texts (``None``: none stored) the accountants were
         built from; the charge is refused with a ``PolicyError`` when the policy stored now is
         none of them (``dpsql init --replace`` ran since), so the stored budget always rules.
-        One IMMEDIATE transaction: atomic across threads and processes."""
+        ``cancel``: the call's ``Cancellation``; a cancel requested before ``COMMIT`` rolls the
+        charge back and raises ``Cancelled``. One IMMEDIATE transaction: atomic across threads
+        and processes."""
         budget = _accountant(total)
         analyst_budget = None if analyst_total is None else _accountant(analyst_total)
         if not isinstance(cost, Spend):
@@ -214,6 +254,8 @@ class Ledger:
             raise InternalError(f"a negative charge would be a refund: {cost}")
         options_json = _options_json(options)
         rho = None if cost.rho is None else _fraction_text(cost.rho)
+        if cancel is not None:
+            cancel.check()
         with self._connected() as connection:
             with _transaction(connection, self.path, _CHARGING):
                 if policies is not None:
@@ -232,9 +274,13 @@ class Ledger:
                 entry_id = cursor.lastrowid
                 if entry_id is None:
                     raise InternalError("the ledger's INSERT returned no row id")
+                if cancel is not None:  # the last moment to stop: cancelled while it waited for the lock
+                    cancel.check()
             # Only once committed: a rolled-back id may be reused by the next writer.
             self._seen_id, self._seen_tally = entry_id, overall.add(cost)
             self._seen_by_analyst[analyst] = by_analyst.get(analyst, Tally()).add(cost)
+            if cancel is not None:
+                cancel.charged = True
             return entry_id
 
     def record_answer(self, entry_id: int, answer: str) -> None:

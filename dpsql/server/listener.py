@@ -82,10 +82,11 @@ class Server:
         return next(self._pids)
 
     def cancel(self, pid: int, key: int) -> None:
-        """A CancelRequest: the session's running answer is withheld (its charge stays)."""
+        """A CancelRequest: the session's running statement is stopped before its charge commits,
+        or its answer withheld after (``dpsql.server.session.run``)."""
         found = self._sessions.get(pid)
         if found is not None and secrets.compare_digest(str(found.key), str(key)):
-            found.cancelled = True
+            found.cancellation.request()
 
     async def answer(self, statement, analyst, function):
         """``function(statement, analyst, shared)`` in a worker thread, in ``analyst``'s turn."""
