@@ -118,7 +118,7 @@ def _scales_after_post(post: exp.Select, core: list[str], totals: set[str]) -> b
     True
     >>> ok("SELECT g0 AS g, a0 AS n FROM dp_core ORDER BY a0 % 7"), ok("SELECT a0 * 2 AS n FROM dp_core")
     (False, False)
-    >>> ok("SELECT a1 AS m, a0 AS n FROM dp_core ORDER BY m + 1"), ok("SELECT a1 AS m, a0 AS n FROM dp_core ORDER BY -n")
+    >>> ok("SELECT a1 AS m, a0 AS n FROM dp_core ORDER BY m + 1"), ok("SELECT a0 AS n FROM dp_core ORDER BY -n")
     (True, False)
     """
     bare = post.copy()

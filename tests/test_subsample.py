@@ -423,8 +423,8 @@ def test_scaled_intervals_cover_the_table_total():
     assert noise_only <= 64
 
 
-@pytest.mark.parametrize("order", ["ORDER BY g", "ORDER BY n DESC, g LIMIT 1", "ORDER BY UPPER(g) DESC", "ORDER BY 2, 1",
-                                   "ORDER BY m + 1, g OFFSET 1"])
+@pytest.mark.parametrize("order", ["ORDER BY g", "ORDER BY n DESC, g LIMIT 1", "ORDER BY UPPER(g) DESC",
+                                   "ORDER BY 2, 1", "ORDER BY m + 1, g OFFSET 1"])
 def test_scale_sample_orders_and_limits_by_keys_and_totals_as_they_are(order):
     """ORDER BY and LIMIT on keys, or on totals as they are, mean the same before and after the
     division by p (it keeps every order): accepted, and each row keeps its own scaled interval."""

@@ -220,7 +220,8 @@ def total_post(post: exp.Select) -> exp.Select:
     SELECT g0 AS k, TRY(CAST(a0 * 30 AS TINYINT)) AS v, dp_row
     dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)
     """
-    runs = null_on_zero_divisors(post.copy())
+    runs = post.copy()
+    null_on_zero_divisors(runs)
     for item in runs.expressions:
         value = item.unalias()
         if _can_fail(value):
