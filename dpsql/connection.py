@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from dpsql.above_threshold import plan_stream, run_stream
 from dpsql.accuracy import aggregates_of, cut_half_width, output_cells
-from dpsql.analysis.aggregates import counts_rows, plain_projection, total_post
+from dpsql.analysis.aggregates import counts_rows, null_on_zero_divisors, plain_projection, total_post
 from dpsql.analysis.domains import (
     domain_parts,
     domain_text,
@@ -95,7 +95,7 @@ from dpsql.local_query import (
 )
 from dpsql.mechanisms.noise import secret_key
 from dpsql.noise_rows import noise_rows_notes
-from dpsql.notes import thin_answer_notes
+from dpsql.notes import null_cells_notes, thin_answer_notes
 from dpsql.options import exact_parameter, max_keys, merge_options, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
@@ -987,6 +987,7 @@ class Connection:
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
         notes = [] if limited else thin_answer_notes(plan, len(rows), checked.post)
+        notes += null_cells_notes(checked.outputs, checked.post, rows)
         try:
             notes += noise_rows_notes(plan, checked, rows, cells)
         except Exception:  # advisory, after the charge: the answer is released without it
@@ -1062,7 +1063,8 @@ class Connection:
         LIMIT or DISTINCT: it is shown whatever they say); ``None`` if that fails. Released
         values only: nothing private is read."""
         try:
-            select = exp.Select(expressions=[e.copy() for e in checked.post.expressions]).from_("dp_core")
+            select = exp.Select(expressions=[null_on_zero_divisors(e.copy()) for e in checked.post.expressions])
+            select = select.from_("dp_core")  # a ratio over a noisy 0 is NULL here too, as in the rows
             _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core], select)
             return tuple(rows[0])
         except Exception:  # a post-processing error on NULL keys: the outputs are left out
