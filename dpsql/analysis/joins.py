@@ -182,23 +182,24 @@ def refuse_public_preserved(left, right, side: str, join: exp.Join) -> None:
     >>> visits = SimpleNamespace(label="visits")
     >>> stores = PublicSide(exp.to_table("stores"), {}, {}, "stores")
     >>> join = sqlglot.parse_one("SELECT 1 FROM visits RIGHT JOIN stores ON true").args["joins"][0]
-    >>> try:
+    >>> try:  # doctest: +NORMALIZE_WHITESPACE
     ...     refuse_public_preserved(visits, stores, "RIGHT", join)
     ... except DPError as refused:
     ...     print(refused.message); print(refused.hint)
-    RIGHT JOIN keeps every row of stores, a public table: those that match no row of visits would belong to no privacy unit
+    RIGHT JOIN keeps every row of stores, a public table: those that match no row of visits would
+    belong to no privacy unit
     write visits LEFT JOIN stores ON ... (it keeps every row of visits), or an inner JOIN
     """
     if side == "FULL":
         private = next((part for part in (left, right) if not isinstance(part, PublicSide)), left)
         public = right if private is left else left
-        kept = f"every row of {public.label}, a public table" if isinstance(public, PublicSide) \
+        both = f"every row of {public.label}, a public table" if isinstance(public, PublicSide) \
             else f"the rows of both {left.label} and {right.label}"
-        refuse(join, f"FULL JOIN keeps {kept}: those that match no row of the other side would belong to no "
+        refuse(join, f"FULL JOIN keeps {both}: those that match no row of the other side would belong to no "
                "privacy unit", f"write {private.label} LEFT JOIN {public.label} ON ... (it keeps every row of "
                f"{private.label}), or an inner JOIN")
-    kept, other = (left, right) if side == "LEFT" else (right, left) if side == "RIGHT" else (None, None)
-    if isinstance(kept, PublicSide):
+    kept, other = (left, right) if side == "LEFT" else (right, left)
+    if side in ("LEFT", "RIGHT") and isinstance(kept, PublicSide):
         refuse(join, f"{side} JOIN keeps every row of {kept.label}, a public table: those that match no row of "
                f"{other.label} would belong to no privacy unit",
                f"write {other.label} LEFT JOIN {kept.label} ON ... (it keeps every row of {other.label}), "
