@@ -138,3 +138,21 @@ def test_explain_in_psql_is_a_summary_and_verbose_adds_the_sql_that_runs(server)
     assert "bounded SQL of m0, run on its own (the quantile's histogram):" in median
     assert "dp_none" not in "\n".join(median) and not any("SELECT" in line for line in median_short)
     assert str(server.settings.users_path.parent) not in done.stdout + done.stderr
+
+
+def test_the_interval_notice_counts_one_more_row_in_the_singular():
+    """An answer one row longer than the notice lists said "… 1 more rows"."""
+    from dpsql.server.intervals import LISTED_ROWS, notice
+
+    class Answer:
+        columns = ["store", "n"]
+        rows = [(f"s{i}", i) for i in range(LISTED_ROWS + 1)]
+
+        def __iter__(self):
+            return iter(self.rows)
+
+    found = {"n": [(i - 1.0, i + 2.0, 1.5) for i in range(LISTED_ROWS + 1)]}  # asymmetric: listed by row
+    assert "… 1 more row: OPTIONS (intervals = true)" in notice(Answer(), found)
+    found["n"].append((0.0, 3.0, 1.5))
+    Answer.rows.append(("s", 1))
+    assert "… 2 more rows: OPTIONS" in notice(Answer(), found)

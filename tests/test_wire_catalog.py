@@ -240,3 +240,94 @@ def test_catalog_look_ups_cannot_read_duckdbs_settings_or_count_far(server, sql)
             connection.execute(sql)
     assert refused.value.sqlstate in ("0A000", "42P01", "42601"), refused.value
     assert not re.search(r"/tmp|\.tmp|memory_limit =", str(refused.value))
+
+
+def connect(server):
+    psycopg = pytest.importorskip("psycopg")
+    return psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password=PASSWORD,
+                           connect_timeout=5, autocommit=True)
+
+
+ENGINE_WORDS = re.compile(r"(Catalog|Binder|Conversion|Parser|INTERNAL) Error|does not exist!|duckdb", re.IGNORECASE)
+"""DuckDB's own words in an error: what an analyst must never read (issue 35)."""
+
+
+def test_current_user_and_its_synonyms_answer_the_signed_in_analyst(server):
+    """``SELECT current_user`` answered DuckDB's user, "duckdb"."""
+    psycopg = pytest.importorskip("psycopg")
+    with connect(server) as connection:
+        cursor = connection.execute("SELECT current_user, user, session_user, current_role, current_user() AS called")
+        assert [column.name for column in cursor.description] == ["current_user", "user", "session_user",
+                                                                  "current_role", "called"]
+        assert cursor.fetchall() == [("alice",) * 5]
+        assert connection.execute("SELECT 1 AS user WHERE current_user = 'alice'").fetchall() == [(1,)]
+        for sql in ('SELECT "user"', "SELECT main.current_user()", "SELECT system.main.session_user()"):
+            with pytest.raises(psycopg.Error) as refused:  # DuckDB's own spellings: never "duckdb"
+                connection.execute(sql)
+            assert refused.value.sqlstate == "0A000" and not ENGINE_WORDS.search(str(refused.value)), sql
+
+
+PGCLI_STARTUP = [
+    "show time zone",
+    "SELECT * FROM unnest(current_schemas(true))",
+    "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_namespace n "
+    "ON n.oid = c.relnamespace WHERE c.relkind = ANY('{r,p,f}') ORDER BY 1, 2",
+    "SELECT nsp.nspname, cls.relname, att.attname, att.atttypid::regtype::text AS type_name, "
+    "pg_catalog.pg_get_expr(def.adbin, def.adrelid, true) AS dflt FROM pg_catalog.pg_attribute att "
+    "JOIN pg_catalog.pg_class cls ON att.attrelid = cls.oid JOIN pg_catalog.pg_namespace nsp "
+    "ON cls.relnamespace = nsp.oid LEFT JOIN pg_attrdef def ON def.adrelid = att.attrelid AND def.adnum = att.attnum "
+    "WHERE cls.relkind = ANY('{v,m}') AND NOT att.attisdropped AND att.attnum > 0 ORDER BY 1, 2, att.attnum",
+    "SELECT n.nspname, p.proname, p.proargnames, COALESCE(proallargtypes::regtype[], proargtypes::regtype[])::text[], "
+    "prorettype::regtype::text, p.prokind = 'a', p.proretset, d.deptype = 'e', pg_get_expr(proargdefaults, 0) "
+    "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+    "LEFT JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e' "
+    "WHERE p.prorettype::regtype != 'trigger'::regtype ORDER BY 1, 2",
+]
+"""What pgcli asks on connecting (its completions), in its forms: a text array literal compared
+with ``= ANY``, ``::regtype[]`` casts (which did not parse, so the look-up went to dpsql)."""
+
+
+@pytest.mark.parametrize("sql", PGCLI_STARTUP, ids=lambda sql: sql[:40])
+def test_what_pgcli_asks_on_connecting_is_answered(server, sql):
+    with connect(server) as connection:
+        cursor = connection.execute(sql)
+        assert cursor.description is not None
+        rows = cursor.fetchall()
+    if "ANY('{r,p,f}')" in sql:
+        assert rows == [("main", "stores"), ("main", "users"), ("main", "visits")]
+    if "pg_proc" in sql:
+        assert rows == []  # DuckDB's functions (read_text, glob...) are not the database's
+
+
+def test_pg_settings_holds_the_fixed_settings_only(server):
+    """pg_settings was refused as an unknown table; it is SHOW's fixed settings, never DuckDB's."""
+    psycopg = pytest.importorskip("psycopg")
+    with connect(server) as connection:
+        rows = dict(connection.execute("SELECT name, setting FROM pg_catalog.pg_settings").fetchall())
+        assert rows["TimeZone"] == "UTC" and rows["server_version"] == "16.0"
+        assert not {"memory_limit", "temp_directory", "threads", "home_directory"} & {name.lower() for name in rows}
+        with pytest.raises(psycopg.Error) as refused:  # a reference the server cannot point at the fixed ones
+            connection.execute("WITH pg_settings AS (SELECT 1 AS x) SELECT * FROM pg_settings")
+        assert refused.value.sqlstate == "0A000"
+
+
+@needs_psql
+@pytest.mark.parametrize("command", [r"\df", r"\df+", r"\da", r"\dT+", r"\dconfig", r"\dconfig *zone*"])
+def test_psql_lists_functions_types_and_settings(server, command):
+    """Each failed with DuckDB's words (a missing ``pg_get_function_result``, type ``pg_catalog.text``,
+    table ``pg_settings``)."""
+    output = psql(server, command)
+    if command == r"\dconfig *zone*":
+        assert [row[:2] for row in cells(output)[1:]] == [["TimeZone", "UTC"]]
+
+
+@needs_psql
+@pytest.mark.parametrize("command", [r"\dc", r"\dC", r"\dd", r"\dL", r"\do", r"\dO", r"\dX", r"\dy", r"\sf foo",
+                                     "SELECT 'x'::int", "SELECT * FROM information_schema.routines"])
+def test_a_catalog_command_beyond_the_emulated_catalog_is_refused_in_dpsqls_words(server, command):
+    """They answered with DuckDB's error text ("Catalog Error: Table with name pg_cast does not exist!")."""
+    environment = {**os.environ, "PGPASSWORD": PASSWORD, "PGCONNECT_TIMEOUT": "5"}
+    done = subprocess.run([PSQL, "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice", "-d", "shop", "-X",
+                           "-c", command], env=environment, capture_output=True, text=True, timeout=30)
+    assert "ERROR:  this catalog look-up " in done.stderr, done.stderr
+    assert not ENGINE_WORDS.search(done.stderr), done.stderr

@@ -27,7 +27,7 @@ from dpsql.analysis.bind import (
 from dpsql.analysis.domains import narrow_keys
 from dpsql.analysis.from_clause import build_relation, touches_private
 from dpsql.analysis.plan import GroupKey, PrivateQuery, PublicQuery
-from dpsql.errors import DPError
+from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.policy.model import KeyDomain, Policy, PrivateTable
 from dpsql.sql.allowlist import (
     ROW_LEVEL_FUNCTIONS,
@@ -68,6 +68,7 @@ def _check(tree: exp.Expression, policy: Policy, catalog: Catalog,
     ctes = _ctes(tree, policy, catalog)
     tables = [t for t in tree.find_all(exp.Table) if t.db or t.name.lower() not in ctes]
     if not tables:
+        refuse_identity(tree)
         refuse(tree, "a query must read a declared table", "add FROM <table>")
     for table in tables:
         bind_table(table, policy, catalog)
@@ -77,6 +78,37 @@ def _check(tree: exp.Expression, policy: Policy, catalog: Catalog,
     tree.set("with_", None)
     tree.set("with", None)
     return _check_private(tree, policy, catalog, data, ctes)
+
+
+IDENTITY_WORDS = ("user", "current_role")
+"""PostgreSQL's words for who is asking that sqlglot reads as columns (``current_user`` and
+``session_user`` are its own nodes)."""
+
+
+def refuse_identity(tree: exp.Expression) -> None:
+    """Refuse a query that asks who is asking (``SELECT current_user``): the server answers it
+    with the analyst its session authenticated; a local connection has no session, and the
+    analyst it charges is the curator's argument, not an identity.
+
+    >>> import sqlglot
+    >>> try:
+    ...     refuse_identity(sqlglot.parse_one("SELECT user"))
+    ... except UnsupportedQuery as refused:
+    ...     print(refused.message)
+    user names the analyst a server session authenticated, and a local connection has none
+    """
+    for node in tree.find_all(exp.CurrentUser, exp.SessionUser, exp.Column):
+        if isinstance(node, exp.Column):
+            if node.table or node.this.quoted or node.name.lower() not in IDENTITY_WORDS:
+                continue
+            word = node.name.lower()
+        else:
+            word = "current_user" if isinstance(node, exp.CurrentUser) else "session_user"
+        raise UnsupportedQuery(f"{word} names the analyst a server session authenticated, and a local "
+                               "connection has none", construct=word, node=node,
+                               hint="the analyst this connection charges is db.analyst (None: the curator)",
+                               hints={"cli": "the analyst charged is the one --analyst names (none: the curator)",
+                                      "shell": "the analyst charged is the one the shell was started with"})
 
 
 def _ctes(tree: exp.Expression, policy: Policy, catalog: Catalog) -> dict:

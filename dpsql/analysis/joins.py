@@ -59,12 +59,9 @@ def join_relations(left, right, join: exp.Join, data: Backend | None,
         refuse(join, "two public tables joined before the private one are not supported",
                "name the private table first (FROM t JOIN p ON ... JOIN q ON ...), or join the public "
                "tables in a subquery: FROM t JOIN (SELECT ... FROM p JOIN q ON ...) AS pq ON ...")
+    refuse_public_preserved(left, right, side, join)
     if side == "RIGHT":  # a RIGHT JOIN keeps the right side: the same as the mirrored LEFT JOIN
         left, right, side = right, left, "LEFT"
-    # Which side keeps all its rows: it must be a private one, so no row lacks a unit.
-    if side == "FULL" or (side == "LEFT" and isinstance(left, PublicSide)):
-        refuse(join, f"{side} JOIN here would make rows that belong to no privacy unit",
-               "use an inner join, or keep the private table on the preserved side")
     names = _joined_names(left, right)
     scope = {**{k: names[("l", v)] for k, v in left.scope.items() if k[0] is not None},
              **{k: names[("r", v)] for k, v in right.scope.items() if k[0] is not None}}
@@ -173,6 +170,40 @@ def _truncated(relation: Relation) -> Relation:
                 f"{relation.label}: at most k = {k} rows of each unit kept before joining on the unit "
                 "(chosen by a salted hash of each row's own values)")
     return replace(relation, sql=kept, stability=relation.stability + (step,))
+
+
+def refuse_public_preserved(left, right, side: str, join: exp.Join) -> None:
+    """Refuse an outer join (``side`` as written: LEFT, RIGHT or FULL) that keeps every row of a
+    public side, or of both sides: a row kept without a match has no privacy unit. The refusal
+    names the join as written and the one to write instead.
+
+    >>> import sqlglot
+    >>> from types import SimpleNamespace
+    >>> visits = SimpleNamespace(label="visits")
+    >>> stores = PublicSide(exp.to_table("stores"), {}, {}, "stores")
+    >>> join = sqlglot.parse_one("SELECT 1 FROM visits RIGHT JOIN stores ON true").args["joins"][0]
+    >>> try:  # doctest: +NORMALIZE_WHITESPACE
+    ...     refuse_public_preserved(visits, stores, "RIGHT", join)
+    ... except DPError as refused:
+    ...     print(refused.message); print(refused.hint)
+    RIGHT JOIN keeps every row of stores, a public table: those that match no row of visits would
+    belong to no privacy unit
+    write visits LEFT JOIN stores ON ... (it keeps every row of visits), or an inner JOIN
+    """
+    if side == "FULL":
+        private = next((part for part in (left, right) if not isinstance(part, PublicSide)), left)
+        public = right if private is left else left
+        both = f"every row of {public.label}, a public table" if isinstance(public, PublicSide) \
+            else f"the rows of both {left.label} and {right.label}"
+        refuse(join, f"FULL JOIN keeps {both}: those that match no row of the other side would belong to no "
+               "privacy unit", f"write {private.label} LEFT JOIN {public.label} ON ... (it keeps every row of "
+               f"{private.label}), or an inner JOIN")
+    kept, other = (left, right) if side == "LEFT" else (right, left)
+    if side in ("LEFT", "RIGHT") and isinstance(kept, PublicSide):
+        refuse(join, f"{side} JOIN keeps every row of {kept.label}, a public table: those that match no row of "
+               f"{other.label} would belong to no privacy unit",
+               f"write {other.label} LEFT JOIN {kept.label} ON ... (it keeps every row of {other.label}), "
+               "or an inner JOIN")
 
 
 def _joined_names(left, right) -> dict:

@@ -149,13 +149,13 @@ class SharedDatabase:
         finally:
             self._leave(serving)
 
-    def catalog_answer(self, sql: str, parameters: tuple) -> tuple[list[str], list[tuple]]:
-        """A catalog look-up, from the schema of the policy in force. It waits only when the
-        stored policy was replaced (then the first call reloads)."""
+    def catalog_answer(self, sql: str, parameters: tuple, analyst: str) -> tuple[list[str], list[tuple]]:
+        """A catalog look-up by ``analyst``, from the schema of the policy in force. It waits only
+        when the stored policy was replaced (then the first call reloads)."""
         if _replaced(self._connection):
             with self._reload:
                 self._follow_stored_policy()
-        return self.catalog.answer(sql, parameters)
+        return self.catalog.answer(sql, parameters, analyst=analyst)
 
     def _enter(self) -> _Serving:
         """The connection in force, counted as running one more call: first reopened under the
@@ -318,7 +318,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
         lines = tuple((line,) for line in text.splitlines())
         return Outcome(("QUERY PLAN",), lines, f"EXPLAIN {len(lines)}")
     if catalog_query(statement.sql):
-        columns, rows = shared.catalog_answer(statement.sql, statement.parameters)
+        columns, rows = shared.catalog_answer(statement.sql, statement.parameters, analyst)
         return Outcome(tuple(columns), tuple(rows), f"SELECT {len(rows)}")
     if statement.parameters:
         return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",

@@ -19,6 +19,7 @@ False
 
 from __future__ import annotations
 
+import logging
 import re
 
 import sqlglot
@@ -31,17 +32,22 @@ from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.server.pg_compat import (
     DESCRIBING,
     FUNCTIONS,
+    IDENTITY,
     INFORMATION_VIEWS,
     SERVED,
     SHADOWS,
+    as_analyst,
+    engine_identity,
     information_view,
     served_calls,
     served_column,
+    settings_rows,
     shadowed,
 )
 from dpsql.server.statements import SETTINGS
 from dpsql.sql.names import quoted, quoted_table
 
+log = logging.getLogger("dpsql.server")
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 PG_CLASS_OID = 1259
 """PostgreSQL's OID of ``pg_class``: the ``classoid`` of a table's or column's comment."""
@@ -58,14 +64,21 @@ _OID_CASTS = re.compile(_CAST_TO + r"oid\b", re.IGNORECASE)
 _SETTING = re.compile(r"(\bpg_catalog\s*\.\s*|(?<![\w.\"]))current_setting\b", re.IGNORECASE)
 """``current_setting`` as ``reads_a_fixed_setting`` admits it (a form it does not match fails to
 bind, as ``pg_catalog.fixed_setting``)."""
-_QUALIFIED_TYPE = re.compile(r"::\s*pg_catalog\s*\.\s*", re.IGNORECASE)
-"""A cast to a type named with its schema (``::pg_catalog.text``): DuckDB knows the bare name."""
+_QUALIFIED_TYPE = re.compile(r"(::\s*|\bAS\s+(?=pg_catalog\s*\.\s*\w+\s*\)))pg_catalog\s*\.\s*", re.IGNORECASE)
+"""A cast to a type named with its schema (``::pg_catalog.text``, ``CAST(x AS pg_catalog.text)``):
+DuckDB knows the bare name."""
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"\s*COLLATE\s+pg_catalog\s*\.\s*\"?default\"?", re.IGNORECASE)
 _QUALIFIED = re.compile(r"\b(?:pg_catalog|information_schema)\s*\.\s*(\w+)\s*\(", re.IGNORECASE)
 """A function called with its schema (pg_catalog, or information_schema for pgjdbc's ``_pg_expandarray``):
 DuckDB finds the bare name in ``main`` (``pg_compat.FUNCTIONS``,
 ``array_to_string``) and then in its own pg_catalog."""
+FIXED_SETTINGS = {**SETTINGS, "default_table_access_method": "heap"}
+"""What ``current_setting`` and ``pg_settings`` answer: SHOW's settings, and one SQLAlchemy reads."""
+_ANY_ARRAY = re.compile(r"\bANY\s*\(\s*'\{([\w\s,]*)\}'(?:\s*::\s*(?:pg_catalog\s*\.\s*)?\w+\s*\[\s*\])?\s*\)",
+                        re.IGNORECASE)
+"""``= ANY('{r,p,f}')``, a PostgreSQL array literal written as text (pgcli lists tables so): DuckDB
+reads the text as a string, not a list."""
 CATALOG_TIMEOUT = 5.0
 """Seconds a catalog query may run: a look-up, never a computation."""
 
@@ -75,7 +88,9 @@ DENIED_FUNCTIONS = frozenset({"pg_sleep", "sleep", "current_setting", "set_confi
 """Functions a catalog look-up may not call: they wait, show the server's settings or count other
 sessions' work, or build values as large as the memory limit (an attacker's review)."""
 DENIED_TABLES = frozenset({"pg_settings"})
-"""Catalog views that show the server's settings (paths, user, memory) rather than the schema."""
+"""DuckDB's catalog views that show the server's settings (paths, user, memory) rather than the
+schema: a look-up reads ``pg_compat.SHADOWS``' fixed ones instead, and is refused if its
+reference stays DuckDB's (``reads_engine_settings``)."""
 MAX_ANSWER_CHARACTERS = 4 << 20
 """Largest catalog answer, in characters: a look-up lists names, it never builds large values
 (an answer waiting for a client that does not read would pin its memory)."""
@@ -90,7 +105,7 @@ def reads_catalog_only(tree: exp.Expression) -> bool:
             return False
     for table in tree.find_all(exp.Table):
         schema, name = table.db.lower(), table.name.lower()
-        if table.catalog or name in DENIED_TABLES:
+        if table.catalog:
             return False
         if schema in CATALOG_SCHEMAS or (not schema and (name.startswith("pg_") or name in ctes)):
             continue
@@ -182,7 +197,7 @@ def catalog_query(sql: str) -> bool:
     False
     """
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = sqlglot.parse_one(read_casts(sql), read="postgres")
     except (SqlglotError, RecursionError):  # deep nesting was an internal error (an attacker's review)
         return False  # dpsql's own parser refuses it, with a position
     # Only a query: `WITH t AS (...) INSERT ...` starts like one but must not reach this database.
@@ -199,7 +214,7 @@ class Catalog:
         for name, definition in FUNCTIONS.items():
             self._engine.fetch(f"CREATE MACRO {name}{definition}")
         settings = " ".join(f"WHEN {text_literal(name)} THEN {text_literal(value)}"
-                            for name, value in {**SETTINGS, "default_table_access_method": "heap"}.items())
+                            for name, value in FIXED_SETTINGS.items())
         self._engine.fetch(f"CREATE MACRO fixed_setting(name) AS CASE lower(name) {settings} END, "
                            f"(name, missing_ok) AS CASE lower(name) {settings} END")
         for table, columns in tables.items():
@@ -208,9 +223,12 @@ class Catalog:
                 self._engine.fetch(f"CREATE SCHEMA IF NOT EXISTS {quoted(parts[0])}")
             listed = ", ".join(f"{quoted(name)} {kind}" for name, kind in columns.items())
             self._engine.fetch(f"CREATE TABLE {quoted_table(table)} ({listed})")
-        values = {"database": text_literal(database), "descriptions": self._descriptions(comments or {})}
+        values = {"database": text_literal(database), "descriptions": self._descriptions(comments or {}),
+                  "settings": settings_rows(FIXED_SETTINGS)}
         for name, body in SHADOWS.items():
             self._engine.fetch(f"CREATE MACRO {name}() AS TABLE {body.format(**values)}")
+        for macro in IDENTITY.values():
+            self._engine.fetch(f"CREATE MACRO {macro}(analyst) AS analyst")
         for macro, definition in SERVED.values():
             self._engine.fetch(f"CREATE MACRO {macro}{definition.format(**values)}")
         for view in INFORMATION_VIEWS:  # its columns as this DuckDB has them
@@ -248,26 +266,32 @@ class Catalog:
                            for oid, number, text in rows)
         return f"SELECT * FROM (VALUES {listed}) AS d(objoid, classoid, objsubid, description)"
 
-    def answer(self, sql: str, parameters: tuple = ()) -> tuple[list[str], list[tuple]]:
-        """(column names, rows) of a catalog query, with ``$1``... bound to ``parameters``
-        (text, as clients send them); ``UnsupportedQuery`` if it does not bind."""
+    def answer(self, sql: str, parameters: tuple = (), *, analyst: str) -> tuple[list[str], list[tuple]]:
+        """(column names, rows) of a catalog query asked by ``analyst`` (who ``current_user``
+        is), with ``$1``... bound to ``parameters`` (text, as clients send them);
+        ``UnsupportedQuery`` if it does not bind."""
         bound = regclass_parameters(sql, list(parameters)) if parameters else None
+        sql = as_analyst(sql, analyst)
+        if (word := engine_identity(sql)) is not None:
+            raise UnsupportedQuery(f"this catalog look-up names {word} quoted, qualified or as a function: that "
+                                   "is not the analyst this session signed in as",
+                                   hint="write current_user, unquoted, for the analyst you are signed in as")
         sql = compatible(sql)
+        if reads_engine_settings(sql):
+            raise UnsupportedQuery("this catalog look-up reads pg_settings in a form this server cannot answer "
+                                   "from its fixed settings",
+                                   hint="write FROM pg_settings (or pg_catalog.pg_settings), with no CTE of that "
+                                        "name, or SHOW the setting")
         try:
             names = [served_column(name) for name, _ in self._engine.describe(sql, bound)]
-        except UnsupportedQuery as error:  # DuckDB's words about the schema-only database, and a fix
-            raise UnsupportedQuery(
-                "this catalog look-up reads a part of PostgreSQL's catalog this server does not have "
-                f"({error.message.removeprefix('the query does not bind: ')})",
-                hint="list tables and columns with information_schema.tables and information_schema.columns "
-                     "(psql: \\dt, \\d TABLE), and the rules with SHOW policy") from None
+        except UnsupportedQuery as error:  # DuckDB's words about the schema-only database: named, not shown
+            raise catalog_refusal(error.message.removeprefix("the query does not bind: ")) from None
         try:
             rows = self._engine.fetch(sql, bound)
-        except Exception as error:  # a cast or a limit, on names and types only: say what it was
-            first = error.message if isinstance(error, DPError) else str(error).strip().split("\n")[0]
-            raise UnsupportedQuery(f"this catalog look-up failed: {first}",
-                                   hint="list tables and columns with information_schema.tables and "
-                                        "information_schema.columns, and the rules with SHOW policy") from None
+        except DPError as error:  # dpsql's own words (a time limit)
+            raise UnsupportedQuery(f"this catalog look-up failed: {error.message}", hint=CATALOG_HINT) from None
+        except Exception as error:  # a cast or a limit, on names and types only
+            raise catalog_refusal(str(error)) from None
         if sum(len(str(value)) for row in rows for value in row) > MAX_ANSWER_CHARACTERS:
             raise UnsupportedQuery("this catalog look-up's answer is larger than a catalog listing can be",
                                    hint="select the names you need, with a WHERE or LIMIT")
@@ -275,6 +299,64 @@ class Catalog:
 
     def close(self) -> None:
         self._engine.close()
+
+
+CATALOG_HINT = ("list tables and columns with information_schema.tables and information_schema.columns "
+                "(psql: \\dt, \\d TABLE), and the rules with SHOW policy")
+ENGINE_ERRORS = (
+    (re.compile(r"Table with name (\w+) does not exist"),
+     "this catalog look-up reads {}, a part of PostgreSQL's catalog this server does not have"),
+    (re.compile(r"Function with name (\w+) does not exist"),
+     "this catalog look-up calls {}(), which this server's catalog does not have"),
+    (re.compile(r"Type with name (\w+) does not exist"),
+     "this catalog look-up names the type {}, which this server's catalog does not have"),
+    (re.compile(r'column named "(\w+)"|Referenced column "(\w+)" not found'),
+     "this catalog look-up reads the column {}, which this server's catalog does not have"),
+    (re.compile(r"Could not convert string '([^'\n]{0,60})' to"),
+     "this catalog look-up casts '{}' to a type it does not convert to"),
+)
+"""DuckDB's errors about the schema-only database -> what the analyst is told, naming what their
+look-up used (a name or a literal they wrote); any other error is told without detail."""
+
+
+def catalog_refusal(engine: str) -> UnsupportedQuery:
+    """The refusal of a catalog look-up DuckDB could not answer with ``engine`` (its error): the
+    part of PostgreSQL's catalog it used, never DuckDB's own words (which name its internals);
+    the curator's log keeps them.
+
+    >>> catalog_refusal("Catalog Error: Table with name pg_cast does not exist!\\nDid you mean x").message
+    "this catalog look-up reads pg_cast, a part of PostgreSQL's catalog this server does not have"
+    >>> catalog_refusal("Binder Error: Values list \\"pgc\\" does not have a column named \\"tableoid\\"").message
+    "this catalog look-up reads the column tableoid, which this server's catalog does not have"
+    >>> catalog_refusal("INTERNAL Error: Attempted to access index 3 within vector of size 3").message
+    "this catalog look-up uses SQL this server's catalog does not answer"
+    """
+    log.info("catalog look-up refused: %s", " ".join(engine.split())[:500])
+    for pattern, message in ENGINE_ERRORS:
+        found = pattern.search(engine)
+        if found is not None:
+            return UnsupportedQuery(message.format(next(group for group in found.groups() if group is not None)),
+                                    hint=CATALOG_HINT)
+    return UnsupportedQuery("this catalog look-up uses SQL this server's catalog does not answer", hint=CATALOG_HINT)
+
+
+def reads_engine_settings(sql: str) -> bool:
+    """Whether ``sql`` (as ``compatible`` made it) still reads DuckDB's own view of one of
+    ``DENIED_TABLES`` rather than the macro standing for it; True when that cannot be told.
+
+    >>> [reads_engine_settings(compatible(sql)) for sql in (
+    ...     "SELECT name FROM pg_catalog.pg_settings", 'SELECT s.setting FROM "pg_settings" s',
+    ...     "WITH pg_settings AS (SELECT 1) SELECT * FROM pg_settings", "SELECT 1")]
+    [False, False, True, False]
+    """
+    if not any(name in sql.lower() for name in DENIED_TABLES):
+        return False
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except (SqlglotError, RecursionError):
+        return True
+    return any(isinstance(table.this, exp.Identifier) and table.name.lower() in DENIED_TABLES
+               for table in tree.find_all(exp.Table))
 
 
 _REGCLASS_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.\s*)?regclass\s*\)"
@@ -304,17 +386,33 @@ def compatible(sql: str) -> str:
     "SELECT 1 WHERE 'a' ~ '^a$'"
     >>> compatible("SELECT CAST(CAST(a AS REGCLASS) AS OID), b::pg_catalog.regtype::pg_catalog.text, c AS name")
     'SELECT CAST(CAST(a AS VARCHAR) AS BIGINT), b::VARCHAR::text, c AS name'
+    >>> compatible("SELECT CAST(t.typlen AS pg_catalog.text), 'a'::pg_catalog.text AS pg_catalog")
+    "SELECT CAST(t.typlen AS text), 'a'::text AS pg_catalog"
     >>> compatible("SELECT 1 WHERE d.classoid = 'pg_class'::regclass")
     "SELECT 1 WHERE d.classoid = '1259'"
+    >>> compatible("SELECT 1 WHERE c.relkind = ANY('{r,p, f}') OR c.relkind = ANY ('{}'::char[])")
+    "SELECT 1 WHERE c.relkind = ANY(['r', 'p', 'f']) OR c.relkind = ANY([])"
     """
-    sql = _SETTING.sub("fixed_setting", shadowed(served_calls(sql)))
+    sql = _SETTING.sub("fixed_setting", shadowed(served_calls(read_casts(sql))))
     sql = _OPERATOR.sub(lambda match: match.group(1), sql)
     sql = _COLLATE.sub("", sql)
+    sql = _QUALIFIED.sub(lambda match: match.group(1) + "(", sql)
+    return _QUALIFIED_TYPE.sub(lambda match: match.group(1), sql)
+
+
+def read_casts(sql: str) -> str:
+    """``sql`` with PostgreSQL's OID alias types and array literals in the forms DuckDB (and
+    sqlglot: ``::regtype[]`` does not parse) reads: done before a catalog query is parsed, so that
+    what is decided on and what runs are one text.
+
+    >>> read_casts("SELECT COALESCE(a::regtype[], b::pg_catalog.regtype[])::text[] WHERE c = ANY('{r,p}')")
+    "SELECT COALESCE(a::VARCHAR[], b::VARCHAR[])::text[] WHERE c = ANY(['r', 'p'])"
+    """
+    sql = _ANY_ARRAY.sub(lambda match: "ANY([" + ", ".join(
+        text_literal(item.strip()) for item in match.group(1).split(",") if item.strip()) + "])", sql)
     sql = _PG_CLASS.sub(f"'{PG_CLASS_OID}'", sql)
     sql = _OID_CASTS.sub(lambda match: match.group(1) + "BIGINT", sql)
-    sql = _QUALIFIED.sub(lambda match: match.group(1) + "(", sql)
-    sql = _REG_CASTS.sub(lambda match: match.group(1) + "VARCHAR", sql)
-    return _QUALIFIED_TYPE.sub("::", sql)
+    return _REG_CASTS.sub(lambda match: match.group(1) + "VARCHAR", sql)
 
 
 

@@ -123,7 +123,8 @@ def notice(result, found: dict) -> str | None:
         else:
             listed = ", ".join(_interval(low, high) for low, high, _ in column[:LISTED_ROWS])
             more = len(column) - LISTED_ROWS
-            tail = f", … {more:,} more rows: OPTIONS (intervals = true) returns each as columns" if more > 0 else ""
+            tail = f", … {more:,} more row{'' if more == 1 else 's'}: OPTIONS (intervals = true) returns each as " \
+                "columns" if more > 0 else ""
             lines.append(f"{name} by row: {listed}{tail} (asymmetric or varying: use these, not a ±)")
     return "dpsql: 95% intervals (post-processing, free): " + ";\n  ".join(lines) if lines else None
 

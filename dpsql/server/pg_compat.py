@@ -90,11 +90,53 @@ SHADOWS = {
                               "inherit_option BOOLEAN, set_option BOOLEAN"),
     "pg_extension": _empty("oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
                            "extrelocatable BOOLEAN, extversion VARCHAR"),
+    # DuckDB's lists its own functions (``glob``, ``read_text``...): engine internals, which no
+    # analyst calls. Listed empty, as a database with no functions of its own (psql's ``\\df``,
+    # pgcli's completion); the functions a query may use are in docs/sql.md.
+    "pg_proc": _empty("oid BIGINT, proname VARCHAR, pronamespace BIGINT, proowner BIGINT, prolang BIGINT, "
+                      "procost FLOAT, prorows FLOAT, provariadic BIGINT, prosupport VARCHAR, prokind VARCHAR, "
+                      "prosecdef BOOLEAN, proleakproof BOOLEAN, proisstrict BOOLEAN, proretset BOOLEAN, "
+                      "provolatile VARCHAR, proparallel VARCHAR, pronargs INTEGER, pronargdefaults INTEGER, "
+                      "prorettype BIGINT, proargtypes NULL, proallargtypes NULL, proargmodes NULL, "
+                      "proargnames NULL, proargdefaults VARCHAR, protrftypes NULL, prosrc VARCHAR, probin VARCHAR, "
+                      "prosqlbody VARCHAR, proconfig NULL, proacl VARCHAR"),
+    "pg_language": _empty("oid BIGINT, lanname VARCHAR, lanowner BIGINT, lanispl BOOLEAN, lanpltrusted BOOLEAN, "
+                          "lanplcallfoid BIGINT, laninline BIGINT, lanvalidator BIGINT, lanacl VARCHAR"),
+    # The fixed settings SHOW answers (``{settings}``), never DuckDB's (paths, memory, user).
+    "pg_settings": "{settings}",
+    "pg_stat_activity": _empty("datid BIGINT, datname VARCHAR, pid INTEGER, usesysid BIGINT, usename VARCHAR, "
+                               "application_name VARCHAR, client_addr VARCHAR, backend_start TIMESTAMP, "
+                               "xact_start TIMESTAMP, query_start TIMESTAMP, state_change TIMESTAMP, "
+                               "wait_event_type VARCHAR, wait_event VARCHAR, state VARCHAR, backend_type VARCHAR, "
+                               "query VARCHAR"),
     "pg_rewrite": _empty("oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, ev_enabled VARCHAR, "
                          "is_instead BOOLEAN, ev_qual VARCHAR, ev_action VARCHAR"),
 }
 """Catalog tables clients read, as table macros of the schema-only database (name -> body, with
-``{database}`` the served database's name as a SQL string)."""
+``{database}`` the served database's name as a SQL string, ``{settings}`` ``settings_rows``)."""
+
+
+def settings_rows(settings: dict[str, str]) -> str:
+    """``pg_settings``' rows for ``settings`` (name -> value, as SHOW answers them), each at its
+    default, with PostgreSQL's columns: one row per setting with a one-word name.
+
+    >>> print(settings_rows({"timezone": "UTC", "transaction isolation level": "x"}).split(" FROM ")[-1])
+    (VALUES ('TimeZone', 'UTC')) AS s(name, setting)
+    """
+    quoted = lambda text: "'" + text.replace("'", "''") + "'"  # noqa: E731
+    rows = ", ".join(f"({quoted(CASED.get(name, name))}, {quoted(value)})"
+                     for name, value in sorted(settings.items()) if " " not in name)
+    columns = ", ".join(f"{value} AS {column}" for column, value in (
+        ("unit", "NULL::VARCHAR"), ("category", "'dpsql'"), ("short_desc", "NULL::VARCHAR"),
+        ("extra_desc", "NULL::VARCHAR"), ("context", "'internal'"), ("vartype", "'string'"),
+        ("source", "'default'"), ("min_val", "NULL::VARCHAR"), ("max_val", "NULL::VARCHAR"),
+        ("enumvals", "NULL"), ("boot_val", "setting"), ("reset_val", "setting"), ("sourcefile", "NULL::VARCHAR"),
+        ("sourceline", "NULL::INTEGER"), ("pending_restart", "false")))
+    return f"SELECT name, setting, {columns} FROM (VALUES {rows}) AS s(name, setting)"
+
+
+CASED = {"datestyle": "DateStyle", "timezone": "TimeZone", "intervalstyle": "IntervalStyle"}
+"""Settings PostgreSQL names in mixed case in ``pg_settings``."""
 
 
 FUNCTIONS = {
@@ -117,6 +159,10 @@ FUNCTIONS = {
     "json_build_object": ", ".join("(" + ", ".join(f"a{i}" for i in range(n)) + ") AS NULL::VARCHAR"
                                    for n in range(2, 17, 2)),
     "array_upper": "(items, dimension) AS len(items)",
+    "pg_is_in_recovery": "() AS false",
+    **{function: "(function_oid) AS NULL::VARCHAR" for function in (
+        "pg_get_function_result", "pg_get_function_arguments", "pg_get_function_identity_arguments",
+        "pg_get_functiondef", "pg_get_function_sqlbody")},
     **{size: "(relation) AS NULL::BIGINT" for size in (
         "pg_table_size", "pg_relation_size", "pg_total_relation_size", "pg_indexes_size",
         "pg_database_size")},
@@ -175,14 +221,75 @@ def served_calls(sql: str) -> str:
     return sql
 
 
+IDENTITY = {"current_user": "served_current_user", "session_user": "served_session_user",
+            "user": "served_user", "current_role": "served_current_role"}
+"""PostgreSQL's words for who is asking -> the macro (``(analyst) AS analyst``) answering each
+with the analyst the session authenticated (``as_analyst``); DuckDB's own answer "duckdb"."""
+
+
+def as_analyst(sql: str, analyst: str) -> str:
+    """``sql`` with each of PostgreSQL's words for who is asking (``IDENTITY``: unquoted, not a
+    qualified name or an alias; ``current_user`` and ``session_user`` also with DuckDB's ``()``)
+    answered with ``analyst``, the name the session authenticated: never one the SQL gives.
+
+    >>> print(as_analyst("SELECT current_user, user AS u, session_user(), x.user, 1 AS user, 'user'", "o'n"))
+    SELECT served_current_user('o''n'), served_user('o''n') AS u, served_session_user('o''n'), x.user, 1 AS user, 'user'
+
+    """
+    try:
+        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return sql
+    spans = []
+    for i, token in enumerate(tokens):
+        word = token.text.lower()
+        keyword = token.token_type in (TokenType.CURRENT_USER, TokenType.SESSION_USER)
+        if word not in IDENTITY or not (keyword or token.token_type == TokenType.VAR):
+            continue
+        if i > 0 and tokens[i - 1].token_type in (TokenType.DOT, TokenType.ALIAS):
+            continue
+        end = token.end + 1
+        called = i + 2 < len(tokens) and tokens[i + 1].token_type == TokenType.L_PAREN
+        if called and keyword and tokens[i + 2].token_type == TokenType.R_PAREN:
+            end = tokens[i + 2].end + 1
+        elif called:  # a function of that name, not PostgreSQL's word
+            continue
+        spans.append((token.start, end, f"{IDENTITY[word]}('{analyst.replace(chr(39), chr(39) * 2)}')"))
+    for start, end, text in reversed(spans):
+        sql = sql[:start] + text + sql[end:]
+    return sql
+
+
+def engine_identity(sql: str) -> str | None:
+    """The first of ``IDENTITY``'s words left in ``sql`` after ``as_analyst`` (quoted, qualified
+    or called otherwise), other than as an alias: DuckDB answers each spelling with its own user
+    ("duckdb"), so a look-up naming one is refused; ``None`` when there is none.
+
+    >>> [engine_identity(as_analyst(sql, "alice")) for sql in (
+    ...     'SELECT "user"', "SELECT main.current_user()", 'SELECT current_user AS "user"', "SELECT 'user'")]
+    ['user', 'current_user', None, None]
+    """
+    try:
+        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return None
+    for i, token in enumerate(tokens):
+        if token.text.lower() in IDENTITY and token.token_type != TokenType.STRING \
+                and not (i > 0 and tokens[i - 1].token_type == TokenType.ALIAS):
+            return token.text.lower()
+    return None
+
+
 def served_column(name: str) -> str:
     """A result column's name as PostgreSQL gives it to a call of ``SERVED`` (DuckDB names it
     by the macro's call).
 
     >>> served_column("served_database()"), served_column("served_schemas(false)"), served_column("n")
     ('current_database', 'current_schemas', 'n')
+    >>> served_column("served_user('alice')"), served_column("served_current_user('alice')")
+    ('user', 'current_user')
     """
-    for function, (macro, _) in SERVED.items():
+    for function, macro in [*((function, macro) for function, (macro, _) in SERVED.items()), *IDENTITY.items()]:
         if name.startswith(f"{macro}(") and name.endswith(")"):
             return function
     return name

@@ -7,6 +7,8 @@ SELECT (or EXPLAIN of one) ever reaches a database.
 
 >>> classify("SET extra_float_digits = 3").reply.tag
 'SET'
+>>> classify("show time zone").reply.rows
+(('UTC',),)
 >>> classify("select 1; drop table visits").sqlstate
 '42601'
 >>> classify("COPY visits TO '/tmp/x'").message
@@ -34,10 +36,13 @@ SETTINGS = {
     "integer_datetimes": "on", "standard_conforming_strings": "on", "transaction_isolation": "read committed",
     "transaction isolation level": "read committed", "default_transaction_isolation": "read committed",
     "transaction_read_only": "on", "default_transaction_read_only": "on", "search_path": "main",
-    "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C", "extra_float_digits": "3",
+    "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C", "lc_messages": "C", "lc_monetary": "C",
+    "lc_numeric": "C", "lc_time": "C", "extra_float_digits": "3",
     "is_superuser": "off",
 }
 """Fixed answers to SHOW: nothing here depends on the data or can be changed by SET."""
+SHOWN_AS = {"time zone": "timezone"}
+"""SHOW's other spellings of a setting (pgcli asks ``SHOW TIME ZONE`` on connecting)."""
 
 WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "COPY", "ATTACH",
                     "DETACH", "PRAGMA", "INSTALL", "LOAD", "EXPORT", "IMPORT", "GRANT", "REVOKE",
@@ -199,6 +204,7 @@ def session_setting(tokens: list) -> Statement | None:
 def show(text: str, position: int) -> Statement:
     """SHOW budget (the analyst's budget as a result set), a session setting, or a fixed one."""
     name = " ".join(text.split()[1:]).lower().strip('"')
+    name = SHOWN_AS.get(name, name)
     if name in ("budget", "policy", "ledger"):
         return Statement(name, sql=text)
     if name in SESSION_SETTINGS:
