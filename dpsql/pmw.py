@@ -195,7 +195,9 @@ class OnlinePMW:
 
 def open_pmw(db, table: str, columns: Any, epsilon: Any, delta: Any, max_updates: Any, threshold: Any) -> OnlinePMW:
     """``Connection.pmw``: plan, charge once, fetch the exact histogram (module docstring)."""
-    options = privacy_options(db.policy, epsilon, delta, None)
+    # Pure epsilon-DP: a policy's QUERY DELTA is not this session's default (it left the SQL form,
+    # which has no delta option, refused under such a policy: a served attacker's review).
+    options = privacy_options(db.policy, epsilon, Fraction(0) if delta is None else delta, None)
     if options.delta != 0:
         raise InvalidParameter("online PMW is pure epsilon-DP (AboveThreshold and discrete Laplace)",
                                hint="leave delta out, or pass delta=0")

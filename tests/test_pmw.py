@@ -213,3 +213,19 @@ def test_the_sql_forms_queries_are_checked_before_a_session_is_charged():
         with pytest.raises(dpsql.InvalidParameter, match="max_updates must be a whole number from 1 to 10000"):
             db.pmw("t", ["a"], epsilon=1, max_updates=50_000, threshold=5)
         assert db.budget.spent.epsilon == 0
+
+
+def test_a_session_is_pure_epsilon_dp_under_a_policy_with_a_query_delta():
+    """PMW is pure epsilon-DP: a policy's QUERY DELTA was taken as its delta and the session refused,
+    leaving the SQL form (which has no delta option) unusable under such a policy (a served
+    attacker's review). An explicit delta > 0 is still refused."""
+    rows = [(uid, 1 + uid % 2, "xy"[uid % 3 % 2], 1) for uid in range(200)]
+    con = duckdb.connect()
+    con.register("frame", pd.DataFrame(rows, columns=["uid", "a", "b", "v"]))
+    con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    policy = POLICY.replace("BUDGET EPSILON 100;", "BUDGET EPSILON 100 DELTA 1e-5; QUERY EPSILON 1 DELTA 1e-7;")
+    with dpsql.connect(con, policy=policy, ledger=":memory:", rng=SeededSource(2)) as db:
+        answered = db.sql(_call("SELECT COUNT(*) FROM t WHERE a = 1"))
+        assert answered.cost.epsilon == 20 and answered.cost.delta == 0
+        with pytest.raises(dpsql.InvalidParameter, match="pure epsilon-DP"):
+            db.pmw("t", ["a"], epsilon=1, delta=1e-7)

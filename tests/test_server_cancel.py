@@ -10,6 +10,7 @@ returns once the server has closed the cancel connection, after handling it).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 
@@ -92,7 +93,8 @@ def test_a_query_cancelled_while_it_waits_for_the_ledgers_lock_is_neither_charge
         holder.close()
 
 
-def test_a_query_cancelled_after_its_charge_stays_charged_and_its_answer_is_withheld(served):
+def test_a_query_cancelled_after_its_charge_stays_charged_and_its_answer_is_withheld(served, caplog):
+    caplog.set_level(logging.INFO)
     server, ledger_path = served
     engine = server.shared._connection._engine
     fetch = engine.fetch
@@ -120,6 +122,9 @@ def test_a_query_cancelled_after_its_charge_stays_charged_and_its_answer_is_with
             assert "stays charged" in error.diag.message_primary
             assert entries(ledger_path) == before + 1
             assert connection.execute("SELECT 1").fetchone() == (1,)
+        # the curator's log says what the analyst was told (it said "answered": an attacker's review)
+        logged = [r.getMessage() for r in caplog.records if "age > 44" in r.getMessage()]
+        assert len(logged) == 1 and "outcome=withheld cost=epsilon" in logged[0], logged
     finally:
         go_on.set()
         engine.fetch = fetch

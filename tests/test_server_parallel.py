@@ -327,6 +327,33 @@ def test_the_pool_runs_calls_of_different_analysts_at_once():
         pool.shutdown()
 
 
+def test_one_analyst_never_holds_every_worker():
+    """A stream or fit is one call that keeps its worker for up to the request limit: with two
+    workers an analyst runs one call at a time, so another's statement is answered meanwhile (a
+    served attacker's review: bob's one-statement query waited out alice's 110-query streams)."""
+    pool = FairPool(2)
+    gate, ran = threading.Event(), []
+    try:
+        holding = pool.submit("alice", lambda: gate.wait(WAIT) and ran.append("alice 1"))
+        queued = pool.submit("alice", ran.append, "alice 2")
+        pool.submit("bob", ran.append, "bob").result(WAIT)  # alice's second call did not take the other worker
+        assert ran == ["bob"] and not queued.done()
+        gate.set()
+        holding.result(WAIT), queued.result(WAIT)
+    finally:
+        gate.set()
+        pool.shutdown()
+    assert ran == ["bob", "alice 1", "alice 2"]
+
+
+def test_a_single_worker_still_serves_one_analyst_alone():
+    pool = FairPool(1)
+    try:
+        assert [pool.submit("alice", abs, -n).result(WAIT) for n in range(3)] == [0, 1, 2]
+    finally:
+        pool.shutdown()
+
+
 def test_a_call_cancelled_before_it_starts_never_runs():
     pool = FairPool(1)
     gate, ran = threading.Event(), []

@@ -8,6 +8,11 @@ most its analyst's earlier statements and, for each of those and for itself, one
 every other analyst waiting. A session sends one statement at a time (the protocol waits for
 each answer), so within an analyst's queue statements keep the order they came in.
 
+Turns alone do not stop one analyst from *holding* every worker: a stream or a fit is one call
+that keeps its worker for up to the server's time limit per request. So an analyst may have at
+most ``workers - 1`` calls running at once (one, with a single worker): another analyst's
+statement always finds a worker free, or one that frees within a statement's turn.
+
 Threads are enough because DuckDB runs a statement without Python's GIL: while one worker
 plans in Python, others' statements run in the database (``dpsql.server.answers``).
 """
@@ -46,6 +51,10 @@ class FairPool:
         self._condition = threading.Condition()
         self._queues: OrderedDict[Hashable, deque] = OrderedDict()
         """Owner -> its waiting calls; the first owner is the next to be served."""
+        self._running: dict[Hashable, int] = {}
+        """Owner -> its calls running now (absent: none)."""
+        self._most_running = max(1, workers - 1)
+        """The most calls one owner may have running at once: one worker is always another's."""
         self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
@@ -76,28 +85,44 @@ class FairPool:
             for thread in self._threads:
                 thread.join()
 
-    def _next(self) -> tuple[Future, Callable[..., Any], tuple]:
-        """The first call of the owner whose turn it is; that owner goes to the back (the
-        caller holds the condition)."""
-        owner, queue = next(iter(self._queues.items()))
+    def _eligible(self) -> Hashable | None:
+        """The first owner, in turn, with a call waiting and fewer than the most calls running
+        (the caller holds the condition)."""
+        return next((owner for owner in self._queues if self._running.get(owner, 0) < self._most_running), None)
+
+    def _next(self, owner: Hashable) -> tuple[Future, Callable[..., Any], tuple]:
+        """``owner``'s first call; that owner goes to the back of the turn (the caller holds the
+        condition)."""
+        queue = self._queues.pop(owner)
         call = queue.popleft()
-        del self._queues[owner]
         if queue:
             self._queues[owner] = queue
+        self._running[owner] = self._running.get(owner, 0) + 1
         return call
+
+    def _done(self, owner: Hashable) -> None:
+        with self._condition:
+            self._running[owner] -= 1
+            if not self._running[owner]:
+                del self._running[owner]
+            self._condition.notify_all()  # a worker may be waiting for this owner's turn to open
 
     def _work(self) -> None:
         while True:
             with self._condition:
-                self._condition.wait_for(lambda: self._queues or self._closed)
-                if not self._queues:
+                self._condition.wait_for(lambda: self._eligible() is not None or (self._closed and not self._queues))
+                owner = self._eligible()
+                if owner is None:
                     return  # shut down, and nothing left to run
-                future, function, arguments = self._next()
-            if not future.set_running_or_notify_cancel():
-                continue  # its caller went away before it started
+                future, function, arguments = self._next(owner)
             try:
-                result = function(*arguments)
-            except BaseException as error:  # handed to the caller, as concurrent.futures does
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+                if not future.set_running_or_notify_cancel():
+                    continue  # its caller went away before it started
+                try:
+                    result = function(*arguments)
+                except BaseException as error:  # handed to the caller, as concurrent.futures does
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+            finally:
+                self._done(owner)

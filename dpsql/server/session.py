@@ -283,7 +283,10 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
     outcome = await server.answer(statement, session.analyst, answer_if_still_a_user)
     if transaction := outcome.transaction:
         session.status = transaction
-    log.info("analyst=%s outcome=%s cost=%s sql=%s", m.printable(session.analyst), outcome.sqlstate or "answered",
+    # The log says what the analyst was told: an answer cancelled after its charge is "withheld",
+    # with the cost it was charged (a served attacker's review found such answers logged "answered").
+    shown = "withheld" if cancel.requested and outcome.sqlstate is None else outcome.sqlstate or "answered"
+    log.info("analyst=%s outcome=%s cost=%s sql=%s", m.printable(session.analyst), shown,
              outcome.cost, m.printable(" ".join((statement.sql or statement.kind).split()), 500))
     if outcome.sqlstate is None and outcome.tag and session.generation != server.shared.generation:
         session.generation = server.shared.generation
