@@ -17,8 +17,8 @@ values are all it sees, exactly as on the DuckDB backend).
 Types cross the seam as DuckDB type names (``dpsql.backends.spark_types.duckdb_type``), so the
 binding and analysis stages are the ones DuckDB uses; a Spark column of a type with no exact
 counterpart is left out of the catalog (an analyst cannot name it). Settings dpsql relies on are
-pinned on the session (``dpsql.backends.spark_session.PINNED``: ANSI mode, UTC, no cache
-pruning) and checked before every statement.
+pinned on the session (``dpsql.backends.spark_session.PINNED``: ANSI mode, UTC, the binary
+collation, no cache pruning) and checked before every statement.
 
 Deadlines. Every statement runs under a job tag; the shared watchdog (``dpsql.backends.deadline``)
 interrupts the tag past the limit, and the statement raises ``QueryFailed`` whatever it was doing.
