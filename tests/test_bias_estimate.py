@@ -15,7 +15,6 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-
 from sqlglot import exp
 
 import dpsql

@@ -143,7 +143,8 @@ def test_a_session_default_collation_is_pinned_binary_and_a_change_refused(spark
     it again afterwards refuses the next query before anything is charged."""
     frame = pd.DataFrame({"uid": range(80), "s": ["a"] * 40 + ["A"] * 40})
     spark = spark_engine.load({"t": frame})
-    policy = "BUDGET EPSILON 100 DELTA 1e-3; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, MAX GROUPS PER UNIT 1);"
+    policy = ("BUDGET EPSILON 100 DELTA 1e-3; "
+              "PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, MAX GROUPS PER UNIT 1);")
     sql = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 5, delta = 1e-6) s, COUNT(*) AS n "
            "FROM t GROUP BY s ORDER BY s")
     spark.conf.set(COLLATION, "UTF8_LCASE")
