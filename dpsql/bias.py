@@ -387,8 +387,12 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery, dialect: str = DUCKDB) -
     layers.append(("dp_units", units))
     kept = _least(exp.column("g" if limited else "w"), _integer(k))
     select = [_sum_or_zero(kept, "kept")]
+    read = source_table(query)
+    counts = None if read is None else raw_rows_name(piece_copy_name(read))
     if bias.cap is not None:
-        raw = exp.Coalesce(this=exp.column("r"), expressions=[exp.column("w")])
+        assert counts is not None  # plan_bias makes a report only of such a query
+        # ``r`` typed by its table (``bounding.raw_rows_columns``): Spark writes ``r - K`` by its type
+        raw = exp.Coalesce(this=exp.column("r", table=counts, quoted=True), expressions=[exp.column("w")])
         kept_copy = _least(raw.copy(), _integer(bias.copy_rows_per_unit or 0))
         beyond = exp.Paren(this=exp.Sub(this=pieces.exact_integer(raw), expression=kept_copy))
         scaled = exp.IntDiv(this=exp.Paren(this=exp.Mul(this=beyond, expression=exp.column("w"))),
@@ -400,10 +404,8 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery, dialect: str = DUCKDB) -
     select += [_sum_or_zero(_least(exp.column(f"o_{i}"), _integer(k)), f"clamped_{i}")
                for i in range(len(bias.columns))]
     final = exp.select(*select).from_("dp_units")
-    if bias.cap is not None:
-        read = source_table(query)
-        assert read is not None  # plan_bias makes a report only of such a query
-        counted = raw_rows_table(raw_rows_name(piece_copy_name(read)), dialect)
+    if counts is not None and bias.cap is not None:
+        counted = raw_rows_table(counts, dialect)
         final = final.join(counted, using=["dp_unit"], join_type="LEFT")
     for name, layer in layers:
         final = final.with_(name, as_=layer, copy=False)

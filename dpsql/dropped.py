@@ -159,8 +159,9 @@ def plan_dropped(rule: PrivateTable, key: str, epsilon: Fraction) -> DroppedPlan
 
 def dropped_statement(plan: DroppedPlan, dialect: str = DUCKDB) -> BoundedStatement:
     """One row: ``kept`` and ``dropped`` (module docstring), from the row-count table only."""
+    name = raw_rows_name(plan.copy)
     k = exp.Literal.number(plan.rows_per_unit)
-    rows = exp.column("r")
+    rows = exp.column("r", table=name, quoted=True)  # typed by its table (``bounding.raw_rows_columns``)
     kept = exp.Anonymous(this="LEAST", expressions=[rows, k])
     beyond = exp.Anonymous(this="GREATEST", expressions=[exp.Sub(this=rows.copy(), expression=k.copy()),
                                                         exp.Literal.number(0)])
@@ -169,7 +170,6 @@ def dropped_statement(plan: DroppedPlan, dialect: str = DUCKDB) -> BoundedStatem
     def total(value: exp.Expr, name: str) -> exp.Expr:
         return exp.alias_(exp.Coalesce(this=exp.Sum(this=value), expressions=[exp.Literal.number(0)]), name)
 
-    name = raw_rows_name(plan.copy)
     table = exp.table_(name, db="main", catalog=DATABASE, quoted=True) if dialect == DUCKDB else \
         exp.table_(name, quoted=True)
     select = exp.select(total(kept, "kept"), total(dropped, "dropped")).from_(table)

@@ -15,11 +15,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from sqlglot import exp
 
 import dpsql
 from dpsql import cli
-from dpsql.backends.bounding import raw_rows_cap
-from dpsql.dropped import dropped_statement, noisy_counts, plan_dropped
+from dpsql.backends.bounding import bounded_tables, raw_rows_cap, raw_rows_columns, raw_rows_name
+from dpsql.bias import raw_rows_table
+from dpsql.dropped import dropped_statement, noisy_counts, plan_dropped, release_dropped
 from dpsql.mechanisms.noise import SeededSource, discrete_laplace, discrete_laplace_halfwidth
 from dpsql.shares import estimate_share, share_interval
 
@@ -249,3 +251,94 @@ def test_a_bad_estimate_epsilon_is_refused_before_the_policy_is_stored(files, ca
         assert cli.main(["init", database, "--policy", policy, "--estimate-epsilon", bad]) == cli.EXIT_ERROR
         assert "--estimate-epsilon must be a number above 0" in capsys.readouterr().err
     assert cli.main(["budget", database]) == cli.EXIT_ERROR  # no policy was stored
+
+
+# -- on Spark as on DuckDB ----------------------------------------------------------------------
+
+SPARK = [pytest.mark.spark, pytest.mark.spark_ci, pytest.mark.xdist_group("spark")]
+UNEVEN = {1: 1, 2: 3, 3: 7, 4: 200}
+"""Units keeping 1, 2, 2, 2 rows and dropping 0, 1, 2, 2 of them (K = C = 2): (kept, dropped) = (7, 5)."""
+
+
+@pytest.fixture(params=[pytest.param("duckdb", id="duckdb"), pytest.param("spark", id="spark", marks=SPARK)])
+def engine(request):
+    """Each engine in turn (``tests/engines.py``; Spark in the CI subset)."""
+    from engines import Engine
+
+    opened = Engine(request.param)
+    yield opened
+    opened.close()
+
+
+def test_the_row_count_tables_have_their_declared_types_on_each_engine(engine):
+    """Spark writes ``r - K`` by the type of ``r``, which its engine takes from
+    ``raw_rows_columns``: what each engine's row-count table really holds, for a number and a
+    string unit."""
+    names = pd.DataFrame({"name": ["a", "A", "a"], "x": [1.0, 2.0, 3.0]})
+    policy = POLICY + " PRIVATE TABLE s (PRIVACY UNIT name, MAX ROWS PER UNIT 2);"
+    db = engine.connect({"t": frame(UNEVEN), "s": names}, policy=policy)
+    for table in bounded_tables(list(db.policy.private_tables), db._catalog, lambda name: name):
+        counts = raw_rows_table(raw_rows_name(table.name), db._engine.dialect)
+        described = db._engine.describe(exp.select("*").from_(counts))
+        assert dict(described) == raw_rows_columns(table) == {"dp_unit": {"t": "BIGINT", "s": "VARCHAR"}[table.source],
+                                                               "r": "BIGINT"}
+
+
+def test_the_estimate_is_the_same_on_both_engines_and_every_answer_shows_it(engine):
+    """The same exact counts on both engines (so, seeded, the same recorded share), and the
+    answers reading the table carry it in their limits line. Old code: Spark refused the
+    estimate's own SQL ("cannot tell the type of r")."""
+    db = engine.connect({"t": frame(UNEVEN)}, policy=POLICY, rng=SeededSource(3))
+    plan = plan_dropped(db.policy.table("t"), "t", Fraction(1))
+    assert plan is not None
+    statement = dropped_statement(plan, db._engine.dialect)
+    assert db._engine.fetch(statement.sql, bounded=statement.bounded) == [(7, 5)]
+    recorded = db.estimate_limits(1)["t"]
+    assert recorded.share == release_dropped(plan, (7, 5), SeededSource(3)).share
+    assert db.budget.spent.epsilon == 1
+    line = str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
+    assert f"limits drop {recorded.share} of t's rows (at least; estimated {recorded.estimated}, " in line, line
+
+
+def test_the_bias_report_reads_the_row_counts_on_both_engines(engine):
+    """The per-query report (``dpsql.bias``) reads ``r`` too: seeded, the same report on both
+    engines. Old code: Spark refused its SQL ("cannot tell the type of LEAST(COALESCE(r, w), 2)")."""
+    sql = "SELECT COUNT(*) AS n FROM t WHERE x > 0"
+    reports = []
+    for db in (dpsql.connect({"t": frame(UNEVEN)}, policy=POLICY, ledger=":memory:", rng=SeededSource(5)),
+               engine.connect({"t": frame(UNEVEN)}, policy=POLICY, rng=SeededSource(5))):
+        with db:
+            reports.append(db.sql(sql, epsilon=1, report_bias=0.25).bounding)
+    assert reports[0] == reports[1] and reports[0].dropped is not None
+
+
+@pytest.mark.spark
+@pytest.mark.spark_ci
+@pytest.mark.xdist_group("spark")
+def test_init_on_a_spark_config_records_the_estimate_and_answers_show_it(tmp_path, capsys):
+    """``dpsql init shop.spark.toml``: the estimate is recorded as over a DuckDB file, and the
+    answers of a later connection to the config show it."""
+    from engines import forget_copies
+    from spark import session
+
+    forget_copies(session())
+    connection = duckdb.connect()
+    connection.register("frame", frame({u: 1 + u % 6 for u in range(120)}))
+    connection.execute(f"COPY (SELECT * FROM frame) TO '{tmp_path / 't.parquet'}' (FORMAT PARQUET)")
+    connection.close()
+    config = tmp_path / "t.spark.toml"
+    config.write_text('[spark]\nmaster = "local[2]"\n\n[tables]\nt = "t.parquet"\n', encoding="utf-8")
+    policy = tmp_path / "t.policy"
+    policy.write_text(POLICY, encoding="utf-8")
+    try:
+        assert cli.main(["init", str(config), "--policy", str(policy)]) == cli.EXIT_OK
+        out = capsys.readouterr().out
+        found = re.search(r"t: limits drop (≈ \S+ (?:± \S+|\[\S+, \S+\])) of t's rows beyond 2 per uid \(at least\) "
+                          r"\(ε 0.5 of the budget, once\)", out)
+        assert found, out
+        with dpsql.connect(str(config)) as db:
+            assert db.ledger()["sql"].tolist() == ["ESTIMATE LIMITS t"]
+            line = str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
+            assert f"limits drop {found[1]} of t's rows (at least; estimated " in line, line
+    finally:
+        forget_copies(session())

@@ -134,6 +134,36 @@ def test_a_changed_setting_is_refused_before_anything_runs(spark_engine):
 
 
 
+COLLATION = "spark.sql.session.collation.default"
+
+
+def test_a_session_default_collation_is_pinned_binary_and_a_change_refused(spark_engine):
+    """A session handed over with UTF8_LCASE as its default collation is pinned back to
+    UTF8_BINARY; 'a' and 'A' stay two groups, as on DuckDB (seeded: the same answer); setting
+    it again afterwards refuses the next query before anything is charged."""
+    frame = pd.DataFrame({"uid": range(80), "s": ["a"] * 40 + ["A"] * 40})
+    spark = spark_engine.load({"t": frame})
+    policy = ("BUDGET EPSILON 100 DELTA 1e-3; "
+              "PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, MAX GROUPS PER UNIT 1);")
+    sql = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 5, delta = 1e-6) s, COUNT(*) AS n "
+           "FROM t GROUP BY s ORDER BY s")
+    spark.conf.set(COLLATION, "UTF8_LCASE")
+    try:
+        db = dpsql.connect(spark, policy=policy, ledger=":memory:", rng=SeededSource(4))
+        assert spark.conf.get(COLLATION) == "UTF8_BINARY"
+        rows = db.sql(sql).fetchall()
+        with dpsql.connect({"t": frame}, policy=policy, ledger=":memory:", rng=SeededSource(4)) as duck:
+            assert rows == duck.sql(sql).fetchall()
+        assert [key for key, _ in rows] == ["A", "a"] and all(25 < n < 55 for _, n in rows)  # scale 0.2 noise
+        spent = db.budget.spent.epsilon
+        spark.conf.set(COLLATION, "UTF8_LCASE")
+        with pytest.raises(dpsql.DPError, match=f"{COLLATION} is 'UTF8_LCASE', dpsql needs 'UTF8_BINARY'"):
+            db.sql(sql.replace("epsilon = 5", "epsilon = 4"))
+        assert db.budget.spent.epsilon == spent
+        db.close()
+    finally:
+        spark.conf.set(COLLATION, "UTF8_BINARY")
+
 def test_a_statement_spark_cannot_analyse_is_refused_without_spark_s_text(spark_engine):
     """Spark's analysis errors quote the analysed plan: with a salted hash in the failing
     expression, the salt would be in the refusal. Only the error's class is shown."""

@@ -186,6 +186,19 @@ def raw_rows_name(copy: str) -> str:
     return RAW_ROWS_PREFIX + copy
 
 
+def raw_rows_columns(table: BoundedTable) -> dict[str, str]:
+    """The row-count table's columns with their DuckDB types, the same on every engine: ``dp_unit``
+    of the unit's type (strings byte for byte), ``r`` a BIGINT (``COUNT(*)`` is one on DuckDB and
+    Spark, and ``LEAST`` with an INTEGER cap keeps it). Spark's rendering writes ``r - K`` by the
+    type of ``r`` (``dpsql.backends.spark_rewrites``), so its engine declares these for each table
+    (``SparkEngine.prepare_bounding``); ``tests/test_bias_estimate.py`` checks them on both engines.
+
+    >>> raw_rows_columns(BoundedTable("t", "uid", 2, (("uid", "INTEGER"), ("x", "DOUBLE"))))
+    {'dp_unit': 'INTEGER', 'r': 'BIGINT'}
+    """
+    return {"dp_unit": dict(table.columns)[table.unit], "r": "BIGINT"}
+
+
 def raw_rows_cap(rows_per_unit: int) -> int:
     """What the row-count table stores at most for a unit: K·(1 + DROP_CAP·K), K = MAX ROWS PER
     UNIT. A public number, so the table is a per-unit function of the unit's rows alone (one

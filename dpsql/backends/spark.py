@@ -17,8 +17,8 @@ values are all it sees, exactly as on the DuckDB backend).
 Types cross the seam as DuckDB type names (``dpsql.backends.spark_types.duckdb_type``), so the
 binding and analysis stages are the ones DuckDB uses; a Spark column of a type with no exact
 counterpart is left out of the catalog (an analyst cannot name it). Settings dpsql relies on are
-pinned on the session (``dpsql.backends.spark_session.PINNED``: ANSI mode, UTC, no cache
-pruning) and checked before every statement.
+pinned on the session (``dpsql.backends.spark_session.PINNED``: ANSI mode, UTC, the binary
+collation, no cache pruning) and checked before every statement.
 
 Deadlines. Every statement runs under a job tag; the shared watchdog (``dpsql.backends.deadline``)
 interrupts the tag past the limit, and the statement raises ``QueryFailed`` whatever it was doing.
@@ -40,7 +40,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.backends import facts
-from dpsql.backends.bounding import BoundedTable, raw_rows_name
+from dpsql.backends.bounding import BoundedTable, raw_rows_columns, raw_rows_name
 from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
 from dpsql.backends.duckdb import Engine as DuckDBEngine
 from dpsql.backends.render import SparkSQL, render
@@ -76,6 +76,9 @@ class SparkEngine:
         self._salt: str | None = None
         self._shared = _shared_state(session)
         self._described: dict[str, list[tuple[str, str]]] = {}
+        self._own_types: dict[str, str] = {}
+        """Column types of the tables dpsql makes itself and its statements compute on (the
+        row-count tables), beside the catalog's in ``dialect``."""
         self._post = DuckDBEngine.open(":memory:", query_timeout=query_timeout, memory_limit="1GB")
         self._closed = False
 
@@ -101,7 +104,7 @@ class SparkEngine:
                 if type_name is not None:
                     catalog[key][field.name.lower()] = type_name
                     catalog.spellings.setdefault(field.name.lower(), field.name)
-        self.dialect = SparkSQL(column_types(catalog))
+        self.dialect = SparkSQL({**column_types(catalog), **self._own_types})
         return catalog
 
     def check(self, tree: exp.Expr, private: bool) -> None:
@@ -193,6 +196,8 @@ class SparkEngine:
             self._salt = salt
             for table in tables:
                 self._bounded[table.name] = table
+            self._own_types.update(_row_count_types(tables))
+            self.dialect = SparkSQL({**getattr(self.dialect, "types", {}), **self._own_types})
             with self._shared.lock:
                 for table in tables:
                     if table.name not in self._shared.defined:
@@ -367,6 +372,13 @@ def _shared_state(session: Any) -> _Shared:
         if state is None:
             state = _SHARED[session] = _Shared()
         return state
+
+
+def _row_count_types(tables: Iterable[BoundedTable]) -> dict[str, str]:
+    """``table.column`` -> DuckDB type of each unit table's row-count table (``bounding.raw_rows_columns``):
+    the estimates of rows beyond the limits compute on its ``r`` (``dpsql.dropped``, ``dpsql.bias``)."""
+    return {f"{raw_rows_name(table.name).lower()}.{column}": type_name
+            for table in tables if not table.row_level for column, type_name in raw_rows_columns(table).items()}
 
 
 def _rendered(statement: exp.Expression | str, dialect: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from sqlglot import exp
 
 from dpsql.backends.spark_infer import annotate, combined
+from dpsql.sql.pieces import CopiedTable
 
 
 def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, str]:
@@ -24,6 +25,16 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
     >>> tree = sqlglot.parse_one("SELECT n FROM (SELECT v.x + 1 AS n FROM t AS v)", dialect="duckdb")
     >>> scoped_types(tree, {"t.x": "BIGINT", "x": "BIGINT"})["n"]
     'BIGINT'
+
+    Only the tables the query reads can clash (the engine's types also name tables of dpsql's own,
+    such as the row-count tables' BIGINT ``r``, and other catalog tables):
+
+    >>> known = {"t.x": "DOUBLE", "x": "DOUBLE", "c.r": "BIGINT"}
+    >>> own = "WITH d AS (SELECT x AS r FROM t) SELECT r FROM d"
+    >>> scoped_types(sqlglot.parse_one(own, dialect="duckdb"), known)["r"]
+    'DOUBLE'
+    >>> "r" in scoped_types(sqlglot.parse_one(own + ", c", dialect="duckdb"), known)
+    False
     """
     found = dict(types or {})
     for table in tree.find_all(exp.Table):
@@ -31,10 +42,12 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
         for key, known in list(found.items()):
             if key.startswith(f"{name}.") and alias != name:
                 found[f"{alias}.{key[len(name) + 1:]}"] = known
-    # a table's column a query's own part also names: the bare name is unsure unless they agree
+    # a column of a table the query reads that a query's own part also names: the bare name is
+    # unsure unless they agree (a table it does not read cannot be what the name means)
+    read = _tables_read(tree)
     tables: dict[str, set[str]] = {}
     for key, known in found.items():
-        if "." in key:
+        if "." in key and key.rsplit(".", 1)[0] in read:
             tables.setdefault(key.rsplit(".", 1)[1], set()).add(known)
     clashes: set[str] = set()
     for scope in _scopes_read_first(tree):
@@ -45,6 +58,23 @@ def scoped_types(tree: exp.Expr, types: Mapping[str, str] | None) -> dict[str, s
                 clashes.add(name)
             found[name] = type_name
     return {key: value for key, value in found.items() if key not in clashes}
+
+
+def _tables_read(tree: exp.Expr) -> set[str]:
+    """The lower-cased names (and aliases) of the tables ``tree`` reads, a private table's read
+    through its bounded copy included (``CopiedTable``, by its catalog key's last part).
+
+    >>> import sqlglot
+    >>> sorted(_tables_read(sqlglot.parse_one("SELECT * FROM s.a AS x JOIN b USING (k)", dialect="duckdb")))
+    ['a', 'b', 'x']
+    """
+    read = set()
+    for table in tree.find_all(exp.Table, CopiedTable):
+        if isinstance(table, CopiedTable):
+            read.add(table.table_key.split(".")[-1].lower())
+        else:
+            read.update({table.name.lower(), table.alias_or_name.lower()})
+    return read
 
 
 def _outputs(scope: exp.Expr, types: Mapping[str, str]) -> Iterator[tuple[str, str, str]]:

@@ -14,6 +14,13 @@ dpsql's guarantees on Spark lean on a few session settings (DESIGN.md, "Spark fa
 * ``spark.sql.parquet.filterPushdown`` / ``spark.sql.orc.filterPushdown = false``: the same for
   row groups of the raw files, read once when a copy is built (no analyst filter reaches them,
   but the setting is pinned so that no later change makes one).
+* ``spark.sql.session.collation.default = UTF8_BINARY``: strings compare byte for byte. Under a
+  session default such as ``UTF8_LCASE`` the string literals of dpsql's generated SQL, and the
+  strings its functions make, would compare 'a' = 'A' (DESIGN.md, "Spark facts"): keys, domains
+  and units would merge. Spark 4.0 introduced the setting (then put it behind a flag); pyspark
+  4.3, here, does not read it (with it set to UTF8_LCASE, 'a' = 'A' is still false): the pin
+  keeps binary any Spark that does. A column of another collation (its own, or its schema's
+  default) is left out of the catalog (``dpsql.backends.spark_types``).
 
 ``PINNED`` lists them; ``pin(session)`` sets them on the session dpsql is handed (it is dpsql's
 from then on: give dpsql ``spark.newSession()`` if other code needs other settings) and
@@ -32,6 +39,7 @@ PINNED = {
     "spark.sql.parquet.filterPushdown": "false",
     "spark.sql.orc.filterPushdown": "false",
     "spark.sql.caseSensitive": "false",
+    "spark.sql.session.collation.default": "UTF8_BINARY",
 }
 """Session settings dpsql's rendering and guarantees assume (module docstring)."""
 
