@@ -85,6 +85,13 @@ class PolicyError(DPError):
     code = "policy_error"
 
 
+class SecondBudget(PolicyError):
+    """Opening this ledger would start a second budget over data another ledger accounts for
+    (``dpsql.budget.registry``); nothing was read, nothing charged."""
+
+    code = "second_budget"
+
+
 class BudgetExceeded(DPError):
     """The query would spend more than remains; nothing released, nothing charged."""
 
