@@ -76,6 +76,7 @@ from dpsql.errors import (
     InternalFailure,
     InvalidParameter,
     PolicyError,
+    SecondBudgetWarning,
     UnsupportedQuery,
 )
 from dpsql.executor import Executor
@@ -395,7 +396,7 @@ class Connection:
             self._ledger.record_dataset(dataset.to_json())
         self.second_budget = second_budget_note(claimed, dataset, file)
         if self.second_budget is not None:
-            warnings.warn(self.second_budget, stacklevel=4)
+            warnings.warn(self.second_budget, SecondBudgetWarning, stacklevel=4)
 
     def _reports_outside(self, table: PrivateTable, rule: Any) -> int:
         """Rows of the bounded copy of ``table`` whose LOCAL RR column ``rule`` holds NULL or a
