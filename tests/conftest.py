@@ -13,7 +13,6 @@ import dpsql
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.shell.state import new_state
 
-
 # The curator's registry of ledgers (dpsql.budget.registry) lives in $DPSQL_HOME: tests open many
 # file ledgers over the same shop tables in different folders, so none may share the developer's
 # registry or another module's or test's. This process's own (session fixtures) is set here, at

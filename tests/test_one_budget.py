@@ -142,7 +142,8 @@ def test_a_replaced_policy_only_adds_to_what_a_ledger_accounts_for(two_copies):
     with dpsql.connect(first) as db:
         assert db.dataset.description == "users(user_id), visits(user_id)", "what it spent on users stays"
     with pytest.raises(dpsql.SecondBudget, match=r"\(users\(user_id\)\)"):
-        dpsql.connect(second, policy="BUDGET EPSILON 1; PRIVATE TABLE users (PRIVACY UNIT user_id, MAX ROWS PER UNIT 1);")
+        dpsql.connect(second, policy="BUDGET EPSILON 1; PRIVATE TABLE users (PRIVACY UNIT user_id, "
+                                     "MAX ROWS PER UNIT 1);")
 
 
 def test_the_registry_is_owner_only(two_copies, curator_home, monkeypatch):

@@ -107,11 +107,8 @@ def load_spark_config(path: str | Path) -> SparkConfig:
     if ledger is not None and (not isinstance(ledger, str) or not ledger.strip()):
         raise DPError(f"{source}: spark.ledger must be a file path in quotes",
                       hint='write ledger = "/data/shop.duckdb.ledger"')
-    where = None if ledger is None else Path(ledger).expanduser()
-    if where is not None and not where.is_absolute():
-        where = source.parent / where
     return SparkConfig(source.resolve(), master, database, settings, tables,
-                       None if where is None else where.resolve())
+                       None if ledger is None else (source.parent / Path(ledger).expanduser()).resolve())
 
 
 def open_session(config: SparkConfig) -> Any:
