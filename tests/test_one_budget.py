@@ -7,6 +7,7 @@ Each test has its own curator home (``conftest.curator_home``), so its registry 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import stat
@@ -184,3 +185,13 @@ def test_a_spark_config_names_its_ledger_relative_to_its_folder(tmp_path):
     config.write_text('[spark]\nledger = 3\n')
     with pytest.raises(dpsql.DPError, match="spark.ledger must be a file path"):
         load_spark_config(config)
+
+
+def test_each_demo_is_a_budget_of_its_own_new_people_each_run(tmp_path):
+    from dpsql.demo import run_demo
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for directory in ("one", "two"):
+            run_demo(tmp_path / directory, io.StringIO())
+    assert len(registered()) == 2
