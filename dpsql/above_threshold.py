@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -44,8 +43,6 @@ from dpsql.sql.parse import located, parse
 
 MAX_QUERIES = 10_000
 """The most queries one stream may hold (each is planned before the charge)."""
-STREAM_TIME_LIMIT = 10
-"""A stream may run this many times the engine's per-statement time limit, in all, as a fit may."""
 
 OPTIONS = ("threshold", "epsilon", "max_above", "values", "value_epsilon")
 """The options of ``SELECT * FROM above_threshold(...)``, as keyword arguments of the method."""
@@ -248,20 +245,14 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
                      "max_above": stream.max_above, "value_epsilon": stream.value_epsilon,
                      "neighbours": connection.policy.neighbours},
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies)
-
-    limit = getattr(connection._engine, "_timeout", None)
-    started = time.monotonic()
+            policies=connection._agreed_policies, cancel=connection._cancel)
 
     def run(fetch) -> list[tuple[bool | None, int | None]]:
         svt = AboveThreshold(stream.threshold, 1, stream.epsilon, stream.max_above, connection._rng)
         released: list[tuple[bool | None, int | None]] = []
+        # No stop on the stream's summed run time (invariant 17): its time was bounded before the
+        # charge by its number of statements (execute_adaptive), each under its own deadline.
         for query in stream.queries:
-            # Up to 10,000 statements, each under the engine's time limit: the whole stream stops
-            # (charged, withheld) past STREAM_TIME_LIMIT of them, so no stream holds a server's
-            # worker for hours (a served attacker's review; a fit has the same limit).
-            if limit is not None and time.monotonic() - started > STREAM_TIME_LIMIT * limit:
-                raise TimeoutError("the stream ran past its time limit")
             if svt.done:
                 released.append((None, None))  # the stream stopped: this query is not run
                 continue
@@ -277,8 +268,8 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
-        failure="the stream failed while running (or ran past its time limit); its cost was charged and nothing "
-                "was released")
+        failure="the stream failed while running; its cost was charged and nothing was released",
+        statements=len(stream.queries), what=f"a stream of {len(stream.queries):,} queries")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _result(connection, stream, released, charged)
 
@@ -318,16 +309,28 @@ def _result(connection: Any, stream: StreamPlan, released: list[tuple[bool | Non
 
 
 def _notes(stream: StreamPlan, released: list[tuple[bool | None, int | None]]) -> tuple[str, ...]:
+    notes = []
+    if stream.value_epsilon is not None:  # the total is more than the epsilon the call gave: say so
+        notes.append(f"epsilon {_number(stream.cost.epsilon)} in all{_split(stream)}")
     skipped = sum(above is None for above, _ in released)
-    if not skipped:
-        return ()
-    above = "the first query" if stream.max_above == 1 else f"{stream.max_above} queries"
-    rest = "the last query was" if skipped == 1 else f"the last {skipped} queries were"
-    return (f"the stream stopped after {above} above the threshold: {rest} not run (above is NULL)",)
+    if skipped:
+        above = "the first query" if stream.max_above == 1 else f"{stream.max_above} queries"
+        rest = "the last query was" if skipped == 1 else f"the last {skipped} queries were"
+        notes.append(f"the stream stopped after {above} above the threshold: {rest} not run (above is NULL)")
+    return tuple(notes)
+
+
+def _split(stream: StreamPlan) -> str:
+    """How a stream with values spends its total: the sparse vector's epsilon and the values'."""
+    if stream.value_epsilon is None:
+        return ""
+    return (f" ({_number(stream.epsilon)} for the sparse vector + {_number(stream.value_epsilon)} for the values "
+            "of the queries above: value_epsilon, by default the same as epsilon)")
 
 
 def explain_stream(connection: Any, stream: StreamPlan) -> Explanation:
-    """What the stream would run and cost; reads no data."""
+    """What the stream would run and cost; reads no data. A stream too long to run is refused."""
+    connection._executor.check_time(len(stream.queries), f"a stream of {len(stream.queries):,} queries")
     share = threshold_share(stream.max_above)
     first = stream.epsilon * share
     lines = [
@@ -344,7 +347,7 @@ def explain_stream(connection: Any, stream: StreamPlan) -> Explanation:
         lines.append(f"{i}. {query.normal}  -- one unit changes it by at most "
                      f"{_number(query.sensitivity * query.grid)}")
     cost = stream.cost
-    lines.append(f"cost: epsilon {_number(cost.epsilon)}, delta 0, charged once for the whole stream")
+    lines.append(f"cost: epsilon {_number(cost.epsilon)}{_split(stream)}, delta 0, charged once for the whole stream")
     repeat = connection._ledger.find_answer(stream.key()) is not None
     _, refusal = connection._after(Spend.ZERO if repeat else cost)
     lines.append(connection._accounting_text(cost, repeat, refusal))

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from dpsql.above_threshold import plan_stream, run_stream
 from dpsql.accuracy import aggregates_of, cut_half_width, output_cells
-from dpsql.analysis.aggregates import counts_rows, plain_projection, total_post
+from dpsql.analysis.aggregates import counts_rows, null_on_zero_divisors, plain_projection, total_post
 from dpsql.analysis.domains import (
     domain_parts,
     domain_text,
@@ -44,6 +44,7 @@ from dpsql.analysis.domains import (
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
+from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.persisted import copies_directory
@@ -67,7 +68,7 @@ from dpsql.bias import (
     with_bounding,
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
-from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger, PolicyChange
+from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
 from dpsql.budget.registry import Dataset, check_second_budget, claim, dataset_identity, release, second_budget_note
 from dpsql.calls import Call, mechanism, recognise
 from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
@@ -97,7 +98,7 @@ from dpsql.local_query import (
 )
 from dpsql.mechanisms.noise import secret_key
 from dpsql.noise_rows import noise_rows_notes
-from dpsql.notes import thin_answer_notes
+from dpsql.notes import null_cells_notes, thin_answer_notes
 from dpsql.options import exact_parameter, max_keys, merge_options, plain_number, privacy_options
 from dpsql.policy.diff import policy_difference
 from dpsql.policy.language import check_policy, load_policy, policy_to_text
@@ -135,7 +136,8 @@ from dpsql.suggest import plan_suggestion, run_suggestion
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
             analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
             memory_limit: str | None = None, eager_bounding: bool = False, persist_copies: bool = False,
-            progress: bool | None = None, separate_budget: bool = False) -> "Connection":
+            progress: bool | None = None, request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+            separate_budget: bool = False) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
 
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
@@ -145,7 +147,10 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     policy's ``BUDGET PER ANALYST`` as well as the total, and ``db.ledger()`` shows them only
     their own entries (``None``, the curator, sees all). ``rng``: a noise source for tests;
     production uses the cryptographically secure default. ``query_timeout``: seconds a query
-    may run before it fails (charged, like any run-time failure); ``memory_limit``: DuckDB's
+    may run before it fails (charged, like any run-time failure); ``request_timeout``: the most
+    seconds one request of many statements (a stream, a fit) may take, counted before its charge
+    as its statements times ``query_timeout`` (one longer is refused, nothing charged; it is
+    never stopped by the time it actually took, which one person's rows could tip); ``memory_limit``: DuckDB's
     memory limit for databases dpsql opens (default half the machine's memory).
     ``eager_bounding``: build every private table's bounded copy now, so that no query's time
     includes a scan of a raw private table (otherwise each is built by the first query reading it).
@@ -169,7 +174,8 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     """
     return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng,
                       query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding,
-                      persist_copies=persist_copies, progress=progress, separate_budget=separate_budget)
+                      persist_copies=persist_copies, progress=progress, request_timeout=request_timeout,
+                      separate_budget=separate_budget)
 
 
 def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
@@ -300,10 +306,14 @@ class _Answered:
 class Connection:
     """A wrapped database under a privacy policy, with a persistent budget."""
 
+    _cancel: Cancellation | None = None
+    """The cancel of the one call this view serves (``acting_for``), passed to every charge."""
+
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
                  eager_bounding: bool = False, persist_copies: bool = False, progress: bool | None = None,
-                 separate_budget: bool = False, _replacing: bool = False):
+                 request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT, separate_budget: bool = False,
+                 _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out",
@@ -324,7 +334,8 @@ class Connection:
             if file is not None and not file.exists() and policy is not None:  # refused before the file is made
                 check_second_budget(file, dataset_identity(load_policy(policy)), separate=separate_budget)
             self._ledger = Ledger.open(ledger)
-            self._executor = Executor(self._ledger, self._engine)
+            self._executor = Executor(self._ledger, self._engine,
+                                      check_timeout(request_timeout, "request_timeout"))
             self._claimed: Path | None = None
             try:
                 self.policy: Policy = self._load_policy(policy, _replacing)
@@ -521,7 +532,8 @@ class Connection:
         def charge() -> int:
             return self._ledger.charge(cost, self._accountant, sql=priced.normal_sql, options=options,
                                        analyst=self.analyst, key=priced.repeat_key,
-                                       analyst_total=self._analyst_accountant, policies=self._agreed_policies)
+                                       analyst_total=self._analyst_accountant, policies=self._agreed_policies,
+                                       cancel=self._cancel)
 
         def release(fetched: list[list[tuple]]) -> _Answered:
             exact = self._read_keys(fetched[0], keys)
@@ -805,11 +817,12 @@ class Connection:
                                        options={"epsilon": epsilon, "columns": [c for c, _ in plan.columns],
                                                 "group_by": plan.group_by},
                                        analyst=self.analyst, analyst_total=self._analyst_accountant,
-                                       policies=self._agreed_policies)
+                                       policies=self._agreed_policies, cancel=self._cancel)
 
         return self._executor.execute_adaptive(
             charge, lambda fetch: run_suggestion(plan, fetch, self._rng, self._engine.dialect),
-            failure="the suggestion failed while running; its cost was charged and nothing was released")
+            failure="the suggestion failed while running; its cost was charged and nothing was released",
+            statements=plan.statements, what="this suggestion")
 
     def estimate_limits(self, epsilon: Any = None, tables: Any = None, *,
                         only_missing: bool = False) -> dict[str, RecordedDrop]:
@@ -852,7 +865,7 @@ class Connection:
                 return self._ledger.charge(cost, self._accountant, sql=f"ESTIMATE LIMITS {plan.table}",
                                            options={"epsilon": epsilon, "rows_per_unit": plan.rows_per_unit},
                                            analyst=self.analyst, key=key, analyst_total=self._analyst_accountant,
-                                           policies=self._agreed_policies)
+                                           policies=self._agreed_policies, cancel=self._cancel)
 
             def release(fetched: list[list[tuple]], plan: DroppedPlan = plan) -> RecordedDrop:
                 kept, dropped = fetched[0][0]
@@ -905,12 +918,14 @@ class Connection:
         all of them for the curator, only the analyst's own for a connection with an analyst."""
         return self._ledger.entries(self.analyst)
 
-    def acting_for(self, analyst: str | None) -> "Connection":
+    def acting_for(self, analyst: str | None, cancel: Cancellation | None = None) -> "Connection":
         """This connection as one analyst's (``None``: the curator's): the same database, ledger,
         policy and caches, its queries charged to ``analyst`` and its budget and ledger theirs.
         The server gives every call its own view, so a query running in one thread is charged to
         its own analyst whatever another thread's call is acting for (``dpsql.server.answers``).
-        Closing a view closes the connection it views.
+        ``cancel``: the call's cancel (a PostgreSQL cancel request), which stops any charge of the
+        call that has not committed yet (``Ledger.charge``). Closing a view closes the connection
+        it views.
 
         >>> db = connect({"t": __import__("pandas").DataFrame({"x": [1]})}, "BUDGET EPSILON 1; PUBLIC TABLE t;")
         >>> db.acting_for("alice").analyst, db.analyst
@@ -920,7 +935,7 @@ class Connection:
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or None for the curator")
         view = copy.copy(self)
-        view.analyst = analyst
+        view.analyst, view._cancel = analyst, cancel
         return view
 
     def tables(self) -> list[str]:
@@ -1045,6 +1060,7 @@ class Connection:
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
         notes = [] if limited else thin_answer_notes(plan, len(rows), checked.post)
+        notes += null_cells_notes(checked.outputs, checked.post, rows)
         try:
             notes += noise_rows_notes(plan, checked, rows, cells)
         except Exception:  # advisory, after the charge: the answer is released without it
@@ -1120,7 +1136,8 @@ class Connection:
         LIMIT or DISTINCT: it is shown whatever they say); ``None`` if that fails. Released
         values only: nothing private is read."""
         try:
-            select = exp.Select(expressions=[e.copy() for e in checked.post.expressions]).from_("dp_core")
+            select = exp.Select(expressions=[null_on_zero_divisors(e.copy()) for e in checked.post.expressions])
+            select = select.from_("dp_core")  # a ratio over a noisy 0 is NULL here too, as in the rows
             _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core], select)
             return tuple(rows[0])
         except Exception:  # a post-processing error on NULL keys: the outputs are left out

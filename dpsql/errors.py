@@ -79,6 +79,13 @@ class UnsupportedQuery(DPError):
     code = "unsupported_query"
 
 
+class RequestTooLong(UnsupportedQuery):
+    """A request of many statements (a stream, a fit) whose public time bound — its statements
+    times the per-statement limit — passes the curator's limit per request; nothing charged."""
+
+    code = "request_too_long"
+
+
 class PolicyError(DPError):
     """The policy text or object is malformed, or does not match the database."""
 
@@ -109,10 +116,24 @@ class InvalidParameter(DPError):
     code = "invalid_parameter"
 
 
+class InsecureFile(DPError):
+    """A file holding the curator's secrets (the ledger, the users file, the persisted copies)
+    that another user owns or could read or change: refused before anything is read from it."""
+
+    code = "insecure_file"
+
+
 class QueryFailed(DPError):
     """The query failed at run time after its charge; the message carries no data."""
 
     code = "query_failed"
+
+
+class Cancelled(DPError):
+    """The statement was cancelled (a PostgreSQL cancel request) before its charge committed:
+    nothing was charged, nothing read (``dpsql.budget.ledger.Cancellation``)."""
+
+    code = "cancelled"
 
 
 class MissingDependency(DPError, ImportError):

@@ -15,6 +15,11 @@ nothing that can be refused statically fails after it. Then, in this order:
 
 A failure in 2 or 3 is a ``QueryFailed`` saying only that the charged query failed: the
 analyst learns nothing from how (an engine's message could quote private values, or the salt).
+
+Time. Each statement runs under the engine's own deadline; a request of many statements is
+bounded before its charge by its number of statements times that deadline, against the
+curator's ``request_timeout`` (``dpsql.backends.deadline.check_request_time``), and never
+stopped by its summed run time, which one unit's rows could tip (invariant 17).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from dpsql.backends.base import Backend
+from dpsql.backends.deadline import check_request_time
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.ledger import Ledger
 from dpsql.errors import InternalError, QueryFailed
@@ -42,9 +48,17 @@ QUERY_FAILED = "the query failed while running; its cost was charged and no answ
 class Executor:
     """Runs charged statements on one engine against one ledger (module docstring)."""
 
-    def __init__(self, ledger: Ledger, engine: Backend) -> None:
+    def __init__(self, ledger: Ledger, engine: Backend, request_timeout: float | None = None) -> None:
         self._ledger = ledger
         self._engine = engine
+        self.request_timeout = request_timeout
+        """Seconds one request's statements may take, counted as their number times the engine's
+        per-statement limit (``None``: no limit per request)."""
+
+    def check_time(self, statements: int, what: str = "this request") -> None:
+        """Refuse a request of ``statements`` statements whose public time bound passes
+        ``request_timeout`` (``check_request_time``); for ``explain`` and for each execution."""
+        check_request_time(statements, self._engine._timeout, self.request_timeout, what)
 
     def execute(self, charge: Callable[[], int], statements: Sequence[BoundedStatement],
                 release: Callable[[list[list[tuple]]], Released], record: Callable[[Released], str],
@@ -60,19 +74,32 @@ class Executor:
 
         def run(fetch: Fetch) -> Released:
             key = sample_key() if sample_key is not None else None
-            return release([self._fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
+            return release([fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
 
-        return self.execute_adaptive(charge, run, record, failure)
+        return self.execute_adaptive(charge, run, record, failure, statements=len(statements))
 
     def execute_adaptive(self, charge: Callable[[], int], run: Callable[[Fetch], Released],
-                         record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED) -> Released:
+                         record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED, *,
+                         statements: int, what: str = "this request") -> Released:
         """As ``execute``, for a mechanism whose later statements depend on its earlier noisy
         results (suggest's histograms; a sparse vector's queries): ``run(fetch)`` runs each
-        statement through ``fetch`` and releases. ``record`` None: nothing is kept for repeats."""
+        statement through ``fetch`` and releases. ``record`` None: nothing is kept for repeats.
+        ``statements``: the most statements ``run`` may fetch, known from the request alone;
+        it bounds the request's time before the charge (``what`` names it in the refusal)."""
+        self.check_time(statements, what)
+        fetched = 0
+
+        def fetch(statement: BoundedStatement, sample_key: str | None = None) -> list[tuple]:
+            nonlocal fetched
+            fetched += 1
+            if fetched > statements:  # the time bound charged for would not hold
+                raise InternalError(f"a request priced at {statements} statements ran more")
+            return self._fetch(statement, sample_key)
+
         entry = charge()
         # The charge is committed: from here on, private data is read.
         try:
-            released = run(self._fetch)
+            released = run(fetch)
         except Exception:  # whatever failed, the analyst learns nothing from how
             raise QueryFailed(failure) from None
         if record is not None:

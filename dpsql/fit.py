@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
@@ -62,8 +61,6 @@ from dpsql.sql.parse import DIALECT, located, node_position, parse
 
 OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
 """The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
-FIT_TIME_LIMIT = 10
-"""A fit may run this many times the engine's per-statement time limit, in all (300 s by default)."""
 DEFAULT_STEPS = 30
 DEFAULT_CLIP = 1.0
 _SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
@@ -161,6 +158,8 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
         raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
     if not isinstance(target, str) or not target.strip():
         raise InvalidParameter("fit needs its target column's name", hint="pass target='y', a column of the query")
+    if delta is None and connection.policy.query_delta == 0:
+        raise _no_delta(connection.policy)
     options = privacy_options(connection.policy, epsilon, delta, "gaussian")
     tree, items = _rows_query(sql)
     names = [item.alias_or_name.lower() for item in items]
@@ -207,6 +206,20 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
                   priced.normal_sql, priced.repeat_key, connection._engine.dialect)
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     return fit
+
+
+def _no_delta(policy: Any) -> InvalidParameter:
+    """A fit names no delta and the policy has no QUERY DELTA to give it: say what to write, with a
+    delta the budget can pay (Gaussian noise needs delta > 0)."""
+    if policy.budget_delta == 0:
+        return InvalidParameter("a fit needs delta > 0 (its noise is Gaussian), and this policy's budget has no "
+                                "delta to spend", hint="ask the curator for a BUDGET with a DELTA")
+    suggested = f"{float(policy.budget_delta) / 10:.0e}".replace("e-0", "e-")
+    return InvalidParameter(
+        f"a fit needs delta > 0 (its noise is Gaussian), and the policy sets no QUERY DELTA to use when none is given "
+        f"(its budget's delta is {float(policy.budget_delta):g} in all)",
+        hint=f"pass delta={suggested}, or add DELTA {suggested} to the policy's QUERY EPSILON",
+        hints={"sql": f"add delta = {suggested} to the fit(...) call, or ask the curator for a QUERY DELTA"})
 
 
 def _rows_query(sql: str) -> tuple[exp.Select, list[exp.Expression]]:
@@ -363,18 +376,13 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
                      "sample_rate": None if fit.rate is None else str(fit.rate),
                      "neighbours": connection.policy.neighbours},
             analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies))
+            policies=connection._agreed_policies, cancel=connection._cancel))
         return entries[-1]
-
-    limit = connection._engine._timeout
-    started = time.monotonic()
 
     def run(fetch) -> dict:
         def gradient(weights: list[float]) -> list[int]:
-            # A fit is many statements, each under the engine's time limit: the whole fit stops
-            # (charged, withheld) past FIT_TIME_LIMIT of them, so no fit holds a server for hours.
-            if limit is not None and time.monotonic() - started > FIT_TIME_LIMIT * limit:
-                raise TimeoutError("the fit ran past its time limit")
+            # No stop on the fit's summed run time (invariant 17): its time was bounded before the
+            # charge by its number of statements (execute_adaptive), each under its own deadline.
             statement = fit.statement(weights)
             rows = fetch(statement, secret_key(connection._rng)) if statement.needs_sample_key else fetch(statement)
             return [int(v or 0) for v in rows[0]]
@@ -383,8 +391,8 @@ def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
 
     released = connection._executor.execute_adaptive(
         charge, run, lambda r: json.dumps(r),
-        failure="the fit failed while running (or ran past its time limit); its cost was charged and no model "
-                "was released")
+        failure="the fit failed while running; its cost was charged and no model was released",
+        statements=1 + fit.steps, what=f"a fit of {fit.steps:,} steps")
     charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
     return _model(connection, fit, released, charged, entries[-1])
 

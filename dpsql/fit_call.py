@@ -16,7 +16,8 @@ from dpsql.result import DPResult
 
 
 def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
-    """What the fit would read, run and cost; reads no data."""
+    """What the fit would read, run and cost; reads no data. A fit too long to run is refused."""
+    connection._executor.check_time(1 + fit.steps, f"a fit of {fit.steps:,} steps")
     every = fit.columns.bounds()
     bounds = ", ".join(f"{name} in [{b.lower:g}, {b.upper:g}]" for name, b in zip((*fit.features, fit.target), every))
     multiplier = math.sqrt(float(fit.noise.sigma_squared)) / fit.noise.norm_steps

@@ -32,6 +32,7 @@ plugs ĉ_S (clamped to [0, n]) in for n_S. These are pure functions of released 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -101,8 +102,26 @@ def checked_domain(domain: Sequence[Any]) -> tuple:
     return values
 
 
+# numpy scalars whose ``.item()`` is the same value as a Python str, bytes, int, bool or float:
+# np.str_('a') is 'a' and np.int64(1) is 1, exactly (a float32 widens to float without loss).
+# Others (datetime64, longdouble, complex) keep their own type and match only themselves.
+_NUMPY_EXACT = (np.str_, np.bytes_, np.bool_, np.integer, np.floating)
+
+
 def _identity(value: Any) -> tuple:
-    """Values are one when their type and value are (True is not 1, 1 is not 1.0 nor '1')."""
+    """Values are one when their type and value are (True is not 1, 1 is not 1.0 nor '1'); a
+    numpy scalar is the Python value it holds exactly; floats are told apart by their bits
+    (-0.0 is not 0.0, and a NaN matches a NaN of the same sign and payload).
+
+    >>> _identity(np.str_("a")) == _identity("a"), _identity(np.int64(1)) == _identity(1)
+    (True, True)
+    >>> _identity(np.True_) == _identity(1), _identity(1.0) == _identity(1), _identity(-0.0) == _identity(0.0)
+    (False, False, False)
+    """
+    if isinstance(value, _NUMPY_EXACT):
+        value = value.item()
+    if type(value) is float:
+        return "float", struct.pack("<d", value)
     return type(value).__name__, value
 
 

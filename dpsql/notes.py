@@ -16,6 +16,11 @@ of the DP release), and of the query's post-processing clauses (public). Nothing
 how many candidate keys there were or were dropped, nor on how many partition selection
 dropped rather than HAVING: the note is the same whatever the data, given the released answer.
 
+An output computed from noisy values (``SUM(x) / COUNT(*)``) is NULL where a step had no value:
+a division by a noisy 0 (``dpsql.analysis.aggregates.null_on_zero_divisors``), or a step made
+total with TRY. ``null_cells_notes`` says how many rows and why, from the released rows and the
+query's text only.
+
 The limits line (``dpsql.bias.Limits``) says, per aggregate, which way the limits can move it
 (``limit_effects``): a count only down, a sum of values ≥ 0 down by the rows dropped, an average
 or a quantile either way. That is a fact of the plan alone (the aggregate, its bounds, whether
@@ -28,9 +33,10 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.accuracy import aggregates_of
 from dpsql.mechanisms.selection import selection_rule
 
-__all__ = ["FEW_ROWS", "effects_text", "limit_effects", "thin_answer_notes"]
+__all__ = ["FEW_ROWS", "effects_text", "limit_effects", "null_cells_notes", "thin_answer_notes"]
 
 FEW_ROWS = 5
 """An answer through partition selection with fewer rows than this carries a note."""
@@ -197,3 +203,31 @@ def effects_text(effects: tuple[tuple[str, str], ...]) -> str:
         else:
             parts.append(EFFECTS[effect].format(named))
     return "not in the ±: " + "; ".join(parts)
+
+
+def null_cells_notes(outputs: tuple[str, ...] | list[str], post: exp.Select, rows: list[tuple]) -> list[str]:
+    """A note per output computed from noisy values that is NULL in some released ``rows``.
+
+    >>> import sqlglot
+    >>> post = sqlglot.parse_one("SELECT g0 AS store, a0 / a1 AS r, a1 AS n FROM dp_core", read="duckdb")
+    >>> print(null_cells_notes(["store", "r", "n"], post, [(None, None, 0), ("b", 2.5, 4)])[0])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    r is NULL in 1 of 2 rows: its divisor, computed from noisy values, came out 0 there (a
+    division by zero gives NULL, never ±inf), or another step could not be computed (as under TRY).
+    """
+    notes = []
+    for position, (name, item) in enumerate(zip(outputs, post.expressions)):
+        node = item.unalias()
+        if isinstance(node, exp.Column) or not aggregates_of(node):
+            continue  # a released aggregate as it is, or keys only: never NULL for this reason
+        empty = sum(row[position] is None for row in rows)
+        if not empty:
+            continue
+        where = f"in {empty:,} of {len(rows):,} rows" if len(rows) > 1 else "in the row shown"
+        if node.find(exp.Div, exp.Mod) is not None:
+            why = ("its divisor, computed from noisy values, came out 0 there (a division by zero gives NULL, "
+                   "never ±inf), or another step could not be computed (as under TRY)")
+        else:
+            why = "a step on noisy values could not be computed there (such as a cast out of range), as under TRY"
+        notes.append(f"{name} is NULL {where}: {why}.")
+    return notes

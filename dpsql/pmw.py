@@ -222,7 +222,7 @@ def open_pmw(db, table: str, columns: Any, epsilon: Any, delta: Any, max_updates
                                  options={"epsilon": plan.epsilon, "max_updates": plan.max_updates,
                                           "threshold": plan.threshold, "mechanism": "pmw"},
                                  analyst=db.analyst, analyst_total=db._analyst_accountant,
-                                 policies=db._agreed_policies)
+                                 policies=db._agreed_policies, cancel=db._cancel)
 
-    db._executor.execute_adaptive(charge, session._start, failure=FAILED)
+    db._executor.execute_adaptive(charge, session._start, failure=FAILED, statements=1)
     return session

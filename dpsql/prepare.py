@@ -39,7 +39,7 @@ from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrit
 from dpsql.bias import BiasPlan, bias_share, bias_statement, plan_bias
 from dpsql.budget.accounting import Spend, check_accountable, query_cost
 from dpsql.budget.amplification import amplified_cost
-from dpsql.errors import DPError, UnsupportedQuery
+from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.options import (
     apply_contribution_options,
     exact_parameter,
@@ -238,7 +238,18 @@ class Preparer:
         if share is None:
             return self.plan(checked, sql, epsilon, delta, noise, weights), None
         total = privacy_options(self.policy, epsilon, delta, noise).epsilon
-        plan = self.plan(checked, sql, total * (1 - share), delta, noise, weights)
+        try:
+            plan = self.plan(checked, sql, total * (1 - share), delta, noise, weights)
+        except InvalidParameter:
+            self.plan(checked, sql, epsilon, delta, noise, weights)  # fails alike: not the share's doing
+            where = written.get("report_bias")
+            raise InvalidParameter(
+                f"report_bias {float(share)!r} takes that share of epsilon {float(total):.3g} for the bias "
+                f"report and leaves the aggregates {float(total * (1 - share)):.3g}: too small for their noise, "
+                "beyond what the exact samplers draw", line=where.line if where is not None else None,
+                col=where.col if where is not None else None,
+                hint="ask a smaller share for the report, such as report_bias=0.05 (the share must be above 0 "
+                     "and below 1, and leave the aggregates enough), or a larger epsilon") from None
         bias = plan_bias(plan, share, total, explicit, written.get("report_bias"))
         if bias is None:  # nothing to report here: the aggregates get the whole epsilon
             return self.plan(checked, sql, epsilon, delta, noise, weights), None

@@ -17,7 +17,8 @@ computed from released values and public bounds: post-processing, free. It is ap
 normal approximation of a sum of independent bounded terms, with an estimated Y), and says so.
 
 Refused where it cannot be stated: without a sample, when the query post-processes the
-aggregates (HAVING, ORDER BY, LIMIT, arithmetic: scale the answer instead), and for a SUM whose
+aggregates (HAVING, DISTINCT, arithmetic: scale the answer instead; ORDER BY and LIMIT on the
+aggregates as they are keep their meaning, since dividing by p keeps every order), and for a SUM whose
 values can be negative (its variance bound needs sum_u |y_u|, which no released value bounds).
 AVG, VARIANCE and quantiles are ratios or orders, estimated by the sample as they are: left alone.
 """
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
 from typing import Any
+
+from sqlglot import exp
 
 from dpsql.analysis.aggregates import plain_projection
 from dpsql.analysis.plan import Plan, PrivateQuery
@@ -71,12 +74,14 @@ def plan_scaling(plan: Plan, checked: PrivateQuery, sampling: Sampling | None, w
         raise UnsupportedQuery("scale_sample scales estimates from a Poisson sample, but this query reads no "
                                "TABLESAMPLE POISSON below 100 PERCENT (which is the whole table: nothing to scale)",
                                **where, hint="write FROM t TABLESAMPLE POISSON (10 PERCENT), or leave scale_sample out")
-    if plain_projection(checked.post, core_columns(plan)) is None:
-        raise UnsupportedQuery("scale_sample scales released COUNT and SUM columns as they are, but this query "
-                               "post-processes them (HAVING, ORDER BY, LIMIT, DISTINCT or arithmetic)", **where,
-                               hint="select the aggregates as they are and compute on the scaled answer, or "
-                                    "leave scale_sample out")
     aggregates = {a.name: a for a in plan.aggregates}
+    totals = {name for name, a in aggregates.items() if a.function in SCALED}
+    if not _scales_after_post(checked.post, core_columns(plan), totals):
+        raise UnsupportedQuery("scale_sample scales released COUNT and SUM columns as they are, but this query "
+                               "post-processes them (HAVING, DISTINCT, or arithmetic in the SELECT list or ORDER "
+                               "BY)", **where,
+                               hint="select the aggregates as they are (ORDER BY and LIMIT them as they are) and "
+                                    "compute on the scaled answer, or leave scale_sample out")
     labels = {a.name: a.label for a in plan.query.aggregates}
     rows = Fraction(plan.query.rule.max_rows_per_unit)
     columns = []
@@ -98,6 +103,44 @@ def plan_scaling(plan: Plan, checked: PrivateQuery, sampling: Sampling | None, w
             largest = rows * measure.upper * measure.grid
         columns.append(ScaledColumn(output, largest))
     return Scaling(sampling.rate, tuple(columns))
+
+
+def _scales_after_post(post: exp.Select, core: list[str], totals: set[str]) -> bool:
+    """Whether scaling the post-processed answer is scaling the totals before post-processing:
+    the SELECT list picks core columns as they are, and ORDER BY (then LIMIT, OFFSET) orders by
+    output columns as they are, or by expressions of unscaled columns (keys, AVG). Dividing by
+    p > 0 keeps every order, ties included, so rows sorted and cut by a sampled total are the
+    rows sorted and cut by its estimate; HAVING n > 100 or ORDER BY n % 7 would not be.
+
+    >>> import sqlglot
+    >>> ok = lambda sql: _scales_after_post(sqlglot.parse_one(sql), ["g0", "a0", "a1"], {"a0"})
+    >>> ok("SELECT g0 AS g, a0 AS n FROM dp_core ORDER BY UPPER(g0), n DESC, 1, a1 + 1 LIMIT 3")
+    True
+    >>> ok("SELECT g0 AS g, a0 AS n FROM dp_core ORDER BY a0 % 7"), ok("SELECT a0 * 2 AS n FROM dp_core")
+    (False, False)
+    >>> ok("SELECT a1 AS m, a0 AS n FROM dp_core ORDER BY m + 1"), ok("SELECT a0 AS n FROM dp_core ORDER BY -n")
+    (True, False)
+    """
+    bare = post.copy()
+    order = bare.args.get("order")
+    for part in ("order", "limit", "offset"):
+        bare.set(part, None)
+    if plain_projection(bare, core) is None:
+        return False
+    unscaled = set(core) - totals
+    aliases = {item.alias_or_name: item.unalias().name for item in bare.expressions}
+
+    def unscaled_name(name: str) -> bool:  # unscaled whether it names a core column or an output
+        return ((name in core or name in aliases) and (name not in core or name in unscaled)
+                and (name not in aliases or aliases[name] in unscaled))
+
+    for ordered in order.expressions if order is not None else ():
+        term = ordered.this
+        if isinstance(term, exp.Column) or (isinstance(term, exp.Literal) and not term.is_string):
+            continue  # an output column or its position: its order survives the scaling
+        if not all(unscaled_name(column.name) for column in term.find_all(exp.Column)):
+            return False
+    return True
 
 
 def scaled_result(result: DPResult, scaling: Scaling) -> DPResult:

@@ -386,6 +386,11 @@ class SuggestPlan:
     current_groups: int | None = None
     """min(l, k) of the table in the policy in force (``None`` for a row-level table)."""
 
+    @property
+    def statements(self) -> int:
+        """How many statements ``run_suggestion`` runs: rows (or units), groups if asked, one a column."""
+        return 1 + (self.group_by is not None) + len(self.columns)
+
 
 def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fraction, columns=None,
                     group_by=None) -> SuggestPlan:

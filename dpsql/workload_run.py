@@ -204,7 +204,8 @@ def answer_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> 
                                      options={"epsilon": planned.mwem.epsilon, "delta": planned.mwem.delta,
                                               "rounds": planned.mwem.rounds, "mechanism": "mwem"},
                                      analyst=db.analyst, key=planned.key,
-                                     analyst_total=db._analyst_accountant, policies=db._agreed_policies)
+                                     analyst_total=db._analyst_accountant, policies=db._agreed_policies,
+                                     cancel=db._cancel)
 
         def release_rows(fetched: list[list[tuple]]) -> MwemRelease:
             rows = db._read_keys(fetched[0], planned.histogram.query.keys)

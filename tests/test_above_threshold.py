@@ -131,16 +131,6 @@ def test_a_failure_after_the_charge_releases_nothing(db, monkeypatch):
     assert "12345" not in str(failed.value) and db.budget.spent.epsilon == 1
 
 
-def test_a_stream_past_its_time_limit_is_charged_and_withheld(db, monkeypatch):
-    """Like a fit, a stream of many statements stops past STREAM_TIME_LIMIT statement limits in
-    all, so no stream holds a server's worker for hours."""
-    monkeypatch.setattr(dpsql.above_threshold, "STREAM_TIME_LIMIT", 0)
-    before = db.budget.spent.epsilon
-    with pytest.raises(QueryFailed, match="time limit"):
-        db.above_threshold(AGES, threshold=10**6, epsilon=1)
-    assert db.budget.spent.epsilon == before + 1
-
-
 def test_the_sql_form_answers_and_explains_as_the_method(db):
     sql = ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits WHERE age > 85', "
            "$$SELECT COUNT(*) FROM visits WHERE store = 'north'$$, threshold = 1000000, epsilon = 0.5, "
@@ -281,3 +271,16 @@ def test_a_shape_refusal_comes_before_any_query_is_planned(db, monkeypatch):
         db.above_threshold(["SELECT COUNT(*) FROM visits"] * 299 + ["SELECT COUNT(*) FROM visits GROUP BY store"],
                            threshold=1, epsilon=1)
     assert planned == []
+
+
+def test_a_stream_with_values_says_its_whole_cost_before_and_after(db):
+    """``epsilon = 0.5, values = true`` charges 1 (the values' epsilon defaults to epsilon): the
+    explanation and the answer say the total and how it splits, not only the charged figure."""
+    sql = ("SELECT * FROM above_threshold('SELECT COUNT(*) FROM visits WHERE age > 85', threshold = 1000000, "
+           "epsilon = 0.5, values = true)")
+    split = ("(0.5 for the sparse vector + 0.5 for the values of the queries above: value_epsilon, "
+             "by default the same as epsilon)")
+    assert f"cost: epsilon 1 {split}, delta 0" in db.explain(sql)
+    released = db.sql(sql)
+    assert f"epsilon 1 in all {split}" in released.notes and released.cost.epsilon == 1
+    assert not any("value_epsilon" in note for note in db.above_threshold(AGES, threshold=10, epsilon=1).notes)

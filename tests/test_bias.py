@@ -403,3 +403,23 @@ def test_a_bias_share_too_small_to_sample_is_refused_before_the_charge(options):
                 ask("SELECT COUNT(*) AS n FROM visits", **arguments)
         assert db.budget.spent.epsilon == 0
         db.sql("SELECT COUNT(*) AS n FROM visits", epsilon=1, report_bias=0.05)  # a sampleable share: answered
+
+
+@pytest.mark.parametrize("written, argument", [("OPTIONS (report_bias = 0.999999999999) ", None),
+                                               ("", 0.9999999999999999)])
+def test_a_bias_share_that_leaves_the_aggregates_too_little_is_refused_by_its_name(written, argument):
+    """A share just below 1 is in range, but leaves the aggregates (1 - share) * epsilon: when
+    that is too small for their noise, the refusal names report_bias and the share, not an
+    epsilon the analyst never wrote; before the charge. A share that leaves enough is answered."""
+    with dpsql.connect({"t": frame({1: (1,), 2: (3,)}), "p": PUBLIC}, policy=POLICY) as db:
+        sql = f"SELECT WITH DIFFERENTIAL_PRIVACY {written}SUM(x) AS s FROM t"
+        for ask in (db.explain, db.sql):
+            with pytest.raises(InvalidParameter, match=r"report_bias 0\.99999.* leaves the aggregates 1e-1\d: "
+                                                       r"too small") as refused:
+                ask(sql, epsilon=1, report_bias=argument)
+            assert "report_bias=0.05" in refused.value.hint and "below 1" in refused.value.hint
+            assert (refused.value.line, refused.value.col) == ((1, 43) if written else (None, None))
+        assert db.budget.spent.epsilon == 0
+        with pytest.raises(InvalidParameter, match="epsilon 1e-13 is below 1e-12"):  # the epsilon's own fault
+            db.sql("SELECT SUM(x) AS s FROM t", epsilon=1e-13, report_bias=0.5)
+        assert db.sql("SELECT SUM(x) AS s FROM t", epsilon=1, report_bias=0.9999).cost.epsilon == 1

@@ -22,6 +22,8 @@ class FakeLedger:
 
 
 class FakeEngine:
+    _timeout = 30.0  # the per-statement limit the executor bounds a request's time by
+
     def __init__(self, rows=None, error=None):
         self.calls, self.rows, self.error = [], rows or [(7,)], error
 
@@ -82,5 +84,5 @@ def test_an_adaptive_mechanism_runs_statements_chosen_from_earlier_results():
     def run(fetch):
         first = fetch(PLAIN)[0][0]
         return [first, *(fetch(SALTED)[0][0] for _ in range(first))]
-    released = Executor(ledger, engine).execute_adaptive(charge_into(ledger), run)
+    released = Executor(ledger, engine).execute_adaptive(charge_into(ledger), run, statements=4)
     assert released == [3, 3, 3, 3] and len(engine.calls) == 4 and ledger.answers == {}

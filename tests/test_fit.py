@@ -133,14 +133,6 @@ def test_a_tiny_clip_cannot_underflow_the_norm(clip):
     assert squared_norm(vectors[16]) >= (bound * 9 // 10) ** 2  # clipped to D, not zeroed
 
 
-def test_a_fit_past_its_time_limit_is_charged_and_withheld(monkeypatch):
-    monkeypatch.setattr(dpsql.fit, "FIT_TIME_LIMIT", 0)
-    db = tiny()
-    with pytest.raises(QueryFailed, match="time limit"):
-        db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3)
-    assert db.budget.spent.epsilon == 1
-
-
 @pytest.mark.parametrize("neighbours, factor", [("UNBOUNDED", 1), ("BOUNDED", 2)])
 def test_neighbouring_tables_move_the_summed_gradient_by_at_most_the_clip(neighbours, factor):
     """Brute force over every neighbour of the base table within the candidate units: removing or
@@ -441,3 +433,22 @@ def test_audit_a_one_step_fit_on_neighbouring_tables(broken, monkeypatch):
     second = audit_releases(fit, d2, BOUNDED, 20_000, 4, monkeypatch)
     bound = loss_lower_bound(first, second, thresholds(pilot), delta=1e-5)
     assert (bound > 2) if broken else (bound <= 2)
+
+
+@pytest.mark.parametrize("budget, said", [
+    ("BUDGET EPSILON 10 DELTA 1e-5", "pass delta=1e-6, or add DELTA 1e-6 to the policy's QUERY EPSILON"),
+    ("BUDGET EPSILON 10", "ask the curator for a BUDGET with a DELTA"),
+])
+def test_a_fit_without_delta_under_a_policy_with_no_query_delta_says_what_to_write(budget, said):
+    """It said "Gaussian noise needs delta > 0 ... pass delta=1e-7" whatever the budget held; now it
+    names the policy's missing QUERY DELTA and a delta this budget can pay."""
+    frame = pd.DataFrame({"uid": range(20), "x": [i % 5 for i in range(20)], "y": [i % 7 for i in range(20)]})
+    policy = (f"{budget}; QUERY EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "
+              "x BOUNDS 0 TO 5, y BOUNDS 0 TO 7);")
+    with dpsql.connect({"t": frame}, policy=policy) as db:
+        with pytest.raises(InvalidParameter, match="the policy sets no QUERY DELTA|budget has no delta") as refused:
+            db.fit("SELECT x, y FROM t", target="y")
+        assert refused.value.hint == said and db.budget.spent.epsilon == 0
+        with pytest.raises(InvalidParameter) as refused:
+            db.sql("SELECT * FROM fit('SELECT x, y FROM t', target = 'y')")
+        assert "fit(...) call" in refused.value.text_for("sql") or "BUDGET with a DELTA" in str(refused.value)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from dpsql.budget.accounting import Tally, accountant_for
-from dpsql.budget.ledger import Entry, Ledger, Spend
-from dpsql.errors import BudgetExceeded, DPError, InternalError
+from dpsql.budget.ledger import Cancellation, Entry, Ledger, Spend
+from dpsql.errors import BudgetExceeded, Cancelled, DPError, InternalError
 
 REPO = Path(__file__).resolve().parents[1]
 TENTH = Spend(Fraction(1, 10), Fraction(0))
@@ -354,11 +354,13 @@ def test_unusable_paths_are_clear_errors(tmp_path):
         Ledger.open(tmp_path / "missing" / "ledger.db")
     not_sqlite = tmp_path / "notes.txt"
     not_sqlite.write_text("hello, this is not a database" * 100)
+    not_sqlite.chmod(0o600)  # the curator's alone, as a ledger must be (tests/test_secret_files.py)
     with pytest.raises(DPError, match="cannot open the ledger"):
         Ledger.open(not_sqlite)
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as connection:
         connection.execute("CREATE TABLE t (x)")
+    other.chmod(0o600)
     with pytest.raises(DPError, match="not a dpsql ledger"):
         Ledger.open(other)
     ledger = Ledger.open(None)
@@ -381,6 +383,46 @@ def test_a_charge_that_cannot_get_the_write_lock_fails_and_writes_nothing(tmp_pa
         holder.execute("ROLLBACK")
         holder.close()
         assert ledger.spent() == Spend.ZERO and charge(ledger, TENTH, ONE) == 1
+
+
+def test_a_cancel_while_a_charge_waits_for_the_lock_rolls_it_back_and_one_after_it_commits_leaves_it(tmp_path):
+    """A cancel that arrives while the charge waits for SQLite's write lock is honoured once it
+    has the lock: rolled back, ``Cancelled``, nothing written. One after the commit changes
+    nothing: the entry stays, ``charged`` says so, and a later charge of the same call says that
+    what it charged before stays charged."""
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path) as ledger:
+        waiting = threading.Event()
+        ledger._connection.set_trace_callback(lambda sql: waiting.set() if sql == "BEGIN IMMEDIATE" else None)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        cancel = Cancellation()
+        failed: list[BaseException] = []
+
+        def charging() -> None:
+            try:
+                charge(ledger, TENTH, ONE, cancel=cancel)
+            except BaseException as error:  # noqa: BLE001 - the test reads it
+                failed.append(error)
+
+        thread = threading.Thread(target=charging, daemon=True)
+        thread.start()
+        assert waiting.wait(30)  # past the first check: waiting for the lock
+        cancel.request()
+        holder.execute("ROLLBACK")
+        thread.join(30)
+        assert len(failed) == 1 and isinstance(failed[0], Cancelled) and "nothing was charged" in str(failed[0])
+        assert not cancel.charged and row_count(path) == 0 and ledger.spent() == Spend.ZERO
+        ledger._connection.set_trace_callback(None)
+        holder.close()
+
+        after = Cancellation()
+        entry_id = charge(ledger, TENTH, ONE, cancel=after)
+        after.request()
+        assert after.charged and ledger.entry(entry_id) is not None and ledger.spent() == TENTH
+        with pytest.raises(Cancelled, match="what it had charged before stays charged"):
+            charge(ledger, TENTH, ONE, cancel=after)
+        assert row_count(path) == 1
 
 
 def test_file_is_in_wal_mode_with_a_schema_version(tmp_path):

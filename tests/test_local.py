@@ -90,6 +90,25 @@ def test_randomized_response_keeps_the_domain_and_refuses_what_is_outside():
         randomized_response([1], epsilon=1, domain=["1", "2"])    # 1 is not '1'
 
 
+def test_randomized_response_takes_numpy_scalars_as_the_python_value_they_hold_exactly():
+    """A column read with numpy or pandas holds np.str_ / np.int64: the same values as the
+    domain's 'a' and 1. Nothing that is only equal after a lossy or type-changing conversion
+    matches (True is not 1, 1.0 is not 1, -0.0 is not 0.0, float32(0.1) is not 0.1)."""
+    sure = dict(epsilon=100, source=SeededSource(2))    # keep probability ~1 - 1e-43
+    assert randomized_response([np.str_("a"), np.str_("b")], domain=["a", "b"], **sure) == ["a", "b"]
+    assert randomized_response(np.array(["b", "a"]), domain=["a", "b"], **sure) == ["b", "a"]
+    assert randomized_response(np.array([2, 1]), domain=[1, 2], **sure) == [2, 1]
+    assert randomized_response([np.uint8(1), np.True_], domain=[1, True], **sure) == [1, True]
+    assert randomized_response(["a"], domain=np.array(["a", "b"]), **sure) == ["a"]
+    assert randomized_response([np.float32(0.5)], domain=[0.5, 1.0], **sure) == [0.5]
+    for value, domain in [(np.True_, [1, 0]), (np.float64(1.0), [1, 2]), (np.int64(1), [1.0, 2.0]),
+                          (np.float32(0.1), [0.1, 0.2]), (-0.0, [0.0, 1.0]), (np.str_("1"), [1, 2])]:
+        with pytest.raises(InvalidParameter, match="not in the domain"):
+            randomized_response([value], domain=domain, **sure)
+    with pytest.raises(InvalidParameter, match="twice"):
+        randomized_response(["a"], epsilon=1, domain=["a", np.str_("a")])
+
+
 def test_each_report_moves_by_at_most_e_to_the_epsilon_exactly():
     """The mechanism's output law, P(y | v) = p or q: every ratio over two inputs is e^eps,
     e^-eps or 1, exactly, for every k (exact rationals with E standing for e^eps)."""

@@ -363,6 +363,13 @@ def test_cli_and_shell_limit_rows(shop, capsys, state):
     assert handle_input(state, ".maxrows x").startswith("error: N must be a whole number")
 
 
+def test_one_row_is_one_row_not_one_rows(state):
+    """Every count of rows the shell says agrees with its number (issue 35: "1 rows")."""
+    assert handle_input(state, ".maxrows 1") == "answers show at most 1 row\n"
+    assert "… 11 more rows (12 in all; .maxrows 0 shows all)" in handle_input(state, GROUPED + ";")
+    assert "\n1 row\n" in handle_input(state, "SELECT COUNT(*) AS n FROM visits;")
+
+
 # -- 12. a file open in this process with other settings ---------------------------------------
 
 def test_a_file_open_with_other_settings_says_close_it_or_pass_it(shop):

@@ -146,12 +146,17 @@ def test_a_copy_made_under_another_salt_or_recipe_is_never_read(database, builds
 
 def test_the_copies_are_the_curators_alone(database):
     directory = database.parent / "t.duckdb.ledger.copies"
-    directory.mkdir(mode=0o755)
-    os.chmod(directory, 0o755)  # looser than allowed: made owner-only
+    directory.mkdir(mode=0o700)
+    (directory / "left").write_text("")
+    os.chmod(directory / "left", 0o644)  # unreachable for others in a 0700 directory: made 0600
     _answer(database, persist_copies=True)
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     files = list(directory.iterdir())
     assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    os.chmod(directory, 0o755)  # a directory others can reach is refused (tests/test_secret_files.py)
+    with pytest.raises(DPError, match="chmod 700"):
+        _answer(database, persist_copies=True)
+    os.chmod(directory, 0o700)
     (directory / "planted").symlink_to(database)
     with pytest.raises(InvalidParameter, match="not a file of this user's own"):
         _answer(database, persist_copies=True)

@@ -6,6 +6,8 @@ written (``dpsql.analysis.aggregates.total_post`` wraps it in TRY only in the qu
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 import pytest
 
@@ -63,3 +65,25 @@ def test_intervals_still_see_round_and_cast():
         low, high = intervals[f"{name}_low"][0], intervals[f"{name}_high"][0]
         assert low is not None and low <= released <= high
         assert high - low < 200
+
+
+def test_a_ratio_over_a_noisy_zero_is_null_with_a_note_not_inf_or_nan():
+    """SUM/COUNT over a key without rows: the noisy COUNT comes out 0 (epsilon 500: a nonzero
+    draw has probability below 1e-200), and DuckDB's 10/0 is inf, 0/0 and 10.0 % 0 NaN. Post-
+    processing answers NULL instead, like SQL under TRY and like integer // and %: in the row,
+    in HAVING and in the outside-domain cell; the cell has no interval, and a note says why."""
+    policy = POLICY.replace("g KEYS (0, 1)", "g KEYS (0, 1, 2)").replace("EPSILON 1000", "EPSILON 5000")
+    with dpsql.connect(database(), policy=policy, rng=SeededSource(7)) as db:
+        result = db.sql("SELECT g, (SUM(x) + 1) / COUNT(*) AS r, SUM(x) / COUNT(*) AS z, "
+                        "CAST(SUM(x) AS DOUBLE) % COUNT(*) AS m, COUNT(*) AS n FROM a GROUP BY g ORDER BY g",
+                        epsilon=500)
+        assert result.fetchall() == [(0, 1001 / 100, 10.0, 0.0, 100), (1, 1001 / 100, 10.0, 0.0, 100),
+                                     (2, None, None, None, 0)]
+        cells = result.intervals()
+        assert math.isnan(cells["r_low"][2]) and math.isnan(cells["r_high"][2])  # no ±
+        assert cells["r_low"][0] <= 10.01 <= cells["r_high"][0]
+        assert ("r is NULL in 1 of 3 rows: its divisor, computed from noisy values, came out 0 there (a division "
+                "by zero gives NULL, never ±inf)") in result.notes[0]
+        assert result.outside_domain is not None and result.outside_domain.values["r"] is None
+        having = db.sql("SELECT g FROM a GROUP BY g HAVING (SUM(x) + 1) / COUNT(*) > 5 ORDER BY g", epsilon=500)
+        assert having.fetchall() == [(0,), (1,)]  # inf > 5 kept the empty key; NULL > 5 keeps no row

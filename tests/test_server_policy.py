@@ -142,7 +142,7 @@ def test_a_ledger_failure_reaches_the_analyst_without_the_ledger_path(shop):
     shared = SharedDatabase(dpsql.connect(database, policy))
     ledger = Path(f"{database}.ledger").resolve()
     try:
-        def failing(analyst, action):
+        def failing(analyst, action, cancel=None):
             raise _ledger_error(str(ledger), _CHARGING, sqlite3.OperationalError("disk I/O error"))
 
         shared.run = failing

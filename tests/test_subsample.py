@@ -423,10 +423,33 @@ def test_scaled_intervals_cover_the_table_total():
     assert noise_only <= 64
 
 
+@pytest.mark.parametrize("order", ["ORDER BY g", "ORDER BY n DESC, g LIMIT 1", "ORDER BY UPPER(g) DESC",
+                                   "ORDER BY 2, 1", "ORDER BY m + 1, g OFFSET 1"])
+def test_scale_sample_orders_and_limits_by_keys_and_totals_as_they_are(order):
+    """ORDER BY and LIMIT on keys, or on totals as they are, mean the same before and after the
+    division by p (it keeps every order): accepted, and each row keeps its own scaled interval."""
+    sql = SCALED + " " + order
+    with connect(big(), rng=SeededSource(4)) as db:
+        scaled = db.sql(sql, epsilon=1)
+        plain = db.sql(sql.replace("scale_sample = true", "scale_sample = false"), epsilon=1)
+    assert plain.cost.repeat  # the same release, post-processed
+    assert scaled.fetchall() == [(g, n / 0.2, s / 0.2, m) for g, n, s, m in plain.fetchall()]
+    noise, sampled = plain.intervals(0.05), scaled.intervals(0.05)
+    root = 1.959963984540054 * math.sqrt(0.8 / 0.2 * 2)
+    for row, (low, high) in enumerate(zip(noise["n_low"], noise["n_high"])):
+        upper = ((root + math.sqrt(root ** 2 + 4 * max(high / 0.2, 0))) / 2) ** 2
+        assert sampled["n_high"][row] == pytest.approx(upper)
+        assert list(sampled["g"])[row] == list(noise["g"])[row]
+
+
 @pytest.mark.parametrize("sql, message", [
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) COUNT(*) AS n FROM t", "reads no TABLESAMPLE"),
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) g, COUNT(*) AS n FROM t TABLESAMPLE "
-     "POISSON (10 PERCENT) GROUP BY g ORDER BY n", "post-processes them"),
+     "POISSON (10 PERCENT) GROUP BY g ORDER BY n % 7", "post-processes them"),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) g, COUNT(*) AS n FROM t TABLESAMPLE "
+     "POISSON (10 PERCENT) GROUP BY g HAVING COUNT(*) > 5", "post-processes them"),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) g, COUNT(*) * 2 AS n FROM t TABLESAMPLE "
+     "POISSON (10 PERCENT) GROUP BY g", "post-processes them"),
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) SUM(x - 3) AS n FROM t TABLESAMPLE "
      "POISSON (10 PERCENT)", "can be negative"),
 ])

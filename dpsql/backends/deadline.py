@@ -15,14 +15,18 @@ import threading
 import time
 from typing import Any
 
-from dpsql.errors import InvalidParameter, QueryFailed
+from dpsql.errors import InvalidParameter, QueryFailed, RequestTooLong
 
 DEFAULT_QUERY_TIMEOUT = 30.0
 """Seconds one generated statement may run before it is interrupted."""
+DEFAULT_REQUEST_TIMEOUT = 3600.0
+"""Seconds one request of many statements (a stream, a fit) may take at most, counted as its
+number of statements times ``query_timeout``: 120 statements at the default 30 s."""
 
 
-def check_timeout(seconds: Any) -> float | None:
-    """A query time limit in seconds: a finite number > 0, or ``None`` for none.
+def check_timeout(seconds: Any, name: str = "query_timeout") -> float | None:
+    """A time limit in seconds (``name`` says which, for the message): a finite number > 0, or
+    ``None`` for none.
 
     >>> check_timeout(2), check_timeout(None)
     (2.0, None)
@@ -31,9 +35,58 @@ def check_timeout(seconds: Any) -> float | None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
             or not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidParameter(f"query_timeout must be a number of seconds > 0, got {seconds!r}",
-                               hint="pass query_timeout=30, or None for no limit")
+        raise InvalidParameter(f"{name} must be a number of seconds > 0, got {seconds!r}",
+                               hint=f"pass {name}=30, or None for no limit")
     return float(seconds)
+
+
+def check_request_time(statements: int, query_timeout: float | None, request_timeout: float | None,
+                       what: str = "this request") -> None:
+    """Refuse, before anything is charged or read, a request whose *public* time bound — its
+    number of ``statements`` times the per-statement limit — passes ``request_timeout``.
+
+    A request of many statements is never stopped by its summed run time: one unit's rows may
+    make each statement a little slower (invariant 17 caps that per statement, not in sum), and
+    a total over thousands of statements would turn those small differences into a yes/no on
+    the unit's presence. So the total is bounded by what is public, up front, and each
+    statement by its own deadline alone. No per-statement limit (``None``): no time limits.
+
+    >>> check_request_time(120, 30.0, 3600.0)
+    >>> try:
+    ...     check_request_time(121, 30.0, 3600.0, "a stream of 121 queries")
+    ... except RequestTooLong as refused:
+    ...     first, then = refused.message.split(" in all, ")
+    >>> print(first)
+    a stream of 121 queries runs 121 statements of up to 30 s each, 1 h 0 min 30 s
+    >>> print(then)
+    past the limit of 1 h per request (request_timeout)
+    """
+    if query_timeout is None or request_timeout is None or statements * query_timeout <= request_timeout:
+        return
+    most = max(int(request_timeout // query_timeout), 0)
+    fits = f"send at most {most} statements in one request" if most else "a request cannot run here"
+    raise RequestTooLong(
+        f"{what} runs {statements:,} statements of up to {query_timeout:g} s each, "
+        f"{_duration(statements * query_timeout)} in all, past the limit of {_duration(request_timeout)} per "
+        "request (request_timeout)",
+        hint=f"{fits}, or ask the curator for a longer request_timeout or a shorter query_timeout",
+        hints={"sql": f"{fits}, or ask the curator for a longer time limit per request"})
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as people read a duration.
+
+    >>> _duration(45), _duration(3600), _duration(36030.5)
+    ('45 s', '1 h', '10 h 0 min 30.5 s')
+    """
+    hours, rest = divmod(seconds, 3600)
+    minutes, rest = divmod(rest, 60)
+    parts = [f"{int(hours)} h"] if hours else []
+    if minutes or (hours and rest):
+        parts.append(f"{int(minutes)} min")
+    if rest or not parts:
+        parts.append(f"{rest:g} s")
+    return " ".join(parts)
 
 
 class Deadline:

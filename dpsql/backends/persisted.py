@@ -3,9 +3,11 @@
 Opt-in (``dpsql.connect(path, persist_copies=True)``, ``dpsql query --persist-copies``): the
 bounding database (``dpsql.backends.bounding.DATABASE``) is then a DuckDB file in a directory
 ``<ledger>.copies`` beside the ledger instead of in memory. The copies hold private rows, so
-they are protected like the database: the directory is the curator's alone (mode 0700, and
-refused when another user owns it, since a planted file could feed dpsql forged rows), and
-its files are made owner-only (0600) after every build.
+they are protected like the ledger: the directory is the curator's alone (created 0700, and
+refused when another user owns it, since a planted file could feed dpsql forged rows, or when
+anyone else could list, enter or change it: ``dpsql.budget.private_files``), and its files are
+made owner-only (0600) after every build. DuckDB creates those files under the process umask,
+but inside a 0700 directory nobody else can reach them, so they are never readable by others.
 
 A stored copy is read only when it is exactly the copy this connection would build now. Each
 copy has a row in ``MANIFEST`` recording, when it was built:
@@ -50,6 +52,7 @@ from dpsql.backends.bounding import (
     fill_sql,
     raw_rows_sql,
 )
+from dpsql.budget.private_files import DIRECTORY_MODE, FILE_MODE, refuse_exposed
 from dpsql.errors import InvalidParameter
 from dpsql.sql.names import quoted_table
 
@@ -71,12 +74,14 @@ def copies_directory(ledger: str | os.PathLike) -> Path:
 
 
 def prepare_directory(directory: Path) -> Path:
-    """Create ``directory`` owner-only, or make an existing one so; return the database file.
+    """Create ``directory`` owner-only; return the database file.
 
-    Refused when another user owns the directory or a file in it: copies written there might be
-    read by others, and copies found there might be forged."""
-    directory.mkdir(mode=0o700, exist_ok=True)
-    owner = os.getuid()
+    Refused when another user owns the directory or a file in it, or when others could reach the
+    directory: copies written there might be read by others, and copies found there might be
+    forged. Its files' own modes are made 0600 (``protect``): the directory kept others out."""
+    directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+    refuse_exposed(directory, "the persisted copies directory", directory=True)
+    owner = os.geteuid()
     for path in (directory, *directory.iterdir()):
         status = path.lstat()
         if status.st_uid != owner or stat.S_ISLNK(status.st_mode):
@@ -91,10 +96,10 @@ def prepare_directory(directory: Path) -> Path:
 
 def protect(directory: Path) -> None:
     """The directory owner-only (0700) and every file in it 0600."""
-    os.chmod(directory, 0o700)
+    os.chmod(directory, DIRECTORY_MODE)
     for path in directory.iterdir():
         if path.is_file() and not path.is_symlink():
-            os.chmod(path, 0o600)
+            os.chmod(path, FILE_MODE)
 
 
 def manifest_sql(database: str) -> str:

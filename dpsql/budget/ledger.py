@@ -72,7 +72,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from dpsql.budget.accounting import Accountant, Spend, Tally, accountant_for
-from dpsql.errors import DPError, InternalError, PolicyError
+from dpsql.budget.private_files import create_owner_only, refuse_exposed
+from dpsql.errors import Cancelled, DPError, InternalError, PolicyError
 
 if TYPE_CHECKING:
     import pandas
@@ -157,6 +158,43 @@ class PolicyChange:
     """The policy text stored since."""
 
 
+class Cancellation:
+    """One call's cancel, handed down to the charges it makes (the server makes one per
+    statement: ``Connection.acting_for``). A cancel requested before a charge commits stops it:
+    ``charge`` checks first and again just before ``COMMIT``, rolling back, so a cancel sent while
+    the call waited for the ledger's lock is honoured once it has the lock. A cancel requested
+    after that finds ``charged`` set: the charge stays, and the caller withholds the answer.
+
+    >>> cancel = Cancellation()
+    >>> cancel.request()
+    >>> cancel.check()
+    Traceback (most recent call last):
+    dpsql.errors.Cancelled: canceling statement due to user request; nothing was charged
+    """
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+        self.charged = False
+        """Set once a charge made under this cancellation has committed."""
+
+    def request(self) -> None:
+        """Cancel (from any thread)."""
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` if a cancel was requested, saying truly what was charged."""
+        if not self._requested.is_set():
+            return
+        if self.charged:  # a call of several charges, cancelled between them
+            raise Cancelled("canceling statement due to user request; what it had charged before stays "
+                            "charged, and nothing was released")
+        raise Cancelled("canceling statement due to user request; nothing was charged")
+
+
 class Ledger:
     """A privacy budget ledger in one SQLite file, or privately in memory.
 
@@ -197,6 +235,7 @@ class Ledger:
         key: str | None = None,
         analyst_total: Accountant | Spend | None = None,
         policies: frozenset | None = None,
+        cancel: Cancellation | None = None,
     ) -> int:
         """Record ``cost`` and return the entry id, or raise ``BudgetExceeded`` if it does not
         fit: after every committed entry, in ``total``'s accountant (a bare ``Spend`` means
@@ -204,7 +243,9 @@ class Ledger:
         ``policies``: the stored policy texts (``None``: none stored) the accountants were
         built from; the charge is refused with a ``PolicyError`` when the policy stored now is
         none of them (``dpsql init --replace`` ran since), so the stored budget always rules.
-        One IMMEDIATE transaction: atomic across threads and processes."""
+        ``cancel``: the call's ``Cancellation``; a cancel requested before ``COMMIT`` rolls the
+        charge back and raises ``Cancelled``. One IMMEDIATE transaction: atomic across threads
+        and processes."""
         budget = _accountant(total)
         analyst_budget = None if analyst_total is None else _accountant(analyst_total)
         if not isinstance(cost, Spend):
@@ -213,6 +254,8 @@ class Ledger:
             raise InternalError(f"a negative charge would be a refund: {cost}")
         options_json = _options_json(options)
         rho = None if cost.rho is None else _fraction_text(cost.rho)
+        if cancel is not None:
+            cancel.check()
         with self._connected() as connection:
             with _transaction(connection, self.path, _CHARGING):
                 if policies is not None:
@@ -231,9 +274,13 @@ class Ledger:
                 entry_id = cursor.lastrowid
                 if entry_id is None:
                     raise InternalError("the ledger's INSERT returned no row id")
+                if cancel is not None:  # the last moment to stop: cancelled while it waited for the lock
+                    cancel.check()
             # Only once committed: a rolled-back id may be reused by the next writer.
             self._seen_id, self._seen_tally = entry_id, overall.add(cost)
             self._seen_by_analyst[analyst] = by_analyst.get(analyst, Tally()).add(cost)
+            if cancel is not None:
+                cancel.charged = True
             return entry_id
 
     def record_answer(self, entry_id: int, answer: str) -> None:
@@ -487,6 +534,8 @@ class _transaction:
 
 def _connect(path: str | None) -> sqlite3.Connection:
     """Open the file in WAL mode with fsync on every commit, creating the schema if new."""
+    if path is not None:
+        _claim(path)
     try:
         connection = sqlite3.connect(
             ":memory:" if path is None else path,
@@ -506,6 +555,22 @@ def _connect(path: str | None) -> sqlite3.Connection:
             raise _open_error(path, error) from error
         raise
     return connection
+
+
+def _claim(path: str) -> None:
+    """Make sure the ledger and SQLite's files beside it are the curator's alone before SQLite
+    reads a byte (``dpsql.budget.private_files``): a new ledger is created 0600 here, and SQLite
+    gives the side files it makes later the same mode; an existing one is refused when anyone
+    else could read or change it."""
+    try:
+        if not create_owner_only(path) and not refuse_exposed(path, "the ledger"):
+            raise DPError(f"the ledger at {path} is a link to nothing", hint="remove the link, or pass "
+                          "ledger=... the path of the ledger itself")
+    except OSError as error:  # no such directory, no permission: SQLite would fail the same way
+        raise DPError(f"cannot open the ledger at {path}: {error.strerror or error}",
+                      hint="pass ledger=... a writable path") from None
+    for side in LEDGER_SIDE_FILES:
+        refuse_exposed(f"{path}{side}", "the ledger's SQLite file")
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:

@@ -32,16 +32,17 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
     curator replaces the stored policy, the next query opens it again under the stored one.
 
     ``options``: ``Settings`` fields (``max_connections``, ``startup_timeout``, ``workers``)
-    and ``dpsql.connect`` options (``query_timeout``, ``memory_limit``, ``ledger``, ``rng``,
-    ``persist_copies``, ``separate_budget``).
+    and ``dpsql.connect`` options (``query_timeout``, ``request_timeout``, ``memory_limit``,
+    ``ledger``, ``rng``, ``persist_copies``, ``separate_budget``).
     """
     import dpsql
     from dpsql.errors import DPError
 
     if not Path(users).is_file():  # a server nobody can log in to is a mistake, not a setting
         raise DPError(f"no users file at {users}", hint=f"add an analyst with `dpsql user add {users} NAME`")
-    connect_options = {k: options.pop(k) for k in ("query_timeout", "memory_limit", "ledger", "rng", "persist_copies",
-                                                 "separate_budget") if k in options}
+    connect_options = {k: options.pop(k) for k in ("query_timeout", "request_timeout", "memory_limit", "ledger", "rng",
+                                                      "persist_copies", "separate_budget")
+                       if k in options}
     if isinstance(connect_options.get("ledger"), (str, Path)) and str(connect_options["ledger"]) != ":memory:":
         connect_options["ledger"] = Path(connect_options["ledger"]).resolve()  # as refusals are redacted
     connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)

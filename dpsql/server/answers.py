@@ -21,13 +21,16 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from dpsql.budget.ledger import Cancellation
 from dpsql.errors import (
     BudgetExceeded,
+    Cancelled,
     DPError,
     InternalFailure,
     InvalidParameter,
     PolicyError,
     QueryFailed,
+    RequestTooLong,
 )
 from dpsql.explain import summary
 from dpsql.server import intervals
@@ -47,9 +50,11 @@ class PolicyNotInForce(DPError):
 
 
 SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
+    (Cancelled, "57014"),  # query_canceled: cancelled before its charge, nothing charged
     (BudgetExceeded, "53400"),  # configuration_limit_exceeded: the budget is the limit
     (PolicyNotInForce, "55000"),  # object_not_in_prerequisite_state: the curator's to fix
     (InvalidParameter, "22023"),  # invalid_parameter_value
+    (RequestTooLong, "54000"),  # program_limit_exceeded: too many statements for one request
     (QueryFailed, "58000"),  # system_error: failed after the charge, no detail by design
     (InternalFailure, "XX000"),  # internal_error: a bug in dpsql, nothing released
     (PolicyError, "42501"),  # insufficient_privilege
@@ -129,11 +134,12 @@ class SharedDatabase:
         """The connection calls start on now."""
         return self._serving.connection
 
-    def run(self, analyst: str | None, action: Callable[[Any], Any]) -> Any:
-        """``action(connection)`` with a view of the connection acting for ``analyst``."""
+    def run(self, analyst: str | None, action: Callable[[Any], Any], cancel: Cancellation | None = None) -> Any:
+        """``action(connection)`` with a view of the connection acting for ``analyst``, its
+        charges stopped by ``cancel`` until they commit."""
         serving = self._enter()
         try:
-            return action(serving.connection.acting_for(analyst))
+            return action(serving.connection.acting_for(analyst, cancel))
         except PolicyError:
             if _replaced(serving.connection):  # replaced while this call ran: the ledger refused the charge
                 raise DPError("the curator changed this database's policy while your query was being "
@@ -271,10 +277,13 @@ def _replaced(connection) -> bool:
         return True
 
 
-def answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcome:
-    """The outcome of ``statement`` for ``analyst`` (blocking: call it in a worker thread)."""
+def answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: Cancellation | None = None) -> Outcome:
+    """The outcome of ``statement`` for ``analyst`` (blocking: call it in a worker thread);
+    ``cancel`` stops it before its charge commits (``Cancelled``: 57014, nothing charged)."""
     try:
-        return _answer(statement, analyst, shared)
+        if cancel is not None:
+            cancel.check()  # cancelled while it waited for a worker
+        return _answer(statement, analyst, shared, cancel)
     except DPError as error:
         return redacted(refusal(error, statement), shared.private_paths)
     except Exception:  # a bug or a catalog query DuckDB could not run: no detail, session goes on
@@ -282,7 +291,7 @@ def answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcom
                        hint="report the query to the curator")
 
 
-def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outcome:
+def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: Cancellation | None) -> Outcome:
     kind = statement.kind
     if kind == "empty":
         return Outcome()
@@ -314,7 +323,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase) -> Outco
     if statement.parameters:
         return Outcome(sqlstate="0A000", message="query parameters are accepted in catalog look-ups only",
                        hint="write the values into the SQL text of a query on the policy's tables")
-    result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db))
+    result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db), cancel)
     found = intervals.cells(result)
     shown = intervals.with_intervals(result, found) if statement.intervals or asks_for_intervals(statement.sql) \
         else (tuple(result.columns), tuple(result))

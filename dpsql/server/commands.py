@@ -14,6 +14,7 @@ import getpass
 import logging
 import sys
 
+from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT
 from dpsql.errors import DPError
 
 
@@ -31,6 +32,10 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads answering queries side by side (default: two per core)")
     parser.add_argument("--query-timeout", type=float, default=30.0,
                         help="seconds a query may run; a query stopped by it stays charged (default: 30)")
+    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                        help="seconds one request of many statements (a stream, a fit) may take, counted before "
+                             "its charge as its statements times --query-timeout; a longer one is refused "
+                             "(default: 3600)")
     parser.add_argument("--persist-copies", action="store_true",
                         help="keep the bounded copies beside the ledger (DB.ledger.copies, owner-only) so a restart "
                              "reuses them; rebuilt when the data, policy or salt changed")
@@ -46,7 +51,8 @@ def serve(args: argparse.Namespace) -> int:
               "safe but not the queries and answers", file=sys.stderr)
     run_server(args.database, users=args.users, policy=args.policy, host=args.host, port=args.port,
                tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.max_connections,
-               query_timeout=args.query_timeout, persist_copies=args.persist_copies,
+               query_timeout=args.query_timeout, request_timeout=args.request_timeout,
+               persist_copies=args.persist_copies,
                **({} if args.workers is None else {"workers": args.workers}))
     return 0
 

@@ -59,6 +59,7 @@ class Server:
         self.users_path = settings.users_path
         self.user_names = UserNames(settings.users_path)
         """The users file's names, re-read when it changes: asked before every query."""
+        self.user_names()  # a users file others could read or change is refused now, not at a login
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
@@ -81,10 +82,11 @@ class Server:
         return next(self._pids)
 
     def cancel(self, pid: int, key: int) -> None:
-        """A CancelRequest: the session's running answer is withheld (its charge stays)."""
+        """A CancelRequest: the session's running statement is stopped before its charge commits,
+        or its answer withheld after (``dpsql.server.session.run``)."""
         found = self._sessions.get(pid)
         if found is not None and secrets.compare_digest(str(found.key), str(key)):
-            found.cancelled = True
+            found.cancellation.request()
 
     async def answer(self, statement, analyst, function):
         """``function(statement, analyst, shared)`` in a worker thread, in ``analyst``'s turn."""

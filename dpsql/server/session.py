@@ -14,6 +14,7 @@ import secrets
 import struct
 from dataclasses import dataclass, field, replace
 
+from dpsql.budget.ledger import Cancellation
 from dpsql.server import messages as m
 from dpsql.server.answers import Outcome, answer
 from dpsql.server.scram import ScramError, final_reply, first_reply
@@ -61,7 +62,8 @@ class Session:
     pid: int
     key: int = field(default_factory=lambda: secrets.randbits(31))
     status: str = "I"
-    cancelled: bool = False
+    cancellation: Cancellation = field(default_factory=Cancellation)
+    """The running statement's: a cancel request sets it (``Server.cancel``); each statement has its own."""
     statements: dict = field(default_factory=dict)
     portals: dict = field(default_factory=dict)
     generation: int = 0
@@ -251,8 +253,10 @@ def _error(writer, sqlstate: str, text: str, hint: str | None = None) -> bool:
 
 
 async def run(server, session: Session, statement: Statement) -> Outcome:
-    """Answer in a worker thread; a cancel during it withholds the answer (not the charge)."""
-    session.cancelled = False
+    """Answer in a worker thread. A cancel before the charge commits stops it: nothing charged,
+    nothing answered; one after it withholds the answer, and the charge stays. Either way the
+    57014 is sent once the call has decided, saying which (``withheld``)."""
+    session.cancellation = cancel = Cancellation()
     if statement.kind == "setting":
         return setting_outcome(session, statement)
     if statement.kind == "query" and session.intervals:
@@ -268,10 +272,10 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
                            hint="ask the curator for an account")
         return None
 
-    def answer_if_still_a_user(*arguments) -> Outcome:
+    def answer_if_still_a_user(statement: Statement, analyst: str, shared) -> Outcome:
         # Checked again when a worker takes the statement: one queued behind others was answered
         # and charged after its user's removal (a served attacker's review).
-        return removed() or answer(*arguments)
+        return removed() or answer(statement, analyst, shared, cancel)
 
     refused = removed()
     if refused is not None:
@@ -284,10 +288,27 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
     if outcome.sqlstate is None and outcome.tag and session.generation != server.shared.generation:
         session.generation = server.shared.generation
         outcome = replace(outcome, notes=(POLICY_CHANGED, *outcome.notes))
-    if session.cancelled and outcome.sqlstate is None:
-        return Outcome(sqlstate="57014", message="canceling statement due to user request; "
-                       "a query that was charged stays charged")
+    if cancel.requested and outcome.sqlstate is None:
+        return withheld(cancel)
     return outcome
+
+
+def withheld(cancel: Cancellation) -> Outcome:
+    """The 57014 of a statement cancelled once it had an answer: withheld, and what it was
+    charged (the ledger's word: ``Cancellation.charged``) stays charged.
+
+    >>> cancel = Cancellation()
+    >>> withheld(cancel).message
+    'canceling statement due to user request; its answer was withheld, and nothing was charged'
+    >>> cancel.charged = True
+    >>> withheld(cancel).message
+    'canceling statement due to user request after its charge; its answer was withheld, and its cost stays charged'
+    """
+    if cancel.charged:
+        return Outcome(sqlstate="57014", message="canceling statement due to user request after its charge; its "
+                       "answer was withheld, and its cost stays charged", hint="SHOW ledger lists the charge")
+    return Outcome(sqlstate="57014", message="canceling statement due to user request; its answer was withheld, "
+                   "and nothing was charged")
 
 
 def asked_for_intervals(parameters: dict) -> bool:

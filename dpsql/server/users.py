@@ -3,7 +3,8 @@
 Each line is ``name SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`` (base64
 fields), the format PostgreSQL keeps in ``pg_authid``: from a verifier the server can check
 a SCRAM proof (RFC 5802, RFC 7677) but cannot recover the password nor log in as the user.
-The file is the curator's: written atomically, readable by its owner only.
+The file is the curator's: written atomically, readable by its owner only, and refused
+(``dpsql.budget.private_files``) when another user owns it or could read or change it.
 
 >>> verifier = make_verifier("s3cret", salt=b"0123456789abcdef", iterations=4096)
 >>> parse_verifier(verifier.text()) == verifier
@@ -26,6 +27,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpsql.budget.private_files import FILE_MODE, refuse_exposed
 from dpsql.errors import DPError
 
 MECHANISM = "SCRAM-SHA-256"
@@ -97,9 +99,10 @@ def check_name(name: str) -> str:
 
 
 def load_users(path: str | os.PathLike) -> dict[str, Verifier]:
-    """Name -> verifier of every user in the file (an absent file holds no users)."""
+    """Name -> verifier of every user in the file (an absent file holds no users); refused
+    before reading when anyone but its owner, the curator, could read or change it."""
     file = Path(path)
-    if not file.exists():
+    if not refuse_exposed(file, "the users file"):
         return {}
     users = {}
     for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
@@ -140,7 +143,7 @@ class UserNames:
             stat = self._path.stat()
         except FileNotFoundError:
             return frozenset()
-        signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_mode, stat.st_uid)  # a chmod too
         with self._lock:
             if self._seen is not None and self._seen[0] == signature:
                 return self._seen[1]
@@ -156,11 +159,13 @@ def save_users(path: str | os.PathLike, users: dict[str, Verifier]) -> None:
     file = Path(path)
     text = "# dpsql users: name and SCRAM-SHA-256 verifier (no passwords). Edit with `dpsql user`.\n"
     text += "".join(f"{name} {verifier.text()}\n" for name, verifier in sorted(users.items()))
+    # mkstemp creates the file 0600 (less under a strict umask) before a byte is written, and the
+    # rename puts it in place whole: the verifiers are never readable by anyone else.
     handle, temporary = tempfile.mkstemp(dir=file.resolve().parent, prefix=f".{file.name}.")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), FILE_MODE)
             out.write(text)
-        os.chmod(temporary, 0o600)
         os.replace(temporary, file)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -196,6 +201,7 @@ def decoy_key(users_path) -> bytes:
     if not path.exists():
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".decoy-")  # mode 0600
         with os.fdopen(descriptor, "w") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)  # exactly 0600, whatever the umask
             handle.write(secrets.token_hex(32) + "\n")
         try:
             os.link(temporary, path)  # whole or not at all; a second server's link fails and reads ours
@@ -203,6 +209,7 @@ def decoy_key(users_path) -> bytes:
             pass
         finally:
             os.unlink(temporary)
+    refuse_exposed(path, "the users file's decoy key")  # ours, or another server's: checked before reading
     try:
         key = bytes.fromhex(path.read_text().strip())
     except ValueError:

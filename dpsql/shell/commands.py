@@ -233,7 +233,8 @@ def set_max_rows(state: ShellState, argument: str) -> str:
         if not argument.isdigit():
             raise CommandError(f"N must be a whole number (0 shows all rows), got {argument!r}")
         state.max_rows = int(argument)
-    return f"answers show {'all rows' if state.max_rows == 0 else f'at most {state.max_rows} rows'}\n"
+    shown = "all rows" if state.max_rows == 0 else f"at most {state.max_rows} row{'s' if state.max_rows != 1 else ''}"
+    return f"answers show {shown}\n"
 
 
 @dot_command(".output", "[FILE]", help="write answers to a new FILE; with no FILE, back to the screen")

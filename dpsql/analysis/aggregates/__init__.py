@@ -40,6 +40,7 @@ from dpsql.analysis.aggregates.family import AggregateFamily
 from dpsql.analysis.aggregates.registry import FAMILIES, family_of, spellings
 from dpsql.analysis.aggregates.split import (
     classify,
+    null_on_zero_divisors,
     output_name,
     plain_projection,
     split_aggregates,
@@ -47,6 +48,7 @@ from dpsql.analysis.aggregates.split import (
 )
 
 __all__ = [
-    "AggregateFamily", "FAMILIES", "classify", "counts_rows", "family_of", "output_name", "plain_projection",
+    "AggregateFamily", "FAMILIES", "classify", "counts_rows", "family_of", "null_on_zero_divisors", "output_name",
+    "plain_projection",
     "total_post", "spellings", "split_aggregates",
 ]

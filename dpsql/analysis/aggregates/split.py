@@ -221,6 +221,7 @@ def total_post(post: exp.Select) -> exp.Select:
     dp_core WHERE TRY(LN(a0) > 1) ORDER BY v, TRY(a0 / 2)
     """
     runs = post.copy()
+    null_on_zero_divisors(runs)
     for item in runs.expressions:
         value = item.unalias()
         if _can_fail(value):
@@ -235,6 +236,23 @@ def total_post(post: exp.Select) -> exp.Select:
     if post.args.get("distinct") is not None:
         return runs
     return runs.select(exp.column("dp_row"), append=True, copy=False)
+
+
+def null_on_zero_divisors(node: exp.Expression) -> exp.Expression:
+    """``node`` (changed in place) with every divisor of ``/`` and ``%`` made NULL when it is 0:
+    a noisy COUNT or SUM can come out 0, and DuckDB's 1/0 is inf, 0/0 and 5.0 % 0 NaN, where
+    SQL under TRY (and DuckDB's own ``//`` and integer ``%``) give NULL. Post-processing then
+    answers NULL for a ratio over a noisy 0, never ±inf or NaN (-0.0 is 0 too).
+
+    >>> import sqlglot
+    >>> null_on_zero_divisors(sqlglot.parse_one("a0 / (a1 % a2) + a0 / 2", read="duckdb")).sql("duckdb")
+    'a0 / NULLIF((a1 % NULLIF(a2, 0)), 0) + a0 / 2'
+    """
+    for division in list(node.find_all(exp.Div, exp.Mod)):
+        divisor = division.expression
+        if not (isinstance(divisor, exp.Literal) and divisor.is_number and float(divisor.this) != 0):
+            division.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
+    return node
 
 
 def _can_fail(node: exp.Expression) -> bool:
