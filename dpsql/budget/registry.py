@@ -92,14 +92,14 @@ def dataset_identity(policy: Policy) -> Dataset:
     """The dataset ``policy`` protects: its private tables and units, names case-folded.
 
     >>> from dpsql.policy.language import parse_policy
-    >>> policy = parse_policy("BUDGET EPSILON 1; PRIVATE TABLE Visits (PRIVACY UNIT User_ID); "
-    ...                       "PRIVATE TABLE logs (PRIVACY UNIT ROW); PUBLIC TABLE stores;")
+    >>> from dpsql.policy.model import PrivateTable, PublicTable
+    >>> policy = Policy(1, private_tables=(PrivateTable("Visits", "User_ID"), PrivateTable("logs")),
+    ...                 public_tables=(PublicTable("stores"),))
     >>> dataset = dataset_identity(policy)
     >>> dataset.description
     'logs(ROW), visits(user_id)'
-    >>> dataset.digest == dataset_identity(parse_policy(
-    ...     "BUDGET EPSILON 9; PRIVATE TABLE visits (PRIVACY UNIT user_id); PRIVATE TABLE LOGS (PRIVACY UNIT ROW);"
-    ... )).digest
+    >>> other = Policy(9, private_tables=(PrivateTable("LOGS"), PrivateTable("main.visits", "user_id", 10)))
+    >>> dataset_identity(other).digest == dataset.digest
     True
     """
     return Dataset(frozenset((table_key(table.name), "ROW" if table.unit is None else table.unit.lower())
