@@ -195,3 +195,10 @@ def test_each_demo_is_a_budget_of_its_own_new_people_each_run(tmp_path):
         for directory in ("one", "two"):
             run_demo(tmp_path / directory, io.StringIO())
     assert len(registered()) == 2
+
+
+def test_a_registry_others_can_change_is_refused(two_copies, curator_home):
+    _spent(two_copies[0])
+    os.chmod(curator_home / REGISTRY_FILE, 0o666)
+    with pytest.raises(dpsql.DPError, match="registry of ledgers .* has mode 0666"):
+        _spent(two_copies[1])

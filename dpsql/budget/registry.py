@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dpsql.budget.private_files import DIRECTORY_MODE, create_owner_only, refuse_exposed
 from dpsql.errors import DPError, SecondBudget
 from dpsql.policy.model import Policy
 from dpsql.sql.names import table_key
@@ -260,8 +261,9 @@ def _registry(home: Path | None) -> Iterator[tuple[sqlite3.Connection, Path]]:
     folder = curator_home() if home is None else home
     where = folder / REGISTRY_FILE
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(where, os.O_RDWR | os.O_CREAT, 0o600))
+        folder.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+        if not create_owner_only(where):  # another user able to change it could hide a first budget
+            refuse_exposed(where, "the registry of ledgers")
         connection = sqlite3.connect(where, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
     except (OSError, sqlite3.Error) as error:
         raise DPError(f"cannot open the curator's registry of ledgers at {where}: {error}",
