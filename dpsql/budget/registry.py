@@ -226,9 +226,10 @@ def _refuse(clashes: list[Registered], ledger: Path, dataset: Dataset, where: Pa
         f"same people (recorded in {where})",
         hint=f"open it with ledger='{other.ledger}' (in a Spark config: ledger = \"{other.ledger}\" under "
              "[spark]), or pass separate_budget=True to keep a second budget on purpose",
-        hints={surface: f"share the ledger {other.ledger} (in a Spark config: ledger = \"{other.ledger}\" under "
-                        "[spark]), or run `dpsql init DB --policy P --separate-budget` to keep a second budget "
-                        "on purpose" for surface in ("cli", "shell")})
+        hints={surface: f"serve this data with the ledger {other.ledger} (a Spark config names it with ledger = "
+                        f"\"{other.ledger}\" under [spark]; Python with ledger='{other.ledger}'), or run "
+                        "`dpsql init DB --policy P --separate-budget` to keep a second budget on purpose"
+               for surface in ("cli", "shell")})
 
 
 def _existing(connection: sqlite3.Connection) -> list[Registered]:
