@@ -57,6 +57,8 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+import throwaway_budgets  # noqa: F401  (a fresh registry of ledgers for this run)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_SIZES = [1_000, 1_000_000, 10_000_000]

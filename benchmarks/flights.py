@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import throwaway_budgets  # noqa: F401  (a fresh registry of ledgers for this run)
+
 FLIGHT_COLUMNS = ("year, month, day, dep_delay, arr_delay, carrier, flight, tailnum, origin, dest, "
                   "air_time, distance, hour")
 

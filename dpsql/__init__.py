@@ -14,6 +14,7 @@ from dpsql.errors import (
                      MissingDependency,
                      PolicyError,
                      QueryFailed,
+                     SecondBudget,
                      UnsupportedQuery,
 )
 from dpsql.policy.language import load_policy, parse_policy
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "connect", "init_policy", "Connection", "DPResult", "Budget", "Spend",
     "DPError", "UnsupportedQuery", "PolicyError", "BudgetExceeded", "InvalidParameter", "QueryFailed",
-    "MissingDependency",
+    "MissingDependency", "SecondBudget",
     "Policy", "PrivateTable", "PublicTable", "ColumnRule", "Bounds", "KeyDomain",
     "LocalRR",
     "parse_policy", "load_policy",

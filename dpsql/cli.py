@@ -22,11 +22,12 @@ import os
 import shutil
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from dpsql.errors import BudgetExceeded, DPError, PolicyError, UnsupportedQuery
+from dpsql.errors import BudgetExceeded, DPError, PolicyError, SecondBudget, SecondBudgetWarning, UnsupportedQuery
 
 DEFAULT_MAX_ROWS = 40
 """Rows of an answer printed by default, as DuckDB's CLI shows 40."""
@@ -173,9 +174,15 @@ def _connect(args: argparse.Namespace, *, check: Callable[[Any], None] | None = 
 
 
 def _ledger_exists(database: str) -> bool:
-    """Whether the ledger beside ``database`` exists (where ``dpsql.connect`` puts it)."""
+    """Whether the ledger of ``database`` exists (where ``dpsql.connect`` puts it: beside a DuckDB
+    file, where a Spark config's ``[spark] ledger`` says)."""
+    from dpsql.connection import default_ledger
+
     path = Path(database)
-    return not path.exists() or Path(f"{path.resolve()}.ledger").exists()
+    if not path.exists():
+        return True
+    ledger = default_ledger(database)
+    return ledger is None or ledger.exists()
 
 
 def _policy_text(policy: str | None) -> str | None:
@@ -343,6 +350,10 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
                         help="epsilon per private table for a DP estimate of the share of its rows MAX ROWS PER "
                              "UNIT drops, charged once and shown in every answer's limits line (default: the "
                              "policy's QUERY EPSILON; 0: none; a table with an estimate for its limit is skipped)")
+    parser.add_argument("--separate-budget", action="store_true",
+                        help="keep this database's ledger as a second budget on purpose, though another ledger "
+                             "already accounts for the tables the policy protects (refused without it: one "
+                             "dataset, one budget)")
 
 
 def _is_zero(text: str | None) -> bool:
@@ -355,6 +366,8 @@ def _is_zero(text: str | None) -> bool:
 
 def _init(args: argparse.Namespace) -> int:
     import dpsql
+    from dpsql.backends.spark_config import is_spark_config
+    from dpsql.connection import default_ledger
     from dpsql.shell.budget import remaining_text
 
     if args.estimate_epsilon is not None and not _is_zero(args.estimate_epsilon):
@@ -369,9 +382,15 @@ def _init(args: argparse.Namespace) -> int:
     try:  # checks the policy against the database, then stores it
         if not _ledger_exists(args.database):  # a refusal must leave no ledger file behind
             dpsql.init_policy(args.database, args.policy, ledger=":memory:")
-        change = dpsql.init_policy(args.database, args.policy, replace=args.replace)
+        with warnings.catch_warnings(record=True) as warned:  # a separate budget: said below, on stdout
+            warnings.simplefilter("always", SecondBudgetWarning)
+            change = dpsql.init_policy(args.database, args.policy, replace=args.replace,
+                                       separate_budget=args.separate_budget)
+    except SecondBudget:
+        raise  # not the policy text's fault: no caret under it
     except PolicyError as error:
         raise _ReportedError(error, _policy_text(args.policy)) from None
+    separate = [f"{warning.message}." for warning in warned if issubclass(warning.category, SecondBudgetWarning)]
     estimated = []
     with dpsql.connect(args.database) as db:
         if not _is_zero(args.estimate_epsilon):
@@ -382,7 +401,7 @@ def _init(args: argparse.Namespace) -> int:
             except DPError as error:
                 estimated = [f"the share of rows the limits drop was not estimated: {error}"]
         budget = db.budget
-    where = f"{args.database}.ledger"
+    where = f"{args.database}.ledger" if not is_spark_config(args.database) else str(default_ledger(args.database))
     if change is None:
         done = f"The policy is checked against {args.database}; it is the one stored with its ledger ({where})."
     elif change.old is None:
@@ -392,7 +411,7 @@ def _init(args: argparse.Namespace) -> int:
         done = (f"The policy stored with {where} is replaced (recorded in the ledger at {change.time});\n"
                 "what was spent, the salt and the ledger's history are kept.")
     print(f"{done} Budget: {remaining_text(budget)} remaining.")
-    for line in estimated:
+    for line in separate + estimated:
         print(line)
     return EXIT_OK
 

@@ -21,6 +21,7 @@ import itertools
 import math
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -68,6 +69,7 @@ from dpsql.bias import (
 )
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
+from dpsql.budget.registry import Dataset, check_second_budget, claim, dataset_identity, release, second_budget_note
 from dpsql.calls import Call, mechanism, recognise
 from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
 from dpsql.errors import (
@@ -75,6 +77,7 @@ from dpsql.errors import (
     InternalFailure,
     InvalidParameter,
     PolicyError,
+    SecondBudgetWarning,
     UnsupportedQuery,
 )
 from dpsql.executor import Executor
@@ -133,7 +136,8 @@ from dpsql.suggest import plan_suggestion, run_suggestion
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
             analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
             memory_limit: str | None = None, eager_bounding: bool = False, persist_copies: bool = False,
-            progress: bool | None = None, request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT) -> "Connection":
+            progress: bool | None = None, request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+            separate_budget: bool = False) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
 
     ``target``: a DuckDB file path (opened read-only), an open duckdb connection, or a dict of
@@ -156,6 +160,9 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     changed (``dpsql.backends.persisted``). A database file with a ledger file only.
     ``progress``: show how long a copy build has run, on standard error, once it passes a
     second (``None``: when standard error is a terminal or a notebook's).
+    ``separate_budget``: open a ledger file over tables another ledger file already accounts for,
+    as a second budget on purpose (a warning says so). Without it that is refused
+    (``dpsql.SecondBudget``, ``dpsql.budget.registry``): one dataset, one budget.
 
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 1, 2], "x": [1.0, 2.0, 3.0]})
@@ -167,11 +174,13 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     """
     return Connection(target, policy, ledger=ledger, analyst=analyst, rng=rng,
                       query_timeout=query_timeout, memory_limit=memory_limit, eager_bounding=eager_bounding,
-                      persist_copies=persist_copies, progress=progress, request_timeout=request_timeout)
+                      persist_copies=persist_copies, progress=progress, request_timeout=request_timeout,
+                      separate_budget=separate_budget)
 
 
 def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool = False,
-                memory_limit: str | None = None, estimate_epsilon: Any = None) -> PolicyChange | None:
+                memory_limit: str | None = None, estimate_epsilon: Any = None,
+                separate_budget: bool = False) -> PolicyChange | None:
     """The curator's ``dpsql init``: check ``policy`` against ``target`` and store it with the
     ledger, so that it rules every later connection; return the recorded change, or ``None``
     when that very policy was stored already.
@@ -184,6 +193,9 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     DP estimate of the share of its rows MAX ROWS PER UNIT drops, at this epsilon per table,
     charged to the budget (``Connection.estimate_limits``; ``dpsql init`` does so by default).
 
+    ``separate_budget``: store it in a ledger file over tables another ledger already accounts
+    for, as a second budget on purpose (``connect``).
+
     >>> import pandas as pd
     >>> frame = pd.DataFrame({"uid": [1, 2], "x": [1.0, 3.0]})
     >>> change = init_policy({"t": frame}, "BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1);")
@@ -191,7 +203,8 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     (True, 'BUDGET EPSILON 1;')
     """
     # Opened as replacing whatever is stored, so a refusal below is init's own, naming --replace.
-    with Connection(target, policy, ledger=ledger, memory_limit=memory_limit, _replacing=True) as db:
+    with Connection(target, policy, ledger=ledger, memory_limit=memory_limit, separate_budget=separate_budget,
+                    _replacing=True) as db:
         change = db.store_policy(replace=replace)
     if estimate_epsilon is not None:
         with Connection(target, None, ledger=ledger, memory_limit=memory_limit) as db:  # the stored policy rules
@@ -217,6 +230,35 @@ def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str |
         config = load_spark_config(target)
         return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
     return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+
+
+def default_ledger(target: Any) -> Path | None:
+    """The ledger file ``target`` is accounted in when no ``ledger=`` is given: ``<database>.ledger``
+    beside a DuckDB file, a Spark config's ``[spark] ledger`` or ``<config>.ledger``; ``None`` for
+    anything else (in memory; a SparkSession needs ``ledger=``)."""
+    if is_spark_config(target):
+        return load_spark_config(target).ledger_path
+    if isinstance(target, (str, os.PathLike)) and str(target) != ":memory:":
+        return Path(f"{Path(target).resolve()}.ledger")
+    return None
+
+
+def ledger_file(ledger: Any) -> Path | None:
+    """The resolved ledger file ``ledger`` names, or ``None`` for one in memory."""
+    if ledger is None or str(ledger) in ("", ":memory:"):
+        return None
+    return Path(ledger).resolve()
+
+
+def source_of(target: Any, engine: Backend) -> str:
+    """Where a connection's data came from, as the registry of ledgers tells the curator."""
+    if is_spark_session(target):
+        return "a Python Spark session"
+    if is_spark_config(target):
+        return f"the Spark config {engine.path}"
+    if engine.path is not None:
+        return str(engine.path)
+    return "pandas DataFrames" if isinstance(target, dict) else "a DuckDB connection in Python"
 
 
 def copies_directory_for(target: Any, ledger: Any) -> Path:
@@ -270,7 +312,8 @@ class Connection:
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
                  eager_bounding: bool = False, persist_copies: bool = False, progress: bool | None = None,
-                 request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT, _replacing: bool = False):
+                 request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT, separate_budget: bool = False,
+                 _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out",
@@ -286,12 +329,17 @@ class Connection:
                     hint="pass ledger='/path/to/budget.ledger' (a local SQLite file; ':memory:' for a throwaway one)",
                     hints={"cli": "give --ledger PATH"})
             if ledger is None and self._engine.path is not None:
-                ledger = Path(f"{self._engine.path}.ledger")
+                ledger = default_ledger(target if is_spark_config(target) else self._engine.path)
+            file = ledger_file(ledger)
+            if file is not None and not file.exists() and policy is not None:  # refused before the file is made
+                check_second_budget(file, dataset_identity(load_policy(policy)), separate=separate_budget)
             self._ledger = Ledger.open(ledger)
             self._executor = Executor(self._ledger, self._engine,
                                       check_timeout(request_timeout, "request_timeout"))
+            self._claimed: Path | None = None
             try:
                 self.policy: Policy = self._load_policy(policy, _replacing)
+                self._claim_dataset(file, source_of(target, self._engine), separate_budget)
                 self._catalog = self._engine.catalog()
                 check_policy(self.policy, self._catalog)
                 self._check_listed_keys()
@@ -301,6 +349,8 @@ class Connection:
                 if eager_bounding:
                     self._engine.build_bounding()
             except BaseException:
+                if self._claimed is not None:  # registered by this open, which failed: forget it
+                    release(self._claimed)
                 self._ledger.close()
                 raise
         except BaseException:
@@ -335,6 +385,29 @@ class Connection:
         except BaseException:
             self.close()
             raise
+
+    def _claim_dataset(self, file: Path | None, source: str, separate: bool) -> None:
+        """Record what this connection's ledger accounts for, in the ledger and the curator's
+        registry (``dpsql.budget.registry``), refusing a second budget over the same tables
+        (``SecondBudget``) unless ``separate``: before any private data is read or anything charged."""
+        recorded = self._ledger.dataset()
+        dataset = dataset_identity(self.policy)
+        if recorded is not None:  # what it accounted for before stays accounted for
+            dataset = dataset.union(Dataset.from_json(recorded))
+        self.dataset = dataset
+        """What the ledger accounts for: the private tables (and units) of every policy it served."""
+        self.second_budget: str | None = None
+        """Set when the ledger was opened as a second budget on purpose (``separate_budget``): says so."""
+        if file is None:  # a ledger in memory is a throwaway budget: it claims nothing
+            return
+        claimed = claim(file, dataset, source, separate=separate)
+        if claimed.new:
+            self._claimed = file
+        if recorded != dataset.to_json():
+            self._ledger.record_dataset(dataset.to_json())
+        self.second_budget = second_budget_note(claimed, dataset, file)
+        if self.second_budget is not None:
+            warnings.warn(self.second_budget, SecondBudgetWarning, stacklevel=4)
 
     def _reports_outside(self, table: PrivateTable, rule: Any) -> int:
         """Rows of the bounded copy of ``table`` whose LOCAL RR column ``rule`` holds NULL or a

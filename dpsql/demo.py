@@ -20,6 +20,9 @@ import os
 import shlex
 import shutil
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, TextIO
@@ -28,7 +31,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from dpsql.errors import DPError
+from dpsql.errors import DPError, SecondBudgetWarning
 
 PLANS = ("free", "plus", "pro")
 """The plans a user can be on; the policy's public key domain of ``users.plan``."""
@@ -237,12 +240,13 @@ def run_demo(
     kept = None
     if stored is not None:
         try:
-            dpsql.init_policy(str(database), stored)
+            with _own_budget():
+                dpsql.init_policy(str(database), stored, separate_budget=True)
             kept = stored
         except DPError as err:  # it no longer fits the rebuilt database: say so, use shop.policy
             report.error(f"the policy stored with the old ledger was not kept: {err}")
     if connect is None:
-        connect = dpsql.connect
+        connect = _demo_connect
 
     where = "the policy stored with its ledger (kept from before)" if kept else f"its policy in {policy}"
     report.text(f"dpsql demo: a sample shop database in {database}, {where}.")
@@ -332,6 +336,23 @@ def _shown_path(path: Path, here: Path) -> str:
         return path.absolute().relative_to(here.absolute()).as_posix()
     except ValueError:
         return path.absolute().as_posix()
+
+
+def _demo_connect(*args: Any, **options: Any) -> Any:
+    """``dpsql.connect`` for the demo's own database: each run builds new synthetic people, so its
+    ledger is a budget of its own wherever an earlier demo left another (``separate_budget``)."""
+    import dpsql
+
+    with _own_budget():
+        return dpsql.connect(*args, separate_budget=True, **options)
+
+
+@contextmanager
+def _own_budget() -> Iterator[None]:
+    """No warning that a demo's ledger is a second budget: its people are new each run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SecondBudgetWarning)
+        yield
 
 
 def _stored_policy(database: Path, ledger: Path) -> str | None:

@@ -92,6 +92,18 @@ class PolicyError(DPError):
     code = "policy_error"
 
 
+class SecondBudget(PolicyError):
+    """Opening this ledger would start a second budget over data another ledger accounts for
+    (``dpsql.budget.registry``); nothing was read, nothing charged."""
+
+    code = "second_budget"
+
+
+class SecondBudgetWarning(UserWarning):
+    """A ledger was opened as a second budget on purpose (``separate_budget=True``) over data
+    another ledger accounts for: the privacy loss of both adds up over the same people."""
+
+
 class BudgetExceeded(DPError):
     """The query would spend more than remains; nothing released, nothing charged."""
 

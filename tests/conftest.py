@@ -1,5 +1,10 @@
 """Fixtures several test modules share, and the hook that keeps Spark tests on one xdist worker."""
 
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -7,6 +12,32 @@ import pytest
 import dpsql
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.shell.state import new_state
+
+# The curator's registry of ledgers (dpsql.budget.registry) lives in $DPSQL_HOME: tests open many
+# file ledgers over the same shop tables in different folders, so none may share the developer's
+# registry or another module's or test's. This process's own (session fixtures) is set here, at
+# import, per xdist worker; each module's fixtures and each test get their own below, which their
+# subprocesses inherit.
+_WORKER_HOME = tempfile.mkdtemp(prefix="dpsql-home-")
+os.environ["DPSQL_HOME"] = _WORKER_HOME
+atexit.register(shutil.rmtree, _WORKER_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_curator_home(tmp_path_factory) -> Iterator[Path]:
+    """A fresh curator home for each module's module-scoped fixtures (a module's server, its database)."""
+    home = tmp_path_factory.mktemp("dpsql-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DPSQL_HOME", str(home))
+        yield home
+
+
+@pytest.fixture(autouse=True)
+def curator_home(module_curator_home, tmp_path_factory, monkeypatch) -> Path:
+    """A fresh curator home (registry of ledgers) for each test, seen by its subprocesses too."""
+    home = tmp_path_factory.mktemp("dpsql-home")
+    monkeypatch.setenv("DPSQL_HOME", str(home))
+    return home
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the groups into "@<group>" id suffixes

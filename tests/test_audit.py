@@ -79,10 +79,10 @@ def capture(monkeypatch, tmp_path, frame: pd.DataFrame, sql: str, policy: str = 
             epsilon: float = EPSILON, engine: Engine | None = None):
     """The release step's inputs for ``sql`` on ``frame``, on ``engine`` (``tests/engines.py``;
     DuckDB by default). One ledger (one salt) per engine; each query gets a no-op condition of its
-    own so it is not answered as a free repeat."""
+    own so it is not answered as a free repeat (each engine's ledger a separate budget on purpose)."""
     recorder = ReleaseCapture(monkeypatch)
     engine = engine or Engine("duckdb")
-    with engine.connect({"visits": frame, "stores": STORES}, policy=policy,
+    with engine.connect({"visits": frame, "stores": STORES}, policy=policy, separate_budget=True,
                         ledger=tmp_path / f"{engine.name}-audit.ledger") as db:
         n = next(_RUN)
         unique = f"{sql} AND {n} = {n}" if " JOIN " in sql else sql.replace(" FROM visits", f" FROM visits WHERE {n} = {n}")

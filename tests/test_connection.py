@@ -331,7 +331,7 @@ def test_the_cache_changes_no_answer_charge_refusal_or_repeat(tmp_path):
     runs = []
     for ledger, keeps in (("a.ledger", True), ("b.ledger", False)):
         with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=POLICY, ledger=tmp_path / ledger,
-                           rng=SeededSource(5)) as db:
+                           rng=SeededSource(5), separate_budget=True) as db:  # a copy: a second budget
             seen = []
             for epsilon in (0.5, 0.25, 0.5, 0.25):  # one text, two plans, then both repeated
                 if not keeps:

@@ -246,6 +246,35 @@ def test_dpsql_serve_over_a_spark_config_answers_psql(tmp_path):
     forget_copies(session())
 
 
+def test_one_dataset_is_one_budget_across_duckdb_and_spark(tmp_path):
+    """Issue 35: the same table served from a DuckDB file, a Python Spark session and a Spark config
+    is one budget. A second ledger over it is refused before anything is read (no ledger file made);
+    the config's ``[spark] ledger`` and ``ledger=`` share the DuckDB file's ledger and what it spent."""
+    forget_copies(session())
+    with duckdb.connect(str(tmp_path / "t.duckdb")) as con:
+        con.register("frame", _frame(rows=200, units=40))
+        con.execute("CREATE TABLE t AS SELECT * FROM frame")
+        con.execute(f"COPY t TO '{tmp_path / 't.parquet'}' (FORMAT PARQUET)")
+    with dpsql.connect(str(tmp_path / "t.duckdb"), policy=POLICY) as db:
+        db.sql("SELECT COUNT(*) FROM t", epsilon=0.5)
+    spark = session()
+    spark.read.parquet(str(tmp_path / "t.parquet")).createOrReplaceTempView("t")
+    with pytest.raises(dpsql.SecondBudget, match=r"\(t\(uid\)\) already have a budget in .*t\.duckdb\.ledger"):
+        dpsql.connect(spark, policy=POLICY, ledger=tmp_path / "spark.ledger")
+    config = tmp_path / "t.spark.toml"
+    config.write_text('[spark]\nmaster = "local[2]"\n\n[tables]\nt = "t.parquet"\n')
+    with pytest.raises(dpsql.SecondBudget, match=r"t\.duckdb\.ledger"):
+        dpsql.connect(config, policy=POLICY)  # its own ledger, beside it
+    assert not (tmp_path / "spark.ledger").exists() and not Path(f"{config}.ledger").exists()
+    config.write_text('[spark]\nmaster = "local[2]"\nledger = "t.duckdb.ledger"\n\n[tables]\nt = "t.parquet"\n')
+    with dpsql.connect(config, policy=POLICY) as db:
+        assert db.budget.spent.epsilon == 0.5
+        db.sql("SELECT COUNT(*) FROM t", epsilon=0.25)
+    with dpsql.connect(spark, policy=POLICY, ledger=tmp_path / "t.duckdb.ledger") as db:
+        assert db.budget.spent.epsilon == 0.75
+    forget_copies(session())
+
+
 def test_the_sparse_vector_runs_on_spark_as_on_duckdb(spark_engine):
     """The stream's statements are planned and rendered for the engine, then run through the one
     executor: the same exact answers (no salted choice: every unit has at most k rows), so the

@@ -8,6 +8,7 @@ the tables the file names::
     [spark]
     master = "local[2]"                # or "spark://host:7077", "yarn", "sc://host:15002" (Spark Connect)
     database = "default"               # tables of this catalog database are served (optional)
+    ledger = "shop.duckdb.ledger"      # the budget's ledger file (optional; default: beside this file)
 
     [spark.config]                     # any Spark settings (optional)
     "spark.driver.memory" = "4g"
@@ -17,8 +18,10 @@ the tables the file names::
     stores = "/data/shop/stores.parquet"
 
 Relative paths are read from the file's folder. The ledger is a local SQLite file beside the
-config (``shop.spark.toml.ledger``) unless ``ledger=`` says otherwise: it, the noise and the plan
-stay on this machine; the bounded copies and every per-row computation run on the cluster.
+config (``shop.spark.toml.ledger``) unless ``[spark] ledger`` or ``ledger=`` says otherwise: it, the
+noise and the plan stay on this machine; the bounded copies and every per-row computation run on the
+cluster. Data also served from a DuckDB file shares that file's ledger (``ledger =
+"shop.duckdb.ledger"``): one dataset, one budget (``dpsql.budget.registry``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,13 @@ class SparkConfig:
     """Spark settings for the session (dpsql's pinned ones always win)."""
     tables: dict[str, Path] = field(default_factory=dict)
     """Table name -> Parquet file or folder, registered as temporary views."""
+    ledger: Path | None = None
+    """``[spark] ledger``: the budget's ledger file (``None``: ``<config>.ledger`` beside it)."""
+
+    @property
+    def ledger_path(self) -> Path:
+        """The ledger this config's data is accounted in."""
+        return Path(f"{self.path}.ledger") if self.ledger is None else self.ledger
 
 
 def is_spark_config(target: Any) -> bool:
@@ -77,10 +87,10 @@ def load_spark_config(path: str | Path) -> SparkConfig:
         raise DPError(f"{source}: unknown section [{sorted(unknown)[0]}]",
                       hint="use [spark], [spark.config] and [tables]")
     spark = data.get("spark", {})
-    wrong = set(spark) - {"master", "database", "config"}
+    wrong = set(spark) - {"master", "database", "ledger", "config"}
     if wrong:
         raise DPError(f"{source}: unknown key spark.{sorted(wrong)[0]}",
-                      hint="[spark] takes master, database and a [spark.config] table")
+                      hint="[spark] takes master, database, ledger and a [spark.config] table")
     settings = {str(k): str(v) for k, v in spark.get("config", {}).items()}
     tables = {}
     for name, location in data.get("tables", {}).items():
@@ -93,7 +103,12 @@ def load_spark_config(path: str | Path) -> SparkConfig:
     database = spark.get("database")
     if not isinstance(master, str) or (database is not None and not _NAME.fullmatch(str(database))):
         raise DPError(f"{source}: spark.master must be a string and spark.database a plain name")
-    return SparkConfig(source.resolve(), master, database, settings, tables)
+    ledger = spark.get("ledger")
+    if ledger is not None and (not isinstance(ledger, str) or not ledger.strip()):
+        raise DPError(f"{source}: spark.ledger must be a file path in quotes",
+                      hint='write ledger = "/data/shop.duckdb.ledger"')
+    return SparkConfig(source.resolve(), master, database, settings, tables,
+                       None if ledger is None else (source.parent / Path(ledger).expanduser()).resolve())
 
 
 def open_session(config: SparkConfig) -> Any:

@@ -410,6 +410,17 @@ class Ledger:
         row = self._read_one("SELECT value FROM meta WHERE key = 'policy'")
         return None if row is None else row[0]
 
+    def dataset(self) -> str | None:
+        """What this ledger accounts for (``dpsql.budget.registry.Dataset.to_json``), once recorded."""
+        row = self._read_one("SELECT value FROM meta WHERE key = 'dataset'")
+        return None if row is None else row[0]
+
+    def record_dataset(self, text: str) -> None:
+        """Keep what this ledger accounts for with it (a meta row: older ledgers get it on open)."""
+        with self._connected() as connection:
+            with _transaction(connection, self.path, "record what the ledger accounts for"):
+                connection.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('dataset', ?)", (text,))
+
     def close(self) -> None:
         """Close the file; a closed ledger refuses further use."""
         with self._locked():

@@ -33,7 +33,7 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
 
     ``options``: ``Settings`` fields (``max_connections``, ``startup_timeout``, ``workers``)
     and ``dpsql.connect`` options (``query_timeout``, ``request_timeout``, ``memory_limit``,
-    ``ledger``, ``rng``, ``persist_copies``).
+    ``ledger``, ``rng``, ``persist_copies``, ``separate_budget``).
     """
     import dpsql
     from dpsql.errors import DPError
@@ -41,7 +41,7 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
     if not Path(users).is_file():  # a server nobody can log in to is a mistake, not a setting
         raise DPError(f"no users file at {users}", hint=f"add an analyst with `dpsql user add {users} NAME`")
     connect_options = {k: options.pop(k) for k in ("query_timeout", "request_timeout", "memory_limit", "ledger", "rng",
-                                                      "persist_copies")
+                                                      "persist_copies", "separate_budget")
                        if k in options}
     if isinstance(connect_options.get("ledger"), (str, Path)) and str(connect_options["ledger"]) != ":memory:":
         connect_options["ledger"] = Path(connect_options["ledger"]).resolve()  # as refusals are redacted
