@@ -77,7 +77,7 @@ def truths(path: Path) -> dict:
 
 def exact_kept(db, sql: str) -> int:
     """The rows the query keeps (exact, never shown): its bias report's kept count, un-noised."""
-    from dpsql.bias import bias_statement
+    from dpsql.query.bias import bias_statement
 
     _, checked, written = db._check(sql)
     plan, bias = db._plan_with_bias(checked, sql, EPSILON, None, None, None, True, written)

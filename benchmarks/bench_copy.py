@@ -8,7 +8,7 @@ policy, MAX ROWS PER UNIT 10), prints Markdown:
 
 1. *Build*: ``CREATE TABLE AS SELECT *`` of the table (a plain copy) against dpsql's build of its
    bounded copy (``fill_sql`` and ``raw_rows_sql``, as ``Engine`` runs them) and against the
-   persisted copies' fingerprint (``dpsql.backends.persisted.fingerprint_sql``): wall time and
+   persisted copies' fingerprint (``dpsql.backends.duckdb.persisted.fingerprint_sql``): wall time and
    process CPU time (user + system, every DuckDB thread), medians over ``--rounds``, alternated.
 2. *Memory*: the in-memory size of the bounded copy (with its row-count table) and of a plain
    copy (DuckDB's ``duckdb_memory()``, tag IN_MEMORY_TABLE), per raw row and per kept row; and
@@ -35,7 +35,8 @@ from pathlib import Path
 import duckdb
 from bench_scale import cache_dir, ensure_data
 
-from dpsql.backends import bounding, persisted
+from dpsql.backends import bounding
+from dpsql.backends.duckdb import persisted
 
 HERE = Path(__file__).resolve().parent
 

@@ -90,7 +90,7 @@ def bounded_sql(db, name: str) -> str:
     """dpsql's bounded statement of a class, as ``db.sql`` would run it."""
     from dpsql.analysis.plan import PrivateQuery
     from dpsql.backends.rewrite import rewrite_statement
-    from dpsql.options import merge_options
+    from dpsql.query.options import merge_options
 
     sql = QUERIES[name]["dp"]
     _, checked, written = db._check(sql)

@@ -30,7 +30,7 @@ from pums import load_pums  # noqa: E402
 from test_local import _collected_answers  # noqa: E402
 
 import dpsql  # noqa: E402
-from dpsql.local import randomized_response  # noqa: E402
+from dpsql.mechanisms.randomized_response import randomized_response  # noqa: E402
 from dpsql.mechanisms.noise import SecureSource, k_ary_response  # noqa: E402
 
 

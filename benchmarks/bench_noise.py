@@ -134,7 +134,7 @@ def release_rows(db, n: int, repeats: int) -> list[str]:
     sql = "SELECT k, COUNT(*) AS n, SUM(x) AS s FROM events GROUP BY k"
     lines = []
     try:
-        from dpsql import release
+        from dpsql.query import release
         from dpsql.backends.rewrite import rewrite_statement
 
         rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")

@@ -6,7 +6,7 @@ medians of 5 runs (after one warm-up) of:
 
 * raw DuckDB: the same aggregate with no privacy;
 * plan: parse + bind + check + analyse + rewrite (static, reads no data), computed afresh;
-* prepare: the same static half as ``db.sql`` runs it (``dpsql.prepare``), with a new epsilon
+* prepare: the same static half as ``db.sql`` runs it (``dpsql.query.prepare``), with a new epsilon
   each run, so only what the SQL text alone decides comes from the connection's cache;
 * execute: the bounded SQL on DuckDB;
 * noise: drawing the noise and building the released rows;
@@ -34,7 +34,7 @@ import dpsql
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.backends.rewrite import rewrite_plan
-from dpsql.release import core_rows, release_measures
+from dpsql.query.release import core_rows, release_measures
 from dpsql.sql.parse import parse_query
 
 POLICY = """

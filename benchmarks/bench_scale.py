@@ -297,7 +297,7 @@ def time_dpsql_query(db, name: str, repeats: int, counter) -> dict:
 
 def stage_times(db, sql: str, delta, repeats: int) -> dict:
     """plan / execute / noise of one query from dpsql's internals (as bench_pipeline.py)."""
-    from dpsql import release
+    from dpsql.query import release
     from dpsql.backends.rewrite import rewrite_statement
 
     rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")

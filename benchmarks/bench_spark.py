@@ -16,7 +16,7 @@ once and reused. The exact answers (plain DuckDB, no bounds, no noise) are cache
 **Engines**, each in its own process tree (one after another, never side by side):
 
 * ``dpsql-duckdb``: ``dpsql.connect(<DuckDB file>, policy=POLICY_USER of bench_scale)``;
-* ``dpsql-spark``: a ``local[2]`` session (``dpsql.backends.spark_session.local_session``), temp
+* ``dpsql-spark``: a ``local[2]`` session (``dpsql.backends.spark.session.local_session``), temp
   views over the Parquet files, ``dpsql.connect(session, policy=...)``;
 * ``tumult``: Tumult Analytics (``tmlt-analytics``, its own venv ``--tumult-venv``, made on first
   use; it needs pyspark 3.x) on the same Parquet files in a ``local[2]`` session with the same
@@ -343,7 +343,7 @@ def worker_main(args) -> None:
         if args.worker == "dpsql-duckdb":
             db = dpsql.connect(args.db, policy=bench_scale.POLICY_USER, ledger=":memory:", **options)
         else:
-            from dpsql.backends.spark_session import local_session
+            from dpsql.backends.spark.session import local_session
 
             session = local_session(master=args.master, app="dpsql-bench", config=spark_config(args))
             for table in ("visits", "stores"):

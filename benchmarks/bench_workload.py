@@ -154,7 +154,7 @@ def peer(python: str, con, table: str, unit: str, rows: int, queries, domains, e
 def bounded_truth(db, queries) -> np.ndarray:
     """The exact answers on the bounded data (dpsql's bounded copy, MAX ROWS PER UNIT applied): the
     workload's histogram statement run once, uncharged (a benchmark looking inside)."""
-    from dpsql.workload_run import exact_histogram, plan_workload
+    from dpsql.calls.workload_run import exact_histogram, plan_workload
 
     planned = plan_workload(db, [sql for sql, _ in queries], 1, None, 1)
     rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)

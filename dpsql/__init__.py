@@ -5,6 +5,7 @@
 ['DPError', 'PolicyError']
 """
 
+from dpsql.answer.result import Budget, DPResult
 from dpsql.budget.ledger import Spend
 from dpsql.connection import Connection, connect, init_policy
 from dpsql.errors import (
@@ -27,7 +28,6 @@ from dpsql.policy.model import (
                      PrivateTable,
                      PublicTable,
 )
-from dpsql.result import Budget, DPResult
 
 __version__ = "0.1.0"
 """The package version (``pyproject.toml`` says the same; ``dpsql --version`` prints it)."""

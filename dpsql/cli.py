@@ -304,8 +304,8 @@ def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _suggest(args: argparse.Namespace) -> int:
+    from dpsql.curator.suggest_text import suggestion_text
     from dpsql.shell.budget import remaining_text
-    from dpsql.suggest_text import suggestion_text
 
     if args.unit is not None:
         if args.policy is not None or args.epsilon is None:
@@ -366,7 +366,7 @@ def _is_zero(text: str | None) -> bool:
 
 def _init(args: argparse.Namespace) -> int:
     import dpsql
-    from dpsql.backends.spark_config import is_spark_config
+    from dpsql.backends.spark.config import is_spark_config
     from dpsql.connection import default_ledger
     from dpsql.shell.budget import remaining_text
 

@@ -31,8 +31,6 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.above_threshold import plan_stream, run_stream
-from dpsql.accuracy import aggregates_of, cut_half_width, output_cells
 from dpsql.analysis.aggregates import counts_rows, null_on_zero_divisors, plain_projection, total_post
 from dpsql.analysis.domains import (
     domain_parts,
@@ -42,21 +40,61 @@ from dpsql.analysis.domains import (
     reports_outside,
 )
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
+from dpsql.answer.explain import Explanation, explain_plan, explain_sampling
+from dpsql.answer.noise_rows import noise_rows_notes
+from dpsql.answer.notes import null_cells_notes, thin_answer_notes
+from dpsql.answer.result import (
+    Budget,
+    DPResult,
+    OutsideDomain,
+    QueryCost,
+    decode_answer,
+    decode_outside,
+    encode_answer,
+)
 from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
 from dpsql.backends.duckdb import Engine
+from dpsql.backends.duckdb.persisted import copies_directory
 from dpsql.backends.keys import read_keys, shown_keys
-from dpsql.backends.persisted import copies_directory
 from dpsql.backends.rewrite import (
     BoundedStatement,
     domain_sql,
     rewrite_statement,
     separate_statement,
 )
-from dpsql.backends.spark_config import is_spark_config, load_spark_config, open_session
-from dpsql.backends.spark_session import is_spark_session
-from dpsql.bias import (
+from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
+from dpsql.backends.spark.session import is_spark_session
+from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
+from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
+from dpsql.budget.registry import Dataset, check_second_budget, claim, dataset_identity, release, second_budget_note
+from dpsql.calls.above_threshold import plan_stream, run_stream
+from dpsql.calls.registry import Call, mechanism, recognise
+from dpsql.curator.dropped import (
+    DroppedPlan,
+    RecordedDrop,
+    dropped_statement,
+    plan_dropped,
+    record_key,
+    release_dropped,
+)
+from dpsql.curator.progress import elapsed_progress, show_progress
+from dpsql.curator.suggest import plan_suggestion, run_suggestion
+from dpsql.errors import (
+    DPError,
+    InternalFailure,
+    InvalidParameter,
+    PolicyError,
+    SecondBudgetWarning,
+    UnsupportedQuery,
+)
+from dpsql.mechanisms.noise import secret_key
+from dpsql.policy.diff import policy_difference
+from dpsql.policy.language import check_policy, load_policy, policy_to_text
+from dpsql.policy.model import KeyDomain, Policy, PrivateTable
+from dpsql.query.accuracy import aggregates_of, cut_half_width, output_cells
+from dpsql.query.bias import (
     BiasPlan,
     Limits,
     bias_share,
@@ -67,22 +105,8 @@ from dpsql.bias import (
     stored_bounding,
     with_bounding,
 )
-from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
-from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
-from dpsql.budget.registry import Dataset, check_second_budget, claim, dataset_identity, release, second_budget_note
-from dpsql.calls import Call, mechanism, recognise
-from dpsql.dropped import DroppedPlan, RecordedDrop, dropped_statement, plan_dropped, record_key, release_dropped
-from dpsql.errors import (
-    DPError,
-    InternalFailure,
-    InvalidParameter,
-    PolicyError,
-    SecondBudgetWarning,
-    UnsupportedQuery,
-)
-from dpsql.executor import Executor
-from dpsql.explain import Explanation, explain_plan, explain_sampling
-from dpsql.local_query import (
+from dpsql.query.executor import Executor
+from dpsql.query.local import (
     LocalCount,
     check_reports,
     debias,
@@ -96,16 +120,9 @@ from dpsql.local_query import (
     reports_sql,
     route_local,
 )
-from dpsql.mechanisms.noise import secret_key
-from dpsql.noise_rows import noise_rows_notes
-from dpsql.notes import null_cells_notes, thin_answer_notes
-from dpsql.options import exact_parameter, max_keys, merge_options, plain_number, privacy_options
-from dpsql.policy.diff import policy_difference
-from dpsql.policy.language import check_policy, load_policy, policy_to_text
-from dpsql.policy.model import KeyDomain, Policy, PrivateTable
-from dpsql.prepare import Prepared, Preparer, Priced
-from dpsql.progress import elapsed_progress, show_progress
-from dpsql.release import (
+from dpsql.query.options import max_keys, merge_options, privacy_options
+from dpsql.query.prepare import Prepared, Preparer, Priced
+from dpsql.query.release import (
     core_columns,
     core_rows,
     from_stored,
@@ -116,21 +133,12 @@ from dpsql.release import (
     stored_measures,
     stored_names,
 )
-from dpsql.result import (
-    Budget,
-    DPResult,
-    OutsideDomain,
-    QueryCost,
-    decode_answer,
-    decode_outside,
-    encode_answer,
-)
-from dpsql.scaling import scaled_result
+from dpsql.query.scaling import scaled_result
 from dpsql.sql.names import columns_hint, sql_name, table_key
+from dpsql.sql.numbers import exact_parameter, plain_number
 from dpsql.sql.parse import DIALECT, located
 from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER, UNBOUND_SAMPLE_KEY
 from dpsql.sql.types import is_numeric_type
-from dpsql.suggest import plan_suggestion, run_suggestion
 
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
@@ -157,7 +165,7 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     ``persist_copies``: keep the bounded copies in a directory beside the ledger
     (``<ledger>.copies``, owner-only), so later connections (CLI calls, server restarts) reuse
     them instead of rebuilding; a copy is rebuilt when its table's data, the policy or the salt
-    changed (``dpsql.backends.persisted``). A database file with a ledger file only.
+    changed (``dpsql.backends.duckdb.persisted``). A database file with a ledger file only.
     ``progress``: show how long a copy build has run, on standard error, once it passes a
     second (``None``: when standard error is a terminal or a notebook's).
     ``separate_budget``: open a ledger file over tables another ledger file already accounts for,
@@ -215,7 +223,7 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
 def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None,
                 copies: Path | None = None) -> Backend:
     """The backend for ``target``: a SparkSession, or a Spark config file (``*.toml``,
-    ``dpsql.backends.spark_config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
+    ``dpsql.backends.spark.config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
     if is_spark_session(target) or is_spark_config(target):
         if copies is not None:
             raise InvalidParameter("persist_copies is DuckDB's: a Spark session keeps its copies in its own storage",
@@ -362,7 +370,7 @@ class Connection:
         self._domains: dict[str, list] = {}
         self._domain_texts: dict[tuple, str] = {}
         self._pmw_sessions: dict = {}
-        """The open PMW sessions of ``SELECT * FROM pmw(...)`` (``dpsql.pmw_call``), one per analyst and
+        """The open PMW sessions of ``SELECT * FROM pmw(...)`` (``dpsql.calls.pmw_call``), one per analyst and
         options: shared by every view of this connection (``acting_for``), as the server's calls are."""
         self._accountant = accountant_for(self.policy.accounting, self._total())
         self._analyst_accountant = None if self.policy.analyst_budget_epsilon is None else \
@@ -411,7 +419,7 @@ class Connection:
 
     def _reports_outside(self, table: PrivateTable, rule: Any) -> int:
         """Rows of the bounded copy of ``table`` whose LOCAL RR column ``rule`` holds NULL or a
-        value outside its DOMAIN (``dpsql.local_query.check_reports``): the curator's connect
+        value outside its DOMAIN (``dpsql.query.local.check_reports``): the curator's connect
         reads it, no analyst's query; nothing is released."""
         prepared = self._prepare(reports_sql(table, rule), 1, 0, "laplace", None, False)
         assert prepared.plan is not None and prepared.priced is not None
@@ -476,17 +484,17 @@ class Connection:
         ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
         written: relative weight}); equal by default. ``report_bias``: True, or a share of
         epsilon such as 0.05, spends that share on ``res.bounding``, a noisy estimate of what
-        the contribution limits dropped and clamped (``dpsql.bias``); False turns off the
+        the contribution limits dropped and clamped (``dpsql.query.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
 
         ``SELECT * FROM above_threshold('SELECT ...', ..., threshold = 100)`` (and the other
-        mechanisms of ``dpsql.calls``) calls that mechanism, as its method would.
+        mechanisms of ``dpsql.calls.registry``) calls that mechanism, as its method would.
         """
         call = self._call(sql, epsilon, delta, noise, weights, report_bias)
         if call is not None:
             return mechanism(call.name).answer(self, call.queries, call.options)
         local, written = self._route_local(sql)
-        if local is not None:  # a count over a randomized-response column (dpsql.local_query)
+        if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             return self._answer_local(local, epsilon, delta, noise, written)
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         result = self._sql_prepared(prepared)
@@ -517,7 +525,7 @@ class Connection:
 
     def _answer(self, prepared: Prepared, priced: Priced, domain: list[tuple] | None) -> DPResult:
         """Charge ``prepared``, run its bounded statements, release and post-process (``sql``),
-        through the executor (``dpsql.executor``): its statements were rendered before."""
+        through the executor (``dpsql.query.executor``): its statements were rendered before."""
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         assert plan is not None and isinstance(checked, PrivateQuery)
         cost, keys = priced.cost, plan.query.keys
@@ -628,7 +636,7 @@ class Connection:
             text = explain(self, call.queries, call.options)
             return text if isinstance(text, Explanation) else Explanation(text)
         local, written = self._route_local(sql)
-        if local is not None:  # a count over a randomized-response column (dpsql.local_query)
+        if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             if local.free:
                 self._local_options(epsilon, delta, noise, written)
                 return Explanation(explain_local(local))
@@ -680,7 +688,7 @@ class Connection:
     def above_threshold(self, queries: Sequence[str], threshold: Any, epsilon: Any = None, max_above: int = 1, *,
                         values: bool = False, value_epsilon: Any = None) -> DPResult:
         """Which of ``queries`` (each one COUNT or SUM, no GROUP BY) exceed ``threshold``, by the
-        sparse vector technique (``dpsql.above_threshold``): ``epsilon`` (default: the policy's
+        sparse vector technique (``dpsql.calls.above_threshold``): ``epsilon`` (default: the policy's
         QUERY EPSILON) is charged once for the whole stream, which stops after ``max_above``
         queries were reported above. Rows: (n, query, above), ``above`` NULL for the queries not
         run after the stream stopped. ``values=True`` also releases the value of each query
@@ -707,7 +715,7 @@ class Connection:
     def workload(self, queries: Sequence[str], epsilon: Any = None, delta: Any = None, *,
                  rounds: int | None = None) -> DPResult:
         """Answer a list of counting queries over one private table together, by MWEM
-        (``dpsql.workload``, ``dpsql.mechanisms.mwem``): cheaper per query than one release each
+        (``dpsql.calls.workload``, ``dpsql.mechanisms.mwem``): cheaper per query than one release each
         once there are many. Charged once, like a query; the same workload again is free.
 
         Returns one row per scalar answer: ``query`` (its number, from 1), ``cell`` (a GROUP BY
@@ -725,14 +733,14 @@ class Connection:
         ...     len(result.fetchall()), float(db.budget.spent.epsilon)
         (4, 1.0)
         """
-        from dpsql.workload_run import answer_workload
+        from dpsql.calls.workload_run import answer_workload
 
         return answer_workload(self, queries, epsilon, delta, rounds)
 
     @_reported_as_dperror
     def pmw(self, table: str, columns: Sequence[str], epsilon: Any = None, *, max_updates: int = 10,
             threshold: Any = None, delta: Any = None):
-        """An online private multiplicative weights session (``dpsql.pmw``) over ``columns`` (with KEYS)
+        """An online private multiplicative weights session (``dpsql.calls.pmw``) over ``columns`` (with KEYS)
         of one private table: ``session.answer(sql)`` answers counting queries one at a time, from
         a synthetic histogram measured and updated only when the sparse vector finds its error above
         ``threshold`` rows. ``epsilon`` is charged once, now, for the whole session, which refuses
@@ -747,7 +755,7 @@ class Connection:
         ...     answer.columns, float(db.budget.spent.epsilon)
         (['answer', 'measured'], 1.0)
         """
-        from dpsql.pmw import open_pmw
+        from dpsql.calls.pmw import open_pmw
 
         return open_pmw(self, table, columns, epsilon, delta, max_updates, threshold)
 
@@ -755,7 +763,7 @@ class Connection:
             steps: int = 30, clip: Any = 1.0, learning_rate: Any = None):
         """A ``model`` ('linear' or 'logistic') of ``target`` on the other columns of the rows ``sql``
         selects, trained by noisy gradient descent with each unit's gradient clipped to ``clip``
-        (``dpsql.fit``): charged once, (epsilon, delta) with delta > 0 (default: the policy's
+        (``dpsql.calls.fit``): charged once, (epsilon, delta) with delta > 0 (default: the policy's
         QUERY EPSILON and QUERY DELTA). ``TABLESAMPLE POISSON (p PERCENT)`` in ``sql`` makes each
         step read a fresh sample of units (DP-SGD). Returns a ``FittedModel``: ``coefficients``,
         ``intercept``, ``predict(frame)``, ``cost`` and ``result`` (the release as a table).
@@ -770,7 +778,7 @@ class Connection:
         ...     sorted(model.coefficients), float(db.budget.spent.epsilon)
         (['x'], 2.0)
         """
-        from dpsql.fit import plan_fit, run_fit
+        from dpsql.calls.fit import plan_fit, run_fit
 
         return run_fit(self, plan_fit(self, sql, target, model, epsilon, delta, steps, clip, learning_rate))
 
@@ -781,7 +789,7 @@ class Connection:
         Returns ``{"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": {column:
         (lo, hi) or None}, "epsilon_split": {...}}``: k the DP 95th percentile of rows per unit,
         each column's bounds the outer edges of its 1st and 99th percentile bins in a noisy
-        log-scale histogram of one value per unit (``dpsql.suggest``; None when too few units
+        log-scale histogram of one value per unit (``dpsql.curator.suggest``; None when too few units
         for any bin to pass the noise threshold). ``columns``: the numeric columns to bound (default: every numeric
         column but the unit). The whole ``epsilon`` is charged to the ledger first (budget
         checks and refusal as for any query); nothing is stored for a free repeat. ``group_by``:
@@ -789,7 +797,7 @@ class Connection:
         95th percentile); without it ``max_groups_per_unit`` is None. Also the errors the split
         gives (``max_rows_per_unit_rank_error``, ``bin_threshold``) and ``warnings`` when they
         are too large to trust the answer. ``bounds`` holds only bounds suggest vouches for (at
-        most 5% of units' values outside, at 95%; ``dpsql.suggest_coverage``), the raw estimates
+        most 5% of units' values outside, at 95%; ``dpsql.curator.suggest_coverage``), the raw estimates
         are in ``estimated_bounds``; ``units`` is a DP count of units (± ``units_halfwidth``) and
         ``selection`` partition selection's threshold under the suggested limits.
 
@@ -827,7 +835,7 @@ class Connection:
     def estimate_limits(self, epsilon: Any = None, tables: Any = None, *,
                         only_missing: bool = False) -> dict[str, RecordedDrop]:
         """The curator's DP estimate of the share of each private table's rows its MAX ROWS PER
-        UNIT drops (``dpsql.dropped``), recorded in the ledger: every later answer reading the
+        UNIT drops (``dpsql.curator.dropped``), recorded in the ledger: every later answer reading the
         table shows it in its limits line, at no further cost. ``epsilon`` per table (default:
         the policy's QUERY EPSILON), charged before anything is read, like a query (budget
         refusal included); ``tables``: names (default: every unit-level private table);
@@ -1046,8 +1054,8 @@ class Connection:
 
     def _described(self, plan: Plan, checked: PrivateQuery, core_types: list[str], rows: list[tuple],
                    cells: Callable[[float], dict[str, list[tuple[float, float, float]]]]) -> dict:
-        """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.notes``: from
-        the plan and the released row count; ``dpsql.noise_rows``: from the released rows and
+        """``DPResult``'s types (bound lazily, reading no rows) and notes (``dpsql.answer.notes``: from
+        the plan and the released row count; ``dpsql.answer.noise_rows``: from the released rows and
         their intervals ``cells``)."""
         def types() -> list[str]:
             core = core_types
@@ -1145,7 +1153,7 @@ class Connection:
 
     def _intervals(self, plan: Plan, checked: PrivateQuery, noisy: dict, rows: list[tuple]):
         """accuracy() of released rows, from their stored measures (``release.stored_measures``):
-        per noisy output column and row, (low, high, half-width) (``dpsql.accuracy``)."""
+        per noisy output column and row, (low, high, half-width) (``dpsql.query.accuracy``)."""
         tracked = bool(noisy) or not stored_names(plan)
         release = from_stored(plan, noisy, len(rows)) if tracked else None  # None: rows merged by DISTINCT
 
@@ -1196,7 +1204,7 @@ class Connection:
                 "noise": sorted({m.noise for m in plan.measures}), "neighbours": plan.neighbours}
 
     def _call(self, sql: str, epsilon: Any, delta: Any, *others: Any) -> Call | None:
-        """The mechanism ``sql`` calls (``dpsql.calls``), or None for a query. An epsilon or delta
+        """The mechanism ``sql`` calls (``dpsql.calls.registry``), or None for a query. An epsilon or delta
         given beside the call (the shell's ``.epsilon``, ``--epsilon``) is the default of the
         call's own option of that name; any other argument does not apply to a call."""
         try:
@@ -1222,7 +1230,7 @@ class Connection:
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any) -> Prepared:
-        """The static half of the query (``dpsql.prepare``), shared by ``sql`` and ``explain``."""
+        """The static half of the query (``dpsql.query.prepare``), shared by ``sql`` and ``explain``."""
         return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst)
 
     # The stages one by one, for tests and benchmarks that look inside a query.
@@ -1242,7 +1250,7 @@ class Connection:
     def _domain(self, query: PrivateQuery, written: dict | None = None) -> list[tuple]:
         """Every released key: the product of the public key domains, each narrowed by the
         query's WHERE (``dpsql.analysis.domains``; public data only). More keys than the limit
-        (``dpsql.options.max_keys``) are refused before the product is built."""
+        (``dpsql.query.options.max_keys``) are refused before the product is built."""
         if not query.keys:
             return [()]
         # Keys from one public table take the combinations that table holds (a city with its
@@ -1297,7 +1305,7 @@ class Connection:
                                hint=hint + "ask the curator to raise MAX RELEASED KEYS in the policy")
 
     def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
-        """The de-biased count ``sql`` is, if it is one (``dpsql.local_query``), and its written
+        """The de-biased count ``sql`` is, if it is one (``dpsql.query.local``), and its written
         options: from the checked query alone, before any epsilon is needed (a free one needs none)."""
         if not self._has_local:  # no LOCAL RR column in the policy: nothing to route
             return None, {}
@@ -1313,7 +1321,7 @@ class Connection:
 
     def _answer_local(self, query: LocalCount, epsilon: Any, delta: Any, noise: str | None,
                       written: dict) -> DPResult:
-        """A COUNT over a LOCAL RR column, de-biased (``dpsql.local_query``): from the exact
+        """A COUNT over a LOCAL RR column, de-biased (``dpsql.query.local``): from the exact
         counts of reports (free), or from the noisy counts of its counting query, charged and
         recorded as that query (central)."""
         if query.free:

@@ -127,7 +127,7 @@ def spark_session_with(data: dict[str, pd.DataFrame]):
     import duckdb
     from spark import session
 
-    from dpsql.backends.spark_types import spark_type
+    from dpsql.backends.spark.types import spark_type
 
     spark = session().newSession()
     directory = tempfile.mkdtemp(prefix="dpsql-adversary-")

@@ -43,8 +43,8 @@ from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.keys import read_keys
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.backends.spark import SparkEngine
-from dpsql.backends.spark_types import spark_type
-from dpsql.options import apply_contribution_options
+from dpsql.backends.spark.types import spark_type
+from dpsql.query.options import apply_contribution_options
 from dpsql.sql.names import table_key
 from dpsql.sql.parse import parse
 

@@ -4,7 +4,7 @@ Engine-facing tests take ``engine`` (parametrized "duckdb" and "spark") and open
 ``engine.connect(data, policy=..., **options)``, where ``data`` is what ``dpsql.connect`` takes on
 DuckDB (a dict of DataFrames, an open DuckDB connection or a file path). On Spark the same rows
 become temporary views of the shared local session (``tests/spark.py``), each column of the
-Spark type of its DuckDB type (``dpsql.backends.spark_types.spark_type``), so both engines read the
+Spark type of its DuckDB type (``dpsql.backends.spark.types.spark_type``), so both engines read the
 same values under the same names. Spark cases are marked ``spark`` (one xdist group).
 """
 
@@ -43,7 +43,7 @@ class Engine:
         the same name) and, unless ``forget`` is false, no bounded copy left from another test."""
         from spark import session
 
-        from dpsql.backends.spark_types import spark_type
+        from dpsql.backends.spark.types import spark_type
 
         spark = session()
         if forget:

@@ -5,7 +5,7 @@
 ``rewrite_statement`` / ``separate_statement``, run on the connection's own engine (which fills the
 bounded copies) — and then, instead of adding noise, returns every measure's exact value per
 released key together with the sensitivity the analysis claimed for it. Keep it in step with
-``dpsql.connection.Connection.sql`` and ``dpsql.release.release_measures``: it is the one place
+``dpsql.connection.Connection.sql`` and ``dpsql.query.release.release_measures``: it is the one place
 tests see those internals.
 
 Keys are identified by DuckDB's own text of the key (``CAST(key AS VARCHAR)``), never by the
@@ -28,7 +28,7 @@ from dpsql.analysis.sensitivity import Sensitivity, distinct_units_sensitivity
 from dpsql.backends.keys import read_keys
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
-from dpsql.options import merge_options
+from dpsql.query.options import merge_options
 from dpsql.sql.pieces import key_text
 
 NULL_TEXT = "<NULL>"

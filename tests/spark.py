@@ -1,6 +1,6 @@
 """One local Spark session for every test module that needs one (starting one costs 10-20 s).
 
-``session()`` starts it on first use (``local[2]``, ``dpsql.backends.spark_session``); tests that
+``session()`` starts it on first use (``local[2]``, ``dpsql.backends.spark.session``); tests that
 need it are marked ``spark`` and skip when pyspark or Java is missing.
 """
 
@@ -20,7 +20,7 @@ def session():
         pytest.importorskip("pyspark")
         if shutil.which("java") is None:
             pytest.skip("Java is not installed")
-        from dpsql.backends.spark_session import local_session
+        from dpsql.backends.spark.session import local_session
 
         _SESSION = local_session(app="dpsql-tests", config={"spark.sql.shuffle.partitions": "2",
                                                             "spark.default.parallelism": "2"})

@@ -3,7 +3,7 @@
 ``Grid`` builds the same typed table on both engines (every combination of the grid values of
 its columns, one row id ``i``), renders an analyst expression as dpsql would — DuckDB's
 ``TRY(...)`` (``dpsql.backends.render``) on one side, ``total`` and ``agree``
-(``dpsql.backends.spark_render``) on the other — runs all of a table's expressions in one
+(``dpsql.backends.spark.render``) on the other — runs all of a table's expressions in one
 statement per engine, and returns every difference: values compared exactly (floats bit for
 bit, NaN as NaN; DECIMALs with their scale; dates as days and timestamps as microseconds since
 1970, so that years past 9999 compare too), and each expression's type (DuckDB's ``typeof``
@@ -21,10 +21,10 @@ from decimal import Decimal
 import duckdb
 
 from dpsql.backends.render import render
-from dpsql.backends.spark_check import check_spark
-from dpsql.backends.spark_infer import duckdb_type
-from dpsql.backends.spark_render import agree, total
-from dpsql.backends.spark_types import duckdb_type as spark_to_duckdb
+from dpsql.backends.spark.check import check_spark
+from dpsql.backends.spark.infer import duckdb_type
+from dpsql.backends.spark.render import agree, total
+from dpsql.backends.spark.types import duckdb_type as spark_to_duckdb
 from dpsql.sql.parse import parse_query
 from dpsql.sql.pieces import Total
 

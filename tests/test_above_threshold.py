@@ -13,8 +13,8 @@ from cli_run import run
 from served import psql_lines, serve_shop
 
 import dpsql
-import dpsql.above_threshold
-from dpsql.above_threshold import plan_stream
+import dpsql.calls.above_threshold
+from dpsql.calls.above_threshold import plan_stream
 from dpsql.demo import SHOP_POLICY
 from dpsql.errors import InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.mechanisms.noise import SeededSource

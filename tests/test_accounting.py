@@ -28,7 +28,7 @@ from dpsql.errors import BudgetExceeded, DPError, InternalError
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.calibrate import rho_of, zcdp_delta
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.result import QueryCost
+from dpsql.answer.result import QueryCost
 
 TOTAL = Spend(Fraction(1), Fraction(1, 10**6))
 PURE = Spend(Fraction(1, 100))

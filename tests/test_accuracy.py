@@ -1,4 +1,4 @@
-"""Accuracy in each column's own units (``dpsql.accuracy``, ``dpsql.mechanisms.quantile.release_interval``).
+"""Accuracy in each column's own units (``dpsql.query.accuracy``, ``dpsql.mechanisms.quantile.release_interval``).
 
 What is checked: interval arithmetic on hand-made cases and against DuckDB on sampled points;
 the quantile value interval's endpoint utility by brute force over neighbouring multisets; the
@@ -27,7 +27,7 @@ import sqlglot
 from scipy import stats
 
 import dpsql
-from dpsql.accuracy import aggregates_of, derive
+from dpsql.query.accuracy import aggregates_of, derive
 from dpsql.mechanisms import quantile
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.mechanisms.quantile import (

@@ -85,7 +85,7 @@ SPARK_REFUSES = {
         "does not bind on Spark (DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION)",
 }
 """Attacks DuckDB answers and Spark refuses statically (before the charge, alike on both
-neighbours): a cast of text, which Spark parses otherwise (``dpsql.backends.spark_check``), and a
+neighbours): a cast of text, which Spark parses otherwise (``dpsql.backends.spark.check``), and a
 39-digit literal, past Spark's DECIMAL(38). The refusal is the attack's outcome on Spark
 (Spark names only the class of its error: its text quotes the plan, salts included)."""
 

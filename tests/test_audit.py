@@ -35,7 +35,7 @@ from engines import Engine
 from dpsql.mechanisms.noise import SeededSource, _exponential_mechanism_draws
 from dpsql.mechanisms.quantile import _log_weights
 from dpsql.mechanisms.selection import SelectionRule, select_partitions
-from dpsql.release import core_rows, release_measures
+from dpsql.query.release import core_rows, release_measures
 
 EPSILON = 1
 SAMPLES = 20_000
@@ -461,7 +461,7 @@ MWEM_SAMPLES = 12_000
 def mwem_histogram(frame: pd.DataFrame, rows: int):
     """(planned workload, exact histogram) through the real histogram statement on ``frame``."""
     import dpsql
-    from dpsql.workload_run import exact_histogram, plan_workload
+    from dpsql.calls.workload_run import exact_histogram, plan_workload
 
     with dpsql.connect({"visits": frame}, policy=MWEM_POLICY.format(rows=rows), ledger=":memory:") as db:
         planned = plan_workload(db, MWEM_QUERIES, 5, None, 1)

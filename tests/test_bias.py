@@ -1,4 +1,4 @@
-"""Bias made visible (``dpsql.bias``): limits named on every answer, the charged bias report,
+"""Bias made visible (``dpsql.query.bias``): limits named on every answer, the charged bias report,
 and its sensitivities checked by brute force."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.backends.bounding import DATABASE, copy_name, raw_rows_cap
-from dpsql.bias import CAP, DROP_CAP, bias_sql, bias_statement, noisy_counts, release_bias
+from dpsql.query.bias import CAP, DROP_CAP, bias_sql, bias_statement, noisy_counts, release_bias
 from dpsql.errors import BudgetExceeded, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import SeededSource
 

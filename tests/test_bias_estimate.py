@@ -1,5 +1,5 @@
-"""The recorded share of rows each table's limits drop (``dpsql.dropped``), shown in every
-answer's limits line, and the share intervals both it and the bias report use (``dpsql.shares``)."""
+"""The recorded share of rows each table's limits drop (``dpsql.curator.dropped``), shown in every
+answer's limits line, and the share intervals both it and the bias report use (``dpsql.mechanisms.shares``)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from sqlglot import exp
 import dpsql
 from dpsql import cli
 from dpsql.backends.bounding import bounded_tables, raw_rows_cap, raw_rows_columns, raw_rows_name
-from dpsql.bias import raw_rows_table
-from dpsql.dropped import dropped_statement, noisy_counts, plan_dropped, release_dropped
+from dpsql.query.bias import raw_rows_table
+from dpsql.curator.dropped import dropped_statement, noisy_counts, plan_dropped, release_dropped
 from dpsql.mechanisms.noise import SeededSource, discrete_laplace, discrete_laplace_halfwidth
-from dpsql.shares import estimate_share, share_interval
+from dpsql.mechanisms.shares import estimate_share, share_interval
 
 POLICY = ("BUDGET EPSILON 100; QUERY EPSILON 0.5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, "
           "x BOUNDS 0 TO 10);")
@@ -301,7 +301,7 @@ def test_the_estimate_is_the_same_on_both_engines_and_every_answer_shows_it(engi
 
 
 def test_the_bias_report_reads_the_row_counts_on_both_engines(engine):
-    """The per-query report (``dpsql.bias``) reads ``r`` too: seeded, the same report on both
+    """The per-query report (``dpsql.query.bias``) reads ``r`` too: seeded, the same report on both
     engines. Old code: Spark refused its SQL ("cannot tell the type of LEAST(COALESCE(r, w), 2)")."""
     sql = "SELECT COUNT(*) AS n FROM t WHERE x > 0"
     reports = []

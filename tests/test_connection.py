@@ -286,7 +286,7 @@ def test_explain_refuses_what_sql_refuses_for_a_query_that_does_not_bind(db, sql
 
 @pytest.mark.parametrize("accounting", ["BASIC", "ADVANCED", "ZCDP"])
 def test_explain_shows_what_the_accountant_says_remains_after_the_query(accounting):
-    from dpsql.explain import _num
+    from dpsql.answer.explain import _num
 
     policy = POLICY.replace("QUERY EPSILON 1;", f"QUERY EPSILON 1; ACCOUNTING {accounting};")
     with dpsql.connect({"visits": VISITS, "stores": STORES}, policy=policy, rng=SeededSource(5)) as db:

@@ -37,7 +37,7 @@ import pytest
 from served import serve_shop
 
 import dpsql
-from dpsql.backends.spark_config import load_spark_config
+from dpsql.backends.spark.config import load_spark_config
 from dpsql.cli import build_parser
 from dpsql.demo import SHOP_POLICY, build_shop_database
 from dpsql.mechanisms.noise import SeededSource

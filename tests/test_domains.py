@@ -721,7 +721,7 @@ def test_the_outside_cell_gets_the_noise_of_every_cell():
 
     import numpy as np
 
-    from dpsql.release import release_measures
+    from dpsql.query.release import release_measures
 
     plan = Oracle("integer", "SELECT g, COUNT(*) FROM t GROUP BY g").plans["unbounded"]
     scale = float(plan.measures[0].scale)

@@ -1,4 +1,4 @@
-"""The executor (``dpsql.executor``): charge first, then run, release and record; a failure after
+"""The executor (``dpsql.query.executor``): charge first, then run, release and record; a failure after
 the charge says only that the charged query failed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.errors import BudgetExceeded, QueryFailed
-from dpsql.executor import QUERY_FAILED, Executor
+from dpsql.query.executor import QUERY_FAILED, Executor
 
 
 class FakeLedger:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.explain import BOUNDED_SQL, POST_SQL, summary
+from dpsql.answer.explain import BOUNDED_SQL, POST_SQL, summary
 
 
 def test_an_ungrouped_query_says_nothing_of_groups_and_a_grouped_one_does(db):

@@ -21,12 +21,12 @@ from cli_run import run
 from served import psql_lines, serve_shop
 
 import dpsql
-import dpsql.fit
+import dpsql.calls.fit
 from dpsql.budget.accounting import epsilon_of_rho
 from dpsql.demo import SHOP_POLICY
 from dpsql.errors import InvalidParameter, QueryFailed, UnsupportedQuery
-from dpsql.fit import plan_fit
-from dpsql.fit_sql import count_statement, unit_vectors_statement
+from dpsql.calls.fit import plan_fit
+from dpsql.calls.fit_sql import count_statement, unit_vectors_statement
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.shell.session import handle_input
 from dpsql.shell.state import new_state
@@ -174,13 +174,13 @@ def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neigh
     of the fit's size; their zCDP costs 1/(2 s_c^2) + T (factor D)^2/(2 s^2) add up to the charged
     rho, which converts to the (epsilon, delta) asked for. A sigma off by any factor fails."""
     drawn = []
-    original = dpsql.fit.discrete_gaussian
+    original = dpsql.calls.fit.discrete_gaussian
 
     def recording(sigma_squared, size, source=None):
         drawn.append((Fraction(sigma_squared), size))
         return original(sigma_squared, size, source)
 
-    monkeypatch.setattr(dpsql.fit, "discrete_gaussian", recording)
+    monkeypatch.setattr(dpsql.calls.fit, "discrete_gaussian", recording)
     db = tiny(neighbours)
     model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
     fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
@@ -334,8 +334,8 @@ def test_a_sampled_fit_reads_a_fresh_secret_sample_each_step_and_is_charged_ampl
     from dpsql.budget.subsampled import dp_sgd_epsilon, noise_multiplier_for
 
     keys = []
-    original = dpsql.fit.secret_key
-    monkeypatch.setattr(dpsql.fit, "secret_key", lambda source=None: keys.append(original(source)) or keys[-1])
+    original = dpsql.calls.fit.secret_key
+    monkeypatch.setattr(dpsql.calls.fit, "secret_key", lambda source=None: keys.append(original(source)) or keys[-1])
     with dpsql.connect({"t": SAMPLE_FRAME}, policy=SAMPLED.format(accounting="BASIC"), rng=SeededSource(8)) as db:
         sql = "SELECT x, y FROM t TABLESAMPLE POISSON (20 PERCENT)"
         fit = plan_fit(db, sql, target="y", epsilon=2, delta=1e-6, steps=6)
@@ -385,7 +385,7 @@ def audit_releases(fit, frame, policy: str, count: int, seed: int, monkeypatch) 
     code (``descend_noisily``) with fresh noise each time."""
     from test_audit import STORES
 
-    from dpsql.fit import descend_noisily
+    from dpsql.calls.fit import descend_noisily
 
     with dpsql.connect({"visits": frame, "stores": STORES}, policy=policy) as db:
         planned = plan_fit(db, fit["sql"], target=fit["target"], epsilon=fit["epsilon"], delta=fit["delta"],
@@ -395,14 +395,14 @@ def audit_releases(fit, frame, policy: str, count: int, seed: int, monkeypatch) 
         statement = planned.statement([0.0, 0.0])
         exact = [int(v or 0) for v in db._engine.fetch(statement.sql, db._executor.salt_for(statement.needs_salt),
                                                        bounded=statement.bounded)[0]]
-    real = dpsql.fit.discrete_gaussian
+    real = dpsql.calls.fit.discrete_gaussian
     prefetched = Prefetched(seed)
     prefetched.__wrapped__ = real  # type: ignore[attr-defined]
-    monkeypatch.setattr(dpsql.fit, "discrete_gaussian", prefetched)
+    monkeypatch.setattr(dpsql.calls.fit, "discrete_gaussian", prefetched)
     try:
         releases = [descend_noisily(planned, rows, lambda w: exact) for _ in range(count)]
     finally:
-        monkeypatch.setattr(dpsql.fit, "discrete_gaussian", real)
+        monkeypatch.setattr(dpsql.calls.fit, "discrete_gaussian", real)
     # The coefficient times the released count of units: the step's noisy sum (post-processing
     # of the release), which the count's noise does not blur.
     return np.array([r["weights"][1] * r["units"] for r in releases])

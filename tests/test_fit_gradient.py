@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.fit import plan_fit
+from dpsql.calls.fit import plan_fit
 from dpsql.mechanisms.noise import SeededSource
 
 POLICY = ("BUDGET EPSILON 1e13 DELTA 1e-3; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, "

@@ -402,7 +402,7 @@ def test_suggest_tells_units_and_groups_apart_exactly():
     moves every cumulative count of the rows histogram by at most 1 (its sensitivity), where
     merging them moved a unit from one bin to another and changed the number of units by 0."""
     from dpsql.backends.render import render
-    from dpsql.suggest import ROWS_CANDIDATES, rows_select
+    from dpsql.curator.suggest import ROWS_CANDIDATES, rows_select
 
     types = {"uid": "VARCHAR", "g": "INTERVAL"}
 

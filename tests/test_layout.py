@@ -14,7 +14,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "dpsql"
 LAYERS = ["errors", "sql", "policy", "mechanisms", "analysis", "budget", "backends", None, "server|shell|cli|__main__"]
 """Bottom to top; ``None`` is every other top-level module."""
-KNOWN_UPWARD = {("dpsql.result", "dpsql.shell.render")}
+KNOWN_UPWARD = {("dpsql.answer.result", "dpsql.shell.render")}
 """Imports that still point up, each a known debt: DPResult borrows the shell's pure table text."""
 
 

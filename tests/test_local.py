@@ -1,5 +1,5 @@
 """Randomized-response columns (issue 24, item 4): the sampler, the estimator, the policy clause
-and the de-biased COUNT queries (``dpsql.local``, ``dpsql.local_query``).
+and the de-biased COUNT queries (``dpsql.mechanisms.randomized_response``, ``dpsql.query.local``).
 
 Privacy: the exact output distribution of the free path on neighbouring tables (every report
 vector enumerated, its answer computed by ``db.sql`` itself) moves by at most e^epsilon, and
@@ -25,7 +25,7 @@ from pums import load_pums
 
 import dpsql
 from dpsql.errors import InvalidParameter, PolicyError
-from dpsql.local import (
+from dpsql.mechanisms.randomized_response import (
     debiased_count,
     debiased_variance,
     keep_probability,
@@ -338,8 +338,8 @@ SAMPLES = 20_000
 
 def _collected_answers(true: list[str], epsilon: Fraction, seed: int) -> np.ndarray:
     """SAMPLES collections of ``true`` at ``epsilon``, each counted by the free path's estimator
-    (``dpsql.local_query.debias`` of the counts of reports): the released estimate of 'yes'."""
-    from dpsql.local_query import debias, route_local
+    (``dpsql.query.local.debias`` of the counts of reports): the released estimate of 'yes'."""
+    from dpsql.query.local import debias, route_local
     from dpsql.sql.parse import parse
 
     policy = parse_policy(ROW)

@@ -10,7 +10,7 @@ import pytest
 from cli_run import run
 
 import dpsql
-from dpsql.local import randomized_response
+from dpsql.mechanisms.randomized_response import randomized_response
 from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """BUDGET EPSILON 5; NEIGHBOURS BOUNDED; QUERY EPSILON 1;

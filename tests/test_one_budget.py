@@ -20,7 +20,7 @@ import pytest
 
 import dpsql
 from dpsql.backends.duckdb import Engine
-from dpsql.backends.spark_config import load_spark_config
+from dpsql.backends.spark.config import load_spark_config
 from dpsql.budget.ledger import Ledger
 from dpsql.budget.registry import REGISTRY_FILE, Dataset, registered
 from dpsql.demo import SHOP_POLICY

@@ -1,4 +1,4 @@
-"""Persisted bounded copies (``dpsql.backends.persisted``): reused only when they are exactly
+"""Persisted bounded copies (``dpsql.backends.duckdb.persisted``): reused only when they are exactly
 the copy a new build would make, rebuilt when the data, the recipe or the salt changed, and
 kept where only the curator can read them."""
 
@@ -235,7 +235,7 @@ def test_a_build_shows_its_time_only_where_asked(database, capsys):
     """Progress is the curator's: on standard error, for copy builds, never on a pipe by default."""
     import contextlib
 
-    from dpsql.progress import elapsed_progress
+    from dpsql.curator.progress import elapsed_progress
 
     with dpsql.connect(str(database), policy=POLICY) as quiet:  # pytest's stderr is no terminal
         quiet.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.1)

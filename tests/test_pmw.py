@@ -1,4 +1,4 @@
-"""Online PMW (``db.pmw``, ``dpsql.pmw``): charged once up front for the sparse vector, the
+"""Online PMW (``db.pmw``, ``dpsql.calls.pmw``): charged once up front for the sparse vector, the
 measurements and n̂; the sparse vector is given each query's hand-derived sensitivity; queries below
 the threshold come from the synthetic data; after max_updates measurements every query is refused."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-import dpsql.pmw as pmw_module
+import dpsql.calls.pmw as pmw_module
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.mechanisms.sparse_vector import AboveThreshold
 

@@ -1,7 +1,7 @@
 """What the prepare path skips for speed is what it would have computed (issue 26).
 
 A grouped query's key types come from its relation's stored column types when every key is a
-column (``dpsql.prepare.stored_key_types``) instead of binding the keys' SQL: for a column of
+column (``dpsql.query.prepare.stored_key_types``) instead of binding the keys' SQL: for a column of
 every DuckDB type, read from a table, either side of a join and a subquery, the two agree. A
 public key domain's SQL is kept by what it is made of (``Connection._domain_text``): the kept
 text is the one rendered afresh.
@@ -17,8 +17,8 @@ from test_types import TYPES, every_type  # noqa: F401 (a fixture)
 import dpsql
 from dpsql.analysis.analyse import analyse_query
 from dpsql.backends.rewrite import domain_sql, key_types_statement
-from dpsql.options import privacy_options
-from dpsql.prepare import stored_key_types
+from dpsql.query.options import privacy_options
+from dpsql.query.prepare import stored_key_types
 
 POLICY = ("BUDGET EPSILON 100000 DELTA 0.5; PRIVATE TABLE every (PRIVACY UNIT uid, MAX ROWS PER UNIT 1); "
           "PUBLIC TABLE pub;")

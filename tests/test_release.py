@@ -1,8 +1,8 @@
-"""Tests of dpsql.release: the vectorised release equals, value for value and type for type, the
+"""Tests of dpsql.query.release: the vectorised release equals, value for value and type for type, the
 per-cell ``Fraction`` release it replaced (kept below as the reference), for the same noise.
 
 Each case builds a real plan and its exact rows as ``Connection.sql`` does, then releases it
-twice from the same seed: once with dpsql.release, once with the reference. Other cases feed
+twice from the same seed: once with dpsql.query.release, once with the reference. Other cases feed
 both the same hand-made noisy measures (negative, zero, one, past 2**53 and past int64) so every
 exact path of the vectorised code runs.
 """
@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql import release
+from dpsql.query import release
 from dpsql.backends.rewrite import rewrite_statement, separate_statement
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.mechanisms.quantile import edge, release_interval
 from dpsql.mechanisms.selection import SelectionRule, select_partitions
-from dpsql.release import Release
+from dpsql.query.release import Release
 
 # ---------------------------------------------------------------- the reference (per-cell Fractions)
 

@@ -19,7 +19,7 @@ import pytest
 
 import dpsql
 from dpsql.errors import QueryFailed, RequestTooLong
-from dpsql.executor import Executor
+from dpsql.query.executor import Executor
 from dpsql.mechanisms.noise import SeededSource
 
 POLICY = ("BUDGET EPSILON 1000 DELTA 1e-3; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, "

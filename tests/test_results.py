@@ -17,8 +17,8 @@ import pytest
 import dpsql
 from dpsql.budget.accounting import Spend
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.notes import FEW_ROWS, thin_answer_notes
-from dpsql.result import DPResult
+from dpsql.answer.notes import FEW_ROWS, thin_answer_notes
+from dpsql.answer.result import DPResult
 
 ROOT = Path(__file__).resolve().parent.parent
 

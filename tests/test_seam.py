@@ -35,7 +35,7 @@ from dpsql.errors import (
     UnsupportedQuery,
 )
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.release import _integer_positions
+from dpsql.query.release import _integer_positions
 
 SELECTED = "BUDGET EPSILON 1000 DELTA 0.5; PRIVATE TABLE t (PRIVACY UNIT {unit}{rules});"
 PER_UNIT = "uid, MAX ROWS PER UNIT 1, MAX GROUPS PER UNIT 1"
@@ -371,7 +371,7 @@ def test_typed_keys_refuses_with_position_and_hint():
     key = GroupKey("g0", exp.column("tags"), None)
     with pytest.raises(UnsupportedQuery) as refused:
         typed_keys([key], {"g0": "VARCHAR[]"})
-    assert refused.value.node is key.expression  # located at the boundary (dpsql.prepare)
+    assert refused.value.node is key.expression  # located at the boundary (dpsql.query.prepare)
     assert "VARCHAR[]" in str(refused.value) and "hint" in str(refused.value).lower()
 
 

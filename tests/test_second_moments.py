@@ -27,7 +27,7 @@ from dpsql.backends.rewrite import rewrite_plan
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.policy.language import parse_policy
-from dpsql.release import release_measures
+from dpsql.query.release import release_measures
 from dpsql.shell.complete import complete
 from dpsql.sql.names import table_key
 from dpsql.sql.parse import parse
@@ -477,7 +477,7 @@ def test_spark_checks_both_arguments_as_row_level_expressions():
     arguments of a two-argument aggregate (no Spark session needed for this part)."""
     import sqlglot
 
-    from dpsql.backends.spark_check import row_level_roots
+    from dpsql.backends.spark.check import row_level_roots
 
     tree = sqlglot.parse_one("SELECT CORR(y, x + 1), SUM(z), QUANTILE_CONT(w, 0.5) FROM t", read="duckdb")
     assert [root.sql() for root in row_level_roots(tree)] == ["y", "x + 1", "z", "w"]
@@ -507,7 +507,7 @@ def test_the_statement_renders_for_spark_without_a_session():
     """The Spark backend renders the same trees: both statement forms of a grouped CORR render, the
     products in BIGINT as on DuckDB (no partial product can reach 2**62 on these grids)."""
     from dpsql.backends.render import SparkSQL
-    from dpsql.backends.spark_render import column_types
+    from dpsql.backends.spark.render import column_types
 
     oracle = Oracle(("SELECT g, CORR(y, x) FROM t GROUP BY g", False))
     plan = oracle.plans[0]["unbounded"]

@@ -35,7 +35,7 @@ from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.rewrite import rewrite_distinct, rewrite_histogram, rewrite_plan
 from dpsql.mechanisms.selection import selection_rule
-from dpsql.options import apply_contribution_options
+from dpsql.query.options import apply_contribution_options
 from dpsql.policy.model import (
     Bounds,
     ColumnRule,

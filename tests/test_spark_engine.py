@@ -23,7 +23,7 @@ from spark import session
 
 import dpsql
 from dpsql.backends.bounding import BoundedTable
-from dpsql.backends.spark_bounding import fill_select
+from dpsql.backends.spark.bounding import fill_select
 from dpsql.errors import QueryFailed
 from dpsql.mechanisms.noise import SeededSource
 from dpsql.server import start_in_thread

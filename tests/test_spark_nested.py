@@ -1,7 +1,7 @@
 """Private tables with LIST, STRUCT and MAP columns on Spark (issue 22): the same answer as on
 DuckDB, or a refusal before the charge that names the read.
 
-Spark holds the same values (``dpsql.backends.spark_types.spark_type``: ARRAY, STRUCT, MAP), so a
+Spark holds the same values (``dpsql.backends.spark.types.spark_type``: ARRAY, STRUCT, MAP), so a
 query that only copies, counts or tests such a column for NULL answers as on DuckDB. Reading
 inside one does not agree (DuckDB lists count from 1 and read NULL past the end, Spark's ``[]``
 counts from 0 and fails; a struct field's type is not in the catalog dpsql types expressions

@@ -20,8 +20,8 @@ from spark_cases import ACCEPTED, TABLES
 from spark_grid import Grid, canonical
 from spark_pins import ERROR, REFUSED, REFUSED_PUBLIC, REFUSED_UNMEASURED, REWRITTEN
 
-from dpsql.backends.spark_check import check_spark
-from dpsql.backends.spark_render import agree, column_types, total
+from dpsql.backends.spark.check import check_spark
+from dpsql.backends.spark.render import agree, column_types, total
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import located, parse_query
 

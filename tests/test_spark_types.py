@@ -1,4 +1,4 @@
-"""Spark's types and values at the seam (``dpsql.backends.spark_types``, ``spark_keys``), checked on
+"""Spark's types and values at the seam (``dpsql.backends.spark.types``, ``spark_keys``), checked on
 a live local Spark against DuckDB.
 
 The main check: for a large grid of values of every type both engines have, Spark's key text
@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spark import session
 
-from dpsql.backends.spark_keys import UNTRANSLATED, _java_hex
-from dpsql.backends.spark_types import (
+from dpsql.backends.spark.keys import UNTRANSLATED, _java_hex
+from dpsql.backends.spark.types import (
     DUCKDB_KEYWORDS,
     _duckdb_field_name,
     canonical_text,

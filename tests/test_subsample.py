@@ -377,7 +377,7 @@ def big(units: int = 3000) -> dict[int, list[str]]:
 
 def test_scale_sample_divides_totals_by_p_and_widens_their_intervals():
     """The stored release, scaled: values / p; each interval the totals Y within z·sqrt(v·Y) of
-    [low/p, high/p], v = (1 - p)/p · c, c = 2 rows for COUNT, 2·5 for SUM(x) (dpsql.scaling)."""
+    [low/p, high/p], v = (1 - p)/p · c, c = 2 rows for COUNT, 2·5 for SUM(x) (dpsql.query.scaling)."""
     with connect(big(), rng=SeededSource(3)) as db:
         scaled = db.sql(SCALED, epsilon=1)
         plain = db.sql(SCALED.replace("scale_sample = true", "scale_sample = false"), epsilon=1)
@@ -518,7 +518,7 @@ def test_the_sampling_interval_covers_small_totals_too(rate):
     version) covered Y = 5 at 10% in 41% of samples: an empty sample gave [0, 0]."""
     from scipy import stats
 
-    from dpsql.scaling import _score_interval
+    from dpsql.query.scaling import _score_interval
     z = 1.959963984540054
     for total in (1, 5, 20, 50, 200, 1000):
         covered = sum(stats.binom.pmf(x, total, rate) for x in range(total + 1)

@@ -1,4 +1,4 @@
-"""DP suggestions of contribution bounds (``dpsql.suggest``, ``Connection.suggest_bounds``,
+"""DP suggestions of contribution bounds (``dpsql.curator.suggest``, ``Connection.suggest_bounds``,
 ``dpsql suggest``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dpsql
 from dpsql import cli
 from dpsql.errors import BudgetExceeded, UnsupportedQuery
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.suggest import (
+from dpsql.curator.suggest import (
     ROWS_CANDIDATES,
     bin_counts,
     noisy_bounds,
@@ -24,7 +24,7 @@ from dpsql.suggest import (
     value_candidates,
     values_sql,
 )
-from dpsql.suggest_text import suggestion_text
+from dpsql.curator.suggest_text import suggestion_text
 
 
 def known(units: int = 3000, seed: int = 0) -> pd.DataFrame:
@@ -187,7 +187,7 @@ def test_an_empty_bin_passes_the_threshold_with_probability_at_most_beta():
     """τ = scale·ln(bins/β), β = 10⁻³: over 3000 all-empty histograms (236 bins, scale 27 as at
     epsilon 1/27) some bin passes in ≤ 3 expected; more than 25 has probability < 1e-10. With
     the threshold or the noise off by a factor 2, some bin passes in ~40% of them (~1200)."""
-    from dpsql import suggest
+    from dpsql.curator import suggest
     edges = list(value_candidates(False))
     source = SeededSource(7)
     passed = sum(noisy_bounds(edges, [0] * (len(edges) + 1), Fraction(1, 27), 1, Fraction(98, 100), source)

@@ -1,4 +1,4 @@
-"""No value of any numeric type makes ``suggest_bounds`` fail (``dpsql.suggest.values_sql`` bins
+"""No value of any numeric type makes ``suggest_bounds`` fail (``dpsql.curator.suggest.values_sql`` bins
 in DOUBLE), and binning in DOUBLE keeps the bins exact at the edges."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import dpsql
 from dpsql.backends.rewrite import literal
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.suggest import is_float_type, is_integer_type, value_candidates, values_sql
+from dpsql.curator.suggest import is_float_type, is_integer_type, value_candidates, values_sql
 
 # -- no value fails the suggestion -----------------------------------------------------------
 

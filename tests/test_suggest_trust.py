@@ -1,7 +1,7 @@
 """``dpsql suggest`` says only what it can vouch for (issue 23, item 5): bounds it cannot vouch
-for are not printed as policy (``dpsql.suggest_coverage``), its notes on MAX GROUPS PER UNIT
+for are not printed as policy (``dpsql.curator.suggest_coverage``), its notes on MAX GROUPS PER UNIT
 say what the analysis really does per aggregate, and it states partition selection's threshold
-under the suggested limits as a query would compute it (``dpsql.suggest_limits``)."""
+under the suggested limits as a query would compute it (``dpsql.curator.suggest_limits``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 
 import dpsql
 from dpsql.mechanisms.noise import SeededSource, discrete_laplace
-from dpsql.suggest import DEFAULT_COVERAGE, bin_counts, noisy_bounds, value_candidates
-from dpsql.suggest_coverage import VOUCHED_OUTSIDE, inside_bins, judge_coverage, outside_share, sum_noise_margin
-from dpsql.suggest_limits import groups_limit_note, selection_threshold
-from dpsql.suggest_text import suggestion_text
+from dpsql.curator.suggest import DEFAULT_COVERAGE, bin_counts, noisy_bounds, value_candidates
+from dpsql.curator.suggest_coverage import VOUCHED_OUTSIDE, inside_bins, judge_coverage, outside_share, sum_noise_margin
+from dpsql.curator.suggest_limits import groups_limit_note, selection_threshold
+from dpsql.curator.suggest_text import suggestion_text
 
 # -- the margin of a sum of discrete Laplace draws ------------------------------------------------
 

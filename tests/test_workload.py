@@ -1,4 +1,4 @@
-"""Workloads by MWEM (``dpsql.workload``, ``dpsql.mechanisms.mwem``): sensitivities by brute force,
+"""Workloads by MWEM (``dpsql.calls.workload``, ``dpsql.mechanisms.mwem``): sensitivities by brute force,
 the exponential mechanism's probabilities, the composition against the charge, the
 multiplicative-weights update as post-processing, the measurement noise's scale, refusals,
 the ledger and free repeats."""
@@ -18,9 +18,9 @@ import pytest
 
 import dpsql
 import dpsql.mechanisms.mwem as mwem
-import dpsql.workload as workload_module
+import dpsql.calls.workload as workload_module
 from dpsql.mechanisms.noise import SeededSource, _exponential_mechanism_draws
-from dpsql.workload_run import plan_workload
+from dpsql.calls.workload_run import plan_workload
 
 POLICY = """BUDGET EPSILON 100 DELTA 1e-3;
 NEIGHBOURS {neighbours};
@@ -53,7 +53,7 @@ def connect(neighbours: str = "unbounded", frame: pd.DataFrame | None = None, **
 def contributions(con, db, planned) -> list[np.ndarray]:
     """Each possible unit's contribution to the exact histogram, through the real bounded statement:
     hist(D + unit) - hist(D), for every unit of 1 to 3 rows (one more than MAX ROWS PER UNIT)."""
-    from dpsql.workload_run import exact_histogram
+    from dpsql.calls.workload_run import exact_histogram
 
     def histogram() -> np.ndarray:
         db.refresh()
@@ -74,7 +74,7 @@ def contributions(con, db, planned) -> list[np.ndarray]:
 @pytest.fixture(scope="module", params=["unbounded", "bounded"])
 def enumerated(request):
     """(neighbour relation, planned workload, exact histogram of D, every unit's contribution)."""
-    from dpsql.workload_run import exact_histogram
+    from dpsql.calls.workload_run import exact_histogram
 
     con, db = connect(request.param)
     with db:
@@ -102,7 +102,7 @@ def test_total_and_outside_cell_follow_the_domain():
         planned = plan_workload(db, QUERIES, 1, None, 3)
         assert planned.workload.cells == 2 * 2 + 1
         rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
-        from dpsql.workload_run import exact_histogram
+        from dpsql.calls.workload_run import exact_histogram
         histogram = exact_histogram(planned, rows)
         frame = base_frame()
         assert int(histogram.sum()) == len(frame)
@@ -231,7 +231,7 @@ def test_selection_weights_scale_with_epsilon0(monkeypatch):
         planned = plan_workload(db, QUERIES, 2, None, 2)
         rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         db.workload(QUERIES, epsilon=2, rounds=2)
-    from dpsql.workload_run import exact_histogram
+    from dpsql.calls.workload_run import exact_histogram
     truth = planned.workload.answers(exact_histogram(planned, rows))
     total = recorder.updates[0][2]  # A_0 is uniform with mass n̂, which every update is given
     synthetic = np.full(planned.workload.cells, total / planned.workload.cells)
@@ -248,7 +248,7 @@ def test_multiplicative_weights_is_given_released_values_only(monkeypatch):
         planned = plan_workload(db, QUERIES, 1, None, 4)
         result = db.workload(QUERIES, epsilon=1, rounds=4)
         text = db._ledger.find_answer(planned.key)
-    from dpsql.workload_run import _decode
+    from dpsql.calls.workload_run import _decode
     release = _decode(text)
     assert release is not None and len(recorder.updates) == 4
     previous = np.full(planned.workload.cells, release.total / planned.workload.cells)

@@ -67,7 +67,7 @@ the table, without the analyst's query time limit: its SQL is dpsql's alone), li
 (DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
 ``Connection.refresh()`` rebuilds it after the wrapped database changed. Opt-in, the copies
 are kept on disk instead and reused by later processes while the data, the recipe (this
-module's SQL) and the salt are unchanged (``dpsql.backends.persisted``): the same
+module's SQL) and the salt are unchanged (``dpsql.backends.duckdb.persisted``): the same
 ``T(D)``, stored.
 """
 
@@ -106,7 +106,7 @@ most k): a unit with at most MAX GROUPS PER UNIT rows has at most that many grou
 group limit can skip its window for that unit (``dpsql.backends.rewrite``). A function of the
 unit's own kept rows, so the copy stays a per-unit transformation."""
 DROP_CAP = 4
-"""The bias report's C = DROP_CAP · k (``dpsql.bias``): the most rows beyond the limit one unit
+"""The bias report's C = DROP_CAP · k (``dpsql.query.bias``): the most rows beyond the limit one unit
 may add to its ``dropped`` count. The row-count table caps what it stores by it."""
 
 
@@ -190,7 +190,7 @@ def raw_rows_columns(table: BoundedTable) -> dict[str, str]:
     """The row-count table's columns with their DuckDB types, the same on every engine: ``dp_unit``
     of the unit's type (strings byte for byte), ``r`` a BIGINT (``COUNT(*)`` is one on DuckDB and
     Spark, and ``LEAST`` with an INTEGER cap keeps it). Spark's rendering writes ``r - K`` by the
-    type of ``r`` (``dpsql.backends.spark_rewrites``), so its engine declares these for each table
+    type of ``r`` (``dpsql.backends.spark.rewrites``), so its engine declares these for each table
     (``SparkEngine.prepare_bounding``); ``tests/test_bias_estimate.py`` checks them on both engines.
 
     >>> raw_rows_columns(BoundedTable("t", "uid", 2, (("uid", "INTEGER"), ("x", "DOUBLE"))))
@@ -203,7 +203,7 @@ def raw_rows_cap(rows_per_unit: int) -> int:
     """What the row-count table stores at most for a unit: K·(1 + DROP_CAP·K), K = MAX ROWS PER
     UNIT. A public number, so the table is a per-unit function of the unit's rows alone (one
     value per unit: stable like the copy), and the bias report reads the same values whatever
-    one unit's raw row count beyond it (``dpsql.bias`` proves its counts unchanged).
+    one unit's raw row count beyond it (``dpsql.query.bias`` proves its counts unchanged).
 
     >>> raw_rows_cap(2)
     18
@@ -419,7 +419,7 @@ def raw_rows_sql(table: BoundedTable) -> str:
 
     Counted when the copy is built (that build scans the raw table anyway), so no analyst
     query reads the raw table again: the bias report's estimate of rows beyond the limit reads
-    this table, of one row per unit, instead (``dpsql.bias``). Row-level tables have none
+    this table, of one row per unit, instead (``dpsql.query.bias``). Row-level tables have none
     (their units never have rows beyond the limit).
     """
     return f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS\n{_raw_rows_select(table)}'

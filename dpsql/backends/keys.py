@@ -108,7 +108,7 @@ def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
 def typed_keys(keys: Sequence[GroupKey], types: dict[str, str]) -> tuple[GroupKey, ...]:
     """Each key with its DuckDB type (``types``: core column -> type, from binding the query)
     and form; a key of a type that cannot be read back exactly is refused, before the charge
-    (at the key's node: ``dpsql.prepare`` locates it).
+    (at the key's node: ``dpsql.query.prepare`` locates it).
 
     >>> from sqlglot import exp
     >>> typed_keys([GroupKey("g0", exp.column("day"), None)], {"g0": "DATE"})[0].form

@@ -59,7 +59,7 @@ SPARK = "spark"
 
 class SparkSQL(str):
     """The "spark" dialect with the column types its rendering reads: Spark's form of an
-    expression depends on its operands' DuckDB types (``dpsql.backends.spark_render``), which the
+    expression depends on its operands' DuckDB types (``dpsql.backends.spark.render``), which the
     Spark engine knows from its catalog. A ``str`` equal to ``SPARK``, so it stands wherever a
     dialect name does; ``SparkEngine.dialect`` is one."""
 
@@ -157,7 +157,7 @@ def _spark_sql(node: exp.Expr) -> str:
 
 
 def _spark_total(node: Total, types: dict[str, str]) -> exp.Expr:
-    from dpsql.backends.spark_render import total  # the Spark-only walk: imported when Spark renders
+    from dpsql.backends.spark.render import total  # the Spark-only walk: imported when Spark renders
 
     return total(node.this, types)
 
@@ -167,13 +167,13 @@ def _spark_exact_integer(node: ExactInteger) -> exp.Expr:
 
 
 def _spark_salted_hash(node: SaltedHash) -> exp.Expr:
-    from dpsql.backends.spark_types import keyed_hash
+    from dpsql.backends.spark.types import keyed_hash
 
     return _raw(keyed_hash(":" + SALT_PARAMETER, [_spark_sql(value) for value in node.expressions]))
 
 
 def _spark_canonical(node: Canonical) -> exp.Expr:
-    from dpsql.backends.spark_types import canonical_text
+    from dpsql.backends.spark.types import canonical_text
 
     return _raw(canonical_text(_spark_sql(node.this), node.args["type"].name))
 
@@ -181,7 +181,7 @@ def _spark_canonical(node: Canonical) -> exp.Expr:
 def _spark_key_text(node: KeyText) -> exp.Expr:
     """Spark's own text of the key (``spark_types.key_text_sql``; UTC is pinned), which
     ``spark_keys.duckdb_key_text`` reads back as DuckDB's text of the same value."""
-    from dpsql.backends.spark_types import key_text_sql
+    from dpsql.backends.spark.types import key_text_sql
 
     type_name = node.args["type"].name if node.args.get("type") else "VARCHAR"
     return _raw(key_text_sql(_spark_sql(node.this), type_name))
@@ -197,9 +197,9 @@ def _spark_is_nan(node: IsNaN) -> exp.Expr:
 
 def _spark_data_type(node: exp.DataType) -> exp.Expr:
     """A DuckDB type — a column's catalog type (``pieces.catalog_type``, its name verbatim) or
-    one dpsql casts to — as its exact Spark counterpart (``dpsql.backends.spark_types.spark_type``,
+    one dpsql casts to — as its exact Spark counterpart (``dpsql.backends.spark.types.spark_type``,
     which refuses a type that has none, such as HUGEINT), never sqlglot's approximation."""
-    from dpsql.backends.spark_types import spark_type
+    from dpsql.backends.spark.types import spark_type
 
     if node.this == exp.DataType.Type.INT128:
         # The type dpsql compares integers of two widths in (``analysis.joins``): DECIMAL(38, 0)
@@ -270,7 +270,7 @@ def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True, pretty: boo
     tree = tree.copy() if copy else tree  # in place: the caller built ``tree`` for this call alone
     types = getattr(dialect, "types", {})
     if dialect == SPARK:
-        from dpsql.backends.spark_render import agree
+        from dpsql.backends.spark.render import agree
 
         tree = agree(tree, types)  # DuckDB's meaning in Spark's terms, before the pieces are written
     for node in reversed(list(tree.dfs())):  # children first: a piece may hold another

@@ -134,7 +134,7 @@ def rows_statement(plan: Plan, final: exp.Select, layers: Sequence[tuple[str, ex
     ``dp_values`` (each row of the relation with its unit ``dp_unit`` and each measure's clamped
     value ``v_<measure>`` on its grid, NULL where the row has none), then ``layers``. For a
     mechanism that aggregates the bounded rows itself and bounds each unit's part by
-    construction (``dpsql.fit_sql``: per-unit clipped gradients)."""
+    construction (``dpsql.calls.fit_sql``: per-unit clipped gradients)."""
     if plan.query.keys:
         raise ValueError("rows_statement reads the rows of an ungrouped plan")
     tree = _with(final, [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, [])), *layers])

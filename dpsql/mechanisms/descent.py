@@ -3,7 +3,7 @@
 A model is fitted in *scaled* space: each feature and (for linear regression) the target is
 mapped affinely from its bounds [L, U] onto [-1, 1], so every row's gradient is bounded by the
 current weights alone and one learning rate fits every column. Each step, the engine computes
-(``dpsql.fit_sql``), for every unit, the average over its rows of the row gradients, scales that
+(``dpsql.calls.fit_sql``), for every unit, the average over its rows of the row gradients, scales that
 vector to L2 norm at most C (the *clip*), writes it on an integer grid of C/D by truncating
 each coordinate toward zero (which never lengthens a vector: its norm stays at most D grid
 steps), and sums the units' vectors exactly. One unit therefore moves the summed vector by at

@@ -1,15 +1,15 @@
 """MWEM (Hardt, Ligett, McSherry 2012): a workload of counting queries answered from a DP
-synthetic histogram. Pure algorithm: no SQL, no ledger (``dpsql.workload`` plans, the
+synthetic histogram. Pure algorithm: no SQL, no ledger (``dpsql.calls.workload`` plans, the
 executor charges and fetches the exact histogram).
 
-The data is a histogram ``x`` over D public cells (``dpsql.workload``: the product of the KEYS
+The data is a histogram ``x`` over D public cells (``dpsql.calls.workload``: the product of the KEYS
 domains of the columns the workload reads, plus one cell for rows outside them). Each scalar
 query s is a public integer coefficient vector w_s over the cells; its answer is w_s·x.
 
 Sensitivity. The exact histogram comes from a statement the existing pipeline prepared, whose
 plan bounds one unit's contribution: one unit adds to the histogram a vector c >= 0 with
 sum(c) <= R (``reach``: MAX ROWS PER UNIT for a one-table count, read off the plan's
-sensitivity, ``dpsql.workload.histogram_reach``). Hence, with w⁺ = max(0, max w_s) and
+sensitivity, ``dpsql.calls.workload.histogram_reach``). Hence, with w⁺ = max(0, max w_s) and
 w⁻ = min(0, min w_s) over the cells:
 
 * unbounded neighbours (x' = x ± c): |w_s·c| <= R·max|w_s|, so Δ_s = R·max(w⁺, -w⁻);
@@ -87,7 +87,7 @@ from dpsql.mechanisms import noise
 
 LIMB_BITS = 21
 """Exact answers add counts in limbs of this many bits: |coefficient| <= 2^16 times a limb over at
-most 2^22 cells stays below 2^59 (``dpsql.workload.MAX_COEFFICIENTS``)."""
+most 2^22 cells stays below 2^59 (``dpsql.calls.workload.MAX_COEFFICIENTS``)."""
 SCORE_CAP = 2 ** 30
 """A selection score beyond this many sensitivities is clipped to it (still 1-Lipschitz): every
 score is then a float exact to 2^-23 of a sensitivity, and such a query is chosen all the same."""

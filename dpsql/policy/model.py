@@ -67,7 +67,7 @@ class KeyDomain:
 @dataclass(frozen=True)
 class LocalRR:
     """``col LOCAL RR EPSILON e DOMAIN (...)``: the column holds k-ary randomized-response
-    reports (``dpsql.local``), each drawn at ``epsilon`` from a value of ``domain``."""
+    reports (``dpsql.mechanisms.randomized_response``), each drawn at ``epsilon`` from a value of ``domain``."""
 
     epsilon: Fraction
     """The epsilon each report was drawn at (its local guarantee, paid at collection)."""
@@ -88,7 +88,7 @@ class ColumnRule:
     position: Position | None = field(default=None, compare=False)
     """Where the rule was written, for error messages."""
     local: LocalRR | None = None
-    """``LOCAL RR``: the column was collected with randomized response (``dpsql.local_query``)."""
+    """``LOCAL RR``: the column was collected with randomized response (``dpsql.query.local``)."""
 
     @property
     def key_domain(self) -> KeyDomain | None:
@@ -233,7 +233,7 @@ class Policy:
     bias_share: Fraction | None = None
     """``REPORT BIAS SHARE s``: a private query reading one private table spends the share ``s``
     of its epsilon on a noisy estimate of what its contribution limits dropped and clamped
-    (``dpsql.bias``); ``None``: only when the query asks (``report_bias``)."""
+    (``dpsql.query.bias``); ``None``: only when the query asks (``report_bias``)."""
 
     def table(self, name: str) -> PrivateTable | PublicTable | None:
         """The declaration of a table, matched case-insensitively."""

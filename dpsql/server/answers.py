@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from dpsql.answer.explain import summary
 from dpsql.budget.ledger import Cancellation
 from dpsql.errors import (
     BudgetExceeded,
@@ -32,7 +33,6 @@ from dpsql.errors import (
     QueryFailed,
     RequestTooLong,
 )
-from dpsql.explain import summary
 from dpsql.server import intervals
 from dpsql.server.catalog import Catalog, catalog_query
 from dpsql.server.described import described

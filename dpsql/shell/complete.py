@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from dpsql.analysis.aggregates.registry import spellings
-from dpsql.calls import mechanism_names
+from dpsql.calls.registry import mechanism_names
 
 KEYWORDS = (
     "SELECT", "FROM", "WHERE", "GROUP BY", "ORDER BY", "HAVING", "LIMIT", "OFFSET", "JOIN",

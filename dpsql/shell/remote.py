@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.budget.accounting import Spend
 from dpsql.errors import (
     BudgetExceeded,
@@ -35,7 +36,6 @@ from dpsql.errors import (
     position_of,
 )
 from dpsql.policy.language import load_policy
-from dpsql.result import Budget, DPResult, QueryCost
 
 ERRORS = {"53400": BudgetExceeded, "22023": InvalidParameter, "58000": QueryFailed}
 """SQLSTATEs the server sends for dpsql's errors (``dpsql.server.answers.SQLSTATES``)."""

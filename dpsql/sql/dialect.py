@@ -153,7 +153,7 @@ OPTIONS = {
     "noise": _noise,
     "report_bias": _share,
     "intervals": _flag,  # presentation only: the server adds <column>_low/_high (db.sql: res.intervals())
-    "scale_sample": _flag,  # post-processing: totals from a TABLESAMPLE POISSON scaled by 1/p (dpsql.scaling)
+    "scale_sample": _flag,  # post-processing: totals from a TABLESAMPLE POISSON scaled by 1/p (dpsql.query.scaling)
 }
 """The options dpsql understands, each with the check of its kind of value.
 

@@ -8,9 +8,9 @@ that owns its sqlglot node. Each family then carries its aggregates through ever
 * analyse (``dpsql.analysis.analyse``): the measures it needs, their kinds and grids, and how
   its value is released from them (an ``AggregateRelease``); the query's epsilon is split
   between aggregates by weight and each aggregate's share equally between its measures;
-* release and accuracy (``dpsql.release``, ``dpsql.accuracy``): its values from the noisy
+* release and accuracy (``dpsql.query.release``, ``dpsql.query.accuracy``): its values from the noisy
   measures, and their intervals;
-* explain (``dpsql.explain``): how its release is described;
+* explain (``dpsql.answer.explain``): how its release is described;
 * the shell (``dpsql.shell.complete``): its SQL spellings.
 
 The rewrite (``dpsql.backends.rewrite``) sees measure kinds (count, sum, units, histogram,

@@ -85,7 +85,7 @@ class Shape:
 
 
 NumberText = Callable[[Fraction], str]
-"""How explain writes an exact number (``dpsql.explain``)."""
+"""How explain writes an exact number (``dpsql.answer.explain``)."""
 
 
 class AggregateFamily:

@@ -209,7 +209,7 @@ def total_post(post: exp.Select) -> exp.Select:
     fail): every select-list, HAVING and ORDER BY expression that computes anything is made
     total (``dpsql.sql.pieces.total``, DuckDB's ``TRY``), so an overflowing cast or a logarithm
     of a noisy zero gives NULL, not an error — a NULL in a row rather than a charged failure.
-    ``post`` itself stays as written (``dpsql.accuracy`` derives intervals from its tree, never
+    ``post`` itself stays as written (``dpsql.query.accuracy`` derives intervals from its tree, never
     from this one).
 
     >>> import sqlglot

@@ -1,0 +1,1 @@
+"""The answer an analyst reads: the result object, its notes, its explanation."""

@@ -1,0 +1,791 @@
+"""The only module that talks to DuckDB.
+
+It opens what the curator hands to ``dpsql.connect`` — a database file (read-only: the
+user's file is never modified), an open DuckDB connection, or pandas DataFrames (copied into a
+private in-memory database) — and runs SQL that dpsql generated. Analyst text never reaches it.
+
+Threads run statements side by side, each on a cursor of its own: a DuckDB cursor is a
+connection of its own to the same database instance (it sees the bounded copies), runs without
+Python's GIL, and its deadline interrupts it alone. A lock covers what the connection itself
+does (making a cursor, filling the bounded copies: a statement reading a copy waits for its
+fill, never reads one half filled); another covers the post-processing database.
+
+Many engines on one database, in one process. DuckDB keeps one database *instance* per file
+per process: every ``duckdb.connect`` of the same file (with the same configuration) is a new
+connection to that instance, and ``ATTACH ':memory:' AS dp_bounding`` attaches to the
+instance, not to the connection. So every engine on one file reads and writes the same bounded
+copies, and two of them creating or refilling a copy at once fail with DuckDB's "Catalog
+write-write conflict". Engines on one instance therefore share one ``_Instance``: a lock held
+around every change to ``dp_bounding`` (attach, create, fill, store) and the record of what is
+already built there, so each copy is built once for all of them.
+
+Hardening (DESIGN.md invariant 7; a second wall behind the check stage, invariant 10). A
+database dpsql opens itself runs with ``HARDENED_CONFIG``: no external access (no files, no
+network, no COPY, no extension INSTALL or LOAD), no replacement scans of Python variables,
+no extension autoloading, no persistent secrets, a memory limit, and the configuration locked
+so that no later statement can undo any of it. A connection the caller passes in is the
+caller's: its settings are global to its database and may matter to the caller, so dpsql
+changes none of them; ``Engine.hardening`` reports what is in force and
+``docs/THREAT_MODEL.md`` says what the curator must set. Every statement, on any connection,
+runs under a time limit: a timer interrupts it, and ``fetch`` raises ``QueryFailed`` — after
+the charge, ``dpsql.connection`` turns that into its generic, charged failure, the same
+whatever the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+from sqlglot import exp
+
+from dpsql.backends import facts
+from dpsql.backends.bounding import (
+    DATABASE,
+    BoundedTable,
+    attach_sql,
+    create_raw_rows_sql,
+    create_sql,
+    fill_sql,
+    raw_rows_name,
+    raw_rows_sql,
+)
+from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
+from dpsql.backends.duckdb import persisted
+from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
+from dpsql.backends.render import render
+from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
+from dpsql.sql.names import Catalog, key_of_parts, quoted
+from dpsql.sql.parse import DIALECT
+from dpsql.sql.pieces import binding_parameters
+from dpsql.sql.types import base_type
+
+HARDENED_CONFIG = {
+    "enable_external_access": False,
+    "python_enable_replacements": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_persistent_secrets": False,
+}
+"""DuckDB settings of every database dpsql opens itself (``lock_configuration`` is set last).
+A curator who passes an open connection should open it with these too (THREAT_MODEL.md)."""
+
+
+def default_memory_limit() -> str:
+    """Half the machine's physical memory, as a DuckDB size: a runaway query fails with an
+    out-of-memory error (a generic charged failure) instead of the process being killed.
+
+    >>> default_memory_limit().endswith("MB")
+    True
+    """
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 8 * 2**30
+    return f"{max(total // 2 // 2**20, 256)}MB"
+
+
+class Engine:
+    """A DuckDB connection dpsql runs its generated SQL on."""
+
+    dialect = DIALECT
+    """The SQL it reads: dpsql's statements are rendered for DuckDB."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool, path: Path | None,
+                 query_timeout: float | None = DEFAULT_QUERY_TIMEOUT):
+        self._connection = connection
+        self._owned = owned
+        self._lock = threading.Lock()
+        self._post_lock = threading.Lock()
+        """Serialises use of ``_post`` (one connection, one ``dp_core`` at a time)."""
+        self._post: duckdb.DuckDBPyConnection | None = None
+        self._closed = False
+        self._timeout = check_timeout(query_timeout)
+        self._bounded: dict[str, BoundedTable] = {}
+        self._instance: _Instance | None = None
+        """What this engine shares with every engine on its DuckDB instance (``prepare_bounding``)."""
+        self._salt: str | None = None
+        self._described: dict[str, list[tuple[str, str]]] = {}
+        """Types of SQL already bound (the schema is fixed while the connection is open)."""
+        self.path = path
+        """The database file, when one was opened; the default ledger sits beside it."""
+        self.copies: Path | None = None
+        """The directory holding the persisted bounded copies (``dpsql.backends.duckdb.persisted``), when
+        they are kept on disk; ``None``: in memory."""
+        self.progress: Callable[[str], contextlib.AbstractContextManager] = _no_progress
+        """Called with a label around each copy build: a context manager that may show the
+        build's progress to the curator (``dpsql.curator.progress``)."""
+
+    @classmethod
+    def open(cls, target: Any, *, query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
+             memory_limit: str | None = None, copies: Path | None = None) -> "Engine":
+        """Open a path, adopt a connection, or load a dict of DataFrames.
+
+        ``query_timeout``: seconds each statement may run (``None``: no limit). ``memory_limit``:
+        a DuckDB size such as ``"4GB"`` for databases dpsql opens (default: half the memory).
+        ``copies``: a directory to keep the bounded copies in (``dpsql.backends.duckdb.persisted``), for a
+        database file only.
+        """
+        timeout = check_timeout(query_timeout)
+        if copies is not None and not (isinstance(target, (str, os.PathLike)) and str(target) != ":memory:"):
+            raise InvalidParameter("persisted copies need a database file: other targets are rebuilt by every process",
+                                   hint="pass the path of a DuckDB file, or leave persist_copies off")
+        if isinstance(target, duckdb.DuckDBPyConnection):
+            return cls(target, owned=False, path=None, query_timeout=timeout)
+        config = hardened_config(memory_limit)
+        if isinstance(target, dict):
+            return cls(_load_frames(target, config), owned=True, path=None, query_timeout=timeout)
+        if isinstance(target, (str, os.PathLike)):
+            path = Path(target)
+            if str(target) == ":memory:":
+                return cls(open_hardened(":memory:", config), owned=True, path=None,
+                           query_timeout=timeout)
+            if not path.exists():
+                raise DPError(f"no database file at {path}", hint="pass the path of an existing DuckDB file")
+            try:
+                file = None if copies is None else persisted.prepare_directory(copies)
+                connection = open_hardened(str(path), config, read_only=True, copies=file)
+            except duckdb.Error as err:
+                if "different configuration" in str(err):  # DuckDB: one instance per file per process
+                    raise DPError(
+                        f"{path} is already open in this process with other settings (read-write, or "
+                        "another memory_limit or configuration)",
+                        hint="close that connection first, or pass it: dpsql.connect(that_connection, "
+                             "policy=...) wraps an open DuckDB connection") from None
+                raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
+            engine = cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
+            if copies is not None and _attached_file(connection) is not None:
+                engine.copies = copies
+            return engine
+        raise DPError(
+            f"cannot connect to a {type(target).__name__}",
+            hint="pass a DuckDB file path, a duckdb connection, or a dict of table name to pandas DataFrame",
+        )
+
+    @property
+    def hardening(self) -> dict[str, Any]:
+        """The DuckDB settings that wall the database in, as they are now in force."""
+        names = [*HARDENED_CONFIG, "memory_limit", "lock_configuration", "TimeZone", "Calendar"]
+        listed = ", ".join(f"'{name}'" for name in names)
+        rows = self.fetch(f"SELECT name, value FROM duckdb_settings() WHERE name IN ({listed})")
+        found = dict(rows)
+        return {name: found.get(name) for name in names} | {"query_timeout": self._timeout}
+
+    def catalog(self) -> Catalog:
+        """Lower-cased table name -> {lower-cased column: DuckDB type} (schema only, no data)."""
+        with self._lock:
+            cursor = self._connection.cursor()
+            try:
+                return read_catalog(cursor)
+            finally:
+                cursor.close()
+
+    def prepare_bounding(self, tables: list[BoundedTable], salt: str) -> None:
+        """Create the (empty) bounded copies of the private tables: reads no rows.
+
+        Generated SQL reads private tables only through these copies (``dpsql.backends.bounding``);
+        each is filled the first time SQL that reads it is fetched.
+        """
+        with self._lock:
+            self._salt = salt
+            self._instance = _instance_of(self._connection)
+            with self._instance.lock:
+                if self.copies is not None:
+                    self._drop_stale_copies(tables)
+                for table in tables:
+                    self._connection.execute(create_sql(table))
+                    if not table.row_level:
+                        self._connection.execute(create_raw_rows_sql(table))
+                    self._bounded[table.name] = table
+
+    def _drop_stale_copies(self, tables: list[BoundedTable]) -> None:
+        """Drop each stored copy built by another recipe (``persisted.recipe``: another policy,
+        schema or dpsql), so that it is created afresh with today's columns before anything
+        binds against it (the caller holds both locks)."""
+        self._connection.execute(persisted.manifest_sql(DATABASE))
+        stored = dict(self._connection.execute(
+            f"SELECT copy, recipe FROM {DATABASE}.main.{persisted.MANIFEST}").fetchall())
+        for table in tables:
+            if stored.get(table.name) != persisted.recipe(table):
+                self._connection.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{table.name}"')
+                self._connection.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{raw_rows_name(table.name)}"')
+                self._connection.execute(f"DELETE FROM {DATABASE}.main.{persisted.MANIFEST} WHERE copy = ?",
+                                         [table.name])
+
+    def refresh_bounding(self) -> None:
+        """Forget the bounded copies' contents, the stored public relations and the types of
+        SQL bound so far: the next query reading each rebuilds it (for every engine on this
+        DuckDB instance, since they read the same copies)."""
+        with self._lock:
+            self._described.clear()
+            instance = self._bounding_instance()
+            with instance.lock:
+                instance.filled.clear()
+                instance.materialised.clear()
+                instance.generation += 1  # every engine on the instance re-reads its public facts
+
+    def public_generation(self) -> int:
+        """Changes whenever any engine on this DuckDB instance refreshes (``refresh_bounding``):
+        the stored public relations and copies every engine shares are rebuilt then, so what an
+        analysis read of them (a join's multiplicity, a column's range) may no longer hold."""
+        with self._lock:
+            return self._bounding_instance().generation
+
+    def build_bounding(self) -> None:
+        """Fill every bounded copy now (``connect(..., eager_bounding=True)``, and the server):
+        then no analyst query's time includes a scan of a raw private table."""
+        with self._lock:
+            self._fill_bounded(tuple(table.source for table in self._bounded.values()))
+
+    def materialise(self, statement: exp.Expression | str) -> str:
+        """Store the rows of ``statement`` — public data only — once, in the bounding database, and
+        return the stored table's name (``dp_bounding.main."<name>"``).
+
+        A public relation joined to private data is computed here, before the charge, and the
+        query reads the stored rows: what the analysis measures on them (a join key's
+        multiplicity, a column's range) is what the query runs on, however the public SQL
+        would evaluate a second time (DESIGN.md invariant 15). The same SQL is stored once per
+        DuckDB instance (until ``refresh_bounding``); it runs under the statement time limit.
+        """
+        sql = _rendered(statement)
+        name = "dp_public_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
+        with self._lock:
+            instance = self._bounding_instance()
+            with instance.lock:
+                if name in instance.materialised:
+                    return name
+                computing = instance.computing.setdefault(name, threading.Lock())
+            cursor = self._connection.cursor()
+        # Computed outside the engine's lock: other sessions' statements run meanwhile (a costly
+        # public subquery held every query of the server for its whole time limit: an attacker's
+        # review); the same SQL from two sessions is computed once, the second waiting for it.
+        try:
+            with computing:
+                with instance.lock:
+                    if name in instance.materialised:
+                        return name
+                with Deadline(cursor, self._timeout):
+                    cursor.execute(f'CREATE OR REPLACE TABLE {DATABASE}.main."{name}" AS {sql}')
+                with instance.lock:
+                    instance.materialised.add(name)
+        finally:
+            cursor.close()
+        return name
+
+    def stored_reference(self, name: str) -> exp.Table:
+        """``dp_bounding.main."<name>"``: where ``materialise`` stores public rows."""
+        return exp.table_(name, db="main", catalog=DATABASE, quoted=True)
+
+    def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
+        """The most stored public rows sharing one value of ``keys`` (NULL keys never match)."""
+        return facts.multiplicity(self.fetch(facts.multiplicity_sql(_stored(stored), keys, quoted)))
+
+    def column_ranges(self, stored: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """Exact min and max of the stored public rows' ``columns`` (finite ones only)."""
+        if not columns:
+            return {}
+        return facts.ranges(self.fetch(facts.ranges_sql(_stored(stored), columns, quoted))[0], columns)
+
+    def cast_error(self, value: str, type_name: str) -> str | None:
+        """DuckDB's first line when the constant does not cast to ``type_name``, else ``None``."""
+        try:
+            self.fetch(f"SELECT CAST($v AS {type_name})", {"v": value})
+        except Exception as error:  # the constant and the type only: no data
+            return str(error).split("\n")[0]
+        return None
+
+    def time_zone(self) -> str:
+        """DuckDB's TimeZone setting: where date parts of a TIMESTAMPTZ are taken."""
+        return str(self.fetch("SELECT current_setting('TimeZone')")[0][0])
+
+    def _bounding_instance(self) -> "_Instance":
+        """The shared state of this engine's DuckDB instance (the caller holds ``_lock``)."""
+        if self._instance is None:
+            self._instance = _instance_of(self._connection)
+        return self._instance
+
+    def _fill_bounded(self, sources) -> None:
+        """Fill the bounded copy of every private table in ``sources`` (catalog keys) that is
+        not yet built with this engine's salt (the caller holds ``_lock``). Which tables a
+        statement reads comes from its checked plan, never its text; the copies' names are
+        this engine's (``dpsql.backends.bounding``), one per table under its policy.
+
+        The copies live on the DuckDB instance, so the instance's lock is held while they are
+        built and each is built once for every engine sharing it. An engine whose ledger has
+        another salt (another ledger on the same file) rebuilds a copy with its own: either
+        copy is a stable transformation by a secret, data-independent salt, so which one a
+        query reads changes its rows, never its privacy. No time limit applies: the filling
+        SQL is dpsql's own, its cost set by the table alone. Each copy is replaced whole, with
+        its row-count table (``dpsql.backends.bounding.raw_rows_sql``), in one transaction, so neither
+        is ever half built nor read out of step with the other.
+        """
+        sources = frozenset(sources)
+        wanted = [name for name, table in self._bounded.items() if table.source in sources]
+        if not wanted:
+            return
+        instance = self._bounding_instance()
+        with instance.lock:
+            for name in wanted:
+                if instance.filled.get(name) == self._salt:
+                    continue
+                table = self._bounded[name]
+                made = self._stored_recipe(table)
+                if made is not None and self._manifest_row(name) == made:
+                    instance.filled[name] = self._salt  # the stored copy is the one this build would make
+                    continue
+                with self.progress(f"bounding {table.source}"):
+                    self._build_copy(table, made)
+                instance.filled[name] = self._salt
+
+    def _build_copy(self, table: BoundedTable, made: tuple[str, str, str] | None) -> None:
+        """Build one copy and its row-count table in one transaction (with its manifest row
+        ``made`` when copies are persisted: they are stored together or not at all)."""
+        cursor = self._connection.cursor()
+        try:
+            cursor.begin()  # the copy and its row-count table are swapped in together
+            try:
+                cursor.execute(fill_sql(table), {"salt": self._salt})
+                if not table.row_level:
+                    cursor.execute(raw_rows_sql(table))
+                if made is not None:
+                    cursor.execute(f"INSERT OR REPLACE INTO {DATABASE}.main.{persisted.MANIFEST} VALUES (?, ?, ?, ?)",
+                                   [table.name, *made])
+                cursor.commit()
+            except BaseException:
+                cursor.rollback()
+                raise
+            if made is not None and self.copies is not None:
+                cursor.execute(f"CHECKPOINT {DATABASE}")  # the file alone holds the copy: no WAL to replay
+                persisted.protect(self.copies)
+        finally:
+            cursor.close()
+
+    def _stored_recipe(self, table: BoundedTable) -> tuple[str, str, str] | None:
+        """What a stored copy of ``table`` must have been built from to be read now (recipe, salt
+        digest, fingerprint of the data now: ``dpsql.backends.duckdb.persisted``); ``None`` when the
+        copies are not persisted. Reads the raw table once (the fingerprint)."""
+        if self.copies is None or self._salt is None:
+            return None
+        cursor = self._connection.cursor()
+        try:
+            row = cursor.execute(persisted.fingerprint_sql(table), persisted.fingerprint_keys(self._salt)).fetchall()[0]
+        finally:
+            cursor.close()
+        return persisted.recipe(table), persisted.salt_digest(self._salt), persisted.fingerprint_text(row)
+
+    def _manifest_row(self, name: str) -> tuple[str, str, str] | None:
+        rows = self._connection.execute(
+            f"SELECT recipe, salt, fingerprint FROM {DATABASE}.main.{persisted.MANIFEST} WHERE copy = ?",
+            [name]).fetchall()
+        return tuple(rows[0]) if rows else None
+
+    def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
+        """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
+        ``bounded``: the private tables it reads (``PrivateQuery.bounded``), their copies filled first."""
+        with self._lock:
+            self._fill_bounded(bounded)
+            cursor = self._connection.cursor()
+        try:  # outside the lock: other threads' statements run meanwhile, each on its cursor
+            with Deadline(cursor, self._timeout):
+                return cursor.execute(sql, parameters or {}).fetchall()
+        finally:
+            cursor.close()
+
+    def fetch_df(self, statement: exp.Expression | str) -> pd.DataFrame:
+        """Run a checked query over public tables and fetch the result as a DataFrame."""
+        sql = _rendered(statement)
+        with self._lock:
+            cursor = self._connection.cursor()
+        try:
+            with Deadline(cursor, self._timeout):
+                return cursor.execute(sql).df()
+        finally:
+            cursor.close()
+
+    def post_process(self, columns: list[str], types: list[str], rows: list[tuple],
+                     statement: exp.Expression | str):
+        """Run a post-processing query over released rows, in a separate, empty database.
+
+        The released rows are all it can see: the wrapped database is not attached to it, and
+        it is hardened like every database dpsql opens. One such database is kept per engine
+        (opening one costs tens of milliseconds); each call loads the rows into a fresh
+        ``dp_core`` table. Returns (column names, rows).
+        """
+        sql = _rendered(statement)
+        with self._post_lock:
+            if self._post is None:
+                self._post = open_hardened(":memory:", hardened_config("1GB"))
+            connection = self._post
+            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
+            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
+            if rows:
+                connection.register("dp_frame", pd.DataFrame.from_records(_frameable(rows, types), columns=columns))
+                try:
+                    connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
+                finally:
+                    connection.unregister("dp_frame")
+            with Deadline(connection, self._timeout):
+                described = connection.execute(f"DESCRIBE {sql}").fetchall()
+                names, types = [row[0] for row in described], [row[1] for row in described]
+                result = connection.execute(_fetchable_sql(sql, types)).fetchall()
+            connection.execute("DROP TABLE dp_core")
+            if any(map(fetched_as_text, types)):
+                result = [tuple(display_value(value, type_name) if fetched_as_text(type_name) else value
+                                for value, type_name in zip(row, types)) for row in result]
+            return names, result
+
+    def released_types(self, columns: list[str], types: list[str],
+                       statement: exp.Expression | str) -> list[tuple[str, str]]:
+        """(name, type) of a post-processing query's columns over an empty ``dp_core`` of
+        these columns: binds the query, reads no rows (``DPResult.types``)."""
+        sql = _rendered(statement)
+        with self._post_lock:
+            if self._post is None:
+                self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
+            connection = self._post
+            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
+            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
+            try:
+                return [(row[0], row[1]) for row in connection.execute(f"DESCRIBE {sql}").fetchall()]
+            finally:
+                connection.execute("DROP TABLE dp_core")
+
+    def describe(self, statement: exp.Expression | str, parameters: Any = None) -> list[tuple[str, str]]:
+        """(name, type) of each column ``statement`` would return: binds it, reads no rows.
+
+        Binding sees the schema and the query text only, so when it fails (a type error such
+        as comparing a number with a string) the first line of DuckDB's message says nothing
+        about the data, and it is raised as a static refusal: ``UnsupportedQuery``.
+        """
+        sql = _rendered(statement)
+        known = self._described.get(sql)
+        if known is not None:
+            return known
+        parameters = binding_parameters(statement, parameters)
+        with self._lock:
+            cursor = self._connection.cursor()
+        try:
+            with Deadline(cursor, self._timeout):
+                rows = cursor.execute(f"DESCRIBE {sql}", parameters or {}).fetchall()
+        except duckdb.Error as error:
+            message = str(error).strip().split("\n")[0]
+            raise UnsupportedQuery(f"the query does not bind: {message}",
+                                   hint="check the types of the values the query compares and combines") from None
+        finally:
+            cursor.close()
+        described = [(row[0], row[1]) for row in rows]
+        with self._lock:  # threads share this cache: change it one at a time
+            if len(self._described) >= 512:  # a bound, not an LRU: an old entry is merely re-bound
+                self._described.pop(next(iter(self._described)))
+            self._described[sql] = described
+        return described
+
+    def convert(self, columns: list[str], types: list[str], texts: Sequence[tuple], form: str) -> Any:
+        """``convert_released`` in this engine's post-processing database (opening a database
+        costs tens of milliseconds; a conversion of a small answer, about one)."""
+        with self._post_lock:
+            if self._closed:
+                connection = None
+            else:
+                if self._post is None:
+                    self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
+                connection = self._post
+            return convert_released(columns, types, texts, form, connection)
+
+    def close(self) -> None:
+        """Close the connection if dpsql opened it."""
+        self._closed = True
+        with self._post_lock:
+            if self._post is not None:
+                self._post.close()
+                self._post = None
+        if self._owned:
+            self._connection.close()
+
+
+def read_catalog(connection: duckdb.DuckDBPyConnection) -> Catalog:
+    """The tables and views an unqualified or ``schema.table`` name can reach on ``connection``:
+    {table: {column: type}}, all lower-cased, with how the data spells each name.
+
+    Objects in the main schema are keyed by their name, others by 'schema.table'. Temporary
+    objects (registered DataFrames among them) shadow main ones, as in DuckDB's own lookup, so
+    the policy is checked against, and the bounded copies read, what a name resolves to. The
+    one catalog reader: the connection, its policy check and the server's schema database see
+    the same tables. Reads the schema only, never a row.
+
+    >>> con = duckdb.connect()
+    >>> _ = con.execute("CREATE TABLE t (a INTEGER); CREATE TEMP TABLE t (b VARCHAR)")
+    >>> read_catalog(con)
+    {'t': {'b': 'VARCHAR'}}
+    """
+    rows = connection.execute(
+        "SELECT database_name, schema_name, table_name, column_name, data_type "
+        "FROM duckdb_columns() "
+        "WHERE database_name IN (current_database(), 'temp') AND NOT internal "
+        "ORDER BY database_name = 'temp', database_name, schema_name, table_name, column_index"
+    ).fetchall()
+    catalog = Catalog()
+    seen: set[tuple[str, str, str]] = set()
+    for database, schema, table, column, type_name in rows:
+        main = schema.lower() == "main"
+        key = key_of_parts((schema, table))
+        if (database, schema, table) not in seen:  # a new object replaces what it shadows
+            seen.add((database, schema, table))
+            catalog[key] = {}
+            catalog.spellings[key] = table if main else f"{schema}.{table}"
+        catalog[key][column.lower()] = type_name
+        catalog.spellings.setdefault(column.lower(), column)  # for messages: how the data spells it
+    return catalog
+
+
+def _rendered(statement: exp.Expression | str) -> str:
+    """A statement as DuckDB reads it: trees (with their ``dpsql.sql.pieces``) are rendered here."""
+    return statement if isinstance(statement, str) else render(statement, DIALECT)
+
+
+def _stored(name: str) -> str:
+    """A stored public relation (``Engine.materialise``) as a table reference."""
+    return f"{DATABASE}.main.{quoted(name)}"
+
+
+
+def convert_released(columns: list[str], types: list[str], texts: Sequence[tuple], form: str,
+                     connection: duckdb.DuckDBPyConnection | None = None) -> Any:
+    """Released rows as DuckDB itself converts them: ``form`` is "df", "arrow" or "numpy".
+
+    ``texts`` holds each value as DuckDB's text (or ``None`` for NULL); each column is cast
+    to its type, and DuckDB's own conversion of
+    that relation is returned (in ``connection``, else in a fresh, hardened, empty in-memory
+    database), so dtypes are exactly those a DuckDB user gets (HUGEINT as a
+    float64 column in pandas and a decimal128(38, 0) in Arrow, DATE as datetime64, ...).
+    Returns ``None`` when a value does not cast back (the caller converts the Python values).
+
+    >>> convert_released(["n", "d"], ["BIGINT", "DATE"], [("3", "2024-01-31")], "df").dtypes.tolist()
+    [dtype('int64'), dtype('<M8[us]')]
+    """
+    if any(";" in type_name for type_name in types):
+        return None  # one statement only, whatever a type's text holds (field names are quoted)
+    names = [f"dp_c{i}" for i in range(len(columns))]
+    frame = pd.DataFrame.from_records(texts, columns=names) if texts else pd.DataFrame({n: [] for n in names})
+    frame = frame.astype(object)
+    owned = connection is None
+    if connection is None:
+        connection = duckdb.connect(":memory:", config=hardened_config("1GB"))
+    try:
+        connection.register("dp_frame", frame)
+        select = ", ".join(f'CAST(CAST({n} AS VARCHAR) AS {t}) AS "{c.replace(chr(34), chr(34) * 2)}"'
+                           for n, t, c in zip(names, types, columns))
+        relation = connection.sql(f"SELECT {select} FROM dp_frame")
+        if form == "df":
+            return relation.df()
+        if form == "arrow":
+            return relation.to_arrow_table()
+        if form == "numpy":
+            return relation.fetchnumpy()
+        raise InvalidParameter(f"unknown conversion {form!r}")
+    except duckdb.Error:
+        return None
+    finally:
+        if owned:
+            connection.close()
+        else:
+            connection.unregister("dp_frame")
+
+
+def _frameable(rows: list[tuple], types: list[str]) -> list[tuple]:
+    """Rows as pandas can carry them into DuckDB exactly: integers of types that need not fit
+    int64 go as decimal text (pandas would make 2**64 - 1 with a NULL a float64, silently
+    rounded), which DuckDB casts back into the column's type exactly.
+
+    >>> _frameable([(2**64 - 1, 1), (None, 2)], ["UBIGINT", "BIGINT"])
+    [('18446744073709551615', 1), (None, 2)]
+    """
+    wide = {i for i, type_name in enumerate(types) if base_type(type_name) in WIDE_INTEGERS}
+    if not wide:
+        return rows
+    return [tuple(str(value) if i in wide and value is not None else value for i, value in enumerate(row))
+            for row in rows]
+
+
+def _fetchable_sql(sql: str, types: list[str]) -> str:
+    """``sql`` with every result column whose Python conversion is lossy or can fail (a date past
+    9999, an INTERVAL of 10^9 months, nanoseconds) cast to DuckDB's text (``dpsql.backends.keys``).
+    Columns are renamed positionally (output names may repeat); a projection keeps the order
+    of the rows it reads."""
+    if not any(map(fetched_as_text, types)):
+        return sql
+    names = [f"dp_c{i}" for i in range(len(types))]
+    select = ", ".join(f"CAST({n} AS VARCHAR)" if fetched_as_text(t) else n for n, t in zip(names, types))
+    return f"SELECT {select} FROM ({sql}) AS dp_post({', '.join(names)})"
+
+
+class _Instance:
+    """What every engine on one DuckDB database instance shares (module docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        """Held around every change to ``dp_bounding``; taken after an engine's own lock."""
+        self.filled: dict[str, str | None] = {}
+        """Bounded copy name -> the salt it was last filled with."""
+        self.materialised: set[str] = set()
+        """Public relations stored in ``dp_bounding`` (``Engine.materialise``)."""
+        self.computing: dict[str, threading.Lock] = {}
+        """A lock per public relation being stored, so one computes it and the others wait."""
+        self.generation = 0
+        """Counts the refreshes of this instance (``Engine.public_generation``)."""
+
+
+_INSTANCES: "weakref.WeakValueDictionary[str, _Instance]" = weakref.WeakValueDictionary()
+_INSTANCES_LOCK = threading.Lock()
+_INSTANCE_TABLE = f"{DATABASE}.main.dp_instance"
+
+
+def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
+    """The shared state of ``connection``'s DuckDB instance, attaching ``dp_bounding`` if needed.
+
+    The instance is recognised by a random token kept in its own ``dp_bounding``: a DuckDB
+    instance closed and opened again (every connection to a file closed, then a new one) has
+    a fresh, empty ``dp_bounding`` and so a new token, and never inherits a record of copies
+    it no longer holds. One process-wide lock covers the attach and the token, which are
+    themselves changes to the instance's catalog.
+    """
+    with _INSTANCES_LOCK:
+        try:  # a read when the instance has its token: no catalog write at all
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchall()[0][0]
+        except duckdb.Error:
+            connection.execute(attach_sql())
+            connection.execute(f"CREATE TABLE IF NOT EXISTS {_INSTANCE_TABLE} AS "
+                               f"SELECT '{secrets.token_hex(16)}' AS token")
+            token = connection.execute(f"SELECT token FROM {_INSTANCE_TABLE}").fetchall()[0][0]
+        instance = _INSTANCES.get(token)
+        if instance is None:
+            instance = _INSTANCES[token] = _Instance()
+        return instance
+
+
+TIME_ZONE = "UTC"
+"""The time zone of every database dpsql opens: date parts, truncations and casts of TIMESTAMP
+WITH TIME ZONE values are taken in it (the Gregorian calendar), whatever the machine's zone,
+and the locked configuration keeps any statement from changing it."""
+
+
+def open_hardened(database: str, config: dict[str, Any], *, copies: Path | None = None,
+                  **options: Any) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with ``config``, its time zone fixed to ``TIME_ZONE`` for every
+    cursor (a global setting, made before the configuration is locked: DuckDB's ICU extension
+    takes TimeZone only once it is loaded, after the connection opens).
+
+    ``copies``: a DuckDB file attached as the bounding database (``dpsql.backends.duckdb.persisted``).
+    It is attached before external access is turned off and the configuration locked, so no
+    directory is ever allowed: the attached file stays readable and writable, and nothing else.
+    """
+    deferred = ("lock_configuration", "enable_external_access") if copies is not None else ("lock_configuration",)
+    unlocked = {name: value for name, value in config.items() if name not in deferred}
+    connection = duckdb.connect(database, config=unlocked, **options)
+    try:
+        if copies is not None:
+            _attach_copies(connection, copies)
+        # Another connection to the same instance (same file, same process) may have fixed and
+        # locked these already, or be doing so now: each SET may fail once locked, the outcome
+        # is what must hold.
+        statements = [f"SET GLOBAL TimeZone = '{TIME_ZONE}'", "SET GLOBAL Calendar = 'gregorian'"]
+        if copies is not None and config.get("enable_external_access") is False:
+            statements.append("SET GLOBAL enable_external_access = false")
+        if config.get("lock_configuration"):
+            statements.append("SET lock_configuration = true")
+        for statement in statements:
+            try:
+                connection.execute(statement).fetchall()  # fetched: an unfinished result blocks the connection
+            except duckdb.Error:
+                pass
+        zone, calendar, locked, external = connection.execute(
+            "SELECT current_setting('TimeZone'), current_setting('Calendar'), "
+            "current_setting('lock_configuration'), current_setting('enable_external_access')").fetchall()[0]
+        if external and config.get("enable_external_access") is False:
+            raise DPError("cannot turn off external access on the database: another connection in this process "
+                          "opened it with other settings",
+                          hint="open the file through dpsql.connect only, or pass your own connection")
+        if (zone, calendar) != (TIME_ZONE, "gregorian") or (config.get("lock_configuration") and not locked):
+            raise DPError(f"cannot fix the database's time zone to {TIME_ZONE} (it is {zone}, {calendar}): "
+                          "another connection in this process opened it with other settings",
+                          hint="open the file through dpsql.connect only, or pass your own connection")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
+    """Attach ``file`` as the bounding database (unless this instance has it already), with a new
+    instance token (``_instance_of``): what this process records of its copies starts empty.
+
+    Another process using the same copies holds DuckDB's lock on the file: this one then keeps
+    its copies in memory, as without persistence, and says so."""
+    with _INSTANCES_LOCK:
+        attached = connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                                      [DATABASE]).fetchall()[0][0]
+        if attached:
+            return
+        literal = "'" + str(file).replace("'", "''") + "'"
+        try:
+            connection.execute(f"ATTACH {literal} AS {DATABASE} (READ_WRITE)")
+        except duckdb.IOException as error:
+            reason = str(error).splitlines()[0]
+            warnings.warn(f"the persisted copies at {file} are in use by another process ({reason}); "
+                          "this connection builds its own in memory", stacklevel=4)
+            connection.execute(attach_sql())
+        connection.execute(f"CREATE OR REPLACE TABLE {_INSTANCE_TABLE} AS SELECT '{secrets.token_hex(16)}' AS token")
+
+
+def _attached_file(connection: duckdb.DuckDBPyConnection) -> str | None:
+    """The file of the bounding database, or ``None`` when it is in memory (or not attached)."""
+    rows = connection.execute("SELECT path FROM duckdb_databases() WHERE database_name = ?", [DATABASE]).fetchall()
+    return rows[0][0] if rows and rows[0][0] else None
+
+
+@contextlib.contextmanager
+def _no_progress(label: str):
+    yield
+
+
+def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:
+    """``HARDENED_CONFIG`` with a memory limit, locked: the config of a database dpsql opens.
+
+    >>> config = hardened_config("1GB")
+    >>> config["enable_external_access"], config["memory_limit"], config["lock_configuration"]
+    (False, '1GB', True)
+    """
+    if memory_limit is None:
+        memory_limit = default_memory_limit()
+    if not isinstance(memory_limit, str) or not memory_limit.strip():
+        raise InvalidParameter(f"memory_limit must be a DuckDB size such as '4GB', got {memory_limit!r}",
+                               hint="pass memory_limit='4GB', or leave it out")
+    return {**HARDENED_CONFIG, "memory_limit": memory_limit, "lock_configuration": True}
+
+
+def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:
+    connection = open_hardened(":memory:", config)
+    try:
+        for name, frame in frames.items():
+            if not isinstance(frame, pd.DataFrame):
+                raise DPError(f"table {name!r} is a {type(frame).__name__}, not a pandas DataFrame")
+            if not str(name).replace("_", "").isalnum():
+                raise DPError(f"table name {name!r} must be letters, digits and underscores")
+            connection.register("dp_frame", frame)
+            connection.execute(f'CREATE TABLE "{name}" AS SELECT * FROM dp_frame')
+            connection.unregister("dp_frame")
+    except BaseException:
+        connection.close()
+        raise
+    return connection

@@ -1,0 +1,1 @@
+"""The mechanisms an analyst calls from SQL or Python: sparse vector, workloads, PMW, fit."""

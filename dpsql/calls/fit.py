@@ -1,0 +1,437 @@
+"""``db.fit``: a linear or logistic model trained by noisy gradient descent, charged once.
+
+The analyst names the training rows with an ordinary query, ``SELECT f1, f2, ..., y FROM t
+[WHERE ...]`` (columns or row-level expressions, each bounded by the policy's BOUNDS or by a
+CLAMP in the query), and the target among its columns. The rows are planned as ``db.sql``
+plans ``SELECT SUM(f1), ..., SUM(y) FROM t [WHERE ...]``: the same checks, the same bounded
+copy (at most MAX ROWS PER UNIT rows per unit), every column clamped into its bounds. Each
+gradient step is then one statement over those rows, run by the engine (``dpsql.calls.fit_sql``): per
+unit, the average gradient of its rows, clipped to L2 norm ``clip``, summed exactly over units;
+the noise and the update are ``dpsql.mechanisms.descent``'s. The guarantee is per unit: a
+unit's rows are averaged before the clip, however many rows it has, and each unit weighs the
+same in the fitted loss (the average over units of each unit's average row loss).
+
+Cost: full-batch descent (the default) spends rho = rho_budget(epsilon, delta), a twentieth on
+the count of units and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
+that rho. With ``TABLESAMPLE POISSON (p PERCENT)`` on the table, each step reads a fresh
+Poisson sample of units (its own secret key) and, under BASIC or ADVANCED accounting, the
+steps cost the subsampled Gaussian's (epsilon, delta) (``dpsql.budget.subsampled``); under
+ZCDP accounting a sample saves no budget (``dpsql.budget.amplification``: no amplification for
+Gaussian plans there), so the fit is calibrated as full batch and the sample only saves time.
+
+The ledger records the fit (its rows' query and every option) and the fitted weights; the same
+fit again is a free repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.analysis.plan import Plan, PublicQuery
+from dpsql.answer.result import DPResult, QueryCost
+from dpsql.backends.rewrite import BoundedStatement
+from dpsql.budget.accounting import Spend, check_accountable, rho_budget
+from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement
+from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
+from dpsql.mechanisms.descent import (
+    COUNT_SHARE,
+    MAX_FEATURES,
+    Bounds,
+    Model,
+    Noise,
+    check_model,
+    check_scaled,
+    check_steps,
+    default_learning_rate,
+    descend,
+    grid_steps,
+    unscaled,
+)
+from dpsql.mechanisms.noise import discrete_gaussian, secret_key
+from dpsql.query.options import privacy_options
+from dpsql.sql.parse import DIALECT, located, node_position, parse
+
+OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
+"""The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
+DEFAULT_STEPS = 30
+DEFAULT_CLIP = 1.0
+_SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """A fit, planned before the charge."""
+
+    text: str
+    model: Model
+    features: tuple[str, ...]
+    target: str
+    plan: Plan
+    """The rows' plan: the bounded rows each step reads (with its Poisson sample, if any)."""
+    columns: FitColumns
+    count: BoundedStatement
+    """The count of units' statement (over the whole table, never a sample)."""
+    steps: int
+    clip: float
+    learning_rate: float
+    noise: Noise
+    rate: Fraction | None
+    """The Poisson sampling rate of units per step (DP-SGD), or None: full batch."""
+    amplified: bool
+    """The charge counts the sample (BASIC or ADVANCED accounting)."""
+    cost: Spend
+    epsilon: Fraction
+    delta: Fraction
+    sensitivity_factor: int
+    """1 under add/remove neighbours, 2 under replace-one (both vectors lie in the clip ball)."""
+    normal: str
+    repeat_key: str
+    dialect: str
+
+    def key(self) -> str:
+        text = json.dumps(["fit", self.repeat_key, self.model, self.target, list(self.features), str(self.epsilon),
+                           str(self.delta), self.steps, repr(self.clip), repr(self.learning_rate)])
+        return "fit:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def bounds(self) -> tuple[list[Bounds], Bounds | None]:
+        every = self.columns.bounds()
+        return every[:-1], (every[-1] if self.model == "linear" else None)
+
+    def statement(self, weights: Sequence[float]) -> BoundedStatement:
+        return gradient_statement(self.plan, self.columns, self.model, weights, self.clip, self.noise.norm_steps,
+                                  self.dialect)
+
+
+class FittedModel:
+    """A model fitted by ``db.fit``: coefficients in the columns' own units, what it cost."""
+
+    def __init__(self, fit: FitPlan, weights: Sequence[float], result: DPResult, entry: int | None = None):
+        self.model = fit.model
+        self.features = fit.features
+        self.target = fit.target
+        self._bounds = fit.bounds()[0]
+        self.intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
+        self.coefficients = dict(zip(fit.features, coefficients))
+        self.cost = result.cost
+        self.result = result
+        """The release as a table: (term, coefficient)."""
+        self.entry = entry
+        """The id of the ledger entry that charged this fit (``db.ledger()``'s ``id``); None for a
+        free repeat, which charged nothing."""
+
+    def predict(self, frame: Any) -> np.ndarray:
+        """Predictions for the rows of a pandas DataFrame with the feature columns (clamped into
+        the bounds the model was trained in): values (linear) or probabilities (logistic)."""
+        columns = {str(c).lower(): c for c in frame.columns}
+        missing = [f for f in self.features if f not in columns]
+        if missing:
+            raise InvalidParameter(f"predict needs the feature columns {missing}",
+                                   hint=f"pass a DataFrame with columns {list(self.features)}")
+        values = self.intercept + sum(
+            np.clip(np.asarray(frame[columns[f]], dtype=float), b.lower, b.upper) * self.coefficients[f]
+            for f, b in zip(self.features, self._bounds))
+        values = np.asarray(values, dtype=float)
+        return values if self.model == "linear" else 1.0 / (1.0 + np.exp(-values))
+
+    def __repr__(self) -> str:
+        return repr(self.result)
+
+    def _repr_html_(self) -> str:
+        return self.result._repr_html_() if hasattr(self.result, "_repr_html_") else repr(self)
+
+
+def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None, delta: Any = None,
+             steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP, learning_rate: Any = None) -> FitPlan:
+    """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
+    model = check_model(model)
+    steps = check_steps(steps)
+    clip = check_scaled(clip, "clip", "1.0")
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidParameter("fit needs its target column's name", hint="pass target='y', a column of the query")
+    if delta is None and connection.policy.query_delta == 0:
+        raise _no_delta(connection.policy)
+    options = privacy_options(connection.policy, epsilon, delta, "gaussian")
+    tree, items = _rows_query(sql)
+    names = [item.alias_or_name.lower() for item in items]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise UnsupportedQuery(f"the training query names the column {duplicated[0]} twice", line=1, col=1,
+                               hint="give each column its own name with AS")
+    wanted = target.strip().lower()
+    if wanted not in names:
+        raise InvalidParameter(f"the target {target!r} is not a column of the training query (its columns: "
+                               f"{', '.join(names)})", hint="name one of its columns, or add the target to it")
+    if len(names) < 2:
+        raise UnsupportedQuery("the training query has no feature besides the target", line=1, col=1, hint=_SHAPE)
+    if len(names) - 1 > MAX_FEATURES:
+        raise UnsupportedQuery(f"the training query has {len(names) - 1} features, more than the {MAX_FEATURES} a fit "
+                               "takes", line=1, col=1, hint="fit on fewer columns")
+    order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
+    features = tuple(names[i] for i in order[:-1])
+    learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
+                     else check_scaled(learning_rate, "learning_rate", "0.1"))
+    prepared = _prepare_rows(connection, sql, tree, items, order, model)
+    plan, priced = prepared.plan, prepared.priced
+    assert plan is not None and priced is not None
+    columns = _columns(plan)
+    if len(columns.values) != len(features) + 1:  # identical SUMs share one measure
+        raise UnsupportedQuery("the training query selects the same expression twice", line=1, col=1,
+                               hint="keep one column per expression: a copy adds nothing to a model")
+    rate = None if priced.sampling is None else priced.sampling.rate
+    policy = connection.policy
+    if rate is not None and policy.neighbours != "unbounded":
+        raise UnsupportedQuery("a fit on a Poisson sample (TABLESAMPLE POISSON) needs NEIGHBOURS UNBOUNDED: under "
+                               "replace-one neighbours a unit and its replacement are sampled apart",
+                               line=1, col=1, hint="leave the sample out (full-batch descent)")
+    count_plan = plan if rate is None else _prepare_rows(connection, sql, _unsampled(tree), items, order,
+                                                         model).plan
+    assert count_plan is not None
+    factor = 1 if policy.neighbours == "unbounded" else 2
+    amplified = rate is not None and policy.accounting != "zcdp"
+    noise, cost = _calibrate(options.epsilon, options.delta, steps, factor, rate if amplified else None)
+    check_accountable(policy.accounting, cost)
+    fit = FitPlan(sql, model, features, wanted, plan, columns,
+                  count_statement(count_plan, _columns(count_plan), connection._engine.dialect),
+                  steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, factor,
+                  priced.normal_sql, priced.repeat_key, connection._engine.dialect)
+    fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
+    return fit
+
+
+def _no_delta(policy: Any) -> InvalidParameter:
+    """A fit names no delta and the policy has no QUERY DELTA to give it: say what to write, with a
+    delta the budget can pay (Gaussian noise needs delta > 0)."""
+    if policy.budget_delta == 0:
+        return InvalidParameter("a fit needs delta > 0 (its noise is Gaussian), and this policy's budget has no "
+                                "delta to spend", hint="ask the curator for a BUDGET with a DELTA")
+    suggested = f"{float(policy.budget_delta) / 10:.0e}".replace("e-0", "e-")
+    return InvalidParameter(
+        f"a fit needs delta > 0 (its noise is Gaussian), and the policy sets no QUERY DELTA to use when none is given "
+        f"(its budget's delta is {float(policy.budget_delta):g} in all)",
+        hint=f"pass delta={suggested}, or add DELTA {suggested} to the policy's QUERY EPSILON",
+        hints={"sql": f"add delta = {suggested} to the fit(...) call, or ask the curator for a QUERY DELTA"})
+
+
+def _rows_query(sql: str) -> tuple[exp.Select, list[exp.Expression]]:
+    """The training query's tree and its select items, checked to be rows (no aggregation)."""
+    parsed = parse(sql)
+    if parsed.options:
+        raise UnsupportedQuery("the training query may not carry OPTIONS", line=1, col=1,
+                               hint="give epsilon, delta and the fit's options as fit's own arguments")
+    tree = parsed.tree
+    if not isinstance(tree, exp.Select):
+        raise located(UnsupportedQuery(f"fit trains on the rows of one SELECT, found {tree.key.upper()}",
+                                       node=tree, hint=_SHAPE), sql)
+    for clause in ("group", "having", "order", "limit", "offset", "distinct", "qualify", "windows"):
+        if tree.args.get(clause):
+            raise located(UnsupportedQuery(f"the training query has {clause.upper()}: fit trains on rows as they are",
+                                           node=tree.args[clause], hint=_SHAPE), sql)
+    for item in tree.expressions:
+        if isinstance(item, exp.Star) or isinstance(item.unalias(), exp.Star):
+            raise located(UnsupportedQuery("the training query selects *", node=item,
+                                           hint=f"name the columns: {_SHAPE}"), sql)
+        if item.find(exp.AggFunc) is not None or item.find(exp.Window) is not None:
+            raise located(UnsupportedQuery("the training query aggregates", node=item, hint=_SHAPE), sql)
+    return tree, list(tree.expressions)
+
+
+def _target_value(expression: exp.Expr) -> exp.Expr:
+    """A logistic target as 1 (its value is 1, or TRUE), 0 (any other value) or NULL."""
+    value = exp.Paren(this=expression.copy())
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=value, expression=exp.Literal.number(1)),
+                                true=exp.Literal.number(1)),
+                         exp.If(this=exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+                                true=exp.Literal.number(0))])
+
+
+def _prepare_rows(connection: Any, sql: str, tree: exp.Select, items: list[exp.Expression], order: list[int],
+                  model: Model):
+    """``db.sql``'s preparation of SUM(column) for each column, features first, target last: its
+    plan's bounded rows are the fit's; a refusal is placed at the analyst's column."""
+    try:
+        prepared = connection._prepare(_sums(tree, items, order, model), 1, 0, "laplace", None, False)
+    except DPError as error:
+        raise _placed(connection, error, sql, tree, items, order, model) from None
+    if isinstance(prepared.checked, PublicQuery) or prepared.plan is None or prepared.priced is None:
+        raise UnsupportedQuery("the training query reads no private data", line=1, col=1,
+                               hint="fit a public table with any library: nothing needs protecting")
+    return prepared
+
+
+def _sums(tree: exp.Select, items: list[exp.Expression], order: list[int], model: Model) -> str:
+    """SELECT SUM(column) AS c<i>, ... of the training query (its FROM and WHERE as written)."""
+    sums = tree.copy()
+    selected = []
+    for position, index in enumerate(order):
+        value = items[index].unalias().copy()
+        if model == "logistic" and position == len(order) - 1:
+            value = _target_value(value)
+        selected.append(exp.alias_(exp.Sum(this=value), f"c{position}"))
+    sums.set("expressions", selected)
+    return sums.sql(dialect=DIALECT)
+
+
+def _placed(connection: Any, error: DPError, sql: str, tree: exp.Select, items: list[exp.Expression],
+            order: list[int], model: Model) -> DPError:
+    """A refusal of the SUM query, said of the analyst's own query: at the first column whose SUM
+    alone is refused (found by preparing each alone: the refusal path only), else where its node
+    is in the analyst's text."""
+    error.line = error.col = None
+    for position, index in enumerate(order):
+        try:
+            connection._prepare(_sums(tree, items, [index], model if position == len(order) - 1 else "linear"),
+                                1, 0, "laplace", None, False)
+        except DPError:
+            error.locate(*node_position(items[index], sql))
+            break
+    else:
+        place = _same_node(getattr(error, "node", None), sql)
+        if place is not None:
+            error.locate(*place)
+    error.message = f"in the training query: {error.message}"
+    error.args = (error._render(),)
+    return error
+
+
+def _same_node(node: Any, sql: str) -> tuple[int | None, int | None] | None:
+    """Where a node of the SUM query (its FROM or WHERE, copied from the analyst's) is in ``sql``."""
+    if not isinstance(node, exp.Expression):
+        return None
+    for candidate in parse(sql).tree.walk():
+        if type(candidate) is type(node) and candidate == node:
+            return node_position(candidate, sql)
+    return None
+
+
+def _unsampled(tree: exp.Select) -> exp.Select:
+    """The training query without its TABLESAMPLE: the row count reads every unit."""
+    copy = tree.copy()
+    for sample in list(copy.find_all(exp.TableSample)):
+        sample.pop()
+    return copy
+
+
+def _columns(plan: Plan) -> FitColumns:
+    """Each SUM's measure: the column's value, grid and bounds in the bounded rows."""
+    if plan.query.keys or any(a.function != "sum" or len(a.measures) != 1 for a in plan.aggregates):
+        raise UnsupportedQuery("the training query's columns cannot be read as rows", line=1, col=1, hint=_SHAPE)
+    measures = [plan.measure(a.measures[0]) for a in plan.aggregates]
+    if any(m.kind != "sum" or m.centred or m.argument is None for m in measures):
+        raise UnsupportedQuery("the training query's columns cannot be read as rows", line=1, col=1, hint=_SHAPE)
+    return FitColumns(tuple(f"v_{m.name}" for m in measures), tuple(float(m.grid) for m in measures),
+                      tuple(m.lower for m in measures), tuple(m.upper for m in measures))
+
+
+def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, factor: int,
+               rate: Fraction | None) -> tuple[Noise, Spend]:
+    """The noise of each step and of the count, and the charge (module docstring)."""
+    if rate is None:
+        rho = rho_budget(epsilon, delta)
+        count_rho, step_rho = rho * COUNT_SHARE, rho * (1 - COUNT_SHARE) / steps
+        multiplier_squared = Fraction(factor * factor) / (2 * step_rho)  # (sigma / D)^2
+        norm_steps = grid_steps(math.sqrt(multiplier_squared))
+        noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps,
+                      1 / (2 * count_rho))
+        return noise, Spend(epsilon, delta, rho)
+    from dpsql.budget.subsampled import noise_multiplier_for
+
+    count_epsilon, count_delta = epsilon * COUNT_SHARE, delta * COUNT_SHARE
+    count_rho = rho_budget(count_epsilon, count_delta)
+    multiplier = Fraction(noise_multiplier_for(epsilon - count_epsilon, delta - count_delta, rate, steps))
+    norm_steps = grid_steps(float(multiplier))
+    noise = Noise(norm_steps, (multiplier * norm_steps) ** 2, 1 / (2 * count_rho))
+    return noise, Spend(epsilon, delta, count_rho + steps / (2 * multiplier * multiplier))
+
+
+def run_fit(connection: Any, fit: FitPlan) -> FittedModel:
+    """Charge ``fit``, run its steps through the executor and release (or replay a stored fit)."""
+    key = fit.key()
+    with connection._answer_locks[hash(key) % len(connection._answer_locks)]:
+        stored = connection._ledger.find_answer(key)
+        if stored is not None:
+            released = json.loads(stored)
+            return _model(connection, fit, released, QueryCost.free(repeat=True))
+        return _charged_fit(connection, fit, key)
+
+
+def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
+    cost = fit.cost
+    entries: list[int] = []
+
+    def charge() -> int:
+        entries.append(connection._ledger.charge(
+            cost, connection._accountant, sql=_ledger_text(fit),
+            options={"mechanism": "fit", "model": fit.model, "target": fit.target, "epsilon": fit.epsilon,
+                     "delta": fit.delta, "steps": fit.steps, "clip": fit.clip, "learning_rate": fit.learning_rate,
+                     "sample_rate": None if fit.rate is None else str(fit.rate),
+                     "neighbours": connection.policy.neighbours},
+            analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
+            policies=connection._agreed_policies, cancel=connection._cancel))
+        return entries[-1]
+
+    def run(fetch) -> dict:
+        def gradient(weights: list[float]) -> list[int]:
+            # No stop on the fit's summed run time (invariant 17): its time was bounded before the
+            # charge by its number of statements (execute_adaptive), each under its own deadline.
+            statement = fit.statement(weights)
+            rows = fetch(statement, secret_key(connection._rng)) if statement.needs_sample_key else fetch(statement)
+            return [int(v or 0) for v in rows[0]]
+
+        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, connection._rng)
+
+    released = connection._executor.execute_adaptive(
+        charge, run, lambda r: json.dumps(r),
+        failure="the fit failed while running; its cost was charged and no model was released",
+        statements=1 + fit.steps, what=f"a fit of {fit.steps:,} steps")
+    charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
+    return _model(connection, fit, released, charged, entries[-1])
+
+
+def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float]], list[int]],
+                    source: Any = None) -> dict:
+    """The release of a fit from its exact count of units and ``gradient(weights)``, the exact integer
+    sum of the units' clipped gradients at those weights (one statement per step): the noisy
+    count, then ``fit.steps`` noisy steps. Only noisy values decide the next weights."""
+    units = exact_units + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
+    # DP-SGD divides by the expected batch, rate times the units (sum and noise alike).
+    batch = float(units) * (1.0 if fit.rate is None else float(fit.rate))
+    weights = np.zeros(len(fit.features) + 1)
+    for _ in range(fit.steps):
+        exact = gradient(weights.tolist())
+        noise = discrete_gaussian(fit.noise.sigma_squared, len(exact), source)
+        weights = descend(weights, [s + int(n) for s, n in zip(exact, noise)], fit.noise, fit.clip, batch,
+                          fit.learning_rate)
+    return {"weights": [float(w) for w in weights], "units": units}
+
+
+def _ledger_text(fit: FitPlan) -> str:
+    sampled = "" if fit.rate is None else f", a Poisson sample of {float(fit.rate) * 100:g}% of units per step"
+    return (f"FIT {fit.model.upper()} {fit.target} ON {', '.join(fit.features)} ({fit.steps} steps, clip "
+            f"{fit.clip:g}{sampled}) OF {fit.normal}")
+
+
+def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost, entry: int | None = None) -> FittedModel:
+    weights = released["weights"]
+    intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
+    rows = [("intercept", intercept)] + list(zip(fit.features, coefficients))
+
+    def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+        # The last iterate of noisy descent has no closed-form interval: derived, no ±.
+        return {"coefficient": [(math.nan, math.nan, math.nan)] * len(rows)}
+
+    notes = (f"{fit.model} regression of {fit.target} by {fit.steps} steps of noisy gradient descent "
+             f"over about {max(released['units'], 0):,} units (a noisy count); coefficients in the columns' own "
+             "units, no interval (the last iterate of noisy descent has none in closed form)",)
+    result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
+                      budget=connection._snapshot(), notes=notes)
+    return FittedModel(fit, weights, result, entry)

@@ -1,0 +1,75 @@
+"""The SQL form of ``db.fit`` and its explanation: ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``
+(``dpsql.calls.registry``), reached from psql through ``dpsql serve``, the shell and ``dpsql query``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dpsql.answer.explain import Explanation
+from dpsql.answer.result import DPResult
+from dpsql.budget.accounting import Spend
+from dpsql.calls.fit import OPTIONS, FitPlan, plan_fit
+from dpsql.calls.registry import Mechanism, register
+from dpsql.errors import InvalidParameter
+from dpsql.mechanisms.descent import COUNT_SHARE
+
+
+def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
+    """What the fit would read, run and cost; reads no data. A fit too long to run is refused."""
+    connection._executor.check_time(1 + fit.steps, f"a fit of {fit.steps:,} steps")
+    every = fit.columns.bounds()
+    bounds = ", ".join(f"{name} in [{b.lower:g}, {b.upper:g}]" for name, b in zip((*fit.features, fit.target), every))
+    multiplier = math.sqrt(float(fit.noise.sigma_squared)) / fit.noise.norm_steps
+    lines = [
+        f"fit: {fit.model} regression of {fit.target} on {', '.join(fit.features)}, by {fit.steps} steps of "
+        f"noisy gradient descent{'' if fit.rate is None else ' on Poisson samples of units (DP-SGD)'}",
+        f"rows: {fit.normal}",
+        f"columns clamped into their bounds and scaled onto [-1, 1]"
+        f"{' (the target read as its class, 1 or 0)' if fit.model == 'logistic' else ''}: {bounds}",
+        f"each step: per unit, the average gradient of its rows, clipped to L2 norm {fit.clip:g} (scaled units), "
+        f"summed exactly over units; discrete Gaussian noise of sigma {multiplier:.4g} x clip on each of its "
+        f"{len(fit.features) + 1} coordinates (one unit moves the sum by at most "
+        f"{'the clip' if fit.sensitivity_factor == 1 else 'twice the clip, replace-one neighbours'})",
+        f"learning rate {fit.learning_rate:g}, on the average over units of each unit's average row loss (the sum "
+        f"over a noisy count of units, released once with {float(COUNT_SHARE):g} of the budget)",
+    ]
+    if fit.rate is not None:
+        lines.append(f"sample: each step keeps each unit with probability {float(fit.rate):g}, by a keyed hash "
+                     "with a fresh secret key per step; " +
+                     ("the charge is the subsampled Gaussian's (dpsql.budget.subsampled)" if fit.amplified else
+                      "under ZCDP accounting a sample saves no budget: calibrated as full batch"))
+    cost = fit.cost
+    lines.append(f"cost: epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
+                 f"{'' if cost.rho is None else f', rho {float(cost.rho):.6g}'}, charged once for the whole fit")
+    lines.append("first step's statement (weights 0; later steps differ in their weights only):")
+    lines.append(fit.statement([0.0] * (len(fit.features) + 1)).sql)
+    repeat = connection._ledger.find_answer(fit.key()) is not None
+    _, refusal = connection._after(Spend.ZERO if repeat else cost)
+    lines.append(connection._accounting_text(cost, repeat, refusal))
+    return Explanation("\n".join(lines), refused=refusal)
+
+
+def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -> DPResult:
+    return connection.fit(*_one_query(queries), **_with_target(options)).result
+
+
+def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
+    return explain_fit(connection, plan_fit(connection, *_one_query(queries), **_with_target(options)))
+
+
+def _one_query(queries: list[str]) -> list[str]:
+    if len(queries) != 1:
+        raise InvalidParameter(f"fit() takes one training query, got {len(queries)}",
+                               hint="write SELECT * FROM fit('SELECT x1, x2, y FROM t', target = 'y')")
+    return queries
+
+
+def _with_target(options: dict[str, Any]) -> dict[str, Any]:
+    if "target" not in options:
+        raise InvalidParameter("fit() needs a target",
+                               hint="write SELECT * FROM fit('SELECT x1, x2, y FROM t', target = 'y')")
+    return options
+
+
+register("fit", Mechanism(_answer_call, _explain_call, OPTIONS))

@@ -1,0 +1,163 @@
+"""The statements of a fit (``dpsql.calls.fit``): one per gradient step, and the row count.
+
+Each reads the bounded rows of the fit's plan (``dpsql.backends.rewrite.rows_statement``: the
+relation's rows with their unit, every column clamped into its bounds on its integer grid) and
+adds, in the engine:
+
+1. ``dp_fit_rows``: the rows with every column present, each scaled onto [-1, 1] as DOUBLE
+   (a logistic target stays the class, 1 or 0);
+2. ``dp_fit_units``: per unit, the average over its rows of the row gradient (intercept first):
+   each unit weighs the same whatever its rows, and one clip fits units of one row or many;
+3. ``dp_fit_clipped``: that vector in grid steps (clip / D each), scaled to L2 norm at most
+   D * ``MARGIN`` steps, truncated toward zero coordinate by coordinate. Truncation toward zero
+   never lengthens a vector, so its norm is at most D steps. A vector whose norm is not a finite
+   number (it cannot be one: every input is bounded) counts as zero, and so does a coordinate
+   outside [-D, D]: a unit's part is at most D steps whatever the engine's arithmetic does;
+4. the sum over units, exact (BIGINT values summed as HUGEINT).
+
+The count counts the units with a complete row (one unit moves it by at most 1).
+Weights are literals in scientific notation (DOUBLE in DuckDB and Spark alike); they are public,
+the previous steps' noisy releases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+
+from dpsql.analysis.plan import Plan
+from dpsql.backends.render import DUCKDB
+from dpsql.backends.rewrite import BoundedStatement, rows_statement
+from dpsql.mechanisms.descent import MARGIN, Bounds, Model
+
+LOGIT_LIMIT = 40.0
+"""The logistic link's argument is clamped to [-40, 40] (its value moves by under 1e-17 beyond)."""
+
+
+@dataclass(frozen=True)
+class FitColumns:
+    """The fit's columns in the bounded rows: value column, grid and bounds in grid steps."""
+
+    values: tuple[str, ...]
+    """``v_<measure>`` of each feature, then of the target."""
+    grids: tuple[float, ...]
+    """Each column's grid (its value is v * grid)."""
+    lower: tuple[int, ...]
+    upper: tuple[int, ...]
+
+    def bounds(self) -> list[Bounds]:
+        """Each column's bounds in its own units."""
+        return [Bounds(lo * g, hi * g) for lo, hi, g in zip(self.lower, self.upper, self.grids)]
+
+
+def _number(value: float) -> str:
+    """A DOUBLE literal, exactly ``value`` (17 significant digits, scientific notation)."""
+    return format(float(value), ".16e")
+
+
+def _scaled(column: str, lower: int, upper: int) -> str:
+    """The column's grid value mapped onto [-1, 1] (0 when its bounds are one value)."""
+    if upper == lower:
+        return _number(0.0)
+    slope, offset = 2.0 / (upper - lower), -(upper + lower) / (upper - lower)
+    return f"(CAST({column} AS DOUBLE) * {_number(slope)} + {_number(offset)})"
+
+
+def _rows_layer(columns: FitColumns, model: Model = "linear") -> str:
+    scaled = [_scaled(v, lo, hi) for v, lo, hi in zip(columns.values, columns.lower, columns.upper)]
+    if model == "logistic":  # the class, 1 or 0 (fit._target_value), as itself: the log loss needs y in {0, 1}
+        scaled[-1] = f"(CAST({columns.values[-1]} AS DOUBLE) * {_number(columns.grids[-1])})"
+    names = [f"x{j}" for j in range(1, len(columns.values))] + ["y"]
+    present = " AND ".join(f"{v} IS NOT NULL" for v in columns.values)
+    select = ", ".join(f"{s} AS {n}" for s, n in zip(scaled, names))
+    return f"SELECT dp_unit, {select} FROM dp_values WHERE {present}"
+
+
+def _residual(model: Model, weights: Sequence[float], features: int) -> str:
+    """The row's residual: prediction minus target (the gradient's common factor)."""
+    linear = " + ".join([_number(weights[0])] + [f"{_number(weights[j])} * x{j}" for j in range(1, features + 1)])
+    if model == "linear":
+        return f"({linear} - y)"
+    bounded = f"LEAST(GREATEST({linear}, {_number(-LOGIT_LIMIT)}), {_number(LOGIT_LIMIT)})"
+    return f"({_number(1.0)} / ({_number(1.0)} + EXP(-({bounded}))) - y)"
+
+
+def gradient_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
+                       clip: float, norm_steps: int, dialect: str = DUCKDB) -> BoundedStatement:
+    """The statement of one step: one row, ``s0`` (intercept) .. ``sd``, the exact sum over units
+    of each unit's clipped gradient in grid steps of clip / ``norm_steps``."""
+    final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(columns.values)))
+    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect)
+
+
+def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
+                           clip: float, norm_steps: int, dialect: str = DUCKDB) -> BoundedStatement:
+    """Each unit's clipped integer vector (``t0`` ..), before the sum: for tests of the bound."""
+    final = ", ".join(f"t{i}" for i in range(len(columns.values)))
+    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect)
+
+
+def _over_clipped(final: str, plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
+                  clip: float, norm_steps: int, dialect: str) -> BoundedStatement:
+    """``SELECT final FROM dp_fit_clipped`` over the step's layers."""
+    return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
+
+
+def _one_row_each(plan: Plan) -> bool:
+    """True when every unit has at most one row whatever the data (a bounded copy of one row per
+    unit, or a row-level table read directly): its gradient is its row's, no GROUP BY needed."""
+    return plan.query.rows_per_unit == 1
+
+
+def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float], clip: float,
+                     norm_steps: int, one_row_each: bool = False) -> list[tuple[str, exp.Expr]]:
+    features = len(columns.values) - 1
+    residual = _residual(model, weights, features)
+    terms = ["r"] + [f"r * x{j}" for j in range(1, features + 1)]
+    if one_row_each:
+        per_row = ", ".join(f"{t} AS g{i}" for i, t in enumerate(terms))
+        units = f"SELECT dp_unit, {per_row} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals"
+    else:
+        per_unit = ", ".join(f"CAST(AVG({t}) AS DOUBLE) AS g{i}" for i, t in enumerate(terms))
+        units = (f"SELECT dp_unit, {per_unit} FROM (SELECT *, {residual} AS r FROM dp_fit_rows) AS dp_residuals "
+                 "GROUP BY dp_unit")
+    # Measured in grid steps first (clip / D each), then normed: a norm of the raw sums would
+    # underflow to 0 for a tiny clip (squares below the smallest double) and let every
+    # coordinate through at almost D (found by helper-30). In steps, a square underflows only
+    # for a coordinate far below one step, which truncates to 0 anyway.
+    in_steps = ", ".join(f"g{i} * {_number(norm_steps / clip)} AS h{i}" for i in range(len(terms)))
+    norm = "SQRT(" + " + ".join(f"h{i} * h{i}" for i in range(len(terms))) + ")"
+    reach = _number(norm_steps * MARGIN)
+    factor = (f"CASE WHEN dp_norm <= {reach} THEN {_number(1.0)} "
+              f"WHEN dp_norm <= {_number(1e300)} THEN {reach} / dp_norm ELSE {_number(0.0)} END")
+    limit = _number(float(norm_steps))
+    truncated = ", ".join(
+        f"CASE WHEN h{i} * dp_factor >= 0 AND h{i} * dp_factor <= {limit} "
+        f"THEN CAST(FLOOR(h{i} * dp_factor) AS BIGINT) "
+        f"WHEN h{i} * dp_factor < 0 AND h{i} * dp_factor >= -{limit} THEN CAST(CEIL(h{i} * dp_factor) AS BIGINT) "
+        f"ELSE CAST(0 AS BIGINT) END AS t{i}" for i in range(len(terms)))
+    clipped = (f"SELECT {truncated} FROM (SELECT *, {factor} AS dp_factor FROM "
+               f"(SELECT *, {norm} AS dp_norm FROM dp_fit_steps) AS dp_normed) AS dp_factored")
+    return [("dp_fit_rows", _select(_rows_layer(columns, model))), ("dp_fit_units", _select(units)),
+            ("dp_fit_steps", _select(f"SELECT dp_unit, {in_steps} FROM dp_fit_units")),
+            ("dp_fit_clipped", _select(clipped))]
+
+
+def count_statement(plan: Plan, columns: FitColumns, dialect: str = DUCKDB) -> BoundedStatement:
+    """The units with a row where every column is present: one row, ``n``."""
+    if _one_row_each(plan):
+        return rows_statement(plan, _select("SELECT COUNT(*) AS n FROM dp_fit_rows"),
+                              [("dp_fit_rows", _select(_rows_layer(columns)))], dialect)
+    return rows_statement(plan, _select("SELECT COUNT(*) AS n FROM dp_fit_units"),
+                          [("dp_fit_rows", _select(_rows_layer(columns))),
+                           ("dp_fit_units", _select("SELECT dp_unit FROM dp_fit_rows GROUP BY dp_unit"))], dialect)
+
+
+def _select(text: str) -> exp.Select:
+    tree = sqlglot.parse_one(text, read=DUCKDB)
+    assert isinstance(tree, exp.Select)
+    return tree

@@ -1,0 +1,198 @@
+"""Mechanisms an analyst calls in SQL: ``SELECT * FROM above_threshold('SELECT ...', ..., epsilon = 1)``.
+
+A mechanism that answers many queries at once (sparse vector, a workload) has a Python method,
+and this one SQL form, so psql through ``dpsql serve``, the shell and ``dpsql query`` reach it
+as they reach any query: ``Connection.sql`` and ``Connection.explain`` hand a statement whose
+FROM is a registered mechanism's name to that mechanism instead of the query pipeline.
+
+The form: ``SELECT * FROM name(<query>, <query>, ..., option = value, ...)``. Each query is a
+string literal (``'...'``, with ``''`` for a quote inside; or ``$$...$$``), or an array of them;
+each option is ``name = value`` (also ``name => value`` or ``name := value``) with a number,
+string, boolean or NULL value. Nothing else may surround the call: the answer is a release, and
+post-processing it is the analyst's, after it.
+
+>>> call = recognise("SELECT * FROM above_threshold('SELECT COUNT(*) FROM t', threshold = -2.5, max_above => 2)")
+>>> call.name, call.queries, call.options
+('above_threshold', ['SELECT COUNT(*) FROM t'], {'threshold': Fraction(-5, 2), 'max_above': 2})
+>>> recognise("SELECT COUNT(*) FROM visits") is None
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedQuery
+from dpsql.sql.parse import parse
+
+
+@dataclass(frozen=True)
+class Call:
+    """A mechanism's call as the analyst wrote it."""
+
+    name: str
+    """The mechanism, lower-cased."""
+    queries: list[str]
+    """The query texts, in order."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Option name (lower-cased) -> value: Fraction or int for numbers, str, bool or None."""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """What answers (and explains) a call of one name."""
+
+    answer: Callable[[Any, list[str], dict[str, Any]], Any]
+    """``answer(connection, queries, options)`` -> ``DPResult``."""
+    explain: Callable[[Any, list[str], dict[str, Any]], str] | None = None
+    """``explain(connection, queries, options)`` -> text; reads no data."""
+    options: tuple[str, ...] = ()
+    """The option names it takes (any other is refused, with this list)."""
+
+
+_MECHANISMS: dict[str, Mechanism] = {}
+
+
+def register(name: str, mechanism: Mechanism) -> None:
+    """Make ``SELECT * FROM name(...)`` call ``mechanism`` (``name`` lower case)."""
+    _MECHANISMS[name.lower()] = mechanism
+
+
+def mechanism(name: str) -> Mechanism:
+    """The mechanism registered under ``name``."""
+    _load()
+    return _MECHANISMS[name.lower()]
+
+
+BUILT_IN = ("dpsql.calls.above_threshold", "dpsql.calls.workload_run", "dpsql.calls.pmw_call", "dpsql.calls.fit_call")
+"""The modules of the built-in mechanisms: each calls ``register`` when imported (add yours here)."""
+
+
+def mechanism_names() -> list[str]:
+    """The names a ``SELECT * FROM name(...)`` can call, sorted."""
+    _load()
+    return sorted(_MECHANISMS)
+
+
+def _load() -> None:
+    """Register the built-in mechanisms (imported late: they import the connection's pieces)."""
+    for module in BUILT_IN:
+        importlib.import_module(module)
+
+
+def recognise(sql: Any) -> Call | None:
+    """The mechanism call ``sql`` is, or None for any other statement (a cheap test first:
+    most statements are queries). A malformed call is refused with its position."""
+    if not isinstance(sql, str):
+        return None
+    _load()
+    found = _CALLED.search(sql)
+    if found is None or found.group(1).lower() not in _MECHANISMS:
+        return None
+    parsed = parse(sql)
+    tree = parsed.tree
+    table = tree.args.get("from_") or tree.args.get("from")
+    function = table.this.this if isinstance(table, exp.From) and isinstance(table.this, exp.Table) else None
+    if not isinstance(function, exp.Anonymous) or str(function.this).lower() not in _MECHANISMS:
+        return None
+    name = str(function.this).lower()
+    _check_alone(tree, name)
+    if parsed.options:
+        written = next(iter(parsed.options))
+        raise _refused(f"{name}() takes its options inside its call, found OPTIONS ({written} = ...)", tree,
+                       f"write SELECT * FROM {name}(..., {written} = ...)")
+    alias = function.parent.args.get("alias") if function.parent is not None else None
+    if alias is not None:
+        raise _refused(f"{name}()'s answer cannot be renamed here", alias,
+                       f"write SELECT * FROM {name}(...), and rename its columns afterwards")
+    queries: list[str] = []
+    options: dict[str, Any] = {}
+    for argument in function.expressions:
+        if isinstance(argument, (exp.EQ, exp.Kwarg, exp.PropertyEQ)):
+            option = argument.this.name.lower()
+            if option in options:
+                raise _refused(f"{name}() is given the option {option} twice", argument,
+                               f"give {option} once")
+            options[option] = _value(argument.expression, name, option)
+        elif options:
+            raise _refused(f"{name}()'s queries come before its options", argument,
+                           f"write {name}('SELECT ...', 'SELECT ...', option = value, ...)")
+        else:
+            queries.extend(_texts(argument, name))
+    _check_options(name, options, function)
+    return Call(name, queries, options)
+
+
+_CALLED = re.compile(r"\bfrom\s+([a-z_][a-z0-9_]*)\s*\(", re.IGNORECASE)
+
+
+def _check_alone(tree: exp.Expression, name: str) -> None:
+    """The call must be the whole statement: ``SELECT * FROM name(...)``."""
+    star = tree.expressions[0] if isinstance(tree, exp.Select) and len(tree.expressions) == 1 else None
+    if not isinstance(star, exp.Star) or any(star.args.values()):  # no EXCLUDE, REPLACE, RENAME
+        raise _refused(f"{name}() must be selected from alone", tree,
+                       f"write SELECT * FROM {name}(...), and post-process its answer afterwards")
+    for clause in ("where", "group", "having", "order", "limit", "offset", "joins", "with", "qualify", "distinct"):
+        if tree.args.get(clause):
+            raise _refused(f"{name}() must be selected from alone, found {clause.upper()}", _first(tree.args[clause]),
+                           f"write SELECT * FROM {name}(...), and post-process its answer afterwards")
+
+
+def _first(found: Any) -> exp.Expression:
+    return found[0] if isinstance(found, list) else found
+
+
+def _check_options(name: str, options: dict[str, Any], node: exp.Expression) -> None:
+    accepted = _MECHANISMS[name].options
+    for option in options:
+        if option not in accepted:
+            raise _refused(f"{name}() has no option {option}", node,
+                           f"its options are {', '.join(accepted)}")
+
+
+def _texts(argument: exp.Expression, name: str) -> list[str]:
+    """The query texts of one positional argument: a string, or an array of strings."""
+    if isinstance(argument, exp.Array):
+        return [text for element in argument.expressions for text in _texts(element, name)]
+    if isinstance(argument, exp.RawString) or (isinstance(argument, exp.Literal) and argument.is_string):
+        return [str(argument.this)]
+    raise _refused(f"{name}() takes its queries as string literals, found {argument.sql()}", argument,
+                   f"quote each query: {name}('SELECT COUNT(*) FROM t WHERE ...', ...), "
+                   "doubling any quote inside it, or write it between $$ and $$")
+
+
+def _value(node: exp.Expression, name: str, option: str) -> Any:
+    """An option's value: a number (exact), a string, a boolean or NULL."""
+    negative = isinstance(node, exp.Neg)
+    inner = node.this if negative else node
+    if isinstance(inner, exp.Literal) and not inner.is_string:
+        try:
+            number = Fraction(inner.this)
+        except ValueError:
+            raise _refused(f"{name}()'s option {option} is not a number: {inner.this}", node,
+                           f"write {option} = 1.5 or {option} = 1e-6") from None
+        number = -number if negative else number
+        return int(number) if number.denominator == 1 and "." not in inner.this and "e" not in inner.this.lower() \
+            else number
+    if negative:
+        raise _refused(f"{name}()'s option {option} must be a number, string, boolean or NULL", node,
+                       f"write {option} = 1.5, {option} = 'text', {option} = true or {option} = NULL")
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    raise _refused(f"{name}()'s option {option} must be a number, string, boolean or NULL, found {node.sql()}",
+                   node, f"write {option} = 1.5, {option} = 'text', {option} = true or {option} = NULL")
+
+
+def _refused(message: str, node: exp.Expression, hint: str) -> UnsupportedQuery:
+    return UnsupportedQuery(message, hint=hint, node=node)

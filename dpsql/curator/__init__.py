@@ -1,0 +1,1 @@
+"""The curator's tools: bound suggestions, the dropped-share estimate, build progress."""

@@ -1,0 +1,193 @@
+"""How much of a table its MAX ROWS PER UNIT drops: a DP estimate the curator records once.
+
+Contribution bounding lowers counts and sums, and the ± says nothing of it. The bias report
+(``dpsql.query.bias``) measures it per query, out of the query's own epsilon; this is the default,
+free-to-the-analyst way: the curator's ``dpsql init`` (or ``Connection.estimate_limits``)
+spends a small epsilon once per private table on the share of its rows beyond MAX ROWS PER
+UNIT K, records it in the ledger, and every later answer reading the table shows it in its
+limits line ("limits drop ≈ 4.4% ± 0.3% of flights' rows (at least)"): post-processing of a
+charged release, so it costs nothing more and reveals nothing more.
+
+What is measured, per unit u of the table: its raw row count r_u, read from the table's
+row-count table (``dpsql.backends.bounding.raw_rows_sql``: counted when the bounded copy is
+built, stored capped at R = K·(1 + 4K); the raw table is not read again). Released with
+discrete Laplace noise of scale sensitivity / epsilon_i:
+
+* ``kept = Σ_u min(r_u, K)``: one unit adds 0..K, sensitivity **K**;
+* ``dropped = Σ_u min(r_u - min(r_u, K), C)``, C = K: 0..C per unit, sensitivity **K**, and the
+  share is **at least** what is shown (rows beyond 2K of one unit are not counted).
+
+The cap R changes neither count: r ≤ R leaves r as it is, and for r > R both min(r, K) and
+min(r, R) are K, and both r - K and R - K = 4K² are at least C = K. Replacing one unit moves
+each sum by at most its sensitivity too (one term changes within [0, K]), so the same scales
+serve BOUNDED and UNBOUNDED neighbours. ``tests/test_bias_estimate.py`` checks both by brute
+force. The epsilon is split 1 : 2 between ``kept`` and ``dropped`` (``dpsql.query.bias``: kept only
+scales the share); the share dropped / (kept + dropped) and its 95% interval are
+post-processing (``dpsql.mechanisms.shares``).
+
+The estimate is a ledger entry like any charge (analyst: none; its cost counts against the
+total budget), found by its key: the table, its unit and K, so a policy that changes K has no
+estimate for the new K until the curator records one. It describes the data when it was made.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.backends.bounding import DATABASE, DROP_CAP, copy_name, raw_rows_name
+from dpsql.backends.render import DUCKDB, render
+from dpsql.backends.rewrite import BoundedStatement
+from dpsql.mechanisms.noise import discrete_laplace
+from dpsql.mechanisms.shares import Share, estimate_share
+from dpsql.policy.model import PrivateTable
+
+__all__ = ["DroppedPlan", "RecordedDrop", "dropped_statement", "plan_dropped", "record_key", "release_dropped"]
+
+CAP = 1
+"""C = CAP · K (at most ``DROP_CAP``: the row-count table stores enough for it)."""
+KEPT_WEIGHT, DROPPED_WEIGHT = 1, 2
+"""The split of the estimate's epsilon between ``kept`` and ``dropped``."""
+ALPHA = 0.05
+"""The share's ± is a 95% interval."""
+KEY_PREFIX = "limits-drop/"
+"""Ledger keys of recorded estimates (query keys are hex digests: no clash)."""
+
+
+@dataclass(frozen=True)
+class DroppedPlan:
+    """What one table's estimate reads and spends, decided before any data is read."""
+
+    table: str
+    """The private table as the policy names it."""
+    key: str
+    """Its catalog key."""
+    unit: str
+    """Its privacy unit column."""
+    rows_per_unit: int
+    """K: its MAX ROWS PER UNIT."""
+    copy: str
+    """Its bounded copy (whose row-count table the estimate reads)."""
+    epsilon: Fraction
+    """The whole cost."""
+
+    @property
+    def cap(self) -> int:
+        """C: the most one unit adds to ``dropped``."""
+        return CAP * self.rows_per_unit
+
+    @property
+    def scales(self) -> dict[str, Fraction]:
+        """Discrete Laplace scale of each count: sensitivity K over its part of epsilon."""
+        part = self.epsilon / (KEPT_WEIGHT + DROPPED_WEIGHT)
+        return {"kept": Fraction(self.rows_per_unit) / (KEPT_WEIGHT * part),
+                "dropped": Fraction(self.cap) / (DROPPED_WEIGHT * part)}
+
+
+@dataclass(frozen=True)
+class RecordedDrop:
+    """A recorded estimate: the share of a table's rows beyond its MAX ROWS PER UNIT.
+
+    >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1)))
+    ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least)
+    """
+
+    table: str
+    """The private table as the policy names it."""
+    unit: str
+    """Its privacy unit column."""
+    rows_per_unit: int
+    """The K it was made for."""
+    share: Share
+    """The share of the table's rows (with a unit) beyond K rows of their unit."""
+    epsilon: Fraction
+    """What it cost (charged once)."""
+    estimated: str | None = None
+    """The UTC date it was made (ISO): it describes the table's rows as they were then, and is
+    not made again when they change (the curator re-runs ``estimate_limits`` for that)."""
+
+    def __str__(self) -> str:
+        return f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
+
+    def to_json(self) -> str:
+        return json.dumps({"table": self.table, "unit": self.unit, "rows_per_unit": self.rows_per_unit,
+                           "share": [self.share.value, self.share.halfwidth], "epsilon": str(self.epsilon),
+                           "estimated": self.estimated},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> RecordedDrop | None:
+        """The estimate a ledger entry recorded, or ``None`` if it holds none."""
+        try:
+            record = json.loads(text)  # type: ignore[arg-type]  # None: TypeError
+            return cls(str(record["table"]), str(record["unit"]), int(record["rows_per_unit"]),
+                       Share(float(record["share"][0]), float(record["share"][1])), Fraction(record["epsilon"]),
+                       None if record.get("estimated") is None else str(record["estimated"]))
+        except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
+            return None
+
+
+def possessive(name: str) -> str:
+    """``name``'s, as English writes it.
+
+    >>> possessive("flights"), possessive("shop")
+    ("flights'", "shop's")
+    """
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def record_key(key: str, unit: str, rows_per_unit: int) -> str:
+    """The ledger key of a table's estimate: what it depends on besides the data.
+
+    >>> record_key("main.flights", "tailnum", 250)
+    'limits-drop/main.flights/tailnum/250'
+    """
+    return f"{KEY_PREFIX}{key}/{unit.lower()}/{rows_per_unit}"
+
+
+def plan_dropped(rule: PrivateTable, key: str, epsilon: Fraction) -> DroppedPlan | None:
+    """The estimate of one private table (``None`` for a row-level table: it drops no row)."""
+    assert CAP <= DROP_CAP, "the row-count table must store enough for C"
+    if rule.row_level or rule.unit is None:
+        return None
+    return DroppedPlan(rule.name, key, rule.unit, rule.max_rows_per_unit, copy_name(key, rule), epsilon)
+
+
+def dropped_statement(plan: DroppedPlan, dialect: str = DUCKDB) -> BoundedStatement:
+    """One row: ``kept`` and ``dropped`` (module docstring), from the row-count table only."""
+    name = raw_rows_name(plan.copy)
+    k = exp.Literal.number(plan.rows_per_unit)
+    rows = exp.column("r", table=name, quoted=True)  # typed by its table (``bounding.raw_rows_columns``)
+    kept = exp.Anonymous(this="LEAST", expressions=[rows, k])
+    beyond = exp.Anonymous(this="GREATEST", expressions=[exp.Sub(this=rows.copy(), expression=k.copy()),
+                                                        exp.Literal.number(0)])
+    dropped = exp.Anonymous(this="LEAST", expressions=[beyond, exp.Literal.number(plan.cap)])
+
+    def total(value: exp.Expr, name: str) -> exp.Expr:
+        return exp.alias_(exp.Coalesce(this=exp.Sum(this=value), expressions=[exp.Literal.number(0)]), name)
+
+    table = exp.table_(name, db="main", catalog=DATABASE, quoted=True) if dialect == DUCKDB else \
+        exp.table_(name, quoted=True)
+    select = exp.select(total(kept, "kept"), total(dropped, "dropped")).from_(table)
+    return BoundedStatement(render(select, dialect), False, (plan.key,))
+
+
+def noisy_counts(plan: DroppedPlan, exact: tuple[int, int], source=None) -> dict[str, int]:
+    """Each exact count plus discrete Laplace noise of its scale (one batch per count)."""
+    scales = plan.scales
+    return {name: int(value) + int(discrete_laplace(scales[name], 1, source)[0])
+            for name, value in zip(("kept", "dropped"), exact)}
+
+
+def release_dropped(plan: DroppedPlan, exact: tuple[int, int], source=None) -> RecordedDrop:
+    """Noise both counts, then the share and its interval (post-processing)."""
+    noisy = noisy_counts(plan, exact, source)
+    scales = plan.scales
+    share = estimate_share(noisy["dropped"], float(scales["dropped"]), noisy["kept"], float(scales["kept"]),
+                           added=True, alpha=ALPHA)
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    return RecordedDrop(plan.table, plan.unit, plan.rows_per_unit, share, plan.epsilon, today)
