@@ -2,7 +2,7 @@
 
 Each subcommand is one ``Command`` in ``COMMANDS``: its name, a one-line help, an example
 for ``--help``, a function that declares its arguments and a function that runs it and
-returns an exit code. Errors become exit codes in one place, ``exit_code``. The commands
+returns an exit code. Errors become exit codes in one place, ``dpsql.errors.exit_code``. The commands
 use only dpsql's public API (``dpsql.connect`` and what it returns) and the shell's renderer,
 so ``dpsql query`` prints exactly what the shell would.
 
@@ -27,21 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from dpsql.errors import BudgetExceeded, DPError, PolicyError, SecondBudget, SecondBudgetWarning, UnsupportedQuery
+from dpsql.errors import EXIT_CODES as EXIT_CODES  # re-exported: readers of the command line look here
+from dpsql.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_OVER_BUDGET,
+    EXIT_REFUSED,
+    DPError,
+    PolicyError,
+    SecondBudget,
+    SecondBudgetWarning,
+    exit_code,
+)
 
 DEFAULT_MAX_ROWS = 40
 """Rows of an answer printed by default, as DuckDB's CLI shows 40."""
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_REFUSED = 2
-EXIT_OVER_BUDGET = 3
-
-EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
-    (UnsupportedQuery, EXIT_REFUSED),
-    (BudgetExceeded, EXIT_OVER_BUDGET),
-)
-"""Which error ends the process with which code, first match wins; anything else is 1."""
 
 _EXIT_CODES_HELP = """\
 exit codes:
@@ -67,20 +67,6 @@ def exit_codes_help(exits: Sequence[tuple[int, str]]) -> str:
       1  an error (bad arguments, policy errors, I/O, ...)
     """
     return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in exits)
-
-
-def exit_code(error: BaseException) -> int:
-    """The exit code for an error that ended a command.
-
-    >>> exit_code(UnsupportedQuery("window functions are not supported"))
-    2
-    >>> exit_code(ValueError("anything else"))
-    1
-    """
-    for kind, code in EXIT_CODES:
-        if isinstance(error, kind):
-            return code
-    return EXIT_ERROR
 
 
 @dataclass(frozen=True)

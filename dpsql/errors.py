@@ -195,3 +195,31 @@ def position_of(sql: str, offset: int | None) -> tuple[int | None, int | None]:
     line = before.count("\n") + 1
     col = offset - (before.rfind("\n") + 1) + 1
     return line, col
+
+
+# -- exit codes: what the command line and a shell script end with -----------------------------
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_REFUSED = 2
+EXIT_OVER_BUDGET = 3
+
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (UnsupportedQuery, EXIT_REFUSED),
+    (BudgetExceeded, EXIT_OVER_BUDGET),
+)
+"""Which error ends the process with which code, first match wins; anything else is 1."""
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code for an error that ended a command (``dpsql query``, a shell script).
+
+    >>> exit_code(UnsupportedQuery("window functions are not supported"))
+    2
+    >>> exit_code(ValueError("anything else"))
+    1
+    """
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return EXIT_ERROR

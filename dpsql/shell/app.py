@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
+from dpsql.errors import exit_code
 from dpsql.shell.budget import (
     analyst_budget,
     budget_meter,
@@ -121,8 +122,6 @@ def script_exit_code(failure: BaseException | None) -> int:
     """
     if failure is None:
         return 0
-    from dpsql.cli import exit_code
-
     return exit_code(failure)
 
 
