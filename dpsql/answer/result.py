@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from dpsql.answer.table import answer_from, asymmetric, bias_lines, cell_texts, interval_ends, noisy_parts, render_table
 from dpsql.budget.accounting import Spend, none_below_zero, show
 from dpsql.errors import InvalidParameter, MissingDependency
 
@@ -361,11 +362,6 @@ class DPResult:
     def _repr_html_(self) -> str:
         """The answer as Jupyter shows it: values with ±, cost, budget left and notes; every
         value escaped (keys are data: a key may hold markup)."""
-        from dpsql.shell.render import (  # pure text functions, no shell
-            answer_from,
-            cell_texts,
-        )
-
         answer = self._shown_answer(answer_from(self), SHOWN_ROWS)
         right = [name in answer.half_widths or _is_numeric(self._rows, i) for i, name in enumerate(self.columns)]
         head = "".join(f"<th>{_html(name)}</th>" for name in self.columns)
@@ -396,12 +392,6 @@ class DPResult:
         return f"cost: epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"
 
     def _box(self, width: int, max_rows: int = SHOWN_ROWS) -> str:
-        from dpsql.shell.render import (  # pure text functions, no shell
-            answer_from,
-            bias_lines,
-            render_table,
-        )
-
         answer = self._shown_answer(answer_from(self), max_rows)
         table = render_table(answer, width=width)
         text = table[:table.rstrip("\n").rfind("\n") + 1]  # its row count: replaced by ours
@@ -640,8 +630,6 @@ def _about(value, width: float | None, span: tuple[float, float] | None = None) 
         return "NULL"
     if width is None or not math.isfinite(width) or width <= 0:
         return f"{value:,}" if isinstance(value, int) else str(value)
-    from dpsql.shell.render import asymmetric, interval_ends, noisy_parts  # pure text functions, no shell
-
     if span is not None and asymmetric(value, span):
         low, high = interval_ends(value, width, span)
         return f"{noisy_parts(value, width)[0]} [{low}, {high}]"

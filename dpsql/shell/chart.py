@@ -5,7 +5,7 @@ bar lies inside the value's 95% noise interval, and ``─…┤`` where the inte
 the bar. An analyst sees at a glance which differences between groups are larger than
 the noise.
 
->>> from dpsql.shell.render import Answer
+>>> from dpsql.answer.table import Answer
 >>> answer = Answer(["plan", "users"], [("free", 1200), ("plus", 600), ("pro", 200)],
 ...                 half_widths={"users": [100.0, 100.0, 100.0]})
 >>> print(render_chart(answer, width=50))
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from dpsql.shell.render import (
+from dpsql.answer.table import (
     NO_INTERVAL,
     Answer,
     is_missing,
