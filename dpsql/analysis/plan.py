@@ -70,6 +70,20 @@ class Aggregate:
     """Relative share of the query's epsilon."""
 
 
+def aggregates_of(node: exp.Expression) -> list[str]:
+    """The core aggregate columns (a0..) an expression of the post query reads, each once, in order.
+
+    >>> aggregates_of(exp.column("a0") / exp.column("a1") + exp.column("a0") * exp.column("g0"))
+    ['a0', 'a1']
+    """
+    names = []
+    for column in node.find_all(exp.Column):
+        name = column.name
+        if len(name) > 1 and name[0] == "a" and name[1:].isdigit() and name not in names:
+            names.append(name)
+    return names
+
+
 @dataclass(frozen=True)
 class PrivateQuery:
     """A checked aggregate query over one private table, split into a private core and

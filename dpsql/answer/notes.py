@@ -21,7 +21,7 @@ a division by a noisy 0 (``dpsql.analysis.aggregates.null_on_zero_divisors``), o
 total with TRY. ``null_cells_notes`` says how many rows and why, from the released rows and the
 query's text only.
 
-The limits line (``dpsql.query.bias.Limits``) says, per aggregate, which way the limits can move it
+The limits line (``dpsql.query.limits.Limits``) says, per aggregate, which way the limits can move it
 (``limit_effects``): a count only down, a sum of values ≥ 0 down by the rows dropped, an average
 or a quantile either way. That is a fact of the plan alone (the aggregate, its bounds, whether
 rows can be dropped): it costs nothing and reads no data.
@@ -33,8 +33,8 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.analysis.plan import aggregates_of
 from dpsql.mechanisms.selection import selection_rule
-from dpsql.query.accuracy import aggregates_of
 
 __all__ = ["FEW_ROWS", "effects_text", "limit_effects", "null_cells_notes", "thin_answer_notes"]
 
@@ -125,7 +125,7 @@ def _number(value: Fraction) -> str:
     return f"{float(value):.6g}"
 
 
-# -- which way the limits move each aggregate (the limits line, ``dpsql.query.bias.Limits``) ---------
+# -- which way the limits move each aggregate (the limits line, ``dpsql.query.limits.Limits``) ---------
 
 EFFECTS = {
     "lower": "they can only lower {}",

@@ -185,7 +185,7 @@ class DPResult:
         """Rows whose GROUP BY keys are outside their public KEYS domains, released as one more
         noisy cell (``OutsideDomain``); ``None`` when the query groups by no KEYS column."""
         self.limits = limits
-        """The contribution limits the answer applied (``dpsql.query.bias.Limits``; ``str()`` reads
+        """The contribution limits the answer applied (``dpsql.query.limits.Limits``; ``str()`` reads
         "at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]"); ``None``
         for public queries. Public facts: they lower answers, and that bias is not in the ±."""
         self.bounding = bounding

@@ -87,7 +87,7 @@ def _text_or_none(value: Any) -> str | None:
 
 def bias_lines(answer: Answer) -> str:
     """The footer lines naming an answer's contribution limits (with the share of rows they
-    drop, where recorded, and which way they move each aggregate: ``dpsql.query.bias.Limits``) and
+    drop, where recorded, and which way they move each aggregate: ``dpsql.query.limits.Limits``) and
     its bias report ('' for none).
 
     >>> bounding = "≈ 3% ± 1% of rows beyond per-unit limits (at least)"

@@ -33,7 +33,6 @@ estimate for the new K until the curator records one. It describes the data when
 from __future__ import annotations
 
 import datetime
-import json
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -43,8 +42,9 @@ from dpsql.backends.bounding import DATABASE, DROP_CAP, copy_name, raw_rows_name
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.mechanisms.noise import discrete_laplace
-from dpsql.mechanisms.shares import Share, estimate_share
+from dpsql.mechanisms.shares import estimate_share
 from dpsql.policy.model import PrivateTable
+from dpsql.query.limits import RecordedDrop
 
 __all__ = ["DroppedPlan", "RecordedDrop", "dropped_statement", "plan_dropped", "record_key", "release_dropped"]
 
@@ -86,58 +86,6 @@ class DroppedPlan:
         part = self.epsilon / (KEPT_WEIGHT + DROPPED_WEIGHT)
         return {"kept": Fraction(self.rows_per_unit) / (KEPT_WEIGHT * part),
                 "dropped": Fraction(self.cap) / (DROPPED_WEIGHT * part)}
-
-
-@dataclass(frozen=True)
-class RecordedDrop:
-    """A recorded estimate: the share of a table's rows beyond its MAX ROWS PER UNIT.
-
-    >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1)))
-    ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least)
-    """
-
-    table: str
-    """The private table as the policy names it."""
-    unit: str
-    """Its privacy unit column."""
-    rows_per_unit: int
-    """The K it was made for."""
-    share: Share
-    """The share of the table's rows (with a unit) beyond K rows of their unit."""
-    epsilon: Fraction
-    """What it cost (charged once)."""
-    estimated: str | None = None
-    """The UTC date it was made (ISO): it describes the table's rows as they were then, and is
-    not made again when they change (the curator re-runs ``estimate_limits`` for that)."""
-
-    def __str__(self) -> str:
-        return f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
-
-    def to_json(self) -> str:
-        return json.dumps({"table": self.table, "unit": self.unit, "rows_per_unit": self.rows_per_unit,
-                           "share": [self.share.value, self.share.halfwidth], "epsilon": str(self.epsilon),
-                           "estimated": self.estimated},
-                          separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str | None) -> RecordedDrop | None:
-        """The estimate a ledger entry recorded, or ``None`` if it holds none."""
-        try:
-            record = json.loads(text)  # type: ignore[arg-type]  # None: TypeError
-            return cls(str(record["table"]), str(record["unit"]), int(record["rows_per_unit"]),
-                       Share(float(record["share"][0]), float(record["share"][1])), Fraction(record["epsilon"]),
-                       None if record.get("estimated") is None else str(record["estimated"]))
-        except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
-            return None
-
-
-def possessive(name: str) -> str:
-    """``name``'s, as English writes it.
-
-    >>> possessive("flights"), possessive("shop")
-    ("flights'", "shop's")
-    """
-    return f"{name}'" if name.endswith("s") else f"{name}'s"
 
 
 def record_key(key: str, unit: str, rows_per_unit: int) -> str:

@@ -31,7 +31,7 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from dpsql.analysis.plan import Plan, PrivateQuery
+from dpsql.analysis.plan import Plan, PrivateQuery, aggregates_of
 from dpsql.query.release import Release, half_widths, intervals
 
 Interval = tuple[float, float]
@@ -41,16 +41,6 @@ __all__ = ["aggregates_of", "cut_half_width", "derive", "output_cells"]
 
 class _NoInterval(Exception):
     """The expression has no sound interval."""
-
-
-def aggregates_of(node: exp.Expression) -> list[str]:
-    """The core aggregate columns (a0..) an expression reads, each once, in order."""
-    names = []
-    for column in node.find_all(exp.Column):
-        name = column.name
-        if len(name) > 1 and name[0] == "a" and name[1:].isdigit() and name not in names:
-            names.append(name)
-    return names
 
 
 def derive(node: exp.Expression, env: dict[str, Interval]) -> Interval | None:

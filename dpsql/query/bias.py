@@ -4,7 +4,7 @@ what they dropped and clamped.
 Contribution bounding is what makes sensitivity finite, and it lowers answers: rows beyond a
 unit's MAX ROWS PER UNIT are not read, values beyond BOUNDS are moved to the bound. The noise
 interval (``accuracy()``) says nothing of that. So every private answer names its limits
-(``Limits``, public facts of the plan: free), and a query may also spend a share of its own
+(``Limits``, ``dpsql.query.limits``: public facts of the plan, free), and a query may also spend a share of its own
 epsilon on a *bias report* (``Bounding``): noisy estimates, over the rows the query reads after
 its WHERE, of the share of rows beyond the per-unit row limit and, per clamped column, the
 share of kept rows whose value lay outside its bounds.
@@ -79,14 +79,15 @@ from sqlglot import exp
 
 from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
-from dpsql.answer.notes import effects_text, limit_effects
 from dpsql.backends.bounding import DATABASE, DROP_CAP, piece_copy_name, raw_rows_name
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
-from dpsql.curator.dropped import RecordedDrop, possessive
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace
 from dpsql.mechanisms.shares import Share, estimate_share
+from dpsql.query.limits import Limits as Limits  # re-exported: the limits line was here first
+from dpsql.query.limits import fraction_text
+from dpsql.query.limits import limits_of as limits_of
 from dpsql.sql import pieces
 from dpsql.sql.pieces import CopiedTable
 
@@ -100,84 +101,6 @@ CAP = 1
 ``DROP_CAP`` (the row-count table stores enough for C up to DROP_CAP · k)."""
 KEPT_WEIGHT, COUNT_WEIGHT = 1, 2
 """Relative shares of the report's epsilon: ``kept``, and each other count."""
-
-
-def _number(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The contribution limits an answer applied (public facts of its plan), the share of rows
-    they drop where the curator recorded one (``dpsql.curator.dropped``), and which way they can move
-    each aggregate (``dpsql.answer.notes.limit_effects``): the limits line of every answer.
-
-    >>> str(Limits("tailnum", 250, 10, (("dep_delay", Fraction(-60), Fraction(300)),)))
-    'at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]'
-    >>> from dpsql.curator.dropped import RecordedDrop
-    >>> drop = RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1))
-    >>> print(Limits("tailnum", 250, None, (), (drop,), (("COUNT(*)", "lower"),)))  # doctest: +NORMALIZE_WHITESPACE
-    at most 250 rows per tailnum; limits drop ≈ 4.4% ± 0.3% of flights' rows (at least); not in the ±: they can
-    only lower COUNT(*)
-    >>> print(Limits("tailnum", 100, 10, (), (drop,)))  # doctest: +NORMALIZE_WHITESPACE
-    at most 100 rows and 10 groups per tailnum; 250 rows per tailnum drop ≈ 4.4% ± 0.3% of flights' rows (at
-    least), and this query's row limit and group limit can drop more
-    >>> str(Limits(None, 1, None, ()))
-    'each row is its own unit'
-    """
-
-    unit: str | None
-    """The privacy unit column; ``None`` when each row is its own unit."""
-    rows_per_unit: int
-    """Most rows of one unit the answer used."""
-    groups_per_unit: int | None
-    """Most groups one unit contributed to (``None``: the query has no GROUP BY)."""
-    clamped: tuple[tuple[str, Fraction, Fraction], ...] = ()
-    """(column, lower, upper) of every column clamped into its policy bounds."""
-    dropped: tuple[RecordedDrop, ...] = ()
-    """The recorded share of rows each private table read drops at its MAX ROWS PER UNIT."""
-    effects: tuple[tuple[str, str], ...] = ()
-    """(aggregate as written, which way the limits can move it: ``dpsql.answer.notes.EFFECTS``)."""
-
-    def __str__(self) -> str:
-        if self.unit is None:
-            parts = ["each row is its own unit" if self.rows_per_unit == 1 else
-                     f"each row is its own unit, with at most {self.rows_per_unit} rows after joins"]
-        else:
-            rows = f"{self.rows_per_unit} row{'s' if self.rows_per_unit != 1 else ''}"
-            groups = "" if self.groups_per_unit is None else \
-                f" and {self.groups_per_unit} group{'s' if self.groups_per_unit != 1 else ''}"
-            parts = [f"at most {rows}{groups} per {self.unit}"]
-        parts += [f"{name} clamped to [{_number(lower)}, {_number(upper)}]" for name, lower, upper in self.clamped]
-        parts += [self._dropped_text(drop) for drop in self.dropped]
-        effects = effects_text(self.effects)
-        return "; ".join(parts + ([effects] if effects else []))
-
-    def _dropped_text(self, drop: RecordedDrop) -> str:
-        when = f"; estimated {drop.estimated}, from the rows then" if drop.estimated else ""
-        shown = f"{drop.share} of {possessive(drop.table)} rows (at least{when})"
-        more = (["row limit"] if self.rows_per_unit < drop.rows_per_unit else []) + \
-            (["group limit"] if self.groups_per_unit is not None else [])
-        if not more:
-            return f"limits drop {shown}"
-        return (f"{drop.rows_per_unit} rows per {drop.unit} drop {shown}, and this query's "
-                f"{' and '.join(more)} can drop more")
-
-
-def limits_of(plan: Plan, recorded: tuple[RecordedDrop, ...] = ()) -> Limits:
-    """The limits ``plan`` applies: its unit, rows and groups per unit, clamped columns, the
-    ``recorded`` shares of rows its tables' limits drop, and which way they move its aggregates."""
-    query = plan.query
-    rule = query.rule
-    clamped: dict[str, tuple[str, Fraction, Fraction]] = {}
-    for measure in plan.measures:
-        for column in measure.clamped_columns:
-            clamped.setdefault(column.name, (column.name, column.lower, column.upper))
-    groups = rule.groups_per_unit if query.keys else None
-    unit = None if query.hidden_unit or rule.row_level else rule.unit
-    drops = unit is not None or rule.max_rows_per_unit > 1
-    return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())), tuple(recorded),
-                  limit_effects(plan, drops))
 
 
 @dataclass(frozen=True)
@@ -471,7 +394,7 @@ def release_bias(bias: BiasPlan, exact: dict[str, int], source=None) -> Bounding
 
 def explain_bias(bias: BiasPlan, sql: str) -> str:
     """The bias report's part of ``explain()``."""
-    lines = [f"bias report: {_number(bias.share)} of the query's epsilon ({float(bias.epsilon):g}), "
+    lines = [f"bias report: {fraction_text(bias.share)} of the query's epsilon ({float(bias.epsilon):g}), "
              f"split between {len(bias.measures)} counts over the rows after WHERE (kept {KEPT_WEIGHT}, "
              f"each other {COUNT_WEIGHT}):"]
     what = {"kept": f"rows the query keeps, min(rows in the groups it keeps, {bias.rows_per_unit}) per unit",
