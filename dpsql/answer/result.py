@@ -333,7 +333,10 @@ class DPResult:
     def pl(self, *, accuracy: bool = False, alpha: float = 0.05):
         """The answer as a ``polars.DataFrame`` (needs polars and pyarrow), from its Arrow form
         as DuckDB's ``.pl()`` is; ``accuracy`` as for ``df``."""
-        polars = _optional("polars", "pl()")
+        try:
+            import polars
+        except ImportError:
+            raise _missing("polars", "pl()") from None
         return polars.from_arrow(self.arrow(accuracy=accuracy, alpha=alpha))
 
     def show(self, *, width: int = 100, max_rows: int = SHOWN_ROWS) -> None:
@@ -425,7 +428,10 @@ class DPResult:
 
     def _converted(self, form: str, accuracy: bool, alpha: float, start: int = 0):
         if form == "arrow":
-            _optional("pyarrow", "arrow()")
+            try:
+                import pyarrow  # noqa: F401  # only to say how to install it before converting
+            except ImportError:
+                raise _missing("pyarrow", "arrow()") from None
         from dpsql.backends.duckdb import convert_released
 
         rows, types = self._rows[start:], self.types
@@ -484,16 +490,14 @@ class DPResult:
         return converted
 
 
-def _optional(module: str, method: str):
-    """An optional package, or a ``MissingDependency`` saying how to install it."""
-    import importlib
+def _missing(module: str, method: str) -> MissingDependency:
+    """The error ``method`` raises when the optional package ``module`` is not installed: how to install it.
 
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingDependency(f"{method} needs the {module} package, which is not installed",
-                                hint=f"pip install {module}" + (" pyarrow" if module == "polars" else "")
-                                ) from None
+    >>> print(_missing("polars", "pl()"))
+    pl() needs the polars package, which is not installed. Hint: pip install polars pyarrow.
+    """
+    return MissingDependency(f"{method} needs the {module} package, which is not installed",
+                             hint=f"pip install {module}" + (" pyarrow" if module == "polars" else ""))
 
 
 def _html(value) -> str:
