@@ -34,7 +34,7 @@ from dpsql.answer.explain import Explanation
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable
-from dpsql.calls.registry import Mechanism, register
+from dpsql.calls.mechanism import Mechanism
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 from dpsql.mechanisms.sparse_vector import AboveThreshold, threshold_share
@@ -385,4 +385,5 @@ def _with_required(options: dict[str, Any]) -> dict[str, Any]:
     return {"epsilon": None, **options}
 
 
-register("above_threshold", Mechanism(_answer_call, _explain_call, OPTIONS))
+MECHANISM = Mechanism(_answer_call, _explain_call, OPTIONS)
+"""What ``SELECT * FROM above_threshold(...)`` calls (listed in ``dpsql.calls.registry.MECHANISMS``)."""

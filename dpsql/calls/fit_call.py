@@ -10,7 +10,7 @@ from dpsql.answer.explain import Explanation
 from dpsql.answer.result import DPResult
 from dpsql.budget.accounting import Spend
 from dpsql.calls.fit import OPTIONS, FitPlan, plan_fit
-from dpsql.calls.registry import Mechanism, register
+from dpsql.calls.mechanism import Mechanism
 from dpsql.errors import InvalidParameter
 from dpsql.mechanisms.descent import COUNT_SHARE
 
@@ -72,4 +72,5 @@ def _with_target(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-register("fit", Mechanism(_answer_call, _explain_call, OPTIONS))
+MECHANISM = Mechanism(_answer_call, _explain_call, OPTIONS)
+"""What ``SELECT * FROM fit(...)`` calls (listed in ``dpsql.calls.registry.MECHANISMS``)."""

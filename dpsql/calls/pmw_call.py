@@ -18,8 +18,8 @@ from fractions import Fraction
 from typing import Any
 
 from dpsql.answer.result import DPResult, QueryCost
+from dpsql.calls.mechanism import Mechanism
 from dpsql.calls.pmw import plan_pmw
-from dpsql.calls.registry import Mechanism, register
 from dpsql.calls.workload import check_workload
 from dpsql.errors import BudgetExceeded, DPError, InvalidParameter
 from dpsql.query.options import privacy_options
@@ -114,4 +114,5 @@ def _explain(connection: Any, queries: list[str], options: dict[str, Any]) -> st
         f"no session is open: this call opens one, charged epsilon {float(plan.epsilon):g} once"])
 
 
-register("pmw", Mechanism(_answer, _explain, OPTIONS))
+MECHANISM = Mechanism(_answer, _explain, OPTIONS)
+"""What ``SELECT * FROM pmw(...)`` calls (listed in ``dpsql.calls.registry.MECHANISMS``)."""

@@ -3,7 +3,7 @@
 A mechanism that answers many queries at once (sparse vector, a workload) has a Python method,
 and this one SQL form, so psql through ``dpsql serve``, the shell and ``dpsql query`` reach it
 as they reach any query: ``Connection.sql`` and ``Connection.explain`` hand a statement whose
-FROM is a registered mechanism's name to that mechanism instead of the query pipeline.
+FROM names a mechanism of MECHANISMS to that mechanism instead of the query pipeline.
 
 The form: ``SELECT * FROM name(<query>, <query>, ..., option = value, ...)``. Each query is a
 string literal (``'...'``, with ``''`` for a quote inside; or ``$$...$$``), or an array of them;
@@ -20,71 +20,44 @@ True
 
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from sqlglot import exp
 
+from dpsql.calls import above_threshold, fit_call, pmw_call, workload_run
+from dpsql.calls.mechanism import Call, Mechanism
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import parse
 
-
-@dataclass(frozen=True)
-class Call:
-    """A mechanism's call as the analyst wrote it."""
-
-    name: str
-    """The mechanism, lower-cased."""
-    queries: list[str]
-    """The query texts, in order."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Option name (lower-cased) -> value: Fraction or int for numbers, str, bool or None."""
+__all__ = ["MECHANISMS", "Call", "Mechanism", "mechanism", "mechanism_names", "recognise"]
 
 
-@dataclass(frozen=True)
-class Mechanism:
-    """What answers (and explains) a call of one name."""
-
-    answer: Callable[[Any, list[str], dict[str, Any]], Any]
-    """``answer(connection, queries, options)`` -> ``DPResult``."""
-    explain: Callable[[Any, list[str], dict[str, Any]], str] | None = None
-    """``explain(connection, queries, options)`` -> text; reads no data."""
-    options: tuple[str, ...] = ()
-    """The option names it takes (any other is refused, with this list)."""
-
-
-_MECHANISMS: dict[str, Mechanism] = {}
-
-
-def register(name: str, mechanism: Mechanism) -> None:
-    """Make ``SELECT * FROM name(...)`` call ``mechanism`` (``name`` lower case)."""
-    _MECHANISMS[name.lower()] = mechanism
+MECHANISMS: Mapping[str, Mechanism] = MappingProxyType({
+    "above_threshold": above_threshold.MECHANISM,
+    "workload": workload_run.MECHANISM,
+    "pmw": pmw_call.MECHANISM,
+    "fit": fit_call.MECHANISM,
+})
+"""Every mechanism ``SELECT * FROM name(...)`` can call, by its lower-case name (a new one: its
+module's ``MECHANISM``, and one line here)."""
 
 
 def mechanism(name: str) -> Mechanism:
-    """The mechanism registered under ``name``."""
-    _load()
-    return _MECHANISMS[name.lower()]
-
-
-BUILT_IN = ("dpsql.calls.above_threshold", "dpsql.calls.workload_run", "dpsql.calls.pmw_call", "dpsql.calls.fit_call")
-"""The modules of the built-in mechanisms: each calls ``register`` when imported (add yours here)."""
+    """The mechanism called ``name``."""
+    return MECHANISMS[name.lower()]
 
 
 def mechanism_names() -> list[str]:
-    """The names a ``SELECT * FROM name(...)`` can call, sorted."""
-    _load()
-    return sorted(_MECHANISMS)
+    """The names a ``SELECT * FROM name(...)`` can call, sorted.
 
-
-def _load() -> None:
-    """Register the built-in mechanisms (imported late: they import the connection's pieces)."""
-    for module in BUILT_IN:
-        importlib.import_module(module)
+    >>> mechanism_names()
+    ['above_threshold', 'fit', 'pmw', 'workload']
+    """
+    return sorted(MECHANISMS)
 
 
 def recognise(sql: Any) -> Call | None:
@@ -92,15 +65,14 @@ def recognise(sql: Any) -> Call | None:
     most statements are queries). A malformed call is refused with its position."""
     if not isinstance(sql, str):
         return None
-    _load()
     found = _CALLED.search(sql)
-    if found is None or found.group(1).lower() not in _MECHANISMS:
+    if found is None or found.group(1).lower() not in MECHANISMS:
         return None
     parsed = parse(sql)
     tree = parsed.tree
     table = tree.args.get("from_") or tree.args.get("from")
     function = table.this.this if isinstance(table, exp.From) and isinstance(table.this, exp.Table) else None
-    if not isinstance(function, exp.Anonymous) or str(function.this).lower() not in _MECHANISMS:
+    if not isinstance(function, exp.Anonymous) or str(function.this).lower() not in MECHANISMS:
         return None
     name = str(function.this).lower()
     _check_alone(tree, name)
@@ -150,7 +122,7 @@ def _first(found: Any) -> exp.Expression:
 
 
 def _check_options(name: str, options: dict[str, Any], node: exp.Expression) -> None:
-    accepted = _MECHANISMS[name].options
+    accepted = MECHANISMS[name].options
     for option in options:
         if option not in accepted:
             raise _refused(f"{name}() has no option {option}", node,

@@ -25,7 +25,7 @@ from dpsql.analysis.plan import Plan
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement, domain_sql
 from dpsql.budget.accounting import Spend, rho_budget
-from dpsql.calls.registry import Mechanism, register
+from dpsql.calls.mechanism import Mechanism
 from dpsql.calls.workload import (
     MAX_BYTES,
     WorkloadQuery,
@@ -317,4 +317,5 @@ def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) 
     return explain_workload(connection, queries, **options)
 
 
-register("workload", Mechanism(_answer_call, _explain_call, OPTIONS))
+MECHANISM = Mechanism(_answer_call, _explain_call, OPTIONS)
+"""What ``SELECT * FROM workload(...)`` calls (listed in ``dpsql.calls.registry.MECHANISMS``)."""
