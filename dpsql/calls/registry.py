@@ -3,7 +3,7 @@
 A mechanism that answers many queries at once (sparse vector, a workload) has a Python method,
 and this one SQL form, so psql through ``dpsql serve``, the shell and ``dpsql query`` reach it
 as they reach any query: ``Connection.sql`` and ``Connection.explain`` hand a statement whose
-FROM names a mechanism of MECHANISMS to that mechanism instead of the query pipeline.
+FROM names a mechanism of ``MECHANISMS`` to that mechanism instead of the query pipeline.
 
 The form: ``SELECT * FROM name(<query>, <query>, ..., option = value, ...)``. Each query is a
 string literal (``'...'``, with ``''`` for a quote inside; or ``$$...$$``), or an array of them;
