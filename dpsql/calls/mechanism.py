@@ -1,5 +1,5 @@
-"""What a mechanism called from SQL is: the ``Mechanism`` that answers a name, and the ``Call``
-an analyst wrote (``dpsql.calls.registry`` reads the one and maps names to the other).
+"""What a mechanism called from SQL is: the ``Call`` an analyst wrote, and the ``Mechanism`` that
+answers it (``dpsql.calls.registry`` maps each name to its mechanism and reads a statement into a call).
 
 A mechanism's module defines its ``MECHANISM`` with this class alone, and the registry imports
 the module: imports point one way, from the registry down to the mechanisms.
