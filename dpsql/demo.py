@@ -27,10 +27,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-import duckdb
 import numpy as np
 import pandas as pd
 
+from dpsql.backends.duckdb import write_database
 from dpsql.errors import DPError, SecondBudgetWarning
 
 PLANS = ("free", "plus", "pro")
@@ -144,16 +144,7 @@ def build_shop_database(path: str | os.PathLike, *, users: int = 2000, seed: int
     path = Path(path)
     for stale in (path, path.with_name(path.name + ".wal")):
         stale.unlink(missing_ok=True)
-    with duckdb.connect(str(path)) as con:
-        for name, frame in frames.items():
-            types = _COLUMN_TYPES[name]
-            columns = ", ".join(f"{column} {type_}" for column, type_ in types.items())
-            con.execute(f"CREATE TABLE {name} ({columns})")
-            con.register("frame", frame)
-            casts = ", ".join(f"CAST({column} AS {type_})" for column, type_ in types.items())
-            con.execute(f"INSERT INTO {name} SELECT {casts} FROM frame")
-            con.unregister("frame")
-        con.execute("CHECKPOINT")
+    write_database(path, {name: (frame, _COLUMN_TYPES[name]) for name, frame in frames.items()})
 
 
 def _generate_shop(users: int, rng: np.random.Generator) -> dict[str, pd.DataFrame]:

@@ -789,3 +789,26 @@ def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:
         connection.close()
         raise
     return connection
+
+
+def write_database(path: str | os.PathLike, tables: dict[str, tuple[Any, dict[str, str]]]) -> None:
+    """Write a new DuckDB file at ``path`` holding ``tables``: name -> (a DataFrame, its column ->
+    DuckDB type), each column cast to its type. For the curator's sample data (``dpsql demo``),
+    never an analyst's: the file is written by its owner, outside any engine dpsql serves from.
+
+    >>> import tempfile, pandas as pd
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_database(f"{d}/t.duckdb", {"t": (pd.DataFrame({"x": [1, 2]}), {"x": "SMALLINT"})})
+    ...     with duckdb.connect(f"{d}/t.duckdb") as con:
+    ...         con.sql("SELECT typeof(x), SUM(x) FROM t GROUP BY ALL").fetchall()
+    [('SMALLINT', 3)]
+    """
+    with duckdb.connect(str(path)) as con:
+        for name, (frame, types) in tables.items():
+            columns = ", ".join(f"{column} {type_}" for column, type_ in types.items())
+            con.execute(f"CREATE TABLE {name} ({columns})")
+            con.register("frame", frame)
+            casts = ", ".join(f"CAST({column} AS {type_})" for column, type_ in types.items())
+            con.execute(f"INSERT INTO {name} SELECT {casts} FROM frame")
+            con.unregister("frame")
+        con.execute("CHECKPOINT")
