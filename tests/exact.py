@@ -5,7 +5,7 @@
 ``rewrite_statement`` / ``separate_statement``, run on the connection's own engine (which fills the
 bounded copies) — and then, instead of adding noise, returns every measure's exact value per
 released key together with the sensitivity the analysis claimed for it. Keep it in step with
-``dpsql.connection.Connection.sql`` and ``dpsql.query.release.release_measures``: it is the one place
+``dpsql.query.answering.Answerer.sql`` and ``dpsql.query.release.release_measures``: it is the one place
 tests see those internals.
 
 Keys are identified by DuckDB's own text of the key (``CAST(key AS VARCHAR)``), never by the

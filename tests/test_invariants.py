@@ -32,7 +32,7 @@ from adversary import POLICY, TARGET, frames, neighbours, run
 from engines import Engine as EngineUnderTest
 
 import dpsql
-import dpsql.connection
+import dpsql.query.answering
 import dpsql.mechanisms.noise
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.spark import SparkEngine
@@ -104,14 +104,14 @@ class Watch:
             return original_post(engine, columns, types, rows, sql)
 
         monkeypatch.setattr(Engine, "post_process", post)
-        release = dpsql.connection.release_measures
+        release = dpsql.query.answering.release_measures
 
         def capture(plan, domain, exact, source=None, histograms=None):
             self.plans.append(plan)
             self.exact.append([tuple(row) for row in exact])
             return release(plan, domain, exact, source, histograms)
 
-        monkeypatch.setattr(dpsql.connection, "release_measures", capture)
+        monkeypatch.setattr(dpsql.query.answering, "release_measures", capture)
 
     def reads_of(self, table: str) -> list[str]:
         """Statements that read rows (not DESCRIBE) and name ``table``."""
