@@ -17,69 +17,38 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation
-from dpsql.answer.result import (
-    Budget,
-    DPResult,
-)
-from dpsql.backends.base import Backend
-from dpsql.backends.bounding import bounded_tables
+from dpsql.answer.result import Budget, DPResult
 from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
-from dpsql.backends.duckdb import Engine
-from dpsql.backends.duckdb.persisted import copies_directory
-from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
-from dpsql.backends.spark.session import is_spark_session
-from dpsql.budget.accounting import Spend, accountant_for
-from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
-from dpsql.budget.registry import Dataset, check_second_budget, claim, dataset_identity, release, second_budget_note
+from dpsql.backends.opening import default_ledger, open_target, policy_file_of
+from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, PolicyChange
 from dpsql.calls.above_threshold import plan_stream, run_stream
-from dpsql.calls.registry import Call, mechanism, recognise
-from dpsql.curator.dropped import (
-    RecordedDrop,
-)
+from dpsql.calls.registry import call_of, mechanism
+from dpsql.curator.dropped import RecordedDrop
 from dpsql.curator.estimates import estimate_drops, suggest
 from dpsql.curator.progress import elapsed_progress, show_progress
-from dpsql.errors import (
-    DPError,
-    InternalFailure,
-    InvalidParameter,
-    PolicyError,
-    SecondBudgetWarning,
-    UnsupportedQuery,
-)
+from dpsql.errors import DPError, InternalFailure, InvalidParameter, PolicyError, UnsupportedQuery
 from dpsql.policy.diff import policy_difference
-from dpsql.policy.language import check_policy, load_policy, policy_to_text
-from dpsql.policy.model import Policy, PrivateTable
+from dpsql.policy.language import load_policy, policy_to_text
+from dpsql.policy.model import Policy
 from dpsql.query.answering import Answerer
-from dpsql.query.bias import (
-    BiasPlan,
-)
+from dpsql.query.bias import BiasPlan
 from dpsql.query.context import MechanismContext
 from dpsql.query.executor import Executor
-from dpsql.query.local import (
-    LocalCount,
-    check_reports,
-    explain_local,
-    reads_local,
-    reports_note,
-    reports_sql,
-    route_local,
-)
-from dpsql.query.local_answering import answer_local, check_local_options
+from dpsql.query.local import LocalCount, check_reports, explain_local, reads_local, reports_note
+from dpsql.query.local_answering import answer_local, check_local_options, reports_outside, route
 from dpsql.query.options import merge_options
 from dpsql.query.prepare import Prepared, Preparer
 from dpsql.query.spend import Spender
 from dpsql.sql.names import columns_hint, sql_name, table_key
-from dpsql.sql.numbers import exact_parameter
 from dpsql.sql.parse import located
-from dpsql.sql.types import is_numeric_type
+
+__all__ = ["Connection", "connect", "init_policy", "default_ledger"]  # default_ledger: the CLI's, from here
 
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
@@ -161,66 +130,6 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     return change
 
 
-def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None,
-                copies: Path | None = None) -> Backend:
-    """The backend for ``target``: a SparkSession, or a Spark config file (``*.toml``,
-    ``dpsql.backends.spark.config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
-    if is_spark_session(target) or is_spark_config(target):
-        if copies is not None:
-            raise InvalidParameter("persist_copies is DuckDB's: a Spark session keeps its copies in its own storage",
-                                   hint="leave persist_copies off")
-        if memory_limit is not None:
-            raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
-                                   hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
-        from dpsql.backends.spark import SparkEngine
-
-        if is_spark_session(target):
-            return SparkEngine(target, query_timeout=query_timeout)
-        config = load_spark_config(target)
-        return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
-    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
-
-
-def default_ledger(target: Any) -> Path | None:
-    """The ledger file ``target`` is accounted in when no ``ledger=`` is given: ``<database>.ledger``
-    beside a DuckDB file, a Spark config's ``[spark] ledger`` or ``<config>.ledger``; ``None`` for
-    anything else (in memory; a SparkSession needs ``ledger=``)."""
-    if is_spark_config(target):
-        return load_spark_config(target).ledger_path
-    if isinstance(target, (str, os.PathLike)) and str(target) != ":memory:":
-        return Path(f"{Path(target).resolve()}.ledger")
-    return None
-
-
-def ledger_file(ledger: Any) -> Path | None:
-    """The resolved ledger file ``ledger`` names, or ``None`` for one in memory."""
-    if ledger is None or str(ledger) in ("", ":memory:"):
-        return None
-    return Path(ledger).resolve()
-
-
-def source_of(target: Any, engine: Backend) -> str:
-    """Where a connection's data came from, as the registry of ledgers tells the curator."""
-    if is_spark_session(target):
-        return "a Python Spark session"
-    if is_spark_config(target):
-        return f"the Spark config {engine.path}"
-    if engine.path is not None:
-        return str(engine.path)
-    return "pandas DataFrames" if isinstance(target, dict) else "a DuckDB connection in Python"
-
-
-def copies_directory_for(target: Any, ledger: Any) -> Path:
-    """Where ``persist_copies`` keeps the copies: beside the ledger file (``<ledger>.copies``), the
-    default ledger of a database file being ``<database>.ledger``."""
-    if ledger is None and isinstance(target, (str, os.PathLike)) and str(target) != ":memory:":
-        return copies_directory(f"{Path(target).resolve()}.ledger")
-    if isinstance(ledger, (str, os.PathLike)) and str(ledger) not in ("", ":memory:"):
-        return copies_directory(Path(ledger).resolve())
-    raise InvalidParameter("persist_copies needs a ledger file: the copies are kept beside it",
-                           hint="open a DuckDB file (its ledger sits beside it), or pass ledger='/path/to/x.ledger'")
-
-
 def _reported_as_dperror(method):
     """Analyst input meets ``DPError``s only: any other exception escaping ``method`` is a bug
     in dpsql, raised as ``InternalFailure`` naming only its kind (never its message, which
@@ -253,152 +162,38 @@ class Connection:
             raise InvalidParameter(f"analyst must be a non-empty name, got {analyst!r}",
                                    hint="pass analyst='alice', or leave it out",
                                    hints={"cli": "give --analyst alice, or leave it out"})
-        copies = copies_directory_for(target, ledger) if persist_copies else None
-        self._engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
-        if show_progress(progress) and isinstance(self._engine, Engine):
-            self._engine.progress = elapsed_progress
-        try:
-            if ledger is None and self._engine.path is None and self._engine.dialect != "duckdb":
-                raise InvalidParameter(
-                    "a Spark-backed connection needs a ledger file: the budget must outlive this process",
-                    hint="pass ledger='/path/to/budget.ledger' (a local SQLite file; ':memory:' for a throwaway one)",
-                    hints={"cli": "give --ledger PATH"})
-            if ledger is None and self._engine.path is not None:
-                ledger = default_ledger(target if is_spark_config(target) else self._engine.path)
-            file = ledger_file(ledger)
-            if file is not None and not file.exists() and policy is not None:  # refused before the file is made
-                check_second_budget(file, dataset_identity(load_policy(policy)), separate=separate_budget)
-            self._ledger = Ledger.open(ledger)
-            self._executor = Executor(self._ledger, self._engine,
-                                      check_timeout(request_timeout, "request_timeout"))
-            self._claimed: Path | None = None
-            try:
-                self.policy: Policy = self._load_policy(policy, _replacing)
-                self._claim_dataset(file, source_of(target, self._engine), separate_budget)
-                self._catalog = self._engine.catalog()
-                check_policy(self.policy, self._catalog)
-                self._check_listed_keys()
-                self._engine.prepare_bounding(
-                    bounded_tables(list(self.policy.private_tables), self._catalog, table_key),
-                    self._ledger.salt().hex())
-                if eager_bounding:
-                    self._engine.build_bounding()
-            except BaseException:
-                if self._claimed is not None:  # registered by this open, which failed: forget it
-                    release(self._claimed)
-                self._ledger.close()
-                raise
-        except BaseException:
-            self._engine.close()
-            raise
+        request_timeout = check_timeout(request_timeout, "request_timeout")
+        opened = open_target(target, policy, ledger, query_timeout=query_timeout, memory_limit=memory_limit,
+                             persist_copies=persist_copies, separate_budget=separate_budget, replacing=_replacing,
+                             eager_bounding=eager_bounding,
+                             progress=elapsed_progress if show_progress(progress) else None)
+        self._engine, self._ledger, self._catalog = opened.engine, opened.ledger, opened.catalog
+        self.policy: Policy = opened.policy
+        self.dataset = opened.claim.dataset
+        """What the ledger accounts for: the private tables (and units) of every policy it served."""
+        self.second_budget = opened.claim.second_budget
+        """Set when the ledger was opened as a second budget on purpose (``separate_budget``): says so."""
+        self._executor = Executor(self._ledger, self._engine, request_timeout)
         self.analyst = analyst
         self._rng = rng
         self._pmw_sessions: dict = {}
         """The open PMW sessions of ``SELECT * FROM pmw(...)`` (``dpsql.calls.pmw_call``), one per analyst and
         options: shared by every view of this connection (``acting_for``), as the server's calls are."""
         rules = self.policy
-        accountant = accountant_for(rules.accounting, Spend(rules.budget_epsilon, rules.budget_delta))
-        analyst_accountant = None if rules.analyst_budget_epsilon is None else \
-            accountant_for(rules.accounting, Spend(rules.analyst_budget_epsilon, rules.analyst_budget_delta))
         self._policy_text = policy_to_text(rules)
         self._has_local = any(rule.local is not None for table in rules.private_tables for rule in table.columns)
-        # The stored texts this connection's accountants agree with: a charge is refused once
-        # the stored policy is none of them (replaced since), so the stored budget rules.
-        agreed = {None, self._policy_text}
-        if self._stored_policy is not None and not _replacing:
-            agreed.add(self._stored_policy)
-        self._spender = Spender(self._ledger, self._executor, rules.accounting, accountant, analyst_accountant,
-                                frozenset(agreed)).acting_for(analyst)
+        self._spender = Spender.of_policy(self._ledger, self._executor, rules, self._policy_text, opened.stored,
+                                          _replacing).acting_for(analyst)
         self._policy_file = policy_file_of(policy)
         self._answerer = Answerer(rules, self._catalog, self._engine, self._executor)
         names = frozenset(c for columns in self._catalog.values() for c in columns)
         self._preparer = Preparer(rules, self._catalog, self._engine, self._answerer.describe, names,
                                   self._policy_text)
         try:
-            check_reports(rules, self._reports_outside)
+            check_reports(rules, lambda table, rule: reports_outside(self._answerer, self._prepare, table, rule))
         except BaseException:
             self.close()
             raise
-
-    def _claim_dataset(self, file: Path | None, source: str, separate: bool) -> None:
-        """Record what this connection's ledger accounts for, in the ledger and the curator's
-        registry (``dpsql.budget.registry``), refusing a second budget over the same tables
-        (``SecondBudget``) unless ``separate``: before any private data is read or anything charged."""
-        recorded = self._ledger.dataset()
-        dataset = dataset_identity(self.policy)
-        if recorded is not None:  # what it accounted for before stays accounted for
-            dataset = dataset.union(Dataset.from_json(recorded))
-        self.dataset = dataset
-        """What the ledger accounts for: the private tables (and units) of every policy it served."""
-        self.second_budget: str | None = None
-        """Set when the ledger was opened as a second budget on purpose (``separate_budget``): says so."""
-        if file is None:  # a ledger in memory is a throwaway budget: it claims nothing
-            return
-        claimed = claim(file, dataset, source, separate=separate)
-        if claimed.new:
-            self._claimed = file
-        if recorded != dataset.to_json():
-            self._ledger.record_dataset(dataset.to_json())
-        self.second_budget = second_budget_note(claimed, dataset, file)
-        if self.second_budget is not None:
-            warnings.warn(self.second_budget, SecondBudgetWarning, stacklevel=4)
-
-    def _reports_outside(self, table: PrivateTable, rule: Any) -> int:
-        """Rows of the bounded copy of ``table`` whose LOCAL RR column ``rule`` holds NULL or a
-        value outside its DOMAIN (``dpsql.query.local.check_reports``): the curator's connect
-        reads it, no analyst's query; nothing is released."""
-        prepared = self._prepare(reports_sql(table, rule), 1, 0, "laplace", None, False)
-        assert prepared.plan is not None and prepared.priced is not None
-        bounded = prepared.priced.bounded
-        rows = self._answerer.read_keys(self._engine.fetch(bounded.sql, self._salt_for(bounded.needs_salt),
-                                                           bounded=bounded.bounded), prepared.plan.query.keys)
-        return sum(int(count) for key, count in rows if key is None)
-
-    def _check_listed_keys(self) -> None:
-        """Listed KEYS of a column that is neither text nor a number (a DATE, a UUID, an ENUM)
-        must each name a value of its type, as DuckDB reads it: one that does not would be
-        dropped from the domain without a word. Reads the policy's own literals only."""
-        for table in self.policy.private_tables:
-            columns = self._catalog[table_key(table.name)]
-            for rule in table.columns:
-                type_name = columns.get(rule.name.lower(), "")
-                domain = rule.key_domain  # KEYS, or a LOCAL RR DOMAIN
-                if domain is None or domain.values is None or type_name == "VARCHAR" \
-                        or is_numeric_type(type_name):
-                    continue
-                wrong = [v for v in domain.values if self._engine.cast_error(str(v), type_name) is not None]
-                if wrong:
-                    position = rule.position
-                    raise PolicyError(f"the KEYS of {table.name}.{rule.name} ({type_name}) list '{wrong[0]}', "
-                                      f"which is not a value of {type_name}",
-                                      line=position.line if position else None,
-                                      col=position.col if position else None,
-                                      hint=f"list keys DuckDB reads as {type_name}, such as "
-                                           "'2024-01-31' for a DATE")
-
-    def _load_policy(self, policy: Any, replacing: bool) -> Policy:
-        """The policy that rules this connection: the one stored with the ledger, if any
-        (DESIGN.md invariant 18); a different one given is refused, unless the curator is
-        replacing the stored one (``init_policy``)."""
-        self._stored_policy = stored = self._ledger.stored_policy()
-        if policy is None:
-            if stored is None:
-                raise PolicyError("no policy was given and none is stored with this database",
-                                  hint="pass policy='file.policy', or store one with `dpsql init DB --policy P`",
-                                  hints={surface: "give --policy FILE, or store one with `dpsql init DB --policy P`"
-                                         for surface in ("cli", "shell")})
-            return load_policy(stored)
-        given = load_policy(policy)
-        if stored is None or replacing:
-            return given
-        difference = policy_difference(load_policy(stored), given)
-        if difference is not None:
-            raise PolicyError(
-                f"the policy given is not the one stored with the ledger at "
-                f"{self._ledger.path or ':memory:'}: {difference}",
-                hint="leave the policy out to use the stored one; to change it, the curator runs "
-                     "`dpsql init DB --policy P --replace`, which keeps what was spent")
-        return given
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -416,7 +211,7 @@ class Connection:
         ``SELECT * FROM above_threshold('SELECT ...', ..., threshold = 100)`` (and the other
         mechanisms of ``dpsql.calls.registry``) calls that mechanism, as its method would.
         """
-        call = self._call(sql, epsilon, delta, noise, weights, report_bias)
+        call = call_of(sql, epsilon, delta, noise, weights, report_bias)
         if call is not None:
             return mechanism(call.name).answer(self, call.queries, call.options)
         local, written = self._route_local(sql)
@@ -435,7 +230,7 @@ class Connection:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
         limits and any bias report; reads no data. The text's ``refused`` is the
         ``BudgetExceeded`` running it would meet, else ``None``."""
-        call = self._call(sql, epsilon, delta, noise, weights, report_bias)
+        call = call_of(sql, epsilon, delta, noise, weights, report_bias)
         if call is not None:
             explain = mechanism(call.name).explain
             if explain is None:
@@ -717,30 +512,6 @@ class Connection:
                                 self._prepare, self._rng, self._engine.dialect, self._answerer.read_keys,
                                 self._engine.fetch, self._pmw_sessions)
 
-    def _call(self, sql: str, epsilon: Any, delta: Any, *others: Any) -> Call | None:
-        """The mechanism ``sql`` calls (``dpsql.calls.registry``), or None for a query. An epsilon or delta
-        given beside the call (the shell's ``.epsilon``, ``--epsilon``) is the default of the
-        call's own option of that name; any other argument does not apply to a call."""
-        try:
-            call = recognise(sql)
-        except DPError as error:
-            raise located(error, sql) from None
-        if call is None:
-            return None
-        taken = mechanism(call.name).options
-        for name, value in (("epsilon", epsilon), ("delta", delta)):
-            if value is None or name not in taken:
-                continue  # a delta beside a pure mechanism's call: it spends none, within any delta
-            if name not in call.options:
-                call.options[name] = value
-            elif exact_parameter(value, name) != exact_parameter(call.options[name], name):
-                raise InvalidParameter(f"{name} is given twice: {float(call.options[name]):g} in the call and "
-                                       f"{float(value):g} as an argument",
-                                       hint=f"give {name} once, in the call or as an argument")
-        if any(other not in (None, False) for other in others):
-            raise InvalidParameter(f"{call.name}() takes its options inside its call",
-                                   hint=f"write SELECT * FROM {call.name}(..., option = value)")
-        return call
 
     def _prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
                  weights: dict | None = None, report_bias: Any = None) -> Prepared:
@@ -771,20 +542,5 @@ class Connection:
         return self._executor.salt_for(needed)
 
     def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
-        """The de-biased count ``sql`` is, if it is one (``dpsql.query.local``), and its written
-        options: from the checked query alone, before any epsilon is needed (a free one needs none)."""
-        if not self._has_local:  # no LOCAL RR column in the policy: nothing to route
-            return None, {}
-        tree, checked, written = self._check(sql)
-        return route_local(tree, checked, self.policy, written), written
-
-def policy_file_of(policy: Any) -> Path | None:
-    """The resolved path of a policy given as a file, else ``None`` (text or a Policy)."""
-    if not isinstance(policy, (str, os.PathLike)):
-        return None
-    try:
-        path = Path(policy)
-        return path.resolve() if path.is_file() else None
-    except (OSError, ValueError):  # policy text: too long for a file name, or holds a NUL
-        return None
-
+        """The de-biased count ``sql`` is, if one (no LOCAL RR column in the policy: none)."""
+        return route(self.policy, self._check, sql) if self._has_local else (None, {})

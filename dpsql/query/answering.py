@@ -336,6 +336,11 @@ class Answerer:
         randomized-response reports, which repeat identically). A failure is a bare ``QueryFailed``."""
         return self._executor.execute_free([statement], lambda fetched: self.read_keys(fetched[0], keys), failure)
 
+    def curator_rows(self, statement: BoundedStatement, keys) -> list[tuple]:
+        """The rows of ``statement``, for the curator's own checks at connect (nothing is released)."""
+        salt = self._executor.salt_for(statement.needs_salt)
+        return self.read_keys(self.engine.fetch(statement.sql, salt, bounded=statement.bounded), keys)
+
     def describe(self, statement: BoundedStatement) -> list[tuple[str, str]]:
         """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
         parameters = self._executor.salt_for(statement.needs_salt)

@@ -5,16 +5,27 @@ charged path (central noise), de-biased and post-processed on the engine."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from dpsql.analysis.aggregates import total_post
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.budget.accounting import Spend
-from dpsql.policy.model import Policy
+from dpsql.policy.model import Policy, PrivateTable
 from dpsql.query.answering import Answerer
 from dpsql.query.context import MechanismContext
-from dpsql.query.local import LocalCount, debias, debiased_columns, interval_cells, local_notes, noise_variance
+from dpsql.query.local import (
+    LocalCount,
+    debias,
+    debiased_columns,
+    interval_cells,
+    local_notes,
+    noise_variance,
+    reports_sql,
+    route_local,
+)
 from dpsql.query.options import merge_options, privacy_options
+from dpsql.query.prepare import Prepared
 from dpsql.sql.names import table_key
 
 FREE_FAILED = "the query failed while running; nothing was charged and no answer was released"
@@ -26,6 +37,24 @@ def check_local_options(policy: Policy, epsilon: Any, delta: Any, noise: str | N
     epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
     if epsilon is not None or delta is not None or noise is not None:
         privacy_options(policy, 1 if epsilon is None else epsilon, delta, noise)
+
+
+def reports_outside(answerer: Answerer, prepare: Callable[..., Prepared], table: PrivateTable, rule: Any) -> int:
+    """Rows of the bounded copy of ``table`` whose LOCAL RR column ``rule`` holds NULL or a
+    value outside its DOMAIN (``dpsql.query.local.check_reports``): the curator's connect
+    reads it, no analyst's query; nothing is released."""
+    prepared = prepare(reports_sql(table, rule), 1, 0, "laplace", None, False)
+    assert prepared.plan is not None and prepared.priced is not None
+    rows = answerer.curator_rows(prepared.priced.bounded, prepared.plan.query.keys)
+    return sum(int(count) for key, count in rows if key is None)
+
+
+def route(policy: Policy, check: Callable[[str], tuple], sql: str) -> tuple[LocalCount | None, dict]:
+    """The de-biased count ``sql`` is, if it is one (``dpsql.query.local``), and its written
+    options: from the checked query alone (``check``), before any epsilon is needed (a free one
+    needs none)."""
+    tree, checked, written = check(sql)
+    return route_local(tree, checked, policy, written), written
 
 
 def answer_local(answerer: Answerer, context: MechanismContext, query: LocalCount, epsilon: Any, delta: Any,

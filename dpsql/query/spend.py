@@ -29,9 +29,10 @@ from typing import Any, Generic, TypeVar
 
 from dpsql.answer.result import Budget, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
-from dpsql.budget.accounting import Accountant, Spend, show
+from dpsql.budget.accounting import Accountant, Spend, accountant_for, show
 from dpsql.budget.ledger import Cancellation, Ledger
 from dpsql.errors import DPError, InternalError
+from dpsql.policy.model import Policy
 from dpsql.query.executor import QUERY_FAILED, Executor, Fetch
 
 Released = TypeVar("Released")
@@ -109,6 +110,19 @@ class Spender:
         self.cancel: Cancellation | None = None
         """The cancel of the one call this spender serves, passed to every charge."""
         self._locks = tuple(threading.Lock() for _ in range(LOCKS))
+
+    @classmethod
+    def of_policy(cls, ledger: Ledger, executor: Executor, policy: Policy, policy_text: str, stored: str | None,
+                  replacing: bool) -> Spender:
+        """The curator's spender under ``policy``: its total budget and analysts' budget by its accountant.
+        It agrees with the policy ``stored`` with the ledger (unless the curator is ``replacing``
+        it) and with ``policy_text``: a charge is refused once the stored policy is none of them
+        (replaced since), so the stored budget rules."""
+        total = accountant_for(policy.accounting, Spend(policy.budget_epsilon, policy.budget_delta))
+        analyst_total = None if policy.analyst_budget_epsilon is None else \
+            accountant_for(policy.accounting, Spend(policy.analyst_budget_epsilon, policy.analyst_budget_delta))
+        agreed = {None, policy_text} | ({stored} if stored is not None and not replacing else set())
+        return cls(ledger, executor, policy.accounting, total, analyst_total, frozenset(agreed))
 
     def acting_for(self, analyst: str | None, cancel: Cancellation | None = None) -> Spender:
         """This spender as ``analyst``'s, for one call with ``cancel``: the same ledger and locks."""
