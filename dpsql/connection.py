@@ -27,22 +27,21 @@ from dpsql.answer.result import Budget, DPResult
 from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
 from dpsql.backends.opening import default_ledger, open_target, policy_file_of
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, PolicyChange
+from dpsql.budget.ruling import store_policy
 from dpsql.calls.above_threshold import plan_stream, run_stream
 from dpsql.calls.registry import call_of, mechanism
 from dpsql.curator.dropped import RecordedDrop
 from dpsql.curator.estimates import estimate_drops, suggest
 from dpsql.curator.progress import elapsed_progress, show_progress
-from dpsql.errors import DPError, InternalFailure, InvalidParameter, PolicyError, UnsupportedQuery
-from dpsql.policy.diff import policy_difference
-from dpsql.policy.language import load_policy, policy_to_text
+from dpsql.errors import DPError, InternalFailure, InvalidParameter, UnsupportedQuery
+from dpsql.policy.language import policy_to_text
 from dpsql.policy.model import Policy
 from dpsql.query.answering import Answerer
 from dpsql.query.bias import BiasPlan
 from dpsql.query.context import MechanismContext
 from dpsql.query.executor import Executor
-from dpsql.query.local import LocalCount, check_reports, explain_local, reads_local, reports_note
-from dpsql.query.local_answering import answer_local, check_local_options, reports_outside, route
-from dpsql.query.options import merge_options
+from dpsql.query.local import LocalCount, check_reports, reads_local, reports_note
+from dpsql.query.local_answering import answer_local, explain_local_count, reports_outside, route
 from dpsql.query.prepare import Prepared, Preparer
 from dpsql.query.spend import Spender
 from dpsql.sql.names import columns_hint, sql_name, table_key
@@ -240,13 +239,7 @@ class Connection:
         local, written = self._route_local(sql)
         context = self.mechanism_context()
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
-            if local.free:
-                check_local_options(self.policy, epsilon, delta, noise, written)
-                return Explanation(explain_local(local))
-            epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
-            counting = self._answerer.explain(context, self._prepare(local.counting_sql, epsilon, delta, noise,
-                                                                     None, False))
-            return Explanation(explain_local(local) + "\n\n" + counting, refused=getattr(counting, "refused", None))
+            return explain_local_count(self._answerer, context, local, epsilon, delta, noise, written)
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
         text = self._answerer.explain(context, prepared, report_bias)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
@@ -450,16 +443,7 @@ class Connection:
         """Keep this connection's policy with its ledger, so later connects need none and are
         ruled by it; return the change recorded in the ledger (``None``: already stored).
         A different stored policy is replaced only with ``replace=True`` (``init_policy``)."""
-        stored = self._ledger.stored_policy()
-        difference = None if stored is None else policy_difference(load_policy(stored), self.policy)
-        if stored is not None and difference is None:
-            return None  # the same rules, however they were written: nothing to record
-        if difference is not None and not replace:
-            raise PolicyError(
-                f"a different policy is stored with the ledger at "
-                f"{self._ledger.path or ':memory:'}: {difference}",
-                hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
-        return self._ledger.store_policy(self.policy_text(), replacing=stored)
+        return store_policy(self._ledger, self.policy, replace)
 
     @property
     def policy_replaced(self) -> bool:
@@ -512,11 +496,14 @@ class Connection:
                                 self._prepare, self._rng, self._engine.dialect, self._answerer.read_keys,
                                 self._engine.fetch, self._pmw_sessions)
 
-
     def _prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
                  weights: dict | None = None, report_bias: Any = None) -> Prepared:
         """The static half of the query (``dpsql.query.prepare``), shared by ``sql`` and ``explain``."""
         return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst)
+
+    def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
+        """The de-biased count ``sql`` is, if one (no LOCAL RR column in the policy: none)."""
+        return route(self.policy, self._check, sql) if self._has_local else (None, {})
 
     # The stages one by one, for tests and benchmarks that look inside a query.
 
@@ -540,7 +527,3 @@ class Connection:
 
     def _salt_for(self, needed: bool) -> dict | None:
         return self._executor.salt_for(needed)
-
-    def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
-        """The de-biased count ``sql`` is, if one (no LOCAL RR column in the policy: none)."""
-        return route(self.policy, self._check, sql) if self._has_local else (None, {})

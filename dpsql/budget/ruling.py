@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.budget.ledger import Ledger
+from dpsql.budget.ledger import Ledger, PolicyChange
 from dpsql.budget.registry import Dataset, claim, dataset_identity, release, second_budget_note
 from dpsql.errors import PolicyError, SecondBudgetWarning
 from dpsql.policy.diff import policy_difference
-from dpsql.policy.language import load_policy
+from dpsql.policy.language import load_policy, policy_to_text
 from dpsql.policy.model import Policy
 
 
@@ -43,6 +43,21 @@ def ruling_policy(ledger: Ledger, stored: str | None, policy: Any, replacing: bo
             hint="leave the policy out to use the stored one; to change it, the curator runs "
                  "`dpsql init DB --policy P --replace`, which keeps what was spent")
     return given
+
+
+def store_policy(ledger: Ledger, policy: Policy, replace: bool) -> PolicyChange | None:
+    """Keep ``policy`` with ``ledger`` (``Connection.store_policy``): the change recorded, or ``None``
+    when the same rules are stored already; a different stored policy is replaced only with ``replace``."""
+    stored = ledger.stored_policy()
+    difference = None if stored is None else policy_difference(load_policy(stored), policy)
+    if stored is not None and difference is None:
+        return None  # the same rules, however they were written: nothing to record
+    if difference is not None and not replace:
+        raise PolicyError(
+            f"a different policy is stored with the ledger at "
+            f"{ledger.path or ':memory:'}: {difference}",
+            hint="to replace it, keeping what was spent, run `dpsql init DB --policy P --replace`")
+    return ledger.store_policy(policy_to_text(policy), replacing=stored)
 
 
 @dataclass(frozen=True)

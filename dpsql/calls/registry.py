@@ -51,7 +51,8 @@ class Mechanism:
     """What answers (and explains) a call of one name."""
 
     answer: Callable[[Any, list[str], dict[str, Any]], Any]
-    """``answer(connection, queries, options)`` -> ``DPResult``."""
+    """``answer(connection, queries, options)`` -> ``DPResult`` (through the connection's public
+    method, or its ``mechanism_context()``: a mechanism never reaches into the connection)."""
     explain: Callable[[Any, list[str], dict[str, Any]], str] | None = None
     """``explain(connection, queries, options)`` -> text; reads no data."""
     options: tuple[str, ...] = ()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dpsql.analysis.aggregates import total_post
+from dpsql.answer.explain import Explanation
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.budget.accounting import Spend
 from dpsql.policy.model import Policy, PrivateTable
@@ -18,6 +19,7 @@ from dpsql.query.local import (
     LocalCount,
     debias,
     debiased_columns,
+    explain_local,
     interval_cells,
     local_notes,
     noise_variance,
@@ -55,6 +57,18 @@ def route(policy: Policy, check: Callable[[str], tuple], sql: str) -> tuple[Loca
     needs none)."""
     tree, checked, written = check(sql)
     return route_local(tree, checked, policy, written), written
+
+
+def explain_local_count(answerer: Answerer, context: MechanismContext, query: LocalCount, epsilon: Any,
+                        delta: Any, noise: str | None, written: dict) -> Explanation:
+    """``explain`` of a COUNT over a LOCAL RR column: the de-biasing, and its counting query's
+    explanation when its counts are noised centrally (charged)."""
+    if query.free:
+        check_local_options(context.policy, epsilon, delta, noise, written)
+        return Explanation(explain_local(query))
+    epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+    counting = answerer.explain(context, context.prepare(query.counting_sql, epsilon, delta, noise, None, False))
+    return Explanation(explain_local(query) + "\n\n" + counting, refused=getattr(counting, "refused", None))
 
 
 def answer_local(answerer: Answerer, context: MechanismContext, query: LocalCount, epsilon: Any, delta: Any,

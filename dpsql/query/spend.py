@@ -33,7 +33,7 @@ from dpsql.budget.accounting import Accountant, Spend, accountant_for, show
 from dpsql.budget.ledger import Cancellation, Ledger
 from dpsql.errors import DPError, InternalError
 from dpsql.policy.model import Policy
-from dpsql.query.executor import QUERY_FAILED, Executor, Fetch
+from dpsql.query.executor import QUERY_FAILED, Executor, Fetch, run_all
 
 Released = TypeVar("Released")
 
@@ -164,14 +164,7 @@ class Spender:
         ``sample_key``: draws the secret key of the Poisson sample they read (``Executor.execute``)."""
         if price.statements != len(statements):
             raise InternalError(f"a request priced at {price.statements} statements hands over {len(statements)}")
-        if any(s.needs_sample_key for s in statements) and sample_key is None:
-            raise InternalError("a sampled statement was handed to the spender without a way to draw its key")
-
-        def run(fetch: Fetch) -> Released:
-            key = sample_key() if sample_key is not None else None
-            return release([fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
-
-        return self.spend(price, run, record, replay)
+        return self.spend(price, run_all(statements, release, sample_key), record, replay)
 
     def _charge(self, price: Price) -> int:
         return self._ledger.charge(price.spend, self._total, sql=price.text, options=price.options,
