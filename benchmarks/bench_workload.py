@@ -157,7 +157,7 @@ def bounded_truth(db, queries) -> np.ndarray:
     from dpsql.calls.workload_run import exact_histogram, plan_workload
 
     planned = plan_workload(db.mechanism_context(), [sql for sql, _ in queries], 1, None, 1)
-    rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+    rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
     return planned.workload.answers(exact_histogram(planned, rows)).astype(float)
 
 

@@ -1,4 +1,8 @@
-"""The connection: composes the stages into ``db.sql``, ``db.explain`` and ``db.budget``.
+"""The connection: a thin façade composing the stages into ``db.sql``, ``db.explain`` and ``db.budget``.
+
+It opens its target (``dpsql.backends.opening``), prepares queries (``dpsql.query.prepare``),
+answers them (``dpsql.query.answering``) and hands every mechanism its ``MechanismContext``
+(``dpsql.query.context``); all of them spend through one ``Spender`` (``dpsql.query.spend``).
 
 Order matters for privacy (DESIGN.md invariants 1 and 2): every static stage — parse, bind,
 check, analyse, rewrite, parameter validation — runs first, touching no private data and
@@ -21,12 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
+from dpsql.analysis.plan import PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation
 from dpsql.answer.result import Budget, DPResult
 from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
-from dpsql.backends.opening import default_ledger, open_target, policy_file_of
-from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, PolicyChange
+from dpsql.backends.opening import curator_files, default_ledger, open_target, policy_file_of
+from dpsql.budget.ledger import Cancellation, PolicyChange
 from dpsql.budget.ruling import store_policy
 from dpsql.calls.above_threshold import plan_stream, run_stream
 from dpsql.calls.registry import call_of, mechanism
@@ -37,7 +41,6 @@ from dpsql.errors import DPError, InternalFailure, InvalidParameter, Unsupported
 from dpsql.policy.language import policy_to_text
 from dpsql.policy.model import Policy
 from dpsql.query.answering import Answerer
-from dpsql.query.bias import BiasPlan
 from dpsql.query.context import MechanismContext
 from dpsql.query.executor import Executor
 from dpsql.query.local import LocalCount, check_reports, reads_local, reports_note
@@ -460,15 +463,7 @@ class Connection:
         """The files that only the curator may write: the database, its ledger with SQLite's
         side files, and the policy file this connection was opened with (resolved paths).
         Nothing an analyst drives (the shell's ``.output``) may write any of them."""
-        files = []
-        if self._engine.path is not None:
-            files += [self._engine.path, Path(f"{self._engine.path}.wal")]
-        if self._ledger.path is not None:
-            ledger = Path(self._ledger.path).resolve()
-            files += [ledger, *(Path(f"{ledger}{side}") for side in LEDGER_SIDE_FILES)]
-        if self._policy_file is not None:
-            files.append(self._policy_file)
-        return tuple(files)
+        return curator_files(self._engine.path, self._ledger.path, self._policy_file)
 
     def refresh(self) -> None:
         """Rebuild the bounded copies of the private tables (``dpsql.backends.bounding``) on their next
@@ -510,20 +505,3 @@ class Connection:
     def _check(self, sql: str) -> tuple[Any, PrivateQuery | PublicQuery, dict]:
         """Parse and check: (query tree, checked query, options written in the SQL)."""
         return self._preparer.check(sql)
-
-    def _plan(self, query: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
-              weights: dict | None = None) -> Plan:
-        return self._preparer.plan(query, sql, epsilon, delta, noise, weights)
-
-    def _plan_with_bias(self, checked: PrivateQuery, sql: str, epsilon: Any, delta: Any, noise: str | None,
-                        weights: dict | None, report_bias: Any, written: dict) -> tuple[Plan, BiasPlan | None]:
-        return self._preparer.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
-
-    def _domain(self, query: PrivateQuery, written: dict | None = None) -> list[tuple]:
-        return self._answerer.domains.domain(query, written)
-
-    def _read_keys(self, rows: list[tuple], keys) -> list[tuple]:
-        return self._answerer.read_keys(rows, keys)
-
-    def _salt_for(self, needed: bool) -> dict | None:
-        return self._executor.salt_for(needed)

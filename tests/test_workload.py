@@ -57,7 +57,7 @@ def contributions(con, db, planned) -> list[np.ndarray]:
 
     def histogram() -> np.ndarray:
         db.refresh()
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         return exact_histogram(planned, rows)
 
     before = histogram()
@@ -80,7 +80,7 @@ def enumerated(request):
     with db:
         planned = plan_workload(db.mechanism_context(), QUERIES, 1, None, 3)
         units = contributions(con, db, planned)
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
     return request.param, planned, exact_histogram(planned, rows), units
 
 
@@ -101,7 +101,7 @@ def test_total_and_outside_cell_follow_the_domain():
     with db:
         planned = plan_workload(db.mechanism_context(), QUERIES, 1, None, 3)
         assert planned.workload.cells == 2 * 2 + 1
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         from dpsql.calls.workload_run import exact_histogram
         histogram = exact_histogram(planned, rows)
         frame = base_frame()
@@ -229,7 +229,7 @@ def test_selection_weights_scale_with_epsilon0(monkeypatch):
     con, db = connect(rng=SeededSource(7))
     with db:
         planned = plan_workload(db.mechanism_context(), QUERIES, 2, None, 2)
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         db.workload(QUERIES, epsilon=2, rounds=2)
     from dpsql.calls.workload_run import exact_histogram
     truth = planned.workload.answers(exact_histogram(planned, rows))

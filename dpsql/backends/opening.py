@@ -20,7 +20,7 @@ from dpsql.backends.duckdb import Engine
 from dpsql.backends.duckdb.persisted import copies_directory
 from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
 from dpsql.backends.spark.session import is_spark_session
-from dpsql.budget.ledger import Ledger
+from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger
 from dpsql.budget.registry import check_second_budget, dataset_identity, release
 from dpsql.budget.ruling import Claim, claim_dataset, ruling_policy
 from dpsql.errors import InvalidParameter, PolicyError
@@ -183,3 +183,17 @@ def policy_file_of(policy: Any) -> Path | None:
         return path.resolve() if path.is_file() else None
     except (OSError, ValueError):  # policy text: too long for a file name, or holds a NUL
         return None
+
+
+def curator_files(database: Path | None, ledger: Any, policy_file: Path | None) -> tuple[Path, ...]:
+    """The files only the curator may write (``Connection.curator_files``): the ``database`` with
+    its WAL, the ``ledger`` with SQLite's side files, and the policy file (resolved paths)."""
+    files = []
+    if database is not None:
+        files += [database, Path(f"{database}.wal")]
+    if ledger is not None:
+        resolved = Path(ledger).resolve()
+        files += [resolved, *(Path(f"{resolved}{side}") for side in LEDGER_SIDE_FILES)]
+    if policy_file is not None:
+        files.append(policy_file)
+    return tuple(files)
