@@ -336,8 +336,8 @@ def test_invariant_06_keys_are_public_or_selected(pair):
         rows = pair[True].sql("SELECT zip, COUNT(*) AS n FROM visits GROUP BY zip", epsilon=Fraction(1, 2 + run_),
                               delta=1e-9).fetchall()
         assert "target-zip" not in {row[0] for row in rows}
-    plan = pair[True]._plan(pair[True]._check("SELECT zip, COUNT(*) FROM visits GROUP BY zip")[1],
-                            "", 1, Fraction(1, 10**9), None)
+    plan = pair[True]._preparer.plan(pair[True]._check("SELECT zip, COUNT(*) FROM visits GROUP BY zip")[1],
+                                     "", 1, Fraction(1, 10**9), None)
     from dpsql.mechanisms.selection import SelectionRule, release_probability
     rule = SelectionRule(plan.selection.scale, plan.selection.threshold, plan.selection.epsilon,
                          plan.selection.delta, 3, "unbounded")

@@ -3,7 +3,7 @@
 A grouped query's key types come from its relation's stored column types when every key is a
 column (``dpsql.query.prepare.stored_key_types``) instead of binding the keys' SQL: for a column of
 every DuckDB type, read from a table, either side of a join and a subquery, the two agree. A
-public key domain's SQL is kept by what it is made of (``Connection._domain_text``): the kept
+public key domain's SQL is kept by what it is made of (``dpsql.query.domains.KeyDomains.text``): the kept
 text is the one rendered afresh.
 """
 
