@@ -85,7 +85,7 @@ def selection_plan():
     sql = CLASSES["partition selection"][0]
     with dpsql.connect({"visits": base(), "stores": STORES}, policy=BOUNDED) as probe:
         _, checked, _ = probe._check(sql)
-        return probe._plan(checked, sql, CLASSES["partition selection"][1], SELECTION_DELTA, None).selection
+        return probe._preparer.plan(checked, sql, CLASSES["partition selection"][1], SELECTION_DELTA, None).selection
 
 
 def neighbours(name: str):

@@ -80,9 +80,9 @@ def exact_kept(db, sql: str) -> int:
     from dpsql.query.bias import bias_statement
 
     _, checked, written = db._check(sql)
-    plan, bias = db._plan_with_bias(checked, sql, EPSILON, None, None, None, True, written)
+    plan, bias = db._preparer.plan_with_bias(checked, sql, EPSILON, None, None, None, True, written)
     counting = bias_statement(bias, plan.query)
-    return int(db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0][0])
+    return int(db._engine.fetch(counting.sql, db._executor.salt_for(counting.needs_salt), bounded=checked.bounded)[0][0])
 
 
 def run(runs: int, estimates: int, cache: str | None) -> dict:

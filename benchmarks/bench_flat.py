@@ -96,7 +96,7 @@ def bounded_sql(db, name: str) -> str:
     _, checked, written = db._check(sql)
     assert isinstance(checked, PrivateQuery)
     epsilon, delta, noise = merge_options(written, 1, QUERIES[name].get("delta", DELTA), None)
-    return rewrite_statement(db._plan(checked, sql, epsilon, delta, noise), db._engine.dialect).sql
+    return rewrite_statement(db._preparer.plan(checked, sql, epsilon, delta, noise), db._engine.dialect).sql
 
 
 def write_sql(rows_list: list[int], cache: Path, out: Path) -> None:

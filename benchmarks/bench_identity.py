@@ -109,7 +109,7 @@ def bounded_sql(db):
     from dpsql.backends.rewrite import rewrite_statement
 
     _, checked, _ = db._check(SQL)
-    plan = db._plan(checked, SQL, Fraction(1), Fraction(0), None)
+    plan = db._preparer.plan(checked, SQL, Fraction(1), Fraction(0), None)
     return rewrite_statement(plan), checked
 
 
@@ -126,7 +126,7 @@ def one_salt(path: Path, policy: Path, work: Path, epsilon: float) -> dict:
         released = {int(row["month"]): (float(row["n"]), float(row["n_low"]), float(row["n_high"]))
                     for _, row in intervals.iterrows()}
         bounded, checked = bounded_sql(db)
-        salt = db._salt_for(bounded.needs_salt)
+        salt = db._executor.salt_for(bounded.needs_salt)
         assert bounded.needs_salt, "the bounded statement makes no salted choice"
         exact = {int(k): int(v or 0) for k, v in db._engine.fetch(bounded.sql, salt, bounded=checked.bounded)}
         at = bounded.sql.rindex(") SELECT ")

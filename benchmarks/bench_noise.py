@@ -139,10 +139,10 @@ def release_rows(db, n: int, repeats: int) -> list[str]:
 
         rows_of = getattr(release, "core_rows", None) or getattr(release, "released_rows")
         _, checked, _ = db._check(sql)
-        plan = db._plan(checked, sql, Fraction(1), None, None)
+        plan = db._preparer.plan(checked, sql, Fraction(1), None, None)
         bounded = rewrite_statement(plan)
-        exact = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
-        domain = db._domain(checked)
+        exact = db._engine.fetch(bounded.sql, db._executor.salt_for(bounded.needs_salt), bounded=checked.bounded)
+        domain = db._answerer.domains.domain(checked)
         t_domain = timed(lambda: read_domain(db, checked), repeats)
         t_release = timed(lambda: rows_of(plan, release.release_measures(plan, domain, exact)), repeats)
         t_draw = timed(lambda: release.release_measures(plan, domain, exact), repeats)

@@ -95,7 +95,7 @@ def bench(rows: int, repeats: int = 5) -> list[dict]:
             return planned, rewrite_plan(planned)
 
         planned, bounded = plan()
-        keys = db._domain(planned.query) if planned.selection is None else None
+        keys = db._answerer.domains.domain(planned.query) if planned.selection is None else None
         salt = {"salt": "00" * 32} if "$salt" in bounded else None
         exact = db._engine.fetch(bounded, salt, bounded=planned.query.bounded)
         results.append({

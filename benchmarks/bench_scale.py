@@ -304,12 +304,12 @@ def stage_times(db, sql: str, delta, repeats: int) -> dict:
 
     def plan():
         _, checked, _ = db._check(sql)
-        planned = db._plan(checked, sql, Fraction(1), delta, None)
+        planned = db._preparer.plan(checked, sql, Fraction(1), delta, None)
         return checked, planned, rewrite_statement(planned)
 
     checked, planned, statement = plan()
-    bounded, salt = statement.sql, db._salt_for(statement.needs_salt)
-    domain = db._domain(checked) if planned.selection is None else None
+    bounded, salt = statement.sql, db._executor.salt_for(statement.needs_salt)
+    domain = db._answerer.domains.domain(checked) if planned.selection is None else None
     exact = db._engine.fetch(bounded, salt, bounded=checked.bounded)
     result = {
         "plan": timed(plan, repeats),
@@ -326,7 +326,7 @@ def read_domain(db, checked):
     """The public key domain as a first query reads it: dpsql caches it per connection, so
     timing ``_domain`` alone would time the cache."""
     getattr(db, "_domains", {}).clear()
-    return db._domain(checked)
+    return db._answerer.domains.domain(checked)
 
 
 def worker_plan_corpus(repeats: int) -> dict:
@@ -364,7 +364,7 @@ def plan_times(db, queries: list[str], repeats: int) -> tuple[list[dict], list[d
                 _, checked, _ = db._check(sql)
                 if isinstance(checked, PublicQuery):
                     return None
-                return rewrite_plan(db._plan(checked, sql, Fraction(1), delta, None))
+                return rewrite_plan(db._preparer.plan(checked, sql, Fraction(1), delta, None))
             try:
                 plan()
             except dpsql.DPError as error:

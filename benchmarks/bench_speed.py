@@ -145,7 +145,7 @@ def split_times(db, spec: dict, repeats: int, k) -> dict:
         found = statements(prepared())
         start = time.perf_counter()
         for statement in found:
-            cursor.execute(statement.sql, db._salt_for(statement.needs_salt) or {}).fetchall()
+            cursor.execute(statement.sql, db._executor.salt_for(statement.needs_salt) or {}).fetchall()
         return time.perf_counter() - start
 
     prepare = timed(prepared, repeats)

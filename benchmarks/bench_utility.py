@@ -64,9 +64,9 @@ def bounded_exact(db, sql: str, delta) -> dict:
     from dpsql.backends.rewrite import rewrite_statement
 
     _, checked, _ = db._check(sql)
-    plan = db._plan(checked, sql, Fraction(1), delta, None)
+    plan = db._preparer.plan(checked, sql, Fraction(1), delta, None)
     bounded = rewrite_statement(plan)
-    rows = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
+    rows = db._engine.fetch(bounded.sql, db._executor.salt_for(bounded.needs_salt), bounded=checked.bounded)
     width = len(checked.keys)
     out = {}
     for row in rows:

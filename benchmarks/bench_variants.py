@@ -141,7 +141,7 @@ def bounded_sql_of(db, queries: list[str]) -> dict[str, str | Exception]:
         q = QUERIES[name]
         try:
             _, checked, _ = db._check(q["dp"])
-            out[name] = rewrite_plan(db._plan(checked, q["dp"], Fraction(1), q.get("delta"), None))
+            out[name] = rewrite_plan(db._preparer.plan(checked, q["dp"], Fraction(1), q.get("delta"), None))
         except dpsql.DPError as error:
             out[name] = error
     return out

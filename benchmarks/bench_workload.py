@@ -156,8 +156,8 @@ def bounded_truth(db, queries) -> np.ndarray:
     workload's histogram statement run once, uncharged (a benchmark looking inside)."""
     from dpsql.calls.workload_run import exact_histogram, plan_workload
 
-    planned = plan_workload(db, [sql for sql, _ in queries], 1, None, 1)
-    rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+    planned = plan_workload(db.mechanism_context(), [sql for sql, _ in queries], 1, None, 1)
+    rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
     return planned.workload.answers(exact_histogram(planned, rows)).astype(float)
 
 

@@ -86,14 +86,14 @@ class ReleaseCapture:
     the public domain, the exact bounded rows and the histograms (a monkeypatch)."""
 
     def __init__(self, monkeypatch):
-        import dpsql.connection
+        import dpsql.query.answering
 
         self.calls: list[dict] = []
-        release = dpsql.connection.release_measures
+        release = dpsql.query.answering.release_measures
 
         def capture(plan, domain, exact, source=None, histograms=None):
             self.calls.append({"plan": plan, "domain": domain, "exact": [tuple(r) for r in exact],
                                "histograms": {k: [tuple(r) for r in v] for k, v in (histograms or {}).items()}})
             return release(plan, domain, exact, source, histograms)
 
-        monkeypatch.setattr(dpsql.connection, "release_measures", capture)
+        monkeypatch.setattr(dpsql.query.answering, "release_measures", capture)

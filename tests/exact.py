@@ -5,7 +5,7 @@
 ``rewrite_statement`` / ``separate_statement``, run on the connection's own engine (which fills the
 bounded copies) — and then, instead of adding noise, returns every measure's exact value per
 released key together with the sensitivity the analysis claimed for it. Keep it in step with
-``dpsql.connection.Connection.sql`` and ``dpsql.query.release.release_measures``: it is the one place
+``dpsql.query.answering.Answerer.sql`` and ``dpsql.query.release.release_measures``: it is the one place
 tests see those internals.
 
 Keys are identified by DuckDB's own text of the key (``CAST(key AS VARCHAR)``), never by the
@@ -77,7 +77,7 @@ def exact_run(db, sql: str) -> ExactRun | None:
     if not isinstance(checked, PrivateQuery):
         return None
     epsilon, delta, noise = merge_options(written, None, None, None)
-    plan = db._plan(checked, sql, epsilon, delta, noise)
+    plan = db._preparer.plan(checked, sql, epsilon, delta, noise)
     width = len(plan.query.keys)
     dialect = db._engine.dialect
     rows, merged = _fetch_with_texts(db, plan, rewrite_statement(plan, dialect), width)
@@ -116,7 +116,7 @@ def _fetch_with_texts(db, plan: Plan, bounded: BoundedStatement, width: int) -> 
         return _fetch_with_engine_texts(db, plan, bounded, width)
     texts = ", ".join(f"CAST(dp_exact.g{i} AS VARCHAR) AS dp_text{i}" for i in range(width))
     sql = bounded.sql if not width else f"SELECT *, {texts} FROM (\n{bounded.sql}\n) AS dp_exact"
-    rows = read_keys(db._engine.fetch(sql, db._salt_for(bounded.needs_salt), bounded=plan.query.bounded),
+    rows = read_keys(db._engine.fetch(sql, db._executor.salt_for(bounded.needs_salt), bounded=plan.query.bounded),
                      plan.query.keys)
     return rows, _merged(rows, width)
 
@@ -129,7 +129,7 @@ def _fetch_with_engine_texts(db, plan: Plan, bounded: BoundedStatement, width: i
     if texts:
         listed = render(exp.select(*texts), engine.dialect).removeprefix("SELECT ")
         sql = f"SELECT *, {listed} FROM (\n{bounded.sql}\n) AS dp_exact"
-    fetched = read_keys(engine.fetch(sql, db._salt_for(bounded.needs_salt), bounded=plan.query.bounded), keys,
+    fetched = read_keys(engine.fetch(sql, db._executor.salt_for(bounded.needs_salt), bounded=plan.query.bounded), keys,
                         text=engine.key_text, value=engine.key_value)
     rows = []
     for row in fetched:
@@ -159,7 +159,7 @@ def _representatives(rows: list[tuple], width: int) -> dict[tuple, int]:
 def _released_keys(db, plan: Plan, representatives: dict[tuple, int]) -> list[tuple]:
     """The Python keys the release reads: the public domain, or every candidate of selection."""
     if plan.selection is None:
-        return [tuple(key) for key in db._domain(plan.query)]
+        return [tuple(key) for key in db._answerer.domains.domain(plan.query)]
     return list(representatives)
 
 

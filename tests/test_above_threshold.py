@@ -33,7 +33,7 @@ def db(built):
 
 def exact_count(db, sql: str) -> int:
     """The query's exact answer on the bounded copy (what the stream tests), for the test only."""
-    stream = plan_stream(db, [sql], 0, 1)
+    stream = plan_stream(db.mechanism_context(), [sql], 0, 1)
     return int(db._engine.fetch(stream.queries[0].statement.sql, None, bounded=stream.queries[0].statement.bounded)
                [0][0] or 0)
 
@@ -88,7 +88,7 @@ def test_each_querys_sensitivity_is_the_most_one_unit_changes_it_by_brute_force(
     frame = pd.DataFrame({"uid": [1, 1, 1, 1, 1, 2, 3, 3], "x": [100, 100, 100, 100, 100, 4, -5, 7]})
     policy = "BUDGET EPSILON 9; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, x BOUNDS 0 TO 10);"
     with dpsql.connect({"t": frame}, policy=policy) as db:
-        stream = plan_stream(db, ["SELECT COUNT(*) FROM t", "SELECT SUM(x) FROM t"], 0, 1)
+        stream = plan_stream(db.mechanism_context(), ["SELECT COUNT(*) FROM t", "SELECT SUM(x) FROM t"], 0, 1)
         bounded = frame.assign(x=frame["x"].clip(0, 10)).groupby("uid").head(2)
         for query, measure in zip(stream.queries, (lambda f: len(f), lambda f: f["x"].sum())):
             whole = measure(bounded)

@@ -464,8 +464,8 @@ def mwem_histogram(frame: pd.DataFrame, rows: int):
     from dpsql.calls.workload_run import exact_histogram, plan_workload
 
     with dpsql.connect({"visits": frame}, policy=MWEM_POLICY.format(rows=rows), ledger=":memory:") as db:
-        planned = plan_workload(db, MWEM_QUERIES, 5, None, 1)
-        fetched = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        planned = plan_workload(db.mechanism_context(), MWEM_QUERIES, 5, None, 1)
+        fetched = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         return planned, exact_histogram(planned, fetched)
 
 

@@ -35,9 +35,9 @@ def exact_counts(data: pd.DataFrame, sql: str = QUERY, policy: str = POLICY):
     """The bias plan of ``sql`` and its exact counts over ``data`` (what release_bias noises)."""
     with dpsql.connect({"t": data, "p": PUBLIC}, policy=policy) as db:
         tree, checked, written = db._check(sql)
-        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        plan, bias = db._preparer.plan_with_bias(checked, sql, 1, None, None, None, True, written)
         counting = bias_statement(bias, plan.query)
-        row = db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0]
+        row = db._engine.fetch(counting.sql, db._executor.salt_for(counting.needs_salt), bounded=checked.bounded)[0]
         return bias, dict(zip([m.name for m in bias.measures], (int(v) for v in row)))
 
 
@@ -147,7 +147,7 @@ def test_the_report_reads_bounded_data_only(sql):
     """The bias SQL reads the copy and its row-count table, never the raw table ``t``."""
     with dpsql.connect({"t": frame({1: (1,) * 30, 2: (3, 50)}), "p": PUBLIC}, policy=POLICY) as db:
         _, checked, written = db._check(sql)
-        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        plan, bias = db._preparer.plan_with_bias(checked, sql, 1, None, None, None, True, written)
         relations = _relations(bias_sql(bias, plan.query))
     assert relations and all(catalog == DATABASE for catalog, _ in relations), relations
     copy = copy_name(checked.bounded[0], db.policy.table(checked.bounded[0]))  # the backend names the copy
@@ -180,9 +180,9 @@ def test_one_units_raw_rows_do_not_reach_a_reported_query():
             sizes = {name: db._engine.fetch(f'SELECT COUNT(*) FROM {DATABASE}.main."{name}"')[0][0]
                      for _, name in relations}
             _, checked, written = db._check(QUERY)
-            plan, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, True, written)
+            plan, bias = db._preparer.plan_with_bias(checked, QUERY, 1, None, None, None, True, written)
             counting = bias_statement(bias, plan.query)
-            counts = db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0]
+            counts = db._engine.fetch(counting.sql, db._executor.salt_for(counting.needs_salt), bounded=checked.bounded)[0]
         runs.append((fetched, sizes, counts))
     (sql0, sizes0, counts0), (sql1, sizes1, counts1) = runs
     assert sql0 == sql1 and sizes0 == sizes1
@@ -224,7 +224,7 @@ def test_noise_has_the_scale_of_sensitivity_over_epsilon_share():
     _, counts = exact_counts(frame({1: (1, 2, 3, 4, 5), 3: (20, -1)}))
     with dpsql.connect({"t": frame({1: (1,)}), "p": PUBLIC}, policy=POLICY) as db:
         tree, checked, written = db._check(QUERY)
-        _, bias = db._plan_with_bias(checked, QUERY, 1, None, None, None, 0.3, written)
+        _, bias = db._preparer.plan_with_bias(checked, QUERY, 1, None, None, None, 0.3, written)
     # epsilon 1, share 0.3 over three counts weighted 1, 2, 2: 0.06, 0.12, 0.12; k = C = 2
     expected = {"kept": 2 / 0.06, "dropped": 2 / 0.12, "clamped_0": 2 / 0.12}
     exact = {name: 10**6 for name in expected}
@@ -330,10 +330,10 @@ def test_kept_is_what_the_query_itself_counts():
     sql = "SELECT g, COUNT(*) AS n FROM t WHERE x < 8 GROUP BY g"
     with dpsql.connect({"t": frame(units), "p": PUBLIC}, policy=POLICY) as db:
         tree, checked, written = db._check(sql)
-        plan, bias = db._plan_with_bias(checked, sql, 1, None, None, None, True, written)
+        plan, bias = db._preparer.plan_with_bias(checked, sql, 1, None, None, None, True, written)
         counting, bounded = bias_statement(bias, plan.query), rewrite_statement(plan)
-        kept = db._engine.fetch(counting.sql, db._salt_for(counting.needs_salt), bounded=checked.bounded)[0][0]
-        exact = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
+        kept = db._engine.fetch(counting.sql, db._executor.salt_for(counting.needs_salt), bounded=checked.bounded)[0][0]
+        exact = db._engine.fetch(bounded.sql, db._executor.salt_for(bounded.needs_salt), bounded=checked.bounded)
     assert kept == sum(row[1] for row in exact) and 0 < kept
 
 

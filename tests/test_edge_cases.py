@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-import dpsql.connection
+import dpsql.query.answering
 from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """
@@ -52,14 +52,14 @@ class Capture:
 
     def __init__(self, monkeypatch):
         self.plans, self.exact = [], []
-        release = dpsql.connection.release_measures
+        release = dpsql.query.answering.release_measures
 
         def capture(plan, domain, exact, source=None, histograms=None):
             self.plans.append(plan)
             self.exact.append({tuple(r[:len(plan.query.keys)]): r[len(plan.query.keys):] for r in exact})
             return release(plan, domain, exact, source, histograms)
 
-        monkeypatch.setattr(dpsql.connection, "release_measures", capture)
+        monkeypatch.setattr(dpsql.query.answering, "release_measures", capture)
 
 
 def exact_pair(monkeypatch, tmp_path, without: pd.DataFrame, with_: pd.DataFrame, sql: str):

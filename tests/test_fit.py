@@ -89,7 +89,7 @@ def test_one_units_gradient_is_within_the_clip_whatever_its_rows(model, rows):
     row per unit (the copy keeps one) the statement reads rows as units, without a GROUP BY."""
     db = tiny(units=ADVERSARIES, rows=rows)
     target = "y" if model == "linear" else "y > 2"
-    fit = plan_fit(db, f"SELECT x, z, {target} AS y FROM t", target="y", model=model, epsilon=1, delta=1e-6,
+    fit = plan_fit(db.mechanism_context(), f"SELECT x, z, {target} AS y FROM t", target="y", model=model, epsilon=1, delta=1e-6,
                    clip=0.5)
     bound = fit.noise.norm_steps
     assert ("GROUP BY dp_unit" in fit.statement([0.0] * 3).sql) == (rows > 1)
@@ -110,7 +110,7 @@ def test_a_unit_contributes_the_average_gradient_of_its_rows():
     """Unit 3's three rows, at weights 0 (residual -y'): its vector is the mean of the rows' scaled
     gradients (-y', -y' x', -y' z'), to within one grid step (clip 10 never binds here)."""
     db = tiny()
-    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, clip=10)
+    fit = plan_fit(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, clip=10)
     rows = np.array([(x, z, y) for uid, x, z, y in BASE if uid == 3])
     scaled = np.column_stack([(2 * rows[:, 0] - 1) / 3, (2 * rows[:, 1] - 10) / 10, (2 * rows[:, 2] - 5) / 5])
     residual = -scaled[:, 2]
@@ -126,7 +126,7 @@ def test_a_tiny_clip_cannot_underflow_the_norm(clip):
     at 0.9 D, a vector of 1.56 D (found by helper-30). Weights are public, so an analyst could
     steer a unit's gradient there; the statement is called directly, below the clip's range."""
     db = tiny(units={16: [(16, "2.0", "10.0", "2.5")]})  # x' = z' = 1, y' = 0: the residual is w0
-    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
+    fit = plan_fit(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
     vectors = unit_vectors(db, fit, [0.9 * clip, 0.0, 0.0], clip=clip)
     bound = fit.noise.norm_steps
     assert squared_norm(vectors[16]) <= bound * bound
@@ -139,7 +139,7 @@ def test_neighbouring_tables_move_the_summed_gradient_by_at_most_the_clip(neighb
     adding one (add/remove), or replacing one by another (replace-one), moves the exact sum by at
     most factor * D in L2; the largest move found is more than half of that (the bound is tight)."""
     db = tiny(neighbours, units=ADVERSARIES)
-    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, clip=0.5)
+    fit = plan_fit(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, clip=0.5)
     assert fit.sensitivity_factor == factor
     bound = factor * fit.noise.norm_steps
     worst = 0
@@ -162,7 +162,7 @@ def test_the_count_of_units_moves_by_at_most_one():
     with_units, without = tiny(units={13: ADVERSARIES[13], 11: ADVERSARIES[11]}), tiny()
     counts = []
     for db in (with_units, without):
-        fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
+        fit = plan_fit(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
         statement = count_statement(fit.plan, fit.columns)
         counts.append(int(db._engine.fetch(statement.sql, None, bounded=statement.bounded)[0][0]))
     assert counts == [4 + 1, 4]
@@ -183,7 +183,7 @@ def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neigh
     monkeypatch.setattr(dpsql.calls.fit, "discrete_gaussian", recording)
     db = tiny(neighbours)
     model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
-    fit = plan_fit(db, "SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
+    fit = plan_fit(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
     (count_sigma, one), *steps = drawn
     assert one == 1 and len(steps) == 7 and all(size == 3 for _, size in steps)
     assert len({sigma for sigma, _ in steps}) == 1
@@ -338,8 +338,8 @@ def test_a_sampled_fit_reads_a_fresh_secret_sample_each_step_and_is_charged_ampl
     monkeypatch.setattr(dpsql.calls.fit, "secret_key", lambda source=None: keys.append(original(source)) or keys[-1])
     with dpsql.connect({"t": SAMPLE_FRAME}, policy=SAMPLED.format(accounting="BASIC"), rng=SeededSource(8)) as db:
         sql = "SELECT x, y FROM t TABLESAMPLE POISSON (20 PERCENT)"
-        fit = plan_fit(db, sql, target="y", epsilon=2, delta=1e-6, steps=6)
-        full = plan_fit(db, "SELECT x, y FROM t", target="y", epsilon=2, delta=1e-6, steps=6)
+        fit = plan_fit(db.mechanism_context(), sql, target="y", epsilon=2, delta=1e-6, steps=6)
+        full = plan_fit(db.mechanism_context(), "SELECT x, y FROM t", target="y", epsilon=2, delta=1e-6, steps=6)
         assert fit.rate == Fraction(1, 5) and fit.amplified and not fit.count.needs_sample_key
         multiplier = noise_multiplier_for(Fraction(19, 10), Fraction(19, 20 * 10**6), Fraction(1, 5), 6)
         assert fit.noise.sigma_squared == (multiplier * fit.noise.norm_steps) ** 2
@@ -354,8 +354,8 @@ def test_a_sampled_fit_reads_a_fresh_secret_sample_each_step_and_is_charged_ampl
 
 def test_a_sampled_fit_under_zcdp_is_calibrated_as_full_batch_and_refused_under_replacement():
     with dpsql.connect({"t": SAMPLE_FRAME}, policy=SAMPLED.format(accounting="ZCDP")) as db:
-        fit = plan_fit(db, "SELECT x, y FROM t TABLESAMPLE POISSON (20 PERCENT)", target="y", epsilon=2, delta=1e-6)
-        full = plan_fit(db, "SELECT x, y FROM t", target="y", epsilon=2, delta=1e-6)
+        fit = plan_fit(db.mechanism_context(), "SELECT x, y FROM t TABLESAMPLE POISSON (20 PERCENT)", target="y", epsilon=2, delta=1e-6)
+        full = plan_fit(db.mechanism_context(), "SELECT x, y FROM t", target="y", epsilon=2, delta=1e-6)
         assert not fit.amplified and fit.noise == full.noise and fit.cost == full.cost
     bounded = SAMPLED.format(accounting="BASIC").replace("UNBOUNDED", "BOUNDED")
     with dpsql.connect({"t": SAMPLE_FRAME}, policy=bounded) as db:
@@ -388,7 +388,7 @@ def audit_releases(fit, frame, policy: str, count: int, seed: int, monkeypatch) 
     from dpsql.calls.fit import descend_noisily
 
     with dpsql.connect({"visits": frame, "stores": STORES}, policy=policy) as db:
-        planned = plan_fit(db, fit["sql"], target=fit["target"], epsilon=fit["epsilon"], delta=fit["delta"],
+        planned = plan_fit(db.mechanism_context(), fit["sql"], target=fit["target"], epsilon=fit["epsilon"], delta=fit["delta"],
                            steps=1, learning_rate=1)
         planned = fit.get("change", lambda p: p)(planned)
         rows = int(db._engine.fetch(planned.count.sql, None, bounded=planned.count.bounded)[0][0] or 0)

@@ -73,7 +73,7 @@ def test_the_statement_sums_the_loss_gradient_of_every_row(model):
     frame = rows()
     db = connect(frame)
     sql, target = SQL[model]
-    fit = plan_fit(db, sql, target=target, model=model, epsilon=1, delta=1e-6, clip=CLIP)
+    fit = plan_fit(db.mechanism_context(), sql, target=target, model=model, epsilon=1, delta=1e-6, clip=CLIP)
     step = CLIP / fit.noise.norm_steps
     for weights in (np.zeros(3), np.array([0.3, -1.2, 0.7]), np.array([-2.0, 3.0, 1.5])):
         expected = by_hand(frame, model, weights) / step
@@ -94,7 +94,7 @@ def test_the_logistic_gradient_vanishes_at_the_log_loss_minimum():
         weights = weights - np.linalg.solve((A * (p * (1 - p))[:, None]).T @ A, A.T @ (p - label))
     assert np.max(np.abs(by_hand(frame, "logistic", weights))) < 1e-9
     db = connect(frame)
-    fit = plan_fit(db, SQL["logistic"][0], target="label", model="logistic", epsilon=1, delta=1e-6, clip=CLIP)
+    fit = plan_fit(db.mechanism_context(), SQL["logistic"][0], target="label", model="logistic", epsilon=1, delta=1e-6, clip=CLIP)
     assert np.all(np.abs(engine(db, fit, weights)) <= len(frame))
 
 
@@ -108,7 +108,7 @@ def test_a_fit_with_negligible_noise_retraces_numpys_descent(model):
     db = connect(frame)
     sql, target = SQL[model]
     steps, rate, clip = 40, 0.5, 10.0  # every row gradient on this path has norm below 10
-    fit = plan_fit(db, sql, target=target, model=model, epsilon=10**12, delta=1e-6, clip=clip, steps=steps,
+    fit = plan_fit(db.mechanism_context(), sql, target=target, model=model, epsilon=10**12, delta=1e-6, clip=clip, steps=steps,
                    learning_rate=rate)
     sigma_steps = float(fit.noise.sigma_squared) ** 0.5
     assert 7.1 * float(fit.noise.count_sigma_squared) ** 0.5 < 1  # the count's noise is 0 but w.p. 1e-12

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-import dpsql.connection
+import dpsql.query.answering
 from dpsql.mechanisms.noise import SeededSource
 
 POLICY = """
@@ -195,7 +195,7 @@ options = st.fixed_dictionaries({}, optional={
 def connections():
     """Connections to the two databases; the release step sees zeros instead of exact values."""
     patch = pytest.MonkeyPatch()
-    release = dpsql.connection.release_measures
+    release = dpsql.query.answering.release_measures
 
     def zeroed(plan, domain, exact, source=None, histograms=None):
         width = len(plan.query.keys)
@@ -203,7 +203,7 @@ def connections():
         histograms = {name: [tuple(r[:-1]) + (0,) for r in rows] for name, rows in (histograms or {}).items()}
         return release(plan, domain, exact, source, histograms)
 
-    patch.setattr(dpsql.connection, "release_measures", zeroed)
+    patch.setattr(dpsql.query.answering, "release_measures", zeroed)
     opened = [dpsql.connect({"visits": frame, "stores": STORES}, policy=POLICY, query_timeout=10)
               for frame in DATABASES]
     yield opened

@@ -32,7 +32,7 @@ from adversary import POLICY, TARGET, frames, neighbours, run
 from engines import Engine as EngineUnderTest
 
 import dpsql
-import dpsql.connection
+import dpsql.query.answering
 import dpsql.mechanisms.noise
 from dpsql.backends.duckdb import Engine
 from dpsql.backends.spark import SparkEngine
@@ -104,14 +104,14 @@ class Watch:
             return original_post(engine, columns, types, rows, sql)
 
         monkeypatch.setattr(Engine, "post_process", post)
-        release = dpsql.connection.release_measures
+        release = dpsql.query.answering.release_measures
 
         def capture(plan, domain, exact, source=None, histograms=None):
             self.plans.append(plan)
             self.exact.append([tuple(row) for row in exact])
             return release(plan, domain, exact, source, histograms)
 
-        monkeypatch.setattr(dpsql.connection, "release_measures", capture)
+        monkeypatch.setattr(dpsql.query.answering, "release_measures", capture)
 
     def reads_of(self, table: str) -> list[str]:
         """Statements that read rows (not DESCRIBE) and name ``table``."""
@@ -336,8 +336,8 @@ def test_invariant_06_keys_are_public_or_selected(pair):
         rows = pair[True].sql("SELECT zip, COUNT(*) AS n FROM visits GROUP BY zip", epsilon=Fraction(1, 2 + run_),
                               delta=1e-9).fetchall()
         assert "target-zip" not in {row[0] for row in rows}
-    plan = pair[True]._plan(pair[True]._check("SELECT zip, COUNT(*) FROM visits GROUP BY zip")[1],
-                            "", 1, Fraction(1, 10**9), None)
+    plan = pair[True]._preparer.plan(pair[True]._check("SELECT zip, COUNT(*) FROM visits GROUP BY zip")[1],
+                                     "", 1, Fraction(1, 10**9), None)
     from dpsql.mechanisms.selection import SelectionRule, release_probability
     rule = SelectionRule(plan.selection.scale, plan.selection.threshold, plan.selection.epsilon,
                          plan.selection.delta, 3, "unbounded")

@@ -158,7 +158,7 @@ def test_the_public_side_is_stored_once_and_the_query_reads_the_stored_rows():
         stored = db._engine._instance.materialised
         assert len(stored) == 1
         from dpsql.backends.rewrite import rewrite_plan
-        bounded = rewrite_plan(db._plan(checked, sql, 1, None, None))
+        bounded = rewrite_plan(db._preparer.plan(checked, sql, 1, None, None))
         assert next(iter(stored)) in bounded
         assert '"p"' not in bounded  # the public subquery itself does not run again
 

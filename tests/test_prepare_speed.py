@@ -3,7 +3,7 @@
 A grouped query's key types come from its relation's stored column types when every key is a
 column (``dpsql.query.prepare.stored_key_types``) instead of binding the keys' SQL: for a column of
 every DuckDB type, read from a table, either side of a join and a subquery, the two agree. A
-public key domain's SQL is kept by what it is made of (``Connection._domain_text``): the kept
+public key domain's SQL is kept by what it is made of (``dpsql.query.domains.KeyDomains.text``): the kept
 text is the one rendered afresh.
 """
 
@@ -45,7 +45,7 @@ def test_stored_key_types_are_what_binding_the_keys_gives(db, name):
         plan = analyse_query(checked, preparer.policy, privacy_options(preparer.policy, 1, 1e-5, None, None))
         stored = stored_key_types(plan.query)
         assert stored is not None, shape
-        bound = dict(db._describe(key_types_statement(plan)))
+        bound = dict(db._answerer.describe(key_types_statement(plan)))
         assert stored == {key: bound[key] for key in stored}, shape
         compared += 1
     assert compared == len(SHAPES)
@@ -92,7 +92,7 @@ def test_a_kept_domain_text_is_the_one_rendered_afresh():
                 assert {key.form for key in query.keys} == ({"value", "text"} if "s," in sql else {"value"})
                 for key in query.keys:
                     types = [query.column_type(key.expression.name)]
-                    assert db._domain_text([key], types) == domain_sql([key], types)
+                    assert db._answerer.domains.text([key], types) == domain_sql([key], types)
                 types = [query.column_type(key.expression.name) for key in query.keys]
-                assert db._domain_text(list(query.keys), types) == domain_sql(list(query.keys), types)
+                assert db._answerer.domains.text(list(query.keys), types) == domain_sql(list(query.keys), types)
                 assert len(db.sql(sql.format(k=k), epsilon=1).fetchall()) == released(k)

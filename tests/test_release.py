@@ -182,15 +182,15 @@ def db():
 def prepare(db, sql: str, epsilon, delta, noise_kind):
     """(plan, domain, exact rows, histograms), as ``Connection.sql`` builds them."""
     _, checked, _ = db._check(sql)
-    plan = db._plan(checked, sql, epsilon, delta, noise_kind)
+    plan = db._preparer.plan(checked, sql, epsilon, delta, noise_kind)
     bounded = rewrite_statement(plan)
-    exact = db._engine.fetch(bounded.sql, db._salt_for(bounded.needs_salt), bounded=checked.bounded)
+    exact = db._engine.fetch(bounded.sql, db._executor.salt_for(bounded.needs_salt), bounded=checked.bounded)
     histograms = {}
     for measure in plan.separate:
         separate = separate_statement(plan, measure)
-        histograms[measure.name] = db._engine.fetch(separate.sql, db._salt_for(separate.needs_salt),
+        histograms[measure.name] = db._engine.fetch(separate.sql, db._executor.salt_for(separate.needs_salt),
                                                     bounded=checked.bounded)
-    domain = db._domain(checked) if plan.selection is None else None
+    domain = db._answerer.domains.domain(checked) if plan.selection is None else None
     return plan, domain, exact, histograms
 
 

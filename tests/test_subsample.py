@@ -285,7 +285,7 @@ def test_the_charge_is_the_amplified_cost_and_repeats_are_the_same_sample():
 
 
 def test_the_key_is_fresh_per_query_and_never_shown(monkeypatch, tmp_path):
-    import dpsql.connection
+    import dpsql.query.answering
 
     drawn = []
 
@@ -293,7 +293,7 @@ def test_the_key_is_fresh_per_query_and_never_shown(monkeypatch, tmp_path):
         drawn.append(secret_key(source))
         return drawn[-1]
 
-    monkeypatch.setattr(dpsql.connection, "secret_key", recording)
+    monkeypatch.setattr(dpsql.query.answering, "secret_key", recording)
     ledger = tmp_path / "t.ledger"
     with connect(ledger=str(ledger)) as db:
         sql = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM t TABLESAMPLE POISSON (50 PERCENT) GROUP BY g"

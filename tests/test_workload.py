@@ -57,7 +57,7 @@ def contributions(con, db, planned) -> list[np.ndarray]:
 
     def histogram() -> np.ndarray:
         db.refresh()
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         return exact_histogram(planned, rows)
 
     before = histogram()
@@ -78,9 +78,9 @@ def enumerated(request):
 
     con, db = connect(request.param)
     with db:
-        planned = plan_workload(db, QUERIES, 1, None, 3)
+        planned = plan_workload(db.mechanism_context(), QUERIES, 1, None, 3)
         units = contributions(con, db, planned)
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
     return request.param, planned, exact_histogram(planned, rows), units
 
 
@@ -99,9 +99,9 @@ def test_query_sensitivities_are_the_largest_change_one_unit_makes(enumerated):
 def test_total_and_outside_cell_follow_the_domain():
     con, db = connect()
     with db:
-        planned = plan_workload(db, QUERIES, 1, None, 3)
+        planned = plan_workload(db.mechanism_context(), QUERIES, 1, None, 3)
         assert planned.workload.cells == 2 * 2 + 1
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         from dpsql.calls.workload_run import exact_histogram
         histogram = exact_histogram(planned, rows)
         frame = base_frame()
@@ -192,7 +192,7 @@ def test_pure_composition_equals_the_charge(monkeypatch):
     recorder = Recorder(monkeypatch)
     con, db = connect(rng=SeededSource(5))
     with db:
-        planned = plan_workload(db, QUERIES, Fraction(3, 2), None, 4)
+        planned = plan_workload(db.mechanism_context(), QUERIES, Fraction(3, 2), None, 4)
         result = db.workload(QUERIES, epsilon=Fraction(3, 2), rounds=4)
         spent = db.budget.spent.epsilon
     reach = planned.mwem.reach
@@ -211,7 +211,7 @@ def test_zcdp_composition_equals_the_charge(monkeypatch):
     recorder = Recorder(monkeypatch)
     con, db = connect(rng=SeededSource(6))
     with db:
-        planned = plan_workload(db, QUERIES, 1, Fraction(1, 10**6), 5)
+        planned = plan_workload(db.mechanism_context(), QUERIES, 1, Fraction(1, 10**6), 5)
         result = db.workload(QUERIES, epsilon=1, delta=Fraction(1, 10**6), rounds=5)
     assert len(recorder.gaussian) == 1 + 5 and not recorder.laplace
     reach = planned.mwem.reach
@@ -228,8 +228,8 @@ def test_selection_weights_scale_with_epsilon0(monkeypatch):
     recorder = Recorder(monkeypatch)
     con, db = connect(rng=SeededSource(7))
     with db:
-        planned = plan_workload(db, QUERIES, 2, None, 2)
-        rows = db._read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
+        planned = plan_workload(db.mechanism_context(), QUERIES, 2, None, 2)
+        rows = db._answerer.read_keys(db._executor._fetch(planned.statement), planned.histogram.query.keys)
         db.workload(QUERIES, epsilon=2, rounds=2)
     from dpsql.calls.workload_run import exact_histogram
     truth = planned.workload.answers(exact_histogram(planned, rows))
@@ -245,7 +245,7 @@ def test_multiplicative_weights_is_given_released_values_only(monkeypatch):
     recorder = Recorder(monkeypatch)
     con, db = connect(rng=SeededSource(8))
     with db:
-        planned = plan_workload(db, QUERIES, 1, None, 4)
+        planned = plan_workload(db.mechanism_context(), QUERIES, 1, None, 4)
         result = db.workload(QUERIES, epsilon=1, rounds=4)
         text = db._ledger.find_answer(planned.key)
     from dpsql.calls.workload_run import _decode
@@ -456,7 +456,7 @@ def test_psql_calls_it_through_the_server_charged_to_the_analyst(built, tmp_path
 def test_a_workload_reading_no_column_has_one_cell():
     con, db = connect(rng=SeededSource(14))
     with db:
-        planned = plan_workload(db, ["SELECT COUNT(*) FROM t", "SELECT 3 * COUNT(*) - COUNT(*) FROM t"], 1, None, 2)
+        planned = plan_workload(db.mechanism_context(), ["SELECT COUNT(*) FROM t", "SELECT 3 * COUNT(*) - COUNT(*) FROM t"], 1, None, 2)
         assert planned.workload.cells == 1 and list(planned.sensitivities) == [2, 4]
         answer = db.workload(["SELECT COUNT(*) FROM t", "SELECT 3 * COUNT(*) - COUNT(*) FROM t"], epsilon=1)
     assert len(answer.fetchall()) == 2
@@ -511,5 +511,5 @@ def test_a_keys_column_named_cell_is_the_policys_own_column():
     frame = pd.DataFrame({"uid": range(30), "cell": [10, 20, 30] * 10})
     policy = "BUDGET EPSILON 5; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 1, cell KEYS (10, 20, 30));"
     with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(1)) as db:
-        planned = plan_workload(db, ["SELECT COUNT(*) FROM t WHERE cell = 10"], Fraction(1), None, 1)
+        planned = plan_workload(db.mechanism_context(), ["SELECT COUNT(*) FROM t WHERE cell = 10"], Fraction(1), None, 1)
         assert planned.workload.vector(0).tolist() == [1, 0, 0, 0]

@@ -31,14 +31,16 @@ from sqlglot import exp
 from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation
-from dpsql.answer.result import DPResult, QueryCost
+from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable
 from dpsql.calls.mechanism import Mechanism
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 from dpsql.mechanisms.sparse_vector import AboveThreshold, threshold_share
+from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
+from dpsql.query.spend import Price
 from dpsql.sql.parse import located, parse
 
 MAX_QUERIES = 10_000
@@ -103,8 +105,16 @@ class StreamPlan:
         shown = "; ".join(f"{i}. {q.normal}" for i, q in enumerate(self.queries, 1))
         return f"ABOVE THRESHOLD {_number(self.threshold)} (at most {self.max_above} above) OF {shown}"
 
+    def price(self, neighbours: str) -> Price:
+        """What the stream costs, charged once: one statement per query at most."""
+        return Price(self.cost, self.ledger_text(),
+                     {"mechanism": "above_threshold", "epsilon": self.epsilon, "threshold": self.threshold,
+                      "max_above": self.max_above, "value_epsilon": self.value_epsilon, "neighbours": neighbours},
+                     key=self.key(), statements=len(self.queries), what=f"a stream of {len(self.queries):,} queries",
+                     failure="the stream failed while running; its cost was charged and nothing was released")
 
-def plan_stream(connection: Any, queries: Any, threshold: Any, epsilon: Any, max_above: Any = 1,
+
+def plan_stream(context: MechanismContext, queries: Any, threshold: Any, epsilon: Any, max_above: Any = 1,
                 values: Any = False, value_epsilon: Any = None) -> StreamPlan:
     """Check the arguments and plan every query (reads no data; refusals name the query)."""
     if isinstance(queries, str) or not isinstance(queries, Sequence) or not queries:
@@ -121,7 +131,7 @@ def plan_stream(connection: Any, queries: Any, threshold: Any, epsilon: Any, max
     if not isinstance(values, bool):
         raise InvalidParameter(f"values must be true or false, got {values!r}",
                                hint="values = true also releases the value of each query above")
-    policy = connection.policy
+    policy = context.policy
     epsilon = privacy_options(policy, epsilon, Fraction(0), "laplace").epsilon
     value_eps = None
     if values:
@@ -134,7 +144,7 @@ def plan_stream(connection: Any, queries: Any, threshold: Any, epsilon: Any, max
     for position, text in enumerate(queries, 1):  # every query's shape first: cheap, before any is planned
         _about(position, text, _check_shape, text)
     each = Fraction(1) if value_eps is None else value_eps / max_above  # what a value is released at
-    planned = tuple(_about(i, text, _plan_query, connection, text, each) for i, text in enumerate(queries, 1))
+    planned = tuple(_about(i, text, _plan_query, context, text, each) for i, text in enumerate(queries, 1))
     stream = StreamPlan(planned, threshold, epsilon, max_above, value_eps)
     check_accountable(policy.accounting, stream.cost)
     return stream
@@ -187,10 +197,10 @@ def _check_shape(text: str) -> None:
         raise UnsupportedQuery("it is not a single COUNT or SUM", node=tree, hint=_SHAPE)
 
 
-def _plan_query(connection: Any, text: str, each: Fraction) -> StreamQuery:
+def _plan_query(context: MechanismContext, text: str, each: Fraction) -> StreamQuery:
     """One query of the stream: an ungrouped COUNT or SUM of private data, exactly as selected,
     planned as ``db.sql`` plans it at ``each`` (a value's epsilon: its grid and noise are db.sql's)."""
-    prepared = connection._prepare(text, each, 0, "laplace", None, False)
+    prepared = context.prepare(text, each, 0, "laplace", None, False)
     checked, plan, priced = prepared.checked, prepared.plan, prepared.priced
     if isinstance(checked, PublicQuery) or plan is None or priced is None:
         raise UnsupportedQuery("it reads no private data", hint="ask it with db.sql: it is answered exactly, for free")
@@ -224,34 +234,15 @@ def _single_measure(plan: Plan, checked: PrivateQuery):
     return plan.measures[0]
 
 
-def run_stream(connection: Any, stream: StreamPlan) -> DPResult:
-    """Charge ``stream``, run it through the executor and release (or replay a stored release)."""
-    key = stream.key()
-    # One identical stream at a time (as db.sql does for queries): a second waits, then replays.
-    with connection._answer_locks[hash(key) % len(connection._answer_locks)]:
-        stored = connection._ledger.find_answer(key)
-        if stored is not None:
-            return _result(connection, stream, _decoded(stored), QueryCost.free(repeat=True))
-        return _charged_run(connection, stream, key)
-
-
-def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
-    cost = stream.cost
-
-    def charge() -> int:
-        return connection._ledger.charge(
-            cost, connection._accountant, sql=stream.ledger_text(),
-            options={"mechanism": "above_threshold", "epsilon": stream.epsilon, "threshold": stream.threshold,
-                     "max_above": stream.max_above, "value_epsilon": stream.value_epsilon,
-                     "neighbours": connection.policy.neighbours},
-            analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies, cancel=connection._cancel)
+def run_stream(context: MechanismContext, stream: StreamPlan) -> DPResult:
+    """Charge ``stream``, run it and release (or replay a stored release), through the spender."""
+    source = context.source
 
     def run(fetch) -> list[tuple[bool | None, int | None]]:
-        svt = AboveThreshold(stream.threshold, 1, stream.epsilon, stream.max_above, connection._rng)
+        svt = AboveThreshold(stream.threshold, 1, stream.epsilon, stream.max_above, source)
         released: list[tuple[bool | None, int | None]] = []
         # No stop on the stream's summed run time (invariant 17): its time was bounded before the
-        # charge by its number of statements (execute_adaptive), each under its own deadline.
+        # charge by its number of statements (Price.statements), each under its own deadline.
         for query in stream.queries:
             if svt.done:
                 released.append((None, None))  # the stream stopped: this query is not run
@@ -262,24 +253,21 @@ def _charged_run(connection: Any, stream: StreamPlan, key: str) -> DPResult:
             noisy = None
             if above and stream.value_epsilon is not None:
                 scale = query.value_scale  # None: nothing one unit does can move it, as in db.sql
-                noisy = exact + (0 if scale is None else int(discrete_laplace(scale, 1, connection._rng)[0]))
+                noisy = exact + (0 if scale is None else int(discrete_laplace(scale, 1, source)[0]))
             released.append((above, noisy))
         return released
 
-    released = connection._executor.execute_adaptive(
-        charge, run, lambda r: json.dumps(r),
-        failure="the stream failed while running; its cost was charged and nothing was released",
-        statements=len(stream.queries), what=f"a stream of {len(stream.queries):,} queries")
-    charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
-    return _result(connection, stream, released, charged)
+    # One identical stream at a time (as db.sql does for queries): a second waits, then replays.
+    spent = context.spender.spend(stream.price(context.policy.neighbours), run, json.dumps, _decoded)
+    return _result(stream, spent.released, spent.cost, spent.budget)
 
 
 def _decoded(text: str) -> list[tuple[bool | None, int | None]]:
     return [(above, noisy) for above, noisy in json.loads(text)]
 
 
-def _result(connection: Any, stream: StreamPlan, released: list[tuple[bool | None, int | None]],
-            cost: QueryCost) -> DPResult:
+def _result(stream: StreamPlan, released: list[tuple[bool | None, int | None]], cost: QueryCost,
+            budget: Budget | None) -> DPResult:
     """The release as rows: (position, query, above) and, with values, the value of those above."""
     whole = all(query.grid == 1 for query in stream.queries)  # counts (and sums of integers): whole values
     columns = ["n", "query", "above"] + (["value"] if stream.value_epsilon is not None else [])
@@ -304,7 +292,7 @@ def _result(connection: Any, stream: StreamPlan, released: list[tuple[bool | Non
                 half = 0.0 if scale is None else float(discrete_laplace_halfwidth(scale, alpha) * query.grid)
                 cells.append((row[3] - half, row[3] + half, half))
             return {"value": cells}
-    return DPResult(columns, rows, cost, intervals=intervals, types=types, budget=connection._snapshot(),
+    return DPResult(columns, rows, cost, intervals=intervals, types=types, budget=budget,
                     notes=_notes(stream, released))
 
 
@@ -328,9 +316,10 @@ def _split(stream: StreamPlan) -> str:
             "of the queries above: value_epsilon, by default the same as epsilon)")
 
 
-def explain_stream(connection: Any, stream: StreamPlan) -> Explanation:
+def explain_stream(context: MechanismContext, stream: StreamPlan) -> Explanation:
     """What the stream would run and cost; reads no data. A stream too long to run is refused."""
-    connection._executor.check_time(len(stream.queries), f"a stream of {len(stream.queries):,} queries")
+    price = stream.price(context.policy.neighbours)
+    context.spender.check_time(price.statements, price.what)
     share = threshold_share(stream.max_above)
     first = stream.epsilon * share
     lines = [
@@ -348,9 +337,9 @@ def explain_stream(connection: Any, stream: StreamPlan) -> Explanation:
                      f"{_number(query.sensitivity * query.grid)}")
     cost = stream.cost
     lines.append(f"cost: epsilon {_number(cost.epsilon)}{_split(stream)}, delta 0, charged once for the whole stream")
-    repeat = connection._ledger.find_answer(stream.key()) is not None
-    _, refusal = connection._after(Spend.ZERO if repeat else cost)
-    lines.append(connection._accounting_text(cost, repeat, refusal))
+    quote = context.spender.quote(cost, price.key)
+    refusal = quote.refusal
+    lines.append(quote.text)
     return Explanation("\n".join(lines), refused=refusal)
 
 
@@ -375,7 +364,8 @@ def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -
 
 
 def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
-    return explain_stream(connection, plan_stream(connection, queries, **_with_required(options)))
+    context = connection.mechanism_context()
+    return explain_stream(context, plan_stream(context, queries, **_with_required(options)))
 
 
 def _with_required(options: dict[str, Any]) -> dict[str, Any]:

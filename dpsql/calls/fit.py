@@ -36,7 +36,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.plan import Plan, PublicQuery
-from dpsql.answer.result import DPResult, QueryCost
+from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable, rho_budget
 from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement
@@ -56,7 +56,9 @@ from dpsql.mechanisms.descent import (
     unscaled,
 )
 from dpsql.mechanisms.noise import discrete_gaussian, secret_key
+from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
+from dpsql.query.spend import Price
 from dpsql.sql.parse import DIALECT, located, node_position, parse
 
 OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
@@ -100,6 +102,16 @@ class FitPlan:
         text = json.dumps(["fit", self.repeat_key, self.model, self.target, list(self.features), str(self.epsilon),
                            str(self.delta), self.steps, repr(self.clip), repr(self.learning_rate)])
         return "fit:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def price(self, neighbours: str) -> Price:
+        """What the fit costs, charged once: its count of units and one statement per step."""
+        return Price(self.cost, _ledger_text(self),
+                     {"mechanism": "fit", "model": self.model, "target": self.target, "epsilon": self.epsilon,
+                      "delta": self.delta, "steps": self.steps, "clip": self.clip,
+                      "learning_rate": self.learning_rate, "sample_rate": None if self.rate is None else str(self.rate),
+                      "neighbours": neighbours},
+                     key=self.key(), statements=1 + self.steps, what=f"a fit of {self.steps:,} steps",
+                     failure="the fit failed while running; its cost was charged and no model was released")
 
     def bounds(self) -> tuple[list[Bounds], Bounds | None]:
         every = self.columns.bounds()
@@ -148,8 +160,9 @@ class FittedModel:
         return self.result._repr_html_() if hasattr(self.result, "_repr_html_") else repr(self)
 
 
-def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None, delta: Any = None,
-             steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP, learning_rate: Any = None) -> FitPlan:
+def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None,
+             delta: Any = None, steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP,
+             learning_rate: Any = None) -> FitPlan:
     """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
     model = check_model(model)
     steps = check_steps(steps)
@@ -158,9 +171,9 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
         raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
     if not isinstance(target, str) or not target.strip():
         raise InvalidParameter("fit needs its target column's name", hint="pass target='y', a column of the query")
-    if delta is None and connection.policy.query_delta == 0:
-        raise _no_delta(connection.policy)
-    options = privacy_options(connection.policy, epsilon, delta, "gaussian")
+    if delta is None and context.policy.query_delta == 0:
+        raise _no_delta(context.policy)
+    options = privacy_options(context.policy, epsilon, delta, "gaussian")
     tree, items = _rows_query(sql)
     names = [item.alias_or_name.lower() for item in items]
     duplicated = sorted({n for n in names if names.count(n) > 1})
@@ -180,7 +193,7 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
     features = tuple(names[i] for i in order[:-1])
     learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
                      else check_scaled(learning_rate, "learning_rate", "0.1"))
-    prepared = _prepare_rows(connection, sql, tree, items, order, model)
+    prepared = _prepare_rows(context, sql, tree, items, order, model)
     plan, priced = prepared.plan, prepared.priced
     assert plan is not None and priced is not None
     columns = _columns(plan)
@@ -188,12 +201,12 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
         raise UnsupportedQuery("the training query selects the same expression twice", line=1, col=1,
                                hint="keep one column per expression: a copy adds nothing to a model")
     rate = None if priced.sampling is None else priced.sampling.rate
-    policy = connection.policy
+    policy = context.policy
     if rate is not None and policy.neighbours != "unbounded":
         raise UnsupportedQuery("a fit on a Poisson sample (TABLESAMPLE POISSON) needs NEIGHBOURS UNBOUNDED: under "
                                "replace-one neighbours a unit and its replacement are sampled apart",
                                line=1, col=1, hint="leave the sample out (full-batch descent)")
-    count_plan = plan if rate is None else _prepare_rows(connection, sql, _unsampled(tree), items, order,
+    count_plan = plan if rate is None else _prepare_rows(context, sql, _unsampled(tree), items, order,
                                                          model).plan
     assert count_plan is not None
     factor = 1 if policy.neighbours == "unbounded" else 2
@@ -201,9 +214,9 @@ def plan_fit(connection: Any, sql: Any, target: Any, model: Any = "linear", epsi
     noise, cost = _calibrate(options.epsilon, options.delta, steps, factor, rate if amplified else None)
     check_accountable(policy.accounting, cost)
     fit = FitPlan(sql, model, features, wanted, plan, columns,
-                  count_statement(count_plan, _columns(count_plan), connection._engine.dialect),
+                  count_statement(count_plan, _columns(count_plan), context.dialect),
                   steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, factor,
-                  priced.normal_sql, priced.repeat_key, connection._engine.dialect)
+                  priced.normal_sql, priced.repeat_key, context.dialect)
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     return fit
 
@@ -254,14 +267,14 @@ def _target_value(expression: exp.Expr) -> exp.Expr:
                                 true=exp.Literal.number(0))])
 
 
-def _prepare_rows(connection: Any, sql: str, tree: exp.Select, items: list[exp.Expression], order: list[int],
+def _prepare_rows(context: MechanismContext, sql: str, tree: exp.Select, items: list[exp.Expression], order: list[int],
                   model: Model):
     """``db.sql``'s preparation of SUM(column) for each column, features first, target last: its
     plan's bounded rows are the fit's; a refusal is placed at the analyst's column."""
     try:
-        prepared = connection._prepare(_sums(tree, items, order, model), 1, 0, "laplace", None, False)
+        prepared = context.prepare(_sums(tree, items, order, model), 1, 0, "laplace", None, False)
     except DPError as error:
-        raise _placed(connection, error, sql, tree, items, order, model) from None
+        raise _placed(context, error, sql, tree, items, order, model) from None
     if isinstance(prepared.checked, PublicQuery) or prepared.plan is None or prepared.priced is None:
         raise UnsupportedQuery("the training query reads no private data", line=1, col=1,
                                hint="fit a public table with any library: nothing needs protecting")
@@ -281,7 +294,7 @@ def _sums(tree: exp.Select, items: list[exp.Expression], order: list[int], model
     return sums.sql(dialect=DIALECT)
 
 
-def _placed(connection: Any, error: DPError, sql: str, tree: exp.Select, items: list[exp.Expression],
+def _placed(context: MechanismContext, error: DPError, sql: str, tree: exp.Select, items: list[exp.Expression],
             order: list[int], model: Model) -> DPError:
     """A refusal of the SUM query, said of the analyst's own query: at the first column whose SUM
     alone is refused (found by preparing each alone: the refusal path only), else where its node
@@ -289,7 +302,7 @@ def _placed(connection: Any, error: DPError, sql: str, tree: exp.Select, items: 
     error.line = error.col = None
     for position, index in enumerate(order):
         try:
-            connection._prepare(_sums(tree, items, [index], model if position == len(order) - 1 else "linear"),
+            context.prepare(_sums(tree, items, [index], model if position == len(order) - 1 else "linear"),
                                 1, 0, "laplace", None, False)
         except DPError:
             error.locate(*node_position(items[index], sql))
@@ -353,48 +366,22 @@ def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, factor: int,
     return noise, Spend(epsilon, delta, count_rho + steps / (2 * multiplier * multiplier))
 
 
-def run_fit(connection: Any, fit: FitPlan) -> FittedModel:
-    """Charge ``fit``, run its steps through the executor and release (or replay a stored fit)."""
-    key = fit.key()
-    with connection._answer_locks[hash(key) % len(connection._answer_locks)]:
-        stored = connection._ledger.find_answer(key)
-        if stored is not None:
-            released = json.loads(stored)
-            return _model(connection, fit, released, QueryCost.free(repeat=True))
-        return _charged_fit(connection, fit, key)
-
-
-def _charged_fit(connection: Any, fit: FitPlan, key: str) -> FittedModel:
-    cost = fit.cost
-    entries: list[int] = []
-
-    def charge() -> int:
-        entries.append(connection._ledger.charge(
-            cost, connection._accountant, sql=_ledger_text(fit),
-            options={"mechanism": "fit", "model": fit.model, "target": fit.target, "epsilon": fit.epsilon,
-                     "delta": fit.delta, "steps": fit.steps, "clip": fit.clip, "learning_rate": fit.learning_rate,
-                     "sample_rate": None if fit.rate is None else str(fit.rate),
-                     "neighbours": connection.policy.neighbours},
-            analyst=connection.analyst, key=key, analyst_total=connection._analyst_accountant,
-            policies=connection._agreed_policies, cancel=connection._cancel))
-        return entries[-1]
+def run_fit(context: MechanismContext, fit: FitPlan) -> FittedModel:
+    """Charge ``fit``, run its steps and release (or replay a stored fit), through the spender."""
+    source = context.source
 
     def run(fetch) -> dict:
         def gradient(weights: list[float]) -> list[int]:
             # No stop on the fit's summed run time (invariant 17): its time was bounded before the
-            # charge by its number of statements (execute_adaptive), each under its own deadline.
+            # charge by its number of statements (Price.statements), each under its own deadline.
             statement = fit.statement(weights)
-            rows = fetch(statement, secret_key(connection._rng)) if statement.needs_sample_key else fetch(statement)
+            rows = fetch(statement, secret_key(source)) if statement.needs_sample_key else fetch(statement)
             return [int(v or 0) for v in rows[0]]
 
-        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, connection._rng)
+        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, source)
 
-    released = connection._executor.execute_adaptive(
-        charge, run, lambda r: json.dumps(r),
-        failure="the fit failed while running; its cost was charged and no model was released",
-        statements=1 + fit.steps, what=f"a fit of {fit.steps:,} steps")
-    charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting)
-    return _model(connection, fit, released, charged, entries[-1])
+    spent = context.spender.spend(fit.price(context.policy.neighbours), run, json.dumps, json.loads)
+    return _model(fit, spent.released, spent.cost, spent.budget, spent.entry)
 
 
 def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float]], list[int]],
@@ -420,7 +407,7 @@ def _ledger_text(fit: FitPlan) -> str:
             f"{fit.clip:g}{sampled}) OF {fit.normal}")
 
 
-def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost, entry: int | None = None) -> FittedModel:
+def _model(fit: FitPlan, released: dict, cost: QueryCost, budget: Budget | None, entry: int | None) -> FittedModel:
     weights = released["weights"]
     intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
     rows = [("intercept", intercept)] + list(zip(fit.features, coefficients))
@@ -433,5 +420,5 @@ def _model(connection: Any, fit: FitPlan, released: dict, cost: QueryCost, entry
              f"over about {max(released['units'], 0):,} units (a noisy count); coefficients in the columns' own "
              "units, no interval (the last iterate of noisy descent has none in closed form)",)
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
-                      budget=connection._snapshot(), notes=notes)
+                      budget=budget, notes=notes)
     return FittedModel(fit, weights, result, entry)

@@ -8,16 +8,17 @@ from typing import Any
 
 from dpsql.answer.explain import Explanation
 from dpsql.answer.result import DPResult
-from dpsql.budget.accounting import Spend
 from dpsql.calls.fit import OPTIONS, FitPlan, plan_fit
 from dpsql.calls.mechanism import Mechanism
 from dpsql.errors import InvalidParameter
 from dpsql.mechanisms.descent import COUNT_SHARE
+from dpsql.query.context import MechanismContext
 
 
-def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
+def explain_fit(context: MechanismContext, fit: FitPlan) -> Explanation:
     """What the fit would read, run and cost; reads no data. A fit too long to run is refused."""
-    connection._executor.check_time(1 + fit.steps, f"a fit of {fit.steps:,} steps")
+    price = fit.price(context.policy.neighbours)
+    context.spender.check_time(price.statements, price.what)
     every = fit.columns.bounds()
     bounds = ", ".join(f"{name} in [{b.lower:g}, {b.upper:g}]" for name, b in zip((*fit.features, fit.target), every))
     multiplier = math.sqrt(float(fit.noise.sigma_squared)) / fit.noise.norm_steps
@@ -44,9 +45,9 @@ def explain_fit(connection: Any, fit: FitPlan) -> Explanation:
                  f"{'' if cost.rho is None else f', rho {float(cost.rho):.6g}'}, charged once for the whole fit")
     lines.append("first step's statement (weights 0; later steps differ in their weights only):")
     lines.append(fit.statement([0.0] * (len(fit.features) + 1)).sql)
-    repeat = connection._ledger.find_answer(fit.key()) is not None
-    _, refusal = connection._after(Spend.ZERO if repeat else cost)
-    lines.append(connection._accounting_text(cost, repeat, refusal))
+    quote = context.spender.quote(cost, price.key)
+    refusal = quote.refusal
+    lines.append(quote.text)
     return Explanation("\n".join(lines), refused=refusal)
 
 
@@ -55,7 +56,8 @@ def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -
 
 
 def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
-    return explain_fit(connection, plan_fit(connection, *_one_query(queries), **_with_target(options)))
+    context = connection.mechanism_context()
+    return explain_fit(context, plan_fit(context, *_one_query(queries), **_with_target(options)))
 
 
 def _one_query(queries: list[str]) -> list[str]:

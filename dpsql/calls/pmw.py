@@ -45,7 +45,9 @@ from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, QueryFailed,
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.mwem import MAX_PASSES, SCORE_GRID, multiplicative_weights, query_sensitivities
 from dpsql.mechanisms.sparse_vector import RESOLUTION, AboveThreshold
+from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
+from dpsql.query.spend import Price
 
 TOTAL_SHARE = Fraction(1, 10)
 """The share of ε spent on the noisy total n̂; the rest is halved between the sparse vector and
@@ -74,6 +76,13 @@ class PmwPlan:
     def measure_scale(self, sensitivity: Fraction) -> Fraction:
         return self.max_updates * sensitivity / self.measure_epsilon
 
+    def price(self, table: str, columns: list[str]) -> Price:
+        """What a session over ``table`` (``columns``) costs, charged once, up front: its one
+        histogram statement. Not kept for repeats (the session is one release)."""
+        return Price(self.cost, f"PMW {table} ({', '.join(columns)})",
+                     {"epsilon": self.epsilon, "max_updates": self.max_updates, "threshold": self.threshold,
+                      "mechanism": "pmw"}, statements=1, failure=FAILED)
+
 
 MAX_UPDATES = 10_000
 """The most measurements a session may make: each keeps its query's vector over the cells."""
@@ -96,8 +105,9 @@ def plan_pmw(epsilon: Fraction, max_updates: Any, threshold: Any) -> PmwPlan:
 class OnlinePMW:
     """A charged PMW session: ``answer(sql)`` answers one counting query (module docstring)."""
 
-    def __init__(self, db, planned: WorkloadPlan, plan: PmwPlan, table: str, columns: list[str]):
-        self._db = db
+    def __init__(self, context: MechanismContext, planned: WorkloadPlan, plan: PmwPlan, table: str,
+                 columns: list[str]):
+        self._context = context
         self._planned = planned
         self.plan = plan
         self.table = table
@@ -112,10 +122,10 @@ class OnlinePMW:
 
     def _start(self, fetch) -> None:
         """After the charge: the exact histogram, n̂ and the sparse vector's threshold noise."""
-        rows = self._db._read_keys(fetch(self._planned.statement), self._planned.histogram.query.keys)
+        rows = self._context.read_keys(fetch(self._planned.statement), self._planned.histogram.query.keys)
         exact = exact_histogram(self._planned, rows)
         reach = self._planned.mwem.reach
-        source = self._db._rng
+        source = self._context.source
         total = max(1, int(exact.sum()) + int(noise.discrete_laplace(reach / self.plan.total_epsilon, 1, source)[0]))
         self._state = {"exact": exact, "total": total,
                        "synthetic": np.full(exact.size, total / exact.size),
@@ -128,7 +138,7 @@ class OnlinePMW:
         threshold, else a measurement (and an update). Refused statically like a workload query;
         after ``max_updates`` measurements every query is refused (``BudgetExceeded``)."""
         planned = self._planned
-        table, checked = check_workload([sql], self._db.policy, self._db._catalog)
+        table, checked = check_workload([sql], self._context.policy, self._context.catalog)
         query = checked[0]
         if table.lower() != self.table.lower():
             raise UnsupportedQuery(f"this PMW session answers queries over {self.table}, not {table}",
@@ -175,7 +185,7 @@ class OnlinePMW:
                 return float(plan.threshold + sensitivity * Fraction(steps, sparse.resolution))
             return self._result(estimate, False, below)
         scale = plan.measure_scale(sensitivity)
-        value = truth + int(noise.discrete_laplace(scale, 1, self._db._rng)[0])
+        value = truth + int(noise.discrete_laplace(scale, 1, self._context.source)[0])
         self._measured.append((vector, float(value)))
         state["synthetic"] = multiplicative_weights(state["synthetic"], self._measured, float(state["total"]),
                                                     MAX_PASSES)
@@ -193,11 +203,12 @@ class OnlinePMW:
                         intervals=intervals, types=["DOUBLE", "BOOLEAN"], notes=[note])
 
 
-def open_pmw(db, table: str, columns: Any, epsilon: Any, delta: Any, max_updates: Any, threshold: Any) -> OnlinePMW:
+def open_pmw(context: MechanismContext, table: str, columns: Any, epsilon: Any, delta: Any, max_updates: Any,
+             threshold: Any) -> OnlinePMW:
     """``Connection.pmw``: plan, charge once, fetch the exact histogram (module docstring)."""
     # Pure epsilon-DP: a policy's QUERY DELTA is not this session's default (it left the SQL form,
     # which has no delta option, refused under such a policy: a served attacker's review).
-    options = privacy_options(db.policy, epsilon, Fraction(0) if delta is None else delta, None)
+    options = privacy_options(context.policy, epsilon, Fraction(0) if delta is None else delta, None)
     if options.delta != 0:
         raise InvalidParameter("online PMW is pure epsilon-DP (AboveThreshold and discrete Laplace)",
                                hint="leave delta out, or pass delta=0")
@@ -209,22 +220,13 @@ def open_pmw(db, table: str, columns: Any, epsilon: Any, delta: Any, max_updates
     plan = plan_pmw(options.epsilon, max_updates, threshold)
     listed = ", ".join(f'"{c}"' for c in columns)
     domain_query = f'SELECT {listed}, COUNT(*) FROM "{table}" GROUP BY {listed}'
-    planned = plan_workload(db, [domain_query], options.epsilon, None, 1)
+    planned = plan_workload(context, [domain_query], options.epsilon, None, 1)
     reach = planned.mwem.reach
     scales = [reach / plan.total_epsilon, 2 * plan.max_updates * RESOLUTION / plan.sparse_epsilon]
     if max(scales) >= SAMPLER_LIMITS["laplace"]:
         raise InvalidParameter(f"epsilon {float(plan.epsilon):g} is too small for a session of {plan.max_updates} "
                                "updates: its noise would be beyond what the exact samplers draw",
                                hint="use a larger epsilon or fewer max_updates")
-    session = OnlinePMW(db, planned, plan, planned.histogram.query.rule.name, list(planned.columns))
-    cost = plan.cost
-
-    def charge() -> int:
-        return db._ledger.charge(cost, db._accountant, sql=f"PMW {session.table} ({', '.join(session.columns)})",
-                                 options={"epsilon": plan.epsilon, "max_updates": plan.max_updates,
-                                          "threshold": plan.threshold, "mechanism": "pmw"},
-                                 analyst=db.analyst, analyst_total=db._analyst_accountant,
-                                 policies=db._agreed_policies, cancel=db._cancel)
-
-    db._executor.execute_adaptive(charge, session._start, failure=FAILED, statements=1)
+    session = OnlinePMW(context, planned, plan, planned.histogram.query.rule.name, list(planned.columns))
+    context.spender.spend(plan.price(session.table, session.columns), session._start)
     return session

@@ -22,6 +22,7 @@ from dpsql.calls.mechanism import Mechanism
 from dpsql.calls.pmw import plan_pmw
 from dpsql.calls.workload import check_workload
 from dpsql.errors import BudgetExceeded, DPError, InvalidParameter
+from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
 
 OPTIONS = ("table", "columns", "epsilon", "max_updates", "threshold")
@@ -41,24 +42,25 @@ def _session_options(options: dict[str, Any]) -> tuple[str, list[str], dict[str,
                           "threshold": options.get("threshold")}
 
 
-def _session_key(connection: Any, table: str, columns: list[str], settings: dict[str, Any]) -> tuple:
+def _session_key(context: MechanismContext, table: str, columns: list[str], settings: dict[str, Any]) -> tuple:
     """Which open session a call continues: the analyst's, with the same table, columns and settings."""
-    return (connection.analyst, table.lower(), tuple(c.lower() for c in columns),
+    return (context.analyst, table.lower(), tuple(c.lower() for c in columns),
             *(str(Fraction(v)) if isinstance(v, (int, Fraction)) else repr(v) for v in settings.values()))
 
 
 def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPResult:
     table, columns, settings = _session_options(options)
-    key = _session_key(connection, table, columns, settings)
+    context = connection.mechanism_context()
+    key = _session_key(context, table, columns, settings)
     for position, text in enumerate(queries, 1):  # every query checked before a session is charged
         try:
-            check_workload([text], connection.policy, connection._catalog)
+            check_workload([text], context.policy, context.catalog)
         except DPError as error:
             error.message = error.message.replace("query 1 of the workload", f"query {position} of the call")
             error.args = (str(error._render()),)
             raise
     with _LOCK:
-        sessions = connection._pmw_sessions
+        sessions = context.pmw_sessions
         session = sessions.get(key)
         opened = session is None
         if opened:
@@ -82,7 +84,7 @@ def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPR
             rows.append((position, text, value, measured))
             halves.append(answer)
     cost = session.plan.cost
-    charged = QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=connection.policy.accounting) if opened \
+    charged = context.spender.charged(cost) if opened \
         else QueryCost(Fraction(0), Fraction(0), Fraction(0))
     notes.append("a new PMW session, charged once for all its queries" if opened else
                  f"the open PMW session answered these for free ({_updates(session.updates_left)} left)")
@@ -92,7 +94,7 @@ def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPR
         return {"answer": [nan if answer is None else answer._cells(alpha)["answer"][0] for answer in halves]}
 
     return DPResult(["n", "query", "answer", "measured"], rows, charged, intervals=intervals,
-                    types=["INTEGER", "VARCHAR", "DOUBLE", "BOOLEAN"], notes=notes, budget=connection._snapshot())
+                    types=["INTEGER", "VARCHAR", "DOUBLE", "BOOLEAN"], notes=notes, budget=context.spender.snapshot())
 
 
 def _updates(count: int) -> str:
@@ -101,9 +103,10 @@ def _updates(count: int) -> str:
 
 def _explain(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
     table, columns, settings = _session_options(options)
-    epsilon = privacy_options(connection.policy, settings["epsilon"], Fraction(0), "laplace").epsilon
+    context = connection.mechanism_context()
+    epsilon = privacy_options(context.policy, settings["epsilon"], Fraction(0), "laplace").epsilon
     plan = plan_pmw(epsilon, settings["max_updates"], settings["threshold"])
-    open_now = _session_key(connection, table, columns, settings) in connection._pmw_sessions
+    open_now = _session_key(context, table, columns, settings) in context.pmw_sessions
     return "\n".join([
         f"online private multiplicative weights (Hardt & Rothblum 2010) over {table} ({', '.join(columns)}): "
         f"{len(queries)} queries answered in order, from a synthetic histogram measured when the sparse vector "

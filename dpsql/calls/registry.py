@@ -30,8 +30,9 @@ from sqlglot import exp
 
 from dpsql.calls import above_threshold, fit_call, pmw_call, workload_run
 from dpsql.calls.mechanism import Call, Mechanism
-from dpsql.errors import UnsupportedQuery
-from dpsql.sql.parse import parse
+from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
+from dpsql.sql.numbers import exact_parameter
+from dpsql.sql.parse import located, parse
 
 __all__ = ["MECHANISMS", "Call", "Mechanism", "mechanism", "mechanism_names", "recognise"]
 
@@ -168,3 +169,29 @@ def _value(node: exp.Expression, name: str, option: str) -> Any:
 
 def _refused(message: str, node: exp.Expression, hint: str) -> UnsupportedQuery:
     return UnsupportedQuery(message, hint=hint, node=node)
+
+
+def call_of(sql: str, epsilon: Any, delta: Any, *others: Any) -> Call | None:
+    """The mechanism ``sql`` calls (``Connection.sql``), or None for a query. An epsilon or delta
+    given beside the call (the shell's ``.epsilon``, ``--epsilon``) is the default of the
+    call's own option of that name; any other argument does not apply to a call."""
+    try:
+        call = recognise(sql)
+    except DPError as error:
+        raise located(error, sql) from None
+    if call is None:
+        return None
+    taken = mechanism(call.name).options
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if value is None or name not in taken:
+            continue  # a delta beside a pure mechanism's call: it spends none, within any delta
+        if name not in call.options:
+            call.options[name] = value
+        elif exact_parameter(value, name) != exact_parameter(call.options[name], name):
+            raise InvalidParameter(f"{name} is given twice: {float(call.options[name]):g} in the call and "
+                                   f"{float(value):g} as an argument",
+                                   hint=f"give {name} once, in the call or as an argument")
+    if any(other not in (None, False) for other in others):
+        raise InvalidParameter(f"{call.name}() takes its options inside its call",
+                               hint=f"write SELECT * FROM {call.name}(..., option = value)")
+    return call

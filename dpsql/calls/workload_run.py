@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import Plan
-from dpsql.answer.result import DPResult, QueryCost
+from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement, domain_sql
 from dpsql.budget.accounting import Spend, rho_budget
 from dpsql.calls.mechanism import Mechanism
@@ -48,7 +48,9 @@ from dpsql.mechanisms.mwem import (
     run_mwem,
     synthetic_half_width,
 )
+from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
+from dpsql.query.spend import Price
 from dpsql.sql.normalise import repeat_key
 from dpsql.sql.parse import DIALECT
 
@@ -83,6 +85,14 @@ class WorkloadPlan:
     literals: tuple[tuple, ...] = ()
     """Each column's domain values as SQL literals (for coefficient vectors of later queries)."""
 
+    def price(self) -> Price:
+        """What the workload costs, charged once: its one histogram statement."""
+        return Price(self.cost, self.normal,
+                     {"epsilon": self.mwem.epsilon, "delta": self.mwem.delta, "rounds": self.mwem.rounds,
+                      "mechanism": "mwem"},
+                     key=self.key, statements=1,
+                     failure="the workload failed while running; its cost was charged and nothing was released")
+
 
 def histogram_reach(plan: Plan) -> int:
     """R, the largest total one unit adds to the exact histogram, read off the plan's count
@@ -96,18 +106,17 @@ def histogram_reach(plan: Plan) -> int:
     return int(l1)
 
 
-def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> WorkloadPlan:
+def plan_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> WorkloadPlan:
     """The static half of ``Connection.workload`` (reads no private data, charges nothing)."""
-    options = privacy_options(db.policy, epsilon, delta, None)
-    table, checked = check_workload(queries, db.policy, db._catalog)
+    options = privacy_options(context.policy, epsilon, delta, None)
+    table, checked = check_workload(queries, context.policy, context.catalog)
     columns = read_columns(checked)
     ident = [exp.to_identifier(c, quoted=True) for c in columns]
     select = exp.select(*[exp.column(i) for i in ident], exp.Count(this=exp.Star())).from_(
         exp.to_identifier(table, quoted=True))
     if ident:
         select = select.group_by(*[exp.column(i.copy()) for i in ident])
-    prepared = db._preparer.prepare(select.sql(dialect=DIALECT), options.epsilon, 0, "laplace",
-                                    analyst=db.analyst)
+    prepared = context.prepare(select.sql(dialect=DIALECT), options.epsilon, 0, "laplace")
     plan, priced = prepared.plan, prepared.priced
     if plan is None or priced is None or plan.selection is not None or \
             any(key.domain is None for key in plan.query.keys):
@@ -115,8 +124,8 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
                                hint="read only columns with KEYS in the policy")
     domains, literals = [], []
     for key in plan.query.keys:
-        sql = domain_sql([key], [key.type_name or ""], dialect=db._engine.dialect)
-        values = [row[0] for row in db._read_keys(db._engine.fetch(sql), [key])]
+        sql = domain_sql([key], [key.type_name or ""], dialect=context.dialect)
+        values = [row[0] for row in context.read_keys(context.fetch_public(sql), [key])]
         domains.append(values)
         literals.append([exp.Literal.string(v) if isinstance(v, str) else exp.convert(v) for v in values])
     check_size(columns, [len(d) for d in domains], checked)
@@ -143,12 +152,12 @@ def plan_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> Wo
     cost = Spend(mwem.epsilon, mwem.delta, mwem.rho)
     normal = "WORKLOAD MWEM\n" + ";\n".join(q.normal for q in checked)
     rule = plan.query.rule
-    key = repeat_key(normal, options={"epsilon": str(mwem.epsilon), "delta": str(mwem.delta), "rounds": rounds,
-                                      "mechanism": "mwem", "neighbours": plan.neighbours,
-                                      "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]},
-                     policy_text=db._policy_text, analyst=db.analyst)
+    repeat = repeat_key(normal, options={"epsilon": str(mwem.epsilon), "delta": str(mwem.delta), "rounds": rounds,
+                                         "mechanism": "mwem", "neighbours": plan.neighbours,
+                                         "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]},
+                        policy_text=context.policy_text, analyst=context.analyst)
     return WorkloadPlan(tuple(checked), plan, priced.bounded, tuple(columns), tuple(tuple(d) for d in domains),
-                        workload, tuple(sensitivities), mwem, cost, normal, key, tuple(types),
+                        workload, tuple(sensitivities), mwem, cost, normal, repeat, tuple(types),
                         tuple(tuple(v) for v in literals))
 
 
@@ -190,37 +199,24 @@ def exact_histogram(planned: WorkloadPlan, rows: list[tuple]) -> np.ndarray:
     return histogram
 
 
-def answer_workload(db, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> DPResult:
+def answer_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> DPResult:
     """``Connection.workload`` (its docstring)."""
-    planned = plan_workload(db, queries, epsilon, delta, rounds)
-    with db._answer_locks[hash(planned.key) % len(db._answer_locks)]:
-        stored = db._ledger.find_answer(planned.key)
-        release = _decode(stored) if stored is not None else None
-        if release is not None and len(release.values) == planned.workload.size:
-            return _result(db, planned, release, QueryCost.free(repeat=True))
+    planned = plan_workload(context, queries, epsilon, delta, rounds)
 
-        def charge() -> int:
-            return db._ledger.charge(planned.cost, db._accountant, sql=planned.normal,
-                                     options={"epsilon": planned.mwem.epsilon, "delta": planned.mwem.delta,
-                                              "rounds": planned.mwem.rounds, "mechanism": "mwem"},
-                                     analyst=db.analyst, key=planned.key,
-                                     analyst_total=db._analyst_accountant, policies=db._agreed_policies,
-                                     cancel=db._cancel)
+    def replay(text: str) -> MwemRelease | None:
+        release = _decode(text)
+        return release if release is not None and len(release.values) == planned.workload.size else None
 
-        def release_rows(fetched: list[list[tuple]]) -> MwemRelease:
-            rows = db._read_keys(fetched[0], planned.histogram.query.keys)
-            return run_mwem(planned.mwem, planned.workload, planned.sensitivities,
-                            exact_histogram(planned, rows), db._rng)
+    def release_rows(fetched: list[list[tuple]]) -> MwemRelease:
+        rows = context.read_keys(fetched[0], planned.histogram.query.keys)
+        return run_mwem(planned.mwem, planned.workload, planned.sensitivities,
+                        exact_histogram(planned, rows), context.source)
 
-        released = db._executor.execute(
-            charge, [planned.statement], release_rows, _encode,
-            failure="the workload failed while running; its cost was charged and nothing was released")
-    cost = planned.cost
-    return _result(db, planned, released, QueryCost(cost.epsilon, cost.delta, cost.rho,
-                                                    accounting=db.policy.accounting))
+    spent = context.spender.spend_statements(planned.price(), [planned.statement], release_rows, _encode, replay)
+    return _result(planned, spent.released, spent.cost, spent.budget)
 
 
-def _result(db, planned: WorkloadPlan, release: MwemRelease, cost: QueryCost) -> DPResult:
+def _result(planned: WorkloadPlan, release: MwemRelease, cost: QueryCost, budget: Budget | None) -> DPResult:
     rows, kinds = [], []
     s = 0
     for number, query in enumerate(planned.queries, start=1):
@@ -253,7 +249,7 @@ def _result(db, planned: WorkloadPlan, release: MwemRelease, cost: QueryCost) ->
              "rows whose value is outside a column's KEYS domain (or NULL) count in COUNT(*) but match no "
              "predicate on that column")
     return DPResult(list(COLUMNS), rows, cost, intervals=intervals, types=list(TYPES), notes=notes,
-                    budget=db._snapshot())
+                    budget=budget)
 
 
 def _encode(release: MwemRelease) -> str:
@@ -280,10 +276,11 @@ OPTIONS = ("epsilon", "delta", "rounds")
 """The options of ``SELECT * FROM workload('SELECT ...', ..., epsilon = 1, delta = ..., rounds = T)``."""
 
 
-def explain_workload(db, queries: Any, epsilon: Any = None, delta: Any = None, rounds: Any = None) -> str:
+def explain_workload(context: MechanismContext, queries: Any, epsilon: Any = None, delta: Any = None,
+                     rounds: Any = None) -> str:
     """What a workload would run and cost: the histogram statement, the domain, the split of the
     budget and the cost; reads no private data (the KEYS domains are public)."""
-    planned = plan_workload(db, queries, epsilon, delta, rounds)
+    planned = plan_workload(context, queries, epsilon, delta, rounds)
     mwem = planned.mwem
     sizes = " × ".join(f"{c} ({len(d)})" for c, d in zip(planned.columns, planned.domains)) or "no column"
     live = [d for d in planned.sensitivities if d > 0]
@@ -300,7 +297,7 @@ def explain_workload(db, queries: Any, epsilon: Any = None, delta: Any = None, r
                 f"{_shown(mwem.select_epsilon)} (rho ε²/8, bounded range) and measurement at rho "
                 f"{_shown(mwem.measure_rho)} (discrete Gaussian)"),
              f"cost: epsilon {_shown(mwem.epsilon)}, delta {_shown(mwem.delta)}, rho {_shown(mwem.rho)}"]
-    if db._ledger.find_answer(planned.key) is not None:
+    if context.spender.stored(planned.key) is not None:
         lines.append("asked before: the stored release is returned, free")
     return "\n".join(lines)
 
@@ -314,7 +311,7 @@ def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -
 
 
 def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
-    return explain_workload(connection, queries, **options)
+    return explain_workload(connection.mechanism_context(), queries, **options)
 
 
 MECHANISM = Mechanism(_answer_call, _explain_call, OPTIONS)

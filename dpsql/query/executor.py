@@ -1,9 +1,10 @@
 """Charge, run, release: the one path from priced statements to a recorded release.
 
-Every mechanism that reads private data goes through ``execute``: ``db.sql`` (a query's bounded
-statement, its quantiles' histogram statements and its bias report's count), the curator's
-estimate of what the limits drop (``Connection.estimate_limits``), and the mechanisms to come
-(sparse vector, PMW, ...). Each plans first and renders its statements before the charge, so
+Every mechanism that reads private data reaches it through the connection's ``Spender``
+(``dpsql.query.spend``: answer lock, free repeat, then this executor): ``db.sql`` (a query's
+bounded statement, its quantiles' histogram statements and its bias report's count), the
+curator's estimates (``dpsql.curator.estimates``) and the mechanisms of ``dpsql.calls`` (sparse
+vector, MWEM, PMW, fit). Each plans first and renders its statements before the charge, so
 nothing that can be refused statically fails after it. Then, in this order:
 
 1. ``charge()`` records the cost in the ledger (or refuses: nothing was read);
@@ -45,6 +46,20 @@ QUERY_FAILED = "the query failed while running; its cost was charged and no answ
 """What the analyst reads when a charged query fails (the same whatever failed)."""
 
 
+def run_all(statements: Sequence[BoundedStatement], release: Callable[[list[list[tuple]]], Released],
+            sample_key: Callable[[], str] | None = None) -> Callable[[Fetch], Released]:
+    """``run(fetch)`` of fixed ``statements``: each fetched in order, then ``release`` of their rows;
+    ``sample_key`` draws, once, the key of the Poisson sample those that need one read."""
+    if any(s.needs_sample_key for s in statements) and sample_key is None:
+        raise InternalError("a sampled statement was handed to the executor without a way to draw its key")
+
+    def run(fetch: Fetch) -> Released:
+        key = sample_key() if sample_key is not None else None
+        return release([fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
+
+    return run
+
+
 class Executor:
     """Runs charged statements on one engine against one ledger (module docstring)."""
 
@@ -69,14 +84,8 @@ class Executor:
         releasing fails after the charge. ``sample_key``: draws the secret key of the Poisson
         sample the statements read (``BoundedStatement.needs_sample_key``), once, after the
         charge: every statement of the query reads the same sample, no other query does."""
-        if any(s.needs_sample_key for s in statements) and sample_key is None:
-            raise InternalError("a sampled statement was handed to the executor without a way to draw its key")
-
-        def run(fetch: Fetch) -> Released:
-            key = sample_key() if sample_key is not None else None
-            return release([fetch(s, key) if s.needs_sample_key else fetch(s) for s in statements])
-
-        return self.execute_adaptive(charge, run, record, failure, statements=len(statements))
+        return self.execute_adaptive(charge, run_all(statements, release, sample_key), record, failure,
+                                     statements=len(statements))
 
     def execute_adaptive(self, charge: Callable[[], int], run: Callable[[Fetch], Released],
                          record: Callable[[Released], str] | None = None, failure: str = QUERY_FAILED, *,
