@@ -44,7 +44,7 @@ from dpsql.backends.rewrite import BoundedStatement
 from dpsql.mechanisms.noise import discrete_laplace
 from dpsql.mechanisms.shares import estimate_share
 from dpsql.policy.model import PrivateTable
-from dpsql.query.limits import RecordedDrop
+from dpsql.query.limits import RecordedDrop, record_key
 
 __all__ = ["DroppedPlan", "RecordedDrop", "dropped_statement", "plan_dropped", "record_key", "release_dropped"]
 
@@ -54,8 +54,6 @@ KEPT_WEIGHT, DROPPED_WEIGHT = 1, 2
 """The split of the estimate's epsilon between ``kept`` and ``dropped``."""
 ALPHA = 0.05
 """The share's ± is a 95% interval."""
-KEY_PREFIX = "limits-drop/"
-"""Ledger keys of recorded estimates (query keys are hex digests: no clash)."""
 
 
 @dataclass(frozen=True)
@@ -86,15 +84,6 @@ class DroppedPlan:
         part = self.epsilon / (KEPT_WEIGHT + DROPPED_WEIGHT)
         return {"kept": Fraction(self.rows_per_unit) / (KEPT_WEIGHT * part),
                 "dropped": Fraction(self.cap) / (DROPPED_WEIGHT * part)}
-
-
-def record_key(key: str, unit: str, rows_per_unit: int) -> str:
-    """The ledger key of a table's estimate: what it depends on besides the data.
-
-    >>> record_key("main.flights", "tailnum", 250)
-    'limits-drop/main.flights/tailnum/250'
-    """
-    return f"{KEY_PREFIX}{key}/{unit.lower()}/{rows_per_unit}"
 
 
 def plan_dropped(rule: PrivateTable, key: str, epsilon: Fraction) -> DroppedPlan | None:

@@ -21,8 +21,9 @@ from dpsql.curator.suggest import plan_suggestion, run_suggestion
 from dpsql.errors import UnsupportedQuery
 from dpsql.policy.model import PrivateTable
 from dpsql.query.context import MechanismContext
+from dpsql.query.limits import recorded_drop
 from dpsql.query.options import privacy_options
-from dpsql.query.spend import Price, Spender
+from dpsql.query.spend import Price
 from dpsql.sql.names import table_key
 from dpsql.sql.parse import DIALECT
 
@@ -94,8 +95,3 @@ def estimate_drops(context: MechanismContext, epsilon: Any, tables: Any,
         recorded[plan.table] = spender.spend_statements(dropped_price(plan, epsilon), [counting], release,
                                                         RecordedDrop.to_json).released
     return recorded
-
-
-def recorded_drop(spender: Spender, key: str, unit: str, rows_per_unit: int) -> RecordedDrop | None:
-    """The latest recorded estimate of a table's rows beyond ``rows_per_unit`` (``None``: none)."""
-    return RecordedDrop.from_json(spender.stored(record_key(key, unit, rows_per_unit)))

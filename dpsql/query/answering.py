@@ -26,7 +26,6 @@ from dpsql.answer.result import DPResult, QueryCost, decode_answer, decode_outsi
 from dpsql.backends.base import Backend
 from dpsql.backends.keys import read_keys, shown_keys
 from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
-from dpsql.curator.estimates import recorded_drop
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import secret_key
 from dpsql.policy.model import Policy
@@ -44,6 +43,7 @@ from dpsql.query.bias import (
 from dpsql.query.context import MechanismContext
 from dpsql.query.domains import KeyDomains
 from dpsql.query.executor import Executor
+from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
 from dpsql.query.prepare import Prepared, Priced
 from dpsql.query.release import (

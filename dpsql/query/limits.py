@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from dpsql.analysis.plan import Plan
 from dpsql.answer.notes import effects_text, limit_effects
 from dpsql.mechanisms.shares import Share
+
+if TYPE_CHECKING:
+    from dpsql.query.spend import Spender
 
 __all__ = ["Limits", "RecordedDrop", "fraction_text", "limits_of", "possessive"]
 
@@ -153,3 +157,21 @@ def limits_of(plan: Plan, recorded: tuple[RecordedDrop, ...] = ()) -> Limits:
     drops = unit is not None or rule.max_rows_per_unit > 1
     return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())), tuple(recorded),
                   limit_effects(plan, drops))
+
+
+KEY_PREFIX = "limits-drop/"
+"""Ledger keys of recorded estimates (query keys are hex digests: no clash)."""
+
+
+def record_key(key: str, unit: str, rows_per_unit: int) -> str:
+    """The ledger key of a table's estimate: what it depends on besides the data.
+
+    >>> record_key("main.flights", "tailnum", 250)
+    'limits-drop/main.flights/tailnum/250'
+    """
+    return f"{KEY_PREFIX}{key}/{unit.lower()}/{rows_per_unit}"
+
+
+def recorded_drop(spender: "Spender", key: str, unit: str, rows_per_unit: int) -> RecordedDrop | None:
+    """The latest recorded estimate of a table's rows beyond ``rows_per_unit`` (``None``: none)."""
+    return RecordedDrop.from_json(spender.stored(record_key(key, unit, rows_per_unit)))
