@@ -45,8 +45,8 @@ from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeo
 from dpsql.backends.duckdb import Engine as DuckDBEngine
 from dpsql.backends.render import SparkSQL, render
 from dpsql.backends.spark.bounding import fill_select, name_of, raw_rows_select, table_of
+from dpsql.backends.spark.check import check_spark
 from dpsql.backends.spark.keys import duckdb_key_text, value_key
-from dpsql.backends.spark.render import check_spark
 from dpsql.backends.spark.session import check_pinned, pin
 from dpsql.backends.spark.types import duckdb_type, spark_type
 from dpsql.errors import DPError, QueryFailed, UnsupportedQuery
