@@ -55,16 +55,16 @@ from dpsql.answer.result import (
 from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
 from dpsql.backends.deadline import DEFAULT_REQUEST_TIMEOUT, check_timeout
-from dpsql.backends.duckdb import Engine
 from dpsql.backends.duckdb.persisted import copies_directory
-from dpsql.backends.keys import read_keys, shown_keys
+from dpsql.backends.keys import shown_keys
+from dpsql.backends.registry import engine_for
 from dpsql.backends.rewrite import (
     BoundedStatement,
     domain_sql,
     rewrite_statement,
     separate_statement,
 )
-from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
+from dpsql.backends.spark.config import is_spark_config, load_spark_config
 from dpsql.backends.spark.session import is_spark_session
 from dpsql.budget.accounting import Spend, accountant_for, check_accountable, show
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Cancellation, Ledger, PolicyChange
@@ -222,22 +222,10 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
 
 def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None,
                 copies: Path | None = None) -> Backend:
-    """The backend for ``target``: a SparkSession, or a Spark config file (``*.toml``,
+    """The backend for ``target``, opened by the first engine of ``dpsql.backends.registry.ENGINES``
+    that recognises it: a SparkSession, or a Spark config file (``*.spark.toml``,
     ``dpsql.backends.spark.config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
-    if is_spark_session(target) or is_spark_config(target):
-        if copies is not None:
-            raise InvalidParameter("persist_copies is DuckDB's: a Spark session keeps its copies in its own storage",
-                                   hint="leave persist_copies off")
-        if memory_limit is not None:
-            raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
-                                   hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
-        from dpsql.backends.spark import SparkEngine
-
-        if is_spark_session(target):
-            return SparkEngine(target, query_timeout=query_timeout)
-        config = load_spark_config(target)
-        return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
-    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+    return engine_for(target).open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
 
 
 def default_ledger(target: Any) -> Path | None:
@@ -328,7 +316,7 @@ class Connection:
                                    hints={"cli": "give --analyst alice, or leave it out"})
         copies = copies_directory_for(target, ledger) if persist_copies else None
         self._engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
-        if show_progress(progress) and isinstance(self._engine, Engine):
+        if show_progress(progress):
             self._engine.progress = elapsed_progress
         try:
             if ledger is None and self._engine.path is None and self._engine.dialect != "duckdb":
@@ -595,8 +583,8 @@ class Connection:
             tracked = True
         else:
             indexed = [row + (index,) for index, row in enumerate(core)]
-            columns, rows = self._engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
-                                                      indexed, total_post(checked.post))
+            columns, rows = self._engine.post_processing.post_process(
+                core_columns(plan) + ["dp_row"], types + ["BIGINT"], indexed, total_post(checked.post))
             tracked = columns[-1] == "dp_row"
             order = [row[-1] for row in rows] if tracked else []
             rows = [row[:-1] for row in rows] if tracked else rows
@@ -607,8 +595,7 @@ class Connection:
     def _read_keys(self, rows: list[tuple], keys) -> list[tuple]:
         """Fetched rows with their keys as DuckDB reads them back (``dpsql.backends.keys``): an
         engine that writes its own key texts (Spark) translates them (``Backend.key_text``)."""
-        return read_keys(rows, keys, text=getattr(self._engine, "key_text", None),
-                         value=getattr(self._engine, "key_value", None))
+        return self._engine.read_keys(rows, keys)
 
     def _describe(self, statement: BoundedStatement) -> list[tuple[str, str]]:
         """The (name, type) of each column ``statement`` returns: binds it, reads no rows."""
@@ -1062,7 +1049,7 @@ class Connection:
             picked = plain_projection(checked.post, core_columns(plan))
             if picked is not None:
                 return [core[i] for i in picked]
-            described = self._engine.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
+            described = self._engine.post_processing.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
                                                     total_post(checked.post))
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
@@ -1073,7 +1060,7 @@ class Connection:
             notes += noise_rows_notes(plan, checked, rows, cells)
         except Exception:  # advisory, after the charge: the answer is released without it
             pass
-        return {"types": types, "notes": tuple(notes), "converter": self._engine.convert}
+        return {"types": types, "notes": tuple(notes), "converter": self._engine.post_processing.convert}
 
     def _snapshot(self) -> Budget | None:
         """The budget now, for the answer to show (``None`` if the ledger cannot say)."""
@@ -1146,7 +1133,7 @@ class Connection:
         try:
             select = exp.Select(expressions=[null_on_zero_divisors(e.copy()) for e in checked.post.expressions])
             select = select.from_("dp_core")  # a ratio over a noisy 0 is NULL here too, as in the rows
-            _, rows = self._engine.post_process(core_columns(plan), list(core_types), [core], select)
+            _, rows = self._engine.post_processing.post_process(core_columns(plan), list(core_types), [core], select)
             return tuple(rows[0])
         except Exception:  # a post-processing error on NULL keys: the outputs are left out
             return None
@@ -1347,19 +1334,20 @@ class Connection:
         columns = debiased_columns(query)
         types = [key_type if name == "g0" else "DOUBLE" for name in columns]
         indexed = [row + (index,) for index, row in enumerate(debiased.rows)]
-        names, rows = self._engine.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,
+        names, rows = self._engine.post_processing.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,
                                                 total_post(query.post))  # released values only: free
         tracked = names[-1] == "dp_row"
         variances = [debiased.variances[row[-1]] for row in rows] if tracked else [math.nan] * len(rows)
         rows = [row[:-1] for row in rows] if tracked else rows
 
         def released_types() -> list[str]:
-            described = self._engine.released_types(columns + ["dp_row"], types + ["BIGINT"], total_post(query.post))
+            described = self._engine.post_processing.released_types(columns + ["dp_row"], types + ["BIGINT"],
+                                                                    total_post(query.post))
             return [type_name for _, type_name in described[:len(query.outputs)]]
 
         return DPResult(list(query.outputs), rows, cost, intervals=interval_cells(query, rows, variances),
                         types=released_types, notes=local_notes(query, not query.free), budget=self._snapshot(),
-                        converter=self._engine.convert)
+                        converter=self._engine.post_processing.convert)
 
     def _run_keys_only(self, plan: Plan, checked: PrivateQuery, domain: list[tuple]) -> DPResult:
         """GROUP BY public keys with no aggregate: the released keys are the public domain
@@ -1368,17 +1356,18 @@ class Connection:
         types = [key.type_name or "" for key in plan.query.keys]  # every key is typed once prepared
         post = checked.post
         try:
-            _, rows = self._engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)
+            _, rows = self._engine.post_processing.post_process(core_columns(plan), types,
+                                                                [tuple(row) for row in domain], post)
         except Exception as error:  # public keys only: DuckDB's message reveals nothing private
             raise UnsupportedQuery(f"the query over the public key domain failed: {str(error).splitlines()[0]}",
                                    hint="select the GROUP BY keys, or expressions of them") from None
 
         def released_types() -> list[str]:  # the keys' own types (an ENUM stays ENUM), as with aggregates
-            described = self._engine.released_types(core_columns(plan), types, post)
+            described = self._engine.post_processing.released_types(core_columns(plan), types, post)
             return [type_name for _, type_name in described[:len(checked.outputs)]]
 
         return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True,
-                        types=released_types, converter=self._engine.convert)
+                        types=released_types, converter=self._engine.post_processing.convert)
 
     def _run_public(self, query: PublicQuery) -> DPResult:
         try:
@@ -1390,7 +1379,7 @@ class Connection:
         rows = list(frame.itertuples(index=False, name=None))
         return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
                         types=lambda: [type_name for _, type_name in self._engine.describe(query.tree)],
-                        converter=self._engine.convert)
+                        converter=self._engine.post_processing.convert)
 
 
 def policy_file_of(policy: Any) -> Path | None:
