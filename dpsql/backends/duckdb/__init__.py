@@ -8,7 +8,8 @@ Threads run statements side by side, each on a cursor of its own: a DuckDB curso
 connection of its own to the same database instance (it sees the bounded copies), runs without
 Python's GIL, and its deadline interrupts it alone. A lock covers what the connection itself
 does (making a cursor, filling the bounded copies: a statement reading a copy waits for its
-fill, never reads one half filled); another covers the post-processing database.
+fill, never reads one half filled). Released values are post-processed elsewhere, in a private
+database of their own (``dpsql.backends.duckdb.released``).
 
 Many engines on one database, in one process. DuckDB keeps one database *instance* per file
 per process: every ``duckdb.connect`` of the same file (with the same configuration) is a new

@@ -126,7 +126,7 @@ class SparkEngine:
         """Refuse, before anything is charged, a checked analyst query whose Spark rendering
         would not mean what it means on DuckDB (``dpsql.backends.spark.check.check_spark``).
         ``private``: it reads a private table, so its aggregates are dpsql's own rewrite (exact
-        integer sums; per-unit float sums a sorted fold, ``render._spark_ordered_sum``) and what
+        integer sums; per-unit float sums a sorted fold, ``spark.pieces._ordered_sum``) and what
         combines released values runs in DuckDB: only what Spark evaluates on rows is checked."""
         self._check_settings()
         check_spark(tree, getattr(self.dialect, "types", {}), private=private)

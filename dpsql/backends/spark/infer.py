@@ -386,7 +386,7 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
     if isinstance(node, exp.Avg) and is_integer(typed(node.this)):
         return "DOUBLE"
     if isinstance(node, exp.Sum):
-        # SUM(v ORDER BY v): dpsql's per-unit float sum, in a fixed order (``render._spark_ordered_sum``)
+        # SUM(v ORDER BY v): dpsql's per-unit float sum, in a fixed order (``spark.pieces._ordered_sum``)
         source = typed(node.this.this if isinstance(node.this, exp.Order) else node.this)
         shape = decimal_shape(source)
         if is_integer(source) or source == "HUGEINT":
