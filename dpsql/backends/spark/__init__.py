@@ -46,7 +46,7 @@ from dpsql.backends.bounding import BoundedTable, raw_rows_columns, raw_rows_nam
 from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
 from dpsql.backends.duckdb import released_database
 from dpsql.backends.keys import read_keys
-from dpsql.backends.render import render
+from dpsql.backends.render import render as render_tree  # not `render`: the name of this package's module spark.render
 from dpsql.backends.spark.bounding import fill_select, name_of, raw_rows_select, table_of
 from dpsql.backends.spark.check import check_spark
 from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
@@ -412,7 +412,7 @@ def _row_count_types(tables: Iterable[BoundedTable]) -> dict[str, str]:
 
 
 def _rendered(statement: exp.Expression | str, dialect: str) -> str:
-    return statement if isinstance(statement, str) else render(statement, dialect)
+    return statement if isinstance(statement, str) else render_tree(statement, dialect)
 
 
 @contextlib.contextmanager
