@@ -22,7 +22,7 @@ class FakeLedger:
 
 
 class FakeEngine:
-    _timeout = 30.0  # the per-statement limit the executor bounds a request's time by
+    timeout = 30.0  # the per-statement limit the executor bounds a request's time by
 
     def __init__(self, rows=None, error=None):
         self.calls, self.rows, self.error = [], rows or [(7,)], error

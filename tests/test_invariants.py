@@ -35,6 +35,7 @@ import dpsql
 import dpsql.query.answering
 import dpsql.mechanisms.noise
 from dpsql.backends.duckdb import Engine
+from dpsql.backends.duckdb.released import ReleasedDatabase
 from dpsql.backends.spark import SparkEngine
 from dpsql.mechanisms.noise import SeededSource
 
@@ -96,14 +97,14 @@ class Watch:
             return _original(engine, sources)
 
         monkeypatch.setattr(SparkEngine, "_fill", filling)
-        # A Spark connection post-processes in its own private DuckDB: Engine.post_process, recorded below.
-        original_post = Engine.post_process
+        # Every connection post-processes in its own private DuckDB: ReleasedDatabase.post_process, recorded below.
+        original_post = ReleasedDatabase.post_process
 
         def post(engine, columns, types, rows, sql):
             self.statements.append(("post_process", sql))
             return original_post(engine, columns, types, rows, sql)
 
-        monkeypatch.setattr(Engine, "post_process", post)
+        monkeypatch.setattr(ReleasedDatabase, "post_process", post)
         release = dpsql.query.answering.release_measures
 
         def capture(plan, domain, exact, source=None, histograms=None):

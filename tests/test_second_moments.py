@@ -506,7 +506,7 @@ def test_private_keys_pass_partition_selection_as_for_avg(db):
 def test_the_statement_renders_for_spark_without_a_session():
     """The Spark backend renders the same trees: both statement forms of a grouped CORR render, the
     products in BIGINT as on DuckDB (no partial product can reach 2**62 on these grids)."""
-    from dpsql.backends.render import SparkSQL
+    from dpsql.backends.spark.pieces import SparkSQL
     from dpsql.backends.spark.render import column_types
 
     oracle = Oracle(("SELECT g, CORR(y, x) FROM t GROUP BY g", False))

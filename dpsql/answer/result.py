@@ -262,8 +262,8 @@ class DPResult:
     # return the rows not yet fetched and rewind, so the next fetch starts again from the first
     # row (a relation runs its query again once a fetch has completed it). The conversions of
     # the whole answer (df, arrow, to_arrow_table, pl, show, iteration, len) ignore the cursor.
-    # Conversions go through DuckDB itself (``engine.convert_released``), so dtypes are the
-    # ones a DuckDB user gets.
+    # Conversions go through DuckDB itself (the engine's ``post_processing.convert``, else
+    # ``dpsql.backends.duckdb.released.convert_released``), so dtypes are the ones a DuckDB user gets.
 
     @property
     def types(self) -> list[str]:
@@ -432,7 +432,7 @@ class DPResult:
                 import pyarrow  # noqa: F401  # only to say how to install it before converting
             except ImportError:
                 raise _missing("pyarrow", "arrow()") from None
-        from dpsql.backends.duckdb import convert_released
+        from dpsql.backends.duckdb.released import convert_released
 
         rows, types = self._rows[start:], self.types
         try:

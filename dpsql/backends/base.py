@@ -11,12 +11,14 @@ refuse, never approximate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sqlglot import exp
 
+from dpsql.analysis.plan import GroupKey
 from dpsql.sql.names import Catalog
 
 
@@ -30,8 +32,27 @@ class Backend(Protocol):
     dialect: str
     """The sqlglot dialect statements are rendered in for this engine (``dpsql.backends.render``)."""
 
-    _timeout: float | None
-    """Seconds one statement may run (``dpsql.backends.deadline``); ``None``: no limit."""
+    @property
+    def post_processing(self) -> PostProcessing:
+        """Where released values are post-processed (``PostProcessing``): never this engine's own
+        data, whatever the engine (DuckDB's and Spark's both use ``dpsql.backends.duckdb.released``)."""
+        ...
+
+    progress: Callable[[str], contextlib.AbstractContextManager]
+    """Called with a label around each bounded copy's build: a context manager that may show
+    the build's progress to the curator (``dpsql.curator.progress``); an engine that builds
+    its copies lazily elsewhere (Spark) may never call it."""
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds one statement may run (``dpsql.backends.deadline``); ``None``: no limit."""
+        ...
+
+    def check(self, tree: exp.Expression, private: bool) -> None:
+        """Refuse, before anything is charged, a checked analyst query this engine would not run
+        as DuckDB means it (``UnsupportedQuery``); ``private``: it reads a private table. Reads
+        the query and the schema only. DuckDB refuses nothing more."""
+        ...
 
     # ---- schema and public facts: read before the charge, never a private row ----------------
 
@@ -117,14 +138,39 @@ class Backend(Protocol):
         return a pandas DataFrame."""
         ...
 
-    # ---- post-processing of released values -------------------------------------------------
+    # ---- reading keys back ------------------------------------------------------------------
+
+    def key_text(self, raw: Any, type_name: str) -> str | None:
+        """A text-form key as fetched (``KeyText``: the engine's text, as bytes) as DuckDB's text
+        of the same value: one-to-one, never raising (invariant 19)."""
+        ...
+
+    def key_value(self, value: Any, type_name: str) -> Any:
+        """A value-form key as fetched, as DuckDB's Python client gives the same value."""
+        ...
+
+    def read_keys(self, rows: list[tuple], keys: Sequence[GroupKey]) -> list[tuple]:
+        """Fetched rows (keys first) with every key as DuckDB reads it back
+        (``dpsql.backends.keys.read_keys`` with ``key_text`` and ``key_value``)."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine's resources (a connection the caller passed in stays open) and
+        close its ``post_processing``."""
+        ...
+
+
+@runtime_checkable
+class PostProcessing(Protocol):
+    """Where released (noisy) values are combined after the charge: a place that cannot see the
+    database, given the released rows alone (``dpsql.backends.duckdb.released.ReleasedDatabase``)."""
 
     def post_process(self, columns: list[str], types: list[str], rows: list[tuple],
                      statement: exp.Expression | str) -> tuple[list[str], list[tuple]]:
-        """Run a post-processing query (a tree over ``dp_core``, rendered by the backend; its
-        fallible expressions already marked total) over released (noisy) rows only, in a place that cannot
-        see the database: (column names, rows). It runs after the charge, so it must never
-        fail depending on the data (invariant 19): its expressions are total."""
+        """Run a post-processing query (a tree over ``dp_core``, rendered for DuckDB; its
+        fallible expressions already marked total) over released rows only: (column names,
+        rows). It runs after the charge, so it must never fail depending on the data
+        (invariant 19): its expressions are total."""
         ...
 
     def released_types(self, columns: list[str], types: list[str],
@@ -133,10 +179,10 @@ class Backend(Protocol):
         ...
 
     def convert(self, columns: list[str], types: list[str], texts: Sequence[tuple], form: str) -> Any:
-        """Released rows (as the engine's text) converted as the engine's own client converts
-        them: ``form`` is "df", "arrow" or "numpy"; ``None`` when a value does not cast back."""
+        """Released rows (as DuckDB's text) converted as DuckDB's own client converts them:
+        ``form`` is "df", "arrow" or "numpy"; ``None`` when a value does not cast back."""
         ...
 
     def close(self) -> None:
-        """Release the engine's resources (a connection the caller passed in stays open)."""
+        """Close it (a later ``convert`` still works, in a fresh database)."""
         ...

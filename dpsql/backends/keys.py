@@ -151,7 +151,7 @@ def display_value(value, type_name: str):
     """
     if value is None:
         return None
-    text = _text(value) if isinstance(value, (bytes, bytearray)) else str(value)
+    text = decoded_text(value) if isinstance(value, (bytes, bytearray)) else str(value)
     base = base_type(type_name)
     if base in ("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"):
         try:
@@ -272,7 +272,7 @@ def display(value, type_name: str, form: KeyForm):
     return display_value(value, type_name)
 
 
-def _text(value) -> str:
+def decoded_text(value) -> str:
     """UTF-8 bytes as str, total and one-to-one (``surrogateescape`` keeps any invalid byte
     as a distinct lone surrogate instead of raising)."""
     if isinstance(value, (bytes, bytearray)):
@@ -294,12 +294,12 @@ def read_keys(rows: list[tuple], keys: Sequence[GroupKey], *, text: Callable | N
     [('2024-01-31', 3), (None, 1)]
     """
     if text is None and value is None:
-        return _map_keys(rows, keys, lambda key: None if key.form == "value" else _text)
+        return _map_keys(rows, keys, lambda key: None if key.form == "value" else decoded_text)
 
     def reader(key: GroupKey) -> Callable:
         if key.form == "value":
             return (lambda v: v) if value is None else (lambda v, t=key.type_name: value(v, t))
-        return _text if text is None else (lambda v, t=key.type_name: text(v, t))
+        return decoded_text if text is None else (lambda v, t=key.type_name: text(v, t))
 
     return _map_keys(rows, keys, reader)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from dpsql.backends.base import Backend
 from dpsql.backends.bounding import bounded_tables
-from dpsql.backends.duckdb import Engine
 from dpsql.backends.duckdb.persisted import copies_directory
-from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
+from dpsql.backends.registry import engine_for
+from dpsql.backends.spark.config import is_spark_config, load_spark_config
 from dpsql.backends.spark.session import is_spark_session
 from dpsql.budget.ledger import LEDGER_SIDE_FILES, Ledger
 from dpsql.budget.registry import check_second_budget, dataset_identity, release
@@ -54,7 +54,7 @@ def open_target(target: Any, policy: Any, ledger: Any, *, query_timeout: float |
     What failed to open is closed again (and a registration it made forgotten)."""
     copies = copies_directory_for(target, ledger) if persist_copies else None
     engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
-    if progress is not None and isinstance(engine, Engine):
+    if progress is not None:
         engine.progress = progress
     try:
         if ledger is None and engine.path is None and engine.dialect != "duckdb":
@@ -93,22 +93,10 @@ def open_target(target: Any, policy: Any, ledger: Any, *, query_timeout: float |
 
 def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None,
                 copies: Path | None = None) -> Backend:
-    """The backend for ``target``: a SparkSession, or a Spark config file (``*.toml``,
+    """The backend for ``target``, opened by the first engine of ``dpsql.backends.registry.ENGINES``
+    that recognises it: a SparkSession, or a Spark config file (``*.spark.toml``,
     ``dpsql.backends.spark.config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
-    if is_spark_session(target) or is_spark_config(target):
-        if copies is not None:
-            raise InvalidParameter("persist_copies is DuckDB's: a Spark session keeps its copies in its own storage",
-                                   hint="leave persist_copies off")
-        if memory_limit is not None:
-            raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
-                                   hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
-        from dpsql.backends.spark import SparkEngine
-
-        if is_spark_session(target):
-            return SparkEngine(target, query_timeout=query_timeout)
-        config = load_spark_config(target)
-        return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
-    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+    return engine_for(target).open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
 
 
 def default_ledger(target: Any) -> Path | None:

@@ -30,10 +30,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 import numpy as np
 from sqlglot import exp
 
+from dpsql.backends.duckdb.scratch import PublicScratch, public_scratch
 from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.mechanisms.mwem import Workload
 from dpsql.policy.model import Policy, PrivateTable
@@ -283,8 +283,7 @@ def coefficient_vectors(queries: list[WorkloadQuery], columns: list[str], types:
                                "the cells' index", hint="rename the column")
     sizes = [len(d) for d in domains]
     cells = math.prod(sizes) + 1 if columns else 1   # no column read: one cell holds every row
-    con = duckdb.connect(":memory:", config={"enable_external_access": False})
-    try:
+    with public_scratch() as con:
         parts = []
         for position, (name, type_name, values) in enumerate(zip(columns, types, literals)):
             rows = exp.values([exp.Tuple(expressions=[exp.Literal.number(i), v]) for i, v in enumerate(values)],
@@ -328,8 +327,6 @@ def coefficient_vectors(queries: list[WorkloadQuery], columns: list[str], types:
             groups.append(group)
             counts.append(count)
         return Workload(np.array(bases), np.array(groups), tuple(counts))
-    finally:
-        con.close()
 
 
 def _and(left: exp.Expr | None, right: exp.Expr | None) -> exp.Expr | None:
@@ -338,15 +335,15 @@ def _and(left: exp.Expr | None, right: exp.Expr | None) -> exp.Expr | None:
     return exp.and_(exp.paren(left.copy()), exp.paren(right.copy()))
 
 
-def _truth(con, condition: exp.Expr | None, cells: int) -> np.ndarray:
+def _truth(con: PublicScratch, condition: exp.Expr | None, cells: int) -> np.ndarray:
     if condition is None:
         return np.ones(cells, dtype=np.int64)
     select = exp.select(exp.func("COALESCE", exp.paren(condition.copy()), exp.false())).from_("cells") \
         .order_by("dp_cell")  # (a policy column named cell stays the policy's)
     try:
-        rows = con.execute(select.sql(dialect=DIALECT)).fetchall()
-    except duckdb.Error as error:  # public cells only: the message holds no private data
-        raise UnsupportedQuery(f"a predicate cannot be evaluated on the KEYS domains: {str(error).splitlines()[0]}",
+        rows = con.fetch(select.sql(dialect=DIALECT))
+    except UnsupportedQuery as error:  # public cells only: the message holds no private data
+        raise UnsupportedQuery(f"a predicate cannot be evaluated on the KEYS domains: {error.message}",
                                hint="compare each column with values of its own type") from None
     return np.array([1 if row[0] else 0 for row in rows], dtype=np.int64)
 

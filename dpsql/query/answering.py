@@ -24,7 +24,7 @@ from dpsql.answer.noise_rows import noise_rows_notes
 from dpsql.answer.notes import null_cells_notes, thin_answer_notes
 from dpsql.answer.result import DPResult, QueryCost, decode_answer, decode_outside, encode_answer
 from dpsql.backends.base import Backend
-from dpsql.backends.keys import read_keys, shown_keys
+from dpsql.backends.keys import shown_keys
 from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
 from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import secret_key
@@ -193,8 +193,8 @@ class Answerer:
             tracked = True
         else:
             indexed = [row + (index,) for index, row in enumerate(core)]
-            columns, rows = self.engine.post_process(core_columns(plan) + ["dp_row"], types + ["BIGINT"],
-                                                      indexed, total_post(checked.post))
+            columns, rows = self.engine.post_processing.post_process(
+                core_columns(plan) + ["dp_row"], types + ["BIGINT"], indexed, total_post(checked.post))
             tracked = columns[-1] == "dp_row"
             order = [row[-1] for row in rows] if tracked else []
             rows = [row[:-1] for row in rows] if tracked else rows
@@ -212,7 +212,7 @@ class Answerer:
             picked = plain_projection(checked.post, core_columns(plan))
             if picked is not None:
                 return [core[i] for i in picked]
-            described = self.engine.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
+            described = self.engine.post_processing.released_types(core_columns(plan) + ["dp_row"], core + ["BIGINT"],
                                                     total_post(checked.post))
             return [type_name for name, type_name in described[:len(checked.outputs)]]
 
@@ -223,7 +223,7 @@ class Answerer:
             notes += noise_rows_notes(plan, checked, rows, cells)
         except Exception:  # advisory, after the charge: the answer is released without it
             pass
-        return {"types": types, "notes": tuple(notes), "converter": self.engine.convert}
+        return {"types": types, "notes": tuple(notes), "converter": self.engine.post_processing.convert}
 
     def _intervals(self, plan: Plan, checked: PrivateQuery, noisy: dict, rows: list[tuple]):
         """accuracy() of released rows, from their stored measures (``release.stored_measures``):
@@ -299,17 +299,18 @@ class Answerer:
         types = [key.type_name or "" for key in plan.query.keys]  # every key is typed once prepared
         post = checked.post
         try:
-            _, rows = self.engine.post_process(core_columns(plan), types, [tuple(row) for row in domain], post)
+            _, rows = self.engine.post_processing.post_process(core_columns(plan), types,
+                                                               [tuple(row) for row in domain], post)
         except Exception as error:  # public keys only: DuckDB's message reveals nothing private
             raise UnsupportedQuery(f"the query over the public key domain failed: {str(error).splitlines()[0]}",
                                    hint="select the GROUP BY keys, or expressions of them") from None
 
         def released_types() -> list[str]:  # the keys' own types (an ENUM stays ENUM), as with aggregates
-            described = self.engine.released_types(core_columns(plan), types, post)
+            described = self.engine.post_processing.released_types(core_columns(plan), types, post)
             return [type_name for _, type_name in described[:len(checked.outputs)]]
 
         return DPResult(list(checked.outputs), rows, QueryCost.free(public=True), exact=True,
-                        types=released_types, converter=self.engine.convert)
+                        types=released_types, converter=self.engine.post_processing.convert)
 
     def public(self, query: PublicQuery) -> DPResult:
         """A query of public tables only: run exactly, free."""
@@ -322,13 +323,12 @@ class Answerer:
         rows = list(frame.itertuples(index=False, name=None))
         return DPResult(list(frame.columns), rows, QueryCost.free(public=True), exact=True,
                         types=lambda: [type_name for _, type_name in self.engine.describe(query.tree)],
-                        converter=self.engine.convert)
+                        converter=self.engine.post_processing.convert)
 
     def read_keys(self, rows: list[tuple], keys) -> list[tuple]:
         """Fetched rows with their keys as DuckDB reads them back (``dpsql.backends.keys``): an
         engine that writes its own key texts (Spark) translates them (``Backend.key_text``)."""
-        return read_keys(rows, keys, text=getattr(self.engine, "key_text", None),
-                         value=getattr(self.engine, "key_value", None))
+        return self.engine.read_keys(rows, keys)
 
     def free_rows(self, statement: BoundedStatement, keys, failure: str) -> list[tuple]:
         """The rows of ``statement``, read with no charge and no record: for an answer that is

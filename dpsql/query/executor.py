@@ -73,7 +73,7 @@ class Executor:
     def check_time(self, statements: int, what: str = "this request") -> None:
         """Refuse a request of ``statements`` statements whose public time bound passes
         ``request_timeout`` (``check_request_time``); for ``explain`` and for each execution."""
-        check_request_time(statements, self._engine._timeout, self.request_timeout, what)
+        check_request_time(statements, self._engine.timeout, self.request_timeout, what)
 
     def execute(self, charge: Callable[[], int], statements: Sequence[BoundedStatement],
                 release: Callable[[list[list[tuple]]], Released], record: Callable[[Released], str],

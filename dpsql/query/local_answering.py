@@ -97,16 +97,17 @@ def answer_local(answerer: Answerer, context: MechanismContext, query: LocalCoun
     columns = debiased_columns(query)
     types = [key_type if name == "g0" else "DOUBLE" for name in columns]
     indexed = [row + (index,) for index, row in enumerate(debiased.rows)]
-    names, rows = engine.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,
+    names, rows = engine.post_processing.post_process(columns + ["dp_row"], types + ["BIGINT"], indexed,
                                       total_post(query.post))  # released values only: free
     tracked = names[-1] == "dp_row"
     variances = [debiased.variances[row[-1]] for row in rows] if tracked else [math.nan] * len(rows)
     rows = [row[:-1] for row in rows] if tracked else rows
 
     def released_types() -> list[str]:
-        described = engine.released_types(columns + ["dp_row"], types + ["BIGINT"], total_post(query.post))
+        described = engine.post_processing.released_types(columns + ["dp_row"], types + ["BIGINT"],
+                                                          total_post(query.post))
         return [type_name for _, type_name in described[:len(query.outputs)]]
 
     return DPResult(list(query.outputs), rows, cost, intervals=interval_cells(query, rows, variances),
                     types=released_types, notes=local_notes(query, not query.free),
-                    budget=context.spender.snapshot(), converter=engine.convert)
+                    budget=context.spender.snapshot(), converter=engine.post_processing.convert)

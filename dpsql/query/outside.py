@@ -81,7 +81,7 @@ def _outside_outputs(engine: Backend, plan: Plan, checked: PrivateQuery, core: t
     try:
         select = exp.Select(expressions=[null_on_zero_divisors(e.copy()) for e in checked.post.expressions])
         select = select.from_("dp_core")  # a ratio over a noisy 0 is NULL here too, as in the rows
-        _, rows = engine.post_process(core_columns(plan), list(core_types), [core], select)
+        _, rows = engine.post_processing.post_process(core_columns(plan), list(core_types), [core], select)
         return tuple(rows[0])
     except Exception:  # a post-processing error on NULL keys: the outputs are left out
         return None

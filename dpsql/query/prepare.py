@@ -33,6 +33,7 @@ from dpsql.analysis.analyse import analyse_query
 from dpsql.analysis.check import check_query
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.analysis.sampling import Sampling, check_covers_removal, sampling_of, unbounded_policy
+from dpsql.backends.base import Backend
 from dpsql.backends.keys import typed_keys
 from dpsql.backends.render import DUCKDB
 from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement, separate_statement
@@ -106,7 +107,7 @@ class Prepared:
 class Preparer:
     """Prepares queries for one connection (one policy, one catalog) and keeps them."""
 
-    def __init__(self, policy: Policy, catalog: dict, data: Any, describe: Describe, column_names: frozenset,
+    def __init__(self, policy: Policy, catalog: dict, data: Backend | None, describe: Describe, column_names: frozenset,
                  policy_text: str, *, limit: int = 256):
         self.policy = policy
         self._catalog = catalog
@@ -222,7 +223,7 @@ class Preparer:
         parsed = parse(sql)
         checked = check_query(parsed.tree, sql, self.policy, self._catalog, self._data)
         if self._data is not None:  # what this engine cannot run as DuckDB would is refused here
-            getattr(self._data, "check", _accept_all)(parsed.tree, isinstance(checked, PrivateQuery))
+            self._data.check(parsed.tree, isinstance(checked, PrivateQuery))
         if isinstance(checked, PrivateQuery):
             checked = apply_contribution_options(checked, parsed.options)
         result = (parsed.tree, checked, parsed.options)
@@ -364,10 +365,6 @@ def stored_key_types(query: PrivateQuery) -> dict[str, str] | None:
             return None
         types[key.name] = stored[column.name.lower()]
     return types
-
-
-def _accept_all(tree: exp.Expression, private: bool) -> None:
-    """An engine that runs every checked query as DuckDB would refuses nothing more."""
 
 
 _PLAIN = (type(None), bool, int, float, str, Fraction, Decimal, np.generic)

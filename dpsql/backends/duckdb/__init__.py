@@ -8,7 +8,8 @@ Threads run statements side by side, each on a cursor of its own: a DuckDB curso
 connection of its own to the same database instance (it sees the bounded copies), runs without
 Python's GIL, and its deadline interrupts it alone. A lock covers what the connection itself
 does (making a cursor, filling the bounded copies: a statement reading a copy waits for its
-fill, never reads one half filled); another covers the post-processing database.
+fill, never reads one half filled). Released values are post-processed elsewhere, in a private
+database of their own (``dpsql.backends.duckdb.released``).
 
 Many engines on one database, in one process. DuckDB keeps one database *instance* per file
 per process: every ``duckdb.connect`` of the same file (with the same configuration) is a new
@@ -49,6 +50,7 @@ import duckdb
 import pandas as pd
 from sqlglot import exp
 
+from dpsql.analysis.plan import GroupKey
 from dpsql.backends import facts
 from dpsql.backends.bounding import (
     DATABASE,
@@ -62,38 +64,18 @@ from dpsql.backends.bounding import (
 )
 from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
 from dpsql.backends.duckdb import persisted
-from dpsql.backends.keys import WIDE_INTEGERS, display_value, fetched_as_text
+from dpsql.backends.duckdb.hardening import HARDENED_CONFIG as HARDENED_CONFIG
+from dpsql.backends.duckdb.hardening import default_memory_limit as default_memory_limit
+from dpsql.backends.duckdb.hardening import hardened_config as hardened_config
+from dpsql.backends.duckdb.released import MEMORY_LIMIT as RELEASED_MEMORY_LIMIT
+from dpsql.backends.duckdb.released import ReleasedDatabase
+from dpsql.backends.duckdb.released import convert_released as convert_released
+from dpsql.backends.keys import decoded_text, read_keys
 from dpsql.backends.render import render
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.sql.names import Catalog, key_of_parts, quoted
 from dpsql.sql.parse import DIALECT
 from dpsql.sql.pieces import binding_parameters
-from dpsql.sql.types import base_type
-
-HARDENED_CONFIG = {
-    "enable_external_access": False,
-    "python_enable_replacements": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "allow_community_extensions": False,
-    "allow_persistent_secrets": False,
-}
-"""DuckDB settings of every database dpsql opens itself (``lock_configuration`` is set last).
-A curator who passes an open connection should open it with these too (THREAT_MODEL.md)."""
-
-
-def default_memory_limit() -> str:
-    """Half the machine's physical memory, as a DuckDB size: a runaway query fails with an
-    out-of-memory error (a generic charged failure) instead of the process being killed.
-
-    >>> default_memory_limit().endswith("MB")
-    True
-    """
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        total = 8 * 2**30
-    return f"{max(total // 2 // 2**20, 256)}MB"
 
 
 class Engine:
@@ -107,11 +89,10 @@ class Engine:
         self._connection = connection
         self._owned = owned
         self._lock = threading.Lock()
-        self._post_lock = threading.Lock()
-        """Serialises use of ``_post`` (one connection, one ``dp_core`` at a time)."""
-        self._post: duckdb.DuckDBPyConnection | None = None
         self._closed = False
         self._timeout = check_timeout(query_timeout)
+        self.post_processing = released_database(self._timeout)
+        """Where released values are post-processed: a private, empty DuckDB (``released``)."""
         self._bounded: dict[str, BoundedTable] = {}
         self._instance: _Instance | None = None
         """What this engine shares with every engine on its DuckDB instance (``prepare_bounding``)."""
@@ -181,6 +162,26 @@ class Engine:
         rows = self.fetch(f"SELECT name, value FROM duckdb_settings() WHERE name IN ({listed})")
         found = dict(rows)
         return {name: found.get(name) for name in names} | {"query_timeout": self._timeout}
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds one statement may run (``None``: no limit)."""
+        return self._timeout
+
+    def check(self, tree: exp.Expr, private: bool) -> None:
+        """DuckDB runs every checked query as dpsql means it: nothing more is refused here."""
+
+    def key_text(self, raw: Any, type_name: str) -> str | None:
+        """A text-form key as fetched (DuckDB's text, UTF-8 bytes) as that text."""
+        return decoded_text(raw)
+
+    def key_value(self, value: Any, type_name: str) -> Any:
+        """A value-form key as fetched: as DuckDB's client gives it already."""
+        return value
+
+    def read_keys(self, rows: list[tuple], keys: Sequence[GroupKey]) -> list[tuple]:
+        """Fetched rows with their keys as DuckDB reads them back (``dpsql.backends.keys.read_keys``)."""
+        return read_keys(rows, keys)
 
     def catalog(self) -> Catalog:
         """Lower-cased table name -> {lower-cased column: DuckDB type} (schema only, no data)."""
@@ -413,54 +414,6 @@ class Engine:
         finally:
             cursor.close()
 
-    def post_process(self, columns: list[str], types: list[str], rows: list[tuple],
-                     statement: exp.Expression | str):
-        """Run a post-processing query over released rows, in a separate, empty database.
-
-        The released rows are all it can see: the wrapped database is not attached to it, and
-        it is hardened like every database dpsql opens. One such database is kept per engine
-        (opening one costs tens of milliseconds); each call loads the rows into a fresh
-        ``dp_core`` table. Returns (column names, rows).
-        """
-        sql = _rendered(statement)
-        with self._post_lock:
-            if self._post is None:
-                self._post = open_hardened(":memory:", hardened_config("1GB"))
-            connection = self._post
-            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
-            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
-            if rows:
-                connection.register("dp_frame", pd.DataFrame.from_records(_frameable(rows, types), columns=columns))
-                try:
-                    connection.execute("INSERT INTO dp_core SELECT * FROM dp_frame")
-                finally:
-                    connection.unregister("dp_frame")
-            with Deadline(connection, self._timeout):
-                described = connection.execute(f"DESCRIBE {sql}").fetchall()
-                names, types = [row[0] for row in described], [row[1] for row in described]
-                result = connection.execute(_fetchable_sql(sql, types)).fetchall()
-            connection.execute("DROP TABLE dp_core")
-            if any(map(fetched_as_text, types)):
-                result = [tuple(display_value(value, type_name) if fetched_as_text(type_name) else value
-                                for value, type_name in zip(row, types)) for row in result]
-            return names, result
-
-    def released_types(self, columns: list[str], types: list[str],
-                       statement: exp.Expression | str) -> list[tuple[str, str]]:
-        """(name, type) of a post-processing query's columns over an empty ``dp_core`` of
-        these columns: binds the query, reads no rows (``DPResult.types``)."""
-        sql = _rendered(statement)
-        with self._post_lock:
-            if self._post is None:
-                self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
-            connection = self._post
-            definition = ", ".join(f'"{c}" {t}' for c, t in zip(columns, types))
-            connection.execute(f"CREATE OR REPLACE TABLE dp_core ({definition})")
-            try:
-                return [(row[0], row[1]) for row in connection.execute(f"DESCRIBE {sql}").fetchall()]
-            finally:
-                connection.execute("DROP TABLE dp_core")
-
     def describe(self, statement: exp.Expression | str, parameters: Any = None) -> list[tuple[str, str]]:
         """(name, type) of each column ``statement`` would return: binds it, reads no rows.
 
@@ -491,27 +444,31 @@ class Engine:
             self._described[sql] = described
         return described
 
-    def convert(self, columns: list[str], types: list[str], texts: Sequence[tuple], form: str) -> Any:
-        """``convert_released`` in this engine's post-processing database (opening a database
-        costs tens of milliseconds; a conversion of a small answer, about one)."""
-        with self._post_lock:
-            if self._closed:
-                connection = None
-            else:
-                if self._post is None:
-                    self._post = duckdb.connect(":memory:", config=hardened_config("1GB"))
-                connection = self._post
-            return convert_released(columns, types, texts, form, connection)
-
     def close(self) -> None:
-        """Close the connection if dpsql opened it."""
+        """Close the connection if dpsql opened it, and the post-processing database."""
         self._closed = True
-        with self._post_lock:
-            if self._post is not None:
-                self._post.close()
-                self._post = None
+        self.post_processing.close()
         if self._owned:
             self._connection.close()
+
+
+def released_database(query_timeout: float | None = DEFAULT_QUERY_TIMEOUT) -> ReleasedDatabase:
+    """The post-processing engine of a query engine (``released.ReleasedDatabase``): a private,
+    hardened, empty in-memory DuckDB, opened when first used; DuckDB's and Spark's engines each
+    keep one."""
+    return ReleasedDatabase(lambda: open_hardened(":memory:", hardened_config(RELEASED_MEMORY_LIMIT)), query_timeout)
+
+
+def recognise(target: Any) -> bool:
+    """DuckDB opens what no other engine recognises (``dpsql.backends.registry``): a database
+    file, a DuckDB connection, a dict of DataFrames; ``Engine.open`` refuses anything else."""
+    return True
+
+
+def open_duckdb(target: Any, *, query_timeout: float | None, memory_limit: str | None,
+                copies: Path | None = None) -> Engine:
+    """``Engine.open`` (``dpsql.backends.registry``)."""
+    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
 
 
 def read_catalog(connection: duckdb.DuckDBPyConnection) -> Catalog:
@@ -558,76 +515,6 @@ def _stored(name: str) -> str:
     """A stored public relation (``Engine.materialise``) as a table reference."""
     return f"{DATABASE}.main.{quoted(name)}"
 
-
-
-def convert_released(columns: list[str], types: list[str], texts: Sequence[tuple], form: str,
-                     connection: duckdb.DuckDBPyConnection | None = None) -> Any:
-    """Released rows as DuckDB itself converts them: ``form`` is "df", "arrow" or "numpy".
-
-    ``texts`` holds each value as DuckDB's text (or ``None`` for NULL); each column is cast
-    to its type, and DuckDB's own conversion of
-    that relation is returned (in ``connection``, else in a fresh, hardened, empty in-memory
-    database), so dtypes are exactly those a DuckDB user gets (HUGEINT as a
-    float64 column in pandas and a decimal128(38, 0) in Arrow, DATE as datetime64, ...).
-    Returns ``None`` when a value does not cast back (the caller converts the Python values).
-
-    >>> convert_released(["n", "d"], ["BIGINT", "DATE"], [("3", "2024-01-31")], "df").dtypes.tolist()
-    [dtype('int64'), dtype('<M8[us]')]
-    """
-    if any(";" in type_name for type_name in types):
-        return None  # one statement only, whatever a type's text holds (field names are quoted)
-    names = [f"dp_c{i}" for i in range(len(columns))]
-    frame = pd.DataFrame.from_records(texts, columns=names) if texts else pd.DataFrame({n: [] for n in names})
-    frame = frame.astype(object)
-    owned = connection is None
-    if connection is None:
-        connection = duckdb.connect(":memory:", config=hardened_config("1GB"))
-    try:
-        connection.register("dp_frame", frame)
-        select = ", ".join(f'CAST(CAST({n} AS VARCHAR) AS {t}) AS "{c.replace(chr(34), chr(34) * 2)}"'
-                           for n, t, c in zip(names, types, columns))
-        relation = connection.sql(f"SELECT {select} FROM dp_frame")
-        if form == "df":
-            return relation.df()
-        if form == "arrow":
-            return relation.to_arrow_table()
-        if form == "numpy":
-            return relation.fetchnumpy()
-        raise InvalidParameter(f"unknown conversion {form!r}")
-    except duckdb.Error:
-        return None
-    finally:
-        if owned:
-            connection.close()
-        else:
-            connection.unregister("dp_frame")
-
-
-def _frameable(rows: list[tuple], types: list[str]) -> list[tuple]:
-    """Rows as pandas can carry them into DuckDB exactly: integers of types that need not fit
-    int64 go as decimal text (pandas would make 2**64 - 1 with a NULL a float64, silently
-    rounded), which DuckDB casts back into the column's type exactly.
-
-    >>> _frameable([(2**64 - 1, 1), (None, 2)], ["UBIGINT", "BIGINT"])
-    [('18446744073709551615', 1), (None, 2)]
-    """
-    wide = {i for i, type_name in enumerate(types) if base_type(type_name) in WIDE_INTEGERS}
-    if not wide:
-        return rows
-    return [tuple(str(value) if i in wide and value is not None else value for i, value in enumerate(row))
-            for row in rows]
-
-
-def _fetchable_sql(sql: str, types: list[str]) -> str:
-    """``sql`` with every result column whose Python conversion is lossy or can fail (a date past
-    9999, an INTERVAL of 10^9 months, nanoseconds) cast to DuckDB's text (``dpsql.backends.keys``).
-    Columns are renamed positionally (output names may repeat); a projection keeps the order
-    of the rows it reads."""
-    if not any(map(fetched_as_text, types)):
-        return sql
-    names = [f"dp_c{i}" for i in range(len(types))]
-    select = ", ".join(f"CAST({n} AS VARCHAR)" if fetched_as_text(t) else n for n, t in zip(names, types))
-    return f"SELECT {select} FROM ({sql}) AS dp_post({', '.join(names)})"
 
 
 class _Instance:
@@ -757,21 +644,6 @@ def _attached_file(connection: duckdb.DuckDBPyConnection) -> str | None:
 @contextlib.contextmanager
 def _no_progress(label: str):
     yield
-
-
-def hardened_config(memory_limit: str | None = None) -> dict[str, Any]:
-    """``HARDENED_CONFIG`` with a memory limit, locked: the config of a database dpsql opens.
-
-    >>> config = hardened_config("1GB")
-    >>> config["enable_external_access"], config["memory_limit"], config["lock_configuration"]
-    (False, '1GB', True)
-    """
-    if memory_limit is None:
-        memory_limit = default_memory_limit()
-    if not isinstance(memory_limit, str) or not memory_limit.strip():
-        raise InvalidParameter(f"memory_limit must be a DuckDB size such as '4GB', got {memory_limit!r}",
-                               hint="pass memory_limit='4GB', or leave it out")
-    return {**HARDENED_CONFIG, "memory_limit": memory_limit, "lock_configuration": True}
 
 
 def _load_frames(frames: dict, config: dict) -> duckdb.DuckDBPyConnection:

@@ -26,6 +26,7 @@ interrupts the tag past the limit, and the statement raises ``QueryFailed`` what
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import hashlib
@@ -33,23 +34,27 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.plan import GroupKey
 from dpsql.backends import facts
 from dpsql.backends.bounding import BoundedTable, raw_rows_columns, raw_rows_name
 from dpsql.backends.deadline import DEFAULT_QUERY_TIMEOUT, Deadline, check_timeout
-from dpsql.backends.duckdb import Engine as DuckDBEngine
-from dpsql.backends.render import SparkSQL, render
+from dpsql.backends.duckdb import released_database
+from dpsql.backends.keys import read_keys
+from dpsql.backends.render import render as render_tree  # not `render`: the name of this package's module spark.render
 from dpsql.backends.spark.bounding import fill_select, name_of, raw_rows_select, table_of
+from dpsql.backends.spark.check import check_spark
+from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
 from dpsql.backends.spark.keys import duckdb_key_text, value_key
-from dpsql.backends.spark.render import check_spark
-from dpsql.backends.spark.session import check_pinned, pin
+from dpsql.backends.spark.pieces import SparkSQL
+from dpsql.backends.spark.session import check_pinned, is_spark_session, pin
 from dpsql.backends.spark.types import duckdb_type, spark_type
-from dpsql.errors import DPError, QueryFailed, UnsupportedQuery
+from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.sql.names import Catalog
 from dpsql.sql.pieces import binding_parameters
 
@@ -79,8 +84,18 @@ class SparkEngine:
         self._own_types: dict[str, str] = {}
         """Column types of the tables dpsql makes itself and its statements compute on (the
         row-count tables), beside the catalog's in ``dialect``."""
-        self._post = DuckDBEngine.open(":memory:", query_timeout=query_timeout, memory_limit="1GB")
+        self.progress: Callable[[str], contextlib.AbstractContextManager] = _no_progress
+        """Part of the ``Backend`` protocol; Spark caches its copies within the statements that
+        read them, so no build of its own is shown."""
+        self.post_processing = released_database(self._timeout)
+        """Where released values are post-processed: a private, empty DuckDB that sees nothing
+        else (``dpsql.backends.duckdb.released``), exactly as on the DuckDB backend."""
         self._closed = False
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds one statement may run (``None``: no limit)."""
+        return self._timeout
 
     # ---- schema and public facts ----------------------------------------------------------
 
@@ -111,7 +126,7 @@ class SparkEngine:
         """Refuse, before anything is charged, a checked analyst query whose Spark rendering
         would not mean what it means on DuckDB (``dpsql.backends.spark.check.check_spark``).
         ``private``: it reads a private table, so its aggregates are dpsql's own rewrite (exact
-        integer sums; per-unit float sums a sorted fold, ``render._spark_ordered_sum``) and what
+        integer sums; per-unit float sums a sorted fold, ``spark.pieces._ordered_sum``) and what
         combines released values runs in DuckDB: only what Spark evaluates on rows is checked."""
         self._check_settings()
         check_spark(tree, getattr(self.dialect, "types", {}), private=private)
@@ -284,22 +299,37 @@ class SparkEngine:
         """A value-form key as fetched, as DuckDB's client gives it."""
         return value_key(value, type_name)
 
-    # ---- released values: a private DuckDB that sees nothing else --------------------------
-
-    def post_process(self, columns, types, rows, statement):
-        return self._post.post_process(columns, types, rows, statement)
-
-    def released_types(self, columns, types, statement):
-        return self._post.released_types(columns, types, statement)
-
-    def convert(self, columns, types, texts, form):
-        return self._post.convert(columns, types, texts, form)
+    def read_keys(self, rows: list[tuple], keys: Sequence[GroupKey]) -> list[tuple]:
+        """Fetched rows with their keys as DuckDB reads them back: Spark's key texts and values
+        translated (``key_text``, ``key_value``)."""
+        return read_keys(rows, keys, text=self.key_text, value=self.key_value)
 
     def close(self) -> None:
-        """Close the private DuckDB; the session is the caller's and stays open (its copies
-        stay cached for other connections on it until they refresh or the session stops)."""
+        """Close the post-processing DuckDB; the session is the caller's and stays open (its
+        copies stay cached for other connections on it until they refresh or the session stops)."""
         self._closed = True
-        self._post.close()
+        self.post_processing.close()
+
+
+def recognise(target: Any) -> bool:
+    """A SparkSession, or a Spark config file (``*.spark.toml``, ``dpsql.backends.spark.config``)."""
+    return is_spark_session(target) or is_spark_config(target)
+
+
+def open_spark(target: Any, *, query_timeout: float | None, memory_limit: str | None,
+               copies: Path | None = None) -> SparkEngine:
+    """The engine on a SparkSession, or on the session a Spark config file describes
+    (``dpsql.backends.registry``). DuckDB's options are refused: Spark sizes and stores itself."""
+    if copies is not None:
+        raise InvalidParameter("persist_copies is DuckDB's: a Spark session keeps its copies in its own storage",
+                               hint="leave persist_copies off")
+    if memory_limit is not None:
+        raise InvalidParameter("memory_limit is DuckDB's; a Spark session is sized by its own settings",
+                               hint="leave memory_limit out, and set spark.driver.memory / spark.executor.memory")
+    if is_spark_session(target):
+        return SparkEngine(target, query_timeout=query_timeout)
+    config = load_spark_config(target)
+    return SparkEngine(open_session(config), query_timeout=query_timeout, path=config.path)
 
 
 class _JobTags:
@@ -382,7 +412,12 @@ def _row_count_types(tables: Iterable[BoundedTable]) -> dict[str, str]:
 
 
 def _rendered(statement: exp.Expression | str, dialect: str) -> str:
-    return statement if isinstance(statement, str) else render(statement, dialect)
+    return statement if isinstance(statement, str) else render_tree(statement, dialect)
+
+
+@contextlib.contextmanager
+def _no_progress(label: str):
+    yield
 
 
 def _first_line(error: BaseException) -> str:

@@ -35,6 +35,7 @@ from dpsql.backends.spark import numbers as numbers
 from dpsql.backends.spark import text as text
 from dpsql.backends.spark.infer import annotate, typed
 from dpsql.backends.spark.numbers import differs, not_listed
+from dpsql.backends.spark.render import total
 from dpsql.backends.spark.scopes import scoped_types
 from dpsql.errors import UnsupportedQuery
 
@@ -168,8 +169,6 @@ def check_spark(tree: exp.Expr, types: Mapping[str, str] | None = None, *, priva
                 _refuse_nested_read(node, types)  # the reason that matters, where it is
                 raise
     if private:
-        from dpsql.backends.spark.render import total  # renders what the checks accepted: no cycle at import
-
         for root in row_level_roots(tree):
             total(root, types)  # refuses what cannot be written for Spark (too long, a type it cannot tell)
 

@@ -16,6 +16,7 @@ checked against it node by node in ``tests/test_spark_semantics.py``; ``None`` m
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 
@@ -137,6 +138,56 @@ def column_type(column: exp.Column, types: Mapping[str, str]) -> str | None:
     return None if found is None else type_name(found)
 
 
+DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+TIMESTAMP_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
+"""A date, and a timestamp, in ISO form: the one spelling DuckDB and Spark read alike."""
+
+COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In)
+
+
+def iso_literal(node: exp.Expr, target: str) -> bool:
+    """A string literal holding a valid ISO date (for a DATE) or timestamp (for a TIMESTAMP),
+    which DuckDB and Spark read alike (Spark reads more spellings, DuckDB refuses them)."""
+    if not isinstance(node, exp.Literal) or not node.is_string or target not in ("DATE", "TIMESTAMP"):
+        return False
+    if not (DATE_TEXT if target == "DATE" else TIMESTAMP_TEXT).fullmatch(node.this):
+        return False
+    try:
+        datetime.datetime.fromisoformat(node.this)
+    except ValueError:
+        return False
+    return True
+
+
+def read_dates(node: exp.Expr) -> None:
+    """A comparison of DATEs with string literals (``day BETWEEN '2025-12-01' AND '2025-12-31'``):
+    DuckDB reads each literal as a DATE (an invalid one is an error), Spark compares as text. When
+    every operand is a DATE or a valid ISO date literal, each literal becomes CAST('...' AS DATE),
+    which both engines read alike; anything else is left to be refused as a DATE against a VARCHAR."""
+    if not isinstance(node, COMPARED) or node.args.get("query") is not None:
+        return
+    operands = [o for o in (node.this, node.args.get("expression"), node.args.get("low"), node.args.get("high"),
+                            *node.expressions) if o is not None]
+    literals = [o for o in operands if iso_literal(o, "DATE")]
+    if not literals or not all(typed(o) == "DATE" or iso_literal(o, "DATE") for o in operands):
+        return
+    for literal in literals:
+        cast = exp.Cast(to=exp.DataType.build("DATE"))
+        literal.replace(cast)
+        cast.set("this", literal)
+        cast.meta[TYPE_META] = "DATE"
+
+
+def subquery_type(node: exp.Subquery) -> str | None:
+    """A scalar subquery compared (``size > (SELECT MAX(size) FROM stores)``) has its one select
+    item's type, as on DuckDB. Elsewhere, and as a DATE (which a TIMESTAMP met casts), it is left
+    unknown: Spark's rewrites may bind it in a lambda, and Spark refuses subqueries in one."""
+    items = node.this.expressions if isinstance(node.this, exp.Select) else []
+    found = typed(items[0]) if len(items) == 1 and not isinstance(items[0], exp.Star) else None
+    compared = isinstance(node.parent, COMPARED) and not isinstance(node.parent, exp.In)
+    return found if compared and found != "DATE" else None
+
+
 def annotate(tree: exp.Expr, types: Mapping[str, str] | None) -> None:
     """Record each node's DuckDB type in its meta (``TYPE_META``), children first; a subtree
     already written for Spark (``DONE``) keeps the types it has."""
@@ -144,8 +195,6 @@ def annotate(tree: exp.Expr, types: Mapping[str, str] | None) -> None:
         return
     for child in tree.iter_expressions():
         annotate(child, types)
-    from dpsql.backends.spark.numbers import read_dates, subquery_type  # read these types: no cycle at import
-
     read_dates(tree)  # DuckDB reads '2025-12-01' compared with a DATE as a DATE
     tree.meta[TYPE_META] = subquery_type(tree) if isinstance(tree, exp.Subquery) else _infer(tree, types or {})
 
@@ -337,7 +386,7 @@ def _infer(node: exp.Expr, types: Mapping[str, str]) -> str | None:
     if isinstance(node, exp.Avg) and is_integer(typed(node.this)):
         return "DOUBLE"
     if isinstance(node, exp.Sum):
-        # SUM(v ORDER BY v): dpsql's per-unit float sum, in a fixed order (``render._spark_ordered_sum``)
+        # SUM(v ORDER BY v): dpsql's per-unit float sum, in a fixed order (``spark.pieces._ordered_sum``)
         source = typed(node.this.this if isinstance(node.this, exp.Order) else node.this)
         shape = decimal_shape(source)
         if is_integer(source) or source == "HUGEINT":

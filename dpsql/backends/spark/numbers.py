@@ -10,13 +10,22 @@ each one), so an analyst knows what Spark would have answered and what to write 
 from __future__ import annotations
 
 import datetime
-import re
 from typing import NoReturn
 
 from sqlglot import exp
 
 from dpsql.backends.spark import infer as infer
-from dpsql.backends.spark.infer import decimal_shape, integer_literal, is_decimal, is_integer, is_number, typed
+from dpsql.backends.spark.infer import (
+    DATE_TEXT,
+    TIMESTAMP_TEXT,
+    decimal_shape,
+    integer_literal,
+    is_decimal,
+    is_integer,
+    is_number,
+    iso_literal,
+    typed,
+)
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import describe
 
@@ -59,10 +68,6 @@ def literal(node: exp.Expr) -> None:
                "write integers within BIGINT's range and decimals of at most 38 digits")
 
 
-_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIMESTAMP_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
-
-
 def compared(node: exp.Expr, operands: list[exp.Expr]) -> None:
     """Values compared (=, <, IN, BETWEEN, NULLIF, LEAST, CASE results ...) must have a common type
     both engines compare in: numbers with numbers, strings with strings, dates and timestamps
@@ -72,7 +77,7 @@ def compared(node: exp.Expr, operands: list[exp.Expr]) -> None:
     temporal = [n for n in names if infer.is_temporal(n)]
     for operand, name in zip(operands, names):
         if name == "VARCHAR" and temporal and isinstance(operand, exp.Literal):
-            pattern = _DATE_TEXT if set(temporal) == {"DATE"} else _TIMESTAMP_TEXT
+            pattern = DATE_TEXT if set(temporal) == {"DATE"} else TIMESTAMP_TEXT
             if not pattern.fullmatch(operand.this) or not _valid_date(operand.this[:10]):
                 refuse(node, f"DuckDB and Spark read the text {operand.sql()} as a date differently "
                        "(Spark takes '2020' for 2020-01-01, DuckDB refuses it)",
@@ -109,52 +114,6 @@ def _family(name: str) -> str:
     if name in ("VARCHAR", "BOOLEAN"):
         return name
     return "list" if name.endswith("]") else "other"
-
-
-def iso_literal(node: exp.Expr, target: str) -> bool:
-    """A string literal holding a valid ISO date (for a DATE) or timestamp (for a TIMESTAMP),
-    which DuckDB and Spark read alike (Spark reads more spellings, DuckDB refuses them)."""
-    if not isinstance(node, exp.Literal) or not node.is_string or target not in ("DATE", "TIMESTAMP"):
-        return False
-    if not (_DATE_TEXT if target == "DATE" else _TIMESTAMP_TEXT).fullmatch(node.this):
-        return False
-    try:
-        datetime.datetime.fromisoformat(node.this)
-    except ValueError:
-        return False
-    return True
-
-
-_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In)
-
-
-def read_dates(node: exp.Expr) -> None:
-    """A comparison of DATEs with string literals (``day BETWEEN '2025-12-01' AND '2025-12-31'``):
-    DuckDB reads each literal as a DATE (an invalid one is an error), Spark compares as text. When
-    every operand is a DATE or a valid ISO date literal, each literal becomes CAST('...' AS DATE),
-    which both engines read alike; anything else is left to be refused as a DATE against a VARCHAR."""
-    if not isinstance(node, _COMPARED) or node.args.get("query") is not None:
-        return
-    operands = [o for o in (node.this, node.args.get("expression"), node.args.get("low"), node.args.get("high"),
-                            *node.expressions) if o is not None]
-    literals = [o for o in operands if iso_literal(o, "DATE")]
-    if not literals or not all(typed(o) == "DATE" or iso_literal(o, "DATE") for o in operands):
-        return
-    for literal in literals:
-        cast = exp.Cast(to=exp.DataType.build("DATE"))
-        literal.replace(cast)
-        cast.set("this", literal)
-        cast.meta[infer.TYPE_META] = "DATE"
-
-
-def subquery_type(node: exp.Subquery) -> str | None:
-    """A scalar subquery compared (``size > (SELECT MAX(size) FROM stores)``) has its one select
-    item's type, as on DuckDB. Elsewhere, and as a DATE (which a TIMESTAMP met casts), it is left
-    unknown: Spark's rewrites may bind it in a lambda, and Spark refuses subqueries in one."""
-    items = node.this.expressions if isinstance(node.this, exp.Select) else []
-    found = typed(items[0]) if len(items) == 1 and not isinstance(items[0], exp.Star) else None
-    compared = isinstance(node.parent, _COMPARED) and not isinstance(node.parent, exp.In)
-    return found if compared and found != "DATE" else None
 
 
 def _valid_date(text: str) -> bool:

@@ -45,7 +45,6 @@ from dpsql.backends.spark import casts as casts
 from dpsql.backends.spark import dates as dates
 from dpsql.backends.spark import rewrites as rewrites
 from dpsql.backends.spark import strings as strings
-from dpsql.backends.spark.check import check_spark
 from dpsql.backends.spark.infer import (
     DONE,
     EXTRA_ERROR,
@@ -62,7 +61,7 @@ from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import describe
 from dpsql.sql.pieces import Total
 
-__all__ = ["agree", "check_spark", "column_types", "total"]
+__all__ = ["agree", "column_types", "total"]
 
 
 _Rule = Callable[[Writer, exp.Expr], exp.Expr]
