@@ -16,10 +16,9 @@ from typing import Any
 from dpsql.backends import duckdb as duckdb_backend
 from dpsql.backends import spark as spark_backend
 from dpsql.backends.base import Backend
-from dpsql.backends.duckdb import pieces as duckdb_pieces
-from dpsql.backends.render import DUCKDB, SPARK, Rendering
-from dpsql.backends.spark import pieces as spark_pieces
-from dpsql.errors import InternalError
+from dpsql.backends.rendering import DUCKDB, SPARK, Rendering
+from dpsql.backends.renderings import RENDERINGS
+from dpsql.backends.renderings import rendering_for as rendering_for
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,8 @@ class EngineKind:
 
 
 ENGINES: tuple[EngineKind, ...] = (
-    EngineKind(SPARK, spark_backend.recognise, spark_backend.open_spark, spark_pieces.RENDERING),
-    EngineKind(DUCKDB, duckdb_backend.recognise, duckdb_backend.open_duckdb, duckdb_pieces.RENDERING),
+    EngineKind(SPARK, spark_backend.recognise, spark_backend.open_spark, RENDERINGS[SPARK]),
+    EngineKind(DUCKDB, duckdb_backend.recognise, duckdb_backend.open_duckdb, RENDERINGS[DUCKDB]),
 )
 """Asked in order; the last recognises every target (and refuses what it cannot open)."""
 
@@ -50,11 +49,3 @@ def engine_for(target: Any) -> EngineKind:
     ('duckdb', 'spark')
     """
     return next(kind for kind in ENGINES if kind.recognise(target))
-
-
-def rendering_for(dialect: str) -> Rendering:
-    """The ``Rendering`` of the engine whose dialect is ``dialect``."""
-    for kind in ENGINES:
-        if kind.dialect == dialect:
-            return kind.rendering
-    raise InternalError(f"no engine renders the dialect {dialect!r}")

@@ -7,8 +7,9 @@ few pieces of ``dpsql.sql.pieces``, whose meaning dpsql fixes but whose SQL diff
 
 Each engine's forms live with its engine, as a ``Rendering``: DuckDB's in
 ``dpsql.backends.duckdb.pieces``, Spark's in ``dpsql.backends.spark.pieces``. This module holds
-none of them: it finds an engine's ``Rendering`` by its dialect name through the registry of
-engines (``dpsql.backends.registry``), and the one construction both share (``in_sample``).
+none of them: it finds an engine's ``Rendering`` by its dialect name through
+``dpsql.backends.renderings``; ``Rendering`` and the one construction both share (``in_sample``)
+are in ``dpsql.backends.rendering``, below the engines.
 
 The pieces every engine writes (``dpsql.sql.pieces``):
 
@@ -26,66 +27,27 @@ The pieces every engine writes (``dpsql.sql.pieces``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 from sqlglot import exp
 
-from dpsql.backends.bounding import piece_copy_name, raw_rows_name
-from dpsql.sql.pieces import Canonical, InSample
-
-DUCKDB = "duckdb"
-SPARK = "spark"
-
-
-@dataclass(frozen=True)
-class Rendering:
-    """One engine's forms of dpsql's pieces: what ``render`` asks of an engine package."""
-
-    pieces: Mapping[type, Callable[[exp.Expr], exp.Expr]]
-    """Node class -> its engine form (children already rendered)."""
-    typed: Mapping[type, Callable[[exp.Expr, Mapping[str, str]], exp.Expr]] = field(default_factory=dict)
-    """Node class -> its engine form given the dialect's column types (``SparkSQL.types``)."""
-    prepare: Callable[[exp.Expr, Mapping[str, str]], exp.Expr] | None = None
-    """A rewrite of the whole tree, given the column types, before any piece is written
-    (Spark: DuckDB's meaning in Spark's terms)."""
-
+from dpsql.backends.rendering import DUCKDB as DUCKDB
+from dpsql.backends.rendering import SPARK as SPARK
+from dpsql.backends.rendering import Rendering as Rendering
+from dpsql.backends.rendering import in_sample as in_sample
 
 _FOUND: dict[str, Rendering] = {}
 
 
 def rendering_of(dialect: str) -> Rendering:
-    """The ``Rendering`` of the engine whose dialect is ``dialect`` (``dpsql.backends.registry``)."""
+    """The ``Rendering`` of the engine whose dialect is ``dialect`` (``dpsql.backends.renderings``)."""
     found = _FOUND.get(dialect)
     if found is None:
         # Looked up when first asked: the engine packages render with this module themselves.
-        from dpsql.backends.registry import rendering_for
+        from dpsql.backends.renderings import rendering_for
 
         found = _FOUND[str(dialect)] = rendering_for(dialect)
     return found
-
-
-def in_sample(node: InSample, digest: Callable[[exp.Expr], exp.Expr], canonical: Callable[[Canonical], exp.Expr],
-              units: Callable[[str], exp.Expr]) -> exp.Expr:
-    """A unit in the query's Poisson sample: the first 16 hex digits of ``digest`` (a lower-case
-    hex SHA-256, each engine's own) of the sample key and the unit's canonical text
-    (``canonical``), below the threshold (fixed-width hex compares as the number it writes).
-    Over a unit-level copy, computed once per unit on its row-count table (``units`` of its
-    name) and matched by the unit's own equality, which is its identity (the copy admits no
-    other units); a row-level copy's rows are its units, hashed as they are."""
-
-    def kept(value: exp.Expr) -> exp.Expr:
-        text = canonical(Canonical(this=value, type=node.args["type"].copy()))
-        head = exp.Anonymous(this="LEFT", expressions=[digest(text), exp.Literal.number(16)])
-        return exp.LT(this=head, expression=node.args["threshold"].copy())
-
-    copied = node.args.get("units")
-    if copied is None:
-        return exp.Paren(this=kept(node.this))
-    # Children are rendered first: the copy is its engine's table by now, named as the copy.
-    name = copied.name if isinstance(copied, exp.Table) else piece_copy_name(copied)
-    sampled = exp.Select(expressions=[exp.column("dp_unit")]).from_(units(raw_rows_name(name)))
-    return exp.In(this=node.this, query=sampled.where(kept(exp.column("dp_unit"))).subquery())
 
 
 def render(tree: exp.Expr, dialect: str = DUCKDB, copy: bool = True, pretty: bool = False) -> str:

@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.backends.bounding import DATABASE, SALT_PARAMETER, binary, canonical_text, piece_copy_name
-from dpsql.backends.render import DUCKDB, Rendering, in_sample
+from dpsql.backends.rendering import DUCKDB, Rendering, in_sample
 from dpsql.sql.pieces import (
     SAMPLE_KEY_PARAMETER,
     Canonical,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from sqlglot import exp
 
 from dpsql.backends.bounding import SALT_PARAMETER, piece_copy_name
-from dpsql.backends.render import DUCKDB, SPARK, Rendering, in_sample
+from dpsql.backends.rendering import DUCKDB, SPARK, Rendering, in_sample
 from dpsql.backends.spark.render import agree, total
 from dpsql.backends.spark.types import canonical_text, key_text_sql, keyed_hash, spark_type
 from dpsql.sql.pieces import (
