@@ -19,8 +19,9 @@ from dpsql.shell.complete import complete
 
 ROOT = Path(__file__).resolve().parent.parent / "dpsql"
 
-STAGES = ("analysis/analyse.py", "analysis/aggregates/split.py", "analysis/check.py", "release.py", "accuracy.py",
-          "explain.py", "budget/accounting.py", "shell/complete.py", "connection.py", "backends/rewrite.py")
+STAGES = ("analysis/analyse.py", "analysis/aggregates/split.py", "analysis/check.py", "query/release.py",
+          "query/accuracy.py", "answer/explain.py", "budget/accounting.py", "shell/complete.py", "connection.py",
+          "query/answering.py", "backends/rewrite.py")
 """The modules an aggregate passes through; none may decide by an aggregate's function name."""
 
 WRITTEN = {
