@@ -107,7 +107,10 @@ class OnlinePMW:
 
     def __init__(self, context: MechanismContext, planned: WorkloadPlan, plan: PmwPlan, table: str,
                  columns: list[str]):
-        self._context = context
+        # Only what answering needs: not the opening call's spender or cancel token, which a
+        # later call's view must never charge through (a reviewer's note on the spend refactor).
+        self._policy, self._catalog = context.policy, context.catalog
+        self._source, self._read_keys = context.source, context.read_keys
         self._planned = planned
         self.plan = plan
         self.table = table
@@ -122,10 +125,10 @@ class OnlinePMW:
 
     def _start(self, fetch) -> None:
         """After the charge: the exact histogram, n̂ and the sparse vector's threshold noise."""
-        rows = self._context.read_keys(fetch(self._planned.statement), self._planned.histogram.query.keys)
+        rows = self._read_keys(fetch(self._planned.statement), self._planned.histogram.query.keys)
         exact = exact_histogram(self._planned, rows)
         reach = self._planned.mwem.reach
-        source = self._context.source
+        source = self._source
         total = max(1, int(exact.sum()) + int(noise.discrete_laplace(reach / self.plan.total_epsilon, 1, source)[0]))
         self._state = {"exact": exact, "total": total,
                        "synthetic": np.full(exact.size, total / exact.size),
@@ -138,7 +141,7 @@ class OnlinePMW:
         threshold, else a measurement (and an update). Refused statically like a workload query;
         after ``max_updates`` measurements every query is refused (``BudgetExceeded``)."""
         planned = self._planned
-        table, checked = check_workload([sql], self._context.policy, self._context.catalog)
+        table, checked = check_workload([sql], self._policy, self._catalog)
         query = checked[0]
         if table.lower() != self.table.lower():
             raise UnsupportedQuery(f"this PMW session answers queries over {self.table}, not {table}",
@@ -185,7 +188,7 @@ class OnlinePMW:
                 return float(plan.threshold + sensitivity * Fraction(steps, sparse.resolution))
             return self._result(estimate, False, below)
         scale = plan.measure_scale(sensitivity)
-        value = truth + int(noise.discrete_laplace(scale, 1, self._context.source)[0])
+        value = truth + int(noise.discrete_laplace(scale, 1, self._source)[0])
         self._measured.append((vector, float(value)))
         state["synthetic"] = multiplicative_weights(state["synthetic"], self._measured, float(state["total"]),
                                                     MAX_PASSES)
