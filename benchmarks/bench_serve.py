@@ -19,6 +19,7 @@ Output: a Markdown section for benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import socket
@@ -75,7 +76,12 @@ def start_server(database: Path, policy_file: Path, users: Path, port: int, log:
                "--users", str(users), "--port", str(port), "--max-connections", "128"]
     if workers is not None:  # (a server before issue 26 has no --workers: leave it out to measure one)
         command += ["--workers", str(workers)]
-    return subprocess.Popen(command, stderr=log.open("w"), stdout=subprocess.DEVNULL)
+    # The server's ledger is one more throwaway budget over the benchmark's tables: its own registry
+    # of ledgers (a curator home of its own), or the run's other ledgers would make it a second budget.
+    home = log.parent / "curator-home"
+    home.mkdir(exist_ok=True)
+    environment = {**os.environ, "DPSQL_HOME": str(home)}
+    return subprocess.Popen(command, stderr=log.open("w"), stdout=subprocess.DEVNULL, env=environment)
 
 
 def cpu_seconds(pid: int) -> float:
