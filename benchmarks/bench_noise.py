@@ -38,6 +38,7 @@ from dpsql.mechanisms import noise  # noqa: E402
 
 POLICY = """
 BUDGET EPSILON 100000000;
+MAX RELEASED KEYS 1000000;  -- the benchmark releases a million groups (the default allows 100,000)
 PRIVATE TABLE events (PRIVACY UNIT uid, MAX ROWS PER UNIT 10, MAX GROUPS PER UNIT 10,
                       x BOUNDS 0 TO 500, k KEYS FROM cells.k);
 PUBLIC TABLE cells;
