@@ -95,7 +95,7 @@ def test_statements_handed_over_are_the_statements_priced(db):
 def test_a_view_spends_as_its_analyst_with_the_same_locks(db):
     view = db.acting_for("alice").mechanism_context().spender
     spender = db.mechanism_context().spender
-    assert (view.analyst, spender.analyst) == ("alice", None) and view._locks is spender._locks
+    assert (view.analyst, spender.analyst) == ("alice", None) and view._held is spender._held and view._guard is spender._guard
     view.spend(Price(Spend(Fraction(1, 4), Fraction(0)), "TEST"), lambda fetch: None)
     assert db.ledger()["analyst"].tolist() == ["alice"]
 
@@ -104,3 +104,26 @@ def test_a_quote_is_what_a_request_would_meet(db):
     quote = db.mechanism_context().spender.quote(Spend(Fraction(3), Fraction(0)), None)
     assert isinstance(quote.refusal, BudgetExceeded) and "it would be refused" in quote.text
     assert db.budget.spent.epsilon == 0
+
+
+def test_requests_of_different_keys_never_wait_on_each_other(db):
+    """Each repeat key has its own answer lock: 65 requests of distinct keys all run at once (with a
+    fixed 64 locks picked by hash, two of them always shared one, and one waited out the other's
+    whole run: an over-the-wire test saw one analyst's held query hold up another's)."""
+    spender = db.mechanism_context().spender
+    together = threading.Barrier(65, timeout=20)  # passes only when all 65 runs are inside at once
+    failures: list = []
+
+    def ask(number: int) -> None:
+        price = Price(Spend(Fraction(1, 100), Fraction(0)), "TEST", {}, key=f"test:{number}")
+        try:
+            spender.spend(price, lambda fetch: together.wait(), str, lambda text: text)
+        except Exception as error:  # noqa: BLE001 - the test reads it
+            failures.append(error)
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(65)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert failures == [] and db.budget.spent.epsilon == Fraction(65, 100)

@@ -37,8 +37,6 @@ from dpsql.query.executor import QUERY_FAILED, Executor, Fetch, run_all
 
 Released = TypeVar("Released")
 
-LOCKS = 64
-"""Answer locks per connection: a repeat key takes the one its hash picks."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,11 @@ class Spender:
         """Whose charges these are (``None``: the curator's)."""
         self.cancel: Cancellation | None = None
         """The cancel of the one call this spender serves, passed to every charge."""
-        self._locks = tuple(threading.Lock() for _ in range(LOCKS))
+        self._guard = threading.Lock()
+        self._held: dict[str, list] = {}
+        """Repeat key -> [its answer lock, the calls using it]: one lock per key in use, shared by
+        every view (a fixed set of locks picked by hash made unrelated requests wait on each other
+        whenever two keys fell on one lock: one query held another's answer for its whole run)."""
 
     @classmethod
     def of_policy(cls, ledger: Ledger, executor: Executor, policy: Policy, policy_text: str, stored: str | None,
@@ -176,8 +178,17 @@ class Spender:
         if key is None:
             yield
             return
-        with self._locks[hash(key) % len(self._locks)]:
-            yield
+        with self._guard:
+            entry = self._held.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._held[key]
 
     def charged(self, cost: Spend) -> QueryCost:
         """``cost`` as an answer shows it."""
