@@ -198,9 +198,8 @@ def served_calls(sql: str) -> str:
     >>> served_calls("SELECT pg_catalog.current_database(), current_catalog, 'current_catalog', x.current_schemas(1)")
     "SELECT served_database(), served_catalog(), 'current_catalog', x.current_schemas(1)"
     """
-    try:
-        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
-    except SqlglotError:
+    tokens = _tokens(sql)
+    if tokens is None:
         return sql
     spans = []
     for i, token in enumerate(tokens):
@@ -216,9 +215,7 @@ def served_calls(sql: str) -> str:
         if not called and name != "current_catalog":
             continue
         spans.append((start, token.end + 1, SERVED[name][0] + ("" if called else "()")))
-    for start, end, text in reversed(spans):
-        sql = sql[:start] + text + sql[end:]
-    return sql
+    return _spliced(sql, spans)
 
 
 IDENTITY = {"current_user": "served_current_user", "session_user": "served_session_user",
@@ -236,9 +233,8 @@ def as_analyst(sql: str, analyst: str) -> str:
     SELECT served_current_user('o''n'), served_user('o''n') AS u, served_session_user('o''n'), x.user, 1 AS user, 'user'
 
     """
-    try:
-        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
-    except SqlglotError:
+    tokens = _tokens(sql)
+    if tokens is None:
         return sql
     spans = []
     for i, token in enumerate(tokens):
@@ -255,6 +251,19 @@ def as_analyst(sql: str, analyst: str) -> str:
         elif called:  # a function of that name, not PostgreSQL's word
             continue
         spans.append((token.start, end, f"{IDENTITY[word]}('{analyst.replace(chr(39), chr(39) * 2)}')"))
+    return _spliced(sql, spans)
+
+
+def _tokens(sql: str) -> list | None:
+    """``sql``'s PostgreSQL tokens, or ``None`` when it does not tokenize (left as it is)."""
+    try:
+        return Dialect.get_or_raise("postgres").tokenize(sql)
+    except SqlglotError:
+        return None
+
+
+def _spliced(sql: str, spans: list[tuple[int, int, str]]) -> str:
+    """``sql`` with each (start, end, text) span, in order and apart, replaced by its text."""
     for start, end, text in reversed(spans):
         sql = sql[:start] + text + sql[end:]
     return sql
@@ -269,9 +278,8 @@ def engine_identity(sql: str) -> str | None:
     ...     'SELECT "user"', "SELECT main.current_user()", 'SELECT current_user AS "user"', "SELECT 'user'")]
     ['user', 'current_user', None, None]
     """
-    try:
-        tokens = Dialect.get_or_raise("postgres").tokenize(sql)
-    except SqlglotError:
+    tokens = _tokens(sql)
+    if tokens is None:
         return None
     for i, token in enumerate(tokens):
         if token.text.lower() in IDENTITY and token.token_type != TokenType.STRING \
