@@ -109,3 +109,44 @@ def distinct_units_sensitivity(*, groups_per_unit: int, neighbours: str, grouped
         return Sensitivity(l1=Fraction(1), l2_squared=Fraction(1))
     moved = Fraction(groups_per_unit * (2 if neighbours == "bounded" else 1))
     return Sensitivity(l1=moved, l2_squared=moved)
+
+
+def unit_total_sensitivity(lower: int | Fraction, upper: int | Fraction, *, groups_per_unit: int,
+                           neighbours: str, grouped: bool) -> Sensitivity:
+    """Sensitivity of a sum of per-unit totals (the per-unit contribution model).
+
+    Precondition (made true by the rewrite): each unit's total in each group, summed over its
+    rows, is clamped into [lower, upper], and a unit touches at most ``l = groups_per_unit``
+    groups (1 when ungrouped). Its contribution vector has at most l non-zero entries, each in
+    [lo, hi] = [min(lower, 0), max(upper, 0)]; write m = max(-lo, hi).
+      * unbounded: one such vector: L1 = l*m, L2 = sqrt(l)*m;
+      * bounded, ungrouped: one entry moves from one total to another: L1 = L2 = hi - lo;
+      * bounded, grouped: with j of the leaving unit's groups shared with the arriving one's,
+        L1 = j*(hi - lo) + 2*(l - j)*m <= 2*l*m and L2^2 = j*(hi - lo)^2 + 2*(l - j)*m^2, linear
+        in j, so at most max(2*l*m^2, l*(hi - lo)^2).
+    Each bound is reached (units at the extreme totals, in disjoint or the same groups).
+
+    Whenever the rows' own bounds hold too (at most k rows in [L, U] per unit), both this and
+    ``bounded_sum_sensitivity`` bound the same vector, so the smaller of the two is sound.
+
+    >>> s = unit_total_sensitivity(-100, 600, groups_per_unit=3, neighbours="unbounded", grouped=True)
+    >>> s.l1, s.l2_squared
+    (Fraction(1800, 1), Fraction(1080000, 1))
+    >>> unit_total_sensitivity(-100, 600, groups_per_unit=3, neighbours="bounded", grouped=False).l1
+    Fraction(700, 1)
+    """
+    lower, upper = Fraction(lower), Fraction(upper)
+    if lower > upper:
+        raise InternalError(f"bounds out of order: [{lower}, {upper}]")
+    if groups_per_unit < 1:
+        raise InternalError(f"groups per unit must be at least 1, got {groups_per_unit}")
+    if neighbours not in ("unbounded", "bounded"):
+        raise InternalError(f"unknown neighbour relation {neighbours!r}")
+    lo, hi = min(lower, Fraction(0)), max(upper, Fraction(0))
+    m = max(-lo, hi)
+    groups = Fraction(groups_per_unit if grouped else 1)
+    if neighbours == "unbounded":
+        return Sensitivity(l1=groups * m, l2_squared=groups * m * m)
+    if not grouped:
+        return Sensitivity(l1=hi - lo, l2_squared=(hi - lo) ** 2)
+    return Sensitivity(l1=2 * groups * m, l2_squared=max(2 * groups * m * m, groups * (hi - lo) ** 2))
