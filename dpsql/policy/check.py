@@ -169,6 +169,8 @@ def _check_private_table(table: PrivateTable, declared: Mapping, where: Mapping)
             _check_local(table, rule, where)
         if rule.bounds is not None:
             _check_bounds(table, rule, where.get((t, c, "bounds"), rule.position))
+        if rule.unit_bounds is not None:
+            _check_unit_bounds(table, rule, where.get((t, c, "unit_bounds"), rule.position))
         if rule.keys is not None:
             _check_keys(table, rule, declared, where.get((t, c, "keys"), rule.position))
 
@@ -217,6 +219,23 @@ def _check_bounds(table: PrivateTable, rule: ColumnRule, position: Position | No
         raise _error(f"the BOUNDS of column {sql_name(rule.name)} of table {sql_name(table.name)} are reversed: "
                      f"{_number_text(lower)} is more than {_number_text(upper)}", position,
                      hint="write the lower bound first")
+
+
+def _check_unit_bounds(table: PrivateTable, rule: ColumnRule, position: Position | None) -> None:
+    """``BOUNDS PER UNIT``: ordered finite numbers, on a column whose rows are bounded too (the
+    per-unit total is of clamped row values, and the row bounds give the other model)."""
+    assert rule.unit_bounds is not None
+    name = f"{sql_name(table.name)}.{sql_name(rule.name)}"
+    lower, upper = rule.unit_bounds.lower, rule.unit_bounds.upper
+    _check_number(lower, f"the lower BOUNDS PER UNIT of {name}", position)
+    _check_number(upper, f"the upper BOUNDS PER UNIT of {name}", position)
+    if lower > upper:
+        raise _error(f"the BOUNDS PER UNIT of {name} are reversed: {_number_text(lower)} is more than "
+                     f"{_number_text(upper)}", position, hint="write the lower bound first")
+    if rule.bounds is None:
+        raise _error(f"column {name} has BOUNDS PER UNIT but no BOUNDS", position,
+                     hint=f"add `{sql_name(rule.name)} BOUNDS lo TO hi`: each row's value is clamped first, "
+                          "then each unit's total")
 
 
 def _check_keys(table: PrivateTable, rule: ColumnRule, declared: Mapping,

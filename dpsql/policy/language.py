@@ -302,7 +302,7 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
     """One rule per column: its BOUNDS and KEYS items merge, each kind at most once."""
     rules: dict[str, ColumnRule] = {}
     for item in items:
-        if item.kind not in ("bounds", "keys_from", "keys_list", "local_rr"):
+        if item.kind not in ("bounds", "unit_bounds", "keys_from", "keys_list", "local_rr"):
             continue
         column, *parts = item.args
         value: Bounds | KeyDomain | LocalRR
@@ -311,6 +311,8 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
             where[(table.lower(), column.value.lower(), "local_epsilon")] = parts[0].position
         elif item.kind == "bounds":
             field, value = "bounds", Bounds(parts[0].value, parts[1].value)
+        elif item.kind == "unit_bounds":
+            field, value = "unit_bounds", Bounds(parts[0].value, parts[1].value)
         elif item.kind == "keys_list":
             field, value = "keys", KeyDomain(values=tuple(map(_key_value, parts)))
         else:  # the last name is the column, what comes before it the (maybe qualified) table
@@ -321,13 +323,16 @@ def _column_rules(table: str, items, where: dict) -> tuple[ColumnRule, ...]:
         if getattr(rule, field) is not None:
             first = where[key]
             raise _error(f"column {column.value} of table {table} is given "
-                         f"{'LOCAL RR' if field == 'local' else field.upper()} twice",
+                         f"{_FIELD_WORDS[field]} twice",
                          item.position,
                          hint=f"keep only the one at line {first.line}, column {first.col}")
         change: dict[str, Any] = {field: value}
         rules[key[1]] = replace(rule, **change)
         where[key] = item.position
     return tuple(rules.values())
+
+
+_FIELD_WORDS = {"local": "LOCAL RR", "bounds": "BOUNDS", "unit_bounds": "BOUNDS PER UNIT", "keys": "KEYS"}
 
 
 def _key_value(literal):
@@ -429,6 +434,9 @@ def _table_items(table: PrivateTable) -> list[str]:
             # Rounding outward keeps a non-decimal bound safe: clamping only gets looser.
             items.append(f"{name} BOUNDS {_number_text(rule.bounds.lower, ROUND_FLOOR)} TO "
                          f"{_number_text(rule.bounds.upper, ROUND_CEILING)}")
+        if rule.unit_bounds is not None:
+            items.append(f"{name} BOUNDS PER UNIT {_number_text(rule.unit_bounds.lower, ROUND_FLOOR)} TO "
+                         f"{_number_text(rule.unit_bounds.upper, ROUND_CEILING)}")
         keys = rule.keys  # a checked policy's KEYS: a table and a column, or values
         if keys is not None and keys.table is not None and keys.column is not None:
             items.append(f"{name} KEYS FROM {_table_name_text(keys.table)}.{_name_text(keys.column)}")

@@ -89,6 +89,10 @@ class ColumnRule:
     """Where the rule was written, for error messages."""
     local: LocalRR | None = None
     """``LOCAL RR``: the column was collected with randomized response (``dpsql.query.local``)."""
+    unit_bounds: Bounds | None = None
+    """``BOUNDS PER UNIT``: the interval one unit's total of the column in one group (the sum of
+    its row values, each clamped into ``bounds``) is clamped into: the per-unit contribution bound
+    (``dpsql.analysis.sensitivity.unit_total_sensitivity``). Needs ``bounds``."""
 
     @property
     def key_domain(self) -> KeyDomain | None:
