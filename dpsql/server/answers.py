@@ -62,9 +62,9 @@ SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
 )
 """Which DPError becomes which SQLSTATE, first match wins."""
 MESSAGE_SQLSTATES = (("the SQL does not parse", "42601"), ("unknown column", "42703"),
-                     ("unknown table", "42P01"))
+                     ("unknown table", "42P01"), ("unknown function", "42883"))
 """Refusals whose PostgreSQL class clients know better by its own code (syntax error,
-undefined column, undefined table): matched on the start of the message."""
+undefined column, undefined table, undefined function): matched on the start of the message."""
 
 
 @dataclass(frozen=True)
