@@ -325,8 +325,10 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
                        hint="write the values into the SQL text of a query on the policy's tables")
     result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db), cancel)
     found = intervals.cells(result)
-    shown = intervals.with_intervals(result, found) if statement.intervals or asks_for_intervals(statement.sql) \
-        else (tuple(result.columns), tuple(result))
+    sent = intervals.rounded_ends(found)  # to the digits the ± supports, as the values are sent
+    rows = intervals.rounded_rows(result, found)
+    as_columns = statement.intervals or asks_for_intervals(statement.sql)
+    shown = intervals.with_intervals(result, sent, rows) if as_columns else (tuple(result.columns), rows)
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
@@ -335,8 +337,9 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
         notice += f"; limits: {result.limits}"
     if result.bounding is not None:
         notice += f"; bias: {result.bounding}"
-    return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice, intervals=intervals.notice(result, found),
-                   detail=cost_detail(result, found), cost=str(result.cost), notes=tuple(result.notes))
+    return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice,
+                   intervals=None if as_columns else intervals.notice(result, found),  # the columns hold them
+                   detail=cost_detail(result, sent), cost=str(result.cost), notes=tuple(result.notes))
 
 
 def _with_budget(result, db) -> tuple:
