@@ -307,7 +307,7 @@ class Catalog:
             for match in pattern.finditer(sql):
                 index = int(match.group(1) or match.group(2)) - 1
                 value = parameters[index] if 0 <= index < len(parameters) else None
-                if isinstance(value, str) and not value.strip().isdigit():
+                if isinstance(value, str) and not value.strip().isdigit() and not _names_catalog(value):
                     parameters[index] = str(resolve(value))
         return parameters
 
@@ -328,6 +328,18 @@ class Catalog:
 
     def close(self) -> None:
         self._engine.close()
+
+
+def _names_catalog(name: str) -> bool:
+    """Whether ``name`` is one of PostgreSQL's catalog tables (``pg_catalog.pg_constraint``, as
+    SQLAlchemy binds a comment's ``classoid``): left as text, which matches no comment but
+    ``pg_class``'s (``regclass_parameters``).
+
+    >>> _names_catalog("pg_catalog.pg_constraint"), _names_catalog("pg_proc"), _names_catalog("visits")
+    (True, True, False)
+    """
+    text = name.strip().lower()
+    return text.startswith(("pg_catalog.", "information_schema.", "pg_", '"pg_catalog".'))
 
 
 def _no_function(name: str) -> int:
