@@ -326,9 +326,10 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
     result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db), cancel)
     found = intervals.cells(result)
     sent = intervals.rounded_ends(found)  # to the digits the ± supports, as the values are sent
-    rows = intervals.rounded_rows(result, found)
+    released = intervals.rounded_rows(result, found)
     as_columns = statement.intervals or asks_for_intervals(statement.sql)
-    shown = intervals.with_intervals(result, sent, rows) if as_columns else (tuple(result.columns), rows)
+    names, values = intervals.with_intervals(result, sent, released) if as_columns \
+        else (tuple(result.columns), released)
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
@@ -337,7 +338,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
         notice += f"; limits: {result.limits}"
     if result.bounding is not None:
         notice += f"; bias: {result.bounding}"
-    return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice,
+    return Outcome(names, values, f"SELECT {len(values)}", notice=notice,
                    intervals=None if as_columns else intervals.notice(result, found),  # the columns hold them
                    detail=cost_detail(result, sent), cost=str(result.cost), notes=tuple(result.notes))
 
