@@ -16,8 +16,8 @@ import warnings
 import pytest
 from served import serve_shop
 
+from dpsql.answer.table import supported_decimals
 from dpsql.demo import SHOP_POLICY
-from dpsql.server.intervals import LISTED_ROWS
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -58,21 +58,54 @@ def interval_notice(stderr: str) -> str:
     return match.group(1)
 
 
+def by_row(shown: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the notice's table of row-by-row intervals."""
+    lines = shown.split("by row (asymmetric or varying: use these, not a ±):\n", 1)[1].splitlines()
+    header, *rows = [[cell.strip() for cell in line.split(" | ")] for line in lines if line.startswith("  ")]
+    return header, rows
+
+
 @pytest.mark.skipif(PSQL is None, reason="psql is not installed")
-def test_psql_shows_each_noisy_columns_interval_per_row_where_rows_differ(server):
-    done = psql(server, GROUPED + " LIMIT 6")
+def test_psql_shows_every_rows_interval_keyed_by_the_rows_keys(server):
+    done = psql(server, GROUPED)
     assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
-    stores = len(done.stdout.strip().splitlines()) - 2  # header and "(N rows)"
-    assert 2 <= stores <= LISTED_ROWS
+    answer = [line.split("|") for line in done.stdout.strip().splitlines()[1:-1]]  # header and "(N rows)"
+    assert len(answer) > 10  # the notice listed 10 rows and said "… 2 more rows" (issue 37)
     shown = interval_notice(done.stderr)
+    assert "more row" not in shown and "OPTIONS" not in shown
+    header, rows = by_row(shown)
+    assert header[0] == "store" and "med" in header
+    assert [row[0] for row in rows] == [row[0] for row in answer]  # every row, in the answer's order
     # a COUNT's interval is the same in every row, unless cut at 0 (no count is below it)
-    counts = re.search(r"^n by row: (.*) \(asymmetric or varying", shown, re.MULTILINE)
-    assert re.search(r"^n ± [\d,]+ in every row;", shown) or all(
-        int(low.replace(",", "")) >= 0 for low, _ in re.findall(r"\[(-?[\d,]+), (-?[\d,]+)\]", counts.group(1)))
-    listed = re.search(r"med by row: (.*) \(asymmetric or varying", shown).group(1)
-    ends = re.findall(r"\[(-?[\d.,]+), (-?[\d.,]+)\]", listed)
-    assert len(ends) == stores  # one [low, high] per row, in the order the rows are shown
+    assert re.search(r"^n ± [\d,]+ in every row;", shown) or "n" in header
+    ends = [re.fullmatch(r"\[(-?[\d.,]+), (-?[\d.,]+)\]", row[header.index("med")]).groups() for row in rows]
     assert all(18 <= float(low) <= float(high) <= 90 for low, high in ends)  # within age's bounds
+
+
+def test_noisy_values_go_out_to_the_digits_their_plus_minus_supports(server):
+    """psql printed 17 significant digits of noise (issue 37); a public answer stays exact."""
+    query = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) store, AVG(amount) AS a, AVG(age) AS s " \
+            "FROM visits GROUP BY store ORDER BY store"
+    with connect(server) as connection:
+        cursor = connection.cursor()
+        cursor.execute(query)
+        texts = [row for row in cursor.fetchall()]
+        detail = json.loads(connection.info.parameter_status("dpsql_cost"))
+        raw = connection.pgconn.exec_(query.encode())  # the text as sent: a free repeat
+        size = connection.execute("SELECT size FROM stores ORDER BY store LIMIT 1").fetchone()[0]
+        public = connection.pgconn.exec_(b"SELECT size / 7.0 AS s FROM stores ORDER BY store LIMIT 1")
+    sent = [[raw.get_value(row, column).decode() for column in (1, 2)] for row in range(raw.ntuples)]
+    assert [raw.ftype(column) for column in (1, 2)] == [701, 701]  # still float8, as drivers read it
+    for row, (a_text, s_text) in enumerate(sent):
+        for text, name in ((a_text, "a"), (s_text, "s")):
+            half = detail["halfwidths95"][name][row]
+            assert half is not None and half > 0
+            decimals = supported_decimals(half)
+            assert text == f"{float(text):.{decimals}f}" and (decimals > 0) == ("." in text), (text, half)
+            assert abs(float(text) - texts[row][1 if name == "a" else 2]) < 1e-9  # what psycopg reads
+    low, high = detail["intervals95"]["a"][0]
+    assert low == round(low, supported_decimals(detail["halfwidths95"]["a"][0]))  # ends rounded outward too
+    assert public.get_value(0, 0).decode() == repr(size / 7.0)  # public: exact, every digit
 
 
 @pytest.mark.skipif(PSQL is None, reason="psql is not installed")
@@ -110,16 +143,12 @@ def test_pandas_reads_intervals_as_data_and_dpsql_cost_holds_every_rows_interval
     assert [high for _, high in sent["med"]] == frame["med_high"].tolist()
 
 
-def test_a_long_answer_lists_the_first_rows_and_says_how_to_get_the_rest(server):
+def test_an_answer_with_its_intervals_as_columns_has_no_interval_notice(server):
     with connect(server) as connection:
         seen: list[str] = []
         connection.add_notice_handler(lambda diagnostic: seen.append(diagnostic.message_primary))
-        rows = connection.execute(GROUPED).fetchall()
-    assert len(rows) > LISTED_ROWS
-    shown = next(text for text in seen if text.startswith("dpsql: 95% intervals"))
-    medians = re.search(r"med by row: (.*)", shown).group(1)
-    assert len(re.findall(r"\[-?[\d.,]+, -?[\d.,]+\]", medians)) == LISTED_ROWS
-    assert f"… {len(rows) - LISTED_ROWS:,} more rows: OPTIONS (intervals = true) returns each as columns" in shown
+        rows = connection.execute(WITH_INTERVALS).fetchall()
+    assert len(rows) > 10 and seen and not any(text.startswith("dpsql: 95% intervals") for text in seen)
 
 
 def test_public_answers_have_no_intervals_and_a_wrong_option_is_refused(server):
@@ -215,10 +244,11 @@ def test_a_column_with_no_interval_says_so_and_its_ends_are_null(server):
     with connect(server) as connection:
         seen: list[str] = []
         connection.add_notice_handler(lambda diagnostic: seen.append(diagnostic.message_primary))
+        connection.execute("SELECT CASE WHEN COUNT(*) > 10 THEN 1 ELSE 0 END AS big FROM visits").fetchall()
+        assert seen[-1] == "dpsql: 95% intervals (post-processing, free): big: derived, no ±"
         cursor = connection.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = true) "
                                     "CASE WHEN COUNT(*) > 10 THEN 1 ELSE 0 END AS big FROM visits")
         row = cursor.fetchone()
         detail = json.loads(connection.info.parameter_status("dpsql_cost"))
     assert [c.name for c in cursor.description] == ["big", "big_low", "big_high"] and row[1:] == (None, None)
-    assert seen[-1] == "dpsql: 95% intervals (post-processing, free): big: derived, no ±"
     assert detail["intervals95"] == {"big": [None]} and detail["halfwidths95"] == {"big": [None]}

@@ -140,19 +140,23 @@ def test_explain_in_psql_is_a_summary_and_verbose_adds_the_sql_that_runs(server)
     assert str(server.settings.users_path.parent) not in done.stdout + done.stderr
 
 
-def test_the_interval_notice_counts_one_more_row_in_the_singular():
-    """An answer one row longer than the notice lists said "… 1 more rows"."""
-    from dpsql.server.intervals import LISTED_ROWS, notice
+def test_the_interval_notice_lists_every_row_keyed_by_its_keys():
+    """The notice listed the first 10 rows and said "… 6 more rows" (issue 37): the small groups,
+    where the interval matters most, were the ones cut."""
+    from dpsql.server.intervals import notice
 
     class Answer:
         columns = ["store", "n"]
-        rows = [(f"s{i}", i) for i in range(LISTED_ROWS + 1)]
+        rows = [(f"s{i}", i) for i in range(25)] + [(None, 3)]
 
         def __iter__(self):
             return iter(self.rows)
 
-    found = {"n": [(i - 1.0, i + 2.0, 1.5) for i in range(LISTED_ROWS + 1)]}  # asymmetric: listed by row
-    assert "… 1 more row: OPTIONS (intervals = true)" in notice(Answer(), found)
-    found["n"].append((0.0, 3.0, 1.5))
-    Answer.rows.append(("s", 1))
-    assert "… 2 more rows: OPTIONS" in notice(Answer(), found)
+    found = {"n": [(i - 1.0, i + 2.0, 1.5) for i in range(25)] + [(0.0, 6.0, 3.0)]}  # asymmetric: by row
+    shown = notice(Answer(), found)
+    lines = shown.splitlines()
+    assert lines[1].split() == ["store", "|", "n"]
+    assert [line.split(" | ")[0].strip() for line in lines[2:]] == [f"s{i}" for i in range(25)] + ["NULL"]
+    assert [line.split(" | ")[1] for line in lines[2:]] == \
+        [f"[{i - 1:.1f}, {i + 2:.1f}]" for i in range(25)] + ["[0.0, 6.0]"]  # two digits of the ±
+    assert "more row" not in shown and "OPTIONS" not in shown

@@ -299,6 +299,29 @@ def test_what_pgcli_asks_on_connecting_is_answered(server, sql):
         assert rows == []  # DuckDB's functions (read_text, glob...) are not the database's
 
 
+def test_pgcli_4s_bound_look_ups_answer_as_postgresql_would(server):
+    """pgcli 4 (psycopg 3) binds its look-ups' values server-side: ``relkind = ANY($1)`` with an
+    array's text, which DuckDB read as one string (its completion listed no table), and
+    ``$1::regclass`` / ``$1::regproc`` for ``\\sv`` and ``\\sf``."""
+    psycopg = pytest.importorskip("psycopg")
+    relations = ("SELECT n.nspname, c.relname FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_namespace n "
+                 "ON n.oid = c.relnamespace WHERE c.relkind = ANY(%s) ORDER BY 1, 2")
+    view = "WITH v AS (SELECT %s::pg_catalog.regclass::pg_catalog.oid AS v_oid) SELECT relname, relkind, " \
+           "pg_catalog.pg_get_viewdef(c.oid, true) FROM pg_catalog.pg_class c JOIN v ON c.oid = v.v_oid"
+    with connect(server) as connection:
+        assert connection.execute(relations, [["r", "p", "f"]]).fetchall() == \
+            [("main", "stores"), ("main", "users"), ("main", "visits")]
+        assert connection.execute(relations, [["v", "m"]]).fetchall() == []  # not DuckDB's own views
+        assert connection.execute(view, ["visits"]).fetchall() == [("visits", "r", "")]
+        assert connection.execute(view, ["main.visits"]).fetchall() == [("visits", "r", "")]
+        with pytest.raises(psycopg.errors.UndefinedTable) as unknown:
+            connection.execute(view, ["nosuch"])
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            connection.execute("SELECT pg_catalog.pg_get_functiondef(%s::pg_catalog.regproc::pg_catalog.oid)",
+                               ["visits"])
+    assert unknown.value.diag.message_primary.startswith('unknown table "nosuch"')
+
+
 def test_pg_settings_holds_the_fixed_settings_only(server):
     """pg_settings was refused as an unknown table; it is SHOW's fixed settings, never DuckDB's."""
     psycopg = pytest.importorskip("psycopg")

@@ -128,10 +128,20 @@ def noisy_parts(value: Any, half_width: float) -> tuple[str, str]:
         return plain_cell(value), NO_INTERVAL
     if not isinstance(half_width, (int, float)) or not math.isfinite(half_width) or half_width <= 0:
         return plain_cell(value), ""
-    decimals = min(6, max(0, 1 - math.floor(math.log10(half_width))))
+    decimals = supported_decimals(half_width)
     if _is_integer(value):  # a count: whole numbers, and a whole ± once the noise is that wide
         return f"{int(value):,}", f"{half_width:,.{0 if half_width >= 1 else decimals}f}"
     return f"{float(value):,.{decimals}f}", f"{half_width:,.{decimals}f}"
+
+
+def supported_decimals(half_width: float) -> int:
+    """The decimals a value with this ± (finite, above 0) is shown to: two significant digits
+    of the half-width, at most 6 (the server sends values so too: ``dpsql.server.intervals``).
+
+    >>> supported_decimals(12.3), supported_decimals(0.35), supported_decimals(950.0), supported_decimals(1e-9)
+    (0, 2, 0, 6)
+    """
+    return min(6, max(0, 1 - math.floor(math.log10(half_width))))
 
 
 def plain_cell(value: Any) -> str:

@@ -62,9 +62,9 @@ SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
 )
 """Which DPError becomes which SQLSTATE, first match wins."""
 MESSAGE_SQLSTATES = (("the SQL does not parse", "42601"), ("unknown column", "42703"),
-                     ("unknown table", "42P01"))
+                     ("unknown table", "42P01"), ("unknown function", "42883"))
 """Refusals whose PostgreSQL class clients know better by its own code (syntax error,
-undefined column, undefined table): matched on the start of the message."""
+undefined column, undefined table, undefined function): matched on the start of the message."""
 
 
 @dataclass(frozen=True)
@@ -325,8 +325,11 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
                        hint="write the values into the SQL text of a query on the policy's tables")
     result, budget = shared.run(analyst, lambda db: _with_budget(db.sql(statement.sql), db), cancel)
     found = intervals.cells(result)
-    shown = intervals.with_intervals(result, found) if statement.intervals or asks_for_intervals(statement.sql) \
-        else (tuple(result.columns), tuple(result))
+    sent = intervals.rounded_ends(found)  # to the digits the ± supports, as the values are sent
+    released = intervals.rounded_rows(result, found)
+    as_columns = statement.intervals or asks_for_intervals(statement.sql)
+    names, values = intervals.with_intervals(result, sent, released) if as_columns \
+        else (tuple(result.columns), released)
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
     if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
@@ -335,8 +338,9 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
         notice += f"; limits: {result.limits}"
     if result.bounding is not None:
         notice += f"; bias: {result.bounding}"
-    return Outcome(*shown, f"SELECT {len(shown[1])}", notice=notice, intervals=intervals.notice(result, found),
-                   detail=cost_detail(result, found), cost=str(result.cost), notes=tuple(result.notes))
+    return Outcome(names, values, f"SELECT {len(values)}", notice=notice,
+                   intervals=None if as_columns else intervals.notice(result, found),  # the columns hold them
+                   detail=cost_detail(result, sent), cost=str(result.cost), notes=tuple(result.notes))
 
 
 def _with_budget(result, db) -> tuple:

@@ -75,7 +75,7 @@ DuckDB finds the bare name in ``main`` (``pg_compat.FUNCTIONS``,
 ``array_to_string``) and then in its own pg_catalog."""
 FIXED_SETTINGS = {**SETTINGS, "default_table_access_method": "heap"}
 """What ``current_setting`` and ``pg_settings`` answer: SHOW's settings, and one SQLAlchemy reads."""
-_ANY_ARRAY = re.compile(r"\bANY\s*\(\s*'\{([\w\s,]*)\}'(?:\s*::\s*(?:pg_catalog\s*\.\s*)?\w+\s*\[\s*\])?\s*\)",
+_ANY_ARRAY = re.compile(r"\bANY\s*\(\s*'\{([\w\s,\"]*)\}'(?:\s*::\s*(?:pg_catalog\s*\.\s*)?\w+\s*\[\s*\])?\s*\)",
                         re.IGNORECASE)
 """``= ANY('{r,p,f}')``, a PostgreSQL array literal written as text (pgcli lists tables so): DuckDB
 reads the text as a string, not a list."""
@@ -270,7 +270,8 @@ class Catalog:
         """(column names, rows) of a catalog query asked by ``analyst`` (who ``current_user``
         is), with ``$1``... bound to ``parameters`` (text, as clients send them);
         ``UnsupportedQuery`` if it does not bind."""
-        bound = regclass_parameters(sql, list(parameters)) if parameters else None
+        bound = self._named_objects(sql, array_parameters(sql, regclass_parameters(sql, list(parameters)))) \
+            if parameters else None
         sql = as_analyst(sql, analyst)
         if (word := engine_identity(sql)) is not None:
             raise UnsupportedQuery(f"this catalog look-up names {word} quoted, qualified or as a function: that "
@@ -297,8 +298,53 @@ class Catalog:
                                    hint="select the names you need, with a WHERE or LIMIT")
         return names, rows
 
+    def _named_objects(self, sql: str, parameters: list) -> list:
+        """``parameters`` with a table's name cast to ``regclass`` as its OID's text, as PostgreSQL
+        reads ``$1::regclass`` (pgcli's ``\\sv``), and a refusal where PostgreSQL would fail: a
+        table this database does not have (42P01), or any function's name cast to ``regproc``
+        (42883: it has no functions of its own, ``pg_proc`` is empty)."""
+        for pattern, resolve in ((_REGCLASS_PARAMETER, self._relation_oid), (_REGPROC_PARAMETER, _no_function)):
+            for match in pattern.finditer(sql):
+                index = int(match.group(1) or match.group(2)) - 1
+                value = parameters[index] if 0 <= index < len(parameters) else None
+                if isinstance(value, str) and not value.strip().isdigit() and not _names_catalog(value):
+                    parameters[index] = str(resolve(value))
+        return parameters
+
+    def _relation_oid(self, name: str) -> int:
+        """The OID of the served table ``name`` (``schema.table`` or ``table``, unquoted names
+        folded to lower case as PostgreSQL does), or ``UnsupportedQuery`` (42P01)."""
+        parts = [part[1:-1].replace('""', '"') if part.startswith('"') else part.lower()
+                 for part in re.findall(r'"(?:[^"]|"")*"|[^."]+', name.strip())]
+        schema, table = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else "")
+        found = self._engine.fetch(
+            "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = $1 AND ($2::VARCHAR IS NULL OR n.nspname = $2) AND c.relkind IN ('r', 'v')",
+            [table, schema]) if len(parts) in (1, 2) else []
+        if len(found) != 1:
+            raise UnsupportedQuery(f'unknown table "{name}": no relation of that name in this database',
+                                   hint="list the tables with \\dt or information_schema.tables")
+        return int(found[0][0])
+
     def close(self) -> None:
         self._engine.close()
+
+
+def _names_catalog(name: str) -> bool:
+    """Whether ``name`` is one of PostgreSQL's catalog tables (``pg_catalog.pg_constraint``, as
+    SQLAlchemy binds a comment's ``classoid``): left as text, which matches no comment but
+    ``pg_class``'s (``regclass_parameters``).
+
+    >>> _names_catalog("pg_catalog.pg_constraint"), _names_catalog("pg_proc"), _names_catalog("visits")
+    (True, True, False)
+    """
+    text = name.strip().lower()
+    return text.startswith(("pg_catalog.", "information_schema.", "pg_", '"pg_catalog".'))
+
+
+def _no_function(name: str) -> int:
+    raise UnsupportedQuery(f'unknown function "{name}": this database has no functions of its own',
+                           hint="the functions a query may call are listed in docs/sql.md")
 
 
 CATALOG_HINT = ("list tables and columns with information_schema.tables and information_schema.columns "
@@ -363,6 +409,10 @@ _REGCLASS_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.
                                  r"|\$(\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?regclass\b", re.IGNORECASE)
 
 
+_REGPROC_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.\s*)?regproc(?:edure)?\s*\)"
+                                r"|\$(\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?regproc(?:edure)?\b", re.IGNORECASE)
+
+
 def regclass_parameters(sql: str, parameters: list) -> list:
     """``parameters`` with a ``pg_class`` bound to a regclass cast as its OID's text, as
     ``_PG_CLASS`` reads it written in the SQL (SQLAlchemy binds it: its table comments).
@@ -375,6 +425,41 @@ def regclass_parameters(sql: str, parameters: list) -> list:
         if 0 <= index < len(parameters) and str(parameters[index]).lower() in ("pg_class", "pg_catalog.pg_class"):
             parameters[index] = str(PG_CLASS_OID)
     return parameters
+
+
+_ANY_PARAMETER = re.compile(r"\bANY\s*\(\s*\$(\d+)\s*\)", re.IGNORECASE)
+_ARRAY_ITEM = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[^,{}"]*?)\s*(?:,|$)')
+
+
+def array_parameters(sql: str, parameters: list) -> list:
+    """``parameters`` with an array compared by ``= ANY($n)`` read from PostgreSQL's array text
+    (``{r,p,f}``, as drivers send a list) into a list, which DuckDB binds as one (pgcli lists
+    its tables and columns so).
+
+    >>> array_parameters("SELECT 1 WHERE relkind = ANY($2)", ["{r}", '{r,p,"a b",f}'])
+    ['{r}', ['r', 'p', 'a b', 'f']]
+    >>> array_parameters("SELECT 1 WHERE relkind = ANY ($1)", ["{}"]), array_parameters("SELECT $1", ["{a}"])
+    ([[]], ['{a}'])
+    """
+    for match in _ANY_PARAMETER.finditer(sql):
+        index = int(match.group(1)) - 1
+        value = parameters[index] if 0 <= index < len(parameters) else None
+        if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+            parameters[index] = array_items(value[1:-1])
+    return parameters
+
+
+def array_items(inner: str) -> list[str]:
+    """The items of a one-dimensional PostgreSQL array's text between its braces, quoted ones
+    unquoted (pgspecial's ``\\dt`` writes ``'{r,p,""}'``).
+
+    >>> array_items('r, p,"a, b",""'), array_items(" ")
+    (['r', 'p', 'a, b', ''], [])
+    """
+    if not inner.strip():
+        return []
+    return [re.sub(r'\\(.)', r"\1", item[1:-1]) if item.startswith('"') else item
+            for item in _ARRAY_ITEM.findall(inner)[:-1]]
 
 
 def compatible(sql: str) -> str:
@@ -408,8 +493,8 @@ def read_casts(sql: str) -> str:
     >>> read_casts("SELECT COALESCE(a::regtype[], b::pg_catalog.regtype[])::text[] WHERE c = ANY('{r,p}')")
     "SELECT COALESCE(a::VARCHAR[], b::VARCHAR[])::text[] WHERE c = ANY(['r', 'p'])"
     """
-    sql = _ANY_ARRAY.sub(lambda match: "ANY([" + ", ".join(
-        text_literal(item.strip()) for item in match.group(1).split(",") if item.strip()) + "])", sql)
+    sql = _ANY_ARRAY.sub(lambda match: "ANY([" + ", ".join(map(text_literal, array_items(match.group(1)))) + "])",
+                         sql)
     sql = _PG_CLASS.sub(f"'{PG_CLASS_OID}'", sql)
     sql = _OID_CASTS.sub(lambda match: match.group(1) + "BIGINT", sql)
     return _REG_CASTS.sub(lambda match: match.group(1) + "VARCHAR", sql)

@@ -2,9 +2,11 @@
 
 psql shows notices and rows, nothing else: so every answer's notice lists each noisy column's
 interval — one ``± half-width`` when every row has the same symmetric one, else ``[low, high]``
-row by row, the first ``LISTED_ROWS`` of them — and ``OPTIONS (intervals = true)`` returns them as
-data, ``<column>_low`` and ``<column>_high`` after each noisy column, for psql, pandas and BI
-tools alike. Programs read every row's interval from the ``dpsql_cost`` ParameterStatus.
+for every row, in a table keyed by the row's keys (issue 37, item 7) — and ``OPTIONS (intervals
+= true)`` returns them as data instead, ``<column>_low`` and ``<column>_high`` after each noisy
+column, for psql, pandas and BI tools alike. Programs read every row's interval from the
+``dpsql_cost`` ParameterStatus. Noisy values go out to the digits their ± supports, as the
+shell shows them: the digits past them are noise.
 
 Intervals are post-processing of the released answer (``DPResult.intervals``): they read
 nothing private and cost nothing.
@@ -20,7 +22,9 @@ from typing import Any
 
 from sqlglot.errors import SqlglotError
 
+from dpsql.answer.table import supported_decimals
 from dpsql.errors import DPError
+from dpsql.server.values import Rounded, plain
 from dpsql.sql.numbers import finite_decimal
 from dpsql.sql.parse import parse
 
@@ -29,8 +33,6 @@ ALPHA = 0.05
 """The level of the intervals sent: 95%."""
 NO_INTERVAL = "derived, no ±"
 """A cell whose interval cannot be derived soundly (CASE, a divisor that may be 0...)."""
-LISTED_ROWS = 10
-"""Rows whose interval a notice lists, per column; ``intervals = true`` returns every row's."""
 
 
 def asks_for_intervals(sql: str) -> bool:
@@ -70,13 +72,12 @@ def _cells(result) -> dict[str, list[tuple[float, float, float]]]:
             for name in dict.fromkeys(result.columns) if name in found}  # in the answer's column order
 
 
-def with_intervals(result, found: dict) -> tuple[tuple, tuple]:
-    """(columns, rows) of ``result`` with ``<column>_low`` and ``<column>_high`` after each
-    noisy column (NULL where it has no ±)."""
+def with_intervals(result, found: dict, released: tuple) -> tuple[tuple, tuple]:
+    """(columns, rows) of ``result`` (its rows as sent: ``released``) with ``<column>_low`` and
+    ``<column>_high`` after each noisy column (NULL where it has no ±)."""
     columns: list[str] = []
     for name in result.columns:
         columns += [name, f"{name}_low", f"{name}_high"] if name in found else [name]
-    released = list(result)
     whole = {name for position, name in enumerate(result.columns)  # counts: whole-number ends
              if name in found and all(isinstance(row[position], int) for row in released)}
     rows = []
@@ -92,7 +93,9 @@ def with_intervals(result, found: dict) -> tuple[tuple, tuple]:
 
 
 def notice(result, found: dict) -> str | None:
-    """One line per noisy column, or ``None`` for an answer with no noisy cell.
+    """Every row's interval, or ``None`` for an answer with no noisy cell: one line for a column
+    whose rows share one symmetric ±, else a table with a row per answer row (its keys, then
+    each such column's ``[low, high]``), so psql shows every row's interval however many.
 
     >>> class Answer:
     ...     columns, rows = ["store", "n", "m"], [("a", 10, 3.0), ("b", 20, 4.5)]
@@ -101,12 +104,15 @@ def notice(result, found: dict) -> str | None:
     >>> print(notice(Answer(), {"n": [(-11.5, 31.5, 21.5), (-1.5, 41.5, 21.5)],
     ...                         "m": [(1.04, 3.3, 1.13), (4.1, 4.8, math.nan)]}))
     dpsql: 95% intervals (post-processing, free): n ± 22 in every row;
-      m by row: [1.0, 3.3], [4.10, 4.80] (asymmetric or varying: use these, not a ±)
+      by row (asymmetric or varying: use these, not a ±):
+      store | m
+      a     | [1.0, 3.3]
+      b     | [4.10, 4.80]
     """
     if not found:
         return None
     rows = list(result)
-    lines = []
+    lines, by_row = [], []
     for name, column in found.items():
         if not column:
             continue
@@ -121,12 +127,87 @@ def notice(result, found: dict) -> str | None:
             shown = _interval(*column[0][:2])
             lines.append(f"{name}{':' if shown == NO_INTERVAL else ''} {shown}")
         else:
-            listed = ", ".join(_interval(low, high) for low, high, _ in column[:LISTED_ROWS])
-            more = len(column) - LISTED_ROWS
-            tail = f", … {more:,} more row{'' if more == 1 else 's'}: OPTIONS (intervals = true) returns each as " \
-                "columns" if more > 0 else ""
-            lines.append(f"{name} by row: {listed}{tail} (asymmetric or varying: use these, not a ±)")
+            by_row.append(name)
+    if by_row:
+        lines.append("by row (asymmetric or varying: use these, not a ±):\n" + _row_table(result, rows, found, by_row))
     return "dpsql: 95% intervals (post-processing, free): " + ";\n  ".join(lines) if lines else None
+
+
+def _row_table(result, rows: list, found: dict, names: list[str]) -> str:
+    """The rows' keys (the answer's columns without a ±; the row's number if it has none) and
+    the intervals of ``names``, as an aligned table indented under the notice."""
+    keys = [(position, name) for position, name in enumerate(result.columns) if name not in found]
+    header = [name for _, name in keys] or ["row"]
+    table = [[_key(row[position]) for position, _ in keys] or [str(index + 1)] for index, row in enumerate(rows)]
+    for name in names:
+        header.append(name)
+        for cells, (low, high, _) in zip(table, found[name]):
+            cells.append(_interval(low, high))
+    widths = [max(len(text) for text in column) for column in zip(header, *table)]
+    return "\n".join("  " + " | ".join(f"{text:<{width}}" for text, width in zip(line, widths)).rstrip()
+                     for line in (header, *table))
+
+
+def _key(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def rounded_rows(result, found: dict) -> tuple[tuple, ...]:
+    """The released rows as sent: each noisy value that is not a whole number to the digits its ±
+    supports (``supported_decimals``, as the shell shows it), to 6 significant digits where it has
+    no ± ("derived, no ±"); keys, counts and exact answers as released.
+
+    >>> class Answer:
+    ...     columns, rows = ["store", "n", "m"], [("a", 10, 31.2873), ("b", 20, 4.5049)]
+    ...     def __iter__(self): return iter(self.rows)
+    >>> from dpsql.server.values import text_value
+    >>> [[text_value(v) for v in row] for row in rounded_rows(Answer(), {"n": [(0, 22, 11.0), (9, 31, 11.0)],
+    ...                                                                  "m": [(19, 43, 12.3), (4, 5, math.nan)]})]
+    [[b'a', b'10', b'31'], [b'b', b'20', b'4.5049']]
+    """
+    noisy = {position: found[name] for position, name in enumerate(result.columns) if name in found}
+    return tuple(tuple(_rounded_value(value, noisy[position][index][2]) if position in noisy else value
+                       for position, value in enumerate(row)) for index, row in enumerate(result))
+
+
+def rounded_ends(found: dict) -> dict:
+    """``found`` with each interval's ends rounded outward to the digits its ± supports: what the
+    ``<column>_low``/``_high`` columns and ``dpsql_cost`` send (the interval only widens).
+
+    >>> rounded_ends({"m": [(19.04, 43.61, 12.3), (0.123, 0.9, 0.35), (1.0, 2.0, math.nan)]})
+    {'m': [(19.0, 44.0, 12.3), (0.12, 0.9, 0.35), (1.0, 2.0, nan)]}
+    """
+    return {name: [(_outward(low, half, math.floor), _outward(high, half, math.ceil), half)
+                   for low, high, half in column] for name, column in found.items()}
+
+
+LARGEST_ROUNDED = 1e15
+"""Past this a float's whole digits are all it has: sent as released."""
+
+
+def _rounded_value(value: Any, half: float) -> Any:
+    value = plain(value)
+    if not isinstance(value, float) or not math.isfinite(value) or abs(value) >= LARGEST_ROUNDED:
+        return value  # keys, counts (whole numbers), NULL, NaN
+    if math.isnan(half):
+        text = f"{value:.6g}"
+        return Rounded(float(text), text)
+    if not (math.isfinite(half) and half > 0):
+        return value
+    decimals = supported_decimals(half)
+    text = f"{value:.{decimals}f}"
+    if float(text) == 0:  # not "-0"
+        text = f"{0.0:.{decimals}f}"
+    return Rounded(float(text), text)
+
+
+def _outward(end: float, half: float, rounding) -> float:
+    if not (math.isfinite(end) and math.isfinite(half) and half > 0) or abs(end) >= LARGEST_ROUNDED:
+        return end
+    decimals = supported_decimals(half)
+    scale = 10**decimals
+    moved = rounding(round(end * scale, 6)) / scale  # 4.1 * 100 is 409.99999...
+    return Rounded(moved, f"{moved:.{decimals}f}")
 
 
 def detail(found: dict) -> dict:

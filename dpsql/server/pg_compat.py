@@ -44,7 +44,10 @@ SHADOWS = {
     "pg_class": "SELECT * REPLACE ('d' AS relreplident, relacl::VARCHAR AS relacl, NULL::INTEGER AS relam,"
                 " -1::FLOAT AS reltuples, 0::INTEGER AS relpages,"
                 " reloptions::VARCHAR[] AS reloptions, relpartbound::VARCHAR AS relpartbound),"
-                " false AS relforcerowsecurity FROM pg_catalog.pg_class",
+                " false AS relforcerowsecurity FROM pg_catalog.pg_class"
+                # Only the served schemas' relations: DuckDB's own views (duckdb_tables, its
+                # information_schema) are engine internals, listed with no schema (pgcli's views).
+                " WHERE relnamespace IN (SELECT oid FROM pg_catalog.pg_namespace)",
     "pg_namespace": "SELECT * REPLACE (nspacl::VARCHAR AS nspacl) FROM pg_catalog.pg_namespace",
     # One database, the one served (``database``): DuckDB's lists its own (memory, system, temp).
     "pg_database": "SELECT 1::BIGINT AS oid, {database} AS datname, true AS datallowconn, false AS datistemplate, "
@@ -160,6 +163,9 @@ FUNCTIONS = {
                                    for n in range(2, 17, 2)),
     "array_upper": "(items, dimension) AS len(items)",
     "pg_is_in_recovery": "() AS false",
+    # pgcli's \\sv: the database has no views; PostgreSQL answers '' for a relation with no view rule.
+    "pg_get_viewdef": "(view) AS ''::VARCHAR, (view, pretty) AS ''::VARCHAR",
+    "array_remove": "(items, item) AS list_filter(items, lambda kept: kept IS DISTINCT FROM item)",
     **{function: "(function_oid) AS NULL::VARCHAR" for function in (
         "pg_get_function_result", "pg_get_function_arguments", "pg_get_function_identity_arguments",
         "pg_get_functiondef", "pg_get_function_sqlbody")},

@@ -62,11 +62,29 @@ def _oid(value) -> int:
     return TEXT
 
 
+class Rounded(float):
+    """A noisy value sent to the digits its ± supports (``dpsql.server.intervals``): a float8 to
+    every client, whose text keeps the digits shown, ``4.10`` or ``215``.
+
+    >>> text_value(Rounded(4.1, "4.10")), column_type([Rounded(215.0, "215")])
+    (b'4.10', 701)
+    """
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> "Rounded":
+        made = super().__new__(cls, value)
+        made.text = text
+        return made
+
+
 def text_value(value) -> bytes | None:
     """``value`` in PostgreSQL's text format (``None`` is NULL)."""
     value = plain(value)
     if value is None:
         return None
+    if isinstance(value, Rounded):
+        return value.text.encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, float):
