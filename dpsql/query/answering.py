@@ -45,6 +45,7 @@ from dpsql.query.domains import KeyDomains
 from dpsql.query.executor import Executor
 from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
+from dpsql.query.prediction import accuracy_goal, check_accuracy, predict_outputs, prediction_lines
 from dpsql.query.prepare import Prepared, Priced
 from dpsql.query.release import (
     core_columns,
@@ -96,9 +97,13 @@ class Answerer:
         self.domains = KeyDomains(policy, engine, self.read_keys)
         """The public key domains, read once each."""
 
-    def sql(self, context: MechanismContext, prepared: Prepared) -> DPResult:
-        """``db.sql`` of a prepared query, as written (no randomized-response routing)."""
+    def sql(self, context: MechanismContext, prepared: Prepared, max_error: Any = None,
+            expected_rows: Any = None) -> DPResult:
+        """``db.sql`` of a prepared query, as written (no randomized-response routing); refused
+        before the charge when an output's predicted ± is wider than ``max_error``
+        (``dpsql.query.prediction``; also as written in the SQL's OPTIONS)."""
         checked, plan = prepared.checked, prepared.plan
+        goal = accuracy_goal(prepared.written, max_error, expected_rows)
         if isinstance(checked, PublicQuery):
             return self.public(checked)
         assert plan is not None
@@ -107,6 +112,7 @@ class Answerer:
         if priced is None:
             assert domain is not None
             return self.keys_only(plan, checked, domain)  # public keys only: nothing private is read
+        check_accuracy(predict_outputs(plan, goal), goal, plan.epsilon)  # before the charge
         answered = self._answer(context, prepared, priced, domain)
         return answered if priced.scaling is None else scaled_result(answered, priced.scaling)
 
@@ -247,10 +253,14 @@ class Answerer:
                 recorded += [found] if found is not None else []
         return limits_of(plan, tuple(recorded))
 
-    def explain(self, context: MechanismContext, prepared: Prepared, report_bias: Any = None) -> str:
+    def explain(self, context: MechanismContext, prepared: Prepared, report_bias: Any = None,
+                max_error: Any = None, expected_rows: Any = None) -> str:
         """``db.explain`` of a prepared query, as written (no randomized-response routing);
-        ``report_bias`` as given to ``explain`` (a sample leaves only the policy's default out)."""
+        ``report_bias`` as given to ``explain`` (a sample leaves only the policy's default out);
+        ``max_error`` and ``expected_rows`` as given to ``sql``: each output's predicted ± is shown,
+        and whether ``max_error`` would refuse the query."""
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
+        goal = accuracy_goal(prepared.written, max_error, expected_rows)
         if isinstance(checked, PublicQuery):
             return Explanation("public tables only: runs exactly and costs nothing\n\n"
                                + checked.tree.sql(dialect=DIALECT))
@@ -267,7 +277,8 @@ class Answerer:
         separate = [separate_statement(plan, m, self.engine.dialect, pretty=True).sql for m in plan.separate]
         sampling = priced.sampling
         text = explain_plan(plan, shown, quote.after.remaining, refused=refusal is not None, separate=separate,
-                            amplified=None if sampling is None else (cost, sampling.percent))
+                            amplified=None if sampling is None else (cost, sampling.percent),
+                            accuracy=prediction_lines(predict_outputs(plan, goal), goal, plan.epsilon))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self.limits(plan, spender)}"
         if sampling is not None:
