@@ -258,8 +258,14 @@ def check_accuracy(predictions: Sequence[Prediction], goal: AccuracyGoal, epsilo
                 f"the ± of {p.output} = {p.label} depends on how many values a group holds, which is private until "
                 f"released, so max_error {amount(limit)} cannot judge it ({need}; ± {amount(p.curve[0][1])} at "
                 f"n = {p.curve[0][0]:,}); nothing was charged", line=line, col=col,
-                hint="state the fewest values you expect in a group with expected_rows = N (where max_error is "
-                     "given), or leave max_error out; EXPLAIN shows the ± at each count")
+                hint="pass expected_rows=N, the fewest values you expect in a group, or leave max_error out "
+                     "(explain shows the ± at each count)",
+                hints={"cli": "give --expected-rows N, the fewest values you expect in a group, or leave --max-error "
+                              "out (dpsql explain shows the ± at each count)",
+                       "shell": "set .max_error X N, N the fewest values you expect in a group, or .max_error off "
+                                "(.explain shows the ± at each count)",
+                       "sql": "write OPTIONS (max_error = X, expected_rows = N), N the fewest values you expect in "
+                              "a group, or leave max_error out (EXPLAIN shows the ± at each count)"})
         if p.half_width is not None and p.half_width > limit:
             at = f" at n = {p.count:,} values in a group (expected_rows)" if p.counted else ""
             scale = p.half_width / limit
