@@ -36,6 +36,8 @@ LARGEST_COUNT = 10**15
 """Counts beyond this are not searched for (``needed_count``): no table holds that many rows."""
 SHOWN_COUNTS = 3
 """How many counts a ratio's ± is shown at."""
+VARIANCES = "it depends on the data's variances, which only the release tells"
+"""Why CORR and REGR_* have no ± before the charge."""
 
 
 @dataclass(frozen=True)
@@ -153,10 +155,10 @@ def _predict_aggregate(plan: Plan, output: str, name: str, label: str, goal: Acc
         half = at(None)
         reason = None if half is not None else (
             "chosen by the exponential mechanism: its interval is drawn with it" if family.draws else
-            "it depends on the data's variances, which only the release tells")
+            VARIANCES)
         return Prediction(output, label, half, reason=reason)
     if at(1) is None:
-        return Prediction(output, label, None, reason="it depends on the data's variances, which only the release tells")
+        return Prediction(output, label, None, reason=VARIANCES)
     curve = _curve(at)
     needed = None if goal.max_error is None else needed_count(at, float(goal.max_error))
     count = goal.expected_rows

@@ -243,7 +243,8 @@ def set_max_error(state: ShellState, argument: str) -> str:
         return "next queries: no max_error (any predicted ± is accepted)\n"
     rows = "" if state.expected_rows is None else \
         f"; ratios judged at {state.expected_rows:,} values per group"
-    return f"next queries: refused before the charge when a predicted 95% ± is wider than {number(state.max_error)}{rows}\n"
+    return (f"next queries: refused before the charge when a predicted 95% ± is wider than "
+            f"{number(state.max_error)}{rows}\n")
 
 
 @dot_command(".mode", "[" + "|".join(MODES) + "]", help="how answers are shown",
