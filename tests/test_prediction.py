@@ -322,3 +322,43 @@ def test_the_server_refuses_with_max_error_before_the_charge_and_explain_shows_t
     finally:
         server.stop()
         server.thread.join(10)
+
+
+# -- a count already released to the analyst states a ratio's ± for free --------------------------
+
+AVG = "SELECT g, AVG(x) AS m FROM t GROUP BY g"
+
+
+def test_a_released_count_of_the_same_values_states_the_ratios_plus_minus_and_max_error_judges_it(db):
+    alice, bob = db.acting_for("alice"), db.acting_for("bob")
+    bob.sql("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=1)  # not alice's: never read for her
+    bob.sql("SELECT g, COUNT(x) AS n FROM t GROUP BY g", epsilon=1)
+    assert "your answer" not in alice.explain(AVG, epsilon=1)
+    released = alice.sql("SELECT g AS grp, COUNT(x) AS n FROM t GROUP BY g ORDER BY n", epsilon=1).fetchall()
+    smallest = min(n for _, n in released)
+    plan = plan_of(alice, AVG, 1)
+    at_smallest = predict_outputs(plan, accuracy_goal({}, None, smallest))[0].half_width
+    text = alice.explain(AVG, epsilon=1)
+    assert f"± {amount(at_smallest)} at n = {smallest:,} (the smallest count of its values your answer #1 " \
+           "released, for k" in text  # numbered among alice's own answers, not the ledger's ids
+    spent = charged(db)
+    with pytest.raises(dpsql.TooInaccurate, match=f"at n = {smallest:,} values in a group"):
+        alice.sql(AVG, epsilon=1, max_error=at_smallest / 2)
+    assert charged(db) == spent
+    alice.sql(AVG, epsilon=1, max_error=at_smallest)  # within it: answered
+    assert charged(db)[0] == pytest.approx(spent[0] + 1)
+
+
+@pytest.mark.parametrize("count", [
+    "SELECT g, COUNT(x) AS n FROM t GROUP BY g ORDER BY n LIMIT 50",  # rows cut: the smallest may be gone
+    "SELECT g, COUNT(x) AS n FROM t GROUP BY g HAVING COUNT(x) > 200",
+    "SELECT g, COUNT(x) AS n FROM t WHERE y > 0 GROUP BY g",  # other rows
+    "SELECT g, COUNT(y) AS n FROM t GROUP BY g",  # other values
+    "SELECT COUNT(x) AS n FROM t",  # other groups
+    "SELECT g, COUNT(x) + 0 AS n FROM t GROUP BY g",  # an expression of it
+])
+def test_a_count_of_other_rows_values_or_groups_is_not_used(db, count):
+    db.sql(count, epsilon=1)
+    assert "your answer" not in db.explain(AVG, epsilon=1)
+    with pytest.raises(dpsql.TooInaccurate, match="depends on how many values a group holds"):
+        db.sql(AVG, epsilon=1, max_error=5)

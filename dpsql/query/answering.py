@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from dpsql.analysis.aggregates import plain_projection, total_post
+from dpsql.analysis.aggregates import family_of, plain_projection, total_post
 from dpsql.analysis.domains import domain_text, reports_outside
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation, explain_plan, explain_sampling
@@ -26,7 +26,7 @@ from dpsql.answer.result import DPResult, QueryCost, decode_answer, decode_outsi
 from dpsql.backends.base import Backend
 from dpsql.backends.keys import shown_keys
 from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
-from dpsql.errors import UnsupportedQuery
+from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.mechanisms.noise import secret_key
 from dpsql.policy.model import Policy
 from dpsql.query.accuracy import output_cells
@@ -43,9 +43,10 @@ from dpsql.query.bias import (
 from dpsql.query.context import MechanismContext
 from dpsql.query.domains import KeyDomains
 from dpsql.query.executor import Executor
+from dpsql.query.known_counts import KnownCount, known_counts
 from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
-from dpsql.query.prediction import accuracy_goal, check_accuracy, predict_outputs, prediction_lines
+from dpsql.query.prediction import AccuracyGoal, accuracy_goal, check_accuracy, predict_outputs, prediction_lines
 from dpsql.query.prepare import Prepared, Priced
 from dpsql.query.release import (
     core_columns,
@@ -112,7 +113,8 @@ class Answerer:
         if priced is None:
             assert domain is not None
             return self.keys_only(plan, checked, domain)  # public keys only: nothing private is read
-        check_accuracy(predict_outputs(plan, goal), goal, plan.epsilon)  # before the charge
+        if goal.max_error is not None:  # before the charge
+            check_accuracy(predict_outputs(plan, goal, self._known(context, plan, goal)), goal, plan.epsilon)
         answered = self._answer(context, prepared, priced, domain)
         return answered if priced.scaling is None else scaled_result(answered, priced.scaling)
 
@@ -278,7 +280,8 @@ class Answerer:
         sampling = priced.sampling
         text = explain_plan(plan, shown, quote.after.remaining, refused=refusal is not None, separate=separate,
                             amplified=None if sampling is None else (cost, sampling.percent),
-                            accuracy=prediction_lines(predict_outputs(plan, goal), goal, plan.epsilon))
+                            accuracy=prediction_lines(predict_outputs(plan, goal, self._known(context, plan, goal)),
+                                                      goal, plan.epsilon))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self.limits(plan, spender)}"
         if sampling is not None:
@@ -292,6 +295,21 @@ class Answerer:
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
         return Explanation(text + "\n\n" + quote.text, refused=refusal)
+
+    def _known(self, context: MechanismContext, plan: Plan, goal: AccuracyGoal) -> dict[str, KnownCount]:
+        """Counts of a ratio's values the analyst was already given (``dpsql.query.known_counts``):
+        looked for only when a ratio's ± needs a count and none was stated."""
+        if goal.expected_rows is not None or not any(family_of(a).counted for a in plan.aggregates):
+            return {}
+
+        def checked(sql: str) -> PrivateQuery | None:
+            try:
+                found = context.prepare(sql, 1).checked
+            except DPError:
+                return None
+            return found if isinstance(found, PrivateQuery) else None
+
+        return known_counts(plan, context.spender.released(), checked)
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""

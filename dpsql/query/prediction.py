@@ -12,7 +12,9 @@ aggregates: EXPLAIN says so and ``max_error`` does not judge them.
 ``max_error`` (``OPTIONS (max_error = 5)``, ``db.sql(..., max_error=5)``) refuses a query, before
 anything is charged, when an output's predicted 95% ± is wider. A ratio is judged at a count n
 the analyst states (``expected_rows``: the fewest values they expect in a group), since n itself
-is private until released; without it such an output is refused with the count it would need.
+is private until released, or else at the smallest count of its values an earlier answer released
+to them (``dpsql.query.known_counts``: free); without either it is refused with the count it
+would need.
 Everything here reads the plan and the analyst's options only: no data, no ledger.
 """
 
@@ -28,6 +30,7 @@ from sqlglot import exp
 from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.plan import Plan, aggregates_of
 from dpsql.errors import InvalidParameter, TooInaccurate
+from dpsql.query.known_counts import KnownCount
 from dpsql.sql.numbers import exact_parameter
 
 ALPHA = 0.05
@@ -104,7 +107,9 @@ class Prediction:
     counted: bool = False
     """The ± depends on the count of values in a group (``curve`` shows how)."""
     count: int | None = None
-    """The count a ratio's ``half_width`` is stated at (``expected_rows``)."""
+    """The count a ratio's ``half_width`` is stated at (``expected_rows``, or a released count)."""
+    count_source: str | None = None
+    """Where ``count`` comes from, as EXPLAIN and a refusal say it."""
     curve: tuple[tuple[int, float], ...] = ()
     """For a ratio: (count, ±) at a few counts where the ± is informative."""
     needed: int | None = None
@@ -114,9 +119,12 @@ class Prediction:
     """Why no ± is known before the charge, where none is."""
 
 
-def predict_outputs(plan: Plan, goal: AccuracyGoal = AccuracyGoal()) -> list[Prediction]:
+def predict_outputs(plan: Plan, goal: AccuracyGoal = AccuracyGoal(),
+                    known: dict[str, KnownCount] | None = None) -> list[Prediction]:
     """Each noisy output's ``Prediction`` (outputs reading no aggregate are not noisy: left out).
-    From the plan's measures only: reads no data."""
+    From the plan's measures only: reads no data. A ratio is stated at ``goal.expected_rows``, else
+    at the count of its values an earlier answer released to the analyst (``known``, per aggregate:
+    ``dpsql.query.known_counts``)."""
     query = plan.query
     labels = {a.name: a.label for a in query.aggregates}
     predictions = []
@@ -130,7 +138,8 @@ def predict_outputs(plan: Plan, goal: AccuracyGoal = AccuracyGoal()) -> list[Pre
             predictions.append(Prediction(name, _as_written(node, labels), None, reason=(
                 f"an expression of {parts}: its ± follows from theirs once released")))
             continue
-        predictions.append(_predict_aggregate(plan, name, node.name, labels[node.name], goal))
+        predictions.append(_predict_aggregate(plan, name, node.name, labels[node.name], goal,
+                                              (known or {}).get(node.name)))
     return predictions
 
 
@@ -143,7 +152,8 @@ def _as_written(node: exp.Expression, labels: dict[str, str]) -> str:
     return node.copy().transform(label).sql(dialect="duckdb")
 
 
-def _predict_aggregate(plan: Plan, output: str, name: str, label: str, goal: AccuracyGoal) -> Prediction:
+def _predict_aggregate(plan: Plan, output: str, name: str, label: str, goal: AccuracyGoal,
+                       known: KnownCount | None) -> Prediction:
     aggregate = next(a for a in plan.aggregates if a.name == name)
     family = family_of(aggregate)
     measures = [plan.measure(m) for m in aggregate.measures]
@@ -161,9 +171,13 @@ def _predict_aggregate(plan: Plan, output: str, name: str, label: str, goal: Acc
         return Prediction(output, label, None, reason=VARIANCES)
     curve = _curve(at)
     needed = None if goal.max_error is None else needed_count(at, float(goal.max_error))
-    count = goal.expected_rows
-    return Prediction(output, label, None if count is None else at(count), counted=True, count=count, curve=curve,
-                      needed=needed)
+    count, source = goal.expected_rows, "expected_rows"
+    if count is None and known is not None and known.count >= 1:
+        group = ", ".join(map(str, known.key))
+        count, source = known.count, (f"the smallest count of its values your answer #{known.entry} released"
+                                      + (f", for {group}" if group else "") + "; noisy")
+    return Prediction(output, label, None if count is None else at(count), counted=True, count=count,
+                      count_source=None if count is None else source, curve=curve, needed=needed)
 
 
 def _curve(at) -> tuple[tuple[int, float], ...]:
@@ -225,7 +239,7 @@ def prediction_lines(predictions: Sequence[Prediction], goal: AccuracyGoal, epsi
             shown = "; ".join(f"± {amount(h)} at n = {n:,}" for n, h in p.curve)
             text = f"± shrinks as n, the count of values it reads in a group, grows: {shown}"
             if p.count is not None and p.half_width is not None:
-                text = f"± {amount(p.half_width)} at n = {p.count:,} (expected_rows); " + text
+                text = f"± {amount(p.half_width)} at n = {p.count:,} ({p.count_source}); " + text
             if goal.max_error is not None:
                 text += (f"; within ± {amount(float(goal.max_error))} from n = {p.needed:,}" if p.needed is not None
                          else f"; never within ± {amount(float(goal.max_error))}")
@@ -269,7 +283,7 @@ def check_accuracy(predictions: Sequence[Prediction], goal: AccuracyGoal, epsilo
                        "sql": "write OPTIONS (max_error = X, expected_rows = N), N the fewest values you expect in "
                               "a group, or leave max_error out (EXPLAIN shows the ± at each count)"})
         if p.half_width is not None and p.half_width > limit:
-            at = f" at n = {p.count:,} values in a group (expected_rows)" if p.counted else ""
+            at = f" at n = {p.count:,} values in a group ({p.count_source})" if p.counted else ""
             scale = p.half_width / limit
             raise TooInaccurate(
                 f"{p.output} = {p.label} would be released with a predicted 95% ± of {amount(p.half_width)}{at}, "
