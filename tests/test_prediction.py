@@ -362,3 +362,12 @@ def test_a_count_of_other_rows_values_or_groups_is_not_used(db, count):
     assert "your answer" not in db.explain(AVG, epsilon=1)
     with pytest.raises(dpsql.TooInaccurate, match="depends on how many values a group holds"):
         db.sql(AVG, epsilon=1, max_error=5)
+
+
+def test_a_count_scaled_from_a_sample_has_no_plus_minus_before_the_charge_and_is_not_judged(db):
+    sql = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) COUNT(*) AS n "
+           "FROM t TABLESAMPLE POISSON (10 PERCENT)")
+    text = db.explain(sql, epsilon=1, max_error=0.001)
+    assert "n = COUNT(*): no ± before the charge: scaled from the sample to the table" in text
+    unscaled = db.explain(sql.replace("scale_sample = true", "scale_sample = false"), epsilon=1, max_error=0.001)
+    assert "the query would be refused: n = COUNT(*)" in unscaled

@@ -26,7 +26,7 @@ from dpsql.answer.result import DPResult, QueryCost, decode_answer, decode_outsi
 from dpsql.backends.base import Backend
 from dpsql.backends.keys import shown_keys
 from dpsql.backends.rewrite import BoundedStatement, rewrite_statement, separate_statement
-from dpsql.errors import DPError, UnsupportedQuery
+from dpsql.errors import UnsupportedQuery
 from dpsql.mechanisms.noise import secret_key
 from dpsql.policy.model import Policy
 from dpsql.query.accuracy import output_cells
@@ -63,6 +63,11 @@ from dpsql.sql.names import table_key
 from dpsql.sql.numbers import exact_parameter
 from dpsql.sql.parse import DIALECT
 from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER, UNBOUND_SAMPLE_KEY
+
+
+def _scaled(priced: Priced) -> list[str]:
+    """The outputs the ``scale_sample`` option scales to the table (``dpsql.query.scaling``)."""
+    return [] if priced.scaling is None else [column.name for column in priced.scaling.columns]
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,8 @@ class Answerer:
             assert domain is not None
             return self.keys_only(plan, checked, domain)  # public keys only: nothing private is read
         if goal.max_error is not None:  # before the charge
-            check_accuracy(predict_outputs(plan, goal, self._known(context, plan, goal)), goal, plan.epsilon)
+            check_accuracy(predict_outputs(plan, goal, self._known(context, plan, goal), _scaled(priced)), goal,
+                           plan.epsilon)
         answered = self._answer(context, prepared, priced, domain)
         return answered if priced.scaling is None else scaled_result(answered, priced.scaling)
 
@@ -280,8 +286,8 @@ class Answerer:
         sampling = priced.sampling
         text = explain_plan(plan, shown, quote.after.remaining, refused=refusal is not None, separate=separate,
                             amplified=None if sampling is None else (cost, sampling.percent),
-                            accuracy=prediction_lines(predict_outputs(plan, goal, self._known(context, plan, goal)),
-                                                      goal, plan.epsilon))
+                            accuracy=prediction_lines(predict_outputs(plan, goal, self._known(context, plan, goal),
+                                                                      _scaled(priced)), goal, plan.epsilon))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self.limits(plan, spender)}"
         if sampling is not None:
@@ -303,9 +309,11 @@ class Answerer:
             return {}
 
         def checked(sql: str) -> PrivateQuery | None:
+            # Advisory: an earlier answer that no longer prepares (a mechanism's, an older policy's) is
+            # simply not used; nothing here is charged or released.
             try:
                 found = context.prepare(sql, 1).checked
-            except DPError:
+            except Exception:
                 return None
             return found if isinstance(found, PrivateQuery) else None
 

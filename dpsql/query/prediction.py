@@ -21,6 +21,7 @@ Everything here reads the plan and the analyst's options only: no data, no ledge
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Sequence
@@ -120,11 +121,12 @@ class Prediction:
 
 
 def predict_outputs(plan: Plan, goal: AccuracyGoal = AccuracyGoal(),
-                    known: dict[str, KnownCount] | None = None) -> list[Prediction]:
+                    known: dict[str, KnownCount] | None = None, scaled: Collection[str] = ()) -> list[Prediction]:
     """Each noisy output's ``Prediction`` (outputs reading no aggregate are not noisy: left out).
     From the plan's measures only: reads no data. A ratio is stated at ``goal.expected_rows``, else
     at the count of its values an earlier answer released to the analyst (``known``, per aggregate:
-    ``dpsql.query.known_counts``)."""
+    ``dpsql.query.known_counts``). ``scaled``: outputs ``scale_sample`` scales from a Poisson
+    sample to the table (``dpsql.query.scaling``), whose ± adds a sampling error the data decides."""
     query = plan.query
     labels = {a.name: a.label for a in query.aggregates}
     predictions = []
@@ -132,6 +134,11 @@ def predict_outputs(plan: Plan, goal: AccuracyGoal = AccuracyGoal(),
         node = item.unalias()
         used = aggregates_of(node)
         if not used:
+            continue
+        if name in scaled:
+            predictions.append(Prediction(name, _as_written(node, labels), None, reason=(
+                "scaled from the sample to the table (scale_sample): its ± adds the sampling error, which the "
+                "data decides")))
             continue
         if not isinstance(node, exp.Column):
             parts = ", ".join(labels[a] for a in used)
