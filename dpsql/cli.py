@@ -239,7 +239,8 @@ def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.render import answer_from, bias_lines, render_answer, render_notes
 
     def refuse_before_the_ledger(db) -> None:  # what explain refuses, sql refuses too
-        refused = getattr(db.explain(args.sql, epsilon=args.epsilon, delta=args.delta), "refused", None)
+        refused = getattr(db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, max_error=args.max_error,
+                                     expected_rows=args.expected_rows), "refused", None)
         if refused is not None:
             raise refused
 

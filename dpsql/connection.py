@@ -246,8 +246,8 @@ class Connection:
                 expected_rows: Any = None) -> str:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, each output's
         expected ± (and what ``max_error`` would do), the contribution limits and any bias report;
-        reads no data. The text's ``refused`` is the ``BudgetExceeded`` running it would meet,
-        else ``None``."""
+        reads no data. The text's ``refused`` is the refusal running it would meet (over budget,
+        or wider than ``max_error``), else ``None``."""
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
         if call is not None:
             _no_accuracy_goal(call.name, max_error, expected_rows)

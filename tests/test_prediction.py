@@ -289,14 +289,18 @@ def test_the_cli_refuses_with_max_error_and_explains_the_prediction(built, tmp_p
     policy.write_text(SHOP_POLICY)
     code, out, err = run(capsys, "query", str(database), WIDE, "--policy", str(policy), "--max-error", "0.5")
     assert code == 2 and "would be released with a predicted 95% ±" in err and out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shop.duckdb", "shop.policy"]  # not even a ledger made
+    code, out, _ = run(capsys, "explain", str(database), WIDE, "--policy", str(policy), "--max-error", "0.5")
+    assert code == 2 and "the query would be refused: users = COUNT(*)" in out  # shown, and the exit says so
     code, out, err = run(capsys, "query", str(database), "SELECT AVG(age) AS a FROM visits", "--policy", str(policy),
                          "--max-error", "1")
     assert code == 2 and "--expected-rows" in err
     with dpsql.connect(str(database), policy=SHOP_POLICY) as db:
         assert float(db.budget.spent.epsilon) == 0
     code, out, _ = run(capsys, "explain", str(database), "SELECT AVG(age) AS a FROM visits", "--policy",
-                       str(policy), "--max-error", "1", "--expected-rows", "500")
+                       str(policy), "--max-error", "100", "--expected-rows", "500")
     assert code == 0 and "a = AVG(age): ± " in out and "at n = 500 (expected_rows)" in out
+    assert "every output it can judge is within it" in out
 
 
 def test_the_server_refuses_with_max_error_before_the_charge_and_explain_shows_the_prediction(built, tmp_path):

@@ -14,8 +14,9 @@ from dpsql.sql.names import sql_name
 
 
 class Explanation(str):
-    """The text ``explain()`` returns; ``refused`` is the ``BudgetExceeded`` the query would meet
-    if it ran now (``None`` when it fits), so a caller can act on it (the CLI exits 3).
+    """The text ``explain()`` returns; ``refused`` is the refusal the query would meet if it ran
+    now — a ``BudgetExceeded``, or a ``TooInaccurate`` of its ``max_error`` — (``None`` when it
+    would run), so a caller can act on it (the CLI exits 3 or 2).
 
     >>> text = Explanation("cost: epsilon 5", refused=None)
     >>> text.startswith("cost"), text.refused

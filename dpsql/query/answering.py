@@ -46,7 +46,14 @@ from dpsql.query.executor import Executor
 from dpsql.query.known_counts import KnownCount, known_counts
 from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
-from dpsql.query.prediction import AccuracyGoal, accuracy_goal, check_accuracy, predict_outputs, prediction_lines
+from dpsql.query.prediction import (
+    AccuracyGoal,
+    accuracy_goal,
+    accuracy_refusal,
+    check_accuracy,
+    predict_outputs,
+    prediction_lines,
+)
 from dpsql.query.prepare import Prepared, Priced
 from dpsql.query.release import (
     core_columns,
@@ -284,10 +291,10 @@ class Answerer:
         shown = rewrite_statement(plan, self.engine.dialect, pretty=True).sql  # the SQL priced above, on lines
         separate = [separate_statement(plan, m, self.engine.dialect, pretty=True).sql for m in plan.separate]
         sampling = priced.sampling
+        predictions = predict_outputs(plan, goal, self._known(context, plan, goal), _scaled(priced))
         text = explain_plan(plan, shown, quote.after.remaining, refused=refusal is not None, separate=separate,
                             amplified=None if sampling is None else (cost, sampling.percent),
-                            accuracy=prediction_lines(predict_outputs(plan, goal, self._known(context, plan, goal),
-                                                                      _scaled(priced)), goal, plan.epsilon))
+                            accuracy=prediction_lines(predictions, goal, plan.epsilon))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self.limits(plan, spender)}"
         if sampling is not None:
@@ -300,7 +307,9 @@ class Answerer:
                                               [c.name for c in priced.scaling.columns])
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
-        return Explanation(text + "\n\n" + quote.text, refused=refusal)
+        # max_error refuses before the budget is consulted: that refusal is the one running it meets first
+        met = accuracy_refusal(predictions, goal, plan.epsilon) or refusal
+        return Explanation(text + "\n\n" + quote.text, refused=met)
 
     def _known(self, context: MechanismContext, plan: Plan, goal: AccuracyGoal) -> dict[str, KnownCount]:
         """Counts of a ratio's values the analyst was already given (``dpsql.query.known_counts``):

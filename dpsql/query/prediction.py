@@ -256,28 +256,36 @@ def prediction_lines(predictions: Sequence[Prediction], goal: AccuracyGoal, epsi
         else:
             lines.append(head + f"no ± before the charge: {p.reason}")
     if goal.max_error is not None:
-        try:
-            check_accuracy(predictions, goal, epsilon)
+        refusal = accuracy_refusal(predictions, goal, epsilon)
+        if refusal is None:
             lines.append(f"  max_error {amount(float(goal.max_error))}: every output it can judge is within it")
-        except TooInaccurate as refusal:
+        else:
             lines.append(f"  max_error {amount(float(goal.max_error))}: the query would be refused: "
                          f"{refusal.message.replace('; nothing was charged', '')}")
     return lines
 
 
 def check_accuracy(predictions: Sequence[Prediction], goal: AccuracyGoal, epsilon: Fraction) -> None:
-    """Refuse (``TooInaccurate``) when an output's predicted 95% ± is wider than ``max_error``, or a
-    ratio's ± cannot be judged because no count was stated. Outputs with no ± before the charge
-    (CORR, REGR_*, quantiles, expressions) are not judged. Called before the charge."""
+    """Refuse (``accuracy_refusal``) before the charge."""
+    refusal = accuracy_refusal(predictions, goal, epsilon)
+    if refusal is not None:
+        raise refusal
+
+
+def accuracy_refusal(predictions: Sequence[Prediction], goal: AccuracyGoal,
+                     epsilon: Fraction) -> TooInaccurate | None:
+    """The ``TooInaccurate`` refusal of the first output whose predicted 95% ± is wider than
+    ``max_error``, or whose ratio cannot be judged because no count is known; None when none.
+    Outputs with no ± before the charge (CORR, REGR_*, quantiles, expressions) are not judged."""
     if goal.max_error is None:
-        return
+        return None
     limit = float(goal.max_error)
     line, col = goal.position
     for p in predictions:
         if p.counted and p.count is None:
             need = f"a group needs at least {p.needed:,} values for ± {amount(limit)}" if p.needed is not None \
                 else f"no count of values brings it within ± {amount(limit)}"
-            raise TooInaccurate(
+            return TooInaccurate(
                 f"the ± of {p.output} = {p.label} depends on how many values a group holds, which is private until "
                 f"released, so max_error {amount(limit)} cannot judge it ({need}; ± {amount(p.curve[0][1])} at "
                 f"n = {p.curve[0][0]:,}); nothing was charged", line=line, col=col,
@@ -292,7 +300,7 @@ def check_accuracy(predictions: Sequence[Prediction], goal: AccuracyGoal, epsilo
         if p.half_width is not None and p.half_width > limit:
             at = f" at n = {p.count:,} values in a group ({p.count_source})" if p.counted else ""
             scale = p.half_width / limit
-            raise TooInaccurate(
+            return TooInaccurate(
                 f"{p.output} = {p.label} would be released with a predicted 95% ± of {amount(p.half_width)}{at}, "
                 f"wider than max_error {amount(limit)}; nothing was charged", line=line, col=col,
                 hint=f"raise epsilon (the ± shrinks about as 1/epsilon: about epsilon "
@@ -300,3 +308,4 @@ def check_accuracy(predictions: Sequence[Prediction], goal: AccuracyGoal, epsilo
                      "reads, group more coarsely (fewer groups per unit)" + (", expect more values per group"
                                                                              if p.counted else "") +
                      ", or raise max_error")
+    return None
