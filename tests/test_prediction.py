@@ -375,3 +375,13 @@ def test_a_count_scaled_from_a_sample_has_no_plus_minus_before_the_charge_and_is
     assert "n = COUNT(*): no ± before the charge: scaled from the sample to the table" in text
     unscaled = db.explain(sql.replace("scale_sample = true", "scale_sample = false"), epsilon=1, max_error=0.001)
     assert "the query would be refused: n = COUNT(*)" in unscaled
+
+
+def test_the_remote_shell_writes_max_error_and_expected_rows_into_the_options_it_sends():
+    from dpsql.shell.remote import with_options
+
+    sent, shift = with_options("SELECT AVG(x) FROM t", 0.5, None, Fraction(5), 1000)
+    assert sent == "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, max_error = 5.0, expected_rows = 1000) " \
+                   "AVG(x) FROM t"
+    assert shift.typed_offset(len(sent) - 1) == len("SELECT AVG(x) FROM t") - 1
+    assert with_options("SELECT 1", None, None)[0] == "SELECT 1"
