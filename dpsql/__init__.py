@@ -16,6 +16,7 @@ from dpsql.errors import (
                      PolicyError,
                      QueryFailed,
                      SecondBudget,
+                     TooInaccurate,
                      UnsupportedQuery,
 )
 from dpsql.policy.language import load_policy, parse_policy
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "connect", "init_policy", "Connection", "DPResult", "Budget", "Spend",
     "DPError", "UnsupportedQuery", "PolicyError", "BudgetExceeded", "InvalidParameter", "QueryFailed",
-    "MissingDependency", "SecondBudget",
+    "MissingDependency", "SecondBudget", "TooInaccurate",
     "Policy", "PrivateTable", "PublicTable", "ColumnRule", "Bounds", "KeyDomain",
     "LocalRR",
     "parse_policy", "load_policy",

@@ -213,9 +213,19 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
                              "<column>_halfwidth95 column beside each noisy one (\"derived, no ±\" where "
                              "none can be derived)")
     _bias_argument(parser)
+    _accuracy_arguments(parser)
     _max_rows_argument(parser)
     _analyst_argument(parser)
     _persist_argument(parser)
+
+
+def _accuracy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-error", type=float, default=None, metavar="X",
+                        help="refuse the query before anything is charged when an output's predicted 95%% ± "
+                             "(explain shows it) is wider than X")
+    parser.add_argument("--expected-rows", type=int, default=None, metavar="N",
+                        help="the fewest values you expect in a group: --max-error judges AVG, VARIANCE and "
+                             "other ratios at this count (without it they are refused)")
 
 
 def _bias_argument(parser: argparse.ArgumentParser) -> None:
@@ -229,7 +239,8 @@ def _query(args: argparse.Namespace) -> int:
     from dpsql.shell.render import answer_from, bias_lines, render_answer, render_notes
 
     def refuse_before_the_ledger(db) -> None:  # what explain refuses, sql refuses too
-        refused = getattr(db.explain(args.sql, epsilon=args.epsilon, delta=args.delta), "refused", None)
+        refused = getattr(db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, max_error=args.max_error,
+                                     expected_rows=args.expected_rows), "refused", None)
         if refused is not None:
             raise refused
 
@@ -242,7 +253,8 @@ def _query(args: argparse.Namespace) -> int:
     with db:
         try:
             answer = answer_from(db.sql(args.sql, epsilon=args.epsilon, delta=args.delta,
-                                        report_bias=args.report_bias))
+                                        report_bias=args.report_bias, max_error=args.max_error,
+                                        expected_rows=args.expected_rows))
         except DPError as error:
             return _report(error, args.sql)
         sys.stdout.write(render_answer(answer, args.format, width=_width(), color=_colors(sys.stdout),
@@ -261,12 +273,14 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     _policy_argument(parser)
     _privacy_arguments(parser)
     _bias_argument(parser)
+    _accuracy_arguments(parser)
 
 
 def _explain(args: argparse.Namespace) -> int:
     with _connect(args, keep_fresh=True) as db:
         try:
-            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, report_bias=args.report_bias)
+            text = db.explain(args.sql, epsilon=args.epsilon, delta=args.delta, report_bias=args.report_bias,
+                              max_error=args.max_error, expected_rows=args.expected_rows)
         except DPError as error:
             return _report(error, args.sql)
     print(text.rstrip("\n"))

@@ -132,6 +132,13 @@ def init_policy(target: Any, policy: Any, *, ledger: Any = None, replace: bool =
     return change
 
 
+def _no_accuracy_goal(what: str, max_error: Any, expected_rows: Any) -> None:
+    """``max_error`` and ``expected_rows`` judge one query's outputs: refused with anything else."""
+    if max_error is not None or expected_rows is not None:
+        raise InvalidParameter(f"max_error and expected_rows apply to a query's outputs, not to {what}",
+                               hint="leave max_error and expected_rows out")
+
+
 def _reported_as_dperror(method):
     """Analyst input meets ``DPError``s only: any other exception escaping ``method`` is a bug
     in dpsql, raised as ``InternalFailure`` naming only its kind (never its message, which
@@ -201,7 +208,8 @@ class Connection:
 
     @_reported_as_dperror
     def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
-            weights: dict | None = None, report_bias: Any = None) -> DPResult:
+            weights: dict | None = None, report_bias: Any = None, max_error: Any = None,
+            expected_rows: Any = None) -> DPResult:
         """Answer ``sql`` with differential privacy, charging its cost to the budget.
 
         ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
@@ -210,17 +218,23 @@ class Connection:
         the contribution limits dropped and clamped (``dpsql.query.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
 
+        ``max_error``: refuse the query (``TooInaccurate``), before anything is charged, when an
+        output's predicted 95% ± (``explain`` shows it) is wider; a ratio such as AVG is judged at
+        ``expected_rows``, the fewest values expected in a group (``dpsql.query.prediction``).
+
         ``SELECT * FROM above_threshold('SELECT ...', ..., threshold = 100)`` (and the other
         mechanisms of ``dpsql.calls.registry``) calls that mechanism, as its method would.
         """
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
         if call is not None:
+            _no_accuracy_goal(call.name, max_error, expected_rows)
             return mechanism(call.name).answer(self, call.queries, call.options)
         local, written = self._route_local(sql)
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
+            _no_accuracy_goal("a count of randomized-response reports", max_error, expected_rows)
             return answer_local(self._answerer, self.mechanism_context(), local, epsilon, delta, noise, written)
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
-        result = self._answerer.sql(self.mechanism_context(), prepared)
+        result = self._answerer.sql(self.mechanism_context(), prepared, max_error, expected_rows)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
             result.notes.append(reports_note(reads))
@@ -228,12 +242,15 @@ class Connection:
 
     @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
-                weights: dict | None = None, report_bias: Any = None) -> str:
-        """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, the contribution
-        limits and any bias report; reads no data. The text's ``refused`` is the
-        ``BudgetExceeded`` running it would meet, else ``None``."""
+                weights: dict | None = None, report_bias: Any = None, max_error: Any = None,
+                expected_rows: Any = None) -> str:
+        """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, each output's
+        expected ± (and what ``max_error`` would do), the contribution limits and any bias report;
+        reads no data. The text's ``refused`` is the refusal running it would meet (over budget,
+        or wider than ``max_error``), else ``None``."""
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
         if call is not None:
+            _no_accuracy_goal(call.name, max_error, expected_rows)
             explain = mechanism(call.name).explain
             if explain is None:
                 raise UnsupportedQuery(f"{call.name}() has no explanation", hint=f"see help for {call.name}")
@@ -244,7 +261,7 @@ class Connection:
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             return explain_local_count(self._answerer, context, local, epsilon, delta, noise, written)
         prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
-        text = self._answerer.explain(context, prepared, report_bias)
+        text = self._answerer.explain(context, prepared, report_bias, max_error, expected_rows)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
             return Explanation(f"{text}\n\nnote: {reports_note(reads)}", refused=getattr(text, "refused", None))

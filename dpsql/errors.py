@@ -86,6 +86,13 @@ class RequestTooLong(UnsupportedQuery):
     code = "request_too_long"
 
 
+class TooInaccurate(UnsupportedQuery):
+    """The query's predicted ± is wider than the ``max_error`` its analyst gave
+    (``dpsql.query.prediction``): refused before the charge, nothing charged."""
+
+    code = "too_inaccurate"
+
+
 class PolicyError(DPError):
     """The policy text or object is malformed, or does not match the database."""
 

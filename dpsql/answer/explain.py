@@ -14,8 +14,9 @@ from dpsql.sql.names import sql_name
 
 
 class Explanation(str):
-    """The text ``explain()`` returns; ``refused`` is the ``BudgetExceeded`` the query would meet
-    if it ran now (``None`` when it fits), so a caller can act on it (the CLI exits 3).
+    """The text ``explain()`` returns; ``refused`` is the refusal the query would meet if it ran
+    now — a ``BudgetExceeded``, or a ``TooInaccurate`` of its ``max_error`` — (``None`` when it
+    would run), so a caller can act on it (the CLI exits 3 or 2).
 
     >>> text = Explanation("cost: epsilon 5", refused=None)
     >>> text.startswith("cost"), text.refused
@@ -49,7 +50,7 @@ SQL_HEADERS = (BOUNDED_SQL, "bounded SQL of ", POST_SQL, "bias SQL:")
 
 
 def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool = False,
-                 separate: Sequence[str] = (), amplified=None) -> str:
+                 separate: Sequence[str] = (), amplified=None, accuracy: Sequence[str] = ()) -> str:
     """A readable account of a plan: measures, sensitivities, noise, cost and the SQL that runs.
 
     ``remaining_after``: what the accountant says remains once this query is paid (a ``Spend``).
@@ -58,7 +59,8 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
     is left out when it reads nothing (no keys, no summed measure: ``SELECT 1``), as for an
     ungrouped quantile, whose histogram statement is what runs. ``amplified``: (the charge, the
     sample's percentage) of a query run on a Poisson sample (``dpsql.analysis.sampling``): the
-    plan's cost is then its cost on the sample.
+    plan's cost is then its cost on the sample. ``accuracy``: the lines stating each output's
+    expected ± before the charge (``dpsql.query.prediction``), shown after the aggregates.
     """
     rule = plan.query.rule
     if plan.query.hidden_unit or rule.unit is None:  # a row-level table: no unit column to name
@@ -123,6 +125,8 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
     for aggregate, original in zip(plan.aggregates, plan.query.aggregates):
         lines.append(f"  {aggregate.name} = {original.label}: {family_of(aggregate).explain(aggregate, _num)}; "
                      f"epsilon {_num(aggregate.epsilon)}")
+    if accuracy:
+        lines += ["", *accuracy]
     lines += ["", "measures:"]
     lines += [f"  {_measure_text(m)}" for m in plan.measures]
     if plan.query.keys or plan.summed or plan.selection is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from dpsql.analysis.aggregates import plain_projection, total_post
+from dpsql.analysis.aggregates import family_of, plain_projection, total_post
 from dpsql.analysis.domains import domain_text, reports_outside
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation, explain_plan, explain_sampling
@@ -43,8 +43,17 @@ from dpsql.query.bias import (
 from dpsql.query.context import MechanismContext
 from dpsql.query.domains import KeyDomains
 from dpsql.query.executor import Executor
+from dpsql.query.known_counts import KnownCount, known_counts
 from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
+from dpsql.query.prediction import (
+    AccuracyGoal,
+    accuracy_goal,
+    accuracy_refusal,
+    check_accuracy,
+    predict_outputs,
+    prediction_lines,
+)
 from dpsql.query.prepare import Prepared, Priced
 from dpsql.query.release import (
     core_columns,
@@ -61,6 +70,11 @@ from dpsql.sql.names import table_key
 from dpsql.sql.numbers import exact_parameter
 from dpsql.sql.parse import DIALECT
 from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER, UNBOUND_SAMPLE_KEY
+
+
+def _scaled(priced: Priced) -> list[str]:
+    """The outputs the ``scale_sample`` option scales to the table (``dpsql.query.scaling``)."""
+    return [] if priced.scaling is None else [column.name for column in priced.scaling.columns]
 
 
 @dataclass(frozen=True)
@@ -96,9 +110,13 @@ class Answerer:
         self.domains = KeyDomains(policy, engine, self.read_keys)
         """The public key domains, read once each."""
 
-    def sql(self, context: MechanismContext, prepared: Prepared) -> DPResult:
-        """``db.sql`` of a prepared query, as written (no randomized-response routing)."""
+    def sql(self, context: MechanismContext, prepared: Prepared, max_error: Any = None,
+            expected_rows: Any = None) -> DPResult:
+        """``db.sql`` of a prepared query, as written (no randomized-response routing); refused
+        before the charge when an output's predicted ± is wider than ``max_error``
+        (``dpsql.query.prediction``; also as written in the SQL's OPTIONS)."""
         checked, plan = prepared.checked, prepared.plan
+        goal = accuracy_goal(prepared.written, max_error, expected_rows)
         if isinstance(checked, PublicQuery):
             return self.public(checked)
         assert plan is not None
@@ -107,6 +125,9 @@ class Answerer:
         if priced is None:
             assert domain is not None
             return self.keys_only(plan, checked, domain)  # public keys only: nothing private is read
+        if goal.max_error is not None:  # before the charge
+            check_accuracy(predict_outputs(plan, goal, self._known(context, plan, goal), _scaled(priced)), goal,
+                           plan.epsilon)
         answered = self._answer(context, prepared, priced, domain)
         return answered if priced.scaling is None else scaled_result(answered, priced.scaling)
 
@@ -247,10 +268,14 @@ class Answerer:
                 recorded += [found] if found is not None else []
         return limits_of(plan, tuple(recorded))
 
-    def explain(self, context: MechanismContext, prepared: Prepared, report_bias: Any = None) -> str:
+    def explain(self, context: MechanismContext, prepared: Prepared, report_bias: Any = None,
+                max_error: Any = None, expected_rows: Any = None) -> str:
         """``db.explain`` of a prepared query, as written (no randomized-response routing);
-        ``report_bias`` as given to ``explain`` (a sample leaves only the policy's default out)."""
+        ``report_bias`` as given to ``explain`` (a sample leaves only the policy's default out);
+        ``max_error`` and ``expected_rows`` as given to ``sql``: each output's predicted ± is shown,
+        and whether ``max_error`` would refuse the query."""
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
+        goal = accuracy_goal(prepared.written, max_error, expected_rows)
         if isinstance(checked, PublicQuery):
             return Explanation("public tables only: runs exactly and costs nothing\n\n"
                                + checked.tree.sql(dialect=DIALECT))
@@ -266,8 +291,10 @@ class Answerer:
         shown = rewrite_statement(plan, self.engine.dialect, pretty=True).sql  # the SQL priced above, on lines
         separate = [separate_statement(plan, m, self.engine.dialect, pretty=True).sql for m in plan.separate]
         sampling = priced.sampling
+        predictions = predict_outputs(plan, goal, self._known(context, plan, goal), _scaled(priced))
         text = explain_plan(plan, shown, quote.after.remaining, refused=refusal is not None, separate=separate,
-                            amplified=None if sampling is None else (cost, sampling.percent))
+                            amplified=None if sampling is None else (cost, sampling.percent),
+                            accuracy=prediction_lines(predictions, goal, plan.epsilon))
         text += self._time_zone_note(plan)
         text += f"\n\nlimits: {self.limits(plan, spender)}"
         if sampling is not None:
@@ -280,7 +307,26 @@ class Answerer:
                                               [c.name for c in priced.scaling.columns])
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
-        return Explanation(text + "\n\n" + quote.text, refused=refusal)
+        # max_error refuses before the budget is consulted: that refusal is the one running it meets first
+        met = accuracy_refusal(predictions, goal, plan.epsilon) or refusal
+        return Explanation(text + "\n\n" + quote.text, refused=met)
+
+    def _known(self, context: MechanismContext, plan: Plan, goal: AccuracyGoal) -> dict[str, KnownCount]:
+        """Counts of a ratio's values the analyst was already given (``dpsql.query.known_counts``):
+        looked for only when a ratio's ± needs a count and none was stated."""
+        if goal.expected_rows is not None or not any(family_of(a).counted for a in plan.aggregates):
+            return {}
+
+        def checked(sql: str) -> PrivateQuery | None:
+            # Advisory: an earlier answer that no longer prepares (a mechanism's, an older policy's) is
+            # simply not used; nothing here is charged or released.
+            try:
+                found = context.prepare(sql, 1).checked
+            except Exception:
+                return None
+            return found if isinstance(found, PrivateQuery) else None
+
+        return known_counts(plan, context.spender.released(), checked)
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""

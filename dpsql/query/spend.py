@@ -194,6 +194,12 @@ class Spender:
         """``cost`` as an answer shows it."""
         return QueryCost(cost.epsilon, cost.delta, cost.rho, accounting=self.accounting)
 
+    def released(self) -> list[tuple[int, str, str | None]]:
+        """(entry id, normalised SQL, stored answer) of this analyst's own past charges (the
+        curator's: every one), oldest first: released values, free to read again."""
+        frame = self._ledger.entries(self.analyst)
+        return list(zip(frame["id"].tolist(), frame["sql"].tolist(), frame["answer"].tolist()))
+
     def stored(self, key: str) -> str | None:
         """The answer stored under a repeat key (a released value: free), else ``None``."""
         return self._ledger.find_answer(key)

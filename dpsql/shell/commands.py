@@ -185,7 +185,7 @@ def explain(state: ShellState, argument: str) -> str:
         raise CommandError("give a query: .explain SELECT COUNT(*) FROM visits")
     epsilon, delta = state.options_for(sql)
     try:
-        text = state.db.explain(sql, epsilon=epsilon, delta=delta)
+        text = state.db.explain(sql, epsilon=epsilon, delta=delta, **state.goal_for(sql))
         if getattr(text, "refused", None) is not None:  # a script's exit code says so too
             state.record_failure(text.refused)
         return text.rstrip("\n") + "\n"
@@ -213,6 +213,38 @@ def set_delta(state: ShellState, argument: str) -> str:
     if state.delta is not None:
         return f"next queries: delta {number(state.delta)}\n"
     return f"next queries: delta {number(state.db.policy.query_delta)} (the policy's default)\n"
+
+
+@dot_command(".max_error", "[X [N]|off]",
+             help="refuse, before the charge, a query whose predicted 95% ± is wider than X; "
+                  "a ratio (AVG...) is judged at N values per group")
+def set_max_error(state: ShellState, argument: str) -> str:
+    """``.max_error 5`` refuses the next queries whose outputs' predicted ± (``.explain`` shows it)
+    is wider than 5, before anything is charged; ``.max_error 5 10000`` judges AVG, VARIANCE and
+    the like as if each group held at least 10000 values (without it they are refused: their ±
+    depends on a count that is private until released); ``.max_error off`` turns it off."""
+    parts = argument.split()
+    if parts and parts[0].lower() == "off" and len(parts) == 1:
+        state.max_error, state.expected_rows = None, None
+    elif parts:
+        if len(parts) > 2:
+            raise CommandError("give .max_error X, .max_error X N or .max_error off")
+        try:
+            value = Fraction(parts[0])
+        except (ValueError, ZeroDivisionError):
+            raise CommandError(f"X must be a number such as 5, got {parts[0]!r}") from None
+        if value <= 0:
+            raise CommandError(f"X must be greater than 0, got {parts[0]}")
+        if len(parts) == 2 and not (parts[1].isdigit() and int(parts[1]) >= 1):
+            raise CommandError(f"N must be a whole number of values per group such as 10000, got {parts[1]!r}")
+        state.max_error = value
+        state.expected_rows = int(parts[1]) if len(parts) == 2 else None
+    if state.max_error is None:
+        return "next queries: no max_error (any predicted ± is accepted)\n"
+    rows = "" if state.expected_rows is None else \
+        f"; ratios judged at {state.expected_rows:,} values per group"
+    return (f"next queries: refused before the charge when a predicted 95% ± is wider than "
+            f"{number(state.max_error)}{rows}\n")
 
 
 @dot_command(".mode", "[" + "|".join(MODES) + "]", help="how answers are shown",

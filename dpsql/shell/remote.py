@@ -93,13 +93,18 @@ class Shift:
         return min(offset, self.at)
 
 
-def with_options(sql: str, epsilon: Any, delta: Any) -> tuple[str, Shift]:
-    """``sql`` with epsilon and delta written into it after its SELECT, and the shift."""
+def with_options(sql: str, epsilon: Any, delta: Any, max_error: Any = None,
+                 expected_rows: Any = None) -> tuple[str, Shift]:
+    """``sql`` with epsilon, delta, max_error and expected_rows written into it after its SELECT,
+    and the shift."""
     match = _SELECT.match(sql)
-    if (epsilon is None and delta is None) or match is None or "differential_privacy" in sql.lower():
+    given = [(name, value) for name, value in (("epsilon", epsilon), ("delta", delta), ("max_error", max_error))
+             if value is not None]
+    given += [] if expected_rows is None else [("expected_rows", int(expected_rows))]
+    if not given or match is None or "differential_privacy" in sql.lower():
         return sql, Shift(0, 0)
-    options = ", ".join(f"{name} = {float(value)!r}" for name, value in (("epsilon", epsilon), ("delta", delta))
-                        if value is not None)
+    options = ", ".join(f"{name} = {value if isinstance(value, int) else repr(float(value))}"
+                        for name, value in given)
     inserted = f" WITH DIFFERENTIAL_PRIVACY OPTIONS ({options})"
     return sql[:match.end()] + inserted + sql[match.end():], Shift(match.end(), len(inserted))
 
@@ -112,9 +117,10 @@ class RemoteConnection:
         self.analyst = connection.info.user
         self.policy = load_policy(self._rows("SHOW policy")[0][0])
 
-    def sql(self, sql: str, epsilon: Any = None, delta: Any = None, **_: Any) -> DPResult:
+    def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, max_error: Any = None,
+            expected_rows: Any = None, **_: Any) -> DPResult:
         """The server's answer to ``sql``, with its cost and accuracy."""
-        text, shift = with_options(sql, epsilon, delta)
+        text, shift = with_options(sql, epsilon, delta, max_error, expected_rows)
         cursor = self._execute(text, sql, shift)
         columns = [column.name for column in cursor.description or ()]
         rows = cursor.fetchall() if cursor.description else []
@@ -144,8 +150,9 @@ class RemoteConnection:
         return DPResult(columns, rows, cost, widths=widths, intervals=intervals if per_row else None, exact=exact,
                         notes=detail.get("notes") or (), limits=detail.get("limits"), bounding=detail.get("bounding"))
 
-    def explain(self, sql: str, epsilon: Any = None, delta: Any = None, **_: Any) -> str:
-        text, shift = with_options(sql, epsilon, delta)
+    def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, max_error: Any = None,
+                expected_rows: Any = None, **_: Any) -> str:
+        text, shift = with_options(sql, epsilon, delta, max_error, expected_rows)
         shift = Shift(shift.at, shift.added, prefix=len("EXPLAIN VERBOSE "))  # with its SQL, as db.explain
         return "\n".join(row[0] for row in self._execute("EXPLAIN VERBOSE " + text, sql, shift).fetchall())
 

@@ -69,7 +69,7 @@ def run_sql(state: ShellState, sql: str) -> str:
     spent_before = state.db.budget.spent
     try:
         epsilon, delta = state.options_for(sql)
-        result = state.db.sql(sql, epsilon=epsilon, delta=delta)
+        result = state.db.sql(sql, epsilon=epsilon, delta=delta, **state.goal_for(sql))
         answer = answer_from(result)
     except KeyboardInterrupt:
         return _cancelled(state, spent_before)

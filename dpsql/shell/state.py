@@ -52,6 +52,10 @@ class ShellState:
     """Table -> column names the analyst may query (schema only), for completion."""
     max_rows: int = 40
     """Rows of an answer shown on the screen (``.maxrows``); 0 shows all. Files get every row."""
+    max_error: Fraction | None = None
+    """The widest predicted 95% ± of the next queries' outputs (``.max_error``); None: any."""
+    expected_rows: int | None = None
+    """The fewest values expected in a group, where ``max_error`` judges a ratio (``.max_error X N``)."""
     first_failure: BaseException | None = None
     """The first refusal or error of the session, which sets a script's exit code."""
 
@@ -75,6 +79,27 @@ class ShellState:
             written = {}
         return (None if "epsilon" in written else self.epsilon,
                 None if "delta" in written else self.delta)
+
+    def goal_for(self, sql: str) -> dict[str, Any]:
+        """``max_error`` and ``expected_rows`` to pass with ``sql``: the session's ``.max_error``,
+        except those the SQL writes itself in its OPTIONS, which win.
+
+        >>> state = ShellState(db=None, max_error=Fraction(5), expected_rows=1000)
+        >>> state.goal_for("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_error = 2) AVG(x) FROM t")
+        {'max_error': None, 'expected_rows': 1000}
+        >>> ShellState(db=None).goal_for("SELECT COUNT(*) FROM t")
+        {}
+        """
+        if self.max_error is None and self.expected_rows is None:
+            return {}
+        from dpsql.sql.parse import parse
+
+        try:
+            written = parse(sql).options
+        except Exception:  # the engine refuses the SQL itself, at its position
+            written = {}
+        return {"max_error": None if "max_error" in written else self.max_error,
+                "expected_rows": None if "expected_rows" in written else self.expected_rows}
 
     def record_failure(self, error: BaseException) -> None:
         """Remember the session's first refusal or error (a script's exit code names it)."""

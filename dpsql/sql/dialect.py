@@ -154,6 +154,8 @@ OPTIONS = {
     "report_bias": _share,
     "intervals": _flag,  # presentation only: the server adds <column>_low/_high (db.sql: res.intervals())
     "scale_sample": _flag,  # post-processing: totals from a TABLESAMPLE POISSON scaled by 1/p (dpsql.query.scaling)
+    "max_error": _number,  # refuse before the charge when a predicted 95% ± is wider (dpsql.query.prediction)
+    "expected_rows": _whole_number,  # the fewest values expected in a group: ratios' ± judged there
 }
 """The options dpsql understands, each with the check of its kind of value.
 

@@ -27,6 +27,7 @@ class AvgFamily(AggregateFamily):
     spellings = ("AVG",)
     nodes = (exp.Avg,)
     measure_count = 2
+    counted = True
 
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         if argument is None:

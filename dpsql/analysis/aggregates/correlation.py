@@ -59,6 +59,12 @@ class CorrelationFamily(PairFamily):
                 correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
                 for row in moments(aggregate, measures, release, STATISTICS)]
 
+    def predicted_half_width(self, aggregate: AggregateRelease, measures: Sequence[Measure], alpha: float,
+                             count: int | None = None) -> float | None:
+        """None: its ± depends on the variances of both arguments (a ratio over them), which only
+        the release tells, not on the count of pairs alone."""
+        return None
+
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         return -1.0, 1.0
 

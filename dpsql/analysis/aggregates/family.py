@@ -110,6 +110,9 @@ class AggregateFamily:
     arity: ClassVar[int] = 1
     """How many arguments its calls take: 2 for CORR(y, x) and the other second-moment
     aggregates (``Aggregate.other`` holds the second), whose measures come from ``pair_shapes``."""
+    counted: ClassVar[bool] = False
+    """Its ± shrinks as the count of values it reads grows (a ratio over a noisy count: AVG,
+    VARIANCE, COVAR_*): ``predicted_half_width`` states it at a given count."""
 
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         """The aggregate ``call`` computes (``argument`` is None for ``*``); refuses what this
@@ -143,6 +146,20 @@ class AggregateFamily:
         noise's own interval of the single measure, in the aggregate's units."""
         first = measures[0]
         return [float(noise_half_width(first, alpha) * first.grid)] * len(release.keys)
+
+    def predicted_half_width(self, aggregate: AggregateRelease, measures: Sequence[Measure], alpha: float,
+                             count: int | None = None) -> float | None:
+        """The half-width of the value's (1 - alpha) interval, known before the charge from the
+        measures' noise laws and grids alone (``Measure.noise``, ``scale``, ``grid``): the one
+        ``half_widths`` gives a released row, so a prediction and the answer's ± follow one law.
+        Not ``counted``: every row's (the noise does not depend on the data). ``counted``: a row
+        whose noisy count of values is ``count``, its other noisy sums at the middle of their
+        bounds (0 when centred); ``None`` without a count. ``None`` also where no ± can be told
+        before the release (``draws``: the interval is drawn with the value)."""
+        if self.draws or (self.counted and (count is None or count < 1)):
+            return None
+        typical = Release(keys=((),), noisy={m.name: (count or 0,) if m.kind == "count" else (0,) for m in measures})
+        return float(self.half_widths(aggregate, measures, typical, alpha)[0])
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:

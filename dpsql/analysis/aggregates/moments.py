@@ -261,7 +261,9 @@ def outward(low: float, high: float, floor: float = -math.inf, ceiling: float = 
 
 class PairFamily(AggregateFamily):
     """A second-moment family: its ``intervals`` come first (not centred on the value), and the
-    half-width it reports is read off them."""
+    half-width it reports is read off them. Its ± shrinks with the count of pairs."""
+
+    counted = True
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                     alpha: float) -> list[float]:

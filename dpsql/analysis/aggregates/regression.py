@@ -100,6 +100,12 @@ class RegressionFamily(PairFamily):
                 cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
         return cells
 
+    def predicted_half_width(self, aggregate: AggregateRelease, measures: Sequence[Measure], alpha: float,
+                             count: int | None = None) -> float | None:
+        """None: its ± depends on the variances of both arguments (a ratio over them), which only
+        the release tells, not on the count of pairs alone."""
+        return None
+
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """R^2 lies in [0, 1]; the slope and the intercept have no bound."""
         return (0.0, 1.0) if aggregate.function == "regr_r2" else (-math.inf, math.inf)

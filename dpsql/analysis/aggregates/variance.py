@@ -34,6 +34,7 @@ class VarianceFamily(AggregateFamily):
     spellings = ("VARIANCE", "VAR_SAMP", "VAR_POP", "STDDEV", "STDDEV_SAMP", "STDDEV_POP")
     nodes = tuple(FORMS)
     measure_count = 3
+    counted = True
 
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         function, sample = FORMS[type(call)]
