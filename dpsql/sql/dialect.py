@@ -153,6 +153,7 @@ OPTIONS = {
     "noise": _noise,
     "report_bias": _share,
     "intervals": _flag,  # presentation only: the server adds <column>_low/_high (db.sql: res.intervals())
+    "show_outside": _flag,  # presentation only: the KEYS outside cell in every footer (dpsql.query.outside)
     "scale_sample": _flag,  # post-processing: totals from a TABLESAMPLE POISSON scaled by 1/p (dpsql.query.scaling)
 }
 """The options dpsql understands, each with the check of its kind of value.
