@@ -12,9 +12,9 @@ from fractions import Fraction
 import duckdb
 import pandas as pd
 import pytest
+from cli_run import run
 
 import dpsql
-from cli_run import run
 from dpsql.curator.dropped import plan_dropped, release_dropped
 from dpsql.mechanisms.noise import SeededSource, discrete_laplace
 from dpsql.mechanisms.selection import release_probability, selection_rule

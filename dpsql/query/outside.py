@@ -25,7 +25,6 @@ from dpsql.query.accuracy import aggregates_of, cut_half_width, output_cells
 from dpsql.query.release import core_columns, from_stored, half_widths, intervals
 from dpsql.sql.numbers import plain_number
 
-
 ALPHA = 0.05
 """An empty outside cell is shown with at most this probability (``told_from_noise``)."""
 ADDITIVE = ("count", "sum", "units")
