@@ -181,7 +181,8 @@ def test_init_records_the_estimate_once_and_every_answer_shows_it(files, capsys)
     database, policy, truth = files
     assert cli.main(["init", database, "--policy", policy]) == cli.EXIT_OK
     out = capsys.readouterr().out
-    found = re.search(r"t: limits drop ≈ ([\d.]+)% ± ([\d.]+)% of t's rows beyond 2 per uid \(at least\) "
+    found = re.search(r"t: limits drop ≈ ([\d.]+)% ± ([\d.]+)% of t's rows beyond 2 per uid \(at least\); "
+                      r"≈ [\d,]+ (± [\d,]+|\[0, [\d,]+\]) rows with no uid "
                       r"\(ε 5 of the budget, once\)", out)
     assert found, out
     assert abs(float(found[1]) / 100 - truth) <= float(found[2]) / 100 + 0.005  # shown to the percent

@@ -53,6 +53,8 @@ class RecordedDrop:
 
     >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1)))
     ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least)
+    >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1), None, NoUnitRows(2512, 30)))
+    ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least); ≈ 2,512 ± 30 rows with no tailnum
     """
 
     table: str
@@ -72,7 +74,8 @@ class RecordedDrop:
     """The noisy count of the table's rows with no unit (``None``: an estimate made before it was counted)."""
 
     def __str__(self) -> str:
-        return f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
+        text = f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
+        return text if self.no_unit is None else f"{text}; {self.no_unit} rows with no {self.unit}"
 
     def to_json(self) -> str:
         return json.dumps({"table": self.table, "unit": self.unit, "rows_per_unit": self.rows_per_unit,
