@@ -47,15 +47,16 @@ def test_every_private_answer_names_its_limits_for_free():
     data = frame({1: (1, 2, 3), 2: (50,)})
     with dpsql.connect({"t": data, "p": PUBLIC}, policy=POLICY) as db:
         grouped = db.sql("SELECT g, SUM(x) AS s FROM t GROUP BY g", epsilon=1)
-        assert str(grouped.limits) == ("at most 2 rows and 1 group per uid; x clamped to [0, 10]; not in the ±: "
+        assert str(grouped.limits) == ("at most 2 rows and 1 group per uid; x clamped to [0, 10]; rows with no uid belong to nobody and are never counted; not in the ±: "
                                        "dropped rows lower SUM(x), clamping can move it either way")
         plain = db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1)
-        assert str(plain.limits) == "at most 2 rows per uid; not in the ±: they can only lower COUNT(*)"
+        assert str(plain.limits) == "at most 2 rows per uid; rows with no uid belong to nobody and are never counted; not in the ±: they can only lower COUNT(*)"
         averaged = db.sql("SELECT AVG(x) AS a, MEDIAN(x) AS m FROM t", epsilon=1)
         assert str(averaged.limits).endswith("not in the ±: they can move AVG(x) and MEDIAN(x) either way")
         lowered = db.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 1) COUNT(*) AS n FROM t",
                          epsilon=1)
-        assert str(lowered.limits) == "at most 1 row per uid; not in the ±: they can only lower COUNT(*)"
+        assert str(lowered.limits) == ("at most 1 row per uid; rows with no uid belong to nobody and are never counted; "
+                                       "not in the ±: they can only lower COUNT(*)")
         assert grouped.bounding is None and "\nlimits: at most 2 rows" in repr(grouped)
         assert db.sql("SELECT * FROM p").limits is None
         text = db.explain("SELECT g, SUM(x) AS s FROM t GROUP BY g", epsilon=1)
@@ -317,7 +318,7 @@ def test_shell_and_cli_footers_show_limits_and_bias():
     with dpsql.connect({"t": frame({1: (1, 2, 3), 2: (4,)}), "p": PUBLIC}, policy=POLICY, rng=SeededSource(4)) as db:
         footer = bias_lines(answer_from(db.sql(QUERY, epsilon=1, report_bias=0.2)))
     lines = footer.splitlines()
-    assert lines[0] == ("limits: at most 2 rows per uid; x clamped to [0, 10]; not in the ±: dropped rows lower "
+    assert lines[0] == ("limits: at most 2 rows per uid; x clamped to [0, 10]; rows with no uid belong to nobody and are never counted; not in the ±: dropped rows lower "
                         "SUM(x), clamping can move it either way")
     assert lines[1].startswith("bias: ≈ ") and "of x values clamped" in lines[1]
 

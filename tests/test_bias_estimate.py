@@ -29,20 +29,21 @@ POLICY = ("BUDGET EPSILON 100; QUERY EPSILON 0.5; PRIVATE TABLE t (PRIVACY UNIT 
           "x BOUNDS 0 TO 10);")
 
 
-def frame(rows: dict[int, int]) -> pd.DataFrame:
-    """``rows[u]`` rows of unit u, x = 1."""
-    pairs = [(u, 1.0) for u, n in rows.items() for _ in range(n)]
-    return pd.DataFrame(pairs or [(0, 0.0)][:0], columns=["uid", "x"]).astype({"uid": "int64", "x": "float64"})
+def frame(rows: dict[int, int], nameless: int = 0) -> pd.DataFrame:
+    """``rows[u]`` rows of unit u, x = 1, and ``nameless`` rows whose unit is NULL."""
+    pairs = [(u, 1.0) for u, n in rows.items() for _ in range(n)] + [(None, 1.0)] * nameless
+    return pd.DataFrame(pairs or [(0, 0.0)][:0], columns=["uid", "x"]).astype(
+        {"uid": "Int64" if nameless else "int64", "x": "float64"})
 
 
-def exact(data: pd.DataFrame, policy: str = POLICY) -> tuple[tuple[int, int], dict]:
-    """The exact (kept, dropped) of table t's estimate, and its noise scales."""
+def exact(data: pd.DataFrame, policy: str = POLICY) -> tuple[tuple[int, int, int], dict]:
+    """The exact (kept, dropped, no_unit) of table t's estimate, and its noise scales."""
     with dpsql.connect({"t": data}, policy=policy) as db:
         plan = plan_dropped(db.policy.table("t"), "t", Fraction(1))
         assert plan is not None
         statement = dropped_statement(plan)
         row = db._engine.fetch(statement.sql, bounded=statement.bounded)[0]
-    return (int(row[0]), int(row[1])), plan.scales
+    return (int(row[0]), int(row[1]), int(row[2])), plan.scales
 
 
 # -- sensitivity, by brute force --------------------------------------------------------------
@@ -56,32 +57,58 @@ def test_no_unit_moves_a_count_beyond_its_sensitivity(neighbours):
     background = {10: 1, 11: 3, 12: 7}
     profiles = [0, 1, 2, 3, 4, 5, raw_rows_cap(2), raw_rows_cap(2) + 1, 200]
     results = [exact(frame({**background, **({1: n} if n else {})}), policy)[0] for n in profiles]
-    largest = [max(abs(a[i] - b[i]) for a, b in product(results, results)) for i in range(2)]
-    assert largest == [2, 2]
-    # the estimate's own scales have K over each count's epsilon (1/3 and 2/3 of 1)
-    assert exact(frame(background), policy)[1] == {"kept": Fraction(6), "dropped": Fraction(3)}
+    largest = [max(abs(a[i] - b[i]) for a, b in product(results, results)) for i in range(3)]
+    assert largest == [2, 2, 0]
+    # the estimate's own scales have K, K and 1 over each count's epsilon (3/10, 6/10 and 1/10 of 1)
+    assert exact(frame(background), policy)[1] == {"kept": Fraction(20, 3), "dropped": Fraction(10, 3),
+                                                   "no_unit": Fraction(10)}
+
+
+@pytest.mark.parametrize("neighbours", ["UNBOUNDED", "BOUNDED"])
+def test_a_row_with_no_unit_moves_only_its_own_count_and_by_one(neighbours):
+    """Each row whose unit is NULL is a unit of its own (module docstring of
+    ``dpsql.curator.dropped``): adding or removing one (the table with 0..4 such rows, beside
+    units of every profile) moves ``no_unit`` by exactly 1, the sensitivity its scale is made of
+    (scale x its epsilon part), and ``kept`` and ``dropped`` not at all; a replaced unit (one
+    profile for another, or a unit for a NULL row) moves each count within its sensitivity. A
+    sensitivity of 1 mutated to 1/2 fails the first assertion."""
+    policy = POLICY.replace("QUERY EPSILON 0.5;", f"QUERY EPSILON 0.5; NEIGHBOURS {neighbours};")
+    background = {10: 1, 11: 3, 12: 7}
+    results = {(n, profile): exact(frame({**background, **({1: profile} if profile else {})}, n), policy)[0]
+               for n in range(5) for profile in (0, 3)}
+    for (n, profile), counts in results.items():
+        assert counts[2] == n  # counted exactly: every NULL row, and no other
+        if n:
+            before = results[n - 1, profile]
+            assert (abs(counts[0] - before[0]), abs(counts[1] - before[1]), abs(counts[2] - before[2])) == (0, 0, 1)
+    one_for_another = [tuple(abs(a - b) for a, b in zip(results[n, 3], results[n + 1, 0])) for n in range(4)]
+    assert all(moved[0] <= 2 and moved[1] <= 2 and moved[2] <= 1 for moved in one_for_another)
+    scales = exact(frame(background, 1), policy)[1]
+    assert scales["no_unit"] * Fraction(1, 10) == 1  # sensitivity 1 over its part of epsilon 1
 
 
 def test_counts_by_hand():
     # K = 2, C = 2: units of 1, 3, 7 and 200 rows keep 1, 2, 2, 2 and drop 0, 1, 2 (of 5), 2 (of 198)
-    assert exact(frame({1: 1, 2: 3, 3: 7, 4: 200}))[0] == (7, 5)
+    assert exact(frame({1: 1, 2: 3, 3: 7, 4: 200}))[0] == (7, 5, 0)
+    assert exact(frame({1: 1, 2: 3, 3: 7, 4: 200}, 9))[0] == (7, 5, 9)
 
 
 # -- noise: the scale, and the share's interval -----------------------------------------------
 
 def test_noise_has_the_scale_of_sensitivity_over_epsilon_part():
-    """E|Z| of 4,000 draws of each count against the discrete Laplace of its scale (6 and 3 at
-    epsilon 1: kept gets 1/3, dropped 2/3): the mean of 4,000 |Z| has relative sd ~1.6%, so 15%
-    is > 9 sd (a false failure < 1e-18), and a factor-2 scale error moves it by 50% or more."""
+    """E|Z| of 4,000 draws of each count against the discrete Laplace of its scale (20/3, 10/3
+    and 10 at epsilon 1: kept gets 3/10, dropped 6/10, no_unit 1/10): the mean of 4,000 |Z| has
+    relative sd ~1.6%, so 15% is > 9 sd (a false failure < 1e-18), and a factor-2 scale error
+    moves it by 50% or more."""
     with dpsql.connect({"t": frame({1: 3})}, policy=POLICY) as db:
         plan = plan_dropped(db.policy.table("t"), "t", Fraction(1))
     assert plan is not None
     source, draws = SeededSource(7), 4000
-    deviations = {"kept": 0.0, "dropped": 0.0}
+    deviations = {"kept": 0.0, "dropped": 0.0, "no_unit": 0.0}
     for _ in range(draws):
-        for name, value in noisy_counts(plan, (10**6, 10**6), source).items():
+        for name, value in noisy_counts(plan, (10**6, 10**6, 10**6), source).items():
             deviations[name] += abs(value - 10**6) / draws
-    for name, scale in {"kept": 6.0, "dropped": 3.0}.items():
+    for name, scale in {"kept": 20 / 3, "dropped": 10 / 3, "no_unit": 10.0}.items():
         p = math.exp(-1 / scale)
         assert 0.85 < deviations[name] / (2 * p / (1 - p * p)) < 1.15, name
 
@@ -154,7 +181,8 @@ def test_init_records_the_estimate_once_and_every_answer_shows_it(files, capsys)
     database, policy, truth = files
     assert cli.main(["init", database, "--policy", policy]) == cli.EXIT_OK
     out = capsys.readouterr().out
-    found = re.search(r"t: limits drop ≈ ([\d.]+)% ± ([\d.]+)% of t's rows beyond 2 per uid \(at least\) "
+    found = re.search(r"t: limits drop ≈ ([\d.]+)% ± ([\d.]+)% of t's rows beyond 2 per uid \(at least\); "
+                      r"≈ [\d,]+ (± [\d,]+|\[0, [\d,]+\]) rows with no uid "
                       r"\(ε 5 of the budget, once\)", out)
     assert found, out
     assert abs(float(found[1]) / 100 - truth) <= float(found[2]) / 100 + 0.005  # shown to the percent
@@ -163,8 +191,9 @@ def test_init_records_the_estimate_once_and_every_answer_shows_it(files, capsys)
         answer = db.sql("SELECT COUNT(*) AS n, AVG(x) AS a FROM t", epsilon=1)
         line = str(answer.limits)
         assert re.search(r"^at most 2 rows per uid; x clamped to \[0, 10\]; limits drop ≈ [\d.]+% ± [\d.]+% of t's rows "
-                         r"\(at least; estimated \d{4}-\d{2}-\d{2}, from the rows then\); not in the ±: they can only "
-                         r"lower COUNT\(\*\); they can move AVG\(x\) "
+                         r"\(at least; estimated \d{4}-\d{2}-\d{2}, from the rows then\); rows with no uid \(≈ [\d,]+ "
+                         r"(± [\d,]+|\[0, [\d,]+\]) of t's rows\) belong to nobody and are never counted; not in the ±: "
+                         r"they can only lower COUNT\(\*\); they can move AVG\(x\) "
                          r"either way$", line), line
         drop = answer.limits.dropped[0]
         assert abs(drop.share.value - truth) <= drop.share.halfwidth
@@ -241,7 +270,8 @@ def test_psql_sees_the_recorded_share_in_every_answers_notice(built, tmp_path):
     assert done.returncode == 0, done.stderr
     notice = next(line for line in done.stderr.splitlines() if line.startswith("NOTICE:  dpsql: cost"))
     assert re.search(r"limits drop ≈ [\d.]+% ± [\d.]+% of visits' rows \(at least; estimated \d{4}-\d{2}-\d{2}, "
-                     r"from the rows then\); not in the ±: they can only lower "
+                     r"from the rows then\); rows with no user_id \(≈ [\d,]+ (± [\d,]+|\[0, [\d,]+\]) of visits' "
+                     r"rows\) belong to nobody and are never counted; not in the ±: they can only lower "
                      r"COUNT\(\*\); they can move AVG\(amount\) either way", notice), notice
 
 
@@ -292,9 +322,10 @@ def test_the_estimate_is_the_same_on_both_engines_and_every_answer_shows_it(engi
     plan = plan_dropped(db.policy.table("t"), "t", Fraction(1))
     assert plan is not None
     statement = dropped_statement(plan, db._engine.dialect)
-    assert db._engine.fetch(statement.sql, bounded=statement.bounded) == [(7, 5)]
+    assert db._engine.fetch(statement.sql, bounded=statement.bounded) == [(7, 5, 0)]
     recorded = db.estimate_limits(1)["t"]
-    assert recorded.share == release_dropped(plan, (7, 5), SeededSource(3)).share
+    assert recorded.share == release_dropped(plan, (7, 5, 0), SeededSource(3)).share
+    assert recorded.no_unit == release_dropped(plan, (7, 5, 0), SeededSource(3)).no_unit
     assert db.budget.spent.epsilon == 1
     line = str(db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1).limits)
     assert f"limits drop {recorded.share} of t's rows (at least; estimated {recorded.estimated}, " in line, line

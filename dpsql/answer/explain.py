@@ -10,6 +10,7 @@ from fractions import Fraction
 from dpsql.analysis.aggregates.registry import family_of
 from dpsql.analysis.domains import reports_outside
 from dpsql.analysis.plan import Measure, Plan
+from dpsql.answer.notes import selection_text
 from dpsql.sql.names import sql_name
 
 
@@ -115,12 +116,14 @@ def explain_plan(plan: Plan, bounded_sql: str, remaining_after, *, refused: bool
             lines.append(line)
     if reports_outside(plan.query.keys) and plan.query.aggregates:
         lines.append("  rows whose keys are outside the released keys (or NULL) are released as one more cell, "
-                     "res.outside_domain; it counts among each unit's groups, so the sensitivities below hold")
+                     "res.outside_domain; it counts among each unit's groups, so the sensitivities below hold; "
+                     "the answer shows it where it can be told from noise, or with OPTIONS (show_outside = true)")
     if plan.selection is not None:
         s = plan.selection
         lines.append(f"  partition selection: a key is released when its count of distinct units plus discrete "
                      f"Laplace noise (scale {_num(s.scale)}) reaches {s.threshold}; epsilon {_num(s.epsilon)}, "
                      f"delta {_num(s.delta)}")
+        lines.append(f"  {selection_text(plan, ahead=True)}")
     lines += ["", "aggregates (epsilon split by weight, then equally between an aggregate's measures):"]
     for aggregate, original in zip(plan.aggregates, plan.query.aggregates):
         lines.append(f"  {aggregate.name} = {original.label}: {family_of(aggregate).explain(aggregate, _num)}; "

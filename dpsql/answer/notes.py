@@ -34,12 +34,62 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.analysis.plan import aggregates_of
-from dpsql.mechanisms.selection import selection_rule
+from dpsql.mechanisms.selection import SelectionRule, release_probability, selection_rule
 
-__all__ = ["FEW_ROWS", "effects_text", "limit_effects", "null_cells_notes", "thin_answer_notes"]
+__all__ = ["FEW_ROWS", "effects_text", "limit_effects", "null_cells_notes", "selection_text", "thin_answer_notes"]
 
 FEW_ROWS = 5
 """An answer through partition selection with fewer rows than this carries a note."""
+LIKELY = 0.95
+"""The release probability ``selection_text`` names a count for."""
+
+
+def selection_text(plan, ahead: bool = False) -> str:
+    """What partition selection leaves out, in the unit's own terms: the threshold a key's count
+    of distinct units had to reach with its noise, the count at which a key is released with
+    probability ``LIKELY``, and the selection's epsilon and delta. Plan values only (the policy,
+    the query and its options): never which keys were left out, nor how many. ``""`` when the
+    keys are public (no selection). ``ahead``: said before the query runs (EXPLAIN), in the present.
+
+    >>> from types import SimpleNamespace as S
+    >>> rule = selection_rule(Fraction(1, 4), Fraction(1, 10**6), groups_per_unit=40, neighbours="unbounded")
+    >>> plan = S(selection=S(epsilon=rule.epsilon, delta=rule.delta, threshold=rule.threshold, scale=rule.scale),
+    ...          neighbours="unbounded", query=S(rule=S(unit="tailnum", groups_per_unit=40)))
+    >>> print(selection_text(plan))  # doctest: +NORMALIZE_WHITESPACE
+    The GROUP BY keys are private: a key was released only where its count of distinct tailnum values
+    plus noise reached 2,692 (partition selection at epsilon 0.25, delta 1e-06), so keys with fewer
+    than about 2,692 tailnum values are left out, and the answer does not say which (a key with 3,060
+    or more is released with 95% probability; each tailnum counts in at most 40 groups).
+    >>> selection_text(S(selection=None))
+    ''
+    """
+    selection = plan.selection
+    if selection is None:
+        return ""
+    rule = plan.query.rule
+    unit = f"{rule.unit} values" if rule.unit else "rows (each row is its own unit)"
+    few = f"{rule.unit} values" if rule.unit else "rows"
+    likely = _likely_count(SelectionRule(selection.scale, selection.threshold, selection.epsilon, selection.delta,
+                                         rule.groups_per_unit, plan.neighbours))
+    counted = f"; each {rule.unit} counts in at most {rule.groups_per_unit} group" \
+        f"{'' if rule.groups_per_unit == 1 else 's'}" if rule.unit else ""
+    was, reached = ("is", "reaches") if ahead else ("was", "reached")
+    return (f"The GROUP BY keys are private: a key {was} released only where its count of distinct {unit} plus "
+            f"noise {reached} {selection.threshold:,} (partition selection at epsilon {_number(selection.epsilon)}, "
+            f"delta {_number(selection.delta)}), so keys with fewer than about {selection.threshold:,} {few} are "
+            f"left out, and the answer does not say which (a key with {likely:,} or more is released with "
+            f"{LIKELY:.0%} probability{counted}).")
+
+
+def _likely_count(rule: SelectionRule) -> int:
+    """The smallest count of units released with probability at least ``LIKELY``: a plan value."""
+    low, high = rule.threshold, rule.threshold + 1
+    while release_probability(high, rule) < LIKELY:
+        low, high = high, rule.threshold + 2 * (high - rule.threshold)
+    while high - low > 1:  # release_probability(low) < LIKELY <= release_probability(high), or low = threshold
+        middle = (low + high) // 2
+        low, high = (middle, high) if release_probability(middle, rule) < LIKELY else (low, middle)
+    return low if release_probability(low, rule) >= LIKELY else high
 
 
 def thin_answer_notes(plan, released: int, post: exp.Select | None = None) -> list[str]:

@@ -183,7 +183,8 @@ class DPResult:
         self._converter = converter
         self.outside_domain = outside_domain
         """Rows whose GROUP BY keys are outside their public KEYS domains, released as one more
-        noisy cell (``OutsideDomain``); ``None`` when the query groups by no KEYS column."""
+        noisy cell (``OutsideDomain``); ``None`` when the query groups by no KEYS column. The
+        footers show it only where ``outside_domain.shown``."""
         self.limits = limits
         """The contribution limits the answer applied (``dpsql.query.limits.Limits``; ``str()`` reads
         "at most 250 rows and 10 groups per tailnum; dep_delay clamped to [-60, 300]"); ``None``
@@ -377,7 +378,7 @@ class DPResult:
                          "cut to what the policy allows (a count is at least 0, an AVG within its bounds)")
         if self.budget is not None:
             lines.append(f"budget: {_html(self.budget)}".replace("\n", "; "))
-        if self.outside_domain is not None:
+        if self.outside_domain is not None and self.outside_domain.shown:
             lines.append(_html(self.outside_domain))
         if self.limits is not None:
             lines.append(f"limits: {_html(self.limits)}")
@@ -587,9 +588,14 @@ class OutsideDomain:
     """
 
     def __init__(self, keys: tuple[str, ...], values: dict, widths: Callable[[float], dict[str, float]],
-                 rows: str | None = None, spans: Callable[[float], dict[str, tuple[float, float]]] | None = None):
+                 rows: str | None = None, spans: Callable[[float], dict[str, tuple[float, float]]] | None = None,
+                 shown: bool = True):
         self.keys = tuple(keys)
         """The GROUP BY keys, as written."""
+        self.shown = shown
+        """Whether the answer's footers show it (``repr``, the shell, the CLI, the server's NOTICE):
+        when the query asked for it (``OPTIONS (show_outside = true)``) or its noisy values can be
+        told from noise (``dpsql.query.outside``); it is here either way."""
         self.values = dict(values)
         """Per aggregate of the query (by output name, else as written), its noisy value in this cell."""
         self.rows = rows

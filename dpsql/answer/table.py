@@ -46,7 +46,7 @@ class Answer:
     notes: tuple[str, ...] = ()
     """What to know beyond the values (``DPResult.notes``: why an answer is thin)."""
     outside: str | None = None
-    """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), if any."""
+    """The footer of rows outside the KEYS domains (``DPResult.outside_domain``), where it is shown."""
     limits: str | None = None
     """The contribution limits the answer applied (``DPResult.limits``), as text."""
     bounding: str | None = None
@@ -76,7 +76,8 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
     return Answer(list(result.columns), rows, half_widths, Fraction(cost.epsilon),
                   Fraction(cost.delta), bool(getattr(result, "exact", False)),
                   bool(getattr(result, "repeat", False)), tuple(getattr(result, "notes", ())),
-                  None if getattr(result, "outside_domain", None) is None else str(result.outside_domain),
+                  None if not getattr(getattr(result, "outside_domain", None), "shown", False)
+                  else str(result.outside_domain),
                   _text_or_none(getattr(result, "limits", None)), _text_or_none(getattr(result, "bounding", None)),
                   intervals=spans)
 

@@ -15,15 +15,24 @@ discrete Laplace noise of scale sensitivity / epsilon_i:
 
 * ``kept = Σ_u min(r_u, K)``: one unit adds 0..K, sensitivity **K**;
 * ``dropped = Σ_u min(r_u - min(r_u, K), C)``, C = K: 0..C per unit, sensitivity **K**, and the
-  share is **at least** what is shown (rows beyond 2K of one unit are not counted).
+  share is **at least** what is shown (rows beyond 2K of one unit are not counted);
+* ``no_unit``: the table's rows whose unit is NULL, which no answer ever counts (the copy leaves
+  them out). They belong to no unit, so no unit moves this count; each is treated as a unit of
+  its own (as a row-level table's rows are, DESIGN.md invariant 16), so one such row added or
+  removed moves it by 1: sensitivity **1**, and adding or removing a unit moves ``kept`` and
+  ``dropped`` only. It is read from the raw table (one scalar subquery; the curator's statement,
+  never an analyst's) and shown as a count with its 95% interval
+  ("≈ 2,512 ± 30 of flights' rows have no tailnum: ..."), cut at 0.
 
 The cap R changes neither count: r ≤ R leaves r as it is, and for r > R both min(r, K) and
 min(r, R) are K, and both r - K and R - K = 4K² are at least C = K. Replacing one unit moves
 each sum by at most its sensitivity too (one term changes within [0, K]), so the same scales
 serve BOUNDED and UNBOUNDED neighbours. ``tests/test_bias_estimate.py`` checks both by brute
-force. The epsilon is split 1 : 2 between ``kept`` and ``dropped`` (``dpsql.query.bias``: kept only
-scales the share); the share dropped / (kept + dropped) and its 95% interval are
-post-processing (``dpsql.mechanisms.shares``).
+force. The epsilon is split 3 : 6 : 1 between ``kept``, ``dropped`` and ``no_unit`` (sequential
+composition: whichever neighbour, the three losses add up to at most epsilon; ``dpsql.query.bias``:
+kept only scales the share, and ``no_unit``'s sensitivity of 1 needs little); the share dropped /
+(kept + dropped), its 95% interval and the interval of ``no_unit`` are post-processing
+(``dpsql.mechanisms.shares``, ``dpsql.mechanisms.noise.discrete_laplace_halfwidth``).
 
 The estimate is a ledger entry like any charge (analyst: none; its cost counts against the
 total budget), found by its key: the table, its unit and K, so a policy that changes K has no
@@ -41,17 +50,19 @@ from sqlglot import exp
 from dpsql.backends.bounding import DATABASE, DROP_CAP, copy_name, raw_rows_name
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement
-from dpsql.mechanisms.noise import discrete_laplace
+from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 from dpsql.mechanisms.shares import estimate_share
 from dpsql.policy.model import PrivateTable
-from dpsql.query.limits import RecordedDrop, record_key
+from dpsql.query.limits import NoUnitRows, RecordedDrop, record_key
 
 __all__ = ["DroppedPlan", "RecordedDrop", "dropped_statement", "plan_dropped", "record_key", "release_dropped"]
 
 CAP = 1
 """C = CAP · K (at most ``DROP_CAP``: the row-count table stores enough for it)."""
-KEPT_WEIGHT, DROPPED_WEIGHT = 1, 2
-"""The split of the estimate's epsilon between ``kept`` and ``dropped``."""
+KEPT_WEIGHT, DROPPED_WEIGHT, NO_UNIT_WEIGHT = 3, 6, 1
+"""The split of the estimate's epsilon between ``kept``, ``dropped`` and ``no_unit``."""
+COUNTS = ("kept", "dropped", "no_unit")
+"""The estimate's counts, in the order its statement returns them."""
 ALPHA = 0.05
 """The share's ± is a 95% interval."""
 
@@ -80,10 +91,12 @@ class DroppedPlan:
 
     @property
     def scales(self) -> dict[str, Fraction]:
-        """Discrete Laplace scale of each count: sensitivity K over its part of epsilon."""
-        part = self.epsilon / (KEPT_WEIGHT + DROPPED_WEIGHT)
+        """Discrete Laplace scale of each count: its sensitivity (K, C = K, and 1) over its part
+        of epsilon."""
+        part = self.epsilon / (KEPT_WEIGHT + DROPPED_WEIGHT + NO_UNIT_WEIGHT)
         return {"kept": Fraction(self.rows_per_unit) / (KEPT_WEIGHT * part),
-                "dropped": Fraction(self.cap) / (DROPPED_WEIGHT * part)}
+                "dropped": Fraction(self.cap) / (DROPPED_WEIGHT * part),
+                "no_unit": Fraction(1) / (NO_UNIT_WEIGHT * part)}
 
 
 def plan_dropped(rule: PrivateTable, key: str, epsilon: Fraction) -> DroppedPlan | None:
@@ -95,7 +108,8 @@ def plan_dropped(rule: PrivateTable, key: str, epsilon: Fraction) -> DroppedPlan
 
 
 def dropped_statement(plan: DroppedPlan, dialect: str = DUCKDB) -> BoundedStatement:
-    """One row: ``kept`` and ``dropped`` (module docstring), from the row-count table only."""
+    """One row: ``kept`` and ``dropped`` (module docstring) from the row-count table, and
+    ``no_unit``, the raw table's rows whose unit is NULL."""
     name = raw_rows_name(plan.copy)
     k = exp.Literal.number(plan.rows_per_unit)
     rows = exp.column("r", table=name, quoted=True)  # typed by its table (``bounding.raw_rows_columns``)
@@ -109,22 +123,28 @@ def dropped_statement(plan: DroppedPlan, dialect: str = DUCKDB) -> BoundedStatem
 
     table = exp.table_(name, db="main", catalog=DATABASE, quoted=True) if dialect == DUCKDB else \
         exp.table_(name, quoted=True)
-    select = exp.select(total(kept, "kept"), total(dropped, "dropped")).from_(table)
+    source = exp.Table(this=exp.to_identifier(plan.key.split(".")[-1], quoted=True),
+                       db=exp.to_identifier(plan.key.split(".")[0], quoted=True) if "." in plan.key else None)
+    nameless = exp.select(exp.Count(this=exp.Star())).from_(source).where(
+        exp.Is(this=exp.column(plan.unit, quoted=True), expression=exp.Null()))
+    select = exp.select(total(kept, "kept"), total(dropped, "dropped"),
+                        exp.alias_(exp.Subquery(this=nameless), "no_unit")).from_(table)
     return BoundedStatement(render(select, dialect), False, (plan.key,))
 
 
-def noisy_counts(plan: DroppedPlan, exact: tuple[int, int], source=None) -> dict[str, int]:
-    """Each exact count plus discrete Laplace noise of its scale (one batch per count)."""
+def noisy_counts(plan: DroppedPlan, exact: tuple[int, int, int], source=None) -> dict[str, int]:
+    """Each exact count (``COUNTS``) plus discrete Laplace noise of its scale (one batch per count)."""
     scales = plan.scales
     return {name: int(value) + int(discrete_laplace(scales[name], 1, source)[0])
-            for name, value in zip(("kept", "dropped"), exact)}
+            for name, value in zip(COUNTS, exact, strict=True)}
 
 
-def release_dropped(plan: DroppedPlan, exact: tuple[int, int], source=None) -> RecordedDrop:
-    """Noise both counts, then the share and its interval (post-processing)."""
+def release_dropped(plan: DroppedPlan, exact: tuple[int, int, int], source=None) -> RecordedDrop:
+    """Noise the three counts, then the share and the intervals (post-processing of them only)."""
     noisy = noisy_counts(plan, exact, source)
     scales = plan.scales
     share = estimate_share(noisy["dropped"], float(scales["dropped"]), noisy["kept"], float(scales["kept"]),
                            added=True, alpha=ALPHA)
+    no_unit = NoUnitRows(noisy["no_unit"], discrete_laplace_halfwidth(scales["no_unit"], ALPHA))
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    return RecordedDrop(plan.table, plan.unit, plan.rows_per_unit, share, plan.epsilon, today)
+    return RecordedDrop(plan.table, plan.unit, plan.rows_per_unit, share, plan.epsilon, today, no_unit)

@@ -89,8 +89,8 @@ def estimate_drops(context: MechanismContext, epsilon: Any, tables: Any,
         counting = dropped_statement(plan, context.dialect)  # rendered before the charge
 
         def release(fetched: list[list[tuple]], plan: DroppedPlan = plan) -> RecordedDrop:
-            kept, dropped = fetched[0][0]
-            return release_dropped(plan, (int(kept), int(dropped)), context.source)
+            kept, dropped, no_unit = fetched[0][0]
+            return release_dropped(plan, (int(kept), int(dropped), int(no_unit)), context.source)
 
         recorded[plan.table] = spender.spend_statements(dropped_price(plan, epsilon), [counting], release,
                                                         RecordedDrop.to_json).released

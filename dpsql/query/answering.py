@@ -21,7 +21,7 @@ from dpsql.analysis.domains import domain_text, reports_outside
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation, explain_plan, explain_sampling
 from dpsql.answer.noise_rows import noise_rows_notes
-from dpsql.answer.notes import null_cells_notes, thin_answer_notes
+from dpsql.answer.notes import null_cells_notes, selection_text, thin_answer_notes
 from dpsql.answer.result import DPResult, QueryCost, decode_answer, decode_outside, encode_answer
 from dpsql.backends.base import Backend
 from dpsql.backends.keys import shown_keys
@@ -86,6 +86,11 @@ class Answered:
     noisy: dict[str, list[int]]
     outside: dict | None
     bounding: Any
+
+
+def _asked(option: Any) -> bool:
+    """A written flag option (``OPTIONS (show_outside = true)``) is true."""
+    return option is not None and option.value is True
 
 
 def query_price(plan: Plan, priced: Priced, statements: int) -> Price:
@@ -165,7 +170,8 @@ class Answerer:
         cells = self._intervals(plan, checked, answered.noisy, answered.rows)
         return DPResult(list(checked.outputs), answered.rows, spent.cost, intervals=cells,
                         **self._described(plan, checked, types, answered.rows, cells), budget=spent.budget,
-                        outside_domain=outside_domain(self.engine, plan, checked, answered.outside, types),
+                        outside_domain=outside_domain(self.engine, plan, checked, answered.outside, types,
+                                                      asked=_asked(prepared.written.get("show_outside"))),
                         limits=self.limits(plan, context.spender), bounding=answered.bounding)
 
     def _replayed(self, prepared: Prepared, text: str) -> Answered | None:
@@ -239,6 +245,8 @@ class Answerer:
 
         limited = any(checked.post.args.get(part) for part in ("limit", "offset"))
         notes = [] if limited else thin_answer_notes(plan, len(rows), checked.post)
+        if not notes and plan.selection is not None:  # a thin answer's note names the threshold already
+            notes.append(selection_text(plan))
         notes += null_cells_notes(checked.outputs, checked.post, rows)
         try:
             notes += noise_rows_notes(plan, checked, rows, cells)

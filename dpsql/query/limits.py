@@ -2,9 +2,11 @@
 
 ``Limits`` names them (rows and groups per unit, clamped columns), the share of rows a table's
 MAX ROWS PER UNIT drops where the curator recorded one (``RecordedDrop``: the curator's
-``dpsql.curator.dropped`` makes and records it; every answer reading the table shows it), and
-which way they can move each aggregate (``dpsql.answer.notes.limit_effects``). All of it is
-free: plan facts, and post-processing of a release charged once.
+``dpsql.curator.dropped`` makes and records it; every answer reading the table shows it), the
+rows with no unit (NULL), which no answer counts (with the recorded noisy count of them where
+there is one, ``NoUnitRows``; else the fact alone, the same whatever the data), and which way
+the limits can move each aggregate (``dpsql.answer.notes.limit_effects``). All of it is free:
+plan facts, and post-processing of a release charged once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,28 @@ from dpsql.mechanisms.shares import Share
 if TYPE_CHECKING:
     from dpsql.query.spend import Spender
 
-__all__ = ["Limits", "RecordedDrop", "fraction_text", "limits_of", "possessive"]
+__all__ = ["Limits", "NoUnitRows", "RecordedDrop", "fraction_text", "limits_of", "possessive"]
+
+
+@dataclass(frozen=True)
+class NoUnitRows:
+    """A recorded noisy count of a table's rows whose unit is NULL, with its 95% half-width;
+    shown cut at 0 (a count is never below it).
+
+    >>> str(NoUnitRows(2512, 30)), str(NoUnitRows(12, 30)), str(NoUnitRows(-7, 30))
+    ('≈ 2,512 ± 30', '≈ 12 [0, 42]', '≈ 0 [0, 23]')
+    """
+
+    value: int
+    """The noisy count (discrete Laplace noise: it may be below 0)."""
+    halfwidth: int
+    """Half-width of its 95% noise interval."""
+
+    def __str__(self) -> str:
+        shown = max(self.value, 0)
+        if self.value - self.halfwidth < 0:
+            return f"≈ {shown:,} [0, {max(self.value + self.halfwidth, 0):,}]"
+        return f"≈ {shown:,} ± {self.halfwidth:,}"
 
 
 @dataclass(frozen=True)
@@ -30,6 +53,8 @@ class RecordedDrop:
 
     >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1)))
     ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least)
+    >>> print(RecordedDrop("flights", "tailnum", 250, Share(0.044, 0.003), Fraction(1), None, NoUnitRows(2512, 30)))
+    ≈ 4.4% ± 0.3% of flights' rows beyond 250 per tailnum (at least); ≈ 2,512 ± 30 rows with no tailnum
     """
 
     table: str
@@ -45,14 +70,19 @@ class RecordedDrop:
     estimated: str | None = None
     """The UTC date it was made (ISO): it describes the table's rows as they were then, and is
     not made again when they change (the curator re-runs ``estimate_limits`` for that)."""
+    no_unit: NoUnitRows | None = None
+    """The noisy count of the table's rows with no unit (``None``: an estimate made before it was counted)."""
 
     def __str__(self) -> str:
-        return f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
+        text = f"{self.share} of {possessive(self.table)} rows beyond {self.rows_per_unit} per {self.unit} (at least)"
+        return text if self.no_unit is None else f"{text}; {self.no_unit} rows with no {self.unit}"
 
     def to_json(self) -> str:
         return json.dumps({"table": self.table, "unit": self.unit, "rows_per_unit": self.rows_per_unit,
                            "share": [self.share.value, self.share.halfwidth], "epsilon": str(self.epsilon),
-                           "estimated": self.estimated},
+                           "estimated": self.estimated,
+                           **({} if self.no_unit is None else
+                              {"no_unit": [self.no_unit.value, self.no_unit.halfwidth]})},
                           separators=(",", ":"))
 
     @classmethod
@@ -60,9 +90,11 @@ class RecordedDrop:
         """The estimate a ledger entry recorded, or ``None`` if it holds none."""
         try:
             record = json.loads(text)  # type: ignore[arg-type]  # None: TypeError
+            counted = record.get("no_unit")
             return cls(str(record["table"]), str(record["unit"]), int(record["rows_per_unit"]),
                        Share(float(record["share"][0]), float(record["share"][1])), Fraction(record["epsilon"]),
-                       None if record.get("estimated") is None else str(record["estimated"]))
+                       None if record.get("estimated") is None else str(record["estimated"]),
+                       None if counted is None else NoUnitRows(int(counted[0]), int(counted[1])))
         except (TypeError, ValueError, KeyError, IndexError, ArithmeticError):
             return None
 
@@ -102,6 +134,12 @@ class Limits:
     least), and this query's row limit and group limit can drop more
     >>> str(Limits(None, 1, None, ()))
     'each row is its own unit'
+    >>> print(Limits("tailnum", 300, None, (), (), (), no_unit=True))
+    at most 300 rows per tailnum; rows with no tailnum belong to nobody and are never counted
+    >>> drop = RecordedDrop("flights", "tailnum", 300, Share(0.016, 0.004), Fraction(1), None, NoUnitRows(2512, 30))
+    >>> print(Limits("tailnum", 300, None, (), (drop,), (), no_unit=True))  # doctest: +NORMALIZE_WHITESPACE
+    at most 300 rows per tailnum; limits drop ≈ 1.6% ± 0.4% of flights' rows (at least); rows with no
+    tailnum (≈ 2,512 ± 30 of flights' rows) belong to nobody and are never counted
     """
 
     unit: str | None
@@ -116,6 +154,9 @@ class Limits:
     """The recorded share of rows each private table read drops at its MAX ROWS PER UNIT."""
     effects: tuple[tuple[str, str], ...] = ()
     """(aggregate as written, which way the limits can move it: ``dpsql.answer.notes.EFFECTS``)."""
+    no_unit: bool = False
+    """Rows with no unit (NULL) are left out: say so, with the recorded count where every table
+    read has one (``RecordedDrop.no_unit``), else as a fact alone."""
 
     def __str__(self) -> str:
         if self.unit is None:
@@ -129,8 +170,17 @@ class Limits:
         parts += [f"{name} clamped to [{fraction_text(lower)}, {fraction_text(upper)}]"
                   for name, lower, upper in self.clamped]
         parts += [self._dropped_text(drop) for drop in self.dropped]
+        if self._counted_no_unit():
+            parts += [f"rows with no {drop.unit} ({drop.no_unit} of {possessive(drop.table)} rows) belong to nobody "
+                      f"and are never counted" for drop in self.dropped]
+        elif self.no_unit:  # no released count: the fact alone, the same whatever the data
+            parts.append(f"rows with no {self.unit} belong to nobody and are never counted")
         effects = effects_text(self.effects)
         return "; ".join(parts + ([effects] if effects else []))
+
+    def _counted_no_unit(self) -> bool:
+        """Every table read has a recorded count of its rows with no unit."""
+        return self.no_unit and bool(self.dropped) and all(drop.no_unit is not None for drop in self.dropped)
 
     def _dropped_text(self, drop: RecordedDrop) -> str:
         when = f"; estimated {drop.estimated}, from the rows then" if drop.estimated else ""
@@ -156,7 +206,7 @@ def limits_of(plan: Plan, recorded: tuple[RecordedDrop, ...] = ()) -> Limits:
     unit = None if query.hidden_unit or rule.row_level else rule.unit
     drops = unit is not None or rule.max_rows_per_unit > 1
     return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())), tuple(recorded),
-                  limit_effects(plan, drops))
+                  limit_effects(plan, drops), no_unit=unit is not None)
 
 
 KEY_PREFIX = "limits-drop/"

@@ -332,7 +332,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
         else (tuple(result.columns), released)
     remaining = budget.analyst if budget.analyst is not None else budget
     notice = f"dpsql: cost {result.cost}; remaining: {remaining}"
-    if result.outside_domain is not None:  # rows outside the KEYS domains: never silently lost
+    if result.outside_domain is not None and result.outside_domain.shown:  # asked for, or told from noise
         notice += f"\ndpsql: {result.outside_domain}"
     if result.limits is not None:
         notice += f"; limits: {result.limits}"

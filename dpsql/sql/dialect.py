@@ -153,6 +153,7 @@ OPTIONS = {
     "noise": _noise,
     "report_bias": _share,
     "intervals": _flag,  # presentation only: the server adds <column>_low/_high (db.sql: res.intervals())
+    "show_outside": _flag,  # presentation only: the KEYS outside cell in every footer (dpsql.query.outside)
     "scale_sample": _flag,  # post-processing: totals from a TABLESAMPLE POISSON scaled by 1/p (dpsql.query.scaling)
     "max_error": _number,  # refuse before the charge when a predicted 95% ± is wider (dpsql.query.prediction)
     "expected_rows": _whole_number,  # the fewest values expected in a group: ratios' ± judged there
