@@ -1,5 +1,6 @@
-"""No value of any numeric type makes ``suggest_bounds`` fail (``dpsql.curator.suggest.values_sql`` bins
-in DOUBLE), and binning in DOUBLE keeps the bins exact at the edges."""
+"""No value of any numeric type makes ``suggest_bounds`` fail (``dpsql.curator.suggest_quantiles``
+compares in DOUBLE and sums per-unit totals as DECIMAL(38, 6) of clamped values), and comparing
+in DOUBLE keeps the buckets exact at the edges."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 import dpsql
 from dpsql.backends.rewrite import literal
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.curator.suggest import is_float_type, is_integer_type, value_candidates, values_sql
+from dpsql.backends.render import render
+from dpsql.curator.suggest import _identity, _table, is_integer_type, value_candidates
+from dpsql.curator.suggest_quantiles import SHARE_SCALE, ranks_from, shares_select
 
 # -- no value fails the suggestion -----------------------------------------------------------
 
@@ -58,6 +61,7 @@ def test_no_value_of_any_numeric_type_makes_a_suggestion_fail(type_name):
         for table in [*tables, "r"]:
             suggestion = db.suggest_bounds(table, epsilon=1)
             assert list(suggestion["bounds"]) == ["x"], (table, suggestion)
+            assert table == "r" or suggestion["bounds"]["x"] is None or suggestion["unit_bounds"]["x"] is not None
         assert db.budget.spent.epsilon == len(tables) + 1
 
 
@@ -74,6 +78,7 @@ def test_values_at_and_beside_the_edges_fall_in_their_exact_bins(type_name, step
     rows = ", ".join(f"({i}, CAST('{literal(v)}' AS {type_name}))" for i, v in enumerate(values))
     connection = duckdb.connect()
     connection.execute(f"CREATE TABLE t AS SELECT * FROM (VALUES {rows}) AS v(uid, x)")
-    *at_most, total = connection.execute(values_sql("t", "uid", "x", is_float_type(type_name), edges),
-                                         {"salt": "s"}).fetchall()[0]
-    assert total == len(values) and at_most == [sum(v <= e for v in values) for e in edges]
+    tree = shares_select(_table("t"), _identity("uid", {"uid": "INTEGER"}), "x", edges)
+    *at_most, total = ranks_from(connection.execute(render(tree)).fetchall(), len(edges))
+    assert total == len(values) * SHARE_SCALE
+    assert at_most == [sum(v <= e for v in values) * SHARE_SCALE for e in edges]
