@@ -1,0 +1,190 @@
+"""``dpsql suggest`` that a curator can use (issue 37, item 8): measure-like columns by default,
+a pre-policy run that can be repeated, refusal hints for who sees them, and bounds from DP
+quantiles that state the share of units they cover, row bounds and BOUNDS PER UNIT
+(``dpsql.curator.suggest_columns``, ``dpsql.curator.suggest_quantiles``)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import binom
+
+import dpsql
+from dpsql import cli
+from dpsql.backends.render import render
+from dpsql.curator.suggest import _identity, _table, value_candidates
+from dpsql.curator.suggest_quantiles import SHARE_SCALE, aim, draw_bound, ranks_from, shares_select, totals_select
+from dpsql.errors import BudgetExceeded
+from dpsql.mechanisms.noise import SeededSource
+
+# -- which columns by default --------------------------------------------------------------------
+
+
+def flights_like(units: int = 400, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    uid = np.repeat(np.arange(units), 5)
+    n = len(uid)
+    return pd.DataFrame({"tailnum": uid.astype(str), "year": 2013, "month": rng.integers(1, 13, n),
+                         "day": rng.integers(1, 29, n), "hour": rng.integers(0, 24, n),
+                         "sched_dep_minute": rng.integers(0, 60, n), "flight": rng.integers(1, 5000, n),
+                         "route_id": rng.integers(1, 50, n), "dest": rng.integers(0, 9, n),
+                         "dep_delay": rng.exponential(15, n) - 5, "distance": rng.integers(100, 5000, n),
+                         "carrier": "AA"})
+
+
+def test_default_columns_are_the_measures_and_the_rest_are_named_with_their_reason(tmp_path, capsys):
+    policy = ("BUDGET EPSILON 10; PRIVATE TABLE flights (PRIVACY UNIT tailnum, MAX ROWS PER UNIT 5, "
+              "dest KEYS (0, 1, 2, 3, 4, 5, 6, 7, 8));")
+    with dpsql.connect({"flights": flights_like()}, policy=policy, rng=SeededSource(1)) as db:
+        suggestion = db.suggest_bounds("flights", epsilon=2)
+    assert list(suggestion["bounds"]) == ["dep_delay", "distance"]
+    assert suggestion["skipped"] == {"year": "a calendar part", "month": "a calendar part", "day": "a calendar part",
+                                     "hour": "a calendar part", "sched_dep_minute": "a calendar part",
+                                     "flight": "an identifier (named after the table)", "route_id": "an identifier",
+                                     "dest": "a KEYS column"}
+    database = tmp_path / "f.duckdb"
+    connection = duckdb.connect(str(database))
+    connection.register("frame", flights_like())
+    connection.execute("CREATE TABLE flights AS SELECT * FROM frame")
+    connection.close()
+    assert cli.main(["suggest", str(database), "flights", "--unit", "tailnum", "--epsilon", "2"]) == 0
+    out = capsys.readouterr().out
+    # the stand-in policy of a run before any policy has no KEYS: dest is bounded there
+    assert "-- measure-like columns bounded: dest, dep_delay, distance; left out: year (a calendar part)" in out
+    assert "route_id (an identifier)" in out and "name columns with --columns to choose" in out
+    # named columns are bounded whatever their names
+    with dpsql.connect({"flights": flights_like()}, policy=policy, rng=SeededSource(1)) as db:
+        named = db.suggest_bounds("flights", epsilon=2, columns=["hour", "flight"])
+    assert list(named["bounds"]) == ["hour", "flight"] and named["skipped"] == {}
+
+
+# -- the pre-policy run, and who a refusal speaks to ---------------------------------------------
+
+
+def test_a_pre_policy_run_repeats_and_a_stored_policy_is_not_stood_in_for(tmp_path, capsys):
+    database = tmp_path / "f.duckdb"
+    connection = duckdb.connect(str(database))
+    connection.register("frame", flights_like(200))
+    connection.execute("CREATE TABLE flights AS SELECT * FROM frame")
+    connection.close()
+    for epsilon, recorded in (("1", "1"), ("1", "2"), ("0.25", "2.25")):
+        assert cli.main(["suggest", str(database), "flights", "--unit", "tailnum", "--epsilon", epsilon,
+                         "--columns", "dep_delay"]) == 0
+        err = capsys.readouterr().err
+        assert f"records ε {recorded} spent on suggestions before any policy" in err, err
+    policy = tmp_path / "p.policy"
+    policy.write_text("BUDGET EPSILON 3; PRIVATE TABLE flights (PRIVACY UNIT tailnum, MAX ROWS PER UNIT 5);")
+    assert cli.main(["init", str(database), "--policy", str(policy)]) == 0
+    capsys.readouterr()
+    assert cli.main(["suggest", str(database), "flights", "--unit", "tailnum", "--epsilon", "1"]) == 1
+    assert "a policy is stored with this database: leave out --unit" in capsys.readouterr().err
+    # what the pre-policy runs spent counts against the stored budget: 2.25 of 3
+    assert cli.main(["suggest", str(database), "flights", "--epsilon", "1", "--columns", "dep_delay"]) == 3
+    err = capsys.readouterr().err
+    assert "only 0.75 remains" in err and "dpsql init DB --policy P --replace" in err
+    assert "ask the data curator" not in err
+
+
+def test_a_budget_refusal_tells_the_curator_how_to_raise_it_and_the_analyst_whom_to_ask():
+    with dpsql.connect({"t": flights_like(50)}, policy="BUDGET EPSILON 1; PRIVATE TABLE t (PRIVACY UNIT tailnum, "
+                       "MAX ROWS PER UNIT 5, distance BOUNDS 0 TO 5000);") as db:
+        with pytest.raises(BudgetExceeded) as refused:
+            db.sql("SELECT COUNT(*) AS n FROM t", epsilon=2)
+    error = refused.value
+    for surface in ("python", "cli", "shell"):
+        assert "ask the data curator" not in error.hint_for(surface)
+        assert "raise the policy's budget" in error.hint_for(surface)
+    assert error.hint_for("sql") == "ask for less, or ask the data curator for more budget"
+
+
+# -- the sensitivity of what the draws read, by brute force ---------------------------------------
+
+PROFILES = [(), (1.0,), (150.0,), (-3.0, 7.0), (7.0,) * 5, (float("nan"), 2.0), (None, 1e12), (-1e9, 40.0, 2.5),
+            (0.0,) * 12]
+EDGES = value_candidates(False)
+
+
+def _ranks(profile, kind: str) -> tuple[list[int], ...]:
+    """The rank vectors the draws read over background units plus one unit with ``profile``."""
+    rows = [(100, 5.0), (100, 6.0), (101, -2.0), (102, None), (103, 30.0)] + [(1, v) for v in profile]
+    connection = duckdb.connect()
+    connection.register("frame", pd.DataFrame(rows, columns=["uid", "x"]).astype({"x": "float64"}))
+    connection.execute("CREATE TABLE t AS SELECT * FROM frame")
+    owner = _identity("uid", {"uid": "BIGINT"})
+    if kind == "shares":
+        *ranks, _ = ranks_from(connection.execute(render(shares_select(_table("t"), owner, "x", EDGES))).fetchall(),
+                               len(EDGES))
+        return (ranks,)
+    fetched = connection.execute(render(totals_select(_table("t"), owner, "x", Fraction(-5), Fraction(40),
+                                                      EDGES))).fetchall()
+    return tuple(ranks_from([(b, n) for part, b, n in fetched if part == p], len(EDGES))[:-1] for p in (0, 1))
+
+
+def _largest_move(kind: str) -> int:
+    """The most any rank a draw reads moves between neighbours: add, remove or replace one unit."""
+    results = [_ranks(p, kind) for p in PROFILES]
+    return max(abs(a - b) for x, y in product(results, results) for u, v in zip(x, y) for a, b in zip(u, v))
+
+
+@pytest.mark.parametrize("kind, declared", [("shares", SHARE_SCALE), ("totals", 1)])
+def test_one_unit_moves_each_rank_by_its_weight_and_a_halved_weight_would_not_hold(kind, declared):
+    """The weight a draw is given as Δu (S for the row shares, 1 for the per-unit totals) is the
+    most one unit moves any rank, under add/remove and replace (the total n·S or n moves by the
+    same weight, q times it in the target): reached, and a mutated Δu of half fails."""
+    moved = _largest_move(kind)
+    assert moved == declared
+    assert not moved <= declared // 2
+
+
+# -- what is stated holds --------------------------------------------------------------------------
+
+
+def test_the_suggested_per_unit_bound_leaves_at_most_the_stated_share_of_units_above_it():
+    """3,000 units with per-unit totals spread over every positive candidate (so the grid adds
+    no slack); 400 draws of the upper per-unit bound at epsilon 1/13 (aimed at the 8.7% tail).
+    Each stated share holds with probability ≥ 97.5%, so more than 35 misses of 400 has
+    probability < 1e-6 (binomial). Stating the aimed share alone (no rank error) misses far
+    more often: the test sees a statement that leaves the error out."""
+    rng = np.random.default_rng(3)
+    totals = rng.choice([float(c) for c in EDGES if c > 0], size=3000)
+    ranks = [int((totals <= float(c)).sum()) for c in EDGES]
+    source = SeededSource(4)
+    misses = aimed_misses = 0
+    for _ in range(400):
+        bound = draw_bound("upper", EDGES, ranks, len(totals), 1, Fraction(1, 13), len(totals), source)
+        assert bound is not None
+        above = float((totals > float(bound.value)).mean())
+        misses += above > bound.stated
+        aimed_misses += above > bound.aimed
+    assert binom.sf(35, 400, 0.025) < 1e-6
+    assert misses <= 35 and aimed_misses > 35, (misses, aimed_misses)
+    assert aim(Fraction(1, 13), len(EDGES), 3000).tail > 0.08  # not aimed at 1%: the epsilon is too small
+
+
+def test_per_unit_bounds_on_flights_like_data_are_far_below_rows_times_row_bounds():
+    """Units with 20-60 rows of skewed delays: the suggested BOUNDS PER UNIT upper bound is a
+    share of k × hi (what the row model's SUM moves by), and the printed fragment states both."""
+    rng = np.random.default_rng(8)
+    sizes = rng.integers(20, 61, size=3000)
+    frame = pd.DataFrame({"uid": np.repeat(np.arange(3000), sizes)})
+    frame["delay"] = np.where(rng.random(len(frame)) < 0.1, rng.integers(60, 600, len(frame)),
+                              rng.integers(-10, 15, len(frame)))
+    policy = "BUDGET EPSILON 10; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 5);"
+    with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(2)) as db:
+        suggestion = db.suggest_bounds("t", epsilon=4)
+    k, (lo, hi), (low, high) = suggestion["max_rows_per_unit"], suggestion["bounds"]["delay"], \
+        suggestion["unit_bounds"]["delay"]
+    assert low <= 0 <= high < k * max(abs(lo), hi) / 2
+    clamped = frame.assign(v=frame["delay"].clip(lo, hi))
+    positive = clamped.assign(v=clamped["v"].clip(lower=0)).groupby("uid")["v"].sum()
+    said = suggestion["coverage"]["delay"]["unit_upper"]
+    assert (positive > high).mean() <= said["at_most"]
+    from dpsql.curator.suggest_text import suggestion_text
+    text = suggestion_text("t", "uid", suggestion, 4)
+    assert f"    delay BOUNDS PER UNIT {low} TO {high}\n" in text
+    assert f"moves an answer by at most {max(-low, high)} instead of k × max(|lo|, |hi|) = {k} × " in text
