@@ -13,10 +13,10 @@ import pytest
 
 import dpsql
 from dpsql import cli
-from dpsql.errors import BudgetExceeded, UnsupportedQuery
-from dpsql.mechanisms.noise import SeededSource
 from dpsql.curator.suggest import ROWS_CANDIDATES, rows_sql, split_epsilon
 from dpsql.curator.suggest_text import suggestion_text
+from dpsql.errors import BudgetExceeded, UnsupportedQuery
+from dpsql.mechanisms.noise import SeededSource
 
 
 def known(units: int = 3000, seed: int = 0) -> pd.DataFrame:

@@ -10,11 +10,11 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.backends.rewrite import literal
-from dpsql.mechanisms.noise import SeededSource
 from dpsql.backends.render import render
+from dpsql.backends.rewrite import literal
 from dpsql.curator.suggest import _identity, _table, is_integer_type, value_candidates
 from dpsql.curator.suggest_quantiles import SHARE_SCALE, ranks_from, shares_select
+from dpsql.mechanisms.noise import SeededSource
 
 # -- no value fails the suggestion -----------------------------------------------------------
 
@@ -65,7 +65,8 @@ def test_no_value_of_any_numeric_type_makes_a_suggestion_fail(type_name):
         assert db.budget.spent.epsilon == len(tables) + 1
 
 
-@pytest.mark.parametrize("type_name, step", [("DECIMAL(18,4)", Fraction(1, 10**4)), ("DECIMAL(38,20)", Fraction(1, 10**5)),
+@pytest.mark.parametrize("type_name, step", [("DECIMAL(18,4)", Fraction(1, 10**4)),
+                                             ("DECIMAL(38,20)", Fraction(1, 10**5)),
                                              ("DECIMAL(38,37)", Fraction(1, 10**15)), ("BIGINT", Fraction(1)),
                                              ("UHUGEINT", Fraction(1)), ("DOUBLE", Fraction(1, 2**10))])
 def test_values_at_and_beside_the_edges_fall_in_their_exact_bins(type_name, step):

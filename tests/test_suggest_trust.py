@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.mechanisms.noise import SeededSource
 from dpsql.curator.suggest_limits import groups_limit_note, selection_threshold
 from dpsql.curator.suggest_text import suggestion_text
+from dpsql.mechanisms.noise import SeededSource
+
 
 def long_tailed(units: int = 3000, seed: int = 0) -> pd.DataFrame:
     """Rows per unit 1..20; delay mostly -20..20, one row in ten 60..1200 (as arr_delay: the

@@ -78,7 +78,8 @@ ACCOUNTINGS = ("basic", "advanced", "zcdp")
 _ZERO = Fraction(0)
 _MARGIN = 1e-9  # relative slack demanded of every float computation that decides a budget
 _HINT = "ask for less, or raise the policy's budget: dpsql.init_policy(DB, POLICY, replace=True) keeps what was spent"
-_HINTS = {"cli": "ask for less, or raise the policy's budget: `dpsql init DB --policy P --replace` keeps what was spent",
+_HINTS = {"cli": "ask for less, or raise the policy's budget: `dpsql init DB --policy P --replace` keeps what was "
+                 "spent",
           "shell": "ask for less, or raise the policy's budget: `dpsql init DB --policy P --replace` keeps what was "
                    "spent",
           "sql": "ask for less, or ask the data curator for more budget"}

@@ -494,8 +494,8 @@ def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: 
                                 _withheld_warning(plan, column, share, len(edges), units_low, per_unit=True))
         unit_lower, unit_upper = drawn_lower, drawn_upper
     coverage.update(unit_lower=_said(unit_lower), unit_upper=_said(unit_upper))
-    return ColumnBounds(pair, (plain(min(unit_lower.value, 0), integral), plain(max(unit_upper.value, 0), integral)),
-                        coverage)
+    return ColumnBounds(pair, (plain(min(unit_lower.value, Fraction(0)), integral),
+                               plain(max(unit_upper.value, Fraction(0)), integral)), coverage)
 
 
 def _withheld_warning(plan: SuggestPlan, column: str, epsilon: Fraction, candidates: int, units_low: int,

@@ -182,7 +182,7 @@ def shares_select(table: exp.Table, owner: exp.Expr | None, column: str, edges) 
 
 
 def totals_select(table: exp.Table, owner: exp.Expr, column: str, lower: Fraction, upper: Fraction,
-                  edges) -> exp.Select:
+                  edges) -> exp.Query:
     """(part, bucket, units) rows: per part (0: the total of positive parts Σ max(v', 0), 1: of
     negative parts Σ min(v', 0)) and bucket, the units whose total falls in it (``ranks_from``
     then gives the units whose total is ≤ each edge); v' is the row's value clamped into

@@ -27,7 +27,8 @@ def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon, col
     ...                        "unit_upper": {"aimed": 0.01, "at_most": 0.02, "epsilon": 0.2}, "epsilon_for_99": 3}},
     ...     "epsilon_split": {"max_rows_per_unit": 0.15, "each_column": 0.4, "each_bound": 0.1, "units": 0.1}}, 1))
     ... # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
-    -- suggested by DP from t at epsilon 1 (0.1 for the number of units, 0.15 for MAX ROWS PER UNIT, 0.4 for each column's bounds: 0.1 a bound); merge into your policy
+    -- suggested by DP from t at epsilon 1 (0.1 for the number of units, 0.15 for MAX ROWS PER UNIT, 0.4 for
+    each column's bounds: 0.1 a bound); merge into your policy
     -- measure-like columns bounded: x, y; left out: year (a calendar part); name columns with --columns to choose
     PRIVATE TABLE t (
         PRIVACY UNIT uid,
@@ -36,8 +37,14 @@ def suggestion_text(table: str, unit: str | None, suggestion: dict, epsilon, col
         y BOUNDS PER UNIT 0 TO 40
     );
     -- MAX ROWS PER UNIT 8: about 95% of units have at most 8 rows ...
-    -- y BOUNDS 0 TO 10: DP 1st and 97th percentiles of the rows, each unit's rows weighing one unit (at this epsilon a draw cannot aim further out: about epsilon 3 on the same request would aim at the 1st and 99th); on average at most 2% of a unit's rows lie below and 5% above (95% confidence each; epsilon 0.1 a bound); ...
-    -- y BOUNDS PER UNIT 0 TO 40: DP 99th percentile of each unit's total of the positive parts of its rows clamped into BOUNDS (0 below: every row is ≥ 0); at most 2% of units have a total in some group above it (95% confidence); a unit's SUM of y then moves an answer by at most 40 instead of k × max(|lo|, |hi|) = 8 × 10 = 80
+    -- y BOUNDS 0 TO 10: DP 1st and 97th percentiles of the rows, each unit's rows weighing one unit (at this
+    epsilon a draw cannot aim further out: about epsilon 3 on the same request would aim at the 1st and 99th);
+    on average at most 2% of a unit's rows lie below and 5% above (95% confidence each; epsilon 0.1 a bound);
+    ...
+    -- y BOUNDS PER UNIT 0 TO 40: DP 99th percentile of each unit's total of the positive parts of its rows
+    clamped into BOUNDS (0 below: every row is ≥ 0); at most 2% of units have a total in some group above it
+    (95% confidence); a unit's SUM of y then moves an answer by at most 40 instead of k × max(|lo|, |hi|) = 8 ×
+    10 = 80
     <BLANKLINE>
     """
     split = suggestion["epsilon_split"]
@@ -132,12 +139,13 @@ def _unit_line(column: str, pair, said: dict, row_pair, k: int) -> str:
         beyond.append(f"at most {_share(high['at_most'])} of units have a total in some group above it")
     if low.get("epsilon"):
         beyond.append(f"at most {_share(low['at_most'])} below it")
-    row_sensitivity = k * max(abs(row_pair[0]), abs(row_pair[1]))
+    row_bound = max(abs(row_pair[0]), abs(row_pair[1]))
+    row_sensitivity = k * row_bound
     unit_sensitivity = max(abs(pair[0]), abs(pair[1]))
     return (f"{column} BOUNDS PER UNIT {shown(pair[0])} TO {shown(pair[1])}: {', and '.join(parts)}{free}; "
             f"{' and '.join(beyond)} (95% confidence); a unit's SUM of {column} then moves an answer by at most "
-            f"{shown(unit_sensitivity)} instead of k × max(|lo|, |hi|) = {k} × {shown(max(abs(row_pair[0]), abs(row_pair[1])))}"
-            f" = {shown(row_sensitivity)}")
+            f"{shown(unit_sensitivity)} instead of k × max(|lo|, |hi|) = {k} × {shown(row_bound)} = "
+            f"{shown(row_sensitivity)}")
 
 
 def _describe_split(split: dict) -> str:
