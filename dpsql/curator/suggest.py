@@ -60,6 +60,7 @@ from dpsql.curator.suggest_quantiles import (
     DrawnBound,
     aim,
     draw_bound,
+    draw_unit_bound,
     pick_quantile,
     ranks_from,
     shares_select,
@@ -393,7 +394,7 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB)
     coverage: dict[str, Any] = {}
     withheld = []
     for column, type_name in plan.columns:
-        found = column_bounds(plan, column, type_name, fetch, int(units), units_low, source, dialect)
+        found = column_bounds(plan, column, type_name, fetch, int(units), units_low, k, source, dialect)
         bounds[column], unit_bounds[column], coverage[column] = found.bounds, found.unit_bounds, found.coverage
         if found.warning:
             withheld.append(found.warning)
@@ -451,8 +452,8 @@ def _zero(side: str) -> DrawnBound:
     return DrawnBound(Fraction(0), 0.0, 0.0, Fraction(0))
 
 
-def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: int, units_low: int, source=None,
-                  dialect: str = DUCKDB) -> ColumnBounds:
+def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: int, units_low: int,
+                  rows_per_unit: int, source=None, dialect: str = DUCKDB) -> ColumnBounds:
     """One column's row bounds, then (unit-level) its per-unit bounds from the totals of its
     rows clamped into them (``dpsql.curator.suggest_quantiles``), each of ``plan.split.each_bound``;
     a per-unit bound that follows from the row bounds gives its draw's share to the other."""
@@ -478,6 +479,7 @@ def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: 
     if plan.unit is None or owner is None:
         return ColumnBounds(pair, None, coverage)
     free_lower, free_upper = lower.value >= 0, upper.value <= 0
+    cap = Fraction(rows_per_unit) * max(abs(lower.value), abs(upper.value))
     if free_lower and free_upper:
         unit_lower, unit_upper = _zero("lower"), _zero("upper")
     else:
@@ -486,13 +488,14 @@ def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: 
         *positive, _ = ranks_from([(b, n) for part, b, n in rows if part == 0], len(edges))
         *negative, _ = ranks_from([(b, n) for part, b, n in rows if part == 1], len(edges))
         drawn_upper = _zero("upper") if free_upper else \
-            draw_bound("upper", edges, positive, units, 1, share, units_low, source)
+            draw_unit_bound(edges, positive, units, cap, share, units_low, source)
         drawn_lower = _zero("lower") if free_lower else \
-            draw_bound("lower", edges, negative, units, 1, share, units_low, source)
+            draw_unit_bound(edges, negative, units, cap, share, units_low, source)
         if drawn_upper is None or drawn_lower is None:
             return ColumnBounds(pair, None, coverage,
                                 _withheld_warning(plan, column, share, len(edges), units_low, per_unit=True))
-        unit_lower, unit_upper = drawn_lower, drawn_upper
+        unit_lower = DrawnBound(-drawn_lower.value, drawn_lower.aimed, drawn_lower.stated, drawn_lower.epsilon)
+        unit_upper = drawn_upper
     coverage.update(unit_lower=_said(unit_lower), unit_upper=_said(unit_upper))
     return ColumnBounds(pair, (plain(min(unit_lower.value, Fraction(0)), integral),
                                plain(max(unit_upper.value, Fraction(0)), integral)), coverage)

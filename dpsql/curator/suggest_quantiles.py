@@ -14,10 +14,13 @@ without its shift and floor).
   units, at least x% of a unit's rows lie inside.
 * **Per-unit bounds** ``col BOUNDS PER UNIT L TO U``: quantiles of each unit's totals of its
   row values clamped into the suggested row bounds, U from the totals of the positive parts
-  Σ max(v, 0) and L from the totals of the negative parts Σ min(v, 0). Any group's total of a
-  unit's rows lies between its two, so the statement holds for every GROUP BY (and over all
-  the unit's rows, of which MAX ROWS PER UNIT keeps fewer). Each unit adds one total to each
-  list: Δu = 1. With row bounds lo ≥ 0 the lower one is 0 (no draw), with hi ≤ 0 the upper.
+  Σ max(v, 0) and -L from the magnitudes of the totals of the negative parts -Σ min(v, 0). Any
+  group's total of a unit's rows lies between its two, so the statement holds for every GROUP
+  BY (and over all the unit's rows, of which MAX ROWS PER UNIT keeps fewer). Each unit adds one
+  total to each list: Δu = 1. With row bounds lo ≥ 0 the lower one is 0 (no draw), with hi ≤ 0
+  the upper. The candidates stop below k·max(|lo|, |hi|), which is itself the last candidate
+  (``draw_unit_bound``): no unit's kept rows total more, so the draw cannot run off to an
+  absurd bound and aims at the 99th percentile at any epsilon.
 
 Units with no value in the column (all NULL or NaN) count as inside both bounds (they add
 nothing outside): the upper draw counts them below every candidate, the lower above, so the
@@ -77,9 +80,10 @@ class Aim:
         return self.stated > WITHHELD_TAIL
 
 
-def aim(epsilon: Fraction, candidates: int, units: int) -> Aim:
+def aim(epsilon: Fraction, candidates: int, units: int, guarded: bool = True) -> Aim:
     """The aim and statement of a draw of ``epsilon`` over ``candidates`` for ``units`` units
-    (a low estimate), in unit terms (Δu = 1 unit: S share-weights, or one total).
+    (a low estimate), in unit terms (Δu = 1 unit: S share-weights, or one total). ``guarded``:
+    aim inside the run-off margin (a draw whose top candidate is harmless needs none).
 
     >>> a = aim(Fraction(1, 10), 236, 4000)
     >>> round(a.tail, 4), round(a.stated, 4), round(a.epsilon_for_tail, 2)
@@ -91,8 +95,8 @@ def aim(epsilon: Fraction, candidates: int, units: int) -> Aim:
     off = scale * math.log(candidates / RUN_OFF)
     error = scale * math.log(candidates / ALPHA)
     units = max(units, 1)
-    tail = max(float(TAIL), off / units)
-    return Aim(tail, tail + error / units, float(epsilon) * (off / units) / float(TAIL))
+    tail = max(float(TAIL), off / units) if guarded else float(TAIL)
+    return Aim(tail, tail + error / units, float(epsilon) * max(off / units / float(TAIL), 1.0))
 
 
 def _column(name: str) -> exp.Column:
@@ -183,9 +187,9 @@ def shares_select(table: exp.Table, owner: exp.Expr | None, column: str, edges) 
 
 def totals_select(table: exp.Table, owner: exp.Expr, column: str, lower: Fraction, upper: Fraction,
                   edges) -> exp.Query:
-    """(part, bucket, units) rows: per part (0: the total of positive parts Σ max(v', 0), 1: of
-    negative parts Σ min(v', 0)) and bucket, the units whose total falls in it (``ranks_from``
-    then gives the units whose total is ≤ each edge); v' is the row's value clamped into
+    """(part, bucket, units) rows: per part (0: the total of positive parts Σ max(v', 0), 1: the
+    magnitude of the total of negative parts -Σ min(v', 0)) and bucket, the units whose total
+    falls in it (``ranks_from`` then gives the units whose total is ≤ each edge); v' is the row's value clamped into
     [lower, upper] (NULL and NaN rows add nothing; a unit without a value totals 0), summed
     exactly as DECIMAL(38, 6)."""
     value = exp.column("dp_value")
@@ -201,7 +205,8 @@ def totals_select(table: exp.Table, owner: exp.Expr, column: str, lower: Fractio
 
     rows = exp.select(exp.alias_(owner, "dp_owner"), exp.alias_(_double(column), "dp_value")).from_(table)
     per_unit = (exp.select(exp.alias_(total(exp.Greatest(this=clamped.copy(), expressions=[zero.copy()])), "dp_0"),
-                           exp.alias_(total(exp.Least(this=clamped.copy(), expressions=[zero.copy()])), "dp_1"))
+                           exp.alias_(exp.Neg(this=total(exp.Least(this=clamped.copy(), expressions=[zero.copy()]))),
+                                      "dp_1"))
                 .from_(rows.subquery())
                 .where(exp.Not(this=exp.Is(this=exp.column("dp_owner"), expression=exp.Null())))
                 .group_by(exp.column("dp_owner")))
@@ -265,3 +270,29 @@ def draw_bound(side: str, candidates, ranks, total: int, weight: int, epsilon: F
     if side == "lower":
         index = max(index - 1, 0)  # the candidate below: at most q·n + d units lie below it
     return DrawnBound(Fraction(candidates[index]), aimed.tail, aimed.stated, epsilon)
+
+
+def draw_unit_bound(candidates, ranks, units: int, cap: Fraction, epsilon: Fraction, units_low: int,
+                    source=None) -> DrawnBound | None:
+    """An upper bound on units' totals (of positive parts, or the magnitudes of negative parts)
+    drawn over the ``candidates`` below ``cap`` = k·max(|lo|, |hi|) and ``cap`` itself, which
+    ranks all ``units``: no unit's kept rows (at most k, each within the row bounds) total more,
+    so it is a bound with nothing beyond, and a draw landing there loses nothing but the gain.
+    No run-off margin is needed, so it aims at the 99th percentile (``aim`` unguarded); its
+    ``ranks`` are the ≤-ranks at ``candidates``. ``None`` when it would be withheld.
+
+    >>> from dpsql.mechanisms.noise import SeededSource
+    >>> drawn = draw_unit_bound([Fraction(10), Fraction(100)], [900, 1000], 1000, Fraction(500), Fraction(50),
+    ...                         1000, SeededSource(0))
+    >>> drawn.value, drawn.aimed
+    (Fraction(100, 1), 0.01)
+    """
+    kept = [(c, r) for c, r in zip(candidates, ranks) if 0 < c < cap]
+    values = [c for c, _ in kept] + [cap]
+    aimed = aim(epsilon, len(values), units_low, guarded=False)
+    if aimed.withheld:
+        return None
+    index = pick_quantile(values, [r for _, r in kept] + [units], units, 1 - Fraction(aimed.tail), epsilon, 1, source)
+    if index == len(kept):
+        return DrawnBound(cap, aimed.tail, 0.0, epsilon)
+    return DrawnBound(Fraction(values[index]), aimed.tail, aimed.stated, epsilon)

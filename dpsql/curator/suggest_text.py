@@ -127,11 +127,13 @@ def _row_line(column: str, pair, said: dict) -> str:
 def _unit_line(column: str, pair, said: dict, row_pair, k: int) -> str:
     low, high = said.get("unit_lower", {}), said.get("unit_upper", {})
     parts = []
+    capped = " (drawn at k × max(|lo|, |hi|), the most k kept rows can total: no gain on this side)"
     if high.get("epsilon"):
         parts.append(f"DP {_percentile(1 - high['aimed'])} percentile of each unit's total of the positive parts of "
-                     f"its rows clamped into BOUNDS")
+                     f"its rows clamped into BOUNDS" + (capped if high["at_most"] == 0 else ""))
     if low.get("epsilon"):
-        parts.append(f"DP {_percentile(low['aimed'])} percentile of its total of their negative parts")
+        parts.append(f"DP {_percentile(low['aimed'])} percentile of its total of their negative parts"
+                     + (capped if low["at_most"] == 0 else ""))
     free = " (0 below: every row is ≥ 0)" if not low.get("epsilon") and high.get("epsilon") else \
         " (0 above: every row is ≤ 0)" if not high.get("epsilon") and low.get("epsilon") else ""
     beyond = []
