@@ -51,7 +51,9 @@ from dpsql.mechanisms.noise import exponential_mechanism
 from dpsql.sql import pieces
 
 SHARE_SCALE = 2**16
-"""S: the weight of one unit in a row-bound rank (its rows share it)."""
+"""S: the weight of one unit in a row-bound rank (its rows share it): the row draws' Δu."""
+TOTAL_WEIGHT = 1
+"""The weight of one unit in a per-unit total's rank (one total each): the per-unit draws' Δu."""
 TAIL = Fraction(1, 100)
 """The tail share each bound aims at when the epsilon allows: bounds at the 1st and 99th percentiles."""
 WITHHELD_TAIL = 0.25
@@ -236,11 +238,30 @@ def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fr
     >>> pick_quantile([1, 2, 3, 4], [10, 50, 100, 100], 100, Fraction(2, 5), Fraction(50), 1, SeededSource(0))
     1
     """
-    target = float(quantile) * total
-    ranks = np.asarray(ranks, dtype=float)
-    before = np.concatenate([[0.0], ranks[:-1]])
-    utility = -np.maximum(np.maximum(target - ranks, before - target), 0.0)
-    return int(exponential_mechanism(float(epsilon) * utility / (2 * sensitivity), source))
+    gaps, scale = rank_gaps(ranks, total, quantile)
+    best = min(gaps)
+    coefficient = Fraction(epsilon) / (2 * sensitivity * scale)
+    # each log weight exact until one rounding to float (as ``dpsql.mechanisms.quantile`` computes its own)
+    weights = np.array([float(-(gap - best) * coefficient) for gap in gaps], dtype=np.float64)
+    return int(exponential_mechanism(weights, source))
+
+
+def rank_gaps(ranks, total: int, quantile: Fraction) -> tuple[list[int], int]:
+    """The utility -u(c_i) = max(q·n - rank(c_i), rank(c_{i-1}) - q·n, 0) of each candidate
+    (``pick_quantile``), exactly: integers ``gaps`` and the ``scale`` b they are multiplied by
+    (q = a/b, so b·u is an integer for integer ranks).
+
+    >>> rank_gaps([10, 50, 100, 100], 100, Fraction(2, 5))
+    ([150, 0, 50, 300], 5)
+    """
+    q = Fraction(quantile)
+    a, b = q.numerator, q.denominator
+    target = a * int(total)
+    gaps, before = [], 0
+    for rank in ranks:
+        gaps.append(max(target - b * int(rank), b * before - target, 0))
+        before = int(rank)
+    return gaps, b
 
 
 @dataclass(frozen=True)
@@ -292,7 +313,8 @@ def draw_unit_bound(candidates, ranks, units: int, cap: Fraction, epsilon: Fract
     aimed = aim(epsilon, len(values), units_low, guarded=False)
     if aimed.withheld:
         return None
-    index = pick_quantile(values, [r for _, r in kept] + [units], units, 1 - Fraction(aimed.tail), epsilon, 1, source)
+    index = pick_quantile(values, [r for _, r in kept] + [units], units, 1 - Fraction(aimed.tail), epsilon,
+                          TOTAL_WEIGHT, source)
     if index == len(kept):
         return DrawnBound(cap, aimed.tail, 0.0, epsilon)
     return DrawnBound(Fraction(values[index]), aimed.tail, aimed.stated, epsilon)
