@@ -29,9 +29,10 @@ def truth(con, column: str, lo: float, hi: float, low: float | None, high: float
     """The raw table's shares outside the bounds (benchmark only)."""
     rows = con.execute(f"""SELECT AVG(({column} < {lo})::INT), AVG(({column} > {hi})::INT)
                            FROM flights WHERE {column} IS NOT NULL AND NOT isnan({column})""").fetchone()
+    present = f"{column} IS NOT NULL AND NOT isnan({column})"
     units = con.execute(f"""SELECT AVG(below), AVG(above) FROM (SELECT tailnum,
                               AVG(({column} < {lo})::INT) AS below, AVG(({column} > {hi})::INT) AS above
-                            FROM flights WHERE {column} IS NOT NULL AND NOT isnan({column}) GROUP BY tailnum)""").fetchone()
+                            FROM flights WHERE {present} GROUP BY tailnum)""").fetchone()
     out = {"rows_below": rows[0], "rows_above": rows[1], "unit_rows_below": units[0], "unit_rows_above": units[1]}
     if high is not None:
         clamped = f"GREATEST(LEAST({column}, {hi}), {lo})"
@@ -39,7 +40,7 @@ def truth(con, column: str, lo: float, hi: float, low: float | None, high: float
                                    quantile_cont(p, 0.99), quantile_cont(n, 0.01) FROM (
                                  SELECT tailnum, COALESCE(SUM(GREATEST({clamped}, 0)), 0) AS p,
                                         COALESCE(SUM(LEAST({clamped}, 0)), 0) AS n
-                                 FROM flights WHERE {column} IS NOT NULL AND NOT isnan({column}) GROUP BY tailnum)""").fetchone()
+                                 FROM flights WHERE {present} GROUP BY tailnum)""").fetchone()
         out.update(units_above_U=totals[0], units_below_L=totals[1], true_p99_positive=totals[2],
                    true_p1_negative=totals[3])
     return out
@@ -78,12 +79,14 @@ def main() -> None:
                 found = truth(raw, column, pair[0], pair[1], *(unit_pair or (None, None)))
                 print(f"  {column} BOUNDS {pair[0]:g} TO {pair[1]:g}: aimed {said['lower']['aimed']:.1%}/"
                       f"{said['upper']['aimed']:.1%} beyond, vouched ≤ {said['lower']['at_most']:.1%}/"
-                      f"{said['upper']['at_most']:.1%}; true flights {found['rows_below']:.2%}/{found['rows_above']:.2%},"
-                      f" per aircraft {found['unit_rows_below']:.2%}/{found['unit_rows_above']:.2%}")
+                      f"{said['upper']['at_most']:.1%}; true flights {found['rows_below']:.2%}/"
+                      f"{found['rows_above']:.2%}, per aircraft {found['unit_rows_below']:.2%}/"
+                      f"{found['unit_rows_above']:.2%}")
                 if unit_pair is not None:
                     row_model = k * max(abs(pair[0]), abs(pair[1]))
-                    print(f"  {column} BOUNDS PER UNIT {unit_pair[0]:g} TO {unit_pair[1]:g} (k × max|b| = {row_model:g}):"
-                          f" aimed {said['unit_upper']['aimed']:.1%} above, vouched ≤ {said['unit_upper']['at_most']:.1%};"
+                    print(f"  {column} BOUNDS PER UNIT {unit_pair[0]:g} TO {unit_pair[1]:g} "
+                          f"(k × max|b| = {row_model:g}): aimed {said['unit_upper']['aimed']:.1%} above, "
+                          f"vouched ≤ {said['unit_upper']['at_most']:.1%};"
                           f" true aircraft above U {found['units_above_U']:.2%}, below L {found['units_below_L']:.2%};"
                           f" true 99th pct of positive totals {found['true_p99_positive']:.0f},"
                           f" 1st of negative {found['true_p1_negative']:.0f}")

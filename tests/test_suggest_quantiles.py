@@ -169,8 +169,7 @@ def test_the_rank_utility_moves_by_at_most_the_weight_the_draw_is_given(kind, de
 
 def test_the_suggested_per_unit_bound_leaves_at_most_the_stated_share_of_units_above_it():
     """3,000 units with per-unit totals spread over every positive candidate (so the grid adds
-    no slack); 400 draws of the upper per-unit bound at epsilon 1/13 (aimed at the 1% tail, as
-    a per-unit bound always is: its top candidate is k·max(|lo|, |hi|), never absurd).
+    no slack); 400 draws of the upper per-unit bound at epsilon 1/13 (aimed at the 5.5% tail).
     Each stated share holds with probability ≥ 97.5%, so more than 35 misses of 400 has
     probability < 1e-6 (binomial). Stating the aimed share alone (no rank error) misses far
     more often: the test sees a statement that leaves the error out."""
@@ -187,7 +186,7 @@ def test_the_suggested_per_unit_bound_leaves_at_most_the_stated_share_of_units_a
         aimed_misses += above > bound.aimed
     assert binom.sf(35, 400, 0.025) < 1e-6
     assert misses <= 35 and aimed_misses > 35, (misses, aimed_misses)
-    assert aim(Fraction(1, 13), len(EDGES), 3000).tail > 0.08  # a row bound would aim further in
+    assert aim(Fraction(1, 13), len(EDGES), 3000).tail > 0.08  # a row bound aims further in
     # the cap ranks every unit: a draw landing there states nothing beyond it
     capped = draw_unit_bound(EDGES, ranks, len(totals), Fraction(50), Fraction(1, 13), len(totals), SeededSource(5))
     assert capped.value == 50 and capped.stated == 0.0

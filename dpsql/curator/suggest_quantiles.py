@@ -19,8 +19,8 @@ without its shift and floor).
   BY (and over all the unit's rows, of which MAX ROWS PER UNIT keeps fewer). Each unit adds one
   total to each list: Δu = 1. With row bounds lo ≥ 0 the lower one is 0 (no draw), with hi ≤ 0
   the upper. The candidates stop below k·max(|lo|, |hi|), which is itself the last candidate
-  (``draw_unit_bound``): no unit's kept rows total more, so the draw cannot run off to an
-  absurd bound and aims at the 99th percentile at any epsilon.
+  (``draw_unit_bound``): no unit's kept rows total more, so a draw cannot run off to an absurd
+  bound, only lose the gain, and its run-off margin is looser (``UNIT_RUN_OFF``).
 
 Units with no value in the column (all NULL or NaN) count as inside both bounds (they add
 nothing outside): the upper draw counts them below every candidate, the lower above, so the
@@ -61,7 +61,11 @@ WITHHELD_TAIL = 0.25
 ALPHA = 0.025
 """Each bound's stated share holds with probability at least 1 - this (a pair: 95%)."""
 RUN_OFF = 0.01
-"""A draw lands beyond all values (an absurd bound) with probability at most this."""
+"""A row bound's draw lands beyond all values (an absurd bound) with probability at most this."""
+UNIT_RUN_OFF = 0.2
+"""A per-unit bound's draw lands beyond all totals with probability at most this: it lands at
+most at k·max(|lo|, |hi|), so all it loses is the gain over the row bounds, and a looser margin
+lets it aim further out."""
 DECIMAL_TOTAL = exp.DataType.build("DECIMAL(38, 6)")
 """Per-unit totals are summed exactly in this type (each row's clamped DOUBLE rounded once)."""
 
@@ -82,10 +86,10 @@ class Aim:
         return self.stated > WITHHELD_TAIL
 
 
-def aim(epsilon: Fraction, candidates: int, units: int, guarded: bool = True) -> Aim:
+def aim(epsilon: Fraction, candidates: int, units: int, run_off: float = RUN_OFF) -> Aim:
     """The aim and statement of a draw of ``epsilon`` over ``candidates`` for ``units`` units
-    (a low estimate), in unit terms (Δu = 1 unit: S share-weights, or one total). ``guarded``:
-    aim inside the run-off margin (a draw whose top candidate is harmless needs none).
+    (a low estimate), in unit terms (Δu = 1 unit: S share-weights, or one total), landing
+    beyond all values with probability at most ``run_off``.
 
     >>> a = aim(Fraction(1, 10), 236, 4000)
     >>> round(a.tail, 4), round(a.stated, 4), round(a.epsilon_for_tail, 2)
@@ -94,10 +98,10 @@ def aim(epsilon: Fraction, candidates: int, units: int, guarded: bool = True) ->
     0.01
     """
     scale = 2 / float(epsilon)
-    off = scale * math.log(candidates / RUN_OFF)
+    off = scale * math.log(candidates / run_off)
     error = scale * math.log(candidates / ALPHA)
     units = max(units, 1)
-    tail = max(float(TAIL), off / units) if guarded else float(TAIL)
+    tail = max(float(TAIL), off / units)
     return Aim(tail, tail + error / units, float(epsilon) * max(off / units / float(TAIL), 1.0))
 
 
@@ -298,9 +302,9 @@ def draw_unit_bound(candidates, ranks, units: int, cap: Fraction, epsilon: Fract
     """An upper bound on units' totals (of positive parts, or the magnitudes of negative parts)
     drawn over the ``candidates`` below ``cap`` = k·max(|lo|, |hi|) and ``cap`` itself, which
     ranks all ``units``: no unit's kept rows (at most k, each within the row bounds) total more,
-    so it is a bound with nothing beyond, and a draw landing there loses nothing but the gain.
-    No run-off margin is needed, so it aims at the 99th percentile (``aim`` unguarded); its
-    ``ranks`` are the ≤-ranks at ``candidates``. ``None`` when it would be withheld.
+    so it is a bound with nothing beyond, and a draw landing there loses nothing but the gain:
+    its run-off margin is ``UNIT_RUN_OFF``'s, looser than a row bound's. Its ``ranks`` are the
+    ≤-ranks at ``candidates``. ``None`` when it would be withheld.
 
     >>> from dpsql.mechanisms.noise import SeededSource
     >>> drawn = draw_unit_bound([Fraction(10), Fraction(100)], [900, 1000], 1000, Fraction(500), Fraction(50),
@@ -310,7 +314,7 @@ def draw_unit_bound(candidates, ranks, units: int, cap: Fraction, epsilon: Fract
     """
     kept = [(c, r) for c, r in zip(candidates, ranks) if 0 < c < cap]
     values = [c for c, _ in kept] + [cap]
-    aimed = aim(epsilon, len(values), units_low, guarded=False)
+    aimed = aim(epsilon, len(values), units_low, UNIT_RUN_OFF)
     if aimed.withheld:
         return None
     index = pick_quantile(values, [r for _, r in kept] + [units], units, 1 - Fraction(aimed.tail), epsilon,
