@@ -54,7 +54,7 @@ def test_default_columns_are_the_measures_and_the_rest_are_named_with_their_reas
     assert list(suggestion["bounds"]) == ["dep_delay", "distance"]
     assert suggestion["skipped"] == {"year": "a calendar part", "month": "a calendar part", "day": "a calendar part",
                                      "hour": "a calendar part", "sched_dep_minute": "a calendar part",
-                                     "flight": "an identifier (named after the table)", "route_id": "an identifier",
+                                     "flight": "an identifier, named after the table", "route_id": "an identifier",
                                      "dest": "a KEYS column"}
     database = tmp_path / "f.duckdb"
     connection = duckdb.connect(str(database))

@@ -67,7 +67,7 @@ def skip_reason(column: str, table: str) -> str | None:
     """Why ``column`` of ``table`` is not measure-like, by its name alone; ``None`` if it is.
 
     >>> [skip_reason(c, "flights") for c in ("dep_delay", "air_time", "year", "dep_hour", "flight", "user_id")]
-    [None, None, 'a calendar part', 'a calendar part', 'an identifier (named after the table)', 'an identifier']
+    [None, None, 'a calendar part', 'a calendar part', 'an identifier, named after the table', 'an identifier']
     >>> skip_reason("customerid", "orders"), skip_reason("paid", "orders"), skip_reason("days_open", "shops")
     ('an identifier', None, None)
     """
@@ -82,7 +82,7 @@ def skip_reason(column: str, table: str) -> str | None:
         return "an identifier"
     short_table = table.split(".")[-1]
     if column.lower() in (short_table.lower(), _singular(short_table)):
-        return "an identifier (named after the table)"
+        return "an identifier, named after the table"
     return None
 
 
@@ -95,7 +95,7 @@ def measure_columns(table: str, types: dict[str, str], unit: str | None, keys: s
     >>> choice = measure_columns("flights", {"year": "BIGINT", "dep_delay": "DOUBLE", "tailnum": "VARCHAR",
     ...     "flight": "BIGINT", "distance": "BIGINT", "origin": "VARCHAR", "hour": "BIGINT"}, "tailnum", set())
     >>> choice.chosen, choice.skipped  # doctest: +NORMALIZE_WHITESPACE
-    (('dep_delay', 'distance'), (('year', 'a calendar part'), ('flight', 'an identifier (named after the table)'),
+    (('dep_delay', 'distance'), (('year', 'a calendar part'), ('flight', 'an identifier, named after the table'),
     ('hour', 'a calendar part')))
     """
     chosen, skipped = [], []
