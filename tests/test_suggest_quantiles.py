@@ -22,6 +22,7 @@ from dpsql.curator.suggest_quantiles import (
     SHARE_SCALE,
     TOTAL_WEIGHT,
     aim,
+    draw_bound,
     draw_unit_bound,
     rank_gaps,
     ranks_from,
@@ -216,3 +217,41 @@ def test_per_unit_bounds_on_flights_like_data_are_far_below_rows_times_row_bound
     text = suggestion_text("t", "uid", suggestion, 4)
     assert f"    delay BOUNDS PER UNIT {low} TO {high}\n" in text
     assert f"moves an answer by at most {max(-low, high)} instead of k × max(|lo|, |hi|) = {k} × " in text
+
+
+def test_units_are_told_apart_by_their_exact_identity():
+    """'A' and 'a' in a COLLATE NOCASE unit column are two units in the shares and the totals
+    (DESIGN.md invariant 20), as in the bounded copy."""
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t (uid VARCHAR COLLATE NOCASE, x DOUBLE)")
+    connection.execute("INSERT INTO t VALUES ('A', 1.0), ('A', 3.0), ('a', 100.0)")
+    owner = _identity("uid", {"uid": "VARCHAR"})
+    shares = ranks_from(connection.execute(render(shares_select(_table("t"), owner, "x", EDGES))).fetchall(),
+                        len(EDGES))
+    assert shares[-1] == 2 * SHARE_SCALE
+    assert shares[list(EDGES).index(Fraction(2))] == SHARE_SCALE // 2  # half of A's rows, none of a's
+    totals = connection.execute(render(totals_select(_table("t"), owner, "x", Fraction(0), Fraction(200),
+                                                     EDGES))).fetchall()
+    positive = ranks_from([(b, n) for part, b, n in totals if part == 0], len(EDGES))
+    assert positive[-1] == 2 and positive[list(EDGES).index(Fraction(4))] == 1  # A totals 4, a 100
+
+
+def test_a_suggested_row_bound_leaves_at_most_the_stated_share_of_each_units_rows_above_it():
+    """The row bounds' statement, as the per-unit one: 3,000 units of 1-5 rows spread over the
+    positive candidates, ranks as ``shares_select`` computes them (each unit weighing S); 400
+    draws of the upper row bound at epsilon 1/4 (aimed at the 2.7% tail, its run-off margin).
+    The average over units of the share of a unit's rows above it exceeds the stated share in at
+    most 35 of 400 (failure < 1e-6 for a correct statement); the aimed share alone fails."""
+    rng = np.random.default_rng(9)
+    positive = [float(c) for c in EDGES if c > 0]
+    units = [rng.choice(positive, size=rng.integers(1, 6)) for _ in range(3000)]
+    ranks = [sum(SHARE_SCALE * int((rows <= float(c)).sum()) // len(rows) for rows in units) for c in EDGES]
+    source = SeededSource(10)
+    misses = aimed_misses = 0
+    for _ in range(400):
+        bound = draw_bound("upper", EDGES, ranks, SHARE_SCALE * len(units), SHARE_SCALE, Fraction(1, 4), len(units),
+                           source)
+        above = float(np.mean([(rows > float(bound.value)).mean() for rows in units]))
+        misses += above > bound.stated
+        aimed_misses += above > bound.aimed
+    assert misses <= 35 and aimed_misses > 35, (misses, aimed_misses)
