@@ -301,12 +301,19 @@ def _suggest(args: argparse.Namespace) -> int:
         if args.policy is not None or args.epsilon is None:
             print("dpsql: --unit stands in for a policy: give --epsilon and no --policy", file=sys.stderr)
             return EXIT_ERROR
+        try:
+            asked = Fraction(args.epsilon)
+        except (ValueError, ZeroDivisionError):
+            asked = Fraction(0)
+        if asked <= 0:
+            print(f"dpsql: --epsilon must be a positive number, got {args.epsilon!r}", file=sys.stderr)
+            return EXIT_ERROR
         spent = _spent_before_policy(args)
         if spent is None:
             print("dpsql: a policy is stored with this database: leave out --unit; the suggestion is then charged "
                   "to the stored policy's budget", file=sys.stderr)
             return EXIT_ERROR
-        args.policy = _before_policy(args.table, args.unit, spent + Fraction(args.epsilon))
+        args.policy = _before_policy(args.table, args.unit, spent + asked)
     columns = None if args.columns is None else [c.strip() for c in args.columns.split(",") if c.strip()]
     with _connect(args) as db:
         try:

@@ -87,6 +87,9 @@ def test_a_pre_policy_run_repeats_and_a_stored_policy_is_not_stood_in_for(tmp_pa
                          "--columns", "dep_delay"]) == 0
         err = capsys.readouterr().err
         assert f"records ε {recorded} spent on suggestions before any policy" in err, err
+    for bad in ("nan", "-1", "inf"):  # refused before anything is read or charged
+        assert cli.main(["suggest", str(database), "flights", "--unit", "tailnum", "--epsilon", bad]) == 1
+        assert "--epsilon must be a positive number" in capsys.readouterr().err
     policy = tmp_path / "p.policy"
     policy.write_text("BUDGET EPSILON 3; PRIVATE TABLE flights (PRIVACY UNIT tailnum, MAX ROWS PER UNIT 5);")
     assert cli.main(["init", str(database), "--policy", str(policy)]) == 0
