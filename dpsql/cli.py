@@ -24,6 +24,7 @@ import sys
 import traceback
 import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -293,12 +294,14 @@ def _suggest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", metavar="TABLE", help="the private table to suggest bounds for")
     _policy_argument(parser)
     parser.add_argument("--epsilon", metavar="X", help="epsilon to spend (default: the policy's QUERY EPSILON)")
-    parser.add_argument("--columns", metavar="A,B", help="numeric columns to bound (default: every numeric column)")
+    parser.add_argument("--columns", metavar="A,B",
+                        help="numeric columns to bound (default: the measure-like ones, not the unit, identifiers, "
+                             "calendar parts or KEYS columns; the output names what was left out)")
     parser.add_argument("--group-by", metavar="COLUMN",
                         help="also suggest MAX GROUPS PER UNIT from the distinct values of COLUMN per unit")
     parser.add_argument("--unit", metavar="COLUMN",
-                        help="before any policy exists: the table's privacy unit column; the suggestion is then "
-                             "charged to a budget of exactly --epsilon in the database's ledger")
+                        help="before any policy exists: the table's privacy unit column; each run is charged "
+                             "--epsilon in the database's ledger (what it records is said), so it can be repeated")
     _analyst_argument(parser)
     _persist_argument(parser)
 
@@ -307,12 +310,24 @@ def _suggest(args: argparse.Namespace) -> int:
     from dpsql.curator.suggest_text import suggestion_text
     from dpsql.shell.budget import remaining_text
 
-    if args.unit is not None:
+    before_policy = args.unit is not None
+    if before_policy:
         if args.policy is not None or args.epsilon is None:
             print("dpsql: --unit stands in for a policy: give --epsilon and no --policy", file=sys.stderr)
             return EXIT_ERROR
-        args.policy = (f"BUDGET EPSILON {args.epsilon};\n"
-                       f"PRIVATE TABLE {args.table} (PRIVACY UNIT {args.unit}, MAX ROWS PER UNIT 1);\n")
+        try:
+            asked = Fraction(args.epsilon)
+        except (ValueError, ZeroDivisionError):
+            asked = Fraction(0)
+        if asked <= 0:
+            print(f"dpsql: --epsilon must be a positive number, got {args.epsilon!r}", file=sys.stderr)
+            return EXIT_ERROR
+        spent = _spent_before_policy(args)
+        if spent is None:
+            print("dpsql: a policy is stored with this database: leave out --unit; the suggestion is then charged "
+                  "to the stored policy's budget", file=sys.stderr)
+            return EXIT_ERROR
+        args.policy = _before_policy(args.table, args.unit, spent + asked)
     columns = None if args.columns is None else [c.strip() for c in args.columns.split(",") if c.strip()]
     with _connect(args) as db:
         try:
@@ -323,8 +338,41 @@ def _suggest(args: argparse.Namespace) -> int:
         unit = None if declared.row_level else declared.unit
         spent = suggestion["epsilon_split"]["total"]
         sys.stdout.write(suggestion_text(declared.name, unit, suggestion, spent))
-        print(f"cost ε {spent:g} · remaining {remaining_text(db.budget)}", file=sys.stderr)
+        if before_policy:
+            print(f"cost ε {spent:g} · charged to the ledger beside {args.database}, which records ε "
+                  f"{float(db.budget.spent.epsilon):g} spent on suggestions before any policy; run it again at any "
+                  f"epsilon (each run is charged and recorded); a policy stored later with `dpsql init` counts what "
+                  f"was spent against its BUDGET", file=sys.stderr)
+        else:
+            print(f"cost ε {spent:g} · remaining {remaining_text(db.budget)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _before_policy(table: str, unit: str, budget: Fraction) -> str:
+    """The stand-in policy of a suggestion before any policy exists: the table's unit, and a budget
+    of what the ledger has spent so far plus this suggestion's epsilon, so every run is charged
+    and recorded in the database's ledger and none is refused for a budget nobody set."""
+    from dpsql.policy.language import policy_to_text
+    from dpsql.policy.model import Policy, PrivateTable
+
+    return policy_to_text(Policy(budget_epsilon=budget, private_tables=(PrivateTable(table, unit, 1),)))
+
+
+def _spent_before_policy(args: argparse.Namespace) -> Fraction | None:
+    """The epsilon the database's ledger has recorded (0 without a ledger, which is then made by
+    the suggestion itself); ``None`` when a policy is stored with it (no stand-in may replace it)."""
+    import dpsql
+
+    if not Path(args.database).exists() or not _ledger_exists(args.database):
+        return Fraction(0)
+    try:
+        with dpsql.connect(args.database, policy=None) as stored:
+            del stored
+        return None
+    except PolicyError:
+        pass  # none stored: read what was spent under a stand-in that spends nothing
+    with dpsql.connect(args.database, policy=_before_policy(args.table, args.unit, Fraction(1))) as db:
+        return Fraction(db.budget.spent.epsilon)
 
 
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:

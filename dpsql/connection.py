@@ -366,19 +366,19 @@ class Connection:
         """DP suggestions of a private table's contribution bounds, charged like a query.
 
         Returns ``{"max_rows_per_unit": k, "max_groups_per_unit": None, "bounds": {column:
-        (lo, hi) or None}, "epsilon_split": {...}}``: k the DP 95th percentile of rows per unit,
-        each column's bounds the outer edges of its 1st and 99th percentile bins in a noisy
-        log-scale histogram of one value per unit (``dpsql.curator.suggest``; None when too few units
-        for any bin to pass the noise threshold). ``columns``: the numeric columns to bound (default: every numeric
-        column but the unit). The whole ``epsilon`` is charged to the ledger first (budget
-        checks and refusal as for any query); nothing is stored for a free repeat. ``group_by``:
-        a column whose distinct values per unit bound MAX GROUPS PER UNIT the same way (its DP
-        95th percentile); without it ``max_groups_per_unit`` is None. Also the errors the split
-        gives (``max_rows_per_unit_rank_error``, ``bin_threshold``) and ``warnings`` when they
-        are too large to trust the answer. ``bounds`` holds only bounds suggest vouches for (at
-        most 5% of units' values outside, at 95%; ``dpsql.curator.suggest_coverage``), the raw estimates
-        are in ``estimated_bounds``; ``units`` is a DP count of units (± ``units_halfwidth``) and
-        ``selection`` partition selection's threshold under the suggested limits.
+        (lo, hi) or None}, "unit_bounds": {column: (L, U) or None}, ...}``: k the DP 95th percentile
+        of rows per unit; each column's row BOUNDS DP quantiles of its rows (each unit weighing one)
+        and its BOUNDS PER UNIT DP quantiles of each unit's totals of its clamped rows, aimed at the
+        1st and 99th percentiles as far as the epsilon allows, ``coverage`` stating the share of
+        units each may leave beyond it (95% confidence; ``dpsql.curator.suggest_quantiles``; None
+        when not even 75% can be vouched for, with a warning). ``columns``: the numeric columns to
+        bound (default: the measure-like ones, not identifiers, calendar parts or KEYS columns;
+        ``skipped`` says which were left out and why). The whole ``epsilon`` is charged to the
+        ledger first (budget checks and refusal as for any query); nothing is stored for a free
+        repeat. ``group_by``: a column whose distinct values per unit bound MAX GROUPS PER UNIT the
+        same way (its DP 95th percentile). ``units`` is a DP count of units (± ``units_halfwidth``),
+        ``selection`` partition selection's threshold under the suggested limits, ``warnings``
+        what the epsilon was too small for.
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]})
@@ -386,8 +386,8 @@ class Connection:
         >>> with connect({"t": frame}, policy=policy) as db:
         ...     print(*sorted(db.suggest_bounds("t", epsilon=0.5)))  # doctest: +NORMALIZE_WHITESPACE
         ...     float(db.budget.remaining.epsilon)
-        bin_threshold bounds coverage epsilon_split estimated_bounds max_groups_per_unit max_rows_per_unit
-        max_rows_per_unit_rank_error notes selection units units_halfwidth warnings
+        bounds coverage epsilon_split max_groups_per_unit max_rows_per_unit max_rows_per_unit_rank_error
+        notes selection skipped unit_bounds units units_halfwidth warnings
         0.5
         """
         return suggest(self.mechanism_context(), table, epsilon, columns, group_by)

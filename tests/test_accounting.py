@@ -279,8 +279,9 @@ def test_every_accountant_answers_what_it_promises_end_to_end(accounting, epsilo
             expected = accountant_for(accounting.lower(), TOTAL).answerable(cost)
             assert expected > 1 and first.cost.rho < first.cost.epsilon ** 2 / 2
         assert answered + 1 == expected
-        assert str(refused).endswith("in the total budget. Hint: ask for less, or ask the data "
-                                     "curator for more budget.")
+        assert str(refused).endswith("in the total budget. Hint: ask for less, or raise the policy's budget: "
+                                     "dpsql.init_policy(DB, POLICY, replace=True) keeps what was spent.")
+        assert refused.hint_for("sql") == "ask for less, or ask the data curator for more budget"
         assert accountant_for(accounting.lower(), TOTAL).admits(db._ledger.tally())
 
 

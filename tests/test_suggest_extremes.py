@@ -1,5 +1,6 @@
-"""No value of any numeric type makes ``suggest_bounds`` fail (``dpsql.curator.suggest.values_sql`` bins
-in DOUBLE), and binning in DOUBLE keeps the bins exact at the edges."""
+"""No value of any numeric type makes ``suggest_bounds`` fail (``dpsql.curator.suggest_quantiles``
+compares in DOUBLE and sums per-unit totals as DECIMAL(38, 6) of clamped values), and comparing
+in DOUBLE keeps the buckets exact at the edges."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import duckdb
 import pytest
 
 import dpsql
+from dpsql.backends.render import render
 from dpsql.backends.rewrite import literal
+from dpsql.curator.suggest import _identity, _table, is_integer_type, value_candidates
+from dpsql.curator.suggest_quantiles import SHARE_SCALE, ranks_from, shares_select
 from dpsql.mechanisms.noise import SeededSource
-from dpsql.curator.suggest import is_float_type, is_integer_type, value_candidates, values_sql
 
 # -- no value fails the suggestion -----------------------------------------------------------
 
@@ -56,12 +59,14 @@ def test_no_value_of_any_numeric_type_makes_a_suggestion_fail(type_name):
     connection.execute(f"CREATE TABLE r AS SELECT x FROM t0 UNION ALL SELECT * FROM (VALUES {rows})")
     with dpsql.connect(connection, policy=policy, rng=SeededSource(1)) as db:
         for table in [*tables, "r"]:
-            suggestion = db.suggest_bounds(table, epsilon=1)
+            suggestion = db.suggest_bounds(table, epsilon=10)  # enough for the per-unit totals to be read too
             assert list(suggestion["bounds"]) == ["x"], (table, suggestion)
-        assert db.budget.spent.epsilon == len(tables) + 1
+            assert table == "r" or suggestion["unit_bounds"]["x"] is not None, (table, suggestion)
+        assert db.budget.spent.epsilon == 10 * (len(tables) + 1)
 
 
-@pytest.mark.parametrize("type_name, step", [("DECIMAL(18,4)", Fraction(1, 10**4)), ("DECIMAL(38,20)", Fraction(1, 10**5)),
+@pytest.mark.parametrize("type_name, step", [("DECIMAL(18,4)", Fraction(1, 10**4)),
+                                             ("DECIMAL(38,20)", Fraction(1, 10**5)),
                                              ("DECIMAL(38,37)", Fraction(1, 10**15)), ("BIGINT", Fraction(1)),
                                              ("UHUGEINT", Fraction(1)), ("DOUBLE", Fraction(1, 2**10))])
 def test_values_at_and_beside_the_edges_fall_in_their_exact_bins(type_name, step):
@@ -74,6 +79,7 @@ def test_values_at_and_beside_the_edges_fall_in_their_exact_bins(type_name, step
     rows = ", ".join(f"({i}, CAST('{literal(v)}' AS {type_name}))" for i, v in enumerate(values))
     connection = duckdb.connect()
     connection.execute(f"CREATE TABLE t AS SELECT * FROM (VALUES {rows}) AS v(uid, x)")
-    *at_most, total = connection.execute(values_sql("t", "uid", "x", is_float_type(type_name), edges),
-                                         {"salt": "s"}).fetchall()[0]
-    assert total == len(values) and at_most == [sum(v <= e for v in values) for e in edges]
+    tree = shares_select(_table("t"), _identity("uid", {"uid": "INTEGER"}), "x", edges)
+    *at_most, total = ranks_from(connection.execute(render(tree)).fetchall(), len(edges))
+    assert total == len(values) * SHARE_SCALE
+    assert at_most == [sum(v <= e for v in values) * SHARE_SCALE for e in edges]

@@ -77,7 +77,14 @@ ACCOUNTINGS = ("basic", "advanced", "zcdp")
 """The accountants a policy can choose with ``ACCOUNTING BASIC | ADVANCED | ZCDP``."""
 _ZERO = Fraction(0)
 _MARGIN = 1e-9  # relative slack demanded of every float computation that decides a budget
-_HINT = "ask for less, or ask the data curator for more budget"
+_HINT = "ask for less, or raise the policy's budget: dpsql.init_policy(DB, POLICY, replace=True) keeps what was spent"
+_HINTS = {"cli": "ask for less, or raise the policy's budget: `dpsql init DB --policy P --replace` keeps what was "
+                 "spent",
+          "shell": "ask for less, or raise the policy's budget: `dpsql init DB --policy P --replace` keeps what was "
+                   "spent",
+          "sql": "ask for less, or ask the data curator for more budget"}
+"""Who sees a budget refusal: the curator on the local surfaces (Python, CLI, shell: DESIGN.md
+invariant 18), who can raise it; the analyst at a server (SQL), who can only ask."""
 
 
 def _exact(value, name: str) -> Fraction:
@@ -276,7 +283,7 @@ class Accountant:
             reasons = self._shortfalls(before, cost) or [f"{show(cost.epsilon)} of epsilon, which "
                                                          "does not fit"]
             raise BudgetExceeded(f"this query needs {', and '.join(reasons)}, in {which}",
-                                 hint=_HINT)
+                                 hint=_HINT, hints=_HINTS)
 
     def answerable(self, cost: Spend, limit: int = 10**6) -> int:
         """How many releases of ``cost`` this budget admits, from nothing spent."""

@@ -49,15 +49,25 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
 from sqlglot import exp
 
 from dpsql.backends.render import DUCKDB, render
 from dpsql.backends.rewrite import BoundedStatement
-from dpsql.curator.suggest_coverage import VOUCHED_OUTSIDE, judge_coverage
+from dpsql.curator.suggest_columns import measure_columns
 from dpsql.curator.suggest_limits import selection_lines, selection_threshold
+from dpsql.curator.suggest_quantiles import (
+    SHARE_SCALE,
+    DrawnBound,
+    aim,
+    draw_bound,
+    draw_unit_bound,
+    pick_quantile,
+    ranks_from,
+    shares_select,
+    totals_select,
+)
 from dpsql.errors import UnsupportedQuery
-from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth, exponential_mechanism
+from dpsql.mechanisms.noise import discrete_laplace, discrete_laplace_halfwidth
 from dpsql.policy.model import Policy, PrivateTable
 from dpsql.sql import pieces
 from dpsql.sql.types import is_numeric_type
@@ -69,6 +79,9 @@ DEFAULT_COVERAGE = Fraction(98, 100)
 UNITS_SHARE = Fraction(1, 10)
 """Share of the epsilon spent on the noisy count of units: a count moves by 1, so a tenth of
 epsilon 1 states it within ±30 units (95%), fine enough to compare errors and thresholds with."""
+LIMIT_SHARE = Fraction(3, 20)
+"""Share of the epsilon spent on k, and on l when asked: their 95th percentiles need a rank error
+well below 5% of the units, which 0.15 of epsilon 1 gives from about 2,000 units up."""
 _MANTISSAS = (Fraction(1), Fraction(3, 2), Fraction(2), Fraction(5, 2), Fraction(3), Fraction(4),
               Fraction(5), Fraction(6), Fraction(8))
 
@@ -90,29 +103,6 @@ def value_candidates(integral: bool) -> tuple[Fraction, ...]:
     return tuple(sorted({Fraction(0), *positive, *(-c for c in positive)}))
 
 
-def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fraction, sensitivity: int,
-                  source=None) -> int:
-    """Index of the candidate chosen by the exponential mechanism whose best candidate is the
-    first c with rank(c) ≥ q·n (``ranks[i]``: values ≤ candidates[i]; n = ``total``).
-
-    u(c_i) = -max(q·n - rank(c_i), rank(c_{i-1}) - q·n, 0), rank(c_{-1}) = 0. The plain
-    -|rank(c) - q·n| is flat above the largest value, so every far candidate would tie with
-    the right one; this one is 0 only for the first candidate reaching the quantile and falls
-    on both sides. Sensitivity: with a = q·n - rank(c_i) and b = rank(c_{i-1}) - q·n, a + b ≤ 0,
-    so u = -max(a, b, 0); one unit moves a and b by at most ``sensitivity`` each (its values
-    move each rank by at most that, and q·n by q times it), hence u by at most that.
-
-    >>> from dpsql.mechanisms.noise import SeededSource
-    >>> pick_quantile([1, 2, 3, 4], [10, 50, 100, 100], 100, Fraction(2, 5), Fraction(50), 1, SeededSource(0))
-    1
-    """
-    target = float(quantile) * total
-    ranks = np.asarray(ranks, dtype=float)
-    before = np.concatenate([[0.0], ranks[:-1]])
-    utility = -np.maximum(np.maximum(target - ranks, before - target), 0.0)
-    return int(exponential_mechanism(float(epsilon) * utility / (2 * sensitivity), source))
-
-
 @dataclass(frozen=True)
 class Split:
     """How a suggestion spends its epsilon."""
@@ -120,28 +110,38 @@ class Split:
     rows: Fraction
     """Epsilon of the choice of k (0 when k is not chosen: a row-level table)."""
     each_column: Fraction
-    """Epsilon of each column's histogram (both its bounds)."""
+    """Epsilon of each column's bounds together (``draws`` equal draws)."""
     groups: Fraction = Fraction(0)
     """Epsilon of the choice of MAX GROUPS PER UNIT (0 when not asked for)."""
     units: Fraction = Fraction(0)
     """Epsilon of the noisy count of units."""
+    draws: int = 4
+    """Draws per column: its row bounds lo and hi, and (unit-level) its per-unit bounds L and U."""
+
+    @property
+    def each_bound(self) -> Fraction:
+        """Epsilon of one bound's draw (a per-unit bound that needs no draw gives its share to
+        the other one)."""
+        return self.each_column / self.draws
 
 
 def split_epsilon(epsilon: Fraction, row_level: bool, columns: int, grouped: bool = False) -> Split:
-    """``UNITS_SHARE`` for the count of units, the rest in equal parts for k (not for a
-    row-level table), for l (when asked) and for the columns' histograms together, each column
-    an equal share of its part.
+    """``UNITS_SHARE`` for the count of units, ``LIMIT_SHARE`` each for k (not for a row-level
+    table) and for l (when asked), the rest in equal parts for the columns (without columns,
+    the rest in equal parts for k and l). A column's part is split in equal draws: lo, hi, and
+    for a unit-level table its BOUNDS PER UNIT L and U.
 
     >>> split_epsilon(Fraction(1), False, 2)
-    Split(rows=Fraction(9, 20), each_column=Fraction(9, 40), groups=Fraction(0, 1), units=Fraction(1, 10))
-    >>> split_epsilon(Fraction(1), False, 1, grouped=True)
-    Split(rows=Fraction(3, 10), each_column=Fraction(3, 10), groups=Fraction(3, 10), units=Fraction(1, 10))
+    Split(rows=Fraction(3, 20), each_column=Fraction(3, 8), groups=Fraction(0, 1), units=Fraction(1, 10), draws=4)
+    >>> split_epsilon(Fraction(1), False, 0, grouped=True)
+    Split(rows=Fraction(9, 20), each_column=Fraction(0, 1), groups=Fraction(9, 20), units=Fraction(1, 10), draws=4)
     """
     units = epsilon * UNITS_SHARE
-    parts = (0 if row_level else 1) + (1 if grouped else 0) + (1 if columns else 0)
-    part = (epsilon - units) / parts
-    return Split(Fraction(0) if row_level else part, part / columns if columns else Fraction(0),
-                 part if grouped else Fraction(0), units)
+    limits = (0 if row_level else 1) + (1 if grouped else 0)
+    limit = epsilon * LIMIT_SHARE if columns else (epsilon - units) / max(limits, 1)
+    each_column = (epsilon - units - limits * limit) / columns if columns else Fraction(0)
+    return Split(Fraction(0) if row_level else limit, each_column, limit if grouped else Fraction(0), units,
+                 2 if row_level else 4)
 
 
 def _column(name: str) -> exp.Column:
@@ -197,52 +197,9 @@ def units_select(table: str) -> exp.Select:
     return exp.select(exp.Count(this=exp.Star())).from_(_table(table))
 
 
-def values_select(table: str, unit: str | None, column: str, floating: bool, edges,
-                  types: dict[str, str] | None = None) -> exp.Select:
-    """Per edge c, how many units' chosen values are ≤ c; then how many units gave one. Each
-    unit gives its first non-NULL, non-NaN value in a salted-hash order of its own values
-    (``$salt``); each row of a row-level table (``unit`` None) is its own unit.
-
-    Every row-level step is total, so no value one unit holds can make the SQL fail (a failure
-    after the charge would tell whether some unit holds it): the value is compared with the
-    edges as a DOUBLE (``TRY_CAST``), never in its own type, since a DECIMAL(38,2) of 1e35 or a
-    UHUGEINT above 2^127 compared with an edge like 0.0015 or -8e9 overflows the common DECIMAL
-    or HUGEINT type DuckDB would pick. The cast is exact for integers up to 2^53 and monotone
-    (so a value far beyond the edges stays beyond them, ±inf in the outer bins), and every
-    numeric type's range fits a DOUBLE; a value within a DOUBLE's rounding of an edge may fall
-    on the edge's side (accuracy only). A row whose cast failed (none of DuckDB's numeric types
-    does) would count as a NULL: the unit gives its next value. ``floating`` is kept for the
-    callers: NaN is skipped for every type (only floats have it)."""
-    value = exp.column("dp_value")
-    as_double = exp.TryCast(this=_column(column), to=exp.DataType.build("DOUBLE"))
-    counts = [_at_most(value.copy(), exp.Cast(this=pieces.literal(c), to=exp.DataType.build("DOUBLE")))
-              for c in edges]
-    present = exp.and_(_not_null(value.copy()), exp.Not(this=pieces.is_nan(value.copy())))
-    if unit is None:
-        values = exp.select(exp.alias_(as_double, "dp_value")).from_(_table(table))
-        return exp.select(*counts, exp.Count(this=exp.Star())).from_(values.subquery()).where(present)
-    owner, raw = exp.column("dp_owner"), exp.column("dp_raw")
-    order = exp.Order(expressions=[exp.Ordered(this=pieces.salted_hash(owner, raw), nulls_first=False),
-                                   exp.Ordered(this=raw.copy(), nulls_first=False)])
-    first = exp.Window(this=exp.RowNumber(), partition_by=[owner.copy()], order=order)
-    types = types or {}
-    rows = exp.select(exp.alias_(_identity(unit, types), "dp_owner"),
-                      exp.alias_(_identity(column, types), "dp_raw"),
-                      exp.alias_(as_double, "dp_value")).from_(_table(table))
-    chosen = (exp.select(value.copy(), exp.alias_(first, "dp_n")).from_(rows.subquery())
-              .where(_not_null(owner.copy()), present))
-    return (exp.select(*counts, exp.Count(this=exp.Star())).from_(chosen.subquery())
-            .where(exp.EQ(this=exp.column("dp_n"), expression=exp.Literal.number(1))))
-
-
 def rows_sql(table: str, unit: str, group_by: str | None = None) -> str:
     """``rows_select`` rendered for DuckDB."""
     return render(rows_select(table, unit, group_by))
-
-
-def values_sql(table: str, unit: str | None, column: str, floating: bool, edges) -> str:
-    """``values_select`` rendered for DuckDB (``$salt`` bound when ``unit`` is given)."""
-    return render(values_select(table, unit, column, floating, edges))
 
 
 def _statement(tree: exp.Expr, dialect: str = DUCKDB) -> BoundedStatement:
@@ -250,20 +207,8 @@ def _statement(tree: exp.Expr, dialect: str = DUCKDB) -> BoundedStatement:
     return BoundedStatement(render(tree, dialect), pieces.needs_salt(tree), ())
 
 
-BETA = 1e-3
-"""At most the chance that some empty bin's noisy count passes the threshold (per column)."""
 CONFIDENCE = 0.05
-"""The stated errors (``rows_rank_error``, ``bin_threshold``) hold with probability 1 - this."""
-
-
-def threshold(scale: Fraction, bins: int) -> float:
-    """τ = scale·ln(bins/β): each bin's noise reaches τ with probability ≤ e^(-τ/scale) = β/bins,
-    so some empty bin passes with probability ≤ β.
-
-    >>> round(threshold(Fraction(1), 1000), 2)
-    13.82
-    """
-    return float(scale) * math.log(bins / BETA)
+"""The stated rank errors (``rank_error``) hold with probability 1 - this."""
 
 
 def rank_error(epsilon: Fraction, sensitivity: int = 1, candidates: int = len(ROWS_CANDIDATES)) -> float:
@@ -276,57 +221,6 @@ def rank_error(epsilon: Fraction, sensitivity: int = 1, candidates: int = len(RO
     13.9
     """
     return 2 * sensitivity * math.log(candidates / CONFIDENCE) / float(epsilon)
-
-
-def bin_counts(at_most: list[int], total: int) -> list[int]:
-    """Bin counts from cumulative counts: bin 0 is (-inf, e0], bin i (e[i-1], e[i]], the last
-    (e[-1], +inf).
-
-    >>> bin_counts([1, 1, 4], 5)
-    [1, 0, 3, 1]
-    """
-    cumulative = [0, *at_most, total]
-    return [cumulative[i + 1] - cumulative[i] for i in range(len(cumulative) - 1)]
-
-
-def noisy_bounds(edges, counts: list[int], epsilon: Fraction, sensitivity: int, coverage: Fraction,
-                 source=None, noisy_counts: list | None = None) -> tuple[Fraction, Fraction] | None:
-    """lo, hi from a histogram of ``counts`` over the bins of ``edges``: discrete Laplace noise of
-    scale sensitivity/epsilon on every count (one batch), counts below the threshold zeroed, and
-    the outer edges of the bins holding the tail quantiles; ``None`` when nothing passes.
-    ``noisy_counts``, when a list, gets the array of noisy counts (the DP release the bounds
-    are post-processing of).
-
-    >>> from dpsql.mechanisms.noise import SeededSource
-    >>> edges = [Fraction(e) for e in (-10, 0, 10, 100)]
-    >>> noisy_bounds(edges, [0, 0, 500, 500, 0], Fraction(1), 1, Fraction(98, 100), SeededSource(0))
-    (Fraction(0, 1), Fraction(100, 1))
-    """
-    scale = Fraction(sensitivity) / epsilon
-    noisy = np.asarray(counts, dtype=np.int64) + discrete_laplace(scale, len(counts), source)
-    if noisy_counts is not None:
-        noisy_counts.append(noisy)
-    kept = np.where(noisy >= threshold(scale, len(counts)), noisy, 0)
-    total = int(kept.sum())
-    if total <= 0:
-        return None
-    tail = float((1 - coverage) / 2) * total
-    cumulative = np.cumsum(kept)
-    low_bin = int(np.searchsorted(cumulative, tail, side="right")) if tail > 0 else int(np.argmax(kept > 0))
-    low_bin = min(low_bin, len(kept) - 1)
-    while kept[low_bin] == 0:  # the first bin with values at or after the tail
-        low_bin += 1
-    high_bin = int(np.searchsorted(cumulative, total - tail, side="left"))
-    high_bin = min(max(high_bin, low_bin), len(kept) - 1)
-    while kept[high_bin] == 0:
-        high_bin -= 1
-    # bin i spans (edges[i-1], edges[i]]; the two outer bins reach past the first and last edge
-    lo = edges[max(low_bin - 1, 0)]
-    hi = edges[min(high_bin, len(edges) - 1)]
-    if lo >= hi:
-        hi = edges[min(edges.index(lo) + 1, len(edges) - 1)] if lo != edges[-1] else lo
-        lo = edges[edges.index(hi) - 1] if lo >= hi else lo
-    return lo, hi
 
 
 def plain(value: Fraction, integral: bool):
@@ -370,8 +264,9 @@ class SuggestPlan:
     """The whole cost."""
     split: Split
     """How it is spent."""
-    sensitivity: int
-    """L1 sensitivity of a histogram of one value per unit: 1 (add/remove) or 2 (replace)."""
+    skipped: tuple[tuple[str, str], ...]
+    """(column, reason) of each numeric column left out of the default choice
+    (``dpsql.curator.suggest_columns``); empty when the columns were named."""
     types: tuple[tuple[str, str], ...] = ()
     """(column, DuckDB type) of every column of the table: units and groups are told apart by
     their exact identity (``_identity``)."""
@@ -388,8 +283,9 @@ class SuggestPlan:
 
     @property
     def statements(self) -> int:
-        """How many statements ``run_suggestion`` runs: rows (or units), groups if asked, one a column."""
-        return 1 + (self.group_by is not None) + len(self.columns)
+        """How many statements ``run_suggestion`` runs at most: rows (or units), groups if asked,
+        per column its row shares and (unit-level) its per-unit totals."""
+        return 1 + (self.group_by is not None) + len(self.columns) * (1 if self.unit is None else 2)
 
 
 def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fraction, columns=None,
@@ -405,8 +301,12 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
     types = catalog[key]
     unit = declared.unit.lower() if isinstance(declared, PrivateTable) and declared.unit is not None else None
     numeric = [c for c, t in types.items() if c != unit and is_numeric_type(t)]
+    skipped: tuple[tuple[str, str], ...] = ()
     if columns is None:
-        chosen = numeric
+        keys = {rule.name.lower() for rule in getattr(declared, "columns", ()) if rule.key_domain is not None}
+        choice = measure_columns(declared.name, types, unit, keys,
+                                 None if group_by is None else str(group_by).lower())
+        chosen, skipped = list(choice.chosen), choice.skipped
     else:
         chosen = []
         for column in [columns] if isinstance(columns, str) else columns:
@@ -416,8 +316,13 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
                                        hint=f"name numeric columns other than the unit: {', '.join(numeric) or 'none'}")
             chosen.append(name)
     if unit is None and not chosen:
-        raise UnsupportedQuery(f"{declared.name} is a row-level table with no numeric column to bound",
-                               hint="its MAX ROWS PER UNIT is 1; name a numeric column, if it has one")
+        left_out = ", ".join(c for c, _ in skipped)
+        raise UnsupportedQuery(f"{declared.name} is a row-level table with no measure-like numeric column to bound"
+                               + (f" ({left_out} left out by their names)" if left_out else ""),
+                               hint="its MAX ROWS PER UNIT is 1; name a numeric column with columns=[...]"
+                                    if left_out else "its MAX ROWS PER UNIT is 1; it has nothing to suggest",
+                               hints={surface: "its MAX ROWS PER UNIT is 1; name a numeric column with --columns"
+                                      for surface in ("cli", "shell")} if left_out else None)
     if group_by is not None:
         grouped = str(group_by).lower()
         if unit is None or grouped not in types or grouped == unit:
@@ -429,7 +334,7 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
         group_by = grouped
     return SuggestPlan(declared.name, key, unit, tuple((c, types[c]) for c in chosen), group_by, epsilon,
                        split_epsilon(epsilon, unit is None, len(chosen), group_by is not None),
-                       2 if policy.neighbours == "bounded" else 1, tuple(types.items()),
+                       skipped, tuple(types.items()),
                        policy.query_epsilon, policy.query_delta, policy.noise == "gaussian", policy.neighbours,
                        declared.groups_per_unit if unit is not None and isinstance(declared, PrivateTable) else None)
 
@@ -456,21 +361,8 @@ def _errors(plan: SuggestPlan, units: int) -> dict:
         rank_warning("MAX ROWS PER UNIT", split.rows)
     if plan.group_by is not None:
         rank_warning("MAX GROUPS PER UNIT", split.groups)
-    if plan.columns:
-        out["bin_threshold"] = round(threshold(Fraction(plan.sensitivity) / split.each_column,
-                                               len(value_candidates(False)) + 1), 1)
     out["warnings"] = warnings
     return out
-
-
-def _unvouched_warning(column: str, pair, judged) -> str:
-    to_vouch = (f"spend at least about epsilon {judged.epsilon_to_vouch:.2g} on the same request"
-                if judged.epsilon_to_vouch else "spend much more epsilon")
-    return (f"{column}: no bounds suggest can vouch for, so none in the policy above: its DP estimate "
-            f"{shown(pair[0])} to {shown(pair[1])} may leave up to {judged.outside:.0%} of units' values outside "
-            f"(95% confidence), and no wider pair of its edges is sure to leave at most "
-            f"{float(VOUCHED_OUTSIDE):.0%}; clamping to too narrow bounds biases SUM and AVG: {to_vouch}, name "
-            f"fewer columns, or choose its bounds from public knowledge")
 
 
 def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB) -> dict:
@@ -478,8 +370,9 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB)
     ``dialect``, its salt bound when it needs it) and returns its rows;
     ``source`` draws the noise. Call only after ``plan.epsilon`` was charged.
 
-    ``bounds`` holds the bounds suggest vouches for (``None`` for a column without);
-    ``estimated_bounds`` every column's DP estimate, ``coverage`` what suggest can say of each."""
+    ``bounds`` holds each column's row bounds and ``unit_bounds`` its BOUNDS PER UNIT (``None``
+    where withheld), ``coverage`` the share of units each bound may leave beyond it
+    (``column_bounds``), ``skipped`` the numeric columns left out by default and why."""
     split, unit = plan.split, plan.unit
     k = 1
     if unit is not None:
@@ -495,41 +388,27 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB)
         assert unit is not None, "MAX GROUPS PER UNIT is asked of unit-level tables only"
         *ranks, units = fetch(_statement(rows_select(plan.key, unit, plan.group_by, dict(plan.types)), dialect))[0]
         groups = ROWS_CANDIDATES[pick_quantile(ROWS_CANDIDATES, ranks, units, ROWS_QUANTILE, split.groups, 1, source)]
+    units_low = max(0, noisy_units - units_halfwidth)
     bounds: dict[str, Any] = {}
-    estimates: dict[str, Any] = {}
+    unit_bounds: dict[str, Any] = {}
     coverage: dict[str, Any] = {}
-    unvouched = []
+    withheld = []
     for column, type_name in plan.columns:
-        integral = is_integer_type(type_name)
-        edges = value_candidates(integral)
-        *at_most, count = fetch(_statement(values_select(plan.key, unit, column, is_float_type(type_name), edges,
-                                                         dict(plan.types)), dialect))[0]
-        noisy: list = []
-        found = noisy_bounds(list(edges), bin_counts(at_most, count), split.each_column, plan.sensitivity,
-                             DEFAULT_COVERAGE, source, noisy)
-        bounds[column] = estimates[column] = None
-        if found is None:
-            continue
-        pair = (plain(found[0], integral), plain(found[1], integral))
-        judged = judge_coverage(list(edges), noisy[0], found, Fraction(plan.sensitivity) / split.each_column,
-                                noisy_units, units_scale, plan.epsilon)
-        estimates[column] = pair
-        coverage[column] = {"outside": round(judged.outside, 4), "vouched": judged.vouched,
-                            "widened": judged.bounds is not None and tuple(judged.bounds) != tuple(found),
-                            "epsilon_to_vouch": judged.epsilon_to_vouch}
-        if judged.bounds is not None:
-            bounds[column] = (plain(judged.bounds[0], integral), plain(judged.bounds[1], integral))
-        else:
-            unvouched.append(_unvouched_warning(column, pair, judged))
+        found = column_bounds(plan, column, type_name, fetch, int(units), units_low, k, source, dialect)
+        bounds[column], unit_bounds[column], coverage[column] = found.bounds, found.unit_bounds, found.coverage
+        if found.warning:
+            withheld.append(found.warning)
     suggestion: dict[str, Any] = {"max_rows_per_unit": k, "max_groups_per_unit": groups, "bounds": bounds,
-                                  "estimated_bounds": estimates, "coverage": coverage,
+                                  "unit_bounds": unit_bounds, "coverage": coverage,
+                                  "skipped": dict(plan.skipped),
                                   "units": noisy_units, "units_halfwidth": units_halfwidth,
                                   "epsilon_split": {"total": float(plan.epsilon),
                                                     "units": float(split.units),
                                                     "max_rows_per_unit": float(split.rows),
-                                                    "each_column": float(split.each_column)}}
+                                                    "each_column": float(split.each_column),
+                                                    "each_bound": float(split.each_bound)}}
     suggestion.update(_errors(plan, max(0, noisy_units - units_halfwidth)))
-    suggestion["warnings"] += unvouched
+    suggestion["warnings"] += withheld
     if plan.group_by is not None:
         suggestion["epsilon_split"]["max_groups_per_unit"] = float(split.groups)
         suggestion["group_by"] = plan.group_by
@@ -546,3 +425,87 @@ def run_suggestion(plan: SuggestPlan, fetch, source=None, dialect: str = DUCKDB)
         suggestion["notes"] = notes
         suggestion["warnings"] += warnings
     return suggestion
+
+
+@dataclass(frozen=True)
+class ColumnBounds:
+    """What a suggestion says of one column."""
+
+    bounds: tuple | None
+    """(lo, hi): its row BOUNDS, ``None`` when withheld."""
+    unit_bounds: tuple | None
+    """(L, U): its BOUNDS PER UNIT, ``None`` when withheld or for a row-level table."""
+    coverage: dict
+    """Per bound ("lower", "upper", "unit_lower", "unit_upper"): the tail share it ``aimed`` at,
+    the share ``at_most`` beyond it (95% confidence) and its draw's ``epsilon`` (0: not drawn);
+    ``epsilon_for_99``: the epsilon of the same request at which the row bounds aim at 1%."""
+    warning: str | None = None
+    """Why something was withheld, and the epsilon that would do."""
+
+
+def _said(bound: DrawnBound) -> dict:
+    return {"aimed": round(bound.aimed, 4), "at_most": round(bound.stated, 4), "epsilon": float(bound.epsilon)}
+
+
+def _zero(side: str) -> DrawnBound:
+    """A per-unit bound that needs no draw: with row bounds on one side of 0, every total is too."""
+    return DrawnBound(Fraction(0), 0.0, 0.0, Fraction(0))
+
+
+def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: int, units_low: int,
+                  rows_per_unit: int, source=None, dialect: str = DUCKDB) -> ColumnBounds:
+    """One column's row bounds, then (unit-level) its per-unit bounds from the totals of its
+    rows clamped into them (``dpsql.curator.suggest_quantiles``), each of ``plan.split.each_bound``;
+    a per-unit bound that follows from the row bounds gives its draw's share to the other."""
+    integral = is_integer_type(type_name)
+    edges = value_candidates(integral)
+    table = _table(plan.key)
+    each = plan.split.each_bound
+    owner = None if plan.unit is None else _identity(plan.unit, dict(plan.types))
+    *ranks, with_values = ranks_from(fetch(_statement(shares_select(table, owner, column, edges), dialect)), len(edges))
+    total = SHARE_SCALE * units
+    missing = total - with_values  # units without a value: below every candidate for the upper draw
+    lower = draw_bound("lower", edges, ranks, total, SHARE_SCALE, each, units_low, source)
+    upper = draw_bound("upper", edges, [r + missing for r in ranks], total, SHARE_SCALE, each, units_low, source)
+    if lower is None or upper is None:
+        return ColumnBounds(None, None, {}, _withheld_warning(plan, column, each, len(edges), units_low))
+    if lower.value > upper.value:  # both statements still hold of the pair put in order
+        lower, upper = (DrawnBound(upper.value, lower.aimed, lower.stated, lower.epsilon),
+                        DrawnBound(lower.value, upper.aimed, upper.stated, upper.epsilon))
+    pair = (plain(lower.value, integral), plain(upper.value, integral))
+    coverage: dict[str, Any] = {"lower": _said(lower), "upper": _said(upper),
+                                "epsilon_for_99": round(float(plan.epsilon) * aim(each, len(edges), units_low)
+                                                        .epsilon_for_tail / float(each), 2)}
+    if plan.unit is None or owner is None:
+        return ColumnBounds(pair, None, coverage)
+    free_lower, free_upper = lower.value >= 0, upper.value <= 0
+    cap = Fraction(rows_per_unit) * max(abs(lower.value), abs(upper.value))
+    if free_lower and free_upper:
+        unit_lower, unit_upper = _zero("lower"), _zero("upper")
+    else:
+        share = each * 2 if free_lower or free_upper else each
+        rows = fetch(_statement(totals_select(table, owner, column, lower.value, upper.value, edges), dialect))
+        *positive, _ = ranks_from([(b, n) for part, b, n in rows if part == 0], len(edges))
+        *negative, _ = ranks_from([(b, n) for part, b, n in rows if part == 1], len(edges))
+        drawn_upper = _zero("upper") if free_upper else \
+            draw_unit_bound(edges, positive, units, cap, share, units_low, source)
+        drawn_lower = _zero("lower") if free_lower else \
+            draw_unit_bound(edges, negative, units, cap, share, units_low, source)
+        if drawn_upper is None or drawn_lower is None:
+            return ColumnBounds(pair, None, coverage,
+                                _withheld_warning(plan, column, share, len(edges), units_low, per_unit=True))
+        unit_lower = DrawnBound(-drawn_lower.value, drawn_lower.aimed, drawn_lower.stated, drawn_lower.epsilon)
+        unit_upper = drawn_upper
+    coverage.update(unit_lower=_said(unit_lower), unit_upper=_said(unit_upper))
+    return ColumnBounds(pair, (plain(min(unit_lower.value, Fraction(0)), integral),
+                               plain(max(unit_upper.value, Fraction(0)), integral)), coverage)
+
+
+def _withheld_warning(plan: SuggestPlan, column: str, epsilon: Fraction, candidates: int, units_low: int,
+                      per_unit: bool = False) -> str:
+    aimed = aim(epsilon, candidates, units_low)
+    needed = float(plan.epsilon) * aimed.epsilon_for_tail / float(epsilon)
+    what = "BOUNDS PER UNIT" if per_unit else "BOUNDS"
+    return (f"{column}: no {what}: at epsilon {shown(epsilon)} a bound may leave up to {aimed.stated:.0%} of the "
+            f"about {units_low:,} units beyond it; about epsilon {needed:.2g} on the same request aims at the 1st "
+            f"and 99th percentiles: spend more, name fewer columns, or choose them from public knowledge")
