@@ -168,3 +168,20 @@ def test_small_epsilon_warns_with_the_rank_and_bin_errors(capsys):
     assert all(pair is not None for pair in large["bounds"].values())
     text = suggestion_text("t", "uid", small, 0.05)
     assert "-- WARNING MAX ROWS PER UNIT" in text and " BOUNDS " not in text.split(");")[0]
+
+
+def test_row_bounds_the_policy_declares_are_kept_and_their_share_goes_per_unit():
+    """A column the policy already BOUNDS keeps them (no draw); its two per-unit draws get the
+    column's four shares between them, so the suggestion costs what it did."""
+    policy = POLICY.replace("MAX ROWS PER UNIT 5)", "MAX ROWS PER UNIT 5, x BOUNDS -3 TO 40)")
+    with dpsql.connect({"t": known(), "p": pd.DataFrame({"a": [1]})}, policy=policy, rng=SeededSource(3)) as db:
+        kept = db.suggest_bounds("t", epsilon=2, columns=["x"])
+        assert db.budget.spent.epsilon == 2
+    assert kept["bounds"]["x"] == (-3, 40)
+    said = kept["coverage"]["x"]
+    assert said["lower"]["epsilon"] == said["upper"]["epsilon"] == 0
+    each = kept["epsilon_split"]["each_bound"]
+    assert said["unit_lower"]["epsilon"] == said["unit_upper"]["epsilon"] == pytest.approx(2 * each)
+    k = kept["max_rows_per_unit"]  # the suggested k: the per-unit candidates stop at k × 40
+    assert -k * 3 <= kept["unit_bounds"]["x"][0] <= 0 < kept["unit_bounds"]["x"][1] <= k * 40
+    assert "x BOUNDS -3 TO 40: as the policy declares them" in suggestion_text("t", "uid", kept, 2)

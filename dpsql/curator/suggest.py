@@ -280,6 +280,9 @@ class SuggestPlan:
     """The policy's neighbour relation."""
     current_groups: int | None = None
     """min(l, k) of the table in the policy in force (``None`` for a row-level table)."""
+    declared: tuple[tuple[str, Fraction, Fraction], ...] = ()
+    """(column, lo, hi) of each chosen column the policy already BOUNDS: those row bounds are
+    kept, not drawn, and the share of their two draws goes to the column's per-unit bounds."""
 
     @property
     def statements(self) -> int:
@@ -336,7 +339,14 @@ def plan_suggestion(policy: Policy, catalog: dict, key_of, table, epsilon: Fract
                        split_epsilon(epsilon, unit is None, len(chosen), group_by is not None),
                        skipped, tuple(types.items()),
                        policy.query_epsilon, policy.query_delta, policy.noise == "gaussian", policy.neighbours,
-                       declared.groups_per_unit if unit is not None and isinstance(declared, PrivateTable) else None)
+                       declared.groups_per_unit if unit is not None and isinstance(declared, PrivateTable) else None,
+                       _declared_bounds(declared, chosen))
+
+
+def _declared_bounds(declared, chosen: list[str]) -> tuple[tuple[str, Fraction, Fraction], ...]:
+    """The row BOUNDS the policy already gives the chosen columns (public: the curator wrote them)."""
+    rules = {rule.name.lower(): rule.bounds for rule in getattr(declared, "columns", ()) if rule.bounds is not None}
+    return tuple((c, rules[c].lower, rules[c].upper) for c in chosen if c in rules)
 
 
 def _errors(plan: SuggestPlan, units: int) -> dict:
@@ -462,13 +472,22 @@ def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: 
     table = _table(plan.key)
     each = plan.split.each_bound
     owner = None if plan.unit is None else _identity(plan.unit, dict(plan.types))
-    *ranks, with_values = ranks_from(fetch(_statement(shares_select(table, owner, column, edges), dialect)), len(edges))
-    total = SHARE_SCALE * units
-    missing = total - with_values  # units without a value: below every candidate for the upper draw
-    lower = draw_bound("lower", edges, ranks, total, SHARE_SCALE, each, units_low, source)
-    upper = draw_bound("upper", edges, [r + missing for r in ranks], total, SHARE_SCALE, each, units_low, source)
-    if lower is None or upper is None:
-        return ColumnBounds(None, None, {}, _withheld_warning(plan, column, each, len(edges), units_low))
+    declared = {c: (lo, hi) for c, lo, hi in plan.declared}
+    unit_share = each
+    if column in declared:  # the policy's row bounds are kept: no draw, their share goes per unit
+        lower, upper = (DrawnBound(value, 0.0, 0.0, Fraction(0)) for value in declared[column])
+        unit_share = each * 2  # each of the two per-unit draws: the column still costs four shares
+    else:
+        *ranks, with_values = ranks_from(fetch(_statement(shares_select(table, owner, column, edges), dialect)),
+                                         len(edges))
+        total = SHARE_SCALE * units
+        missing = total - with_values  # units without a value: below every candidate for the upper draw
+        found_lower = draw_bound("lower", edges, ranks, total, SHARE_SCALE, each, units_low, source)
+        found_upper = draw_bound("upper", edges, [r + missing for r in ranks], total, SHARE_SCALE, each, units_low,
+                                 source)
+        if found_lower is None or found_upper is None:
+            return ColumnBounds(None, None, {}, _withheld_warning(plan, column, each, len(edges), units_low))
+        lower, upper = found_lower, found_upper
     if lower.value > upper.value:  # both statements still hold of the pair put in order
         lower, upper = (DrawnBound(upper.value, lower.aimed, lower.stated, lower.epsilon),
                         DrawnBound(lower.value, upper.aimed, upper.stated, upper.epsilon))
@@ -483,7 +502,7 @@ def column_bounds(plan: SuggestPlan, column: str, type_name: str, fetch, units: 
     if free_lower and free_upper:
         unit_lower, unit_upper = _zero("lower"), _zero("upper")
     else:
-        share = each * 2 if free_lower or free_upper else each
+        share = unit_share * 2 if free_lower or free_upper else unit_share
         rows = fetch(_statement(totals_select(table, owner, column, lower.value, upper.value, edges), dialect))
         *positive, _ = ranks_from([(b, n) for part, b, n in rows if part == 0], len(edges))
         *negative, _ = ranks_from([(b, n) for part, b, n in rows if part == 1], len(edges))

@@ -111,6 +111,9 @@ def _share(value: float) -> str:
 
 def _row_line(column: str, pair, said: dict) -> str:
     lower, upper = said.get("lower", {}), said.get("upper", {})
+    if not lower.get("epsilon") and not upper.get("epsilon"):
+        return (f"{column} BOUNDS {shown(pair[0])} TO {shown(pair[1])}: as the policy declares them (kept, not "
+                f"drawn; their share went to the BOUNDS PER UNIT)")
     aims = (f"DP {_percentile(lower.get('aimed', 0))} and {_percentile(1 - upper.get('aimed', 0))} percentiles of "
             f"the rows, each unit's rows weighing one unit")
     aimed = max(lower.get("aimed", 0), upper.get("aimed", 0))
