@@ -368,6 +368,33 @@ def test_a_count_of_other_rows_values_or_groups_is_not_used(db, count):
         db.sql(AVG, epsilon=1, max_error=5)
 
 
+@pytest.mark.parametrize("where", ["y > 0", "0 < y", "(y > 0)"])
+def test_a_count_under_the_same_where_written_otherwise_is_used(db, where):
+    # The ledger keeps the normalised SQL (``0 < y``): both WHEREs are compared in that normal form.
+    db.sql("SELECT g, COUNT(x) AS n FROM t WHERE y > 0 GROUP BY g", epsilon=1)
+    text = db.explain(f"SELECT g, AVG(x) AS m FROM t WHERE {where} GROUP BY g", epsilon=1)
+    assert "the smallest count of its values your answer #1 released, for k" in text
+
+
+def test_looking_for_a_released_count_prepares_no_earlier_query_and_reads_one_answer(db, monkeypatch):
+    from dpsql.query import known_counts
+    from dpsql.query.prepare import Preparer
+
+    for i in range(12):  # the analyst's earlier plain counts, each under another WHERE
+        db.sql(f"SELECT g, COUNT(x) AS n FROM t WHERE x <> {1000 + i} GROUP BY g", epsilon=0.01)
+    db.sql("SELECT g, COUNT(x) AS n FROM t GROUP BY g", epsilon=1)
+    for i in range(12):
+        db.sql(f"SELECT g, COUNT(x) AS n FROM t WHERE y <> {1000 + i} GROUP BY g", epsilon=0.01)
+    prepared, read = [], []
+    real_prepare, real_read = Preparer.prepare, known_counts.decode_answer
+    monkeypatch.setattr(Preparer, "prepare", lambda self, sql, *a, **k: prepared.append(sql) or
+                        real_prepare(self, sql, *a, **k))
+    monkeypatch.setattr(known_counts, "decode_answer", lambda text: read.append(text) or real_read(text))
+    text = db.explain(AVG, epsilon=1, max_error=1000)
+    assert "your answer #13 released" in text
+    assert prepared == [AVG] and len(read) == 1  # only the query itself; only the matching answer is read
+
+
 def test_a_count_scaled_from_a_sample_has_no_plus_minus_before_the_charge_and_is_not_judged(db):
     sql = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (scale_sample = true) COUNT(*) AS n "
            "FROM t TABLESAMPLE POISSON (10 PERCENT)")
