@@ -232,6 +232,38 @@ def test_a_ratio_is_judged_at_the_stated_count_and_refused_without_one(db):
     assert charged(db)[0] == pytest.approx(before[0] + 1)
 
 
+def test_a_ratios_prediction_is_cut_to_half_the_possible_range_as_its_interval_is(db):
+    # AVG(x), x in [0, 100]: its interval is cut to [0, 100], so no ± exceeds 50 whatever the count.
+    plan = plan_of(db, AVG, 1)
+    uncut = family_of(plan.aggregates[0]).predicted_half_width(
+        plan.aggregates[0], [plan.measure(m) for m in plan.aggregates[0].measures], ALPHA, 1)
+    assert uncut > 50
+    prediction = predict_outputs(plan, accuracy_goal({}, None, 1))[0]
+    assert prediction.half_width == 50 and all(h <= 50 for _, h in prediction.curve)
+    assert predict_outputs(plan, accuracy_goal({}, None, 10**6))[0].half_width < 1  # below the cut: the law's
+    before = charged(db)
+    assert "every output it can judge is within it" in db.explain(AVG, epsilon=1, max_error=60)
+    db.sql(AVG, epsilon=1, max_error=60)  # no count needed: none can exceed 50
+    db.sql(AVG, epsilon=2, max_error=50, expected_rows=1)
+    assert charged(db)[0] == pytest.approx(before[0] + 3)
+    with pytest.raises(dpsql.TooInaccurate, match="depends on how many values a group holds"):
+        db.sql(AVG, epsilon=1, max_error=49)
+
+
+def test_a_released_count_below_one_is_named_in_the_refusal_not_called_private(db):
+    from dpsql.query.known_counts import KnownCount
+    from dpsql.query.prediction import accuracy_refusal
+
+    goal = accuracy_goal({}, 5)
+    plan = plan_of(db, AVG, 1)
+    known = {"a0": KnownCount(0, ("k007",), 3, "SELECT g, COUNT(x) FROM t GROUP BY g")}
+    message = accuracy_refusal(predict_outputs(plan, goal, known), goal, plan.epsilon).message
+    assert "private until released" not in message
+    assert "your answer #3 released 0 for k007" in message and "a group needs at least" in message
+    unknown = accuracy_refusal(predict_outputs(plan, goal), goal, plan.epsilon).message
+    assert "private until released" in unknown
+
+
 def test_outputs_with_no_prediction_are_not_judged(db):
     db.sql("SELECT g, CORR(x, y) AS r, MEDIAN(x) AS med FROM t GROUP BY g", epsilon=1, max_error=0.001)
     text = db.explain("SELECT g, CORR(x, y) AS r FROM t GROUP BY g", epsilon=1, max_error=0.001)
