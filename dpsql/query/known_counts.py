@@ -57,7 +57,7 @@ class KnownCount:
 
 def counted_descriptor(query: PrivateQuery) -> dict | None:
     """The public descriptor of ``query``'s plain ``COUNT(x)`` outputs, kept with its stored
-    answer: ``{"of": [[digest, column], ...], "keys": [key columns]}``; None when it has none, or
+    answer: ``{"of": {digest: column, ...}, "keys": [key columns]}``; None when it has none, or
     its rows are cut or its keys not all shown. From the query's text alone: no data."""
     keys = _key_columns(query)
     if keys is None or any(query.post.args.get(part) for part in ("where", "limit", "offset")):
@@ -65,7 +65,7 @@ def counted_descriptor(query: PrivateQuery) -> dict | None:
     counts = [(counted_digest(query, a.argument), column) for a in query.aggregates
               if a.function == "count" and a.argument is not None
               for column in [_output_column(query, a.name)] if column is not None]
-    return {"of": [list(c) for c in counts], "keys": keys} if counts else None
+    return {"of": dict(counts), "keys": keys} if counts else None
 
 
 def with_counted(answer: str, query: PrivateQuery) -> str:
@@ -103,9 +103,10 @@ def known_counts(plan: Plan, released: Sequence[tuple[int, str, str | None]]) ->
     for entry, sql, answer in reversed(numbered[-RECENT:]):
         if len(found) == len(wanted) or reads == READ:
             break
-        # A digest is 64 hex digits after '"of":[["': no released value's JSON text holds that unescaped.
-        matching = {name: digest for name, digest in wanted.items()
-                    if name not in found and answer is not None and f'["{digest}",' in answer}
+        if answer is None:
+            continue
+        # A digest is an object key only in the descriptor: the rows' JSON has no keys but tags ("$date").
+        matching = {name: digest for name, digest in wanted.items() if name not in found and f'"{digest}":' in answer}
         if not matching:
             continue
         reads += 1
@@ -122,9 +123,9 @@ def _smallest_counts(answer: str, digests: set[str]) -> dict[str, tuple[int, tup
     in its column and that row's keys."""
     try:
         descriptor = json.loads(answer)["counted"]
-        columns = {str(digest): int(column) for digest, column in descriptor["of"]}
+        columns = {str(digest): int(column) for digest, column in descriptor["of"].items()}
         keys = [int(k) for k in descriptor["keys"]]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return {}
     decoded = decode_answer(answer)
     if decoded is None:

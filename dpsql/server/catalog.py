@@ -431,7 +431,8 @@ _REGPROC_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.\
                                 r"|\$(\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?regproc(?:edure)?\b", re.IGNORECASE)
 
 
-_LITERAL_CAST = re.compile(r"(CAST\s*\(\s*)?'((?:[^']|'')*)'(?:\s*::\s*(?:pg_catalog\s*\.\s*)?(regclass|regproc)(?:edure)?\b"
+_LITERAL_CAST = re.compile(r"(CAST\s*\(\s*)?'((?:[^']|'')*)'"
+                           r"(?:\s*::\s*(?:pg_catalog\s*\.\s*)?(regclass|regproc)(?:edure)?\b"
                            r"|\s+AS\s+(?:pg_catalog\s*\.\s*)?(regclass|regproc)(?:edure)?\s*\))?", re.IGNORECASE)
 """Every string literal, left to right (so a quote inside one never starts another), with the
 ``CAST(`` before it and the OID alias type it is cast to, where it is (``_named_literals``)."""
