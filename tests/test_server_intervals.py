@@ -276,5 +276,8 @@ def test_a_cut_counts_interval_shows_whole_ends_however_wide(low, high, shown):
     rows = notice(_Answer(["store", "n"], [("a", 3), ("b", 40)]),
                   {"n": [(low, high, high - 3.5), (20.0, 60.0, 20.0)]})
     assert f"a     | {shown}" in rows and "b     | [20, 60]" in rows, rows
+    uncut = notice(_Answer(["n"], [(30,)]), {"n": [(21.0, 39.0, 9.0)]})
+    assert uncut.endswith("n ± 9"), uncut  # was "n ± 9.0": a count's ± in whole numbers too
     averages = notice(_Answer(["m"], [(3.25,)]), {"m": [(0.0, 7.5, 5.0)]})  # not whole numbers: decimals stay
     assert averages.endswith("m [0.0, 7.5]"), averages
+    assert notice(_Answer(["m"], [(30.0,)]), {"m": [(21.0, 39.0, 9.0)]}).endswith("m ± 9.0")

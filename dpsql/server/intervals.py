@@ -120,11 +120,12 @@ def notice(result, found: dict) -> str | None:
         position = result.columns.index(name)
         symmetric = all(_is_symmetric(row[position], low, high, half)
                         for row, (low, high, half) in zip(rows, column))
+        whole = _whole(rows, position)
         if len(halves) == 1 and symmetric and not math.isnan(column[0][2]):
             every = " in every row" if len(column) > 1 else ""
-            lines.append(f"{name} ± {_shown(column[0][2], column[0][2], math.ceil)}{every}")
+            lines.append(f"{name} ± {_shown(column[0][2], 0.0 if whole else column[0][2], math.ceil)}{every}")
         elif len(column) == 1:
-            shown = _interval(*column[0][:2], whole=_whole(rows, position))
+            shown = _interval(*column[0][:2], whole=whole)
             lines.append(f"{name}{':' if shown == NO_INTERVAL else ''} {shown}")
         else:
             by_row.append(name)
