@@ -43,7 +43,7 @@ from dpsql.query.bias import (
 from dpsql.query.context import MechanismContext
 from dpsql.query.domains import KeyDomains
 from dpsql.query.executor import Executor
-from dpsql.query.known_counts import KnownCount, known_counts, with_counted
+from dpsql.query.known_counts import KnownCount, counted_descriptor, known_counts, with_counted
 from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
 from dpsql.query.prediction import (
@@ -157,11 +157,12 @@ class Answerer:
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], fetched[-1][0])), source)
             return self._released(plan, checked, domain, exact, histograms, types, bounding, source)
 
+        # its plain counts, described for a later ratio's ± (a sample's count other rows); before the charge
+        counted = counted_descriptor(plan.query) if priced.sampling is None else None
+
         def record(answered: Answered) -> str:
-            text = with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
-                                               outside=answered.outside), answered.bounding)
-            # its plain counts, described for a later ratio's ± (a sample's counts other rows)
-            return with_counted(text, plan.query) if priced.sampling is None else text
+            return with_counted(with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
+                                                            outside=answered.outside), answered.bounding), counted)
 
         # A sampled query's key: drawn after the charge from the secure source, bound only to its own statements.
         sample_key = (lambda: secret_key(source)) if priced.sampling is not None else None

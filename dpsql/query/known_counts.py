@@ -68,9 +68,8 @@ def counted_descriptor(query: PrivateQuery) -> dict | None:
     return {"of": dict(counts), "keys": keys} if counts else None
 
 
-def with_counted(answer: str, query: PrivateQuery) -> str:
-    """A stored answer's JSON with ``query``'s ``counted_descriptor`` added, if it has one."""
-    descriptor = counted_descriptor(query)
+def with_counted(answer: str, descriptor: dict | None) -> str:
+    """A stored answer's JSON with its query's ``counted_descriptor`` added, if it has one."""
     if descriptor is None:
         return answer
     record = json.loads(answer)
