@@ -232,6 +232,38 @@ def test_a_ratio_is_judged_at_the_stated_count_and_refused_without_one(db):
     assert charged(db)[0] == pytest.approx(before[0] + 1)
 
 
+def test_a_ratios_prediction_is_cut_to_half_the_possible_range_as_its_interval_is(db):
+    # AVG(x), x in [0, 100]: its interval is cut to [0, 100], so no ± exceeds 50 whatever the count.
+    plan = plan_of(db, AVG, 1)
+    uncut = family_of(plan.aggregates[0]).predicted_half_width(
+        plan.aggregates[0], [plan.measure(m) for m in plan.aggregates[0].measures], ALPHA, 1)
+    assert uncut > 50
+    prediction = predict_outputs(plan, accuracy_goal({}, None, 1))[0]
+    assert prediction.half_width == 50 and all(h <= 50 for _, h in prediction.curve)
+    assert predict_outputs(plan, accuracy_goal({}, None, 10**6))[0].half_width < 1  # below the cut: the law's
+    before = charged(db)
+    assert "every output it can judge is within it" in db.explain(AVG, epsilon=1, max_error=60)
+    db.sql(AVG, epsilon=1, max_error=60)  # no count needed: none can exceed 50
+    db.sql(AVG, epsilon=2, max_error=50, expected_rows=1)
+    assert charged(db)[0] == pytest.approx(before[0] + 3)
+    with pytest.raises(dpsql.TooInaccurate, match="depends on how many values a group holds"):
+        db.sql(AVG, epsilon=1, max_error=49)
+
+
+def test_a_released_count_below_one_is_named_in_the_refusal_not_called_private(db):
+    from dpsql.query.known_counts import KnownCount
+    from dpsql.query.prediction import accuracy_refusal
+
+    goal = accuracy_goal({}, 5)
+    plan = plan_of(db, AVG, 1)
+    known = {"a0": KnownCount(0, ("k007",), 3, "SELECT g, COUNT(x) FROM t GROUP BY g")}
+    message = accuracy_refusal(predict_outputs(plan, goal, known), goal, plan.epsilon).message
+    assert "private until released" not in message
+    assert "your answer #3 released 0 for k007" in message and "a group needs at least" in message
+    unknown = accuracy_refusal(predict_outputs(plan, goal), goal, plan.epsilon).message
+    assert "private until released" in unknown
+
+
 def test_outputs_with_no_prediction_are_not_judged(db):
     db.sql("SELECT g, CORR(x, y) AS r, MEDIAN(x) AS med FROM t GROUP BY g", epsilon=1, max_error=0.001)
     text = db.explain("SELECT g, CORR(x, y) AS r FROM t GROUP BY g", epsilon=1, max_error=0.001)
@@ -366,6 +398,33 @@ def test_a_count_of_other_rows_values_or_groups_is_not_used(db, count):
     assert "your answer" not in db.explain(AVG, epsilon=1)
     with pytest.raises(dpsql.TooInaccurate, match="depends on how many values a group holds"):
         db.sql(AVG, epsilon=1, max_error=5)
+
+
+@pytest.mark.parametrize("where", ["y > 0", "0 < y", "(y > 0)"])
+def test_a_count_under_the_same_where_written_otherwise_is_used(db, where):
+    # The ledger keeps the normalised SQL (``0 < y``): both WHEREs are compared in that normal form.
+    db.sql("SELECT g, COUNT(x) AS n FROM t WHERE y > 0 GROUP BY g", epsilon=1)
+    text = db.explain(f"SELECT g, AVG(x) AS m FROM t WHERE {where} GROUP BY g", epsilon=1)
+    assert "the smallest count of its values your answer #1 released, for k" in text
+
+
+def test_looking_for_a_released_count_prepares_no_earlier_query_and_reads_one_answer(db, monkeypatch):
+    from dpsql.query import known_counts
+    from dpsql.query.prepare import Preparer
+
+    for i in range(12):  # the analyst's earlier plain counts, each under another WHERE
+        db.sql(f"SELECT g, COUNT(x) AS n FROM t WHERE x <> {1000 + i} GROUP BY g", epsilon=0.01)
+    db.sql("SELECT g, COUNT(x) AS n FROM t GROUP BY g", epsilon=1)
+    for i in range(12):
+        db.sql(f"SELECT g, COUNT(x) AS n FROM t WHERE y <> {1000 + i} GROUP BY g", epsilon=0.01)
+    prepared, read = [], []
+    real_prepare, real_read = Preparer.prepare, known_counts.decode_answer
+    monkeypatch.setattr(Preparer, "prepare", lambda self, sql, *a, **k: prepared.append(sql) or
+                        real_prepare(self, sql, *a, **k))
+    monkeypatch.setattr(known_counts, "decode_answer", lambda text: read.append(text) or real_read(text))
+    text = db.explain(AVG, epsilon=1, max_error=1000)
+    assert "your answer #13 released" in text
+    assert prepared == [AVG] and len(read) == 1  # only the query itself; only the matching answer is read
 
 
 def test_a_count_scaled_from_a_sample_has_no_plus_minus_before_the_charge_and_is_not_judged(db):

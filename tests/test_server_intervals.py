@@ -252,3 +252,32 @@ def test_a_column_with_no_interval_says_so_and_its_ends_are_null(server):
         detail = json.loads(connection.info.parameter_status("dpsql_cost"))
     assert [c.name for c in cursor.description] == ["big", "big_low", "big_high"] and row[1:] == (None, None)
     assert detail["intervals95"] == {"big": [None]} and detail["halfwidths95"] == {"big": [None]}
+
+
+class _Answer:
+    """A released answer as ``intervals.notice`` reads it: columns, rows."""
+
+    def __init__(self, columns, rows):
+        self.columns, self.rows = columns, rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+@pytest.mark.parametrize("low, high, shown", [(0.0, 15.000000000000002, "[0, 15]"), (0.0, 31.0, "[0, 31]"),
+                                              (0.0, 1234.5, "[0, 1,235]")])
+def test_a_cut_counts_interval_shows_whole_ends_however_wide(low, high, shown):
+    """A COUNT whose interval was cut at 0 showed ``n [0.0, 15.0]`` in one notice and ``n [0, 31]``
+    in another: the decimals followed the interval's width, not the column's whole numbers."""
+    from dpsql.server.intervals import notice
+
+    one = notice(_Answer(["n"], [(3,)]), {"n": [(low, high, high - 3.5)]})
+    assert one.endswith(f"n {shown}"), one
+    rows = notice(_Answer(["store", "n"], [("a", 3), ("b", 40)]),
+                  {"n": [(low, high, high - 3.5), (20.0, 60.0, 20.0)]})
+    assert f"a     | {shown}" in rows and "b     | [20, 60]" in rows, rows
+    uncut = notice(_Answer(["n"], [(30,)]), {"n": [(21.0, 39.0, 9.0)]})
+    assert uncut.endswith("n ± 9"), uncut  # was "n ± 9.0": a count's ± in whole numbers too
+    averages = notice(_Answer(["m"], [(3.25,)]), {"m": [(0.0, 7.5, 5.0)]})  # not whole numbers: decimals stay
+    assert averages.endswith("m [0.0, 7.5]"), averages
+    assert notice(_Answer(["m"], [(30.0,)]), {"m": [(21.0, 39.0, 9.0)]}).endswith("m ± 9.0")

@@ -158,5 +158,5 @@ def test_the_interval_notice_lists_every_row_keyed_by_its_keys():
     assert lines[1].split() == ["store", "|", "n"]
     assert [line.split(" | ")[0].strip() for line in lines[2:]] == [f"s{i}" for i in range(25)] + ["NULL"]
     assert [line.split(" | ")[1] for line in lines[2:]] == \
-        [f"[{i - 1:.1f}, {i + 2:.1f}]" for i in range(25)] + ["[0.0, 6.0]"]  # two digits of the ±
+        [f"[{i - 1}, {i + 2}]" for i in range(25)] + ["[0, 6]"]  # a count's: whole numbers
     assert "more row" not in shown and "OPTIONS" not in shown

@@ -322,6 +322,42 @@ def test_pgcli_4s_bound_look_ups_answer_as_postgresql_would(server):
     assert unknown.value.diag.message_primary.startswith('unknown table "nosuch"')
 
 
+@pytest.mark.parametrize("cast", ["{}::regclass", "{}::pg_catalog.regclass", "CAST({} AS regclass)"])
+def test_a_regclass_literal_answers_as_the_bound_form_does(server, cast):
+    """psql writes ``'visits'::regclass`` into its text where psycopg binds ``$1::regclass``: the
+    literal was refused as a cast DuckDB does not do (0A000)."""
+    psycopg = pytest.importorskip("psycopg")
+    with connect(server) as connection:
+        oid = connection.execute("SELECT %s::regclass::oid", ["visits"]).fetchone()[0]
+        written = cast.format("'visits'")
+        assert connection.execute(f"SELECT {written}::oid").fetchone()[0] == oid
+        assert connection.execute(f"SELECT {cast.format(chr(39) + 'main.visits' + chr(39))}::oid").fetchone()[0] == oid
+        assert connection.execute(f"SELECT pg_catalog.obj_description({written}, 'pg_class')").fetchone() == \
+            connection.execute("SELECT pg_catalog.obj_description(%s::regclass, 'pg_class')", ["visits"]).fetchone()
+        assert connection.execute(f"SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = {written} "
+                                  "AND attnum > 0").fetchone() == (len(COLUMNS),)
+        for table in ("nosuch", "other.visits"):
+            with pytest.raises(psycopg.errors.UndefinedTable) as unknown:
+                connection.execute(f"SELECT {cast.format(chr(39) + table + chr(39))}::oid")
+            assert unknown.value.diag.message_primary.startswith(f'unknown table "{table}"')
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            connection.execute(f"SELECT {cast.replace('regclass', 'regproc').format(chr(39) + 'foo' + chr(39))}::oid")
+        assert connection.execute("SELECT 'pg_class'::regclass").fetchone() == ("1259",)  # pgjdbc's, as before
+
+
+@needs_psql
+def test_psqls_literal_regclass_answers_and_its_sf_of_an_unknown_function_is_undefined_function(server):
+    assert psql(server, "SELECT 'visits'::regclass::oid AS v").split()[:3][-1].isdigit()
+    assert "private: privacy unit user_id" in psql(server, "SELECT obj_description('visits'::regclass, 'pg_class')")
+    environment = {**os.environ, "PGPASSWORD": PASSWORD, "PGCONNECT_TIMEOUT": "5"}
+    done = subprocess.run([PSQL, "-h", "127.0.0.1", "-p", str(server.port), "-U", "alice", "-d", "shop", "-X",
+                           "-c", r"\sf foo"], env=environment, capture_output=True,
+                          text=True, timeout=30)
+    # psql prints a look-up's error without its code; the code (42883) is checked through psycopg above
+    assert 'ERROR:  unknown function "foo": this database has no functions of its own' in done.stderr, done.stderr
+    assert not ENGINE_WORDS.search(done.stderr), done.stderr
+
+
 def test_pg_settings_holds_the_fixed_settings_only(server):
     """pg_settings was refused as an unknown table; it is SHOW's fixed settings, never DuckDB's."""
     psycopg = pytest.importorskip("psycopg")
@@ -345,7 +381,7 @@ def test_psql_lists_functions_types_and_settings(server, command):
 
 
 @needs_psql
-@pytest.mark.parametrize("command", [r"\dc", r"\dC", r"\dd", r"\dL", r"\do", r"\dO", r"\dX", r"\dy", r"\sf foo",
+@pytest.mark.parametrize("command", [r"\dc", r"\dC", r"\dd", r"\dL", r"\do", r"\dO", r"\dX", r"\dy",
                                      "SELECT 'x'::int", "SELECT * FROM information_schema.routines"])
 def test_a_catalog_command_beyond_the_emulated_catalog_is_refused_in_dpsqls_words(server, command):
     """They answered with DuckDB's error text ("Catalog Error: Table with name pg_cast does not exist!")."""

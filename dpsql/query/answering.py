@@ -43,7 +43,7 @@ from dpsql.query.bias import (
 from dpsql.query.context import MechanismContext
 from dpsql.query.domains import KeyDomains
 from dpsql.query.executor import Executor
-from dpsql.query.known_counts import KnownCount, known_counts
+from dpsql.query.known_counts import KnownCount, counted_descriptor, known_counts, with_counted
 from dpsql.query.limits import recorded_drop
 from dpsql.query.outside import outside_domain
 from dpsql.query.prediction import (
@@ -157,9 +157,12 @@ class Answerer:
                 bounding = release_bias(bias, dict(zip([m.name for m in bias.measures], fetched[-1][0])), source)
             return self._released(plan, checked, domain, exact, histograms, types, bounding, source)
 
+        # its plain counts, described for a later ratio's ± (a sample's count other rows); before the charge
+        counted = counted_descriptor(plan.query) if priced.sampling is None else None
+
         def record(answered: Answered) -> str:
-            return with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
-                                               outside=answered.outside), answered.bounding)
+            return with_counted(with_bounding(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
+                                                            outside=answered.outside), answered.bounding), counted)
 
         # A sampled query's key: drawn after the charge from the secure source, bound only to its own statements.
         sample_key = (lambda: secret_key(source)) if priced.sampling is not None else None
@@ -324,17 +327,7 @@ class Answerer:
         looked for only when a ratio's ± needs a count and none was stated."""
         if goal.expected_rows is not None or not any(family_of(a).counted for a in plan.aggregates):
             return {}
-
-        def checked(sql: str) -> PrivateQuery | None:
-            # Advisory: an earlier answer that no longer prepares (a mechanism's, an older policy's) is
-            # simply not used; nothing here is charged or released.
-            try:
-                found = context.prepare(sql, 1).checked
-            except Exception:
-                return None
-            return found if isinstance(found, PrivateQuery) else None
-
-        return known_counts(plan, context.spender.released(), checked)
+        return known_counts(plan, context.spender.released())
 
     def _time_zone_note(self, plan: Plan) -> str:
         """Which zone date parts of a TIMESTAMPTZ column are taken in (a setting, not data)."""

@@ -118,6 +118,9 @@ class Prediction:
     (None: more than ``LARGEST_COUNT``)."""
     reason: str | None = None
     """Why no ± is known before the charge, where none is."""
+    released_below_one: str | None = None
+    """For a ratio with no ``count``: the released count below 1 that could not state its ±, said
+    as a refusal says it (None when none was released)."""
 
 
 def predict_outputs(plan: Plan, goal: AccuracyGoal = AccuracyGoal(),
@@ -165,8 +168,12 @@ def _predict_aggregate(plan: Plan, output: str, name: str, label: str, goal: Acc
     family = family_of(aggregate)
     measures = [plan.measure(m) for m in aggregate.measures]
 
+    floor, ceiling = family.possible(aggregate, measures)
+    widest = (ceiling - floor) / 2  # an answer's interval is cut to the possible range: no ± exceeds this
+
     def at(count: int | None) -> float | None:
-        return family.predicted_half_width(aggregate, measures, ALPHA, count)
+        half = family.predicted_half_width(aggregate, measures, ALPHA, count)
+        return None if half is None else min(half, widest)
 
     if not family.counted:
         half = at(None)
@@ -178,13 +185,18 @@ def _predict_aggregate(plan: Plan, output: str, name: str, label: str, goal: Acc
         return Prediction(output, label, None, reason=VARIANCES)
     curve = _curve(at)
     needed = None if goal.max_error is None else needed_count(at, float(goal.max_error))
-    count, source = goal.expected_rows, "expected_rows"
-    if count is None and known is not None and known.count >= 1:
+    count, source, unusable = goal.expected_rows, "expected_rows", None
+    if count is None and known is not None:
         group = ", ".join(map(str, known.key))
-        count, source = known.count, (f"the smallest count of its values your answer #{known.entry} released"
-                                      + (f", for {group}" if group else "") + "; noisy")
+        if known.count >= 1:
+            count, source = known.count, (f"the smallest count of its values your answer #{known.entry} released"
+                                          + (f", for {group}" if group else "") + "; noisy")
+        else:
+            unusable = (f"the smallest count of its values your answer #{known.entry} released {known.count:,}"
+                        + (f" for {group}" if group else "") + " (noisy), at which no ± can be told")
     return Prediction(output, label, None if count is None else at(count), counted=True, count=count,
-                      count_source=None if count is None else source, curve=curve, needed=needed)
+                      count_source=None if count is None else source, curve=curve, needed=needed,
+                      released_below_one=unusable)
 
 
 def _curve(at) -> tuple[tuple[int, float], ...]:
@@ -282,12 +294,14 @@ def accuracy_refusal(predictions: Sequence[Prediction], goal: AccuracyGoal,
     limit = float(goal.max_error)
     line, col = goal.position
     for p in predictions:
-        if p.counted and p.count is None:
+        if p.counted and p.count is None and p.needed != 1:  # needed 1: within at any count
             need = f"a group needs at least {p.needed:,} values for ± {amount(limit)}" if p.needed is not None \
                 else f"no count of values brings it within ± {amount(limit)}"
+            unknown = "which is private until released" if p.released_below_one is None else \
+                f"and {p.released_below_one}"
             return TooInaccurate(
-                f"the ± of {p.output} = {p.label} depends on how many values a group holds, which is private until "
-                f"released, so max_error {amount(limit)} cannot judge it ({need}; ± {amount(p.curve[0][1])} at "
+                f"the ± of {p.output} = {p.label} depends on how many values a group holds, {unknown}, "
+                f"so max_error {amount(limit)} cannot judge it ({need}; ± {amount(p.curve[0][1])} at "
                 f"n = {p.curve[0][0]:,}); nothing was charged", line=line, col=col,
                 hint="pass expected_rows=N, the fewest values you expect in a group, or leave max_error out "
                      "(explain shows the ± at each count)",

@@ -272,6 +272,7 @@ class Catalog:
         ``UnsupportedQuery`` if it does not bind."""
         bound = self._named_objects(sql, array_parameters(sql, regclass_parameters(sql, list(parameters)))) \
             if parameters else None
+        sql = self._named_literals(sql)
         sql = as_analyst(sql, analyst)
         if (word := engine_identity(sql)) is not None:
             raise UnsupportedQuery(f"this catalog look-up names {word} quoted, qualified or as a function: that "
@@ -310,6 +311,23 @@ class Catalog:
                 if isinstance(value, str) and not value.strip().isdigit() and not _names_catalog(value):
                     parameters[index] = str(resolve(value))
         return parameters
+
+    def _named_literals(self, sql: str) -> str:
+        """``sql`` with each name written as a literal cast to ``regclass`` (psql's
+        ``'visits'::regclass``) as its OID's text, and the refusals, that ``_named_objects`` gives
+        the same name bound as a parameter (``$1::regclass``); ``pg_class`` and other catalog names
+        are left to ``read_casts``."""
+        def resolved(match: re.Match) -> str:
+            opened, literal, kind = match.group(1), match.group(2), match.group(3) or match.group(4)
+            if kind is None or (match.group(4) is not None and opened is None):
+                return match.group(0)  # a literal not cast to an OID alias type (or an AS that is not a CAST's)
+            name = literal.replace("''", "'")
+            if name.strip().isdigit() or _names_catalog(name):
+                return match.group(0)
+            resolve = self._relation_oid if kind.lower() == "regclass" else _no_function
+            return f"'{resolve(name)}'"
+
+        return _LITERAL_CAST.sub(resolved, sql) if "'" in sql else sql
 
     def _relation_oid(self, name: str) -> int:
         """The OID of the served table ``name`` (``schema.table`` or ``table``, unquoted names
@@ -411,6 +429,13 @@ _REGCLASS_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.
 
 _REGPROC_PARAMETER = re.compile(r"CAST\s*\(\s*\$(\d+)\s+AS\s+(?:pg_catalog\s*\.\s*)?regproc(?:edure)?\s*\)"
                                 r"|\$(\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?regproc(?:edure)?\b", re.IGNORECASE)
+
+
+_LITERAL_CAST = re.compile(r"(CAST\s*\(\s*)?'((?:[^']|'')*)'"
+                           r"(?:\s*::\s*(?:pg_catalog\s*\.\s*)?(regclass|regproc)(?:edure)?\b"
+                           r"|\s+AS\s+(?:pg_catalog\s*\.\s*)?(regclass|regproc)(?:edure)?\s*\))?", re.IGNORECASE)
+"""Every string literal, left to right (so a quote inside one never starts another), with the
+``CAST(`` before it and the OID alias type it is cast to, where it is (``_named_literals``)."""
 
 
 def regclass_parameters(sql: str, parameters: list) -> list:

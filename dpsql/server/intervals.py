@@ -120,11 +120,12 @@ def notice(result, found: dict) -> str | None:
         position = result.columns.index(name)
         symmetric = all(_is_symmetric(row[position], low, high, half)
                         for row, (low, high, half) in zip(rows, column))
+        whole = _whole(rows, position)
         if len(halves) == 1 and symmetric and not math.isnan(column[0][2]):
             every = " in every row" if len(column) > 1 else ""
-            lines.append(f"{name} ± {_shown(column[0][2], column[0][2], math.ceil)}{every}")
+            lines.append(f"{name} ± {_shown(column[0][2], 0.0 if whole else column[0][2], math.ceil)}{every}")
         elif len(column) == 1:
-            shown = _interval(*column[0][:2])
+            shown = _interval(*column[0][:2], whole=whole)
             lines.append(f"{name}{':' if shown == NO_INTERVAL else ''} {shown}")
         else:
             by_row.append(name)
@@ -141,8 +142,9 @@ def _row_table(result, rows: list, found: dict, names: list[str]) -> str:
     table = [[_key(row[position]) for position, _ in keys] or [str(index + 1)] for index, row in enumerate(rows)]
     for name in names:
         header.append(name)
+        whole = _whole(rows, result.columns.index(name))
         for cells, (low, high, _) in zip(table, found[name]):
-            cells.append(_interval(low, high))
+            cells.append(_interval(low, high, whole=whole))
     widths = [max(len(text) for text in column) for column in zip(header, *table)]
     return "\n".join("  " + " | ".join(f"{text:<{width}}" for text, width in zip(line, widths)).rstrip()
                      for line in (header, *table))
@@ -243,11 +245,18 @@ def exact_text(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}" if decimal is None else format(decimal, "f")
 
 
-def _interval(low: float, high: float) -> str:
+def _interval(low: float, high: float, *, whole: bool = False) -> str:
+    """``[low, high]`` rounded outward: to two significant digits of its half-width, or to whole
+    numbers for a column of whole numbers (a COUNT's, however wide: ``[0, 15]`` as ``[0, 31]``)."""
     if math.isnan(low) or math.isnan(high):
         return NO_INTERVAL
-    width = (high - low) / 2
+    width = 0.0 if whole else (high - low) / 2
     return f"[{_shown(low, width, math.floor)}, {_shown(high, width, math.ceil)}]"
+
+
+def _whole(rows: list, position: int) -> bool:
+    """Whether every released value of the column at ``position`` is a whole number (an int)."""
+    return all(isinstance(row[position], int) and not isinstance(row[position], bool) for row in rows)
 
 
 def _shown(value: float, width: float, rounding) -> str:
