@@ -192,6 +192,7 @@ def _measure_text(measure: Measure) -> str:
                   f"in {measure.upper + 1} buckets of width {_num(measure.grid)}")
     else:
         bounds = f"row values in [{_num(measure.lower * measure.grid)}, {_num(measure.upper * measure.grid)}]"
+    bounds += _contribution_model(measure, step)
     sensitivity = (f"L1 sensitivity {_num(measure.sensitivity.l1 * step)}{squared}, "
                    f"L2 sensitivity {_root(measure.sensitivity.l2_squared * step * step)}{squared}")
     if measure.noise == "exponential":
@@ -208,6 +209,21 @@ def _measure_text(measure: Measure) -> str:
                 f"{_num(measure.sensitivity.l1)} steps, noise scale {_num(measure.scale)} steps)")
     return (f"{measure.name}: {what}, {bounds}; {sensitivity}; epsilon {_num(measure.epsilon)}, "
             f"delta {_num(measure.delta)}; {noise}{grid}")
+
+
+def _contribution_model(measure: Measure, step: Fraction) -> str:
+    """Which contribution model bounds what one unit adds to the measure (``Measure.unit_bounds``),
+    with its bound, and that the per-unit clamp can bias; nothing for measures that are not sums."""
+    if measure.kind not in ("count", "sum"):
+        return ""
+    if measure.unit_bounds is None:
+        return "; rows model (MAX ROWS PER UNIT rows per unit, each within the row bounds)"
+    low, high = (_num(bound * step) for bound in measure.unit_bounds)
+    if measure.kind == "count":
+        return "; per-unit model: each unit counted at most once per group"
+    what = "own average" if measure.unit_average else "total"
+    return (f"; per-unit model: each unit's {what} in a group clamped to [{low}, {high}] "
+            "(lower noise than the rows model; the clamp can bias the answer)")
 
 
 def _num(value: Fraction) -> str:

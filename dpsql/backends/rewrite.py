@@ -838,7 +838,7 @@ def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expr:
 
 def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> exp.Select:
     counts_units = plan.selection is not None or any(m.kind == "units" for m in plan.measures)
-    if counts_units and plan.query.rows_per_unit != 1:
+    if counts_units and plan.query.rows_per_unit != 1 or any(m.unit_bounds is not None for m in plan.measures):
         return _totals_per_unit_first(plan, keys, source)
     select = [*map(_column, keys)] + [_as(_row_value_sum(m, plan), m.name) for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
@@ -854,11 +854,15 @@ def _totals_per_unit_first(plan: Plan, keys: list[str], source: str) -> exp.Sele
     over the rows cost about a fifth more at 1M rows (benchmarks/RESULTS.md, issue 14)."""
     summed = [m for m in plan.measures if m.kind != "units"]
     unit_keys = [_column(name) for name in ["dp_unit", *keys]]
-    per_unit = _select([*unit_keys, *(_as(_row_value_sum(m, plan), m.name) for m in summed)], source,
-                       group=[_column(name) for name in ["dp_unit", *keys]])
+    per_unit_sums = [_as(_row_value_sum(m, plan), m.name) for m in summed]
+    per_unit_sums += [_as(exp.Count(this=_value_column(m)), f"c_{m.name}") for m in summed if m.unit_average]
+    per_unit = _select([*unit_keys, *per_unit_sums], source, group=[_column(name) for name in ["dp_unit", *keys]])
     select: list[exp.Expr] = [*map(_column, keys)]
     for measure in plan.measures:
-        total = exp.Count(this=exp.Star()) if measure.kind == "units" else exp.Sum(this=_column(measure.name))
+        if measure.kind == "units":
+            total = exp.Count(this=exp.Star())
+        else:
+            total = exp.Sum(this=_per_unit_clamped(measure, _column(measure.name), _column(f"c_{measure.name}")))
         select.append(_as(total, measure.name))
     if plan.selection is not None:  # units per group: what partition selection thresholds
         select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
@@ -946,8 +950,25 @@ def _contribution(measure: Measure) -> exp.Expr:
                   exp.Mul(this=exact_integer(kept.copy()), expression=_number(high)))
 
 
+def _per_unit_clamped(measure: Measure, total: exp.Expr, values: exp.Expr) -> exp.Expr:
+    """One (unit, group)'s contribution under the per-unit model (``Measure.unit_bounds``): its
+    ``total`` of the row values clamped into the bounds — or, for a unit's average, ``total``
+    divided by its number of ``values`` (toward zero, in both engines), clamped, NULL (nothing)
+    without values. The precondition of ``dpsql.analysis.sensitivity.unit_total_sensitivity``.
+    Without per-unit bounds, ``total`` as it is (the rows model)."""
+    if measure.unit_bounds is None:
+        return total
+    low, high = (_number(bound) for bound in measure.unit_bounds)
+    if measure.unit_average:
+        total = exp.IntDiv(this=total, expression=exp.Nullif(this=values, expression=_number(0)))
+    return _clamp(total, low, high)
+
+
 def _unit_level_totals(plan: Plan, keys: list[str]) -> exp.Select:
-    select = [*map(_column, keys)] + [_as(exp.Sum(this=_contribution(m)), m.name) for m in plan.measures]
+    # A unit's average is of all its values in the group (its own data); a total is of those granted.
+    contributions = [_per_unit_clamped(m, _column(f"s_{m.name}") if m.unit_average else _contribution(m),
+                                       _column(f"c_{m.name}")) for m in plan.measures]
+    select = [*map(_column, keys)] + [_as(exp.Sum(this=c), m.name) for m, c in zip(plan.measures, contributions)]
     if plan.selection is not None:  # distinct units per group, for partition selection
         select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
     conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]
