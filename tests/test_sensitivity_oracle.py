@@ -249,6 +249,8 @@ UNIT_QUERIES = {
     "avg_policy_grouped": ("unit_total", "SELECT g, AVG(x) FROM t GROUP BY g", ("total", None)),
     "sum_policy_double": ("unit_double", "SELECT g, SUM(x) FROM t GROUP BY g", ("total",)),
     "avg_policy_double": ("unit_double", "SELECT AVG(x) FROM t", ("total", None)),
+    "variance_policy": ("unit_total", "SELECT VARIANCE(x) FROM t", ("total", "total", None)),
+    "variance_policy_grouped": ("unit_total", "SELECT g, STDDEV_POP(x) FROM t GROUP BY g", ("total", "total", None)),
     "sum_query": ("integer", "SELECT SUM(x, contribution_bounds_per_group => (-3, 4)) FROM t", ("total",)),
     "sum_query_grouped": ("integer", "SELECT g, SUM(x, contribution_bounds_per_group => (-1, 2)) FROM t GROUP BY g",
                           ("total",)),
@@ -284,7 +286,8 @@ def test_per_unit_model_is_exact_by_brute_force(query):
     _check_exact(case, sql, query, UNIT_NOT_REACHABLE, oracle=oracle)
 
 
-@pytest.mark.parametrize("query", ["sum_policy", "avg_policy_grouped", "sum_query_grouped", "avg_query"])
+@pytest.mark.parametrize("query", ["sum_policy", "avg_policy_grouped", "sum_query_grouped", "avg_query",
+                                   "variance_policy"])
 def test_per_unit_bound_one_percent_smaller_is_exceeded(query):
     """A mutated bound fails: some unit moves each per-unit measure by more than 99% of its
     analysed sensitivity, so a rule 1% smaller would be unsound."""

@@ -256,6 +256,7 @@ def _noise_in_value_units(measure: Measure) -> Fraction:
     sigma^2), so that two forms of one statistic compare: one step of a centred sum is worth half
     a grid step."""
     worth = measure.grid / 2 if measure.centred else measure.grid
+    worth = worth * worth if measure.squared else worth
     spread = measure.scale ** 2 if measure.noise == "laplace" else measure.scale
     return spread * worth * worth
 
@@ -509,8 +510,8 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
         value_lower, value_upper = 0, 1
     elif factors:
         value_lower, value_upper = lower, upper
-    elif shape.squared:
-        value_lower, value_upper = 0, spread * spread
+    elif shape.squared:  # (2v - (L + U))^2, or v^2 uncentred (the per-unit forms)
+        value_lower, value_upper = 0, spread * spread if shape.centred else max(lower * lower, upper * upper)
     elif shape.centred:
         value_lower, value_upper = -spread, spread
     else:
@@ -568,10 +569,8 @@ def _per_unit_rule(shape: Shape, query: PrivateQuery, policy: Policy, grid: Frac
     count of values clamped into [0, 1]) must keep its clamp whatever the rules say."""
     assert shape.unit_bounds is not None
     lower, upper = shape.unit_bounds
-    if shape.kind == "count":
-        low, high = math.floor(lower), math.ceil(upper)
-    else:
-        low, high = math.floor(lower / grid), math.ceil(upper / grid)
+    step = Fraction(1) if shape.kind == "count" else grid * grid if shape.squared else grid
+    low, high = math.floor(lower / step), math.ceil(upper / step)
     if not shape.unit_average:
         low, high = min(low, 0), max(high, 0)
     unit = unit_total_sensitivity(low, high, groups_per_unit=_rows_per_unit(shape, query),

@@ -160,7 +160,7 @@ def unit_value(measure: Measure) -> Fraction:
     if measure.kind in ("count", "units", "distinct", "histogram"):
         return Fraction(1)
     if measure.squared:
-        return measure.grid * measure.grid / 4
+        return measure.grid * measure.grid / (4 if measure.centred else 1)
     return measure.grid / 2 if measure.centred else measure.grid
 
 
@@ -182,7 +182,8 @@ def _measure_text(measure: Measure) -> str:
     """A measure in the column's units; the integer grid it is computed on is a separate fact."""
     what = {"count": "count", "units": "distinct units", "distinct": "distinct values",
             "histogram": "bucket counts"}.get(measure.kind) or (_product_text(measure) if measure.factors else
-        "sum of squared centred values" if measure.squared else "centred sum" if measure.centred else "sum")
+        ("sum of squared centred values" if measure.centred else "sum of squares") if measure.squared else
+        "centred sum" if measure.centred else "sum")
     step = unit_value(measure)
     squared = " (squared units)" if measure.squared else ""
     if measure.kind in ("count", "units", "distinct"):
@@ -221,8 +222,10 @@ def _contribution_model(measure: Measure, step: Fraction) -> str:
     low, high = (_num(bound * step) for bound in measure.unit_bounds)
     if measure.kind == "count":
         return "; per-unit model: each unit counted at most once per group"
-    what = "own average" if measure.unit_average else "total"
-    return (f"; per-unit model: each unit's {what} in a group clamped to [{low}, {high}] "
+    if measure.unit_average:
+        return (f"; per-unit model: each unit's own average in a group clamped to [{low}, {high}] "
+                "(the clamp can bias the answer)")
+    return (f"; per-unit model: each unit's total in a group clamped to [{low}, {high}] "
             "(lower noise than the rows model; the clamp can bias the answer)")
 
 

@@ -764,6 +764,9 @@ def _centred(measure: Measure | Factor, value: exp.Expr) -> exp.Expr:
 
 
 def _squared(measure: Measure, value: exp.Expr) -> exp.Expr:
+    """(2v - (L + U))^2, or v^2 for an uncentred measure (the per-unit forms), exact."""
+    if not measure.centred:
+        return exp.Mul(this=exact_integer(value), expression=value.copy())
     return exp.Mul(this=_centred(measure, value), expression=_centred(measure, value.copy()))
 
 
@@ -933,7 +936,7 @@ def _contribution(measure: Measure) -> exp.Expr:
     total_sum: exp.Expr = _column(f"s_{measure.name}")
     spread = measure.upper - measure.lower
     if measure.squared:
-        low, high = 0, spread * spread
+        low, high = 0, spread * spread if measure.centred else max(measure.lower ** 2, measure.upper ** 2)
     elif measure.centred:
         offset = exp.Mul(this=_paren(_number(measure.lower + measure.upper)), expression=_column(f"c_{measure.name}"))
         total_sum = _paren(exp.Sub(this=exp.Mul(this=_number(2), expression=total_sum), expression=offset))
