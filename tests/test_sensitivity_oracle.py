@@ -62,7 +62,8 @@ CASES = {
     # with x BOUNDS PER UNIT (UNIT_BOUNDS): the per-unit contribution model (test_per_unit_model_...)
     "unit_total": ("INTEGER", (-2, 3), [-2, 3, None, 100], 2, 1, False),
     "unit_total_groups": ("INTEGER", (-2, 3), [-2, 3, None, 100], 2, None, False),
-    "unit_double": ("DOUBLE", (Fraction(1, 2), Fraction(5, 2)), [Fraction(1, 2), Fraction(5, 2), None, NAN], 2, 1, False),
+    "unit_double": ("DOUBLE", (Fraction(1, 2), Fraction(5, 2)), [Fraction(1, 2), Fraction(5, 2), None, NAN], 2, 1,
+                    False),
 }
 UNIT_BOUNDS = {"unit_total": (-3, 4), "unit_total_groups": (-1, 2), "unit_double": (0, Fraction(3, 2))}
 """The policy's ``x BOUNDS PER UNIT`` of a case, narrower than k rows' worth of the row bounds."""
@@ -251,6 +252,8 @@ UNIT_QUERIES = {
     "avg_policy_double": ("unit_double", "SELECT AVG(x) FROM t", ("total", None)),
     "variance_policy": ("unit_total", "SELECT VARIANCE(x) FROM t", ("total", "total", None)),
     "variance_policy_grouped": ("unit_total", "SELECT g, STDDEV_POP(x) FROM t GROUP BY g", ("total", "total", None)),
+    "corr_policy": ("unit_total", "SELECT CORR(x, x) FROM t", ("total",) * 5 + (None,)),
+    "covar_policy_grouped": ("unit_total", "SELECT g, COVAR_POP(x, x) FROM t GROUP BY g", ("total",) * 3 + (None,)),
     "sum_query": ("integer", "SELECT SUM(x, contribution_bounds_per_group => (-3, 4)) FROM t", ("total",)),
     "sum_query_grouped": ("integer", "SELECT g, SUM(x, contribution_bounds_per_group => (-1, 2)) FROM t GROUP BY g",
                           ("total",)),
@@ -287,7 +290,7 @@ def test_per_unit_model_is_exact_by_brute_force(query):
 
 
 @pytest.mark.parametrize("query", ["sum_policy", "avg_policy_grouped", "sum_query_grouped", "avg_query",
-                                   "variance_policy"])
+                                   "variance_policy", "corr_policy"])
 def test_per_unit_bound_one_percent_smaller_is_exceeded(query):
     """A mutated bound fails: some unit moves each per-unit measure by more than 99% of its
     analysed sensitivity, so a rule 1% smaller would be unsound."""
@@ -539,6 +542,9 @@ def _spark_cases():
         yield "integer", "relation", query
     for query in ("count_sum", "count_sum_grouped", "selection"):  # no salted choice of joined rows
         yield "row_level", "row_join", query
+    for query in ("sum_policy_grouped", "avg_policy", "variance_policy", "corr_policy", "sum_query_grouped",
+                  "avg_query_grouped", "avg_query_row_level"):  # the per-unit model: its clamps rendered for Spark
+        yield UNIT_QUERIES[query][0], "unit", query
 
 
 SPARK_CI = {
@@ -570,6 +576,8 @@ def _columns(case: str, kind: str, query: str, oracle: "Oracle"):
         """Where the DuckDB brute force asserts the bound is reached (its tests, above)."""
         if kind in ("aggregate", "boolean"):
             return frozenset(t for t in both if (query, t[0]) not in NOT_REACHABLE_HERE)
+        if kind == "unit":
+            return frozenset(t for t in both if (query, t[0]) not in UNIT_NOT_REACHABLE)
         if kind == "relation":
             return frozenset({("unbounded", 0)})
         if (query, index) in ROW_JOIN_NOT_REACHABLE:
@@ -601,7 +609,7 @@ def test_spark_moves_each_measure_as_duckdb_does(case, kind, query):
     from dpsql.backends.rewrite import rewrite_statement
 
     sql = {"aggregate": QUERIES, "boolean": BOOLEAN_QUERIES, "relation": RELATION_QUERIES,
-           "row_join": ROW_JOIN_QUERIES}[kind][query]
+           "row_join": ROW_JOIN_QUERIES, "unit": {name: q[1] for name, q in UNIT_QUERIES.items()}}[kind][query]
     oracle = Oracle(case, sql)
     plan = oracle.plans["unbounded"]
     shape = Shape(len(plan.query.keys), oracle.width, tuple(oracle.domain))

@@ -245,9 +245,13 @@ def _per_unit_if_better(aggregate: Aggregate, query: PrivateQuery, policy: Polic
 
 def _unit_shapes_of(aggregate: Aggregate, query: PrivateQuery, family,
                     start: int) -> tuple[list[Shape], AggregateRelease] | None:
-    if not family.ranged or family.arity != 1 or aggregate.argument is None:
+    if not family.ranged or aggregate.argument is None:
         return None
     names = [f"m{start + i}" for i in range(family.measure_count)]
+    if family.arity == 2:
+        assert aggregate.other is not None  # a two-argument family's classify names both
+        return family.unit_pair_shapes(aggregate, names, _ranged(aggregate, aggregate.argument, query),
+                                       _ranged(aggregate, aggregate.other, query))
     return family.unit_shapes(aggregate, names, [_ranged(aggregate, aggregate.argument, query)])
 
 
@@ -401,11 +405,17 @@ def _factors(shape: Shape, grids: tuple[Fraction, ...]) -> tuple[tuple[Factor, .
         interval = factor.argument.interval
         lower, upper = math.floor(interval.lower / step), math.ceil(interval.upper / step)
         spread = upper - lower
-        factors.append(Factor(factor.argument.argument, factor.argument.clamped, step, lower, upper, factor.power))
-        ends = {0: (1, 1), 1: (-spread, spread), 2: (0, spread * spread)}[factor.power]
+        factors.append(Factor(factor.argument.argument, factor.argument.clamped, step, lower, upper, factor.power,
+                              factor.centred))
+        if factor.centred:
+            ends = {0: (1, 1), 1: (-spread, spread), 2: (0, spread * spread)}[factor.power]
+        else:  # v itself (the per-unit forms): v in [L, U], v^2 in [0 or the smaller square, the larger]
+            squares = (lower * lower, upper * upper)
+            ends = {0: (1, 1), 1: (lower, upper),
+                    2: (0 if lower <= 0 <= upper else min(squares), max(squares))}[factor.power]
         corners = [a * b for a in (low, high) for b in ends]
         low, high = min(corners), max(corners)
-        grid *= (step / 2) ** factor.power
+        grid *= (step / 2 if factor.centred else step) ** factor.power
     return tuple(factors), low, high, grid
 
 

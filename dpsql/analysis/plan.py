@@ -174,6 +174,9 @@ class Factor:
     power: int
     """The centred value 2v - (lower + upper) enters the row value to this power (0, 1 or 2);
     at 0 only its NULL-ness does: the row counts only where every factor is non-NULL (pairs)."""
+    centred: bool = True
+    """False under the per-unit model: the value v itself enters (a unit's total of a centred
+    value grows with its number of rows, whatever its total of v)."""
 
 
 @dataclass(frozen=True)

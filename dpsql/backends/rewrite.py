@@ -546,6 +546,10 @@ def _product_value(measure: Measure, columns: dict[tuple[str, int], str]) -> exp
     terms: list[exp.Expr] = []
     for factor, raw in zip(measure.factors, raws):
         clamped = _clamp(raw.copy(), _number(factor.lower), _number(factor.upper))
+        if not factor.centred:  # the per-unit forms: v itself, widened where HUGEINT is needed
+            terms += [exact_integer(clamped.copy()) if centre is _centred else clamped.copy()
+                      for _ in range(factor.power)]
+            continue
         terms += [centre(factor, clamped) if i == 0 else centre(factor, clamped.copy()) for i in range(factor.power)]
     product: exp.Expr = _number(1) if not terms else terms[0]
     for term in terms[1:]:
@@ -745,7 +749,8 @@ def _needs_hugeint(measure: Measure) -> bool:
     centred factors (each |2v - (L + U)| <= U - L), stay below 2**62 in magnitude."""
     partial = 1
     for factor in measure.factors:
-        partial *= max(factor.upper - factor.lower, 1) ** factor.power
+        largest = factor.upper - factor.lower if factor.centred else max(abs(factor.lower), abs(factor.upper))
+        partial *= max(largest, 1) ** factor.power
         if 2 * max(abs(factor.lower), abs(factor.upper)) + abs(factor.lower + factor.upper) >= 2**62:
             return True
     return max(abs(measure.lower), abs(measure.upper), partial) >= 2**62
@@ -862,6 +867,7 @@ def _totals_per_unit_first(plan: Plan, keys: list[str], source: str) -> exp.Sele
     per_unit = _select([*unit_keys, *per_unit_sums], source, group=[_column(name) for name in ["dp_unit", *keys]])
     select: list[exp.Expr] = [*map(_column, keys)]
     for measure in plan.measures:
+        total: exp.Expr
         if measure.kind == "units":
             total = exp.Count(this=exp.Star())
         else:
@@ -962,8 +968,9 @@ def _per_unit_clamped(measure: Measure, total: exp.Expr, values: exp.Expr) -> ex
     if measure.unit_bounds is None:
         return total
     low, high = (_number(bound) for bound in measure.unit_bounds)
-    if measure.unit_average:
-        total = exp.IntDiv(this=total, expression=exp.Nullif(this=values, expression=_number(0)))
+    if measure.unit_average:  # both widened to exact integers: typed for every engine's division
+        total = exp.IntDiv(this=exact_integer(total),
+                           expression=exp.Nullif(this=exact_integer(values), expression=_number(0)))
     return _clamp(total, low, high)
 
 

@@ -397,7 +397,7 @@ def _unit_clamp_layers(bias: BiasPlan, keys: list[str]) -> list[tuple[str, exp.E
     """``dp_pairs``: per (unit, group), whether each per-unit clamped total (average) of the
     column's clamped values lies outside its bounds; ``dp_unit_pairs``: per unit, its pairs and
     those outside, each capped at l (so one unit moves each count by at most l)."""
-    l = _integer(bias.groups_per_unit)
+    most = _integer(bias.groups_per_unit)
     group = [exp.column(name) for name in ["dp_unit", *keys]]
     per_pair: list[exp.Expr] = [exp.column("dp_unit")]
     for i, clamp in enumerate(bias.unit_clamps):
@@ -412,8 +412,8 @@ def _unit_clamp_layers(bias: BiasPlan, keys: list[str]) -> list[tuple[str, exp.E
                                     true=_integer(1))], default=_integer(0))
         per_pair.append(exp.alias_(flag, f"uo_{i}"))
     pairs = exp.select(*per_pair).from_("dp_rows").group_by(*group)
-    per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(_least(exp.Count(this=exp.Star()), l), "pairs")]
-    per_unit += [exp.alias_(_least(exp.Sum(this=exp.column(f"uo_{i}")), l.copy()), f"uo_{i}")
+    per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(_least(exp.Count(this=exp.Star()), most), "pairs")]
+    per_unit += [exp.alias_(_least(exp.Sum(this=exp.column(f"uo_{i}")), most.copy()), f"uo_{i}")
                  for i in range(len(bias.unit_clamps))]
     return [("dp_pairs", pairs), ("dp_unit_pairs", exp.select(*per_unit).from_("dp_pairs").group_by("dp_unit"))]
 

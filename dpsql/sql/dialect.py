@@ -61,7 +61,7 @@ class PerGroupBoundedAvg(exp.Avg, PerGroupBounded):
 def _per_group_bounded(plain: type[exp.Func], bounded: type[exp.Func]):
     """A parser builder of ``plain``'s calls that takes one named argument more, the per-group
     contribution bounds; any other second argument is left to ``plain`` (which refuses it)."""
-    def build(args: list) -> exp.Expression:
+    def build(args: list) -> exp.Expr:
         if len(args) == 2 and isinstance(args[1], exp.Kwarg):
             return bounded(this=args[0], bounds=args[1])
         return plain.from_arg_list(args)
@@ -82,9 +82,10 @@ def contribution_bounds(call: exp.Expression) -> tuple[Fraction, Fraction] | Non
         return None
     kwarg = call.args["bounds"]
     line, col = _position(call)
-    example = f"write e.g. {call.sql_name()}(x, contribution_bounds_per_group => (0, 100))"
+    function = "SUM" if isinstance(call, exp.Sum) else "AVG"
+    example = f"write e.g. {function}(x, contribution_bounds_per_group => (0, 100))"
     if kwarg.this.name.lower() != PerGroupBounded.CONTRIBUTION:
-        raise UnsupportedQuery(f"unknown named argument {kwarg.this.name!r} of {call.sql_name()}",
+        raise UnsupportedQuery(f"unknown named argument {kwarg.this.name!r} of {function}",
                                line=line, col=col, hint=example)
     pair = kwarg.expression
     values = [_literal(v) for v in pair.expressions] if isinstance(pair, exp.Tuple) else []

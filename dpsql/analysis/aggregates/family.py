@@ -58,6 +58,8 @@ class FactorShape:
     """The argument, with its range and clamps."""
     power: int
     """0 (only pairs it: the row counts where it is non-NULL), 1 (its centred value) or 2 (squared)."""
+    centred: bool = True
+    """Its centred value 2v - (L + U) enters; False: v itself (``Factor.centred``)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,11 @@ class AggregateFamily:
         """The aggregate's measures under the per-unit contribution model (``Shape.unit_bounds``),
         or None when it has none (no per-unit bound known, or a family without that model).
         analyse uses them when they lower the noise (``required_unit_model``: always)."""
+        return None
+
+    def unit_pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                         second: Ranged) -> tuple[list[Shape], AggregateRelease] | None:
+        """For a two-argument family: ``unit_shapes`` given both arguments."""
         return None
 
     def required_unit_model(self, aggregate: Aggregate) -> bool:
