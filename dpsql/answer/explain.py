@@ -169,10 +169,11 @@ def _product_text(measure: Measure) -> str:
     centred values or a cross-product sum, over the rows where every factor is non-NULL."""
     used = [(f.argument.sql(dialect="duckdb"), f.power) for f in measure.factors if f.power]
     every = " and ".join(f.argument.sql(dialect="duckdb") for f in measure.factors)
+    centred = "centred " if all(f.centred for f in measure.factors) else ""  # uncentred: the per-unit forms
     if len(used) > 1:
-        what = "cross-product sum of centred " + " × ".join(name + ("²" if p > 1 else "") for name, p in used)
+        what = f"cross-product sum of {centred}" + " × ".join(name + ("²" if p > 1 else "") for name, p in used)
     elif used:
-        what = ("sum of squared centred " if used[0][1] > 1 else "centred sum of ") + used[0][0]
+        what = (f"sum of squared {centred}" if used[0][1] > 1 else f"{centred}sum of ") + used[0][0]
     else:
         what = "count"
     return f"{what} (rows where {every} are non-NULL)" if len(measure.factors) > 1 else what
