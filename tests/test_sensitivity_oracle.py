@@ -64,8 +64,11 @@ CASES = {
     "unit_total_groups": ("INTEGER", (-2, 3), [-2, 3, None, 100], 2, None, False),
     "unit_double": ("DOUBLE", (Fraction(1, 2), Fraction(5, 2)), [Fraction(1, 2), Fraction(5, 2), None, NAN], 2, 1,
                     False),
+    # k = 3 in the copy, 2 by the query's max_rows_contributed: the rows are granted per (unit, group) in SQL
+    "unit_granted": ("INTEGER", (-2, 3), [-2, 3, None], 3, 1, False),
 }
-UNIT_BOUNDS = {"unit_total": (-3, 4), "unit_total_groups": (-1, 2), "unit_double": (0, Fraction(3, 2))}
+UNIT_BOUNDS = {"unit_total": (-3, 4), "unit_total_groups": (-1, 2), "unit_double": (0, Fraction(3, 2)),
+               "unit_granted": (-2, 4)}
 """The policy's ``x BOUNDS PER UNIT`` of a case, narrower than k rows' worth of the row bounds."""
 BOOLEAN_QUERIES = {
     "sum_cast": "SELECT SUM(x::INT) FROM t",
@@ -254,6 +257,12 @@ UNIT_QUERIES = {
     "variance_policy_grouped": ("unit_total", "SELECT g, STDDEV_POP(x) FROM t GROUP BY g", ("total", "total", None)),
     "corr_policy": ("unit_total", "SELECT CORR(x, x) FROM t", ("total",) * 5 + (None,)),
     "covar_policy_grouped": ("unit_total", "SELECT g, COVAR_POP(x, x) FROM t GROUP BY g", ("total",) * 3 + (None,)),
+    "sum_policy_granted": ("unit_granted", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 2) g, "
+                           "SUM(x) FROM t GROUP BY g", ("total",)),
+    "avg_query_granted": ("unit_granted", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 2) "
+                          "AVG(x, contribution_bounds_per_group => (-1, 2)) FROM t", ("average", "count")),
+    "corr_policy_granted": ("unit_granted", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (max_rows_contributed = 2) "
+                            "CORR(x, x) FROM t", ("total",) * 5 + (None,)),
     "sum_query": ("integer", "SELECT SUM(x, contribution_bounds_per_group => (-3, 4)) FROM t", ("total",)),
     "sum_query_grouped": ("integer", "SELECT g, SUM(x, contribution_bounds_per_group => (-1, 2)) FROM t GROUP BY g",
                           ("total",)),
@@ -269,6 +278,9 @@ UNIT_NOT_REACHABLE = {
     # Bounded and grouped with l = 2 groups per unit: the worst case needs the leaving and the
     # arriving unit in disjoint groups, 4 keys; these datasets have two.
     ("sum_query_grouped", "bounded"), ("avg_query_grouped", "bounded"), ("sum_policy_groups", "bounded"),
+    # CORR(x, x): the cross products x·x are never negative, so no unit's total reaches the cross bound's
+    # lower end, and replacing one total by another moves it by at most the upper end.
+    ("corr_policy", "bounded"), ("corr_policy_granted", "bounded"), ("covar_policy_grouped", "bounded"),
 }
 
 
@@ -543,7 +555,7 @@ def _spark_cases():
     for query in ("count_sum", "count_sum_grouped", "selection"):  # no salted choice of joined rows
         yield "row_level", "row_join", query
     for query in ("sum_policy_grouped", "avg_policy", "variance_policy", "corr_policy", "sum_query_grouped",
-                  "avg_query_grouped", "avg_query_row_level"):  # the per-unit model: its clamps rendered for Spark
+                  "avg_query_grouped", "avg_query_row_level", "sum_policy_granted", "avg_query_granted"):  # the per-unit model: its clamps rendered for Spark
         yield UNIT_QUERIES[query][0], "unit", query
 
 

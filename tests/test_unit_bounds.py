@@ -78,6 +78,20 @@ def test_bigquery_sum_clamps_each_units_total():
         assert math.isclose(result.fetchall()[0][0], 100.0, abs_tol=0.1)  # four units, each 100 clamped to 25
 
 
+def test_a_unit_without_values_contributes_nothing():
+    """A unit whose values in a group are all NULL has a NULL total there: it adds nothing to the
+    sum, and no average (nor 1 to the count of units) — never its bound (LEAST and GREATEST
+    would make a NULL the bound)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 AS uid, 'a' AS g, NULL::DOUBLE AS x, 0.0::DOUBLE AS y FROM range(3) "
+                "UNION ALL SELECT 2, 'a', 4.0, 0.0")
+    with dpsql.connect(con, policy=POLICY, rng=SeededSource(3)) as connection:
+        total = connection.sql("SELECT SUM(x, contribution_bounds_per_group => (-50, 50)) FROM t", epsilon=10**5)
+        assert math.isclose(total.fetchall()[0][0], 4.0, abs_tol=0.01)
+        mean = connection.sql("SELECT AVG(x, contribution_bounds_per_group => (-8, 8)) FROM t", epsilon=10**5)
+        assert math.isclose(mean.fetchall()[0][0], 4.0, abs_tol=0.01)
+
+
 @pytest.mark.parametrize("sql, message", [
     ("SELECT SUM(x, contribution_bounds_per_group => (5, 1)) FROM t", "lower bound above"),
     ("SELECT AVG(x, contribution_bounds_per_group => (0, y)) FROM t", "must be two numbers"),

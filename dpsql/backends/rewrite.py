@@ -963,15 +963,17 @@ def _per_unit_clamped(measure: Measure, total: exp.Expr, values: exp.Expr) -> ex
     """One (unit, group)'s contribution under the per-unit model (``Measure.unit_bounds``): its
     ``total`` of the row values clamped into the bounds — or, for a unit's average, ``total``
     divided by its number of ``values`` (toward zero, in both engines), clamped, NULL (nothing)
-    without values. The precondition of ``dpsql.analysis.sensitivity.unit_total_sensitivity``.
-    Without per-unit bounds, ``total`` as it is (the rows model)."""
+    without values: a NULL total (a unit whose values in the group are all NULL) stays NULL, as
+    LEAST and GREATEST would turn it into a bound. The precondition of
+    ``dpsql.analysis.sensitivity.unit_total_sensitivity``. Without per-unit bounds, ``total`` as it
+    is (the rows model)."""
     if measure.unit_bounds is None:
         return total
     low, high = (_number(bound) for bound in measure.unit_bounds)
     if measure.unit_average:  # both widened to exact integers: typed for every engine's division
         total = exp.IntDiv(this=exact_integer(total),
                            expression=exp.Nullif(this=exact_integer(values), expression=_number(0)))
-    return _clamp(total, low, high)
+    return _null_or_clamped(_is_null(total.copy()), total, low, high)
 
 
 def _unit_level_totals(plan: Plan, keys: list[str]) -> exp.Select:
