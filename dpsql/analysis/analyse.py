@@ -9,6 +9,12 @@ a count of 0/1 row values, a sum on a power-of-two grid, a centred sum and a cou
 three measures for VARIANCE, a histogram for a quantile); this stage derives the argument's
 range, chooses the grids and calibrates every measure's noise.
 
+An aggregate whose family has a per-unit form (``unit_shapes``: a bound per unit from the policy's
+``BOUNDS PER UNIT`` or the call's ``contribution_bounds_per_group``) is calibrated both ways and
+answered by the per-unit form where that lowers its noise (``_per_unit_if_better``): its measures
+then clamp each unit's per-group total, and their sensitivity is the smaller of the rows rule and
+``unit_total_sensitivity`` (``_per_unit_rule``).
+
 The query's epsilon is split between its aggregates by weight (equal by default), and
 each aggregate's share equally between its measures; partition selection, when a GROUP BY
 key has no public domain, takes one more share and the delta. Basic composition makes the

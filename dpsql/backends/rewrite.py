@@ -43,6 +43,11 @@ kept rows in the copy skip (also through a join with public tables, by its multi
 brute-force oracles run through the copies.
 The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
 
+Under the per-unit contribution model (``Measure.unit_bounds``) each (unit, group)'s contribution
+is then clamped once more, into its bounds per unit — its total, or its own average (total // its
+values) — before the final GROUP BY (``_per_unit_clamped``); the paths without layer 3 first sum
+each measure per (unit, group) (``_totals_per_unit_first``) to clamp there.
+
 With partition selection the final layer also counts the distinct units of each group (``u``):
 one per (unit, group) kept, so a unit moves at most MAX GROUPS PER UNIT of these counts by 1.
 """
