@@ -113,6 +113,23 @@ def test_the_rows_model_is_kept_where_the_per_unit_one_is_noisier(db):
     assert "per-unit model" not in text and "centred sum" in text
 
 
+def test_a_per_unit_form_that_cannot_be_computed_leaves_the_rows_model():
+    """A per-unit bound so large that its noise is beyond the exact samplers at this epsilon: the
+    rows model answers SUM (not a refusal); BigQuery's AVG, defined only per unit, is refused
+    before anything is charged."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 5 AS uid, 'a' AS g, (i % 7)::DOUBLE AS x, 0.0::DOUBLE AS y "
+                "FROM range(100) r(i)")
+    with dpsql.connect(con, policy=POLICY, rng=SeededSource(2)) as connection:
+        sql = "SELECT SUM(x, contribution_bounds_per_group => (0, 1e300)) FROM t"
+        assert "rows model" in connection.explain(sql, epsilon=0.001)
+        connection.sql(sql, epsilon=0.001)
+        before = connection.budget.spent
+        with pytest.raises(dpsql.DPError):
+            connection.sql("SELECT AVG(x, contribution_bounds_per_group => (0, 1e300)) FROM t", epsilon=0.001)
+        assert connection.budget.spent == before
+
+
 @pytest.mark.slow
 def test_stated_intervals_of_the_per_unit_avg_cover_the_truth(db):
     """The per-unit AVG's intervals (the corners of (S' ± h_S) / (C' ± h_C)) hold the bounded truth

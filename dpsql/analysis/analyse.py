@@ -241,10 +241,17 @@ def _per_unit_if_better(aggregate: Aggregate, query: PrivateQuery, policy: Polic
             raise InternalError(f"{aggregate.label} needs the per-unit model and has no per-unit measures")
         return finished, release
     shapes, unit_release = candidate
-    _check_double_range(aggregate, shapes)
+    required = family.required_unit_model(aggregate)
     count = len(shapes)
-    unit = _finish_aggregate(shapes, query, policy, epsilon / count, delta / count, gaussian)
-    if family.required_unit_model(aggregate) or _lowers_noise(unit, finished):
+    try:
+        _check_double_range(aggregate, shapes)
+        unit = _finish_aggregate(shapes, query, policy, epsilon / count, delta / count, gaussian)
+        _check_grid_fits(aggregate, unit)
+    except (InvalidParameter, UnsupportedQuery):
+        if required:  # the call's own estimand: its refusal is the answer
+            raise
+        return finished, release  # the per-unit form cannot be computed here: the rows model answers
+    if required or _lowers_noise(unit, finished):
         return unit, unit_release
     return finished, release
 
