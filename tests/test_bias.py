@@ -218,6 +218,31 @@ def test_no_unit_moves_a_count_beyond_its_sensitivity(sql, k, neighbours):
     assert largest == sensitivity
 
 
+UNIT_POLICY = POLICY.replace("x BOUNDS 0 TO 10,", "x BOUNDS 0 TO 10, x BOUNDS PER UNIT 0 TO 12,")
+
+
+@pytest.mark.parametrize("sql", ["SELECT SUM(x) AS s FROM t WHERE x < 40",
+                                 "SELECT g, SUM(x) AS s FROM t WHERE x < 40 GROUP BY g",
+                                 "SELECT g, AVG(x, contribution_bounds_per_group => (1, 4)) AS a FROM t GROUP BY g"])
+@pytest.mark.parametrize("neighbours", ["UNBOUNDED", "BOUNDED"])
+def test_per_unit_clamp_counts_move_by_at_most_their_sensitivity(sql, neighbours):
+    """Under the per-unit model the report also counts (unit, group) pairs and those whose total
+    (or own average) lies outside the bound per unit: one unit moves each by at most l = 1 (one
+    group per unit), and reaches it; the clamp's share shows up when units are clamped."""
+    policy = UNIT_POLICY.replace("BUDGET EPSILON 1000;", f"BUDGET EPSILON 1000; NEIGHBOURS {neighbours};")
+    results = []
+    for profile in PROFILES:
+        bias, counts = exact_counts(frame({**BACKGROUND, 1: profile}), sql, policy)
+        results.append(counts)
+    assert [c.average for c in bias.unit_clamps] == ["AVG" in sql]
+    sensitivity = {m.name: m.sensitivity for m in bias.measures}
+    assert sensitivity["groups"] == sensitivity["unit_clamped_0"] == 1
+    largest = {name: max(abs(a[name] - b[name]) for a, b in product(results, results)) for name in sensitivity}
+    assert largest == sensitivity
+    _, clamped = exact_counts(frame({1: (10, 10), 2: (1,), 3: (5, 5)}), sql, policy)
+    assert (clamped["groups"], clamped["unit_clamped_0"]) == (3, 2 if "AVG" in sql else 1)
+
+
 # -- noise: scale, and the interval's coverage -----------------------------------------------
 
 @pytest.mark.slow  # 12,000 draws; fast: the share and sensitivity tests above and below

@@ -9,6 +9,12 @@ a count of 0/1 row values, a sum on a power-of-two grid, a centred sum and a cou
 three measures for VARIANCE, a histogram for a quantile); this stage derives the argument's
 range, chooses the grids and calibrates every measure's noise.
 
+An aggregate whose family has a per-unit form (``unit_shapes``: a bound per unit from the policy's
+``BOUNDS PER UNIT`` or the call's ``contribution_bounds_per_group``) is calibrated both ways and
+answered by the per-unit form where that lowers its noise (``_per_unit_if_better``): its measures
+then clamp each unit's per-group total, and their sensitivity is the smaller of the rows rule and
+``unit_total_sensitivity`` (``_per_unit_rule``).
+
 The query's epsilon is split between its aggregates by weight (equal by default), and
 each aggregate's share equally between its measures; partition selection, when a GROUP BY
 key has no public domain, takes one more share and the delta. Basic composition makes the
@@ -43,6 +49,7 @@ from dpsql.analysis.sensitivity import (
     Sensitivity,
     bounded_sum_sensitivity,
     distinct_units_sensitivity,
+    unit_total_sensitivity,
 )
 from dpsql.errors import (
     InternalError,
@@ -115,6 +122,8 @@ def analyse_query(query: PrivateQuery, policy: Policy, options: PrivacyOptions) 
             continue
         finished = _finish_aggregate(shapes, query, policy, epsilon / count, Fraction(measure_share) / count,
                                      gaussian_here)
+        finished, release = _per_unit_if_better(aggregate, query, policy, finished, release, start=len(measures),
+                                                epsilon=epsilon, delta=Fraction(measure_share), gaussian=gaussian_here)
         _check_grid_fits(aggregate, finished)
         measures.extend(finished)
         releases.append(replace(release, epsilon=epsilon))
@@ -194,12 +203,89 @@ def _shapes_of(aggregate: Aggregate, query: PrivateQuery, start: int) -> tuple[l
 
 
 def _ranged(aggregate: Aggregate, argument: exp.Expression, query: PrivateQuery) -> Ranged:
-    """An argument of a ranged family with its range and clamps; refuses one that is always NULL."""
+    """An argument of a ranged family with its range and clamps (and the policy's bound per unit
+    of a column aggregated as it is); refuses one that is always NULL."""
     interval = derive_range(argument, _ColumnBounds(query))
     if interval is None:
         raise UnsupportedQuery(f"{aggregate.label} aggregates an expression that is always NULL",
                                node=argument, hint="aggregate a column or an expression over columns")
-    return Ranged(argument, interval, _clamped_columns(argument, query))
+    return Ranged(argument, interval, _clamped_columns(argument, query), _unit_bounds_of(argument, query))
+
+
+def _unit_bounds_of(argument: exp.Expression, query: PrivateQuery) -> tuple[Fraction, Fraction] | None:
+    """The policy's ``BOUNDS PER UNIT`` of a column aggregated as it is (or under FILTER, which only
+    leaves values out): what one unit's total of it in one group is clamped into under the
+    per-unit model. Any clamp is private (the sensitivity is the clamp's); the policy's bound
+    only keeps its bias small, which an expression over the column could not promise."""
+    if isinstance(argument, exp.Case) and len(argument.args.get("ifs") or []) == 1 \
+            and argument.args.get("default") is None:
+        argument = argument.args["ifs"][0].args["true"]
+    if not isinstance(argument, exp.Column):
+        return None
+    rule = query.rule.column(argument.name)
+    if rule is None or rule.unit_bounds is None:
+        return None
+    return rule.unit_bounds.lower, rule.unit_bounds.upper
+
+
+def _per_unit_if_better(aggregate: Aggregate, query: PrivateQuery, policy: Policy, finished: list[Measure],
+                        release: AggregateRelease, *, start: int, epsilon: Fraction, delta: Fraction,
+                        gaussian: bool) -> tuple[list[Measure], AggregateRelease]:
+    """The aggregate's measures and release under the per-unit contribution model when its family
+    has one for the call and it lowers the noise (``_lowers_noise``), or when the call is only
+    defined under it; else the rows model's, unchanged."""
+    family = family_of(aggregate)
+    candidate = _unit_shapes_of(aggregate, query, family, start)
+    if candidate is None:
+        if family.required_unit_model(aggregate):
+            raise InternalError(f"{aggregate.label} needs the per-unit model and has no per-unit measures")
+        return finished, release
+    shapes, unit_release = candidate
+    required = family.required_unit_model(aggregate)
+    count = len(shapes)
+    try:
+        _check_double_range(aggregate, shapes)
+        unit = _finish_aggregate(shapes, query, policy, epsilon / count, delta / count, gaussian)
+        _check_grid_fits(aggregate, unit)
+    except (InvalidParameter, UnsupportedQuery):
+        if required:  # the call's own estimand: its refusal is the answer
+            raise
+        return finished, release  # the per-unit form cannot be computed here: the rows model answers
+    if required or _lowers_noise(unit, finished):
+        return unit, unit_release
+    return finished, release
+
+
+def _unit_shapes_of(aggregate: Aggregate, query: PrivateQuery, family,
+                    start: int) -> tuple[list[Shape], AggregateRelease] | None:
+    if not family.ranged or aggregate.argument is None:
+        return None
+    names = [f"m{start + i}" for i in range(family.measure_count)]
+    if family.arity == 2:
+        assert aggregate.other is not None  # a two-argument family's classify names both
+        return family.unit_pair_shapes(aggregate, names, _ranged(aggregate, aggregate.argument, query),
+                                       _ranged(aggregate, aggregate.other, query))
+    return family.unit_shapes(aggregate, names, [_ranged(aggregate, aggregate.argument, query)])
+
+
+def _noise_in_value_units(measure: Measure) -> Fraction:
+    """A measure's noise scale in its values' own units, squared (Laplace: scale^2; Gaussian:
+    sigma^2), so that two forms of one statistic compare: one step of a centred sum is worth half
+    a grid step."""
+    worth = measure.grid / 2 if measure.centred else measure.grid
+    worth = worth * worth if measure.squared else worth
+    spread = measure.scale ** 2 if measure.noise == "laplace" else measure.scale
+    return spread * worth * worth
+
+
+def _lowers_noise(unit: list[Measure], rows: list[Measure]) -> bool:
+    """The per-unit form is used when every measure it clamps per unit kept that clamp (its rule
+    was the lower one) and the noise of those measures, in their values' units, is below the rows
+    form's measures at the same places (the statistic each estimates is the same)."""
+    clamped = [i for i, shape in enumerate(unit) if shape.kind == "sum"]
+    if not clamped or any(unit[i].unit_bounds is None for i in clamped):
+        return False
+    return sum(_noise_in_value_units(unit[i]) for i in clamped) < sum(_noise_in_value_units(rows[i]) for i in clamped)
 
 
 class _ColumnBounds:
@@ -332,11 +418,17 @@ def _factors(shape: Shape, grids: tuple[Fraction, ...]) -> tuple[tuple[Factor, .
         interval = factor.argument.interval
         lower, upper = math.floor(interval.lower / step), math.ceil(interval.upper / step)
         spread = upper - lower
-        factors.append(Factor(factor.argument.argument, factor.argument.clamped, step, lower, upper, factor.power))
-        ends = {0: (1, 1), 1: (-spread, spread), 2: (0, spread * spread)}[factor.power]
+        factors.append(Factor(factor.argument.argument, factor.argument.clamped, step, lower, upper, factor.power,
+                              factor.centred))
+        if factor.centred:
+            ends = {0: (1, 1), 1: (-spread, spread), 2: (0, spread * spread)}[factor.power]
+        else:  # v itself (the per-unit forms): v in [L, U], v^2 in [0 or the smaller square, the larger]
+            squares = (lower * lower, upper * upper)
+            ends = {0: (1, 1), 1: (lower, upper),
+                    2: (0 if lower <= 0 <= upper else min(squares), max(squares))}[factor.power]
         corners = [a * b for a in (low, high) for b in ends]
         low, high = min(corners), max(corners)
-        grid *= (step / 2) ** factor.power
+        grid *= (step / 2 if factor.centred else step) ** factor.power
     return tuple(factors), low, high, grid
 
 
@@ -441,12 +533,13 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
         value_lower, value_upper = 0, 1
     elif factors:
         value_lower, value_upper = lower, upper
-    elif shape.squared:
-        value_lower, value_upper = 0, spread * spread
+    elif shape.squared:  # (2v - (L + U))^2, or v^2 uncentred (the per-unit forms)
+        value_lower, value_upper = 0, spread * spread if shape.centred else max(lower * lower, upper * upper)
     elif shape.centred:
         value_lower, value_upper = -spread, spread
     else:
         value_lower, value_upper = lower, upper
+    unit_bounds = None
     if shape.kind == "units":
         sensitivity = distinct_units_sensitivity(groups_per_unit=_rows_per_unit(shape, query),
                                                  neighbours=policy.neighbours, grouped=bool(query.keys))
@@ -455,6 +548,8 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
             value_lower, value_upper, rows_per_unit=query.rule.max_rows_per_unit,
             neighbours=policy.neighbours, grouped=bool(query.keys),
         )
+        if shape.unit_bounds is not None:
+            sensitivity, unit_bounds = _per_unit_rule(shape, query, policy, grid, sensitivity, gaussian)
     noise: Literal["laplace", "gaussian", "none"]
     if sensitivity.l1 == 0:
         scale, noise = Fraction(1), "none"  # a measure nobody can move needs no noise
@@ -479,4 +574,34 @@ def _calibrated(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fractio
         counts_values_of=shape.counts_values_of,
         squared=shape.squared,
         factors=factors,
+        unit_bounds=unit_bounds,
+        unit_average=shape.unit_average and unit_bounds is not None,
     )
+
+
+def _per_unit_rule(shape: Shape, query: PrivateQuery, policy: Policy, grid: Fraction, rows: Sensitivity,
+                   gaussian: bool) -> tuple[Sensitivity, tuple[int, int] | None]:
+    """A measure's sensitivity and per-(unit, group) clamp under the per-unit model, or the rows
+    rule ``rows`` and no clamp where that model would not lower its noise.
+
+    The clamp (``shape.unit_bounds`` on the grid, rounded outward; a total's widened to hold 0) is
+    what the rewrite enforces, so the rule follows from it alone: ``unit_total_sensitivity`` with
+    l = the groups one unit can touch. A total also keeps its rows' bounds (the clamp moves it
+    toward 0, never past it), so the smaller of the two rules holds in each norm. A unit's average
+    (BigQuery's AVG) has only the per-unit rule, and a count of units (its denominator: a unit's
+    count of values clamped into [0, 1]) must keep its clamp whatever the rules say."""
+    assert shape.unit_bounds is not None
+    lower, upper = shape.unit_bounds
+    step = Fraction(1) if shape.kind == "count" else grid * grid if shape.squared else grid
+    low, high = math.floor(lower / step), math.ceil(upper / step)
+    if not shape.unit_average:
+        low, high = min(low, 0), max(high, 0)
+    unit = unit_total_sensitivity(low, high, groups_per_unit=_rows_per_unit(shape, query),
+                                  neighbours=policy.neighbours, grouped=bool(query.keys))
+    if shape.unit_average:
+        return unit, (low, high)
+    smaller = Sensitivity(min(unit.l1, rows.l1), min(unit.l2_squared, rows.l2_squared))
+    if shape.kind == "count":
+        return smaller, (low, high)
+    lowers = unit.l2_squared < rows.l2_squared if gaussian else unit.l1 < rows.l1
+    return (smaller, (low, high)) if lowers else (rows, None)

@@ -68,6 +68,9 @@ class Aggregate:
     in as for ``argument``."""
     weight: Fraction = Fraction(1)
     """Relative share of the query's epsilon."""
+    unit_bounds: tuple[Fraction, Fraction] | None = None
+    """``contribution_bounds_per_group => (lower, upper)`` as written in the call (SUM: each unit's
+    total in a group; AVG: each unit's own average there), in the argument's units."""
 
 
 def aggregates_of(node: exp.Expression) -> list[str]:
@@ -171,6 +174,9 @@ class Factor:
     power: int
     """The centred value 2v - (lower + upper) enters the row value to this power (0, 1 or 2);
     at 0 only its NULL-ness does: the row counts only where every factor is non-NULL (pairs)."""
+    centred: bool = True
+    """False under the per-unit model: the value v itself enters (a unit's total of a centred
+    value grows with its number of rows, whatever its total of v)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,15 @@ class Measure:
     factors' centred values raised to their powers, NULL when any factor is NULL; ``lower`` and
     ``upper`` are that product's interval (the least and greatest of its corner products) and
     ``grid`` one step of it in the columns' units (the product of the factors' half-grids)."""
+    unit_bounds: tuple[int, int] | None = None
+    """The per-unit contribution model (None: the rows model): each (unit, group)'s total of this
+    measure's row values — or, with ``unit_average``, their average rounded toward zero on the
+    grid — is clamped into these grid-unit bounds before the totals are summed per group
+    (``dpsql.backends.rewrite``). A total's bounds always hold 0 (a unit absent from a group adds
+    0, and its rows' own bounds then still hold: ``sensitivity`` may take the smaller rule)."""
+    unit_average: bool = False
+    """With ``unit_bounds``: a unit contributes its own average of its values in the group
+    (BigQuery's AVG with ``contribution_bounds_per_group``), not their total."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +255,10 @@ class AggregateRelease:
     """For quantiles: q in [0, 1]."""
     rule: Any = None
     """For quantiles: the ``dpsql.mechanisms.quantile.QuantileRule`` the exponential mechanism uses."""
+    unit_model: Literal["total", "average"] | None = None
+    """Released under the per-unit contribution model (``Measure.unit_bounds``): each unit's
+    per-group total clamped ("total"), or its own average ("average", BigQuery's AVG); None: the
+    rows model."""
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ def unit_value(measure: Measure) -> Fraction:
     if measure.kind in ("count", "units", "distinct", "histogram"):
         return Fraction(1)
     if measure.squared:
-        return measure.grid * measure.grid / 4
+        return measure.grid * measure.grid / (4 if measure.centred else 1)
     return measure.grid / 2 if measure.centred else measure.grid
 
 
@@ -176,10 +176,11 @@ def _product_text(measure: Measure) -> str:
     centred values or a cross-product sum, over the rows where every factor is non-NULL."""
     used = [(f.argument.sql(dialect="duckdb"), f.power) for f in measure.factors if f.power]
     every = " and ".join(f.argument.sql(dialect="duckdb") for f in measure.factors)
+    centred = "centred " if all(f.centred for f in measure.factors) else ""  # uncentred: the per-unit forms
     if len(used) > 1:
-        what = "cross-product sum of centred " + " × ".join(name + ("²" if p > 1 else "") for name, p in used)
+        what = f"cross-product sum of {centred}" + " × ".join(name + ("²" if p > 1 else "") for name, p in used)
     elif used:
-        what = ("sum of squared centred " if used[0][1] > 1 else "centred sum of ") + used[0][0]
+        what = (f"sum of squared {centred}" if used[0][1] > 1 else f"{centred}sum of ") + used[0][0]
     else:
         what = "count"
     return f"{what} (rows where {every} are non-NULL)" if len(measure.factors) > 1 else what
@@ -189,7 +190,8 @@ def _measure_text(measure: Measure) -> str:
     """A measure in the column's units; the integer grid it is computed on is a separate fact."""
     what = {"count": "count", "units": "distinct units", "distinct": "distinct values",
             "histogram": "bucket counts"}.get(measure.kind) or (_product_text(measure) if measure.factors else
-        "sum of squared centred values" if measure.squared else "centred sum" if measure.centred else "sum")
+        ("sum of squared centred values" if measure.centred else "sum of squares") if measure.squared else
+        "centred sum" if measure.centred else "sum")
     step = unit_value(measure)
     squared = " (squared units)" if measure.squared else ""
     if measure.kind in ("count", "units", "distinct"):
@@ -199,6 +201,7 @@ def _measure_text(measure: Measure) -> str:
                   f"in {measure.upper + 1} buckets of width {_num(measure.grid)}")
     else:
         bounds = f"row values in [{_num(measure.lower * measure.grid)}, {_num(measure.upper * measure.grid)}]"
+    bounds += _contribution_model(measure, step)
     sensitivity = (f"L1 sensitivity {_num(measure.sensitivity.l1 * step)}{squared}, "
                    f"L2 sensitivity {_root(measure.sensitivity.l2_squared * step * step)}{squared}")
     if measure.noise == "exponential":
@@ -215,6 +218,23 @@ def _measure_text(measure: Measure) -> str:
                 f"{_num(measure.sensitivity.l1)} steps, noise scale {_num(measure.scale)} steps)")
     return (f"{measure.name}: {what}, {bounds}; {sensitivity}; epsilon {_num(measure.epsilon)}, "
             f"delta {_num(measure.delta)}; {noise}{grid}")
+
+
+def _contribution_model(measure: Measure, step: Fraction) -> str:
+    """Which contribution model bounds what one unit adds to the measure (``Measure.unit_bounds``),
+    with its bound, and that the per-unit clamp can bias; nothing for measures that are not sums."""
+    if measure.kind not in ("count", "sum"):
+        return ""
+    if measure.unit_bounds is None:
+        return "; rows model (MAX ROWS PER UNIT rows per unit, each within the row bounds)"
+    low, high = (_num(bound * step) for bound in measure.unit_bounds)
+    if measure.kind == "count":
+        return "; per-unit model: each unit counted at most once per group"
+    if measure.unit_average:
+        return (f"; per-unit model: each unit's own average in a group clamped to [{low}, {high}] "
+                "(the clamp can bias the answer)")
+    return (f"; per-unit model: each unit's total in a group clamped to [{low}, {high}] "
+            "(lower noise than the rows model; the clamp can bias the answer)")
 
 
 def _num(value: Fraction) -> str:

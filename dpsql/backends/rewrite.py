@@ -43,6 +43,11 @@ kept rows in the copy skip (also through a join with public tables, by its multi
 brute-force oracles run through the copies.
 The salt is a query parameter (``$salt``), so EXPLAIN shows the SQL without the secret.
 
+Under the per-unit contribution model (``Measure.unit_bounds``) each (unit, group)'s contribution
+is then clamped once more, into its bounds per unit — its total, or its own average (total // its
+values) — before the final GROUP BY (``_per_unit_clamped``); the paths without layer 3 first sum
+each measure per (unit, group) (``_totals_per_unit_first``) to clamp there.
+
 With partition selection the final layer also counts the distinct units of each group (``u``):
 one per (unit, group) kept, so a unit moves at most MAX GROUPS PER UNIT of these counts by 1.
 """
@@ -546,6 +551,10 @@ def _product_value(measure: Measure, columns: dict[tuple[str, int], str]) -> exp
     terms: list[exp.Expr] = []
     for factor, raw in zip(measure.factors, raws):
         clamped = _clamp(raw.copy(), _number(factor.lower), _number(factor.upper))
+        if not factor.centred:  # the per-unit forms: v itself, widened where HUGEINT is needed
+            terms += [exact_integer(clamped.copy()) if centre is _centred else clamped.copy()
+                      for _ in range(factor.power)]
+            continue
         terms += [centre(factor, clamped) if i == 0 else centre(factor, clamped.copy()) for i in range(factor.power)]
     product: exp.Expr = _number(1) if not terms else terms[0]
     for term in terms[1:]:
@@ -745,7 +754,8 @@ def _needs_hugeint(measure: Measure) -> bool:
     centred factors (each |2v - (L + U)| <= U - L), stay below 2**62 in magnitude."""
     partial = 1
     for factor in measure.factors:
-        partial *= max(factor.upper - factor.lower, 1) ** factor.power
+        largest = factor.upper - factor.lower if factor.centred else max(abs(factor.lower), abs(factor.upper))
+        partial *= max(largest, 1) ** factor.power
         if 2 * max(abs(factor.lower), abs(factor.upper)) + abs(factor.lower + factor.upper) >= 2**62:
             return True
     return max(abs(measure.lower), abs(measure.upper), partial) >= 2**62
@@ -764,6 +774,9 @@ def _centred(measure: Measure | Factor, value: exp.Expr) -> exp.Expr:
 
 
 def _squared(measure: Measure, value: exp.Expr) -> exp.Expr:
+    """(2v - (L + U))^2, or v^2 for an uncentred measure (the per-unit forms), exact."""
+    if not measure.centred:
+        return exp.Mul(this=exact_integer(value), expression=value.copy())
     return exp.Mul(this=_centred(measure, value), expression=_centred(measure, value.copy()))
 
 
@@ -838,7 +851,7 @@ def _row_value_sum(measure: Measure, plan: Plan) -> exp.Expr:
 
 def _direct_totals(plan: Plan, keys: list[str], source: str = "dp_values") -> exp.Select:
     counts_units = plan.selection is not None or any(m.kind == "units" for m in plan.measures)
-    if counts_units and plan.query.rows_per_unit != 1:
+    if counts_units and plan.query.rows_per_unit != 1 or any(m.unit_bounds is not None for m in plan.measures):
         return _totals_per_unit_first(plan, keys, source)
     select = [*map(_column, keys)] + [_as(_row_value_sum(m, plan), m.name) for m in plan.measures]
     if plan.selection is not None:  # units per group: what partition selection thresholds
@@ -854,11 +867,16 @@ def _totals_per_unit_first(plan: Plan, keys: list[str], source: str) -> exp.Sele
     over the rows cost about a fifth more at 1M rows (benchmarks/RESULTS.md, issue 14)."""
     summed = [m for m in plan.measures if m.kind != "units"]
     unit_keys = [_column(name) for name in ["dp_unit", *keys]]
-    per_unit = _select([*unit_keys, *(_as(_row_value_sum(m, plan), m.name) for m in summed)], source,
-                       group=[_column(name) for name in ["dp_unit", *keys]])
+    per_unit_sums = [_as(_row_value_sum(m, plan), m.name) for m in summed]
+    per_unit_sums += [_as(exp.Count(this=_value_column(m)), f"c_{m.name}") for m in summed if m.unit_average]
+    per_unit = _select([*unit_keys, *per_unit_sums], source, group=[_column(name) for name in ["dp_unit", *keys]])
     select: list[exp.Expr] = [*map(_column, keys)]
     for measure in plan.measures:
-        total = exp.Count(this=exp.Star()) if measure.kind == "units" else exp.Sum(this=_column(measure.name))
+        total: exp.Expr
+        if measure.kind == "units":
+            total = exp.Count(this=exp.Star())
+        else:
+            total = exp.Sum(this=_per_unit_clamped(measure, _column(measure.name), _column(f"c_{measure.name}")))
         select.append(_as(total, measure.name))
     if plan.selection is not None:  # units per group: what partition selection thresholds
         select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
@@ -929,7 +947,7 @@ def _contribution(measure: Measure) -> exp.Expr:
     total_sum: exp.Expr = _column(f"s_{measure.name}")
     spread = measure.upper - measure.lower
     if measure.squared:
-        low, high = 0, spread * spread
+        low, high = 0, spread * spread if measure.centred else max(measure.lower ** 2, measure.upper ** 2)
     elif measure.centred:
         offset = exp.Mul(this=_paren(_number(measure.lower + measure.upper)), expression=_column(f"c_{measure.name}"))
         total_sum = _paren(exp.Sub(this=exp.Mul(this=_number(2), expression=total_sum), expression=offset))
@@ -946,8 +964,28 @@ def _contribution(measure: Measure) -> exp.Expr:
                   exp.Mul(this=exact_integer(kept.copy()), expression=_number(high)))
 
 
+def _per_unit_clamped(measure: Measure, total: exp.Expr, values: exp.Expr) -> exp.Expr:
+    """One (unit, group)'s contribution under the per-unit model (``Measure.unit_bounds``): its
+    ``total`` of the row values clamped into the bounds — or, for a unit's average, ``total``
+    divided by its number of ``values`` (toward zero, in both engines), clamped, NULL (nothing)
+    without values: a NULL total (a unit whose values in the group are all NULL) stays NULL, as
+    LEAST and GREATEST would turn it into a bound. The precondition of
+    ``dpsql.analysis.sensitivity.unit_total_sensitivity``. Without per-unit bounds, ``total`` as it
+    is (the rows model)."""
+    if measure.unit_bounds is None:
+        return total
+    low, high = (_number(bound) for bound in measure.unit_bounds)
+    if measure.unit_average:  # both widened to exact integers: typed for every engine's division
+        total = exp.IntDiv(this=exact_integer(total),
+                           expression=exp.Nullif(this=exact_integer(values), expression=_number(0)))
+    return _null_or_clamped(_is_null(total.copy()), total, low, high)
+
+
 def _unit_level_totals(plan: Plan, keys: list[str]) -> exp.Select:
-    select = [*map(_column, keys)] + [_as(exp.Sum(this=_contribution(m)), m.name) for m in plan.measures]
+    # A unit's average is of all its values in the group (its own data); a total is of those granted.
+    contributions = [_per_unit_clamped(m, _column(f"s_{m.name}") if m.unit_average else _contribution(m),
+                                       _column(f"c_{m.name}")) for m in plan.measures]
+    select = [*map(_column, keys)] + [_as(exp.Sum(this=c), m.name) for m, c in zip(plan.measures, contributions)]
     if plan.selection is not None:  # distinct units per group, for partition selection
         select.append(_as(exp.Count(this=exp.Star()), plan.selection.measure))
     conditions: list[exp.Expr] = [exp.GT(this=_column("b"), expression=_number(0))]

@@ -61,6 +61,15 @@ With a row limit from the query below K and groups limited too, the query grants
 group (``dpsql.backends.rewrite`` layer 3); kept_u = min(g_u, k) is then an approximation of what it
 keeps (the bounds above hold all the same).
 
+Under the per-unit contribution model (``Measure.unit_bounds``) the clamp that can bias is the
+one on each (unit, group)'s total (or own average), so the report also counts, per such measure of
+a column (``UnitClamp``): ``groups = Σ_u min(pairs_u, l)``, the (unit, group) pairs with a row after
+WHERE, and ``unit_clamped[i] = Σ_u min(outside_u[i], l)``, those whose total (average) of the
+column's clamped values lies outside the bounds; l = the groups one unit may touch (1 ungrouped):
+sensitivity **l** each. Their share is post-processing, as above; the totals are over the copy's
+rows after WHERE (its k rows at most per unit; with a row limit from the query below K, over the
+copy's rows: an approximation of what the query sums, as kept_u is).
+
 The report's epsilon is the share ``s`` of the query's own epsilon (``REPORT BIAS SHARE s``
 in the policy, or ``report_bias`` per query), split between its measures with weight 1 for
 ``kept`` and 2 for each other count (``kept`` enters each share only as its scale, so its
@@ -81,7 +90,7 @@ from dpsql.analysis.analyse import SAMPLER_LIMITS
 from dpsql.analysis.plan import ClampedColumn, Plan, PrivateQuery
 from dpsql.backends.bounding import DATABASE, DROP_CAP, piece_copy_name, raw_rows_name
 from dpsql.backends.render import DUCKDB, render
-from dpsql.backends.rewrite import BoundedStatement, _key, domain_filter, expand_clamps
+from dpsql.backends.rewrite import BoundedStatement, _key, clamp_column, domain_filter, expand_clamps
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_laplace
 from dpsql.mechanisms.shares import Share, estimate_share
@@ -123,6 +132,21 @@ class BiasMeasure:
 
 
 @dataclass(frozen=True)
+class UnitClamp:
+    """A measure clamped per (unit, group) (``Measure.unit_bounds``) whose shares the report counts."""
+
+    label: str
+    """How the report names it (the column, and "average" for a unit's own average)."""
+    column: ClampedColumn
+    """The column whose clamped values the measure sums."""
+    lower: Fraction
+    """The per-unit bound, in the column's units."""
+    upper: Fraction
+    average: bool
+    """The clamp is on the unit's average in the group, not its total."""
+
+
+@dataclass(frozen=True)
 class BiasPlan:
     """What a bias report measures and spends, decided before any data is read."""
 
@@ -140,7 +164,12 @@ class BiasPlan:
     columns: tuple[ClampedColumn, ...]
     """The clamped columns, in ``clamped_<i>`` order."""
     measures: tuple[BiasMeasure, ...]
-    """kept, dropped (when ``cap``), then one per clamped column."""
+    """kept, dropped (when ``cap``), then one per clamped column, then ``groups`` and one
+    ``unit_clamped_<i>`` per ``unit_clamps`` (when any)."""
+    unit_clamps: tuple[UnitClamp, ...] = ()
+    """The measures clamped per (unit, group), in ``unit_clamped_<i>`` order."""
+    groups_per_unit: int = 1
+    """l: the most (unit, group) pairs one unit adds to ``groups`` and each ``unit_clamped_<i>``."""
 
 
 def bias_share(asked, written, policy_share: Fraction | None, number) -> tuple[Fraction | None, bool]:
@@ -214,25 +243,47 @@ def plan_bias(plan: Plan, share: Fraction, epsilon: Fraction, explicit: bool, wh
     row_level = query.hidden_unit or query.rule.row_level
     assert CAP <= DROP_CAP, "the row-count table must store enough for C"
     cap = None if row_level else CAP * k
-    if cap is None and not columns:
+    unit_clamps = _unit_clamps(plan)
+    if cap is None and not columns and not unit_clamps:
         if explicit:
             raise UnsupportedQuery("there is no bias to report: each row is its own unit, so no row is "
                                    "dropped, and the query clamps no column", line=line, col=col,
                                    hint="drop report_bias for this query")
         return None
-    counts = (cap is not None) + len(columns)
+    counts = (cap is not None) + len(columns) + (len(unit_clamps) + 1 if unit_clamps else 0)
     part = share * epsilon / (KEPT_WEIGHT + COUNT_WEIGHT * counts)
     each = COUNT_WEIGHT * part
     measures = [BiasMeasure("kept", None, k, KEPT_WEIGHT * part)]
     if cap is not None:
         measures.append(BiasMeasure("dropped", None, cap, each))
     measures += [BiasMeasure(f"clamped_{i}", c.name, k, each) for i, c in enumerate(columns)]
+    groups = min(query.rule.groups_per_unit, k) if query.keys else 1
+    if unit_clamps:
+        measures.append(BiasMeasure("groups", None, groups, each))
+        measures += [BiasMeasure(f"unit_clamped_{i}", c.column.name, groups, each) for i, c in enumerate(unit_clamps)]
     if any(m.scale >= SAMPLER_LIMITS["laplace"] for m in measures):  # refused now, not after the charge
         raise InvalidParameter(f"the bias report's epsilon {float(share * epsilon):.3g} is too small: its "
                                "noise would be beyond what the exact samplers draw", line=line, col=col,
                                hint="ask a larger share of epsilon for it, such as report_bias=0.05, or a "
                                     "larger epsilon, or drop report_bias")
-    return BiasPlan(share, share * epsilon, k, query.rows_per_unit, cap, columns, tuple(measures))
+    return BiasPlan(share, share * epsilon, k, query.rows_per_unit, cap, columns, tuple(measures), unit_clamps,
+                    groups)
+
+
+def _unit_clamps(plan: Plan) -> tuple[UnitClamp, ...]:
+    """The plan's sums of one clamped column (alone or under FILTER) clamped per (unit, group):
+    the clamps whose share the report counts (a sum of squares' is not reported)."""
+    found = []
+    for measure in plan.measures:
+        if measure.unit_bounds is None or measure.kind != "sum" or measure.squared or measure.factors:
+            continue
+        if len(measure.clamped_columns) != 1:
+            continue
+        low, high = (bound * measure.grid for bound in measure.unit_bounds)
+        column = measure.clamped_columns[0]
+        label = f"{column.name} (each unit's average)" if measure.unit_average else column.name
+        found.append(UnitClamp(label, column, low, high, measure.unit_average))
+    return tuple(found)
 
 
 def _outside(column: ClampedColumn) -> exp.Expr:
@@ -291,8 +342,9 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery, dialect: str = DUCKDB) -
     keys = [key.name for key in query.keys]
     limited = bool(keys) and query.rule.groups_per_unit < (bias.copy_rows_per_unit or 0)
     rows: list[exp.Expr] = [exp.alias_(unit, "dp_unit")]
-    rows += [exp.alias_(_key(key), key.name) for key in query.keys] if limited else []
+    rows += [exp.alias_(_key(key), key.name) for key in query.keys] if limited or bias.unit_clamps else []
     rows += [exp.alias_(_outside(c), f"o_{i}") for i, c in enumerate(bias.columns)]
+    rows += [exp.alias_(clamp_column(c.column), f"uv_{i}") for i, c in enumerate(bias.unit_clamps)]
     source = exp.Subquery(this=expand_clamps(query.source), alias=exp.TableAlias(this=exp.to_identifier("dp_source")))
     layers: list[tuple[str, exp.Expr]] = [("dp_rows", exp.select(*rows).from_(source).where(*conditions))]
     per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(exp.Count(this=exp.Star()), "w")]
@@ -326,13 +378,44 @@ def bias_statement(bias: BiasPlan, query: PrivateQuery, dialect: str = DUCKDB) -
         select.append(_sum_or_zero(dropped, "dropped"))
     select += [_sum_or_zero(_least(exp.column(f"o_{i}"), _integer(k)), f"clamped_{i}")
                for i in range(len(bias.columns))]
+    if bias.unit_clamps:
+        layers += _unit_clamp_layers(bias, keys)
+        select.append(_sum_or_zero(exp.column("pairs"), "groups"))
+        select += [_sum_or_zero(exp.column(f"uo_{i}"), f"unit_clamped_{i}") for i in range(len(bias.unit_clamps))]
     final = exp.select(*select).from_("dp_units")
     if counts is not None and bias.cap is not None:
         counted = raw_rows_table(counts, dialect)
         final = final.join(counted, using=["dp_unit"], join_type="LEFT")
+    if bias.unit_clamps:
+        final = final.join("dp_unit_pairs", using=["dp_unit"], join_type="LEFT")
     for name, layer in layers:
         final = final.with_(name, as_=layer, copy=False)
     return BoundedStatement(render(final, dialect), pieces.needs_salt(final), query.bounded)
+
+
+def _unit_clamp_layers(bias: BiasPlan, keys: list[str]) -> list[tuple[str, exp.Expr]]:
+    """``dp_pairs``: per (unit, group), whether each per-unit clamped total (average) of the
+    column's clamped values lies outside its bounds; ``dp_unit_pairs``: per unit, its pairs and
+    those outside, each capped at l (so one unit moves each count by at most l)."""
+    most = _integer(bias.groups_per_unit)
+    group = [exp.column(name) for name in ["dp_unit", *keys]]
+    per_pair: list[exp.Expr] = [exp.column("dp_unit")]
+    for i, clamp in enumerate(bias.unit_clamps):
+        value = exp.column(f"uv_{i}")
+        total: exp.Expr = exp.Sum(this=value)
+        if clamp.average:
+            total = exp.Div(this=total, expression=exp.Nullif(this=exp.Count(this=value.copy()),
+                                                                 expression=_integer(0)))
+        outside = exp.or_(exp.LT(this=total, expression=pieces.literal(clamp.lower)),
+                          exp.GT(this=total.copy(), expression=pieces.literal(clamp.upper)))
+        flag = exp.Case(ifs=[exp.If(this=exp.Coalesce(this=exp.Paren(this=outside), expressions=[exp.false()]),
+                                    true=_integer(1))], default=_integer(0))
+        per_pair.append(exp.alias_(flag, f"uo_{i}"))
+    pairs = exp.select(*per_pair).from_("dp_rows").group_by(*group)
+    per_unit: list[exp.Expr] = [exp.column("dp_unit"), exp.alias_(_least(exp.Count(this=exp.Star()), most), "pairs")]
+    per_unit += [exp.alias_(_least(exp.Sum(this=exp.column(f"uo_{i}")), most.copy()), f"uo_{i}")
+                 for i in range(len(bias.unit_clamps))]
+    return [("dp_pairs", pairs), ("dp_unit_pairs", exp.select(*per_unit).from_("dp_pairs").group_by("dp_unit"))]
 
 
 @dataclass(frozen=True)
@@ -351,10 +434,15 @@ class Bounding:
     """Per clamped column: the share of kept rows whose value lay outside its bounds."""
     epsilon: Fraction
     """What the report spent (part of the query's cost)."""
+    unit_clamped: tuple[tuple[str, Share], ...] = ()
+    """Per measure clamped per (unit, group): the share of (unit, group) totals (averages) of its
+    column outside its bounds per unit."""
 
     def __str__(self) -> str:
         parts = [] if self.dropped is None else [f"{self.dropped} of rows beyond per-unit limits (at least)"]
         parts += [f"{share} of {name} values clamped" for name, share in self.clamped]
+        parts += [f"{share} of per-unit totals of {name} clamped to its bounds per unit"
+                  for name, share in self.unit_clamped]
         return "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -364,14 +452,16 @@ class Bounding:
 
         return {"dropped": None if self.dropped is None else pair(self.dropped),
                 "clamped": [[n, *pair(s)] for n, s in self.clamped],
-                "epsilon": str(self.epsilon)}
+                "epsilon": str(self.epsilon),
+                **({"unit_clamped": [[n, *pair(s)] for n, s in self.unit_clamped]} if self.unit_clamped else {})}
 
     @classmethod
     def from_dict(cls, record: dict) -> Bounding:
         dropped = record["dropped"]
         return cls(None if dropped is None else Share(float(dropped[0]), float(dropped[1])),
                    tuple((str(n), Share(float(v), float(h))) for n, v, h in record["clamped"]),
-                   Fraction(record["epsilon"]))
+                   Fraction(record["epsilon"]),
+                   tuple((str(n), Share(float(v), float(h))) for n, v, h in record.get("unit_clamped", [])))
 
 
 def noisy_counts(bias: BiasPlan, exact: dict[str, int], source=None) -> dict[str, int]:
@@ -389,7 +479,10 @@ def release_bias(bias: BiasPlan, exact: dict[str, int], source=None) -> Bounding
 
     dropped = share("dropped", added=True) if bias.cap is not None else None
     clamped = tuple((c.name, share(f"clamped_{i}", added=False)) for i, c in enumerate(bias.columns))
-    return Bounding(dropped, clamped, bias.epsilon)
+    unit_clamped = tuple((c.label, estimate_share(noisy[f"unit_clamped_{i}"], scales[f"unit_clamped_{i}"],
+                                                  noisy["groups"], scales["groups"], added=False, alpha=ALPHA))
+                         for i, c in enumerate(bias.unit_clamps))
+    return Bounding(dropped, clamped, bias.epsilon, unit_clamped)
 
 
 def explain_bias(bias: BiasPlan, sql: str) -> str:
@@ -398,7 +491,11 @@ def explain_bias(bias: BiasPlan, sql: str) -> str:
              f"split between {len(bias.measures)} counts over the rows after WHERE (kept {KEPT_WEIGHT}, "
              f"each other {COUNT_WEIGHT}):"]
     what = {"kept": f"rows the query keeps, min(rows in the groups it keeps, {bias.rows_per_unit}) per unit",
-            "dropped": f"rows beyond the per-unit limit, at most {bias.cap} per unit (so the share is at least this)"}
+            "dropped": f"rows beyond the per-unit limit, at most {bias.cap} per unit (so the share is at least this)",
+            "groups": f"(unit, group) pairs with a row, at most {bias.groups_per_unit} per unit"}
+    what |= {f"unit_clamped_{i}": f"(unit, group) pairs whose {'average' if c.average else 'total'} of {c.column.name} "
+             f"lies outside [{float(c.lower):g}, {float(c.upper):g}], at most {bias.groups_per_unit} per unit"
+             for i, c in enumerate(bias.unit_clamps)}
     for measure in bias.measures:
         text = what.get(measure.name) or f"kept rows with {measure.column} outside its bounds"
         lines.append(f"  {measure.name}: {text}; sensitivity {measure.sensitivity}, epsilon "

@@ -157,6 +157,9 @@ class Limits:
     no_unit: bool = False
     """Rows with no unit (NULL) are left out: say so, with the recorded count where every table
     read has one (``RecordedDrop.no_unit``), else as a fact alone."""
+    unit_clamped: tuple[tuple[str, Fraction, Fraction], ...] = ()
+    """(what, lower, upper) of every per-unit clamp (``Measure.unit_bounds``): a unit's total of a
+    column in one group, or its own average there, clamped into its bound per unit."""
 
     def __str__(self) -> str:
         if self.unit is None:
@@ -169,6 +172,8 @@ class Limits:
             parts = [f"at most {rows}{groups} per {self.unit}"]
         parts += [f"{name} clamped to [{fraction_text(lower)}, {fraction_text(upper)}]"
                   for name, lower, upper in self.clamped]
+        parts += [f"each unit's {what} per group clamped to [{fraction_text(lower)}, {fraction_text(upper)}]"
+                  for what, lower, upper in self.unit_clamped]
         parts += [self._dropped_text(drop) for drop in self.dropped]
         if self._counted_no_unit():
             parts += [f"rows with no {drop.unit} ({drop.no_unit} of {possessive(drop.table)} rows) belong to nobody "
@@ -206,7 +211,24 @@ def limits_of(plan: Plan, recorded: tuple[RecordedDrop, ...] = ()) -> Limits:
     unit = None if query.hidden_unit or rule.row_level else rule.unit
     drops = unit is not None or rule.max_rows_per_unit > 1
     return Limits(unit, rule.max_rows_per_unit, groups, tuple(sorted(clamped.values())), tuple(recorded),
-                  limit_effects(plan, drops), no_unit=unit is not None)
+                  limit_effects(plan, drops), no_unit=unit is not None, unit_clamped=_unit_clamped(plan))
+
+
+def _unit_clamped(plan: Plan) -> tuple[tuple[str, Fraction, Fraction], ...]:
+    """The per-unit clamps of ``plan``'s sums of one column (a sum of squares' or products' is
+    derived from the column's and not listed), in the column's units."""
+    found: dict[tuple[str, Fraction, Fraction], None] = {}
+    for measure in plan.measures:
+        if measure.unit_bounds is None or measure.kind != "sum" or measure.squared or len(measure.clamped_columns) != 1:
+            continue
+        if measure.factors and sum(f.power for f in measure.factors) != 1:
+            continue
+        column = measure.clamped_columns[0].name if not measure.factors else \
+            next(f.clamped_columns[0].name for f in measure.factors if f.power == 1 and f.clamped_columns)
+        what = f"average of {column}" if measure.unit_average else f"total of {column}"
+        low, high = (bound * measure.grid for bound in measure.unit_bounds)
+        found[what, low, high] = None
+    return tuple(found)
 
 
 KEY_PREFIX = "limits-drop/"

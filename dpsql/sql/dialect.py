@@ -35,6 +35,71 @@ class DPOptions(exp.Expression):
     arg_types = {"expressions": False}
 
 
+class PerGroupBounded:
+    """An aggregate call carrying BigQuery's ``contribution_bounds_per_group => (lower, upper)``:
+    the interval each privacy unit's contribution to one group is clamped into (SUM: the unit's
+    total there; AVG: the unit's own average there). ``bounds`` holds the ``exp.Kwarg`` as
+    written; ``contribution_bounds`` reads it."""
+
+    CONTRIBUTION = "contribution_bounds_per_group"
+
+
+class PerGroupBoundedSum(exp.Sum, PerGroupBounded):
+    """``SUM(x, contribution_bounds_per_group => (lo, hi))``: a SUM (its family classifies it)."""
+
+    arg_types = {"this": True, "bounds": True}
+    _sql_names = ["SUM"]
+
+
+class PerGroupBoundedAvg(exp.Avg, PerGroupBounded):
+    """``AVG(x, contribution_bounds_per_group => (lo, hi))``: an AVG (its family classifies it)."""
+
+    arg_types = {"this": True, "bounds": True}
+    _sql_names = ["AVG"]
+
+
+def _per_group_bounded(plain: type[exp.Func], bounded: type[exp.Func]):
+    """A parser builder of ``plain``'s calls that takes one named argument more, the per-group
+    contribution bounds; any other second argument is left to ``plain`` (which refuses it)."""
+    def build(args: list) -> exp.Expr:
+        if len(args) == 2 and isinstance(args[1], exp.Kwarg):
+            return bounded(this=args[0], bounds=args[1])
+        return plain.from_arg_list(args)
+    return build
+
+
+def contribution_bounds(call: exp.Expression) -> tuple[Fraction, Fraction] | None:
+    """The (lower, upper) of a call's ``contribution_bounds_per_group``, None without one;
+    refuses, at the call, a misspelt name, a bound that is not a number, or lower > upper.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("SELECT SUM(x, contribution_bounds_per_group => (-1, 2.5)) FROM t",
+    ...                          read=READ_DIALECT)
+    >>> contribution_bounds(tree.expressions[0])
+    (Fraction(-1, 1), Fraction(5, 2))
+    """
+    if not isinstance(call, PerGroupBounded):
+        return None
+    kwarg = call.args["bounds"]
+    line, col = _position(call)
+    function = "SUM" if isinstance(call, exp.Sum) else "AVG"
+    example = f"write e.g. {function}(x, contribution_bounds_per_group => (0, 100))"
+    if kwarg.this.name.lower() != PerGroupBounded.CONTRIBUTION:
+        raise UnsupportedQuery(f"unknown named argument {kwarg.this.name!r} of {function}",
+                               line=line, col=col, hint=example)
+    pair = kwarg.expression
+    values = [_literal(v) for v in pair.expressions] if isinstance(pair, exp.Tuple) else []
+    if len(values) != 2 or not all(isinstance(v, Fraction) for v in values):
+        raise UnsupportedQuery(f"contribution_bounds_per_group must be two numbers, found {_shorten(pair)}",
+                               line=line, col=col, hint=example)
+    lower, upper = values
+    assert isinstance(lower, Fraction) and isinstance(upper, Fraction)
+    if lower > upper:
+        raise UnsupportedQuery(f"contribution_bounds_per_group ({lower}, {upper}) has its lower bound above "
+                               "its upper bound", line=line, col=col, hint="give (lower, upper)")
+    return lower, upper
+
+
 def _dp_options_sql(generator, expression: DPOptions) -> str:
     # Rendered in the hint slot of select_sql, whose text starts with its own space.
     options = generator.expressions(expression, flat=True)
@@ -88,6 +153,10 @@ class DPDuckDB(DuckDB):
             if value is None:
                 self.raise_error(f"Expected a value for the option {name.name}")
             return self.expression(exp.EQ(this=name, expression=value))
+
+        FUNCTIONS = {**DuckDB.Parser.FUNCTIONS,
+                     "SUM": _per_group_bounded(exp.Sum, PerGroupBoundedSum),
+                     "AVG": _per_group_bounded(exp.Avg, PerGroupBoundedAvg)}
 
     class Generator(DuckDB.Generator):  # type: ignore[valid-type, misc]
         TRANSFORMS = {**DuckDB.Generator.TRANSFORMS, DPOptions: _dp_options_sql}

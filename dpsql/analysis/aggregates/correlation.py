@@ -23,6 +23,7 @@ from dpsql.analysis.aggregates.moments import (
     moments,
     pair_shapes,
     scale_of,
+    unit_pair_shapes,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
 
@@ -44,6 +45,10 @@ class CorrelationFamily(PairFamily):
     def pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
                     second: Ranged) -> tuple[list[Shape], AggregateRelease]:
         return pair_shapes(aggregate, names, first, second, STATISTICS)
+
+    def unit_pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                         second: Ranged) -> tuple[list[Shape], AggregateRelease] | None:
+        return unit_pair_shapes(aggregate, names, first, second, STATISTICS)
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
         return [math.nan if row is None else correlation(row)

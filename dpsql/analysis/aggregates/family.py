@@ -45,6 +45,9 @@ class Ranged:
     """The range of its values."""
     clamped: tuple[ClampedColumn, ...]
     """Columns of it clamped into their bounds before it is evaluated."""
+    unit_bounds: tuple[Fraction, Fraction] | None = None
+    """The policy's ``BOUNDS PER UNIT`` of the argument (a bounded column, alone or under FILTER):
+    what one unit's total of it in one group is clamped into under the per-unit model."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class FactorShape:
     """The argument, with its range and clamps."""
     power: int
     """0 (only pairs it: the row counts where it is non-NULL), 1 (its centred value) or 2 (squared)."""
+    centred: bool = True
+    """Its centred value 2v - (L + U) enters; False: v itself (``Factor.centred``)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,11 @@ class Shape:
     factors: tuple[FactorShape, ...] = ()
     """For a product measure: its factors, each on the grid of its own argument (all of one
     aggregate's product measures list the same arguments in the same order); ``interval`` is then None."""
+    unit_bounds: tuple[Fraction, Fraction] | None = None
+    """The per-unit contribution model: each (unit, group)'s total of the row values (in the
+    argument's units; for a count, in rows) is clamped into these (``Measure.unit_bounds``)."""
+    unit_average: bool = False
+    """With ``unit_bounds``: each unit contributes its own average, not its total."""
 
 
 NumberText = Callable[[Fraction], str]
@@ -135,6 +145,23 @@ class AggregateFamily:
                     second: Ranged) -> tuple[list[Shape], AggregateRelease]:
         """For a two-argument (``arity`` 2) ranged family: ``shapes`` given both arguments."""
         raise NotImplementedError
+
+    def unit_shapes(self, aggregate: Aggregate, names: Sequence[str],
+                    arguments: Sequence[Ranged]) -> tuple[list[Shape], AggregateRelease] | None:
+        """The aggregate's measures under the per-unit contribution model (``Shape.unit_bounds``),
+        or None when it has none (no per-unit bound known, or a family without that model).
+        analyse uses them when they lower the noise (``required_unit_model``: always)."""
+        return None
+
+    def unit_pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                         second: Ranged) -> tuple[list[Shape], AggregateRelease] | None:
+        """For a two-argument family: ``unit_shapes`` given both arguments."""
+        return None
+
+    def required_unit_model(self, aggregate: Aggregate) -> bool:
+        """The call's value is only defined under the per-unit model (BigQuery's AVG with
+        ``contribution_bounds_per_group``: a mean of the units' own means)."""
+        return False
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
         """The released value per released row, from noisy measures only (post-processing)."""

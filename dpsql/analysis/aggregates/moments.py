@@ -28,6 +28,15 @@ product of clamped means m_x' m_y' within s_y e_x + s_x e_y of m_x m_y; a mean's
 2 s e. So cov is within e_xy + s_y e_x + s_x e_y and var within e_xx + 2 s_x e_x of the truth
 (the truth of the clamped, bounded data: bias from clamping is not part of it). Each family
 turns these boxes into an interval of its value by the worst case of its formula over them.
+
+Under the per-unit model (``unit_pair_shapes``: both arguments have ``BOUNDS PER UNIT``) the
+statistics are *uncentred* (sums of v, v^2 and v_x v_y), each unit's per-group total clamped: Sx and
+Sy into the arguments' bounds per unit [lo, hi], Sxx and Syy into [0, B] with B = max(|lo|, |hi|) *
+max(|L|, |U|) (a unit's sum of squares is at most its largest |value| times its sum of |values|),
+Sxy into ±sqrt(Bxx Byy) rounded outward (Cauchy-Schwarz). Any clamp is private; these only keep
+the clamps' bias small. ``moments`` converts them exactly to the centred statistics above
+(c = 2v - M, M = L + U: sum c = 2 Sv - M n, sum c^2 = 4 Svv - 4 M Sv + M^2 n, sum c_x c_y = 4 Sxy -
+2 M_x Sy - 2 M_y Sx + M_x M_y n) and ``errors`` their noise bounds by the triangle inequality.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -84,6 +93,78 @@ def pair_shapes(aggregate: Aggregate, names: Sequence[str], y: Ranged, x: Ranged
     shapes.append(Shape(count, "count", x.argument, None, (), counts_values_of=names[0], fine_bits=FINE_BITS))
     measures = tuple(names[:len(statistics) + 1])
     return shapes, AggregateRelease(aggregate.name, aggregate.function, measures, sample=aggregate.sample)
+
+
+def unit_pair_shapes(aggregate: Aggregate, names: Sequence[str], y: Ranged, x: Ranged,
+                     statistics: Sequence[str]) -> tuple[list[Shape], AggregateRelease] | None:
+    """``pair_shapes`` under the per-unit model (the module docstring's uncentred statistics, each
+    with its bound per unit), when both arguments have one; None otherwise."""
+    if y.unit_bounds is None or x.unit_bounds is None:
+        return None
+
+    def squares(argument: Ranged) -> Fraction:
+        assert argument.unit_bounds is not None
+        return max(abs(argument.interval.lower), abs(argument.interval.upper)) * max(map(abs, argument.unit_bounds))
+
+    cross = Fraction(math.isqrt(math.ceil(squares(x) * squares(y))) + 1)  # at least the square root
+    bounds = {"x": x.unit_bounds, "y": y.unit_bounds, "xx": (Fraction(0), squares(x)),
+              "yy": (Fraction(0), squares(y)), "xy": (-cross, cross)}
+    shapes = []
+    for name, statistic in zip(names, statistics):
+        powers = POWERS[statistic]
+        argument = x.argument if powers[1] else y.argument
+        factors = (FactorShape(y, powers[0], centred=False), FactorShape(x, powers[1], centred=False))
+        shapes.append(Shape(name, "sum", argument, None, (), fine_bits=FINE_BITS, factors=factors,
+                            unit_bounds=bounds[statistic]))
+    count = names[len(statistics)]
+    shapes.append(Shape(count, "count", x.argument, None, (), counts_values_of=names[0], fine_bits=FINE_BITS))
+    measures = tuple(names[:len(statistics) + 1])
+    return shapes, AggregateRelease(aggregate.name, aggregate.function, measures, sample=aggregate.sample,
+                                    unit_model="total")
+
+
+def _uncentred(measures: Sequence[Measure]) -> bool:
+    """The statistics are the per-unit model's uncentred sums."""
+    return not measures[0].factors[0].centred
+
+
+def centred_statistics(columns: Mapping[str, Sequence[int]], counts: Sequence[int],
+                       scale: "Scale") -> dict[str, list[int]]:
+    """Uncentred noisy statistics (grid units) as the centred ones, exactly (module docstring).
+
+    >>> s = Scale(Fraction(1), Fraction(1), 0, 4, 0, 2)  # y in [0, 4], x in [0, 2]: M_y = 4, M_x = 2
+    >>> centred_statistics({"x": [3], "y": [5], "xy": [9], "xx": [5], "yy": [17]}, [2], s)  # (x, y) = (1, 1), (2, 4)
+    {'x': [2], 'y': [2], 'xy': [8], 'xx': [4], 'yy': [20]}
+    """
+    m_x, m_y = scale.lower_x + scale.upper_x, scale.lower_y + scale.upper_y
+    out: dict[str, list[int]] = {}
+    for i, n in enumerate(counts):
+        sx, sy = int(columns["x"][i]), int(columns["y"][i])
+        value = {"x": 2 * sx - m_x * n, "y": 2 * sy - m_y * n}
+        if "xy" in columns:
+            value["xy"] = 4 * int(columns["xy"][i]) - 2 * m_x * sy - 2 * m_y * sx + m_x * m_y * n
+        if "xx" in columns:
+            value["xx"] = 4 * int(columns["xx"][i]) - 4 * m_x * sx + m_x * m_x * n
+        if "yy" in columns:
+            value["yy"] = 4 * int(columns["yy"][i]) - 4 * m_y * sy + m_y * m_y * n
+        for statistic in columns:
+            out.setdefault(statistic, []).append(value[statistic])
+    return out
+
+
+def centred_widths(widths: dict[str, int], h_n: int, scale: "Scale") -> dict[str, int]:
+    """Noise bounds of ``centred_statistics``' values, when each uncentred statistic's noise is
+    within ``widths`` and the count's within ``h_n`` (the triangle inequality)."""
+    m_x, m_y = abs(scale.lower_x + scale.upper_x), abs(scale.lower_y + scale.upper_y)
+    h_x, h_y = widths["x"], widths["y"]
+    converted = {"x": 2 * h_x + m_x * h_n, "y": 2 * h_y + m_y * h_n}
+    if "xy" in widths:
+        converted["xy"] = 4 * widths["xy"] + 2 * m_x * h_y + 2 * m_y * h_x + m_x * m_y * h_n
+    if "xx" in widths:
+        converted["xx"] = 4 * widths["xx"] + 4 * m_x * h_x + m_x * m_x * h_n
+    if "yy" in widths:
+        converted["yy"] = 4 * widths["yy"] + 4 * m_y * h_y + m_y * m_y * h_n
+    return converted
 
 
 @dataclass(frozen=True)
@@ -143,8 +224,11 @@ def moments(aggregate: AggregateRelease, measures: Sequence[Measure], release: R
     """Per released row, its ``Moments``; None where the noisy count of pairs is not positive."""
     scale = scale_of(measures)
     sx, sy = scale.spread_x, scale.spread_y
-    columns = {statistic: release.noisy[m.name] for statistic, m in zip(statistics, measures)}
+    columns: Mapping[str, Sequence[int]] = {statistic: release.noisy[m.name]
+                                            for statistic, m in zip(statistics, measures)}
     counts = release.noisy[measures[len(statistics)].name]
+    if _uncentred(measures):
+        columns = centred_statistics(columns, counts, scale)
     rows: list[Moments | None] = []
     for i, n in enumerate(counts):
         if n <= 0:
@@ -183,6 +267,8 @@ def errors(measures: Sequence[Measure], statistics: Sequence[str], n: int, alpha
     share = alpha / len(measures)
     widths = {statistic: noise_half_width(m, share) for statistic, m in zip(statistics, measures)}
     h_n = noise_half_width(measures[len(statistics)], share)
+    if _uncentred(measures):
+        widths = centred_widths(widths, h_n, scale)
     largest = {"x": sx, "y": sy, "xy": sx * sy, "xx": sx * sx, "yy": sy * sy}
 
     def ratio(statistic: str) -> Fraction:

@@ -34,6 +34,7 @@ from dpsql.analysis.aggregates.moments import (
     pair_shapes,
     quotient_range,
     scale_of,
+    unit_pair_shapes,
 )
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Measure, Release
 
@@ -60,6 +61,10 @@ class RegressionFamily(PairFamily):
     def pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
                     second: Ranged) -> tuple[list[Shape], AggregateRelease]:
         return pair_shapes(aggregate, names, first, second, STATISTICS[aggregate.function])
+
+    def unit_pair_shapes(self, aggregate: Aggregate, names: Sequence[str], first: Ranged,
+                         second: Ranged) -> tuple[list[Shape], AggregateRelease] | None:
+        return unit_pair_shapes(aggregate, names, first, second, STATISTICS[aggregate.function])
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
         statistics = STATISTICS[aggregate.function]

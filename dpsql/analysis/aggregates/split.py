@@ -180,8 +180,8 @@ def classify(call: exp.Expression, unit: str | None, name: str) -> Aggregate:
 
 
 def _same(a: Aggregate, b: Aggregate) -> bool:
-    return (a.function, a.argument, a.other, a.sample, a.quantile) == (b.function, b.argument, b.other, b.sample,
-                                                                        b.quantile)
+    return (a.function, a.argument, a.other, a.sample, a.quantile, a.unit_bounds) == (
+        b.function, b.argument, b.other, b.sample, b.quantile, b.unit_bounds)
 
 
 def output_name(node: exp.Expression) -> str:

@@ -3,6 +3,11 @@
 The expression's range (``dpsql.analysis.ranges``) on grid ``g`` gives per-row integer values
 in [floor(lo/g), ceil(hi/g)]; the release is (noisy integer) * g, so released values always lie
 on the grid, whatever the data.
+
+Under the per-unit contribution model (``unit_shapes``: a bound per unit from the policy's
+``BOUNDS PER UNIT`` or the call's ``contribution_bounds_per_group``) the same measure also clamps
+each unit's total in each group into that bound, widened to hold 0; analyse keeps it only where
+it lowers the noise.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import integers, on_grid
-from dpsql.analysis.aggregates.family import AggregateFamily, Call, Shape, filtered
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, Ranged, Shape, filtered
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 from dpsql.sql.allowlist import refuse
+from dpsql.sql.dialect import contribution_bounds
 
 
 class SumFamily(AggregateFamily):
@@ -30,11 +36,22 @@ class SumFamily(AggregateFamily):
     def classify(self, call: exp.Expression, argument: exp.Expression | None, context: Call) -> Aggregate:
         if argument is None:
             refuse(call, "SUM(*) is not valid", "name a column")
-        return Aggregate(context.name, "sum", filtered(argument, context.condition), context.label)
+        return Aggregate(context.name, "sum", filtered(argument, context.condition), context.label,
+                         unit_bounds=contribution_bounds(call))
 
     def shapes(self, aggregate: Aggregate, names: Sequence[str], interval: Interval | None,
                clamped: tuple[ClampedColumn, ...]) -> tuple[list[Shape], AggregateRelease]:
         shape = Shape(names[0], "sum", aggregate.argument, interval, clamped)
+        return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
+
+    def unit_shapes(self, aggregate: Aggregate, names: Sequence[str],
+                    arguments: Sequence[Ranged]) -> tuple[list[Shape], AggregateRelease] | None:
+        """The sum with each unit's per-group total clamped into the call's bounds, else the policy's."""
+        (argument,) = arguments
+        bounds = aggregate.unit_bounds or argument.unit_bounds
+        if bounds is None:
+            return None
+        shape = Shape(names[0], "sum", aggregate.argument, argument.interval, argument.clamped, unit_bounds=bounds)
         return [shape], AggregateRelease(aggregate.name, "sum", (names[0],))
 
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:

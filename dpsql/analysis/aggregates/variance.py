@@ -4,6 +4,14 @@ Three measures: a centred sum S, a sum of squared centred values Q and a count C
 grid (12 bits of the range) so squares stay moderate integers. The release is
 grid^2/4 * (Q'/C' - (S'/C')^2), clamped into [0, (hi - lo)^2 / 4] (times C'/(C' - 1) for the
 sample form); STDDEV is its square root.
+
+Under the per-unit model (``unit_shapes``: the column has ``BOUNDS PER UNIT`` [lo, hi]) the sums are
+*uncentred* — S = sum v with each unit's per-group total clamped into [lo, hi], Q = sum v^2 with
+each unit's clamped into [0, max(|lo|, |hi|) * max(|L|, |U|)] (a unit's sum of squares is at most
+its largest |value| times its sum of |values|; the bound only limits the clamp's bias, any clamp
+being private) — and the count is the rows model's. The release converts them exactly to the
+centred statistics (S_c = 2S - M C, Q_c = 4Q - 4M S + M^2 C, M = L + U on the grid) and goes on as
+above: post-processing of the noisy integers.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
-from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Shape, filtered
+from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape, filtered
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 
@@ -54,8 +62,27 @@ class VarianceFamily(AggregateFamily):
                                                          sample=aggregate.sample, lower=interval.lower,
                                                          upper=interval.upper)
 
+    def unit_shapes(self, aggregate: Aggregate, names: Sequence[str],
+                    arguments: Sequence[Ranged]) -> tuple[list[Shape], AggregateRelease] | None:
+        """The module docstring's per-unit form, when the column has a bound per unit."""
+        (argument,) = arguments
+        if argument.unit_bounds is None:
+            return None
+        interval, clamped, value = argument.interval, argument.clamped, aggregate.argument
+        lower, upper = argument.unit_bounds
+        largest = max(abs(interval.lower), abs(interval.upper)) * max(abs(lower), abs(upper))
+        total = Shape(names[0], "sum", value, interval, clamped, fine_bits=12, unit_bounds=(lower, upper))
+        squares = Shape(names[1], "sum", value, interval, clamped, squared=True, fine_bits=12,
+                        unit_bounds=(Fraction(0), largest))
+        count = Shape(names[2], "count", value, interval, clamped, counts_values_of=names[0], fine_bits=12)
+        return [total, squares, count], AggregateRelease(aggregate.name, aggregate.function, tuple(names),
+                                                         sample=aggregate.sample, lower=interval.lower,
+                                                         upper=interval.upper, unit_model="total")
+
     def values(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release) -> list:
         sums, squares, counts = (integers(release.noisy[m.name]) for m in measures)
+        if not measures[0].centred:
+            sums, squares = centred_moments(sums, squares, counts, measures[0])
         return _variances(sums, squares, counts, measures[0], aggregate).tolist()
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
@@ -68,6 +95,8 @@ class VarianceFamily(AggregateFamily):
         spread = first.upper - first.lower
         full = _full(aggregate)
         h_sum, h_squares, h_count = (noise_half_width(m, alpha / 3) for m in measures)
+        if not first.centred:  # the centred statistics' noise, converted (``centred_widths``)
+            h_sum, h_squares = centred_widths(h_sum, h_squares, h_count, first)
         cells = []
         for c in counts:
             if c <= 1:  # the released value is 0; the truth is at most (hi - lo)^2 / 4, or twice that
@@ -92,6 +121,9 @@ class VarianceFamily(AggregateFamily):
     def explain(self, aggregate: AggregateRelease, number: NumberText) -> str:
         form = "sample" if aggregate.sample else "population"
         measures = ", ".join(aggregate.measures)
+        if aggregate.unit_model == "total":
+            return (f"{form} {aggregate.function} from sum, sum of squares and count ({measures}), each unit's "
+                    "totals in a group clamped to its bounds per unit")
         return f"{form} {aggregate.function} from centred sum, sum of squares and count ({measures})"
 
 
@@ -118,3 +150,27 @@ def _variances(centred_sums: np.ndarray, squares: np.ndarray, counts: np.ndarray
     largest = _full(aggregate) ** 2 / 4
     variances = np.where(valid, np.minimum(np.maximum(variances, 0.0), float(largest)), 0.0)
     return np.sqrt(variances) if aggregate.function == "stddev" else variances
+
+
+def centred_moments(sums: np.ndarray, squares: np.ndarray, counts: np.ndarray,
+                    measure: Measure) -> tuple[np.ndarray, np.ndarray]:
+    """Uncentred noisy S = sum v and Q = sum v^2 (grid units) as the centred statistics of
+    c = 2v - M, M = L + U: sum c = 2S - M C and sum c^2 = 4Q - 4M S + M^2 C, exact integers.
+
+    >>> import numpy as np
+    >>> from dpsql.analysis.plan import Measure
+    >>> m = Measure("m0", "sum", None, (), Fraction(1), 0, 4, False, None, 0, 0, "none", 1)
+    >>> centred_moments(np.array([5]), np.array([13]), np.array([2]), m)  # values 2, 3: c = 0, 2
+    (array([2]), array([4]))
+    """
+    middle = measure.lower + measure.upper
+    bound = 4 * magnitude(squares) + 4 * abs(middle) * magnitude(sums) + middle * middle * magnitude(counts)
+    sums, squares, counts = (exact(a, bound, limit=2**62) for a in (sums, squares, counts))
+    return 2 * sums - middle * counts, 4 * squares - 4 * middle * sums + middle * middle * counts
+
+
+def centred_widths(h_sum: int, h_squares: int, h_count: int, measure: Measure) -> tuple[int, int]:
+    """Noise bounds of ``centred_moments``' statistics when |e_S| <= h_sum, |e_Q| <= h_squares and
+    |e_C| <= h_count: 2 h_S + |M| h_C and 4 h_Q + 4 |M| h_S + M^2 h_C (the triangle inequality)."""
+    middle = abs(measure.lower + measure.upper)
+    return 2 * h_sum + middle * h_count, 4 * h_squares + 4 * middle * h_sum + middle * middle * h_count

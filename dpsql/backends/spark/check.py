@@ -38,6 +38,7 @@ from dpsql.backends.spark.numbers import differs, not_listed
 from dpsql.backends.spark.render import total
 from dpsql.backends.spark.scopes import scoped_types
 from dpsql.errors import UnsupportedQuery
+from dpsql.sql.dialect import PerGroupBounded
 
 __all__ = ["FUNCTIONS", "RULES", "UnsupportedQuery", "check_spark"]
 
@@ -229,9 +230,21 @@ def spark_nodes(tree: exp.Expr, private: bool = False) -> Iterator[exp.Expr]:
     """The nodes of ``tree`` Spark evaluates: all of them, or for a private query those outside
     its post-processing (select items combining aggregates, HAVING, ORDER BY, LIMIT), though
     aggregates' arguments are row-level and evaluated on Spark wherever they appear."""
+    bounded = any(isinstance(node, PerGroupBounded) for node in tree.walk())
     for node in tree.walk():
+        if bounded and _contribution_bound(node):
+            continue  # contribution_bounds_per_group: numbers analyse reads, never evaluated on an engine
         if not private or not _post_processing(node):
             yield node
+
+
+def _contribution_bound(node: exp.Expr) -> bool:
+    """``node`` lies in an aggregate's ``contribution_bounds_per_group => (lo, hi)``."""
+    while node.parent is not None:
+        if node.arg_key == "bounds" and isinstance(node.parent, PerGroupBounded):
+            return True
+        node = node.parent
+    return False
 
 
 def _post_processing(node: exp.Expr) -> bool:
