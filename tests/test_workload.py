@@ -96,6 +96,29 @@ def test_query_sensitivities_are_the_largest_change_one_unit_makes(enumerated):
     assert max(int(np.abs(c).sum()) for c in units) == planned.mwem.reach == 2
 
 
+def test_check_sensitivity_is_check_grid_by_brute_force(enumerated):
+    """The check S = max_j ceil(G·|a_j - x_j|/Δ_j) moves by at most G = CHECK_GRID between any two
+    neighbours (every unit of the enumeration, both relations), for public answers a anywhere;
+    G is reached, so a smaller sensitivity (the mutated bound G - 1) is exceeded."""
+    neighbours, planned, exact, units = enumerated
+    sensitivities = planned.sensitivities
+    live = [j for j, d in enumerate(sensitivities) if d > 0]
+    truths = [planned.workload.answers(exact + c) for c in units]
+    if neighbours == "unbounded":
+        pairs = [(truths[0], t) for t in truths[1:]]
+    else:
+        pairs = list(itertools.combinations(truths, 2))
+    rng = np.random.default_rng(12)
+    publics = [truths[0].astype(float)] + [truths[0] + rng.normal(0, 3, len(truths[0])) for _ in range(5)]
+    largest = 0
+    for values in publics:
+        for here, there in pairs:
+            moved = abs(mwem.check_statistic(list(values), here, sensitivities, live)
+                        - mwem.check_statistic(list(values), there, sensitivities, live))
+            largest = max(largest, moved)
+    assert largest == mwem.CHECK_GRID
+
+
 def test_total_and_outside_cell_follow_the_domain():
     con, db = connect()
     with db:

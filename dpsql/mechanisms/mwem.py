@@ -424,7 +424,9 @@ def checked_half_width(plan: MwemPlan, sensitivity: Fraction, check: int, alpha:
     True
     """
     h = half_width(plan, plan.check_scale(), 2 * alpha) if alpha < 0.5 else 0
-    return float(sensitivity * max(0, check + h) / CHECK_GRID)
+    bound = sensitivity * max(0, check + h) / CHECK_GRID
+    shown = float(bound)
+    return shown if shown >= bound else math.nextafter(shown, math.inf)   # rounded up, never down
 
 
 def feasible_range(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
