@@ -242,7 +242,8 @@ def test_zcdp_composition_equals_the_charge(monkeypatch):
         result = db.workload(QUERIES, epsilon=1, delta=Fraction(1, 10**6), rounds=5)
     assert len(recorder.gaussian) == 1 + 5 + 1 and not recorder.laplace
     reach = planned.mwem.reach
-    rho = Fraction(reach) ** 2 / (2 * recorder.gaussian[0]) + Fraction(mwem.CHECK_GRID) ** 2 / (2 * recorder.gaussian[-1])
+    rho = Fraction(reach) ** 2 / (2 * recorder.gaussian[0])
+    rho += Fraction(mwem.CHECK_GRID) ** 2 / (2 * recorder.gaussian[-1])   # the check, drawn last
     for (_, chosen), sigma_sq in zip(recorder.selections, recorder.gaussian[1:-1]):
         rho += planned.mwem.select_epsilon ** 2 / 8 + planned.sensitivities[chosen] ** 2 / (2 * sigma_sq)
     assert rho == result.cost.rho == planned.mwem.rho <= rho_budget(Fraction(1), Fraction(1, 10**6))

@@ -177,7 +177,8 @@ class OnlinePMW:
     def _answer(self, workload, sensitivity: Fraction) -> DPResult:
         state, plan = self._state, self.plan
         vector = workload.vector(0)
-        feasible = tuple(float(bound[0]) for bound in feasible_range(workload))   # public: >= 0 for a count
+        low, high = feasible_range(workload)
+        feasible = (float(low[0]), float(high[0]))   # public: >= 0 for a count
         estimate = round(float(workload.answers(state["synthetic"])[0]) * SCORE_GRID) / SCORE_GRID  # public
         truth = int(workload.answers(state["exact"])[0])
         sparse: AboveThreshold = state["sparse"]

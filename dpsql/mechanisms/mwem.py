@@ -144,7 +144,8 @@ class Workload:
         """
         exact = np.issubdtype(histogram.dtype, np.integer)
         if exact:  # exact whatever the counts: 21-bit limbs summed in int64, joined as Python ints
-            limbs = [(histogram.astype(np.int64) >> shift) & ((1 << LIMB_BITS) - 1) for shift in range(0, 63, LIMB_BITS)]
+            counts = histogram.astype(np.int64)
+            limbs = [(counts >> shift) & ((1 << LIMB_BITS) - 1) for shift in range(0, 63, LIMB_BITS)]
         parts = []
         for count, (cells, coefficients, codes) in zip(self.group_counts, self._nonzero):
             if not exact:   # only the cells with a coefficient: the synthetic data's, each round
@@ -440,7 +441,7 @@ def feasible_range(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
     return np.where(low >= 0, 0.0, -np.inf), np.where(high <= 0, 0.0, np.inf)
 
 
-def check_statistic(values: Sequence[float], truth: Sequence[int], sensitivities: Sequence[Fraction],
+def check_statistic(values: Sequence[float], truth: Sequence[int] | np.ndarray, sensitivities: Sequence[Fraction],
                     synthetic: Sequence[int]) -> int:
     """S = max over the ``synthetic`` queries of ceil(CHECK_GRID·|a_j - x_j|/Δ_j), exactly (0 if
     none): private, sensitivity CHECK_GRID (module docstring).
@@ -514,12 +515,12 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
     values = []
     for s in range(workload.size):
         if s in taken:
-            value = sum(taken[s]) / len(taken[s])
+            answer = sum(taken[s]) / len(taken[s])
         elif sensitivities[s] == 0:
-            value = 0.0  # no cell has a coefficient: 0 whatever the data
+            answer = 0.0  # no cell has a coefficient: 0 whatever the data
         else:
-            value = float(answers_before[best][s])
-        values.append(float(min(max(value, low[s]), high[s])))  # post-processing: public bounds only
+            answer = float(answers_before[best][s])
+        values.append(float(min(max(answer, low[s]), high[s])))  # post-processing: public bounds only
     synthetic_queries = [s for s in range(workload.size) if s not in taken and sensitivities[s] > 0]
     check = check_statistic(values, truth, sensitivities, synthetic_queries) + _draw(plan, plan.check_scale(), source)
     measurements = tuple(tuple(taken.get(s, ())) for s in range(workload.size))
