@@ -234,7 +234,7 @@ def open_pmw(context: MechanismContext, table: str, columns: Any, epsilon: Any, 
     plan = plan_pmw(options.epsilon, max_updates, threshold)
     listed = ", ".join(f'"{c}"' for c in columns)
     domain_query = f'SELECT {listed}, COUNT(*) FROM "{table}" GROUP BY {listed}'
-    planned = plan_workload(context, [domain_query], options.epsilon, None, 1, sampled=False)
+    planned = plan_workload(context, [domain_query], options.epsilon, None, 1, mwem_noise=False)
     reach = planned.mwem.reach
     scales = [reach / plan.total_epsilon, 2 * plan.max_updates * RESOLUTION / plan.sparse_epsilon]
     if max(scales) >= SAMPLER_LIMITS["laplace"]:

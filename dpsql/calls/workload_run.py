@@ -109,9 +109,10 @@ def histogram_reach(plan: Plan) -> int:
 
 
 def plan_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: Any, rounds: Any,
-                  sampled: bool = True) -> WorkloadPlan:
+                  mwem_noise: bool = True) -> WorkloadPlan:
     """The static half of ``Connection.workload`` (reads no private data, charges nothing);
-    ``sampled=False`` (a PMW session, which draws its own noise) skips the check of MWEM's scales."""
+    ``mwem_noise=False`` (a PMW session, which draws and checks its own noise) skips the check of
+    MWEM's noise scales."""
     options = privacy_options(context.policy, epsilon, delta, None)
     table, checked = check_workload(queries, context.policy, context.catalog)
     columns = read_columns(checked)
@@ -152,7 +153,7 @@ def plan_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: 
                                f"{8 * cells * rounds / 2 ** 20:,.0f} MB of measured vectors; the limit is "
                                f"{MAX_BYTES // 2 ** 20} MB", hint="ask for fewer rounds, or read fewer columns")
     mwem = plan_mwem(options.epsilon, options.delta, rounds, reach, rho_budget)
-    if sampled:
+    if mwem_noise:
         check_scales(mwem, [mwem.total_scale(), mwem.check_scale(), *(mwem.measure_scale(d) for d in live)], rounds)
     cost = Spend(mwem.epsilon, mwem.delta, mwem.rho)
     normal = "WORKLOAD MWEM\n" + ";\n".join(q.normal for q in checked)
