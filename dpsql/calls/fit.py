@@ -125,13 +125,17 @@ class FitPlan:
 class FittedModel:
     """A model fitted by ``db.fit``: coefficients in the columns' own units, what it cost."""
 
-    def __init__(self, fit: FitPlan, weights: Sequence[float], result: DPResult, entry: int | None = None):
-        self.model = fit.model
-        self.features = fit.features
-        self.target = fit.target
-        self._bounds = fit.bounds()[0]
-        self.intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
-        self.coefficients = dict(zip(fit.features, coefficients))
+    def __init__(self, model: Model, features: tuple[str, ...], target: str, bounds: Sequence[Bounds],
+                 intercept: float, coefficients: Sequence[float], result: DPResult, entry: int | None = None,
+                 method: str = "gradient"):
+        self.model = model
+        self.method = method
+        """How it was fitted: ``sufficient`` (noisy sufficient statistics, once) or ``gradient`` (noisy descent)."""
+        self.features = features
+        self.target = target
+        self._bounds = list(bounds)
+        self.intercept = intercept
+        self.coefficients = dict(zip(features, coefficients))
         self.cost = result.cost
         self.result = result
         """The release as a table: (term, coefficient)."""
@@ -160,13 +164,35 @@ class FittedModel:
         return self.result._repr_html_() if hasattr(self.result, "_repr_html_") else repr(self)
 
 
-def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None,
-             delta: Any = None, steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP,
-             learning_rate: Any = None) -> FitPlan:
-    """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
-    model = check_model(model)
-    steps = check_steps(steps)
-    clip = check_scaled(clip, "clip", "1.0")
+@dataclass(frozen=True)
+class Training:
+    """A training query, checked and planned as ``db.sql`` plans its SUMs (reads no data)."""
+
+    tree: exp.Select
+    items: list[exp.Expression]
+    order: list[int]
+    """Select-list positions, features first, target last."""
+    features: tuple[str, ...]
+    target: str
+    epsilon: Fraction
+    delta: Fraction
+    plan: Plan
+    priced: Any
+    columns: FitColumns
+
+
+def sampled(sql: Any) -> bool:
+    """Whether the training query reads a Poisson sample (``TABLESAMPLE``); False when it does not parse
+    (its planning refuses it then)."""
+    try:
+        return isinstance(sql, str) and parse(sql).tree.find(exp.TableSample) is not None
+    except DPError:
+        return False
+
+
+def plan_training(context: MechanismContext, sql: Any, target: Any, model: Model, epsilon: Any,
+                  delta: Any) -> Training:
+    """The checks every fit shares, and the rows' plan (refusals name the construct)."""
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
     if not isinstance(target, str) or not target.strip():
@@ -191,8 +217,6 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
                                "takes", line=1, col=1, hint="fit on fewer columns")
     order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
     features = tuple(names[i] for i in order[:-1])
-    learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
-                     else check_scaled(learning_rate, "learning_rate", "0.1"))
     prepared = _prepare_rows(context, sql, tree, items, order, model)
     plan, priced = prepared.plan, prepared.priced
     assert plan is not None and priced is not None
@@ -200,22 +224,37 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
     if len(columns.values) != len(features) + 1:  # identical SUMs share one measure
         raise UnsupportedQuery("the training query selects the same expression twice", line=1, col=1,
                                hint="keep one column per expression: a copy adds nothing to a model")
+    return Training(tree, items, order, features, wanted, options.epsilon, options.delta, plan, priced, columns)
+
+
+def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None,
+             delta: Any = None, steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP,
+             learning_rate: Any = None) -> FitPlan:
+    """Check the arguments and plan the fit by gradient descent (reads no data; refusals name the construct)."""
+    model = check_model(model)
+    steps = check_steps(steps)
+    clip = check_scaled(clip, "clip", "1.0")
+    learning_rate = (None if learning_rate is None else check_scaled(learning_rate, "learning_rate", "0.1"))
+    training = plan_training(context, sql, target, model, epsilon, delta)
+    features, plan, priced, columns = training.features, training.plan, training.priced, training.columns
+    if learning_rate is None:
+        learning_rate = default_learning_rate(model, len(features))
     rate = None if priced.sampling is None else priced.sampling.rate
     policy = context.policy
     if rate is not None and policy.neighbours != "unbounded":
         raise UnsupportedQuery("a fit on a Poisson sample (TABLESAMPLE POISSON) needs NEIGHBOURS UNBOUNDED: under "
                                "replace-one neighbours a unit and its replacement are sampled apart",
                                line=1, col=1, hint="leave the sample out (full-batch descent)")
-    count_plan = plan if rate is None else _prepare_rows(context, sql, _unsampled(tree), items, order,
-                                                         model).plan
+    count_plan = plan if rate is None else _prepare_rows(context, sql, _unsampled(training.tree), training.items,
+                                                         training.order, model).plan
     assert count_plan is not None
     factor = 1 if policy.neighbours == "unbounded" else 2
     amplified = rate is not None and policy.accounting != "zcdp"
-    noise, cost = _calibrate(options.epsilon, options.delta, steps, factor, rate if amplified else None)
+    noise, cost = _calibrate(training.epsilon, training.delta, steps, factor, rate if amplified else None)
     check_accountable(policy.accounting, cost)
-    fit = FitPlan(sql, model, features, wanted, plan, columns,
+    fit = FitPlan(sql, model, features, training.target, plan, columns,
                   count_statement(count_plan, _columns(count_plan), context.dialect),
-                  steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, factor,
+                  steps, clip, learning_rate, noise, rate, amplified, cost, training.epsilon, training.delta, factor,
                   priced.normal_sql, priced.repeat_key, context.dialect)
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     return fit
@@ -421,4 +460,4 @@ def _model(fit: FitPlan, released: dict, cost: QueryCost, budget: Budget | None,
              "units, no interval (the last iterate of noisy descent has none in closed form)",)
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
                       budget=budget, notes=notes)
-    return FittedModel(fit, weights, result, entry)
+    return FittedModel(fit.model, fit.features, fit.target, fit.bounds()[0], intercept, coefficients, result, entry)

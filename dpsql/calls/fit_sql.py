@@ -32,6 +32,7 @@ from dpsql.analysis.plan import Plan
 from dpsql.backends.render import DUCKDB
 from dpsql.backends.rewrite import BoundedStatement, rows_statement
 from dpsql.mechanisms.descent import MARGIN, Bounds, Model
+from dpsql.sql.pieces import exact_integer
 
 LOGIT_LIMIT = 40.0
 """The logistic link's argument is clamped to [-40, 40] (its value moves by under 1e-17 beyond)."""
@@ -161,3 +162,47 @@ def _select(text: str) -> exp.Select:
     tree = sqlglot.parse_one(text, read=DUCKDB)
     assert isinstance(tree, exp.Select)
     return tree
+
+
+def sufficient_statement(plan: Plan, columns: FitColumns, offsets: Sequence[int],
+                         clamps: Sequence[tuple[tuple[int, ...], int, int, int]],
+                         dialect: str = DUCKDB) -> BoundedStatement:
+    """The sufficient statistics' statement (``dpsql.mechanisms.sufficient``): one row, ``s0`` ..,
+    one column per ``(factors, lower, upper, scale)`` of ``clamps``. Over the rows where every
+    column is present, each centred on its offset (``w = v - offset``, grid steps): per unit, its
+    total of each statistic's row value (1, w_i or w_i w_j, exact in HUGEINT), in steps of
+    ``scale`` (floored), clamped into [lower, upper] (in DOUBLE, where every bound up to 2^52 is
+    exact, then cast back: the cast cannot fail on a clamped value); then the exact sum over units.
+    The clamp is what makes one unit's part of statistic s at most max(|lower|, |upper|)."""
+    names = [f"w{j}" for j in range(len(columns.values))]
+    centred = ", ".join(f"({v} - {int(c)}) AS {n}" for v, c, n in zip(columns.values, offsets, names))
+    present = " AND ".join(f"{v} IS NOT NULL" for v in columns.values)
+    rows = f"SELECT dp_unit, {centred} FROM dp_values WHERE {present}"
+
+    def row_value(factors: tuple[int, ...]) -> str:
+        if not factors:
+            return "COUNT(*)"
+        product = " * ".join([f"DP_EXACT({names[factors[0]]})"] + [names[f] for f in factors[1:]])
+        return f"SUM({product})"
+
+    totals = ", ".join(f"{row_value(factors)} AS q{i}" for i, (factors, _, _, _) in enumerate(clamps))
+    clamped = ", ".join(
+        f"CAST(LEAST(GREATEST(FLOOR(CAST(q{i} AS DOUBLE) / {_number(float(scale))}), {_number(float(lower))}), "
+        f"{_number(float(upper))}) AS BIGINT) AS t{i}" for i, (_, lower, upper, scale) in enumerate(clamps))
+    final = ", ".join(f"SUM(DP_EXACT(t{i})) AS s{i}" for i in range(len(clamps)))
+    layers = [("dp_fit_rows", _select(rows)),
+              ("dp_fit_totals", _exact(_select(f"SELECT dp_unit, {totals} FROM dp_fit_rows GROUP BY dp_unit"))),
+              ("dp_fit_clamped", _select(f"SELECT {clamped} FROM dp_fit_totals"))]
+    return rows_statement(plan, _exact(_select(f"SELECT {final} FROM dp_fit_clamped")), layers, dialect)
+
+
+def _exact(tree: exp.Select) -> exp.Select:
+    """``DP_EXACT(x)`` written in the text above as the engine's exact integer widening."""
+    def widened(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Anonymous) and str(node.this).upper() == "DP_EXACT":
+            return exact_integer(node.expressions[0])
+        return node
+
+    result = tree.transform(widened, copy=False)
+    assert isinstance(result, exp.Select)
+    return result
