@@ -61,7 +61,7 @@ from dpsql.query.options import privacy_options
 from dpsql.query.spend import Price
 from dpsql.sql.parse import DIALECT, located, node_position, parse
 
-OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
+OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate", "method")
 """The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
 DEFAULT_STEPS = 30
 DEFAULT_CLIP = 1.0

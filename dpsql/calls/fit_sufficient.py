@@ -20,19 +20,32 @@ import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Sequence
 
 from sqlglot import exp
 
 from dpsql.analysis.plan import Plan
+from dpsql.analysis.sensitivity import Sensitivity, bounded_sum_sensitivity, unit_total_sensitivity
 from dpsql.answer.result import DPResult
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable, rho_budget
 from dpsql.calls.fit import FittedModel, plan_training, sampled
 from dpsql.calls.fit_sql import FitColumns, sufficient_statement
-from dpsql.errors import UnsupportedQuery
-from dpsql.mechanisms.sufficient import Column, Statistic, bootstrap_halfwidths, solve, statistics
+from dpsql.errors import InternalError, UnsupportedQuery
 from dpsql.mechanisms.noise import discrete_gaussian
+from dpsql.mechanisms.sufficient import (
+    LARGEST_BOUND,
+    TARGET_SIGMA,
+    WEIGHTS,
+    Column,
+    Statistic,
+    bootstrap_halfwidths,
+    clamp_interval,
+    fitted_column,
+    layout,
+    row_interval,
+    solve,
+)
 from dpsql.query.context import MechanismContext
 from dpsql.query.spend import Price
 
@@ -79,7 +92,7 @@ class SufficientPlan:
         return [name for name, column in zip(names, self.fitted) if column.unit_bounds is not None]
 
 
-def _unit_bounds(plan: Plan, measure_index: int, lower: int, upper: int, grid: Fraction) -> tuple[int, int] | None:
+def _unit_bounds(plan: Plan, measure_index: int, grid: Fraction) -> tuple[int, int] | None:
     """A bare policy column's BOUNDS PER UNIT in grid steps (rounded inward), when the fit reads
     it with the policy's own row bounds (a CLAMP of other bounds, or an expression, has none)."""
     aggregate = plan.aggregates[measure_index]
@@ -105,13 +118,10 @@ def plan_sufficient(context: MechanismContext, sql: Any, target: Any, epsilon: A
                                hint="leave the sample out, or pass method='gradient' for DP-SGD")
     training = plan_training(context, sql, target, "linear", epsilon, delta)
     plan, columns = training.plan, training.columns
-    fitted = []
-    for index, (lower, upper, grid) in enumerate(zip(columns.lower, columns.upper, columns.grids)):
-        unit = _unit_bounds(plan, index, lower, upper, Fraction(grid))
-        offset = 0 if unit is not None else (lower + upper) // 2
-        fitted.append(Column(Fraction(grid), lower, upper, offset, unit))
-    policy = context.policy
     rows_per_unit = plan.query.rule.max_rows_per_unit
+    fitted = [fitted_column(Fraction(grid), lower, upper, _unit_bounds(plan, index, Fraction(grid)), rows_per_unit)
+              for index, (lower, upper, grid) in enumerate(zip(columns.lower, columns.upper, columns.grids))]
+    policy = context.policy
     rho = rho_budget(training.epsilon, training.delta)
     stats = statistics(fitted, rows_per_unit, policy.neighbours, rho)
     cost = Spend(training.epsilon, training.delta, rho)
@@ -121,6 +131,48 @@ def plan_sufficient(context: MechanismContext, sql: Any, target: Any, epsilon: A
     return SufficientPlan(sql, training.features, training.target, plan, columns, tuple(fitted), tuple(stats),
                           statement, rows_per_unit, policy.neighbours, cost, training.epsilon, training.delta,
                           training.priced.normal_sql, training.priced.repeat_key)
+
+
+def _coarse(value: int, scale: int, inward_up: bool) -> int:
+    """``value`` in steps of ``scale``, rounded inward (up for a lower bound, down for an upper)."""
+    return -((-value) // scale) if inward_up else value // scale
+
+
+def statistics(columns: Sequence[Column], rows_per_unit: int, neighbours: str, rho: Fraction) -> list[Statistic]:
+    """Every statistic with its clamp, grid and noise, for a fit costing ``rho`` (zCDP)."""
+    factors_list = layout(len(columns) - 1)
+    weights = [WEIGHTS[len(factors)] for factors in factors_list]
+    out = []
+    for factors, weight in zip(factors_list, weights):
+        share = rho * weight / sum(weights)
+        (low, high), unit_bounded = clamp_interval(factors, columns, rows_per_unit)
+        fine = unit_total_sensitivity(low, high, groups_per_unit=1, neighbours=neighbours, grouped=False)
+        sigma = math.sqrt(float(fine.l2_squared) / (2 * float(share))) if fine.l2_squared else 0.0
+        scale = 1
+        while sigma / (scale * 2) >= TARGET_SIGMA:
+            scale *= 2
+        lower, upper = _coarse(low, scale, True), _coarse(high, scale, False)
+        if lower > upper:  # a one-point interval between two coarse steps: keep a point inside it
+            lower = upper = _coarse(low, scale, False)
+        if max(abs(lower), abs(upper)) > LARGEST_BOUND:
+            raise InternalError(f"a sufficient statistic's clamp [{lower}, {upper}] is past 2^52 steps")
+        sensitivity = unit_total_sensitivity(lower, upper, groups_per_unit=1, neighbours=neighbours, grouped=False)
+        sigma_squared = sensitivity.l2_squared / (2 * share) if sensitivity.l2_squared else Fraction(0)
+        spent = share if sensitivity.l2_squared else Fraction(0)
+        assert sensitivity.l1 ** 2 == sensitivity.l2_squared  # one coordinate
+        name = "n" if not factors else "sum(" + "*".join(f"c{f}" for f in factors) + ")"
+        out.append(Statistic(name, factors, lower, upper, scale, sensitivity.l1, sigma_squared, spent, unit_bounded))
+    return out
+
+
+def rows_rule_sensitivity(statistic: Statistic, columns: Sequence[Column], rows_per_unit: int,
+                          neighbours: str) -> Sensitivity:
+    """The rows rule's bound on the same statistic, in its released steps (for comparison and
+    tests: the clamp's rule is never above it, up to the coarse grid's rounding)."""
+    low, high = row_interval(statistic.factors, columns)
+    fine = bounded_sum_sensitivity(min(low, high), high, rows_per_unit=rows_per_unit, neighbours=neighbours,
+                                   grouped=False)
+    return Sensitivity(fine.l1 / statistic.scale, fine.l2_squared / statistic.scale ** 2)
 
 
 def release_statistics(fit: SufficientPlan, exact: list[int], source: Any = None) -> list[int]:

@@ -45,9 +45,6 @@ from typing import Sequence
 
 import numpy as np
 
-from dpsql.analysis.sensitivity import Sensitivity, bounded_sum_sensitivity, unit_total_sensitivity
-from dpsql.errors import InternalError
-
 TARGET_SIGMA = 2 ** 20
 """A statistic is released on the coarsest power-of-two grid that keeps its noise's sigma at
 least this many grid steps: the rounding of one unit's total (under one step) is then nothing
@@ -96,14 +93,35 @@ class Statistic:
     upper: int
     scale: int
     """One step of the released value, in fine steps (the product of the factors' grid steps)."""
-    sensitivity: Sensitivity
-    """How far one unit moves it, in its own steps."""
+    sensitivity: Fraction
+    """How far one unit moves it, in its own steps (one coordinate: its L1 and L2 sensitivity alike;
+    ``dpsql.analysis.sensitivity.unit_total_sensitivity`` of [lower, upper])."""
     sigma_squared: Fraction
     """The discrete Gaussian's sigma^2, in its own steps (0: it cannot move, no noise)."""
     rho: Fraction
     """Its share of the fit's zCDP cost: sensitivity^2 / (2 sigma^2)."""
     unit_bounded: bool
     """Its interval comes from ``BOUNDS PER UNIT`` (else from the rows alone)."""
+
+
+def fitted_column(grid: Fraction, lower: int, upper: int, unit_bounds: tuple[int, int] | None,
+                  rows_per_unit: int) -> Column:
+    """A column as the statistics read it: by its BOUNDS PER UNIT (uncentred) when they bound a
+    unit's total tighter than k rows of its centred values do, else centred on the middle of its
+    row bounds with no unit bounds (a public choice: it reads nothing but the policy).
+
+    >>> fitted_column(Fraction(1), -60, 360, (-40, 5400), 300).offset
+    0
+    >>> fitted_column(Fraction(1), 0, 10, (0, 400), 4)
+    Column(grid=Fraction(1, 1), lower=0, upper=10, offset=5, unit_bounds=None)
+    """
+    centre = (lower + upper) // 2
+    centred_reach = rows_per_unit * max(abs(lower - centre), abs(upper - centre))
+    if unit_bounds is not None:
+        rows_reach = rows_per_unit * max(abs(lower), abs(upper))
+        if min(max(abs(unit_bounds[0]), abs(unit_bounds[1])), rows_reach) < centred_reach:
+            return Column(grid, lower, upper, 0, unit_bounds)
+    return Column(grid, lower, upper, centre, None)
 
 
 def layout(features: int) -> list[tuple[int, ...]]:
@@ -169,7 +187,8 @@ def unit_interval(factors: tuple[int, ...], columns: Sequence[Column]) -> tuple[
     return None
 
 
-def clamp_interval(factors: tuple[int, ...], columns: Sequence[Column], rows_per_unit: int) -> tuple[tuple[int, int], bool]:
+def clamp_interval(factors: tuple[int, ...], columns: Sequence[Column],
+                   rows_per_unit: int) -> tuple[tuple[int, int], bool]:
     """One unit's total is clamped into this (fine steps): k times the row interval (with 0: a
     unit may have fewer rows), intersected with the BOUNDS PER UNIT interval where there is one;
     and whether the latter was used."""
@@ -183,47 +202,6 @@ def clamp_interval(factors: tuple[int, ...], columns: Sequence[Column], rows_per
         edge = rows[0] if unit[1] < rows[0] else rows[1]
         met = (edge, edge)
     return met, True
-
-
-def _coarse(value: int, scale: int, inward_up: bool) -> int:
-    """``value`` in steps of ``scale``, rounded inward (up for a lower bound, down for an upper)."""
-    return -((-value) // scale) if inward_up else value // scale
-
-
-def statistics(columns: Sequence[Column], rows_per_unit: int, neighbours: str, rho: Fraction) -> list[Statistic]:
-    """Every statistic with its clamp, grid and noise, for a fit costing ``rho`` (zCDP)."""
-    factors_list = layout(len(columns) - 1)
-    weights = [WEIGHTS[len(factors)] for factors in factors_list]
-    out = []
-    for factors, weight in zip(factors_list, weights):
-        share = rho * weight / sum(weights)
-        (low, high), unit_bounded = clamp_interval(factors, columns, rows_per_unit)
-        fine = unit_total_sensitivity(low, high, groups_per_unit=1, neighbours=neighbours, grouped=False)
-        sigma = math.sqrt(float(fine.l2_squared) / (2 * float(share))) if fine.l2_squared else 0.0
-        scale = 1
-        while sigma / (scale * 2) >= TARGET_SIGMA:
-            scale *= 2
-        lower, upper = _coarse(low, scale, True), _coarse(high, scale, False)
-        if lower > upper:  # a one-point interval between two coarse steps: keep a point inside it
-            lower = upper = _coarse(low, scale, False)
-        if max(abs(lower), abs(upper)) > LARGEST_BOUND:
-            raise InternalError(f"a sufficient statistic's clamp [{lower}, {upper}] is past 2^52 steps")
-        sensitivity = unit_total_sensitivity(lower, upper, groups_per_unit=1, neighbours=neighbours, grouped=False)
-        sigma_squared = sensitivity.l2_squared / (2 * share) if sensitivity.l2_squared else Fraction(0)
-        spent = share if sensitivity.l2_squared else Fraction(0)
-        name = "n" if not factors else "sum(" + "*".join(f"c{f}" for f in factors) + ")"
-        out.append(Statistic(name, factors, lower, upper, scale, sensitivity, sigma_squared, spent, unit_bounded))
-    return out
-
-
-def rows_rule_sensitivity(statistic: Statistic, columns: Sequence[Column], rows_per_unit: int,
-                          neighbours: str) -> Sensitivity:
-    """The rows rule's bound on the same statistic, in its released steps (for comparison and
-    tests: the clamp's rule is never above it, up to the coarse grid's rounding)."""
-    low, high = row_interval(statistic.factors, columns)
-    fine = bounded_sum_sensitivity(min(low, high), high, rows_per_unit=rows_per_unit, neighbours=neighbours,
-                                   grouped=False)
-    return Sensitivity(fine.l1 / statistic.scale, fine.l2_squared / statistic.scale ** 2)
 
 
 # -- the solve ------------------------------------------------------------------------------------
@@ -326,16 +304,7 @@ class Solution:
 
 
 def solve(released: Sequence[int], stats: Sequence[Statistic], columns: Sequence[Column]) -> Solution:
-    """The least-squares fit from the released statistics (integers in their steps).
-
-    >>> cols = [Column(Fraction(1), 0, 10, 0), Column(Fraction(1), 0, 30, 0)]
-    >>> stats = statistics(cols, 1, "unbounded", Fraction(10**12))
-    >>> xs = range(11); ys = [2 * x + 3 for x in xs]
-    >>> exact = [11, sum(xs), sum(ys), sum(x * x for x in xs), sum(x * y for x, y in zip(xs, ys))]
-    >>> s = solve([v // st.scale for v, st in zip(exact, stats)], stats, cols)
-    >>> round(s.intercept, 6), [round(c, 6) for c in s.coefficients]
-    (3.0, [2.0])
-    """
+    """The least-squares fit from the released statistics (integers in their steps): post-processing."""
     values = _in_units(released, stats, columns)
     coefficients, ridge = _solve(values[None, :], stats, columns, noise_sds(stats, columns))
     intercept, slopes = uncentred(coefficients, columns)
