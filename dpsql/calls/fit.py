@@ -39,11 +39,12 @@ from dpsql.analysis.plan import Plan, PublicQuery
 from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable, rho_budget
-from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement
+from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement, means_statement
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.descent import (
     COUNT_SHARE,
     MAX_FEATURES,
+    MEAN_SHARE,
     Bounds,
     Model,
     Noise,
@@ -53,6 +54,8 @@ from dpsql.mechanisms.descent import (
     default_learning_rate,
     descend,
     grid_steps,
+    starting_point,
+    uncentred_weights,
     unscaled,
 )
 from dpsql.mechanisms.noise import discrete_gaussian, secret_key
@@ -63,8 +66,8 @@ from dpsql.sql.parse import DIALECT, located, node_position, parse
 
 OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate", "method")
 """The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
-DEFAULT_STEPS = 30
-DEFAULT_CLIP = 1.0
+DEFAULT_STEPS = 60
+DEFAULT_CLIP = 0.5
 _SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
 
 
@@ -97,6 +100,8 @@ class FitPlan:
     normal: str
     repeat_key: str
     dialect: str
+    means: BoundedStatement | None = None
+    """The sums of the units' averages of each scaled column (None: the fit starts at 0, uncentred)."""
 
     def key(self) -> str:
         text = json.dumps(["fit", self.repeat_key, self.model, self.target, list(self.features), str(self.epsilon),
@@ -110,16 +115,17 @@ class FitPlan:
                       "delta": self.delta, "steps": self.steps, "clip": self.clip,
                       "learning_rate": self.learning_rate, "sample_rate": None if self.rate is None else str(self.rate),
                       "neighbours": neighbours},
-                     key=self.key(), statements=1 + self.steps, what=f"a fit of {self.steps:,} steps",
+                     key=self.key(), statements=1 + (self.means is not None) + self.steps,
+                     what=f"a fit of {self.steps:,} steps",
                      failure="the fit failed while running; its cost was charged and no model was released")
 
     def bounds(self) -> tuple[list[Bounds], Bounds | None]:
         every = self.columns.bounds()
         return every[:-1], (every[-1] if self.model == "linear" else None)
 
-    def statement(self, weights: Sequence[float]) -> BoundedStatement:
+    def statement(self, weights: Sequence[float], offsets: Sequence[float] | None = None) -> BoundedStatement:
         return gradient_statement(self.plan, self.columns, self.model, weights, self.clip, self.noise.norm_steps,
-                                  self.dialect)
+                                  self.dialect, offsets)
 
 
 class FittedModel:
@@ -237,9 +243,10 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
     learning_rate = (None if learning_rate is None else check_scaled(learning_rate, "learning_rate", "0.1"))
     training = plan_training(context, sql, target, model, epsilon, delta)
     features, plan, priced, columns = training.features, training.plan, training.priced, training.columns
-    if learning_rate is None:
-        learning_rate = default_learning_rate(model, len(features))
     rate = None if priced.sampling is None else priced.sampling.rate
+    if learning_rate is None:  # an amplified (DP-SGD) fit releases no means: it starts at 0, uncentred
+        centred = rate is None or context.policy.accounting == "zcdp"
+        learning_rate = default_learning_rate(model, len(features), centred=centred)
     policy = context.policy
     if rate is not None and policy.neighbours != "unbounded":
         raise UnsupportedQuery("a fit on a Poisson sample (TABLESAMPLE POISSON) needs NEIGHBOURS UNBOUNDED: under "
@@ -250,12 +257,15 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
     assert count_plan is not None
     factor = 1 if policy.neighbours == "unbounded" else 2
     amplified = rate is not None and policy.accounting != "zcdp"
-    noise, cost = _calibrate(training.epsilon, training.delta, steps, factor, rate if amplified else None)
+    noise, cost = _calibrate(training.epsilon, training.delta, steps, factor, rate if amplified else None,
+                             len(features) + 1)
     check_accountable(policy.accounting, cost)
     fit = FitPlan(sql, model, features, training.target, plan, columns,
                   count_statement(count_plan, _columns(count_plan), context.dialect),
                   steps, clip, learning_rate, noise, rate, amplified, cost, training.epsilon, training.delta, factor,
-                  priced.normal_sql, priced.repeat_key, context.dialect)
+                  priced.normal_sql, priced.repeat_key, context.dialect,
+                  means_statement(count_plan, _columns(count_plan), model, noise.mean_steps, context.dialect)
+                  if noise.mean_steps else None)
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     return fit
 
@@ -385,15 +395,20 @@ def _columns(plan: Plan) -> FitColumns:
 
 
 def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, factor: int,
-               rate: Fraction | None) -> tuple[Noise, Spend]:
-    """The noise of each step and of the count, and the charge (module docstring)."""
+               rate: Fraction | None, columns: int = 2) -> tuple[Noise, Spend]:
+    """The noise of each step, of the count and (full batch) of the columns' means, and the charge
+    (module docstring). One unit moves each of the ``columns`` sums of unit averages by at most
+    D_m grid steps (2 D_m replacing it): L2 sqrt(columns) times that."""
     if rate is None:
         rho = rho_budget(epsilon, delta)
-        count_rho, step_rho = rho * COUNT_SHARE, rho * (1 - COUNT_SHARE) / steps
+        count_rho, mean_rho = rho * COUNT_SHARE, rho * MEAN_SHARE
+        step_rho = (rho - count_rho - mean_rho) / steps
         multiplier_squared = Fraction(factor * factor) / (2 * step_rho)  # (sigma / D)^2
         norm_steps = grid_steps(math.sqrt(multiplier_squared))
-        noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps,
-                      1 / (2 * count_rho))
+        mean_multiplier_squared = Fraction(factor * factor * columns) / (2 * mean_rho)
+        mean_steps = grid_steps(math.sqrt(mean_multiplier_squared))
+        noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps, 1 / (2 * count_rho),
+                      mean_steps, mean_multiplier_squared * mean_steps * mean_steps)
         return noise, Spend(epsilon, delta, rho)
     from dpsql.budget.subsampled import noise_multiplier_for
 
@@ -410,34 +425,46 @@ def run_fit(context: MechanismContext, fit: FitPlan) -> FittedModel:
     source = context.source
 
     def run(fetch) -> dict:
-        def gradient(weights: list[float]) -> list[int]:
+        def gradient(weights: list[float], offsets: list[float]) -> list[int]:
             # No stop on the fit's summed run time (invariant 17): its time was bounded before the
             # charge by its number of statements (Price.statements), each under its own deadline.
-            statement = fit.statement(weights)
+            statement = fit.statement(weights, offsets)
             rows = fetch(statement, secret_key(source)) if statement.needs_sample_key else fetch(statement)
             return [int(v or 0) for v in rows[0]]
 
-        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, source)
+        units = int(fetch(fit.count)[0][0] or 0)
+        means = None if fit.means is None else [int(v or 0) for v in fetch(fit.means)[0]]
+        return descend_noisily(fit, units, gradient, source, means)
 
     spent = context.spender.spend(fit.price(context.policy.neighbours), run, json.dumps, json.loads)
     return _model(fit, spent.released, spent.cost, spent.budget, spent.entry)
 
 
-def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float]], list[int]],
-                    source: Any = None) -> dict:
-    """The release of a fit from its exact count of units and ``gradient(weights)``, the exact integer
-    sum of the units' clipped gradients at those weights (one statement per step): the noisy
-    count, then ``fit.steps`` noisy steps. Only noisy values decide the next weights."""
+def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float], list[float]], list[int]],
+                    source: Any = None, exact_means: list[int] | None = None) -> dict:
+    """The release of a fit from its exact count of units, the exact sums of the units' averages of
+    each scaled column (``exact_means``, when the fit releases means) and ``gradient(weights,
+    offsets)``, the exact integer sum of the units' clipped gradients at those weights, the features
+    centred on ``offsets`` (one statement per step): the noisy count, the noisy means (the
+    features' centres and the intercept's start), then ``fit.steps`` noisy steps. Only noisy
+    values decide the next weights; the weights released are over the uncentred scaled columns."""
     units = exact_units + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
     # DP-SGD divides by the expected batch, rate times the units (sum and noise alike).
     batch = float(units) * (1.0 if fit.rate is None else float(fit.rate))
     weights = np.zeros(len(fit.features) + 1)
+    offsets = np.zeros(len(fit.features))
+    if fit.noise.mean_steps:
+        assert exact_means is not None
+        noise = discrete_gaussian(fit.noise.mean_sigma_squared, len(exact_means), source)
+        offsets, weights[0] = starting_point(fit.model, [s + int(n) for s, n in zip(exact_means, noise)], fit.noise,
+                                             float(units))
     for _ in range(fit.steps):
-        exact = gradient(weights.tolist())
+        exact = gradient(weights.tolist(), offsets.tolist())
         noise = discrete_gaussian(fit.noise.sigma_squared, len(exact), source)
         weights = descend(weights, [s + int(n) for s, n in zip(exact, noise)], fit.noise, fit.clip, batch,
                           fit.learning_rate)
-    return {"weights": [float(w) for w in weights], "units": units}
+    weights = uncentred_weights(weights, offsets)
+    return {"weights": [float(w) for w in weights], "units": units, "offsets": [float(m) for m in offsets]}
 
 
 def _ledger_text(fit: FitPlan) -> str:

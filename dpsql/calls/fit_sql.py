@@ -59,16 +59,18 @@ def _number(value: float) -> str:
     return format(float(value), ".16e")
 
 
-def _scaled(column: str, lower: int, upper: int) -> str:
-    """The column's grid value mapped onto [-1, 1] (0 when its bounds are one value)."""
+def _scaled(column: str, lower: int, upper: int, centre: float = 0.0) -> str:
+    """The column's grid value mapped onto [-1, 1] (0 when its bounds are one value), less ``centre``
+    (a public noisy mean: the fit's features are centred on theirs)."""
     if upper == lower:
         return _number(0.0)
-    slope, offset = 2.0 / (upper - lower), -(upper + lower) / (upper - lower)
+    slope, offset = 2.0 / (upper - lower), -(upper + lower) / (upper - lower) - centre
     return f"(CAST({column} AS DOUBLE) * {_number(slope)} + {_number(offset)})"
 
 
-def _rows_layer(columns: FitColumns, model: Model = "linear") -> str:
-    scaled = [_scaled(v, lo, hi) for v, lo, hi in zip(columns.values, columns.lower, columns.upper)]
+def _rows_layer(columns: FitColumns, model: Model = "linear", offsets: Sequence[float] | None = None) -> str:
+    centres = list(offsets or []) + [0.0] * (len(columns.values) - len(offsets or []))
+    scaled = [_scaled(v, lo, hi, m) for v, lo, hi, m in zip(columns.values, columns.lower, columns.upper, centres)]
     if model == "logistic":  # the class, 1 or 0 (fit._target_value), as itself: the log loss needs y in {0, 1}
         scaled[-1] = f"(CAST({columns.values[-1]} AS DOUBLE) * {_number(columns.grids[-1])})"
     names = [f"x{j}" for j in range(1, len(columns.values))] + ["y"]
@@ -87,11 +89,34 @@ def _residual(model: Model, weights: Sequence[float], features: int) -> str:
 
 
 def gradient_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
-                       clip: float, norm_steps: int, dialect: str = DUCKDB) -> BoundedStatement:
+                       clip: float, norm_steps: int, dialect: str = DUCKDB,
+                       offsets: Sequence[float] | None = None) -> BoundedStatement:
     """The statement of one step: one row, ``s0`` (intercept) .. ``sd``, the exact sum over units
-    of each unit's clipped gradient in grid steps of clip / ``norm_steps``."""
+    of each unit's clipped gradient in grid steps of clip / ``norm_steps``, the scaled features
+    centred on ``offsets`` (public: released means)."""
     final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(columns.values)))
-    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect)
+    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect, offsets)
+
+
+def means_statement(plan: Plan, columns: FitColumns, model: Model, mean_steps: int,
+                    dialect: str = DUCKDB) -> BoundedStatement:
+    """The sums over units of each unit's average of each scaled column (features, then the target;
+    a logistic target as its class): one row ``s0`` .., in grid steps of 1 / ``mean_steps``. Each
+    unit's average lies in [-1, 1] and is truncated toward zero on the grid; a coordinate outside
+    [-D, D] (it cannot be: every input is bounded) counts as zero, so one unit's part of each
+    coordinate is at most D steps whatever the engine's arithmetic does."""
+    names = [f"x{j}" for j in range(1, len(columns.values))] + ["y"]
+    limit = _number(float(mean_steps))
+    averages = ", ".join(f"CAST(AVG({n}) AS DOUBLE) * {limit} AS a{i}" for i, n in enumerate(names))
+    truncated = ", ".join(
+        f"CASE WHEN a{i} >= 0 AND a{i} <= {limit} THEN CAST(FLOOR(a{i}) AS BIGINT) "
+        f"WHEN a{i} < 0 AND a{i} >= -{limit} THEN CAST(CEIL(a{i}) AS BIGINT) ELSE CAST(0 AS BIGINT) END AS t{i}"
+        for i in range(len(names)))
+    final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(names)))
+    return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_means"),
+                          [("dp_fit_rows", _select(_rows_layer(columns, model))),
+                           ("dp_fit_averages", _select(f"SELECT {averages} FROM dp_fit_rows GROUP BY dp_unit")),
+                           ("dp_fit_means", _select(f"SELECT {truncated} FROM dp_fit_averages"))], dialect)
 
 
 def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
@@ -102,10 +127,12 @@ def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weight
 
 
 def _over_clipped(final: str, plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
-                  clip: float, norm_steps: int, dialect: str) -> BoundedStatement:
+                  clip: float, norm_steps: int, dialect: str,
+                  offsets: Sequence[float] | None = None) -> BoundedStatement:
     """``SELECT final FROM dp_fit_clipped`` over the step's layers."""
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan), offsets),
+                          dialect)
 
 
 def _one_row_each(plan: Plan) -> bool:
@@ -115,7 +142,8 @@ def _one_row_each(plan: Plan) -> bool:
 
 
 def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float], clip: float,
-                     norm_steps: int, one_row_each: bool = False) -> list[tuple[str, exp.Expr]]:
+                     norm_steps: int, one_row_each: bool = False,
+                     offsets: Sequence[float] | None = None) -> list[tuple[str, exp.Expr]]:
     features = len(columns.values) - 1
     residual = _residual(model, weights, features)
     terms = ["r"] + [f"r * x{j}" for j in range(1, features + 1)]
@@ -143,7 +171,7 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
         f"ELSE CAST(0 AS BIGINT) END AS t{i}" for i in range(len(terms)))
     clipped = (f"SELECT {truncated} FROM (SELECT *, {factor} AS dp_factor FROM "
                f"(SELECT *, {norm} AS dp_norm FROM dp_fit_steps) AS dp_normed) AS dp_factored")
-    return [("dp_fit_rows", _select(_rows_layer(columns, model))), ("dp_fit_units", _select(units)),
+    return [("dp_fit_rows", _select(_rows_layer(columns, model, offsets))), ("dp_fit_units", _select(units)),
             ("dp_fit_steps", _select(f"SELECT dp_unit, {in_steps} FROM dp_fit_units")),
             ("dp_fit_clipped", _select(clipped))]
 
