@@ -1,4 +1,5 @@
-"""``db.fit``: a linear or logistic model trained by noisy gradient descent, charged once.
+"""``db.fit`` by noisy gradient descent: a linear or logistic model, charged once (a linear model's
+default is ``dpsql.calls.fit_sufficient``; ``dpsql.calls.fit_model`` chooses).
 
 The analyst names the training rows with an ordinary query, ``SELECT f1, f2, ..., y FROM t
 [WHERE ...]`` (columns or row-level expressions, each bounded by the policy's BOUNDS or by a
@@ -12,7 +13,8 @@ unit's rows are averaged before the clip, however many rows it has, and each uni
 same in the fitted loss (the average over units of each unit's average row loss).
 
 Cost: full-batch descent (the default) spends rho = rho_budget(epsilon, delta), a twentieth on
-the count of units and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
+the count of units, a tenth on the means of the scaled columns (the features are centred on them,
+the intercept starts at the target's) and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
 that rho. With ``TABLESAMPLE POISSON (p PERCENT)`` on the table, each step reads a fresh
 Poisson sample of units (its own secret key) and, under BASIC or ADVANCED accounting, the
 steps cost the subsampled Gaussian's (epsilon, delta) (``dpsql.budget.subsampled``); under

@@ -13,7 +13,7 @@ from dpsql.calls.fit_model import plan_model
 from dpsql.calls.fit_sufficient import SufficientPlan
 from dpsql.calls.mechanism import Mechanism
 from dpsql.errors import InvalidParameter
-from dpsql.mechanisms.descent import COUNT_SHARE
+from dpsql.mechanisms.descent import COUNT_SHARE, MEAN_SHARE
 from dpsql.query.context import MechanismContext
 
 
@@ -73,6 +73,10 @@ def explain_fit(context: MechanismContext, fit: FitPlan | SufficientPlan) -> Exp
         f"learning rate {fit.learning_rate:g}, on the average over units of each unit's average row loss (the sum "
         f"over a noisy count of units, released once with {float(COUNT_SHARE):g} of the budget)",
     ]
+    if fit.means is not None:
+        lines.append(f"start: the means of the scaled columns (per unit the average of each, summed; "
+                     f"{float(MEAN_SHARE):g} of the budget): the features centred on them, the intercept at the "
+                     "target's")
     if fit.rate is not None:
         lines.append(f"sample: each step keeps each unit with probability {float(fit.rate):g}, by a keyed hash "
                      "with a fresh secret key per step; " +
