@@ -223,7 +223,7 @@ def test_the_method_is_chosen_and_the_same_fit_again_is_free():
     assert db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3).method == "gradient"
     assert db.fit("SELECT x, z, y > 2 AS y FROM t", target="y", model="logistic", epsilon=1,
                   delta=1e-6).method == "gradient"
-    call = "SELECT * FROM fit('SELECT x, z, y FROM t', target = 'y', epsilon = 1, delta = 1e-6, method = 'sufficient')"
+    call = "SELECT * FROM fit('SELECT x, z, y FROM t', target = 'y', epsilon = 900, delta = 1e-6, method = 'sufficient')"
     text = str(db.explain(call))
     assert "least squares on noisy sufficient statistics" in text and "sigma" in text
     answer = db.sql(call)
@@ -244,3 +244,13 @@ def test_at_a_huge_epsilon_the_fit_is_least_squares_on_the_clamped_rows():
     assert model.coefficients["x"] == pytest.approx(slope, abs=1e-4)
     assert model.intercept == pytest.approx(intercept, abs=1e-3)
     assert "ridge" not in " ".join(model.result.notes)
+
+
+def test_a_release_that_needed_a_ridge_states_no_interval():
+    """Four units at epsilon 0.05: the noisy X'X is nowhere near positive definite, a ridge is
+    added (said in a note) and no ± is stated, since the ridge's bias is not in the bootstrap."""
+    db = tiny()
+    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=0.05, delta=1e-6)
+    assert any("ridge" in note and "no ± is stated" in note for note in model.result.notes)
+    assert all(math.isnan(half) for half in model.result.accuracy_df()["coefficient"])
+    assert all(math.isfinite(v) for v in [model.intercept, *model.coefficients.values()])

@@ -201,6 +201,8 @@ def model_of(fit: SufficientPlan, released: list[int], cost: Any, budget: Any, e
     rows = [("intercept", solution.intercept)] + list(zip(fit.features, solution.coefficients))
 
     def intervals(alpha: float) -> dict[str, list[tuple[float, float, float]]]:
+        if solution.ridge > 0:  # the ridge's bias is not in the bootstrap: measured, it undercovered
+            return {"coefficient": [(math.nan, math.nan, math.nan)] * len(values)}
         halves = bootstrap_halfwidths(released, fit.statistics, fit.fitted, alpha)
         return {"coefficient": [(v - float(h), v + float(h), float(h)) for v, h in zip(values, halves)]}
 
@@ -213,8 +215,9 @@ def model_of(fit: SufficientPlan, released: list[int], cost: Any, budget: Any, e
              "per-unit totals clamped by BOUNDS PER UNIT of " + ", ".join(bounded) if bounded else
              f"per-unit totals bounded by {fit.rows_per_unit} rows × the row bounds (no BOUNDS PER UNIT)"]
     if solution.ridge > 0:
-        notes.append(f"the noisy X'X was not safely positive definite: a ridge of {solution.ridge:.3g} (columns "
-                     "scaled by their bound ranges) was added before solving")
+        notes.append(f"the noisy X'X was not safely positive definite: a ridge of {solution.ridge:.3g} (in units of "
+                     "its noise) was added before solving, which shrinks the coefficients; no ± is stated (raise "
+                     "epsilon, or narrow the bounds with BOUNDS PER UNIT)")
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
                       budget=budget, notes=notes)
     bounds = fit.columns.bounds()[:-1]

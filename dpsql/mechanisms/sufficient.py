@@ -24,15 +24,16 @@ vector of those bounds, so the zCDP costs add: rho = sum_s Delta_s^2 / (2 sigma_
 Steinke 2016; CKS20 for the discrete Gaussian). The budget's rho is split equally over the
 statistics.
 
-The coefficients solve (X'X + lambda I) b = X'y on the noisy statistics, post-processing: lambda
-is 0 unless the noisy X'X (each column scaled by its bound range) has an eigenvalue below three
-noise standard deviations of its diagonal, and then just enough to lift it there (noise can
-make a noisy Gram matrix indefinite; a ridge that small moves a well-determined fit by
-nothing). The interval of each coefficient is a parametric bootstrap: the solve repeated on the
-released statistics plus fresh draws of their known noise laws (Gaussian with the released
-sigmas), the interval the (1 - alpha) quantile of the distance to the released fit. It
-describes the noise only: clamping's bias (rows past their bounds, unit totals past their per-unit
-bounds) is not in it.
+The coefficients solve the centred normal equations on the noisy statistics (post-processing),
+with a ridge only where noise could make them indefinite: in units where the noise sd of each
+feature's centred sum of squares is 1, lambda lifts the smallest eigenvalue to the noise
+matrix's Frobenius norm, and is 0 when it is there (``_solve``). The interval of each
+coefficient is a parametric bootstrap: the solve repeated on the released statistics plus
+fresh draws of their known noise laws (Gaussian with the released sigmas), the interval the
+(1 - alpha) quantile of the distance to the released fit.
+A release that needed a ridge states no interval (the ridge's bias is not in the bootstrap;
+it undercovered). The interval describes the noise only: clamping's bias (rows past their
+bounds, unit totals past their per-unit bounds) is not in it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ next to the noise, and sigma^2 stays far below what the exact sampler takes (abo
 LARGEST_BOUND = 2 ** 52
 """A clamp interval (in its grid) must lie within +-2^52: the statement clamps in DOUBLE, exact there."""
 RIDGE_DEVIATIONS = 1.0
-"""The noisy centred, scaled X'X is lifted to at least this many noise standard deviations of its diagonal."""
+"""The noisy centred X'X, each feature in units of its diagonal's noise sd, is lifted to at least this
+many times its noise's Frobenius norm."""
 WEIGHTS = (Fraction(1), Fraction(1), Fraction(3))
 """The shares of rho of the count, of each column's sum and of each product (1 : 1 : 3): the products
 (X'X, X'y) carry the slopes; measured on flights (docs/models.md), 1 : 1 : 3 halved the slope's spread
@@ -246,21 +248,16 @@ def _system(values: np.ndarray, stats: Sequence[Statistic], features: int) -> tu
     return A, b
 
 
-def _ranges(columns: Sequence[Column]) -> np.ndarray:
-    """Each feature's bound range in its units (1 for the intercept and a one-value column)."""
-    ranges = [1.0] + [max(float((c.upper - c.lower) * c.grid), 0.0) or 1.0 for c in columns[:-1]]
-    return np.asarray(ranges)
-
-
 def _solve(values: np.ndarray, stats: Sequence[Statistic], columns: Sequence[Column],
            sds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Coefficients (intercept first) over the centred columns, and the ridge used (batched).
 
-    The slopes solve the normal equations centred on the noisy means, (C + lambda I) b = c with
-    C = X'X - S S' / n and c = X'y - S s_y / n, each feature scaled by its bound range; the
-    intercept is then mean(y) - b . mean(x). Without a ridge that is the full system's solution.
-    lambda lifts C's smallest eigenvalue to ``RIDGE_DEVIATIONS`` noise standard deviations of
-    its diagonal (by the delta method from the statistics' sigmas), and is 0 when it is there."""
+    The slopes solve the normal equations centred on the noisy means, (C + lambda W) b = c with
+    C = X'X - S S' / n and c = X'y - S s_y / n; the intercept is then mean(y) - b . mean(x).
+    Without a ridge that is the full system's solution. W is the diagonal of the noise standard
+    deviations of C's diagonal (by the delta method from the statistics' sigmas): in the units
+    where each is 1, lambda lifts C's smallest eigenvalue to ``RIDGE_DEVIATIONS``, and is 0 when
+    it is there already. A feature the noise barely touches gets a ridge as small as its noise."""
     features = len(columns) - 1
     A, b = _system(values, stats, features)
     sd_A, _ = _system(sds[None, :], stats, features)
@@ -269,15 +266,20 @@ def _solve(values: np.ndarray, stats: Sequence[Statistic], columns: Sequence[Col
     means = sums / n[..., None]
     C = A[..., 1:, 1:] - sums[..., :, None] * sums[..., None, :] / n[..., None, None]
     c = b[..., 1:] - sums * (target_sum / n)[..., None]
-    scale = 1.0 / _ranges(columns)[1:]
-    C = C * scale[:, None] * scale[None, :]
+    # sd of C_ij = X'X_ij - S_i S_j / n (delta method): its own noise, mean_j times S_i's and
+    # mean_i times S_j's, mean_i mean_j times n's
+    sd_sums, sd_n = sd_A[0, 0, 1:], sd_A[0, 0, 0]
+    spread = np.sqrt(sd_A[0, 1:, 1:] ** 2 + (means[..., None, :] * sd_sums[:, None]) ** 2
+                     + (means[..., :, None] * sd_sums[None, :]) ** 2
+                     + (means[..., :, None] * means[..., None, :] * sd_n) ** 2)
+    diagonal = np.diagonal(spread, axis1=-2, axis2=-1)
+    scale = np.where(diagonal > 0, 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0)), 1.0)
+    C = C * scale[..., :, None] * scale[..., None, :]
     c = c * scale
-    # sd of C_jj = X'X_jj - S_j^2 / n: its own noise, 2 mean_j times S_j's, mean_j^2 times n's
-    spread = np.sqrt(np.diagonal(sd_A[0, 1:, 1:]) ** 2 + (2 * means * sd_A[0, 0, 1:]) ** 2
-                     + (means ** 2 * sd_A[0, 0, 0]) ** 2) * scale * scale
-    floor = RIDGE_DEVIATIONS * np.max(spread, axis=-1)
+    # the noise matrix's norm is about its Frobenius norm, in the same units (at least 1)
+    noise = np.sqrt(np.sum((spread * scale[..., :, None] * scale[..., None, :]) ** 2, axis=(-2, -1)))
     lowest = np.linalg.eigvalsh(C)[..., 0]
-    ridge = np.maximum(floor - lowest, 0.0)
+    ridge = np.maximum(RIDGE_DEVIATIONS * np.maximum(noise, 1.0) - lowest, 0.0)
     C = C + ridge[..., None, None] * np.eye(features)
     slopes = np.linalg.solve(C, c[..., None])[..., 0] * scale
     intercept = target_sum / n - np.sum(slopes * means, axis=-1)
