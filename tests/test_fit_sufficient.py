@@ -141,7 +141,7 @@ def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neigh
 
     monkeypatch.setattr(dpsql.calls.fit_sufficient, "discrete_gaussian", recording)
     db = tiny(neighbours)
-    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6)
+    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, method="sufficient")
     assert model.method == "sufficient"
     fit = plan_sufficient(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6)
     assert len(drawn) == len(fit.statistics) == 9 and all(size == 1 for _, size in drawn)
@@ -214,13 +214,16 @@ def test_refusals_name_the_construct_and_charge_nothing(arguments, error, messag
 
 
 def test_the_method_is_chosen_and_the_same_fit_again_is_free():
+    """auto: sufficient statistics when every column reads its BOUNDS PER UNIT (x and y here) or a
+    unit has one row; descent when a column (z) is bounded by its rows alone, or when asked."""
     db = tiny()
-    first = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
-    again = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6)
+    first = db.fit("SELECT x, y FROM t", target="y", epsilon=1, delta=1e-6)
+    again = db.fit("SELECT x, y FROM t", target="y", epsilon=1, delta=1e-6)
     assert first.method == "sufficient" and again.cost.repeat and again.coefficients == first.coefficients
     assert again.result.cells()["coefficient"] == first.result.cells()["coefficient"]
-    assert db.ledger()["sql"].iloc[0].startswith("FIT LINEAR y ON x, z (sufficient statistics) OF ")
-    assert db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3).method == "gradient"
+    assert db.ledger()["sql"].iloc[0].startswith("FIT LINEAR y ON x (sufficient statistics) OF ")
+    assert db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6).method == "gradient"
+    assert db.fit("SELECT x, y FROM t", target="y", epsilon=1, delta=1e-6, steps=3).method == "gradient"
     assert db.fit("SELECT x, z, y > 2 AS y FROM t", target="y", model="logistic", epsilon=1,
                   delta=1e-6).method == "gradient"
     call = "SELECT * FROM fit('SELECT x, z, y FROM t', target = 'y', epsilon = 900, delta = 1e-6, method = 'sufficient')"
@@ -238,7 +241,7 @@ def test_at_a_huge_epsilon_the_fit_is_least_squares_on_the_clamped_rows():
     policy = ("BUDGET EPSILON 1e12 DELTA 1e-4; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, "
               "x BOUNDS -10 TO 10, y BOUNDS -25 TO 25);")
     with dpsql.connect({"t": frame}, policy=policy, rng=SeededSource(4)) as db:
-        model = db.fit("SELECT x, y FROM t", target="y", epsilon=1e11, delta=1e-6)
+        model = db.fit("SELECT x, y FROM t", target="y", epsilon=1e11, delta=1e-6, method="sufficient")
     x, y = frame["x"].clip(-10, 10).to_numpy(), frame["y"].clip(-25, 25).to_numpy()
     slope, intercept = np.polyfit(x, y, 1)
     assert model.coefficients["x"] == pytest.approx(slope, abs=1e-4)
@@ -250,7 +253,7 @@ def test_a_release_that_needed_a_ridge_states_no_interval():
     """Four units at epsilon 0.05: the noisy X'X is nowhere near positive definite, a ridge is
     added (said in a note) and no ± is stated, since the ridge's bias is not in the bootstrap."""
     db = tiny()
-    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=0.05, delta=1e-6)
+    model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=0.05, delta=1e-6, method="sufficient")
     assert any("ridge" in note and "no ± is stated" in note for note in model.result.notes)
     assert all(math.isnan(half) for half in model.result.accuracy_df()["coefficient"])
     assert all(math.isfinite(v) for v in [model.intercept, *model.coefficients.values()])
