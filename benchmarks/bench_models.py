@@ -52,6 +52,7 @@ with scikit-learn 1.9, so the ``models-bench`` extra keeps scikit-learn below 1.
     /work/wt/bench-venv/bin/pip install -e '.[models-bench,flights]'
     /work/wt/bench-venv/bin/python benchmarks/bench_models.py --runs 10
     /work/wt/bench-venv/bin/python benchmarks/bench_models.py --timing --repeats 3
+    python benchmarks/bench_models.py --slope --runs 20 --gradient-runs 5   # issue 37 (no diffprivlib)
 
 Prints Markdown; the figures are in benchmarks/RESULTS.md. Run by hand, never by the tests.
 """
@@ -486,6 +487,113 @@ def timing(path: Path, repeats: int, methods: set[str]) -> list[str]:
     return lines + [""]
 
 
+# ------------------------------------------------------------------------- slope mode (issue 37)
+
+SLOPE_DB = Path("/tmp/flights-models.duckdb")
+SLOPE_UNIT_BOUNDS = ", dep_delay BOUNDS PER UNIT -40 TO 5400, arr_delay BOUNDS PER UNIT -870 TO 4760"
+"""Per-unit bounds for the delays, from the true 1st and 99th percentiles of an aircraft's total of
+each (clamped) delay over its flights with both delays known: for this measurement only, a fact
+read from the data without privacy (``dpsql suggest`` is to propose them privately)."""
+
+
+def slope_policy(unit_bounds: bool) -> str:
+    """Issue 37's flights policy: at most 300 rows per aircraft, dep_delay -60..360, arr_delay -90..360."""
+    text = flights.policy(rows=300, groups=40, delay=(-60, 360), extra=SLOPE_UNIT_BOUNDS if unit_bounds else "")
+    text = text.replace("arr_delay BOUNDS -60 TO 360", "arr_delay BOUNDS -90 TO 360")
+    return text.replace("BUDGET EPSILON 1000000;", "BUDGET EPSILON 1000000 DELTA 0.5;")
+
+
+def slope(runs: int, epsilon: float, gradient_runs: int) -> list[str]:
+    """arr_delay ~ dep_delay on flights at ``epsilon``: the slope against OLS on the raw rows, by
+    sufficient statistics (with and without per-unit bounds) and by gradient descent (defaults),
+    over ``runs`` fits each (``gradient_runs`` for descent: 61 statements a fit); and the stated 95%
+    interval's coverage of the raw OLS slope. Then logistic regression of late = arr_delay > 15 on
+    dep_delay by descent (its defaults), against Newton's method on the clamped rows."""
+    import duckdb
+
+    import dpsql
+    from dpsql.mechanisms.noise import SeededSource
+
+    path = flights.build(SLOPE_DB)
+    con = duckdb.connect(str(path), read_only=True)
+    frame = con.sql("SELECT dep_delay, arr_delay FROM flights WHERE dep_delay IS NOT NULL "
+                    "AND arr_delay IS NOT NULL").df()
+    con.close()
+    ols = float(np.polyfit(frame["dep_delay"], frame["arr_delay"], 1)[0])
+    sql = "SELECT dep_delay, arr_delay FROM flights WHERE dep_delay IS NOT NULL AND arr_delay IS NOT NULL"
+    lines = [f"arr_delay ~ dep_delay, {len(frame):,} flights; OLS slope on the raw rows {ols:.4f}; epsilon "
+             f"{epsilon:g}, delta {DELTA:g}, per aircraft", "",
+             "| method | per-unit bounds | runs | slope mean ± sd | within 10% of OLS | 95% ± (median) | "
+             "stated ± covers OLS | fit s |", "|---|---|---|---|---|---|---|---|"]
+    settings = [("sufficient statistics", False, {"method": "sufficient"}, runs),
+                ("sufficient statistics", True, {"method": "sufficient"}, runs),
+                ("gradient descent (defaults)", False, {"method": "gradient"}, gradient_runs),
+                ("gradient descent, issue 37's 30 steps, clip 1", False,
+                 {"method": "gradient", "steps": 30, "clip": 1.0}, gradient_runs)]
+    for name, bounded, options, count in settings:
+        if count <= 0:
+            continue
+        db = dpsql.connect(str(path), policy=slope_policy(bounded), ledger=":memory:", rng=SeededSource(37),
+                           query_timeout=None)
+        slopes, halves, covered, stated, seconds = [], [], 0, 0, []
+        for run in range(count):
+            start = time.perf_counter()
+            model = db.fit(sql, target="arr_delay", epsilon=epsilon * (1 + (run + 1) * 1e-9), delta=DELTA, **options)
+            seconds.append(time.perf_counter() - start)
+            value = model.coefficients["dep_delay"]
+            slopes.append(value)
+            low, high, half = model.result.cells(0.05)["coefficient"][1]
+            if np.isfinite(half):  # no ± where the release needed a ridge
+                halves.append(half)
+                stated += 1
+                covered += bool(low <= ols <= high)
+        db.close()
+        within = np.mean(np.abs(np.asarray(slopes) / ols - 1) <= 0.1)
+        shown = "—" if not halves else f"{np.median(halves):.3f} ({stated}/{count} stated)"
+        coverage = "—" if not halves else f"{covered}/{stated}"
+        lines.append(f"| {name} | {'yes' if bounded else 'no'} | {count} | {mean_sd(slopes)} | {within:.0%} | "
+                     f"{shown} | {coverage} | {statistics.median(seconds):.2f} |")
+    if gradient_runs > 0:
+        lines += ["", logistic_line(path, epsilon, gradient_runs)]
+    return lines + [""]
+
+
+def logistic_line(path: Path, epsilon: float, runs: int) -> str:
+    """late = arr_delay > 15 on dep_delay by descent's defaults: coefficient and accuracy vs Newton."""
+    import duckdb
+
+    import dpsql
+    from dpsql.mechanisms.noise import SeededSource
+
+    task = Task("flights", "logistic", ("dep_delay",), "late")
+    con = duckdb.connect(str(path), read_only=True)
+    frame = con.sql("SELECT dep_delay, CAST(arr_delay > 15 AS INTEGER) AS late FROM flights "
+                    "WHERE dep_delay IS NOT NULL AND arr_delay IS NOT NULL").df()
+    con.close()
+    X = np.clip(frame[["dep_delay"]].to_numpy(dtype=float), -60, 360)
+    y = frame["late"].to_numpy(dtype=float)
+    saved = BOUNDS["flights"]["dep_delay"]
+    BOUNDS["flights"]["dep_delay"] = (-60, 360)
+    try:
+        reference = fit_exact(task, X, y)
+    finally:
+        BOUNDS["flights"]["dep_delay"] = saved
+    db = dpsql.connect(str(path), policy=slope_policy(False), ledger=":memory:", rng=SeededSource(38),
+                       query_timeout=None)
+    coefficients, losses = [], []
+    for run in range(runs):
+        model = db.fit("SELECT dep_delay, CASE WHEN arr_delay > 15 THEN 1 ELSE 0 END AS late FROM flights "
+                       "WHERE dep_delay IS NOT NULL AND arr_delay IS NOT NULL", target="late", model="logistic",
+                       epsilon=epsilon * (1 + (run + 1) * 1e-9), delta=DELTA)
+        coefficients.append(model.coefficients["dep_delay"])
+        losses.append(log_loss(y, sigmoid(X[:, 0] * model.coefficients["dep_delay"] + model.intercept)))
+    db.close()
+    exact_loss = log_loss(y, sigmoid(X @ reference.coef + reference.intercept))
+    return (f"logistic late ~ dep_delay by descent (defaults), {runs} runs: coefficient {mean_sd(coefficients)} "
+            f"(Newton {reference.coef[0]:.4f}), log-loss {mean_sd(losses, 4)} (Newton {exact_loss:.4f}; base rate "
+            f"{log_loss(y, np.full_like(y, y.mean())):.4f})")
+
+
 def machine() -> str:
     load1, load5, load15 = os.getloadavg()
     return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
@@ -504,9 +612,15 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="time the fits at ~10M rows instead")
     parser.add_argument("--timing-db", type=Path, default=TIMING_DB)
     parser.add_argument("--repeats", type=int, default=3, help="timed fits per method (--timing)")
+    parser.add_argument("--slope", action="store_true",
+                        help="issue 37: arr_delay ~ dep_delay slope vs OLS on flights instead (--runs fits each)")
+    parser.add_argument("--gradient-runs", type=int, default=5, help="descent fits per setting (--slope)")
     args = parser.parse_args()
     print(f"<!-- {machine()} -->\n")
-    if args.timing:
+    if args.slope:
+        for epsilon in args.epsilons if args.epsilons != [*EPSILONS, FLOOR] else [1.0]:
+            print("\n".join(slope(args.runs, epsilon, args.gradient_runs)), flush=True)
+    elif args.timing:
         print("\n".join(timing(args.timing_db, args.repeats, set(args.methods))))
     else:
         for task in TASKS:

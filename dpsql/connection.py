@@ -338,12 +338,15 @@ class Connection:
         return open_pmw(self.mechanism_context(), table, columns, epsilon, delta, max_updates, threshold)
 
     def fit(self, sql: str, target: str, model: str = "linear", epsilon: Any = None, delta: Any = None, *,
-            steps: int = 30, clip: Any = 1.0, learning_rate: Any = None):
+            steps: Any = None, clip: Any = None, learning_rate: Any = None, method: str = "auto"):
         """A ``model`` ('linear' or 'logistic') of ``target`` on the other columns of the rows ``sql``
-        selects, trained by noisy gradient descent with each unit's gradient clipped to ``clip``
-        (``dpsql.calls.fit``): charged once, (epsilon, delta) with delta > 0 (default: the policy's
-        QUERY EPSILON and QUERY DELTA). ``TABLESAMPLE POISSON (p PERCENT)`` in ``sql`` makes each
-        step read a fresh sample of units (DP-SGD). Returns a ``FittedModel``: ``coefficients``,
+        selects, charged once, (epsilon, delta) with delta > 0 (default: the policy's QUERY EPSILON
+        and QUERY DELTA). A linear model is fitted by least squares on noisy sufficient statistics
+        in one pass (``dpsql.calls.fit_sufficient``, ``method='sufficient'``), unless descent is
+        asked for; a logistic one (or ``method='gradient'``, or ``steps``, ``clip`` or
+        ``learning_rate``) by noisy gradient descent with each unit's gradient clipped to ``clip``
+        (``dpsql.calls.fit``, 30 steps and clip 1 by default). ``TABLESAMPLE POISSON (p PERCENT)``
+        in ``sql`` makes each step read a fresh sample of units (DP-SGD). Returns a ``FittedModel``: ``coefficients``,
         ``intercept``, ``predict(frame)``, ``cost`` and ``result`` (the release as a table).
 
         >>> import pandas as pd
@@ -356,10 +359,11 @@ class Connection:
         ...     sorted(model.coefficients), float(db.budget.spent.epsilon)
         (['x'], 2.0)
         """
-        from dpsql.calls.fit import plan_fit, run_fit
+        from dpsql.calls.fit_model import plan_model, run_model
 
         context = self.mechanism_context()
-        return run_fit(context, plan_fit(context, sql, target, model, epsilon, delta, steps, clip, learning_rate))
+        return run_model(context, plan_model(context, sql, target, model, epsilon, delta, steps, clip, learning_rate,
+                                             method))
 
     def suggest_bounds(self, table: str, epsilon: Any = None, columns: Any = None, *,
                        group_by: str | None = None) -> dict:

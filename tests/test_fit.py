@@ -156,6 +156,33 @@ def test_neighbouring_tables_move_the_summed_gradient_by_at_most_the_clip(neighb
     assert worst >= (bound // 2) ** 2
 
 
+@pytest.mark.parametrize("model, neighbours, factor", [("linear", "UNBOUNDED", 1), ("logistic", "BOUNDED", 2)])
+def test_neighbouring_tables_move_the_released_means_by_at_most_their_bound(model, neighbours, factor):
+    """The means statement (the features' centres and the intercept's start), by brute force through
+    its own SQL: every unit's truncated averages lie in [-D_m, D_m] (the adversaries' too, some at
+    the edge), the statement sums exactly them, and a neighbour moves the sum by at most factor *
+    sqrt(3) * D_m in L2, the bound the means' noise is calibrated to."""
+    db = tiny(neighbours, units=ADVERSARIES)
+    target = "y" if model == "linear" else "y > 2"
+    fit = plan_fit(db.mechanism_context(), f"SELECT x, z, {target} AS y FROM t", target="y", model=model,
+                   epsilon=1, delta=1e-6)
+    assert fit.means is not None and fit.noise.mean_steps > 0
+    text = fit.means.sql.replace("dp_fit_averages AS (SELECT ", "dp_fit_averages AS (SELECT dp_unit, ", 1)
+    text = text.replace("dp_fit_means AS (SELECT ", "dp_fit_means AS (SELECT dp_unit, ", 1)
+    head, _ = text.rsplit(") SELECT ", 1)
+    text = head + ") SELECT dp_unit, t0, t1, t2 FROM dp_fit_means"
+    rows = db._engine.fetch(text, db._executor.salt_for(fit.means.needs_salt), bounded=fit.means.bounded)
+    vectors = {int(r[0]): np.array([int(v) for v in r[1:]], dtype=object) for r in rows}
+    bound = fit.noise.mean_steps
+    assert all(abs(int(v)) <= bound for vector in vectors.values() for v in vector)
+    assert max(abs(int(v)) for vector in vectors.values() for v in vector) == bound  # a unit at a corner
+    total = db._engine.fetch(fit.means.sql, db._executor.salt_for(fit.means.needs_salt), bounded=fit.means.bounded)[0]
+    assert [int(v) for v in total] == list(sum(vectors.values()))
+    moves = list(vectors.values()) if neighbours == "UNBOUNDED" else \
+        [vectors[a] - vectors[b] for a, b in itertools.product(vectors, vectors) if a != b] + list(vectors.values())
+    assert max(squared_norm(m) for m in moves) <= 3 * (factor * bound) ** 2
+
+
 def test_the_count_of_units_moves_by_at_most_one():
     """The units with a complete row: the unit of 40 rows counts once, the unit whose only row is
     NaN not at all (under replacement the count moves by at most 1 too: one unit in, one out)."""
@@ -170,9 +197,10 @@ def test_the_count_of_units_moves_by_at_most_one():
 
 @pytest.mark.parametrize("neighbours, factor", [("UNBOUNDED", 1), ("BOUNDED", 2)])
 def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neighbours, factor):
-    """Every discrete Gaussian the fit draws, recorded: the count's sigma^2 and the steps', each
-    of the fit's size; their zCDP costs 1/(2 s_c^2) + T (factor D)^2/(2 s^2) add up to the charged
-    rho, which converts to the (epsilon, delta) asked for. A sigma off by any factor fails."""
+    """Every discrete Gaussian the fit draws, recorded: the count's sigma^2, the means' and the
+    steps', each of the fit's size; their zCDP costs 1/(2 s_c^2) + 3 (factor D_m)^2/(2 s_m^2) +
+    T (factor D)^2/(2 s^2) add up to the charged rho, which converts to the (epsilon, delta)
+    asked for. A sigma off by any factor fails."""
     drawn = []
     original = dpsql.calls.fit.discrete_gaussian
 
@@ -184,10 +212,11 @@ def test_the_noise_drawn_is_the_noise_the_charge_accounts_for(monkeypatch, neigh
     db = tiny(neighbours)
     model = db.fit("SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
     fit = plan_fit(db.mechanism_context(), "SELECT x, z, y FROM t", target="y", epsilon=2, delta=1e-6, steps=7)
-    (count_sigma, one), *steps = drawn
-    assert one == 1 and len(steps) == 7 and all(size == 3 for _, size in steps)
+    (count_sigma, one), (mean_sigma, columns), *steps = drawn
+    assert one == 1 and columns == 3 and len(steps) == 7 and all(size == 3 for _, size in steps)
     assert len({sigma for sigma, _ in steps}) == 1
-    rho = Fraction(1) / (2 * count_sigma) + sum(
+    # the means: 3 sums of unit averages, each moved by at most D_m (2 D_m replacing a unit)
+    rho = Fraction(1) / (2 * count_sigma) + Fraction(3 * (factor * fit.noise.mean_steps) ** 2) / (2 * mean_sigma) + sum(
         Fraction((factor * fit.noise.norm_steps) ** 2) / (2 * sigma) for sigma, _ in steps)
     assert rho == model.cost.rho
     assert epsilon_of_rho(rho, Fraction(1, 10**6)) <= 2 < epsilon_of_rho(rho * Fraction(101, 100), Fraction(1, 10**6))
@@ -229,7 +258,7 @@ def test_the_same_fit_again_is_a_free_repeat_with_the_same_model():
     assert again.cost.repeat and again.coefficients == first.coefficients
     ledger = db.ledger()
     assert first.entry == int(ledger["id"].iloc[0]) and again.entry is None
-    assert len(ledger) == 1 and ledger["sql"].iloc[0].startswith("FIT LINEAR y ON x, z (3 steps, clip 1) OF ")
+    assert len(ledger) == 1 and ledger["sql"].iloc[0].startswith("FIT LINEAR y ON x, z (3 steps, clip 0.5) OF ")
     other = db.fit("SELECT x, z, y FROM t", target="y", epsilon=1, delta=1e-6, steps=4)
     assert not other.cost.repeat and len(db.ledger()) == 2
 
@@ -311,7 +340,7 @@ def test_psql_fits_through_the_server_charged_to_the_analyst(built, tmp_path):
         server.thread.join(10)
     assert any(line.startswith("intercept|") for line in lines), shown
     assert any(line.startswith("age|") for line in lines)
-    assert any("|alice|FIT LINEAR amount ON age (3 steps, clip 1) OF " in line for line in lines), shown
+    assert any("|alice|FIT LINEAR amount ON age (3 steps, clip 0.5) OF " in line for line in lines), shown
 
 
 def test_the_coefficients_are_finite_whatever_the_noise():
@@ -391,6 +420,9 @@ def audit_releases(fit, frame, policy: str, count: int, seed: int, monkeypatch) 
         planned = plan_fit(db.mechanism_context(), fit["sql"], target=fit["target"], epsilon=fit["epsilon"], delta=fit["delta"],
                            steps=1, learning_rate=1)
         planned = fit.get("change", lambda p: p)(planned)
+        # audit the step alone: no means released (the step's noise is the same; the fit starts at 0)
+        from dataclasses import replace as replaced
+        planned = replaced(planned, noise=replaced(planned.noise, mean_steps=0), means=None)
         rows = int(db._engine.fetch(planned.count.sql, None, bounded=planned.count.bounded)[0][0] or 0)
         statement = planned.statement([0.0, 0.0])
         exact = [int(v or 0) for v in db._engine.fetch(statement.sql, db._executor.salt_for(statement.needs_salt),
@@ -400,7 +432,7 @@ def audit_releases(fit, frame, policy: str, count: int, seed: int, monkeypatch) 
     prefetched.__wrapped__ = real  # type: ignore[attr-defined]
     monkeypatch.setattr(dpsql.calls.fit, "discrete_gaussian", prefetched)
     try:
-        releases = [descend_noisily(planned, rows, lambda w: exact) for _ in range(count)]
+        releases = [descend_noisily(planned, rows, lambda w, o: exact) for _ in range(count)]
     finally:
         monkeypatch.setattr(dpsql.calls.fit, "discrete_gaussian", real)
     # The coefficient times the released count of units: the step's noisy sum (post-processing

@@ -114,9 +114,17 @@ def test_a_fit_with_negligible_noise_retraces_numpys_descent(model):
     assert 7.1 * float(fit.noise.count_sigma_squared) ** 0.5 < 1  # the count's noise is 0 but w.p. 1e-12
     model_fit = db.fit(sql, target=target, model=model, epsilon=10**12, delta=1e-6, clip=clip, steps=steps,
                        learning_rate=rate)
-    weights = np.zeros(3)
-    for _ in range(steps):
-        weights = weights - rate * by_hand(frame, model, weights) / len(frame)
+    # The fit first releases the means of the scaled columns: the features are centred on them and
+    # the intercept starts at the target's mean (logistic: the logit of the base rate).
+    A = design(frame)
+    means = A[:, 1:].mean(axis=0)
+    target_mean = (frame["y"].to_numpy() / 15 - 1).mean() if model == "linear" else frame["label"].mean()
+    weights = np.array([target_mean if model == "linear" else np.log(target_mean / (1 - target_mean)), 0.0, 0.0])
+    for _ in range(steps):  # the gradient over centred features, from by_hand's at the uncentred weights
+        uncentred = np.array([weights[0] - weights[1:] @ means, *weights[1:]])
+        g = by_hand(frame, model, uncentred)
+        weights = weights - rate * np.array([g[0], *(g[1:] - means * g[0])]) / len(frame)
+    weights = np.array([weights[0] - weights[1:] @ means, *weights[1:]])
     intercept = weights[0] - weights[1]  # x' = x / 5 - 1, z' = z / 5
     coefficients = [weights[1] / 5, weights[2] / 5]
     if model == "linear":  # y' = y / 15 - 1

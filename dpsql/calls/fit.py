@@ -1,4 +1,5 @@
-"""``db.fit``: a linear or logistic model trained by noisy gradient descent, charged once.
+"""``db.fit`` by noisy gradient descent: a linear or logistic model, charged once (a linear model's
+default is ``dpsql.calls.fit_sufficient``; ``dpsql.calls.fit_model`` chooses).
 
 The analyst names the training rows with an ordinary query, ``SELECT f1, f2, ..., y FROM t
 [WHERE ...]`` (columns or row-level expressions, each bounded by the policy's BOUNDS or by a
@@ -12,7 +13,8 @@ unit's rows are averaged before the clip, however many rows it has, and each uni
 same in the fitted loss (the average over units of each unit's average row loss).
 
 Cost: full-batch descent (the default) spends rho = rho_budget(epsilon, delta), a twentieth on
-the count of units and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
+the count of units, a tenth on the means of the scaled columns (the features are centred on them,
+the intercept starts at the target's) and the rest in equal parts on the steps; it is charged as (epsilon, delta) with
 that rho. With ``TABLESAMPLE POISSON (p PERCENT)`` on the table, each step reads a fresh
 Poisson sample of units (its own secret key) and, under BASIC or ADVANCED accounting, the
 steps cost the subsampled Gaussian's (epsilon, delta) (``dpsql.budget.subsampled``); under
@@ -39,11 +41,12 @@ from dpsql.analysis.plan import Plan, PublicQuery
 from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable, rho_budget
-from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement
+from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement, means_statement
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.descent import (
     COUNT_SHARE,
     MAX_FEATURES,
+    MEAN_SHARE,
     Bounds,
     Model,
     Noise,
@@ -53,6 +56,8 @@ from dpsql.mechanisms.descent import (
     default_learning_rate,
     descend,
     grid_steps,
+    starting_point,
+    uncentred_weights,
     unscaled,
 )
 from dpsql.mechanisms.noise import discrete_gaussian, secret_key
@@ -61,10 +66,10 @@ from dpsql.query.options import privacy_options
 from dpsql.query.spend import Price
 from dpsql.sql.parse import DIALECT, located, node_position, parse
 
-OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate")
+OPTIONS = ("target", "model", "epsilon", "delta", "steps", "clip", "learning_rate", "method")
 """The options of ``SELECT * FROM fit('SELECT ...', target = 'y', ...)``, as keyword arguments."""
-DEFAULT_STEPS = 30
-DEFAULT_CLIP = 1.0
+DEFAULT_STEPS = 60
+DEFAULT_CLIP = 0.5
 _SHAPE = "SELECT feature, ..., target FROM t [WHERE ...]: the rows to train on, one column per feature"
 
 
@@ -97,6 +102,8 @@ class FitPlan:
     normal: str
     repeat_key: str
     dialect: str
+    means: BoundedStatement | None = None
+    """The sums of the units' averages of each scaled column (None: the fit starts at 0, uncentred)."""
 
     def key(self) -> str:
         text = json.dumps(["fit", self.repeat_key, self.model, self.target, list(self.features), str(self.epsilon),
@@ -110,28 +117,33 @@ class FitPlan:
                       "delta": self.delta, "steps": self.steps, "clip": self.clip,
                       "learning_rate": self.learning_rate, "sample_rate": None if self.rate is None else str(self.rate),
                       "neighbours": neighbours},
-                     key=self.key(), statements=1 + self.steps, what=f"a fit of {self.steps:,} steps",
+                     key=self.key(), statements=1 + (self.means is not None) + self.steps,
+                     what=f"a fit of {self.steps:,} steps",
                      failure="the fit failed while running; its cost was charged and no model was released")
 
     def bounds(self) -> tuple[list[Bounds], Bounds | None]:
         every = self.columns.bounds()
         return every[:-1], (every[-1] if self.model == "linear" else None)
 
-    def statement(self, weights: Sequence[float]) -> BoundedStatement:
+    def statement(self, weights: Sequence[float], offsets: Sequence[float] | None = None) -> BoundedStatement:
         return gradient_statement(self.plan, self.columns, self.model, weights, self.clip, self.noise.norm_steps,
-                                  self.dialect)
+                                  self.dialect, offsets)
 
 
 class FittedModel:
     """A model fitted by ``db.fit``: coefficients in the columns' own units, what it cost."""
 
-    def __init__(self, fit: FitPlan, weights: Sequence[float], result: DPResult, entry: int | None = None):
-        self.model = fit.model
-        self.features = fit.features
-        self.target = fit.target
-        self._bounds = fit.bounds()[0]
-        self.intercept, coefficients = unscaled(np.asarray(weights, dtype=float), fit.model, *fit.bounds())
-        self.coefficients = dict(zip(fit.features, coefficients))
+    def __init__(self, model: Model, features: tuple[str, ...], target: str, bounds: Sequence[Bounds],
+                 intercept: float, coefficients: Sequence[float], result: DPResult, entry: int | None = None,
+                 method: str = "gradient"):
+        self.model = model
+        self.method = method
+        """How it was fitted: ``sufficient`` (noisy sufficient statistics, once) or ``gradient`` (noisy descent)."""
+        self.features = features
+        self.target = target
+        self._bounds = list(bounds)
+        self.intercept = intercept
+        self.coefficients = dict(zip(features, coefficients))
         self.cost = result.cost
         self.result = result
         """The release as a table: (term, coefficient)."""
@@ -160,13 +172,35 @@ class FittedModel:
         return self.result._repr_html_() if hasattr(self.result, "_repr_html_") else repr(self)
 
 
-def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None,
-             delta: Any = None, steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP,
-             learning_rate: Any = None) -> FitPlan:
-    """Check the arguments and plan the fit (reads no data; refusals name the construct)."""
-    model = check_model(model)
-    steps = check_steps(steps)
-    clip = check_scaled(clip, "clip", "1.0")
+@dataclass(frozen=True)
+class Training:
+    """A training query, checked and planned as ``db.sql`` plans its SUMs (reads no data)."""
+
+    tree: exp.Select
+    items: list[exp.Expression]
+    order: list[int]
+    """Select-list positions, features first, target last."""
+    features: tuple[str, ...]
+    target: str
+    epsilon: Fraction
+    delta: Fraction
+    plan: Plan
+    priced: Any
+    columns: FitColumns
+
+
+def sampled(sql: Any) -> bool:
+    """Whether the training query reads a Poisson sample (``TABLESAMPLE``); False when it does not parse
+    (its planning refuses it then)."""
+    try:
+        return isinstance(sql, str) and parse(sql).tree.find(exp.TableSample) is not None
+    except DPError:
+        return False
+
+
+def plan_training(context: MechanismContext, sql: Any, target: Any, model: Model, epsilon: Any,
+                  delta: Any) -> Training:
+    """The checks every fit shares, and the rows' plan (refusals name the construct)."""
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidParameter("fit needs the SQL of its training rows", hint=f"pass {_SHAPE}")
     if not isinstance(target, str) or not target.strip():
@@ -191,8 +225,6 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
                                "takes", line=1, col=1, hint="fit on fewer columns")
     order = [i for i, n in enumerate(names) if n != wanted] + [names.index(wanted)]
     features = tuple(names[i] for i in order[:-1])
-    learning_rate = (default_learning_rate(model, len(features)) if learning_rate is None
-                     else check_scaled(learning_rate, "learning_rate", "0.1"))
     prepared = _prepare_rows(context, sql, tree, items, order, model)
     plan, priced = prepared.plan, prepared.priced
     assert plan is not None and priced is not None
@@ -200,23 +232,42 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
     if len(columns.values) != len(features) + 1:  # identical SUMs share one measure
         raise UnsupportedQuery("the training query selects the same expression twice", line=1, col=1,
                                hint="keep one column per expression: a copy adds nothing to a model")
+    return Training(tree, items, order, features, wanted, options.epsilon, options.delta, plan, priced, columns)
+
+
+def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "linear", epsilon: Any = None,
+             delta: Any = None, steps: Any = DEFAULT_STEPS, clip: Any = DEFAULT_CLIP,
+             learning_rate: Any = None) -> FitPlan:
+    """Check the arguments and plan the fit by gradient descent (reads no data; refusals name the construct)."""
+    model = check_model(model)
+    steps = check_steps(steps)
+    clip = check_scaled(clip, "clip", "1.0")
+    learning_rate = (None if learning_rate is None else check_scaled(learning_rate, "learning_rate", "0.1"))
+    training = plan_training(context, sql, target, model, epsilon, delta)
+    features, plan, priced, columns = training.features, training.plan, training.priced, training.columns
     rate = None if priced.sampling is None else priced.sampling.rate
+    if learning_rate is None:  # an amplified (DP-SGD) fit releases no means: it starts at 0, uncentred
+        centred = rate is None or context.policy.accounting == "zcdp"
+        learning_rate = default_learning_rate(model, len(features), centred=centred)
     policy = context.policy
     if rate is not None and policy.neighbours != "unbounded":
         raise UnsupportedQuery("a fit on a Poisson sample (TABLESAMPLE POISSON) needs NEIGHBOURS UNBOUNDED: under "
                                "replace-one neighbours a unit and its replacement are sampled apart",
                                line=1, col=1, hint="leave the sample out (full-batch descent)")
-    count_plan = plan if rate is None else _prepare_rows(context, sql, _unsampled(tree), items, order,
-                                                         model).plan
+    count_plan = plan if rate is None else _prepare_rows(context, sql, _unsampled(training.tree), training.items,
+                                                         training.order, model).plan
     assert count_plan is not None
     factor = 1 if policy.neighbours == "unbounded" else 2
     amplified = rate is not None and policy.accounting != "zcdp"
-    noise, cost = _calibrate(options.epsilon, options.delta, steps, factor, rate if amplified else None)
+    noise, cost = _calibrate(training.epsilon, training.delta, steps, factor, rate if amplified else None,
+                             len(features) + 1)
     check_accountable(policy.accounting, cost)
-    fit = FitPlan(sql, model, features, wanted, plan, columns,
+    fit = FitPlan(sql, model, features, training.target, plan, columns,
                   count_statement(count_plan, _columns(count_plan), context.dialect),
-                  steps, clip, learning_rate, noise, rate, amplified, cost, options.epsilon, options.delta, factor,
-                  priced.normal_sql, priced.repeat_key, context.dialect)
+                  steps, clip, learning_rate, noise, rate, amplified, cost, training.epsilon, training.delta, factor,
+                  priced.normal_sql, priced.repeat_key, context.dialect,
+                  means_statement(count_plan, _columns(count_plan), model, noise.mean_steps, context.dialect)
+                  if noise.mean_steps else None)
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     return fit
 
@@ -346,15 +397,20 @@ def _columns(plan: Plan) -> FitColumns:
 
 
 def _calibrate(epsilon: Fraction, delta: Fraction, steps: int, factor: int,
-               rate: Fraction | None) -> tuple[Noise, Spend]:
-    """The noise of each step and of the count, and the charge (module docstring)."""
+               rate: Fraction | None, columns: int = 2) -> tuple[Noise, Spend]:
+    """The noise of each step, of the count and (full batch) of the columns' means, and the charge
+    (module docstring). One unit moves each of the ``columns`` sums of unit averages by at most
+    D_m grid steps (2 D_m replacing it): L2 sqrt(columns) times that."""
     if rate is None:
         rho = rho_budget(epsilon, delta)
-        count_rho, step_rho = rho * COUNT_SHARE, rho * (1 - COUNT_SHARE) / steps
+        count_rho, mean_rho = rho * COUNT_SHARE, rho * MEAN_SHARE
+        step_rho = (rho - count_rho - mean_rho) / steps
         multiplier_squared = Fraction(factor * factor) / (2 * step_rho)  # (sigma / D)^2
         norm_steps = grid_steps(math.sqrt(multiplier_squared))
-        noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps,
-                      1 / (2 * count_rho))
+        mean_multiplier_squared = Fraction(factor * factor * columns) / (2 * mean_rho)
+        mean_steps = grid_steps(math.sqrt(mean_multiplier_squared))
+        noise = Noise(norm_steps, multiplier_squared * norm_steps * norm_steps, 1 / (2 * count_rho),
+                      mean_steps, mean_multiplier_squared * mean_steps * mean_steps)
         return noise, Spend(epsilon, delta, rho)
     from dpsql.budget.subsampled import noise_multiplier_for
 
@@ -371,34 +427,46 @@ def run_fit(context: MechanismContext, fit: FitPlan) -> FittedModel:
     source = context.source
 
     def run(fetch) -> dict:
-        def gradient(weights: list[float]) -> list[int]:
+        def gradient(weights: list[float], offsets: list[float]) -> list[int]:
             # No stop on the fit's summed run time (invariant 17): its time was bounded before the
             # charge by its number of statements (Price.statements), each under its own deadline.
-            statement = fit.statement(weights)
+            statement = fit.statement(weights, offsets)
             rows = fetch(statement, secret_key(source)) if statement.needs_sample_key else fetch(statement)
             return [int(v or 0) for v in rows[0]]
 
-        return descend_noisily(fit, int(fetch(fit.count)[0][0] or 0), gradient, source)
+        units = int(fetch(fit.count)[0][0] or 0)
+        means = None if fit.means is None else [int(v or 0) for v in fetch(fit.means)[0]]
+        return descend_noisily(fit, units, gradient, source, means)
 
     spent = context.spender.spend(fit.price(context.policy.neighbours), run, json.dumps, json.loads)
     return _model(fit, spent.released, spent.cost, spent.budget, spent.entry)
 
 
-def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float]], list[int]],
-                    source: Any = None) -> dict:
-    """The release of a fit from its exact count of units and ``gradient(weights)``, the exact integer
-    sum of the units' clipped gradients at those weights (one statement per step): the noisy
-    count, then ``fit.steps`` noisy steps. Only noisy values decide the next weights."""
+def descend_noisily(fit: FitPlan, exact_units: int, gradient: Callable[[list[float], list[float]], list[int]],
+                    source: Any = None, exact_means: list[int] | None = None) -> dict:
+    """The release of a fit from its exact count of units, the exact sums of the units' averages of
+    each scaled column (``exact_means``, when the fit releases means) and ``gradient(weights,
+    offsets)``, the exact integer sum of the units' clipped gradients at those weights, the features
+    centred on ``offsets`` (one statement per step): the noisy count, the noisy means (the
+    features' centres and the intercept's start), then ``fit.steps`` noisy steps. Only noisy
+    values decide the next weights; the weights released are over the uncentred scaled columns."""
     units = exact_units + int(discrete_gaussian(fit.noise.count_sigma_squared, 1, source)[0])
     # DP-SGD divides by the expected batch, rate times the units (sum and noise alike).
     batch = float(units) * (1.0 if fit.rate is None else float(fit.rate))
     weights = np.zeros(len(fit.features) + 1)
+    offsets = np.zeros(len(fit.features))
+    if fit.noise.mean_steps:
+        assert exact_means is not None
+        noise = discrete_gaussian(fit.noise.mean_sigma_squared, len(exact_means), source)
+        offsets, weights[0] = starting_point(fit.model, [s + int(n) for s, n in zip(exact_means, noise)], fit.noise,
+                                             float(units))
     for _ in range(fit.steps):
-        exact = gradient(weights.tolist())
+        exact = gradient(weights.tolist(), offsets.tolist())
         noise = discrete_gaussian(fit.noise.sigma_squared, len(exact), source)
         weights = descend(weights, [s + int(n) for s, n in zip(exact, noise)], fit.noise, fit.clip, batch,
                           fit.learning_rate)
-    return {"weights": [float(w) for w in weights], "units": units}
+    weights = uncentred_weights(weights, offsets)
+    return {"weights": [float(w) for w in weights], "units": units, "offsets": [float(m) for m in offsets]}
 
 
 def _ledger_text(fit: FitPlan) -> str:
@@ -421,4 +489,4 @@ def _model(fit: FitPlan, released: dict, cost: QueryCost, budget: Budget | None,
              "units, no interval (the last iterate of noisy descent has none in closed form)",)
     result = DPResult(["term", "coefficient"], rows, cost, intervals=intervals, types=["VARCHAR", "DOUBLE"],
                       budget=budget, notes=notes)
-    return FittedModel(fit, weights, result, entry)
+    return FittedModel(fit.model, fit.features, fit.target, fit.bounds()[0], intercept, coefficients, result, entry)

@@ -8,15 +8,53 @@ from typing import Any
 
 from dpsql.answer.explain import Explanation
 from dpsql.answer.result import DPResult
-from dpsql.calls.fit import OPTIONS, FitPlan, plan_fit
+from dpsql.calls.fit import OPTIONS, FitPlan
+from dpsql.calls.fit_model import plan_model
+from dpsql.calls.fit_sufficient import SufficientPlan
 from dpsql.calls.mechanism import Mechanism
 from dpsql.errors import InvalidParameter
-from dpsql.mechanisms.descent import COUNT_SHARE
+from dpsql.mechanisms.descent import COUNT_SHARE, MEAN_SHARE
 from dpsql.query.context import MechanismContext
 
 
-def explain_fit(context: MechanismContext, fit: FitPlan) -> Explanation:
+def explain_sufficient(context: MechanismContext, fit: SufficientPlan) -> Explanation:
+    """What a fit from sufficient statistics would read, run and cost; reads no data."""
+    price = fit.price()
+    every = fit.columns.bounds()
+    names = (*fit.features, fit.target)
+    bounds = ", ".join(f"{name} in [{b.lower:g}, {b.upper:g}]" for name, b in zip(names, every))
+    lines = [f"fit: linear regression of {fit.target} on {', '.join(fit.features)}, by least squares on noisy "
+             "sufficient statistics (n, each column's sum, X'X, X'y), released once",
+             f"rows: {fit.normal}",
+             f"columns clamped into their bounds: {bounds}",
+             "each statistic is a sum over units of one unit's total, clamped into an interval (at most "
+             f"{fit.rows_per_unit} rows x the row bounds"
+             + (f", and the BOUNDS PER UNIT of {', '.join(fit.unit_bounded())}" if fit.unit_bounded() else "") + "):"]
+    for statistic in fit.statistics:
+        unit = float(statistic.scale)
+        for f in statistic.factors:
+            unit *= float(fit.fitted[f].grid)
+        term = "n (rows)" if not statistic.factors else "sum of " + " * ".join(
+            f"({names[f]} - {float(fit.fitted[f].offset * fit.fitted[f].grid):g})" if fit.fitted[f].offset
+            else names[f] for f in statistic.factors)
+        sigma = math.sqrt(float(statistic.sigma_squared)) * unit
+        lines.append(f"  {term}: one unit's total in [{statistic.lower * unit:g}, {statistic.upper * unit:g}]"
+                     f"{' (per-unit bounds)' if statistic.unit_bounded else ''}; discrete Gaussian noise, sigma "
+                     f"{sigma:.4g}")
+    cost = fit.cost
+    lines.append(f"cost: epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
+                 f"{'' if cost.rho is None else f', rho {float(cost.rho):.6g}'} (a share of rho per statistic, "
+                 "1 : 1 : 3 for the count, sums and products), charged once; the solve is post-processing")
+    lines.append(fit.statement.sql)
+    quote = context.spender.quote(cost, price.key)
+    lines.append(quote.text)
+    return Explanation("\n".join(lines), refused=quote.refusal)
+
+
+def explain_fit(context: MechanismContext, fit: FitPlan | SufficientPlan) -> Explanation:
     """What the fit would read, run and cost; reads no data. A fit too long to run is refused."""
+    if isinstance(fit, SufficientPlan):
+        return explain_sufficient(context, fit)
     price = fit.price(context.policy.neighbours)
     context.spender.check_time(price.statements, price.what)
     every = fit.columns.bounds()
@@ -35,6 +73,10 @@ def explain_fit(context: MechanismContext, fit: FitPlan) -> Explanation:
         f"learning rate {fit.learning_rate:g}, on the average over units of each unit's average row loss (the sum "
         f"over a noisy count of units, released once with {float(COUNT_SHARE):g} of the budget)",
     ]
+    if fit.means is not None:
+        lines.append(f"start: the means of the scaled columns (per unit the average of each, summed; "
+                     f"{float(MEAN_SHARE):g} of the budget): the features centred on them, the intercept at the "
+                     "target's")
     if fit.rate is not None:
         lines.append(f"sample: each step keeps each unit with probability {float(fit.rate):g}, by a keyed hash "
                      "with a fresh secret key per step; " +
@@ -57,7 +99,7 @@ def _answer_call(connection: Any, queries: list[str], options: dict[str, Any]) -
 
 def _explain_call(connection: Any, queries: list[str], options: dict[str, Any]) -> str:
     context = connection.mechanism_context()
-    return explain_fit(context, plan_fit(context, *_one_query(queries), **_with_target(options)))
+    return explain_fit(context, plan_model(context, *_one_query(queries), **_with_target(options)))
 
 
 def _one_query(queries: list[str]) -> list[str]:

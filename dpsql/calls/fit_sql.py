@@ -32,6 +32,7 @@ from dpsql.analysis.plan import Plan
 from dpsql.backends.render import DUCKDB
 from dpsql.backends.rewrite import BoundedStatement, rows_statement
 from dpsql.mechanisms.descent import MARGIN, Bounds, Model
+from dpsql.sql.pieces import exact_integer
 
 LOGIT_LIMIT = 40.0
 """The logistic link's argument is clamped to [-40, 40] (its value moves by under 1e-17 beyond)."""
@@ -58,16 +59,18 @@ def _number(value: float) -> str:
     return format(float(value), ".16e")
 
 
-def _scaled(column: str, lower: int, upper: int) -> str:
-    """The column's grid value mapped onto [-1, 1] (0 when its bounds are one value)."""
+def _scaled(column: str, lower: int, upper: int, centre: float = 0.0) -> str:
+    """The column's grid value mapped onto [-1, 1] (0 when its bounds are one value), less ``centre``
+    (a public noisy mean: the fit's features are centred on theirs)."""
     if upper == lower:
         return _number(0.0)
-    slope, offset = 2.0 / (upper - lower), -(upper + lower) / (upper - lower)
+    slope, offset = 2.0 / (upper - lower), -(upper + lower) / (upper - lower) - centre
     return f"(CAST({column} AS DOUBLE) * {_number(slope)} + {_number(offset)})"
 
 
-def _rows_layer(columns: FitColumns, model: Model = "linear") -> str:
-    scaled = [_scaled(v, lo, hi) for v, lo, hi in zip(columns.values, columns.lower, columns.upper)]
+def _rows_layer(columns: FitColumns, model: Model = "linear", offsets: Sequence[float] | None = None) -> str:
+    centres = list(offsets or []) + [0.0] * (len(columns.values) - len(offsets or []))
+    scaled = [_scaled(v, lo, hi, m) for v, lo, hi, m in zip(columns.values, columns.lower, columns.upper, centres)]
     if model == "logistic":  # the class, 1 or 0 (fit._target_value), as itself: the log loss needs y in {0, 1}
         scaled[-1] = f"(CAST({columns.values[-1]} AS DOUBLE) * {_number(columns.grids[-1])})"
     names = [f"x{j}" for j in range(1, len(columns.values))] + ["y"]
@@ -86,11 +89,34 @@ def _residual(model: Model, weights: Sequence[float], features: int) -> str:
 
 
 def gradient_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
-                       clip: float, norm_steps: int, dialect: str = DUCKDB) -> BoundedStatement:
+                       clip: float, norm_steps: int, dialect: str = DUCKDB,
+                       offsets: Sequence[float] | None = None) -> BoundedStatement:
     """The statement of one step: one row, ``s0`` (intercept) .. ``sd``, the exact sum over units
-    of each unit's clipped gradient in grid steps of clip / ``norm_steps``."""
+    of each unit's clipped gradient in grid steps of clip / ``norm_steps``, the scaled features
+    centred on ``offsets`` (public: released means)."""
     final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(columns.values)))
-    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect)
+    return _over_clipped(final, plan, columns, model, weights, clip, norm_steps, dialect, offsets)
+
+
+def means_statement(plan: Plan, columns: FitColumns, model: Model, mean_steps: int,
+                    dialect: str = DUCKDB) -> BoundedStatement:
+    """The sums over units of each unit's average of each scaled column (features, then the target;
+    a logistic target as its class): one row ``s0`` .., in grid steps of 1 / ``mean_steps``. Each
+    unit's average lies in [-1, 1] and is truncated toward zero on the grid; a coordinate outside
+    [-D, D] (it cannot be: every input is bounded) counts as zero, so one unit's part of each
+    coordinate is at most D steps whatever the engine's arithmetic does."""
+    names = [f"x{j}" for j in range(1, len(columns.values))] + ["y"]
+    limit = _number(float(mean_steps))
+    averages = ", ".join(f"CAST(AVG({n}) AS DOUBLE) * {limit} AS a{i}" for i, n in enumerate(names))
+    truncated = ", ".join(
+        f"CASE WHEN a{i} >= 0 AND a{i} <= {limit} THEN CAST(FLOOR(a{i}) AS BIGINT) "
+        f"WHEN a{i} < 0 AND a{i} >= -{limit} THEN CAST(CEIL(a{i}) AS BIGINT) ELSE CAST(0 AS BIGINT) END AS t{i}"
+        for i in range(len(names)))
+    final = ", ".join(f"SUM(t{i}) AS s{i}" for i in range(len(names)))
+    return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_means"),
+                          [("dp_fit_rows", _select(_rows_layer(columns, model))),
+                           ("dp_fit_averages", _select(f"SELECT {averages} FROM dp_fit_rows GROUP BY dp_unit")),
+                           ("dp_fit_means", _select(f"SELECT {truncated} FROM dp_fit_averages"))], dialect)
 
 
 def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
@@ -101,10 +127,12 @@ def unit_vectors_statement(plan: Plan, columns: FitColumns, model: Model, weight
 
 
 def _over_clipped(final: str, plan: Plan, columns: FitColumns, model: Model, weights: Sequence[float],
-                  clip: float, norm_steps: int, dialect: str) -> BoundedStatement:
+                  clip: float, norm_steps: int, dialect: str,
+                  offsets: Sequence[float] | None = None) -> BoundedStatement:
     """``SELECT final FROM dp_fit_clipped`` over the step's layers."""
     return rows_statement(plan, _select(f"SELECT {final} FROM dp_fit_clipped"),
-                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan)), dialect)
+                          _gradient_layers(columns, model, weights, clip, norm_steps, _one_row_each(plan), offsets),
+                          dialect)
 
 
 def _one_row_each(plan: Plan) -> bool:
@@ -114,7 +142,8 @@ def _one_row_each(plan: Plan) -> bool:
 
 
 def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float], clip: float,
-                     norm_steps: int, one_row_each: bool = False) -> list[tuple[str, exp.Expr]]:
+                     norm_steps: int, one_row_each: bool = False,
+                     offsets: Sequence[float] | None = None) -> list[tuple[str, exp.Expr]]:
     features = len(columns.values) - 1
     residual = _residual(model, weights, features)
     terms = ["r"] + [f"r * x{j}" for j in range(1, features + 1)]
@@ -142,7 +171,7 @@ def _gradient_layers(columns: FitColumns, model: Model, weights: Sequence[float]
         f"ELSE CAST(0 AS BIGINT) END AS t{i}" for i in range(len(terms)))
     clipped = (f"SELECT {truncated} FROM (SELECT *, {factor} AS dp_factor FROM "
                f"(SELECT *, {norm} AS dp_norm FROM dp_fit_steps) AS dp_normed) AS dp_factored")
-    return [("dp_fit_rows", _select(_rows_layer(columns, model))), ("dp_fit_units", _select(units)),
+    return [("dp_fit_rows", _select(_rows_layer(columns, model, offsets))), ("dp_fit_units", _select(units)),
             ("dp_fit_steps", _select(f"SELECT dp_unit, {in_steps} FROM dp_fit_units")),
             ("dp_fit_clipped", _select(clipped))]
 
@@ -161,3 +190,47 @@ def _select(text: str) -> exp.Select:
     tree = sqlglot.parse_one(text, read=DUCKDB)
     assert isinstance(tree, exp.Select)
     return tree
+
+
+def sufficient_statement(plan: Plan, columns: FitColumns, offsets: Sequence[int],
+                         clamps: Sequence[tuple[tuple[int, ...], int, int, int]],
+                         dialect: str = DUCKDB) -> BoundedStatement:
+    """The sufficient statistics' statement (``dpsql.mechanisms.sufficient``): one row, ``s0`` ..,
+    one column per ``(factors, lower, upper, scale)`` of ``clamps``. Over the rows where every
+    column is present, each centred on its offset (``w = v - offset``, grid steps): per unit, its
+    total of each statistic's row value (1, w_i or w_i w_j, exact in HUGEINT), in steps of
+    ``scale`` (floored), clamped into [lower, upper] (in DOUBLE, where every bound up to 2^52 is
+    exact, then cast back: the cast cannot fail on a clamped value); then the exact sum over units.
+    The clamp is what makes one unit's part of statistic s at most max(|lower|, |upper|)."""
+    names = [f"w{j}" for j in range(len(columns.values))]
+    centred = ", ".join(f"({v} - {int(c)}) AS {n}" for v, c, n in zip(columns.values, offsets, names))
+    present = " AND ".join(f"{v} IS NOT NULL" for v in columns.values)
+    rows = f"SELECT dp_unit, {centred} FROM dp_values WHERE {present}"
+
+    def row_value(factors: tuple[int, ...]) -> str:
+        if not factors:
+            return "COUNT(*)"
+        product = " * ".join([f"DP_EXACT({names[factors[0]]})"] + [names[f] for f in factors[1:]])
+        return f"SUM({product})"
+
+    totals = ", ".join(f"{row_value(factors)} AS q{i}" for i, (factors, _, _, _) in enumerate(clamps))
+    clamped = ", ".join(
+        f"CAST(LEAST(GREATEST(FLOOR(CAST(q{i} AS DOUBLE) / {_number(float(scale))}), {_number(float(lower))}), "
+        f"{_number(float(upper))}) AS BIGINT) AS t{i}" for i, (_, lower, upper, scale) in enumerate(clamps))
+    final = ", ".join(f"SUM(DP_EXACT(t{i})) AS s{i}" for i in range(len(clamps)))
+    layers = [("dp_fit_rows", _select(rows)),
+              ("dp_fit_totals", _exact(_select(f"SELECT dp_unit, {totals} FROM dp_fit_rows GROUP BY dp_unit"))),
+              ("dp_fit_clamped", _select(f"SELECT {clamped} FROM dp_fit_totals"))]
+    return rows_statement(plan, _exact(_select(f"SELECT {final} FROM dp_fit_clamped")), layers, dialect)
+
+
+def _exact(tree: exp.Select) -> exp.Select:
+    """``DP_EXACT(x)`` written in the text above as the engine's exact integer widening."""
+    def widened(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Anonymous) and str(node.this).upper() == "DP_EXACT":
+            return exact_integer(node.expressions[0])
+        return node
+
+    result = tree.transform(widened, copy=False)
+    assert isinstance(result, exp.Select)
+    return result

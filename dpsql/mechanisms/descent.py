@@ -39,6 +39,11 @@ MODELS: tuple[str, ...] = ("linear", "logistic")
 
 COUNT_SHARE = Fraction(1, 20)
 """The share of the budget (of rho, or of epsilon and delta with sampling) spent on the count of units."""
+MEAN_SHARE = Fraction(1, 10)
+"""The share of rho spent on the noisy means of the scaled columns (full batch): the features are
+centred on them and the intercept starts at the target's, so the slopes need not first undo an
+intercept that starts at 0 (on flights, 30 steps from 0 reached 0.6-0.7 of the OLS slope; centred,
+60 steps reach it within 2%: docs/models.md)."""
 MAX_STEPS = 1_000
 """The most steps one fit may take: each runs one statement over the whole copy, and a server
 answers one statement at a time."""
@@ -81,6 +86,11 @@ class Noise:
     """sigma^2 of the discrete Gaussian on each gradient coordinate, per step."""
     count_sigma_squared: Fraction
     """sigma^2 of the discrete Gaussian on the count of units."""
+    mean_steps: int = 0
+    """D_m: one unit's average of each scaled column is released in grid steps of 1 / D_m (0: no
+    means are released, the fit starts at 0 uncentred: a Poisson-sampled fit)."""
+    mean_sigma_squared: Fraction = Fraction(0)
+    """sigma^2 of the discrete Gaussian on each column's sum of unit averages (grid steps)."""
 
 
 def grid_steps(noise_multiplier: float) -> int:
@@ -127,17 +137,46 @@ def check_scaled(value: object, name: str, example: str) -> float:
     return float(value)
 
 
-def default_learning_rate(model: Model, features: int) -> float:
-    """A step that cannot overshoot on the average scaled loss's curvature: its Hessian has
-    eigenvalues at most d + 1 (squared loss; a quarter of that for the logistic), since every
-    scaled row (x', 1) has squared norm at most d + 1; 2 / (d + 1) (or 8 / (d + 1)) is the
-    stable limit there, capped at 1 (4): real features seldom all sit at their bounds at once.
+def default_learning_rate(model: Model, features: int, centred: bool = True) -> float:
+    """A step that cannot overshoot on the average scaled loss's curvature. Uncentred, its Hessian
+    has eigenvalues at most d + 1 (squared loss; a quarter of that for the logistic), since every
+    scaled row (x', 1) has squared norm at most d + 1: 2 / (d + 1) (or 8 / (d + 1)) is the stable
+    limit, capped at 1 (4). Centred on the features' means, the Hessian is about diag(1, Cov(x')),
+    whose eigenvalues are at most max(1, d) (each scaled feature's variance is at most 1): 0.9 of
+    the stable limit 2 / max(1, d) (four times that for the logistic).
 
-    >>> default_learning_rate("linear", 3), default_learning_rate("logistic", 15)
+    >>> default_learning_rate("linear", 3, centred=False), default_learning_rate("logistic", 15, centred=False)
     (0.5, 0.5)
+    >>> default_learning_rate("linear", 1), default_learning_rate("linear", 3)
+    (1.8, 0.6)
     """
     scale = 1.0 if model == "linear" else 4.0
+    if centred:
+        return scale * 1.8 / max(1, features)
     return scale * min(1.0, 2.0 / (features + 1))
+
+
+def starting_point(model: Model, noisy_sums: Sequence[int], noise: Noise, units: float) -> tuple[np.ndarray, float]:
+    """(offsets of the features, the intercept to start at) from the noisy sums of the units'
+    averages of each scaled column (features, then the target): the means, kept within [-1, 1]
+    (a logistic target's within [0.01, 0.99], its intercept the logit of that base rate)."""
+    means = np.asarray([float(v) for v in noisy_sums]) / (noise.mean_steps * max(units, 1.0))
+    offsets = np.clip(means[:-1], -1.0, 1.0)
+    if model == "linear":
+        return offsets, float(np.clip(means[-1], -1.0, 1.0))
+    rate = float(np.clip(means[-1], 0.01, 0.99))
+    return offsets, math.log(rate / (1 - rate))
+
+
+def uncentred_weights(weights: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Weights over (1, x') from weights over (1, x' - offsets): w0 - sum w_j m_j, the slopes as they are.
+
+    >>> uncentred_weights(np.array([1.0, 2.0]), np.array([0.5])).tolist()
+    [0.0, 2.0]
+    """
+    out = np.array(weights, dtype=float)
+    out[0] = out[0] - float(np.dot(out[1:], offsets))
+    return out
 
 
 def descend(weights: np.ndarray, noisy_sum: Sequence[int], noise: Noise, clip: float, units: float,
