@@ -13,8 +13,9 @@ from typing import Sequence
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
+from dpsql.analysis.aggregates.exact import exact, integers, magnitude, quotients
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Shape, filtered
+from dpsql.analysis.aggregates.intervals import holding, law_of, outward, ratio_interval, ratio_range, spread_of
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 from dpsql.sql.allowlist import refuse
@@ -47,16 +48,24 @@ class AvgFamily(AggregateFamily):
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                     alpha: float) -> list[float]:
-        """With probability 1 - alpha, |noise of S'| <= h_S and |noise of C'| <= h_C (each at
-        alpha/2), and the error of S'/C' is (e_S - r e_C) / C' with |r| <= U - L, so at most
-        (h_S + (U - L) h_C) / C'."""
-        first = measures[0]
-        counts = release.noisy[measures[-1].name]
-        spread = first.upper - first.lower
-        full = _bound(aggregate.upper) - _bound(aggregate.lower)
-        h_sum, h_count = (noise_half_width(m, alpha / 2) for m in measures)
-        return [float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
-                for c in counts]
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The ratio S/C of the centred sum over the count by test inversion
+        (``dpsql.analysis.aggregates.intervals``: the two noises convolved, exact coverage at
+        least 1 - alpha), in the aggregate's units, cut to its bounds."""
+        total, count = measures[0], measures[-1]
+        low, high = ratio_range(total)
+        floor, ceiling = self.possible(aggregate, measures)
+        grid, middle = float(total.grid), total.lower + total.upper
+        cells = []
+        for s, c in zip(release.noisy[total.name], release.noisy[count.name]):
+            r_low, r_high = ratio_interval(s, c, law_of(total), law_of(count), low, high, alpha)
+            cells.append(outward(grid * (r_low + middle) / 2, grid * (r_high + middle) / 2, floor, ceiling))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         return float(_bound(aggregate.lower)), float(_bound(aggregate.upper))

@@ -13,12 +13,17 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.intervals import (
+    correlation_bounds,
+    covariance_range,
+    holding,
+    moment_boxes,
+    variance_range,
+)
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     classify_pair,
     correlation,
-    correlation_range,
-    errors,
     explain_text,
     moments,
     pair_shapes,
@@ -51,13 +56,17 @@ class CorrelationFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The worst case of cov / sqrt(var_x var_y) over the error boxes of cov, var_x and var_y
-        (``moments.correlation_range``), all holding with probability 1 - alpha; [-1, 1] where
-        the noisy count is not positive."""
+        """The five means Sx/n, Sy/n, Sxy/n, Sxx/n, Syy/n by test inversion, together with
+        probability 1 - alpha (``dpsql.analysis.aggregates.intervals``); cov, var_x and var_y over
+        that box, and cov / sqrt(var_x var_y) over theirs, within [-1, 1]."""
         scale = scale_of(measures)
-        return [(-1.0, 1.0) if row is None else
-                correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
-                for row in moments(aggregate, measures, release, STATISTICS)]
+        sx, sy = float(scale.spread_x), float(scale.spread_y)
+        cells = []
+        for box in moment_boxes(measures, STATISTICS, release.noisy, alpha):
+            cov = covariance_range(box["xy"], box["y"], box["x"], sx * sy)
+            cells.append(correlation_bounds(cov, variance_range(box["xx"], box["x"], sx * sx),
+                                            variance_range(box["yy"], box["y"], sy * sy)))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         return -1.0, 1.0

@@ -16,15 +16,13 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.intervals import covariance_range, holding, moment_boxes, outward, sample_factor_range
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     as_float,
-    box,
     classify_pair,
-    errors,
     explain_text,
     moments,
-    outward,
     pair_shapes,
     scale_of,
 )
@@ -67,30 +65,22 @@ class CovarianceFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """cov within its error box (module ``moments``), in the columns' units; the sample form's
-        factor C/(C - 1) of the true count C in [n' - h_n, n' + h_n] and C >= 2, so within
-        [max(1, (n' + h_n)/(n' + h_n - 1)), min(2, (n' - h_n)/(n' - h_n - 1))] (2 when n' - h_n <= 2),
-        and the product at its worst corner. (-inf, inf) cut to the possible range where the
-        noisy count is not positive (no bound is known)."""
+        """The means Sx/n, Sy/n and Sxy/n by test inversion, together with probability 1 - alpha
+        (``dpsql.analysis.aggregates.intervals``), and m_xy - m_x m_y over that box, in the
+        columns' units; the sample form times the range of C/(C - 1) over the count's own
+        interval (C >= 2), at ``intervals.COUNT_SHARE`` of alpha."""
         scale = scale_of(measures)
-        sx, sy = scale.spread_x, scale.spread_y
+        largest = float(scale.spread_x * scale.spread_y)
         unit = scale.grid_x * scale.grid_y / 4
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
-        for row in moments(aggregate, measures, release, STATISTICS):
-            if row is None or aggregate.sample and row.n <= 1:
-                cells.append((floor, ceiling))
-                continue
-            error = errors(measures, STATISTICS, row.n, alpha)
-            low, high = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
+        for box in moment_boxes(measures, STATISTICS, release.noisy, alpha, aggregate.sample):
+            low, high = covariance_range(box["xy"], box["y"], box["x"], largest)
             if aggregate.sample:
-                most = row.n - error.count
-                factors = (max(Fraction(1), Fraction(row.n + error.count, row.n + error.count - 1)),
-                           Fraction(most, most - 1) if most > 2 else Fraction(2))
-                corners = [c * f for c in (low, high) for f in factors]
+                corners = [end * factor for end in (low, high) for factor in sample_factor_range(box["n"])]
                 low, high = min(corners), max(corners)
-            cells.append(outward(as_float(low * unit), as_float(high * unit), floor, ceiling))
-        return cells
+            cells.append(outward(as_float(Fraction(low) * unit), as_float(Fraction(high) * unit), floor, ceiling))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """|population covariance| <= h_x h_y (half-spreads of the bounds, on the grid); the

@@ -21,13 +21,10 @@ only brings them closer to the truth, which lies there), and
 
     cov = Sxy'/n' - m_x m_y,   var_x = Sxx'/n' - m_x^2   (clamped into [-s_x s_y, s_x s_y], [0, s_x^2]).
 
-Error bounds (``Errors``): with probability 1 - alpha every measure's noise is within its own
-(1 - alpha/m) interval, m the number of measures (a union bound). Then, as for AVG, a ratio
-S'/n' with |S/n| <= R is within (h_S + R h_n) / n' of S/n (exactly (e_S - (S/n) e_n) / n'); a
-product of clamped means m_x' m_y' within s_y e_x + s_x e_y of m_x m_y; a mean's square within
-2 s e. So cov is within e_xy + s_y e_x + s_x e_y and var within e_xx + 2 s_x e_x of the truth
-(the truth of the clamped, bounded data: bias from clamping is not part of it). Each family
-turns these boxes into an interval of its value by the worst case of its formula over them.
+Intervals (``dpsql.analysis.aggregates.intervals``): each mean S/n is found by inverting the
+exact test of its pivot S' - r n' (the two noises convolved), the k means a family reads
+together by a union bound (each at alpha / k), and the family's value over that box of means by
+its exact range (the truth of the clamped, bounded data: bias from clamping is not part of it).
 """
 
 from __future__ import annotations
@@ -39,8 +36,8 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.exact import noise_half_width
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, FactorShape, Ranged, Shape, filtered
+from dpsql.analysis.aggregates.intervals import spread_of
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Factor, Measure, Release
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import describe
@@ -162,76 +159,6 @@ def moments(aggregate: AggregateRelease, measures: Sequence[Measure], release: R
     return rows
 
 
-@dataclass(frozen=True)
-class Errors:
-    """One row's error bounds, in centred units, holding together with probability 1 - alpha."""
-
-    mean_x: Fraction
-    mean_y: Fraction
-    cov: Fraction
-    var_x: Fraction
-    var_y: Fraction
-    count: int
-    """The count of pairs' noise bound h_n: the true count lies in [n - h_n, n + h_n]."""
-
-
-def errors(measures: Sequence[Measure], statistics: Sequence[str], n: int, alpha: float) -> Errors:
-    """The module docstring's bounds for a row whose noisy count of pairs is ``n`` (> 0), each
-    measure at alpha / m."""
-    scale = scale_of(measures)
-    sx, sy = scale.spread_x, scale.spread_y
-    share = alpha / len(measures)
-    widths = {statistic: noise_half_width(m, share) for statistic, m in zip(statistics, measures)}
-    h_n = noise_half_width(measures[len(statistics)], share)
-    largest = {"x": sx, "y": sy, "xy": sx * sy, "xx": sx * sx, "yy": sy * sy}
-
-    def ratio(statistic: str) -> Fraction:
-        if statistic not in widths:
-            return Fraction(0)
-        return Fraction(widths[statistic] + largest[statistic] * h_n, n)
-
-    e_x, e_y = ratio("x"), ratio("y")
-    return Errors(e_x, e_y, ratio("xy") + sy * e_x + sx * e_y, ratio("xx") + 2 * sx * e_x,
-                  ratio("yy") + 2 * sy * e_y, h_n)
-
-
-def box(value: Fraction | None, error: Fraction, low: Fraction, high: Fraction) -> tuple[Fraction, Fraction]:
-    """value ± error, within [low, high] (where the truth lies)."""
-    assert value is not None
-    return max(value - error, low), min(value + error, high)
-
-
-def quotient_range(numerator: tuple[Fraction, Fraction],
-                   denominator: tuple[Fraction, Fraction]) -> tuple[Fraction, Fraction] | None:
-    """The range of a / b over a in ``numerator`` and b in ``denominator`` (b >= 0): the worst
-    case at the corners (a / b is monotone in each) when b > 0 throughout; None (unbounded) else."""
-    if denominator[0] <= 0:
-        return None
-    corners = [a / b for a in numerator for b in denominator]
-    return min(corners), max(corners)
-
-
-def correlation_range(row: Moments, error: Errors, scale: Scale) -> tuple[float, float]:
-    """Where cov / sqrt(var_x var_y) lies when cov, var_x and var_y lie in their boxes: the corners
-    of cov / d with d in [sqrt(low_x low_y), sqrt(high_x high_y)] (square roots rounded outward),
-    cut to [-1, 1]; [-1, 1] when a variance may be 0."""
-    sx, sy = scale.spread_x, scale.spread_y
-    cov = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
-    var_x = box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
-    var_y = box(row.var_y, error.var_y, Fraction(0), Fraction(sy * sy))
-    low, high = var_x[0] * var_y[0], var_x[1] * var_y[1]
-    if low <= 0:
-        return -1.0, 1.0
-    roots = (Fraction(math.nextafter(math.sqrt(low), 0)), Fraction(math.nextafter(math.sqrt(high), math.inf)))
-    ends = quotient_range(cov, roots)
-    assert ends is not None
-    return max(float(ends[0]) - _ROUNDING, -1.0), min(float(ends[1]) + _ROUNDING, 1.0)
-
-
-_ROUNDING = 1e-12
-"""Slack for the float square roots and conversions of ``correlation_range`` (values in [-1, 1])."""
-
-
 def correlation(row: Moments) -> float:
     """cov / sqrt(var_x var_y) in [-1, 1], NaN when a noisy variance is 0 (as DuckDB's CORR)."""
     assert row.cov is not None and row.var_x is not None and row.var_y is not None
@@ -254,11 +181,6 @@ def as_float(value: Fraction) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def outward(low: float, high: float, floor: float = -math.inf, ceiling: float = math.inf) -> tuple[float, float]:
-    """[low, high] rounded outward by one float step, then cut to [floor, ceiling]."""
-    return max(math.nextafter(low, -math.inf), floor), min(math.nextafter(high, math.inf), ceiling)
-
-
 class PairFamily(AggregateFamily):
     """A second-moment family: its ``intervals`` come first (not centred on the value), and the
     half-width it reports is read off them."""
@@ -268,14 +190,6 @@ class PairFamily(AggregateFamily):
         """The larger distance from the value to an end of its interval (``intervals``)."""
         return [spread_of(low, high, value) for value, (low, high)
                 in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
-
-
-def spread_of(low: float, high: float, value: float) -> float:
-    """The half-width reported for an interval that need not be centred on the value: the larger
-    distance from the value to an end (NaN for an undefined value)."""
-    if math.isnan(value):
-        return math.nan
-    return max(value - low, high - value)
 
 
 def _clamp(value: Fraction, low: Fraction | int, high: Fraction | int) -> Fraction:

@@ -17,22 +17,26 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.intervals import (
+    correlation_bounds,
+    covariance_range,
+    holding,
+    moment_boxes,
+    outward,
+    quotient_range,
+    square_range,
+    variance_range,
+)
 from dpsql.analysis.aggregates.moments import (
-    Errors,
     Moments,
     PairFamily,
     Scale,
     as_float,
-    box,
     classify_pair,
     correlation,
-    correlation_range,
-    errors,
     explain_text,
     moments,
-    outward,
     pair_shapes,
-    quotient_range,
     scale_of,
 )
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Measure, Release
@@ -68,37 +72,36 @@ class RegressionFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The worst case of each formula over the error boxes (module ``moments``), all holding
-        with probability 1 - alpha: the slope at the corners of cov / var_x; the intercept
-        mean_y - slope mean_x at the corners of slope times mean_x; R^2 the square of CORR's
-        interval, within [0, 1]. Where var_x's box reaches 0 (or the noisy count is not positive)
-        the slope and the intercept have no finite interval: (NaN, NaN), "derived, no ±"."""
+        """The means it reads (Sx/n, Sy/n, Sxy/n, Sxx/n, and Syy/n for R^2) by test inversion,
+        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals``); cov and
+        var_x over that box; the slope cov / var_x over theirs; the intercept mean_y - slope
+        mean_x at the corners of slope times mean_x; R^2 the square of CORR's interval, within
+        [0, 1]. Where var_x's range reaches 0 the slope and the intercept have no finite
+        interval: (NaN, NaN), "derived, no ±"."""
         statistics = STATISTICS[aggregate.function]
         scale = scale_of(measures)
-        floor, ceiling = self.possible(aggregate, measures)
+        sx, sy = float(scale.spread_x), float(scale.spread_y)
+        ratio = scale.grid_y / scale.grid_x
         cells = []
-        for row in moments(aggregate, measures, release, statistics):
-            if row is None:
-                cells.append((floor, ceiling) if aggregate.function == "regr_r2" else UNKNOWN)
-                continue
-            error = errors(measures, statistics, row.n, alpha)
+        for box in moment_boxes(measures, statistics, release.noisy, alpha):
+            cov = covariance_range(box["xy"], box["y"], box["x"], sx * sy)
+            var_x = variance_range(box["xx"], box["x"], sx * sx)
             if aggregate.function == "regr_r2":
-                low, high = correlation_range(row, error, scale)
-                squares = (low * low, high * high)
-                cells.append(outward(0.0 if low <= 0 <= high else min(squares), max(squares), 0.0, 1.0))
+                low, high = correlation_bounds(cov, var_x, variance_range(box["yy"], box["y"], sy * sy))
+                cells.append(outward(*square_range(low, high), 0.0, 1.0))
                 continue
-            slope = _slope_range(row, error, scale)
+            slope = quotient_range(cov, var_x)
             if slope is None:
                 cells.append(UNKNOWN)
-            elif aggregate.function == "regr_slope":
-                cells.append(outward(as_float(slope[0]), as_float(slope[1])))
-            else:
-                sx, sy = scale.spread_x, scale.spread_y
-                mean_y = [scale.mean_y(c) for c in box(row.mean_y, error.mean_y, Fraction(-sy), Fraction(sy))]
-                mean_x = [scale.mean_x(c) for c in box(row.mean_x, error.mean_x, Fraction(-sx), Fraction(sx))]
-                products = [b * m for b in slope for m in mean_x]
-                cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
-        return cells
+                continue
+            slopes = [Fraction(end) * ratio for end in slope]  # exact: the columns' units may leave float range
+            if aggregate.function == "regr_slope":
+                cells.append(outward(as_float(slopes[0]), as_float(slopes[1])))
+                continue
+            mean_y = [scale.mean_y(Fraction(c)) for c in box["y"]]
+            products = [b * scale.mean_x(Fraction(c)) for b in slopes for c in box["x"]]
+            cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """R^2 lies in [0, 1]; the slope and the intercept have no bound."""
@@ -127,13 +130,3 @@ def _value(function: str, row: Moments | None, scale: Scale) -> float:
         return as_float(slope)
     return as_float(scale.mean_y(row.mean_y) - slope * scale.mean_x(row.mean_x))
 
-
-def _slope_range(row: Moments, error: Errors, scale: Scale) -> tuple[Fraction, Fraction] | None:
-    sx, sy = scale.spread_x, scale.spread_y
-    cov = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
-    var_x = box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
-    ends = quotient_range(cov, var_x)
-    if ends is None:
-        return None
-    ratio = scale.grid_y / scale.grid_x
-    return ends[0] * ratio, ends[1] * ratio

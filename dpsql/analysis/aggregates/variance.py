@@ -15,8 +15,16 @@ from typing import Sequence
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
+from dpsql.analysis.aggregates.exact import exact, integers, magnitude, quotients
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Shape, filtered
+from dpsql.analysis.aggregates.intervals import (
+    holding,
+    moment_boxes,
+    outward,
+    sample_factor_range,
+    spread_of,
+    variance_range,
+)
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 
@@ -59,26 +67,31 @@ class VarianceFamily(AggregateFamily):
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                     alpha: float) -> list[float]:
-        """The AVG argument (``dpsql.analysis.aggregates.avg``) for Q'/C' (|ratio| <= R^2) and for
-        the squared mean (|m^2 - m'^2| <= 2R |m - m'|), each at alpha/3; STDDEV: sqrt of the
-        variance's."""
-        first = measures[0]
-        counts = release.noisy[measures[-1].name]
-        spread = first.upper - first.lower
-        full = _full(aggregate)
-        h_sum, h_squares, h_count = (noise_half_width(m, alpha / 3) for m in measures)
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The mean m = S/C and the mean square Q/C by test inversion, together with probability
+        1 - alpha (``dpsql.analysis.aggregates.intervals``), and the variance's exact range over
+        that box (Q/C - m^2 within [0, s^2], s the centred spread); the sample form times the
+        range of C/(C - 1) over the count's own interval; STDDEV the square roots."""
+        total, squares, count = measures[0], measures[1], measures[-1]
+        spread = float(total.upper - total.lower)
+        unit = float(total.grid) ** 2 / 4
+        floor, ceiling = self.possible(aggregate, measures)
         cells = []
-        for c in counts:
-            if c <= 1:  # the released value is 0; the truth is at most (hi - lo)^2 / 4, or twice that
-                # for the sample form (two values, one at each bound: n / (n - 1) = 2)
-                largest = full**2 / (2 if aggregate.sample else 4)
-                cells.append(float(largest) if aggregate.function == "variance" else math.sqrt(largest))
-                continue
-            mean_error = Fraction(h_sum + spread * h_count, c)
-            centred = Fraction(h_squares + spread * spread * h_count, c) + 2 * spread * mean_error
-            variance = min(full**2 / 4, first.grid**2 * centred / 4)
-            cells.append(math.sqrt(variance) if aggregate.function == "stddev" else float(variance))
-        return cells
+        for box in moment_boxes([total, squares, count], ("m", "q"), release.noisy, alpha, aggregate.sample):
+            low, high = variance_range(box["q"], box["m"], spread * spread)
+            if aggregate.sample:
+                least, most = sample_factor_range(box["n"])
+                low, high = low * least, high * most
+            low, high = low * unit, high * unit
+            if aggregate.function == "stddev":
+                low, high = math.sqrt(low), math.sqrt(high)
+            cells.append(outward(low, high, floor, ceiling))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """At most (hi - lo)^2 / 4 (values half at each bound), STDDEV its root; the sample form
