@@ -201,15 +201,15 @@ PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 3, y BOUNDS -4 TO 4, x BOUN
 
 
 def test_an_uninformative_or_undefined_value_carries_a_note_saying_why():
-    """At a tiny epsilon CORR comes back NaN or ±1 over [-1, 1], AVG over its whole bounds: each
-    answer says why, and says to raise epsilon or narrow the bounds."""
+    """At a small epsilon CORR comes back NaN or ±1, and its interval is all of [-1, 1]: each answer
+    says why, and says to raise epsilon or narrow the bounds when the interval spans it all."""
     import pandas as pd
 
     frame = {"t": pd.DataFrame(list(_rows()), columns=["uid", "y", "x"])}
     seen = set()
     with dpsql.connect(frame, policy=NOTES_POLICY, ledger=":memory:", rng=SeededSource(2)) as db:
-        for run in range(12):
-            result = db.sql(f"SELECT CORR(y, x) AS c, AVG(y) AS a FROM t WHERE {run} = {run}", epsilon=0.002)
+        for run in range(16):
+            result = db.sql(f"SELECT CORR(y, x) AS c, AVG(y) AS a FROM t WHERE {run} = {run}", epsilon=0.3)
             (corr, _), = result.fetchall()
             notes = " ".join(result.notes)
             if corr is None or math.isnan(corr):
@@ -218,5 +218,13 @@ def test_an_uninformative_or_undefined_value_carries_a_note_saying_why():
             elif abs(corr) == 1:
                 assert "c is exactly" in notes and "clamped" in notes
                 seen.add("one")
-            assert "uninformative: raise ε or narrow the bounds" in notes
-    assert seen == {"nan", "one"}
+            low, high = result.intervals()[["c_low", "c_high"]].iloc[0]
+            if low <= -1 and high >= 1:
+                assert "c's 95% interval spans all it can be ([-1, 1]) in the row shown: uninformative: raise ε or " \
+                       "narrow the bounds" in notes
+                seen.add("whole")
+            else:
+                assert "c's 95% interval" not in notes
+            assert ("a's 95% interval" in notes) == (result.intervals()["a_high"].iloc[0] >= 4 and
+                                                     result.intervals()["a_low"].iloc[0] <= -4)
+    assert seen == {"nan", "one", "whole"}
