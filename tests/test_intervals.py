@@ -146,14 +146,22 @@ def test_intervals_cover_the_bounded_truth_and_narrower_would_not(call):
     assert _misses(_narrowed(spans, NARROWER[call]), truth) >= LIMIT
 
 
-def test_a_ratio_s_interval_covers_as_promised_and_no_more():
-    """The test inversion alone, with both noises at once: 80% intervals of S/n from S' = S + e_S,
-    n' = n + e_n miss fewer than LIMIT times in 1,000, and more than 150 (the construction is
-    close to exact: a union bound over the two noises would miss about 60 times)."""
+@pytest.mark.parametrize("kind", ["laplace", "gaussian"])
+def test_a_ratio_s_interval_covers_as_promised_and_no_more(kind):
+    """The test inversion alone, with both noises at once (discrete Laplace, or discrete Gaussian
+    of the same variance): 80% intervals of S/n from S' = S + e_S, n' = n + e_n miss fewer than
+    LIMIT times in 1,000, and more than 150 (the construction is close to exact: a union bound
+    over the two noises would miss about 60 times), and halved ones miss at least LIMIT times."""
     source = SeededSource(5)
-    total, count, law_sum, law_count = -3000, 400, Law("laplace", Fraction(300)), Law("laplace", Fraction(8))
-    sums = total + noise.discrete_laplace(law_sum.scale, TRIALS, source)
-    counts = count + noise.discrete_laplace(law_count.scale, TRIALS, source)
+    total, count = -3000, 400
+    if kind == "laplace":
+        law_sum, law_count = Law("laplace", Fraction(300)), Law("laplace", Fraction(8))
+        sums = total + noise.discrete_laplace(law_sum.scale, TRIALS, source)
+        counts = count + noise.discrete_laplace(law_count.scale, TRIALS, source)
+    else:
+        law_sum, law_count = Law("gaussian", Fraction(2 * 300**2)), Law("gaussian", Fraction(2 * 8**2))
+        sums = total + noise.discrete_gaussian(law_sum.scale, TRIALS, source)
+        counts = count + noise.discrete_gaussian(law_count.scale, TRIALS, source)
     spans = [ratio_interval(int(s), int(n), law_sum, law_count, Fraction(-20), Fraction(20), ALPHA)
              for s, n in zip(sums, counts)]
     misses = _misses(spans, total / count)

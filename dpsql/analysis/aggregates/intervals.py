@@ -34,11 +34,12 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from dpsql.analysis.plan import Measure
+from dpsql.mechanisms import noise
 
 __all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "ratio_boxes", "count_interval", "square_range",
            "spread_of", "product_range", "quotient_range", "outward", "moment_boxes", "variance_range",
@@ -131,9 +132,12 @@ def _gaussian_tail(sigma_sq: Fraction, m: np.ndarray) -> np.ndarray:
 
 
 def law_of(measure: Measure) -> Law:
-    """The noise law of ``measure`` (in its grid units)."""
-    if measure.noise in ("laplace", "gaussian"):
-        return Law(measure.noise, measure.scale)
+    """The noise law of ``measure`` (in its grid units), with the scale the sampler really draws
+    (rounded up when its terms are large)."""
+    if measure.noise == "laplace":
+        return Law("laplace", noise.discrete_laplace_sampled_scale(measure.scale))
+    if measure.noise == "gaussian":
+        return Law("gaussian", noise.discrete_gaussian_sampled_sigma_sq(measure.scale))
     return Law("none", Fraction(0))
 
 
@@ -326,7 +330,7 @@ Box = dict[str, tuple[float, float]]
 is the count's own interval where asked for."""
 
 
-def moment_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: dict[str, Sequence[int]],
+def moment_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
                  alpha: float, with_count: bool = False) -> list[Box]:
     """Per released row, the box of ``statistics`` (the first ``len(statistics)`` measures, each
     over the count that follows them) holding with probability at least 1 - alpha: the ratios
