@@ -20,10 +20,11 @@ from dpsql.analysis.aggregates import family_of
 from dpsql.analysis.aggregates.intervals import (
     Law,
     correlation_bounds,
-    covariance_range,
+    product_range,
     ratio_interval,
     sample_factor_range,
-    variance_range,
+    square_range,
+    sum_critical,
 )
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
@@ -44,13 +45,13 @@ CALLS = ("AVG(y)", "VAR_POP(y)", "VARIANCE(y)", "STDDEV(y)", "CORR(y, x)", "COVA
          "REGR_SLOPE(y, x)", "REGR_INTERCEPT(y, x)", "REGR_R2(y, x)")
 EPSILON = {"AVG(y)": 1, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2}
 """Per call, the epsilon its releases use (8 for the second moments: six measures share it)."""
-NARROWER = {"AVG(y)": 2, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 3,
-            "COVAR_SAMP(y, x)": 3, "CORR(y, x)": 5, "REGR_SLOPE(y, x)": 4, "REGR_INTERCEPT(y, x)": 5,
+NARROWER = {"AVG(y)": 2, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2,
+            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 4, "REGR_SLOPE(y, x)": 3, "REGR_INTERCEPT(y, x)": 5,
             "REGR_R2(y, x)": 4}
-"""Per call, how much narrower an interval must miss too often: 2 where one or two ratios decide
-it (the test inversion is close to exact); the second moments over-cover (a union bound over 3 to
-5 ratios, then the worst case of the formula over their box), by the factor given here, which
-this test pins so that a wider construction fails it."""
+"""Per call, how much narrower an interval must miss too often: 2 where a mean and one centred
+moment decide it (each test close to exact); the ratios of moments (CORR, REGR_*) over-cover (a
+union bound over 3 to 5 tests, then the worst case of the formula over their box), by the factor
+given here, which this test pins so that a wider construction fails it."""
 TRIALS, ALPHA = 1000, 0.2
 """Releases per statistic, and the intervals' alpha: 80% intervals miss about 200 times."""
 
@@ -179,19 +180,14 @@ def _grid(low: float, high: float) -> list[float]:
 
 
 def test_the_box_ranges_hold_every_point_of_their_boxes_and_are_reached():
-    """variance_range, covariance_range and correlation_bounds by brute force: every point of a grid
-    over each box lands inside the stated range, and the range's ends are within a grid step of
-    points that reach them."""
-    boxes = [((10.0, 12.0), (-1.0, 2.0)), ((0.5, 3.0), (0.2, 0.9)), ((4.0, 9.0), (-3.0, -1.0))]
-    for second, mean in boxes:
-        low, high = variance_range(second, mean, 100.0)
-        values = [max(q - m * m, 0.0) for q in _grid(*second) for m in _grid(*mean)]
-        assert low <= min(values) and max(values) <= high
-        assert min(values) - low < 1e-9 and high - max(values) < 1e-9
-    cross, mean_y, mean_x = (1.0, 2.0), (-1.0, 0.5), (2.0, 3.0)
-    low, high = covariance_range(cross, mean_y, mean_x, 100.0)
-    values = [c - a * b for c in _grid(*cross) for a in _grid(*mean_y) for b in _grid(*mean_x)]
-    assert low <= min(values) and max(values) <= high and min(values) - low < 1e-9 and high - max(values) < 1e-9
+    """square_range, product_range and correlation_bounds by brute force: every point of a grid
+    over each box lands inside the stated range, and the range's ends are reached."""
+    for low, high in [(-1.0, 2.0), (0.5, 3.0), (-3.0, -1.0)]:
+        values = [m * m for m in _grid(low, high)] + [0.0] * (low <= 0 <= high)
+        assert square_range(low, high) == (min(values), max(values))
+    first, second = (-1.0, 0.5), (2.0, 3.0)
+    values = [a * b for a in _grid(*first) for b in _grid(*second)]
+    assert product_range(first, second) == (min(values), max(values))
     for cov, var_x, var_y in [((0.5, 0.8), (1.0, 2.0), (1.0, 4.0)), ((-0.9, -0.2), (0.5, 1.0), (1.0, 3.0)),
                               ((-0.3, 0.4), (0.5, 1.0), (0.8, 1.2))]:
         low, high = correlation_bounds(cov, var_x, var_y)
@@ -200,6 +196,24 @@ def test_the_box_ranges_hold_every_point_of_their_boxes_and_are_reached():
         assert low <= min(values) and max(values) <= high
         assert min(values) - low < 1e-9 and high - max(values) < 1e-9
     assert sample_factor_range((1.0, 5.0)) == (1.25, 2.0)
+
+
+def test_the_critical_value_of_a_sum_of_noises_is_its_quantile():
+    """sum_critical against the exact quantile of one discrete Laplace (30 at scale 10, 95%) and,
+    for a weighted sum of three, against 200,000 seeded draws: the share of |sum| above t is below
+    0.05 + 5.3 standard errors (a correct t fails with probability < 1e-7), and t is no more than
+    3% above the simulated quantile."""
+    assert 30 <= sum_critical(((Law("laplace", Fraction(10)), 1.0),), 0.05) < 30.1
+    terms = ((Law("laplace", Fraction(40)), 1.0), (Law("laplace", Fraction(5)), 7.0),
+             (Law("gaussian", Fraction(900)), 0.5))
+    t = sum_critical(terms, 0.05)
+    source = SeededSource(9)
+    size = 200_000
+    draws = (noise.discrete_laplace(Fraction(40), size, source)
+             + 7.0 * noise.discrete_laplace(Fraction(5), size, source)
+             + 0.5 * noise.discrete_gaussian(Fraction(900), size, source))
+    quantile = float(np.quantile(np.abs(draws), 0.95))
+    assert np.mean(np.abs(draws) > t) < 0.05 + 5.3 * math.sqrt(0.05 * 0.95 / size) and t < quantile * 1.03
 
 
 # -- notes on undefined, clamped and uninformative values ---------------------------------------

@@ -13,13 +13,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
-from dpsql.analysis.aggregates.intervals import (
-    correlation_bounds,
-    covariance_range,
-    holding,
-    moment_boxes,
-    variance_range,
-)
+from dpsql.analysis.aggregates.intervals import centred_boxes, correlation_bounds, holding
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     classify_pair,
@@ -27,7 +21,6 @@ from dpsql.analysis.aggregates.moments import (
     explain_text,
     moments,
     pair_shapes,
-    scale_of,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
 
@@ -56,16 +49,12 @@ class CorrelationFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The five means Sx/n, Sy/n, Sxy/n, Sxx/n, Syy/n by test inversion, together with
-        probability 1 - alpha (``dpsql.analysis.aggregates.intervals``); cov, var_x and var_y over
-        that box, and cov / sqrt(var_x var_y) over theirs, within [-1, 1]."""
-        scale = scale_of(measures)
-        sx, sy = float(scale.spread_x), float(scale.spread_y)
+        """The means of x and y by test inversion and cov, var_x and var_y by their own pivots,
+        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
+        and cov / sqrt(var_x var_y) over their box, within [-1, 1]."""
         cells = []
-        for box in moment_boxes(measures, STATISTICS, release.noisy, alpha):
-            cov = covariance_range(box["xy"], box["y"], box["x"], sx * sy)
-            cells.append(correlation_bounds(cov, variance_range(box["xx"], box["x"], sx * sx),
-                                            variance_range(box["yy"], box["y"], sy * sy)))
+        for box in centred_boxes(measures, STATISTICS, release.noisy, alpha):
+            cells.append(correlation_bounds(box["cov"], box["var_x"], box["var_y"]))
         return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:

@@ -16,7 +16,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
-from dpsql.analysis.aggregates.intervals import covariance_range, holding, moment_boxes, outward, sample_factor_range
+from dpsql.analysis.aggregates.intervals import centred_boxes, holding, outward, sample_factor_range
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     as_float,
@@ -65,17 +65,16 @@ class CovarianceFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The means Sx/n, Sy/n and Sxy/n by test inversion, together with probability 1 - alpha
-        (``dpsql.analysis.aggregates.intervals``), and m_xy - m_x m_y over that box, in the
+        """The means of x and y by test inversion and cov by its own pivot, together with
+        probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``), in the
         columns' units; the sample form times the range of C/(C - 1) over the count's own
         interval (C >= 2), at ``intervals.COUNT_SHARE`` of alpha."""
         scale = scale_of(measures)
-        largest = float(scale.spread_x * scale.spread_y)
         unit = scale.grid_x * scale.grid_y / 4
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
-        for box in moment_boxes(measures, STATISTICS, release.noisy, alpha, aggregate.sample):
-            low, high = covariance_range(box["xy"], box["y"], box["x"], largest)
+        for box in centred_boxes(measures, STATISTICS, release.noisy, alpha, aggregate.sample):
+            low, high = box["cov"]
             if aggregate.sample:
                 corners = [end * factor for end in (low, high) for factor in sample_factor_range(box["n"])]
                 low, high = min(corners), max(corners)

@@ -1,8 +1,8 @@
 """(1 - alpha) intervals of derived statistics, from the exact noise laws of their measures.
 
 Every derived statistic (AVG, VARIANCE, STDDEV, CORR, COVAR_*, REGR_*) is a function of ratios
-r = S / n of a sum measure S over a count n of the same rows. Its interval is built in two steps,
-both conservative (no approximation decides the coverage):
+r = S / n of a sum measure S over a count n of the same rows. Its interval is built in up to three
+steps, each conservative (no approximation decides the coverage):
 
 1. **Each ratio by test inversion.** When r is the true ratio, S' - r n' = e_S - r e_n exactly
    (S = r n), whatever n is: a pivot whose law is known from the two measures' noise laws alone
@@ -17,11 +17,18 @@ both conservative (no approximation decides the coverage):
    less) until the interval stops shrinking. Coverage of r is then at least 1 - alpha, with the
    two noises convolved rather than each bounded apart, and with the true ratio rather than
    its worst case multiplying the count's noise. AVG is one ratio: its interval is this one.
-2. **Several ratios by a union bound** (``ratio_boxes``): k ratios each at alpha / k hold
-   together with probability at least 1 - alpha (and the count, where the sample form's
-   n / (n - 1) needs it, at a small share); the statistic's interval is then its exact range
-   over that box of ratios (``square_range``, ``product_range``, ``quotient_range``: each
-   statistic is monotone in each ratio piecewise, so the range is read off at endpoints).
+2. **Centred second moments by their own pivots** (``centred_moment_interval``): for the true
+   means m_u, m_v and centred moment c = S_uv/n - m_u m_v (a covariance, or a variance when
+   u = v), S_uv' - m_v S_u' - m_u S_v' + (m_u m_v - c) n' is a weighted sum of the four noises,
+   whose law the hypothesis fixes; its critical value (``sum_critical``: the noises' pmfs on a
+   lattice, convolved) at the largest weights the means' intervals allow bounds the one at the
+   true weights. The means' own errors then reach c only at second order.
+3. **A union bound** (``centred_boxes``): the means (``MEANS_SHARE`` of alpha) and the centred
+   moments (the rest, equally) hold together with probability at least 1 - alpha (and the
+   count's own interval at ``COUNT_SHARE`` of it, where the sample form's n / (n - 1) needs
+   it); the statistic's interval is its exact range over that box (``correlation_bounds``,
+   ``quotient_range``, ``product_range``: each is monotone in each part, so the range is read
+   off at the box's ends).
 
 These intervals are for the bounded truth (the data as clamped and contribution-bounded);
 bias from the bounds is not in them. Nothing here reads data: the noisy measures and the plan
@@ -41,9 +48,9 @@ import numpy as np
 from dpsql.analysis.plan import Measure
 from dpsql.mechanisms import noise
 
-__all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "ratio_boxes", "count_interval", "square_range",
-           "spread_of", "product_range", "quotient_range", "outward", "moment_boxes", "variance_range",
-           "covariance_range", "sample_factor_range", "correlation_bounds", "holding"]
+__all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "count_interval", "square_range",
+           "spread_of", "product_range", "quotient_range", "outward", "sample_factor_range", "correlation_bounds",
+           "holding", "sum_critical", "centred_moment_interval", "centred_boxes"]
 
 TAIL_SHARE = 1e-3
 """Share of alpha left to the count's noise beyond the blocks summed over (counted as a miss)."""
@@ -57,6 +64,9 @@ SHRINK = 0.99
 """A refinement that leaves the interval wider than this share of the previous one is the last."""
 COUNT_SHARE = 0.05
 """Share of alpha spent on the count's own interval where a statistic needs it (n / (n - 1))."""
+MEANS_SHARE = 0.1
+"""Share of alpha the means take beside centred second moments (their errors reach a moment only
+at second order, so a wider interval of the means costs little)."""
 
 
 @dataclass(frozen=True)
@@ -264,17 +274,6 @@ def _up(value: float) -> float:
 
 # -- several ratios: the union bound and the statistics' ranges over its box ----------------
 
-def ratio_boxes(measures: Sequence[Measure], count: Measure, noisy: dict[str, int], alpha: float,
-                ranges: Sequence[tuple[Fraction, Fraction]] | None = None) -> list[tuple[float, float]]:
-    """Each sum measure's ratio to ``count``, at alpha / k each (k sums): all hold together
-    with probability at least 1 - alpha. ``ranges``: the ratios' possible ranges (default
-    ``ratio_range`` of each)."""
-    share = alpha / len(measures)
-    ranges = ranges if ranges is not None else [ratio_range(m) for m in measures]
-    return [ratio_interval(noisy[m.name], noisy[count.name], law_of(m), law_of(count), low, high, share)
-            for m, (low, high) in zip(measures, ranges)]
-
-
 def count_interval(count: Measure, noisy: int, alpha: float) -> tuple[int, int]:
     """The (1 - alpha) interval of a count from its noisy value (at least 0)."""
     law = law_of(count)
@@ -330,44 +329,6 @@ Box = dict[str, tuple[float, float]]
 is the count's own interval where asked for."""
 
 
-def moment_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
-                 alpha: float, with_count: bool = False) -> list[Box]:
-    """Per released row, the box of ``statistics`` (the first ``len(statistics)`` measures, each
-    over the count that follows them) holding with probability at least 1 - alpha: the ratios
-    share alpha (less ``COUNT_SHARE`` of it, which the count's interval takes ``with_count``)."""
-    k = len(statistics)
-    sums, count = measures[:k], measures[k]
-    ratios_alpha = alpha * (1 - COUNT_SHARE) if with_count else alpha
-    rows = []
-    for i, n in enumerate(noisy[count.name]):
-        row = {m.name: noisy[m.name][i] for m in sums}
-        row[count.name] = n
-        box = dict(zip(statistics, ratio_boxes(sums, count, row, ratios_alpha)))
-        if with_count:
-            low, high = count_interval(count, n, alpha * COUNT_SHARE)
-            box["n"] = (float(low), float(high))
-        rows.append(box)
-    return rows
-
-
-def variance_range(second: tuple[float, float], mean: tuple[float, float], largest: float) -> tuple[float, float]:
-    """The range of m2 - m^2 (a population variance) over m2 and m in their intervals, within
-    [0, largest] (where the truth lies).
-
-    >>> variance_range((10.0, 12.0), (-1.0, 2.0), 100.0)
-    (6.0, 12.0)
-    """
-    squares = square_range(*mean)
-    return max(second[0] - squares[1], 0.0), min(max(second[1] - squares[0], 0.0), largest)
-
-
-def covariance_range(cross: tuple[float, float], mean_y: tuple[float, float], mean_x: tuple[float, float],
-                     largest: float) -> tuple[float, float]:
-    """The range of m_xy - m_x m_y over the intervals, within [-largest, largest]."""
-    products = product_range(mean_y, mean_x)
-    return max(cross[0] - products[1], -largest), min(cross[1] - products[0], largest)
-
-
 def sample_factor_range(count: tuple[float, float]) -> tuple[float, float]:
     """The range of n / (n - 1) over true counts n >= 2 in ``count`` (2 where n may be 2 or less).
 
@@ -417,3 +378,152 @@ def holding(spans: Sequence[tuple[float, float]], values: Sequence[float]) -> li
     """
     return [(low, high) if math.isnan(value) or math.isnan(low) else (min(low, value), max(high, value))
             for (low, high), value in zip(spans, values)]
+
+
+# -- centred second moments by their own pivots ------------------------------------------------
+
+LATTICE = 4096
+"""Lattice steps across the widest term of ``sum_critical`` (its rounding adds at most one step
+per term to t)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def sum_critical(terms: tuple[tuple[Law, float], ...], alpha: float) -> float:
+    """A t with P(|sum of a_i Z_i| > t) <= alpha for independent Z_i of the given laws and
+    coefficients a_i: each a_i Z_i rounded up onto a lattice (so the lattice sum is at least the
+    true one), their exact pmfs convolved (FFT), the tails beyond each law's reach counted as
+    misses; by symmetry P(|sum| > t) <= 2 P(lattice sum > t).
+
+    >>> t = sum_critical(((Law("laplace", Fraction(10)), 1.0),), 0.05)
+    >>> 30 <= t < 31
+    True
+    """
+    parts = [(law, abs(a)) for law, a in terms if law.kind != "none" and law.scale and a]
+    if not parts:
+        return 0.0
+    share = alpha * TAIL_SHARE / len(parts)
+    reaches = [law.reach(share) for law, _ in parts]
+    step = max(a * (r + 1) for (_, a), r in zip(parts, reaches)) / (LATTICE / 2)
+    total = np.ones(1)
+    offset = 0
+    beyond = 0.0
+    for (law, a), reach in zip(parts, reaches):
+        lowest, highest = math.floor(-a * reach / step), math.ceil(a * reach / step)
+        cells = np.arange(lowest, highest + 1, dtype=np.float64)
+        # ceil(a Z / step) = j  <=>  (j - 1) step / a < Z <= j step / a
+        upper = np.floor(cells * step / a)
+        below = np.floor((cells - 1) * step / a)
+        pmf = np.maximum(law.tail(below) - law.tail(upper), 0.0)
+        beyond += 2 * float(law.tail(np.array([reach]))[0])
+        size = total.size + pmf.size - 1
+        width = 1 << (size - 1).bit_length()
+        total = np.fft.irfft(np.fft.rfft(total, width) * np.fft.rfft(pmf, width), width)[:size]
+        total = np.maximum(total, 0.0)
+        offset += lowest
+    above = np.cumsum(total[::-1])[::-1]      # above[k] = P(lattice sum >= offset + k)
+    budget = alpha * (1 - 1e-6) - beyond
+    # P(sum > t) <= P(lattice sum > t / step): the least k with 2 P(lattice >= k + 1) <= budget
+    tails = np.append(above[1:], 0.0)
+    index = int(np.argmax(2 * tails <= budget))
+    return max((offset + index) * step, 0.0) * (1 + 1e-9)
+
+
+def centred_moment_interval(second: int, first: tuple[int, int], count: int, laws: tuple[Law, Law, Law, Law],
+                            means: tuple[tuple[float, float], tuple[float, float]], limit: tuple[float, float],
+                            alpha: float, same: bool = False) -> tuple[float, float]:
+    """The (1 - alpha) interval, given that the true means lie in ``means``, of a centred second
+    moment c = S_uv/n - m_u m_v (a covariance; a variance when u = v) in [limit]: from noisy
+    ``second`` = S_uv', ``first`` = (S_u', S_v') and ``count`` = n', with the noise laws of
+    (S_uv, S_u, S_v, n); ``same`` for a variance (u = v: one sum, its noise counted once with
+    the summed coefficient 2 m_u).
+
+    For the true (m_u, m_v, c), D = S_uv' - m_v S_u' - m_u S_v' + (m_u m_v - c) n' is exactly
+    e_uv - m_v e_u - m_u e_v + (m_u m_v - c) e_n, whose law the hypothesis fixes; the test
+    |D| <= t (t by ``chernoff_critical``, at the largest coefficients the means' box and the
+    current range of c allow: t only grows with them) accepts c where n' |c - cov' - (m_u - m_u')
+    (m_v - m_v')| <= t for some means in the box (cov' = S_uv'/n' - m_u' m_v', m' = S'/n'). Its
+    error from the means is second order ((m_u - m_u')(m_v - m_v')), where the box of the three
+    ratios had it first order (m_v' e_u + m_u' e_v). Holds with probability 1 - alpha when the
+    means do (a union bound with theirs).
+
+    Why the largest coefficients: with U_i independent uniform on (-1/2, 1/2), each Z_i + U_i has
+    a symmetric unimodal density, so (Anderson's theorem, their convolution being symmetric
+    unimodal too) P(|sum a_i (Z_i + U_i)| > t) only grows with each |a_i|; and the sum of the
+    a_i Z_i differs from that of the a_i (Z_i + U_i) by at most half the sum of |a_i|, as does
+    ``sum_critical``'s lattice sum once shifted by it. So the critical value at the largest
+    |a_i|, plus the sum of the |a_i|, holds for every coefficient at most as large."""
+    low, high = limit
+    if count <= 0:
+        return low, high
+    law_uv, law_u, law_v, law_n = laws
+    mean_u, mean_v = Fraction(first[0], count), Fraction(first[1], count)
+    centre = float(Fraction(second, count) - mean_u * mean_v)
+    shifts = ((means[0][0] - float(mean_u), means[0][1] - float(mean_u)),
+              (means[1][0] - float(mean_v), means[1][1] - float(mean_v)))
+    offsets = square_range(*shifts[0]) if same else product_range(*shifts)
+    largest_u = max(abs(means[0][0]), abs(means[0][1]))
+    largest_v = max(abs(means[1][0]), abs(means[1][1]))
+    for _ in range(3):
+        kappa = largest_u * largest_v + max(abs(low), abs(high))
+        terms = [(law_uv, 1.0), (law_n, _rounded_up(kappa))]
+        terms += ([(law_u, _rounded_up(largest_v + largest_u))] if same else
+                  [(law_u, _rounded_up(largest_v)), (law_v, _rounded_up(largest_u))])
+        # + the coefficients: the critical value at the largest coefficients bounds the one at the
+        # true ones (below), up to the integers' lattice
+        t = (sum_critical(tuple(terms), alpha) + sum(a for _, a in terms)) / count
+        low, high = max(low, _down(centre + offsets[0] - t)), min(high, _up(centre + offsets[1] + t))
+        if low > high:  # nothing accepted: only a value outside the limit could be the truth
+            return limit
+    return low, high
+
+
+def _rounded_up(value: float) -> float:
+    """``value`` rounded up to 3 significant bits: t grows with every coefficient, so this only
+    widens, and keeps the critical values' cache small."""
+    if value <= 0:
+        return 0.0
+    exponent = math.floor(math.log2(value)) - 2
+    return math.ceil(value / 2.0**exponent) * 2.0**exponent
+
+
+SECOND_MOMENTS = {"xy": ("cov", "x", "y"), "xx": ("var_x", "x", "x"), "yy": ("var_y", "y", "y")}
+"""A second-moment statistic -> the centred moment it gives and the two means it is centred on."""
+
+
+def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
+                  alpha: float, with_count: bool = False) -> list[Box]:
+    """Per released row, intervals holding together with probability at least 1 - alpha: of the
+    means "x" and "y" (``ratio_interval``) and of the centred moments "cov", "var_x", "var_y"
+    their ``statistics`` give ("xy", "xx", "yy": ``centred_moment_interval``): the means share
+    ``MEANS_SHARE`` of alpha, the moments the rest equally (less ``COUNT_SHARE`` of it all, which
+    the count's interval "n" takes ``with_count``). ``measures``: the sums of ``statistics`` in
+    order, then the count."""
+    k = len(statistics)
+    sums, count = dict(zip(statistics, measures[:k])), measures[k]
+    firsts = [name for name in statistics if name in ("x", "y")]
+    seconds = [name for name in statistics if name in SECOND_MOMENTS]
+    tests = alpha * (1 - COUNT_SHARE) if with_count else alpha
+    # the means' errors reach a centred moment only at second order: they take a small share
+    share_first = tests * (MEANS_SHARE if seconds else 1) / len(firsts)
+    share = tests * (1 - MEANS_SHARE) / len(seconds) if seconds else 0.0
+    laws = {name: law_of(measure) for name, measure in sums.items()}
+    law_n = law_of(count)
+    spreads = {name: float(ratio_range(sums[name])[1]) for name in firsts}
+    rows = []
+    for i, n in enumerate(noisy[count.name]):
+        box: Box = {}
+        for name in firsts:
+            low, high = ratio_range(sums[name])
+            box[name] = ratio_interval(noisy[sums[name].name][i], n, laws[name], law_n, low, high, share_first)
+        for name in seconds:
+            moment, u, v = SECOND_MOMENTS[name]
+            largest = spreads[u] * spreads[v]
+            limit = (0.0, largest) if u == v else (-largest, largest)
+            box[moment] = centred_moment_interval(
+                noisy[sums[name].name][i], (noisy[sums[u].name][i], noisy[sums[v].name][i]), n,
+                (laws[name], laws[u], laws[v], law_n), (box[u], box[v]), limit, share, same=u == v)
+        if with_count:
+            low_n, high_n = count_interval(count, n, alpha * COUNT_SHARE)
+            box["n"] = (float(low_n), float(high_n))
+        rows.append(box)
+    return rows

@@ -18,14 +18,12 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
 from dpsql.analysis.aggregates.intervals import (
+    centred_boxes,
     correlation_bounds,
-    covariance_range,
     holding,
-    moment_boxes,
     outward,
     quotient_range,
     square_range,
-    variance_range,
 )
 from dpsql.analysis.aggregates.moments import (
     Moments,
@@ -72,22 +70,20 @@ class RegressionFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The means it reads (Sx/n, Sy/n, Sxy/n, Sxx/n, and Syy/n for R^2) by test inversion,
-        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals``); cov and
-        var_x over that box; the slope cov / var_x over theirs; the intercept mean_y - slope
-        mean_x at the corners of slope times mean_x; R^2 the square of CORR's interval, within
+        """The means of x and y by test inversion, and cov and var_x (and var_y for R^2) by
+        their own pivots, together with probability 1 - alpha (``intervals.centred_boxes``); the
+        slope cov / var_x over their box; the intercept mean_y - slope mean_x at the corners of
+        slope times mean_x; R^2 the square of CORR's interval, within
         [0, 1]. Where var_x's range reaches 0 the slope and the intercept have no finite
         interval: (NaN, NaN), "derived, no ±"."""
         statistics = STATISTICS[aggregate.function]
         scale = scale_of(measures)
-        sx, sy = float(scale.spread_x), float(scale.spread_y)
         ratio = scale.grid_y / scale.grid_x
         cells = []
-        for box in moment_boxes(measures, statistics, release.noisy, alpha):
-            cov = covariance_range(box["xy"], box["y"], box["x"], sx * sy)
-            var_x = variance_range(box["xx"], box["x"], sx * sx)
+        for box in centred_boxes(measures, statistics, release.noisy, alpha):
+            cov, var_x = box["cov"], box["var_x"]
             if aggregate.function == "regr_r2":
-                low, high = correlation_bounds(cov, var_x, variance_range(box["yy"], box["y"], sy * sy))
+                low, high = correlation_bounds(cov, var_x, box["var_y"])
                 cells.append(outward(*square_range(low, high), 0.0, 1.0))
                 continue
             slope = quotient_range(cov, var_x)

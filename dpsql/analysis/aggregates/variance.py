@@ -17,14 +17,7 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import exact, integers, magnitude, quotients
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Shape, filtered
-from dpsql.analysis.aggregates.intervals import (
-    holding,
-    moment_boxes,
-    outward,
-    sample_factor_range,
-    spread_of,
-    variance_range,
-)
+from dpsql.analysis.aggregates.intervals import centred_boxes, holding, outward, sample_factor_range, spread_of
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 
@@ -73,17 +66,16 @@ class VarianceFamily(AggregateFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The mean m = S/C and the mean square Q/C by test inversion, together with probability
-        1 - alpha (``dpsql.analysis.aggregates.intervals``), and the variance's exact range over
-        that box (Q/C - m^2 within [0, s^2], s the centred spread); the sample form times the
-        range of C/(C - 1) over the count's own interval; STDDEV the square roots."""
+        """The mean m = S/C by test inversion and the centred variance Q/C - m^2 by its own pivot,
+        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
+        within [0, s^2] (s the centred spread); the sample form times the range of C/(C - 1) over
+        the count's own interval; STDDEV the square roots."""
         total, squares, count = measures[0], measures[1], measures[-1]
-        spread = float(total.upper - total.lower)
         unit = float(total.grid) ** 2 / 4
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
-        for box in moment_boxes([total, squares, count], ("m", "q"), release.noisy, alpha, aggregate.sample):
-            low, high = variance_range(box["q"], box["m"], spread * spread)
+        for box in centred_boxes([total, squares, count], ("x", "xx"), release.noisy, alpha, aggregate.sample):
+            low, high = box["var_x"]
             if aggregate.sample:
                 least, most = sample_factor_range(box["n"])
                 low, high = low * least, high * most
