@@ -75,9 +75,9 @@ def _rows(result) -> dict[tuple, tuple[float, float, float]]:
             for _, row in frame.iterrows()}
 
 
-def derived(path: Path, repeats: int, only: list[str] | None = None) -> None:
+def derived(path: Path, repeats: int, only: list[str] | None = None, rows: int = 300) -> None:
     """The intervals of the derived statistics (``only`` those named) over ``repeats`` releases each
-    (module docstring)."""
+    (module docstring), with at most ``rows`` rows per aircraft."""
     import duckdb
 
     raw_con = duckdb.connect(str(path), read_only=True)
@@ -87,10 +87,10 @@ def derived(path: Path, repeats: int, only: list[str] | None = None) -> None:
         raw_sql = sql.replace("{seed} = {seed} AND ", "").replace(" WHERE {seed} = {seed}", "")
         raws[name] = {tuple(row[:-1]): float(row[-1]) for row in raw_con.execute(raw_sql).fetchall()}
     raw_con.close()
-    print(f"dpsql at {Path(dpsql.__file__).parent}; {repeats} releases per statistic")
+    print(f"dpsql at {Path(dpsql.__file__).parent}; {repeats} releases per statistic; {rows} rows per aircraft")
     print(f"{'statistic':<26} {'eps':>4} {'stated':>7} {'hold bounded':>13} {'hold raw':>9} {'mean width':>11} "
           f"{'median width':>13} {'NaN values':>11} {'s':>5}")
-    policy = flights.policy(rows=300, groups=40, delay=(-60, 360))
+    policy = flights.policy(rows=rows, groups=40, delay=(-60, 360))
     for name, (sql, epsilon) in chosen.items():
         raw = raws[name]
         started = time.perf_counter()
@@ -120,12 +120,13 @@ def main() -> None:
     parser.add_argument("--flights", type=Path, default=Path("/work/bench-cache/flights.duckdb"))
     parser.add_argument("--derived", action="store_true", help="the derived statistics' intervals (issue 37)")
     parser.add_argument("--repeats", type=int, default=200, help="releases per derived statistic")
+    parser.add_argument("--rows", type=int, default=300, help="MAX ROWS PER UNIT of the derived statistics' policy")
     parser.add_argument("--only", action="append", default=None, metavar="STATISTIC",
                         help=f"measure only this derived statistic (repeatable): one of {', '.join(DERIVED)}")
     args = parser.parse_args()
     path = flights.build(args.flights)
     if args.derived:
-        derived(path, args.repeats, args.only)
+        derived(path, args.repeats, args.only, args.rows)
         return
     truth = flights.truths(path)
     print(f"dpsql at {Path(dpsql.__file__).parent}; epsilon {EPSILON}, {SEEDS} seeds")
