@@ -136,7 +136,7 @@ def _gaussian_tail(sigma_sq: Fraction, m: np.ndarray) -> np.ndarray:
     # Euler-Maclaurin, as ``noise.discrete_gaussian_halfwidth`` (error ~ sigma^-3 of the pmf)
     a = m + 1
     f = np.exp(-a * a / (2 * sigma * sigma))
-    from scipy.special import erfc  # noqa: PLC0415 - only for very wide Gaussians
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
     return erfc(a / (sigma * math.sqrt(2))) / 2 + (f / 2 + a * f / (12 * sigma * sigma)) / (
         math.sqrt(2 * math.pi) * sigma)
 
