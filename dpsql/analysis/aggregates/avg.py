@@ -60,11 +60,13 @@ class AvgFamily(AggregateFamily):
         total, count = measures[0], measures[-1]
         low, high = ratio_range(total)
         floor, ceiling = self.possible(aggregate, measures)
-        grid, middle = float(total.grid), total.lower + total.upper
+        grid = float(total.grid)
+        # a centred sum's mean r is worth grid (r + L + U) / 2, a plain one's grid r
+        scale, shift = (grid / 2, total.lower + total.upper) if total.centred else (grid, 0)
         cells = []
         for s, c in zip(release.noisy[total.name], release.noisy[count.name]):
             r_low, r_high = ratio_interval(s, c, law_of(total), law_of(count), low, high, alpha)
-            cells.append(outward(grid * (r_low + middle) / 2, grid * (r_high + middle) / 2, floor, ceiling))
+            cells.append(outward(scale * (r_low + shift), scale * (r_high + shift), floor, ceiling))
         return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:

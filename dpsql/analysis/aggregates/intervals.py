@@ -508,7 +508,8 @@ def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy:
     share = tests * (1 - MEANS_SHARE) / len(seconds) if seconds else 0.0
     laws = {name: law_of(measure) for name, measure in sums.items()}
     law_n = law_of(count)
-    spreads = {name: float(ratio_range(sums[name])[1]) for name in firsts}
+    # half the width of each mean's range: |cov| <= h_u h_v, var <= h^2 (centred: h = s)
+    spreads = {name: float(ratio_range(sums[name])[1] - ratio_range(sums[name])[0]) / 2 for name in firsts}
     rows = []
     for i, n in enumerate(noisy[count.name]):
         box: Box = {}

@@ -71,7 +71,7 @@ class VarianceFamily(AggregateFamily):
         within [0, s^2] (s the centred spread); the sample form times the range of C/(C - 1) over
         the count's own interval; STDDEV the square roots."""
         total, squares, count = measures[0], measures[1], measures[-1]
-        unit = float(total.grid) ** 2 / 4
+        unit = float(total.grid) ** 2 / (4 if total.centred else 1)  # a centred step is worth grid / 2
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
         for box in centred_boxes([total, squares, count], ("x", "xx"), release.noisy, alpha, aggregate.sample):
