@@ -114,19 +114,24 @@ def test_the_prediction_is_the_half_width_the_answer_states(db):
 
 
 def test_avg_prediction_is_its_ratio_law_at_each_count(db):
-    """AVG's ± at a group of n values: (h_S + h_C (U - L) / 2) / n in the column's units, h_S the
-    centred sum's noise half-width (worth grid/2 a step) and h_C the count's, each at alpha/2
-    (a mean is at most (U - L) / 2 from the bounds' midpoint)."""
+    """AVG's ± at a group of n values follows its interval's law (``intervals.ratio_interval``: the
+    test of S' - r C' inverted, the two noises convolved): at least the sum's own noise half-width
+    h_S / n (convolving a symmetric unimodal noise only widens it) and at most the union bound
+    (h_S + h_C (U - L) / 2) / n with each at alpha/2 (h_S worth grid/2 a step)."""
     plan = plan_of(db, "SELECT g, AVG(x) AS m FROM t GROUP BY g", 0.5)
     aggregate = plan.aggregates[0]
     centred, count = (plan.measure(m) for m in aggregate.measures)
     h_sum = laplace_half_width(centred.scale, ALPHA / 2) * centred.grid / 2
     h_count = laplace_half_width(count.scale, ALPHA / 2)
+    h_alone = laplace_half_width(centred.scale, ALPHA) * centred.grid / 2
     family, measures = family_of(aggregate), [centred, count]
     for n in (10**4, 10**5, 10**6):
-        expected = (h_sum + 50 * h_count) / n
-        assert family.predicted_half_width(aggregate, measures, ALPHA, n) == pytest.approx(float(expected), rel=1e-12)
-    assert family.predicted_half_width(aggregate, measures, ALPHA, 1) == 100.0  # capped: the bounds' width
+        predicted = family.predicted_half_width(aggregate, measures, ALPHA, n)
+        assert float(h_alone / n) * (1 - 1e-9) <= predicted <= float((h_sum + 50 * h_count) / n) * (1 + 1e-9)
+        # it scales as 1/n: the law, not a constant
+        assert family.predicted_half_width(aggregate, measures, ALPHA, 10 * n) == pytest.approx(predicted / 10,
+                                                                                               rel=0.05)
+    assert family.predicted_half_width(aggregate, measures, ALPHA, 1) == 50.0  # cut to [0, 100] around 50
     assert family.predicted_half_width(aggregate, measures, ALPHA) is None  # no count: no number
     prediction = predict_outputs(plan)[0]
     assert prediction.counted and prediction.half_width is None and len(prediction.curve) == 3
@@ -235,9 +240,9 @@ def test_a_ratio_is_judged_at_the_stated_count_and_refused_without_one(db):
 def test_a_ratios_prediction_is_cut_to_half_the_possible_range_as_its_interval_is(db):
     # AVG(x), x in [0, 100]: its interval is cut to [0, 100], so no ± exceeds 50 whatever the count.
     plan = plan_of(db, AVG, 1)
-    uncut = family_of(plan.aggregates[0]).predicted_half_width(
+    at_one = family_of(plan.aggregates[0]).predicted_half_width(
         plan.aggregates[0], [plan.measure(m) for m in plan.aggregates[0].measures], ALPHA, 1)
-    assert uncut > 50
+    assert at_one <= 100  # the law at n = 1, within the bounds' width
     prediction = predict_outputs(plan, accuracy_goal({}, None, 1))[0]
     assert prediction.half_width == 50 and all(h <= 50 for _, h in prediction.curve)
     assert predict_outputs(plan, accuracy_goal({}, None, 10**6))[0].half_width < 1  # below the cut: the law's

@@ -325,8 +325,9 @@ def test_after_having_the_note_names_both_steps_and_blames_neither():
 
 def test_no_notes_when_keys_are_public_or_the_answer_is_not_thin(db):
     # store KEYS FROM stores.store: no selection, so no thin-answer note (only that its 3 rows,
-    # each of 1 to 4 visits at epsilon 1, are within their ± of 0: tests/test_noise_rows.py)
-    assert [note for note in db.sql(GROUPED).notes if "± of 0" not in note] == []
+    # each of 1 to 4 visits at epsilon 1, are within their ± of 0: tests/test_noise_rows.py, and that
+    # their AVG's interval is all of its bounds: tests/test_intervals.py)
+    assert [note for note in db.sql(GROUPED).notes if "± of 0" not in note and "uninformative" not in note] == []
     assert db.sql("SELECT COUNT(*) AS n FROM visits").notes == []
     assert db.sql("SELECT * FROM stores").notes == []
 

@@ -271,30 +271,6 @@ def _truth(plan: Plan, exact: dict[str, int]) -> float:
     return family_of(aggregate).values(aggregate, measures, _release(plan, {k: [v] for k, v in exact.items()}))[0]
 
 
-@pytest.mark.parametrize("function", FUNCTIONS)
-def test_every_corner_of_the_union_bound_s_noise_box_stays_in_the_interval(function):
-    """The interval's derivation: when every measure's noise lies within its own (1 - alpha/m)
-    half-width (probability >= 1 - alpha), the truth lies in the interval computed from the noisy
-    statistics. Checked at every corner of that box (each noise at + or - its half-width, 2^m
-    releases) and at its centre: a half-width too small by a factor 2 (or a term left out of the
-    worst case) lets a corner escape."""
-    plan = _plan(function)
-    aggregate = plan.aggregates[0]
-    measures = [plan.measure(name) for name in aggregate.measures]
-    family = family_of(aggregate)
-    exact = _exact(plan)
-    truth = _truth(plan, exact)
-    alpha = 0.05
-    widths = [noise.discrete_laplace_halfwidth(m.scale, alpha / len(measures)) for m in measures]
-    corners = list(itertools.product((-1, 0, 1), repeat=len(measures)))
-    noisy = {m.name: [exact[m.name] + sign[i] * widths[i] for sign in corners] for i, m in enumerate(measures)}
-    release = _release(plan, noisy)
-    spans = family.intervals(aggregate, measures, release, alpha)
-    assert not math.isnan(truth)
-    for sign, (low, high) in zip(corners, spans):
-        assert low <= truth <= high, (sign, low, truth, high)  # never NaN here: var_x's box excludes 0
-
-
 def _binomial_tail(trials: int, p: float, at_least: int) -> float:
     """P(Binomial(trials, p) >= at_least), exactly enough (log-space sum)."""
     logs = [math.lgamma(trials + 1) - math.lgamma(k + 1) - math.lgamma(trials - k + 1)
@@ -307,8 +283,7 @@ def _binomial_tail(trials: int, p: float, at_least: int) -> float:
 def test_intervals_cover_the_truth_at_least_as_often_as_promised(function):
     """1,000 releases of fixed statistics with the plan's own noise (seeded): the 80% intervals miss
     the truth at most t times, where P(Binomial(1000, 0.2) >= t) < 1e-6 — a sound test of the
-    promised coverage (the union bound over-covers, so a too-wide interval is not caught here; the
-    corner test above catches one too narrow)."""
+    promised coverage (tests/test_intervals.py also checks that narrower intervals fail)."""
     plan = _plan(function)
     aggregate = plan.aggregates[0]
     measures = [plan.measure(name) for name in aggregate.measures]
@@ -410,27 +385,6 @@ def test_each_statistic_is_released_with_its_plan_s_noise_scale():
         draws = np.array(release.noisy[measure.name], dtype=float) - 1000 * (j + 1)
         q = math.exp(-1 / float(measure.scale))
         assert abs(draws.var() / (2 * q / (1 - q) ** 2) - 1) < 0.25, measure.name
-
-
-def test_the_covariance_interval_is_the_documented_union_bound():
-    """COVAR_POP's interval, recomputed from the derivation in ``moments``: each of the 4 measures at
-    alpha/4; cov within e_xy + s_y e_x + s_x e_y, e = (h + R h_n) / n'; in the columns' units."""
-    plan = _plan("COVAR_POP")
-    aggregate = plan.aggregates[0]
-    measures = [plan.measure(name) for name in aggregate.measures]
-    exact = _exact(plan)
-    sums_x, sums_y, cross, count = (exact[m.name] for m in measures)
-    y_factor, x_factor = measures[0].factors
-    sy, sx = y_factor.upper - y_factor.lower, x_factor.upper - x_factor.lower
-    h_x, h_y, h_xy, h_n = (noise.discrete_laplace_halfwidth(m.scale, 0.05 / 4) for m in measures)
-    e_x, e_y, e_xy = (Fraction(h + r * h_n, count) for h, r in ((h_x, sx), (h_y, sy), (h_xy, sx * sy)))
-    cov = Fraction(cross, count) - Fraction(sums_x, count) * Fraction(sums_y, count)
-    error = e_xy + sy * e_x + sx * e_y
-    unit = x_factor.grid * y_factor.grid / 4
-    low, high = family_of(aggregate).intervals(aggregate, measures, _release(plan, {k: [v] for k, v in exact.items()}),
-                                               0.05)[0]
-    assert low == pytest.approx(float(max(cov - error, -sx * sy) * unit), rel=1e-12)
-    assert high == pytest.approx(float(min(cov + error, sx * sy) * unit), rel=1e-12)
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")

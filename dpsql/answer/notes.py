@@ -29,6 +29,7 @@ rows can be dropped): it costs nothing and reads no data.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from sqlglot import exp
@@ -36,7 +37,8 @@ from sqlglot import exp
 from dpsql.analysis.plan import aggregates_of
 from dpsql.mechanisms.selection import SelectionRule, release_probability, selection_rule
 
-__all__ = ["FEW_ROWS", "effects_text", "limit_effects", "null_cells_notes", "selection_text", "thin_answer_notes"]
+__all__ = ["FEW_ROWS", "effects_text", "interval_notes", "limit_effects", "null_cells_notes", "selection_text",
+           "thin_answer_notes"]
 
 FEW_ROWS = 5
 """An answer through partition selection with fewer rows than this carries a note."""
@@ -281,3 +283,106 @@ def null_cells_notes(outputs: tuple[str, ...] | list[str], post: exp.Select, row
             why = "a step on noisy values could not be computed there (such as a cast out of range), as under TRY"
         notes.append(f"{name} is NULL {where}: {why}.")
     return notes
+
+
+# -- values the noise left undefined, clamped or uninformative (issue 37) ----------------------
+
+UNDEFINED = {
+    "corr": "its noisy count of pairs or one of its noisy variances came out ≤ 0, so the correlation is "
+            "undefined at this ε",
+    "regr_slope": "its noisy count of pairs or the noisy variance of x came out ≤ 0, so the slope is undefined "
+                  "at this ε",
+    "regr_intercept": "its noisy count of pairs or the noisy variance of x came out ≤ 0, so the line is "
+                      "undefined at this ε",
+    "regr_r2": "its noisy count of pairs or the noisy variance of x came out ≤ 0, so R² is undefined at this ε",
+    "covar": "its noisy count of pairs came out ≤ 0 (≤ 1 for COVAR_SAMP), so the covariance is undefined at "
+             "this ε",
+}
+"""Per function, why its value is NaN (what its family releases as NaN)."""
+EDGES = {
+    "corr": ((-1.0, 1.0), "exactly ±1", "the noisy covariance came out larger than the noisy variances allow, "
+             "so the value was clamped to [-1, 1]"),
+    "regr_r2": ((1.0,), "exactly 1", "the noisy variance of y came out ≤ 0, or the noisy covariance larger "
+                "than the noisy variances allow, so the value was clamped to 1"),
+    "variance": ((0.0,), "exactly 0", "the noisy variance came out ≤ 0 and was clamped to 0"),
+    "stddev": ((0.0,), "exactly 0", "the noisy variance came out ≤ 0 and was clamped to 0"),
+    "avg": ((), "", ""),
+}
+"""Per function: the values its release clamps to, how to say them, and why it happens."""
+UNINFORMATIVE = "uninformative: raise ε or narrow the bounds"
+
+
+def interval_notes(plan, checked, rows: list[tuple], cells) -> list[str]:
+    """Notes on released aggregates shown as they are (``checked.direct``) whose value is NaN or
+    at a clamp (CORR ±1, STDDEV 0) — saying why — and on those whose 95% interval spans the whole
+    range the policy allows, or has no finite end ("uninformative: raise ε or narrow the bounds").
+    From the plan, the released rows and their intervals (``cells(alpha)``: per output, per row,
+    (low, high, half-width)) only: post-processing, free.
+
+    >>> from types import SimpleNamespace as S
+    >>> from fractions import Fraction
+    >>> plan = S(aggregates=[S(name="a0", function="corr", measures=())], measure=None)
+    >>> checked = S(direct=(("c", "a0"),), outputs=("c",))
+    >>> cells = lambda alpha: {"c": [(-1.0, 1.0, 1.0), (0.2, 1.0, 0.8)]}
+    >>> for note in interval_notes(plan, checked, [(float("nan"),), (1.0,)], cells):
+    ...     print(note)  # doctest: +NORMALIZE_WHITESPACE
+    c is NaN in 1 of 2 rows: its noisy count of pairs or one of its noisy variances came out ≤ 0, so the
+    correlation is undefined at this ε.
+    c is exactly ±1 in 1 of 2 rows: the noisy covariance came out larger than the noisy variances allow, so
+    the value was clamped to [-1, 1]; its interval says where the truth can be.
+    c's 95% interval spans all it can be ([-1, 1]) in 1 of 2 rows: uninformative: raise ε or narrow the bounds.
+    """
+    from dpsql.analysis.aggregates import family_of  # noqa: PLC0415 - the answer wing reads families lazily
+
+    aggregates = {aggregate.name: aggregate for aggregate in plan.aggregates}
+    intervals = None
+    notes = []
+    for output, name in checked.direct:
+        aggregate = aggregates.get(name)
+        if aggregate is None or aggregate.function not in UNDEFINED and aggregate.function not in EDGES:
+            continue
+        position = checked.outputs.index(output)
+        values = [_float(row[position]) for row in rows]
+        undefined = sum(math.isnan(v) for v in values)
+        if undefined and aggregate.function in UNDEFINED:
+            notes.append(f"{output} is NaN {_where(undefined, len(rows))}: {UNDEFINED[aggregate.function]}.")
+        edges, said, why = EDGES.get(aggregate.function, ((), "", ""))
+        clamped = sum(v in edges for v in values)
+        if clamped:
+            notes.append(f"{output} is {said} {_where(clamped, len(rows))}: {why}; its interval says where the "
+                         "truth can be.")
+        intervals = intervals if intervals is not None else cells(0.05)
+        spans = intervals.get(output)
+        if spans is None:
+            continue
+        measures = [plan.measure(m) for m in aggregate.measures] if plan.measure is not None else []
+        floor, ceiling = family_of(aggregate).possible(aggregate, measures) if measures else (-1.0, 1.0)
+        whole = sum(_spans_all(low, high, floor, ceiling) for low, high, _ in spans)
+        if whole:
+            shown = (f" ([{_end(floor)}, {_end(ceiling)}])" if math.isfinite(floor) and math.isfinite(ceiling)
+                     else "")
+            notes.append(f"{output}'s 95% interval spans all it can be{shown} {_where(whole, len(rows))}: "
+                         f"{UNINFORMATIVE}.")
+    return notes
+
+
+def _where(count: int, rows: int) -> str:
+    return f"in {count:,} of {rows:,} rows" if rows > 1 else "in the row shown"
+
+
+def _float(value) -> float:
+    try:
+        return math.nan if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _spans_all(low: float, high: float, floor: float, ceiling: float) -> bool:
+    """The interval says nothing: it has no finite end, or it covers the whole possible range."""
+    if math.isnan(low) or math.isnan(high):
+        return True
+    return low <= floor and high >= ceiling and math.isfinite(floor) and math.isfinite(ceiling)
+
+
+def _end(value: float) -> str:
+    return f"{value:g}"

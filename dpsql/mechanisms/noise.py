@@ -41,6 +41,7 @@ __all__ = [
     "SecureSource", "SeededSource", "discrete_laplace", "discrete_gaussian",
     "discrete_laplace_halfwidth", "discrete_gaussian_halfwidth", "discrete_laplace_variance",
     "discrete_gaussian_variance", "round_up_fraction", "discrete_laplace_sampled_scale",
+    "discrete_gaussian_sampled_sigma_sq",
     "exponential_mechanism", "k_ary_response", "bernoulli_exp",
 ]
 
@@ -296,6 +297,17 @@ def discrete_laplace_sampled_scale(scale: Fraction) -> Fraction:
     """
     t, s = _laplace_parameters(_check_parameter(scale, "scale"))
     return Fraction(t, s)
+
+
+def discrete_gaussian_sampled_sigma_sq(sigma_sq: Fraction) -> Fraction:
+    """The variance parameter ``discrete_gaussian(sigma_sq, ...)`` really samples: ``sigma_sq`` or
+    slightly more (its terms rounded up to fit int64), for accuracy computed from the true law.
+
+    >>> discrete_gaussian_sampled_sigma_sq(Fraction(9, 2)) >= Fraction(9, 2)
+    True
+    """
+    t, m, d = _gaussian_parameters(_check_parameter(sigma_sq, "sigma_sq"))
+    return Fraction(t * m, d)
 
 
 def _square_divmod(a: np.ndarray, den: int) -> tuple[np.ndarray, np.ndarray]:

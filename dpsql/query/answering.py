@@ -21,7 +21,7 @@ from dpsql.analysis.domains import domain_text, reports_outside
 from dpsql.analysis.plan import Plan, PrivateQuery, PublicQuery
 from dpsql.answer.explain import Explanation, explain_plan, explain_sampling
 from dpsql.answer.noise_rows import noise_rows_notes
-from dpsql.answer.notes import null_cells_notes, selection_text, thin_answer_notes
+from dpsql.answer.notes import interval_notes, null_cells_notes, selection_text, thin_answer_notes
 from dpsql.answer.result import DPResult, QueryCost, decode_answer, decode_outside, encode_answer
 from dpsql.backends.base import Backend
 from dpsql.backends.keys import shown_keys
@@ -253,6 +253,7 @@ class Answerer:
         notes += null_cells_notes(checked.outputs, checked.post, rows)
         try:
             notes += noise_rows_notes(plan, checked, rows, cells)
+            notes += interval_notes(plan, checked, rows, cells)
         except Exception:  # advisory, after the charge: the answer is released without it
             pass
         return {"types": types, "notes": tuple(notes), "converter": self.engine.post_processing.convert}

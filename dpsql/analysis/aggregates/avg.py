@@ -19,15 +19,15 @@ Two per-unit forms (``unit_shapes``), used where they lower the noise:
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
+from dpsql.analysis.aggregates.exact import exact, integers, magnitude, quotients
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape, filtered
+from dpsql.analysis.aggregates.intervals import holding, law_of, outward, ratio_interval, ratio_range, spread_of
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 from dpsql.sql.allowlist import refuse
@@ -89,18 +89,26 @@ class AvgFamily(AggregateFamily):
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                     alpha: float) -> list[float]:
-        """With probability 1 - alpha, |noise of S'| <= h_S and |noise of C'| <= h_C (each at
-        alpha/2), and the error of S'/C' is (e_S - r e_C) / C' with |r| <= U - L, so at most
-        (h_S + (U - L) h_C) / C'."""
-        first = measures[0]
-        if not first.centred:
-            return _ratio_half_widths(aggregate, measures, release, alpha)
-        counts = release.noisy[measures[-1].name]
-        spread = first.upper - first.lower
-        full = _bound(aggregate.upper) - _bound(aggregate.lower)
-        h_sum, h_count = (noise_half_width(m, alpha / 2) for m in measures)
-        return [float(full) if c <= 0 else float(min(full, first.grid * Fraction(h_sum + spread * h_count, c) / 2))
-                for c in counts]
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The ratio S/C of the centred sum over the count by test inversion
+        (``dpsql.analysis.aggregates.intervals``: the two noises convolved, exact coverage at
+        least 1 - alpha), in the aggregate's units, cut to its bounds."""
+        total, count = measures[0], measures[-1]
+        low, high = ratio_range(total)
+        floor, ceiling = self.possible(aggregate, measures)
+        grid = float(total.grid)
+        # a centred sum's mean r is worth grid (r + L + U) / 2, a plain one's grid r
+        scale, shift = (grid / 2, total.lower + total.upper) if total.centred else (grid, 0)
+        cells = []
+        for s, c in zip(release.noisy[total.name], release.noisy[count.name]):
+            r_low, r_high = ratio_interval(s, c, law_of(total), law_of(count), low, high, alpha)
+            cells.append(outward(scale * (r_low + shift), scale * (r_high + shift), floor, ceiling))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         return float(_bound(aggregate.lower)), float(_bound(aggregate.upper))
@@ -150,26 +158,3 @@ def _ratios(sums: np.ndarray, counts: np.ndarray, measure: Measure, aggregate: A
     sums, counts = (exact(a, bound) for a in (sums, counts))
     averages = np.minimum(np.maximum(quotients(sums * p, counts * q), float(lower)), float(upper))
     return np.where(valid, averages, float((lower + upper) / 2))
-
-
-def _ratio_half_widths(aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                       alpha: float) -> list[float]:
-    """With probability 1 - alpha, |noise of S'| <= h_S and |noise of C'| <= h_C (each at alpha/2),
-    so the truth S/C is one of (S' - e_S)/(C' - e_C) over that box: where C' - h_C > 0 it lies
-    between the least and the greatest corner (the ratio is monotone in each), cut to the bounds.
-    The half-width is the larger distance from the released value to an end of that range; the
-    whole width of the bounds where C' - h_C <= 0."""
-    total, count = measures
-    lower, upper = _bound(aggregate.lower), _bound(aggregate.upper)
-    values = _ratios(integers(release.noisy[total.name]), integers(release.noisy[count.name]), total, aggregate)
-    h_sum, h_count = (noise_half_width(m, alpha / 2) for m in measures)
-    cells = []
-    for value, s, c in zip(values.tolist(), release.noisy[total.name], release.noisy[count.name]):
-        if c - h_count <= 0:
-            cells.append(float(upper - lower))
-            continue
-        corners = [Fraction(s + ds, c + dc) * total.grid for ds in (-h_sum, h_sum) for dc in (-h_count, h_count)]
-        low, high = max(min(corners), lower), min(max(corners), upper)
-        farther = max(high - Fraction(value), Fraction(value) - low, Fraction(0))
-        cells.append(math.nextafter(float(farther), math.inf))  # rounded up: the interval holds the range
-    return cells

@@ -13,6 +13,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.intervals import centred_boxes, correlation_bounds, holding
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     classify_pair,
@@ -23,6 +24,7 @@ from dpsql.analysis.aggregates.moments import (
     moments,
     pair_shapes,
     scale_of,
+    uncentred,
     unit_pair_shapes,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
@@ -56,13 +58,19 @@ class CorrelationFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The worst case of cov / sqrt(var_x var_y) over the error boxes of cov, var_x and var_y
-        (``moments.correlation_range``), all holding with probability 1 - alpha; [-1, 1] where
-        the noisy count is not positive."""
-        scale = scale_of(measures)
-        return [(-1.0, 1.0) if row is None else
-                correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
-                for row in moments(aggregate, measures, release, STATISTICS)]
+        """The means of x and y by test inversion and cov, var_x and var_y by their own pivots,
+        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
+        and cov / sqrt(var_x var_y) over their box, within [-1, 1]. The per-unit model's
+        uncentred statistics keep the union-bound box (``moments.correlation_range``)."""
+        if uncentred(measures):
+            scale = scale_of(measures)
+            return [(-1.0, 1.0) if row is None else
+                    correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
+                    for row in moments(aggregate, measures, release, STATISTICS)]
+        cells = []
+        for box in centred_boxes(measures, STATISTICS, release.noisy, alpha):
+            cells.append(correlation_bounds(box["cov"], box["var_x"], box["var_y"]))
+        return holding(cells, self.values(aggregate, measures, release))
 
     def predicted_half_width(self, aggregate: AggregateRelease, measures: Sequence[Measure], alpha: float,
                              count: int | None = None) -> float | None:

@@ -37,6 +37,10 @@ Sxy into ±sqrt(Bxx Byy) rounded outward (Cauchy-Schwarz). Any clamp is private;
 the clamps' bias small. ``moments`` converts them exactly to the centred statistics above
 (c = 2v - M, M = L + U: sum c = 2 Sv - M n, sum c^2 = 4 Svv - 4 M Sv + M^2 n, sum c_x c_y = 4 Sxy -
 2 M_x Sy - 2 M_y Sx + M_x M_y n) and ``errors`` their noise bounds by the triangle inequality.
+Intervals (``dpsql.analysis.aggregates.intervals``): each mean S/n is found by inverting the
+exact test of its pivot S' - r n' (the two noises convolved), the k means a family reads
+together by a union bound (each at alpha / k), and the family's value over that box of means by
+its exact range (the truth of the clamped, bounded data: bias from clamping is not part of it).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import noise_half_width
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, FactorShape, Ranged, Shape, filtered
+from dpsql.analysis.aggregates.intervals import spread_of
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Factor, Measure, Release
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import describe
@@ -123,7 +128,7 @@ def unit_pair_shapes(aggregate: Aggregate, names: Sequence[str], y: Ranged, x: R
                                     unit_model="total")
 
 
-def _uncentred(measures: Sequence[Measure]) -> bool:
+def uncentred(measures: Sequence[Measure]) -> bool:
     """The statistics are the per-unit model's uncentred sums."""
     return not measures[0].factors[0].centred
 
@@ -227,7 +232,7 @@ def moments(aggregate: AggregateRelease, measures: Sequence[Measure], release: R
     columns: Mapping[str, Sequence[int]] = {statistic: release.noisy[m.name]
                                             for statistic, m in zip(statistics, measures)}
     counts = release.noisy[measures[len(statistics)].name]
-    if _uncentred(measures):
+    if uncentred(measures):
         columns = centred_statistics(columns, counts, scale)
     rows: list[Moments | None] = []
     for i, n in enumerate(counts):
@@ -267,7 +272,7 @@ def errors(measures: Sequence[Measure], statistics: Sequence[str], n: int, alpha
     share = alpha / len(measures)
     widths = {statistic: noise_half_width(m, share) for statistic, m in zip(statistics, measures)}
     h_n = noise_half_width(measures[len(statistics)], share)
-    if _uncentred(measures):
+    if uncentred(measures):
         widths = centred_widths(widths, h_n, scale)
     largest = {"x": sx, "y": sy, "xy": sx * sy, "xx": sx * sx, "yy": sy * sy}
 
@@ -340,11 +345,6 @@ def as_float(value: Fraction) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def outward(low: float, high: float, floor: float = -math.inf, ceiling: float = math.inf) -> tuple[float, float]:
-    """[low, high] rounded outward by one float step, then cut to [floor, ceiling]."""
-    return max(math.nextafter(low, -math.inf), floor), min(math.nextafter(high, math.inf), ceiling)
-
-
 class PairFamily(AggregateFamily):
     """A second-moment family: its ``intervals`` come first (not centred on the value), and the
     half-width it reports is read off them. Its ± shrinks with the count of pairs."""
@@ -356,14 +356,6 @@ class PairFamily(AggregateFamily):
         """The larger distance from the value to an end of its interval (``intervals``)."""
         return [spread_of(low, high, value) for value, (low, high)
                 in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
-
-
-def spread_of(low: float, high: float, value: float) -> float:
-    """The half-width reported for an interval that need not be centred on the value: the larger
-    distance from the value to an end (NaN for an undefined value)."""
-    if math.isnan(value):
-        return math.nan
-    return max(value - low, high - value)
 
 
 def _clamp(value: Fraction, low: Fraction | int, high: Fraction | int) -> Fraction:

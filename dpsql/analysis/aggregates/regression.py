@@ -17,25 +17,35 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
+from dpsql.analysis.aggregates.intervals import (
+    centred_boxes,
+    correlation_bounds,
+    holding,
+    outward,
+    quotient_range,
+    square_range,
+)
 from dpsql.analysis.aggregates.moments import (
     Errors,
     Moments,
     PairFamily,
     Scale,
     as_float,
-    box,
     classify_pair,
     correlation,
     correlation_range,
     errors,
     explain_text,
     moments,
-    outward,
     pair_shapes,
-    quotient_range,
     scale_of,
+    uncentred,
     unit_pair_shapes,
 )
+from dpsql.analysis.aggregates.moments import (
+    box as union_box,
+)
+from dpsql.analysis.aggregates.moments import quotient_range as union_quotient_range
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Measure, Release
 
 LINE = ("x", "y", "xy", "xx")
@@ -73,7 +83,41 @@ class RegressionFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The worst case of each formula over the error boxes (module ``moments``), all holding
+        """The means of x and y by test inversion, and cov and var_x (and var_y for R^2) by
+        their own pivots, together with probability 1 - alpha (``intervals.centred_boxes``); the
+        slope cov / var_x over their box; the intercept mean_y - slope mean_x at the corners of
+        slope times mean_x; R^2 the square of CORR's interval, within
+        [0, 1]. Where var_x's range reaches 0 the slope and the intercept have no finite
+        interval: (NaN, NaN), "derived, no ±"."""
+        if uncentred(measures):
+            return self._union_intervals(aggregate, measures, release, alpha)
+        statistics = STATISTICS[aggregate.function]
+        scale = scale_of(measures)
+        ratio = scale.grid_y / scale.grid_x
+        cells = []
+        for box in centred_boxes(measures, statistics, release.noisy, alpha):
+            cov, var_x = box["cov"], box["var_x"]
+            if aggregate.function == "regr_r2":
+                low, high = correlation_bounds(cov, var_x, box["var_y"])
+                cells.append(outward(*square_range(low, high), 0.0, 1.0))
+                continue
+            slope = quotient_range(cov, var_x)
+            if slope is None:
+                cells.append(UNKNOWN)
+                continue
+            slopes = [Fraction(end) * ratio for end in slope]  # exact: the columns' units may leave float range
+            if aggregate.function == "regr_slope":
+                cells.append(outward(as_float(slopes[0]), as_float(slopes[1])))
+                continue
+            mean_y = [scale.mean_y(Fraction(c)) for c in box["y"]]
+            products = [b * scale.mean_x(Fraction(c)) for b in slopes for c in box["x"]]
+            cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
+        return holding(cells, self.values(aggregate, measures, release))
+
+    def _union_intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The per-unit model's uncentred statistics:
+        The worst case of each formula over the error boxes (module ``moments``), all holding
         with probability 1 - alpha: the slope at the corners of cov / var_x; the intercept
         mean_y - slope mean_x at the corners of slope times mean_x; R^2 the square of CORR's
         interval, within [0, 1]. Where var_x's box reaches 0 (or the noisy count is not positive)
@@ -92,15 +136,15 @@ class RegressionFamily(PairFamily):
                 squares = (low * low, high * high)
                 cells.append(outward(0.0 if low <= 0 <= high else min(squares), max(squares), 0.0, 1.0))
                 continue
-            slope = _slope_range(row, error, scale)
+            slope = _union_slope_range(row, error, scale)
             if slope is None:
                 cells.append(UNKNOWN)
             elif aggregate.function == "regr_slope":
                 cells.append(outward(as_float(slope[0]), as_float(slope[1])))
             else:
                 sx, sy = scale.spread_x, scale.spread_y
-                mean_y = [scale.mean_y(c) for c in box(row.mean_y, error.mean_y, Fraction(-sy), Fraction(sy))]
-                mean_x = [scale.mean_x(c) for c in box(row.mean_x, error.mean_x, Fraction(-sx), Fraction(sx))]
+                mean_y = [scale.mean_y(c) for c in union_box(row.mean_y, error.mean_y, Fraction(-sy), Fraction(sy))]
+                mean_x = [scale.mean_x(c) for c in union_box(row.mean_x, error.mean_x, Fraction(-sx), Fraction(sx))]
                 products = [b * m for b in slope for m in mean_x]
                 cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
         return cells
@@ -139,11 +183,11 @@ def _value(function: str, row: Moments | None, scale: Scale) -> float:
     return as_float(scale.mean_y(row.mean_y) - slope * scale.mean_x(row.mean_x))
 
 
-def _slope_range(row: Moments, error: Errors, scale: Scale) -> tuple[Fraction, Fraction] | None:
+def _union_slope_range(row: Moments, error: Errors, scale: Scale) -> tuple[Fraction, Fraction] | None:
     sx, sy = scale.spread_x, scale.spread_y
-    cov = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
-    var_x = box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
-    ends = quotient_range(cov, var_x)
+    cov = union_box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
+    var_x = union_box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
+    ends = union_quotient_range(cov, var_x)
     if ends is None:
         return None
     ratio = scale.grid_y / scale.grid_x

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape, filtered
+from dpsql.analysis.aggregates.intervals import centred_boxes, holding, outward, sample_factor_range, spread_of
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 
@@ -87,9 +88,40 @@ class VarianceFamily(AggregateFamily):
 
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                     alpha: float) -> list[float]:
-        """The AVG argument (``dpsql.analysis.aggregates.avg``) for Q'/C' (|ratio| <= R^2) and for
-        the squared mean (|m^2 - m'^2| <= 2R |m - m'|), each at alpha/3; STDDEV: sqrt of the
-        variance's."""
+        """The larger distance from the value to an end of its interval (``intervals``)."""
+        if not measures[0].centred:
+            return self._union_half_widths(aggregate, measures, release, alpha)
+        return [spread_of(low, high, value) for value, (low, high)
+                in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
+
+    def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                  alpha: float) -> list[tuple[float, float]]:
+        """The mean m = S/C by test inversion and the centred variance Q/C - m^2 by its own pivot,
+        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
+        within [0, s^2] (s the centred spread); the sample form times the range of C/(C - 1) over
+        the count's own interval; STDDEV the square roots."""
+        if not measures[0].centred:  # the per-unit model: value ± its union-bound half-width
+            return AggregateFamily.intervals(self, aggregate, measures, release, alpha)
+        total, squares, count = measures[0], measures[1], measures[-1]
+        unit = float(total.grid) ** 2 / (4 if total.centred else 1)  # a centred step is worth grid / 2
+        floor, ceiling = self.possible(aggregate, measures)
+        cells = []
+        for box in centred_boxes([total, squares, count], ("x", "xx"), release.noisy, alpha, aggregate.sample):
+            low, high = box["var_x"]
+            if aggregate.sample:
+                least, most = sample_factor_range(box["n"])
+                low, high = low * least, high * most
+            low, high = low * unit, high * unit
+            if aggregate.function == "stddev":
+                low, high = math.sqrt(low), math.sqrt(high)
+            cells.append(outward(low, high, floor, ceiling))
+        return holding(cells, self.values(aggregate, measures, release))
+
+    def _union_half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
+                           alpha: float) -> list[float]:
+        """The per-unit model's uncentred statistics: a union bound, each measure at alpha/3, for
+        Q'/C' (|ratio| <= R^2) and for the squared mean (|m^2 - m'^2| <= 2R |m - m'|); STDDEV:
+        sqrt of the variance's."""
         first = measures[0]
         counts = release.noisy[measures[-1].name]
         spread = first.upper - first.lower

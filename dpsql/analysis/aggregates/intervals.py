@@ -1,0 +1,530 @@
+"""(1 - alpha) intervals of derived statistics, from the exact noise laws of their measures.
+
+Every derived statistic (AVG, VARIANCE, STDDEV, CORR, COVAR_*, REGR_*) is a function of ratios
+r = S / n of a sum measure S over a count n of the same rows. Its interval is built in up to three
+steps, each conservative (no approximation decides the coverage):
+
+1. **Each ratio by test inversion.** When r is the true ratio, S' - r n' = e_S - r e_n exactly
+   (S = r n), whatever n is: a pivot whose law is known from the two measures' noise laws alone
+   (discrete Laplace or discrete Gaussian, ``dpsql.mechanisms.noise``). The interval of r is
+   every r in the ratio's possible range that the level-alpha test |S' - r n'| <= t(r) accepts,
+   t(r) the pivot's (1 - alpha) quantile. Computed on a partition of the range into cells: for
+   a cell [a, b], t is the (1 - alpha) quantile of max over r in {a, b} of |e_S - r e_n| (which
+   bounds |e_S - r e_n| for every r in the cell, the expression being linear in r), so each r is
+   tested at level alpha by its own cell's t; the noise of n is summed over in blocks of values
+   (within a block its worst corner counts), and the law's far tail is counted as a miss. The
+   cells that accept anything are split (a finer partition only lowers each t, so it accepts
+   less) until the interval stops shrinking. Coverage of r is then at least 1 - alpha, with the
+   two noises convolved rather than each bounded apart, and with the true ratio rather than
+   its worst case multiplying the count's noise. AVG is one ratio: its interval is this one.
+2. **Centred second moments by their own pivots** (``centred_moment_interval``): for the true
+   means m_u, m_v and centred moment c = S_uv/n - m_u m_v (a covariance, or a variance when
+   u = v), S_uv' - m_v S_u' - m_u S_v' + (m_u m_v - c) n' is a weighted sum of the four noises,
+   whose law the hypothesis fixes; its critical value (``sum_critical``: the noises' pmfs on a
+   lattice, convolved) at the largest weights the means' intervals allow bounds the one at the
+   true weights. The means' own errors then reach c only at second order.
+3. **A union bound** (``centred_boxes``): the means (``MEANS_SHARE`` of alpha) and the centred
+   moments (the rest, equally) hold together with probability at least 1 - alpha (and the
+   count's own interval at ``COUNT_SHARE`` of it, where the sample form's n / (n - 1) needs
+   it); the statistic's interval is its exact range over that box (``correlation_bounds``,
+   ``quotient_range``, ``product_range``: each is monotone in each part, so the range is read
+   off at the box's ends).
+
+These intervals are for the bounded truth (the data as clamped and contribution-bounded);
+bias from the bounds is not in them. Nothing here reads data: the noisy measures and the plan
+only (post-processing).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from dpsql.analysis.plan import Measure
+from dpsql.mechanisms import noise
+
+__all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "count_interval", "square_range",
+           "spread_of", "product_range", "quotient_range", "outward", "sample_factor_range", "correlation_bounds",
+           "holding", "sum_critical", "centred_moment_interval", "centred_boxes"]
+
+TAIL_SHARE = 1e-3
+"""Share of alpha left to the count's noise beyond the blocks summed over (counted as a miss)."""
+BLOCKS = 160
+"""Blocks of the count's noise values on each side of 0 (finer near 0, where its mass is)."""
+SPLIT = 4
+"""Children of a cell that accepts some ratio, at each refinement."""
+DEPTH = 6
+"""Refinements at most: cells as narrow as the range / 4**6."""
+SHRINK = 0.99
+"""A refinement that leaves the interval wider than this share of the previous one is the last."""
+COUNT_SHARE = 0.05
+"""Share of alpha spent on the count's own interval where a statistic needs it (n / (n - 1))."""
+MEANS_SHARE = 0.1
+"""Share of alpha the means take beside centred second moments (their errors reach a moment only
+at second order, so a wider interval of the means costs little)."""
+
+
+@dataclass(frozen=True)
+class Law:
+    """A measure's noise law: discrete Laplace of ``scale``, discrete Gaussian of variance
+    ``scale``, or none."""
+
+    kind: str
+    scale: Fraction
+
+    def tail(self, m: np.ndarray) -> np.ndarray:
+        """P(Z > m) for integer m (any sign), as floats.
+
+        >>> Law("laplace", Fraction(10)).tail(np.array([-1, 0, 29])).round(4).tolist()
+        [0.525, 0.475, 0.0261]
+        """
+        m = np.asarray(m, dtype=np.float64)
+        upper = self._upper_tail(np.abs(m) - (m < 0))   # P(Z > m) = 1 - P(Z > -m - 1) for m < 0
+        return np.where(m < 0, 1.0 - upper, upper)
+
+    def _upper_tail(self, m: np.ndarray) -> np.ndarray:
+        """P(Z > m) for m >= 0."""
+        if self.kind == "none" or self.scale == 0:
+            return np.zeros_like(m)
+        if self.kind == "laplace":
+            log_p = -1.0 / float(self.scale)
+            return np.exp((m + 1) * log_p - math.log1p(math.exp(log_p)))   # p^(m+1) / (1 + p)
+        return _gaussian_tail(self.scale, m)
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - laws are few, frozen and hashable
+    def reach(self, mass: float) -> int:
+        """The least R >= 0 with P(|Z| > R) <= mass."""
+        if self.kind == "none" or self.scale == 0:
+            return 0
+        high = 1
+        while 2 * float(self.tail(np.array([high]))[0]) > mass:
+            high *= 2
+        low = 0
+        while low < high:
+            middle = (low + high) // 2
+            if 2 * float(self.tail(np.array([middle]))[0]) <= mass:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+
+_ENUMERATE_SIGMA = 4096.0
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_table(sigma_sq: Fraction) -> np.ndarray:
+    """P(Z > m) for m = 0 .. reach of a discrete Gaussian (0 beyond), from its normalised pmf."""
+    reach = math.ceil(math.sqrt(2 * 745 * float(sigma_sq))) + 2
+    z = np.arange(reach + 1, dtype=np.float64)
+    w = np.exp(-z * z / (2 * float(sigma_sq)))
+    above = np.cumsum(w[::-1])[::-1]
+    return np.append(above[1:], 0.0) / (w[0] + 2 * above[1])
+
+
+def _gaussian_tail(sigma_sq: Fraction, m: np.ndarray) -> np.ndarray:
+    sigma = math.sqrt(sigma_sq)
+    if sigma <= _ENUMERATE_SIGMA:
+        table = _gaussian_table(sigma_sq)
+        index = np.minimum(m, table.size - 1).astype(np.int64)
+        return table[index]
+    # Euler-Maclaurin, as ``noise.discrete_gaussian_halfwidth`` (error ~ sigma^-3 of the pmf)
+    a = m + 1
+    f = np.exp(-a * a / (2 * sigma * sigma))
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    return erfc(a / (sigma * math.sqrt(2))) / 2 + (f / 2 + a * f / (12 * sigma * sigma)) / (
+        math.sqrt(2 * math.pi) * sigma)
+
+
+def law_of(measure: Measure) -> Law:
+    """The noise law of ``measure`` (in its grid units), with the scale the sampler really draws
+    (rounded up when its terms are large)."""
+    if measure.noise == "laplace":
+        return Law("laplace", noise.discrete_laplace_sampled_scale(measure.scale))
+    if measure.noise == "gaussian":
+        return Law("gaussian", noise.discrete_gaussian_sampled_sigma_sq(measure.scale))
+    return Law("none", Fraction(0))
+
+
+def ratio_range(measure: Measure) -> tuple[Fraction, Fraction]:
+    """Where a sum measure's mean row value lies, in its grid units: its row values' interval
+    (centred: [-(U - L), U - L]; centred and squared: [0, (U - L)^2]; else [lower, upper])."""
+    if measure.centred:
+        spread = Fraction(measure.upper - measure.lower)
+        return (Fraction(0), spread * spread) if measure.squared else (-spread, spread)
+    return Fraction(measure.lower), Fraction(measure.upper)
+
+
+# -- one ratio: the pivot's critical values and the test's acceptance ------------------------
+
+@functools.lru_cache(maxsize=64)
+def _blocks(law: Law, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The count's noise values summed over: (first, last, mass) of each block, and the mass left
+    beyond them. {0}, then single values, or blocks of quadratic spacing (narrow near 0, where
+    the mass is), mirrored on the negative side."""
+    reach = law.reach(alpha * TAIL_SHARE)
+    if reach <= BLOCKS:
+        lasts = np.arange(1, reach + 1, dtype=np.float64)
+    else:
+        lasts = np.unique(np.round(reach * (np.arange(1, BLOCKS + 1) / BLOCKS) ** 2))
+        lasts = lasts[lasts >= 1]
+    firsts = np.concatenate(([1.0], lasts[:-1] + 1))[:lasts.size]
+    mass = law.tail(firsts - 1) - law.tail(lasts)              # P(first <= Z <= last)
+    zero = law.tail(np.array([-1]))[0] - law.tail(np.array([0]))[0]
+    lows = np.concatenate(([0.0], firsts, -lasts))
+    highs = np.concatenate(([0.0], lasts, -firsts))
+    masses = np.concatenate(([zero], mass, mass))
+    beyond = 2 * float(law.tail(np.array([reach]))[0])
+    return lows, highs, masses, beyond
+
+
+@functools.lru_cache(maxsize=4096)
+def critical(x: Law, y: Law, a: float, b: float, alpha: float) -> float:
+    """A t with P(max over r in {a, b} of |X - r Y| > t) <= alpha, X and Y independent with laws
+    ``x`` and ``y`` (the sum's and the count's noise); close to the least such t.
+
+    >>> t = critical(Law("laplace", Fraction(10)), Law("none", Fraction(0)), 0.0, 1.0, 0.05)
+    >>> 30 <= t < 30.5
+    True
+    """
+    lows, highs, masses, beyond = _blocks(y, alpha)
+    products = np.stack([a * lows, a * highs, b * lows, b * highs])
+    least, most = products.min(axis=0), products.max(axis=0)    # r y over the cell and the block
+    # |X - r y| <= t for all of them: X in [most - t, least + t] (Y symmetric: -Y has Y's law)
+    budget = alpha * (1 - 1e-9) - beyond
+
+    def misses(t: float) -> float:
+        first, last = np.ceil(most - t), np.floor(least + t)
+        inside = np.where(first <= last, 1.0 - x.tail(-first) - x.tail(last), 0.0)
+        return float(np.sum(masses * (1.0 - np.maximum(inside, 0.0))))
+
+    reach_x = x.reach(alpha / 4)
+    high = float(reach_x + max(abs(a), abs(b)) * max(abs(lows).max(), abs(highs).max()) + 1)
+    while misses(high) > budget:
+        high *= 2
+    low = 0.0
+    while high - low > max(1e-3 * high, 0.5):  # t at most 0.1% above the least
+        middle = (low + high) / 2
+        if misses(middle) <= budget:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _accepted(total: int, count: int, t: float, a: float, b: float) -> tuple[float, float] | None:
+    """The r in [a, b] with |total - r count| <= t (rounded outward), or None."""
+    if count == 0:
+        return (a, b) if abs(total) <= t else None
+    ends = sorted(((total - t) / count, (total + t) / count))
+    low, high = max(_down(ends[0]), a), min(_up(ends[1]), b)
+    return (low, high) if low <= high else None
+
+
+@functools.lru_cache(maxsize=1 << 16)  # accuracy() asks for intervals and half-widths of the same rows
+def ratio_interval(total: int, count: int, x: Law, y: Law, low: Fraction, high: Fraction,
+                   alpha: float) -> tuple[float, float]:
+    """The (1 - alpha) interval of the true ratio S / n in [low, high] from noisy ``total`` S' and
+    ``count`` n' (module docstring, step 1); the whole range when the test accepts it all.
+
+    >>> laplace = Law("laplace", Fraction(20))
+    >>> low, high = ratio_interval(5000, 1000, laplace, laplace, Fraction(-10), Fraction(10), 0.05)
+    >>> 4.6 < low < 4.8 and 5.2 < high < 5.4
+    True
+    """
+    whole = (float(low), float(high))
+    cells = {whole: _accepted(total, count, critical(x, y, *whole, alpha), *whole)}
+    for end in (0, 1):  # refine the cell that holds the lowest accepted ratio, then the highest
+        for _ in range(DEPTH):
+            found = _hull(cells)
+            if found is None:
+                return whole  # no ratio passes: only a ratio outside the range could be the truth
+            pick = min if end == 0 else max
+            cell = pick((c for c, a in cells.items() if a is not None), key=lambda c: cells[c][end])  # type: ignore[index]
+            a, b = cell
+            del cells[cell]
+            for i in range(SPLIT):  # a finer partition: each child's t is at most its parent's
+                child = (a + (b - a) * i / SPLIT, a + (b - a) * (i + 1) / SPLIT)
+                cells[child] = _accepted(total, count, critical(x, y, *child, alpha), *child)
+            narrowed = _hull(cells)
+            if narrowed is None or abs(narrowed[end] - found[end]) <= (1 - SHRINK) * (found[1] - found[0]):
+                break
+    return _hull(cells) or whole
+
+
+def _hull(cells: dict[tuple[float, float], tuple[float, float] | None]) -> tuple[float, float] | None:
+    accepted = [a for a in cells.values() if a is not None]
+    if not accepted:
+        return None
+    return min(a[0] for a in accepted), max(a[1] for a in accepted)
+
+
+def _down(value: float) -> float:
+    return math.nextafter(value - abs(value) * 1e-12, -math.inf) if math.isfinite(value) else value
+
+
+def _up(value: float) -> float:
+    return math.nextafter(value + abs(value) * 1e-12, math.inf) if math.isfinite(value) else value
+
+
+# -- several ratios: the union bound and the statistics' ranges over its box ----------------
+
+def count_interval(count: Measure, noisy: int, alpha: float) -> tuple[int, int]:
+    """The (1 - alpha) interval of a count from its noisy value (at least 0)."""
+    law = law_of(count)
+    if law.kind == "none":
+        return max(noisy, 0), max(noisy, 0)
+    half = law.reach(alpha)
+    return max(noisy - half, 0), max(noisy + half, 0)
+
+
+def square_range(low: float, high: float) -> tuple[float, float]:
+    """The range of m^2 over m in [low, high]."""
+    ends = (low * low, high * high)
+    return (0.0 if low <= 0 <= high else min(ends)), max(ends)
+
+
+def product_range(first: tuple[float, float], second: tuple[float, float]) -> tuple[float, float]:
+    """The range of a b over a, b in the two intervals (at their corners)."""
+    corners = [a * b for a in first for b in second]
+    return min(corners), max(corners)
+
+
+def quotient_range(numerator: tuple[float, float], denominator: tuple[float, float]) -> tuple[float, float] | None:
+    """The range of a / b over a in ``numerator`` and b in ``denominator`` (b > 0 throughout;
+    None, unbounded, when the denominator may be 0 or less)."""
+    if denominator[0] <= 0:
+        return None
+    corners = [a / b for a in numerator for b in denominator]
+    return min(corners), max(corners)
+
+
+def outward(low: float, high: float, floor: float = -math.inf, ceiling: float = math.inf) -> tuple[float, float]:
+    """[low, high] widened by a relative 1e-12 and one float step (float arithmetic above), cut
+    to [floor, ceiling]."""
+    return max(_down(low), floor), min(_up(high), ceiling)
+
+
+def spread_of(low: float, high: float, value: float) -> float:
+    """The half-width reported for an interval that need not be centred on the value: the larger
+    distance from the value to an end (NaN for an undefined value).
+
+    >>> spread_of(1.0, 4.0, 2.0), spread_of(0.0, 1.0, float("nan"))
+    (2.0, nan)
+    """
+    if math.isnan(value):
+        return math.nan
+    return max(value - low, high - value)
+
+
+# -- second moments over a box of ratios (VARIANCE, COVAR, CORR, REGR_*) ----------------------
+
+Box = dict[str, tuple[float, float]]
+"""Per statistic name (a sum measure's ratio to the count, in its grid units), its interval; "n"
+is the count's own interval where asked for."""
+
+
+def sample_factor_range(count: tuple[float, float]) -> tuple[float, float]:
+    """The range of n / (n - 1) over true counts n >= 2 in ``count`` (2 where n may be 2 or less).
+
+    >>> sample_factor_range((101.0, 201.0))
+    (1.005, 1.01)
+    """
+    def factor(n: float) -> float:
+        return n / (n - 1) if n > 2 else 2.0
+    return factor(count[1]), factor(count[0])
+
+
+def correlation_bounds(cov: tuple[float, float], var_x: tuple[float, float],
+                       var_y: tuple[float, float]) -> tuple[float, float]:
+    """The range of cov / sqrt(var_x var_y) over the intervals, within [-1, 1] (where the truth
+    lies, by Cauchy-Schwarz): a positive cov is smallest over the largest root and largest over
+    the smallest (1 where that may be 0), a negative one the other way round.
+
+    >>> [round(end, 9) for end in correlation_bounds((0.5, 0.8), (1.0, 1.0), (1.0, 4.0))]
+    [0.25, 0.8]
+    >>> correlation_bounds((-0.1, 0.8), (0.0, 1.0), (1.0, 4.0))
+    (-1.0, 1.0)
+    """
+    smallest = math.sqrt(var_x[0] * var_y[0]) * (1 - 1e-12)
+    largest = math.sqrt(var_x[1] * var_y[1]) * (1 + 1e-12)
+
+    def ratio(value: float, root: float) -> float:
+        if root <= 0:
+            return math.copysign(1.0, value) if value != 0 else 0.0
+        return max(-1.0, min(1.0, value / root))
+
+    low = ratio(cov[0], largest if cov[0] >= 0 else smallest)
+    high = ratio(cov[1], smallest if cov[1] >= 0 else largest)
+    if cov[0] < 0 and smallest <= 0:
+        low = -1.0
+    if cov[1] > 0 and smallest <= 0:
+        high = 1.0
+    return max(_down(low), -1.0), min(_up(high), 1.0)
+
+
+def holding(spans: Sequence[tuple[float, float]], values: Sequence[float]) -> list[tuple[float, float]]:
+    """Each interval widened to hold its released value (a value the test rejects, as an AVG of
+    a noisy count <= 0 released as its bounds' midpoint, is still shown inside its interval;
+    widening keeps the coverage).
+
+    >>> holding([(1.0, 2.0), (1.0, 2.0), (1.0, 2.0)], [0.5, 1.5, float("nan")])
+    [(0.5, 2.0), (1.0, 2.0), (1.0, 2.0)]
+    """
+    return [(low, high) if math.isnan(value) or math.isnan(low) else (min(low, value), max(high, value))
+            for (low, high), value in zip(spans, values)]
+
+
+# -- centred second moments by their own pivots ------------------------------------------------
+
+LATTICE = 4096
+"""Lattice steps across the widest term of ``sum_critical`` (its rounding adds at most one step
+per term to t)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def sum_critical(terms: tuple[tuple[Law, float], ...], alpha: float) -> float:
+    """A t with P(|sum of a_i Z_i| > t) <= alpha for independent Z_i of the given laws and
+    coefficients a_i: each a_i Z_i rounded up onto a lattice (so the lattice sum is at least the
+    true one), their exact pmfs convolved (FFT), the tails beyond each law's reach counted as
+    misses; by symmetry P(|sum| > t) <= 2 P(lattice sum > t).
+
+    >>> t = sum_critical(((Law("laplace", Fraction(10)), 1.0),), 0.05)
+    >>> 30 <= t < 31
+    True
+    """
+    parts = [(law, abs(a)) for law, a in terms if law.kind != "none" and law.scale and a]
+    if not parts:
+        return 0.0
+    share = alpha * TAIL_SHARE / len(parts)
+    reaches = [law.reach(share) for law, _ in parts]
+    step = max(a * (r + 1) for (_, a), r in zip(parts, reaches)) / (LATTICE / 2)
+    total = np.ones(1)
+    offset = 0
+    beyond = 0.0
+    for (law, a), reach in zip(parts, reaches):
+        lowest, highest = math.floor(-a * reach / step), math.ceil(a * reach / step)
+        cells = np.arange(lowest, highest + 1, dtype=np.float64)
+        # ceil(a Z / step) = j  <=>  (j - 1) step / a < Z <= j step / a
+        upper = np.floor(cells * step / a)
+        below = np.floor((cells - 1) * step / a)
+        pmf = np.maximum(law.tail(below) - law.tail(upper), 0.0)
+        beyond += 2 * float(law.tail(np.array([reach]))[0])
+        size = total.size + pmf.size - 1
+        width = 1 << (size - 1).bit_length()
+        total = np.fft.irfft(np.fft.rfft(total, width) * np.fft.rfft(pmf, width), width)[:size]
+        total = np.maximum(total, 0.0)
+        offset += lowest
+    above = np.cumsum(total[::-1])[::-1]      # above[k] = P(lattice sum >= offset + k)
+    budget = alpha * (1 - 1e-6) - beyond
+    # P(sum > t) <= P(lattice sum > t / step): the least k with 2 P(lattice >= k + 1) <= budget
+    tails = np.append(above[1:], 0.0)
+    index = int(np.argmax(2 * tails <= budget))
+    return max((offset + index) * step, 0.0) * (1 + 1e-9)
+
+
+def centred_moment_interval(second: int, first: tuple[int, int], count: int, laws: tuple[Law, Law, Law, Law],
+                            means: tuple[tuple[float, float], tuple[float, float]], limit: tuple[float, float],
+                            alpha: float, same: bool = False) -> tuple[float, float]:
+    """The (1 - alpha) interval, given that the true means lie in ``means``, of a centred second
+    moment c = S_uv/n - m_u m_v (a covariance; a variance when u = v) in [limit]: from noisy
+    ``second`` = S_uv', ``first`` = (S_u', S_v') and ``count`` = n', with the noise laws of
+    (S_uv, S_u, S_v, n); ``same`` for a variance (u = v: one sum, its noise counted once with
+    the summed coefficient 2 m_u).
+
+    For the true (m_u, m_v, c), D = S_uv' - m_v S_u' - m_u S_v' + (m_u m_v - c) n' is exactly
+    e_uv - m_v e_u - m_u e_v + (m_u m_v - c) e_n, whose law the hypothesis fixes; the test
+    |D| <= t (t by ``chernoff_critical``, at the largest coefficients the means' box and the
+    current range of c allow: t only grows with them) accepts c where n' |c - cov' - (m_u - m_u')
+    (m_v - m_v')| <= t for some means in the box (cov' = S_uv'/n' - m_u' m_v', m' = S'/n'). Its
+    error from the means is second order ((m_u - m_u')(m_v - m_v')), where the box of the three
+    ratios had it first order (m_v' e_u + m_u' e_v). Holds with probability 1 - alpha when the
+    means do (a union bound with theirs).
+
+    Why the largest coefficients: with U_i independent uniform on (-1/2, 1/2), each Z_i + U_i has
+    a symmetric unimodal density, so (Anderson's theorem, their convolution being symmetric
+    unimodal too) P(|sum a_i (Z_i + U_i)| > t) only grows with each |a_i|; and the sum of the
+    a_i Z_i differs from that of the a_i (Z_i + U_i) by at most half the sum of |a_i|, as does
+    ``sum_critical``'s lattice sum once shifted by it. So the critical value at the largest
+    |a_i|, plus the sum of the |a_i|, holds for every coefficient at most as large."""
+    low, high = limit
+    if count <= 0:
+        return low, high
+    law_uv, law_u, law_v, law_n = laws
+    mean_u, mean_v = Fraction(first[0], count), Fraction(first[1], count)
+    centre = float(Fraction(second, count) - mean_u * mean_v)
+    shifts = ((means[0][0] - float(mean_u), means[0][1] - float(mean_u)),
+              (means[1][0] - float(mean_v), means[1][1] - float(mean_v)))
+    offsets = square_range(*shifts[0]) if same else product_range(*shifts)
+    largest_u = max(abs(means[0][0]), abs(means[0][1]))
+    largest_v = max(abs(means[1][0]), abs(means[1][1]))
+    for _ in range(3):
+        kappa = largest_u * largest_v + max(abs(low), abs(high))
+        terms = [(law_uv, 1.0), (law_n, _rounded_up(kappa))]
+        terms += ([(law_u, _rounded_up(largest_v + largest_u))] if same else
+                  [(law_u, _rounded_up(largest_v)), (law_v, _rounded_up(largest_u))])
+        # + the coefficients: the critical value at the largest coefficients bounds the one at the
+        # true ones (below), up to the integers' lattice
+        t = (sum_critical(tuple(terms), alpha) + sum(a for _, a in terms)) / count
+        low, high = max(low, _down(centre + offsets[0] - t)), min(high, _up(centre + offsets[1] + t))
+        if low > high:  # nothing accepted: only a value outside the limit could be the truth
+            return limit
+    return low, high
+
+
+def _rounded_up(value: float) -> float:
+    """``value`` rounded up to 3 significant bits: t grows with every coefficient, so this only
+    widens, and keeps the critical values' cache small."""
+    if value <= 0:
+        return 0.0
+    exponent = math.floor(math.log2(value)) - 2
+    return math.ceil(value / 2.0**exponent) * 2.0**exponent
+
+
+SECOND_MOMENTS = {"xy": ("cov", "x", "y"), "xx": ("var_x", "x", "x"), "yy": ("var_y", "y", "y")}
+"""A second-moment statistic -> the centred moment it gives and the two means it is centred on."""
+
+
+def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
+                  alpha: float, with_count: bool = False) -> list[Box]:
+    """Per released row, intervals holding together with probability at least 1 - alpha: of the
+    means "x" and "y" (``ratio_interval``) and of the centred moments "cov", "var_x", "var_y"
+    their ``statistics`` give ("xy", "xx", "yy": ``centred_moment_interval``): the means share
+    ``MEANS_SHARE`` of alpha, the moments the rest equally (less ``COUNT_SHARE`` of it all, which
+    the count's interval "n" takes ``with_count``). ``measures``: the sums of ``statistics`` in
+    order, then the count."""
+    k = len(statistics)
+    sums, count = dict(zip(statistics, measures[:k])), measures[k]
+    firsts = [name for name in statistics if name in ("x", "y")]
+    seconds = [name for name in statistics if name in SECOND_MOMENTS]
+    tests = alpha * (1 - COUNT_SHARE) if with_count else alpha
+    # the means' errors reach a centred moment only at second order: they take a small share
+    share_first = tests * (MEANS_SHARE if seconds else 1) / len(firsts)
+    share = tests * (1 - MEANS_SHARE) / len(seconds) if seconds else 0.0
+    laws = {name: law_of(measure) for name, measure in sums.items()}
+    law_n = law_of(count)
+    # half the width of each mean's range: |cov| <= h_u h_v, var <= h^2 (centred: h = s)
+    spreads = {name: float(ratio_range(sums[name])[1] - ratio_range(sums[name])[0]) / 2 for name in firsts}
+    rows = []
+    for i, n in enumerate(noisy[count.name]):
+        box: Box = {}
+        for name in firsts:
+            low, high = ratio_range(sums[name])
+            box[name] = ratio_interval(noisy[sums[name].name][i], n, laws[name], law_n, low, high, share_first)
+        for name in seconds:
+            moment, u, v = SECOND_MOMENTS[name]
+            largest = spreads[u] * spreads[v]
+            limit = (0.0, largest) if u == v else (-largest, largest)
+            box[moment] = centred_moment_interval(
+                noisy[sums[name].name][i], (noisy[sums[u].name][i], noisy[sums[v].name][i]), n,
+                (laws[name], laws[u], laws[v], law_n), (box[u], box[v]), limit, share, same=u == v)
+        if with_count:
+            low_n, high_n = count_interval(count, n, alpha * COUNT_SHARE)
+            box["n"] = (float(low_n), float(high_n))
+        rows.append(box)
+    return rows
