@@ -143,8 +143,12 @@ def run_side(tree: Path, path: Path, repeats: int, unit_bounds: str) -> dict:
     for run in range(repeats):
         model = db.fit("SELECT dep_delay, arr_delay FROM flights", target="arr_delay", model="linear",
                        epsilon=Fraction(FIT_EPSILON) + Fraction(run, 10**9), delta=FIT_DELTA)
-        interval = getattr(model, "intervals", None)
-        low, high = interval["dep_delay"] if isinstance(interval, dict) and "dep_delay" in interval else (None, None)
+        low = high = None
+        stated = model.result.intervals()
+        if "coefficient_low" in stated.columns:  # a ± is stated (the sufficient-statistics fit, issue 37)
+            row = stated[stated["term"] == "dep_delay"].iloc[0]
+            if not (np.isnan(row["coefficient_low"]) or np.isnan(row["coefficient_high"])):
+                low, high = float(row["coefficient_low"]), float(row["coefficient_high"])
         fits.append({"key": [], "value": float(model.coefficients["dep_delay"]), "truth": slope,
                      "low": low, "high": high})
     out["statistics"][FIT] = fits

@@ -142,3 +142,28 @@ def test_stated_intervals_of_the_per_unit_avg_cover_the_truth(db):
         frame = connection.sql("SELECT AVG(x) AS a FROM t", epsilon=0.05 + i * 1e-9).intervals()
         covered += frame["a_low"][0] <= truth <= frame["a_high"][0]
     assert covered >= 270
+
+
+def test_a_cached_rows_model_statement_never_answers_a_per_unit_plan():
+    """An attacker's review: the statement cache was keyed on a hand-kept list of measure fields
+    that missed the per-unit clamp, so a Laplace query (rows model: L1 picks it) left a statement
+    without the clamp that a later Gaussian query (per-unit model: L2 picks it) reused, while its
+    noise assumed the clamp: one unit of 100 rows moved the sum by 100 where the plan said 1."""
+    policy = ("BUDGET EPSILON 1000000 DELTA 0.5; NOISE GAUSSIAN; PRIVATE TABLE t (PRIVACY UNIT uid, "
+              "MAX ROWS PER UNIT 100, MAX GROUPS PER UNIT 100, x BOUNDS 0 TO 1, x BOUNDS PER UNIT 0 TO 1, "
+              "g KEYS FROM keys.g); PUBLIC TABLE keys;")
+    sql = "SELECT g, SUM(x) AS s FROM t GROUP BY g"
+
+    def answer(victim: bool) -> float:
+        con = duckdb.connect()
+        con.execute("CREATE TABLE keys AS SELECT * FROM (VALUES ('a'), ('b')) k(g)")
+        con.execute("CREATE TABLE t (uid INTEGER, g VARCHAR, x INTEGER)")
+        con.execute("INSERT INTO t VALUES (1, 'a', 1), (2, 'a', 1), (3, 'b', 1)")
+        if victim:
+            con.execute("INSERT INTO t SELECT 99, 'a', 1 FROM range(100)")
+        db = dpsql.connect(con, policy=policy)
+        db.sql(sql, epsilon=0.001, noise="laplace")  # the rows model's statement, cached
+        assert "per-unit" in db.explain(sql, epsilon=100000, delta=1e-6)
+        return dict(db.sql(sql, epsilon=100000, delta=1e-6).fetchall())["a"]  # sigma ~ 0.02
+
+    assert abs(answer(True) - answer(False)) < 1.5  # the clamp holds: the victim adds at most 1

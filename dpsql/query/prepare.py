@@ -18,6 +18,7 @@ the budget and free repeats are decided afresh by the caller on every query.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -370,11 +371,17 @@ def stored_key_types(query: PrivateQuery) -> dict[str, str] | None:
 _PLAIN = (type(None), bool, int, float, str, Fraction, Decimal, np.generic)
 
 
+_NOISE_ONLY = frozenset({"sensitivity", "epsilon", "delta", "noise", "scale"})
+"""The fields of a ``Measure`` the rewrite never reads: they set the noise, not the SQL."""
+
+
 def _statement_shape(plan: Plan) -> tuple:
-    """Everything of ``plan`` the rewrite reads besides its checked query: each measure's name,
-    kind, grid, integer bounds and form, and the partition-selection column."""
-    measures = tuple((m.name, m.kind, m.grid, m.lower, m.upper, m.centred, m.squared, m.counts_values_of,
-                      m.offset, m.clamped_columns, m.factors) for m in plan.measures)
+    """Everything of ``plan`` the rewrite may read besides its checked query: every field of each
+    measure but the noise-only ones (a denylist, so a field added later keys the cache by default:
+    an attacker's review found the per-unit clamp missing from a hand-kept list, and a rows-model
+    statement answering a per-unit plan), and the partition-selection column."""
+    measures = tuple(tuple((f.name, getattr(m, f.name)) for f in dataclasses.fields(m) if f.name not in _NOISE_ONLY)
+                     for m in plan.measures)
     return measures, None if plan.selection is None else plan.selection.measure
 
 
