@@ -83,3 +83,22 @@ def test_values_at_and_beside_the_edges_fall_in_their_exact_bins(type_name, step
     *at_most, total = ranks_from(connection.execute(render(tree)).fetchall(), len(edges))
     assert total == len(values) * SHARE_SCALE
     assert at_most == [sum(v <= e for v in values) * SHARE_SCALE for e in edges]
+
+
+@pytest.mark.parametrize("victim", [None, 5.0, 1e31, 1e33, 1e300])
+def test_one_units_huge_value_never_decides_whether_a_charged_suggestion_fails(victim):
+    """An attacker's review: with declared BOUNDS beyond 1e32 (kept by suggest), the per-unit totals'
+    exact DECIMAL cast overflowed on one unit's value, so success or failure told that value."""
+    import duckdb
+
+    import dpsql
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (uid INTEGER, x DOUBLE)")
+    con.execute("INSERT INTO t SELECT i % 50, (i % 7)::DOUBLE FROM range(200) r(i)")
+    if victim is not None:
+        con.execute(f"INSERT INTO t VALUES (999, {victim})")
+    policy = "BUDGET EPSILON 100; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 5, x BOUNDS -1e40 TO 1e40);"
+    with dpsql.connect(con, policy=policy) as db:
+        out = db.suggest_bounds("t", epsilon=1, columns=["x"])
+    assert out["bounds"]["x"] is not None

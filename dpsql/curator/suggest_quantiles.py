@@ -209,10 +209,18 @@ def totals_select(table: exp.Table, owner: exp.Expr, column: str, lower: Fractio
         kept = exp.Case(ifs=[exp.If(this=present.copy(), true=exact)], default=exp.Null())
         return exp.Coalesce(this=exp.Sum(this=kept), expressions=[exp.Cast(this=_number(0), to=DECIMAL_TOTAL.copy())])
 
+    # Each row's part is cut at the largest edge before the exact cast: a total that reaches it lands
+    # beyond every edge either way (parts have one sign), and no row's value can overflow the
+    # DECIMAL and fail the statement (an attacker's review: with BOUNDS beyond 1e32 one unit's value
+    # decided whether the charged suggestion failed).
+    largest = _edge(max(abs(Fraction(c)) for c in edges))
+    negative_largest = _edge(-max(abs(Fraction(c)) for c in edges))
+    positive = exp.Least(this=exp.Greatest(this=clamped.copy(), expressions=[zero.copy()]), expressions=[largest])
+    negative = exp.Greatest(this=exp.Least(this=clamped.copy(), expressions=[zero.copy()]),
+                            expressions=[negative_largest])
     rows = exp.select(exp.alias_(owner, "dp_owner"), exp.alias_(_double(column), "dp_value")).from_(table)
-    per_unit = (exp.select(exp.alias_(total(exp.Greatest(this=clamped.copy(), expressions=[zero.copy()])), "dp_0"),
-                           exp.alias_(exp.Neg(this=total(exp.Least(this=clamped.copy(), expressions=[zero.copy()]))),
-                                      "dp_1"))
+    per_unit = (exp.select(exp.alias_(total(positive), "dp_0"),
+                           exp.alias_(exp.Neg(this=total(negative)), "dp_1"))
                 .from_(rows.subquery())
                 .where(exp.Not(this=exp.Is(this=exp.column("dp_owner"), expression=exp.Null())))
                 .group_by(exp.column("dp_owner")))
