@@ -209,7 +209,7 @@ class Connection:
     @_reported_as_dperror
     def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
             weights: dict | None = None, report_bias: Any = None, max_error: Any = None,
-            expected_rows: Any = None) -> DPResult:
+            expected_rows: Any = None, unit_bounds_share: Any = None) -> DPResult:
         """Answer ``sql`` with differential privacy, charging its cost to the budget.
 
         ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
@@ -226,14 +226,20 @@ class Connection:
         mechanisms of ``dpsql.calls.registry``) calls that mechanism, as its method would.
         """
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
+        if unit_bounds_share is not None and call is not None:
+            raise UnsupportedQuery(f"unit_bounds_share applies to a query, not to {call.name}()",
+                                   hint="leave unit_bounds_share out")
         if call is not None:
             _no_accuracy_goal(call.name, max_error, expected_rows)
             return mechanism(call.name).answer(self, call.queries, call.options)
         local, written = self._route_local(sql)
+        if local is not None and unit_bounds_share is not None:
+            raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "
+                                   "randomized-response reports has none", hint="leave unit_bounds_share out")
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             _no_accuracy_goal("a count of randomized-response reports", max_error, expected_rows)
             return answer_local(self._answerer, self.mechanism_context(), local, epsilon, delta, noise, written)
-        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, unit_bounds_share)
         result = self._answerer.sql(self.mechanism_context(), prepared, max_error, expected_rows)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
@@ -243,12 +249,15 @@ class Connection:
     @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
                 weights: dict | None = None, report_bias: Any = None, max_error: Any = None,
-                expected_rows: Any = None) -> str:
+                expected_rows: Any = None, unit_bounds_share: Any = None) -> str:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, each output's
         expected ± (and what ``max_error`` would do), the contribution limits and any bias report;
         reads no data. The text's ``refused`` is the refusal running it would meet (over budget,
         or wider than ``max_error``), else ``None``."""
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
+        if unit_bounds_share is not None and call is not None:
+            raise UnsupportedQuery(f"unit_bounds_share applies to a query, not to {call.name}()",
+                                   hint="leave unit_bounds_share out")
         if call is not None:
             _no_accuracy_goal(call.name, max_error, expected_rows)
             explain = mechanism(call.name).explain
@@ -257,10 +266,13 @@ class Connection:
             text = explain(self, call.queries, call.options)
             return text if isinstance(text, Explanation) else Explanation(text)
         local, written = self._route_local(sql)
+        if local is not None and unit_bounds_share is not None:
+            raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "
+                                   "randomized-response reports has none", hint="leave unit_bounds_share out")
         context = self.mechanism_context()
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             return explain_local_count(self._answerer, context, local, epsilon, delta, noise, written)
-        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, unit_bounds_share)
         text = self._answerer.explain(context, prepared, report_bias, max_error, expected_rows)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
@@ -509,9 +521,10 @@ class Connection:
                                 self._engine.fetch, self._pmw_sessions)
 
     def _prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
-                 weights: dict | None = None, report_bias: Any = None) -> Prepared:
+                 weights: dict | None = None, report_bias: Any = None, unit_bounds_share: Any = None) -> Prepared:
         """The static half of the query (``dpsql.query.prepare``), shared by ``sql`` and ``explain``."""
-        return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst)
+        return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst,
+                                      unit_bounds_share=unit_bounds_share)
 
     def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
         """The de-biased count ``sql`` is, if one (no LOCAL RR column in the policy: none)."""

@@ -28,14 +28,14 @@ def _utilities(units: list[tuple[int, ...]], quantile: Fraction) -> list[Fractio
     return utility(ranks, len(totals), quantile)
 
 
-def _units(l: int) -> list[tuple[int, ...]]:
-    """Every unit of at most ``l`` totals (a multiset of magnitudes), the empty one too."""
-    return [combo for size in range(l + 1) for combo in itertools.combinations_with_replacement(MAGNITUDES, size)]
+def _units(groups: int) -> list[tuple[int, ...]]:
+    """Every unit of at most ``groups`` totals (a multiset of magnitudes), the empty one too."""
+    return [combo for size in range(groups + 1) for combo in itertools.combinations_with_replacement(MAGNITUDES, size)]
 
 
-def _largest_change(l: int, quantile: Fraction, bounded: bool) -> Fraction:
+def _largest_change(groups: int, quantile: Fraction, bounded: bool) -> Fraction:
     """max |u(D, c) - u(D', c)| over datasets D of up to two other units and neighbours D'."""
-    units = _units(l)
+    units = _units(groups)
     others = [list(pair) for pair in itertools.combinations_with_replacement(units[:8], 2)]
     worst = Fraction(0)
     for rest in others:
@@ -48,16 +48,16 @@ def _largest_change(l: int, quantile: Fraction, bounded: bool) -> Fraction:
     return worst
 
 
-@pytest.mark.parametrize("l", [1, 2, 3])
+@pytest.mark.parametrize("groups", [1, 2, 3])
 @pytest.mark.parametrize("quantile", [QUANTILE, Fraction(1, 2), Fraction(1, 10)])
-def test_the_utility_moves_by_at_most_l_and_l_is_reached_when_bounded(l, quantile):
-    """Δu = l, the sensitivity ``draw_total_bound`` calibrates with: never exceeded under either
-    neighbour relation, reached by replacing a unit (so l - 1 would be wrong)."""
-    unbounded = _largest_change(l, quantile, bounded=False)
-    bounded = _largest_change(l, quantile, bounded=True)
-    assert unbounded <= l and bounded <= l
-    assert bounded == l
-    assert bounded > l - 1  # a mutated sensitivity (l - 1) is exceeded
+def test_the_utility_moves_by_at_most_l_and_l_is_reached_when_bounded(groups, quantile):
+    """Δu = groups, the sensitivity ``draw_total_bound`` calibrates with: never exceeded under either
+    neighbour relation, reached by replacing a unit (so groups - 1 would be wrong)."""
+    unbounded = _largest_change(groups, quantile, bounded=False)
+    bounded = _largest_change(groups, quantile, bounded=True)
+    assert unbounded <= groups and bounded <= groups
+    assert bounded == groups
+    assert bounded > groups - 1  # a mutated sensitivity (groups - 1) is exceeded
 
 
 def test_candidates_end_at_the_cap_and_grow_by_at_most_half_again():
@@ -77,23 +77,23 @@ def test_the_drawn_bound_leaves_at_most_the_stated_share_beyond_it(epsilon):
     """With probability ≥ 1 - α at most (1 - q)·n + d totals lie beyond the bound. At α = 1e-9
     a draw, 25 draws fail together with probability < 1e-7; a draw aimed at the median (or
     calibrated 10x too loosely) fails it every time at this n."""
-    l, n_units = 3, 4000
+    groups, n_units = 3, 4000
     rng = np.random.default_rng(7)
-    magnitudes = np.abs(rng.lognormal(6, 1.2, size=n_units * l)).round(3)  # up to l totals per unit
+    magnitudes = np.abs(rng.lognormal(6, 1.2, size=n_units * groups)).round(3)  # up to groups totals per unit
     cap = Fraction(10**6)
     assert magnitudes.max() < cap
     cands = candidates_below(cap)
     ranks = _ranks(magnitudes, cands)
     n = len(magnitudes)
     alpha = Fraction(1, 10**9)
-    allowed = (1 - float(QUANTILE)) * n + stated_excess(epsilon, len(cands), l, alpha)
+    allowed = (1 - float(QUANTILE)) * n + stated_excess(epsilon, len(cands), groups, alpha)
     assert allowed < n / 4  # the statement says something
     source = SeededSource(11)
     for _ in range(25):
-        bound = cands[draw_total_bound(ranks, n, epsilon, l, source=source)]
+        bound = cands[draw_total_bound(ranks, n, epsilon, groups, source=source)]
         assert int((magnitudes > float(bound)).sum()) <= allowed
     # what a wrong aim would have stated fails: the median leaves half beyond it
-    median = cands[draw_total_bound(ranks, n, Fraction(1000), l, Fraction(1, 2), SeededSource(1))]
+    median = cands[draw_total_bound(ranks, n, Fraction(1000), groups, Fraction(1, 2), SeededSource(1))]
     assert int((magnitudes > float(median)).sum()) > allowed
 
 
