@@ -188,10 +188,9 @@ def _number(value: Fraction) -> str:
 
 def chosen_note(auto: AutoBounds, chosen: dict[str, Fraction], plan: Plan, fell_back: bool) -> str:
     """The answer's note: the bounds drawn, what they state, and where the per-unit model was used."""
-    parts = []
-    for column, bounds in bounds_of(auto, chosen).items():
-        used = [m.name for m in plan.measures if m.unit_bounds is not None]
-        parts.append(f"{column} BOUNDS PER UNIT {_number(bounds.lower)} TO {_number(bounds.upper)}")
+    parts = [f"{column} BOUNDS PER UNIT {_number(bounds.lower)} TO {_number(bounds.upper)}"
+             for column, bounds in bounds_of(auto, chosen).items()]
+    used = any(m.unit_bounds is not None for m in plan.measures)
     grouped = "(unit, group)" if plan.query.keys else "unit"
     excess = stated_excess(auto.each, max(len(d.candidates) for d in auto.draws), auto.groups_per_unit)
     model = ("the rows model answered (planning at these bounds failed)" if fell_back else
