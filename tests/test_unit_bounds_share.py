@@ -37,9 +37,10 @@ def _frame(seed: int = 0, n: int = 600) -> pd.DataFrame:
                          "x": rng.normal(20, 40, n).round(1), "y": rng.uniform(0, 10, n)})
 
 
-def _db(frame: pd.DataFrame | None = None):
+def _db(frame: pd.DataFrame | None = None, budget: int = 20):
     frame = _frame() if frame is None else frame
-    return dpsql.connect({"t": frame, "r": frame[["x"]].copy()}, policy=POLICY)
+    return dpsql.connect({"t": frame, "r": frame[["x"]].copy()},
+                         policy=POLICY.replace("BUDGET EPSILON 20", f"BUDGET EPSILON {budget}"))
 
 
 def _declared(lower: str, upper: str):
@@ -214,3 +215,25 @@ def test_the_option_in_sql_is_placed_and_explained():
     assert "EXPLAIN cannot state them before the charge" in text
     assert "chosen privately at epsilon 0.2" in text and "costs epsilon 1," in text
     assert db.budget.spent.epsilon == 0
+
+
+def test_the_noise_drawn_is_the_one_stated():
+    """The released noise has the law of the plan it is stated from (the replanned one): 1,000
+    units with one row y = 5 each (no drawn bound reaches below 5 at this epsilon: candidates under
+    5 are 990 ranks from the target, exp(-990/4) of the weight; a higher bound clamps nothing), so the truth is exactly 5,000 and
+    value - 5,000 is Laplace(b), b = half-width / ln 20. Over 300 answers the mean of |z| (an
+    Exp(1) mean: 1, sd 0.058) lies in [0.7, 1.4] except with probability < 1e-6; noise drawn at
+    twice or half the stated scale (mean 2 or 0.5) fails it."""
+    frame = pd.DataFrame({"uid": range(1000), "g": "a", "x": 0.0, "y": 5.0})
+    db = _db(frame, budget=1000)
+    sql = "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (unit_bounds_share = 0.5) SUM(y) AS s FROM t"
+    magnitudes, per_unit = [], 0
+    for i in range(300):
+        res = db.sql(sql, epsilon=Fraction(10**9 + i, 10**9))  # a new epsilon each time: no free repeat
+        per_unit += "per-unit model answered" in next(n for n in res.notes if "chosen privately" in n)
+        value, half = res.fetchall()[0][0], res.accuracy()["s"]
+        magnitudes.append(abs(value - 5000) / (half / np.log(20)))
+    # B = 200 (the cap: rows model kept) has weight about 0.08 against the target's 1, so most answers
+    # use the per-unit model; fewer than 100 of 300 would take a probability far below 1e-6
+    assert per_unit >= 100
+    assert 0.7 <= float(np.mean(magnitudes)) <= 1.4
