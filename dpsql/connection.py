@@ -218,6 +218,10 @@ class Connection:
         the contribution limits dropped and clamped (``dpsql.query.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
 
+        ``unit_bounds_share``: a share of epsilon, such as 0.2, spent first on choosing each
+        aggregated column's bound per unit privately (``dpsql.query.unit_bounds``); the query
+        runs at the rest, and its notes state the bounds drawn. The total cost is unchanged.
+
         ``max_error``: refuse the query (``TooInaccurate``), before anything is charged, when an
         output's predicted 95% ± (``explain`` shows it) is wider; a ratio such as AVG is judged at
         ``expected_rows``, the fewest values expected in a group (``dpsql.query.prediction``).
