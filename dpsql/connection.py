@@ -209,7 +209,7 @@ class Connection:
     @_reported_as_dperror
     def sql(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
             weights: dict | None = None, report_bias: Any = None, max_error: Any = None,
-            expected_rows: Any = None) -> DPResult:
+            expected_rows: Any = None, unit_bounds_share: Any = None) -> DPResult:
         """Answer ``sql`` with differential privacy, charging its cost to the budget.
 
         ``weights`` splits epsilon between the query's aggregates ({output name or aggregate as
@@ -217,6 +217,10 @@ class Connection:
         epsilon such as 0.05, spends that share on ``res.bounding``, a noisy estimate of what
         the contribution limits dropped and clamped (``dpsql.query.bias``); False turns off the
         policy's ``REPORT BIAS SHARE``. The query's total cost is unchanged.
+
+        ``unit_bounds_share``: a share of epsilon, such as 0.2, spent first on choosing each
+        aggregated column's bound per unit privately (``dpsql.query.unit_bounds``); the query
+        runs at the rest, and its notes state the bounds drawn. The total cost is unchanged.
 
         ``max_error``: refuse the query (``TooInaccurate``), before anything is charged, when an
         output's predicted 95% ± (``explain`` shows it) is wider; a ratio such as AVG is judged at
@@ -226,14 +230,20 @@ class Connection:
         mechanisms of ``dpsql.calls.registry``) calls that mechanism, as its method would.
         """
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
+        if unit_bounds_share is not None and call is not None:
+            raise UnsupportedQuery(f"unit_bounds_share applies to a query, not to {call.name}()",
+                                   hint="leave unit_bounds_share out")
         if call is not None:
             _no_accuracy_goal(call.name, max_error, expected_rows)
             return mechanism(call.name).answer(self, call.queries, call.options)
         local, written = self._route_local(sql)
+        if local is not None and unit_bounds_share is not None:
+            raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "
+                                   "randomized-response reports has none", hint="leave unit_bounds_share out")
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             _no_accuracy_goal("a count of randomized-response reports", max_error, expected_rows)
             return answer_local(self._answerer, self.mechanism_context(), local, epsilon, delta, noise, written)
-        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, unit_bounds_share)
         result = self._answerer.sql(self.mechanism_context(), prepared, max_error, expected_rows)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
@@ -243,12 +253,15 @@ class Connection:
     @_reported_as_dperror
     def explain(self, sql: str, epsilon: Any = None, delta: Any = None, *, noise: str | None = None,
                 weights: dict | None = None, report_bias: Any = None, max_error: Any = None,
-                expected_rows: Any = None) -> str:
+                expected_rows: Any = None, unit_bounds_share: Any = None) -> str:
         """What ``sql`` would run and cost: bounded SQL, sensitivities, noise, each output's
         expected ± (and what ``max_error`` would do), the contribution limits and any bias report;
         reads no data. The text's ``refused`` is the refusal running it would meet (over budget,
         or wider than ``max_error``), else ``None``."""
         call = call_of(sql, epsilon, delta, noise, weights, report_bias)
+        if unit_bounds_share is not None and call is not None:
+            raise UnsupportedQuery(f"unit_bounds_share applies to a query, not to {call.name}()",
+                                   hint="leave unit_bounds_share out")
         if call is not None:
             _no_accuracy_goal(call.name, max_error, expected_rows)
             explain = mechanism(call.name).explain
@@ -257,10 +270,13 @@ class Connection:
             text = explain(self, call.queries, call.options)
             return text if isinstance(text, Explanation) else Explanation(text)
         local, written = self._route_local(sql)
+        if local is not None and unit_bounds_share is not None:
+            raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "
+                                   "randomized-response reports has none", hint="leave unit_bounds_share out")
         context = self.mechanism_context()
         if local is not None:  # a count over a randomized-response column (dpsql.query.local)
             return explain_local_count(self._answerer, context, local, epsilon, delta, noise, written)
-        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias)
+        prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, unit_bounds_share)
         text = self._answerer.explain(context, prepared, report_bias, max_error, expected_rows)
         reads = reads_local(prepared.tree, prepared.checked, self.policy)
         if reads:
@@ -513,9 +529,10 @@ class Connection:
                                 self._engine.fetch, self._pmw_sessions)
 
     def _prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
-                 weights: dict | None = None, report_bias: Any = None) -> Prepared:
+                 weights: dict | None = None, report_bias: Any = None, unit_bounds_share: Any = None) -> Prepared:
         """The static half of the query (``dpsql.query.prepare``), shared by ``sql`` and ``explain``."""
-        return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst)
+        return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst,
+                                      unit_bounds_share=unit_bounds_share)
 
     def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
         """The de-biased count ``sql`` is, if one (no LOCAL RR column in the policy: none)."""

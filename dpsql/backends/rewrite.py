@@ -146,6 +146,50 @@ def rows_statement(plan: Plan, final: exp.Select, layers: Sequence[tuple[str, ex
     return statement(tree, plan, dialect)
 
 
+def unit_totals_statement(plan: Plan, edges: dict[str, Sequence[int]], dialect: str = DUCKDB) -> BoundedStatement:
+    """(dp_measure, dp_bucket, dp_count) rows: for each measure named in ``edges`` (a sum of its
+    clamped row values ``v_<measure>``, on its grid), how many (unit, group) totals T of it have
+    |T| in each bucket: the smallest j with |T| <= edges[j] (len(edges): beyond them all); a
+    total of only NULL values counts as 0. Each unit keeps its first MAX GROUPS PER UNIT groups
+    in salted-hash order (``_group_limit_layer``), so it has at most that many totals (one
+    without GROUP BY): the precondition of ``dpsql.mechanisms.total_bound``'s sensitivity."""
+    query = plan.query
+    keys = [key.name for key in query.keys]
+    measures = [m for m in plan.measures if m.name in edges]
+    single = replace(plan, measures=tuple(measures))
+    layers: list[tuple[str, exp.Expr]] = [("dp_rows", _rows_layer(single)), ("dp_values", _values_layer(single, keys))]
+    source = "dp_values"
+    if keys:
+        layers.append(("dp_limited", _group_limit_layer(single, keys)))
+        source = "dp_limited"
+    grouping = [_column(name) for name in ["dp_unit", *keys]]
+    sums = [_as(exp.Sum(this=_column(f"v_{m.name}")), f"t_{m.name}") for m in measures]
+    layers.append(("dp_unit_totals", _select([*grouping, *sums], source, group=[c.copy() for c in grouping])))
+    parts: list[exp.Select] = []
+    for measure in measures:
+        magnitude = exp.Abs(this=exp.Coalesce(this=_column(f"t_{measure.name}"), expressions=[_number(0)]))
+        bucket = _bucket_of(magnitude, [_number(edge) for edge in edges[measure.name]])
+        parts.append(_select([_as(exp.Literal.string(measure.name), "dp_measure"), _as(bucket, "dp_bucket"),
+                              _as(exp.Count(this=exp.Star()), "dp_count")], "dp_unit_totals",
+                             group=[_column("dp_bucket")]))
+    final: exp.Expr = parts[0]
+    for part in parts[1:]:
+        final = exp.Union(this=final, expression=part, distinct=False)
+    return statement(_with(final, layers), plan, dialect)  # type: ignore[arg-type]
+
+
+def _bucket_of(value: exp.Expr, edges: Sequence[exp.Expr]) -> exp.Expr:
+    """The smallest j with value <= edges[j] (len(edges) above them all): a binary search written
+    as nested CASEs, log2(len(edges)) comparisons a row."""
+    def search(low: int, high: int) -> exp.Expr:
+        if low == high:
+            return _number(low)
+        middle = (low + high) // 2
+        return exp.Case(ifs=[exp.If(this=exp.LTE(this=value.copy(), expression=edges[middle].copy()),
+                                    true=search(low, middle))], default=search(middle + 1, high))
+    return search(0, len(edges))
+
+
 def key_types_statement(plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:
     """A statement whose columns ``g0..`` are the query's keys as written (no measures): binding
     it gives each key's type, which decides how the key is read back (``dpsql.backends.keys``)."""

@@ -12,7 +12,7 @@ same query described instead: what would run and cost, reading no data.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
@@ -54,7 +54,7 @@ from dpsql.query.prediction import (
     predict_outputs,
     prediction_lines,
 )
-from dpsql.query.prepare import Prepared, Priced
+from dpsql.query.prepare import Prepared, Priced, Replanned
 from dpsql.query.release import (
     core_columns,
     core_rows,
@@ -66,6 +66,7 @@ from dpsql.query.release import (
 )
 from dpsql.query.scaling import scaled_result
 from dpsql.query.spend import Price, Spender
+from dpsql.query.unit_bounds import chosen_note, draw_bounds, explain_auto, stored_bounds, with_stored_bounds
 from dpsql.sql.names import table_key
 from dpsql.sql.numbers import exact_parameter
 from dpsql.sql.parse import DIALECT
@@ -140,6 +141,8 @@ class Answerer:
                 domain: list[tuple] | None) -> DPResult:
         """Charge ``prepared`` (or replay its stored answer), run its bounded statements, release and
         post-process, through the spender: its statements were rendered before."""
+        if prepared.auto is not None:
+            return self._answer_auto(context, prepared, priced, domain)
         checked, plan, bias = prepared.checked, prepared.plan, prepared.bias
         assert plan is not None and isinstance(checked, PrivateQuery)
         keys, source = plan.query.keys, context.source
@@ -176,6 +179,62 @@ class Answerer:
                         outside_domain=outside_domain(self.engine, plan, checked, answered.outside, types,
                                                       asked=_asked(prepared.written.get("show_outside"))),
                         limits=self.limits(plan, context.spender), bounding=answered.bounding)
+
+    def _answer_auto(self, context: MechanismContext, prepared: Prepared, priced: Priced,
+                     domain: list[tuple] | None) -> DPResult:
+        """``_answer`` of a query with ``unit_bounds_share`` (``dpsql.query.unit_bounds``): one charge
+        of the query's epsilon, then the draws' statement, the bounds drawn, the query planned at
+        them (post-processing of the draws) and its statements run and released. The drawn bounds
+        are stored with the answer: a repeat replans at them and gives the release back for free."""
+        checked, rows_plan, auto, replan = prepared.checked, prepared.plan, prepared.auto, prepared.replan
+        assert rows_plan is not None and auto is not None and replan is not None and isinstance(checked, PrivateQuery)
+        source = context.source
+
+        def at(chosen: dict) -> tuple[Replanned, bool]:
+            try:
+                return replan(chosen), False
+            except Exception:  # a function of the released bounds alone: the rows model answers
+                return Replanned(rows_plan, priced.bounded, priced.separate, priced.core_types), True
+
+        def run(fetch) -> tuple:
+            chosen = draw_bounds(auto, fetch(auto.statement), source)
+            again, fell_back = at(chosen)
+            fetched = [fetch(statement) for statement in [again.bounded, *again.separate]]
+            keys = again.plan.query.keys
+            exact = self.read_keys(fetched[0], keys)
+            histograms: dict[str, Sequence[tuple]] = {
+                measure.name: self.read_keys(rows, keys) for measure, rows in zip(again.plan.separate, fetched[1:])}
+            answered = self._released(again.plan, checked, domain, exact, histograms, list(again.core_types), None,
+                                      source)
+            return answered, chosen, again, fell_back
+
+        def record(released: tuple) -> str:
+            answered = released[0]
+            return with_stored_bounds(encode_answer(list(checked.outputs), answered.rows, answered.noisy,
+                                                    outside=answered.outside), released[1])
+
+        def replay(text: str) -> tuple | None:
+            chosen = stored_bounds(text)
+            if chosen is None or {d.column for d in auto.draws} != set(chosen):
+                return None
+            again, fell_back = at(chosen)
+            answered = self._replayed(replace(prepared, plan=again.plan, bias=None), text)
+            return None if answered is None else (answered, chosen, again, fell_back)
+
+        price = query_price(rows_plan, priced, 2 + len(priced.separate))  # the draws' statement, then the query's
+        price = replace(price, options={**price.options, "unit_bounds_share": auto.share})
+        spent = context.spender.spend(price, run, record, replay)
+        answered, chosen, again, fell_back = spent.released
+        plan = again.plan
+        cells = self._intervals(plan, checked, answered.noisy, answered.rows)
+        described = self._described(plan, checked, list(again.core_types), answered.rows, cells)
+        described["notes"] = (*described["notes"], chosen_note(auto, chosen, plan, fell_back))
+        return DPResult(list(checked.outputs), answered.rows, spent.cost, intervals=cells, **described,
+                        budget=spent.budget,
+                        outside_domain=outside_domain(self.engine, plan, checked, answered.outside,
+                                                      list(again.core_types),
+                                                      asked=_asked(prepared.written.get("show_outside"))),
+                        limits=self.limits(plan, context.spender))
 
     def _replayed(self, prepared: Prepared, text: str) -> Answered | None:
         """The stored answer of an identical earlier query, exactly as it was released, or
@@ -319,6 +378,8 @@ class Answerer:
                                               [c.name for c in priced.scaling.columns])
         if bias is not None:
             text += "\n\n" + explain_bias(bias, bias_sql(bias, plan.query))
+        if prepared.auto is not None:
+            text += "\n\n" + explain_auto(prepared.auto, prepared.auto.statement.sql)
         # max_error refuses before the budget is consulted: that refusal is the one running it meets first
         met = accuracy_refusal(predictions, goal, plan.epsilon) or refusal
         return Explanation(text + "\n\n" + quote.text, refused=met)

@@ -51,6 +51,7 @@ from dpsql.query.options import (
     privacy_options,
 )
 from dpsql.query.scaling import Scaling, plan_scaling
+from dpsql.query.unit_bounds import AutoBounds, bounds_of, plan_auto_bounds, with_unit_bounds
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, parse
 
@@ -103,6 +104,21 @@ class Prepared:
     priced: Priced | None = None
     """What it would run and cost; ``None`` when nothing private is read (public tables, or
     GROUP BY public keys with no aggregate)."""
+    auto: AutoBounds | None = None
+    """With ``unit_bounds_share``: the draws of bounds per unit run first (``dpsql.query.unit_bounds``);
+    ``plan`` and ``priced`` are then the rows model at the remaining epsilon, priced at the whole."""
+    replan: Callable[[dict], Replanned] | None = None
+    """With ``auto``: the plan and statements at the drawn bounds (column -> B), or ``None``."""
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """A query planned again at bounds per unit drawn after the charge (post-processing of them)."""
+
+    plan: Plan
+    bounded: BoundedStatement
+    separate: tuple[BoundedStatement, ...]
+    core_types: tuple[str, ...]
 
 
 class Preparer:
@@ -128,17 +144,18 @@ class Preparer:
         """The SQL dialect statements are rendered in: the engine's."""
 
     def prepare(self, sql: str, epsilon: Any = None, delta: Any = None, noise: str | None = None,
-                weights: dict | None = None, report_bias: Any = None, *, analyst: str | None = None) -> Prepared:
+                weights: dict | None = None, report_bias: Any = None, *, analyst: str | None = None,
+                unit_bounds_share: Any = None) -> Prepared:
         """The prepared query (from the cache when this text was prepared with these
         arguments); a refusal carries its line and column in ``sql``."""
         self._forget_if_refreshed()
-        key = _cache_key(sql, epsilon, delta, noise, weights, report_bias, analyst)
+        key = _cache_key(sql, epsilon, delta, noise, weights, report_bias, analyst, unit_bounds_share)
         if key is not None:
             found = self._recall(self._prepared, key)
             if found is not None:
                 return found
         try:
-            prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, analyst)
+            prepared = self._prepare(sql, epsilon, delta, noise, weights, report_bias, analyst, unit_bounds_share)
         except DPError as error:
             raise located(error, sql) if isinstance(sql, str) else error
         if key is not None:
@@ -164,11 +181,15 @@ class Preparer:
             self._key_types.clear()
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
-                 report_bias: Any, analyst: str | None) -> Prepared:
+                 report_bias: Any, analyst: str | None, unit_bounds_share: Any = None) -> Prepared:
         tree, checked, written = self.check(sql)
         if isinstance(checked, PublicQuery):
             return Prepared(tree, checked, written)
         epsilon, delta, noise = merge_options(written, epsilon, delta, noise)
+        share = _unit_bounds_share(written, unit_bounds_share)
+        if share is not None:
+            return self._with_auto_bounds(sql, tree, checked, written, share, epsilon, delta, noise, weights,
+                                          report_bias, analyst)
         plan, bias = self.plan_with_bias(checked, sql, epsilon, delta, noise, weights, report_bias, written)
         sampling = self._sampling(tree, checked, sql)
         if sampling is not None and bias is not None:
@@ -192,6 +213,58 @@ class Preparer:
         priced = Priced(cost, bounded, core_types, normal, repeat, separate, counting, sampling,
                         base_cost if sampling is not None else None, scaling)
         return Prepared(tree, checked, written, plan, bias, priced)
+
+    def _with_auto_bounds(self, sql: str, tree: exp.Expression, checked: PrivateQuery, written: dict,
+                          share: Fraction, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
+                          report_bias: Any, analyst: str | None) -> Prepared:
+        """A query with ``unit_bounds_share`` (``dpsql.query.unit_bounds``): the rows model at the
+        remaining epsilon, priced at the whole, with the draws that run first. A bias report,
+        a Poisson sample and partition selection are refused with it (each would need its own
+        share of the same epsilon, or reads outside what the draw reads); the policy's default
+        bias report is left out."""
+        where = written.get("unit_bounds_share")
+
+        def refused(message: str, hint: str) -> DPError:
+            return UnsupportedQuery(message, hint=hint, line=where.line if where is not None else None,
+                                    col=where.col if where is not None else None)
+
+        if bias_share(report_bias, written.get("report_bias"), self.policy.bias_share, exact_parameter)[1]:
+            raise refused("unit_bounds_share and a bias report would each take a share of the query's epsilon",
+                          "ask for one of them")
+        if tree.find(exp.TableSample) is not None:
+            raise refused("unit_bounds_share cannot be used with TABLESAMPLE", "query the whole table")
+        total = privacy_options(self.policy, epsilon, delta, noise).epsilon
+        remaining = total * (1 - share)
+        plan = self.plan(checked, sql, remaining, delta, noise, weights)
+        if plan.selection is not None:
+            raise refused("unit_bounds_share cannot be used with GROUP BY keys released by partition selection",
+                          "group by columns with KEYS in the policy")
+        try:
+            auto = plan_auto_bounds(plan, share, total, self._dialect)
+        except DPError as error:
+            raise refused(error.message, error.hint or "leave unit_bounds_share out") from None
+        priced_plan = replace(plan, epsilon=plan.epsilon + auto.epsilon)
+        bounded, core_types = self._statement(sql, plan)
+        normal, repeat = self._repeat_key(sql, tree, priced_plan, None, analyst)
+        repeat = repeat_key(repeat, options={"unit_bounds_share": str(share)}, policy_text=self._policy_text,
+                            analyst=analyst)  # the draws' share changes how the answer is drawn
+        cost = query_cost(priced_plan)
+        check_accountable(self.policy.accounting, cost)
+        separate = tuple(separate_statement(plan, measure, self._dialect) for measure in plan.separate)
+        priced = Priced(cost, bounded, core_types, normal, repeat, separate)
+
+        def replan(chosen: dict) -> Replanned:
+            query = with_unit_bounds(plan.query, bounds_of(auto, chosen))
+            again = self.plan(query, None, remaining, delta, noise, weights)  # type: ignore[arg-type]
+            # the keys are typed as before: the bounds change no key
+            again = replace(again, query=replace(again.query, keys=plan.query.keys),
+                            epsilon=again.epsilon + auto.epsilon)
+            statement = rewrite_statement(again, self._dialect)
+            return Replanned(again, statement,
+                             tuple(separate_statement(again, m, self._dialect) for m in again.separate),
+                             self.core_types(again, statement))
+
+        return Prepared(tree, checked, written, priced_plan, None, priced, auto, replan)
 
     def _sampling(self, tree: exp.Expression, checked: PrivateQuery, sql: str) -> Sampling | None:
         """The query's Poisson sample (``dpsql.analysis.sampling``); a refusal is placed at the
@@ -409,6 +482,22 @@ def _cache_key(sql: Any, *arguments: Any) -> tuple | None:
             return None
         parts.append(plain)
     return tuple(parts)
+
+
+def _unit_bounds_share(written: dict, given: Any) -> Fraction | None:
+    """The ``unit_bounds_share`` asked for (the argument, else the SQL's option), else ``None``;
+    it must be above 0 and below 1."""
+    option = written.get("unit_bounds_share")
+    value = given if given is not None else option.value if option is not None else None
+    if value is None:
+        return None
+    share = exact_parameter(value, "unit_bounds_share")
+    if not 0 < share < 1:
+        raise InvalidParameter(f"unit_bounds_share must be above 0 and below 1, got {value}",
+                               line=option.line if option is not None and given is None else None,
+                               col=option.col if option is not None and given is None else None,
+                               hint="write a share of the query's epsilon such as unit_bounds_share = 0.2")
+    return share
 
 
 def _plain_key(value: Any) -> tuple[str, str] | None:

@@ -221,6 +221,7 @@ OPTIONS = {
     "privacy_unit_column": _name,
     "noise": _noise,
     "report_bias": _share,
+    "unit_bounds_share": _number,  # a share of epsilon choosing bounds per unit first (dpsql.query.unit_bounds)
     "intervals": _flag,  # presentation only: the server adds <column>_low/_high (db.sql: res.intervals())
     "show_outside": _flag,  # presentation only: the KEYS outside cell in every footer (dpsql.query.outside)
     "scale_sample": _flag,  # post-processing: totals from a TABLESAMPLE POISSON scaled by 1/p (dpsql.query.scaling)
