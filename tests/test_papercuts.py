@@ -133,7 +133,7 @@ def test_explain_shows_sensitivities_in_column_units(db):
     # One user moves SUM(amount) by at most 10 * 500; a centred sum of amount (values minus
     # the midpoint 250) by 10 * 250; a sum of squared centred ages by 10 * 36**2.
     total, = explained_measures(db, "SELECT SUM(amount) FROM visits", "0.5")
-    assert "row values in [0, 500]; L1 sensitivity 5000," in total
+    assert "row values in [0, 500]; rows model" in total and "L1 sensitivity 5000," in total
     assert "discrete Laplace, scale 10000 " in total  # 5000 / 0.5, in the column's units
     assert "grid" in total and "steps" in total  # the grid is still stated, labelled
     centred, count = explained_measures(db, "SELECT AVG(amount) FROM visits", "0.5")
