@@ -13,18 +13,15 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
-from dpsql.analysis.aggregates.intervals import centred_boxes, correlation_bounds, holding
+from dpsql.analysis.aggregates.intervals import centred_boxes, clamped_moments, correlation_bounds, holding
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     classify_pair,
     correlation,
-    correlation_range,
-    errors,
     explain_text,
     moments,
     pair_shapes,
     scale_of,
-    uncentred,
     unit_pair_shapes,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
@@ -60,15 +57,13 @@ class CorrelationFamily(PairFamily):
                   alpha: float) -> list[tuple[float, float]]:
         """The means of x and y by test inversion and cov, var_x and var_y by their own pivots,
         together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
-        and cov / sqrt(var_x var_y) over their box, within [-1, 1]. The per-unit model's
-        uncentred statistics keep the union-bound box (``moments.correlation_range``)."""
-        if uncentred(measures):
-            scale = scale_of(measures)
-            return [(-1.0, 1.0) if row is None else
-                    correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
-                    for row in moments(aggregate, measures, release, STATISTICS)]
+        (for either form of the statistics), clamped as the values are (``intervals.clamped_moments``),
+        and cov / sqrt(var_x var_y) over their box, within [-1, 1]."""
+        scale = scale_of(measures)
+        spreads = {"x": float(scale.spread_x), "y": float(scale.spread_y)}
         cells = []
         for box in centred_boxes(measures, STATISTICS, release.noisy, alpha):
+            box = clamped_moments(box, spreads)
             cells.append(correlation_bounds(box["cov"], box["var_x"], box["var_y"]))
         return holding(cells, self.values(aggregate, measures, release))
 

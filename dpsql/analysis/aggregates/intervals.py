@@ -50,7 +50,8 @@ from dpsql.mechanisms import noise
 
 __all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "count_interval", "square_range",
            "spread_of", "product_range", "quotient_range", "outward", "sample_factor_range", "correlation_bounds",
-           "holding", "sum_critical", "centred_moment_interval", "centred_boxes"]
+           "holding", "sum_critical", "centred_moment_interval", "centred_boxes", "clamped_moments",
+           "uncentred"]
 
 TAIL_SHARE = 1e-3
 """Share of alpha left to the count's noise beyond the blocks summed over (counted as a miss)."""
@@ -490,14 +491,42 @@ SECOND_MOMENTS = {"xy": ("cov", "x", "y"), "xx": ("var_x", "x", "x"), "yy": ("va
 """A second-moment statistic -> the centred moment it gives and the two means it is centred on."""
 
 
+def uncentred(measure: Measure) -> bool:
+    """The per-unit model's sums of v, v^2 and v_x v_y (not centred on the bounds' midpoint)."""
+    return not measure.centred and not (measure.factors and measure.factors[0].centred)
+
+
+def _hull_zero(low: Fraction, high: Fraction) -> tuple[Fraction, Fraction]:
+    return min(low, Fraction(0)), max(high, Fraction(0))
+
+
 def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
                   alpha: float, with_count: bool = False) -> list[Box]:
-    """Per released row, intervals holding together with probability at least 1 - alpha: of the
-    means "x" and "y" (``ratio_interval``) and of the centred moments "cov", "var_x", "var_y"
-    their ``statistics`` give ("xy", "xx", "yy": ``centred_moment_interval``): the means share
-    ``MEANS_SHARE`` of alpha, the moments the rest equally (less ``COUNT_SHARE`` of it all, which
-    the count's interval "n" takes ``with_count``). ``measures``: the sums of ``statistics`` in
-    order, then the count."""
+    """Per released row, intervals holding together with probability at least 1 - alpha, in
+    centred units (a step of a mean worth grid / 2, of a moment grid_u grid_v / 4), of the exact
+    statistics' means "x" and "y" (``ratio_interval``) and the centred moments "cov", "var_x",
+    "var_y" their ``statistics`` give ("xy", "xx", "yy": ``centred_moment_interval``); not yet
+    clamped as the released values are (``clamped_moments``, or the family's own clamp). The
+    means share ``MEANS_SHARE`` of alpha, the moments the rest equally (less ``COUNT_SHARE`` of it
+    all, which the count's interval "n" takes ``with_count``). ``measures``: the sums of
+    ``statistics`` in order, then the count.
+
+    The per-unit model's uncentred sums (S_u = sum u, S_uv = sum u v, n; ``uncentred``) are
+    tested in their own units, with their own independent noises: the pivot of
+    ``centred_moment_interval`` is shift-invariant (S_uv' - m_v S_u' - m_u S_v' + (m_u m_v - c) n'
+    is, for the true means and c = S_uv/n - m_u m_v, exactly e_uv - m_v e_u - m_u e_v + (m_u m_v
+    - c) e_n whatever the origin of u and v), so it holds for the uncentred sums as it does for
+    the centred ones; only the hypotheses' ranges differ. There each unit's per-group total is
+    clamped toward 0 (its bounds hold 0), so it stays between 0 and the unclamped total: a mean
+    lies in [lower, upper] widened to hold 0 (every row in [lower, upper], so every unit's total
+    in n_k [lower, upper]), S_uv / n in the rows' products' range widened to hold 0 (S_uu / n in
+    [0, max(lower^2, upper^2)]), and c in that range less the means' product's range (possibly
+    below 0: a clamped sum of squares need not exceed the square of its clamped sum; the
+    centred moment's pivot needs only a range holding the truth). The exact conversion to
+    centred units (c = 2v - M, M = lower + upper: mean 2 m - M, moment 4 c, as
+    ``moments.centred_statistics``) is affine, increasing, so it maps each interval onto the
+    interval of the converted truth; the converted truth is what the released value's formula
+    reads (``moments.centred_statistics``, ``variance.centred_moments``)."""
     k = len(statistics)
     sums, count = dict(zip(statistics, measures[:k])), measures[k]
     firsts = [name for name in statistics if name in ("x", "y")]
@@ -508,23 +537,91 @@ def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy:
     share = tests * (1 - MEANS_SHARE) / len(seconds) if seconds else 0.0
     laws = {name: law_of(measure) for name, measure in sums.items()}
     law_n = law_of(count)
-    # half the width of each mean's range: |cov| <= h_u h_v, var <= h^2 (centred: h = s)
-    spreads = {name: float(ratio_range(sums[name])[1] - ratio_range(sums[name])[0]) / 2 for name in firsts}
+    native = uncentred(measures[0])
+    ranges = {name: (_hull_zero(Fraction(sums[name].lower), Fraction(sums[name].upper)) if native
+                     else ratio_range(sums[name])) for name in firsts}
+    # centred units: a native mean m becomes 2 m - M, a native moment 4 c
+    middles = {name: sums[name].lower + sums[name].upper if native else 0 for name in firsts}
+    limits = {}
+    for name in seconds:
+        _, u, v = SECOND_MOMENTS[name]
+        low_u, high_u = (float(end) for end in ranges[u])
+        low_v, high_v = (float(end) for end in ranges[v])
+        if native:  # c = S_uv / n - m_u m_v: the rows' products' range (with 0) less the means' product's
+            products = square_range(low_u, high_u) if u == v else product_range((low_u, high_u), (low_v, high_v))
+            seconds_range = (min(products[0], 0.0), max(products[1], 0.0))
+            limits[name] = (seconds_range[0] - products[1], seconds_range[1] - products[0])
+        else:  # half the width of each mean's range: |cov| <= h_u h_v, var <= h^2 (centred: h = s)
+            largest = (high_u - low_u) / 2 * (high_v - low_v) / 2
+            limits[name] = (0.0, largest) if u == v else (-largest, largest)
     rows = []
     for i, n in enumerate(noisy[count.name]):
-        box: Box = {}
+        own: Box = {}
         for name in firsts:
-            low, high = ratio_range(sums[name])
-            box[name] = ratio_interval(noisy[sums[name].name][i], n, laws[name], law_n, low, high, share_first)
+            own[name] = ratio_interval(noisy[sums[name].name][i], n, laws[name], law_n, *ranges[name], share_first)
+        box: Box = {name: (2 * low - middles[name], 2 * high - middles[name]) if native else (low, high)
+                    for name, (low, high) in own.items()}
         for name in seconds:
             moment, u, v = SECOND_MOMENTS[name]
-            largest = spreads[u] * spreads[v]
-            limit = (0.0, largest) if u == v else (-largest, largest)
-            box[moment] = centred_moment_interval(
+            low, high = centred_moment_interval(
                 noisy[sums[name].name][i], (noisy[sums[u].name][i], noisy[sums[v].name][i]), n,
-                (laws[name], laws[u], laws[v], law_n), (box[u], box[v]), limit, share, same=u == v)
+                (laws[name], laws[u], laws[v], law_n), (own[u], own[v]), limits[name], share, same=u == v)
+            box[moment] = (4 * low, 4 * high) if native else (low, high)
         if with_count:
             low_n, high_n = count_interval(count, n, alpha * COUNT_SHARE)
             box["n"] = (float(low_n), float(high_n))
         rows.append(box)
     return rows
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(max(value, low), high)
+
+
+def clamped_moments(box: Box, spreads: Mapping[str, float]) -> Box:
+    """``centred_boxes``' box (centred units) as ``moments.moments`` clamps the values it reads:
+    each mean m into [-s, s] (``spreads``: s per mean), each second moment's ratio k + q (k the
+    centred moment, q = m_u m_v) into [A, B] ([-s_u s_v, s_u s_v]; a square's [0, s^2]), and the
+    moment, that ratio less the clamped means' product q', into [A, B] again. The exact bounded
+    statistics of the per-unit model need not be those of any data (each total clamped on its
+    own), so these clamps may bind on the truth; they never do on the rows model's.
+
+    The moment's value v(k, q, q') = clamp(clamp(k + q, A, B) - q', A, B) is nondecreasing in k
+    and q and nonincreasing in q', so over the box it lies between its values at the corners
+    (k low, q low, q' high) and (k high, q high, q' low). Where both means' intervals lie inside
+    [-s, s] the means are never clamped (q' = q), and then, as |q| <= B - A,
+    v = clamp(k, max(A, A - q), min(B, B - q)): nondecreasing in k and nonincreasing in q, so the
+    range is read at (k low, q high) and (k high, q low); this keeps the means' errors at second
+    order (q itself cancels).
+
+    >>> box = clamped_moments({"x": (-1.0, 1.0), "var_x": (3.0, 5.0)}, {"x": 2.0})
+    >>> box["var_x"]  # var = clamp(k, 0, 4 - m^2): at most 4 - 0, at least min(3, 4 - 1)
+    (3.0, 4.0)
+    >>> clamped_moments({"x": (1.0, 3.0), "var_x": (3.0, 5.0)}, {"x": 2.0})["var_x"]  # m may be clamped
+    (0.0, 3.0)
+    """
+    out = dict(box)
+    clamped = {}
+    for name, s in spreads.items():
+        if name in box:
+            clamped[name] = (_clamp(box[name][0], -s, s), _clamp(box[name][1], -s, s))
+            out[name] = clamped[name]
+    inside = all(clamped[name] == box[name] for name in clamped)
+    for moment, u, v in SECOND_MOMENTS.values():
+        if moment not in box:
+            continue
+        low, high = box[moment]
+        if u == v:
+            a, b = 0.0, spreads[u] * spreads[u]
+            q, q_clamped = square_range(*box[u]), square_range(*clamped[u])
+        else:
+            b = spreads[u] * spreads[v]
+            a = -b
+            q, q_clamped = product_range(box[u], box[v]), product_range(clamped[u], clamped[v])
+        if inside:
+            out[moment] = (_clamp(low, max(a, a - q[1]), min(b, b - q[1])),
+                           _clamp(high, max(a, a - q[0]), min(b, b - q[0])))
+        else:
+            out[moment] = (_clamp(_clamp(low + q[0], a, b) - q_clamped[1], a, b),
+                           _clamp(_clamp(high + q[1], a, b) - q_clamped[0], a, b))
+    return out
