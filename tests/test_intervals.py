@@ -47,12 +47,13 @@ CALLS = ("AVG(y)", "VAR_POP(y)", "VARIANCE(y)", "STDDEV(y)", "CORR(y, x)", "COVA
 EPSILON = {"AVG(y)": 1, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2}
 """Per call, the epsilon its releases use (8 for the second moments: six measures share it)."""
 NARROWER = {"AVG(y)": 2, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2,
-            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 4, "REGR_SLOPE(y, x)": 3, "REGR_INTERCEPT(y, x)": 5,
+            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 2, "REGR_SLOPE(y, x)": 3, "REGR_INTERCEPT(y, x)": 5,
             "REGR_R2(y, x)": 4}
-"""Per call, how much narrower an interval must miss too often: 2 where a mean and one centred
-moment decide it (each test close to exact); the ratios of moments (CORR, REGR_*) over-cover (a
-union bound over 3 to 5 tests, then the worst case of the formula over their box), by the factor
-given here, which this test pins so that a wider construction fails it."""
+"""Per call, how much narrower an interval must miss too often: 2 where one pivot decides it (a
+mean and one centred moment, each test close to exact; CORR's own pivot); the other ratios of
+moments (REGR_*) over-cover (a union bound over 3 to 5 tests, then the worst case of the formula
+over their box), by the factor given here, which this test pins so that a wider construction
+fails it."""
 UNIT_POLICY = """BUDGET EPSILON 1e16;
 PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 10, y BOUNDS -4 TO 4, x BOUNDS 0 TO 8,
   y BOUNDS PER UNIT -6 TO 8, x BOUNDS PER UNIT 0 TO 16);"""
@@ -60,7 +61,7 @@ PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 10, y BOUNDS -4 TO 4, x BOU
 up to 3 rows of 8 reach 24 > 16; a sum of squares of x is clamped into [0, 16 * 8]), so the
 bounded truth is the per-unit clamped statistics' (not any data set's); 10 rows per unit make it
 the lower-noise model."""
-UNIT_NARROWER = {"VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2, "CORR(y, x)": 5, "REGR_SLOPE(y, x)": 4}
+UNIT_NARROWER = {"VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2, "CORR(y, x)": 2.5, "REGR_SLOPE(y, x)": 4}
 """As NARROWER, for the per-unit model's uncentred statistics (the same pivots, in their own units)."""
 TRIALS, ALPHA = 1000, 0.2
 """Releases per statistic, and the intervals' alpha: 80% intervals miss about 200 times."""

@@ -51,7 +51,7 @@ from dpsql.mechanisms import noise
 __all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "count_interval", "square_range",
            "spread_of", "product_range", "quotient_range", "outward", "sample_factor_range", "correlation_bounds",
            "holding", "sum_critical", "centred_moment_interval", "centred_boxes", "clamped_moments",
-           "uncentred"]
+           "uncentred", "unclamped", "correlation_interval"]
 
 TAIL_SHARE = 1e-3
 """Share of alpha left to the count's noise beyond the blocks summed over (counted as a miss)."""
@@ -625,3 +625,102 @@ def clamped_moments(box: Box, spreads: Mapping[str, float]) -> Box:
             out[moment] = (_clamp(_clamp(low + q[0], a, b) - q_clamped[1], a, b),
                            _clamp(_clamp(high + q[1], a, b) - q_clamped[0], a, b))
     return out
+
+
+def unclamped(box: Box, spreads: Mapping[str, float]) -> bool:
+    """No clamp of ``clamped_moments`` binds anywhere in ``box``: every mean inside [-s, s] and each
+    moment k with k, and k + q for every q = m_u m_v of the box, inside its [A, B]; then the
+    values' moments are the box's own (k itself, at every point)."""
+    for name, s in spreads.items():
+        if name in box and not -s <= box[name][0] <= box[name][1] <= s:
+            return False
+    for moment, u, v in SECOND_MOMENTS.values():
+        if moment not in box:
+            continue
+        low, high = box[moment]
+        if u == v:
+            a, b, q = 0.0, spreads[u] * spreads[u], square_range(*box[u])
+        else:
+            b = spreads[u] * spreads[v]
+            a, q = -b, product_range(box[u], box[v])
+        if not (max(a, a - q[0]) <= low and high <= min(b, b - q[1])):
+            return False
+    return True
+
+
+CORRELATION_BOX_SHARE = 0.25
+"""Share of alpha the box (means and centred moments) takes beside CORR's own pivot: the box only
+fixes its nuisances (means, the ratio of the spreads), which reach the pivot at second order."""
+
+
+def correlation_interval(measures: Sequence[Measure], noisy: Mapping[str, Sequence[int]], i: int, box: Box,
+                         alpha: float) -> tuple[float, float] | None:
+    """The (1 - alpha) interval of rho = cov / sqrt(var_x var_y) of row ``i``, given that its true
+    means, centred moments and so the ratio of spreads lie in ``box`` (``centred_boxes``, unclamped
+    and strictly positive variances; ``unclamped``, so the value is clamp(rho, -1, 1)); None where
+    it cannot tell (count or variances not positive). ``measures``: the sums of x, y, xy, xx, yy
+    and the count (CORR's ``STATISTICS``), in their own units, either form.
+
+    With W_uv = S_uv' - m_v S_u' - m_u S_v' + m_u m_v n' at the true means, W_uv = c_uv n +
+    N_uv, N_uv = e_uv - m_v e_u - m_u e_v + m_u m_v e_n. For lambda = sqrt(var_y / var_x) and
+    rho the truth's, c_xy = rho lambda var_x = rho var_y / lambda, so c_xy - a var_x - b var_y = 0
+    with a = rho lambda / 2, b = rho / (2 lambda), and the pivot P = W_xy - a W_xx - b W_yy is
+    N_xy - a N_xx - b N_yy exactly: e_xy - a e_xx - b e_yy - (m_y - 2 a m_x) e_x - (m_x - 2 b
+    m_y) e_y + (m_x m_y - a m_x^2 - b m_y^2) e_n, a weighted sum of the six independent noises.
+    Its critical value at the largest weights the box allows (|rho| <= R, lambda in the box's
+    range, |m| at most the means' largest) bounds the one at the true weights (Anderson's theorem
+    as in ``centred_moment_interval``). The test |P| <= t accepts rho where, with noisy centred
+    cov' and var' (m' = S'/n') and d = m - m' the means' shifts, n' |cov' + d_x d_y - rho K| <= t,
+    K = (lambda (var_x' + d_x^2) + (var_y' + d_y^2) / lambda) / 2; over the nuisance box the
+    accepted rho lie between (the least numerator) / K and (the greatest) / K at the extreme K of
+    the numerator's sign (K > 0 throughout, else None). The means and lambda enter K at second
+    order (K is least at the true lambda): the interval is about as narrow as rho's own noise.
+    The accepted set's largest |rho| bounds R at the next pass (the truth lies in it whenever the
+    test holds: the induction of ``centred_moment_interval``)."""
+    sums = dict(zip(("x", "y", "xy", "xx", "yy"), measures[:5]))
+    count = measures[5]
+    n = noisy[count.name][i]
+    if n <= 0 or box["var_x"][0] <= 0 or box["var_y"][0] <= 0:
+        return None
+    native = uncentred(measures[0])
+    own = {}
+    for name in ("x", "y"):  # the box's means back in the sums' own units
+        middle = sums[name].lower + sums[name].upper if native else 0
+        own[name] = ((box[name][0] + middle) / 2, (box[name][1] + middle) / 2) if native else box[name]
+    value = {name: noisy[measure.name][i] for name, measure in sums.items()}
+    m_x, m_y = Fraction(value["x"], n), Fraction(value["y"], n)
+    cov = float(Fraction(value["xy"], n) - m_x * m_y)
+    var_x = float(Fraction(value["xx"], n) - m_x * m_x)
+    var_y = float(Fraction(value["yy"], n) - m_y * m_y)
+    shift_x = (own["x"][0] - float(m_x), own["x"][1] - float(m_x))
+    shift_y = (own["y"][0] - float(m_y), own["y"][1] - float(m_y))
+    cross, square_x, square_y = product_range(shift_x, shift_y), square_range(*shift_x), square_range(*shift_y)
+    low_x, high_x = var_x + square_x[0], var_x + square_x[1]
+    low_y, high_y = var_y + square_y[0], var_y + square_y[1]
+    if low_x <= 0 or low_y <= 0:
+        return None
+    ratio_low = math.sqrt(box["var_y"][0] / box["var_x"][1]) * (1 - 1e-12)
+    ratio_high = math.sqrt(box["var_y"][1] / box["var_x"][0]) * (1 + 1e-12)
+    optimum = min(max(math.sqrt(low_y / low_x), ratio_low), ratio_high)
+    least = (optimum * low_x + low_y / optimum) / 2 * (1 - 1e-12)
+    most = max(r * high_x + high_y / r for r in (ratio_low, ratio_high)) / 2 * (1 + 1e-12)
+    largest_x = max(abs(own["x"][0]), abs(own["x"][1]))
+    largest_y = max(abs(own["y"][0]), abs(own["y"][1]))
+    laws = {name: law_of(measure) for name, measure in sums.items()}
+    reach = min(max(abs(end) for end in box["cov"]) / math.sqrt(box["var_x"][0] * box["var_y"][0]), 1e12)
+    accepted = (-reach, reach)
+    for _ in range(3):
+        a, b = reach * ratio_high / 2, reach / ratio_low / 2
+        terms = [(laws["xy"], 1.0), (laws["xx"], _rounded_up(a)), (laws["yy"], _rounded_up(b)),
+                 (laws["x"], _rounded_up(largest_y + 2 * a * largest_x)),
+                 (laws["y"], _rounded_up(largest_x + 2 * b * largest_y)),
+                 (law_of(count), _rounded_up(largest_x * largest_y + a * largest_x ** 2 + b * largest_y ** 2))]
+        t = (sum_critical(tuple(terms), alpha) + sum(weight for _, weight in terms)) / n
+        top, bottom = cov + cross[1] + t, cov + cross[0] - t
+        high = top / least if top >= 0 else top / most
+        low = bottom / least if bottom <= 0 else bottom / most
+        accepted = (max(accepted[0], _down(low)), min(accepted[1], _up(high)))
+        if accepted[0] > accepted[1]:  # nothing accepted: the test failed
+            return None
+        reach = max(abs(accepted[0]), abs(accepted[1]))
+    return accepted
