@@ -26,6 +26,7 @@ from dpsql.analysis.aggregates.intervals import (
     sample_factor_range,
     square_range,
     sum_critical,
+    unclamped,
 )
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
@@ -47,13 +48,13 @@ CALLS = ("AVG(y)", "VAR_POP(y)", "VARIANCE(y)", "STDDEV(y)", "CORR(y, x)", "COVA
 EPSILON = {"AVG(y)": 1, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2}
 """Per call, the epsilon its releases use (8 for the second moments: six measures share it)."""
 NARROWER = {"AVG(y)": 2, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2,
-            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 2, "REGR_SLOPE(y, x)": 3, "REGR_INTERCEPT(y, x)": 5,
-            "REGR_R2(y, x)": 4}
+            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 2, "REGR_SLOPE(y, x)": 2, "REGR_INTERCEPT(y, x)": 5,
+            "REGR_R2(y, x)": 2}
 """Per call, how much narrower an interval must miss too often: 2 where one pivot decides it (a
-mean and one centred moment, each test close to exact; CORR's own pivot); the other ratios of
-moments (REGR_*) over-cover (a union bound over 3 to 5 tests, then the worst case of the formula
-over their box), by the factor given here, which this test pins so that a wider construction
-fails it."""
+mean and one centred moment, each test close to exact; CORR's, REGR_R2's and REGR_SLOPE's own
+pivots); REGR_INTERCEPT over-covers (a union bound over its slope and the means, then the worst
+case of the formula over their box), by the factor given here, which this test pins so that a
+wider construction fails it."""
 UNIT_POLICY = """BUDGET EPSILON 1e16;
 PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 10, y BOUNDS -4 TO 4, x BOUNDS 0 TO 8,
   y BOUNDS PER UNIT -6 TO 8, x BOUNDS PER UNIT 0 TO 16);"""
@@ -61,7 +62,7 @@ PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 10, y BOUNDS -4 TO 4, x BOU
 up to 3 rows of 8 reach 24 > 16; a sum of squares of x is clamped into [0, 16 * 8]), so the
 bounded truth is the per-unit clamped statistics' (not any data set's); 10 rows per unit make it
 the lower-noise model."""
-UNIT_NARROWER = {"VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2, "CORR(y, x)": 2.5, "REGR_SLOPE(y, x)": 4}
+UNIT_NARROWER = {"VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2, "CORR(y, x)": 2.5, "REGR_SLOPE(y, x)": 2.5}
 """As NARROWER, for the per-unit model's uncentred statistics (the same pivots, in their own units)."""
 TRIALS, ALPHA = 1000, 0.2
 """Releases per statistic, and the intervals' alpha: 80% intervals miss about 200 times."""
@@ -258,6 +259,25 @@ def test_clamped_moments_hold_the_values_clamps_by_brute_force(means):
         if -2 <= means[0][0] and means[0][1] <= 2 and -3 <= means[1][0] and means[1][1] <= 3:
             assert min(values) - low < 1e-9 and high - max(values) < 1e-9, name  # inside: exact
     assert out["x"] == tuple(_clamp(end, -2, 2) for end in box["x"])
+
+
+@pytest.mark.parametrize(("var_x", "free"), [((0.5, 2.0), True), ((0.5, 3.9), False)])
+def test_a_box_no_clamp_binds_in_leaves_every_value_its_own(var_x, free):
+    """``unclamped`` (the pivots of CORR and REGR_SLOPE then test the values' own truth): where it
+    says so, the clamps leave every point of a grid over the box unchanged; var_x up to 3.9 with
+    |m_x| up to 0.5 lets k + m_x^2 pass s_x^2 = 4, and it says so."""
+    spreads = {"x": 2.0, "y": 3.0}
+    box = {"x": (-0.5, 0.5), "y": (0.5, 1.0), "cov": (-1.0, 2.0), "var_x": var_x, "var_y": (1.0, 5.0)}
+    assert unclamped(box, spreads) == free
+    changed = False
+    for m_x, m_y in itertools.product(_grid(*box["x"]), _grid(*box["y"])):
+        for k in _grid(*box["cov"]):
+            changed |= _clamp(_clamp(k + m_x * m_y, -6, 6) - m_x * m_y, -6, 6) != pytest.approx(k)
+        for k in _grid(*box["var_x"]):
+            changed |= _clamp(_clamp(k + m_x * m_x, 0, 4) - m_x * m_x, 0, 4) != pytest.approx(k)
+        for k in _grid(*box["var_y"]):
+            changed |= _clamp(_clamp(k + m_y * m_y, 0, 9) - m_y * m_y, 0, 9) != pytest.approx(k)
+    assert changed != free
 
 
 def test_the_critical_value_of_a_sum_of_noises_is_its_quantile():

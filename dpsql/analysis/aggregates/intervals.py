@@ -51,7 +51,7 @@ from dpsql.mechanisms import noise
 __all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "count_interval", "square_range",
            "spread_of", "product_range", "quotient_range", "outward", "sample_factor_range", "correlation_bounds",
            "holding", "sum_critical", "centred_moment_interval", "centred_boxes", "clamped_moments",
-           "uncentred", "unclamped", "correlation_interval"]
+           "uncentred", "unclamped", "correlation_interval", "slope_interval"]
 
 TAIL_SHARE = 1e-3
 """Share of alpha left to the count's noise beyond the blocks summed over (counted as a miss)."""
@@ -677,28 +677,12 @@ def correlation_interval(measures: Sequence[Measure], noisy: Mapping[str, Sequen
     order (K is least at the true lambda): the interval is about as narrow as rho's own noise.
     The accepted set's largest |rho| bounds R at the next pass (the truth lies in it whenever the
     test holds: the induction of ``centred_moment_interval``)."""
-    sums = dict(zip(("x", "y", "xy", "xx", "yy"), measures[:5]))
-    count = measures[5]
-    n = noisy[count.name][i]
-    if n <= 0 or box["var_x"][0] <= 0 or box["var_y"][0] <= 0:
+    if box["var_x"][0] <= 0 or box["var_y"][0] <= 0:
         return None
-    native = uncentred(measures[0])
-    own = {}
-    for name in ("x", "y"):  # the box's means back in the sums' own units
-        middle = sums[name].lower + sums[name].upper if native else 0
-        own[name] = ((box[name][0] + middle) / 2, (box[name][1] + middle) / 2) if native else box[name]
-    value = {name: noisy[measure.name][i] for name, measure in sums.items()}
-    m_x, m_y = Fraction(value["x"], n), Fraction(value["y"], n)
-    cov = float(Fraction(value["xy"], n) - m_x * m_y)
-    var_x = float(Fraction(value["xx"], n) - m_x * m_x)
-    var_y = float(Fraction(value["yy"], n) - m_y * m_y)
-    shift_x = (own["x"][0] - float(m_x), own["x"][1] - float(m_x))
-    shift_y = (own["y"][0] - float(m_y), own["y"][1] - float(m_y))
-    cross, square_x, square_y = product_range(shift_x, shift_y), square_range(*shift_x), square_range(*shift_y)
-    low_x, high_x = var_x + square_x[0], var_x + square_x[1]
-    low_y, high_y = var_y + square_y[0], var_y + square_y[1]
-    if low_x <= 0 or low_y <= 0:
+    noisy_row = _noisy_moments(measures, ("x", "y", "xy", "xx", "yy"), noisy, i, box)
+    if noisy_row is None:
         return None
+    n, own, cov, (low_x, high_x), (low_y, high_y), cross, sums, count = noisy_row
     ratio_low = math.sqrt(box["var_y"][0] / box["var_x"][1]) * (1 - 1e-12)
     ratio_high = math.sqrt(box["var_y"][1] / box["var_x"][0]) * (1 + 1e-12)
     optimum = min(max(math.sqrt(low_y / low_x), ratio_low), ratio_high)
@@ -708,7 +692,7 @@ def correlation_interval(measures: Sequence[Measure], noisy: Mapping[str, Sequen
     largest_y = max(abs(own["y"][0]), abs(own["y"][1]))
     laws = {name: law_of(measure) for name, measure in sums.items()}
     reach = min(max(abs(end) for end in box["cov"]) / math.sqrt(box["var_x"][0] * box["var_y"][0]), 1e12)
-    accepted = (-reach, reach)
+    accepted: tuple[float, float] | None = (-reach, reach)
     for _ in range(3):
         a, b = reach * ratio_high / 2, reach / ratio_low / 2
         terms = [(laws["xy"], 1.0), (laws["xx"], _rounded_up(a)), (laws["yy"], _rounded_up(b)),
@@ -716,11 +700,97 @@ def correlation_interval(measures: Sequence[Measure], noisy: Mapping[str, Sequen
                  (laws["y"], _rounded_up(largest_x + 2 * b * largest_y)),
                  (law_of(count), _rounded_up(largest_x * largest_y + a * largest_x ** 2 + b * largest_y ** 2))]
         t = (sum_critical(tuple(terms), alpha) + sum(weight for _, weight in terms)) / n
-        top, bottom = cov + cross[1] + t, cov + cross[0] - t
-        high = top / least if top >= 0 else top / most
-        low = bottom / least if bottom <= 0 else bottom / most
-        accepted = (max(accepted[0], _down(low)), min(accepted[1], _up(high)))
-        if accepted[0] > accepted[1]:  # nothing accepted: the test failed
+        assert accepted is not None
+        accepted = _narrowed_by(accepted, (cov + cross[0] - t, cov + cross[1] + t), (least, most))
+        if accepted is None:  # nothing accepted: the test failed
+            return None
+        reach = max(abs(accepted[0]), abs(accepted[1]))
+    return accepted
+
+
+def _narrowed_by(accepted: tuple[float, float], numerator: tuple[float, float],
+                 denominator: tuple[float, float]) -> tuple[float, float] | None:
+    """``accepted`` cut to the range of numerator / denominator (denominator > 0 throughout): the
+    largest numerator over the least denominator where it is >= 0, over the greatest else."""
+    bottom, top = numerator
+    high = top / denominator[0] if top >= 0 else top / denominator[1]
+    low = bottom / denominator[0] if bottom <= 0 else bottom / denominator[1]
+    cut = (max(accepted[0], _down(low)), min(accepted[1], _up(high)))
+    return cut if cut[0] <= cut[1] else None
+
+
+NoisyMoments = tuple[int, dict[str, tuple[float, float]], float, tuple[float, float], tuple[float, float],
+                     tuple[float, float], dict[str, Measure], Measure]
+
+
+def _noisy_moments(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
+                   i: int, box: Box) -> NoisyMoments | None:
+    """Row ``i``'s noisy count n', the box's means in the sums' own units, the noisy cov' =
+    S_xy'/n' - m_x' m_y' (m' = S'/n'), the ranges of var_x' + d_x^2 and var_y' + d_y^2 and of
+    d_x d_y over the means' shifts d = m - m' in the box (each variance range's least end > 0,
+    else None; var_y's (1, 1) where "yy" is not measured), the sums by statistic and the count."""
+    sums = dict(zip(statistics, measures[:len(statistics)]))
+    count = measures[len(statistics)]
+    n = noisy[count.name][i]
+    if n <= 0:
+        return None
+    native = uncentred(measures[0])
+    own = {}
+    for name in ("x", "y"):  # the box's means back in the sums' own units
+        middle = sums[name].lower + sums[name].upper if native else 0
+        own[name] = ((box[name][0] + middle) / 2, (box[name][1] + middle) / 2) if native else box[name]
+    value = {name: noisy[measure.name][i] for name, measure in sums.items()}
+    m_x, m_y = Fraction(value["x"], n), Fraction(value["y"], n)
+    shift_x = (own["x"][0] - float(m_x), own["x"][1] - float(m_x))
+    shift_y = (own["y"][0] - float(m_y), own["y"][1] - float(m_y))
+    cov = float(Fraction(value["xy"], n) - m_x * m_y)
+    var_x = float(Fraction(value["xx"], n) - m_x * m_x)
+    square_x = square_range(*shift_x)
+    spread_x = (var_x + square_x[0], var_x + square_x[1])
+    spread_y = (1.0, 1.0)
+    if "yy" in value:
+        var_y = float(Fraction(value["yy"], n) - m_y * m_y)
+        square_y = square_range(*shift_y)
+        spread_y = (var_y + square_y[0], var_y + square_y[1])
+    if spread_x[0] <= 0 or spread_y[0] <= 0:
+        return None
+    return n, own, cov, spread_x, spread_y, product_range(shift_x, shift_y), sums, count
+
+
+def slope_interval(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
+                   i: int, box: Box, alpha: float) -> tuple[float, float] | None:
+    """The (1 - alpha) interval of beta = cov / var_x (in the centred moments' units, which the
+    sums' own share) of row ``i``, given that its true means and centred moments lie in ``box``
+    (as ``correlation_interval``: unclamped, var_x > 0); None where it cannot tell.
+
+    c_xy - beta var_x = 0 at the truth, so P = W_xy - beta W_xx = N_xy - beta N_xx = e_xy -
+    beta e_xx - (m_y - 2 beta m_x) e_x - m_x e_y + (m_x m_y - beta m_x^2) e_n exactly (W, N as in
+    ``correlation_interval``); its critical value at the largest weights (|beta| <= R, from the
+    box's cov / var_x at first, then the accepted set's) bounds the true one, and |P| <= t accepts
+    beta where n' |cov' + d_x d_y - beta (var_x' + d_x^2)| <= t for some shifts d of the means in
+    the box: between (the least numerator) / (var_x' + d_x^2) and (the greatest) / (it), at its
+    extreme of the numerator's sign. The means enter at second order."""
+    if box["var_x"][0] <= 0:
+        return None
+    noisy_row = _noisy_moments(measures, statistics, noisy, i, box)
+    if noisy_row is None:
+        return None
+    n, own, cov, spread_x, _, cross, sums, count = noisy_row
+    largest_x = max(abs(own["x"][0]), abs(own["x"][1]))
+    largest_y = max(abs(own["y"][0]), abs(own["y"][1]))
+    laws = {name: law_of(measure) for name, measure in sums.items()}
+    reach = max(abs(end) for end in box["cov"]) / box["var_x"][0]
+    if not reach < 1e100:  # a box this loose tells nothing the pivot could narrow
+        return None
+    accepted: tuple[float, float] | None = (-reach, reach)
+    for _ in range(3):
+        terms = [(laws["xy"], 1.0), (laws["xx"], _rounded_up(reach)),
+                 (laws["x"], _rounded_up(largest_y + 2 * reach * largest_x)), (laws["y"], _rounded_up(largest_x)),
+                 (law_of(count), _rounded_up(largest_x * largest_y + reach * largest_x ** 2))]
+        t = (sum_critical(tuple(terms), alpha) + sum(weight for _, weight in terms)) / n
+        assert accepted is not None
+        accepted = _narrowed_by(accepted, (cov + cross[0] - t, cov + cross[1] + t), spread_x)
+        if accepted is None:
             return None
         reach = max(abs(accepted[0]), abs(accepted[1]))
     return accepted
