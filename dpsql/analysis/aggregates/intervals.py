@@ -1,7 +1,7 @@
 """(1 - alpha) intervals of derived statistics, from the exact noise laws of their measures.
 
 Every derived statistic (AVG, VARIANCE, STDDEV, CORR, COVAR_*, REGR_*) is a function of ratios
-r = S / n of a sum measure S over a count n of the same rows. Its interval is built in up to three
+r = S / n of a sum measure S over a count n of the same rows. Its interval is built in up to four
 steps, each conservative (no approximation decides the coverage):
 
 1. **Each ratio by test inversion.** When r is the true ratio, S' - r n' = e_S - r e_n exactly
@@ -28,7 +28,16 @@ steps, each conservative (no approximation decides the coverage):
    count's own interval at ``COUNT_SHARE`` of it, where the sample form's n / (n - 1) needs
    it); the statistic's interval is its exact range over that box (``correlation_bounds``,
    ``quotient_range``, ``product_range``: each is monotone in each part, so the range is read
-   off at the box's ends).
+   off at the box's ends), through the clamps the values apply (``clamped_moments``).
+4. **CORR's and REGR_SLOPE's own pivots** (``correlation_interval``, ``slope_interval``): at
+   the true rho (beta) a combination of the W_uv = S_uv' - m_v S_u' - m_u S_v' + m_u m_v n' is a
+   weighted sum of the noises alone, its nuisances (the means, the ratio of the spreads) taken
+   from the box at ``CORRELATION_BOX_SHARE`` of alpha; the interval is the box's range cut to
+   what the pivot accepts.
+
+The per-unit model's uncentred sums (``uncentred``: of v, v^2 and v_x v_y, each unit's total
+clamped) go through the same steps in their own units (the pivots do not depend on the values'
+origin), then are converted exactly to centred units (``centred_boxes``).
 
 These intervals are for the bounded truth (the data as clamped and contribution-bounded);
 bias from the bounds is not in them. Nothing here reads data: the noisy measures and the plan
