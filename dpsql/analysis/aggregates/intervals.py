@@ -705,7 +705,9 @@ def correlation_interval(measures: Sequence[Measure], noisy: Mapping[str, Sequen
     largest_x = max(abs(own["x"][0]), abs(own["x"][1]))
     largest_y = max(abs(own["y"][0]), abs(own["y"][1]))
     laws = {name: law_of(measure) for name, measure in sums.items()}
-    reach = min(max(abs(end) for end in box["cov"]) / math.sqrt(box["var_x"][0] * box["var_y"][0]), 1e12)
+    reach = max(abs(end) for end in box["cov"]) / math.sqrt(box["var_x"][0] * box["var_y"][0])
+    if not reach < 1e12:  # a box this loose tells nothing the pivot could narrow
+        return None
     accepted: tuple[float, float] | None = (-reach, reach)
     for _ in range(3):
         a, b = reach * ratio_high / 2, reach / ratio_low / 2
