@@ -20,6 +20,10 @@ widths) and the raw truth (no bounds), and the intervals' mean width.
 
     .venv/bin/python benchmarks/bench_intervals.py --derived [--repeats 200] [--flights PATH]
 
+``--per-unit`` does so under the per-unit model instead (the issue's policy as
+``bench_unit_bounds.py`` states it: 300 rows and 3 groups per aircraft, dep_delay -60..360 and
+arr_delay -90..360, BOUNDS PER UNIT -1000..5400 and -2500..5400).
+
 Run it from another checkout (``git worktree``, or ``git archive`` of ``dpsql`` and ``grammar``
 on PYTHONPATH) to measure an earlier commit the same way.
 """
@@ -75,9 +79,12 @@ def _rows(result) -> dict[tuple, tuple[float, float, float]]:
             for _, row in frame.iterrows()}
 
 
-def derived(path: Path, repeats: int, only: list[str] | None = None, rows: int = 300) -> None:
+UNIT_BOUNDS = ",\n  dep_delay BOUNDS PER UNIT -1000 TO 5400,\n  arr_delay BOUNDS PER UNIT -2500 TO 5400"
+
+
+def derived(path: Path, repeats: int, only: list[str] | None = None, rows: int = 300, per_unit: bool = False) -> None:
     """The intervals of the derived statistics (``only`` those named) over ``repeats`` releases each
-    (module docstring), with at most ``rows`` rows per aircraft."""
+    (module docstring), with at most ``rows`` rows per aircraft; ``per_unit``: the per-unit model."""
     import duckdb
 
     raw_con = duckdb.connect(str(path), read_only=True)
@@ -91,6 +98,10 @@ def derived(path: Path, repeats: int, only: list[str] | None = None, rows: int =
     print(f"{'statistic':<26} {'eps':>4} {'stated':>7} {'hold bounded':>13} {'hold raw':>9} {'mean width':>11} "
           f"{'median width':>13} {'NaN values':>11} {'s':>5}")
     policy = flights.policy(rows=rows, groups=40, delay=(-60, 360))
+    if per_unit:
+        policy = (flights.policy(rows=rows, groups=3, delay=(-60, 360), extra=UNIT_BOUNDS)
+                  .replace("arr_delay BOUNDS -60 TO 360", "arr_delay BOUNDS -90 TO 360"))
+        print("per-unit model: " + UNIT_BOUNDS.replace("\n", "").strip(", "))
     for name, (sql, epsilon) in chosen.items():
         raw = raws[name]
         started = time.perf_counter()
@@ -113,6 +124,8 @@ def derived(path: Path, repeats: int, only: list[str] | None = None, rows: int =
         print(f"{name:<26} {epsilon:>4g} {stated:>7} {held / max(stated, 1):>12.1%} {held_raw / max(stated, 1):>9.1%} "
               f"{statistics.fmean(widths) if widths else math.nan:>11.4g} "
               f"{statistics.median(widths) if widths else math.nan:>13.4g} {undefined:>11} {elapsed:>5.0f}")
+        for key in sorted(raw, key=repr):
+            print(f"  {key or ''} bounded truth {bounded.get(key, math.nan):.4g}, raw truth {raw[key]:.4g}")
 
 
 def main() -> None:
@@ -121,12 +134,13 @@ def main() -> None:
     parser.add_argument("--derived", action="store_true", help="the derived statistics' intervals (issue 37)")
     parser.add_argument("--repeats", type=int, default=200, help="releases per derived statistic")
     parser.add_argument("--rows", type=int, default=300, help="MAX ROWS PER UNIT of the derived statistics' policy")
+    parser.add_argument("--per-unit", action="store_true", help="the derived statistics under the per-unit model")
     parser.add_argument("--only", action="append", default=None, metavar="STATISTIC",
                         help=f"measure only this derived statistic (repeatable): one of {', '.join(DERIVED)}")
     args = parser.parse_args()
     path = flights.build(args.flights)
     if args.derived:
-        derived(path, args.repeats, args.only, args.rows)
+        derived(path, args.repeats, args.only, args.rows, args.per_unit)
         return
     truth = flights.truths(path)
     print(f"dpsql at {Path(dpsql.__file__).parent}; epsilon {EPSILON}, {SEEDS} seeds")

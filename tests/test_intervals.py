@@ -19,12 +19,14 @@ import dpsql
 from dpsql.analysis.aggregates import family_of
 from dpsql.analysis.aggregates.intervals import (
     Law,
+    clamped_moments,
     correlation_bounds,
     product_range,
     ratio_interval,
     sample_factor_range,
     square_range,
     sum_critical,
+    unclamped,
 )
 from dpsql.analysis.analyse import PrivacyOptions, analyse_query
 from dpsql.analysis.check import check_query
@@ -46,12 +48,22 @@ CALLS = ("AVG(y)", "VAR_POP(y)", "VARIANCE(y)", "STDDEV(y)", "CORR(y, x)", "COVA
 EPSILON = {"AVG(y)": 1, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2}
 """Per call, the epsilon its releases use (8 for the second moments: six measures share it)."""
 NARROWER = {"AVG(y)": 2, "VAR_POP(y)": 2, "VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2,
-            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 4, "REGR_SLOPE(y, x)": 3, "REGR_INTERCEPT(y, x)": 5,
-            "REGR_R2(y, x)": 4}
-"""Per call, how much narrower an interval must miss too often: 2 where a mean and one centred
-moment decide it (each test close to exact); the ratios of moments (CORR, REGR_*) over-cover (a
-union bound over 3 to 5 tests, then the worst case of the formula over their box), by the factor
-given here, which this test pins so that a wider construction fails it."""
+            "COVAR_SAMP(y, x)": 2, "CORR(y, x)": 2, "REGR_SLOPE(y, x)": 2, "REGR_INTERCEPT(y, x)": 5,
+            "REGR_R2(y, x)": 2}
+"""Per call, how much narrower an interval must miss too often: 2 where one pivot decides it (a
+mean and one centred moment, each test close to exact; CORR's, REGR_R2's and REGR_SLOPE's own
+pivots); REGR_INTERCEPT over-covers (a union bound over its slope and the means, then the worst
+case of the formula over their box), by the factor given here, which this test pins so that a
+wider construction fails it."""
+UNIT_POLICY = """BUDGET EPSILON 1e16;
+PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 10, y BOUNDS -4 TO 4, x BOUNDS 0 TO 8,
+  y BOUNDS PER UNIT -6 TO 8, x BOUNDS PER UNIT 0 TO 16);"""
+"""The per-unit model (item 1): each unit's totals of y, x, their squares and products clamped (x's
+up to 3 rows of 8 reach 24 > 16; a sum of squares of x is clamped into [0, 16 * 8]), so the
+bounded truth is the per-unit clamped statistics' (not any data set's); 10 rows per unit make it
+the lower-noise model."""
+UNIT_NARROWER = {"VARIANCE(y)": 2, "STDDEV(y)": 2, "COVAR_POP(y, x)": 2, "CORR(y, x)": 2.5, "REGR_SLOPE(y, x)": 2.5}
+"""As NARROWER, for the per-unit model's uncentred statistics (the same pivots, in their own units)."""
 TRIALS, ALPHA = 1000, 0.2
 """Releases per statistic, and the intervals' alpha: 80% intervals miss about 200 times."""
 
@@ -71,25 +83,28 @@ def _rows() -> tuple[tuple[int, float | None, float], ...]:
 
 
 @functools.cache
-def _engine() -> Engine:
+def _engine(policy_text: str = POLICY) -> Engine:
     con = duckdb.connect()
     con.execute("CREATE TABLE t (uid INTEGER, y DOUBLE, x DOUBLE)")
     con.execute("INSERT INTO t VALUES " + ", ".join(f"({u}, {sql_value(y)}, {sql_value(x)})" for u, y, x in _rows()))
     engine = Engine(con, owned=True, path=None)
-    policy = parse_policy(POLICY)
+    policy = parse_policy(policy_text)
     engine.prepare_bounding(bounded_tables(list(policy.private_tables), engine.catalog(), table_key), "salt")
     return engine
 
 
 @functools.cache
-def _exact(call: str) -> tuple[Plan, dict[str, int], float]:
-    """The plan of ``SELECT call FROM t``, its exact bounded measures (the bounded SQL run with no
-    noise) and the bounded truth (the family's value of them)."""
-    engine = _engine()
+def _exact(call: str, policy_text: str = POLICY, gaussian: bool = False) -> tuple[Plan, dict[str, int], float]:
+    """The plan of ``SELECT call FROM t`` (discrete Laplace noise, or ``gaussian`` at delta 1e-6),
+    its exact bounded measures (the bounded SQL run with no noise) and the bounded truth (the
+    family's value of them)."""
+    engine = _engine(policy_text)
     sql = f"SELECT {call} FROM t"
-    policy = parse_policy(POLICY)
+    policy = parse_policy(policy_text)
     query = check_query(parse(sql).tree, sql, policy, engine.catalog(), engine)
-    plan = analyse_query(query, policy, PrivacyOptions(epsilon=Fraction(EPSILON.get(call, 8))))
+    options = (PrivacyOptions(epsilon=Fraction(EPSILON.get(call, 8)), delta=Fraction(1, 10**6), noise="gaussian")
+               if gaussian else PrivacyOptions(epsilon=Fraction(EPSILON.get(call, 8))))
+    plan = analyse_query(query, policy, options)
     statement = rewrite_plan(plan)
     parameters = {"salt": "salt"} if "$salt" in statement else None
     (row,) = engine.fetch(statement, parameters, bounded=plan.query.bounded)
@@ -134,17 +149,48 @@ def test_intervals_cover_the_bounded_truth_and_narrower_would_not(call):
     discrete Laplace): the 80% intervals miss the truth fewer than LIMIT times (P(Binomial(1000, 0.2)
     >= LIMIT) < 1e-6), and the same intervals NARROWER[call] times narrower (2 for AVG, VARIANCE and
     STDDEV) miss at least LIMIT times."""
-    plan, exact, truth = _exact(call)
+    _check_coverage(call, POLICY, NARROWER[call])
+
+
+@pytest.mark.parametrize("call", list(UNIT_NARROWER))
+def test_per_unit_intervals_cover_the_bounded_truth_and_narrower_would_not(call):
+    """The same under the per-unit model: its uncentred sums (v, v^2, v_x v_y, each unit's total
+    clamped) go through the same pivots, and the intervals cover the per-unit clamped truth as
+    closely (2 times narrower misses too often for VARIANCE, STDDEV and COVAR_POP)."""
+    plan, _, _ = _exact(call, UNIT_POLICY)
+    assert plan.aggregates[0].unit_model == "total", "the per-unit model is the one tested"
+    assert not plan.measure(plan.aggregates[0].measures[0]).centred
+    _check_coverage(call, UNIT_POLICY, UNIT_NARROWER[call])
+
+
+def test_the_per_unit_clamps_bind_on_the_test_data():
+    """The per-unit bounded truth is not the rows model's: some unit's totals are clamped."""
+    for call in ("VARIANCE(y)", "CORR(y, x)"):
+        assert abs(_exact(call, UNIT_POLICY)[2] - _exact(call)[2]) > 1e-3
+
+
+@pytest.mark.parametrize("call", ["VARIANCE(y)", "CORR(y, x)", "REGR_SLOPE(y, x)"])
+def test_per_unit_intervals_cover_under_gaussian_noise(call):
+    """The pivots' critical values from discrete Gaussian laws (a query with delta): the same
+    coverage, and 2 (VARIANCE) or 3 times narrower misses too often."""
+    plan, _, _ = _exact(call, UNIT_POLICY, gaussian=True)
+    assert {plan.measure(name).noise for name in plan.aggregates[0].measures} == {"gaussian"}
+    _check_coverage(call, UNIT_POLICY, 2 if call == "VARIANCE(y)" else 3, gaussian=True)
+
+
+def _check_coverage(call: str, policy: str, narrower: float, gaussian: bool = False) -> None:
+    plan, exact, truth = _exact(call, policy, gaussian)
     aggregate = plan.aggregates[0]
     measures = [plan.measure(name) for name in aggregate.measures]
     source = SeededSource(17)
-    noisy = {m.name: (exact[m.name] + noise.discrete_laplace(m.scale, TRIALS, source)).tolist() for m in measures}
+    draw = noise.discrete_gaussian if gaussian else noise.discrete_laplace
+    noisy = {m.name: (exact[m.name] + draw(m.scale, TRIALS, source)).tolist() for m in measures}
     spans = family_of(aggregate).intervals(aggregate, measures, _release(noisy), ALPHA)
     assert not math.isnan(truth)
     stated = [s for s in spans if not math.isnan(s[0])]
     assert len(stated) > TRIALS * 0.9, "the intervals say something at this epsilon"
     assert _misses(spans, truth) < LIMIT
-    assert _misses(_narrowed(spans, NARROWER[call]), truth) >= LIMIT
+    assert _misses(_narrowed(spans, narrower), truth) >= LIMIT
 
 
 @pytest.mark.parametrize("kind", ["laplace", "gaussian"])
@@ -196,6 +242,55 @@ def test_the_box_ranges_hold_every_point_of_their_boxes_and_are_reached():
         assert low <= min(values) and max(values) <= high
         assert min(values) - low < 1e-9 and high - max(values) < 1e-9
     assert sample_factor_range((1.0, 5.0)) == (1.25, 2.0)
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(max(value, low), high)
+
+
+@pytest.mark.parametrize("means", [((-1.0, 0.5), (0.2, 1.5)), ((1.0, 2.5), (-3.0, -1.0)), ((-2.5, 1.0), (0.5, 3.5))])
+def test_clamped_moments_hold_the_values_clamps_by_brute_force(means):
+    """clamped_moments against ``moments.moments``' clamps computed at every point of a grid over
+    the box (means, and each moment k: the ratio k + m_u m_v clamped, less the clamped means'
+    product, clamped again): every value lands inside, and the ends are reached. Spreads 2 and 3;
+    some boxes cross them (the clamps bind), one lies inside (the second-order range)."""
+    spreads = {"x": 2.0, "y": 3.0}
+    box = {"x": means[0], "y": means[1], "cov": (-1.0, 6.5), "var_x": (-0.5, 2.0), "var_y": (1.0, 8.5)}
+    out = clamped_moments(box, spreads)
+    seen: dict[str, list[float]] = {"cov": [], "var_x": [], "var_y": []}
+    for m_x, m_y in itertools.product(_grid(*box["x"]), _grid(*box["y"])):
+        c_x, c_y = _clamp(m_x, -2, 2), _clamp(m_y, -3, 3)
+        for k in _grid(*box["cov"]):
+            seen["cov"].append(_clamp(_clamp(k + m_x * m_y, -6, 6) - c_x * c_y, -6, 6))
+        for k in _grid(*box["var_x"]):
+            seen["var_x"].append(_clamp(_clamp(k + m_x * m_x, 0, 4) - c_x * c_x, 0, 4))
+        for k in _grid(*box["var_y"]):
+            seen["var_y"].append(_clamp(_clamp(k + m_y * m_y, 0, 9) - c_y * c_y, 0, 9))
+    for name, values in seen.items():
+        low, high = out[name]
+        assert low <= min(values) + 1e-12 and max(values) <= high + 1e-12, name
+        if -2 <= means[0][0] and means[0][1] <= 2 and -3 <= means[1][0] and means[1][1] <= 3:
+            assert min(values) - low < 1e-9 and high - max(values) < 1e-9, name  # inside: exact
+    assert out["x"] == tuple(_clamp(end, -2, 2) for end in box["x"])
+
+
+@pytest.mark.parametrize(("var_x", "free"), [((0.5, 2.0), True), ((0.5, 3.9), False)])
+def test_a_box_no_clamp_binds_in_leaves_every_value_its_own(var_x, free):
+    """``unclamped`` (the pivots of CORR and REGR_SLOPE then test the values' own truth): where it
+    says so, the clamps leave every point of a grid over the box unchanged; var_x up to 3.9 with
+    |m_x| up to 0.5 lets k + m_x^2 pass s_x^2 = 4, and it says so."""
+    spreads = {"x": 2.0, "y": 3.0}
+    box = {"x": (-0.5, 0.5), "y": (0.5, 1.0), "cov": (-1.0, 2.0), "var_x": var_x, "var_y": (1.0, 5.0)}
+    assert unclamped(box, spreads) == free
+    changed = False
+    for m_x, m_y in itertools.product(_grid(*box["x"]), _grid(*box["y"])):
+        for k in _grid(*box["cov"]):
+            changed |= _clamp(_clamp(k + m_x * m_y, -6, 6) - m_x * m_y, -6, 6) != pytest.approx(k)
+        for k in _grid(*box["var_x"]):
+            changed |= _clamp(_clamp(k + m_x * m_x, 0, 4) - m_x * m_x, 0, 4) != pytest.approx(k)
+        for k in _grid(*box["var_y"]):
+            changed |= _clamp(_clamp(k + m_y * m_y, 0, 9) - m_y * m_y, 0, 9) != pytest.approx(k)
+    assert changed != free
 
 
 def test_the_critical_value_of_a_sum_of_noises_is_its_quantile():

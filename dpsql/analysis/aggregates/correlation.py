@@ -13,18 +13,23 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
-from dpsql.analysis.aggregates.intervals import centred_boxes, correlation_bounds, holding
+from dpsql.analysis.aggregates.intervals import (
+    CORRELATION_BOX_SHARE,
+    centred_boxes,
+    clamped_moments,
+    correlation_bounds,
+    correlation_interval,
+    holding,
+    unclamped,
+)
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     classify_pair,
     correlation,
-    correlation_range,
-    errors,
     explain_text,
     moments,
     pair_shapes,
     scale_of,
-    uncentred,
     unit_pair_shapes,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
@@ -58,18 +63,26 @@ class CorrelationFamily(PairFamily):
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The means of x and y by test inversion and cov, var_x and var_y by their own pivots,
-        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
-        and cov / sqrt(var_x var_y) over their box, within [-1, 1]. The per-unit model's
-        uncentred statistics keep the union-bound box (``moments.correlation_range``)."""
-        if uncentred(measures):
-            scale = scale_of(measures)
-            return [(-1.0, 1.0) if row is None else
-                    correlation_range(row, errors(measures, STATISTICS, row.n, alpha), scale)
-                    for row in moments(aggregate, measures, release, STATISTICS)]
+        """CORR's own pivot (``intervals.correlation_interval``) at alpha less
+        ``CORRELATION_BOX_SHARE`` of it, its nuisances (the means, the ratio of the spreads) from
+        the box of the means and cov, var_x and var_y by their own pivots at that share
+        (``intervals.centred_boxes``, for either form of the statistics), within cov / sqrt(var_x
+        var_y) over that box as the values clamp it (``intervals.clamped_moments``,
+        ``correlation_bounds``), within [-1, 1]: the truth lies in both when the box and the
+        pivot hold (probability 1 - alpha). Where the box lets a clamp bind, or a variance be 0,
+        the box's range alone."""
+        scale = scale_of(measures)
+        spreads = {"x": float(scale.spread_x), "y": float(scale.spread_y)}
+        share = alpha * CORRELATION_BOX_SHARE
         cells = []
-        for box in centred_boxes(measures, STATISTICS, release.noisy, alpha):
-            cells.append(correlation_bounds(box["cov"], box["var_x"], box["var_y"]))
+        for i, box in enumerate(centred_boxes(measures, STATISTICS, release.noisy, share)):
+            clamped = clamped_moments(box, spreads)
+            low, high = correlation_bounds(clamped["cov"], clamped["var_x"], clamped["var_y"])
+            pivot = (correlation_interval(measures, release.noisy, i, box, alpha - share)
+                     if unclamped(box, spreads) else None)
+            if pivot is not None and max(low, pivot[0]) <= min(high, pivot[1]):
+                low, high = max(low, pivot[0]), min(high, pivot[1])
+            cells.append((low, high))
         return holding(cells, self.values(aggregate, measures, release))
 
     def predicted_half_width(self, aggregate: AggregateRelease, measures: Sequence[Measure], alpha: float,

@@ -16,21 +16,22 @@ from typing import Sequence
 from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
-from dpsql.analysis.aggregates.intervals import centred_boxes, holding, outward, sample_factor_range
+from dpsql.analysis.aggregates.intervals import (
+    centred_boxes,
+    clamped_moments,
+    holding,
+    outward,
+    sample_factor_range,
+)
 from dpsql.analysis.aggregates.moments import (
     PairFamily,
     as_float,
     classify_pair,
-    errors,
     explain_text,
     moments,
     pair_shapes,
     scale_of,
-    uncentred,
     unit_pair_shapes,
-)
-from dpsql.analysis.aggregates.moments import (
-    box as union_box,
 )
 from dpsql.analysis.plan import Aggregate, AggregateRelease, Measure, Release
 
@@ -76,50 +77,22 @@ class CovarianceFamily(PairFamily):
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
         """The means of x and y by test inversion and cov by its own pivot, together with
-        probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``), in the
+        probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``, for either
+        form of the statistics), clamped as the value is (``intervals.clamped_moments``), in the
         columns' units; the sample form times the range of C/(C - 1) over the count's own
         interval (C >= 2), at ``intervals.COUNT_SHARE`` of alpha."""
-        if uncentred(measures):
-            return self._union_intervals(aggregate, measures, release, alpha)
         scale = scale_of(measures)
         unit = scale.grid_x * scale.grid_y / 4
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
+        spreads = {"x": float(scale.spread_x), "y": float(scale.spread_y)}
         for box in centred_boxes(measures, STATISTICS, release.noisy, alpha, aggregate.sample):
-            low, high = box["cov"]
+            low, high = clamped_moments(box, spreads)["cov"]
             if aggregate.sample:
                 corners = [end * factor for end in (low, high) for factor in sample_factor_range(box["n"])]
                 low, high = min(corners), max(corners)
             cells.append(outward(as_float(Fraction(low) * unit), as_float(Fraction(high) * unit), floor, ceiling))
         return holding(cells, self.values(aggregate, measures, release))
-
-    def _union_intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                  alpha: float) -> list[tuple[float, float]]:
-        """The per-unit model's uncentred statistics:
-        cov within its error box (module ``moments``), in the columns' units; the sample form's
-        factor C/(C - 1) of the true count C in [n' - h_n, n' + h_n] and C >= 2, so within
-        [max(1, (n' + h_n)/(n' + h_n - 1)), min(2, (n' - h_n)/(n' - h_n - 1))] (2 when n' - h_n <= 2),
-        and the product at its worst corner. (-inf, inf) cut to the possible range where the
-        noisy count is not positive (no bound is known)."""
-        scale = scale_of(measures)
-        sx, sy = scale.spread_x, scale.spread_y
-        unit = scale.grid_x * scale.grid_y / 4
-        floor, ceiling = self.possible(aggregate, measures)
-        cells = []
-        for row in moments(aggregate, measures, release, STATISTICS):
-            if row is None or aggregate.sample and row.n <= 1:
-                cells.append((floor, ceiling))
-                continue
-            error = errors(measures, STATISTICS, row.n, alpha)
-            low, high = union_box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
-            if aggregate.sample:
-                most = row.n - error.count
-                factors = (max(Fraction(1), Fraction(row.n + error.count, row.n + error.count - 1)),
-                           Fraction(most, most - 1) if most > 2 else Fraction(2))
-                corners = [c * f for c in (low, high) for f in factors]
-                low, high = min(corners), max(corners)
-            cells.append(outward(as_float(low * unit), as_float(high * unit), floor, ceiling))
-        return cells
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """|population covariance| <= h_x h_y (half-spreads of the bounds, on the grid); the

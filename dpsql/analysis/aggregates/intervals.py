@@ -1,7 +1,7 @@
 """(1 - alpha) intervals of derived statistics, from the exact noise laws of their measures.
 
 Every derived statistic (AVG, VARIANCE, STDDEV, CORR, COVAR_*, REGR_*) is a function of ratios
-r = S / n of a sum measure S over a count n of the same rows. Its interval is built in up to three
+r = S / n of a sum measure S over a count n of the same rows. Its interval is built in up to four
 steps, each conservative (no approximation decides the coverage):
 
 1. **Each ratio by test inversion.** When r is the true ratio, S' - r n' = e_S - r e_n exactly
@@ -28,7 +28,16 @@ steps, each conservative (no approximation decides the coverage):
    count's own interval at ``COUNT_SHARE`` of it, where the sample form's n / (n - 1) needs
    it); the statistic's interval is its exact range over that box (``correlation_bounds``,
    ``quotient_range``, ``product_range``: each is monotone in each part, so the range is read
-   off at the box's ends).
+   off at the box's ends), through the clamps the values apply (``clamped_moments``).
+4. **CORR's and REGR_SLOPE's own pivots** (``correlation_interval``, ``slope_interval``): at
+   the true rho (beta) a combination of the W_uv = S_uv' - m_v S_u' - m_u S_v' + m_u m_v n' is a
+   weighted sum of the noises alone, its nuisances (the means, the ratio of the spreads) taken
+   from the box at ``CORRELATION_BOX_SHARE`` of alpha; the interval is the box's range cut to
+   what the pivot accepts.
+
+The per-unit model's uncentred sums (``uncentred``: of v, v^2 and v_x v_y, each unit's total
+clamped) go through the same steps in their own units (the pivots do not depend on the values'
+origin), then are converted exactly to centred units (``centred_boxes``).
 
 These intervals are for the bounded truth (the data as clamped and contribution-bounded);
 bias from the bounds is not in them. Nothing here reads data: the noisy measures and the plan
@@ -50,7 +59,8 @@ from dpsql.mechanisms import noise
 
 __all__ = ["Law", "law_of", "ratio_interval", "ratio_range", "count_interval", "square_range",
            "spread_of", "product_range", "quotient_range", "outward", "sample_factor_range", "correlation_bounds",
-           "holding", "sum_critical", "centred_moment_interval", "centred_boxes"]
+           "holding", "sum_critical", "centred_moment_interval", "centred_boxes", "clamped_moments",
+           "uncentred", "unclamped", "correlation_interval", "slope_interval"]
 
 TAIL_SHARE = 1e-3
 """Share of alpha left to the count's noise beyond the blocks summed over (counted as a miss)."""
@@ -490,14 +500,42 @@ SECOND_MOMENTS = {"xy": ("cov", "x", "y"), "xx": ("var_x", "x", "x"), "yy": ("va
 """A second-moment statistic -> the centred moment it gives and the two means it is centred on."""
 
 
+def uncentred(measure: Measure) -> bool:
+    """The per-unit model's sums of v, v^2 and v_x v_y (not centred on the bounds' midpoint)."""
+    return not measure.centred and not (measure.factors and measure.factors[0].centred)
+
+
+def _hull_zero(low: Fraction, high: Fraction) -> tuple[Fraction, Fraction]:
+    return min(low, Fraction(0)), max(high, Fraction(0))
+
+
 def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
                   alpha: float, with_count: bool = False) -> list[Box]:
-    """Per released row, intervals holding together with probability at least 1 - alpha: of the
-    means "x" and "y" (``ratio_interval``) and of the centred moments "cov", "var_x", "var_y"
-    their ``statistics`` give ("xy", "xx", "yy": ``centred_moment_interval``): the means share
-    ``MEANS_SHARE`` of alpha, the moments the rest equally (less ``COUNT_SHARE`` of it all, which
-    the count's interval "n" takes ``with_count``). ``measures``: the sums of ``statistics`` in
-    order, then the count."""
+    """Per released row, intervals holding together with probability at least 1 - alpha, in
+    centred units (a step of a mean worth grid / 2, of a moment grid_u grid_v / 4), of the exact
+    statistics' means "x" and "y" (``ratio_interval``) and the centred moments "cov", "var_x",
+    "var_y" their ``statistics`` give ("xy", "xx", "yy": ``centred_moment_interval``); not yet
+    clamped as the released values are (``clamped_moments``, or the family's own clamp). The
+    means share ``MEANS_SHARE`` of alpha, the moments the rest equally (less ``COUNT_SHARE`` of it
+    all, which the count's interval "n" takes ``with_count``). ``measures``: the sums of
+    ``statistics`` in order, then the count.
+
+    The per-unit model's uncentred sums (S_u = sum u, S_uv = sum u v, n; ``uncentred``) are
+    tested in their own units, with their own independent noises: the pivot of
+    ``centred_moment_interval`` is shift-invariant (S_uv' - m_v S_u' - m_u S_v' + (m_u m_v - c) n'
+    is, for the true means and c = S_uv/n - m_u m_v, exactly e_uv - m_v e_u - m_u e_v + (m_u m_v
+    - c) e_n whatever the origin of u and v), so it holds for the uncentred sums as it does for
+    the centred ones; only the hypotheses' ranges differ. There each unit's per-group total is
+    clamped toward 0 (its bounds hold 0), so it stays between 0 and the unclamped total: a mean
+    lies in [lower, upper] widened to hold 0 (every row in [lower, upper], so every unit's total
+    in n_k [lower, upper]), S_uv / n in the rows' products' range widened to hold 0 (S_uu / n in
+    [0, max(lower^2, upper^2)]), and c in that range less the means' product's range (possibly
+    below 0: a clamped sum of squares need not exceed the square of its clamped sum; the
+    centred moment's pivot needs only a range holding the truth). The exact conversion to
+    centred units (c = 2v - M, M = lower + upper: mean 2 m - M, moment 4 c, as
+    ``moments.centred_statistics``) is affine, increasing, so it maps each interval onto the
+    interval of the converted truth; the converted truth is what the released value's formula
+    reads (``moments.centred_statistics``, ``variance.centred_moments``)."""
     k = len(statistics)
     sums, count = dict(zip(statistics, measures[:k])), measures[k]
     firsts = [name for name in statistics if name in ("x", "y")]
@@ -508,23 +546,267 @@ def centred_boxes(measures: Sequence[Measure], statistics: Sequence[str], noisy:
     share = tests * (1 - MEANS_SHARE) / len(seconds) if seconds else 0.0
     laws = {name: law_of(measure) for name, measure in sums.items()}
     law_n = law_of(count)
-    # half the width of each mean's range: |cov| <= h_u h_v, var <= h^2 (centred: h = s)
-    spreads = {name: float(ratio_range(sums[name])[1] - ratio_range(sums[name])[0]) / 2 for name in firsts}
+    native = uncentred(measures[0])
+    ranges = {name: (_hull_zero(Fraction(sums[name].lower), Fraction(sums[name].upper)) if native
+                     else ratio_range(sums[name])) for name in firsts}
+    # centred units: a native mean m becomes 2 m - M, a native moment 4 c
+    middles = {name: sums[name].lower + sums[name].upper if native else 0 for name in firsts}
+    limits = {}
+    for name in seconds:
+        _, u, v = SECOND_MOMENTS[name]
+        low_u, high_u = (float(end) for end in ranges[u])
+        low_v, high_v = (float(end) for end in ranges[v])
+        if native:  # c = S_uv / n - m_u m_v: the rows' products' range (with 0) less the means' product's
+            products = square_range(low_u, high_u) if u == v else product_range((low_u, high_u), (low_v, high_v))
+            seconds_range = (min(products[0], 0.0), max(products[1], 0.0))
+            limits[name] = (seconds_range[0] - products[1], seconds_range[1] - products[0])
+        else:  # half the width of each mean's range: |cov| <= h_u h_v, var <= h^2 (centred: h = s)
+            largest = (high_u - low_u) / 2 * (high_v - low_v) / 2
+            limits[name] = (0.0, largest) if u == v else (-largest, largest)
     rows = []
     for i, n in enumerate(noisy[count.name]):
-        box: Box = {}
+        own: Box = {}
         for name in firsts:
-            low, high = ratio_range(sums[name])
-            box[name] = ratio_interval(noisy[sums[name].name][i], n, laws[name], law_n, low, high, share_first)
+            own[name] = ratio_interval(noisy[sums[name].name][i], n, laws[name], law_n, *ranges[name], share_first)
+        box: Box = {name: (2 * low - middles[name], 2 * high - middles[name]) if native else (low, high)
+                    for name, (low, high) in own.items()}
         for name in seconds:
             moment, u, v = SECOND_MOMENTS[name]
-            largest = spreads[u] * spreads[v]
-            limit = (0.0, largest) if u == v else (-largest, largest)
-            box[moment] = centred_moment_interval(
+            low, high = centred_moment_interval(
                 noisy[sums[name].name][i], (noisy[sums[u].name][i], noisy[sums[v].name][i]), n,
-                (laws[name], laws[u], laws[v], law_n), (box[u], box[v]), limit, share, same=u == v)
+                (laws[name], laws[u], laws[v], law_n), (own[u], own[v]), limits[name], share, same=u == v)
+            box[moment] = (4 * low, 4 * high) if native else (low, high)
         if with_count:
             low_n, high_n = count_interval(count, n, alpha * COUNT_SHARE)
             box["n"] = (float(low_n), float(high_n))
         rows.append(box)
     return rows
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(max(value, low), high)
+
+
+def clamped_moments(box: Box, spreads: Mapping[str, float]) -> Box:
+    """``centred_boxes``' box (centred units) as ``moments.moments`` clamps the values it reads:
+    each mean m into [-s, s] (``spreads``: s per mean), each second moment's ratio k + q (k the
+    centred moment, q = m_u m_v) into [A, B] ([-s_u s_v, s_u s_v]; a square's [0, s^2]), and the
+    moment, that ratio less the clamped means' product q', into [A, B] again. The exact bounded
+    statistics of the per-unit model need not be those of any data (each total clamped on its
+    own), so these clamps may bind on the truth; they never do on the rows model's.
+
+    The moment's value v(k, q, q') = clamp(clamp(k + q, A, B) - q', A, B) is nondecreasing in k
+    and q and nonincreasing in q', so over the box it lies between its values at the corners
+    (k low, q low, q' high) and (k high, q high, q' low). Where both means' intervals lie inside
+    [-s, s] the means are never clamped (q' = q), and then, as |q| <= B - A,
+    v = clamp(k, max(A, A - q), min(B, B - q)): nondecreasing in k and nonincreasing in q, so the
+    range is read at (k low, q high) and (k high, q low); this keeps the means' errors at second
+    order (q itself cancels).
+
+    >>> box = clamped_moments({"x": (-1.0, 1.0), "var_x": (3.0, 5.0)}, {"x": 2.0})
+    >>> box["var_x"]  # var = clamp(k, 0, 4 - m^2): at most 4 - 0, at least min(3, 4 - 1)
+    (3.0, 4.0)
+    >>> clamped_moments({"x": (1.0, 3.0), "var_x": (3.0, 5.0)}, {"x": 2.0})["var_x"]  # m may be clamped
+    (0.0, 3.0)
+    """
+    out = dict(box)
+    clamped = {}
+    for name, s in spreads.items():
+        if name in box:
+            clamped[name] = (_clamp(box[name][0], -s, s), _clamp(box[name][1], -s, s))
+            out[name] = clamped[name]
+    inside = all(clamped[name] == box[name] for name in clamped)
+    for moment, u, v in SECOND_MOMENTS.values():
+        if moment not in box:
+            continue
+        low, high = box[moment]
+        if u == v:
+            a, b = 0.0, spreads[u] * spreads[u]
+            q, q_clamped = square_range(*box[u]), square_range(*clamped[u])
+        else:
+            b = spreads[u] * spreads[v]
+            a = -b
+            q, q_clamped = product_range(box[u], box[v]), product_range(clamped[u], clamped[v])
+        if inside:
+            out[moment] = (_clamp(low, max(a, a - q[1]), min(b, b - q[1])),
+                           _clamp(high, max(a, a - q[0]), min(b, b - q[0])))
+        else:
+            out[moment] = (_clamp(_clamp(low + q[0], a, b) - q_clamped[1], a, b),
+                           _clamp(_clamp(high + q[1], a, b) - q_clamped[0], a, b))
+    return out
+
+
+def unclamped(box: Box, spreads: Mapping[str, float]) -> bool:
+    """No clamp of ``clamped_moments`` binds anywhere in ``box``: every mean inside [-s, s] and each
+    moment k with k, and k + q for every q = m_u m_v of the box, inside its [A, B]; then the
+    values' moments are the box's own (k itself, at every point)."""
+    for name, s in spreads.items():
+        if name in box and not -s <= box[name][0] <= box[name][1] <= s:
+            return False
+    for moment, u, v in SECOND_MOMENTS.values():
+        if moment not in box:
+            continue
+        low, high = box[moment]
+        if u == v:
+            a, b, q = 0.0, spreads[u] * spreads[u], square_range(*box[u])
+        else:
+            b = spreads[u] * spreads[v]
+            a, q = -b, product_range(box[u], box[v])
+        if not (max(a, a - q[0]) <= low and high <= min(b, b - q[1])):
+            return False
+    return True
+
+
+CORRELATION_BOX_SHARE = 0.5
+"""Share of alpha the box (means and centred moments) takes beside CORR's and REGR_SLOPE's own
+pivots. The box only fixes the pivots' nuisances (means, the ratio of the spreads), which reach
+them at second order, so a small share costs the pivots little (on flights under the per-unit
+model, CORR's median width is 0.179 at 0.1, 0.189 at 0.5, 0.205 at 0.75); but where the noise
+leaves a variance possibly 0 the pivot tells nothing and the box alone, at this share, is the
+interval (rows model on flights, CORR at epsilon 1: mean width 1.53 at 0.75, 1.68 at 0.5, 1.79 at
+0.25 against 1.48 with the box alone at all of alpha). Half is the compromise."""
+
+
+def correlation_interval(measures: Sequence[Measure], noisy: Mapping[str, Sequence[int]], i: int, box: Box,
+                         alpha: float) -> tuple[float, float] | None:
+    """The (1 - alpha) interval of rho = cov / sqrt(var_x var_y) of row ``i``, given that its true
+    means, centred moments and so the ratio of spreads lie in ``box`` (``centred_boxes``, unclamped
+    and strictly positive variances; ``unclamped``, so the value is clamp(rho, -1, 1)); None where
+    it cannot tell (count or variances not positive). ``measures``: the sums of x, y, xy, xx, yy
+    and the count (CORR's ``STATISTICS``), in their own units, either form.
+
+    With W_uv = S_uv' - m_v S_u' - m_u S_v' + m_u m_v n' at the true means, W_uv = c_uv n +
+    N_uv, N_uv = e_uv - m_v e_u - m_u e_v + m_u m_v e_n. For lambda = sqrt(var_y / var_x) and
+    rho the truth's, c_xy = rho lambda var_x = rho var_y / lambda, so c_xy - a var_x - b var_y = 0
+    with a = rho lambda / 2, b = rho / (2 lambda), and the pivot P = W_xy - a W_xx - b W_yy is
+    N_xy - a N_xx - b N_yy exactly: e_xy - a e_xx - b e_yy - (m_y - 2 a m_x) e_x - (m_x - 2 b
+    m_y) e_y + (m_x m_y - a m_x^2 - b m_y^2) e_n, a weighted sum of the six independent noises.
+    Its critical value at the largest weights the box allows (|rho| <= R, lambda in the box's
+    range, |m| at most the means' largest) bounds the one at the true weights (Anderson's theorem
+    as in ``centred_moment_interval``). The test |P| <= t accepts rho where, with noisy centred
+    cov' and var' (m' = S'/n') and d = m - m' the means' shifts, n' |cov' + d_x d_y - rho K| <= t,
+    K = (lambda (var_x' + d_x^2) + (var_y' + d_y^2) / lambda) / 2; over the nuisance box the
+    accepted rho lie between (the least numerator) / K and (the greatest) / K at the extreme K of
+    the numerator's sign (K > 0 throughout, else None). The means and lambda enter K at second
+    order (K is least at the true lambda): the interval is about as narrow as rho's own noise.
+    The accepted set's largest |rho| bounds R at the next pass (the truth lies in it whenever the
+    test holds: the induction of ``centred_moment_interval``)."""
+    if box["var_x"][0] <= 0 or box["var_y"][0] <= 0:
+        return None
+    noisy_row = _noisy_moments(measures, ("x", "y", "xy", "xx", "yy"), noisy, i, box)
+    if noisy_row is None:
+        return None
+    n, own, cov, (low_x, high_x), (low_y, high_y), cross, sums, count = noisy_row
+    ratio_low = math.sqrt(box["var_y"][0] / box["var_x"][1]) * (1 - 1e-12)
+    ratio_high = math.sqrt(box["var_y"][1] / box["var_x"][0]) * (1 + 1e-12)
+    optimum = min(max(math.sqrt(low_y / low_x), ratio_low), ratio_high)
+    least = (optimum * low_x + low_y / optimum) / 2 * (1 - 1e-12)
+    most = max(r * high_x + high_y / r for r in (ratio_low, ratio_high)) / 2 * (1 + 1e-12)
+    largest_x = max(abs(own["x"][0]), abs(own["x"][1]))
+    largest_y = max(abs(own["y"][0]), abs(own["y"][1]))
+    laws = {name: law_of(measure) for name, measure in sums.items()}
+    reach = max(abs(end) for end in box["cov"]) / math.sqrt(box["var_x"][0] * box["var_y"][0])
+    if not reach < 1e12:  # a box this loose tells nothing the pivot could narrow
+        return None
+    accepted: tuple[float, float] | None = (-reach, reach)
+    for _ in range(3):
+        a, b = reach * ratio_high / 2, reach / ratio_low / 2
+        terms = [(laws["xy"], 1.0), (laws["xx"], _rounded_up(a)), (laws["yy"], _rounded_up(b)),
+                 (laws["x"], _rounded_up(largest_y + 2 * a * largest_x)),
+                 (laws["y"], _rounded_up(largest_x + 2 * b * largest_y)),
+                 (law_of(count), _rounded_up(largest_x * largest_y + a * largest_x ** 2 + b * largest_y ** 2))]
+        t = (sum_critical(tuple(terms), alpha) + sum(weight for _, weight in terms)) / n
+        assert accepted is not None
+        accepted = _narrowed_by(accepted, (cov + cross[0] - t, cov + cross[1] + t), (least, most))
+        if accepted is None:  # nothing accepted: the test failed
+            return None
+        reach = max(abs(accepted[0]), abs(accepted[1]))
+    return accepted
+
+
+def _narrowed_by(accepted: tuple[float, float], numerator: tuple[float, float],
+                 denominator: tuple[float, float]) -> tuple[float, float] | None:
+    """``accepted`` cut to the range of numerator / denominator (denominator > 0 throughout): the
+    largest numerator over the least denominator where it is >= 0, over the greatest else."""
+    bottom, top = numerator
+    high = top / denominator[0] if top >= 0 else top / denominator[1]
+    low = bottom / denominator[0] if bottom <= 0 else bottom / denominator[1]
+    cut = (max(accepted[0], _down(low)), min(accepted[1], _up(high)))
+    return cut if cut[0] <= cut[1] else None
+
+
+NoisyMoments = tuple[int, dict[str, tuple[float, float]], float, tuple[float, float], tuple[float, float],
+                     tuple[float, float], dict[str, Measure], Measure]
+
+
+def _noisy_moments(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
+                   i: int, box: Box) -> NoisyMoments | None:
+    """Row ``i``'s noisy count n', the box's means in the sums' own units, the noisy cov' =
+    S_xy'/n' - m_x' m_y' (m' = S'/n'), the ranges of var_x' + d_x^2 and var_y' + d_y^2 and of
+    d_x d_y over the means' shifts d = m - m' in the box (each variance range's least end > 0,
+    else None; var_y's (1, 1) where "yy" is not measured), the sums by statistic and the count."""
+    sums = dict(zip(statistics, measures[:len(statistics)]))
+    count = measures[len(statistics)]
+    n = noisy[count.name][i]
+    if n <= 0:
+        return None
+    native = uncentred(measures[0])
+    own = {}
+    for name in ("x", "y"):  # the box's means back in the sums' own units
+        middle = sums[name].lower + sums[name].upper if native else 0
+        own[name] = ((box[name][0] + middle) / 2, (box[name][1] + middle) / 2) if native else box[name]
+    value = {name: noisy[measure.name][i] for name, measure in sums.items()}
+    m_x, m_y = Fraction(value["x"], n), Fraction(value["y"], n)
+    shift_x = (own["x"][0] - float(m_x), own["x"][1] - float(m_x))
+    shift_y = (own["y"][0] - float(m_y), own["y"][1] - float(m_y))
+    cov = float(Fraction(value["xy"], n) - m_x * m_y)
+    var_x = float(Fraction(value["xx"], n) - m_x * m_x)
+    square_x = square_range(*shift_x)
+    spread_x = (var_x + square_x[0], var_x + square_x[1])
+    spread_y = (1.0, 1.0)
+    if "yy" in value:
+        var_y = float(Fraction(value["yy"], n) - m_y * m_y)
+        square_y = square_range(*shift_y)
+        spread_y = (var_y + square_y[0], var_y + square_y[1])
+    if spread_x[0] <= 0 or spread_y[0] <= 0:
+        return None
+    return n, own, cov, spread_x, spread_y, product_range(shift_x, shift_y), sums, count
+
+
+def slope_interval(measures: Sequence[Measure], statistics: Sequence[str], noisy: Mapping[str, Sequence[int]],
+                   i: int, box: Box, alpha: float) -> tuple[float, float] | None:
+    """The (1 - alpha) interval of beta = cov / var_x (in the centred moments' units, which the
+    sums' own share) of row ``i``, given that its true means and centred moments lie in ``box``
+    (as ``correlation_interval``: unclamped, var_x > 0); None where it cannot tell.
+
+    c_xy - beta var_x = 0 at the truth, so P = W_xy - beta W_xx = N_xy - beta N_xx = e_xy -
+    beta e_xx - (m_y - 2 beta m_x) e_x - m_x e_y + (m_x m_y - beta m_x^2) e_n exactly (W, N as in
+    ``correlation_interval``); its critical value at the largest weights (|beta| <= R, from the
+    box's cov / var_x at first, then the accepted set's) bounds the true one, and |P| <= t accepts
+    beta where n' |cov' + d_x d_y - beta (var_x' + d_x^2)| <= t for some shifts d of the means in
+    the box: between (the least numerator) / (var_x' + d_x^2) and (the greatest) / (it), at its
+    extreme of the numerator's sign. The means enter at second order."""
+    if box["var_x"][0] <= 0:
+        return None
+    noisy_row = _noisy_moments(measures, statistics, noisy, i, box)
+    if noisy_row is None:
+        return None
+    n, own, cov, spread_x, _, cross, sums, count = noisy_row
+    largest_x = max(abs(own["x"][0]), abs(own["x"][1]))
+    largest_y = max(abs(own["y"][0]), abs(own["y"][1]))
+    laws = {name: law_of(measure) for name, measure in sums.items()}
+    reach = max(abs(end) for end in box["cov"]) / box["var_x"][0]
+    if not reach < 1e100:  # a box this loose tells nothing the pivot could narrow
+        return None
+    accepted: tuple[float, float] | None = (-reach, reach)
+    for _ in range(3):
+        terms = [(laws["xy"], 1.0), (laws["xx"], _rounded_up(reach)),
+                 (laws["x"], _rounded_up(largest_y + 2 * reach * largest_x)), (laws["y"], _rounded_up(largest_x)),
+                 (law_of(count), _rounded_up(largest_x * largest_y + reach * largest_x ** 2))]
+        t = (sum_critical(tuple(terms), alpha) + sum(weight for _, weight in terms)) / n
+        assert accepted is not None
+        accepted = _narrowed_by(accepted, (cov + cross[0] - t, cov + cross[1] + t), spread_x)
+        if accepted is None:
+            return None
+        reach = max(abs(accepted[0]), abs(accepted[1]))
+    return accepted

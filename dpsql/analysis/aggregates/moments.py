@@ -1,5 +1,5 @@
 """Second moments of pairs, shared by COVAR_* (``covariance``), CORR (``correlation``) and REGR_*
-(``regression``): their classification, measures, noisy statistics and error bounds.
+(``regression``): their classification, measures and noisy statistics.
 
 DuckDB's ``F(y, x)`` (dependent first) reads the rows where both arguments are non-NULL. Each
 argument is clamped into its bounds and computed on a grid of its own (12 bits of its range, as
@@ -17,17 +17,10 @@ A family asks only for the statistics its function reads; the aggregate's epsilo
 equally between them (basic composition). Every released value is a function of the noisy
 statistics alone (post-processing). In centred units, with noisy values marked ', the means
 m_x = Sx'/n', the second moments Sxy'/n', Sxx'/n' are clamped into what the bounds allow (which
-only brings them closer to the truth, which lies there), and
+only brings them closer to the truth where it lies there, as it does for any data's statistics;
+the per-unit model's, each total clamped on its own, need not), and
 
     cov = Sxy'/n' - m_x m_y,   var_x = Sxx'/n' - m_x^2   (clamped into [-s_x s_y, s_x s_y], [0, s_x^2]).
-
-Error bounds (``Errors``): with probability 1 - alpha every measure's noise is within its own
-(1 - alpha/m) interval, m the number of measures (a union bound). Then, as for AVG, a ratio
-S'/n' with |S/n| <= R is within (h_S + R h_n) / n' of S/n (exactly (e_S - (S/n) e_n) / n'); a
-product of clamped means m_x' m_y' within s_y e_x + s_x e_y of m_x m_y; a mean's square within
-2 s e. So cov is within e_xy + s_y e_x + s_x e_y and var within e_xx + 2 s_x e_x of the truth
-(the truth of the clamped, bounded data: bias from clamping is not part of it). Each family
-turns these boxes into an interval of its value by the worst case of its formula over them.
 
 Under the per-unit model (``unit_pair_shapes``: both arguments have ``BOUNDS PER UNIT``) the
 statistics are *uncentred* (sums of v, v^2 and v_x v_y), each unit's per-group total clamped: Sx and
@@ -36,11 +29,13 @@ max(|L|, |U|) (a unit's sum of squares is at most its largest |value| times its 
 Sxy into ±sqrt(Bxx Byy) rounded outward (Cauchy-Schwarz). Any clamp is private; these only keep
 the clamps' bias small. ``moments`` converts them exactly to the centred statistics above
 (c = 2v - M, M = L + U: sum c = 2 Sv - M n, sum c^2 = 4 Svv - 4 M Sv + M^2 n, sum c_x c_y = 4 Sxy -
-2 M_x Sy - 2 M_y Sx + M_x M_y n) and ``errors`` their noise bounds by the triangle inequality.
-Intervals (``dpsql.analysis.aggregates.intervals``): each mean S/n is found by inverting the
-exact test of its pivot S' - r n' (the two noises convolved), the k means a family reads
-together by a union bound (each at alpha / k), and the family's value over that box of means by
-its exact range (the truth of the clamped, bounded data: bias from clamping is not part of it).
+2 M_x Sy - 2 M_y Sx + M_x M_y n).
+
+Intervals (``dpsql.analysis.aggregates.intervals``, for both forms): each mean S/n by inverting
+the exact test of its pivot S' - r n', each centred moment by its own pivot, together by a union
+bound (``centred_boxes``), clamped as ``moments`` clamps the values (``clamped_moments``), and
+the family's value over that box by its exact range (the truth of the clamped, bounded data:
+bias from clamping is not part of it).
 """
 
 from __future__ import annotations
@@ -52,7 +47,6 @@ from typing import Mapping, Sequence
 
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.exact import noise_half_width
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, FactorShape, Ranged, Shape, filtered
 from dpsql.analysis.aggregates.intervals import spread_of
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Factor, Measure, Release
@@ -157,21 +151,6 @@ def centred_statistics(columns: Mapping[str, Sequence[int]], counts: Sequence[in
     return out
 
 
-def centred_widths(widths: dict[str, int], h_n: int, scale: "Scale") -> dict[str, int]:
-    """Noise bounds of ``centred_statistics``' values, when each uncentred statistic's noise is
-    within ``widths`` and the count's within ``h_n`` (the triangle inequality)."""
-    m_x, m_y = abs(scale.lower_x + scale.upper_x), abs(scale.lower_y + scale.upper_y)
-    h_x, h_y = widths["x"], widths["y"]
-    converted = {"x": 2 * h_x + m_x * h_n, "y": 2 * h_y + m_y * h_n}
-    if "xy" in widths:
-        converted["xy"] = 4 * widths["xy"] + 2 * m_x * h_y + 2 * m_y * h_x + m_x * m_y * h_n
-    if "xx" in widths:
-        converted["xx"] = 4 * widths["xx"] + 4 * m_x * h_x + m_x * m_x * h_n
-    if "yy" in widths:
-        converted["yy"] = 4 * widths["yy"] + 4 * m_y * h_y + m_y * m_y * h_n
-    return converted
-
-
 @dataclass(frozen=True)
 class Scale:
     """The policy side of a pair: each argument's grid and its bounds in grid steps."""
@@ -249,78 +228,6 @@ def moments(aggregate: AggregateRelease, measures: Sequence[Measure], release: R
         var_y = None if yy is None else _clamp(yy - mean_y * mean_y, 0, sy * sy)
         rows.append(Moments(n, mean_x, mean_y, cov, var_x, var_y))
     return rows
-
-
-@dataclass(frozen=True)
-class Errors:
-    """One row's error bounds, in centred units, holding together with probability 1 - alpha."""
-
-    mean_x: Fraction
-    mean_y: Fraction
-    cov: Fraction
-    var_x: Fraction
-    var_y: Fraction
-    count: int
-    """The count of pairs' noise bound h_n: the true count lies in [n - h_n, n + h_n]."""
-
-
-def errors(measures: Sequence[Measure], statistics: Sequence[str], n: int, alpha: float) -> Errors:
-    """The module docstring's bounds for a row whose noisy count of pairs is ``n`` (> 0), each
-    measure at alpha / m."""
-    scale = scale_of(measures)
-    sx, sy = scale.spread_x, scale.spread_y
-    share = alpha / len(measures)
-    widths = {statistic: noise_half_width(m, share) for statistic, m in zip(statistics, measures)}
-    h_n = noise_half_width(measures[len(statistics)], share)
-    if uncentred(measures):
-        widths = centred_widths(widths, h_n, scale)
-    largest = {"x": sx, "y": sy, "xy": sx * sy, "xx": sx * sx, "yy": sy * sy}
-
-    def ratio(statistic: str) -> Fraction:
-        if statistic not in widths:
-            return Fraction(0)
-        return Fraction(widths[statistic] + largest[statistic] * h_n, n)
-
-    e_x, e_y = ratio("x"), ratio("y")
-    return Errors(e_x, e_y, ratio("xy") + sy * e_x + sx * e_y, ratio("xx") + 2 * sx * e_x,
-                  ratio("yy") + 2 * sy * e_y, h_n)
-
-
-def box(value: Fraction | None, error: Fraction, low: Fraction, high: Fraction) -> tuple[Fraction, Fraction]:
-    """value ± error, within [low, high] (where the truth lies)."""
-    assert value is not None
-    return max(value - error, low), min(value + error, high)
-
-
-def quotient_range(numerator: tuple[Fraction, Fraction],
-                   denominator: tuple[Fraction, Fraction]) -> tuple[Fraction, Fraction] | None:
-    """The range of a / b over a in ``numerator`` and b in ``denominator`` (b >= 0): the worst
-    case at the corners (a / b is monotone in each) when b > 0 throughout; None (unbounded) else."""
-    if denominator[0] <= 0:
-        return None
-    corners = [a / b for a in numerator for b in denominator]
-    return min(corners), max(corners)
-
-
-def correlation_range(row: Moments, error: Errors, scale: Scale) -> tuple[float, float]:
-    """Where cov / sqrt(var_x var_y) lies when cov, var_x and var_y lie in their boxes: the corners
-    of cov / d with d in [sqrt(low_x low_y), sqrt(high_x high_y)] (square roots rounded outward),
-    cut to [-1, 1]; [-1, 1] when a variance may be 0."""
-    sx, sy = scale.spread_x, scale.spread_y
-    cov = box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
-    var_x = box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
-    var_y = box(row.var_y, error.var_y, Fraction(0), Fraction(sy * sy))
-    low, high = var_x[0] * var_y[0], var_x[1] * var_y[1]
-    if low <= 0:
-        return -1.0, 1.0
-    roots = (Fraction(math.nextafter(math.sqrt(low), 0)), Fraction(math.nextafter(math.sqrt(high), math.inf)))
-    ends = quotient_range(cov, roots)
-    assert ends is not None
-    return max(float(ends[0]) - _ROUNDING, -1.0), min(float(ends[1]) + _ROUNDING, 1.0)
-
-
-_ROUNDING = 1e-12
-"""Slack for the float square roots and conversions of ``correlation_range`` (values in [-1, 1])."""
 
 
 def correlation(row: Moments) -> float:

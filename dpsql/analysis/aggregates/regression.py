@@ -18,34 +18,31 @@ from sqlglot import exp
 
 from dpsql.analysis.aggregates.family import Call, NumberText, Ranged, Shape
 from dpsql.analysis.aggregates.intervals import (
+    CORRELATION_BOX_SHARE,
     centred_boxes,
+    clamped_moments,
     correlation_bounds,
+    correlation_interval,
     holding,
     outward,
     quotient_range,
+    slope_interval,
     square_range,
+    unclamped,
 )
 from dpsql.analysis.aggregates.moments import (
-    Errors,
     Moments,
     PairFamily,
     Scale,
     as_float,
     classify_pair,
     correlation,
-    correlation_range,
-    errors,
     explain_text,
     moments,
     pair_shapes,
     scale_of,
-    uncentred,
     unit_pair_shapes,
 )
-from dpsql.analysis.aggregates.moments import (
-    box as union_box,
-)
-from dpsql.analysis.aggregates.moments import quotient_range as union_quotient_range
 from dpsql.analysis.plan import Aggregate, AggregateFunction, AggregateRelease, Measure, Release
 
 LINE = ("x", "y", "xy", "xx")
@@ -84,24 +81,34 @@ class RegressionFamily(PairFamily):
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
         """The means of x and y by test inversion, and cov and var_x (and var_y for R^2) by
-        their own pivots, together with probability 1 - alpha (``intervals.centred_boxes``); the
-        slope cov / var_x over their box; the intercept mean_y - slope mean_x at the corners of
-        slope times mean_x; R^2 the square of CORR's interval, within
-        [0, 1]. Where var_x's range reaches 0 the slope and the intercept have no finite
-        interval: (NaN, NaN), "derived, no ±"."""
-        if uncentred(measures):
-            return self._union_intervals(aggregate, measures, release, alpha)
+        their own pivots, together with probability 1 - alpha·``CORRELATION_BOX_SHARE``
+        (``intervals.centred_boxes``, for either form of the statistics), clamped as the values
+        are (``intervals.clamped_moments``); the slope cov / var_x over their box, cut to the
+        slope's own pivot at the rest of alpha (``intervals.slope_interval``, where the box lets
+        no clamp bind: both hold the truth when the box and the pivot do); the intercept mean_y -
+        slope mean_x at the corners of slope times mean_x; R^2 the square of CORR's interval (its
+        box's range cut to ``intervals.correlation_interval``), within [0, 1]. Where var_x's
+        range reaches 0 the slope and the intercept have no finite interval: (NaN, NaN),
+        "derived, no ±"."""
         statistics = STATISTICS[aggregate.function]
         scale = scale_of(measures)
         ratio = scale.grid_y / scale.grid_x
+        spreads = {"x": float(scale.spread_x), "y": float(scale.spread_y)}
+        share = alpha * CORRELATION_BOX_SHARE
         cells = []
-        for box in centred_boxes(measures, statistics, release.noisy, alpha):
-            cov, var_x = box["cov"], box["var_x"]
+        for i, box in enumerate(centred_boxes(measures, statistics, release.noisy, share)):
+            free = unclamped(box, spreads)  # the values' clamps never bind: the pivots' truth is theirs
+            clamped = clamped_moments(box, spreads)
+            cov, var_x = clamped["cov"], clamped["var_x"]
             if aggregate.function == "regr_r2":
-                low, high = correlation_bounds(cov, var_x, box["var_y"])
+                low, high = correlation_bounds(cov, var_x, clamped["var_y"])
+                pivot = correlation_interval(measures, release.noisy, i, box, alpha - share) if free else None
+                low, high = _within((low, high), pivot)
                 cells.append(outward(*square_range(low, high), 0.0, 1.0))
                 continue
             slope = quotient_range(cov, var_x)
+            pivot = slope_interval(measures, statistics, release.noisy, i, box, alpha - share) if free else None
+            slope = pivot if slope is None else _within(slope, pivot)
             if slope is None:
                 cells.append(UNKNOWN)
                 continue
@@ -109,45 +116,10 @@ class RegressionFamily(PairFamily):
             if aggregate.function == "regr_slope":
                 cells.append(outward(as_float(slopes[0]), as_float(slopes[1])))
                 continue
-            mean_y = [scale.mean_y(Fraction(c)) for c in box["y"]]
-            products = [b * scale.mean_x(Fraction(c)) for b in slopes for c in box["x"]]
+            mean_y = [scale.mean_y(Fraction(c)) for c in clamped["y"]]
+            products = [b * scale.mean_x(Fraction(c)) for b in slopes for c in clamped["x"]]
             cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
         return holding(cells, self.values(aggregate, measures, release))
-
-    def _union_intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                  alpha: float) -> list[tuple[float, float]]:
-        """The per-unit model's uncentred statistics:
-        The worst case of each formula over the error boxes (module ``moments``), all holding
-        with probability 1 - alpha: the slope at the corners of cov / var_x; the intercept
-        mean_y - slope mean_x at the corners of slope times mean_x; R^2 the square of CORR's
-        interval, within [0, 1]. Where var_x's box reaches 0 (or the noisy count is not positive)
-        the slope and the intercept have no finite interval: (NaN, NaN), "derived, no ±"."""
-        statistics = STATISTICS[aggregate.function]
-        scale = scale_of(measures)
-        floor, ceiling = self.possible(aggregate, measures)
-        cells = []
-        for row in moments(aggregate, measures, release, statistics):
-            if row is None:
-                cells.append((floor, ceiling) if aggregate.function == "regr_r2" else UNKNOWN)
-                continue
-            error = errors(measures, statistics, row.n, alpha)
-            if aggregate.function == "regr_r2":
-                low, high = correlation_range(row, error, scale)
-                squares = (low * low, high * high)
-                cells.append(outward(0.0 if low <= 0 <= high else min(squares), max(squares), 0.0, 1.0))
-                continue
-            slope = _union_slope_range(row, error, scale)
-            if slope is None:
-                cells.append(UNKNOWN)
-            elif aggregate.function == "regr_slope":
-                cells.append(outward(as_float(slope[0]), as_float(slope[1])))
-            else:
-                sx, sy = scale.spread_x, scale.spread_y
-                mean_y = [scale.mean_y(c) for c in union_box(row.mean_y, error.mean_y, Fraction(-sy), Fraction(sy))]
-                mean_x = [scale.mean_x(c) for c in union_box(row.mean_x, error.mean_x, Fraction(-sx), Fraction(sx))]
-                products = [b * m for b in slope for m in mean_x]
-                cells.append(outward(as_float(mean_y[0] - max(products)), as_float(mean_y[1] - min(products))))
-        return cells
 
     def predicted_half_width(self, aggregate: AggregateRelease, measures: Sequence[Measure], alpha: float,
                              count: int | None = None) -> float | None:
@@ -183,12 +155,9 @@ def _value(function: str, row: Moments | None, scale: Scale) -> float:
     return as_float(scale.mean_y(row.mean_y) - slope * scale.mean_x(row.mean_x))
 
 
-def _union_slope_range(row: Moments, error: Errors, scale: Scale) -> tuple[Fraction, Fraction] | None:
-    sx, sy = scale.spread_x, scale.spread_y
-    cov = union_box(row.cov, error.cov, Fraction(-sx * sy), Fraction(sx * sy))
-    var_x = union_box(row.var_x, error.var_x, Fraction(0), Fraction(sx * sx))
-    ends = union_quotient_range(cov, var_x)
-    if ends is None:
-        return None
-    ratio = scale.grid_y / scale.grid_x
-    return ends[0] * ratio, ends[1] * ratio
+def _within(bounds: tuple[float, float], pivot: tuple[float, float] | None) -> tuple[float, float]:
+    """The box's range cut to the pivot's interval (both hold the truth when the box and the pivot
+    do), or the range alone where the pivot tells nothing or they do not meet."""
+    if pivot is None or max(bounds[0], pivot[0]) > min(bounds[1], pivot[1]):
+        return bounds
+    return max(bounds[0], pivot[0]), min(bounds[1], pivot[1])

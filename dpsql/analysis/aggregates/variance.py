@@ -23,9 +23,16 @@ from typing import Sequence
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis.aggregates.exact import exact, integers, magnitude, noise_half_width, quotients
+from dpsql.analysis.aggregates.exact import exact, integers, magnitude, quotients
 from dpsql.analysis.aggregates.family import AggregateFamily, Call, NumberText, Ranged, Shape, filtered
-from dpsql.analysis.aggregates.intervals import centred_boxes, holding, outward, sample_factor_range, spread_of
+from dpsql.analysis.aggregates.intervals import (
+    centred_boxes,
+    holding,
+    outward,
+    product_range,
+    sample_factor_range,
+    spread_of,
+)
 from dpsql.analysis.plan import Aggregate, AggregateRelease, ClampedColumn, Measure, Release
 from dpsql.analysis.ranges import Interval
 
@@ -89,58 +96,31 @@ class VarianceFamily(AggregateFamily):
     def half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                     alpha: float) -> list[float]:
         """The larger distance from the value to an end of its interval (``intervals``)."""
-        if not measures[0].centred:
-            return self._union_half_widths(aggregate, measures, release, alpha)
         return [spread_of(low, high, value) for value, (low, high)
                 in zip(self.values(aggregate, measures, release), self.intervals(aggregate, measures, release, alpha))]
 
     def intervals(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
                   alpha: float) -> list[tuple[float, float]]:
-        """The mean m = S/C by test inversion and the centred variance Q/C - m^2 by its own pivot,
-        together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``),
-        within [0, s^2] (s the centred spread); the sample form times the range of C/(C - 1) over
-        the count's own interval; STDDEV the square roots."""
-        if not measures[0].centred:  # the per-unit model: value ± its union-bound half-width
-            return AggregateFamily.intervals(self, aggregate, measures, release, alpha)
+        """The mean m = S/C by test inversion and the centred variance k = Q/C - m^2 by its own
+        pivot, together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``,
+        which serves the per-unit model's uncentred S and Q too, in centred units); the sample
+        form times the range of C/(C - 1) over the count's own interval; each end clamped into
+        [0, s^2] (s the centred spread) as the value is (``_variances``: clamp(k f) is
+        nondecreasing in k f, so the clamped ends hold it); STDDEV the square roots."""
         total, squares, count = measures[0], measures[1], measures[-1]
-        unit = float(total.grid) ** 2 / (4 if total.centred else 1)  # a centred step is worth grid / 2
+        unit = float(total.grid) ** 2 / 4  # a centred step is worth grid / 2
+        spread = float(total.upper - total.lower)
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
         for box in centred_boxes([total, squares, count], ("x", "xx"), release.noisy, alpha, aggregate.sample):
             low, high = box["var_x"]
-            if aggregate.sample:
-                least, most = sample_factor_range(box["n"])
-                low, high = low * least, high * most
-            low, high = low * unit, high * unit
+            if aggregate.sample:  # k may be below 0 (the per-unit model's bounded truth): every corner
+                low, high = product_range((low, high), sample_factor_range(box["n"]))
+            low, high = (min(max(end, 0.0), spread * spread) * unit for end in (low, high))
             if aggregate.function == "stddev":
                 low, high = math.sqrt(low), math.sqrt(high)
             cells.append(outward(low, high, floor, ceiling))
         return holding(cells, self.values(aggregate, measures, release))
-
-    def _union_half_widths(self, aggregate: AggregateRelease, measures: Sequence[Measure], release: Release,
-                           alpha: float) -> list[float]:
-        """The per-unit model's uncentred statistics: a union bound, each measure at alpha/3, for
-        Q'/C' (|ratio| <= R^2) and for the squared mean (|m^2 - m'^2| <= 2R |m - m'|); STDDEV:
-        sqrt of the variance's."""
-        first = measures[0]
-        counts = release.noisy[measures[-1].name]
-        spread = first.upper - first.lower
-        full = _full(aggregate)
-        h_sum, h_squares, h_count = (noise_half_width(m, alpha / 3) for m in measures)
-        if not first.centred:  # the centred statistics' noise, converted (``centred_widths``)
-            h_sum, h_squares = centred_widths(h_sum, h_squares, h_count, first)
-        cells = []
-        for c in counts:
-            if c <= 1:  # the released value is 0; the truth is at most (hi - lo)^2 / 4, or twice that
-                # for the sample form (two values, one at each bound: n / (n - 1) = 2)
-                largest = full**2 / (2 if aggregate.sample else 4)
-                cells.append(float(largest) if aggregate.function == "variance" else math.sqrt(largest))
-                continue
-            mean_error = Fraction(h_sum + spread * h_count, c)
-            centred = Fraction(h_squares + spread * spread * h_count, c) + 2 * spread * mean_error
-            variance = min(full**2 / 4, first.grid**2 * centred / 4)
-            cells.append(math.sqrt(variance) if aggregate.function == "stddev" else float(variance))
-        return cells
 
     def possible(self, aggregate: AggregateRelease, measures: Sequence[Measure]) -> tuple[float, float]:
         """At most (hi - lo)^2 / 4 (values half at each bound), STDDEV its root; the sample form
@@ -200,9 +180,3 @@ def centred_moments(sums: np.ndarray, squares: np.ndarray, counts: np.ndarray,
     sums, squares, counts = (exact(a, bound, limit=2**62) for a in (sums, squares, counts))
     return 2 * sums - middle * counts, 4 * squares - 4 * middle * sums + middle * middle * counts
 
-
-def centred_widths(h_sum: int, h_squares: int, h_count: int, measure: Measure) -> tuple[int, int]:
-    """Noise bounds of ``centred_moments``' statistics when |e_S| <= h_sum, |e_Q| <= h_squares and
-    |e_C| <= h_count: 2 h_S + |M| h_C and 4 h_Q + 4 |M| h_S + M^2 h_C (the triangle inequality)."""
-    middle = abs(measure.lower + measure.upper)
-    return 2 * h_sum + middle * h_count, 4 * h_squares + 4 * middle * h_sum + middle * middle * h_count
