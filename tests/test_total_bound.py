@@ -107,3 +107,14 @@ def test_a_larger_epsilon_draws_closer_to_the_quantile():
     source = SeededSource(5)
     picks = [draw_total_bound(ranks, len(magnitudes), Fraction(5), 1, source=source) for _ in range(50)]
     assert sum(p == target for p in picks) >= 45
+
+
+def test_an_absurd_epsilon_never_makes_the_draw_fail_with_the_number_of_totals():
+    """An attacker's review: at epsilon 1e305 the log weights overflowed a float for 10,000 totals
+    and not for 10, so a charged query failed or not with the data."""
+    from dpsql.mechanisms.noise import SeededSource
+    from dpsql.mechanisms.total_bound import draw_total_bound
+
+    for total in (10, 10_000):
+        ranks = [0, total // 3, total, total, total]
+        assert 0 <= draw_total_bound(ranks, total, Fraction(10**305), 3, source=SeededSource(1)) < len(ranks)

@@ -96,6 +96,11 @@ def utility(ranks, total: int, quantile: Fraction) -> list[Fraction]:
     return [Fraction(-gap, scale) for gap in gaps]
 
 
+LOG_WEIGHT_FLOOR = Fraction(10**6)
+"""Log weights are clipped at minus this: ``exponential_mechanism`` never picks a candidate more than
+~700 below the best, so the clip changes no draw, and the floats stay finite."""
+
+
 def draw_total_bound(ranks, total: int, epsilon: Fraction, groups_per_unit: int,
                      quantile: Fraction = QUANTILE, source=None) -> int:
     """Index of the candidate drawn by the exponential mechanism at ``epsilon``, its utility's
@@ -110,8 +115,12 @@ def draw_total_bound(ranks, total: int, epsilon: Fraction, groups_per_unit: int,
     gaps, scale = rank_gaps(ranks, total, quantile)
     best = min(gaps)
     coefficient = Fraction(epsilon) / (2 * groups_per_unit * scale)
-    # each log weight exact until one rounding to float, as pick_quantile computes its own
-    weights = np.array([float(-(gap - best) * coefficient) for gap in gaps], dtype=np.float64)
+    # each log weight exact until one rounding to float, as pick_quantile computes its own; clipped
+    # at -LOG_WEIGHT_FLOOR (a 1-Lipschitz clip of the utility keeps its sensitivity, and no weight that
+    # far below the best can win), so no epsilon and no count of totals can overflow the float (an
+    # attacker's review: at epsilon 1e305 the charged draw failed or not with the number of totals)
+    weights = np.array([float(max(-(gap - best) * coefficient, -LOG_WEIGHT_FLOOR)) for gap in gaps],
+                       dtype=np.float64)
     return int(exponential_mechanism(weights, source))
 
 

@@ -40,7 +40,8 @@ from dpsql.backends.render import DUCKDB
 from dpsql.backends.rewrite import BoundedStatement, key_types_statement, rewrite_statement, separate_statement
 from dpsql.budget.accounting import Spend, check_accountable, query_cost
 from dpsql.budget.amplification import amplified_cost
-from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
+from dpsql.errors import DPError, InternalError, InvalidParameter, UnsupportedQuery
+from dpsql.mechanisms.calibrate import rho_of
 from dpsql.policy.model import Policy
 from dpsql.query.bias import BiasPlan, bias_share, bias_statement, plan_bias
 from dpsql.query.options import (
@@ -259,6 +260,7 @@ class Preparer:
             # the keys are typed as before: the bounds change no key
             again = replace(again, query=replace(again.query, keys=plan.query.keys),
                             epsilon=again.epsilon + auto.epsilon)
+            again = _within_priced_rho(again, cost)
             statement = rewrite_statement(again, self._dialect)
             return Replanned(again, statement,
                              tuple(separate_statement(again, m, self._dialect) for m in again.separate),
@@ -442,6 +444,27 @@ def stored_key_types(query: PrivateQuery) -> dict[str, str] | None:
 
 
 _PLAIN = (type(None), bool, int, float, str, Fraction, Decimal, np.generic)
+
+
+def _within_priced_rho(plan: Plan, priced: Spend) -> Plan:
+    """``plan`` (re-planned at drawn per-unit bounds) with its Gaussian noise widened, where needed,
+    so that its rho is at most the rho charged before the draw. Both plans calibrate each measure
+    to the same (epsilon, delta) shares, but sigma^2 rounds differently for another sensitivity, so
+    the re-planned rho could exceed the charge by about 1e-8 of it (an attacker's review, under
+    ACCOUNTING ZCDP). More noise keeps every measure's (epsilon, delta). Where widening cannot fit
+    (the non-Gaussian parts alone exceed the charge) this raises, and the priced rows-model plan
+    answers instead."""
+    spent = query_cost(plan)
+    if priced.rho is None or spent.rho is None or spent.rho <= priced.rho:
+        return plan
+    gaussian = sum((rho_of(m.sensitivity.l2_squared, m.scale) for m in plan.measures if m.noise == "gaussian"),
+                   Fraction(0))
+    room = priced.rho - (spent.rho - gaussian)
+    if gaussian == 0 or room <= 0:
+        raise InternalError("the re-planned query's rho exceeds its charge")
+    widen = gaussian / room
+    return replace(plan, measures=tuple(replace(m, scale=m.scale * widen) if m.noise == "gaussian" else m
+                                        for m in plan.measures))
 
 
 _NOISE_ONLY = frozenset({"sensitivity", "epsilon", "delta", "noise", "scale"})
