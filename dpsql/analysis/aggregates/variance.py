@@ -104,19 +104,22 @@ class VarianceFamily(AggregateFamily):
         """The mean m = S/C by test inversion and the centred variance k = Q/C - m^2 by its own
         pivot, together with probability 1 - alpha (``dpsql.analysis.aggregates.intervals.centred_boxes``,
         which serves the per-unit model's uncentred S and Q too, in centred units); the sample
-        form times the range of C/(C - 1) over the count's own interval; each end clamped into
-        [0, s^2] (s the centred spread) as the value is (``_variances``: clamp(k f) is
-        nondecreasing in k f, so the clamped ends hold it); STDDEV the square roots."""
+        population variance's ends clamped into [0, s^2] (s the centred spread: where it lies whatever
+        the data), then the sample form times the range of C/(C - 1) over the count's own interval;
+        STDDEV the square roots."""
         total, squares, count = measures[0], measures[1], measures[-1]
         unit = float(total.grid) ** 2 / 4  # a centred step is worth grid / 2
         spread = float(total.upper - total.lower)
         floor, ceiling = self.possible(aggregate, measures)
         cells = []
         for box in centred_boxes([total, squares, count], ("x", "xx"), release.noisy, alpha, aggregate.sample):
-            low, high = box["var_x"]
-            if aggregate.sample:  # k may be below 0 (the per-unit model's bounded truth): every corner
+            # the population variance k lies in [0, s^2] whatever the data: clamp its ends first,
+            # then the sample form's factor n/(n - 1) (up to 2), so a sample variance of two values
+            # at the bounds, 2 s^2 in centred units, stays inside (a clamp after the factor cut it)
+            low, high = (min(max(end, 0.0), spread * spread) for end in box["var_x"])
+            if aggregate.sample:
                 low, high = product_range((low, high), sample_factor_range(box["n"]))
-            low, high = (min(max(end, 0.0), spread * spread) * unit for end in (low, high))
+            low, high = low * unit, high * unit
             if aggregate.function == "stddev":
                 low, high = math.sqrt(low), math.sqrt(high)
             cells.append(outward(low, high, floor, ceiling))
