@@ -48,6 +48,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.mechanisms.noise import exponential_mechanism
+from dpsql.mechanisms.total_bound import LOG_WEIGHT_FLOOR, rank_gaps
 from dpsql.sql import pieces
 
 SHARE_SCALE = 2**16
@@ -253,27 +254,11 @@ def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fr
     gaps, scale = rank_gaps(ranks, total, quantile)
     best = min(gaps)
     coefficient = Fraction(epsilon) / (2 * sensitivity * scale)
-    # each log weight exact until one rounding to float (as ``dpsql.mechanisms.quantile`` computes its own)
-    weights = np.array([float(-(gap - best) * coefficient) for gap in gaps], dtype=np.float64)
+    # each log weight exact until one rounding to float, clipped as ``draw_total_bound``'s (no draw
+    # changes; no epsilon overflows the float)
+    weights = np.array([float(max(-(gap - best) * coefficient, -LOG_WEIGHT_FLOOR)) for gap in gaps],
+                       dtype=np.float64)
     return int(exponential_mechanism(weights, source))
-
-
-def rank_gaps(ranks, total: int, quantile: Fraction) -> tuple[list[int], int]:
-    """The utility -u(c_i) = max(q·n - rank(c_i), rank(c_{i-1}) - q·n, 0) of each candidate
-    (``pick_quantile``), exactly: integers ``gaps`` and the ``scale`` b they are multiplied by
-    (q = a/b, so b·u is an integer for integer ranks).
-
-    >>> rank_gaps([10, 50, 100, 100], 100, Fraction(2, 5))
-    ([150, 0, 50, 300], 5)
-    """
-    q = Fraction(quantile)
-    a, b = q.numerator, q.denominator
-    target = a * int(total)
-    gaps, before = [], 0
-    for rank in ranks:
-        gaps.append(max(target - b * int(rank), b * before - target, 0))
-        before = int(rank)
-    return gaps, b
 
 
 @dataclass(frozen=True)
