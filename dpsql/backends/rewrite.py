@@ -168,7 +168,7 @@ def unit_totals_statement(plan: Plan, edges: dict[str, Sequence[int]], dialect: 
     parts: list[exp.Select] = []
     for measure in measures:
         magnitude = exp.Abs(this=exp.Coalesce(this=_column(f"t_{measure.name}"), expressions=[_number(0)]))
-        bucket = _bucket_of(magnitude, [_number(edge) for edge in edges[measure.name]])
+        bucket = pieces.bucket_of(magnitude, [_number(edge) for edge in edges[measure.name]])
         parts.append(_select([_as(exp.Literal.string(measure.name), "dp_measure"), _as(bucket, "dp_bucket"),
                               _as(exp.Count(this=exp.Star()), "dp_count")], "dp_unit_totals",
                              group=[_column("dp_bucket")]))
@@ -176,18 +176,6 @@ def unit_totals_statement(plan: Plan, edges: dict[str, Sequence[int]], dialect: 
     for part in parts[1:]:
         final = exp.Union(this=final, expression=part, distinct=False)
     return statement(_with(final, layers), plan, dialect)  # type: ignore[arg-type]
-
-
-def _bucket_of(value: exp.Expr, edges: Sequence[exp.Expr]) -> exp.Expr:
-    """The smallest j with value <= edges[j] (len(edges) above them all): a binary search written
-    as nested CASEs, log2(len(edges)) comparisons a row."""
-    def search(low: int, high: int) -> exp.Expr:
-        if low == high:
-            return _number(low)
-        middle = (low + high) // 2
-        return exp.Case(ifs=[exp.If(this=exp.LTE(this=value.copy(), expression=edges[middle].copy()),
-                                    true=search(low, middle))], default=search(middle + 1, high))
-    return search(0, len(edges))
 
 
 def key_types_statement(plan: Plan, dialect: str = DUCKDB) -> BoundedStatement:

@@ -128,19 +128,6 @@ def _number(value: int) -> exp.Expr:
     return exp.Literal.number(value)
 
 
-def bucket_of(value: exp.Expr, edges) -> exp.Expr:
-    """The smallest j with value ≤ edges[j] (len(edges) when above them all): a binary search
-    written as nested CASEs, log2(len(edges)) comparisons a row instead of one an edge.
-    ``edges`` are SQL expressions in the value's type of comparison."""
-    def search(low: int, high: int) -> exp.Expr:
-        if low == high:
-            return _number(low)
-        middle = (low + high) // 2
-        return exp.Case(ifs=[exp.If(this=exp.LTE(this=value.copy(), expression=edges[middle].copy()),
-                                    true=search(low, middle))], default=search(middle + 1, high))
-    return search(0, len(edges))
-
-
 def ranks_from(rows, candidates: int) -> list[int]:
     """The ≤-rank at each candidate from (bucket, weight) rows: the sum of the weights of the
     buckets at or below it (bucket ``candidates`` lies above them all); then the whole weight.
@@ -164,7 +151,7 @@ def shares_select(table: exp.Table, owner: exp.Expr | None, column: str, edges) 
     weight at its bucket b is the increase of floor(S·(its values in buckets ≤ b)/m) there.
     ``owner`` is the unit's identity (``None``: each row its own unit, weight S at its bucket)."""
     value = exp.column("dp_value")
-    buckets = bucket_of(value, [_edge(c) for c in edges])
+    buckets = pieces.bucket_of(value, [_edge(c) for c in edges])
     scale = _number(SHARE_SCALE)
     if owner is None:
         rows = exp.select(exp.alias_(_double(column), "dp_value")).from_(table)
@@ -228,7 +215,7 @@ def totals_select(table: exp.Table, owner: exp.Expr, column: str, lower: Fractio
     exact_edges = [exp.Cast(this=pieces.literal(c), to=DECIMAL_TOTAL.copy()) for c in edges]
     parts = []
     for part in (0, 1):
-        bucket = bucket_of(exp.column(f"dp_{part}"), exact_edges)
+        bucket = pieces.bucket_of(exp.column(f"dp_{part}"), exact_edges)
         parts.append(exp.select(exp.alias_(_number(part), "dp_part"), exp.alias_(bucket, "dp_bucket"),
                                 exp.alias_(exp.Count(this=exp.Star()), "dp_units"))
                      .from_(exp.to_identifier("dp_totals")).group_by(exp.column("dp_bucket")))

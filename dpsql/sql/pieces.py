@@ -298,3 +298,20 @@ def _bounded_read(key: str, unit: str | None, rows_per_unit: int, list_length: i
         string_length=None if string_length is None else exp.Literal.number(string_length))
     select = exp.Select(expressions=[exp.column(c, quoted=True) for c in columns])
     return select.from_(table, copy=False).where(exp.Not(this=exp.column(PAD)), copy=False)
+
+
+def bucket_of(value: exp.Expr, edges: Sequence[exp.Expr]) -> exp.Expr:
+    """The smallest j with value <= edges[j] (len(edges) when above them all): a binary search
+    written as nested CASEs, log2(len(edges)) comparisons a row instead of one an edge.
+    ``edges`` are SQL expressions in the value's type of comparison.
+
+    >>> bucket_of(exp.column("v"), [exp.Literal.number(1), exp.Literal.number(5)]).sql()
+    'CASE WHEN v <= 5 THEN CASE WHEN v <= 1 THEN 0 ELSE 1 END ELSE 2 END'
+    """
+    def search(low: int, high: int) -> exp.Expr:
+        if low == high:
+            return exp.Literal.number(low)
+        middle = (low + high) // 2
+        return exp.Case(ifs=[exp.If(this=exp.LTE(this=value.copy(), expression=edges[middle].copy()),
+                                    true=search(low, middle))], default=search(middle + 1, high))
+    return search(0, len(edges))
