@@ -24,13 +24,13 @@ from dpsql.curator.suggest_quantiles import (
     aim,
     draw_bound,
     draw_unit_bound,
-    rank_gaps,
     ranks_from,
     shares_select,
     totals_select,
 )
 from dpsql.errors import BudgetExceeded
 from dpsql.mechanisms.noise import SeededSource
+from dpsql.mechanisms.total_bound import rank_gaps
 
 # -- which columns by default --------------------------------------------------------------------
 

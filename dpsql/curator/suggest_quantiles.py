@@ -44,11 +44,9 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-import numpy as np
 from sqlglot import exp
 
-from dpsql.mechanisms.noise import exponential_mechanism
-from dpsql.mechanisms.total_bound import LOG_WEIGHT_FLOOR, rank_gaps
+from dpsql.mechanisms.total_bound import draw_total_bound
 from dpsql.sql import pieces
 
 SHARE_SCALE = 2**16
@@ -238,14 +236,7 @@ def pick_quantile(candidates, ranks, total: int, quantile: Fraction, epsilon: Fr
     >>> pick_quantile([1, 2, 3, 4], [10, 50, 100, 100], 100, Fraction(2, 5), Fraction(50), 1, SeededSource(0))
     1
     """
-    gaps, scale = rank_gaps(ranks, total, quantile)
-    best = min(gaps)
-    coefficient = Fraction(epsilon) / (2 * sensitivity * scale)
-    # each log weight exact until one rounding to float, clipped as ``draw_total_bound``'s (no draw
-    # changes; no epsilon overflows the float)
-    weights = np.array([float(max(-(gap - best) * coefficient, -LOG_WEIGHT_FLOOR)) for gap in gaps],
-                       dtype=np.float64)
-    return int(exponential_mechanism(weights, source))
+    return draw_total_bound(ranks, total, epsilon, sensitivity, quantile, source)  # the same draw
 
 
 @dataclass(frozen=True)
