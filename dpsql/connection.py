@@ -55,7 +55,7 @@ __all__ = ["Connection", "connect", "init_policy", "default_ledger"]  # default_
 
 def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
             analyst: str | None = None, rng: Any = None, query_timeout: float | None = 30.0,
-            memory_limit: str | None = None, eager_bounding: bool = False, persist_copies: bool = False,
+            memory_limit: str | None = None, eager_bounding: bool = False, persist_copies: bool | str = False,
             progress: bool | None = None, request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
             separate_budget: bool = False) -> "Connection":
     """Open ``target`` under ``policy`` and return a connection that answers with DP.
@@ -78,6 +78,8 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     (``<ledger>.copies``, owner-only), so later connections (CLI calls, server restarts) reuse
     them instead of rebuilding; a copy is rebuilt when its table's data, the policy or the salt
     changed (``dpsql.backends.duckdb.persisted``). A database file with a ledger file only.
+    ``"read"``: read the stored copies in place without writing them (many processes share them:
+    ``dpsql serve``'s workers); a copy not stored current is built in memory.
     ``progress``: show how long a copy build has run, on standard error, once it passes a
     second (``None``: when standard error is a terminal or a notebook's).
     ``separate_budget``: open a ledger file over tables another ledger file already accounts for,
@@ -164,7 +166,7 @@ class Connection:
 
     def __init__(self, target: Any, policy: Any, *, ledger: Any = None, analyst: str | None = None,
                  rng: Any = None, query_timeout: float | None = 30.0, memory_limit: str | None = None,
-                 eager_bounding: bool = False, persist_copies: bool = False, progress: bool | None = None,
+                 eager_bounding: bool = False, persist_copies: bool | str = False, progress: bool | None = None,
                  request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT, separate_budget: bool = False,
                  _replacing: bool = False):
         if analyst is not None and (not isinstance(analyst, str) or not analyst.strip()):

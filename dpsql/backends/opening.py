@@ -47,13 +47,15 @@ class Opened:
 
 
 def open_target(target: Any, policy: Any, ledger: Any, *, query_timeout: float | None, memory_limit: str | None,
-                persist_copies: bool, separate_budget: bool, replacing: bool, eager_bounding: bool,
+                persist_copies: bool | str, separate_budget: bool, replacing: bool, eager_bounding: bool,
                 progress: Callable | None) -> Opened:
     """Open ``target``'s engine and ledger, settle the policy that rules them, claim the dataset and
     prepare the bounded copies (``dpsql.connect``): before anything private is read or charged.
     What failed to open is closed again (and a registration it made forgotten)."""
     copies = copies_directory_for(target, ledger) if persist_copies else None
-    engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+    # "read": the stored copies read in place, never written (the server's worker processes share them)
+    shared = {"read_only_copies": True} if persist_copies == "read" else {}
+    engine = open_engine(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies, **shared)
     if progress is not None:
         engine.progress = progress
     try:
@@ -92,11 +94,12 @@ def open_target(target: Any, policy: Any, ledger: Any, *, query_timeout: float |
 
 
 def open_engine(target: Any, *, query_timeout: float | None, memory_limit: str | None,
-                copies: Path | None = None) -> Backend:
+                copies: Path | None = None, **options: Any) -> Backend:
     """The backend for ``target``, opened by the first engine of ``dpsql.backends.registry.ENGINES``
     that recognises it: a SparkSession, or a Spark config file (``*.spark.toml``,
     ``dpsql.backends.spark.config``), runs on Spark (``dpsql.backends.spark``); anything else on DuckDB."""
-    return engine_for(target).open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+    return engine_for(target).open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies,
+                                   **options)
 
 
 def default_ledger(target: Any) -> Path | None:

@@ -31,9 +31,13 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
     """Open ``database`` once (bounded copies built now) and make a server for it. When the
     curator replaces the stored policy, the next query opens it again under the stored one.
 
-    ``options``: ``Settings`` fields (``max_connections``, ``startup_timeout``, ``workers``)
-    and ``dpsql.connect`` options (``query_timeout``, ``request_timeout``, ``memory_limit``,
-    ``ledger``, ``rng``, ``persist_copies``, ``separate_budget``).
+    ``options``: ``Settings`` fields (``max_connections``, ``startup_timeout``, ``workers``),
+    ``dpsql.connect`` options (``query_timeout``, ``request_timeout``, ``memory_limit``,
+    ``ledger``, ``rng``, ``persist_copies``, ``separate_budget``), and ``processes``: answer in
+    ``workers`` processes (``dpsql.server.processes``; ``None``, the default: whenever they can
+    share the database, which is a DuckDB file with a ledger file and no test ``rng``) or, with
+    ``False``, in threads of this process. ``worker_setup``: a function each worker process runs
+    first (tests).
     """
     import dpsql
     from dpsql.errors import DPError
@@ -45,6 +49,12 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
                        if k in options}
     if isinstance(connect_options.get("ledger"), (str, Path)) and str(connect_options["ledger"]) != ":memory:":
         connect_options["ledger"] = Path(connect_options["ledger"]).resolve()  # as refusals are redacted
+    processes, setup = options.pop("processes", None), options.pop("worker_setup", None)
+    if processes is None:
+        processes = in_processes(database, connect_options)
+    if processes:
+        return _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, connect_options, setup,
+                                  options)
     connection = dpsql.connect(str(database), policy, eager_bounding=True, **connect_options)
 
     def reopen():  # after `dpsql init --replace`: the stored policy and budget rule (invariant 18)
@@ -55,6 +65,50 @@ def open_server(database: str | Path, *, users: str | Path, policy: Any = None, 
         return Server(connection, settings, reopen)
     except BaseException:
         connection.close()
+        raise
+
+
+def in_processes(database: str | Path, connect_options: dict) -> bool:
+    """Whether worker processes can serve ``database``: a DuckDB file (Spark has one session, served
+    in threads) whose budget is a ledger file every process opens (not one in memory), and
+    production noise (a test's seeded ``rng`` would repeat in every process).
+
+    >>> in_processes("shop.duckdb", {}), in_processes("shop.spark.toml", {}), in_processes("x.duckdb", {"ledger": ":memory:"})
+    (True, False, False)
+    """
+    from dpsql.backends.spark.config import is_spark_config
+
+    ledger = connect_options.get("ledger")
+    return (isinstance(database, (str, Path)) and str(database) != ":memory:" and not is_spark_config(database)
+            and connect_options.get("rng") is None and (ledger is None or str(ledger) not in ("", ":memory:")))
+
+
+def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, connect_options: dict, setup,
+                       options: dict) -> Server:
+    """The server with worker processes (``dpsql.server.processes``): the bounded copies are
+    built here once and stored (``persist_copies``), then every worker reads them in place. Copies
+    the curator did not ask to keep are deleted when the server stops."""
+    import shutil
+
+    import dpsql
+    from dpsql.backends.opening import copies_directory_for
+    from dpsql.server.processes import WorkerProcesses, WorkerSpec, default_processes
+
+    keep = bool(connect_options.pop("persist_copies", False))
+    copies = copies_directory_for(str(database), connect_options.get("ledger"))
+    made_here = not keep and not copies.exists()
+    with dpsql.connect(str(database), policy, eager_bounding=True, persist_copies=True, **connect_options):
+        pass  # built and stored; closed, so the workers can attach the stored copies read-only
+    options.setdefault("workers", default_processes())
+    name = database_name(database)
+    workers = WorkerProcesses(options["workers"], WorkerSpec(str(database), policy, connect_options, name, setup))
+    if made_here:
+        workers.after_close = lambda: shutil.rmtree(copies, ignore_errors=True)
+    try:
+        settings = Settings(name, Path(users), host, port, tls_cert, tls_key, **options)
+        return Server(None, settings, shared=workers)
+    except BaseException:
+        workers.close()
         raise
 
 
@@ -79,7 +133,9 @@ def serve(database: str | Path, **arguments: Any) -> None:
 
 def start_in_thread(database: str | Path, **arguments: Any) -> Server:
     """A server listening in a background thread (tests, benchmarks, notebooks); ``stop()``
-    ends it and ``thread.join()`` waits for the shutdown."""
+    ends it and ``thread.join()`` waits for the shutdown. It answers in threads of this process
+    unless ``processes=True`` (so a test's patches reach its answers)."""
+    arguments.setdefault("processes", False)
     server = open_server(database, **arguments)
     server.thread = thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True,
                                               name="dpsql-server")

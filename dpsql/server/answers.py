@@ -149,6 +149,11 @@ class SharedDatabase:
         finally:
             self._leave(serving)
 
+    def answer(self, statement: Statement, analyst: str, cancel: Cancellation | None = None) -> Outcome:
+        """``statement`` answered for ``analyst`` in this thread (``answer``); the server's worker
+        processes offer the same (``dpsql.server.processes.WorkerProcesses``)."""
+        return answer(statement, analyst, self, cancel)
+
     def catalog_answer(self, sql: str, parameters: tuple, analyst: str) -> tuple[list[str], list[tuple]]:
         """A catalog look-up by ``analyst``, from the schema of the policy in force. It waits only
         when the stored policy was replaced (then the first call reloads)."""

@@ -29,7 +29,10 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", metavar="K", help="private key (PEM) for TLS")
     parser.add_argument("--max-connections", type=int, default=64, help="concurrent connections (default: 64)")
     parser.add_argument("--workers", type=_positive, default=None,
-                        help="threads answering queries side by side (default: two per core)")
+                        help="worker processes answering queries side by side (default: one per core); "
+                             "threads with --threads or on Spark (default: two per core)")
+    parser.add_argument("--threads", action="store_true",
+                        help="answer in threads of one process instead of worker processes")
     parser.add_argument("--query-timeout", type=float, default=30.0,
                         help="seconds a query may run; a query stopped by it stays charged (default: 30)")
     parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
@@ -52,7 +55,7 @@ def serve(args: argparse.Namespace) -> int:
     run_server(args.database, users=args.users, policy=args.policy, host=args.host, port=args.port,
                tls_cert=args.tls_cert, tls_key=args.tls_key, max_connections=args.max_connections,
                query_timeout=args.query_timeout, request_timeout=args.request_timeout,
-               persist_copies=args.persist_copies,
+               persist_copies=args.persist_copies, **({"processes": False} if args.threads else {}),
                **({} if args.workers is None else {"workers": args.workers}))
     return 0
 

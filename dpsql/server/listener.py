@@ -46,14 +46,16 @@ class Settings:
     startup_timeout: float = 10.0
     """Seconds a client has from connecting to being authenticated."""
     workers: int = field(default_factory=default_workers)
-    """Threads answering, side by side (two per core by default); each analyst's statements
-    wait their turn (``dpsql.server.pool``)."""
+    """Worker processes answering side by side (DuckDB: one per core by default,
+    ``dpsql.server.processes``), or threads (Spark, or ``processes=False``: two per core); each
+    analyst's statements wait their turn (``dpsql.server.pool``)."""
 
 
 class Server:
     """A running dpsql server over one shared connection."""
 
-    def __init__(self, connection, settings: Settings, reopen=None):
+    def __init__(self, connection, settings: Settings, reopen=None, shared=None):
+        """Serve ``connection`` in threads, or, with ``shared`` (``WorkerProcesses``), in its processes."""
         self.settings = settings
         self.database = settings.database
         self.users_path = settings.users_path
@@ -63,8 +65,9 @@ class Server:
         self.secret = decoy_key(settings.users_path)
         """Keys the decoy verifiers of unknown users (``dpsql.server.users.decoy_verifier``)."""
         self.tls = _tls_context(settings.tls_cert, settings.tls_key)
-        self.shared = SharedDatabase(connection, reopen, settings.database)
-        """The one connection, reopened by ``reopen`` when the curator replaces the stored policy."""
+        self.shared = shared if shared is not None else SharedDatabase(connection, reopen, settings.database)
+        """What answers: the one connection, reopened by ``reopen`` when the curator replaces the
+        stored policy, or the worker processes (``dpsql.server.processes``)."""
         self._pool = FairPool(settings.workers)
         self._pids = itertools.count(1000)
         self._sessions: dict = {}

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from dpsql.budget.ledger import Cancellation
 from dpsql.server import messages as m
-from dpsql.server.answers import Outcome, answer
+from dpsql.server.answers import Outcome
+from dpsql.server.processes import RelayedCancellation
 from dpsql.server.scram import ScramError, final_reply, first_reply
 from dpsql.server.statements import SERVER_VERSION, Statement, classify
 from dpsql.server.users import decoy_verifier, load_users
@@ -256,7 +257,7 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
     """Answer in a worker thread. A cancel before the charge commits stops it: nothing charged,
     nothing answered; one after it withholds the answer, and the charge stays. Either way the
     57014 is sent once the call has decided, saying which (``withheld``)."""
-    session.cancellation = cancel = Cancellation()
+    session.cancellation = cancel = RelayedCancellation()  # reaches a worker process running it
     if statement.kind == "setting":
         return setting_outcome(session, statement)
     if statement.kind == "query" and session.intervals:
@@ -275,7 +276,7 @@ async def run(server, session: Session, statement: Statement) -> Outcome:
     def answer_if_still_a_user(statement: Statement, analyst: str, shared) -> Outcome:
         # Checked again when a worker takes the statement: one queued behind others was answered
         # and charged after its user's removal (a served attacker's review).
-        return removed() or answer(statement, analyst, shared, cancel)
+        return removed() or shared.answer(statement, analyst, cancel)
 
     refused = removed()
     if refused is not None:

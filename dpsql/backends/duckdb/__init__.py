@@ -104,19 +104,25 @@ class Engine:
         self.copies: Path | None = None
         """The directory holding the persisted bounded copies (``dpsql.backends.duckdb.persisted``), when
         they are kept on disk; ``None``: in memory."""
+        self._stored = DATABASE
+        """The database the stored copies are read from: the bounding database itself, or ``STORED``
+        (attached read-only) when other processes share them (``read_only_copies``)."""
         self.progress: Callable[[str], contextlib.AbstractContextManager] = _no_progress
         """Called with a label around each copy build: a context manager that may show the
         build's progress to the curator (``dpsql.curator.progress``)."""
 
     @classmethod
     def open(cls, target: Any, *, query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
-             memory_limit: str | None = None, copies: Path | None = None) -> "Engine":
+             memory_limit: str | None = None, copies: Path | None = None,
+             read_only_copies: bool = False) -> "Engine":
         """Open a path, adopt a connection, or load a dict of DataFrames.
 
         ``query_timeout``: seconds each statement may run (``None``: no limit). ``memory_limit``:
         a DuckDB size such as ``"4GB"`` for databases dpsql opens (default: half the memory).
         ``copies``: a directory to keep the bounded copies in (``dpsql.backends.duckdb.persisted``), for a
-        database file only.
+        database file only. ``read_only_copies``: read the stored copies without writing them, so
+        that many processes share them (``dpsql serve``'s worker processes): a stored copy that
+        is exactly the one this engine would build is read in place, any other is built in memory.
         """
         timeout = check_timeout(query_timeout)
         if copies is not None and not (isinstance(target, (str, os.PathLike)) and str(target) != ":memory:"):
@@ -136,7 +142,8 @@ class Engine:
                 raise DPError(f"no database file at {path}", hint="pass the path of an existing DuckDB file")
             try:
                 file = None if copies is None else persisted.prepare_directory(copies)
-                connection = open_hardened(str(path), config, read_only=True, copies=file)
+                connection = open_hardened(str(path), config, read_only=True, copies=file,
+                                           read_only_copies=read_only_copies)
             except duckdb.Error as err:
                 if "different configuration" in str(err):  # DuckDB: one instance per file per process
                     raise DPError(
@@ -146,8 +153,9 @@ class Engine:
                              "policy=...) wraps an open DuckDB connection") from None
                 raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
             engine = cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
-            if copies is not None and _attached_file(connection) is not None:
+            if copies is not None and _attached_file(connection, STORED if read_only_copies else DATABASE):
                 engine.copies = copies
+                engine._stored = STORED if read_only_copies else DATABASE
             return engine
         raise DPError(
             f"cannot connect to a {type(target).__name__}",
@@ -202,7 +210,7 @@ class Engine:
             self._salt = salt
             self._instance = _instance_of(self._connection)
             with self._instance.lock:
-                if self.copies is not None:
+                if self.copies is not None and self._stored == DATABASE:
                     self._drop_stale_copies(tables)
                 for table in tables:
                     self._connection.execute(create_sql(table))
@@ -343,10 +351,12 @@ class Engine:
                 table = self._bounded[name]
                 made = self._stored_recipe(table)
                 if made is not None and self._manifest_row(name) == made:
+                    if self._stored != DATABASE:
+                        self._read_in_place(table)
                     instance.filled[name] = self._salt  # the stored copy is the one this build would make
                     continue
                 with self.progress(f"bounding {table.source}"):
-                    self._build_copy(table, made)
+                    self._build_copy(table, made if self._stored == DATABASE else None)
                 instance.filled[name] = self._salt
 
     def _build_copy(self, table: BoundedTable, made: tuple[str, str, str] | None) -> None:
@@ -386,10 +396,28 @@ class Engine:
         return persisted.recipe(table), persisted.salt_digest(self._salt), persisted.fingerprint_text(row)
 
     def _manifest_row(self, name: str) -> tuple[str, str, str] | None:
-        rows = self._connection.execute(
-            f"SELECT recipe, salt, fingerprint FROM {DATABASE}.main.{persisted.MANIFEST} WHERE copy = ?",
-            [name]).fetchall()
+        try:
+            rows = self._connection.execute(
+                f"SELECT recipe, salt, fingerprint FROM {self._stored}.main.{persisted.MANIFEST} WHERE copy = ?",
+                [name]).fetchall()
+        except duckdb.CatalogException:  # read-only stored copies with no manifest yet: none to read
+            return None
         return tuple(rows[0]) if rows else None
+
+    def _read_in_place(self, table: BoundedTable) -> None:
+        """Read the stored copy of ``table`` (and its row-count table) where it is, through views
+        in the bounding database: shared by every process, never written (``read_only_copies``)."""
+        names = [table.name] + ([] if table.row_level else [raw_rows_name(table.name)])
+        cursor = self._connection.cursor()
+        try:
+            cursor.begin()  # the copy and its row-count table are swapped in together
+            for name in names:
+                cursor.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{name}"')
+                cursor.execute(f'CREATE OR REPLACE VIEW {DATABASE}.main."{name}" AS '
+                               f'SELECT * FROM {STORED}.main."{name}"')
+            cursor.commit()
+        finally:
+            cursor.close()
 
     def fetch(self, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> list[tuple]:
         """Run generated SQL and fetch every row (``QueryFailed`` past the time limit).
@@ -466,9 +494,10 @@ def recognise(target: Any) -> bool:
 
 
 def open_duckdb(target: Any, *, query_timeout: float | None, memory_limit: str | None,
-                copies: Path | None = None) -> Engine:
+                copies: Path | None = None, read_only_copies: bool = False) -> Engine:
     """``Engine.open`` (``dpsql.backends.registry``)."""
-    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies)
+    return Engine.open(target, query_timeout=query_timeout, memory_limit=memory_limit, copies=copies,
+                       read_only_copies=read_only_copies)
 
 
 def read_catalog(connection: duckdb.DuckDBPyConnection) -> Catalog:
@@ -536,6 +565,8 @@ class _Instance:
 _INSTANCES: "weakref.WeakValueDictionary[str, _Instance]" = weakref.WeakValueDictionary()
 _INSTANCES_LOCK = threading.Lock()
 _INSTANCE_TABLE = f"{DATABASE}.main.dp_instance"
+STORED = "dp_stored"
+"""Stored copies attached read-only, shared by many processes (``Engine.open``'s ``read_only_copies``)."""
 
 
 def _instance_of(connection: duckdb.DuckDBPyConnection) -> _Instance:
@@ -568,7 +599,7 @@ and the locked configuration keeps any statement from changing it."""
 
 
 def open_hardened(database: str, config: dict[str, Any], *, copies: Path | None = None,
-                  **options: Any) -> duckdb.DuckDBPyConnection:
+                  read_only_copies: bool = False, **options: Any) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with ``config``, its time zone fixed to ``TIME_ZONE`` for every
     cursor (a global setting, made before the configuration is locked: DuckDB's ICU extension
     takes TimeZone only once it is loaded, after the connection opens).
@@ -582,7 +613,7 @@ def open_hardened(database: str, config: dict[str, Any], *, copies: Path | None 
     connection = duckdb.connect(database, config=unlocked, **options)
     try:
         if copies is not None:
-            _attach_copies(connection, copies)
+            _attach_copies(connection, copies, read_only=read_only_copies)
         # Another connection to the same instance (same file, same process) may have fixed and
         # locked these already, or be doing so now: each SET may fail once locked, the outcome
         # is what must hold.
@@ -613,12 +644,19 @@ def open_hardened(database: str, config: dict[str, Any], *, copies: Path | None 
     return connection
 
 
-def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
+def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path, *, read_only: bool = False) -> None:
     """Attach ``file`` as the bounding database (unless this instance has it already), with a new
     instance token (``_instance_of``): what this process records of its copies starts empty.
 
     Another process using the same copies holds DuckDB's lock on the file: this one then keeps
-    its copies in memory, as without persistence, and says so."""
+    its copies in memory, as without persistence, and says so.
+
+    ``read_only``: ``file`` attached read-only as ``STORED`` (many processes at once) and the
+    bounding database in memory, whose copies read the stored ones in place when they are current
+    (``Engine._read_in_place``)."""
+    if read_only:
+        _attach_stored(connection, file)
+        return
     with _INSTANCES_LOCK:
         attached = connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
                                       [DATABASE]).fetchall()[0][0]
@@ -635,9 +673,31 @@ def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
         connection.execute(f"CREATE OR REPLACE TABLE {_INSTANCE_TABLE} AS SELECT '{secrets.token_hex(16)}' AS token")
 
 
-def _attached_file(connection: duckdb.DuckDBPyConnection) -> str | None:
-    """The file of the bounding database, or ``None`` when it is in memory (or not attached)."""
-    rows = connection.execute("SELECT path FROM duckdb_databases() WHERE database_name = ?", [DATABASE]).fetchall()
+def _attach_stored(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
+    """``file`` read-only as ``STORED`` beside an in-memory bounding database (unless this instance
+    has them already); without a stored file, or while a process writes it, copies are built in
+    memory and a warning says so."""
+    with _INSTANCES_LOCK:
+        attached = connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                                      [STORED]).fetchall()[0][0]
+        if attached:
+            return
+        literal = "'" + str(file).replace("'", "''") + "'"
+        try:
+            if file.exists():
+                connection.execute(f"ATTACH {literal} AS {STORED} (READ_ONLY)")
+        except duckdb.IOException as error:
+            reason = str(error).splitlines()[0]
+            warnings.warn(f"the persisted copies at {file} cannot be read ({reason}); "
+                          "this connection builds its own in memory", stacklevel=4)
+        connection.execute(attach_sql())
+        connection.execute(f"CREATE OR REPLACE TABLE {_INSTANCE_TABLE} AS SELECT '{secrets.token_hex(16)}' AS token")
+
+
+def _attached_file(connection: duckdb.DuckDBPyConnection, database: str = DATABASE) -> str | None:
+    """The file of the bounding database (or of ``database``), or ``None`` when it is in memory
+    (or not attached)."""
+    rows = connection.execute("SELECT path FROM duckdb_databases() WHERE database_name = ?", [database]).fetchall()
     return rows[0][0] if rows and rows[0][0] else None
 
 
