@@ -76,6 +76,9 @@ class WorkerSpec:
     """The database's name for the catalog (``dpsql.server.database_name``)."""
     setup: Callable[[], None] | None = None
     """Run first in each worker (tests: to slow or break a worker on purpose)."""
+    environment: dict = field(default_factory=lambda: dict(os.environ))
+    """The listener's environment when the server started (``DPSQL_HOME``...): a worker forked from
+    the fork server would otherwise have the fork server's, taken when the first server started."""
 
 
 class RelayedCancellation(Cancellation):
@@ -148,6 +151,7 @@ class WorkerProcesses:
             self._context.set_forkserver_preload(["dpsql.server.processes"])
         self._free = threading.Condition()
         self._closed = False
+        self._turn = 0
         self.after_close: Callable[[], None] | None = None
         """Run once every worker has stopped (the listener's clean-up of copies it made)."""
         self._workers: list[_Worker] = []
@@ -220,9 +224,10 @@ class WorkerProcesses:
                 if self._closed:
                     raise RuntimeError("the server is stopping")
                 free = [w for w in self._workers if not w.busy and (wanted is None or w.index == wanted)]
-                if free:
-                    free[0].busy = True
-                    return free[0]
+                if free:  # in turn, so every process (and its caches) is used alike
+                    chosen = min(free, key=lambda w: (w.index - self._turn) % len(self._workers))
+                    chosen.busy, self._turn = True, chosen.index + 1
+                    return chosen
                 self._free.wait()
 
     def _give_back(self, worker: _Worker) -> None:
@@ -284,6 +289,8 @@ def work(channel, spec: WorkerSpec, slot) -> None:
     from dpsql.server.answers import SharedDatabase, answer
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the listener stops its workers, once their answers are in
+    os.environ.clear()
+    os.environ.update(spec.environment)
     if spec.setup is not None:
         spec.setup()
 
