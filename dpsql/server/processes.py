@@ -55,6 +55,9 @@ STOP_SECONDS = 30.0
 DIED = ("the server process answering this statement stopped; nothing was released "
         "(SHOW ledger says whether it was charged)")
 
+UNREAD = ("the server could not pass on this statement's answer, which was not released "
+          "(SHOW ledger says whether it was charged)")
+
 
 def default_processes() -> int:
     """One worker process per core.
@@ -254,6 +257,9 @@ class WorkerProcesses:
                           worker.index, worker.process.pid)
                 self._replace(worker)
                 return Outcome(sqlstate="XX000", message=DIED, hint="send the statement again")
+            except Exception:  # a bug: an answer that does not cross the pipe is not released
+                log.exception("an answer from worker process %s could not be read", worker.index)
+                return Outcome(sqlstate="XX000", message=UNREAD, hint="this is a bug in dpsql: please report the query")
             finally:
                 if isinstance(cancel, RelayedCancellation):
                     cancel.relay_to(None)

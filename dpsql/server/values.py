@@ -77,6 +77,9 @@ class Rounded(float):
         made.text = text
         return made
 
+    def __reduce__(self):  # pickled whole: answers come from the server's worker processes
+        return (Rounded, (float(self), self.text))
+
 
 def text_value(value) -> bytes | None:
     """``value`` in PostgreSQL's text format (``None`` is NULL)."""
