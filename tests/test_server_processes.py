@@ -341,3 +341,28 @@ def test_read_only_copies_are_read_in_place_and_a_stale_one_is_built_afresh(shop
             writer.execute(f"DELETE FROM {table} WHERE rowid % 2 = 0")
     in_place, after = copies_read_in_place()
     assert not in_place and after < before
+
+
+# -- less CPU per query: the catalog's parse skipped when the tokens already tell ----------------
+
+def test_a_query_told_from_its_tokens_to_read_a_table_is_never_a_catalog_look_up():
+    """``reads_a_plain_table`` (which spares a query the catalog's second parse) only ever says so
+    of statements ``catalog_query`` would send to dpsql: checked on every SELECT and WITH string in
+    the server's tests (clients' catalog look-ups, psql's, JDBC's, and analysts' queries)."""
+    import ast
+
+    from dpsql.server.catalog import catalog_query
+    from dpsql.server.statements import classify
+
+    texts = set()
+    for path in Path(__file__).parent.glob("test_*.py"):
+        if "server" in path.name or "wire" in path.name or "catalog" in path.name:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                        and node.value.lstrip().upper().startswith(("SELECT", "WITH")):
+                    texts.add(node.value)
+    told = [text for text in texts if classify(text).reads_a_table]
+    assert len(texts) > 100 and len(told) > 20
+    assert [text for text in told if catalog_query(text)] == []
+    assert classify("SELECT COUNT(*) FROM visits").reads_a_table
+    assert not classify("SELECT * FROM pg_catalog.pg_class WHERE relname IS DISTINCT FROM x").reads_a_table

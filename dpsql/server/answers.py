@@ -322,7 +322,7 @@ def _answer(statement: Statement, analyst: str, shared: SharedDatabase, cancel: 
             text = shorter + "\n\nEXPLAIN VERBOSE adds the SQL that runs" if shorter != text else text
         lines = tuple((line,) for line in text.splitlines())
         return Outcome(("QUERY PLAN",), lines, f"EXPLAIN {len(lines)}")
-    if catalog_query(statement.sql):
+    if not statement.reads_a_table and catalog_query(statement.sql):
         columns, rows = shared.catalog_answer(statement.sql, statement.parameters, analyst)
         return Outcome(tuple(columns), tuple(rows), f"SELECT {len(rows)}")
     if statement.parameters:
