@@ -366,3 +366,28 @@ def test_a_query_told_from_its_tokens_to_read_a_table_is_never_a_catalog_look_up
     assert [text for text in told if catalog_query(text)] == []
     assert classify("SELECT COUNT(*) FROM visits").reads_a_table
     assert not classify("SELECT * FROM pg_catalog.pg_class WHERE relname IS DISTINCT FROM x").reads_a_table
+
+
+def test_one_text_sent_from_many_sessions_at_once_is_charged_once_across_processes(shop, tmp_path):
+    """The same new query from eight sessions at once, three worker processes: it runs where the
+    first is running, so the others find its stored answer: one charge, one answer for all."""
+    database, _ = shop
+    server = serve(database, tmp_path, SHOP_POLICY, ["alice"], workers=3)
+    start = threading.Barrier(8)
+    answers: list = []
+
+    def ask() -> None:
+        with connect(server, "alice") as connection:
+            start.wait()
+            answers.append(connection.execute("SELECT COUNT(*) FROM visits WHERE amount < 9.25").fetchall())
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WAIT)
+    finally:
+        stop(server)
+    assert len(answers) == 8 and len({repr(answer) for answer in answers}) == 1
+    assert len(ledger_rows(tmp_path / "ledger")) == 1

@@ -91,6 +91,7 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
     import shutil
 
     import dpsql
+    from dpsql.backends.duckdb.hardening import default_memory_limit
     from dpsql.backends.opening import copies_directory_for
     from dpsql.server.processes import WorkerProcesses, WorkerSpec, default_processes
 
@@ -100,6 +101,9 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
     with dpsql.connect(str(database), policy, eager_bounding=True, persist_copies=True, **connect_options):
         pass  # built and stored; closed, so the workers can attach the stored copies read-only
     options.setdefault("workers", default_processes())
+    if connect_options.get("memory_limit") is None:  # the default, half the machine, shared by the workers
+        half = int(default_memory_limit().removesuffix("MB"))
+        connect_options["memory_limit"] = f"{max(half // options['workers'], 256)}MB"
     name = database_name(database)
     workers = WorkerProcesses(options["workers"], WorkerSpec(str(database), policy, connect_options, name, setup))
     if made_here:

@@ -155,6 +155,8 @@ class WorkerProcesses:
         self._free = threading.Condition()
         self._closed = False
         self._turn = 0
+        self._running: dict[str, tuple[int, int]] = {}
+        """Query text -> (the worker answering it, how many calls of it are waiting or running there)."""
         self.after_close: Callable[[], None] | None = None
         """Run once every worker has stopped (the listener's clean-up of copies it made)."""
         self._workers: list[_Worker] = []
@@ -182,11 +184,11 @@ class WorkerProcesses:
         wanted = None
         if "pmw" in statement.sql.lower():
             wanted = zlib.crc32(analyst.encode()) % len(self._workers)
-        worker = self._take(wanted)
+        worker = self._take(wanted, statement.sql)
         try:
             return self._ask(worker, statement, analyst, cancel)
         finally:
-            self._give_back(worker)
+            self._give_back(worker, statement.sql)
 
     def close(self) -> None:
         """Stop every worker: each finishes its statement (charged and recorded), then closes."""
@@ -221,21 +223,36 @@ class WorkerProcesses:
         worker.generation = message[1]
         return worker
 
-    def _take(self, wanted: int | None) -> _Worker:
+    def _take(self, wanted: int | None, sql: str) -> _Worker:
+        """A free worker (``wanted``'s, if given). The same text running already waits for the worker
+        running it: there its repeat is free (the connection's per-query lock), as with threads; two
+        processes would each charge it, for two draws."""
         with self._free:
             while True:
                 if self._closed:
                     raise RuntimeError("the server is stopping")
+                running = self._running.get(sql) if sql else None
+                if running is not None:
+                    wanted = running[0]
                 free = [w for w in self._workers if not w.busy and (wanted is None or w.index == wanted)]
                 if free:  # in turn, so every process (and its caches) is used alike
                     chosen = min(free, key=lambda w: (w.index - self._turn) % len(self._workers))
                     chosen.busy, self._turn = True, chosen.index + 1
+                    if sql:
+                        index, count = self._running.get(sql, (chosen.index, 0))
+                        self._running[sql] = (index, count + 1)
                     return chosen
                 self._free.wait()
 
-    def _give_back(self, worker: _Worker) -> None:
+    def _give_back(self, worker: _Worker, sql: str) -> None:
         with self._free:
             worker.busy = False
+            if sql:
+                index, count = self._running[sql]
+                if count == 1:
+                    del self._running[sql]
+                else:
+                    self._running[sql] = (index, count - 1)
             self._free.notify_all()
 
     def _ask(self, worker: _Worker, statement, analyst: str, cancel: Cancellation | None) -> Outcome:
