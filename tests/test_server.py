@@ -339,9 +339,9 @@ def test_dpsql_serve_stops_on_sigterm_and_keeps_every_charge(shop, tmp_path):
     reader.start()
     try:
         try:
-            port = served.get(timeout=30)
+            port = served.get(timeout=60)  # worker processes: the fork server and each worker open it too
         except queue.Empty:
-            pytest.fail(f"dpsql serve did not start within 30 s: {''.join(lines)}")
+            pytest.fail(f"dpsql serve did not start within 60 s: {''.join(lines)}")
         with psycopg.connect(host="127.0.0.1", port=port, dbname="shop", user="alice", password=PASSWORDS["alice"],
                              connect_timeout=5, autocommit=True) as connection:
             for amount in (100, 200, 300):

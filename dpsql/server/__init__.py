@@ -93,8 +93,9 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
     import dpsql
     from dpsql.backends.duckdb.hardening import default_memory_limit
     from dpsql.backends.opening import copies_directory_for
-    from dpsql.server.processes import WorkerProcesses, WorkerSpec, default_processes
+    from dpsql.server.processes import WorkerProcesses, WorkerSpec, default_processes, start_fork_server
 
+    start_fork_server()  # it imports dpsql while the copies are built
     keep = bool(connect_options.pop("persist_copies", False))
     copies = copies_directory_for(str(database), connect_options.get("ledger"))
     made_here = not keep and not copies.exists()

@@ -68,6 +68,20 @@ def default_processes() -> int:
     return os.cpu_count() or 1
 
 
+def start_fork_server():
+    """The processes' context: workers are forked from a fork server that has imported dpsql, so
+    each starts in milliseconds and none inherits the listener's threads (DuckDB's, asyncio's).
+    Called early, the fork server imports while the listener builds the copies."""
+    if os.name != "posix":
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["dpsql.server.processes"])
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    return context
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What a worker process opens: ``dpsql.connect(database, policy, **options)``."""
@@ -149,9 +163,7 @@ class WorkerProcesses:
         if count < 1:
             raise ValueError(f"a server needs at least one worker process, got {count}")
         self._spec = spec
-        self._context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
-        if os.name == "posix":  # forked from a server that has dpsql imported: a worker starts in milliseconds
-            self._context.set_forkserver_preload(["dpsql.server.processes"])
+        self._context = start_fork_server()
         self._free = threading.Condition()
         self._closed = False
         self._turn = 0
