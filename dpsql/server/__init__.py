@@ -73,8 +73,10 @@ def in_processes(database: str | Path, connect_options: dict) -> bool:
     in threads) whose budget is a ledger file every process opens (not one in memory), and
     production noise (a test's seeded ``rng`` would repeat in every process).
 
-    >>> in_processes("shop.duckdb", {}), in_processes("shop.spark.toml", {}), in_processes("x.duckdb", {"ledger": ":memory:"})
-    (True, False, False)
+    >>> in_processes("shop.duckdb", {}), in_processes("shop.spark.toml", {})
+    (True, False)
+    >>> in_processes("shop.duckdb", {"ledger": ":memory:"}), in_processes("shop.duckdb", {"rng": 1})
+    (False, False)
     """
     from dpsql.backends.spark.config import is_spark_config
 

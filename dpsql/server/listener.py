@@ -1,6 +1,7 @@
 """The server: accepts connections on a loopback or other address, one asyncio task per
-connection, answers in a bounded pool of worker threads that serves analysts in turn
-(``dpsql.server.pool``), queries of different sessions side by side, and stops cleanly.
+connection, answers in a bounded pool of workers that serves analysts in turn
+(``dpsql.server.pool``) — worker processes on a DuckDB file (``dpsql.server.processes``),
+threads on Spark — queries of different sessions side by side, and stops cleanly.
 
 Limits keep one client from starving the rest: a connection limit, a time limit on startup
 and authentication (half-open and slow clients), a size limit on every message. Stopping

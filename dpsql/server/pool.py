@@ -13,8 +13,10 @@ that keeps its worker for up to the server's time limit per request. So an analy
 most ``workers - 1`` calls running at once (one, with a single worker): another analyst's
 statement always finds a worker free, or one that frees within a statement's turn.
 
-Threads are enough because DuckDB runs a statement without Python's GIL: while one worker
-plans in Python, others' statements run in the database (``dpsql.server.answers``).
+On a DuckDB file each worker thread hands its call to a worker process of its own
+(``dpsql.server.processes``): planning is Python, which holds the GIL, so threads of one
+process overlap planning with DuckDB's work but not planning with planning. With threads only
+(Spark, ``--threads``), two per core let one plan while another's statement runs in the engine.
 """
 
 from __future__ import annotations
