@@ -391,3 +391,26 @@ def test_one_text_sent_from_many_sessions_at_once_is_charged_once_across_process
         stop(server)
     assert len(answers) == 8 and len({repr(answer) for answer in answers}) == 1
     assert len(ledger_rows(tmp_path / "ledger")) == 1
+
+
+def test_worker_processes_follow_a_replaced_policy(shop, tmp_path):
+    """After ``dpsql init --replace`` every worker reopens under the stored policy at its next
+    statement (building the new policy's copies itself: the stored ones are the old recipe's),
+    and the session is told once."""
+    database, _ = shop
+    dpsql.init_policy(database, SHOP_POLICY)
+    add_user(tmp_path / "users", "alice", PASSWORD)
+    server = start_in_thread(database, users=tmp_path / "users", port=0, processes=True, workers=2)
+    try:
+        with connect(server, "alice") as connection:
+            notices: list[str] = []
+            connection.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+            assert connection.execute("SHOW budget").fetchall()[0][1] == 3.0
+            connection.execute("SELECT COUNT(*) FROM visits WHERE amount < 5").fetchall()
+            dpsql.init_policy(database, SHOP_POLICY.replace("BUDGET EPSILON 3.0", "BUDGET EPSILON 100"), replace=True)
+            for amount in (6, 7, 8):  # on both workers
+                connection.execute(f"SELECT COUNT(*) FROM visits WHERE amount < {amount}").fetchall()
+            assert connection.execute("SHOW budget").fetchall()[0][1] == 100.0
+    finally:
+        stop(server)
+    assert sum("changed this database's policy" in notice for notice in notices) == 1

@@ -172,11 +172,13 @@ class WorkerProcesses:
         self.after_close: Callable[[], None] | None = None
         """Run once every worker has stopped (the listener's clean-up of copies it made)."""
         self._workers: list[_Worker] = []
+        starting: list[_Worker] = []
         try:
-            starting = [self._start(index) for index in range(count)]
+            for index in range(count):  # all start at once; each then opens the database
+                starting.append(self._start(index))
             self._workers = [self._ready(worker) for worker in starting]
         except BaseException:
-            for worker in starting if "starting" in locals() else []:
+            for worker in starting:
                 _end(worker, 0)
             raise
 
@@ -323,7 +325,8 @@ def work(channel, spec: WorkerSpec, slot) -> None:
     import dpsql
     from dpsql.server.answers import SharedDatabase, answer
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the listener stops its workers, once their answers are in
+    for number in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or a stop sent to the whole group: the listener
+        signal.signal(number, signal.SIG_IGN)        # stops its workers, once their answers are in
     os.environ.clear()
     os.environ.update(spec.environment)
     if spec.setup is not None:
