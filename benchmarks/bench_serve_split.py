@@ -39,7 +39,7 @@ def main() -> None:
     import psycopg
 
     import dpsql.connection as connection_module
-    import dpsql.server.session as session_module
+    import dpsql.server.answers as answers_module
     from dpsql.server import open_server
     from dpsql.server.users import make_verifier, save_users
 
@@ -61,10 +61,10 @@ def main() -> None:
         shutil.copy(source, database)
         (directory / "shop.policy").write_text(policy(EPSILON * 10**4))  # all of the total
         save_users(directory / "users", {"analyst0": make_verifier("password-0")})
-        session_module.answer = thread_timed(session_module.answer, "answer")  # type: ignore[assignment]
+        answers_module.answer = thread_timed(answers_module.answer, "answer")  # type: ignore[assignment]
         connection_module.Connection.sql = thread_timed(connection_module.Connection.sql, "sql")  # type: ignore
         server = open_server(database, users=directory / "users", policy=directory / "shop.policy", port=0,
-                             workers=1)
+                             workers=1, processes=False)  # threads: each one's CPU is read here
         thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
         thread.start()
         server.ready.wait(300)
