@@ -10,7 +10,8 @@ functions that clients read, over DuckDB's), ``described`` (the policy's rules a
 comments), ``intervals`` (each answer's 95% intervals as a
 notice, as columns, and in ``dpsql_cost``), ``values`` (types and text format),
 ``answers`` (running a statement for an analyst), ``session`` (one connection),
-``listener`` (the server).
+``pool`` (analysts served in turn), ``processes`` (the worker processes answering on a DuckDB
+file), ``listener`` (the server).
 """
 
 from __future__ import annotations
