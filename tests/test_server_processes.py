@@ -61,8 +61,9 @@ def ledger_rows(path: Path) -> list[tuple]:
 
 
 def wait_for(path: Path) -> str:
+    """The text of ``path`` once it is written (it may exist, empty, a moment before)."""
     deadline = time.monotonic() + WAIT
-    while not path.exists():
+    while not (path.exists() and path.read_text()):
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.01)
     return path.read_text()
@@ -414,3 +415,18 @@ def test_worker_processes_follow_a_replaced_policy(shop, tmp_path):
     finally:
         stop(server)
     assert sum("changed this database's policy" in notice for notice in notices) == 1
+
+
+def test_a_copy_read_in_place_is_read_in_place_again_after_a_refresh(shop, tmp_path):
+    """``refresh()`` checks the stored copy again: still current (the database is held read-only
+    meanwhile), it is read in place again, and queries answer from it."""
+    database, policy = shop
+    ledger = tmp_path / "copies.ledger"
+    with dpsql.connect(database, policy, ledger=ledger, eager_bounding=True, persist_copies=True):
+        pass
+    with dpsql.connect(database, policy, ledger=ledger, eager_bounding=True, persist_copies="read") as db:
+        views = "SELECT count(*) FROM duckdb_views() WHERE database_name = 'dp_bounding' AND NOT internal"
+        before = db._engine._connection.execute(views).fetchall()[0][0]
+        db.refresh()
+        db.sql("SELECT COUNT(*) AS n FROM visits", epsilon=0.1)
+        assert before > 0 and db._engine._connection.execute(views).fetchall()[0][0] == before

@@ -366,6 +366,8 @@ class Engine:
         try:
             cursor.begin()  # the copy and its row-count table are swapped in together
             try:
+                if self._stored != DATABASE:  # a stored copy read in place before (a view) gives way to the build
+                    _drop_bounding(cursor, [table.name, raw_rows_name(table.name)], "VIEW")
                 cursor.execute(fill_sql(table), {"salt": self._salt})
                 if not table.row_level:
                     cursor.execute(raw_rows_sql(table))
@@ -411,8 +413,8 @@ class Engine:
         cursor = self._connection.cursor()
         try:
             cursor.begin()  # the copy and its row-count table are swapped in together
+            _drop_bounding(cursor, names, "TABLE")  # the empty copy made so queries bind
             for name in names:
-                cursor.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{name}"')
                 cursor.execute(f'CREATE OR REPLACE VIEW {DATABASE}.main."{name}" AS '
                                f'SELECT * FROM {STORED}.main."{name}"')
             cursor.commit()
@@ -671,6 +673,16 @@ def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path, *, read_on
                           "this connection builds its own in memory", stacklevel=4)
             connection.execute(attach_sql())
         connection.execute(f"CREATE OR REPLACE TABLE {_INSTANCE_TABLE} AS SELECT '{secrets.token_hex(16)}' AS token")
+
+
+def _drop_bounding(cursor: duckdb.DuckDBPyConnection, names: list[str], kind: str) -> None:
+    """Drop each of ``names`` in the bounding database that is a ``kind`` (TABLE or VIEW): DuckDB's
+    ``DROP ... IF EXISTS`` fails on an object of the other kind."""
+    listing = ("SELECT view_name FROM duckdb_views() WHERE database_name = ? AND list_contains(?, view_name)"
+               if kind == "VIEW" else
+               "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND list_contains(?, table_name)")
+    for (name,) in cursor.execute(listing, [DATABASE, names]).fetchall():
+        cursor.execute(f'DROP {kind} {DATABASE}.main."{name}"')
 
 
 def _attach_stored(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
