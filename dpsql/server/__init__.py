@@ -109,9 +109,17 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
         half = int(default_memory_limit().removesuffix("MB"))
         connect_options["memory_limit"] = f"{max(half // options['workers'], 256)}MB"
     name = database_name(database)
-    workers = WorkerProcesses(options["workers"], WorkerSpec(str(database), policy, connect_options, name, setup))
-    if made_here:
-        workers.after_close = lambda: shutil.rmtree(copies, ignore_errors=True)
+
+    def remove_copies() -> None:
+        if made_here:
+            shutil.rmtree(copies, ignore_errors=True)
+
+    try:
+        workers = WorkerProcesses(options["workers"], WorkerSpec(str(database), policy, connect_options, name, setup))
+    except BaseException:
+        remove_copies()
+        raise
+    workers.after_close = remove_copies
     try:
         settings = Settings(name, Path(users), host, port, tls_cert, tls_key, **options)
         return Server(None, settings, shared=workers)
