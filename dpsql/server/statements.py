@@ -154,8 +154,8 @@ def reads_a_plain_table(tokens: list) -> bool:
     """True when the tokens of a query read, outside every parenthesis, ``FROM`` or ``JOIN`` a
     table that is neither in a catalog schema nor named ``pg_...``, and no ``WITH`` names a CTE:
     then ``dpsql.server.catalog.catalog_query`` is False for it, and the server need not parse it
-    a second time to know (that parse was a fifth of a small query's time). ``IS DISTINCT FROM x``
-    names no table; a name followed by ``(`` or a third part is left to the parse.
+    a second time to know (0.2 ms of CPU, ~2% of a small query). ``IS DISTINCT FROM x`` names no
+    table; a name followed by ``(`` or a third part is left to the parse.
 
     >>> from sqlglot.dialects.dialect import Dialect
     >>> def reads(sql): return reads_a_plain_table(Dialect.get_or_raise("postgres").tokenize(sql))
