@@ -34,7 +34,7 @@ from dpsql.errors import DPError
 from dpsql.policy.model import Bounds, ColumnRule, KeyDomain, PrivateTable
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import DIALECT
-from dpsql.sql.pieces import exact, key_text, salted_hash, star, total
+from dpsql.sql.pieces import data_type, exact, key_text, salted_hash, star, total
 from dpsql.sql.types import reads_as_number
 
 if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
@@ -378,7 +378,7 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
         return key_text(node, own_type)  # a VARCHAR's cast to VARCHAR keeps its bytes: one form for every type
     if own_type.upper() == comparison:
         return node
-    return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))
+    return exp.cast(node, data_type(comparison, DIALECT))
 
 
 def _join_keys(condition: exp.Expr, private: Relation, public: PublicSide, tag: str, join,
