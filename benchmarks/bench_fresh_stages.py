@@ -3,6 +3,7 @@
     python benchmarks/bench_fresh_stages.py                    # 1,000 rows, every query class
     python benchmarks/bench_fresh_stages.py --rows 1000000 --repeats 10
     python benchmarks/bench_fresh_stages.py --classes COUNT AVG --json out.json
+    python benchmarks/bench_fresh_stages.py --before /tmp/before --rounds 2   # before -> after, one run
 
 It runs bench_speed.py's query classes (bench_speed_queries.CLASSES) on bench_scale.py's shop
 data and policy with a **new query text and a new epsilon every run** (the filter's constant
@@ -15,6 +16,11 @@ to end time less every stage: the glue between them.
 The wrappers cost about a microsecond per call; the end-to-end median is also measured
 unwrapped, in the same process, beside the wrapped one. Medians over ``--repeats`` runs per
 class, after two warm-up runs (the first builds the bounded copy).
+
+``--before PATH`` measures an older checkout too (``PYTHONPATH=PATH``; ``git archive`` of a
+commit's ``dpsql`` and ``grammar`` is enough), each side in its own process, the sides
+alternated ``--rounds`` times so a burst of load hits both; each cell is the least of the
+rounds' medians, printed as before → after.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import argparse
 import functools
 import importlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -179,7 +187,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--cache", default=None, help="where bench_scale.py's DuckDB files live")
     parser.add_argument("--json", default=None, help="also write the raw medians here")
+    parser.add_argument("--before", default=None, help="an older checkout: before -> after columns")
+    parser.add_argument("--rounds", type=int, default=1, help="with --before: processes per side, alternated")
     args = parser.parse_args()
+    if args.before:
+        return compare(args)
     result = measure(args.rows, args.classes, args.repeats, cache_dir(args.cache))
     import dpsql
 
@@ -187,6 +199,37 @@ def main() -> None:
     print(markdown(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+def compare(args) -> None:
+    """Each side in its own process, alternated; each cell the least median of its rounds."""
+    sides = {"before": Path(args.before).resolve(), "after": HERE.parent}
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
+    for _ in range(args.rounds):
+        for side, root in sides.items():
+            out = Path(tempfile.mkdtemp(prefix="dpsql-fresh-stages-")) / f"{side}.json"
+            command = [sys.executable, str(Path(__file__).resolve()), "--rows", str(args.rows), "--repeats",
+                       str(args.repeats), "--json", str(out), "--classes", *args.classes]
+            if args.cache:
+                command += ["--cache", args.cache]
+            subprocess.run(command, check=True, capture_output=True, cwd=str(root),
+                           env=dict(os.environ, PYTHONPATH=str(root)))
+            runs[side].append(json.loads(out.read_text()))
+    best = {side: {name: {"stages": {stage: min(r["classes"][name]["stages"][stage] for r in found)
+                                     for stage in ORDER},
+                          "plain": min(r["classes"][name]["plain"] for r in found)}
+                   for name in args.classes} for side, found in runs.items()}
+    print(f"{args.rows:,} rows, ms per stage of a fresh text, before → after (least of {args.rounds} "
+          f"processes' medians of {args.repeats} runs per side; before = {sides['before']})\n")
+    print("| stage | " + " | ".join(args.classes) + " |")
+    print("|---|" + "---:|" * len(args.classes))
+    for stage in ORDER:
+        print(f"| {stage} | " + " | ".join(f"{best['before'][n]['stages'][stage] * 1000:.2f} → "
+                                            f"{best['after'][n]['stages'][stage] * 1000:.2f}"
+                                            for n in args.classes) + " |")
+    print("| **end to end (unwrapped)** | " + " | ".join(
+        f"**{best['before'][n]['plain'] * 1000:.2f} → {best['after'][n]['plain'] * 1000:.2f}**"
+        for n in args.classes) + f" |\n\ntarget: {SMALL_TARGET * 1000:.0f} ms end to end at 1,000 rows")
 
 
 if __name__ == "__main__":

@@ -144,3 +144,155 @@ def test_a_new_generation_reads_changed_public_facts(monkeypatch):
         db._engine._facts.clear()
         db._preparer.clear()
         assert plan_facts(db, "52") == after
+
+
+# -- the bind kept without the values of compared numbers ---------------------------------------
+
+BIND_POLICY = """
+BUDGET EPSILON 100000 DELTA 0.5;
+PRIVATE TABLE visits (PRIVACY UNIT user_id, MAX ROWS PER UNIT 3, MAX GROUPS PER UNIT 2,
+    amount BOUNDS 0 TO 500, age BOUNDS 18 TO 90, store KEYS FROM stores.store);
+PUBLIC TABLE stores;
+"""
+TEMPLATES = [
+    "SELECT COUNT(*) AS n FROM visits WHERE amount < {a}",
+    "SELECT SUM(amount) AS s FROM visits WHERE amount < {a} AND age >= {b}",
+    "SELECT AVG(amount) AS m FROM visits WHERE amount > {a}",
+    "SELECT SUM(LEAST(amount, {a})) AS s FROM visits WHERE age <> {b}",
+    "SELECT store, COUNT(*) AS n, SUM(amount) AS s FROM visits WHERE amount <= {a} GROUP BY store",
+    "SELECT amount > {a} AS big, COUNT(*) AS n FROM visits GROUP BY amount > {a}",
+    "SELECT SUM(CASE WHEN age > {b} THEN amount ELSE {a} END) AS s FROM visits WHERE age = {b}",
+    "SELECT s.city, COUNT(*) AS n FROM visits AS v JOIN stores AS s ON v.store = s.store "
+    "WHERE v.amount < {a} AND s.size > {b} GROUP BY s.city",
+    "SELECT COUNT(*) AS n FROM visits WHERE amount BETWEEN {b} AND {a}",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.{b}) SUM(amount) AS s FROM visits WHERE amount < {a}",
+    "SELECT store, SUM(amount) AS s FROM visits WHERE amount < {a} GROUP BY store ORDER BY s DESC LIMIT {b}",
+    # a key typed by its number (TINYINT + 100 is a SMALLINT sum, + 1000 an INTEGER one): kept apart
+    "SELECT CAST(age AS TINYINT) + {c} AS k, COUNT(*) AS n FROM visits WHERE amount < {a} "
+    "GROUP BY CAST(age AS TINYINT) + {c}",
+]
+
+
+def bind_shop():
+    import duckdb
+
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE visits AS SELECT i % 11 AS user_id, 's' || (i % 4) AS store, "
+                       "CAST(i * 7 % 600 AS DOUBLE) AS amount, CAST(18 + i % 70 AS INTEGER) AS age "
+                       "FROM range(200) t(i)")
+    connection.execute("CREATE TABLE stores AS SELECT 's' || i AS store, 'c' || (i % 2) AS city, "
+                       "CAST(i * 10 AS INTEGER) AS size FROM range(4) t(i)")
+    return connection
+
+
+def prepared_facts(db, sql: str, epsilon=1, delta=None) -> tuple:
+    """Everything a prepared query releases by: its statement, types, measures and selection."""
+    prepared = db._prepare(sql, epsilon, delta, None, None, None)
+    plan, priced = prepared.plan, prepared.priced
+    measures = [(m.name, m.noise, m.sensitivity, m.epsilon, m.delta, m.scale, m.lower, m.upper)
+                for m in plan.measures]
+    return (priced.bounded.sql, priced.core_types, [s.sql for s in priced.separate], measures,
+            repr(plan.selection), plan.epsilon, plan.delta, priced.cost)
+
+
+def random_number(rng: random.Random) -> str:
+    kind = rng.choice(["small", "int", "wide", "decimal", "decimal", "zero"])
+    if kind == "small":
+        return str(rng.randint(1, 127))
+    if kind == "int":
+        return str(rng.randint(128, 70000))
+    if kind == "wide":
+        return str(rng.randint(2**31, 2**40))
+    if kind == "zero":
+        return "0"
+    return f"{rng.randint(0, 700)}.{rng.randint(0, 9999):0{rng.randint(1, 4)}d}"
+
+
+def test_kept_binds_plan_release_and_render_as_a_fresh_uncached_prepare():
+    """Differential: for many random numbers in every template (compared ones, clamps, CASE
+    branches, LIMIT, OPTIONS), the connection that keeps binds prepares exactly what a fresh
+    connection (nothing kept) prepares: statements, types, sensitivities, bounds, noise scales."""
+    import dpsql
+
+    rng = random.Random(382)
+    connection = bind_shop()
+    compared = 0
+    with dpsql.connect(connection, policy=BIND_POLICY) as warm:
+        for _ in range(8):
+            for template in TEMPLATES:
+                sql = template.format(a=random_number(rng), b=rng.randint(1, 99), c=rng.choice([5, 100, 1000, 70000]))
+                delta = 1e-6 if rng.random() < 0.5 else None
+                with dpsql.connect(connection, policy=BIND_POLICY) as cold:
+                    try:
+                        expected = prepared_facts(cold, sql, delta=delta)
+                    except dpsql.DPError as refusal:
+                        with pytest.raises(type(refusal)):
+                            prepared_facts(warm, sql, delta=delta)
+                        continue
+                assert prepared_facts(warm, sql, delta=delta) == expected, sql
+                compared += 1
+        assert warm._preparer._bound  # the binds were kept (the test compares something)
+    assert compared >= 60
+
+
+def test_numbers_that_bound_a_value_change_the_noise_though_the_bind_is_kept():
+    """Texts differing only in a number that bounds an aggregated value (a per-group contribution
+    bound, a factor) get different noise, each exactly the fresh prepare's, on a connection whose
+    bind of the text's compared threshold is kept; and a compared number that narrows a range
+    (WHERE amount < k, BETWEEN) plans as the fresh prepare does."""
+    import dpsql
+
+    bounding = ["SELECT SUM(amount, contribution_bounds_per_group => (0, {})) AS s FROM visits WHERE age < 40",
+                "SELECT SUM(amount * {}) AS s FROM visits WHERE age < 40",
+                "SELECT SUM(amount / {}) AS s FROM visits WHERE age < 40"]
+    narrowing = ["SELECT SUM(amount) AS s FROM visits WHERE amount < {} AND age < 40",
+                 "SELECT AVG(amount) AS s FROM visits WHERE amount BETWEEN 10 AND {} AND age < 40",
+                 "SELECT store, SUM(amount) AS s FROM visits WHERE amount <= {} AND age < 40 GROUP BY store"]
+    connection = bind_shop()
+    with dpsql.connect(connection, policy=BIND_POLICY) as warm:
+        warm.sql("SELECT COUNT(*) AS n FROM visits WHERE age < 39", epsilon=1)  # a bind kept for "age < ?"
+        for template in bounding + narrowing:
+            plans = [warm._prepare(template.format(v), 1, None, None, None, None).plan for v in ("50", "100")]
+            noise = [[m.scale * m.grid for m in plan.measures] for plan in plans]
+            if template in bounding:
+                assert noise[0] != noise[1], template
+            for value in ("50", "100"):
+                with dpsql.connect(connection, policy=BIND_POLICY) as cold:
+                    assert prepared_facts(warm, template.format(value)) == prepared_facts(cold, template.format(value))
+
+
+def test_a_new_threshold_of_the_same_class_is_not_bound_again(monkeypatch):
+    import dpsql
+    from dpsql.backends import duckdb as engine_module
+
+    bound: list[str] = []
+    original = engine_module.Engine.describe
+
+    def counting(self, statement, *args, **kwargs):
+        bound.append(statement if isinstance(statement, str) else "")
+        return original(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module.Engine, "describe", counting)
+    with dpsql.connect(bind_shop(), policy=BIND_POLICY) as db:
+        texts = ["SELECT COUNT(*) AS n FROM visits WHERE amount < {}".format(v)
+                 for v in ("590.5", "591.7", "12.25", "7", "9", "300")]
+        counts = []
+        for text in texts:
+            before = len(bound)
+            db.sql(text, epsilon=1)
+            counts.append(len(bound) - before)
+        # 590.5 binds; 591.7 is kept; 12.25 (two decimals), 7 (an integer) and 300 (beyond TINYINT) bind
+        assert counts == [1, 0, 1, 1, 0, 1]
+
+
+def test_a_refused_bind_is_never_kept():
+    """A statement that does not bind is refused before the charge every time."""
+    import dpsql
+
+    with dpsql.connect(bind_shop(), policy=BIND_POLICY) as db:
+        spent = db.budget.spent
+        for value in ("5", "6"):
+            with pytest.raises(dpsql.DPError):
+                db.sql(f"SELECT COUNT(*) AS n FROM visits WHERE store < {value}", epsilon=1)
+        assert db.budget.spent == spent
+        assert not db._preparer._bound
