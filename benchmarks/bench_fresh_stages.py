@@ -240,6 +240,9 @@ def compare(args) -> None:
         print(f"| {stage} | " + " | ".join(f"{best['before'][n]['stages'][stage] * 1000:.2f} → "
                                             f"{best['after'][n]['stages'][stage] * 1000:.2f}"
                                             for n in args.classes) + " |")
+    print("| **total (the stages summed)** | " + " | ".join(
+        f"**{sum(best['before'][n]['stages'].values()) * 1000:.2f} → "
+        f"{sum(best['after'][n]['stages'].values()) * 1000:.2f}**" for n in args.classes) + " |")
     print("| **end to end (unwrapped)** | " + " | ".join(
         f"**{best['before'][n]['plain'] * 1000:.2f} → {best['after'][n]['plain'] * 1000:.2f}**"
         for n in args.classes) + f" |\n\ntarget: {SMALL_TARGET * 1000:.0f} ms end to end at 1,000 rows")
