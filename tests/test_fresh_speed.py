@@ -296,3 +296,38 @@ def test_a_refused_bind_is_never_kept():
                 db.sql(f"SELECT COUNT(*) AS n FROM visits WHERE store < {value}", epsilon=1)
         assert db.budget.spent == spent
         assert not db._preparer._bound
+
+
+def test_a_new_threshold_does_not_bind_a_joins_statement_or_an_expression_key_again(monkeypatch):
+    """A text differing only in a compared number binds neither its statement (a JOIN's) nor its
+    keys (a key that is an expression is typed by binding it) again, and prepares as a fresh
+    connection does."""
+    import dpsql
+    from dpsql.backends import duckdb as engine_module
+
+    bound: list[str] = []
+    original = engine_module.Engine.describe
+
+    def counting(self, statement, *args, **kwargs):
+        bound.append(statement if isinstance(statement, str) else statement.sql())
+        return original(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module.Engine, "describe", counting)
+    join = ("SELECT s.city, COUNT(*) AS n FROM visits AS v JOIN stores AS s ON v.store = s.store "
+            "WHERE v.amount < {} GROUP BY s.city")
+    connection = bind_shop()
+    with dpsql.connect(connection, policy=BIND_POLICY) as db:
+        db.sql(join.format("590.5"), epsilon=1)
+        before = len(bound)
+        db.sql(join.format("591.5"), epsilon=1)
+        assert not [sql for sql in bound[before:] if "591.5" in sql]  # neither the statement nor its keys bound
+        with dpsql.connect(connection, policy=BIND_POLICY) as cold:
+            assert prepared_facts(db, join.format("592.5")) == prepared_facts(cold, join.format("592.5"))
+        keyed = "SELECT amount > {} AS big, COUNT(*) AS n FROM visits GROUP BY amount > {}"
+        db.sql(keyed.format("250.5", "250.5"), epsilon=1, delta=1e-6)  # a key whose SQL holds the number
+        before = len(bound)
+        db.sql(keyed.format("260.5", "260.5"), epsilon=1, delta=1e-6)
+        assert not [sql for sql in bound[before:] if "260.5" in sql]
+        with dpsql.connect(connection, policy=BIND_POLICY) as cold:
+            assert prepared_facts(db, keyed.format("270.5", "270.5"), delta=1e-6) == \
+                prepared_facts(cold, keyed.format("270.5", "270.5"), delta=1e-6)

@@ -139,7 +139,7 @@ class Preparer:
         self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
         self._normal: OrderedDict[str, str] = OrderedDict()
         self._statements: OrderedDict[tuple, tuple[BoundedStatement, tuple[str, ...]]] = OrderedDict()
-        self._key_types: OrderedDict[str, dict] = OrderedDict()
+        self._key_types: OrderedDict[Any, dict] = OrderedDict()
         self._bound: OrderedDict[tuple, dict] = OrderedDict()
         self._lock = threading.Lock()
         self._generation: int | None = None
@@ -351,10 +351,24 @@ class Preparer:
         if types is None and self._dialect == DUCKDB:
             types = stored_key_types(plan.query)
         if types is None:  # the keys' types follow from the text alone (schema and policy fixed)
-            types = dict(self._describe(key_types_statement(plan, self._dialect)))
+            # ... and not from the numbers it compares: a comparison is BOOLEAN whatever its
+            # number, so a text alike but for them has keys of the same types (``sql/literals``)
+            alike = self._alike(sql)
+            types = self._recall(self._key_types, alike) if alike is not None else None
+            if types is None:
+                types = dict(self._describe(key_types_statement(plan, self._dialect)))
+                if alike is not None:
+                    self._keep(self._key_types, alike, types)
             if isinstance(sql, str):
                 self._keep(self._key_types, sql, types)
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types)))
+
+    def _alike(self, sql: Any) -> tuple | None:
+        """``sql`` with its compared plain numbers abstracted (``sql/literals.binding_text``), from
+        its parsed tree as ``check`` keeps it; ``None`` when there is none to abstract."""
+        found = self._recall(self._checked, sql) if isinstance(sql, str) else None
+        text = binding_text(sql, found[0]) if found is not None else None
+        return None if text is None else ("keys", text)
 
     def _statement(self, sql: str, plan: Plan, tree: exp.Expression | None = None
                    ) -> tuple[BoundedStatement, tuple[str, ...]]:
