@@ -142,8 +142,9 @@ def join_relations(left, right, join: exp.Join, data: Backend | None,
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
     select = select.from_(exp.alias_(as_source(left.sql), "dp_l"))
-    select = select.join(exp.alias_(as_source(right.sql), "dp_r"), on=on,
-                         join_type="LEFT" if side == "LEFT" else "INNER")
+    # the Join node as sqlglot parses "LEFT JOIN" / "INNER JOIN" (join_type= would parse that text)
+    kind = {"side": "LEFT"} if side == "LEFT" else {"kind": "INNER"}
+    select = select.join(exp.Join(this=exp.alias_(as_source(right.sql), "dp_r"), **kind), on=on)
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
     return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", bounded=bounded,
                     stability=stability)

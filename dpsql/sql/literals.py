@@ -16,7 +16,8 @@ for a decimal, the digits before and after the point (its DECIMAL width and scal
 number (a bound in LEAST, a LIMIT, an OPTIONS value, a sampling rate, a CASE branch, an
 argument) stays as written.
 
-This keys the *bind* only. Everything the analysis reads (ranges narrowed by the comparison,
+This keys the *bind* only (the statement's, and the keys' types where they are bound).
+Everything the analysis reads (ranges narrowed by the comparison,
 clamps, the plan, the noise) is computed afresh from the real text; the caller keys the bind by
 the plan's shape too, so a threshold that narrows a column's range changes the key.
 """
