@@ -34,7 +34,7 @@ from dpsql.errors import DPError
 from dpsql.policy.model import Bounds, ColumnRule, KeyDomain, PrivateTable
 from dpsql.sql.allowlist import check_row_level, refuse
 from dpsql.sql.parse import DIALECT
-from dpsql.sql.pieces import exact, key_text, salted_hash, star, total
+from dpsql.sql.pieces import data_type, exact, key_text, salted_hash, star, total
 from dpsql.sql.types import reads_as_number
 
 if TYPE_CHECKING:  # the protocol only: the check asks the engine through it, never imports one
@@ -142,8 +142,9 @@ def join_relations(left, right, join: exp.Join, data: Backend | None,
         exp.alias_(exp.column(c, table=f"dp_{tag}", quoted=True), names[(tag, c)], quoted=True)
         for tag, part in (("l", left), ("r", right)) for c in part.columns])
     select = select.from_(exp.alias_(as_source(left.sql), "dp_l"))
-    select = select.join(exp.alias_(as_source(right.sql), "dp_r"), on=on,
-                         join_type="LEFT" if side == "LEFT" else "INNER")
+    # the Join node as sqlglot parses "LEFT JOIN" / "INNER JOIN" (join_type= would parse that text)
+    kind = {"side": "LEFT"} if side == "LEFT" else {"kind": "INNER"}
+    select = select.join(exp.Join(this=exp.alias_(as_source(right.sql), "dp_r"), **kind), on=on)
     columns = {names[(t, c)]: typ for t, part in (("l", left), ("r", right)) for c, typ in part.columns.items()}
     return Relation(select, rule, columns, scope, f"{left.label} ⋈ {right.label}", bounded=bounded,
                     stability=stability)
@@ -378,7 +379,7 @@ def _compared(node: exp.Expression, comparison: str, own_type: str) -> exp.Expre
         return key_text(node, own_type)  # a VARCHAR's cast to VARCHAR keeps its bytes: one form for every type
     if own_type.upper() == comparison:
         return node
-    return exp.cast(node, exp.DataType.build(comparison, dialect=DIALECT))
+    return exp.cast(node, data_type(comparison, DIALECT))
 
 
 def _join_keys(condition: exp.Expr, private: Relation, public: PublicSide, tag: str, join,

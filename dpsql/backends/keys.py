@@ -39,7 +39,7 @@ from sqlglot import exp
 from dpsql.analysis.plan import GroupKey
 from dpsql.errors import UnsupportedQuery
 from dpsql.sql.parse import DIALECT
-from dpsql.sql.pieces import key_text
+from dpsql.sql.pieces import data_type, key_text
 from dpsql.sql.types import base_type
 
 KeyForm = Literal["value", "text"]
@@ -100,7 +100,7 @@ def key_expression(expression: exp.Expr, type_name: str, form: str) -> exp.Expr:
     if form == "value":
         return expression
     if base_type(type_name) in ("FLOAT", "REAL", "FLOAT4"):
-        expression = exp.Cast(this=expression, to=exp.DataType.build("DOUBLE"))
+        expression = exp.Cast(this=expression, to=data_type("DOUBLE", DIALECT))
         type_name = "DOUBLE"
     return key_text(expression, type_name)
 

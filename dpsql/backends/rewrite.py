@@ -212,7 +212,7 @@ def _paren(node: exp.Expr) -> exp.Expr:
 
 
 def _cast(node: exp.Expr, type_name: str) -> exp.Expr:
-    return exp.Cast(this=node, to=exp.DataType.build(type_name, dialect=DUCKDB))
+    return exp.Cast(this=node, to=pieces.data_type(type_name, DUCKDB))
 
 
 def _clamp(value: exp.Expr, low: exp.Expr, high: exp.Expr) -> exp.Expr:
@@ -282,9 +282,7 @@ def _salted_order(*columns: exp.Expr) -> list[exp.Expr]:
 
 
 def _with(final: exp.Select, ctes: Sequence[tuple[str, exp.Expr]]) -> exp.Select:
-    for name, query in ctes:
-        final = final.with_(name, as_=query, copy=False)
-    return final
+    return pieces.with_ctes(final, ctes)
 
 
 def _inlined(statement: exp.Select) -> exp.Select:

@@ -53,6 +53,7 @@ from dpsql.query.options import (
 )
 from dpsql.query.scaling import Scaling, plan_scaling
 from dpsql.query.unit_bounds import AutoBounds, bounds_of, plan_auto_bounds, with_unit_bounds
+from dpsql.sql.literals import binding_text
 from dpsql.sql.normalise import normalised_sql, repeat_key
 from dpsql.sql.parse import located, parse
 
@@ -138,7 +139,8 @@ class Preparer:
         self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
         self._normal: OrderedDict[str, str] = OrderedDict()
         self._statements: OrderedDict[tuple, tuple[BoundedStatement, tuple[str, ...]]] = OrderedDict()
-        self._key_types: OrderedDict[str, dict] = OrderedDict()
+        self._key_types: OrderedDict[Any, dict] = OrderedDict()
+        self._bound: OrderedDict[tuple, dict] = OrderedDict()
         self._lock = threading.Lock()
         self._generation: int | None = None
         self._dialect = getattr(data, "dialect", DUCKDB)
@@ -180,6 +182,7 @@ class Preparer:
             self._normal.clear()
             self._statements.clear()
             self._key_types.clear()
+            self._bound.clear()
 
     def _prepare(self, sql: str, epsilon: Any, delta: Any, noise: str | None, weights: dict | None,
                  report_bias: Any, analyst: str | None, unit_bounds_share: Any = None) -> Prepared:
@@ -199,7 +202,7 @@ class Preparer:
             max_keys(self.policy, written)  # a wrong max_keys option is refused before anything runs
         if not plan.query.aggregates and plan.selection is None:
             return Prepared(tree, checked, written, plan, bias)  # public keys only: nothing private is read
-        bounded, core_types = self._statement(sql, plan)
+        bounded, core_types = self._statement(sql, plan, tree)
         normal, repeat = self._repeat_key(sql, tree, plan, bias, analyst)
         cost = base_cost = query_cost(plan)
         check_accountable(self.policy.accounting, cost)  # explain refuses it too, as sql() does
@@ -245,7 +248,7 @@ class Preparer:
         except DPError as error:
             raise refused(error.message, error.hint or "leave unit_bounds_share out") from None
         priced_plan = replace(plan, epsilon=plan.epsilon + auto.epsilon)
-        bounded, core_types = self._statement(sql, plan)
+        bounded, core_types = self._statement(sql, plan, tree)
         normal, repeat = self._repeat_key(sql, tree, priced_plan, None, analyst)
         repeat = repeat_key(repeat, options={"unit_bounds_share": str(share)}, policy_text=self._policy_text,
                             analyst=analyst)  # the draws' share changes how the answer is drawn
@@ -348,36 +351,59 @@ class Preparer:
         if types is None and self._dialect == DUCKDB:
             types = stored_key_types(plan.query)
         if types is None:  # the keys' types follow from the text alone (schema and policy fixed)
-            types = dict(self._describe(key_types_statement(plan, self._dialect)))
+            # ... and not from the numbers it compares: a comparison is BOOLEAN whatever its
+            # number, so a text alike but for them has keys of the same types (``sql/literals``)
+            alike = self._alike(sql)
+            types = self._recall(self._key_types, alike) if alike is not None else None
+            if types is None:
+                types = dict(self._describe(key_types_statement(plan, self._dialect)))
+                if alike is not None:
+                    self._keep(self._key_types, alike, types)
             if isinstance(sql, str):
                 self._keep(self._key_types, sql, types)
         return replace(plan, query=replace(plan.query, keys=typed_keys(plan.query.keys, types)))
 
-    def _statement(self, sql: str, plan: Plan) -> tuple[BoundedStatement, tuple[str, ...]]:
+    def _alike(self, sql: Any) -> tuple | None:
+        """``sql`` with its compared plain numbers abstracted (``sql/literals.binding_text``), from
+        its parsed tree as ``check`` keeps it; ``None`` when there is none to abstract."""
+        found = self._recall(self._checked, sql) if isinstance(sql, str) else None
+        text = binding_text(sql, found[0]) if found is not None else None
+        return None if text is None else ("keys", text)
+
+    def _statement(self, sql: str, plan: Plan, tree: exp.Expression | None = None
+                   ) -> tuple[BoundedStatement, tuple[str, ...]]:
         """The bounded statement of ``plan`` and its core types, kept per (text, measure shapes):
         the rewrite reads the checked query (fixed by the text) and each measure's grid and
         bounds, never epsilon, delta or a noise scale, so a new epsilon on the same text
-        reuses it unless it moves a grid (``dpsql.analysis.analyse.choose_grid``)."""
-        key = (sql, _statement_shape(plan)) if isinstance(sql, str) else None
+        reuses it unless it moves a grid (``dpsql.analysis.analyse.choose_grid``). ``tree``: the
+        text's parsed query, whose compared numbers the bind is kept without (``_bind_key``)."""
+        shape = _statement_shape(plan)
+        key = (sql, shape) if isinstance(sql, str) else None
         found = self._recall(self._statements, key) if key is not None else None
         if found is None:
             bounded = rewrite_statement(plan, self._dialect)
-            found = (bounded, self.core_types(plan, bounded))
+            found = (bounded, self.core_types(plan, bounded, _bind_key(sql, tree, shape, bounded)))
             if key is not None:
                 self._keep(self._statements, key, found)
         return found
 
-    def core_types(self, plan: Plan, bounded: BoundedStatement) -> tuple[str, ...]:
+    def core_types(self, plan: Plan, bounded: BoundedStatement, bind_key: tuple | None = None) -> tuple[str, ...]:
         """DuckDB types of the noisy core's columns (keys as the database types them); binding
-        the SQL refuses a query that does not type-check, before anything is charged."""
-        try:
-            described = dict(self._describe(bounded))
-        except UnsupportedQuery:
-            raise
-        except Exception as error:  # binding reads the schema only: its message holds no data
-            message = str(error).split("\n")[0]
-            raise UnsupportedQuery(f"the query does not type-check: {message}",
-                                   hint="compare and combine columns of matching types") from None
+        the SQL refuses a query that does not type-check, before anything is charged. A bind that
+        succeeded is kept under ``bind_key`` (``_bind_key``): the same text but for the values of
+        the numbers it compares, planned to the same shape, binds alike."""
+        described = self._recall(self._bound, bind_key) if bind_key is not None else None
+        if described is None:
+            try:
+                described = dict(self._describe(bounded))
+            except UnsupportedQuery:
+                raise
+            except Exception as error:  # binding reads the schema only: its message holds no data
+                message = str(error).split("\n")[0]
+                raise UnsupportedQuery(f"the query does not type-check: {message}",
+                                       hint="compare and combine columns of matching types") from None
+            if bind_key is not None:
+                self._keep(self._bound, bind_key, described)
         types = [key.type_name or described[key.name] for key in plan.query.keys]
         for aggregate in plan.aggregates:
             types.append(family_of(aggregate).result_type(aggregate, plan.measure(aggregate.measures[0])))
@@ -479,6 +505,19 @@ def _statement_shape(plan: Plan) -> tuple:
     measures = tuple(tuple((f.name, getattr(m, f.name)) for f in dataclasses.fields(m) if f.name not in _NOISE_ONLY)
                      for m in plan.measures)
     return measures, None if plan.selection is None else plan.selection.measure
+
+
+def _bind_key(sql: Any, tree: exp.Expression | None, shape: tuple, bounded: BoundedStatement) -> tuple | None:
+    """The key a bind of ``bounded`` is kept under: the text with its compared plain numbers
+    abstracted to their class (``dpsql.sql.literals.binding_text``), the plan's shape (so a number
+    that moves a bound, a grid or a clamp keys apart) and what the statement binds with; ``None``
+    when the text compares no such number (the exact-text cache serves it)."""
+    if not isinstance(sql, str) or tree is None:
+        return None
+    text = binding_text(sql, tree)
+    if text is None:
+        return None
+    return text, shape, bounded.needs_salt, bounded.needs_sample_key, bounded.bounded
 
 
 def _cache_key(sql: Any, *arguments: Any) -> tuple | None:

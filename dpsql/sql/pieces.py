@@ -28,6 +28,7 @@ Whether a statement needs the salt, or a sample key, is read from its tree (``ne
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from functools import lru_cache
@@ -128,6 +129,41 @@ def catalog_type(type_name: str) -> exp.DataType:
     """A column's type as the engine's catalog names it, written back verbatim: it came from
     that engine, so no translation can change it (a STRUCT's field names, an ENUM's values)."""
     return exp.DataType(this=exp.DataType.Type.USERDEFINED, kind=type_name)
+
+
+def data_type(type_name: str, dialect: str) -> exp.DataType:
+    """``exp.DataType.build(type_name, dialect=dialect)``, parsed once per name and dialect (sqlglot
+    parses the text on every build: a fresh query's rewrite asks for the same few types again).
+
+    >>> data_type("DECIMAL(38, 6)", "duckdb") == exp.DataType.build("DECIMAL(38, 6)", dialect="duckdb")
+    True
+    >>> data_type("DOUBLE", "duckdb") is data_type("DOUBLE", "duckdb")  # a fresh copy each time
+    False
+    """
+    return _parsed_type(type_name, dialect).copy()
+
+
+@lru_cache(maxsize=256)
+def _parsed_type(type_name: str, dialect: str) -> exp.DataType:
+    return exp.DataType.build(type_name, dialect=dialect)
+
+
+def with_ctes(final: exp.Select, ctes: Sequence[tuple[str, exp.Expr]]) -> exp.Select:
+    """``final`` with each (name, query) appended to its WITH, in place: what ``final.with_(name,
+    as_=query, copy=False)`` builds, without parsing each plain name as SQL (dpsql's CTE names
+    are plain lower-case words; any other is left to sqlglot).
+
+    >>> q = with_ctes(exp.select("x").from_("a"), [("a", exp.select("1 AS x"))])
+    >>> q.sql() == exp.select("x").from_("a").with_("a", as_=exp.select("1 AS x")).sql()
+    True
+    """
+    for name, query in ctes:
+        alias: exp.Expr | str = exp.TableAlias(this=exp.to_identifier(name)) if _PLAIN_NAME(name) else name
+        final = final.with_(alias, as_=query, copy=False)
+    return final
+
+
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*").fullmatch
 
 
 def literal(value: Fraction | int | str) -> exp.Expr:

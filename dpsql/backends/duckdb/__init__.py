@@ -99,6 +99,8 @@ class Engine:
         self._salt: str | None = None
         self._described: dict[str, list[tuple[str, str]]] = {}
         """Types of SQL already bound (the schema is fixed while the connection is open)."""
+        self._facts: dict[tuple, Any] = {}
+        """(generation, SQL) -> what it read of a stored public relation (``_public_fact``)."""
         self.path = path
         """The database file, when one was opened; the default ledger sits beside it."""
         self.copies: Path | None = None
@@ -298,13 +300,33 @@ class Engine:
 
     def key_multiplicity(self, stored: str, keys: Sequence[str]) -> int:
         """The most stored public rows sharing one value of ``keys`` (NULL keys never match)."""
-        return facts.multiplicity(self.fetch(facts.multiplicity_sql(_stored(stored), keys, quoted)))
+        return facts.multiplicity(self._public_fact(facts.multiplicity_sql(_stored(stored), keys, quoted)))
 
     def column_ranges(self, stored: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """Exact min and max of the stored public rows' ``columns`` (finite ones only)."""
         if not columns:
             return {}
-        return facts.ranges(self.fetch(facts.ranges_sql(_stored(stored), columns, quoted))[0], columns)
+        return facts.ranges(self._public_fact(facts.ranges_sql(_stored(stored), columns, quoted))[0], columns)
+
+    def _public_fact(self, sql: str) -> list[tuple]:
+        """``fetch(sql)`` of SQL reading only a stored public relation (``materialise``), kept per
+        generation: such a relation is written once and never changed until ``refresh_bounding``
+        starts a new generation, so within one the same SQL reads the same rows. A new query
+        text joining the same public table then reads its facts again for nothing (two
+        statements, 1-2 ms at 1,000 rows). The generation is read before the fetch: a refresh
+        meanwhile files the rows under the old one, never read again."""
+        generation = self.public_generation()
+        key = (generation, sql)
+        with self._lock:
+            found = self._facts.get(key)
+        if found is not None:
+            return found
+        rows = self.fetch(sql)
+        with self._lock:  # threads share this cache; an old generation's entries are dropped
+            if any(kept[0] != generation for kept in self._facts) or len(self._facts) >= 512:
+                self._facts.clear()
+            self._facts[key] = rows
+        return rows
 
     def cast_error(self, value: str, type_name: str) -> str | None:
         """DuckDB's first line when the constant does not cast to ``type_name``, else ``None``."""

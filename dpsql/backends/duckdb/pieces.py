@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import sqlglot
@@ -31,6 +32,7 @@ from dpsql.sql.pieces import (
     KeyText,
     SaltedHash,
     Total,
+    data_type,
 )
 
 
@@ -39,7 +41,7 @@ def _total(node: Total) -> exp.Expr:
 
 
 def _exact_integer(node: ExactInteger) -> exp.Expr:
-    return exp.Cast(this=node.this, to=exp.DataType.build("HUGEINT", dialect=DUCKDB))
+    return exp.Cast(this=node.this, to=data_type("HUGEINT", DUCKDB))
 
 
 def _salted_hash(node: SaltedHash) -> exp.Expr:
@@ -52,12 +54,18 @@ def _salted_hash(node: SaltedHash) -> exp.Expr:
 
 
 def _canonical(node: Canonical) -> exp.Expr:
-    value = node.this.sql(dialect=DUCKDB)
-    return sqlglot.parse_one(binary(canonical_text(value, node.args["type"].name)), dialect=DUCKDB)
+    return _canonical_tree(node.this.sql(dialect=DUCKDB), node.args["type"].name).copy()
+
+
+@functools.lru_cache(maxsize=512)
+def _canonical_tree(value: str, type_name: str) -> exp.Expr:
+    """A value's canonical form, parsed once per (value SQL, type): each new query text re-renders
+    the same unit and key columns."""
+    return sqlglot.parse_one(binary(canonical_text(value, type_name)), dialect=DUCKDB)
 
 
 def _key_text(node: KeyText) -> exp.Expr:
-    text = exp.cast(node.this, exp.DataType.build("VARCHAR", dialect=DUCKDB))
+    text = exp.cast(node.this, data_type("VARCHAR", DUCKDB))
     return exp.Anonymous(this="ENCODE", expressions=[text])
 
 
