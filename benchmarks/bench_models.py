@@ -432,6 +432,7 @@ def build_timing_db(path: Path) -> Path:
 
     if path.exists():
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     con = duckdb.connect(str(partial))
