@@ -128,13 +128,15 @@ class FitPlan:
         return "fit:" + hashlib.sha256(text.encode()).hexdigest()
 
     def price(self, neighbours: str) -> Price:
-        """What the fit costs, charged once: its count of units and one statement per step."""
+        """What the fit costs, charged once: its projection (if any), its count of units, its means
+        (if any) and one statement per step."""
+        statements = (self.projection is not None) + 1 + (self.means is not None) + self.steps
         return Price(self.cost, _ledger_text(self),
                      {"mechanism": "fit", "model": self.model, "target": self.target, "epsilon": self.epsilon,
                       "delta": self.delta, "steps": self.steps, "clip": self.clip,
                       "learning_rate": self.learning_rate, "sample_rate": None if self.rate is None else str(self.rate),
                       "neighbours": neighbours},
-                     key=self.key(), statements=1 + (self.means is not None) + self.steps + (self.projection is not None),
+                     key=self.key(), statements=statements,
                      what=f"a fit of {self.steps:,} steps",
                      failure="the fit failed while running; its cost was charged and no model was released")
 
