@@ -51,7 +51,8 @@ descent, "before" (every step a statement over the bounded copy, the logistic li
 every row: ``as_before``) and "after" (steps over the projection the engine holds), in one run.
 
 Setup, once (one venv holds dpsql, diffprivlib and scikit-learn; diffprivlib 0.6.6 does not import
-with scikit-learn 1.9, so the ``models-bench`` extra keeps scikit-learn below 1.9):
+with scikit-learn 1.9, and its LogisticRegression fails with 1.8, which dropped ``multi_class``:
+the ``models-bench`` extra keeps scikit-learn below 1.8):
 
     python3 -m venv /work/wt/bench-venv
     /work/wt/bench-venv/bin/pip install -e '.[models-bench,flights]'
