@@ -43,6 +43,13 @@ BENCH_ARGS ?=
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_speed.py --all $(BENCH_ARGS)
 
+# Issue 38 item 5: db.fit at 1M and 10M rows beside diffprivlib, before and after, each with its
+# target (benchmarks/bench_models.py --timing; `BENCH_ARGS='--sizes 10M --repeats 1'`).
+.PHONY: bench-models
+bench-models: $(VENV)/.installed-test
+	$(BIN)/python -m pip install --quiet -e '.[models-bench,flights]'
+	$(BIN)/python benchmarks/bench_models.py --timing $(BENCH_ARGS)
+
 # dpsql on Spark against dpsql on DuckDB and Tumult Analytics (its own venv, made on first use).
 .PHONY: bench-spark
 bench-spark: $(VENV)/.installed-test

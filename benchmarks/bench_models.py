@@ -40,18 +40,24 @@ base rate). Rows at epsilon 10^4, where noise is negligible, show what is left o
 error without noise: its bias (dpsql's rows-per-unit cap, clipping and a finite number of steps;
 diffprivlib's regulariser and solver tolerance).
 
-``--timing`` times each fit on ~10M rows instead: flights repeated 31 times, each copy with fresh
-aircraft ids (``tailnum#copy``) and a jitter of -2..2 minutes/miles from a hash of the row, built
-once into ``--timing-db``. dpsql's bounded copy is built once per connection (``eager_bounding``)
-and reported apart; the baselines' load of the table into numpy is reported apart as well.
+``--timing`` times each fit at about 1M and 10M rows instead (issue 38, item 5): flights repeated
+3 or 31 times, each copy with fresh aircraft ids (``tailnum#copy``) and a jitter of -2..2
+minutes/miles from a hash of the row, built once into /work/bench-cache. dpsql's bounded copy is
+built once per connection (``eager_bounding``) and reported apart; the baselines' load of the
+table into numpy is reported apart as well. Each dpsql row stands beside its target (3x
+diffprivlib's median at the same size and epsilon) with its in-sample accuracy against the
+non-private fit; linear regression by sufficient statistics (one statement) and both models by
+descent, "before" (every step a statement over the bounded copy, the logistic link clamped on
+every row: ``as_before``) and "after" (steps over the projection the engine holds), in one run.
 
 Setup, once (one venv holds dpsql, diffprivlib and scikit-learn; diffprivlib 0.6.6 does not import
-with scikit-learn 1.9, so the ``models-bench`` extra keeps scikit-learn below 1.9):
+with scikit-learn 1.9, and its LogisticRegression fails with 1.8, which dropped ``multi_class``:
+the ``models-bench`` extra keeps scikit-learn below 1.8):
 
     python3 -m venv /work/wt/bench-venv
     /work/wt/bench-venv/bin/pip install -e '.[models-bench,flights]'
     /work/wt/bench-venv/bin/python benchmarks/bench_models.py --runs 10
-    /work/wt/bench-venv/bin/python benchmarks/bench_models.py --timing --repeats 3
+    /work/wt/bench-venv/bin/python benchmarks/bench_models.py --timing --repeats 3   # --sizes 10M
     python benchmarks/bench_models.py --slope --runs 20 --gradient-runs 5   # issue 37 (no diffprivlib)
 
 Prints Markdown; the figures are in benchmarks/RESULTS.md. Run by hand, never by the tests.
@@ -426,12 +432,23 @@ def accuracy(task: Task, runs: int, epsilons: tuple[float, ...], methods: set[st
 # -------------------------------------------------------------------------------- timing mode
 
 
-def build_timing_db(path: Path) -> Path:
-    """flights × COPIES with fresh aircraft ids and a small deterministic jitter (made once)."""
+SIZES = {"1M": 3, "10M": COPIES}
+"""Timing sizes: flights repeated 3 times (about 1M rows) or 31 times (about 10M)."""
+TARGET_FACTOR = 3.0
+"""Issue 38, item 5: a dpsql fit at 10M rows within 3x diffprivlib's time on the same data and epsilon."""
+
+
+def timing_path(size: str) -> Path:
+    return TIMING_DB if size == "10M" else TIMING_DB.with_name(f"flights_models_{size}.duckdb")
+
+
+def build_timing_db(path: Path, copies: int = COPIES) -> Path:
+    """flights × ``copies`` with fresh aircraft ids and a small deterministic jitter (made once)."""
     import duckdb
 
     if path.exists():
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     con = duckdb.connect(str(partial))
@@ -441,7 +458,7 @@ def build_timing_db(path: Path) -> Path:
         "CREATE TABLE flights AS SELECT tailnum || '#' || c AS tailnum, "
         f"dep_delay + {jitter.format(k=1)} AS dep_delay, arr_delay + {jitter.format(k=2)} AS arr_delay, "
         f"distance + {jitter.format(k=3)} AS distance, hour, month, day, carrier, origin, dest, air_time "
-        f"FROM src.flights, range({COPIES}) AS copies(c) "
+        f"FROM src.flights, range({copies}) AS copies(c) "
         "WHERE dep_delay IS NOT NULL AND arr_delay IS NOT NULL")
     con.execute("CREATE TABLE airports AS SELECT * FROM src.airports")
     con.execute("CREATE TABLE airlines AS SELECT * FROM src.airlines")
@@ -450,11 +467,35 @@ def build_timing_db(path: Path) -> Path:
     return path
 
 
-def timing(path: Path, repeats: int, methods: set[str]) -> list[str]:
+def as_before(db):
+    """The fit as it ran before issue 38 item 5: every step a statement over the bounded copy (no
+    projection held) with the logistic link clamped on every row."""
+    import contextlib
+
+    import dpsql.calls.fit_sql
+
+    @contextlib.contextmanager
+    def before():
+        engine, safe = db._engine, dpsql.calls.fit_sql.EXP_SAFE
+        engine.hold = lambda *args, **kwargs: False  # the engine holds nothing: steps read the copy
+        dpsql.calls.fit_sql.EXP_SAFE = -1.0  # the clamp written whatever the weights
+        try:
+            yield
+        finally:
+            del engine.hold
+            dpsql.calls.fit_sql.EXP_SAFE = safe
+
+    return before()
+
+
+def timing(size: str, repeats: int, methods: set[str], before: bool, epsilon: float = 1.0) -> list[str]:
+    """Fit times at ``size`` rows, dpsql beside its target (3x diffprivlib), with each fit's
+    in-sample accuracy against the non-private fit on the same clamped rows."""
+    import contextlib
+
     import duckdb
 
-    path = build_timing_db(path)
-    lines = []
+    path = build_timing_db(timing_path(size), SIZES[size])
     start = time.perf_counter()
     con = duckdb.connect(str(path), read_only=True)
     frame = con.sql("SELECT dep_delay, arr_delay, distance, hour, CAST(arr_delay > 15 AS INTEGER) AS late "
@@ -462,29 +503,57 @@ def timing(path: Path, repeats: int, methods: set[str]) -> list[str]:
     units = con.execute("SELECT COUNT(DISTINCT tailnum) FROM flights").fetchall()[0][0]
     con.close()
     load_seconds = time.perf_counter() - start
-    lines += [f"{len(frame):,} rows, {units:,} aircraft ({path.name}); load into numpy for the baselines: "
-              f"{load_seconds:.1f} s", ""]
+    lines = [f"**{size}**: {len(frame):,} rows, {units:,} aircraft ({path.name}); epsilon {epsilon:g} (dpsql: delta "
+             f"{DELTA:g}, per aircraft; diffprivlib: pure, per row); load into numpy for the baselines "
+             f"{load_seconds:.1f} s", ""]
     db = None
     if "dpsql" in methods:
         db, build = connect("flights", str(path), seed=None)
         lines += [f"dpsql connect with the bounded copy built (once per connection): {build:.1f} s", ""]
-    lines += ["| model | method | fit s (median) | fit s (min–max) |", "|---|---|---|---|"]
+    lines += [f"| model | method | fit s (median) | target ({TARGET_FACTOR:g}× diffprivlib) | within | "
+              "coef error (range units) | in-sample error |", "|---|---|---|---|---|---|---|"]
     for task in (t for t in TASKS if t.dataset == "flights"):
         X, y = clamped(frame, task)
-        runs: dict[str, list[float]] = {"non-private (numpy)": []}
-        for _ in range(repeats):
-            runs["non-private (numpy)"].append(fit_exact(task, X, y).seconds)
+        reference = fit_exact(task, X, y)
+        rows: list[tuple[str, list[Fit]]] = [("non-private (numpy)", [fit_exact(task, X, y) for _ in range(repeats)])]
         if "diffprivlib" in methods:
-            runs["diffprivlib, epsilon 1"] = [fit_diffprivlib(task, X, y, 1.0, seed).seconds for seed in range(repeats)]
+            rows.append((f"diffprivlib, epsilon {epsilon:g}",
+                         [fit_diffprivlib(task, X, y, epsilon, seed) for seed in range(repeats)]))
         if db is not None:
-            runs["dpsql db.fit, epsilon 1"] = [fit_dpsql(db, task, "flights", 1.0 + (r + 1) * 1e-9).seconds
-                                               for r in range(repeats)]
-        for name, seconds in runs.items():
-            lines.append(f"| {task.model} | {name} | {statistics.median(seconds):.2f} | "
-                         f"{min(seconds):.2f}–{max(seconds):.2f} |")
+            settings = ([("sufficient statistics (one statement)", {"method": "sufficient"}, False, repeats)]
+                        if task.model == "linear" else [])
+            if before:
+                settings.append(("gradient, before: every step over the copy", {"method": "gradient"}, True, 1))
+            settings.append(("gradient, after: steps over the held projection", {"method": "gradient"}, False,
+                             repeats))
+            for name, options, old, count in settings:
+                with as_before(db) if old else contextlib.nullcontext():
+                    fits = [fit_dpsql(db, task, "flights", epsilon * (1 + (r + 1) * 1e-9) + (1e-7 if old else 0),
+                                      options) for r in range(count)]
+                steps = "" if options["method"] == "sufficient" else f", {dpsql_steps()} steps"
+                rows.append((f"dpsql db.fit {name}{steps}", fits))
+        baseline = next((statistics.median(f.seconds for f in fits) for n, fits in rows if n.startswith("diffpriv")),
+                        None)
+        for name, fits in rows:
+            seconds = statistics.median(f.seconds for f in fits)
+            target, within = "—", "—"
+            if name.startswith("dpsql") and baseline is not None:
+                target = f"≤ {TARGET_FACTOR * baseline:.2f} s"
+                within = f"{'yes' if seconds <= TARGET_FACTOR * baseline else 'no'} ({seconds / baseline:.1f}×)"
+            scores = [score(task, f, reference, X, y) for f in fits]
+            error = (mean_sd([s["rmse"] for s in scores], 4) + " RMSE" if task.model == "linear" else
+                     mean_sd([s["log_loss"] for s in scores], 4) + " log-loss")
+            lines.append(f"| {task.model} | {name} | {seconds:.2f} | {target} | {within} | "
+                         f"{mean_sd([s['coef_l2'] for s in scores])} | {error} |")
     if db is not None:
         db.close()
     return lines + [""]
+
+
+def dpsql_steps() -> int:
+    from dpsql.calls.fit import DEFAULT_STEPS
+
+    return DEFAULT_STEPS
 
 
 # ------------------------------------------------------------------------- slope mode (issue 37)
@@ -609,9 +678,11 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["diffprivlib", "dpsql"], choices=["diffprivlib", "dpsql"])
     parser.add_argument("--dpsql-options", nargs="+", default=[""],
                         help="db.fit settings, one row each: '' (the defaults), 'steps=100,clip=5', ...")
-    parser.add_argument("--timing", action="store_true", help="time the fits at ~10M rows instead")
-    parser.add_argument("--timing-db", type=Path, default=TIMING_DB)
+    parser.add_argument("--timing", action="store_true", help="time the fits at ~1M and ~10M rows instead")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="--timing sizes")
     parser.add_argument("--repeats", type=int, default=3, help="timed fits per method (--timing)")
+    parser.add_argument("--no-before", action="store_true",
+                        help="--timing: leave out the fits as they ran before (every step over the copy)")
     parser.add_argument("--slope", action="store_true",
                         help="issue 37: arr_delay ~ dep_delay slope vs OLS on flights instead (--runs fits each)")
     parser.add_argument("--gradient-runs", type=int, default=5, help="descent fits per setting (--slope)")
@@ -621,7 +692,8 @@ def main() -> None:
         for epsilon in args.epsilons if args.epsilons != [*EPSILONS, FLOOR] else [1.0]:
             print("\n".join(slope(args.runs, epsilon, args.gradient_runs)), flush=True)
     elif args.timing:
-        print("\n".join(timing(args.timing_db, args.repeats, set(args.methods))))
+        for size in args.sizes:
+            print("\n".join(timing(size, args.repeats, set(args.methods), not args.no_before)), flush=True)
     else:
         for task in TASKS:
             if f"{task.dataset}-{task.model}" in args.tasks:

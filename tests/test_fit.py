@@ -63,8 +63,7 @@ def unit_vectors(db, fit, weights, clip: float | None = None) -> dict[int, np.nd
     """Each unit's clipped integer gradient, by the fit's own SQL (unit ids from a second column)."""
     statement = unit_vectors_statement(fit.plan, fit.columns, fit.model, weights, clip or fit.clip,
                                        fit.noise.norm_steps)
-    text = statement.sql.replace("SELECT t0", "SELECT dp_unit, t0", 1).replace(
-        "dp_fit_clipped AS (SELECT ", "dp_fit_clipped AS (SELECT dp_unit, ", 1)
+    text = statement.sql.replace("SELECT t0", "SELECT dp_unit, t0", 1)
     rows = db._engine.fetch(text, db._executor.salt_for(statement.needs_salt), bounded=statement.bounded)
     return {int(r[0]): np.array([int(v) for v in r[1:]], dtype=object) for r in rows}
 

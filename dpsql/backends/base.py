@@ -133,6 +133,19 @@ class Backend(Protocol):
         the statement deadline: past it, ``QueryFailed``, whatever the data (invariant 17)."""
         ...
 
+    def hold(self, name: str, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> bool:
+        """Store the rows of generated SQL over private data (its bounded copies filled first) as
+        the table ``dp_bounding.main."<name>"`` (``dpsql.backends.bounding.DATABASE``), for one
+        mechanism to read many times after its charge, and return True; or store nothing and
+        return False (an engine that keeps no such table, or cannot write one): the mechanism then
+        reads its rows as it would without. Runs under the statement deadline, as ``fetch``. The
+        table is private: only generated SQL reads it, and ``drop_held`` removes it."""
+        ...
+
+    def drop_held(self, name: str) -> None:
+        """Remove a table ``hold`` stored (never failing: it is gone when the engine closes anyway)."""
+        ...
+
     def fetch_df(self, statement: exp.Expression | str) -> Any:
         """Run a checked query over public tables only (a tree, rendered by the backend) and
         return a pandas DataFrame."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import secrets
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
@@ -41,7 +42,16 @@ from dpsql.analysis.plan import Plan, PublicQuery
 from dpsql.answer.result import Budget, DPResult, QueryCost
 from dpsql.backends.rewrite import BoundedStatement
 from dpsql.budget.accounting import Spend, check_accountable, rho_budget
-from dpsql.calls.fit_sql import FitColumns, count_statement, gradient_statement, means_statement
+from dpsql.calls.fit_sql import (
+    FitColumns,
+    count_statement,
+    gradient_statement,
+    held_count_statement,
+    held_gradient_statement,
+    held_means_statement,
+    means_statement,
+    projection_statement,
+)
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms.descent import (
     COUNT_SHARE,
@@ -62,6 +72,7 @@ from dpsql.mechanisms.descent import (
 )
 from dpsql.mechanisms.noise import discrete_gaussian, secret_key
 from dpsql.query.context import MechanismContext
+from dpsql.query.executor import Fetch
 from dpsql.query.options import privacy_options
 from dpsql.query.spend import Price
 from dpsql.sql.parse import DIALECT, located, node_position, parse
@@ -104,6 +115,12 @@ class FitPlan:
     dialect: str
     means: BoundedStatement | None = None
     """The sums of the units' averages of each scaled column (None: the fit starts at 0, uncentred)."""
+    projection: BoundedStatement | None = None
+    """The fit's rows projected once, lean and typed (``fit_sql.projection_statement``), which the
+    engine holds while the fit reads them (``Backend.hold``); None for a Poisson-sampled fit,
+    whose every step reads the bounded rows with a fresh sample."""
+    held: str = ""
+    """The name the projection is held under: fresh for each planned fit, never shown."""
 
     def key(self) -> str:
         text = json.dumps(["fit", self.repeat_key, self.model, self.target, list(self.features), str(self.epsilon),
@@ -111,13 +128,15 @@ class FitPlan:
         return "fit:" + hashlib.sha256(text.encode()).hexdigest()
 
     def price(self, neighbours: str) -> Price:
-        """What the fit costs, charged once: its count of units and one statement per step."""
+        """What the fit costs, charged once: its projection (if any), its count of units, its means
+        (if any) and one statement per step."""
+        statements = (self.projection is not None) + 1 + (self.means is not None) + self.steps
         return Price(self.cost, _ledger_text(self),
                      {"mechanism": "fit", "model": self.model, "target": self.target, "epsilon": self.epsilon,
                       "delta": self.delta, "steps": self.steps, "clip": self.clip,
                       "learning_rate": self.learning_rate, "sample_rate": None if self.rate is None else str(self.rate),
                       "neighbours": neighbours},
-                     key=self.key(), statements=1 + (self.means is not None) + self.steps,
+                     key=self.key(), statements=statements,
                      what=f"a fit of {self.steps:,} steps",
                      failure="the fit failed while running; its cost was charged and no model was released")
 
@@ -126,8 +145,14 @@ class FitPlan:
         return every[:-1], (every[-1] if self.model == "linear" else None)
 
     def statement(self, weights: Sequence[float], offsets: Sequence[float] | None = None) -> BoundedStatement:
+        """A step's statement over the bounded rows (a sampled fit's, or where no projection is held)."""
         return gradient_statement(self.plan, self.columns, self.model, weights, self.clip, self.noise.norm_steps,
                                   self.dialect, offsets)
+
+    def held_statement(self, weights: Sequence[float], offsets: Sequence[float] | None = None) -> BoundedStatement:
+        """A step's statement over the held projection: the same sum, one scan of typed numbers."""
+        return held_gradient_statement(self.plan, self.columns, self.held, self.model, weights, self.clip,
+                                       self.noise.norm_steps, offsets, self.dialect)
 
 
 class FittedModel:
@@ -267,8 +292,12 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
                   steps, clip, learning_rate, noise, rate, amplified, cost, training.epsilon, training.delta, factor,
                   priced.normal_sql, priced.repeat_key, context.dialect,
                   means_statement(count_plan, _columns(count_plan), model, noise.mean_steps, context.dialect)
-                  if noise.mean_steps else None)
+                  if noise.mean_steps else None,
+                  None if rate is not None else projection_statement(plan, columns, model, context.dialect),
+                  "dp_fit_" + secrets.token_hex(8))
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
+    if fit.projection is not None:
+        fit.held_statement([0.0] * (len(features) + 1), [0.0] * len(features))
     return fit
 
 
@@ -426,7 +455,7 @@ def run_fit(context: MechanismContext, fit: FitPlan) -> FittedModel:
     """Charge ``fit``, run its steps and release (or replay a stored fit), through the spender."""
     source = context.source
 
-    def run(fetch) -> dict:
+    def from_copy(fetch: Fetch) -> dict:
         def gradient(weights: list[float], offsets: list[float]) -> list[int]:
             # No stop on the fit's summed run time (invariant 17): its time was bounded before the
             # charge by its number of statements (Price.statements), each under its own deadline.
@@ -437,6 +466,23 @@ def run_fit(context: MechanismContext, fit: FitPlan) -> FittedModel:
         units = int(fetch(fit.count)[0][0] or 0)
         means = None if fit.means is None else [int(v or 0) for v in fetch(fit.means)[0]]
         return descend_noisily(fit, units, gradient, source, means)
+
+    def from_projection(fetch: Fetch) -> dict:
+        def gradient(weights: list[float], offsets: list[float]) -> list[int]:
+            return [int(v or 0) for v in fetch(fit.held_statement(weights, offsets))[0]]
+
+        units = int(fetch(held_count_statement(fit.plan, fit.held, fit.dialect))[0][0] or 0)
+        means = None if fit.means is None else [
+            int(v or 0) for v in fetch(held_means_statement(fit.plan, fit.columns, fit.held, fit.noise.mean_steps,
+                                                            fit.dialect))[0]]
+        return descend_noisily(fit, units, gradient, source, means)
+
+    def run(fetch: Fetch) -> dict:
+        if fit.projection is not None:
+            with fetch.holding(fit.held, fit.projection) as held:
+                if held:
+                    return from_projection(fetch)
+        return from_copy(fetch)  # a sampled fit, or an engine that holds no projection
 
     spent = context.spender.spend(fit.price(context.policy.neighbours), run, json.dumps, json.loads)
     return _model(fit, spent.released, spent.cost, spent.budget, spent.entry)

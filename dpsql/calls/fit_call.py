@@ -85,8 +85,16 @@ def explain_fit(context: MechanismContext, fit: FitPlan | SufficientPlan) -> Exp
     cost = fit.cost
     lines.append(f"cost: epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
                  f"{'' if cost.rho is None else f', rho {float(cost.rho):.6g}'}, charged once for the whole fit")
-    lines.append("first step's statement (weights 0; later steps differ in their weights only):")
-    lines.append(fit.statement([0.0] * (len(fit.features) + 1)).sql)
+    if fit.projection is not None:
+        lines.append("the rows, projected once for the fit (each unit's id, the scaled columns and 1 / its rows; "
+                     "held by the engine while the fit runs, never shown, then dropped):")
+        lines.append(fit.projection.sql)
+        lines.append("first step's statement over them (weights 0; later steps differ in their weights and centres "
+                     "only):")
+        lines.append(fit.held_statement([0.0] * (len(fit.features) + 1)).sql)
+    else:
+        lines.append("first step's statement (weights 0; later steps differ in their weights only):")
+        lines.append(fit.statement([0.0] * (len(fit.features) + 1)).sql)
     quote = context.spender.quote(cost, price.key)
     refusal = quote.refusal
     lines.append(quote.text)

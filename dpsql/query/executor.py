@@ -25,7 +25,8 @@ stopped by its summed run time, which one unit's rows could tip (invariant 17).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from dpsql.backends.base import Backend
@@ -37,10 +38,44 @@ from dpsql.sql.pieces import SAMPLE_KEY_PARAMETER
 
 Released = TypeVar("Released")
 
-Fetch = Callable[..., list[tuple]]
-"""``fetch(statement, sample_key=None)`` runs one statement after the charge: its bounded copies
-filled, its salt bound, and the given secret key bound where it reads a Poisson sample (a
-mechanism that samples afresh for each of its statements draws one key per statement)."""
+
+
+class Fetch:
+    """``fetch(statement, sample_key=None)`` runs one statement after the charge: its bounded copies
+    filled, its salt bound, and the given secret key bound where it reads a Poisson sample (a
+    mechanism that samples afresh for each of its statements draws one key per statement).
+    ``fetch.holding(name, statement)`` keeps a statement's rows on the engine while a mechanism
+    reads them many times (a fit's lean projection of its rows, ``dpsql.calls.fit_sql``). Each
+    counts as one of the request's priced statements."""
+
+    def __init__(self, executor: Executor, statements: int) -> None:
+        self._executor = executor
+        self._limit = statements
+        self._fetched = 0
+
+    def _count(self) -> None:
+        self._fetched += 1
+        if self._fetched > self._limit:  # the time bound charged for would not hold
+            raise InternalError(f"a request priced at {self._limit} statements ran more")
+
+    def __call__(self, statement: BoundedStatement, sample_key: str | None = None) -> list[tuple]:
+        self._count()
+        return self._executor._fetch(statement, sample_key)
+
+    @contextmanager
+    def holding(self, name: str, statement: BoundedStatement) -> Iterator[bool]:
+        """Store ``statement``'s rows (a private relation: never shown, never left behind) as the
+        engine's ``name`` while the block runs, then drop them; yields False where the engine keeps
+        no such table (``Backend.hold``): the mechanism then reads its rows as it would without."""
+        self._count()
+        engine = self._executor._engine
+        held = engine.hold(name, statement.sql, self._executor.salt_for(statement.needs_salt),
+                           bounded=statement.bounded)
+        try:
+            yield held
+        finally:
+            if held:
+                engine.drop_held(name)
 
 QUERY_FAILED = "the query failed while running; its cost was charged and no answer was released"
 """What the analyst reads when a charged query fails (the same whatever failed)."""
@@ -96,15 +131,7 @@ class Executor:
         ``statements``: the most statements ``run`` may fetch, known from the request alone;
         it bounds the request's time before the charge (``what`` names it in the refusal)."""
         self.check_time(statements, what)
-        fetched = 0
-
-        def fetch(statement: BoundedStatement, sample_key: str | None = None) -> list[tuple]:
-            nonlocal fetched
-            fetched += 1
-            if fetched > statements:  # the time bound charged for would not hold
-                raise InternalError(f"a request priced at {statements} statements ran more")
-            return self._fetch(statement, sample_key)
-
+        fetch = Fetch(self, statements)
         entry = charge()
         # The charge is committed: from here on, private data is read.
         try:

@@ -455,6 +455,32 @@ class Engine:
         finally:
             cursor.close()
 
+    def hold(self, name: str, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> bool:
+        """Store generated SQL's rows as ``dp_bounding.main."<name>"`` beside the bounded copies
+        (owner-only like them, in memory unless the copies are persisted); False where the bounding
+        database is not writable (a read-only engine): nothing is stored."""
+        with self._lock:
+            self._fill_bounded(bounded)
+            cursor = self._connection.cursor()
+        try:
+            with Deadline(cursor, self._timeout):
+                cursor.execute(f'CREATE TABLE {DATABASE}.main."{name}" AS {sql}', parameters or {})
+            return True
+        except (duckdb.PermissionException, duckdb.InvalidInputException, duckdb.IOException):
+            return False  # read-only: the caller reads its rows from the copies instead
+        finally:
+            cursor.close()
+
+    def drop_held(self, name: str) -> None:
+        with self._lock:
+            cursor = self._connection.cursor()
+        try:
+            cursor.execute(f'DROP TABLE IF EXISTS {DATABASE}.main."{name}"')
+        except duckdb.Error:  # the table goes with the engine's database anyway
+            pass
+        finally:
+            cursor.close()
+
     def fetch_df(self, statement: exp.Expression | str) -> pd.DataFrame:
         """Run a checked query over public tables and fetch the result as a DataFrame."""
         sql = _rendered(statement)

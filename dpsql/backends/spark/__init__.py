@@ -276,6 +276,13 @@ class SparkEngine:
         rows = self._run(lambda: self._spark.sql(sql, args=parameters or None).collect())
         return [tuple(_python(value) for value in row) for row in rows]
 
+    def hold(self, name: str, sql: str, parameters: Any = None, *, bounded: Iterable[str] = ()) -> bool:
+        """Spark keeps no held table (its copies are cached already): False, nothing stored."""
+        return False
+
+    def drop_held(self, name: str) -> None:
+        """Nothing to drop (``hold`` stores nothing)."""
+
     def fetch_df(self, statement: exp.Expression | str) -> Any:
         sql = _rendered(statement, self.dialect)
         return self._run(lambda: self._spark.sql(sql).toPandas())
