@@ -13,7 +13,15 @@ import pytest
 
 import dpsql
 from dpsql.backends import bounding
-from dpsql.backends.bounding import BoundedTable, attach_sql, fill_batches, fill_sql
+from dpsql.backends.bounding import (
+    BoundedTable,
+    attach_sql,
+    fill_batches,
+    fill_sql,
+    raw_rows_batches,
+    raw_rows_name,
+    raw_rows_sql,
+)
 from dpsql.backends.duckdb import hardening
 from dpsql.errors import DPError
 
@@ -28,12 +36,14 @@ COLUMNS = {
 FRAMES = {"p": pd.DataFrame({"a": [1]})}
 
 
-def _built(con, table: BoundedTable, statements: list[str]) -> list[str]:
+def _built(con, table: BoundedTable, statements: list[str]) -> tuple[list[str], list[str]]:
+    """The copy's rows and its row-count table's, once ``statements`` ran."""
     con.execute("BEGIN")
     for statement in statements:
-        con.execute(statement, {"salt": "batches"})
+        con.execute(statement, {"salt": "batches"} if "$salt" in statement else None)
     con.execute("COMMIT")
-    return sorted(repr(row) for row in con.execute(f'SELECT * FROM dp_bounding."{table.name}"').fetchall())
+    return tuple(sorted(repr(row) for row in con.execute(f'SELECT * FROM dp_bounding."{name}"').fetchall())
+                 for name in (table.name, raw_rows_name(table.name)))
 
 
 @pytest.mark.parametrize("unit_type", list(COLUMNS))
@@ -49,10 +59,11 @@ def test_a_copy_built_in_batches_is_the_copy_built_at_once(unit_type, count):
     con.execute(attach_sql())
     columns = tuple(con.execute("SELECT column_name, column_type FROM (DESCRIBE t)").fetchall())
     table = BoundedTable("t", "u", 3, columns)
-    at_once = _built(con, table, [fill_sql(table)])
-    batched = _built(con, table, fill_batches(table, count))
+    at_once = _built(con, table, [fill_sql(table), raw_rows_sql(table)])
+    batched = _built(con, table, fill_batches(table, count) + raw_rows_batches(table, count))
     assert batched == at_once
-    assert len(at_once) == 2 + 3 * con.execute("SELECT count(DISTINCT u) FROM t").fetchall()[0][0]
+    units = con.execute("SELECT count(DISTINCT u) FROM t").fetchall()[0][0]
+    assert (len(at_once[0]), len(at_once[1])) == (2 + 3 * units, units)
 
 
 def test_the_engine_builds_a_large_table_in_batches(tmp_path, monkeypatch):
@@ -67,8 +78,9 @@ def test_the_engine_builds_a_large_table_in_batches(tmp_path, monkeypatch):
 
     def copy() -> list[str]:
         with dpsql.connect(str(path), policy=policy, ledger=str(ledger), eager_bounding=True) as db:
-            return sorted(repr(row) for row in db._engine._connection.execute(
-                'SELECT * FROM dp_bounding."dp_bounded_t__uid__4"').fetchall())
+            return [sorted(repr(row) for row in db._engine._connection.execute(
+                f'SELECT * FROM dp_bounding."{name}"').fetchall())
+                for name in ("dp_bounded_t__uid__4", "dp_raw_rows_dp_bounded_t__uid__4")]
 
     counts: list[int] = []
     original = bounding.fill_batches

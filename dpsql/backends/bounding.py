@@ -413,16 +413,19 @@ def create_raw_rows_sql(table: BoundedTable) -> str:
             f"SELECT dp_unit, r FROM ({_raw_rows_select(table)}) LIMIT 0")
 
 
-def raw_rows_sql(table: BoundedTable) -> str:
+def raw_rows_sql(table: BoundedTable, batch: tuple[int, int] | None = None) -> str:
     """(Re)build a unit table's row-count table: one row per unit of the copy, ``dp_unit`` (the
     unit as the copy holds it) and ``r``, its raw row count capped at ``raw_rows_cap``.
 
     Counted when the copy is built (that build scans the raw table anyway), so no analyst
     query reads the raw table again: the bias report's estimate of rows beyond the limit reads
     this table, of one row per unit, instead (``dpsql.query.bias``). Row-level tables have none
-    (their units never have rows beyond the limit).
+    (their units never have rows beyond the limit). ``batch``: as ``fill_sql``'s (``fill_batches``).
     """
-    return f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS\n{_raw_rows_select(table)}'
+    index, count = (0, 1) if batch is None else batch
+    head = (f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS' if index == 0
+            else f'INSERT INTO {DATABASE}."{raw_rows_name(table.name)}"')
+    return f"{head}\n{_raw_rows_select(table, batch)}"
 
 
 def unit_id_limit(table: BoundedTable) -> int:
@@ -449,13 +452,15 @@ def _unit_kept(unit: str, table: BoundedTable) -> str:
     return f"{unit} IS NOT NULL AND NOT ({_too_long(unit, kind, unit_id_limit(table))})"
 
 
-def _raw_rows_select(table: BoundedTable) -> str:
+def _raw_rows_select(table: BoundedTable, batch: tuple[int, int] | None = None) -> str:
     """The unit as the copy holds it (strings byte for byte), so units join the copy's exactly;
     the units the copy leaves out (``_unit_kept``) are left out here too."""
     unit = f'"{table.unit}"'
     copied = f'{unit} COLLATE "binary"' if dict(table.columns).get(table.unit, "").upper() == "VARCHAR" else unit
+    batched = batch is not None and batch[1] > 1
+    source = quoted_table(table.source) + (f" WHERE {_in_batch(unit, *batch)}" if batch and batched else "")
     return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
-            f"FROM (SELECT {copied} AS dp_unit FROM {quoted_table(table.source)})\n"
+            f"FROM (SELECT {copied} AS dp_unit FROM {source})\n"
             f"WHERE {_unit_kept('dp_unit', table)} GROUP BY dp_unit")
 
 
@@ -531,6 +536,19 @@ def fill_batches(table: BoundedTable, count: int) -> list[str]:
     if table.row_level or count <= 1:
         return [fill_sql(table)]
     return [fill_sql(table, (index, count)) for index in range(count)]
+
+
+def raw_rows_batches(table: BoundedTable, count: int) -> list[str]:
+    """``raw_rows_sql`` as ``count`` statements by the batches of ``fill_batches``: its aggregate's
+    hash table (one entry per unit: ~0.5 GB at 10M units) is built a batch at a time.
+
+    >>> table = BoundedTable("t", "u", 2, (("u", "INTEGER"),))
+    >>> raw_rows_batches(table, 1) == [raw_rows_sql(table)], len(raw_rows_batches(table, 3))
+    (True, 3)
+    """
+    if count <= 1:
+        return [raw_rows_sql(table)]
+    return [raw_rows_sql(table, (index, count)) for index in range(count)]
 
 
 def _in_batch(unit: str, index: int, count: int) -> str:

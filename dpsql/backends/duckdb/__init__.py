@@ -63,6 +63,7 @@ from dpsql.backends.bounding import (
     create_sql,
     fill_batches,
     fill_sql,
+    raw_rows_batches,
     raw_rows_name,
     raw_rows_sql,
 )
@@ -406,7 +407,8 @@ class Engine:
                 for statement in [fill_sql(table)] if count == 1 else fill_batches(table, count):
                     cursor.execute(statement, {"salt": self._salt})
                 if not table.row_level:
-                    cursor.execute(raw_rows_sql(table))
+                    for statement in [raw_rows_sql(table)] if count == 1 else raw_rows_batches(table, count):
+                        cursor.execute(statement)
                 if made is not None:
                     cursor.execute(f"INSERT OR REPLACE INTO {DATABASE}.main.{persisted.MANIFEST} VALUES (?, ?, ?, ?)",
                                    [table.name, *made])
@@ -440,7 +442,8 @@ class Engine:
                 return self._file_digest
         cursor = self._connection.cursor()
         try:
-            row = cursor.execute(persisted.fingerprint_sql(table), persisted.fingerprint_keys(self._salt or "")).fetchall()[0]
+            keys = persisted.fingerprint_keys(self._salt or "")
+            row = cursor.execute(persisted.fingerprint_sql(table), keys).fetchall()[0]
         finally:
             cursor.close()
         return persisted.fingerprint_text(row)
