@@ -63,8 +63,9 @@ can be decided from statistics any more. Columns of other types (lists, structs,
 are padded with NULL and keep their statistics.
 
 What it costs. The copy is built on the first query that reads the table (one window over
-the table, without the analyst's query time limit: its SQL is dpsql's alone), lives in memory
-(DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
+the table, without the analyst's query time limit: its SQL is dpsql's alone; a large table in
+batches of units, ``fill_batches``, so the window's sort holds ~``BATCH_ROWS`` rows at a time),
+lives in memory (DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
 ``Connection.refresh()`` rebuilds it after the wrapped database changed. Opt-in, the copies
 are kept on disk instead and reused by later processes while the data, the recipe (this
 module's SQL) and the salt are unchanged (``dpsql.backends.duckdb.persisted``): the same
