@@ -69,13 +69,15 @@ print(json.dumps({"seconds": time.perf_counter() - start, "cpu": time.process_ti
 
 
 def _spill_bytes(folder: Path, stem: str) -> int:
-    """Bytes in DuckDB's spill directories beside the data file (dpsql's owner-only ones and
-    DuckDB's default ``<file>.tmp``)."""
+    """Bytes in DuckDB's spill directories: its default ``<file>.tmp`` beside the data file, and
+    dpsql's own ``dpsql-spill-*`` in the temporary directory (another process's there counts too)."""
     total = 0
-    try:
-        entries = [e for e in folder.iterdir() if e.name.startswith((f".{stem}.dpsql-spill-", f"{stem}.tmp"))]
-    except OSError:
-        return 0
+    entries = []
+    for place, prefixes in ((folder, (f"{stem}.tmp",)), (Path(tempfile.gettempdir()), ("dpsql-spill-",))):
+        try:
+            entries += [e for e in place.iterdir() if e.name.startswith(prefixes)]
+        except OSError:
+            pass
     for entry in entries:
         for root, _, files in os.walk(entry):
             for name in files:

@@ -157,14 +157,15 @@ class Engine:
     def _spilling(cls, config: dict[str, Any], path: Path | None, opened: Callable[[], "Engine"]) -> "Engine":
         """``opened()`` with DuckDB spilling to a directory of the curator's alone (``spill_directory``;
         DuckDB's default, ``<file>.tmp`` or ``.tmp``, is made under the umask): a copy's build and
-        large aggregates write private rows there once past the memory limit."""
+        large aggregates write private rows there once past the memory limit. ``path``: the database
+        file, whose DuckDB instance every connection in the process shares (so one directory for it)."""
         if path is None:  # a new in-memory instance: its own directory, removed on close
-            directory, made = spill_directory(None)
+            directory, made = spill_directory()
         else:  # one instance per file per process, whose configuration every connection must repeat
             with _INSTANCES_LOCK:
                 key = str(path.resolve())
                 if key not in _SPILLS:
-                    _SPILLS[key] = spill_directory(path)
+                    _SPILLS[key] = spill_directory()
                     if _SPILLS[key][1]:
                         atexit.register(shutil.rmtree, _SPILLS[key][0], True)
                 directory, made = _SPILLS[key][0], False

@@ -60,18 +60,18 @@ SPILL_VARIABLE = "DPSQL_TEMP_DIRECTORY"
 """Environment variable naming the directory DuckDB spills to (``spill_directory``)."""
 
 
-def spill_directory(database: Path | None) -> tuple[str, bool]:
+def spill_directory() -> tuple[str, bool]:
     """Where DuckDB writes what does not fit under its memory limit (a copy's build sorts, large
-    aggregates), and whether dpsql made it (then it is removed when the engine closes).
+    aggregates), and whether dpsql made it (then it is removed when the engine closes, or the
+    process ends).
 
     Spilled blocks are private rows, so the directory is the curator's alone: ``$DPSQL_TEMP_DIRECTORY``
     when set (refused when others can reach it; DuckDB makes files inside), else a new 0700 directory
-    beside the database file (on its disk, as DuckDB's own default ``<file>.tmp``, which is made
-    under the umask), or in the system's temporary directory when that is not writable or there is
-    no file.
+    in the system's temporary directory (``$TMPDIR``; where that is a RAM disk, point either at a
+    disk), never DuckDB's default ``<file>.tmp`` or ``.tmp``, made under the umask beside the data.
 
     >>> import stat
-    >>> path, made = spill_directory(None)
+    >>> path, made = spill_directory()
     >>> made, stat.S_IMODE(os.stat(path).st_mode) == 0o700
     (True, True)
     >>> os.rmdir(path)
@@ -81,9 +81,4 @@ def spill_directory(database: Path | None) -> tuple[str, bool]:
         Path(given).mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
         refuse_exposed(given, "the temporary directory", directory=True)
         return given, False
-    if database is not None:
-        try:
-            return tempfile.mkdtemp(prefix=f".{database.name}.dpsql-spill-", dir=database.parent), True
-        except OSError:
-            pass
     return tempfile.mkdtemp(prefix="dpsql-spill-"), True
