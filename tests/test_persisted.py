@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.backends.duckdb import Engine
+from dpsql.backends.duckdb import Engine, persisted
 from dpsql.errors import DPError, InvalidParameter
 
 POLICY = ("BUDGET EPSILON 100; PRIVATE TABLE t (PRIVACY UNIT uid, MAX ROWS PER UNIT 2, "
@@ -32,6 +32,23 @@ def database(tmp_path):
     assert con.execute("SELECT signbit(x) FROM t WHERE uid = 101").fetchall() == [(True,)]
     con.close()
     return path
+
+
+@pytest.fixture(params=["rows", "file"])
+def fingerprint(request, monkeypatch):
+    """Each test under both fingerprints: the keyed row fingerprint, and the file digest (which these
+    small tables in a file of DuckDB's minimum size would not get: ``FILE_BYTES_PER_ROW`` raised)."""
+    if request.param == "file":
+        monkeypatch.setattr(persisted, "FILE_BYTES_PER_ROW", 10**12)
+    return request.param
+
+
+def _stored_fingerprints(path) -> list[str]:
+    store = duckdb.connect(str(path) + ".ledger.copies/copies.duckdb", read_only=True)
+    try:
+        return [row[0] for row in store.execute("SELECT fingerprint FROM dp_persisted").fetchall()]
+    finally:
+        store.close()
 
 
 @pytest.fixture
@@ -61,9 +78,10 @@ def _answer(path, **options) -> tuple[list[tuple], list[tuple]]:
             f'SELECT * FROM dp_bounding.main."dp_raw_rows_{COPY}" ORDER BY dp_unit').fetchall()
 
 
-def test_a_later_connection_reads_the_stored_copy_unchanged(database, builds):
+def test_a_later_connection_reads_the_stored_copy_unchanged(database, builds, fingerprint):
     first = _answer(database, persist_copies=True)
     assert builds == [COPY]
+    assert [f.startswith("file:") for f in _stored_fingerprints(database)] == [fingerprint == "file"]
     second = _answer(database, persist_copies=True)
     assert builds == [COPY]  # not rebuilt
     assert second == first
@@ -81,14 +99,68 @@ def _edit(path, sql: str) -> None:
     "DELETE FROM t WHERE uid = 101; INSERT INTO t VALUES (101, CAST('0.0' AS DOUBLE), 'y')",
     "UPDATE t SET s = 'Y' WHERE uid = 101",  # one byte, which a NOCASE comparison would not see
     "INSERT INTO t VALUES (100, 1.0, 'x')",  # a duplicate row: a multiset change
+    "INSERT INTO t VALUES (102, 2.0, 'z')",  # a new row
     "DELETE FROM t WHERE uid = 101",
+    "UPDATE t SET x = 2.5 WHERE uid = 100",  # a changed value
 ])
-def test_a_change_to_the_data_rebuilds_the_copy(database, builds, edit):
-    _answer(database, persist_copies=True)
+def test_a_change_to_the_data_rebuilds_the_copy(database, builds, fingerprint, edit):
+    before = _answer(database, persist_copies=True)
     _edit(database, edit)
     after = _answer(database, persist_copies=True)
     assert builds == [COPY, COPY]
     assert after == _answer(database)  # what a fresh build makes of the edited data
+    assert repr(after) != repr(before)  # repr: -0.0 == 0.0 in Python
+
+
+def test_a_reordered_table_reads_the_copy_a_fresh_build_makes(database, builds, fingerprint):
+    """The same rows stored in another order: the row fingerprint is the same (order-independent), the
+    file digest is not (a rebuild); either way the copy read is the fresh build's, which is the same."""
+    before = _answer(database, persist_copies=True)
+    _edit(database, "CREATE OR REPLACE TABLE t AS SELECT * FROM t ORDER BY hash(s) DESC")
+    after = _answer(database, persist_copies=True)
+    assert builds == ([COPY] if fingerprint == "rows" else [COPY, COPY])
+    assert after == before == _answer(database)
+
+
+@pytest.mark.parametrize("policy, copy", [
+    (POLICY.replace("MAX ROWS PER UNIT 2", "MAX ROWS PER UNIT 3"), "dp_bounded_t__uid__3__str5"),
+    (POLICY.replace("MAX STRING LENGTH 5", "MAX STRING LENGTH 4"), "dp_bounded_t__uid__2__str4"),
+])
+def test_a_changed_policy_builds_its_own_copy(database, builds, fingerprint, policy, copy):
+    _answer(database, persist_copies=True)
+    with dpsql.connect(str(database), policy=policy, eager_bounding=True, persist_copies=True) as db:
+        stored = db._engine._connection.execute(f'SELECT * FROM dp_bounding.main."{copy}"').fetchall()
+    with dpsql.connect(str(database), policy=policy, eager_bounding=True) as db:
+        fresh = db._engine._connection.execute(f'SELECT * FROM dp_bounding.main."{copy}"').fetchall()
+    assert builds == [COPY, copy, copy]
+    assert sorted(stored, key=repr) == sorted(fresh, key=repr)
+
+
+def test_what_the_file_does_not_hold_keeps_the_row_fingerprint(tmp_path, monkeypatch):
+    """A view (its rows may come from anywhere it reads) or a generated column (its expression may
+    be ``random()``) is not a function of the file's bytes; nor is a file moved in after DuckDB opened
+    another: each keeps the row fingerprint."""
+    monkeypatch.setattr(persisted, "FILE_BYTES_PER_ROW", 10**12)
+    path = tmp_path / "v.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE base (uid INTEGER, x DOUBLE)")
+    con.execute("INSERT INTO base SELECT i % 3, i FROM range(10) r(i)")
+    con.execute("CREATE VIEW v AS SELECT * FROM base")
+    con.execute("CREATE TABLE g (uid INTEGER, x DOUBLE GENERATED ALWAYS AS (uid * 2.0) VIRTUAL)")
+    con.execute("INSERT INTO g (uid) SELECT i % 3 FROM range(10) r(i)")
+    con.close()
+    for table, kind in (("v", "rows"), ("g", "rows"), ("base", "file")):
+        policy = f"BUDGET EPSILON 100; PRIVATE TABLE {table} (PRIVACY UNIT uid, MAX ROWS PER UNIT 2);"
+        with dpsql.connect(str(path), policy=policy, eager_bounding=True, persist_copies=True):
+            pass
+        assert [f.startswith("file:") for f in _stored_fingerprints(path)] == [kind == "file"], table
+        (path.parent / "v.duckdb.ledger.copies" / "copies.duckdb").unlink()
+    policy = "BUDGET EPSILON 100; PRIVATE TABLE base (PRIVACY UNIT uid, MAX ROWS PER UNIT 2);"
+    with dpsql.connect(str(path), policy=policy, persist_copies=True) as db:
+        os.rename(path, tmp_path / "moved.duckdb")  # DuckDB keeps reading the file it opened
+        (tmp_path / "v.duckdb").write_bytes((tmp_path / "moved.duckdb").read_bytes())
+        db.sql("SELECT COUNT(*) AS n FROM base", epsilon=0.1)
+    assert [f.startswith("file:") for f in _stored_fingerprints(path)] == [False]
 
 
 HASH_TWINS = [
@@ -124,7 +196,8 @@ def test_an_edit_duckdb_hash_cannot_see_still_rebuilds_the_copy(tmp_path, builds
 
 
 def test_a_change_beyond_the_string_limit_needs_no_rebuild(database, builds):
-    """The fingerprint reads what the copy reads: strings cut to MAX STRING LENGTH."""
+    """The row fingerprint reads what the copy reads: strings cut to MAX STRING LENGTH (the file
+    digest, which reads the file, rebuilds then)."""
     _edit(database, "UPDATE t SET s = 'abcdef' WHERE uid = 100")
     _answer(database, persist_copies=True)
     _edit(database, "UPDATE t SET s = 'abcdeX' WHERE uid = 100")
@@ -133,7 +206,7 @@ def test_a_change_beyond_the_string_limit_needs_no_rebuild(database, builds):
 
 
 @pytest.mark.parametrize("column, forged", [("salt", "another salt"), ("recipe", "an older dpsql")])
-def test_a_copy_made_under_another_salt_or_recipe_is_never_read(database, builds, column, forged):
+def test_a_copy_made_under_another_salt_or_recipe_is_never_read(database, builds, fingerprint, column, forged):
     _answer(database, persist_copies=True)
     store = duckdb.connect(str(database) + ".ledger.copies/copies.duckdb")
     store.execute(f"UPDATE dp_persisted SET {column} = ?", [forged])

@@ -63,8 +63,9 @@ can be decided from statistics any more. Columns of other types (lists, structs,
 are padded with NULL and keep their statistics.
 
 What it costs. The copy is built on the first query that reads the table (one window over
-the table, without the analyst's query time limit: its SQL is dpsql's alone), lives in memory
-(DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
+the table, without the analyst's query time limit: its SQL is dpsql's alone; a large table in
+batches of units, ``fill_batches``, so the window's sort holds ~``BATCH_ROWS`` rows at a time),
+lives in memory (DuckDB spills it to disk under its memory limit), and reflects the data as it was then:
 ``Connection.refresh()`` rebuilds it after the wrapped database changed. Opt-in, the copies
 are kept on disk instead and reused by later processes while the data, the recipe (this
 module's SQL) and the salt are unchanged (``dpsql.backends.duckdb.persisted``): the same
@@ -413,16 +414,19 @@ def create_raw_rows_sql(table: BoundedTable) -> str:
             f"SELECT dp_unit, r FROM ({_raw_rows_select(table)}) LIMIT 0")
 
 
-def raw_rows_sql(table: BoundedTable) -> str:
+def raw_rows_sql(table: BoundedTable, batch: tuple[int, int] | None = None) -> str:
     """(Re)build a unit table's row-count table: one row per unit of the copy, ``dp_unit`` (the
     unit as the copy holds it) and ``r``, its raw row count capped at ``raw_rows_cap``.
 
     Counted when the copy is built (that build scans the raw table anyway), so no analyst
     query reads the raw table again: the bias report's estimate of rows beyond the limit reads
     this table, of one row per unit, instead (``dpsql.query.bias``). Row-level tables have none
-    (their units never have rows beyond the limit).
+    (their units never have rows beyond the limit). ``batch``: as ``fill_sql``'s (``fill_batches``).
     """
-    return f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS\n{_raw_rows_select(table)}'
+    index, count = (0, 1) if batch is None else batch
+    head = (f'CREATE OR REPLACE TABLE {DATABASE}."{raw_rows_name(table.name)}" AS' if index == 0
+            else f'INSERT INTO {DATABASE}."{raw_rows_name(table.name)}"')
+    return f"{head}\n{_raw_rows_select(table, batch)}"
 
 
 def unit_id_limit(table: BoundedTable) -> int:
@@ -449,17 +453,19 @@ def _unit_kept(unit: str, table: BoundedTable) -> str:
     return f"{unit} IS NOT NULL AND NOT ({_too_long(unit, kind, unit_id_limit(table))})"
 
 
-def _raw_rows_select(table: BoundedTable) -> str:
+def _raw_rows_select(table: BoundedTable, batch: tuple[int, int] | None = None) -> str:
     """The unit as the copy holds it (strings byte for byte), so units join the copy's exactly;
     the units the copy leaves out (``_unit_kept``) are left out here too."""
     unit = f'"{table.unit}"'
     copied = f'{unit} COLLATE "binary"' if dict(table.columns).get(table.unit, "").upper() == "VARCHAR" else unit
+    batched = batch is not None and batch[1] > 1
+    source = quoted_table(table.source) + (f" WHERE {_in_batch(unit, *batch)}" if batch and batched else "")
     return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
-            f"FROM (SELECT {copied} AS dp_unit FROM {quoted_table(table.source)})\n"
+            f"FROM (SELECT {copied} AS dp_unit FROM {source})\n"
             f"WHERE {_unit_kept('dp_unit', table)} GROUP BY dp_unit")
 
 
-def fill_sql(table: BoundedTable) -> str:
+def fill_sql(table: BoundedTable, batch: tuple[int, int] | None = None) -> str:
     """(Re)build the copy: each unit's first ``k`` rows in the order of a keyed hash of the
     row's exact identity, then the two padding rows.
 
@@ -472,21 +478,87 @@ def fill_sql(table: BoundedTable) -> str:
     read back identically, so which of them is kept does not matter. ``CREATE OR REPLACE``
     swaps the whole copy in one statement. Each row carries its unit's kept row count
     (``UNIT_ROWS``), from the same partitioning.
+
+    ``batch`` (``i``, ``n``): the statement for the units of the ``i``-th of ``n`` batches only
+    (``fill_batches``); the first creates the copy, the others add to it, the last adds the padding.
     """
     if table.row_level:
         return _fill_rows_sql(table)
     parts = _row_parts(table)
     order = ", ".join([keyed_hash(f"${SALT_PARAMETER}", parts), *parts])
     unit = quoted(table.unit)
+    index, count = (0, 1) if batch is None else batch
+    head = (f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS' if index == 0
+            else f'INSERT INTO {DATABASE}."{table.name}"')
+    source = quoted_table(table.source) + ("" if count == 1 else f" WHERE {_in_batch(unit, index, count)}")
     return (
-        f'CREATE OR REPLACE TABLE {DATABASE}."{table.name}" AS\n'
+        f"{head}\n"
         f"SELECT * EXCLUDE (dp_n, dp_all), LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD} FROM (\n"
         f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY {order}) AS dp_n,\n"
         f"  COUNT(*) OVER (PARTITION BY {unit}) AS dp_all\n"
-        f"  FROM (SELECT {_copied_columns(table)} FROM {quoted_table(table.source)})\n"
+        f"  FROM (SELECT {_copied_columns(table)} FROM {source})\n"
         f"  WHERE {_unit_kept(unit, table)}\n"
-        f") WHERE dp_n <= {table.rows_per_unit}\n{_padding(table)}"
+        f") WHERE dp_n <= {table.rows_per_unit}" + (f"\n{_padding(table)}" if index == count - 1 else "")
     )
+
+
+BATCH_ROWS = 8_000_000
+"""About how many source rows one statement of a unit-level copy's build sorts (``fill_batches``)."""
+
+
+def batch_count(rows: int | None) -> int:
+    """How many statements build a unit-level copy of a table of about ``rows`` rows (``None``:
+    unknown, one statement).
+
+    >>> batch_count(None), batch_count(1000), batch_count(100_000_000)
+    (1, 1, 13)
+    """
+    return 1 if rows is None else max(1, -(-rows // BATCH_ROWS))
+
+
+def fill_batches(table: BoundedTable, count: int) -> list[str]:
+    """``fill_sql`` as ``count`` statements, each for the units whose ``hash`` falls in its batch.
+
+    The window's sort is the build's memory: DuckDB holds every row it numbers, with its keys,
+    until the window is done (~5.5 GB beside a 3.3 GB copy at 100M rows). Split by unit, each
+    statement sorts about ``1/count`` of the rows and the build needs that much at a time, with
+    a scan of the table per statement (the filter on the unit column is applied in the scan).
+    The copy is the same, row for row: every unit falls in one batch whole (``hash`` is a
+    function of the unit's value, and equal units have equal values), and which rows of a unit
+    are kept, and its ``UNIT_ROWS``, depend on that unit's rows alone. A row-level table is
+    built in one statement (its rows are numbered by canonical text, not by unit).
+
+    >>> table = BoundedTable("t", "u", 2, (("u", "INTEGER"),))
+    >>> [s.split(chr(10))[0] for s in fill_batches(table, 2)]
+    ['CREATE OR REPLACE TABLE dp_bounding."dp_bounded_t__u__2" AS', 'INSERT INTO dp_bounding."dp_bounded_t__u__2"']
+    >>> fill_batches(table, 1) == [fill_sql(table)]
+    True
+    """
+    if table.row_level or count <= 1:
+        return [fill_sql(table)]
+    return [fill_sql(table, (index, count)) for index in range(count)]
+
+
+def raw_rows_batches(table: BoundedTable, count: int) -> list[str]:
+    """``raw_rows_sql`` as ``count`` statements by the batches of ``fill_batches``: its aggregate's
+    hash table (one entry per unit: ~0.5 GB at 10M units) is built a batch at a time.
+
+    >>> table = BoundedTable("t", "u", 2, (("u", "INTEGER"),))
+    >>> raw_rows_batches(table, 1) == [raw_rows_sql(table)], len(raw_rows_batches(table, 3))
+    (True, 3)
+    """
+    if count <= 1:
+        return [raw_rows_sql(table)]
+    return [raw_rows_sql(table, (index, count)) for index in range(count)]
+
+
+def _in_batch(unit: str, index: int, count: int) -> str:
+    """SQL true for the rows whose unit is in batch ``index`` of ``count``: a function of the unit's value.
+
+    >>> _in_batch('"u"', 1, 4)
+    'hash("u") % 4 = 1'
+    """
+    return f"hash({unit}) % {count} = {index}"
 
 
 def _fill_rows_sql(table: BoundedTable) -> str:

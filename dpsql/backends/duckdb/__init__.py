@@ -35,10 +35,12 @@ whatever the data.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
 import secrets
+import shutil
 import threading
 import warnings
 import weakref
@@ -56,9 +58,12 @@ from dpsql.backends.bounding import (
     DATABASE,
     BoundedTable,
     attach_sql,
+    batch_count,
     create_raw_rows_sql,
     create_sql,
+    fill_batches,
     fill_sql,
+    raw_rows_batches,
     raw_rows_name,
     raw_rows_sql,
 )
@@ -67,6 +72,7 @@ from dpsql.backends.duckdb import persisted
 from dpsql.backends.duckdb.hardening import HARDENED_CONFIG as HARDENED_CONFIG
 from dpsql.backends.duckdb.hardening import default_memory_limit as default_memory_limit
 from dpsql.backends.duckdb.hardening import hardened_config as hardened_config
+from dpsql.backends.duckdb.hardening import spill_directory
 from dpsql.backends.duckdb.released import MEMORY_LIMIT as RELEASED_MEMORY_LIMIT
 from dpsql.backends.duckdb.released import ReleasedDatabase
 from dpsql.backends.duckdb.released import convert_released as convert_released
@@ -112,6 +118,12 @@ class Engine:
         self.progress: Callable[[str], contextlib.AbstractContextManager] = _no_progress
         """Called with a label around each copy build: a context manager that may show the
         build's progress to the curator (``dpsql.curator.progress``)."""
+        self.file_identity: tuple[int, int] | None = None
+        """The device and inode of the database file DuckDB opened (``persisted.file_digest``)."""
+        self._file_digest: str | None = None
+        """The file digest, once read (the file cannot change while DuckDB holds it read-only)."""
+        self.spill: str | None = None
+        """The temporary directory dpsql made for DuckDB's spills, removed on close."""
 
     @classmethod
     def open(cls, target: Any, *, query_timeout: float | None = DEFAULT_QUERY_TIMEOUT,
@@ -134,35 +146,70 @@ class Engine:
             return cls(target, owned=False, path=None, query_timeout=timeout)
         config = hardened_config(memory_limit)
         if isinstance(target, dict):
-            return cls(_load_frames(target, config), owned=True, path=None, query_timeout=timeout)
+            return cls._spilling(config, None, lambda: cls(_load_frames(target, config), owned=True, path=None,
+                                                             query_timeout=timeout))
         if isinstance(target, (str, os.PathLike)):
             path = Path(target)
             if str(target) == ":memory:":
-                return cls(open_hardened(":memory:", config), owned=True, path=None,
-                           query_timeout=timeout)
+                return cls._spilling(config, None, lambda: cls(open_hardened(":memory:", config), owned=True,
+                                                                 path=None, query_timeout=timeout))
             if not path.exists():
                 raise DPError(f"no database file at {path}", hint="pass the path of an existing DuckDB file")
-            try:
-                file = None if copies is None else persisted.prepare_directory(copies)
-                connection = open_hardened(str(path), config, read_only=True, copies=file,
-                                           read_only_copies=read_only_copies)
-            except duckdb.Error as err:
-                if "different configuration" in str(err):  # DuckDB: one instance per file per process
-                    raise DPError(
-                        f"{path} is already open in this process with other settings (read-write, or "
-                        "another memory_limit or configuration)",
-                        hint="close that connection first, or pass it: dpsql.connect(that_connection, "
-                             "policy=...) wraps an open DuckDB connection") from None
-                raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
-            engine = cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
-            if copies is not None and _attached_file(connection, STORED if read_only_copies else DATABASE):
-                engine.copies = copies
-                engine._stored = STORED if read_only_copies else DATABASE
-            return engine
+            return cls._spilling(config, path, lambda: cls._open_file(path, config, timeout, copies, read_only_copies))
         raise DPError(
             f"cannot connect to a {type(target).__name__}",
             hint="pass a DuckDB file path, a duckdb connection, or a dict of table name to pandas DataFrame",
         )
+
+    @classmethod
+    def _spilling(cls, config: dict[str, Any], path: Path | None, opened: Callable[[], "Engine"]) -> "Engine":
+        """``opened()`` with DuckDB spilling to a directory of the curator's alone (``spill_directory``;
+        DuckDB's default, ``<file>.tmp`` or ``.tmp``, is made under the umask): a copy's build and
+        large aggregates write private rows there once past the memory limit. ``path``: the database
+        file, whose DuckDB instance every connection in the process shares (so one directory for it)."""
+        if path is None:  # a new in-memory instance: its own directory, removed on close
+            directory, made = spill_directory()
+        else:  # one instance per file per process, whose configuration every connection must repeat
+            with _INSTANCES_LOCK:
+                key = str(path.resolve())
+                if key not in _SPILLS:
+                    _SPILLS[key] = spill_directory()
+                    if _SPILLS[key][1]:
+                        atexit.register(shutil.rmtree, _SPILLS[key][0], True)
+                directory, made = _SPILLS[key][0], False
+        config["temp_directory"] = directory
+        try:
+            engine = opened()
+        except BaseException:
+            if made:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
+        engine.spill = directory if made else None
+        return engine
+
+    @classmethod
+    def _open_file(cls, path: Path, config: dict[str, Any], timeout: float | None, copies: Path | None,
+                   read_only_copies: bool) -> "Engine":
+        try:
+            file = None if copies is None else persisted.prepare_directory(copies)
+            before = persisted.file_identity(path)
+            connection = open_hardened(str(path), config, read_only=True, copies=file,
+                                       read_only_copies=read_only_copies)
+        except duckdb.Error as err:
+            if "different configuration" in str(err):  # DuckDB: one instance per file per process
+                raise DPError(
+                    f"{path} is already open in this process with other settings (read-write, or "
+                    "another memory_limit or configuration)",
+                    hint="close that connection first, or pass it: dpsql.connect(that_connection, "
+                         "policy=...) wraps an open DuckDB connection") from None
+            raise DPError(f"cannot open {path} as a DuckDB database: {err}") from None
+        engine = cls(connection, owned=True, path=path.resolve(), query_timeout=timeout)
+        if copies is not None and _attached_file(connection, STORED if read_only_copies else DATABASE):
+            engine.copies = copies
+            engine._stored = STORED if read_only_copies else DATABASE
+        if persisted.file_identity(path) == before:  # else a file was moved in meanwhile: which did DuckDB open?
+            engine.file_identity = before
+        return engine
 
     @property
     def hardening(self) -> dict[str, Any]:
@@ -240,6 +287,7 @@ class Engine:
         DuckDB instance, since they read the same copies)."""
         with self._lock:
             self._described.clear()
+            self._file_digest = None
             instance = self._bounding_instance()
             with instance.lock:
                 instance.filled.clear()
@@ -384,15 +432,19 @@ class Engine:
     def _build_copy(self, table: BoundedTable, made: tuple[str, str, str] | None) -> None:
         """Build one copy and its row-count table in one transaction (with its manifest row
         ``made`` when copies are persisted: they are stored together or not at all)."""
+        rows, _ = self._source_facts(table)
+        count = batch_count(rows)
         cursor = self._connection.cursor()
         try:
             cursor.begin()  # the copy and its row-count table are swapped in together
             try:
                 if self._stored != DATABASE:  # a stored copy read in place before (a view) gives way to the build
                     _drop_bounding(cursor, [table.name, raw_rows_name(table.name)], "VIEW")
-                cursor.execute(fill_sql(table), {"salt": self._salt})
+                for statement in [fill_sql(table)] if count == 1 else fill_batches(table, count):
+                    cursor.execute(statement, {"salt": self._salt})
                 if not table.row_level:
-                    cursor.execute(raw_rows_sql(table))
+                    for statement in [raw_rows_sql(table)] if count == 1 else raw_rows_batches(table, count):
+                        cursor.execute(statement)
                 if made is not None:
                     cursor.execute(f"INSERT OR REPLACE INTO {DATABASE}.main.{persisted.MANIFEST} VALUES (?, ?, ?, ?)",
                                    [table.name, *made])
@@ -412,12 +464,49 @@ class Engine:
         copies are not persisted. Reads the raw table once (the fingerprint)."""
         if self.copies is None or self._salt is None:
             return None
+        return persisted.recipe(table), persisted.salt_digest(self._salt), self._fingerprint(table)
+
+    def _fingerprint(self, table: BoundedTable) -> str:
+        """The data's fingerprint (``dpsql.backends.duckdb.persisted``): the file digest for a base table
+        of the opened file when it is the cheaper, else the keyed row fingerprint."""
+        rows, in_file = self._source_facts(table)
+        if in_file and rows is not None and self.path is not None and self.file_identity is not None and \
+                persisted.file_digest_pays(self.path.stat().st_size, rows):
+            if self._file_digest is None:
+                self._file_digest = persisted.file_digest(self.path, self.file_identity, self._salt or "")
+            if self._file_digest is not None:
+                return self._file_digest
         cursor = self._connection.cursor()
         try:
-            row = cursor.execute(persisted.fingerprint_sql(table), persisted.fingerprint_keys(self._salt)).fetchall()[0]
+            keys = persisted.fingerprint_keys(self._salt or "")
+            row = cursor.execute(persisted.fingerprint_sql(table), keys).fetchall()[0]
         finally:
             cursor.close()
-        return persisted.recipe(table), persisted.salt_digest(self._salt), persisted.fingerprint_text(row)
+        return persisted.fingerprint_text(row)
+
+    def _source_facts(self, table: BoundedTable) -> tuple[int | None, bool]:
+        """DuckDB's estimate of the private table's rows (``None``: not a table, say a view), and whether
+        all DuckDB reads of it is in the database file: a base table of the file's own catalog that no
+        temporary object shadows, with no generated column (whose expression may be ``random()``).
+        Reads the catalog only."""
+        schema, name = table.source.split(".", 1) if "." in table.source else ("main", table.source)
+        cursor = self._connection.cursor()
+        try:
+            found = cursor.execute(
+                "SELECT database_name = current_database(), estimated_size FROM duckdb_tables() "
+                "WHERE database_name IN (current_database(), 'temp') "
+                "AND lower(schema_name) = ? AND lower(table_name) = ? UNION ALL "
+                "SELECT FALSE, NULL FROM duckdb_views() WHERE database_name IN (current_database(), 'temp') "
+                "AND lower(schema_name) = ? AND lower(view_name) = ?", [schema, name, schema, name]).fetchall()
+            generated = cursor.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_catalog = current_database() "
+                "AND lower(table_schema) = ? AND lower(table_name) = ? AND is_generated <> 'NEVER'",
+                [schema, name]).fetchall()[0][0]
+        finally:
+            cursor.close()
+        if len(found) != 1 or found[0][1] is None:
+            return None, False
+        return int(found[0][1]), bool(found[0][0]) and not generated
 
     def _manifest_row(self, name: str) -> tuple[str, str, str] | None:
         try:
@@ -528,6 +617,8 @@ class Engine:
         self.post_processing.close()
         if self._owned:
             self._connection.close()
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
 
 
 def released_database(query_timeout: float | None = DEFAULT_QUERY_TIMEOUT) -> ReleasedDatabase:
@@ -614,6 +705,8 @@ class _Instance:
 
 _INSTANCES: "weakref.WeakValueDictionary[str, _Instance]" = weakref.WeakValueDictionary()
 _INSTANCES_LOCK = threading.Lock()
+_SPILLS: dict[str, tuple[str, bool]] = {}
+"""Each database file's spill directory in this process (``Engine._spilling``), and whether dpsql made it."""
 _INSTANCE_TABLE = f"{DATABASE}.main.dp_instance"
 STORED = "dp_stored"
 """Stored copies attached read-only, shared by many processes (``Engine.open``'s ``read_only_copies``)."""
