@@ -353,6 +353,21 @@ class Connection:
 
         return open_pmw(self.mechanism_context(), table, columns, epsilon, delta, max_updates, threshold)
 
+    @_reported_as_dperror
+    def synthesize(self, table: str, columns: Sequence[str], epsilon: Any = None, delta: Any = None, *,
+                   method: str = "aim", rows: int | None = None, name: str | None = None):
+        """A synthetic copy of ``columns`` of private ``table`` (``dpsql.calls.synthesize``): AIM or MST
+        over noisy marginals of the bounded copy, charged once, (epsilon, delta) with delta > 0 as zCDP.
+        Columns with KEYS are categorical, numeric ones with BOUNDS are binned (the bins come from the
+        policy alone). Returns a ``SyntheticRelease``: ``.table`` the rows (a DataFrame), ``.measured``
+        what was measured at which rho, ``.bins`` each column's cells. ``rows``: how many rows to draw
+        (default: a noisy count of the table's); ``name``: what the table is called (default
+        ``<table>_synthetic``). Needs ``pip install 'dpsql[synth]'``.
+        """
+        from dpsql.calls.synthesize import answer_synthesis
+
+        return answer_synthesis(self.mechanism_context(), table, columns, epsilon, delta, method, rows, name)
+
     def fit(self, sql: str, target: str, model: str = "linear", epsilon: Any = None, delta: Any = None, *,
             steps: Any = None, clip: Any = None, learning_rate: Any = None, method: str = "auto"):
         """A ``model`` ('linear' or 'logistic') of ``target`` on the other columns of the rows ``sql``
