@@ -47,6 +47,7 @@ from dpsql.query.local import LocalCount, check_reports, reads_local, reports_no
 from dpsql.query.local_answering import answer_local, explain_local_count, reports_outside, route
 from dpsql.query.prepare import Prepared, Preparer
 from dpsql.query.spend import Spender
+from dpsql.query.synthetic_tables import SyntheticTables
 from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.parse import located
 
@@ -188,6 +189,9 @@ class Connection:
         self._pmw_sessions: dict = {}
         """The open PMW sessions of ``SELECT * FROM pmw(...)`` (``dpsql.calls.pmw_call``), one per analyst and
         options: shared by every view of this connection (``acting_for``), as the server's calls are."""
+        self._synthetic = SyntheticTables(self._ledger.path, self.tables())
+        """Every analyst's synthetic tables (``dpsql.query.synthetic_tables``), kept beside the ledger: shared
+        by every view, each view reaching only its own analyst's."""
         rules = self.policy
         self._policy_text = policy_to_text(rules)
         self._has_local = any(rule.local is not None for table in rules.private_tables for rule in table.columns)

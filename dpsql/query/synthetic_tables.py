@@ -1,0 +1,211 @@
+"""Where synthetic tables are kept: with the ledger, for the analyst who paid for each.
+
+A ``SyntheticRelease`` (``dpsql.mechanisms.synthetic_release``) is a DP release: once made it is
+public to the analyst who paid for it, and to nobody else. The store keeps each one under its
+owner (an analyst's name, or ``None`` for the curator's local connection) and its name, in memory
+and, for a ledger file, on disk beside it in an owner-only directory (``<ledger>.synthetic``, one
+owner-only JSON file per table; ``dpsql.budget.private_files``). Disk is the truth: several
+server processes may share one ledger, so a name not found in memory is looked up on disk, and a
+listing reads the directory.
+
+Names are case-insensitive, as DuckDB's are. A synthetic table may not take the name of a
+declared table (private or public) nor of another of its owner's synthetic tables; the
+synthesizer calls ``check_name`` before its charge, so a clash is refused with nothing spent.
+
+>>> import pandas as pd
+>>> from dpsql.mechanisms.synthetic_release import SyntheticRelease
+>>> store = SyntheticTables(None, ["visits"])
+>>> release = SyntheticRelease(name="fake", source="visits", method="mst", table=pd.DataFrame({"a": [1]}),
+...                            rows=1, epsilon=1.0, delta=1e-6, rho=0.1, measured=(), analyst="alice")
+>>> store.keep(release)
+>>> store.names("alice"), store.names("bob"), store.find("bob", "FAKE")
+(['fake'], [], None)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from dpsql.budget.private_files import DIRECTORY_MODE, create_owner_only, refuse_exposed
+from dpsql.errors import InvalidParameter
+from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
+
+__all__ = ["SyntheticTables", "synthetic_directory"]
+
+FORMAT = 1
+"""The version of a stored synthetic table's JSON."""
+
+
+def synthetic_directory(ledger: str | os.PathLike) -> Path:
+    """Where the synthetic tables of the database whose ledger is ``ledger`` are kept.
+
+    >>> synthetic_directory("/data/shop.duckdb.ledger").as_posix()
+    '/data/shop.duckdb.ledger.synthetic'
+    """
+    return Path(f"{os.fspath(ledger)}.synthetic")
+
+
+def name_key(name: str) -> str:
+    """How a table name is compared: case-insensitively, as DuckDB does.
+
+    >>> name_key("Fake_Visits")
+    'fake_visits'
+    """
+    return name.lower()
+
+
+def _owner_part(analyst: str | None) -> str:
+    """The owner's part of a file name: the curator's, or the analyst's name in hex (any text is a
+    name, and hex keeps it a file name without clashes).
+
+    >>> _owner_part(None), _owner_part("al")
+    ('curator', 'a-616c')
+    """
+    return "curator" if analyst is None else "a-" + analyst.encode().hex()
+
+
+def _file_name(analyst: str | None, name: str) -> str:
+    """The file of ``analyst``'s synthetic table ``name``.
+
+    >>> _file_name("al", "T")
+    'a-616c.74.json'
+    """
+    return f"{_owner_part(analyst)}.{name_key(name).encode().hex()}.json"
+
+
+class SyntheticTables:
+    """Every owner's synthetic tables (module docstring): one store per connection, shared by
+    every ``acting_for`` view of it, as the ledger is."""
+
+    def __init__(self, ledger_path: str | os.PathLike | None, declared: Iterable[str]):
+        self.directory = None if ledger_path is None else synthetic_directory(ledger_path)
+        """The owner-only directory of the stored tables (``None``: kept in memory only)."""
+        self._declared = {name_key(name) for name in declared}
+        self._kept: dict[tuple[str | None, str], SyntheticRelease] = {}
+        self._lock = threading.Lock()
+
+    def check_name(self, analyst: str | None, name: str) -> None:
+        """Refuse (``InvalidParameter``) ``name`` for a new synthetic table of ``analyst``: not a
+        declared table's, not one of theirs already. Reads only the policy and the owner's own
+        tables, so it says nothing of anyone else's; call it before charging."""
+        if not isinstance(name, str) or not name.strip() or not name.isidentifier():
+            raise InvalidParameter(f"a synthetic table's name must be a plain SQL name, got {name!r}",
+                                   hint="name it with letters, digits and underscores, such as visits_synthetic")
+        if name_key(name) in self._declared:
+            raise InvalidParameter(f"{name} is the name of a table of the database: a synthetic table needs its own",
+                                   hint=f"name it otherwise, such as {name}_synthetic")
+        if self.find(analyst, name) is not None:
+            raise InvalidParameter(f"you already have a synthetic table named {name}",
+                                   hint=f"name the new one otherwise, such as {name}_2")
+
+    def keep(self, release: SyntheticRelease) -> None:
+        """Keep ``release`` for its analyst: on disk first (when there is a ledger file), then in
+        memory. A table of that name kept meanwhile by another process is not overwritten
+        (``InvalidParameter``)."""
+        key = (release.analyst, name_key(release.name))
+        with self._lock:
+            if self.directory is not None:
+                self._write(release)
+            elif key in self._kept:
+                raise InvalidParameter(f"you already have a synthetic table named {release.name}",
+                                       hint="name the new one otherwise")
+            self._kept[key] = release
+
+    def find(self, analyst: str | None, name: str) -> SyntheticRelease | None:
+        """``analyst``'s synthetic table ``name``, or ``None`` (another owner's is ``None`` too)."""
+        key = (analyst, name_key(name))
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None and self.directory is not None:
+                kept = self._read(self.directory / _file_name(analyst, name))
+                if kept is not None:
+                    self._kept[key] = kept
+            return kept
+
+    def names(self, analyst: str | None) -> list[str]:
+        """The names of ``analyst``'s synthetic tables, sorted."""
+        with self._lock:
+            found = {name for owner, name in self._kept if owner == analyst}
+            prefix = _owner_part(analyst) + "."
+            if self.directory is not None and self.directory.is_dir():
+                for path in self.directory.iterdir():
+                    if path.name.startswith(prefix) and path.name.endswith(".json"):
+                        found.add(bytes.fromhex(path.name[len(prefix):-len(".json")]).decode())
+        return sorted(found)
+
+    def of(self, analyst: str | None) -> dict[str, SyntheticRelease]:
+        """``analyst``'s synthetic tables by (lower-case) name."""
+        tables = {}
+        for name in self.names(analyst):
+            release = self.find(analyst, name)
+            if release is not None:
+                tables[name] = release
+        return tables
+
+    # -- on disk ------------------------------------------------------------------------------
+
+    def _prepared_directory(self) -> Path:
+        assert self.directory is not None
+        self.directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+        refuse_exposed(self.directory, "the synthetic tables directory", directory=True)
+        return self.directory
+
+    def _write(self, release: SyntheticRelease) -> None:
+        """Write ``release`` to a fresh owner-only file, then link it under its name: atomic, and
+        never over a table another process kept under that name meanwhile."""
+        directory = self._prepared_directory()
+        final = directory / _file_name(release.analyst, release.name)
+        temporary = directory / f".writing-{secrets.token_hex(8)}"
+        create_owner_only(temporary)
+        try:
+            with open(temporary, "w", encoding="utf-8") as file:
+                file.write(json.dumps(_to_json(release)))
+                file.flush()
+                os.fsync(file.fileno())
+            try:
+                os.link(temporary, final)
+            except FileExistsError:
+                raise InvalidParameter(f"you already have a synthetic table named {release.name}",
+                                       hint="name the new one otherwise") from None
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    @staticmethod
+    def _read(path: Path) -> SyntheticRelease | None:
+        if not refuse_exposed(path, "a synthetic table's file"):
+            return None
+        with open(path, encoding="utf-8") as file:
+            return _from_json(json.load(file))
+
+
+def _to_json(release: SyntheticRelease) -> dict:
+    """``release`` as JSON: its fields, and its rows in pandas' table form (which keeps dtypes)."""
+    return {
+        "format": FORMAT, "name": release.name, "source": release.source, "method": release.method,
+        "table": json.loads(release.table.to_json(orient="table", index=False, date_format="iso")),
+        "rows": release.rows, "epsilon": release.epsilon, "delta": release.delta, "rho": release.rho,
+        "measured": [{"columns": list(m.columns), "rho": m.rho, "sigma": m.sigma} for m in release.measured],
+        "bins": {column: list(labels) for column, labels in release.bins.items()},
+        "analyst": release.analyst, "created": release.created,
+        "error_estimates": [{"columns": list(columns), "error": error}
+                            for columns, error in release.error_estimates.items()],
+    }
+
+
+def _from_json(stored: dict) -> SyntheticRelease:
+    import pandas as pd
+
+    table = pd.read_json(io.StringIO(json.dumps(stored["table"])), orient="table")
+    return SyntheticRelease(
+        name=stored["name"], source=stored["source"], method=stored["method"], table=table.reset_index(drop=True),
+        rows=stored["rows"], epsilon=stored["epsilon"], delta=stored["delta"], rho=stored["rho"],
+        measured=tuple(Measured(tuple(m["columns"]), m["rho"], m["sigma"]) for m in stored["measured"]),
+        bins={column: tuple(labels) for column, labels in stored["bins"].items()},
+        analyst=stored["analyst"], created=stored["created"],
+        error_estimates={tuple(e["columns"]): e["error"] for e in stored["error_estimates"]})
