@@ -28,6 +28,7 @@ from dpsql.backends.duckdb.synthetic import SyntheticSandbox, synthetic_sql
 from dpsql.errors import DPError, UnsupportedQuery
 from dpsql.mechanisms.synthetic_release import SyntheticRelease
 from dpsql.query.synthetic_tables import SyntheticTables, name_key
+from dpsql.sql.names import table_key
 from dpsql.sql.parse import describe, parse_query
 
 __all__ = ["LISTING", "SyntheticQuery", "answer_synthetic", "explain_synthetic", "synthetic_query"]
@@ -64,7 +65,7 @@ def synthetic_query(sql: str, store: SyntheticTables, analyst: str | None,
         tree = parse_query(sql)
     except DPError:
         return None
-    declared_keys = {name_key(name) for name in declared}
+    declared_keys = {table_key(name) for name in declared}
     ctes = {name_key(cte.alias_or_name) for cte in tree.find_all(exp.CTE)}
     named: list[str] = []
     others: list[exp.Table] = []

@@ -35,9 +35,13 @@ from pathlib import Path
 from dpsql.budget.private_files import DIRECTORY_MODE, create_owner_only, refuse_exposed
 from dpsql.errors import InvalidParameter
 from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
+from dpsql.sql.names import table_key
 
 __all__ = ["SyntheticTables", "synthetic_directory"]
 
+RESERVED_PREFIXES = ("dp_", "pg_")
+"""Names a synthetic table may not start with: dpsql's own tables (the listing's sandbox table) and
+PostgreSQL's catalog (a server answers ``pg_...`` names from its schema-only catalog)."""
 FORMAT = 1
 """The version of a stored synthetic table's JSON."""
 
@@ -86,7 +90,7 @@ class SyntheticTables:
     def __init__(self, ledger_path: str | os.PathLike | None, declared: Iterable[str]):
         self.directory = None if ledger_path is None else synthetic_directory(ledger_path)
         """The owner-only directory of the stored tables (``None``: kept in memory only)."""
-        self._declared = {name_key(name) for name in declared}
+        self._declared = {table_key(name) for name in declared}  # `main.visits` is visits
         self._kept: dict[tuple[str | None, str], SyntheticRelease] = {}
         self._lock = threading.Lock()
 
@@ -97,6 +101,10 @@ class SyntheticTables:
         if not isinstance(name, str) or not name.strip() or not name.isidentifier():
             raise InvalidParameter(f"a synthetic table's name must be a plain SQL name, got {name!r}",
                                    hint="name it with letters, digits and underscores, such as visits_synthetic")
+        if name_key(name).startswith(RESERVED_PREFIXES):
+            raise InvalidParameter(f"{name} starts with {name[:3]}, which dpsql and PostgreSQL's "
+                                   "catalog keep for their own tables",
+                                   hint=f"name it otherwise, such as my_{name}")
         if name_key(name) in self._declared:
             raise InvalidParameter(f"{name} is the name of a table of the database: a synthetic table needs its own",
                                    hint=f"name it otherwise, such as {name}_synthetic")
@@ -108,6 +116,7 @@ class SyntheticTables:
         """Keep ``release`` for its analyst: on disk first (when there is a ledger file), then in
         memory. A table of that name kept meanwhile by another process is not overwritten
         (``InvalidParameter``)."""
+        self.check_name(release.analyst, release.name)  # the synthesizer checked it before its charge: a bug if not
         key = (release.analyst, name_key(release.name))
         with self._lock:
             if self.directory is not None:
