@@ -31,7 +31,8 @@ COUNTED = "SELECT store, COUNT(*) AS n FROM fake GROUP BY store ORDER BY store"
 def release(analyst: str | None) -> SyntheticRelease:
     return SyntheticRelease(name="fake", source="visits", method="mst", table=FAKE, rows=4, epsilon=1.0, delta=1e-6,
                             rho=0.03, measured=(Measured(("store",), 0.01, 7.1), Measured(("store", "age"), 0.02, 5.0)),
-                            bins={"age": ("[18, 40)", "[40, 90]")}, analyst=analyst, created="2026-12-08T01:00:00+00:00")
+                            bins={"age": ("[18, 40)", "[40, 90]")}, analyst=analyst,
+                            created="2026-12-08T01:00:00+00:00")
 
 
 @pytest.fixture

@@ -394,7 +394,8 @@ class DPResult:
 
     def _kind(self) -> str:
         if self.exact:
-            return f"exact, {self.cost}" if getattr(self.cost, "synthetic", False) else "exact, free: public tables only"
+            synthetic = getattr(self.cost, "synthetic", False)
+            return f"exact, {self.cost}" if synthetic else "exact, free: public tables only"
         if self.repeat:
             return "repeat, free"
         return f"cost: epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"

@@ -51,6 +51,8 @@ class SyntheticQuery:
     """The synthetic tables it reads, in the order first named."""
     listing: tuple[SyntheticRelease, ...] | None
     """Every one of the analyst's synthetic tables when it reads ``synthetic_tables()``, else None."""
+    sources: dict
+    """Name -> where its rows are (``SyntheticTables.source``: a DataFrame, or its file)."""
 
 
 def synthetic_query(sql: str, store: SyntheticTables, analyst: str | None,
@@ -89,11 +91,12 @@ def synthetic_query(sql: str, store: SyntheticTables, analyst: str | None,
         return None
     if others:
         raise _mixed(named, others[0], declared_keys)
-    releases = tuple(release for release in (store.find(analyst, name) for name in named) if release is not None)
+    releases = tuple(release for release in (store.made(analyst, name) for name in named) if release is not None)
     if len(releases) != len(named):  # removed between the listing and the read: not theirs any more
         return None
     every = tuple(store.of(analyst).values()) if listing else None
-    return SyntheticQuery(tree, releases, every)
+    return SyntheticQuery(tree, releases, every, {release.name: store.source(analyst, release.name)
+                                                  for release in releases})
 
 
 def _mixed(named: list[str], other: exp.Table, declared: set[str]) -> UnsupportedQuery:
@@ -114,7 +117,7 @@ def _mixed(named: list[str], other: exp.Table, declared: set[str]) -> Unsupporte
 
 def answer_synthetic(query: SyntheticQuery) -> DPResult:
     """``query``'s exact answer from the sandbox: free, not recorded, with a note per table."""
-    tables = {release.name: release.table for release in query.releases}
+    tables = dict(query.sources)
     if query.listing is not None:
         tables[LISTED_AS] = listing_frame(query.listing)
     with SyntheticSandbox(tables) as sandbox:

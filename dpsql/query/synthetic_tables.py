@@ -4,7 +4,8 @@ A ``SyntheticRelease`` (``dpsql.mechanisms.synthetic_release``) is a DP release:
 public to the analyst who paid for it, and to nobody else. The store keeps each one under its
 owner (an analyst's name, or ``None`` for the curator's local connection) and its name, in memory
 and, for a ledger file, on disk beside it in an owner-only directory (``<ledger>.synthetic``, one
-owner-only JSON file per table; ``dpsql.budget.private_files``). Disk is the truth: several
+owner-only DuckDB file per table, ``dpsql.backends.duckdb.synthetic``;
+``dpsql.budget.private_files``). Disk is the truth: several
 server processes may share one ledger, so a name not found in memory is looked up on disk, and a
 listing reads the directory.
 
@@ -18,22 +19,24 @@ synthesizer calls ``check_name`` before its charge, so a clash is refused with n
 >>> release = SyntheticRelease(name="fake", source="visits", method="mst", table=pd.DataFrame({"a": [1]}),
 ...                            rows=1, epsilon=1.0, delta=1e-6, rho=0.1, measured=(), analyst="alice")
 >>> store.keep(release)
->>> store.names("alice"), store.names("bob"), store.find("bob", "FAKE")
+>>> store.names("alice"), store.names("bob"), store.made("bob", "FAKE")
 (['fake'], [], None)
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import secrets
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from dpsql.budget.private_files import DIRECTORY_MODE, create_owner_only, refuse_exposed
-from dpsql.errors import InvalidParameter
+from dpsql.backends.duckdb.synthetic import read_synthetic_meta, read_synthetic_rows, write_synthetic_file
+from dpsql.budget.private_files import DIRECTORY_MODE, FILE_MODE, refuse_exposed
+from dpsql.errors import InternalError, InvalidParameter
 from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
 from dpsql.sql.names import table_key
 
@@ -43,7 +46,9 @@ RESERVED_PREFIXES = ("dp_", "pg_")
 """Names a synthetic table may not start with: dpsql's own tables (the listing's sandbox table) and
 PostgreSQL's catalog (a server answers ``pg_...`` names from its schema-only catalog)."""
 FORMAT = 1
-"""The version of a stored synthetic table's JSON."""
+"""The version of a stored synthetic table's ``meta`` JSON."""
+SUFFIX = ".duckdb"
+"""A stored synthetic table's file: one DuckDB file (``dpsql.backends.duckdb.synthetic``)."""
 
 
 def synthetic_directory(ledger: str | os.PathLike) -> Path:
@@ -78,9 +83,9 @@ def _file_name(analyst: str | None, name: str) -> str:
     """The file of ``analyst``'s synthetic table ``name``.
 
     >>> _file_name("al", "T")
-    'a-616c.74.json'
+    'a-616c.74.duckdb'
     """
-    return f"{_owner_part(analyst)}.{name_key(name).encode().hex()}.json"
+    return f"{_owner_part(analyst)}.{name_key(name).encode().hex()}{SUFFIX}"
 
 
 class SyntheticTables:
@@ -91,7 +96,9 @@ class SyntheticTables:
         self.directory = None if ledger_path is None else synthetic_directory(ledger_path)
         """The owner-only directory of the stored tables (``None``: kept in memory only)."""
         self._declared = {table_key(name) for name in declared}  # `main.visits` is visits
-        self._kept: dict[tuple[str | None, str], SyntheticRelease] = {}
+        self._made: dict[tuple[str | None, str], SyntheticRelease] = {}
+        """What was made, by (owner, name): kept whole in memory, or without its rows (``table``
+        None) when they are on disk. Releases never change, so this cache never goes stale."""
         self._lock = threading.Lock()
 
     def check_name(self, analyst: str | None, name: str) -> None:
@@ -108,51 +115,72 @@ class SyntheticTables:
         if name_key(name) in self._declared:
             raise InvalidParameter(f"{name} is the name of a table of the database: a synthetic table needs its own",
                                    hint=f"name it otherwise, such as {name}_synthetic")
-        if self.find(analyst, name) is not None:
+        if self.made(analyst, name) is not None:
             raise InvalidParameter(f"you already have a synthetic table named {name}",
                                    hint=f"name the new one otherwise, such as {name}_2")
 
     def keep(self, release: SyntheticRelease) -> None:
-        """Keep ``release`` for its analyst: on disk first (when there is a ledger file), then in
-        memory. A table of that name kept meanwhile by another process is not overwritten
-        (``InvalidParameter``)."""
+        """Keep ``release`` for its analyst: on disk (when there is a ledger file), else in memory.
+        A table of that name kept meanwhile by another process is not overwritten (``InvalidParameter``)."""
         self.check_name(release.analyst, release.name)  # the synthesizer checked it before its charge: a bug if not
         key = (release.analyst, name_key(release.name))
         with self._lock:
             if self.directory is not None:
                 self._write(release)
-            elif key in self._kept:
+                self._made[key] = replace(release, table=None)
+            elif key in self._made:
                 raise InvalidParameter(f"you already have a synthetic table named {release.name}",
                                        hint="name the new one otherwise")
-            self._kept[key] = release
+            else:
+                self._made[key] = release
 
-    def find(self, analyst: str | None, name: str) -> SyntheticRelease | None:
-        """``analyst``'s synthetic table ``name``, or ``None`` (another owner's is ``None`` too)."""
+    def made(self, analyst: str | None, name: str) -> SyntheticRelease | None:
+        """How ``analyst``'s synthetic table ``name`` was made, its rows left out (``table`` None)
+        when they are on disk; ``None`` when they have none of that name (another owner's too)."""
         key = (analyst, name_key(name))
         with self._lock:
-            kept = self._kept.get(key)
-            if kept is None and self.directory is not None:
-                kept = self._read(self.directory / _file_name(analyst, name))
-                if kept is not None:
-                    self._kept[key] = kept
-            return kept
+            found = self._made.get(key)
+            if found is None and self.directory is not None:
+                path = self.directory / _file_name(analyst, name)
+                if refuse_exposed(path, "a synthetic table's file"):
+                    found = self._made[key] = _from_json(json.loads(read_synthetic_meta(path)))
+            return found
+
+    def find(self, analyst: str | None, name: str) -> SyntheticRelease | None:
+        """``analyst``'s synthetic table ``name`` with its rows, or ``None`` (another owner's is ``None`` too)."""
+        found = self.made(analyst, name)
+        if found is None or found.table is not None:
+            return found
+        source = self.source(analyst, name)
+        return replace(found, table=read_synthetic_rows(source) if isinstance(source, Path) else source)
+
+    def source(self, analyst: str | None, name: str) -> Any:
+        """Where the rows of ``analyst``'s synthetic table ``name`` are, for the sandbox: a DataFrame
+        held in memory, or its file."""
+        found = self.made(analyst, name)
+        if found is None:
+            raise InternalError(f"no synthetic table {name} of this analyst to read")
+        if found.table is not None:
+            return found.table
+        assert self.directory is not None
+        return self.directory / _file_name(analyst, name)
 
     def names(self, analyst: str | None) -> list[str]:
-        """The names of ``analyst``'s synthetic tables, sorted."""
+        """The (lower-case) names of ``analyst``'s synthetic tables, sorted."""
         with self._lock:
-            found = {name for owner, name in self._kept if owner == analyst}
+            found = {name for owner, name in self._made if owner == analyst}
             prefix = _owner_part(analyst) + "."
             if self.directory is not None and self.directory.is_dir():
                 for path in self.directory.iterdir():
-                    if path.name.startswith(prefix) and path.name.endswith(".json"):
-                        found.add(bytes.fromhex(path.name[len(prefix):-len(".json")]).decode())
+                    if path.name.startswith(prefix) and path.name.endswith(SUFFIX):
+                        found.add(bytes.fromhex(path.name[len(prefix):-len(SUFFIX)]).decode())
         return sorted(found)
 
     def of(self, analyst: str | None) -> dict[str, SyntheticRelease]:
-        """``analyst``'s synthetic tables by (lower-case) name."""
+        """How each of ``analyst``'s synthetic tables was made (``made``), by name."""
         tables = {}
         for name in self.names(analyst):
-            release = self.find(analyst, name)
+            release = self.made(analyst, name)
             if release is not None:
                 tables[name] = release
         return tables
@@ -166,38 +194,28 @@ class SyntheticTables:
         return self.directory
 
     def _write(self, release: SyntheticRelease) -> None:
-        """Write ``release`` to a fresh owner-only file, then link it under its name: atomic, and
-        never over a table another process kept under that name meanwhile."""
+        """Write ``release`` to a fresh file, then link it under its name: atomic, and never over a
+        table another process kept under that name meanwhile."""
         directory = self._prepared_directory()
         final = directory / _file_name(release.analyst, release.name)
-        temporary = directory / f".writing-{secrets.token_hex(8)}"
-        create_owner_only(temporary)
+        temporary = directory / f".writing-{secrets.token_hex(8)}{SUFFIX}"
         try:
-            with open(temporary, "w", encoding="utf-8") as file:
-                file.write(json.dumps(_to_json(release)))
-                file.flush()
-                os.fsync(file.fileno())
+            write_synthetic_file(temporary, release.table, json.dumps(_to_json(release)))
+            os.chmod(temporary, FILE_MODE)  # the directory kept others out meanwhile
             try:
                 os.link(temporary, final)
             except FileExistsError:
                 raise InvalidParameter(f"you already have a synthetic table named {release.name}",
                                        hint="name the new one otherwise") from None
         finally:
-            temporary.unlink(missing_ok=True)
-
-    @staticmethod
-    def _read(path: Path) -> SyntheticRelease | None:
-        if not refuse_exposed(path, "a synthetic table's file"):
-            return None
-        with open(path, encoding="utf-8") as file:
-            return _from_json(json.load(file))
+            for leftover in (temporary, Path(f"{temporary}.wal")):
+                leftover.unlink(missing_ok=True)
 
 
 def _to_json(release: SyntheticRelease) -> dict:
-    """``release`` as JSON: its fields, and its rows in pandas' table form (which keeps dtypes)."""
+    """What ``release`` says besides its rows, as JSON."""
     return {
         "format": FORMAT, "name": release.name, "source": release.source, "method": release.method,
-        "table": json.loads(release.table.to_json(orient="table", index=False, date_format="iso")),
         "rows": release.rows, "epsilon": release.epsilon, "delta": release.delta, "rho": release.rho,
         "measured": [{"columns": list(m.columns), "rho": m.rho, "sigma": m.sigma} for m in release.measured],
         "bins": {column: list(labels) for column, labels in release.bins.items()},
@@ -208,11 +226,9 @@ def _to_json(release: SyntheticRelease) -> dict:
 
 
 def _from_json(stored: dict) -> SyntheticRelease:
-    import pandas as pd
-
-    table = pd.read_json(io.StringIO(json.dumps(stored["table"])), orient="table")
+    """The release ``_to_json`` wrote, without its rows."""
     return SyntheticRelease(
-        name=stored["name"], source=stored["source"], method=stored["method"], table=table.reset_index(drop=True),
+        name=stored["name"], source=stored["source"], method=stored["method"], table=None,
         rows=stored["rows"], epsilon=stored["epsilon"], delta=stored["delta"], rho=stored["rho"],
         measured=tuple(Measured(tuple(m["columns"]), m["rho"], m["sigma"]) for m in stored["measured"]),
         bins={column: tuple(labels) for column, labels in stored["bins"].items()},
