@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import dpsql
-from dpsql.backends.duckdb.synthetic import SyntheticSandbox
+from dpsql.backends.duckdb.synthetic import SyntheticSandbox, write_synthetic_file
 from dpsql.errors import InsecureFile, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
 from dpsql.query.synthetic_tables import SyntheticTables, synthetic_directory
@@ -201,11 +201,20 @@ def test_files_and_other_databases_are_out_of_reach(db, ledger, tmp_path):
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "x.duckdb").exists()
 
 
-def test_the_sandbox_itself_refuses_files_settings_and_holds_nothing_else(tmp_path):
-    """The second wall, met with raw text as if the first had let it through."""
+@pytest.mark.parametrize("kept", ["in memory", "in a file"])
+def test_the_sandbox_itself_refuses_files_settings_and_holds_nothing_else(tmp_path, kept):
+    """The second wall, met with raw text as if the first had let it through; a table kept in a
+    file is copied in before external access is turned off, and its file is not reachable after."""
     secret = tmp_path / "secret.csv"
     secret.write_text("x\n42\n")
-    with SyntheticSandbox({"fake": SYNTHETIC}) as sandbox:
+    source = SYNTHETIC
+    if kept == "in a file":
+        source = tmp_path / "fake.duckdb"
+        write_synthetic_file(source, SYNTHETIC, "{}")
+    with SyntheticSandbox({"fake": source}) as sandbox:
+        assert sandbox.run("SELECT COUNT(*) FROM fake")[1] == [(6,)]
+        with pytest.raises(UnsupportedQuery, match="disabled"):
+            sandbox.run(f"ATTACH '{tmp_path / 'fake.duckdb'}' AS again (READ_ONLY)")
         for sql in (f"SELECT * FROM read_csv('{secret}')", f"SELECT * FROM read_parquet('{secret}')",
                     f"SELECT * FROM read_text('{secret}')", f"SELECT * FROM glob('{tmp_path}/*')",
                     f"ATTACH '{tmp_path}/x.duckdb'", f"COPY fake TO '{tmp_path}/out.csv'",
@@ -214,7 +223,8 @@ def test_the_sandbox_itself_refuses_files_settings_and_holds_nothing_else(tmp_pa
             with pytest.raises(UnsupportedQuery):
                 sandbox.run(sql)
         assert sandbox.run("SELECT table_name FROM duckdb_tables()")[1] == [("fake",)]
-        assert sandbox.run("SELECT database_name FROM duckdb_databases() WHERE NOT internal")[1] == [("memory",)]
+        assert sandbox.run("SELECT database_name, path FROM duckdb_databases() WHERE NOT internal")[1] == \
+            [("memory", None)]
         assert sandbox.run("SELECT current_setting('enable_external_access')")[1] == [(False,)]
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "x.duckdb").exists()
 
