@@ -69,8 +69,9 @@ def refusal(connection, sql: str) -> str:
 def test_a_kept_table_is_owner_only_on_disk_and_survives_a_restart(ledger):
     keep(ledger, release())
     directory = synthetic_directory(ledger)
-    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    files = list(directory.iterdir())
+    (folder,) = directory.iterdir()  # the owner's
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700 and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = list(folder.iterdir())
     assert len(files) == 1 and stat.S_IMODE(files[0].stat().st_mode) == 0o600
     with dpsql.connect({"t": PRIVATE, "p": PUBLIC}, policy=POLICY, ledger=ledger, analyst="alice") as later:
         back = later.sql("SELECT * FROM fake ORDER BY a, b, v").df()
@@ -98,7 +99,7 @@ def test_a_table_kept_by_another_process_is_found_on_a_miss(db, ledger):
 
 def test_a_file_others_could_read_is_refused(ledger):
     keep(ledger, release())
-    (path,) = synthetic_directory(ledger).iterdir()
+    (path,) = synthetic_directory(ledger).rglob("*.duckdb")
     os.chmod(path, 0o644)
     with pytest.raises(InsecureFile, match="chmod 600"):
         SyntheticTables(ledger, []).find("alice", "fake")
@@ -109,7 +110,7 @@ def test_names_are_checked_before_the_charge(ledger):
     store.keep(release())
     for name, said in (("T", "a table of the database"), ("p", "a table of the database"),
                        ("FAKE", "already have"), ("dp_x", "starts with dp_"), ("pg_class", "starts with pg_"),
-                       ("two words", "plain SQL name"), ("", "plain SQL name")):
+                       ("two words", "plain SQL name"), ("", "plain SQL name"), ("x" * 64, "at most 63")):
         with pytest.raises(InvalidParameter, match=said):
             store.check_name("alice", name)
     store.check_name("bob", "fake")  # another analyst's name is free for bob, and says nothing of alice's
@@ -292,3 +293,12 @@ def test_the_listing_is_every_table_of_ones_own_and_queryable(db, ledger):
     assert alice.sql("SELECT name, method, rows FROM synthetic_tables() WHERE method = 'mst'").fetchall() == \
         [("second", "mst", 99)]
     assert "your synthetic tables (2)" in alice.explain("SELECT * FROM synthetic_tables()")
+
+
+def test_each_owner_has_a_folder_of_their_own_whatever_their_name(ledger):
+    long_name, odd_name = "x" * 200, "ana/../lyst"
+    keep(ledger, release(analyst=long_name), release(analyst=odd_name), release(analyst=None))
+    store = SyntheticTables(ledger, [])
+    for owner in (long_name, odd_name, None):
+        assert store.names(owner) == ["fake"] and store.find(owner, "fake").table.equals(SYNTHETIC)
+    assert store.names("x") == [] and len(list(synthetic_directory(ledger).iterdir())) == 3

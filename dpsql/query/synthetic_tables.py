@@ -3,11 +3,11 @@
 A ``SyntheticRelease`` (``dpsql.mechanisms.synthetic_release``) is a DP release: once made it is
 public to the analyst who paid for it, and to nobody else. The store keeps each one under its
 owner (an analyst's name, or ``None`` for the curator's local connection) and its name, in memory
-and, for a ledger file, on disk beside it in an owner-only directory (``<ledger>.synthetic``, one
-owner-only DuckDB file per table, ``dpsql.backends.duckdb.synthetic``;
-``dpsql.budget.private_files``). Disk is the truth: several
-server processes may share one ledger, so a name not found in memory is looked up on disk, and a
-listing reads the directory.
+or, for a ledger file, on disk beside it in an owner-only directory (``<ledger>.synthetic``: a
+folder per owner, one owner-only DuckDB file per table, ``dpsql.backends.duckdb.synthetic``;
+``dpsql.budget.private_files``). Disk is the truth: several server processes may share one
+ledger, so a name not found in memory is looked up on disk, and a listing reads the owner's
+folder (only theirs: how long it takes says nothing of anyone else's tables).
 
 Names are case-insensitive, as DuckDB's are. A synthetic table may not take the name of a
 declared table (private or public) nor of another of its owner's synthetic tables; the
@@ -25,6 +25,7 @@ synthesizer calls ``check_name`` before its charge, so a clash is refused with n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -42,6 +43,8 @@ from dpsql.sql.names import table_key
 
 __all__ = ["SyntheticTables", "synthetic_directory"]
 
+MAX_NAME = 63
+"""The longest name a synthetic table may have (PostgreSQL's identifiers are at most 63 bytes)."""
 RESERVED_PREFIXES = ("dp_", "pg_")
 """Names a synthetic table may not start with: dpsql's own tables (the listing's sandbox table) and
 PostgreSQL's catalog (a server answers ``pg_...`` names from its schema-only catalog)."""
@@ -70,22 +73,25 @@ def name_key(name: str) -> str:
 
 
 def _owner_part(analyst: str | None) -> str:
-    """The owner's part of a file name: the curator's, or the analyst's name in hex (any text is a
-    name, and hex keeps it a file name without clashes).
+    """The owner's folder: the curator's, or the analyst's name in hex (any text is a name, and hex
+    keeps it a file name without clashes; a name too long for that, its SHA-256).
 
-    >>> _owner_part(None), _owner_part("al")
-    ('curator', 'a-616c')
+    >>> _owner_part(None), _owner_part("al"), len(_owner_part("x" * 200))
+    ('curator', 'a-616c', 66)
     """
-    return "curator" if analyst is None else "a-" + analyst.encode().hex()
+    if analyst is None:
+        return "curator"
+    encoded = analyst.encode()
+    return "a-" + encoded.hex() if len(encoded) <= 100 else "h-" + hashlib.sha256(encoded).hexdigest()
 
 
-def _file_name(analyst: str | None, name: str) -> str:
-    """The file of ``analyst``'s synthetic table ``name``.
+def _file_name(name: str) -> str:
+    """The file of the synthetic table ``name``, in its owner's folder.
 
-    >>> _file_name("al", "T")
-    'a-616c.74.duckdb'
+    >>> _file_name("T")
+    '74.duckdb'
     """
-    return f"{_owner_part(analyst)}.{name_key(name).encode().hex()}{SUFFIX}"
+    return f"{name_key(name).encode().hex()}{SUFFIX}"
 
 
 class SyntheticTables:
@@ -105,8 +111,9 @@ class SyntheticTables:
         """Refuse (``InvalidParameter``) ``name`` for a new synthetic table of ``analyst``: not a
         declared table's, not one of theirs already. Reads only the policy and the owner's own
         tables, so it says nothing of anyone else's; call it before charging."""
-        if not isinstance(name, str) or not name.strip() or not name.isidentifier():
-            raise InvalidParameter(f"a synthetic table's name must be a plain SQL name, got {name!r}",
+        if not isinstance(name, str) or not name.strip() or not name.isidentifier() or len(name) > MAX_NAME:
+            raise InvalidParameter(f"a synthetic table's name must be a plain SQL name of at most {MAX_NAME} "
+                                   f"characters, got {name!r}",
                                    hint="name it with letters, digits and underscores, such as visits_synthetic")
         if name_key(name).startswith(RESERVED_PREFIXES):
             raise InvalidParameter(f"{name} starts with {name[:3]}, which dpsql and PostgreSQL's "
@@ -141,7 +148,7 @@ class SyntheticTables:
         with self._lock:
             found = self._made.get(key)
             if found is None and self.directory is not None:
-                path = self.directory / _file_name(analyst, name)
+                path = self.directory / _owner_part(analyst) / _file_name(name)
                 if refuse_exposed(path, "a synthetic table's file"):
                     found = self._made[key] = _from_json(json.loads(read_synthetic_meta(path)))
             return found
@@ -163,17 +170,16 @@ class SyntheticTables:
         if found.table is not None:
             return found.table
         assert self.directory is not None
-        return self.directory / _file_name(analyst, name)
+        return self.directory / _owner_part(analyst) / _file_name(name)
 
     def names(self, analyst: str | None) -> list[str]:
         """The (lower-case) names of ``analyst``'s synthetic tables, sorted."""
         with self._lock:
             found = {name for owner, name in self._made if owner == analyst}
-            prefix = _owner_part(analyst) + "."
-            if self.directory is not None and self.directory.is_dir():
-                for path in self.directory.iterdir():
-                    if path.name.startswith(prefix) and path.name.endswith(SUFFIX):
-                        found.add(bytes.fromhex(path.name[len(prefix):-len(SUFFIX)]).decode())
+            folder = None if self.directory is None else self.directory / _owner_part(analyst)
+            if folder is not None and folder.is_dir():  # their own folder only: nothing of anyone else's
+                found.update(bytes.fromhex(path.name[:-len(SUFFIX)]).decode() for path in folder.iterdir()
+                             if path.name.endswith(SUFFIX) and not path.name.startswith("."))
         return sorted(found)
 
     def of(self, analyst: str | None) -> dict[str, SyntheticRelease]:
@@ -187,17 +193,20 @@ class SyntheticTables:
 
     # -- on disk ------------------------------------------------------------------------------
 
-    def _prepared_directory(self) -> Path:
+    def _prepared_directory(self, analyst: str | None) -> Path:
+        """The owner's folder, made owner-only (0700) as the directory holding it."""
         assert self.directory is not None
-        self.directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
-        refuse_exposed(self.directory, "the synthetic tables directory", directory=True)
-        return self.directory
+        folder = self.directory / _owner_part(analyst)
+        for directory in (self.directory, folder):
+            directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+            refuse_exposed(directory, "the synthetic tables directory", directory=True)
+        return folder
 
     def _write(self, release: SyntheticRelease) -> None:
         """Write ``release`` to a fresh file, then link it under its name: atomic, and never over a
         table another process kept under that name meanwhile."""
-        directory = self._prepared_directory()
-        final = directory / _file_name(release.analyst, release.name)
+        directory = self._prepared_directory(release.analyst)
+        final = directory / _file_name(release.name)
         temporary = directory / f".writing-{secrets.token_hex(8)}{SUFFIX}"
         try:
             write_synthetic_file(temporary, release.table, json.dumps(_to_json(release)))
