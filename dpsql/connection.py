@@ -373,11 +373,15 @@ class Connection:
         policy alone). Returns a ``SyntheticRelease``: ``.table`` the rows (a DataFrame), ``.measured``
         what was measured at which rho, ``.bins`` each column's cells. ``rows``: how many rows to draw
         (default: a noisy count of the table's); ``name``: what the table is called (default
-        ``<table>_synthetic``). Needs ``pip install 'dpsql[synth]'``.
+        ``<table>_synthetic``), kept for this analyst, who queries it free (``FROM name``). Needs
+        ``pip install 'dpsql[synth]'``.
         """
         from dpsql.calls.synthesize import answer_synthesis
 
-        return answer_synthesis(self.mechanism_context(), table, columns, epsilon, delta, method, rows, name)
+        release = answer_synthesis(self.mechanism_context(), table, columns, epsilon, delta, method, rows, name,
+                                   lambda chosen: self._synthetic.check_name(self.analyst, chosen))
+        self._synthetic.keep(release)  # its owner's from now on, queried free (dpsql.query.synthetic_tables)
+        return release
 
     def fit(self, sql: str, target: str, model: str = "linear", epsilon: Any = None, delta: Any = None, *,
             steps: Any = None, clip: Any = None, learning_rate: Any = None, method: str = "auto"):

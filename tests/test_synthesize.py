@@ -225,6 +225,12 @@ def test_sql_form(monkeypatch):
         assert (row["name"], row["source"], row["method"], row["columns"]) == ("t_synth", "t", "mst", "a, b")
         assert row["marginals"] == 3 and float(result.cost.epsilon) == 1
         assert float(db.budget.spent.epsilon) == 1 and len(db.ledger()) == 1
+        # kept for its owner (dpsql.query.synthetic_tables): queried exactly, free
+        assert db.sql("SELECT COUNT(*) FROM t_synth").fetchall()[0][0] == row["rows"]
+        assert float(db.budget.spent.epsilon) == 1 and len(db.ledger()) == 1
+        with pytest.raises(dpsql.DPError, match="already have a synthetic table"):
+            db.sql(call)
+        assert float(db.budget.spent.epsilon) == 1
         with pytest.raises(dpsql.DPError, match="no option"):
             db.sql("SELECT * FROM synthesize(table = 't', columns = 'a', epsilon = 1, bins = 3)")
 

@@ -28,7 +28,7 @@ which ρ, the bins. It is not kept for a free repeat (the same call is charged a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
@@ -147,8 +147,9 @@ class SynthesisPlan:
 
 
 def plan_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon: Any, delta: Any, method: Any,
-                   rows: Any, name: Any) -> SynthesisPlan:
-    """The static half of ``Connection.synthesize`` (module docstring): refuses before the charge."""
+                   rows: Any, name: Any, check_name: Callable[[str], None] | None = None) -> SynthesisPlan:
+    """The static half of ``Connection.synthesize`` (module docstring): refuses before the charge.
+    ``check_name``: the store's refusal of a name its owner cannot use (``SyntheticTables.check_name``)."""
     method = _method(method)
     rows = _rows(rows)
     graphical.require_mbi()
@@ -158,6 +159,8 @@ def plan_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon:
                                hint=f"pass delta, e.g. {_SHAPE}")
     rule, names = _table_columns(context, table, columns)
     label = _name(name, rule.name)
+    if check_name is not None:
+        check_name(label)
     keyed = [n for n in names if rule.column(n) is not None and rule.column(n).keys is not None]  # type: ignore
     numeric = [n for n in names if n not in keyed]
     sums = [f'SUM("{n}")' for n in numeric]
@@ -187,9 +190,9 @@ def plan_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon:
 
 
 def answer_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon: Any, delta: Any, method: Any,
-                     rows: Any, name: Any) -> SyntheticRelease:
+                     rows: Any, name: Any, check_name: Callable[[str], None] | None = None) -> SyntheticRelease:
     """``Connection.synthesize``: plan, charge once, fetch, synthesize, release."""
-    planned = plan_synthesis(context, table, columns, epsilon, delta, method, rows, name)
+    planned = plan_synthesis(context, table, columns, epsilon, delta, method, rows, name, check_name)
 
     def release(fetched: list[list[tuple]]) -> SyntheticRelease:
         counts = exact_marginals(planned, context.read_keys(fetched[0], list(planned.keys)))
