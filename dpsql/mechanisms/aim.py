@@ -105,7 +105,8 @@ def run_aim(columns: Sequence[str], sizes: dict[str, int], weights: dict[tuple[s
         allowed = [r for r in weights if _fits(space, cliques, r, limit)]
         if not allowed:  # nothing fits (cannot happen: one-way marginals are in the model): stop cleanly
             allowed = [(columns[0],)]
-        estimates = {r: graphical.project(model, r) for r in allowed}
+        projected = graphical.Projector(model)
+        estimates = {r: projected(r) for r in allowed}
         scores = [weights.get(r, 1) * (l1_distance(exact(r), on_score_grid(estimates[r]))
                                        - Fraction(EXPECTED_ABS * sigma * _cells(sizes, r)))
                   for r in allowed]
@@ -133,5 +134,6 @@ def _error_estimates(model: Any, measured: list[Measurement], sizes: dict[str, i
     last: dict[tuple[str, ...], Measurement] = {}
     for m in measured:
         last[m.clique] = m
-    return {clique: float(np.abs(graphical.project(model, clique) - m.values).sum())
+    projected = graphical.Projector(model)
+    return {clique: float(np.abs(projected(clique) - m.values).sum())
             + EXPECTED_ABS * m.sigma * _cells(sizes, clique) for clique, m in last.items()}
