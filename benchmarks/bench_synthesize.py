@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -44,13 +45,13 @@ def cells(frame, release) -> dict[str, np.ndarray]:
             lower, upper = (0, 100) if column == "age" else (0, 500000)
             from dpsql.calls.synthesize import numeric_bins
             width, bins = numeric_bins(lower, upper)
-            code = ((values.clip(lower, upper) - lower) // width).astype("float")
-            out[column] = np.where(values.isna(), bins, code).astype(int)
+            code = ((values.astype("float").clip(lower, upper) - lower) // width).fillna(bins)
+            out[column] = code.to_numpy().astype(int)
         else:
             keys = [int(v) for v in labels if v != "NULL"]
             lookup = {k: i for i, k in enumerate(keys)}
-            out[column] = np.array([lookup.get(v, len(keys)) if v == v and v is not None else len(keys)
-                                    for v in values], dtype=int)
+            out[column] = np.array([len(keys) if pd.isna(v) else lookup.get(int(v), len(keys)) for v in values],
+                                   dtype=int)
     return out
 
 

@@ -47,6 +47,7 @@ from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms import graphical, noise
 from dpsql.mechanisms.aim import candidates
 from dpsql.mechanisms.mst import allowed_pairs
+from dpsql.mechanisms.synthesis import MAX_ROWS as SYNTHETIC_ROWS
 from dpsql.mechanisms.synthesis import synthesize
 from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
 from dpsql.policy.model import PrivateTable
@@ -66,8 +67,8 @@ MAX_FETCHED_CELLS = 2 ** 22
 """The most exact counts the statement may return (the candidates' cells added up)."""
 MAX_MODEL_CELLS = 2 ** 23
 """The largest graphical model (junction-tree cells, 8 bytes each: 64 MB)."""
-MAX_ROWS = 10 ** 7
-"""The most synthetic rows (the noisy count is cut to it)."""
+MAX_ROWS = SYNTHETIC_ROWS
+"""The most synthetic rows one may ask for (a noisy count is cut to it too)."""
 FAILED = "synthesize failed while running; its cost was charged and nothing was released"
 NULL_LABEL = "NULL"
 _SHAPE = "db.synthesize('t', ['a', 'b'], epsilon=1, delta=1e-6, method='aim')"
@@ -429,7 +430,9 @@ def _values(column: SynthColumn, cells: np.ndarray, source) -> list | np.ndarray
     within its bin (a whole number for an integer column); NULL for the NULL cell."""
     null = cells == column.size - 1 if column.null_cell else np.zeros(cells.size, dtype=bool)
     if not column.numeric:
-        return [None if n else column.keys[int(c)] for c, n in zip(cells, null)]
+        values = [None if n else column.keys[int(c)] for c, n in zip(cells, null)]
+        whole = all(isinstance(k, int) and not isinstance(k, bool) for k in column.keys)
+        return pd.array(values, dtype="Int64") if whole and column.keys else pd.array(values, dtype=object)
     low = column.lower + cells * column.width
     span = np.minimum(low + column.width - 1, column.upper) - low + 1
     steps = low + np.minimum((noise.uniforms(cells.size, source) * span).astype(np.int64), span - 1)

@@ -7,9 +7,10 @@ released measurements, never private data, so it needs no privacy argument.
 stalls on large totals), and its persistent compilation cache is off (mbi compiles many small
 programs, which that cache only slows).
 
-Estimation is mbi's mirror descent with a fixed step 1/(L·n) (L: the loss's Lipschitz constant, n:
-the total): a fixed step compiles several times faster than the line search, and AIM re-estimates
-after every round, each round a new set of cliques (a new program).
+Estimation is mbi's mirror descent with its Armijo line search (a fixed step 1/(L·n) compiles about
+twice as fast but converged far slower: a largest TV gap of 0.69 against 0.05 after 500 steps).
+Compiling dominates its time (seconds per new set of cliques, and AIM re-estimates after every
+round); the steps themselves are cheap.
 
 Rows are drawn column by column in the junction tree's elimination order, each from its
 conditional distribution given the columns already drawn that share a clique with it (as a
@@ -30,8 +31,12 @@ from dpsql.errors import MissingDependency
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.marginals import Measurement
 
-ITERATIONS = 500
-"""Mirror-descent steps of one estimate (mbi runs them 50 to a compiled block)."""
+CHUNK_ROWS = 2 ** 18
+"""Rows drawn at once (their comparisons with a column's cumulative table take rows × cells bytes)."""
+ITERATIONS = 3000
+"""Mirror-descent steps of one estimate (mbi runs them 50 to a compiled block: compiling costs far
+more than running). On a 5-column tree model, the largest total-variation gap between the model and
+exact measured marginals was 0.05 after 500 steps, 0.007 after 2,000 and 0.003 after 5,000."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,11 +93,9 @@ def estimate(space: Any, measurements: Sequence[Measurement], total: float, warm
               for m in measurements if m.clique]
     total = max(float(total), 1.0)
     loss = marginal_loss.from_linear_measurements(linear, space)
-    step = 1.0 / (float(loss.lipschitz) * total)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return estimation.MirrorDescent(stepsize=step).estimate(space, loss, known_total=total, iters=ITERATIONS,
-                                                                warm_start=warm)
+        return estimation.MirrorDescent().estimate(space, loss, known_total=total, iters=ITERATIONS, warm_start=warm)
 
 
 JOINT_CELLS = 2 ** 22
@@ -156,5 +159,9 @@ def sample_rows(model: Any, rows: int, source=None) -> dict[str, np.ndarray]:
         if parents:
             index = np.ravel_multi_index(tuple(drawn[p] for p in parents), tuple(space[p] for p in parents))
         u = noise.uniforms(rows, source)
-        drawn[column] = np.minimum((u[:, None] >= cumulative[index]).sum(axis=1), space[column] - 1)
+        chosen = np.empty(rows, dtype=np.int64)
+        for start in range(0, rows, CHUNK_ROWS):  # rows × cells comparisons, a bounded block at a time
+            part = slice(start, start + CHUNK_ROWS)
+            chosen[part] = (u[part, None] >= cumulative[index[part]]).sum(axis=1)
+        drawn[column] = np.minimum(chosen, space[column] - 1)
     return {column: drawn[column] for column in space.attributes}
