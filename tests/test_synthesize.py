@@ -273,3 +273,22 @@ def test_projector_matches_mbi_projection():
         expected = projected(clique) / projected(clique).sum() * n
         statistic = float(((observed - expected) ** 2 / expected).sum())
         assert statistic < stats.chi2.isf(1e-6, math.prod(shape) - 1), clique
+
+
+@pytest.mark.parametrize("neighbours", ["unbounded", "bounded"])
+def test_selection_scores_move_by_at_most_their_sensitivity(enumerated, neighbours):
+    """AIM's and MST's score ||M_r(x) - a||₁ (exact, on the 2**-20 grid) moves by at most Δ₁ between
+    neighbours (every enumerated unit; replace: any two of them), for public estimates a anywhere."""
+    from dpsql.mechanisms.marginals import l1_distance, on_score_grid
+
+    planned, changes = enumerated
+    base = {clique: np.full(found.shape[1], 3, dtype=np.int64) for clique, found in changes.items()}
+    rng = np.random.default_rng(1)
+    for clique, found in changes.items():
+        if clique == ():
+            continue
+        estimate = on_score_grid(rng.uniform(0, 6, found.shape[1]))
+        scores = [l1_distance(base[clique] + change, estimate) for change in found]
+        reference = l1_distance(base[clique], estimate)
+        moved = max(abs(s - reference) for s in scores) if neighbours == "unbounded" else max(scores) - min(scores)
+        assert moved <= marginal_l1(planned.reach, neighbours), clique

@@ -164,10 +164,10 @@ def plan_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon:
         check_name(label)
     keyed = [n for n in names if rule.column(n) is not None and rule.column(n).keys is not None]  # type: ignore
     numeric = [n for n in names if n not in keyed]
-    sums = [f'SUM("{n}")' for n in numeric]
-    select = ", ".join([*(f'"{n}"' for n in keyed), *sums, "COUNT(*)"])
-    grouped = f" GROUP BY {', '.join(f'{chr(34)}{n}{chr(34)}' for n in keyed)}" if keyed else ""
-    prepared = context.prepare(f'SELECT {select} FROM "{rule.name}"{grouped}', options.epsilon, 0, "laplace")
+    sums = [f"SUM({_quoted(n)})" for n in numeric]
+    select = ", ".join([*(_quoted(n) for n in keyed), *sums, "COUNT(*)"])
+    grouped = f" GROUP BY {', '.join(_quoted(n) for n in keyed)}" if keyed else ""
+    prepared = context.prepare(f"SELECT {select} FROM {_quoted(rule.name)}{grouped}", options.epsilon, 0, "laplace")
     plan = prepared.plan
     if plan is None or plan.selection is not None or any(key.domain is None for key in plan.query.keys):
         raise UnsupportedQuery("synthesize needs public KEYS domains for its categorical columns",
@@ -270,6 +270,11 @@ def _cell(column: SynthColumn, lookup: dict, value: Any) -> int | None:
 
 
 # -- columns, before the charge ---------------------------------------------------------------------
+
+def _quoted(name: str) -> str:
+    """A catalog name as a quoted identifier (the names are the database's, never the analyst's text)."""
+    return exp.to_identifier(name, quoted=True).sql(dialect=DUCKDB)
+
 
 def _method(method: Any) -> str:
     if not isinstance(method, str) or method.lower() not in METHODS:
