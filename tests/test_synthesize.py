@@ -147,7 +147,7 @@ def released():
             entries = len(db.ledger())
             mst = db.synthesize("t", ["a", "b", "v"], epsilon=1, delta=1e-6, method="mst")
             after_mst = len(db.ledger())
-            aim = db.synthesize("t", ["a", "v", "w"], epsilon=2, delta=1e-6, method="aim", rows=40, name="t_aim")
+            aim = db.synthesize("t", ["v", "w"], epsilon=2, delta=1e-6, method="aim", rows=40, name="t_aim")
             ledger = db.ledger()
             spent = db.budget.spent
     finally:

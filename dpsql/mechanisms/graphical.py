@@ -83,7 +83,8 @@ def model_cells(space: Any, cliques: Sequence[tuple[str, ...]]) -> int:
     return int(sum(space.size(clique) for clique in junction_tree.maximal_cliques(tree)))
 
 
-def estimate(space: Any, measurements: Sequence[Measurement], total: float, warm: Any = None) -> Any:
+def estimate(space: Any, measurements: Sequence[Measurement], total: float, warm: Any = None,
+             iterations: int = ITERATIONS) -> Any:
     """The graphical model (mbi ``MarkovRandomField``) closest to the noisy marginals, each weighted
     by 1/σ (the count's measurement fixes ``total`` instead)."""
     mbi = _mbi()
@@ -95,7 +96,7 @@ def estimate(space: Any, measurements: Sequence[Measurement], total: float, warm
     loss = marginal_loss.from_linear_measurements(linear, space)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return estimation.MirrorDescent().estimate(space, loss, known_total=total, iters=ITERATIONS, warm_start=warm)
+        return estimation.MirrorDescent().estimate(space, loss, known_total=total, iters=iterations, warm_start=warm)
 
 
 JOINT_CELLS = 2 ** 22
