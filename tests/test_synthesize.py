@@ -292,3 +292,22 @@ def test_selection_scores_move_by_at_most_their_sensitivity(enumerated, neighbou
         reference = l1_distance(base[clique], estimate)
         moved = max(abs(s - reference) for s in scores) if neighbours == "unbounded" else max(scores) - min(scores)
         assert moved <= marginal_l1(planned.reach, neighbours), clique
+
+
+def test_choice_follows_the_exponential_mechanism():
+    """``choose`` draws r with probability ∝ exp(ε·q_r/(2Δ)): frequencies over many seeded draws
+    within a chi-square bound (failure 1e-6), and far from the law with ε doubled."""
+    from dpsql.mechanisms.marginals import choose
+
+    scores = [Fraction(0), Fraction(3), Fraction(-2), Fraction(5, 2)]
+    epsilon, sensitivity = Fraction(1), Fraction(2)
+    law = np.exp([float(epsilon * q / (2 * sensitivity)) for q in scores])
+    law /= law.sum()
+    source = SeededSource(8)
+    n = 4000
+    observed = np.bincount([choose(scores, sensitivity, epsilon, source) for _ in range(n)], minlength=4)
+    statistic = float(((observed - n * law) ** 2 / (n * law)).sum())
+    assert statistic < stats.chi2.isf(1e-6, 3)
+    doubled = np.exp([float(2 * epsilon * q / (2 * sensitivity)) for q in scores])
+    doubled /= doubled.sum()
+    assert float(((observed - n * doubled) ** 2 / (n * doubled)).sum()) > stats.chi2.isf(1e-6, 3)
