@@ -51,7 +51,7 @@ def test_dpsql_query_and_explain(shop, capsys):
     database, policy = shop
     code, out, err = run(capsys, "query", str(database), COUNTED, "--policy", str(policy), "--analyst", "alice")
     assert code == 0 and "│ b     │ 2 │" in out, out + err
-    assert "synthetic table fake" in out + err
+    assert "synthetic table fake" in out + err and "exact: your synthetic tables only, no cost" in err
     code, out, err = run(capsys, "explain", str(database), COUNTED, "--policy", str(policy), "--analyst", "alice")
     assert code == 0 and "cost: free" in out and "(store, age): rho 0.02, sigma 5" in out, out + err
     code, _, err = run(capsys, "query", str(database), COUNTED, "--policy", str(policy), "--analyst", "bob")
@@ -64,6 +64,7 @@ def test_the_shell_answers_and_lists_them(shop):
         state = new_state(db, width=100, color=False)
         output = handle_input(state, COUNTED + ";")
         assert "│ b     │ 2 │" in output and "note: answered exactly from your synthetic table fake" in output
+        assert "exact: your synthetic tables only, no cost" in output
         assert float(db.budget.spent.epsilon) == 0
         tables = handle_input(state, ".tables")
         assert "fake" in tables and "yours: MST over visits" in tables
@@ -101,7 +102,8 @@ def test_psql_at_the_server(shop, tmp_path):
         remote = connect_remote(f"postgresql://alice:alice-secret@127.0.0.1:{server.port}/shop")
         try:  # `dpsql shell postgresql://...`: the same answer, and .tables lists it
             state = new_state(remote, width=100, color=False)
-            assert "│ b     │ 2 │" in handle_input(state, COUNTED + ";")
+            output = handle_input(state, COUNTED + ";")
+            assert "│ b     │ 2 │" in output and "exact: your synthetic tables only, no cost" in output
             assert "yours: MST over visits" in handle_input(state, ".tables")
         finally:
             remote.close()
