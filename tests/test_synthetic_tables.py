@@ -277,10 +277,16 @@ def test_explain_says_it_is_free_and_what_was_measured(db, ledger):
     text = db.acting_for("alice").explain("SELECT a, b, COUNT(*) FROM fake GROUP BY a, b")
     for said in ("cost: free", "no charge", "synthetic table fake: AIM over t, 6 rows, made 2026-12-08",
                  "epsilon 1, delta 1e-06 (rho 0.0421", "(a): rho 0.01, sigma 7.07",
-                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12.5", "total rho measured: 0.0421",
+                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12.5", "total rho spent measuring and choosing: 0.0421",
                  "a: 0, 1, 2", "v: [0, 5), [5, 10]", "sandbox holding only your synthetic tables", "FROM fake"):
         assert said in text, said
     assert text.refused is None and db.ledger().empty
+
+
+def test_explain_names_the_row_count_among_what_was_measured(db, ledger):
+    keep(ledger, release(measured=(Measured((), 0.005, 14.1), Measured(("a", "b"), 0.0371, 3.67))))
+    text = db.acting_for("alice").explain("SELECT COUNT(*) FROM fake")
+    assert "the row count: rho 0.005, sigma 14.1" in text and "(a, b): rho 0.0371, sigma 3.67" in text
 
 
 def test_the_listing_is_every_table_of_ones_own_and_queryable(db, ledger):

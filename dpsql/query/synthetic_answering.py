@@ -216,10 +216,13 @@ def describe_release(release: SyntheticRelease) -> list[str]:
     estimates = {frozenset(name_key(c) for c in columns): error for columns, error in release.error_estimates.items()}
     for measured in release.measured:
         estimate = estimates.get(frozenset(name_key(c) for c in measured.columns))
-        lines.append(f"    ({', '.join(measured.columns)}): rho {measured.rho:g}, sigma {measured.sigma:g}"
+        chosen = getattr(measured, "selection_rho", 0.0)  # the rho spent choosing it (AIM's, MST's selection)
+        what = f"({', '.join(measured.columns)})" if measured.columns else "the row count"
+        lines.append(f"    {what}: rho {measured.rho:g}, sigma {measured.sigma:g}"
+                     + (f", chosen for rho {chosen:g}" if chosen else "")
                      + ("" if estimate is None else f", estimated error {estimate:g}"))
-    total = sum((Fraction(m.rho) for m in release.measured), Fraction(0))
-    lines.append(f"    total rho measured: {float(total):g}")
+    total = sum((Fraction(m.rho) + Fraction(getattr(m, "selection_rho", 0.0)) for m in release.measured), Fraction(0))
+    lines.append(f"    total rho spent measuring and choosing: {float(total):g}")
     if release.bins:
         lines.append("  cells of each column (chosen from the policy alone):")
         for column, labels in release.bins.items():

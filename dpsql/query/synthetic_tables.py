@@ -31,7 +31,7 @@ import os
 import secrets
 import threading
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +226,7 @@ def _to_json(release: SyntheticRelease) -> dict:
     return {
         "format": FORMAT, "name": release.name, "source": release.source, "method": release.method,
         "rows": release.rows, "epsilon": release.epsilon, "delta": release.delta, "rho": release.rho,
-        "measured": [{"columns": list(m.columns), "rho": m.rho, "sigma": m.sigma} for m in release.measured],
+        "measured": [{f.name: getattr(m, f.name) for f in fields(Measured)} for m in release.measured],
         "bins": {column: list(labels) for column, labels in release.bins.items()},
         "analyst": release.analyst, "created": release.created,
         "error_estimates": [{"columns": list(columns), "error": error}
@@ -234,12 +234,19 @@ def _to_json(release: SyntheticRelease) -> dict:
     }
 
 
+def _measured(stored: dict) -> Measured:
+    """A ``Measured`` as ``_to_json`` wrote it (every field it has; one added later keeps its default)."""
+    known = {f.name for f in fields(Measured)}
+    return Measured(**{name: tuple(value) if name == "columns" else value
+                       for name, value in stored.items() if name in known})
+
+
 def _from_json(stored: dict) -> SyntheticRelease:
     """The release ``_to_json`` wrote, without its rows."""
     return SyntheticRelease(
         name=stored["name"], source=stored["source"], method=stored["method"], table=None,
         rows=stored["rows"], epsilon=stored["epsilon"], delta=stored["delta"], rho=stored["rho"],
-        measured=tuple(Measured(tuple(m["columns"]), m["rho"], m["sigma"]) for m in stored["measured"]),
+        measured=tuple(_measured(m) for m in stored["measured"]),
         bins={column: tuple(labels) for column, labels in stored["bins"].items()},
         analyst=stored["analyst"], created=stored["created"],
         error_estimates={tuple(e["columns"]): e["error"] for e in stored["error_estimates"]})
