@@ -277,7 +277,8 @@ def test_explain_says_it_is_free_and_what_was_measured(db, ledger):
     text = db.acting_for("alice").explain("SELECT a, b, COUNT(*) FROM fake GROUP BY a, b")
     for said in ("cost: free", "no charge", "synthetic table fake: AIM over t, 6 rows, made 2026-12-08",
                  "epsilon 1, delta 1e-06 (rho 0.0421", "(a): rho 0.01, sigma 7.07",
-                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12.5", "total rho spent measuring and choosing: 0.0421",
+                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12.5",
+                 "total rho spent measuring and choosing: 0.0421",
                  "a: 0, 1, 2", "v: [0, 5), [5, 10]", "sandbox holding only your synthetic tables", "FROM fake"):
         assert said in text, said
     assert text.refused is None and db.ledger().empty
