@@ -237,8 +237,9 @@ def _to_json(release: SyntheticRelease) -> dict:
 def _measured(stored: dict) -> Measured:
     """A ``Measured`` as ``_to_json`` wrote it (every field it has; one added later keeps its default)."""
     known = {f.name for f in fields(Measured)}
-    return Measured(**{name: tuple(value) if name == "columns" else value
-                       for name, value in stored.items() if name in known})
+    values: dict[str, Any] = {name: tuple(value) if name == "columns" else value
+                              for name, value in stored.items() if name in known}
+    return Measured(**values)
 
 
 def _from_json(stored: dict) -> SyntheticRelease:
