@@ -140,7 +140,7 @@ def test_the_owner_queries_it_exactly_and_free(db, ledger):
     assert "free: your synthetic tables only" in str(result)
     assert alice.budget == before and db.ledger().empty  # nothing charged, nothing recorded
     assert any("answered exactly from your synthetic table fake (AIM over t" in note for note in result.notes)
-    assert any("measured: its estimate of that marginal's error is 12.5" in note for note in result.notes)
+    assert any("measured: it estimates that marginal's error at about 12 rows in all" in note for note in result.notes)
 
 
 def test_the_error_estimate_is_given_only_for_a_measured_marginal_count(db, ledger):
@@ -154,7 +154,7 @@ def test_the_error_estimate_is_given_only_for_a_measured_marginal_count(db, ledg
         assert not any("estimate" in note for note in notes), sql
         assert any("synthetic table fake" in note for note in notes)
     reordered = alice.sql("SELECT b, a, COUNT(*) AS n FROM fake GROUP BY b, a ORDER BY n DESC LIMIT 2")
-    assert any("estimate of that marginal's error is 12.5" in note for note in reordered.notes)
+    assert any("error at about 12 rows in all" in note for note in reordered.notes)
 
 
 def test_any_sql_runs_over_several_of_ones_own_synthetic_tables(db, ledger):
@@ -277,7 +277,7 @@ def test_explain_says_it_is_free_and_what_was_measured(db, ledger):
     text = db.acting_for("alice").explain("SELECT a, b, COUNT(*) FROM fake GROUP BY a, b")
     for said in ("cost: free", "no charge", "synthetic table fake: AIM over t, 6 rows, made 2026-12-08",
                  "epsilon 1, delta 1e-06 (rho 0.0421", "(a): rho 0.01, sigma 7.07",
-                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12.5",
+                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12 rows in all",
                  "total rho spent measuring and choosing: 0.0421",
                  "a: 0, 1, 2", "v: [0, 5), [5, 10]", "sandbox holding only your synthetic tables", "FROM fake"):
         assert said in text, said
@@ -288,6 +288,7 @@ def test_explain_names_the_row_count_among_what_was_measured(db, ledger):
     keep(ledger, release(measured=(Measured((), 0.005, 14.1), Measured(("a", "b"), 0.0371, 3.67))))
     text = db.acting_for("alice").explain("SELECT COUNT(*) FROM fake")
     assert "the row count: rho 0.005, sigma 14.1" in text and "(a, b): rho 0.0371, sigma 3.67" in text
+    assert list(db.acting_for("alice").synthetic_tables()["marginals"]) == [1]  # the row count is no marginal
 
 
 def test_the_listing_is_every_table_of_ones_own_and_queryable(db, ledger):

@@ -133,7 +133,8 @@ def listing_frame(releases: Iterable[SyntheticRelease]):
     """The rows of ``synthetic_tables()``: one per synthetic table, its name first."""
     import pandas as pd
 
-    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, len(r.measured), r.created)
+    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, sum(1 for m in r.measured if m.columns),
+             r.created)
             for r in sorted(releases, key=lambda release: name_key(release.name))]
     frame = pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
     return frame.astype({"name": "object", "source": "object", "method": "object", "rows": "int64",
@@ -157,7 +158,8 @@ def estimate_note(query: SyntheticQuery, release: SyntheticRelease) -> str | Non
     for measured, error in release.error_estimates.items():
         if {name_key(c) for c in measured} == columns:
             return (f"this is the marginal ({', '.join(measured)}) of {release.name}, which {release.method.upper()} "
-                    f"measured: its estimate of that marginal's error is {error:g}")
+                    f"measured: it estimates that marginal's error at about {error:,.0f} rows in all (the sum over "
+                    "its cells of each count's distance from the true one)")
     return None
 
 
@@ -220,7 +222,7 @@ def describe_release(release: SyntheticRelease) -> list[str]:
         what = f"({', '.join(measured.columns)})" if measured.columns else "the row count"
         lines.append(f"    {what}: rho {measured.rho:g}, sigma {measured.sigma:g}"
                      + (f", chosen for rho {chosen:g}" if chosen else "")
-                     + ("" if estimate is None else f", estimated error {estimate:g}"))
+                     + ("" if estimate is None else f", estimated error {estimate:,.0f} rows in all"))
     total = sum((Fraction(m.rho) + Fraction(getattr(m, "selection_rho", 0.0)) for m in release.measured), Fraction(0))
     lines.append(f"    total rho spent measuring and choosing: {float(total):g}")
     if release.bins:
