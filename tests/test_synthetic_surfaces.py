@@ -92,6 +92,8 @@ def test_psql_at_the_server(shop, tmp_path):
         assert listed.stdout.splitlines() == ["fake|mst"], listed.stderr
         explained = psql("alice", "EXPLAIN " + COUNTED)
         assert "cost: free" in explained.stdout, explained.stdout + explained.stderr
+        assert "(store, age): rho 0.02" in explained.stdout and "EXPLAIN VERBOSE adds the SQL" in explained.stdout
+        assert "GROUP BY" in psql("alice", "EXPLAIN VERBOSE " + COUNTED).stdout
         refused = psql("bob", COUNTED)
         nobody = psql("bob", COUNTED.replace("fake", "fakf"))
         assert "unknown table fake" in refused.stderr

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.answer.explain import Explanation
+from dpsql.answer.explain import SYNTHETIC_SQL, Explanation
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.backends.duckdb.synthetic import SyntheticSandbox, synthetic_sql
 from dpsql.errors import DPError, UnsupportedQuery
@@ -202,7 +202,7 @@ def explain_synthetic(query: SyntheticQuery) -> Explanation:
         lines += ["", *describe_release(release)]
     if query.listing is not None:
         lines += ["", f"{LISTING}(): your synthetic tables ({len(query.listing)}), one row each"]
-    lines += ["", "SQL that runs (in a sandbox holding only your synthetic tables):",
+    lines += ["", SYNTHETIC_SQL,
               *("  " + line for line in synthetic_sql(query.tree, pretty=True).splitlines())]
     return Explanation("\n".join(lines))
 
