@@ -165,6 +165,8 @@ def test_any_sql_runs_over_several_of_ones_own_synthetic_tables(db, ledger):
                      "SELECT f.a, n * w AS nw FROM f JOIN main.other o ON f.a = o.a ORDER BY f.a").fetchall()
     assert rows == [(0, 10), (1, 40), (2, 90)]
     assert alice.sql("SELECT AVG(w) FROM other").fetchall() == [(20.0,)]
+    assert alice.sql("SELECT r, COUNT(a) FROM range(4) AS s(r) LEFT JOIN fake ON a = r GROUP BY r ORDER BY r"
+                     ).fetchall() == [(0, 1), (1, 2), (2, 3), (3, 0)]  # numbers of its own: no other table
     assert float(alice.budget.spent.epsilon) == 0
 
 

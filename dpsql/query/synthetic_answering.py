@@ -77,6 +77,8 @@ def synthetic_query(sql: str, store: SyntheticTables, analyst: str | None,
         if isinstance(called, exp.Anonymous) and name_key(called.name) == LISTING and not called.expressions:
             listing = True
             table.set("this", exp.to_identifier(LISTED_AS))
+        elif isinstance(called, exp.GenerateSeries):
+            continue  # range(...) / generate_series(...): numbers, computed in the sandbox
         elif not isinstance(called, exp.Identifier) or table.catalog:
             others.append(table)
         elif not table.db and name_key(table.name) in ctes:
