@@ -312,3 +312,9 @@ def test_each_owner_has_a_folder_of_their_own_whatever_their_name(ledger):
     for owner in (long_name, odd_name, None):
         assert store.names(owner) == ["fake"] and store.find(owner, "fake").table.equals(SYNTHETIC)
     assert store.names("x") == [] and len(list(synthetic_directory(ledger).iterdir())) == 3
+
+
+def test_a_folder_that_cannot_be_made_is_refused_by_the_name_check(ledger):
+    synthetic_directory(ledger).write_text("not a folder")  # what a folder cannot be made over, even by root
+    with pytest.raises(InvalidParameter, match="cannot be kept beside the ledger"):
+        SyntheticTables(ledger, ["t"]).check_name("alice", "fake")

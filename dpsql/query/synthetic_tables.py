@@ -99,7 +99,7 @@ class SyntheticTables:
     every ``acting_for`` view of it, as the ledger is."""
 
     def __init__(self, ledger_path: str | os.PathLike | None, declared: Iterable[str]):
-        self.directory = None if ledger_path is None else synthetic_directory(ledger_path)
+        self.directory = None if ledger_path is None else synthetic_directory(os.path.abspath(ledger_path))
         """The owner-only directory of the stored tables (``None``: kept in memory only)."""
         self._declared = {table_key(name) for name in declared}  # `main.visits` is visits
         self._made: dict[tuple[str | None, str], SyntheticRelease] = {}
@@ -122,6 +122,8 @@ class SyntheticTables:
         if name_key(name) in self._declared:
             raise InvalidParameter(f"{name} is the name of a table of the database: a synthetic table needs its own",
                                    hint=f"name it otherwise, such as {name}_synthetic")
+        if self.directory is not None:
+            self._prepared_directory(analyst)  # a folder that cannot be made fails now, before any charge
         if self.made(analyst, name) is not None:
             raise InvalidParameter(f"you already have a synthetic table named {name}",
                                    hint=f"name the new one otherwise, such as {name}_2")
@@ -148,8 +150,9 @@ class SyntheticTables:
         with self._lock:
             found = self._made.get(key)
             if found is None and self.directory is not None:
-                path = self.directory / _owner_part(analyst) / _file_name(name)
-                if refuse_exposed(path, "a synthetic table's file"):
+                folder = self.directory / _owner_part(analyst)
+                path = folder / _file_name(name)
+                if folder.is_dir() and refuse_exposed(path, "a synthetic table's file"):
                     found = self._made[key] = _from_json(json.loads(read_synthetic_meta(path)))
             return found
 
@@ -198,7 +201,12 @@ class SyntheticTables:
         assert self.directory is not None
         folder = self.directory / _owner_part(analyst)
         for directory in (self.directory, folder):
-            directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+            try:
+                directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+            except OSError as error:
+                raise InvalidParameter(f"synthetic tables cannot be kept beside the ledger: {directory} cannot be "
+                                       f"made ({error.strerror})",
+                                       hint="let the user running dpsql write in the ledger's folder") from None
             refuse_exposed(directory, "the synthetic tables directory", directory=True)
         return folder
 
