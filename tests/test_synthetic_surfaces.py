@@ -101,6 +101,14 @@ def test_psql_at_the_server(shop, tmp_path):
         assert psql("bob", "SELECT name FROM synthetic_tables()").stdout.strip() == ""
         mixed = psql("alice", "SELECT COUNT(*) FROM fake JOIN visits USING (store)")
         assert "query them separately" in mixed.stderr
+        psycopg = pytest.importorskip("psycopg")
+        with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password="alice-secret",
+                             connect_timeout=5, autocommit=True) as connection:  # the extended protocol
+            assert connection.execute(COUNTED).fetchall() == [("a", 1), ("b", 2), ("c", 1)]
+            prepared = connection.execute("SELECT COUNT(*) FROM fake WHERE store = 'b'", prepare=True).fetchall()
+            assert prepared == [(2,)]
+            frame = pd.read_sql("SELECT * FROM fake ORDER BY store, age", connection)
+            assert frame.equals(FAKE.sort_values(["store", "age"]).reset_index(drop=True))
         remote = connect_remote(f"postgresql://alice:alice-secret@127.0.0.1:{server.port}/shop")
         try:  # `dpsql shell postgresql://...`: the same answer, and .tables lists it
             state = new_state(remote, width=100, color=False)
