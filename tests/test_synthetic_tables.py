@@ -293,6 +293,14 @@ def test_explain_names_the_row_count_among_what_was_measured(db, ledger):
     assert list(db.acting_for("alice").synthetic_tables()["marginals"]) == [1]  # the row count is no marginal
 
 
+def test_a_marginal_measured_twice_gives_its_estimate_once_at_its_last_measurement(db, ledger):
+    keep(ledger, release(measured=(Measured(("a", "b"), 0.01, 7.0), Measured(("b", "a"), 0.03, 4.0))))
+    text = db.acting_for("alice").explain("SELECT COUNT(*) FROM fake")
+    assert "measured (2 measurements in order" in text
+    assert "(a, b): rho 0.01, sigma 7\n" in text and "(b, a): rho 0.03, sigma 4, estimated error 12 rows in all" in text
+    assert list(db.acting_for("alice").synthetic_tables()["marginals"]) == [1]  # one marginal, measured twice
+
+
 def test_the_listing_is_every_table_of_ones_own_and_queryable(db, ledger):
     keep(ledger, release(), release(name="second", method="mst", rows=99), release(name="bobs", analyst="bob"))
     alice = db.acting_for("alice")

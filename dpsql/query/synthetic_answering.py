@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.answer.explain import SYNTHETIC_SQL, Explanation
+from dpsql.answer.explain import SYNTHETIC_SQL, Explanation, plural
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.backends.duckdb.synthetic import SyntheticSandbox, synthetic_sql
 from dpsql.errors import DPError, UnsupportedQuery
@@ -135,13 +135,18 @@ def listing_frame(releases: Iterable[SyntheticRelease]):
     """The rows of ``synthetic_tables()``: one per synthetic table, its name first."""
     import pandas as pd
 
-    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, sum(1 for m in r.measured if m.columns),
+    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, _marginals(r),
              r.created)
             for r in sorted(releases, key=lambda release: name_key(release.name))]
     frame = pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
     return frame.astype({"name": "object", "source": "object", "method": "object", "rows": "int64",
                          "epsilon": "float64", "delta": "float64", "rho": "float64", "marginals": "int64",
                          "created": "object"})
+
+
+def _marginals(release: SyntheticRelease) -> int:
+    """How many different marginals ``release`` measured (the row count aside; AIM may measure one twice)."""
+    return len({frozenset(name_key(c) for c in m.columns) for m in release.measured if m.columns})
 
 
 def answered_note(release: SyntheticRelease) -> str:
@@ -216,10 +221,12 @@ def describe_release(release: SyntheticRelease) -> list[str]:
              f"{release.rows:,} rows{made}",
              f"  charged once when made: epsilon {release.epsilon:g}, delta {release.delta:g} "
              f"(rho {release.rho:g} under zero-concentrated DP)",
-             f"  measured marginals ({len(release.measured)}, each cell with Gaussian noise):"]
+             f"  measured ({plural(len(release.measured), 'measurement')} in order, each cell with Gaussian noise):"]
     estimates = {frozenset(name_key(c) for c in columns): error for columns, error in release.error_estimates.items()}
-    for measured in release.measured:
-        estimate = estimates.get(frozenset(name_key(c) for c in measured.columns))
+    last = {frozenset(name_key(c) for c in m.columns): index for index, m in enumerate(release.measured)}
+    for index, measured in enumerate(release.measured):  # AIM may measure one marginal again: its estimate once, last
+        marginal = frozenset(name_key(c) for c in measured.columns)
+        estimate = estimates.get(marginal) if last[marginal] == index else None
         chosen = getattr(measured, "selection_rho", 0.0)  # the rho spent choosing it (AIM's, MST's selection)
         what = f"({', '.join(measured.columns)})" if measured.columns else "the row count"
         lines.append(f"    {what}: rho {measured.rho:g}, sigma {measured.sigma:g}"
