@@ -115,16 +115,16 @@ def test_names_are_checked_before_the_charge(ledger):
             store.check_name("alice", name)
     store.check_name("bob", "fake")  # another analyst's name is free for bob, and says nothing of alice's
     store.check_name(None, "fake")
-    with pytest.raises(InvalidParameter, match="already have"):
-        SyntheticTables(ledger, []).keep(release(name="Fake"))  # another process's keep: never overwritten
+    kept = SyntheticTables(ledger, []).keep(release(name="Fake", rows=99))  # another process's, after the check
+    assert kept.name == "Fake_2" and store.made("alice", "fake").rows == 6  # neither lost nor overwritten
+    assert store.made("alice", "fake_2").rows == 99
 
 
 def test_in_memory_ledgers_keep_them_in_memory():
     store = SyntheticTables(None, ["t"])
     store.keep(release())
     assert store.names("alice") == ["fake"] and store.names("bob") == [] and store.directory is None
-    with pytest.raises(InvalidParameter, match="already have"):
-        store.keep(release())
+    assert store.keep(release()).name == "fake_2" and store.names("alice") == ["fake", "fake_2"]
 
 
 # -- queried free by its owner ---------------------------------------------------------------------
@@ -326,3 +326,13 @@ def test_a_folder_that_cannot_be_made_is_refused_by_the_name_check(ledger):
     synthetic_directory(ledger).write_text("not a folder")  # what a folder cannot be made over, even by root
     with pytest.raises(InvalidParameter, match="cannot be kept beside the ledger"):
         SyntheticTables(ledger, ["t"]).check_name("alice", "fake")
+
+
+def test_two_keeps_of_one_name_at_once_keep_both(ledger):
+    from concurrent.futures import ThreadPoolExecutor
+
+    stores = [SyntheticTables(ledger, ["t"]) for _ in range(4)]  # as four processes would
+    with ThreadPoolExecutor(4) as pool:
+        kept = list(pool.map(lambda store: store.keep(release()).name, stores))
+    assert sorted(kept) == ["fake", "fake_2", "fake_3", "fake_4"]
+    assert SyntheticTables(ledger, []).names("alice") == sorted(kept)
