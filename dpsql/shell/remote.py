@@ -129,7 +129,7 @@ class RemoteConnection:
         cost = QueryCost(Fraction(detail.get("epsilon", "0")), Fraction(detail.get("delta", "0")),
                          None if detail.get("rho") is None else Fraction(detail["rho"]),
                          accounting=detail.get("accounting", "basic"), repeat=bool(detail.get("repeat")),
-                         public=exact)
+                         public=exact and not detail.get("synthetic"), synthetic=bool(detail.get("synthetic")))
         half = detail.get("halfwidth95") or {}
 
         def widths(alpha: float) -> dict[str, list[float]]:
@@ -174,6 +174,13 @@ class RemoteConnection:
 
     def tables(self) -> list[str]:
         return [t.name for t in (*self.policy.private_tables, *self.policy.public_tables)]
+
+    def synthetic_tables(self):
+        """Your synthetic tables at the server (``SELECT * FROM synthetic_tables()``, free)."""
+        import pandas as pd
+
+        cursor = self._execute("SELECT * FROM synthetic_tables()", "SELECT * FROM synthetic_tables()", Shift(0, 0))
+        return pd.DataFrame(cursor.fetchall(), columns=[c.name for c in cursor.description])
 
     def columns(self, table: str) -> dict[str, str]:
         if self.policy.table(table) is None:
