@@ -5,6 +5,7 @@ Run::
     .venv/bin/python benchmarks/bench_spark_stages.py --rows 1000000                 # local[2]
     .venv/bin/python benchmarks/bench_spark_stages.py --rows 1000000 10000000 --cluster
     .venv/bin/python benchmarks/bench_spark_stages.py --start-cluster   # only start it (Ctrl-C stops it)
+    .venv/bin/python benchmarks/bench_spark_stages.py --rows 1000000 --serve   # `dpsql serve` start-up
 
 ``--cluster`` starts a standalone master and two one-core workers on this machine with pyspark's
 own ``spark-class`` (``org.apache.spark.deploy.master.Master`` and ``...worker.Worker``,
@@ -29,6 +30,10 @@ What one size measures, in order, in one session:
    the rest, dpsql on this machine (parse, plan, sensitivity, rendering, noise, the ledger),
    with the number of Spark jobs and stages the query ran (``statusTracker`` of the job group
    each run gets; stages skipped because their output is cached are not counted).
+
+``--serve`` measures instead how long ``dpsql serve`` on a Spark config (``[tables]`` naming the
+Parquet files) takes to accept a psql login, against how long the same SparkSession takes to start
+alone (``open_session`` of the config, in a process of its own): the difference is dpsql's start-up.
 
 Output: a Markdown section per size (stdout; appended to ``--out``), the raw numbers as JSON.
 Per-row costs (seconds per million rows) are given for the copy build and the queries, for the
@@ -59,8 +64,9 @@ QUERIES = ["COUNT", "SUM", "AVG", "GROUP BY public", "GROUP BY private"]
 # -- the measuring worker (one size, one fresh session) ---------------------------------------
 
 def worker(args) -> dict:
-    import dpsql
     import bench_scale
+
+    import dpsql
     from dpsql.backends import spark as spark_backend
     from dpsql.backends.spark.session import local_session
 
@@ -149,6 +155,54 @@ def worker(args) -> dict:
     return out
 
 
+# -- dpsql serve's start-up ------------------------------------------------------------------
+
+def serve_startup(rows: int, parquet: Path, master: str, work: Path) -> dict:
+    """Seconds until ``dpsql serve`` answers a login, and until the bare session is up."""
+    import socket
+
+    import bench_scale
+
+    from dpsql.server.users import add_user
+
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "shop.spark.toml"
+    config.write_text(f'[spark]\nmaster = "{master}"\n\n[spark.config]\n"spark.driver.memory" = "2g"\n\n'
+                      f'[tables]\nvisits = "{parquet / "visits.parquet"}"\nstores = "{parquet / "stores.parquet"}"\n')
+    (work / "shop.policy").write_text(bench_scale.POLICY_USER)
+    for stale in (work / "shop.spark.toml.ledger", work / "users"):
+        stale.unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    dpsql_cli = [sys.executable, "-m", "dpsql"]
+    add_user(work / "users", "ada", "ada-secret")
+    began = time.perf_counter()
+    session_only = subprocess.run(
+        [sys.executable, "-c", "import sys; from dpsql.backends.spark.config import load_spark_config, open_session; "
+                               f"open_session(load_spark_config({str(config)!r}))"], env=env, capture_output=True)
+    session_s = time.perf_counter() - began
+    if session_only.returncode != 0:
+        raise RuntimeError(session_only.stderr.decode()[-500:])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    began = time.perf_counter()
+    server = subprocess.Popen([*dpsql_cli, "serve", str(config), "--users", str(work / "users"), "--policy",
+                               str(work / "shop.policy"), "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if server.poll() is not None or time.perf_counter() - began > 600:
+                raise RuntimeError(f"dpsql serve did not start (exit code {server.poll()})")
+            time.sleep(0.1)
+        ready_s = time.perf_counter() - began
+    finally:
+        bench_spark.stop_tree(server)
+    return {"rows": rows, "master": master, "session_s": session_s, "serve_ready_s": ready_s}
+
+
 # -- the report -------------------------------------------------------------------------------
 
 def per_million(seconds: float, rows: int) -> str:
@@ -162,7 +216,8 @@ def section(result: dict, repeats: int) -> list[str]:
              f"`df.cache(); df.count()` {result['plain_cache_s']:.1f} s; dpsql's copy build (copy and row-count "
              f"table, in the first query) {result['copy_build_s']:.1f} s = "
              f"{result['copy_build_s'] / result['plain_cache_s']:.1f}× the plain cache "
-             f"({per_million(result['copy_build_s'], rows)} s per million rows; {result['copy_partitions']} partitions; "
+             f"({per_million(result['copy_build_s'], rows)} s per million rows; "
+             f"{result['copy_partitions']} partitions; "
              f"shuffle partitions {result['partitions']['shuffle']}, adaptive {result['partitions']['adaptive']}).", "",
              f"Per query, median of {repeats} runs after the first: total, of it the Spark job over the cached copy "
              "and dpsql on this machine, Spark jobs and stages run per query:", "",
@@ -187,6 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cluster", action="store_true", help="a standalone master and two workers, started here")
     parser.add_argument("--start-cluster", action="store_true", help="only start the cluster; stop it with Ctrl-C")
+    parser.add_argument("--serve", action="store_true", help="measure `dpsql serve`'s start-up instead")
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--executor-memory", default="1536m", help="--cluster: each worker's executor")
     parser.add_argument("--worker-memory", default="2g", help="--cluster: each worker")
@@ -213,13 +269,21 @@ def main(argv: list[str] | None = None) -> None:
             signal.pause()
             return
         master = cluster.url if cluster else "local[2]"
+        command = " ".join(sys.argv[1:] if argv is None else argv)
         header = ["## Spark stage by stage (issue 38)", "", f"Machine: {bench_spark.machine_line()}.", "",
-                  f"Command: `python benchmarks/bench_spark_stages.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
-                  ""]
+                  f"Command: `python benchmarks/bench_spark_stages.py {command}`", ""]
         print("\n".join(header), flush=True)
         everything = []
         for rows in args.rows:
             _, parquet = bench_spark.ensure_data(rows, Path(args.duckdb_cache), cache)
+            if args.serve:
+                started = serve_startup(rows, parquet, master, cache / "serve")
+                print(f"{rows:,} rows on {master}: `dpsql serve` accepted connections {started['serve_ready_s']:.1f} s "
+                      f"after launch; the same SparkSession alone took {started['session_s']:.1f} s to start "
+                      f"(dpsql's own start-up: {started['serve_ready_s'] - started['session_s']:.1f} s). "
+                      f"Load average {os.getloadavg()[0]:.1f}.", flush=True)
+                everything.append(started)
+                continue
             command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rows", str(rows),
                        "--master", master, "--parquet", str(parquet), "--repeats", str(args.repeats),
                        "--driver-memory", args.driver_memory, "--executor-memory", args.executor_memory,

@@ -75,7 +75,8 @@ def test_the_row_count_table_read_from_the_copy_counts_every_raw_row_up_to_its_c
     from dpsql.backends.bounding import raw_rows_cap
 
     counts = {1: 1, 2: 3, 3: 4, 4: raw_rows_cap(3) + 5}
-    frame = pd.DataFrame({"uid": pd.array([unit for unit, n in counts.items() for _ in range(n)] + [None], dtype="Int64"),
+    units = [unit for unit, n in counts.items() for _ in range(n)] + [None]
+    frame = pd.DataFrame({"uid": pd.array(units, dtype="Int64"),
                           "g": "a", "x": 1.0})
     spark = spark_engine.load({"t": frame})
     db = dpsql.connect(spark, policy=POLICY, ledger=":memory:")
@@ -89,8 +90,8 @@ def test_the_row_count_table_read_from_the_copy_counts_every_raw_row_up_to_its_c
 
 def test_the_value_spark_reads_first_is_found_through_cases_and_calls():
     v, w = exp.column("v"), exp.column("w")
-    first = _first_evaluated(exp.Case(ifs=[exp.If(this=exp.EQ(this=exp.Round(this=v.copy()), expression=exp.Literal.number(0)),
-                                                  true=w.copy())], default=v.copy()))
+    rounds_to_zero = exp.EQ(this=exp.Round(this=v.copy()), expression=exp.Literal.number(0))
+    first = _first_evaluated(exp.Case(ifs=[exp.If(this=rounds_to_zero, true=w.copy())], default=v.copy()))
     assert first.name == "v"
     assert _first_evaluated(exp.Add(this=exp.Literal.number(1), expression=w.copy())).name == "w"
     assert _first_evaluated(exp.Literal.number(1)) is None

@@ -13,9 +13,10 @@ returns the Spark form. Three habits run through them:
   where DuckDB's step raises; ``dpsql.backends.spark.render`` turns that into DuckDB's TRY.
 
 A value used twice is bound once (``let``) unless it is a column or a literal, or a deterministic
-value the body reads first (repeated inline within ``INLINE_NODES``: Spark computes it once per row,
-in generated code), so the rendered SQL grows at most linearly with the expression. String rewrites are ``dpsql.backends.spark.strings``,
-date rewrites ``dpsql.backends.spark.dates``.
+value the body reads first (repeated inline while the result stays within ``INLINE_NODES``: Spark
+computes it once per row, in generated code), so the rendered SQL grows linearly with the
+expression. String rewrites are ``dpsql.backends.spark.strings``, date rewrites
+``dpsql.backends.spark.dates``.
 """
 
 from __future__ import annotations
