@@ -370,8 +370,11 @@ def worker_main(args) -> None:
 
 def spark_config(args) -> dict[str, str]:
     """The Spark settings every Spark engine here gets (Tumult's worker sets the same)."""
-    return {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
-            "spark.executor.memory": args.executor_memory, "spark.cores.max": "2"}
+    config = {"spark.driver.memory": args.driver_memory, "spark.executor.memory": args.executor_memory,
+              "spark.cores.max": "2"}
+    if args.shuffle_partitions:  # 0: dpsql sizes them (dpsql.backends.spark.session.size_shuffles)
+        config["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
+    return config
 
 
 # -- the standalone cluster -------------------------------------------------------------------
@@ -540,7 +543,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cluster", action="store_true", help="also dpsql on a standalone cluster (first size)")
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--executor-memory", default="4g", help="--cluster: each worker's executor")
-    parser.add_argument("--shuffle-partitions", type=int, default=16)
+    parser.add_argument("--shuffle-partitions", type=int, default=0,
+                        help="0: left to dpsql (the executors' cores, adaptive execution off)")
     parser.add_argument("--out", default=None, help="append the Markdown report to this file")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)

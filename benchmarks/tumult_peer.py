@@ -69,7 +69,7 @@ def main() -> None:
         spark = (SparkSession.builder.master(args.master).appName("tumult-bench")
                  .config("spark.driver.memory", args.driver_memory)
                  .config("spark.executor.memory", args.executor_memory)
-                 .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+                 .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions or 16))  # 0: as before
                  .config("spark.sql.adaptive.enabled", "true")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                  .getOrCreate())

@@ -75,7 +75,8 @@ def connect(target: Any = ":memory:", policy: Any = None, *, ledger: Any = None,
     never stopped by the time it actually took, which one person's rows could tip); ``memory_limit``: DuckDB's
     memory limit for databases dpsql opens (default half the machine's memory).
     ``eager_bounding``: build every private table's bounded copy now, so that no query's time
-    includes a scan of a raw private table (otherwise each is built by the first query reading it).
+    includes a scan of a raw private table (otherwise each is built by the first query reading it;
+    on Spark always so, so that a connection or a server is ready without reading a row: docs/spark.md).
     ``persist_copies``: keep the bounded copies in a directory beside the ledger
     (``<ledger>.copies``, owner-only), so later connections (CLI calls, server restarts) reuse
     them instead of rebuilding; a copy is rebuilt when its table's data, the policy or the salt

@@ -59,7 +59,7 @@ def test_the_copy_keeps_at_most_k_rows_of_each_unit_chosen_by_the_salt_not_by_st
     spark = spark_engine.load({"t": frame})
     table = BoundedTable("t", "uid", 3, (("uid", "BIGINT"), ("g", "VARCHAR"), ("x", "DOUBLE")))
     kept = _copy_rows(spark, table, "00" * 16)
-    per_unit = pd.DataFrame(kept, columns=["uid", "g", "x", "dp_unit_rows", "dp_pad"]).groupby("uid").size()
+    per_unit = pd.DataFrame(kept, columns=["uid", "g", "x", "dp_unit_rows", "dp_pad", "dp_raw_rows"]).groupby("uid").size()
     raw = frame.groupby("uid").size()
     assert (per_unit == raw.clip(upper=3)).all(), "each unit keeps min(rows, k) of its rows"
     # The same rows stored in another order and other partitions: the same copy.

@@ -52,7 +52,7 @@ from dpsql.backends.spark.check import check_spark
 from dpsql.backends.spark.config import is_spark_config, load_spark_config, open_session
 from dpsql.backends.spark.keys import duckdb_key_text, value_key
 from dpsql.backends.spark.pieces import SparkSQL
-from dpsql.backends.spark.session import check_pinned, is_spark_session, pin
+from dpsql.backends.spark.session import check_pinned, copy_partitions, is_spark_session, pin, size_shuffles
 from dpsql.backends.spark.types import duckdb_type, spark_type
 from dpsql.errors import DPError, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.sql.names import Catalog
@@ -76,6 +76,7 @@ class SparkEngine:
         self._spark = session
         self._timeout = check_timeout(query_timeout)
         pin(session)
+        size_shuffles(session)
         self._lock = threading.RLock()
         self._bounded: dict[str, BoundedTable] = {}
         self._salt: str | None = None
@@ -219,7 +220,11 @@ class SparkEngine:
                         self._define(table)
 
     def build_bounding(self) -> None:
-        self._fill(tuple(table.source for table in self._bounded.values()))
+        """Nothing now: on Spark each copy is built when a query first reads it (``_fill``), so a
+        connection or ``dpsql serve`` opened with ``eager_bounding`` is ready without reading a
+        row (a cluster's copy build takes minutes at scale; the server should answer its
+        clients' logins meanwhile). A query's time then includes the build once, as it would
+        have in a connection opened lazily."""
 
     def refresh_bounding(self) -> None:
         """Drop every cached copy and stored public relation of this session; Spark re-reads the
@@ -246,7 +251,8 @@ class SparkEngine:
     def _define(self, table: BoundedTable) -> None:
         """(Re)define ``table``'s copy (and row-count table) as views over its source with this
         engine's salt (the caller holds the shared lock)."""
-        self._spark.sql(fill_select(table), args={"salt": self._salt}).createOrReplaceTempView(table.name)
+        partitions = copy_partitions(self._spark, self._spark.table(table_of(table.source)))
+        self._spark.sql(fill_select(table, partitions), args={"salt": self._salt}).createOrReplaceTempView(table.name)
         if not table.row_level:
             self._spark.sql(raw_rows_select(table)).createOrReplaceTempView(raw_rows_name(table.name))
         self._shared.defined[table.name] = self._salt

@@ -126,19 +126,30 @@ def _row_text(table: BoundedTable) -> str:
     return f"concat({', '.join(texts)})" if texts else "''"
 
 
-def fill_select(table: BoundedTable) -> str:
-    """The copy's rows (``bounding.fill_sql`` on DuckDB), with the salt as ``:salt``."""
+def fill_select(table: BoundedTable, partitions: int | None = None) -> str:
+    """The copy's rows (``bounding.fill_sql`` on DuckDB), with the salt as ``:salt``.
+
+    ``partitions``: lay the copy out in that many partitions by the unit's hash (a unit's rows
+    all in one partition), so that the per-unit steps of every query over it (the limits'
+    windows, a GROUP BY of the unit) run within each partition, without a shuffle. Without it
+    the copy is partitioned by the unit too (its windows need that), in as many partitions as the
+    session's shuffles have.
+
+    A unit copy carries ``dp_raw_rows``, each unit's row count capped at ``raw_rows_cap``:
+    the row-count table (``raw_rows_select``) is read from the copy, not from the source again."""
     if table.row_level:
         return _fill_rows_select(table)
     names = [name_of(column) for column, _ in table.columns]
     parts = _row_parts(table)
     order = ", ".join([keyed_hash(SALT, parts), *parts])
     unit = name_of(table.unit)
+    laid_out = f"/*+ REPARTITION({partitions}, {unit}) */ " if partitions else ""
     return (
-        f"SELECT {', '.join(names)}, LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD} FROM (\n"
+        f"SELECT {', '.join(names)}, LEAST(dp_all, {table.rows_per_unit}) AS {UNIT_ROWS}, FALSE AS {PAD},\n"
+        f"  LEAST(dp_all, {raw_rows_cap(table.rows_per_unit)}) AS dp_raw_rows FROM (\n"
         f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY {order}) AS dp_n,\n"
         f"  COUNT(*) OVER (PARTITION BY {unit}) AS dp_all\n"
-        f"  FROM (SELECT {', '.join(copied_columns(table))} FROM {table_of(table.source)}) AS dp_source\n"
+        f"  FROM (SELECT {laid_out}{', '.join(copied_columns(table))} FROM {table_of(table.source)}) AS dp_source\n"
         f"  WHERE {_unit_kept(unit, table)}\n"
         f") AS dp_numbered WHERE dp_n <= {table.rows_per_unit}"
     )
@@ -169,11 +180,12 @@ def _fill_rows_select(table: BoundedTable) -> str:
 
 def raw_rows_select(table: BoundedTable) -> str:
     """A unit table's row-count table (``bounding.raw_rows_sql``): each kept unit with its raw
-    row count capped at ``raw_rows_cap``."""
-    unit = _binary_collated(name_of(table.unit), dict(table.columns).get(table.unit, ""))
-    return (f"SELECT dp_unit, LEAST(COUNT(*), {raw_rows_cap(table.rows_per_unit)}) AS r\n"
-            f"FROM (SELECT {unit} AS dp_unit FROM {table_of(table.source)}) AS dp_units\n"
-            f"WHERE {_unit_kept('dp_unit', table)} GROUP BY dp_unit")
+    row count capped at ``raw_rows_cap``, read from its copy's ``dp_raw_rows`` (``fill_select``:
+    the same count over the same rows, whose units the copy keeps all of), grouped by the unit the
+    copy is partitioned by: no shuffle, no second read of the source."""
+    unit = name_of(table.unit)
+    return (f"SELECT {unit} AS dp_unit, MAX(dp_raw_rows) AS r\n"
+            f"FROM {name_of(table.name)} GROUP BY {unit}")
 
 
 def cast_to(value: str, type_name: str) -> str:

@@ -46,11 +46,14 @@ PINNED = {
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.sql.adaptive.enabled": "true",
     "spark.driver.memory": "4g",
 }
-"""Settings of a session ``local_session`` starts (small shuffles on a small machine, no UI)."""
+"""Settings of a session ``local_session`` starts (no UI; its shuffles are sized by ``size_shuffles``)."""
+
+COPY_PARTITION_BYTES = 32 * 2**20
+"""Source bytes (Spark's estimate: the files' sizes, compressed) per partition of a bounded copy: a
+quarter of the 128 MB Spark reads per file split, as the cached rows take about four times their
+Parquet bytes."""
 
 
 def local_session(master: str = "local[2]", app: str = "dpsql", config: dict[str, str] | None = None) -> Any:
@@ -69,6 +72,51 @@ def local_session(master: str = "local[2]", app: str = "dpsql", config: dict[str
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("FATAL")  # a failed statement is dpsql's to report, not a log's
     return session
+
+
+def parallelism(session: Any) -> int | None:
+    """The cores the session's executors have (``defaultParallelism``); ``None`` on Spark Connect
+    (no SparkContext here: its server sizes its own shuffles)."""
+    try:
+        return max(1, int(session.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect
+        return None
+
+
+def size_shuffles(session: Any) -> None:
+    """Size the session's shuffles for interactive answers, where its owner left them unset.
+
+    * ``spark.sql.adaptive.enabled = false``: under adaptive execution each shuffle of a query
+      runs as a job of its own, planned when the one before ends, so a COUNT over a cached copy
+      is two jobs (measured at 1M rows on local[2]: 0.45 s) instead of one job of two stages (0.19 s).
+    * ``spark.sql.shuffle.partitions`` = the executors' cores: with nothing coalescing them, the
+      default 200 would run a 50-key GROUP BY as 200 tasks. The copies are laid out by their own
+      ``REPARTITION`` (``copy_partitions``), whatever this says.
+
+    A setting the owner made (in the builder, ``spark-defaults.conf`` or ``conf.set``) is kept."""
+    cores = parallelism(session)
+    if cores is None:
+        return
+    for name, value in {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(cores)}.items():
+        if session.conf.get(name, None) is None:
+            session.conf.set(name, value)
+
+
+def copy_partitions(session: Any, source: Any) -> int:
+    """Partitions of the bounded copy of ``source`` (a DataFrame of the table): a multiple of the
+    cores, one per ``COPY_PARTITION_BYTES`` of Spark's size estimate (the files' sizes: no rows
+    are read), so that every core scans a share of the copy and no partition outgrows its task."""
+    cores = parallelism(session)
+    if cores is None:
+        cores = int(session.conf.get("spark.sql.shuffle.partitions", "200"))
+    try:
+        size = int(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except Exception:  # Spark Connect: no plan statistics here
+        return cores
+    if size >= 2**60:  # no estimate (spark.sql.defaultSizeInBytes: a catalog table without statistics)
+        return max(cores, int(session.conf.get("spark.sql.shuffle.partitions", str(cores))))
+    wanted = -(-size // COPY_PARTITION_BYTES)
+    return cores * max(1, -(-wanted // cores))
 
 
 def is_spark_session(target: Any) -> bool:
