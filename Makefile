@@ -39,9 +39,24 @@ test-spark: $(VENV)/.installed-test
 # Issue 26's speed figures against raw DuckDB (benchmarks/bench_speed.py), then bench_scale.py --all
 # (peers, noise, utility). BENCH_ARGS adds options: `make bench BENCH_ARGS='--quick'` (~3 minutes),
 # `--with-100m`, `--before /path/to/older/checkout` (a before column from the same run).
+# Then bench-scale: issue 38's other targets, each printed beside its figure.
 BENCH_ARGS ?=
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_speed.py --all $(BENCH_ARGS)
+	$(MAKE) bench-scale
+
+# Issue 38 (scale), one item after another, each benchmark printing its targets beside its figures:
+# where a fresh text's milliseconds go (item 2), Spark's stages at 1M rows on local[2] and
+# `dpsql serve`'s start-up on Spark (item 3), the copy's build, peak memory and a stored copy's
+# reuse at 10M rows (item 4; `--rows 100000000` by hand), and db.fit at 10M beside diffprivlib
+# (item 5). The server's figures (item 1) are in bench_speed.py's report above.
+.PHONY: bench-scale
+bench-scale: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_fresh_stages.py --cpu
+	$(BIN)/python benchmarks/bench_grouped_parts.py
+	$(BIN)/python benchmarks/bench_spark_stages.py --rows 1000000 --serve
+	$(BIN)/python benchmarks/bench_billion.py --rows 10000000 --memory-limit 8GB --spill-limit 4GB
+	$(MAKE) bench-models BENCH_ARGS='--sizes 10M --repeats 1'
 
 # Issue 38 item 5: db.fit at 1M and 10M rows beside diffprivlib, before and after, each with its
 # target (benchmarks/bench_models.py --timing; `BENCH_ARGS='--sizes 10M --repeats 1'`).
