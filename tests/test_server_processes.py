@@ -15,6 +15,8 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from fractions import Fraction
@@ -342,6 +344,30 @@ def test_read_only_copies_are_read_in_place_and_a_stale_one_is_built_afresh(shop
             writer.execute(f"DELETE FROM {table} WHERE rowid % 2 = 0")
     in_place, after = copies_read_in_place()
     assert not in_place and after < before
+
+
+def _write_from_another_process(database: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "import duckdb, sys; "
+                           "duckdb.connect(sys.argv[1]).execute('DELETE FROM visits WHERE rowid % 2 = 0')", database],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_no_one_writes_the_data_while_worker_processes_serve_it(shop, tmp_path):
+    """Each worker checks its stored copies once, at its start: a curator's write while the server
+    runs would leave the workers answering from the data as it was, beside a restarted worker
+    answering from the new (an attacker review found it). The listener holds a shared lock on the
+    file, as one process serving in threads does: another process's write is refused until the
+    server stops; reading is not."""
+    database, _ = shop
+    server = serve(database, tmp_path, SHOP_POLICY, ["alice"])
+    try:
+        refused = _write_from_another_process(database)
+        assert refused.returncode != 0 and "lock" in refused.stderr.lower()
+        with connect(server, "alice") as client:  # still served, from the data it started with
+            assert client.execute("SELECT COUNT(*) AS n FROM visits").fetchall()
+    finally:
+        stop(server)
+    assert _write_from_another_process(database).returncode == 0
 
 
 # -- less CPU per query: the catalog's parse skipped when the tokens already tell ----------------

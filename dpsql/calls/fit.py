@@ -293,12 +293,20 @@ def plan_fit(context: MechanismContext, sql: Any, target: Any, model: Any = "lin
                   priced.normal_sql, priced.repeat_key, context.dialect,
                   means_statement(count_plan, _columns(count_plan), model, noise.mean_steps, context.dialect)
                   if noise.mean_steps else None,
-                  None if rate is not None else projection_statement(plan, columns, model, context.dialect),
+                  projection_statement(plan, columns, model, context.dialect)
+                  if _holds(rate, context.dialect) else None,
                   "dp_fit_" + secrets.token_hex(8))
     fit.statement([0.0] * (len(features) + 1))  # rendered once before the charge: a refusal, not a failure
     if fit.projection is not None:
         fit.held_statement([0.0] * (len(features) + 1), [0.0] * len(features))
     return fit
+
+
+def _holds(rate: Any, dialect: str) -> bool:
+    """Whether a fit projects its rows once and steps over them (``Backend.hold``): not a sampled fit
+    (each step draws its own sample of the copy), and only on DuckDB, the engine that holds a
+    projection (Spark's copies are cached already, and it types no projection's columns)."""
+    return rate is None and dialect == "duckdb"
 
 
 def _no_delta(policy: Any) -> InvalidParameter:

@@ -17,6 +17,7 @@ file), ``listener`` (the server).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
     import dpsql
     from dpsql.backends.duckdb.hardening import default_memory_limit
     from dpsql.backends.opening import copies_directory_for
-    from dpsql.server.processes import WorkerProcesses, WorkerSpec, default_processes, start_fork_server
+    from dpsql.server.processes import WorkerProcesses, WorkerSpec, default_processes, hold_database, start_fork_server
 
     start_fork_server()  # it imports dpsql while the copies are built
     keep = bool(connect_options.pop("persist_copies", False))
@@ -104,6 +105,7 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
     made_here = not keep and not copies.exists()
     with dpsql.connect(str(database), policy, eager_bounding=True, persist_copies=True, **connect_options):
         pass  # built and stored; closed, so the workers can attach the stored copies read-only
+    held = hold_database(Path(database))  # no writer meanwhile: a copy checked at a worker's start stays current
     options.setdefault("workers", default_processes())
     if connect_options.get("memory_limit") is None:  # the default, half the machine, shared by the workers
         half = int(default_memory_limit().removesuffix("MB"))
@@ -111,6 +113,7 @@ def _open_in_processes(database, users, policy, host, port, tls_cert, tls_key, c
     name = database_name(database)
 
     def remove_copies() -> None:
+        os.close(held)
         if made_here:
             shutil.rmtree(copies, ignore_errors=True)
 

@@ -44,11 +44,10 @@ from dpsql.server.pg_compat import (
     settings_rows,
     shadowed,
 )
-from dpsql.server.statements import SETTINGS
+from dpsql.server.statements import CATALOG_SCHEMAS, SETTINGS
 from dpsql.sql.names import quoted, quoted_table
 
 log = logging.getLogger("dpsql.server")
-CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 PG_CLASS_OID = 1259
 """PostgreSQL's OID of ``pg_class``: the ``classoid`` of a table's or column's comment."""
 _PG_CLASS = re.compile(r"'(?:pg_catalog\.)?pg_class'\s*::\s*(?:pg_catalog\s*\.\s*)?regclass\b"

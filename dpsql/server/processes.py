@@ -34,6 +34,7 @@ statement.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import multiprocessing
 import os
@@ -41,9 +42,11 @@ import signal
 import threading
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from dpsql.budget.ledger import Cancellation
+from dpsql.errors import DPError
 from dpsql.server.answers import Outcome
 
 log = logging.getLogger("dpsql.server")
@@ -60,12 +63,30 @@ UNREAD = ("the server could not pass on this statement's answer, which was not r
 
 
 def default_processes() -> int:
-    """One worker process per core.
+    """One worker process per core, and at least two: an analyst runs at most ``workers - 1`` calls
+    at once (``dpsql.server.pool``), so only with two can another analyst always find one free.
 
-    >>> default_processes() >= 1
+    >>> default_processes() >= 2
     True
     """
-    return os.cpu_count() or 1
+    return max(2, os.cpu_count() or 1)
+
+
+def hold_database(path: Path) -> int:
+    """A shared lock on the database file, held by the listener while the server runs (the returned
+    descriptor; closing it releases the lock). The workers each check their stored copies once, at
+    start: a curator writing to the file meanwhile would leave them answering from the data as it
+    was, beside a restarted worker answering from the new. DuckDB takes the same POSIX lock to
+    write, so a writer is refused ("Conflicting lock is held"), as it is when one process serves
+    in threads; readers are not. Refused when a writer holds the file now."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        raise DPError(f"{path} is open for writing in another process, so the server cannot keep its data "
+                      "fixed while it runs", hint="close that connection, then start dpsql serve again") from None
+    return descriptor
 
 
 def start_fork_server():

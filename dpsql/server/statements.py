@@ -30,6 +30,9 @@ SERVER_VERSION = "16.0"
 """What clients are told: they pick catalog queries and features by this version."""
 VERSION_TEXT = f"PostgreSQL {SERVER_VERSION} (dpsql differential-privacy server)"
 
+CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
+"""The schemas of PostgreSQL's catalog, which the server answers itself (``dpsql.server.catalog``)."""
+
 SETTINGS = {
     "server_version": SERVER_VERSION, "server_version_num": "160000", "server_encoding": "UTF8",
     "client_encoding": "UTF8", "datestyle": "ISO, MDY", "timezone": "UTC", "intervalstyle": "postgres",
@@ -166,8 +169,6 @@ def reads_a_plain_table(tokens: list) -> bool:
     >>> reads("WITH t AS (SELECT 1) SELECT * FROM t"), reads("SELECT * FROM pg_type WHERE a IS DISTINCT FROM b")
     (False, False)
     """
-    from dpsql.server.catalog import CATALOG_SCHEMAS  # (catalog imports this module)
-
     names = (TokenType.VAR, TokenType.IDENTIFIER)
     if any(t.token_type == TokenType.WITH for t in tokens):
         return False
