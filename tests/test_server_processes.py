@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from fractions import Fraction
@@ -368,6 +369,26 @@ def test_no_one_writes_the_data_while_worker_processes_serve_it(shop, tmp_path):
     finally:
         stop(server)
     assert _write_from_another_process(database).returncode == 0
+
+
+def test_worker_processes_leave_no_spill_directory_behind(shop, tmp_path, monkeypatch):
+    """A worker ends with os._exit (multiprocessing), which skips the atexit handler that removes
+    the DuckDB spill directory it made: the worker runs its handlers itself (attacker review,
+    finding 3). The listener's own directory (this test process's) is removed at its exit."""
+    spills = tmp_path / "tmp"
+    spills.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(spills))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    database, _ = shop
+    server = serve(database, tmp_path, SHOP_POLICY, ["alice"])
+    try:
+        with connect(server, "alice") as client:
+            client.execute("SELECT COUNT(*) AS n FROM visits").fetchall()
+        during = sorted(p.name for p in spills.iterdir() if p.name.startswith("dpsql-spill-"))
+    finally:
+        stop(server)
+    after = sorted(p.name for p in spills.iterdir() if p.name.startswith("dpsql-spill-"))
+    assert len(during) > len(after) and len(after) <= 1, (during, after)
 
 
 # -- less CPU per query: the catalog's parse skipped when the tokens already tell ----------------

@@ -34,11 +34,13 @@ statement.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import logging
 import multiprocessing
 import os
 import signal
+import tempfile
 import threading
 import zlib
 from dataclasses import dataclass, field
@@ -350,6 +352,7 @@ def work(channel, spec: WorkerSpec, slot) -> None:
         signal.signal(number, signal.SIG_IGN)        # stops its workers, once their answers are in
     os.environ.clear()
     os.environ.update(spec.environment)
+    tempfile.tempdir = None  # the fork server's cached choice gives way to this environment's TMPDIR
     if spec.setup is not None:
         spec.setup()
 
@@ -376,3 +379,6 @@ def work(channel, spec: WorkerSpec, slot) -> None:
             channel.send((call, outcome, cancel.charged, shared.generation))
     finally:
         shared.close()
+        # A multiprocessing child ends with os._exit, skipping atexit: run its handlers here, or the
+        # DuckDB spill directory made for the database file (removed at exit) outlives every worker.
+        atexit._run_exitfuncs()
