@@ -275,6 +275,7 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     _privacy_arguments(parser)
     _bias_argument(parser)
     _accuracy_arguments(parser)
+    _analyst_argument(parser)  # whose synthetic tables the SQL names, and whose budget a refusal reads
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -47,6 +47,8 @@ from dpsql.query.local import LocalCount, check_reports, reads_local, reports_no
 from dpsql.query.local_answering import answer_local, explain_local_count, reports_outside, route
 from dpsql.query.prepare import Prepared, Preparer
 from dpsql.query.spend import Spender
+from dpsql.query.synthetic_answering import answer_synthetic, explain_synthetic, listing_frame, synthetic_query
+from dpsql.query.synthetic_tables import SyntheticTables
 from dpsql.sql.names import columns_hint, sql_name, table_key
 from dpsql.sql.parse import located
 
@@ -188,6 +190,9 @@ class Connection:
         self._pmw_sessions: dict = {}
         """The open PMW sessions of ``SELECT * FROM pmw(...)`` (``dpsql.calls.pmw_call``), one per analyst and
         options: shared by every view of this connection (``acting_for``), as the server's calls are."""
+        self._synthetic = SyntheticTables(self._ledger.path, self.tables())
+        """Every analyst's synthetic tables (``dpsql.query.synthetic_tables``), kept beside the ledger: shared
+        by every view, each view reaching only its own analyst's."""
         rules = self.policy
         self._policy_text = policy_to_text(rules)
         self._has_local = any(rule.local is not None for table in rules.private_tables for rule in table.columns)
@@ -236,6 +241,9 @@ class Connection:
         if call is not None:
             _no_accuracy_goal(call.name, max_error, expected_rows)
             return mechanism(call.name).answer(self, call.queries, call.options)
+        synthetic = self._route_synthetic(sql)
+        if synthetic is not None:  # the analyst's own synthetic tables: exact and free
+            return answer_synthetic(synthetic)
         local, written = self._route_local(sql)
         if local is not None and unit_bounds_share is not None:
             raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "
@@ -269,6 +277,9 @@ class Connection:
                 raise UnsupportedQuery(f"{call.name}() has no explanation", hint=f"see help for {call.name}")
             text = explain(self, call.queries, call.options)
             return text if isinstance(text, Explanation) else Explanation(text)
+        synthetic = self._route_synthetic(sql)
+        if synthetic is not None:
+            return explain_synthetic(synthetic)
         local, written = self._route_local(sql)
         if local is not None and unit_bounds_share is not None:
             raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "
@@ -352,6 +363,25 @@ class Connection:
         from dpsql.calls.pmw import open_pmw
 
         return open_pmw(self.mechanism_context(), table, columns, epsilon, delta, max_updates, threshold)
+
+    @_reported_as_dperror
+    def synthesize(self, table: str, columns: Sequence[str], epsilon: Any = None, delta: Any = None, *,
+                   method: str = "aim", rows: int | None = None, name: str | None = None):
+        """A synthetic copy of ``columns`` of private ``table`` (``dpsql.calls.synthesize``): AIM or MST
+        over noisy marginals of the bounded copy, charged once, (epsilon, delta) with delta > 0 as zCDP.
+        Columns with KEYS are categorical, numeric ones with BOUNDS are binned (the bins come from the
+        policy alone). Returns a ``SyntheticRelease``: ``.table`` the rows (a DataFrame), ``.measured``
+        what was measured at which rho, ``.bins`` each column's cells. ``rows``: how many rows to draw
+        (default: a noisy count of the table's); ``name``: what the table is called (default
+        ``<table>_synthetic``), kept for this analyst, who queries it free (``FROM name``). Needs
+        ``pip install 'dpsql[synth]'``.
+        """
+        from dpsql.calls.synthesize import answer_synthesis
+
+        release = answer_synthesis(self.mechanism_context(), table, columns, epsilon, delta, method, rows, name,
+                                   lambda chosen: self._synthetic.check_name(self.analyst, chosen))
+        self._synthetic.keep(release)  # its owner's from now on, queried free (dpsql.query.synthetic_tables)
+        return release
 
     def fit(self, sql: str, target: str, model: str = "linear", epsilon: Any = None, delta: Any = None, *,
             steps: Any = None, clip: Any = None, learning_rate: Any = None, method: str = "auto"):
@@ -466,6 +496,13 @@ class Connection:
         """The tables the policy lets an analyst query."""
         return [t.name for t in self.policy.private_tables] + [t.name for t in self.policy.public_tables]
 
+    def synthetic_tables(self):
+        """This view's analyst's synthetic tables (``db.synthesize``), one row each: name, source,
+        method, rows, epsilon, delta, rho, marginals (how many were measured) and created. Nobody
+        else's: each analyst (and the curator) sees only their own. ``SELECT * FROM
+        synthetic_tables()`` reads the same rows on every surface; ``FROM name`` queries one, free."""
+        return listing_frame(self._synthetic.of(self.analyst).values())
+
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type of a declared table (schema only, never data)."""
         declaration = self.policy.table(table)
@@ -533,6 +570,11 @@ class Connection:
         """The static half of the query (``dpsql.query.prepare``), shared by ``sql`` and ``explain``."""
         return self._preparer.prepare(sql, epsilon, delta, noise, weights, report_bias, analyst=self.analyst,
                                       unit_bounds_share=unit_bounds_share)
+
+    def _route_synthetic(self, sql: str):
+        """The query of this view's analyst's own synthetic tables ``sql`` is, if one
+        (``dpsql.query.synthetic_answering``); a statement mixing them with anything else is refused."""
+        return synthetic_query(sql, self._synthetic, self.analyst, self.tables())
 
     def _route_local(self, sql: str) -> tuple[LocalCount | None, dict]:
         """The de-biased count ``sql`` is, if one (no LOCAL RR column in the policy: none)."""

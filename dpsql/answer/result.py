@@ -40,17 +40,21 @@ class QueryCost(Spend):
     """True when nothing was charged because an identical query's answer was returned."""
     public: bool = False
     """True when the query read public tables only."""
+    synthetic: bool = False
+    """True when the query read the analyst's own synthetic tables only (``dpsql.query.synthetic_answering``)."""
 
     @classmethod
-    def free(cls, *, repeat: bool = False, public: bool = False) -> QueryCost:
-        """Nothing charged: a repeat, or a query over public tables."""
-        return cls(Fraction(0), Fraction(0), repeat=repeat, public=public)
+    def free(cls, *, repeat: bool = False, public: bool = False, synthetic: bool = False) -> QueryCost:
+        """Nothing charged: a repeat, a query over public tables, or one over synthetic tables."""
+        return cls(Fraction(0), Fraction(0), repeat=repeat, public=public, synthetic=synthetic)
 
     def __str__(self) -> str:
         if self.repeat:
             return "free: a repeat of an earlier query, answered with its stored release"
         if self.public:
             return "free: public tables only"
+        if self.synthetic:
+            return "free: your synthetic tables only"
         text = f"epsilon {show(self.epsilon)}, delta {show(self.delta)}"
         if self.accounting == "zcdp" and self.rho is not None:
             text += f" (rho {show(self.rho)} under zero-concentrated DP)"
@@ -390,7 +394,8 @@ class DPResult:
 
     def _kind(self) -> str:
         if self.exact:
-            return "exact, free: public tables only"
+            synthetic = getattr(self.cost, "synthetic", False)
+            return f"exact, {self.cost}" if synthetic else "exact, free: public tables only"
         if self.repeat:
             return "repeat, free"
         return f"cost: epsilon {_show(self.cost.epsilon)}, delta {_show(self.cost.delta)}"

@@ -135,14 +135,14 @@ def rewrite_histogram(plan: Plan, measure: Measure, dialect: str = DUCKDB) -> st
 
 def rows_statement(plan: Plan, final: exp.Select, layers: Sequence[tuple[str, exp.Expr]],
                    dialect: str = DUCKDB) -> BoundedStatement:
-    """``final`` over the bounded rows of an ungrouped ``plan``: the CTEs ``dp_rows`` and
-    ``dp_values`` (each row of the relation with its unit ``dp_unit`` and each measure's clamped
-    value ``v_<measure>`` on its grid, NULL where the row has none), then ``layers``. For a
-    mechanism that aggregates the bounded rows itself and bounds each unit's part by
-    construction (``dpsql.calls.fit_sql``: per-unit clipped gradients)."""
-    if plan.query.keys:
-        raise ValueError("rows_statement reads the rows of an ungrouped plan")
-    tree = _with(final, [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, [])), *layers])
+    """``final`` over the bounded rows of ``plan``: the CTEs ``dp_rows`` and ``dp_values`` (each
+    row of the relation with its unit ``dp_unit``, its keys by their names ``g0..`` where the plan
+    has keys, and each measure's clamped value ``v_<measure>`` on its grid, NULL where the row has
+    none), then ``layers``. For a mechanism that aggregates the bounded rows itself and bounds each
+    unit's part by construction (``dpsql.calls.fit_sql``: per-unit clipped gradients;
+    ``dpsql.calls.synthesize``: a unit's at most k rows of the bounded copy, counted per cell)."""
+    keys = [key.name for key in plan.query.keys]
+    tree = _with(final, [("dp_rows", _rows_layer(plan)), ("dp_values", _values_layer(plan, keys)), *layers])
     return statement(tree, plan, dialect)
 
 

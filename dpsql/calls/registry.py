@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.calls import above_threshold, fit_call, pmw_call, workload_run
+from dpsql.calls import above_threshold, fit_call, pmw_call, synthesize_call, workload_run
 from dpsql.calls.mechanism import Call, Mechanism
 from dpsql.errors import DPError, InvalidParameter, UnsupportedQuery
 from dpsql.sql.numbers import exact_parameter
@@ -42,6 +42,7 @@ MECHANISMS: Mapping[str, Mechanism] = MappingProxyType({
     "workload": workload_run.MECHANISM,
     "pmw": pmw_call.MECHANISM,
     "fit": fit_call.MECHANISM,
+    "synthesize": synthesize_call.MECHANISM,
 })
 """Every mechanism ``SELECT * FROM name(...)`` can call, by its lower-case name (a new one: its
 module's ``MECHANISM``, and one line here)."""
@@ -56,7 +57,7 @@ def mechanism_names() -> list[str]:
     """The names a ``SELECT * FROM name(...)`` can call, sorted.
 
     >>> mechanism_names()
-    ['above_threshold', 'fit', 'pmw', 'workload']
+    ['above_threshold', 'fit', 'pmw', 'synthesize', 'workload']
     """
     return sorted(MECHANISMS)
 

@@ -42,7 +42,7 @@ __all__ = [
     "discrete_laplace_halfwidth", "discrete_gaussian_halfwidth", "discrete_laplace_variance",
     "discrete_gaussian_variance", "round_up_fraction", "discrete_laplace_sampled_scale",
     "discrete_gaussian_sampled_sigma_sq",
-    "exponential_mechanism", "k_ary_response", "bernoulli_exp",
+    "exponential_mechanism", "k_ary_response", "bernoulli_exp", "uniforms",
 ]
 
 MAX_UPPER = 2**62            # largest bound a source's integers() accepts
@@ -514,6 +514,19 @@ def _bit_length(words: np.ndarray) -> np.ndarray:
     """Bit lengths of int64 words in [0, 2**53), read off their exact double's exponent field."""
     exponent = (words.astype(np.float64).view(np.int64) >> 52) - 1022
     return np.where(words == 0, 0, exponent)
+
+
+def uniforms(size: int, source=None) -> np.ndarray:
+    """``size`` floats uniform on the grid {0, 2**-53, ..., 1 - 2**-53}: for post-processing only
+    (sampling synthetic rows from a released model), never to noise a private value.
+
+    >>> u = uniforms(1000, SeededSource(3))
+    >>> bool(((0 <= u) & (u < 1)).all())
+    True
+    """
+    size = _check_size(size)
+    source = SecureSource() if source is None else source
+    return np.ldexp(source.integers(2**53, size).astype(np.float64), -53)
 
 
 # ---------------------------------------------------------------- accuracy

@@ -24,6 +24,10 @@ class Measured:
     """The zCDP ρ spent on it (its Gaussian noise has σ = Δ₂ / √(2ρ))."""
     sigma: float
     """The standard deviation of the Gaussian noise added to each of its cells."""
+    selection_rho: float = 0.0
+    """The zCDP ρ spent choosing it (AIM's or MST's exponential mechanism, ε²/8), 0 when it was
+    measured without a choice: the release's ``rho`` is the sum of every entry's ``rho`` and
+    ``selection_rho`` (the row count is the entry with no columns)."""
 
 
 @dataclass(frozen=True)

@@ -118,10 +118,21 @@ def show_help(state: ShellState, argument: str) -> str:
     return f"{usage}\n  {command.help}\n" + (f"\n{doc}\n" if doc else "")
 
 
-@dot_command(".tables", help="the tables you may query, private or public")
+@dot_command(".tables", help="the tables you may query: private, public, and your synthetic tables")
 def show_tables(state: ShellState, argument: str) -> str:
-    rows = [(name, *_describe_table(state, name)) for name in state.db.tables()]
+    rows = [(name, *_describe_table(state, name)) for name in state.db.tables()] + _synthetic_rows(state)
     return render_rows(["table", "kind", "limits"], rows, width=state.width, color=state.color)
+
+
+def _synthetic_rows(state: ShellState) -> list[tuple[str, str, str]]:
+    """Your own synthetic tables (``db.synthetic_tables()``: free, here and at a server), or none
+    where the server has no such listing."""
+    try:
+        listed = state.db.synthetic_tables()
+    except DPError:
+        return []
+    return [(name, "synthetic", f"yours: {str(method).upper()} over {source}; read exactly, at no cost")
+            for name, method, source in zip(listed["name"], listed["method"], listed["source"])]
 
 
 @dot_command(".schema", "[TABLE]", help="columns, types and policy rules (bounds, keys) of the tables",

@@ -175,6 +175,13 @@ class RemoteConnection:
     def tables(self) -> list[str]:
         return [t.name for t in (*self.policy.private_tables, *self.policy.public_tables)]
 
+    def synthetic_tables(self):
+        """Your synthetic tables at the server (``SELECT * FROM synthetic_tables()``, free)."""
+        import pandas as pd
+
+        cursor = self._execute("SELECT * FROM synthetic_tables()", "SELECT * FROM synthetic_tables()", Shift(0, 0))
+        return pd.DataFrame(cursor.fetchall(), columns=[c.name for c in cursor.description])
+
     def columns(self, table: str) -> dict[str, str]:
         if self.policy.table(table) is None:
             raise UnsupportedQuery(f"unknown table {table}", hint=f"the tables are: {', '.join(self.tables())}")

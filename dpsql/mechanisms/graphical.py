@@ -1,0 +1,125 @@
+"""Graphical-model inference from noisy marginals, by ``mbi`` (private-pgm, McKenna, Sheldon,
+Miklau 2019), and synthetic rows drawn from the model. Post-processing only: everything here reads
+released measurements, never private data, so it needs no privacy argument.
+
+``mbi`` (and its ``jax``) is an optional dependency (``pip install 'dpsql[synth]'``):
+``require_mbi`` says so before anything is charged. JAX runs in float64 (mbi warns that float32
+stalls on large totals), and its persistent compilation cache is off (mbi compiles many small
+programs, which that cache only slows).
+
+Estimation is mbi's mirror descent with a fixed step 1/(L·n) (L: the loss's Lipschitz constant, n:
+the total): a fixed step compiles several times faster than the line search, and AIM re-estimates
+after every round, each round a new set of cliques (a new program).
+
+Rows are drawn column by column in the junction tree's elimination order, each from its
+conditional distribution given the columns already drawn that share a clique with it (as a
+junction tree's sampler does; Koller & Friedman 2009, §12.1.1), with uniforms from dpsql's source
+(``noise.uniforms``), so a seeded source reproduces a synthetic table.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dpsql.errors import MissingDependency
+from dpsql.mechanisms import noise
+from dpsql.mechanisms.marginals import Measurement
+
+ITERATIONS = 500
+"""Mirror-descent steps of one estimate (mbi runs them 50 to a compiled block)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _mbi() -> Any:
+    try:
+        import jax
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import mbi
+    except ImportError:
+        return None
+    return mbi
+
+
+def has_mbi() -> bool:
+    """Whether ``mbi`` can be imported."""
+    return _mbi() is not None
+
+
+def require_mbi(what: str = "synthesize") -> None:
+    """Refuse (before any charge) when ``mbi`` is missing, naming the install."""
+    if not has_mbi():
+        raise MissingDependency(f"{what} needs the mbi package (private-pgm) for graphical-model inference",
+                                hint="pip install 'dpsql[synth]'")
+
+
+def domain(columns: Sequence[str], sizes: Sequence[int]) -> Any:
+    """mbi's ``Domain`` of the columns (cells per column, NULL cells included)."""
+    return _mbi().Domain(list(columns), [int(n) for n in sizes])
+
+
+def model_cells(space: Any, cliques: Sequence[tuple[str, ...]]) -> int:
+    """The cells of the junction tree a model over ``cliques`` needs (its memory is 8 bytes each)."""
+    from mbi import junction_tree
+
+    if not cliques:
+        return 0
+    tree, _ = junction_tree.make_junction_tree(space, [tuple(c) for c in cliques])
+    return int(sum(space.size(clique) for clique in junction_tree.maximal_cliques(tree)))
+
+
+def estimate(space: Any, measurements: Sequence[Measurement], total: float, warm: Any = None) -> Any:
+    """The graphical model (mbi ``MarkovRandomField``) closest to the noisy marginals, each weighted
+    by 1/σ (the count's measurement fixes ``total`` instead)."""
+    mbi = _mbi()
+    from mbi import estimation, marginal_loss
+
+    linear = [mbi.LinearMeasurement(np.asarray(m.values, dtype=np.float64), tuple(m.clique), stddev=m.sigma)
+              for m in measurements if m.clique]
+    total = max(float(total), 1.0)
+    loss = marginal_loss.from_linear_measurements(linear, space)
+    step = 1.0 / (float(loss.lipschitz) * total)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return estimation.MirrorDescent(stepsize=step).estimate(space, loss, known_total=total, iters=ITERATIONS,
+                                                                warm_start=warm)
+
+
+def project(model: Any, clique: tuple[str, ...]) -> np.ndarray:
+    """The model's marginal over ``clique`` (row-major in the clique's order), as float64 counts."""
+    return np.asarray(model.project(tuple(clique)).datavector(flatten=True), dtype=np.float64)
+
+
+def sample_rows(model: Any, rows: int, source=None) -> dict[str, np.ndarray]:
+    """``rows`` synthetic rows from ``model``: column -> cell index per row (module docstring)."""
+    from mbi import junction_tree
+
+    space = model.domain
+    tree, order = junction_tree.make_junction_tree(space, [tuple(c) for c in model.cliques])
+    cliques = [set(c) for c in tree.nodes]
+    drawn: dict[str, np.ndarray] = {}
+    for column in reversed(order):
+        near = set().union(*(c for c in cliques if column in c)) if cliques else set()
+        parents = tuple(a for a in space.attributes if a in drawn and a in near)
+        table = project(model, (*parents, column)).reshape(-1, space[column])
+        table = np.clip(table, 0.0, None)
+        mass = table.sum(axis=1, keepdims=True)
+        conditional = np.where(mass > 0, table / np.where(mass > 0, mass, 1.0), 1.0 / space[column])
+        cumulative = np.cumsum(conditional, axis=1)
+        cumulative[:, -1] = 1.0
+        index = np.zeros(rows, dtype=np.int64)
+        if parents:
+            index = np.ravel_multi_index(tuple(drawn[p] for p in parents), tuple(space[p] for p in parents))
+        u = noise.uniforms(rows, source)
+        drawn[column] = np.minimum((u[:, None] >= cumulative[index]).sum(axis=1), space[column] - 1)
+    return {column: drawn[column] for column in space.attributes}
