@@ -58,6 +58,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -134,7 +135,9 @@ def pums_data(resample: int | None = None, seed: int = 0) -> Data:
     if resample:
         frame = con.sql("SELECT * FROM raw").df()
         picked = frame.sample(n=resample, replace=True, random_state=seed).reset_index(drop=True)
+        con.register("picked", picked)
         con.execute("CREATE OR REPLACE TABLE raw AS SELECT * FROM picked")
+        con.unregister("picked")
     con.execute(f"CREATE TABLE pums AS SELECT LEAST(GREATEST(age, 0) // 10, 9) AS age, sex, educ, race, married, "
                 f"{bins_sql('income', PUMS_INCOME_EDGES)} AS income FROM raw")
     con.execute("DROP TABLE raw")
@@ -263,11 +266,21 @@ def bounded_truth(db, data: Data) -> dict[tuple[str, ...], np.ndarray]:
     return split_answers(answers, data, marginals)
 
 
+def resampled_truth(db, data: Data, epsilon: float, delta: float):
+    """No privacy, a reference: as many rows as the table has, drawn independently from its own rows
+    (with replacement). Its error is the sampling floor of any synthesizer that draws its rows
+    independently from a perfect model (dpsql's draw does: ``graphical.sample_rows``)."""
+    frame = data.con.sql(f"SELECT {', '.join(data.columns)} FROM {data.table}").df()
+    picked = frame.sample(n=len(frame), replace=True, random_state=int.from_bytes(os.urandom(4), "little"))
+    return marginals_of_joint(joint_of_frame(picked, data), data)
+
+
 METHODS = {
     "dpsql AIM": lambda db, data, e, d: dpsql_synthesize(db, data, e, d, "aim"),
     "dpsql MST": lambda db, data, e, d: dpsql_synthesize(db, data, e, d, "mst"),
     "dpsql MWEM": dpsql_mwem,
     "db.sql per marginal": dpsql_per_marginal,
+    "true rows resampled (no privacy)": resampled_truth,
 }
 
 
@@ -327,8 +340,8 @@ def error_table(data: Data, args) -> None:
             cell["bounded"].append(average_tv(release, bounded))
         seconds.setdefault((method, epsilon), []).append(took)
 
-    for epsilon in args.epsilons:
-        for run in range(args.runs):
+    for run in range(args.runs):   # runs outermost: a run cut short still has every ε of the runs before
+        for epsilon in args.epsilons:
             for method in args.methods:
                 if method not in METHODS or method in failed:
                     continue
@@ -342,8 +355,10 @@ def error_table(data: Data, args) -> None:
                         print(f"  {method} failed: {failed[method]}", file=sys.stderr, flush=True)
                         continue
                     record(method, epsilon, release, bounded, time.perf_counter() - started)
-                print(f"  {method} ε {epsilon:g} run {run + 1}: {results[(method, epsilon)]['raw'][-1]:.3f}",
-                      file=sys.stderr, flush=True)
+                cell = results[(method, epsilon)]
+                against_bounded = f" (bounded {cell['bounded'][-1]:.3f})" if cell["bounded"] else ""
+                print(f"  {method} ε {epsilon:g} run {run + 1}: {cell['raw'][-1]:.3f}{against_bounded}, "
+                      f"{seconds[(method, epsilon)][-1]:.1f} s", file=sys.stderr, flush=True)
     peers = [m for m in ("aim", "mst") if f"snsynth {m.upper()}" in args.methods]
     if args.peer_python and peers:
         for fit in run_peer(args.peer_python, data, peers, args.epsilons, args.delta, args.runs):
@@ -372,7 +387,8 @@ def error_table(data: Data, args) -> None:
         timing = f"{np.mean(took):.1f}" if took else "–"
         note = f" (failed: {failed[method]})" if method in failed else ""
         if per_unit:
-            guarantee = "per flight (row-level)" if method.startswith("snsynth") else "per aircraft"
+            guarantee = ("per flight (row-level)" if method.startswith("snsynth")
+                         else "none" if "no privacy" in method else "per aircraft")
             print(f"| {method}{note} | {guarantee} | " + " | ".join(shown(c["raw"]) for c in cells) + " | "
                   + " | ".join(shown(c["bounded"]) for c in cells) + f" | {timing} |")
         else:
@@ -449,7 +465,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.time_one:
         return time_one(args.time_one, args.scale, args.scale_epsilon, args.delta)
-    print(f"`python benchmarks/bench_synth.py {' '.join(sys.argv[1:])}` "
+    print(f"`python benchmarks/bench_synth.py {shlex.join(sys.argv[1:])}` "
           f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.system()} "
           f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, dpsql {commit()}, "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
