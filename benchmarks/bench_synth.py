@@ -37,6 +37,9 @@ give it ours), every one a single release at that total:
 
 Each method runs ``--runs`` times per ε (a fresh in-memory ledger each time, so no free repeats);
 the table gives the mean and the standard deviation over runs, and the seconds per run.
+``true rows resampled (no privacy)`` is a reference: the table's own rows drawn again with
+replacement, the error of a perfect model whose rows are drawn independently (the sampling floor).
+``--synth-rows N`` makes dpsql's synthesizer draw N rows (many rows: its model's error alone).
 
 ``--scale N`` instead times one synthesizer fit at N rows (PUMS resampled with replacement to N
 rows, row-level), each method in a process of its own: seconds and peak RSS (and the RSS with the
@@ -227,8 +230,13 @@ def connect(data: Data):
     return dpsql.connect(data.con, policy=data.policy(), ledger=":memory:")
 
 
+SYNTHETIC_ROWS: list[int | None] = [None]
+"""``--synth-rows``: how many rows dpsql's synthesizer draws (None: its noisy count of the table's)."""
+
+
 def dpsql_synthesize(db, data: Data, epsilon: float, delta: float, method: str):
-    release = db.synthesize(data.table, columns=data.columns, epsilon=epsilon, delta=delta, method=method)
+    release = db.synthesize(data.table, columns=data.columns, epsilon=epsilon, delta=delta, method=method,
+                            rows=SYNTHETIC_ROWS[0])
     return marginals_of_joint(joint_of_frame(release.table, data), data)
 
 
@@ -458,6 +466,8 @@ def main() -> None:
                         default=["dpsql AIM", "dpsql MST", "snsynth AIM", "snsynth MST", "dpsql MWEM",
                                  "db.sql per marginal"])
     parser.add_argument("--flights-rows", type=int, default=250)
+    parser.add_argument("--synth-rows", type=int, help="rows dpsql's synthesizer draws (default: its noisy count); "
+                        "many rows show its model's error without the sampling of the draw")
     parser.add_argument("--peer-python", default=os.environ.get("SYNTH_PEER_PYTHON"))
     parser.add_argument("--scale", type=int, help="time one fit of each synthesizer at this many rows")
     parser.add_argument("--scale-epsilon", type=float, default=1.0)
@@ -471,6 +481,7 @@ def main() -> None:
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     if args.scale:
         return scale_table(args)
+    SYNTHETIC_ROWS[0] = args.synth_rows
     data = pums_data() if args.data == "pums" else flights_data(args.flights_rows)
     error_table(data, args)
 
