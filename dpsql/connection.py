@@ -380,8 +380,7 @@ class Connection:
 
         release = answer_synthesis(self.mechanism_context(), table, columns, epsilon, delta, method, rows, name,
                                    lambda chosen: self._synthetic.check_name(self.analyst, chosen))
-        self._synthetic.keep(release)  # its owner's from now on, queried free (dpsql.query.synthetic_tables)
-        return release
+        return self._synthetic.keep(release)  # its owner's from now on, queried free (dpsql.query.synthetic_tables)
 
     def fit(self, sql: str, target: str, model: str = "linear", epsilon: Any = None, delta: Any = None, *,
             steps: Any = None, clip: Any = None, learning_rate: Any = None, method: str = "auto"):

@@ -80,6 +80,7 @@ OTHER_MECHANISMS = {
     "pmw": lambda db: db.pmw("t", ["k"], epsilon=1, max_updates=2, threshold=5).answer(
         "SELECT COUNT(*) FROM t WHERE k = 'a'").fetchall(),
     "suggest": lambda db: db.suggest_bounds("t", epsilon=1, columns=["x"]),
+    "synthesize": lambda db: len(db.synthesize("t", ["k", "x"], epsilon=1, delta=1e-6, method="mst").table) > 0,
 }
 
 

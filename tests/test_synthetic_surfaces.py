@@ -51,7 +51,7 @@ def test_dpsql_query_and_explain(shop, capsys):
     database, policy = shop
     code, out, err = run(capsys, "query", str(database), COUNTED, "--policy", str(policy), "--analyst", "alice")
     assert code == 0 and "│ b     │ 2 │" in out, out + err
-    assert "synthetic table fake" in out + err
+    assert "synthetic table fake" in out + err and "exact: your synthetic tables only, no cost" in err
     code, out, err = run(capsys, "explain", str(database), COUNTED, "--policy", str(policy), "--analyst", "alice")
     assert code == 0 and "cost: free" in out and "(store, age): rho 0.02, sigma 5" in out, out + err
     code, _, err = run(capsys, "query", str(database), COUNTED, "--policy", str(policy), "--analyst", "bob")
@@ -64,6 +64,7 @@ def test_the_shell_answers_and_lists_them(shop):
         state = new_state(db, width=100, color=False)
         output = handle_input(state, COUNTED + ";")
         assert "│ b     │ 2 │" in output and "note: answered exactly from your synthetic table fake" in output
+        assert "exact: your synthetic tables only, no cost" in output
         assert float(db.budget.spent.epsilon) == 0
         tables = handle_input(state, ".tables")
         assert "fake" in tables and "yours: MST over visits" in tables
@@ -91,6 +92,8 @@ def test_psql_at_the_server(shop, tmp_path):
         assert listed.stdout.splitlines() == ["fake|mst"], listed.stderr
         explained = psql("alice", "EXPLAIN " + COUNTED)
         assert "cost: free" in explained.stdout, explained.stdout + explained.stderr
+        assert "(store, age): rho 0.02" in explained.stdout and "EXPLAIN VERBOSE adds the SQL" in explained.stdout
+        assert "GROUP BY" in psql("alice", "EXPLAIN VERBOSE " + COUNTED).stdout
         refused = psql("bob", COUNTED)
         nobody = psql("bob", COUNTED.replace("fake", "fakf"))
         assert "unknown table fake" in refused.stderr
@@ -98,10 +101,19 @@ def test_psql_at_the_server(shop, tmp_path):
         assert psql("bob", "SELECT name FROM synthetic_tables()").stdout.strip() == ""
         mixed = psql("alice", "SELECT COUNT(*) FROM fake JOIN visits USING (store)")
         assert "query them separately" in mixed.stderr
+        psycopg = pytest.importorskip("psycopg")
+        with psycopg.connect(host="127.0.0.1", port=server.port, dbname="shop", user="alice", password="alice-secret",
+                             connect_timeout=5, autocommit=True) as connection:  # the extended protocol
+            assert connection.execute(COUNTED).fetchall() == [("a", 1), ("b", 2), ("c", 1)]
+            prepared = connection.execute("SELECT COUNT(*) FROM fake WHERE store = 'b'", prepare=True).fetchall()
+            assert prepared == [(2,)]
+            frame = pd.read_sql("SELECT * FROM fake ORDER BY store, age", connection)
+            assert frame.equals(FAKE.sort_values(["store", "age"]).reset_index(drop=True))
         remote = connect_remote(f"postgresql://alice:alice-secret@127.0.0.1:{server.port}/shop")
         try:  # `dpsql shell postgresql://...`: the same answer, and .tables lists it
             state = new_state(remote, width=100, color=False)
-            assert "│ b     │ 2 │" in handle_input(state, COUNTED + ";")
+            output = handle_input(state, COUNTED + ";")
+            assert "│ b     │ 2 │" in output and "exact: your synthetic tables only, no cost" in output
             assert "yours: MST over visits" in handle_input(state, ".tables")
         finally:
             remote.close()

@@ -115,16 +115,16 @@ def test_names_are_checked_before_the_charge(ledger):
             store.check_name("alice", name)
     store.check_name("bob", "fake")  # another analyst's name is free for bob, and says nothing of alice's
     store.check_name(None, "fake")
-    with pytest.raises(InvalidParameter, match="already have"):
-        SyntheticTables(ledger, []).keep(release(name="Fake"))  # another process's keep: never overwritten
+    kept = SyntheticTables(ledger, []).keep(release(name="Fake", rows=99))  # another process's, after the check
+    assert kept.name == "Fake_2" and store.made("alice", "fake").rows == 6  # neither lost nor overwritten
+    assert store.made("alice", "fake_2").rows == 99
 
 
 def test_in_memory_ledgers_keep_them_in_memory():
     store = SyntheticTables(None, ["t"])
     store.keep(release())
     assert store.names("alice") == ["fake"] and store.names("bob") == [] and store.directory is None
-    with pytest.raises(InvalidParameter, match="already have"):
-        store.keep(release())
+    assert store.keep(release()).name == "fake_2" and store.names("alice") == ["fake", "fake_2"]
 
 
 # -- queried free by its owner ---------------------------------------------------------------------
@@ -140,7 +140,7 @@ def test_the_owner_queries_it_exactly_and_free(db, ledger):
     assert "free: your synthetic tables only" in str(result)
     assert alice.budget == before and db.ledger().empty  # nothing charged, nothing recorded
     assert any("answered exactly from your synthetic table fake (AIM over t" in note for note in result.notes)
-    assert any("measured: its estimate of that marginal's error is 12.5" in note for note in result.notes)
+    assert any("measured: it estimates that marginal's error at about 12 rows in all" in note for note in result.notes)
 
 
 def test_the_error_estimate_is_given_only_for_a_measured_marginal_count(db, ledger):
@@ -154,7 +154,7 @@ def test_the_error_estimate_is_given_only_for_a_measured_marginal_count(db, ledg
         assert not any("estimate" in note for note in notes), sql
         assert any("synthetic table fake" in note for note in notes)
     reordered = alice.sql("SELECT b, a, COUNT(*) AS n FROM fake GROUP BY b, a ORDER BY n DESC LIMIT 2")
-    assert any("estimate of that marginal's error is 12.5" in note for note in reordered.notes)
+    assert any("error at about 12 rows in all" in note for note in reordered.notes)
 
 
 def test_any_sql_runs_over_several_of_ones_own_synthetic_tables(db, ledger):
@@ -165,6 +165,8 @@ def test_any_sql_runs_over_several_of_ones_own_synthetic_tables(db, ledger):
                      "SELECT f.a, n * w AS nw FROM f JOIN main.other o ON f.a = o.a ORDER BY f.a").fetchall()
     assert rows == [(0, 10), (1, 40), (2, 90)]
     assert alice.sql("SELECT AVG(w) FROM other").fetchall() == [(20.0,)]
+    assert alice.sql("SELECT r, COUNT(a) FROM range(4) AS s(r) LEFT JOIN fake ON a = r GROUP BY r ORDER BY r"
+                     ).fetchall() == [(0, 1), (1, 2), (2, 3), (3, 0)]  # numbers of its own: no other table
     assert float(alice.budget.spent.epsilon) == 0
 
 
@@ -277,10 +279,26 @@ def test_explain_says_it_is_free_and_what_was_measured(db, ledger):
     text = db.acting_for("alice").explain("SELECT a, b, COUNT(*) FROM fake GROUP BY a, b")
     for said in ("cost: free", "no charge", "synthetic table fake: AIM over t, 6 rows, made 2026-12-08",
                  "epsilon 1, delta 1e-06 (rho 0.0421", "(a): rho 0.01, sigma 7.07",
-                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12.5", "total rho measured: 0.0421",
+                 "(a, b): rho 0.0321, sigma 3.95, estimated error 12 rows in all",
+                 "total rho spent measuring and choosing: 0.0421",
                  "a: 0, 1, 2", "v: [0, 5), [5, 10]", "sandbox holding only your synthetic tables", "FROM fake"):
         assert said in text, said
     assert text.refused is None and db.ledger().empty
+
+
+def test_explain_names_the_row_count_among_what_was_measured(db, ledger):
+    keep(ledger, release(measured=(Measured((), 0.005, 14.1), Measured(("a", "b"), 0.0371, 3.67))))
+    text = db.acting_for("alice").explain("SELECT COUNT(*) FROM fake")
+    assert "the row count: rho 0.005, sigma 14.1" in text and "(a, b): rho 0.0371, sigma 3.67" in text
+    assert list(db.acting_for("alice").synthetic_tables()["marginals"]) == [1]  # the row count is no marginal
+
+
+def test_a_marginal_measured_twice_gives_its_estimate_once_at_its_last_measurement(db, ledger):
+    keep(ledger, release(measured=(Measured(("a", "b"), 0.01, 7.0), Measured(("b", "a"), 0.03, 4.0))))
+    text = db.acting_for("alice").explain("SELECT COUNT(*) FROM fake")
+    assert "measured (2 measurements in order" in text
+    assert "(a, b): rho 0.01, sigma 7\n" in text and "(b, a): rho 0.03, sigma 4, estimated error 12 rows in all" in text
+    assert list(db.acting_for("alice").synthetic_tables()["marginals"]) == [1]  # one marginal, measured twice
 
 
 def test_the_listing_is_every_table_of_ones_own_and_queryable(db, ledger):
@@ -302,3 +320,19 @@ def test_each_owner_has_a_folder_of_their_own_whatever_their_name(ledger):
     for owner in (long_name, odd_name, None):
         assert store.names(owner) == ["fake"] and store.find(owner, "fake").table.equals(SYNTHETIC)
     assert store.names("x") == [] and len(list(synthetic_directory(ledger).iterdir())) == 3
+
+
+def test_a_folder_that_cannot_be_made_is_refused_by_the_name_check(ledger):
+    synthetic_directory(ledger).write_text("not a folder")  # what a folder cannot be made over, even by root
+    with pytest.raises(InvalidParameter, match="cannot be kept beside the ledger"):
+        SyntheticTables(ledger, ["t"]).check_name("alice", "fake")
+
+
+def test_two_keeps_of_one_name_at_once_keep_both(ledger):
+    from concurrent.futures import ThreadPoolExecutor
+
+    stores = [SyntheticTables(ledger, ["t"]) for _ in range(4)]  # as four processes would
+    with ThreadPoolExecutor(4) as pool:
+        kept = list(pool.map(lambda store: store.keep(release()).name, stores))
+    assert sorted(kept) == ["fake", "fake_2", "fake_3", "fake_4"]
+    assert SyntheticTables(ledger, []).names("alice") == sorted(kept)

@@ -46,7 +46,9 @@ BOUNDED_SQL = "bounded SQL ($salt is a secret per-database salt):"
 SEPARATE_SQL = "bounded SQL of {name}, run on its own ({what}):"
 """The header of a separate measure's statement (a quantile's histogram, distinct values)."""
 POST_SQL = "post-processing over the noisy core (free):"
-SQL_HEADERS = (BOUNDED_SQL, "bounded SQL of ", POST_SQL, "bias SQL:")
+SYNTHETIC_SQL = "SQL that runs (in a sandbox holding only your synthetic tables):"
+"""The header of the section holding a query of synthetic tables (``dpsql.query.synthetic_answering``)."""
+SQL_HEADERS = (BOUNDED_SQL, "bounded SQL of ", POST_SQL, "bias SQL:", SYNTHETIC_SQL)
 """Sections that hold SQL: ``summary`` leaves them out."""
 
 

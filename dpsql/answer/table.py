@@ -54,6 +54,8 @@ class Answer:
     intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     """Per noisy column, each row's 95% interval (low, high) where known: quantiles' are
     asymmetric. A column absent here is value ± half-width."""
+    synthetic: bool = False
+    """True for a query over the analyst's own synthetic tables only: exact, free."""
 
 
 def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
@@ -79,7 +81,7 @@ def answer_from(result: Any, alpha: float = ALPHA) -> Answer:
                   None if not getattr(getattr(result, "outside_domain", None), "shown", False)
                   else str(result.outside_domain),
                   _text_or_none(getattr(result, "limits", None)), _text_or_none(getattr(result, "bounding", None)),
-                  intervals=spans)
+                  intervals=spans, synthetic=bool(getattr(cost, "synthetic", False)))
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -47,6 +47,7 @@ from dpsql.errors import InvalidParameter, UnsupportedQuery
 from dpsql.mechanisms import graphical, noise
 from dpsql.mechanisms.aim import candidates
 from dpsql.mechanisms.mst import allowed_pairs
+from dpsql.mechanisms.synthesis import MAX_ROWS as SYNTHETIC_ROWS
 from dpsql.mechanisms.synthesis import synthesize
 from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
 from dpsql.policy.model import PrivateTable
@@ -66,8 +67,8 @@ MAX_FETCHED_CELLS = 2 ** 22
 """The most exact counts the statement may return (the candidates' cells added up)."""
 MAX_MODEL_CELLS = 2 ** 23
 """The largest graphical model (junction-tree cells, 8 bytes each: 64 MB)."""
-MAX_ROWS = 10 ** 7
-"""The most synthetic rows (the noisy count is cut to it)."""
+MAX_ROWS = SYNTHETIC_ROWS
+"""The most synthetic rows one may ask for (a noisy count is cut to it too)."""
 FAILED = "synthesize failed while running; its cost was charged and nothing was released"
 NULL_LABEL = "NULL"
 _SHAPE = "db.synthesize('t', ['a', 'b'], epsilon=1, delta=1e-6, method='aim')"
@@ -163,10 +164,10 @@ def plan_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon:
         check_name(label)
     keyed = [n for n in names if rule.column(n) is not None and rule.column(n).keys is not None]  # type: ignore
     numeric = [n for n in names if n not in keyed]
-    sums = [f'SUM("{n}")' for n in numeric]
-    select = ", ".join([*(f'"{n}"' for n in keyed), *sums, "COUNT(*)"])
-    grouped = f" GROUP BY {', '.join(f'{chr(34)}{n}{chr(34)}' for n in keyed)}" if keyed else ""
-    prepared = context.prepare(f'SELECT {select} FROM "{rule.name}"{grouped}', options.epsilon, 0, "laplace")
+    sums = [f"SUM({_quoted(n)})" for n in numeric]
+    select = ", ".join([*(_quoted(n) for n in keyed), *sums, "COUNT(*)"])
+    grouped = f" GROUP BY {', '.join(_quoted(n) for n in keyed)}" if keyed else ""
+    prepared = context.prepare(f"SELECT {select} FROM {_quoted(rule.name)}{grouped}", options.epsilon, 0, "laplace")
     plan = prepared.plan
     if plan is None or plan.selection is not None or any(key.domain is None for key in plan.query.keys):
         raise UnsupportedQuery("synthesize needs public KEYS domains for its categorical columns",
@@ -269,6 +270,11 @@ def _cell(column: SynthColumn, lookup: dict, value: Any) -> int | None:
 
 
 # -- columns, before the charge ---------------------------------------------------------------------
+
+def _quoted(name: str) -> str:
+    """A catalog name as a quoted identifier (the names are the database's, never the analyst's text)."""
+    return exp.to_identifier(name, quoted=True).sql(dialect=DUCKDB)
+
 
 def _method(method: Any) -> str:
     if not isinstance(method, str) or method.lower() not in METHODS:
@@ -429,7 +435,9 @@ def _values(column: SynthColumn, cells: np.ndarray, source) -> list | np.ndarray
     within its bin (a whole number for an integer column); NULL for the NULL cell."""
     null = cells == column.size - 1 if column.null_cell else np.zeros(cells.size, dtype=bool)
     if not column.numeric:
-        return [None if n else column.keys[int(c)] for c, n in zip(cells, null)]
+        values = [None if n else column.keys[int(c)] for c, n in zip(cells, null)]
+        whole = all(isinstance(k, int) and not isinstance(k, bool) for k in column.keys)
+        return pd.array(values, dtype="Int64") if whole and column.keys else pd.array(values, dtype=object)
     low = column.lower + cells * column.width
     span = np.minimum(low + column.width - 1, column.upper) - low + 1
     steps = low + np.minimum((noise.uniforms(cells.size, source) * span).astype(np.int64), span - 1)

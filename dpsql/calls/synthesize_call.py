@@ -10,9 +10,9 @@ from fractions import Fraction
 from typing import Any
 
 from dpsql.answer.result import DPResult
+from dpsql.budget.accounting import Spend
 from dpsql.calls.mechanism import Mechanism
 from dpsql.calls.synthesize import MAX_MODEL_CELLS, plan_synthesis
-from dpsql.budget.accounting import Spend
 from dpsql.mechanisms.aim import MEASURE_SHARE, ROUNDS_PER_COLUMN
 from dpsql.mechanisms.synthesis import TOTAL_SHARE
 
@@ -57,6 +57,7 @@ def _explain(connection: Any, queries: list[str], options: dict[str, Any]) -> st
     arguments = _arguments(options)
     planned = plan_synthesis(connection.mechanism_context(), **arguments)
     cells = ", ".join(f"{c.name} ({c.size})" for c in planned.columns)
+    bins = "; ".join(f"{c.name}: {', '.join(c.labels)}" for c in planned.columns if c.numeric) or "none"
     count_rho = planned.rho * TOTAL_SHARE
     if planned.method == "mst":
         split = ("MST: a third of the rest measures the one-way marginals, a third chooses a spanning tree of "
@@ -68,7 +69,7 @@ def _explain(connection: Any, queries: list[str], options: dict[str, Any]) -> st
                  f"{MAX_MODEL_CELLS:,} cells")
     return "\n".join([
         f"synthesize {planned.table} as {planned.name} by {planned.method.upper()}: columns {cells} "
-        f"(cells from the policy; bins {', '.join(f'{c.name}: {list(c.labels)}' for c in planned.columns if c.numeric) or 'none'})",
+        f"(cells from the policy; bins {bins})",
         f"one statement counts the bounded copy's rows (at most {planned.reach} per unit) in "
         f"{len(planned.cliques) - 1} candidate marginals and the total:\n{planned.statement.sql}",
         f"rho {float(planned.rho):.6g} in all: {float(count_rho):.6g} for the noisy row count; {split}",

@@ -52,6 +52,9 @@ MEASURE_SHARE = Fraction(9, 10)
 """α: the share of a round's ρ spent measuring (the rest choosing)."""
 WORKLOAD_DEGREE = 3
 """W: every marginal of this many columns."""
+ROUND_ITERATIONS = 500
+"""Mirror-descent steps of a round's estimate, warm-started from the last (the final model gets
+``graphical.ITERATIONS``), as the paper's implementation does: steps cost time at scale."""
 EXPECTED_ABS = math.sqrt(2 / math.pi)
 """E|Z| for a standard normal: the expected L1 noise per cell is this times σ."""
 
@@ -89,7 +92,7 @@ def run_aim(columns: Sequence[str], sizes: dict[str, int], weights: dict[tuple[s
     choice_rho = (1 - MEASURE_SHARE) * rho / rounds
     measured = [measure((c,), exact((c,)), l2_squared, measure_rho, source) for c in columns]
     used = len(columns) * measure_rho
-    model = graphical.estimate(space, measured, total)
+    model = graphical.estimate(space, measured, total, iterations=ROUND_ITERATIONS)
     last = used >= rho
     while not last:
         left = rho - used
@@ -105,17 +108,19 @@ def run_aim(columns: Sequence[str], sizes: dict[str, int], weights: dict[tuple[s
         allowed = [r for r in weights if _fits(space, cliques, r, limit)]
         if not allowed:  # nothing fits (cannot happen: one-way marginals are in the model): stop cleanly
             allowed = [(columns[0],)]
-        estimates = {r: graphical.project(model, r) for r in allowed}
+        projected = graphical.Projector(model)
+        estimates = {r: projected(r) for r in allowed}
         scores = [weights.get(r, 1) * (l1_distance(exact(r), on_score_grid(estimates[r]))
                                        - Fraction(EXPECTED_ABS * sigma * _cells(sizes, r)))
                   for r in allowed]
         sensitivity = Fraction(max(weights.get(r, 1) for r in allowed) * l1)
         chosen = allowed[choose(scores, sensitivity, epsilon, source)]
         measured.append(measure(chosen, exact(chosen), l2_squared, this_measure, source, spent))
-        model = graphical.estimate(space, measured, total, warm=model)
+        model = graphical.estimate(space, measured, total, warm=model, iterations=ROUND_ITERATIONS)
         moved = float(np.abs(graphical.project(model, chosen) - estimates[chosen]).sum())
         if moved <= EXPECTED_ABS * sigma * _cells(sizes, chosen):
             measure_rho, choice_rho = 4 * measure_rho, 4 * choice_rho
+    model = graphical.estimate(space, measured, total, warm=model)
     return AimRun(tuple(measured), model, _error_estimates(model, measured, sizes))
 
 
@@ -133,5 +138,6 @@ def _error_estimates(model: Any, measured: list[Measurement], sizes: dict[str, i
     last: dict[tuple[str, ...], Measurement] = {}
     for m in measured:
         last[m.clique] = m
-    return {clique: float(np.abs(graphical.project(model, clique) - m.values).sum())
+    projected = graphical.Projector(model)
+    return {clique: float(np.abs(projected(clique) - m.values).sum())
             + EXPECTED_ABS * m.sigma * _cells(sizes, clique) for clique, m in last.items()}

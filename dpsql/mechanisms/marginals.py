@@ -129,6 +129,7 @@ def choose(scores: list[Fraction], sensitivity: Fraction, epsilon: Fraction, sou
     """The exponential mechanism at ``epsilon`` over ``scores`` of ``sensitivity``: index r with
     probability ∝ exp(ε·q_r / (2Δ_q)). Each log weight is one correctly rounded quotient of exact
     rationals (relative error 2**-53: ε becomes at most ε(1 + 2**-52), ``noise.exponential_mechanism``)."""
-    top = max(scores)
-    weights = np.array([float(epsilon * (q - top) / (2 * sensitivity)) for q in scores])
+    # No shift by the largest score here: each weight is then the intended ε·q/(2Δ) within a relative
+    # 2**-53, the precondition of the sampler's analysis (which subtracts the maximum itself, exactly).
+    weights = np.array([float(epsilon * q / (2 * sensitivity)) for q in scores])
     return noise.exponential_mechanism(weights, source)

@@ -10,8 +10,9 @@ Given ρ (what is left after the row count, ``dpsql.mechanisms.synthesis``) and 
    among the pairs that join two components of the forest so far, one by the exponential mechanism
    at ε with ε²/8 = ρ/(3(d' - 1)), on the score q_ab = ||M_ab(x) - M_ab(p̂)||₁, p̂ the independent
    model of the noisy one-way marginals (public); q moves by at most Δ₁ (``marginals``);
-3. each chosen pair is measured at ρ/(3(d' - 1)) less what rounding ε down saved (so the parts add
-   up to ρ exactly).
+3. each chosen pair is measured at ρ/(3(d' - 1)) plus what rounding ε down saved (so the parts add
+   up to ρ exactly); a round with one pair left to join has nothing to choose (the allowed pairs
+   are public) and measures with both thirds.
 
 The graphical model fitted to all of them (``dpsql.mechanisms.graphical``) is a tree. MST's
 compression of rare one-way cells is not done (the cells are the policy's).
@@ -82,9 +83,12 @@ def run_mst(columns: Sequence[str], pairs: Sequence[tuple[str, str]], rho: Fract
     component = {c: i for i, c in enumerate(columns)}
     for _ in range(rounds):
         open_pairs = [p for p in pairs if component[p[0]] != component[p[1]]]
-        scores = [l1_distance(exact(p), on_score_grid(independent_marginal(ones, p, total))) for p in open_pairs]
-        chosen = open_pairs[choose(scores, Fraction(score_sensitivity), epsilon, source)]
-        spent = selection_rho(epsilon)
+        if len(open_pairs) == 1:  # nothing to choose (a public fact): no choice, no cost
+            chosen, spent = open_pairs[0], Fraction(0)
+        else:
+            scores = [l1_distance(exact(p), on_score_grid(independent_marginal(ones, p, total))) for p in open_pairs]
+            chosen = open_pairs[choose(scores, Fraction(score_sensitivity), epsilon, source)]
+            spent = selection_rho(epsilon)
         measured.append(measure(chosen, exact(chosen), l2_squared, per_round - spent, source, spent))
         old, new = component[chosen[0]], component[chosen[1]]
         component = {c: (new if i == old else i) for c, i in component.items()}

@@ -30,6 +30,8 @@ from dpsql.mechanisms.mst import run_mst
 
 TOTAL_SHARE = Fraction(1, 20)
 """The share of ρ spent on the noisy row count."""
+MAX_ROWS = 10 ** 7
+"""The most synthetic rows drawn: a noisy count above it is cut to it (post-processing)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Synthesis:
     measurements: tuple[Measurement, ...]
     """The row count first (no columns), then every marginal, in order."""
     rows: int
-    """The synthetic table's row count (the noisy count cut at 1, or the analyst's)."""
+    """The synthetic table's row count (the noisy count cut into [1, MAX_ROWS], or the analyst's)."""
     cells: dict[str, np.ndarray]
     """Column -> each synthetic row's cell index."""
     error_estimates: dict[tuple[str, ...], float]
@@ -67,6 +69,6 @@ def synthesize(method: str, columns: Sequence[str], sizes: dict[str, int], rho: 
         run = run_aim(columns, sizes, weights, rho - count_rho, l2_squared, marginal_l1(reach, neighbours), exact,
                       total, max_cells, source)
         measured, model, estimates = list(run.measurements), run.model, run.error_estimates
-    size = rows if rows is not None else max(1, int(round(float(count.values[0]))))
+    size = rows if rows is not None else min(MAX_ROWS, max(1, int(round(float(count.values[0])))))
     cells = graphical.sample_rows(model, size, source)
     return Synthesis((count, *measured), size, cells, estimates)

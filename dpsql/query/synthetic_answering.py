@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.answer.explain import Explanation
+from dpsql.answer.explain import SYNTHETIC_SQL, Explanation, plural
 from dpsql.answer.result import DPResult, QueryCost
 from dpsql.backends.duckdb.synthetic import SyntheticSandbox, synthetic_sql
 from dpsql.errors import DPError, UnsupportedQuery
@@ -77,6 +77,8 @@ def synthetic_query(sql: str, store: SyntheticTables, analyst: str | None,
         if isinstance(called, exp.Anonymous) and name_key(called.name) == LISTING and not called.expressions:
             listing = True
             table.set("this", exp.to_identifier(LISTED_AS))
+        elif isinstance(called, exp.GenerateSeries):
+            continue  # range(...) / generate_series(...): numbers, computed in the sandbox
         elif not isinstance(called, exp.Identifier) or table.catalog:
             others.append(table)
         elif not table.db and name_key(table.name) in ctes:
@@ -133,12 +135,18 @@ def listing_frame(releases: Iterable[SyntheticRelease]):
     """The rows of ``synthetic_tables()``: one per synthetic table, its name first."""
     import pandas as pd
 
-    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, len(r.measured), r.created)
+    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, _marginals(r),
+             r.created)
             for r in sorted(releases, key=lambda release: name_key(release.name))]
     frame = pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
     return frame.astype({"name": "object", "source": "object", "method": "object", "rows": "int64",
                          "epsilon": "float64", "delta": "float64", "rho": "float64", "marginals": "int64",
                          "created": "object"})
+
+
+def _marginals(release: SyntheticRelease) -> int:
+    """How many different marginals ``release`` measured (the row count aside; AIM may measure one twice)."""
+    return len({frozenset(name_key(c) for c in m.columns) for m in release.measured if m.columns})
 
 
 def answered_note(release: SyntheticRelease) -> str:
@@ -157,7 +165,8 @@ def estimate_note(query: SyntheticQuery, release: SyntheticRelease) -> str | Non
     for measured, error in release.error_estimates.items():
         if {name_key(c) for c in measured} == columns:
             return (f"this is the marginal ({', '.join(measured)}) of {release.name}, which {release.method.upper()} "
-                    f"measured: its estimate of that marginal's error is {error:g}")
+                    f"measured: it estimates that marginal's error at about {error:,.0f} rows in all (the sum over "
+                    "its cells of each count's distance from the true one)")
     return None
 
 
@@ -200,7 +209,7 @@ def explain_synthetic(query: SyntheticQuery) -> Explanation:
         lines += ["", *describe_release(release)]
     if query.listing is not None:
         lines += ["", f"{LISTING}(): your synthetic tables ({len(query.listing)}), one row each"]
-    lines += ["", "SQL that runs (in a sandbox holding only your synthetic tables):",
+    lines += ["", SYNTHETIC_SQL,
               *("  " + line for line in synthetic_sql(query.tree, pretty=True).splitlines())]
     return Explanation("\n".join(lines))
 
@@ -212,14 +221,19 @@ def describe_release(release: SyntheticRelease) -> list[str]:
              f"{release.rows:,} rows{made}",
              f"  charged once when made: epsilon {release.epsilon:g}, delta {release.delta:g} "
              f"(rho {release.rho:g} under zero-concentrated DP)",
-             f"  measured marginals ({len(release.measured)}, each cell with Gaussian noise):"]
+             f"  measured ({plural(len(release.measured), 'measurement')} in order, each cell with Gaussian noise):"]
     estimates = {frozenset(name_key(c) for c in columns): error for columns, error in release.error_estimates.items()}
-    for measured in release.measured:
-        estimate = estimates.get(frozenset(name_key(c) for c in measured.columns))
-        lines.append(f"    ({', '.join(measured.columns)}): rho {measured.rho:g}, sigma {measured.sigma:g}"
-                     + ("" if estimate is None else f", estimated error {estimate:g}"))
-    total = sum((Fraction(m.rho) for m in release.measured), Fraction(0))
-    lines.append(f"    total rho measured: {float(total):g}")
+    last = {frozenset(name_key(c) for c in m.columns): index for index, m in enumerate(release.measured)}
+    for index, measured in enumerate(release.measured):  # AIM may measure one marginal again: its estimate once, last
+        marginal = frozenset(name_key(c) for c in measured.columns)
+        estimate = estimates.get(marginal) if last[marginal] == index else None
+        chosen = getattr(measured, "selection_rho", 0.0)  # the rho spent choosing it (AIM's, MST's selection)
+        what = f"({', '.join(measured.columns)})" if measured.columns else "the row count"
+        lines.append(f"    {what}: rho {measured.rho:g}, sigma {measured.sigma:g}"
+                     + (f", chosen for rho {chosen:g}" if chosen else "")
+                     + ("" if estimate is None else f", estimated error {estimate:,.0f} rows in all"))
+    total = sum((Fraction(m.rho) + Fraction(getattr(m, "selection_rho", 0.0)) for m in release.measured), Fraction(0))
+    lines.append(f"    total rho spent measuring and choosing: {float(total):g}")
     if release.bins:
         lines.append("  cells of each column (chosen from the policy alone):")
         for column, labels in release.bins.items():

@@ -18,9 +18,10 @@ synthesizer calls ``check_name`` before its charge, so a clash is refused with n
 >>> store = SyntheticTables(None, ["visits"])
 >>> release = SyntheticRelease(name="fake", source="visits", method="mst", table=pd.DataFrame({"a": [1]}),
 ...                            rows=1, epsilon=1.0, delta=1e-6, rho=0.1, measured=(), analyst="alice")
->>> store.keep(release)
+>>> store.keep(release).name, store.keep(release).name  # the second, kept after a clash, renamed
+('fake', 'fake_2')
 >>> store.names("alice"), store.names("bob"), store.made("bob", "FAKE")
-(['fake'], [], None)
+(['fake', 'fake_2'], [], None)
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import json
 import os
 import secrets
 import threading
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Iterable, Iterator
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ class SyntheticTables:
     every ``acting_for`` view of it, as the ledger is."""
 
     def __init__(self, ledger_path: str | os.PathLike | None, declared: Iterable[str]):
-        self.directory = None if ledger_path is None else synthetic_directory(ledger_path)
+        self.directory = None if ledger_path is None else synthetic_directory(os.path.abspath(ledger_path))
         """The owner-only directory of the stored tables (``None``: kept in memory only)."""
         self._declared = {table_key(name) for name in declared}  # `main.visits` is visits
         self._made: dict[tuple[str | None, str], SyntheticRelease] = {}
@@ -111,6 +112,15 @@ class SyntheticTables:
         """Refuse (``InvalidParameter``) ``name`` for a new synthetic table of ``analyst``: not a
         declared table's, not one of theirs already. Reads only the policy and the owner's own
         tables, so it says nothing of anyone else's; call it before charging."""
+        self._check_form(name)
+        if self.directory is not None:
+            self._prepared_directory(analyst)  # a folder that cannot be made fails now, before any charge
+        if self.made(analyst, name) is not None:
+            raise InvalidParameter(f"you already have a synthetic table named {name}",
+                                   hint=f"name the new one otherwise, such as {name}_2")
+
+    def _check_form(self, name: str) -> None:
+        """Refuse ``name`` for any synthetic table: not a plain name, reserved, or a declared table's."""
         if not isinstance(name, str) or not name.strip() or not name.isidentifier() or len(name) > MAX_NAME:
             raise InvalidParameter(f"a synthetic table's name must be a plain SQL name of at most {MAX_NAME} "
                                    f"characters, got {name!r}",
@@ -122,24 +132,31 @@ class SyntheticTables:
         if name_key(name) in self._declared:
             raise InvalidParameter(f"{name} is the name of a table of the database: a synthetic table needs its own",
                                    hint=f"name it otherwise, such as {name}_synthetic")
-        if self.made(analyst, name) is not None:
-            raise InvalidParameter(f"you already have a synthetic table named {name}",
-                                   hint=f"name the new one otherwise, such as {name}_2")
 
-    def keep(self, release: SyntheticRelease) -> None:
-        """Keep ``release`` for its analyst: on disk (when there is a ledger file), else in memory.
-        A table of that name kept meanwhile by another process is not overwritten (``InvalidParameter``)."""
-        self.check_name(release.analyst, release.name)  # the synthesizer checked it before its charge: a bug if not
-        key = (release.analyst, name_key(release.name))
-        with self._lock:
+    def keep(self, release: SyntheticRelease) -> SyntheticRelease:
+        """Keep ``release`` for its analyst (on disk with a ledger file, else in memory) and return it
+        as kept. Its name was checked before the charge (``check_name``); should a table of that name
+        have been kept since (the same analyst's other call, maybe in another process), the release
+        is not lost, whose cost is spent, nor is the other overwritten: it is kept under the first
+        free name of ``name_2``, ``name_3``, ... (the returned release says which)."""
+        self._check_form(release.name)  # checked before the charge: a refusal here is a bug
+        for name in _candidate_names(release.name):
+            if name_key(name) in self._declared:
+                continue
+            candidate = replace(release, name=name)
+            key = (release.analyst, name_key(name))
             if self.directory is not None:
-                self._write(release)
-                self._made[key] = replace(release, table=None)
-            elif key in self._made:
-                raise InvalidParameter(f"you already have a synthetic table named {release.name}",
-                                       hint="name the new one otherwise")
-            else:
-                self._made[key] = release
+                if not self._write(candidate):  # outside the lock: a large table takes seconds to write
+                    continue
+                with self._lock:
+                    self._made[key] = replace(candidate, table=None)
+                return candidate
+            with self._lock:
+                if key not in self._made:
+                    self._made[key] = candidate
+                    return candidate
+        raise InvalidParameter(f"you have too many synthetic tables named {release.name}_N to keep another",
+                               hint="name the next one otherwise")
 
     def made(self, analyst: str | None, name: str) -> SyntheticRelease | None:
         """How ``analyst``'s synthetic table ``name`` was made, its rows left out (``table`` None)
@@ -148,8 +165,9 @@ class SyntheticTables:
         with self._lock:
             found = self._made.get(key)
             if found is None and self.directory is not None:
-                path = self.directory / _owner_part(analyst) / _file_name(name)
-                if refuse_exposed(path, "a synthetic table's file"):
+                folder = self.directory / _owner_part(analyst)
+                path = folder / _file_name(name)
+                if folder.is_dir() and refuse_exposed(path, "a synthetic table's file"):
                     found = self._made[key] = _from_json(json.loads(read_synthetic_meta(path)))
             return found
 
@@ -198,13 +216,18 @@ class SyntheticTables:
         assert self.directory is not None
         folder = self.directory / _owner_part(analyst)
         for directory in (self.directory, folder):
-            directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+            try:
+                directory.mkdir(mode=DIRECTORY_MODE, exist_ok=True)  # the umask can only take bits away
+            except OSError as error:
+                raise InvalidParameter(f"synthetic tables cannot be kept beside the ledger: {directory} cannot be "
+                                       f"made ({error.strerror})",
+                                       hint="let the user running dpsql write in the ledger's folder") from None
             refuse_exposed(directory, "the synthetic tables directory", directory=True)
         return folder
 
-    def _write(self, release: SyntheticRelease) -> None:
+    def _write(self, release: SyntheticRelease) -> bool:
         """Write ``release`` to a fresh file, then link it under its name: atomic, and never over a
-        table another process kept under that name meanwhile."""
+        table another call kept under that name meanwhile (``False``: one did; nothing written)."""
         directory = self._prepared_directory(release.analyst)
         final = directory / _file_name(release.name)
         temporary = directory / f".writing-{secrets.token_hex(8)}{SUFFIX}"
@@ -214,11 +237,23 @@ class SyntheticTables:
             try:
                 os.link(temporary, final)
             except FileExistsError:
-                raise InvalidParameter(f"you already have a synthetic table named {release.name}",
-                                       hint="name the new one otherwise") from None
+                return False
+            return True
         finally:
             for leftover in (temporary, Path(f"{temporary}.wal")):
                 leftover.unlink(missing_ok=True)
+
+
+def _candidate_names(name: str, tries: int = 100) -> Iterator[str]:
+    """``name``, then ``name_2``, ``name_3``, ... (cut to fit ``MAX_NAME``).
+
+    >>> list(_candidate_names("t", 3)), len(list(_candidate_names("x" * 63, 3))[2])
+    (['t', 't_2', 't_3'], 63)
+    """
+    yield name
+    for number in range(2, tries + 1):
+        suffix = f"_{number}"
+        yield name[:MAX_NAME - len(suffix)] + suffix
 
 
 def _to_json(release: SyntheticRelease) -> dict:
@@ -226,7 +261,7 @@ def _to_json(release: SyntheticRelease) -> dict:
     return {
         "format": FORMAT, "name": release.name, "source": release.source, "method": release.method,
         "rows": release.rows, "epsilon": release.epsilon, "delta": release.delta, "rho": release.rho,
-        "measured": [{"columns": list(m.columns), "rho": m.rho, "sigma": m.sigma} for m in release.measured],
+        "measured": [{f.name: getattr(m, f.name) for f in fields(Measured)} for m in release.measured],
         "bins": {column: list(labels) for column, labels in release.bins.items()},
         "analyst": release.analyst, "created": release.created,
         "error_estimates": [{"columns": list(columns), "error": error}
@@ -234,12 +269,20 @@ def _to_json(release: SyntheticRelease) -> dict:
     }
 
 
+def _measured(stored: dict) -> Measured:
+    """A ``Measured`` as ``_to_json`` wrote it (every field it has; one added later keeps its default)."""
+    known = {f.name for f in fields(Measured)}
+    values: dict[str, Any] = {name: tuple(value) if name == "columns" else value
+                              for name, value in stored.items() if name in known}
+    return Measured(**values)
+
+
 def _from_json(stored: dict) -> SyntheticRelease:
     """The release ``_to_json`` wrote, without its rows."""
     return SyntheticRelease(
         name=stored["name"], source=stored["source"], method=stored["method"], table=None,
         rows=stored["rows"], epsilon=stored["epsilon"], delta=stored["delta"], rho=stored["rho"],
-        measured=tuple(Measured(tuple(m["columns"]), m["rho"], m["sigma"]) for m in stored["measured"]),
+        measured=tuple(_measured(m) for m in stored["measured"]),
         bins={column: tuple(labels) for column, labels in stored["bins"].items()},
         analyst=stored["analyst"], created=stored["created"],
         error_estimates={tuple(e["columns"]): e["error"] for e in stored["error_estimates"]})

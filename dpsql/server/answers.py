@@ -362,6 +362,7 @@ def cost_detail(result, found: dict | None = None) -> str:
                        "rho": None if cost.rho is None or getattr(cost, "accounting", "basic") == "basic"
                        else exact_text(cost.rho),  # under BASIC, rho is not what is spent
                        "accounting": getattr(cost, "accounting", "basic"), "exact": result.exact,
+                       "synthetic": bool(getattr(cost, "synthetic", False)),
                        "repeat": result.repeat,
                        "halfwidth95": {} if result.exact else (   # null: "derived, no ±"
                            intervals.largest_half_widths(found) if found is not None else

@@ -15,7 +15,7 @@ from dpsql.shell.render import Answer, number, to_text
 def cost_line(answer: Answer, budget: Any) -> str:
     """What the query cost and what remains, e.g. ``cost ε 0.1 · remaining ε 2.9 of 3``."""
     if answer.exact:
-        cost = "exact: public tables only, no cost"
+        cost = f"exact: {'your synthetic' if answer.synthetic else 'public'} tables only, no cost"
     elif answer.repeat:
         cost = "an earlier answer repeated, no cost"
     else:

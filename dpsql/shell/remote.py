@@ -129,7 +129,7 @@ class RemoteConnection:
         cost = QueryCost(Fraction(detail.get("epsilon", "0")), Fraction(detail.get("delta", "0")),
                          None if detail.get("rho") is None else Fraction(detail["rho"]),
                          accounting=detail.get("accounting", "basic"), repeat=bool(detail.get("repeat")),
-                         public=exact)
+                         public=exact and not detail.get("synthetic"), synthetic=bool(detail.get("synthetic")))
         half = detail.get("halfwidth95") or {}
 
         def widths(alpha: float) -> dict[str, list[float]]:
