@@ -246,7 +246,9 @@ class Connection:
             return mechanism(call.name).answer(self, call.queries, call.options)
         synthetic = self._route_synthetic(sql)
         if synthetic is not None:  # the analyst's own synthetic tables: exact and free
-            return answer_synthetic(synthetic)
+            cancel = self._spender.cancel
+            cancelled = None if cancel is None else (lambda: cancel.requested)
+            return answer_synthetic(synthetic, self._engine.timeout, cancelled)
         local, written = self._route_local(sql)
         if local is not None and unit_bounds_share is not None:
             raise UnsupportedQuery("unit_bounds_share chooses bounds for aggregated bounded columns, and a count of "

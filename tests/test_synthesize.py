@@ -202,6 +202,8 @@ def test_refused_before_any_charge(monkeypatch):
             db.synthesize("t", ["a", "b"], epsilon=1, delta=1e-6, method="mwem")
         with pytest.raises(dpsql.DPError, match="no column"):
             db.synthesize("t", ["a", "zz"], epsilon=1, delta=1e-6)
+        with pytest.raises(dpsql.DPError, match="buys no zCDP rho"):  # charged, then failed (attacker review)
+            db.synthesize("t", ["a", "b"], epsilon=1e-6, delta=1e-12, method="mst")
         monkeypatch.setattr("dpsql.calls.synthesize.MAX_FETCHED_CELLS", 20)
         with pytest.raises(dpsql.DPError, match="cells of marginals"):
             db.synthesize("t", ["a", "b", "v"], epsilon=1, delta=1e-6)

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import dpsql
+import dpsql.backends.duckdb.synthetic as synthetic_engine
 from dpsql.backends.duckdb.synthetic import SyntheticSandbox, write_synthetic_file
 from dpsql.errors import InsecureFile, InvalidParameter, QueryFailed, UnsupportedQuery
 from dpsql.mechanisms.synthetic_release import Measured, SyntheticRelease
@@ -236,6 +237,34 @@ def test_a_runaway_query_is_stopped():
     with SyntheticSandbox({"fake": SYNTHETIC}, timeout=0.2) as sandbox:
         with pytest.raises(QueryFailed, match="longer than 0.2 seconds"):
             sandbox.run("SELECT COUNT(*) FROM range(100000000000) r1, fake")
+
+
+def test_a_cancel_stops_a_free_query_and_the_server_limit_applies():
+    """A free query holds a server worker like any other: the per-statement limit the curator set
+    (shorter than the sandbox's own) and a cancel request stop it (attacker review: a free 30 s
+    query ignored both)."""
+    with SyntheticSandbox({"fake": SYNTHETIC}, timeout=0.3, cancelled=lambda: True) as sandbox:
+        with pytest.raises(QueryFailed, match="cancelled"):
+            sandbox.run("SELECT COUNT(*) FROM range(100000000000) r1, fake")
+    with SyntheticSandbox({"fake": SYNTHETIC}, timeout=1000.0) as sandbox:
+        assert sandbox._timeout == 30.0  # never longer than the sandbox's own limit
+
+
+def test_a_free_answer_is_bounded_in_rows(monkeypatch):
+    """Its rows are held in the server's memory, outside DuckDB's limit, at no cost: bounded."""
+    monkeypatch.setattr(synthetic_engine, "SANDBOX_ROWS", 5)
+    with SyntheticSandbox({"fake": SYNTHETIC}) as sandbox:
+        assert len(sandbox.run("SELECT * FROM range(5)")[1]) == 5
+        with pytest.raises(UnsupportedQuery, match="more than 5 rows"):
+            sandbox.run("SELECT * FROM range(6)")
+
+
+def test_the_sandbox_spills_only_to_a_directory_of_the_curators_alone():
+    """Not DuckDB's default .tmp in the server's working directory, made under the umask."""
+    with SyntheticSandbox({"fake": SYNTHETIC}) as sandbox:
+        spill = sandbox.run("SELECT current_setting('temp_directory')")[1][0][0]
+        assert stat.S_IMODE(os.stat(spill).st_mode) == 0o700 and "dpsql-spill-" in spill
+    assert not os.path.exists(spill)
 
 
 # -- nobody else sees it ---------------------------------------------------------------------------

@@ -184,6 +184,9 @@ def plan_synthesis(context: MechanismContext, table: Any, columns: Any, epsilon:
     cliques, pairs, weights = _candidates(method, names, sizes)
     statement = _statement(plan, ordered, cliques, context.dialect)
     cost = Spend(options.epsilon, options.delta, rho_budget(options.epsilon, options.delta))
+    if not cost.rho:  # no noise could be calibrated: refused here, not failed after the charge
+        raise InvalidParameter(f"epsilon {float(options.epsilon):g} with delta {float(options.delta):g} buys no "
+                               "zCDP rho to measure marginals with", hint="raise epsilon (or delta)")
     check_accountable(context.policy.accounting, cost)
     return SynthesisPlan(rule.name, ordered, method, options.epsilon, options.delta, cost.rho or Fraction(0),
                          rule.max_rows_per_unit, plan.neighbours, statement, tuple(plan.query.keys), cliques,

@@ -16,7 +16,7 @@ only the asking analyst's own tables, so no answer or refusal depends on anyone 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -117,12 +117,14 @@ def _mixed(named: list[str], other: exp.Table, declared: set[str]) -> Unsupporte
                           "another", node=other)
 
 
-def answer_synthetic(query: SyntheticQuery) -> DPResult:
-    """``query``'s exact answer from the sandbox: free, not recorded, with a note per table."""
+def answer_synthetic(query: SyntheticQuery, timeout: float | None = None,
+                     cancelled: Callable[[], bool] | None = None) -> DPResult:
+    """``query``'s exact answer from the sandbox: free, not recorded, with a note per table; stopped
+    after ``timeout`` seconds (the engine's per-statement limit) or when ``cancelled()``."""
     tables = dict(query.sources)
     if query.listing is not None:
         tables[LISTED_AS] = listing_frame(query.listing)
-    with SyntheticSandbox(tables) as sandbox:
+    with SyntheticSandbox(tables, timeout=timeout, cancelled=cancelled) as sandbox:
         columns, rows, types = sandbox.run(query.tree)
     notes = [answered_note(release) for release in query.releases]
     notes += [note for note in (estimate_note(query, release) for release in query.releases) if note]

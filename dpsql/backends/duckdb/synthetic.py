@@ -23,14 +23,17 @@ first is that only one query, regenerated from its parsed tree, reaches it (``dp
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends.duckdb.hardening import HARDENED_CONFIG
+from dpsql.backends.duckdb.hardening import HARDENED_CONFIG, spill_directory
 from dpsql.backends.render import render
 from dpsql.errors import QueryFailed, UnsupportedQuery
 from dpsql.sql.names import quoted
@@ -39,7 +42,13 @@ from dpsql.sql.parse import DIALECT
 SANDBOX_MEMORY = "512MB"
 """The sandbox's memory limit: a runaway query fails instead of starving the server."""
 SANDBOX_TIMEOUT = 30.0
-"""Seconds a query of synthetic tables may run before it is stopped."""
+"""Seconds a query of synthetic tables may run before it is stopped (at most; the server's
+per-statement limit when it is shorter: a free query holds a worker like any other)."""
+SANDBOX_ROWS = 1_000_000
+"""The most rows a query of synthetic tables may return: its result is held in the server's memory,
+outside DuckDB's limit, and costs nothing, so it is bounded as the private path's answers are."""
+SANDBOX_SPILL = "1GB"
+"""The most the sandbox may spill, into an owner-only directory (``spill_directory``)."""
 _FRAME = "dp_synthetic_frame"
 """The name a DataFrame is registered under while it is copied in (dropped before any query)."""
 _FILE = "dp_synthetic_file"
@@ -80,19 +89,27 @@ class SyntheticSandbox:
     DataFrame, or the path of a file ``write_synthetic_file`` wrote. A context manager that closes it."""
 
     def __init__(self, tables: dict[str, Any], *, memory_limit: str = SANDBOX_MEMORY,
-                 timeout: float | None = SANDBOX_TIMEOUT):
+                 timeout: float | None = SANDBOX_TIMEOUT, cancelled: Callable[[], bool] | None = None):
         files = any(isinstance(source, (str, Path)) for source in tables.values())
+        self._spill, made = spill_directory()  # not DuckDB's default .tmp, made under the umask in the cwd
+        self._spill_made = made
         config: dict[str, Any] = {**HARDENED_CONFIG, "memory_limit": memory_limit, "threads": 1,
+                                  "temp_directory": self._spill, "max_temp_directory_size": SANDBOX_SPILL,
                                   "enable_external_access": files}  # turned off below, before any query
-        self._connection = duckdb.connect(":memory:", config=config)
-        self._timeout = timeout
+        try:
+            self._connection = duckdb.connect(":memory:", config=config)
+        except BaseException:
+            self._remove_spill()
+            raise
+        self._timeout = SANDBOX_TIMEOUT if timeout is None else min(timeout, SANDBOX_TIMEOUT)
+        self._cancelled = cancelled
         try:
             for name, source in tables.items():
                 self._copy_in(name, source)
             self._connection.execute("SET enable_external_access = false")
             self._connection.execute("SET lock_configuration = true")
         except BaseException:
-            self._connection.close()
+            self.close()
             raise
 
     def _copy_in(self, name: str, source: Any) -> None:
@@ -111,31 +128,51 @@ class SyntheticSandbox:
         dpsql itself and tests). DuckDB's refusal (a missing column, a file function) is an
         ``UnsupportedQuery`` with its first line: the database holds the analyst's own synthetic
         tables only, so its messages speak of nothing else."""
-        timer = None
-        if self._timeout is not None:
-            timer = threading.Timer(self._timeout, self._connection.interrupt)
-            timer.daemon = True
-            timer.start()
+        done = threading.Event()
+        stopped: list[str] = []
+
+        def watch() -> None:  # the time limit, and the caller's cancel (a PostgreSQL cancel request)
+            deadline = time.monotonic() + self._timeout
+            while not done.wait(0.05):
+                if time.monotonic() >= deadline or (self._cancelled is not None and self._cancelled()):
+                    stopped.append("cancelled" if time.monotonic() < deadline else "timeout")
+                    self._connection.interrupt()
+                    return
+
+        watcher = threading.Thread(target=watch, name="dpsql-synthetic-deadline", daemon=True)
+        watcher.start()
         try:
             sql = statement if isinstance(statement, str) else synthetic_sql(statement)
             relation = self._connection.sql(sql)
             if relation is None:  # not a query: the parse stage lets none through
                 raise UnsupportedQuery("only queries can be run on a synthetic table")
             columns, types = list(relation.columns), [str(t) for t in relation.types]
-            rows = relation.fetchall()
+            rows = relation.limit(SANDBOX_ROWS + 1).fetchall()
         except duckdb.InterruptException:
+            if stopped == ["cancelled"]:
+                raise QueryFailed("the query of synthetic tables was cancelled") from None
             raise QueryFailed(f"the query of synthetic tables ran longer than {self._timeout:g} seconds and was "
                               "stopped") from None
         except duckdb.Error as error:
             raise UnsupportedQuery(f"the query of synthetic tables failed: {str(error).splitlines()[0]}",
                                    hint="check the names of your synthetic tables and their columns") from None
         finally:
-            if timer is not None:
-                timer.cancel()
+            done.set()
+            watcher.join()
+        if len(rows) > SANDBOX_ROWS:
+            raise UnsupportedQuery(f"the query of synthetic tables returns more than {SANDBOX_ROWS:,} rows",
+                                   hint="aggregate, or add a LIMIT (and OFFSET to read further)")
         return columns, rows, types
 
+    def _remove_spill(self) -> None:
+        if self._spill_made:
+            shutil.rmtree(self._spill, ignore_errors=True)
+
     def close(self) -> None:
-        self._connection.close()
+        try:
+            self._connection.close()
+        finally:
+            self._remove_spill()
 
     def __enter__(self) -> "SyntheticSandbox":
         return self
