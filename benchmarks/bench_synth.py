@@ -277,7 +277,8 @@ def bounded_truth(db, data: Data) -> dict[tuple[str, ...], np.ndarray]:
 def resampled_truth(db, data: Data, epsilon: float, delta: float):
     """No privacy, a reference: as many rows as the table has, drawn independently from its own rows
     (with replacement). Its error is the sampling floor of any synthesizer that draws its rows
-    independently from a perfect model (dpsql's draw does: ``graphical.sample_rows``)."""
+    independently from a perfect model (dpsql's draw did until it moved to randomized rounding,
+    ``graphical.sample_rows``, which can sit closer to its model than this)."""
     frame = data.con.sql(f"SELECT {', '.join(data.columns)} FROM {data.table}").df()
     picked = frame.sample(n=len(frame), replace=True, random_state=int.from_bytes(os.urandom(4), "little"))
     return marginals_of_joint(joint_of_frame(picked, data), data)

@@ -265,16 +265,46 @@ def test_projector_matches_mbi_projection():
     for clique in [("a",), ("c", "a"), ("b", "c"), ("c", "b", "a")]:
         theirs = np.asarray(model.project(clique).datavector(flatten=True))
         assert np.allclose(projected(clique), theirs, rtol=1e-9, atol=1e-9)
-    # rows drawn from the model follow its marginals (chi-square goodness of fit, failure 1e-6 each)
+    # rows drawn by randomized rounding (graphical.sample_rows) keep to the model's marginals
     n = 20_000
     drawn = graphical.sample_rows(model, n, SeededSource(4))
-    for clique in [("a", "b"), ("b", "c"), ("a", "c")]:
+    plan = graphical.sampling_plan(model)
+    first, (second, parents) = plan[0][0], plan[1]
+    assert all(len(values) == n for values in drawn.values())
+    # the first column's counts are n·p rounded up or down; a child of it, within 1 per group plus 1
+    share = projected((first,)) / projected((first,)).sum()
+    assert np.abs(np.bincount(drawn[first], minlength=sizes[first]) - n * share).max() < 1
+    if parents == (first,):
+        pair = (first, second)
+        joint = np.bincount(np.ravel_multi_index((drawn[first], drawn[second]), (sizes[first], sizes[second])),
+                            minlength=sizes[first] * sizes[second])
+        assert np.abs(joint - n * projected(pair) / projected(pair).sum()).max() < 2
+    # on every model clique, far closer than independent draws (whose chi-square statistic falls
+    # below its 1e-6 quantile with probability 1e-6)
+    for clique in [("a", "b"), ("b", "c")]:
         shape = tuple(sizes[c] for c in clique)
         observed = np.bincount(np.ravel_multi_index(tuple(drawn[c] for c in clique), shape),
                                minlength=math.prod(shape))
         expected = projected(clique) / projected(clique).sum() * n
         statistic = float(((observed - expected) ** 2 / expected).sum())
-        assert statistic < stats.chi2.isf(1e-6, math.prod(shape) - 1), clique
+        assert statistic < stats.chi2.ppf(1e-6, math.prod(shape) - 1), clique
+
+
+def test_rounded_counts_are_unbiased_and_exact_in_total():
+    """Systematic rounding: every group's counts sum to its size, each cell is floor or ceil of its
+    expectation, and over many shifts a cell's mean is its expectation (a 1e-6 two-sided bound)."""
+    expected = np.array([[0.3, 2.45, 1.25], [0.0, 0.0, 0.0], [1.0, 0.5, 0.5]])
+    sizes = np.array([4, 0, 2])
+    trials = 20_000
+    shifts = np.random.default_rng(5).uniform(0, 1, trials)
+    counts = np.stack([graphical.rounded_counts(expected, sizes, np.full(3, u)) for u in shifts])
+    assert (counts.sum(axis=2) == sizes).all()
+    assert ((counts == np.floor(expected)) | (counts == np.ceil(expected))).all()
+    fraction = expected - np.floor(expected)
+    spread = np.sqrt(fraction * (1 - fraction) / trials)
+    assert (np.abs(counts.mean(axis=0) - expected) <= stats.norm.isf(1e-6 / 18) * spread + 1e-12).all()
+    # a rounding biased by a quarter of a row somewhere would be caught by the same bound
+    assert (np.abs(counts.mean(axis=0) - (expected + 0.25)) > stats.norm.isf(1e-6 / 18) * spread + 1e-12).all()
 
 
 @pytest.mark.parametrize("neighbours", ["unbounded", "bounded"])

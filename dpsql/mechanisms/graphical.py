@@ -14,7 +14,8 @@ round); the steps themselves are cheap.
 
 Rows are drawn column by column in the junction tree's elimination order, each from its
 conditional distribution given the columns already drawn that share a clique with it (as a
-junction tree's sampler does; Koller & Friedman 2009, §12.1.1), with uniforms from dpsql's source
+junction tree's sampler does; Koller & Friedman 2009, §12.1.1), by randomized rounding of expected
+counts rather than independent draws (``sample_rows``), with uniforms from dpsql's source
 (``noise.uniforms``), so a seeded source reproduces a synthetic table.
 """
 
@@ -31,8 +32,6 @@ from dpsql.errors import MissingDependency
 from dpsql.mechanisms import noise
 from dpsql.mechanisms.marginals import Measurement
 
-CHUNK_ROWS = 2 ** 18
-"""Rows drawn at once (their comparisons with a column's cumulative table take rows × cells bytes)."""
 ITERATIONS = 3000
 """Mirror-descent steps of one estimate (mbi runs them 50 to a compiled block: compiling costs far
 more than running). On a 5-column tree model, the largest total-variation gap between the model and
@@ -138,31 +137,63 @@ def project(model: Any, clique: tuple[str, ...]) -> np.ndarray:
     return Projector(model)(clique)
 
 
-def sample_rows(model: Any, rows: int, source=None) -> dict[str, np.ndarray]:
-    """``rows`` synthetic rows from ``model``: column -> cell index per row (module docstring)."""
+def sampling_plan(model: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The columns in the order rows draw them, each with its parents: the columns drawn before it
+    that share a junction-tree clique with it (the reverse of the tree's elimination order)."""
     from mbi import junction_tree
 
     space = model.domain
     tree, order = junction_tree.make_junction_tree(space, [tuple(c) for c in model.cliques])
     cliques = [set(c) for c in tree.nodes]
-    marginal = Projector(model)
-    drawn: dict[str, np.ndarray] = {}
+    plan: list[tuple[str, tuple[str, ...]]] = []
     for column in reversed(order):
         near = set().union(*(c for c in cliques if column in c)) if cliques else set()
-        parents = tuple(a for a in space.attributes if a in drawn and a in near)
+        drawn = {c for c, _ in plan}
+        plan.append((column, tuple(a for a in space.attributes if a in drawn and a in near)))
+    return plan
+
+
+def rounded_counts(expected: np.ndarray, sizes: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """Each row of ``expected`` (non-negative, summing to its group's size in ``sizes``) rounded to
+    whole counts that sum exactly to that size: systematic rounding, one shift u in [0, 1) per row.
+    Cell j gets the integers k with C_{j-1} <= k + u < C_j (C the row's cumulative sum), so
+    floor(e_j) or ceil(e_j), the larger with probability exactly e_j's fractional part.
+
+    >>> rounded_counts(np.array([[0.5, 1.25, 2.25]]), np.array([4]), np.array([0.6])).tolist()
+    [[0, 2, 2]]
+    """
+    cumulative = np.cumsum(expected, axis=1)
+    cumulative[:, -1] = sizes  # exact, whatever the floats lost
+    cumulative = np.minimum(cumulative, sizes[:, None])
+    upto = np.ceil(cumulative - shifts[:, None]).astype(np.int64)
+    return np.diff(upto, axis=1, prepend=0)
+
+
+def sample_rows(model: Any, rows: int, source=None) -> dict[str, np.ndarray]:
+    """``rows`` synthetic rows from ``model``: column -> cell index per row (module docstring).
+
+    Randomized rounding rather than independent draws keeps the sample's marginals close to the
+    model's (1,000 independent rows alone cost about 0.08 average TV on PUMS's 2- and 3-way
+    marginals): the first column's count of each value is n·p rounded up or down; then, for each
+    next column, every group of rows sharing its parents' values gets group size × p(value |
+    parents) rounded the same way, dealt to the group's rows in a random order (so the column
+    depends on earlier columns only through its parents, as the model says)."""
+    space = model.domain
+    marginal = Projector(model)
+    drawn: dict[str, np.ndarray] = {}
+    for column, parents in sampling_plan(model):
         table = marginal((*parents, column)).reshape(-1, space[column])
         table = np.clip(table, 0.0, None)
         mass = table.sum(axis=1, keepdims=True)
         conditional = np.where(mass > 0, table / np.where(mass > 0, mass, 1.0), 1.0 / space[column])
-        cumulative = np.cumsum(conditional, axis=1)
-        cumulative[:, -1] = 1.0
-        index = np.zeros(rows, dtype=np.int64)
+        group = np.zeros(rows, dtype=np.int64)
         if parents:
-            index = np.ravel_multi_index(tuple(drawn[p] for p in parents), tuple(space[p] for p in parents))
-        u = noise.uniforms(rows, source)
-        chosen = np.empty(rows, dtype=np.int64)
-        for start in range(0, rows, CHUNK_ROWS):  # rows × cells comparisons, a bounded block at a time
-            part = slice(start, start + CHUNK_ROWS)
-            chosen[part] = (u[part, None] >= cumulative[index[part]]).sum(axis=1)
-        drawn[column] = np.minimum(chosen, space[column] - 1)
+            group = np.ravel_multi_index(tuple(drawn[p] for p in parents), tuple(space[p] for p in parents))
+        sizes = np.bincount(group, minlength=conditional.shape[0])
+        counts = rounded_counts(sizes[:, None] * conditional, sizes, noise.uniforms(len(sizes), source))
+        # rows grouped by parents, in a random order within each group, take the group's values in turn
+        dealt = np.lexsort((noise.uniforms(rows, source), group))
+        values = np.empty(rows, dtype=np.int64)
+        values[dealt] = np.repeat(np.tile(np.arange(space[column]), len(sizes)), counts.ravel())
+        drawn[column] = values
     return {column: drawn[column] for column in space.attributes}
