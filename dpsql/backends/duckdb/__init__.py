@@ -801,11 +801,9 @@ def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path, *, read_on
         _attach_stored(connection, file)
         return
     with _INSTANCES_LOCK:
-        attached = connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                                      [DATABASE]).fetchall()[0][0]
-        if attached:
+        if _has_database(connection, DATABASE):
             return
-        literal = "'" + str(file).replace("'", "''") + "'"
+        literal = _file_literal(file)
         try:
             connection.execute(f"ATTACH {literal} AS {DATABASE} (READ_WRITE)")
         except duckdb.IOException as error:
@@ -814,6 +812,17 @@ def _attach_copies(connection: duckdb.DuckDBPyConnection, file: Path, *, read_on
                           "this connection builds its own in memory", stacklevel=4)
             connection.execute(attach_sql())
         connection.execute(f"CREATE OR REPLACE TABLE {_INSTANCE_TABLE} AS SELECT '{secrets.token_hex(16)}' AS token")
+
+
+def _has_database(connection: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether this DuckDB instance has attached ``name`` already (another connection to it may have)."""
+    return bool(connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                                   [name]).fetchall()[0][0])
+
+
+def _file_literal(file: Path) -> str:
+    """``file`` as a SQL string literal (ATTACH takes no parameter)."""
+    return "'" + str(file).replace("'", "''") + "'"
 
 
 def _drop_bounding(cursor: duckdb.DuckDBPyConnection, names: list[str], kind: str) -> None:
@@ -831,11 +840,9 @@ def _attach_stored(connection: duckdb.DuckDBPyConnection, file: Path) -> None:
     has them already); without a stored file, or while a process writes it, copies are built in
     memory and a warning says so."""
     with _INSTANCES_LOCK:
-        attached = connection.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                                      [STORED]).fetchall()[0][0]
-        if attached:
+        if _has_database(connection, STORED):
             return
-        literal = "'" + str(file).replace("'", "''") + "'"
+        literal = _file_literal(file)
         try:
             if file.exists():
                 connection.execute(f"ATTACH {literal} AS {STORED} (READ_ONLY)")
