@@ -15,6 +15,7 @@ from dpsql.calls.mechanism import Mechanism
 from dpsql.calls.synthesize import MAX_MODEL_CELLS, plan_synthesis
 from dpsql.mechanisms.aim import MEASURE_SHARE, ROUNDS_PER_COLUMN
 from dpsql.mechanisms.synthesis import TOTAL_SHARE
+from dpsql.query.synthetic_answering import distinct_marginals
 
 OPTIONS = ("table", "columns", "epsilon", "delta", "method", "rows", "name")
 """The call's options, as ``db.synthesize`` takes them (``columns`` comma-separated)."""
@@ -35,7 +36,7 @@ def _answer(connection: Any, queries: list[str], options: dict[str, Any]) -> DPR
                                     arguments.pop("delta"), **arguments)
     spender = connection.mechanism_context().spender
     cost = spender.charged(Spend(Fraction(release.epsilon), Fraction(release.delta), Fraction(release.rho)))
-    marginals = sum(1 for m in release.measured if m.columns)
+    marginals = distinct_marginals(release)  # as synthetic_tables() counts them: AIM may measure one twice
     row = (release.name, release.source, release.method, release.rows, ", ".join(release.table.columns), marginals,
            release.epsilon, release.delta, release.rho)
     note = (f"a synthetic table of {release.rows:,} rows from {marginals} noisy marginals of {release.source} "

@@ -137,7 +137,7 @@ def listing_frame(releases: Iterable[SyntheticRelease]):
     """The rows of ``synthetic_tables()``: one per synthetic table, its name first."""
     import pandas as pd
 
-    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, _marginals(r),
+    rows = [(r.name, r.source, r.method, r.rows, r.epsilon, r.delta, r.rho, distinct_marginals(r),
              r.created)
             for r in sorted(releases, key=lambda release: name_key(release.name))]
     frame = pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
@@ -146,7 +146,7 @@ def listing_frame(releases: Iterable[SyntheticRelease]):
                          "created": "object"})
 
 
-def _marginals(release: SyntheticRelease) -> int:
+def distinct_marginals(release: SyntheticRelease) -> int:
     """How many different marginals ``release`` measured (the row count aside; AIM may measure one twice)."""
     return len({frozenset(name_key(c) for c in m.columns) for m in release.measured if m.columns})
 
