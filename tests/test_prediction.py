@@ -449,3 +449,13 @@ def test_the_remote_shell_writes_max_error_and_expected_rows_into_the_options_it
                    "AVG(x) FROM t"
     assert shift.typed_offset(len(sent) - 1) == len("SELECT AVG(x) FROM t") - 1
     assert with_options("SELECT 1", None, None)[0] == "SELECT 1"
+
+
+def test_an_entry_with_no_stored_answer_is_passed_over_when_looking_for_known_counts(db):
+    """Some charges store no answer (a synthetic table, a call cancelled after its charge); read back
+    beside stored ones, pandas gives their missing answer as NaN, which the search for counts the
+    analyst already has must pass over (it failed an EXPLAIN with an internal TypeError)."""
+    db.sql("SELECT g, COUNT(x) AS n FROM t GROUP BY g", epsilon=1)
+    db.synthesize("t", ["g", "x"], epsilon=1, delta=1e-6, method="mst")
+    assert any(answer is None for _, _, answer in db.mechanism_context().spender.released())
+    assert "accuracy before the charge" in str(db.explain("SELECT g, AVG(x) AS m FROM t GROUP BY g", epsilon=1))

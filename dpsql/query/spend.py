@@ -198,7 +198,9 @@ class Spender:
         """(entry id, normalised SQL, stored answer) of this analyst's own past charges (the
         curator's: every one), oldest first: released values, free to read again."""
         frame = self._ledger.entries(self.analyst)
-        return list(zip(frame["id"].tolist(), frame["sql"].tolist(), frame["answer"].tolist()))
+        # An entry with no stored answer reads back as None or NaN, as the pandas version decides.
+        answers = [answer if isinstance(answer, str) else None for answer in frame["answer"].tolist()]
+        return list(zip(frame["id"].tolist(), frame["sql"].tolist(), answers))
 
     def stored(self, key: str) -> str | None:
         """The answer stored under a repeat key (a released value: free), else ``None``."""
