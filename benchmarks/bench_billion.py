@@ -38,6 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from bench_100m import directory_size  # noqa: E402
 from bench_scale import cache_dir, ensure_data  # noqa: E402
 
 CHILD = r"""
@@ -71,21 +72,13 @@ print(json.dumps({"seconds": time.perf_counter() - start, "cpu": time.process_ti
 def _spill_bytes(folder: Path, stem: str) -> int:
     """Bytes in DuckDB's spill directories: its default ``<file>.tmp`` beside the data file, and
     dpsql's own ``dpsql-spill-*`` in the temporary directory (another process's there counts too)."""
-    total = 0
     entries = []
     for place, prefixes in ((folder, (f"{stem}.tmp",)), (Path(tempfile.gettempdir()), ("dpsql-spill-",))):
         try:
             entries += [e for e in place.iterdir() if e.name.startswith(prefixes)]
         except OSError:
             pass
-    for entry in entries:
-        for root, _, files in os.walk(entry):
-            for name in files:
-                try:
-                    total += os.path.getsize(os.path.join(root, name))
-                except OSError:
-                    pass
-    return total
+    return sum(directory_size(entry) for entry in entries)
 
 
 def run_case(mode: str, code: Path, database: Path, ledger: Path, limit: str) -> dict:
